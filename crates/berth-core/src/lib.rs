@@ -1,0 +1,10 @@
+//! berth's pure logic: no I/O beyond what a caller hands in.
+//!
+//! Everything here turns data (a manifest, an index, the device policy) into other data
+//! (validated types, plans); `berth-sys` and the binary apply it.
+
+pub mod base64;
+pub mod index;
+pub mod manifest;
+pub mod name;
+pub mod signify;

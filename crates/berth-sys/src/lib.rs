@@ -1,0 +1,7 @@
+//! Everything of berth that touches the kernel or the host. The only crate with `unsafe`.
+
+pub mod check;
+pub mod fsutil;
+pub mod loopdev;
+pub mod lxc;
+pub mod mount;
