@@ -1,0 +1,4 @@
+mod fetch;
+mod vendor;
+
+fn main() {}

@@ -1,0 +1,4 @@
+//! Vendor-side tools: key generation, packing, repository building.
+pub mod key;
+pub mod pack;
+pub mod repo;
