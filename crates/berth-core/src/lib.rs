@@ -4,7 +4,11 @@
 //! (validated types, plans); `berth-sys` and the binary apply it.
 
 pub mod base64;
+pub mod config;
+pub mod http;
 pub mod index;
 pub mod manifest;
 pub mod name;
+pub mod plan;
 pub mod signify;
+pub mod state;

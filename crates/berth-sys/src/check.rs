@@ -1,1 +1,881 @@
-//! (being written)
+//! `berth check`: which kernel features berth uses are present, like `lxc-checkconfig`.
+//!
+//! Everything is read below [`Roots`] (so tests run on fixture trees); the few probes that
+//! cannot be read from files (liblxc's version, tools on PATH, the open_tree syscall) are
+//! gathered in [`Probes`].
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use crate::mount::{parse_mountinfo, MountInfo};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Present,
+    Missing,
+    /// Could not be determined (e.g. no kernel config readable).
+    Unknown,
+}
+
+impl Status {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Status::Present => "present",
+            Status::Missing => "missing",
+            Status::Unknown => "unknown",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Feature {
+    pub name: &'static str,
+    pub group: &'static str,
+    pub status: Status,
+    /// berth cannot run containers without it.
+    pub required: bool,
+    pub detail: String,
+}
+
+/// Where the kernel's views are mounted; tests point these at fixture trees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Roots {
+    pub proc: PathBuf,
+    pub sys: PathBuf,
+    pub dev: PathBuf,
+    pub boot: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Roots {
+            proc: "/proc".into(),
+            sys: "/sys".into(),
+            dev: "/dev".into(),
+            boot: "/boot".into(),
+        }
+    }
+}
+
+/// The answers that do not come from files below [`Roots`].
+#[derive(Debug, Clone)]
+pub struct Probes {
+    /// liblxc's version, empty if unknown.
+    pub lxc_version: String,
+    /// The PATH searched for tools (nft, ip, mksquashfs, zcat).
+    pub path: Option<OsString>,
+    /// Result of the open_tree syscall probe.
+    pub open_tree: (Status, String),
+}
+
+impl Probes {
+    /// The real machine: liblxc, `$PATH`, the running kernel.
+    pub fn real() -> Probes {
+        Probes {
+            lxc_version: crate::lxc::version(),
+            path: std::env::var_os("PATH"),
+            open_tree: probe_open_tree(),
+        }
+    }
+}
+
+/// Calls open_tree(2) on an invalid fd with an empty path: EBADF means the syscall exists
+/// (Linux ≥ 5.2), ENOSYS that it does not (or a seccomp filter hides it).
+pub fn probe_open_tree() -> (Status, String) {
+    let empty = b"\0";
+    // SAFETY: open_tree reads only the NUL-terminated path, which lives across the call;
+    // with dirfd -1 and AT_EMPTY_PATH it fails with EBADF without creating an fd.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            -1 as libc::c_int,
+            empty.as_ptr().cast::<libc::c_char>(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+        )
+    };
+    if rc >= 0 {
+        // Cannot happen with these arguments; do not leak whatever we got.
+        // SAFETY: rc is an fd the syscall just returned to us and nobody else owns.
+        unsafe { libc::close(rc as libc::c_int) };
+        return (Status::Present, "open_tree available".into());
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EBADF) => (Status::Present, "open_tree available (Linux ≥ 5.2)".into()),
+        Some(libc::ENOSYS) => (
+            Status::Missing,
+            "open_tree: ENOSYS (Linux < 5.2): hot-binding falls back to mount propagation".into(),
+        ),
+        Some(libc::EPERM) => (
+            Status::Unknown,
+            "open_tree: EPERM (blocked by a seccomp filter?)".into(),
+        ),
+        _ => (Status::Unknown, format!("open_tree probe: unexpected {e}")),
+    }
+}
+
+/// The checks on the real machine.
+pub fn check(roots: &Roots) -> Vec<Feature> {
+    check_with(roots, &Probes::real())
+}
+
+/// The required features that are not present.
+pub fn missing_required(features: &[Feature]) -> Vec<&Feature> {
+    features
+        .iter()
+        .filter(|f| f.required && f.status != Status::Present)
+        .collect()
+}
+
+fn read(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p).ok()
+}
+
+fn feature(
+    group: &'static str,
+    name: &'static str,
+    required: bool,
+    status: Status,
+    detail: impl Into<String>,
+) -> Feature {
+    Feature {
+        name,
+        group,
+        status,
+        required,
+        detail: detail.into(),
+    }
+}
+
+fn present(yes: bool) -> Status {
+    if yes {
+        Status::Present
+    } else {
+        Status::Missing
+    }
+}
+
+/// Finds an executable named `tool` in `path`.
+fn which(path: Option<&OsString>, tool: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = path?;
+    std::env::split_paths(path).map(|d| d.join(tool)).find(|p| {
+        std::fs::metadata(p)
+            .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            .unwrap_or(false)
+    })
+}
+
+/// Maps an absolute host path from mountinfo below the `sys` root (for fixture trees).
+fn under_sys(roots: &Roots, p: &Path) -> PathBuf {
+    match p.strip_prefix("/sys") {
+        Ok(rest) => roots.sys.join(rest),
+        Err(_) => p.to_path_buf(),
+    }
+}
+
+fn namespaces(roots: &Roots, out: &mut Vec<Feature>) {
+    let ns = roots.proc.join("self/ns");
+    for (file, name, required) in [
+        ("mnt", "mount namespace", true),
+        ("uts", "uts namespace", true),
+        ("ipc", "ipc namespace", true),
+        ("pid", "pid namespace", true),
+        ("net", "network namespace", false),
+        ("user", "user namespace", false),
+        ("cgroup", "cgroup namespace", false),
+    ] {
+        let p = ns.join(file);
+        let ok = std::fs::symlink_metadata(&p).is_ok();
+        let detail = if ok {
+            p.display().to_string()
+        } else {
+            format!(
+                "{} missing (CONFIG_{}_NS)",
+                p.display(),
+                file.to_uppercase()
+            )
+        };
+        out.push(feature("namespaces", name, required, present(ok), detail));
+    }
+
+    // Usable user namespaces: what unprivileged containers (the default) need.
+    let has_userns = std::fs::symlink_metadata(ns.join("user")).is_ok();
+    let max = read(&roots.proc.join("sys/user/max_user_namespaces"))
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    let unpriv = read(&roots.proc.join("sys/kernel/unprivileged_userns_clone"))
+        .map(|s| s.trim().to_string());
+    let (status, mut detail) = match (has_userns, max) {
+        (false, _) => (Status::Missing, "no user namespace support".to_string()),
+        (true, Some(0)) => (
+            Status::Missing,
+            "user.max_user_namespaces = 0: set it above 0 for unprivileged containers".to_string(),
+        ),
+        (true, Some(n)) => (Status::Present, format!("max_user_namespaces = {n}")),
+        (true, None) => (
+            Status::Unknown,
+            "cannot read sys/user/max_user_namespaces".to_string(),
+        ),
+    };
+    if let Some(u) = unpriv {
+        // Debian's knob restricts non-root only; berth (root) is not affected, but say it.
+        detail.push_str(&format!("; kernel.unprivileged_userns_clone = {u}"));
+    }
+    out.push(feature(
+        "namespaces",
+        "user namespaces usable",
+        false,
+        status,
+        detail,
+    ));
+}
+
+/// Controllers of a v1 cgroup mount from its super options ("rw,cpu,cpuacct").
+fn v1_controllers(m: &MountInfo, known: &[String]) -> Vec<String> {
+    m.super_options
+        .split(',')
+        .filter(|o| known.iter().any(|k| k == o) || o.starts_with("name="))
+        .map(str::to_string)
+        .collect()
+}
+
+fn cgroups(roots: &Roots, out: &mut Vec<Feature>) {
+    let mounts = read(&roots.proc.join("self/mountinfo"))
+        .map(|t| parse_mountinfo(&t))
+        .unwrap_or_default();
+    // <proc>/cgroups: "#subsys_name hierarchy num_cgroups enabled"
+    let enabled: Vec<String> = read(&roots.proc.join("cgroups"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 4 && f[3] == "1").then(|| f[0].to_string())
+        })
+        .collect();
+
+    let v1: Vec<(Vec<String>, &MountInfo)> = mounts
+        .iter()
+        .filter(|m| m.fs_type == "cgroup")
+        .map(|m| (v1_controllers(m, &enabled), m))
+        .collect();
+    let v2 = mounts.iter().find(|m| m.fs_type == "cgroup2");
+    let v2_controllers: Vec<String> = v2
+        .and_then(|m| read(&under_sys(roots, &m.mount_point).join("cgroup.controllers")))
+        .map(|s| s.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default();
+
+    let v1_detail = v1
+        .iter()
+        .map(|(c, m)| format!("{} at {}", c.join(","), m.mount_point.display()))
+        .collect::<Vec<_>>()
+        .join("; ");
+    out.push(feature(
+        "cgroups",
+        "cgroup v1",
+        false,
+        present(!v1.is_empty()),
+        if v1.is_empty() {
+            "no cgroup v1 hierarchy mounted".to_string()
+        } else {
+            v1_detail
+        },
+    ));
+    let v2_detail = match v2 {
+        Some(m) => format!(
+            "at {} (controllers: {})",
+            m.mount_point.display(),
+            if v2_controllers.is_empty() {
+                "none".to_string()
+            } else {
+                v2_controllers.join(" ")
+            }
+        ),
+        None => "no cgroup2 mount".to_string(),
+    };
+    out.push(feature(
+        "cgroups",
+        "cgroup v2",
+        false,
+        present(v2.is_some()),
+        v2_detail,
+    ));
+
+    let layout = match (!v1.is_empty(), v2.is_some()) {
+        (true, true) => "hybrid: cgroup v1 controllers plus a cgroup2 mount",
+        (true, false) => "legacy: cgroup v1 only",
+        (false, true) => "unified: cgroup v2 only",
+        (false, false) => "no cgroup hierarchy mounted: mount cgroup v1 controllers or cgroup2",
+    };
+    out.push(feature(
+        "cgroups",
+        "cgroup hierarchy",
+        true,
+        present(!v1.is_empty() || v2.is_some()),
+        layout,
+    ));
+
+    for (ctrl, name) in [
+        ("cpu", "cpu controller"),
+        ("memory", "memory controller"),
+        ("pids", "pids controller"),
+    ] {
+        let in_v1 = v1.iter().find(|(c, _)| c.iter().any(|x| x == ctrl));
+        let in_v2 = v2_controllers.iter().any(|x| x == ctrl);
+        let (status, detail) = match (in_v1, in_v2) {
+            (Some((_, m)), _) => (
+                Status::Present,
+                format!("v1 at {}", m.mount_point.display()),
+            ),
+            (None, true) => (Status::Present, "v2".to_string()),
+            (None, false) if enabled.iter().any(|e| e == ctrl) => (
+                Status::Missing,
+                format!("{ctrl} is enabled in the kernel but not mounted"),
+            ),
+            (None, false) => (
+                Status::Missing,
+                format!("{ctrl} controller not available: quotas on it are not enforced"),
+            ),
+        };
+        out.push(feature("cgroups", name, false, status, detail));
+    }
+}
+
+fn filesystems(roots: &Roots, out: &mut Vec<Feature>) {
+    let p = roots.proc.join("filesystems");
+    let text = read(&p);
+    for (fs, required) in [
+        ("squashfs", true),
+        ("overlay", false),
+        ("tmpfs", false),
+        ("proc", false),
+        ("sysfs", false),
+        ("devpts", false),
+    ] {
+        let f = match &text {
+            None => feature(
+                "file systems",
+                fs,
+                required,
+                Status::Unknown,
+                format!("cannot read {}", p.display()),
+            ),
+            Some(t) => {
+                let ok = t.lines().any(|l| l.split_whitespace().last() == Some(fs));
+                let detail = if ok {
+                    "registered".to_string()
+                } else {
+                    format!(
+                        "not in {} (if built as a module: modprobe {fs})",
+                        p.display()
+                    )
+                };
+                feature("file systems", fs, required, present(ok), detail)
+            }
+        };
+        out.push(f);
+    }
+}
+
+fn loop_devices(roots: &Roots, out: &mut Vec<Feature>) {
+    let ctl = roots.dev.join("loop-control");
+    let ok = std::fs::symlink_metadata(&ctl).is_ok();
+    let mut detail = if ok {
+        ctl.display().to_string()
+    } else {
+        format!(
+            "{} missing (CONFIG_BLK_DEV_LOOP; modprobe loop)",
+            ctl.display()
+        )
+    };
+    if let Some(m) = read(&roots.sys.join("module/loop/parameters/max_loop")) {
+        detail.push_str(&format!("; max_loop = {}", m.trim()));
+    }
+    out.push(feature("loop", "loop devices", true, present(ok), detail));
+}
+
+fn security(roots: &Roots, out: &mut Vec<Feature>) {
+    let status = read(&roots.proc.join("self/status")).unwrap_or_default();
+    let line = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+    };
+    let seccomp = line("Seccomp:");
+    out.push(feature(
+        "security",
+        "seccomp",
+        false,
+        present(seccomp.is_some()),
+        match &seccomp {
+            Some(m) => format!("mode of this process: {m}"),
+            None => "no Seccomp: line in self/status (CONFIG_SECCOMP)".to_string(),
+        },
+    ));
+    let actions = read(&roots.proc.join("sys/kernel/seccomp/actions_avail"));
+    out.push(feature(
+        "security",
+        "seccomp filter actions",
+        false,
+        if actions.is_some() {
+            Status::Present
+        } else if seccomp.is_some() {
+            Status::Unknown
+        } else {
+            Status::Missing
+        },
+        match &actions {
+            Some(a) => a.trim().to_string(),
+            None => "sys/kernel/seccomp/actions_avail not readable (Linux < 4.14?)".to_string(),
+        },
+    ));
+    let nnp = line("NoNewPrivs:");
+    out.push(feature(
+        "security",
+        "no_new_privs",
+        false,
+        present(nnp.is_some()),
+        if nnp.is_some() {
+            "available"
+        } else {
+            "no NoNewPrivs: line in self/status (Linux < 4.10 reports it there; needs ≥ 3.5)"
+        },
+    ));
+    let aa = read(&roots.sys.join("module/apparmor/parameters/enabled"));
+    out.push(feature(
+        "security",
+        "apparmor",
+        false,
+        present(aa.as_deref().map(str::trim) == Some("Y")),
+        match aa {
+            Some(v) => format!("enabled = {}", v.trim()),
+            None => "not built in: no AppArmor profiles".to_string(),
+        },
+    ));
+}
+
+fn pressure(roots: &Roots, out: &mut Vec<Feature>) {
+    let p = roots.proc.join("pressure/memory");
+    let (status, detail) = match std::fs::read_to_string(&p) {
+        Ok(_) => (Status::Present, p.display().to_string()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => (
+            Status::Missing,
+            "no PSI (CONFIG_PSI): the memory guard polls MemAvailable".to_string(),
+        ),
+        Err(e) => (
+            Status::Missing,
+            format!("{}: {e} (PSI disabled? boot with psi=1)", p.display()),
+        ),
+    };
+    out.push(feature("pressure", "PSI memory", false, status, detail));
+}
+
+/// The kernel configuration text: `<boot>/config-<release>`, else `<proc>/config.gz` through
+/// zcat. Returns where it came from.
+fn kernel_config(
+    roots: &Roots,
+    probes: &Probes,
+    release: Option<&str>,
+) -> Option<(String, String)> {
+    if let Some(r) = release {
+        let p = roots.boot.join(format!("config-{r}"));
+        if let Some(t) = read(&p) {
+            return Some((t, p.display().to_string()));
+        }
+    }
+    let gz = roots.proc.join("config.gz");
+    if !gz.exists() {
+        return None;
+    }
+    let zcat = which(probes.path.as_ref(), "zcat")?;
+    let out = std::process::Command::new(zcat)
+        .arg(&gz)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    Some((
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        gz.display().to_string(),
+    ))
+}
+
+fn kconfig(roots: &Roots, probes: &Probes, release: Option<&str>, out: &mut Vec<Feature>) {
+    let cfg = kernel_config(roots, probes, release);
+    for (opt, name) in [
+        ("CONFIG_VETH", "veth"),
+        ("CONFIG_BRIDGE", "bridge"),
+        ("CONFIG_MACVLAN", "macvlan"),
+        ("CONFIG_NF_TABLES", "nf_tables"),
+        ("CONFIG_SECCOMP_FILTER", "seccomp filter"),
+        ("CONFIG_CGROUP_BPF", "cgroup bpf"),
+    ] {
+        let f = match &cfg {
+            None => feature(
+                "kernel config",
+                name,
+                false,
+                Status::Unknown,
+                format!(
+                    "{opt}: no kernel config readable ({}/config.gz needs zcat, or {}/config-<release>)",
+                    roots.proc.display(),
+                    roots.boot.display()
+                ),
+            ),
+            Some((text, src)) => {
+                let value = text.lines().find_map(|l| {
+                    l.strip_prefix(opt)
+                        .and_then(|r| r.strip_prefix('='))
+                        .map(str::to_string)
+                });
+                match value.as_deref() {
+                    Some("y") => feature("kernel config", name, false, Status::Present, format!("{opt}=y ({src})")),
+                    Some("m") => feature(
+                        "kernel config",
+                        name,
+                        false,
+                        Status::Present,
+                        format!("{opt}=m, a module ({src})"),
+                    ),
+                    _ => feature(
+                        "kernel config",
+                        name,
+                        false,
+                        Status::Missing,
+                        format!("{opt} is not set ({src})"),
+                    ),
+                }
+            }
+        };
+        out.push(f);
+    }
+}
+
+fn tools(probes: &Probes, out: &mut Vec<Feature>) {
+    out.push(feature(
+        "tools",
+        "liblxc",
+        true,
+        present(!probes.lxc_version.is_empty()),
+        if probes.lxc_version.is_empty() {
+            "liblxc did not report a version".to_string()
+        } else {
+            format!("version {}", probes.lxc_version)
+        },
+    ));
+    for (tool, why) in [
+        ("nft", "network isolation rules"),
+        ("ip", "network setup"),
+        ("mksquashfs", "building packages on the device"),
+    ] {
+        let found = which(probes.path.as_ref(), tool);
+        out.push(feature(
+            "tools",
+            tool,
+            false,
+            present(found.is_some()),
+            match found {
+                Some(p) => p.display().to_string(),
+                None => format!("not on PATH (needed for {why})"),
+            },
+        ));
+    }
+}
+
+/// [`check`] with the non-file probes given.
+pub fn check_with(roots: &Roots, probes: &Probes) -> Vec<Feature> {
+    let mut out = Vec::new();
+    let release = read(&roots.proc.join("sys/kernel/osrelease")).map(|s| s.trim().to_string());
+    out.push(feature(
+        "kernel",
+        "kernel release",
+        false,
+        if release.is_some() {
+            Status::Present
+        } else {
+            Status::Unknown
+        },
+        release.clone().unwrap_or_else(|| "unknown".to_string()),
+    ));
+    namespaces(roots, &mut out);
+    cgroups(roots, &mut out);
+    filesystems(roots, &mut out);
+    loop_devices(roots, &mut out);
+    security(roots, &mut out);
+    pressure(roots, &mut out);
+    kconfig(roots, probes, release.as_deref(), &mut out);
+    tools(probes, &mut out);
+    out.push(feature(
+        "mount API",
+        "open_tree",
+        false,
+        probes.open_tree.0,
+        probes.open_tree.1.clone(),
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mount::tests::TempDir;
+
+    const V1_MOUNTS: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
+";
+    const V2_MOUNT_UNIFIED: &str =
+        "41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+    const V2_ONLY_MOUNTS: &str = "\
+22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw
+30 23 0:27 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - cgroup2 cgroup2 rw,nsdelegate
+";
+    const CGROUPS: &str = "\
+#subsys_name\thierarchy\tnum_cgroups\tenabled
+cpu\t1\t5\t1
+cpuacct\t1\t5\t1
+memory\t4\t21\t1
+pids\t8\t5\t1
+hugetlb\t0\t5\t0
+";
+    const FILESYSTEMS: &str = "nodev\tsysfs\nnodev\ttmpfs\nnodev\tproc\nnodev\tcgroup\nnodev\tcgroup2\nnodev\tdevpts\n\text4\n\tsquashfs\nnodev\toverlay\n";
+
+    struct Fx {
+        dir: TempDir,
+    }
+
+    impl Fx {
+        fn new(mountinfo: &str) -> Fx {
+            let dir = TempDir::new("check");
+            let fx = Fx { dir };
+            for ns in ["mnt", "uts", "ipc", "pid", "net", "user", "cgroup"] {
+                fx.write(&format!("proc/self/ns/{ns}"), "");
+            }
+            fx.write("proc/self/mountinfo", mountinfo);
+            fx.write("proc/cgroups", CGROUPS);
+            fx.write("proc/filesystems", FILESYSTEMS);
+            fx.write(
+                "proc/self/status",
+                "Name:\tberth\nNoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n",
+            );
+            fx.write("proc/sys/user/max_user_namespaces", "63457\n");
+            fx.write("proc/sys/kernel/osrelease", "5.10.0-test\n");
+            fx.write(
+                "proc/sys/kernel/seccomp/actions_avail",
+                "kill_process kill_thread trap errno user_notif trace log allow\n",
+            );
+            fx.write("dev/loop-control", "");
+            fx
+        }
+        fn write(&self, rel: &str, text: &str) {
+            let p = self.dir.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        fn roots(&self) -> Roots {
+            let d = self.dir.path();
+            Roots {
+                proc: d.join("proc"),
+                sys: d.join("sys"),
+                dev: d.join("dev"),
+                boot: d.join("boot"),
+            }
+        }
+        fn run(&self) -> Vec<Feature> {
+            let probes = Probes {
+                lxc_version: "5.0.2".into(),
+                path: Some(OsString::from(self.dir.path().join("bin"))),
+                open_tree: (Status::Present, "fixture".into()),
+            };
+            check_with(&self.roots(), &probes)
+        }
+    }
+
+    fn get<'a>(fs: &'a [Feature], name: &str) -> &'a Feature {
+        fs.iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("no feature {name}"))
+    }
+
+    #[test]
+    fn v1_only() {
+        let fx = Fx::new(V1_MOUNTS);
+        let fs = fx.run();
+        assert_eq!(get(&fs, "cgroup v1").status, Status::Present);
+        assert!(get(&fs, "cgroup v1")
+            .detail
+            .contains("cpu,cpuacct at /sys/fs/cgroup/cpu,cpuacct"));
+        assert!(get(&fs, "cgroup v1").detail.contains("name=systemd"));
+        assert_eq!(get(&fs, "cgroup v2").status, Status::Missing);
+        let h = get(&fs, "cgroup hierarchy");
+        assert_eq!(h.status, Status::Present);
+        assert!(h.detail.starts_with("legacy"), "{}", h.detail);
+        assert_eq!(get(&fs, "memory controller").status, Status::Present);
+        assert_eq!(get(&fs, "pids controller").status, Status::Present);
+        assert!(
+            missing_required(&fs).is_empty(),
+            "{:?}",
+            missing_required(&fs)
+        );
+        // No config anywhere: unknown, not missing.
+        assert_eq!(get(&fs, "veth").status, Status::Unknown);
+        assert_eq!(get(&fs, "kernel release").detail, "5.10.0-test");
+        assert_eq!(get(&fs, "nft").status, Status::Missing);
+    }
+
+    #[test]
+    fn v2_only() {
+        let fx = Fx::new(V2_ONLY_MOUNTS);
+        fx.write(
+            "sys/fs/cgroup/cgroup.controllers",
+            "cpuset cpu io memory pids\n",
+        );
+        let fs = fx.run();
+        assert_eq!(get(&fs, "cgroup v1").status, Status::Missing);
+        let v2 = get(&fs, "cgroup v2");
+        assert_eq!(v2.status, Status::Present);
+        assert_eq!(
+            v2.detail,
+            "at /sys/fs/cgroup (controllers: cpuset cpu io memory pids)"
+        );
+        assert!(get(&fs, "cgroup hierarchy").detail.starts_with("unified"));
+        assert_eq!(get(&fs, "memory controller").detail, "v2");
+        assert!(missing_required(&fs).is_empty());
+    }
+
+    #[test]
+    fn hybrid() {
+        let fx = Fx::new(&format!("{V1_MOUNTS}{V2_MOUNT_UNIFIED}"));
+        fx.write("sys/fs/cgroup/unified/cgroup.controllers", "\n");
+        let fs = fx.run();
+        assert_eq!(get(&fs, "cgroup v1").status, Status::Present);
+        assert_eq!(
+            get(&fs, "cgroup v2").detail,
+            "at /sys/fs/cgroup/unified (controllers: none)"
+        );
+        let h = get(&fs, "cgroup hierarchy");
+        assert!(h.detail.starts_with("hybrid"), "{}", h.detail);
+        assert_eq!(
+            get(&fs, "cpu controller").detail,
+            "v1 at /sys/fs/cgroup/cpu,cpuacct"
+        );
+    }
+
+    #[test]
+    fn no_cgroups_and_missing_squashfs_and_loop() {
+        let fx = Fx::new("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n");
+        fx.write("proc/filesystems", "nodev\tproc\nnodev\ttmpfs\n");
+        std::fs::remove_file(fx.dir.path().join("dev/loop-control")).unwrap();
+        let fs = fx.run();
+        let sq = get(&fs, "squashfs");
+        assert_eq!(sq.status, Status::Missing);
+        assert!(sq.required);
+        assert!(sq.detail.contains("modprobe squashfs"), "{}", sq.detail);
+        assert_eq!(get(&fs, "overlay").status, Status::Missing);
+        assert_eq!(get(&fs, "tmpfs").status, Status::Present);
+        let missing: Vec<_> = missing_required(&fs).iter().map(|f| f.name).collect();
+        assert_eq!(
+            missing,
+            vec!["cgroup hierarchy", "squashfs", "loop devices"]
+        );
+    }
+
+    #[test]
+    fn user_namespaces_disabled() {
+        let fx = Fx::new(V1_MOUNTS);
+        fx.write("proc/sys/user/max_user_namespaces", "0\n");
+        fx.write("proc/sys/kernel/unprivileged_userns_clone", "0\n");
+        let fs = fx.run();
+        assert_eq!(get(&fs, "user namespace").status, Status::Present);
+        let u = get(&fs, "user namespaces usable");
+        assert_eq!(u.status, Status::Missing);
+        assert!(u.detail.contains("max_user_namespaces = 0"), "{}", u.detail);
+        assert!(
+            u.detail.contains("unprivileged_userns_clone = 0"),
+            "{}",
+            u.detail
+        );
+        assert!(!u.required);
+
+        std::fs::remove_file(fx.dir.path().join("proc/self/ns/user")).unwrap();
+        std::fs::remove_file(fx.dir.path().join("proc/self/ns/pid")).unwrap();
+        let fs = fx.run();
+        assert_eq!(get(&fs, "user namespace").status, Status::Missing);
+        assert_eq!(get(&fs, "user namespaces usable").status, Status::Missing);
+        let missing: Vec<_> = missing_required(&fs).iter().map(|f| f.name).collect();
+        assert_eq!(missing, vec!["pid namespace"]);
+    }
+
+    #[test]
+    fn kernel_config_from_boot_and_config_gz() {
+        let fx = Fx::new(V1_MOUNTS);
+        fx.write(
+            "boot/config-5.10.0-test",
+            "CONFIG_VETH=m\nCONFIG_BRIDGE=y\n# CONFIG_MACVLAN is not set\nCONFIG_NF_TABLES=y\nCONFIG_SECCOMP_FILTER=y\n",
+        );
+        let fs = fx.run();
+        assert_eq!(get(&fs, "veth").status, Status::Present);
+        assert!(get(&fs, "veth").detail.contains("module"));
+        assert_eq!(get(&fs, "macvlan").status, Status::Missing);
+        assert_eq!(get(&fs, "cgroup bpf").status, Status::Missing);
+
+        // config.gz, decompressed with zcat found on the probe PATH.
+        std::fs::remove_file(fx.dir.path().join("boot/config-5.10.0-test")).unwrap();
+        let plain = fx.dir.path().join("proc/config");
+        std::fs::write(&plain, "CONFIG_MACVLAN=y\nCONFIG_CGROUP_BPF=y\n").unwrap();
+        let st = std::process::Command::new("gzip")
+            .arg(&plain)
+            .status()
+            .expect("gzip is needed for this test");
+        assert!(st.success());
+        let fs = fx.run();
+        assert_eq!(
+            get(&fs, "macvlan").status,
+            Status::Unknown,
+            "no zcat on fixture PATH"
+        );
+        std::fs::create_dir_all(fx.dir.path().join("bin")).unwrap();
+        let zcat = which(std::env::var_os("PATH").as_ref(), "zcat").expect("zcat on PATH");
+        std::os::unix::fs::symlink(zcat, fx.dir.path().join("bin/zcat")).unwrap();
+        let fs = fx.run();
+        assert_eq!(get(&fs, "macvlan").status, Status::Present);
+        assert_eq!(get(&fs, "cgroup bpf").status, Status::Present);
+        assert_eq!(get(&fs, "veth").status, Status::Missing);
+    }
+
+    #[test]
+    fn status_strings() {
+        assert_eq!(Status::Present.as_str(), "present");
+        assert_eq!(Status::Missing.as_str(), "missing");
+        assert_eq!(Status::Unknown.as_str(), "unknown");
+    }
+
+    #[test]
+    fn real_machine_has_required_features() {
+        let fs = check(&Roots::default());
+        for f in &fs {
+            eprintln!(
+                "{:<14} {:<24} {:<8} {}",
+                f.group,
+                f.name,
+                f.status.as_str(),
+                f.detail
+            );
+        }
+        let missing: Vec<String> = missing_required(&fs)
+            .iter()
+            .map(|f| format!("{} ({})", f.name, f.detail))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "required kernel features missing: {missing:?}"
+        );
+    }
+}

@@ -1,1 +1,175 @@
-//! (being written)
+//! Small file-system helpers: atomic writes, directory fsync, free space, peer credentials.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::mount::cpath;
+
+/// Writes `data` to `path` so that a power cut leaves either the old file or the new one:
+/// a temporary file in the same directory is written, fsynced and renamed over `path`, then
+/// the directory is fsynced. The file gets exactly `mode` (the umask does not apply). The
+/// temporary file is removed on error.
+pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let name = path.file_name().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("no file name in {}", path.display()),
+        )
+    })?;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(
+        ".tmp.{}.{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let tmp = dir.join(tmp_name);
+
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&tmp)?;
+        f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        Ok(())
+    })();
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
+    fsync_dir(&dir)
+}
+
+/// fsyncs a directory, making renames and creations inside it durable.
+pub fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Whether an I/O error means the file system is full (ENOSPC or a quota, EDQUOT).
+pub fn is_enospc(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+/// The (pid, uid) of the process at the other end of a UNIX stream socket, via SO_PEERCRED
+/// (the credentials at connect() time).
+pub fn peer_uid(stream: &UnixStream) -> io::Result<(i32, u32)> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: the fd is a valid socket owned by `stream`; `cred` and `len` are valid for writes
+    // and `len` holds the size of `cred`.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((cred.pid, cred.uid))
+}
+
+/// Bytes available to unprivileged users on the file system holding `path` (statvfs f_bavail).
+pub fn free_bytes(path: &Path) -> io::Result<u64> {
+    let c = cpath(path).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    // SAFETY: an all-zero statvfs is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is NUL-terminated and lives across the call; `st` is valid for writes.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    #[allow(clippy::unnecessary_cast)] // the field types differ between targets
+    Ok(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mount::tests::TempDir;
+    use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn write_atomic_replaces_and_sets_mode() {
+        let d = TempDir::new("atomic");
+        let p = d.path().join("state.json");
+        write_atomic(&p, b"one", 0o600).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"one");
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o600);
+        write_atomic(&p, b"two", 0o644).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::metadata(&p).unwrap().mode() & 0o777, 0o644);
+        let names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            names,
+            vec![std::ffi::OsString::from("state.json")],
+            "no tmp left"
+        );
+    }
+
+    #[test]
+    fn write_atomic_cleans_tmp_on_error() {
+        let d = TempDir::new("atomic-err");
+        // Renaming a file over a non-empty directory fails after the tmp file was written.
+        let p = d.path().join("dir");
+        std::fs::create_dir(&p).unwrap();
+        std::fs::write(p.join("x"), "x").unwrap();
+        assert!(write_atomic(&p, b"data", 0o600).is_err());
+        assert_eq!(
+            std::fs::read_dir(d.path()).unwrap().count(),
+            1,
+            "tmp removed"
+        );
+        assert!(write_atomic(&d.path().join("no/such/dir/f"), b"", 0o600).is_err());
+    }
+
+    #[test]
+    fn enospc_detection() {
+        assert!(is_enospc(&io::Error::from_raw_os_error(libc::ENOSPC)));
+        assert!(is_enospc(&io::Error::from_raw_os_error(libc::EDQUOT)));
+        assert!(!is_enospc(&io::Error::from_raw_os_error(libc::EIO)));
+        assert!(!is_enospc(&io::Error::other("x")));
+    }
+
+    #[test]
+    fn peer_credentials_of_socketpair() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let (pid, uid) = peer_uid(&a).unwrap();
+        assert_eq!(pid as u32, std::process::id());
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(uid, unsafe { libc::geteuid() });
+    }
+
+    #[test]
+    fn free_bytes_of_tmp() {
+        let d = TempDir::new("free");
+        assert!(free_bytes(d.path()).unwrap() > 0);
+        assert!(free_bytes(&d.path().join("missing")).is_err());
+    }
+}

@@ -5,3 +5,4 @@ pub mod fsutil;
 pub mod loopdev;
 pub mod lxc;
 pub mod mount;
+pub mod process;

@@ -1,1 +1,1221 @@
-//! (being written)
+//! The device's repository fetcher: plain HTTP/1.1 and `file://`, nothing else.
+//!
+//! There is no TLS on purpose, as with OpenWrt feeds: what the device installs is trusted
+//! because `index.json` is signed and lists each image's sha256, not because of the transport.
+//! A hand-written client keeps the binary small; it speaks just enough HTTP/1.1 for static file
+//! servers: one GET per connection, Content-Length, chunked or read-to-close bodies, redirects.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+
+const USER_AGENT: &str = concat!("berth/", env!("CARGO_PKG_VERSION"));
+const MAX_REDIRECTS: usize = 5;
+/// Status line plus headers; a static file server sends a few hundred bytes.
+const MAX_HEAD_BYTES: usize = 32 * 1024;
+const MAX_HEADERS: usize = 100;
+/// Small on purpose: the daemon's memory budget is a few MiB.
+const BUF_SIZE: usize = 16 * 1024;
+const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub done: u64,
+    pub total: Option<u64>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("invalid URL '{url}': {reason}")]
+    BadUrl { url: String, reason: &'static str },
+    #[error(
+        "unsupported URL scheme '{scheme}' in {url}: berth fetches http:// and file:// \
+         (integrity comes from the signed index)"
+    )]
+    Scheme { scheme: String, url: String },
+    #[error("cannot resolve {host} ({url}): {reason}")]
+    Resolve {
+        host: String,
+        url: String,
+        reason: String,
+    },
+    #[error("cannot connect to {addr} ({url}): {reason}")]
+    Connect {
+        addr: String,
+        url: String,
+        reason: String,
+    },
+    #[error("{url}: no data from the server for {}", secs(.after))]
+    Timeout { url: String, after: Duration },
+    #[error("{url}: connection lost: {reason}")]
+    Network { url: String, reason: String },
+    #[error("{url}: bad HTTP response: {reason}")]
+    Protocol { url: String, reason: String },
+    #[error("{url}: server answered {status} {reason}")]
+    Status {
+        url: String,
+        status: u16,
+        reason: String,
+    },
+    #[error("{url}: too many redirects (more than {MAX_REDIRECTS})")]
+    TooManyRedirects { url: String },
+    #[error("{url}: redirect to {location} refused: berth follows only http:// redirects")]
+    RedirectRefused { url: String, location: String },
+    #[error("{url}: truncated: {}", truncation(*.got, *.expected))]
+    Truncated {
+        url: String,
+        got: u64,
+        expected: Option<u64>,
+    },
+    #[error("{url} too large: more than {limit} bytes")]
+    TooLarge { url: String, limit: u64 },
+    #[error("cannot read {} ({url}): {}", .path.display(), io_reason(.error))]
+    ReadFile {
+        path: PathBuf,
+        url: String,
+        error: io::Error,
+    },
+    #[error("cannot write {} (fetching {url}): {}", .path.display(), io_reason(.error))]
+    Write {
+        path: PathBuf,
+        url: String,
+        error: io::Error,
+    },
+}
+
+impl FetchError {
+    /// The destination's file system is full: the caller can say so and suggest `berth gc`.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            FetchError::Write { error, .. } => {
+                matches!(
+                    error.raw_os_error(),
+                    Some(libc::ENOSPC) | Some(libc::EDQUOT)
+                )
+            }
+            _ => false,
+        }
+    }
+}
+
+fn secs(d: &Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} s", d.as_secs())
+    } else {
+        format!("{} ms", d.as_millis())
+    }
+}
+
+fn truncation(got: u64, expected: Option<u64>) -> String {
+    match expected {
+        Some(expected) => format!("got {got} of {expected} bytes"),
+        None => format!("chunked body ended after {got} bytes without its last chunk"),
+    }
+}
+
+/// `io::Error` text without the "(os error N)" tail, lowercase like our own messages.
+fn io_reason(e: &io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.rfind(" (os error ") {
+        Some(i) if text.ends_with(')') => &text[..i],
+        _ => &text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// The network knobs; tests shorten them.
+#[derive(Debug, Clone, Copy)]
+pub struct Fetcher {
+    pub connect_timeout: Duration,
+    /// How long one read may wait for data, not a bound on the whole transfer.
+    pub read_timeout: Duration,
+}
+
+impl Default for Fetcher {
+    fn default() -> Self {
+        Fetcher {
+            connect_timeout: Duration::from_secs(10),
+            read_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Appends `rel` to the repository `base`. `rel` comes from the signed index; `..` segments are
+/// still refused so that a `file://` repository can never name a file outside itself.
+pub fn join_url(base: &str, rel: &str) -> Result<String, FetchError> {
+    parse_url(base)?;
+    let bad = |reason| FetchError::BadUrl {
+        url: rel.to_owned(),
+        reason,
+    };
+    if rel.is_empty() {
+        return Err(bad("empty relative path"));
+    }
+    if rel.contains("://") {
+        return Err(bad("expected a path relative to the repository"));
+    }
+    let rel = rel.trim_start_matches('/');
+    if rel.split('/').any(|seg| seg == "..") {
+        return Err(bad("'..' is not allowed in repository paths"));
+    }
+    let joined = format!("{}/{rel}", base.trim_end_matches('/'));
+    parse_url(&joined)?;
+    Ok(joined)
+}
+
+/// Fetch a whole small resource into memory (index.json and .sig), at most `limit` bytes.
+pub fn fetch_bytes(url: &str, limit: u64) -> Result<Vec<u8>, FetchError> {
+    Fetcher::default().fetch_bytes(url, limit)
+}
+
+/// Stream a resource into `dest` (an already-open file), calling `progress` at most ~10 times a
+/// second; returns the byte count. Computes sha256 on the fly and returns it (lowercase hex) so
+/// the caller does not re-read the file.
+pub fn fetch_to(
+    url: &str,
+    dest: &mut File,
+    limit: u64,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(u64, String), FetchError> {
+    Fetcher::default().fetch_to(url, dest, limit, progress)
+}
+
+impl Fetcher {
+    pub fn fetch_bytes(&self, url: &str, limit: u64) -> Result<Vec<u8>, FetchError> {
+        let mut out = Vec::new();
+        self.fetch(url, limit, &mut |_| {}, &mut |data| {
+            out.extend_from_slice(data);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Writes from `dest`'s current position and does not sync: the caller decides when the
+    /// file is complete (fsync, rename into the store).
+    pub fn fetch_to(
+        &self,
+        url: &str,
+        dest: &mut File,
+        limit: u64,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(u64, String), FetchError> {
+        let mut hasher = Sha256::new();
+        let count = self.fetch(url, limit, progress, &mut |data| {
+            hasher.update(data);
+            dest.write_all(data).map_err(|error| FetchError::Write {
+                path: fd_path(dest),
+                url: url.to_owned(),
+                error,
+            })
+        })?;
+        let mut hex = String::with_capacity(64);
+        for b in hasher.finalize() {
+            let _ = write!(hex, "{b:02x}");
+        }
+        Ok((count, hex))
+    }
+
+    fn fetch(
+        &self,
+        url: &str,
+        limit: u64,
+        progress: &mut dyn FnMut(Progress),
+        sink: &mut dyn FnMut(&[u8]) -> Result<(), FetchError>,
+    ) -> Result<u64, FetchError> {
+        let mut current = url.to_owned();
+        for _ in 0..=MAX_REDIRECTS {
+            let mut body = Body {
+                url: &current,
+                limit,
+                done: 0,
+                total: None,
+                sink: &mut *sink,
+                progress: &mut *progress,
+                last_report: None,
+            };
+            let outcome = match parse_url(&current)? {
+                Url::File(path) => read_file(&path, &mut body).map(|()| None),
+                Url::Http(http) => self.get(&http, &mut body),
+            };
+            match outcome? {
+                None => {
+                    body.report(true);
+                    return Ok(body.done);
+                }
+                Some(location) => current = location,
+            }
+        }
+        Err(FetchError::TooManyRedirects {
+            url: url.to_owned(),
+        })
+    }
+
+    /// One GET; returns the redirect target, if the server sent one.
+    fn get(&self, url: &HttpUrl, body: &mut Body) -> Result<Option<String>, FetchError> {
+        let full = body.url.to_owned();
+        let stream = self.connect(url, &full)?;
+        let net_err = |e: io::Error| self.net_error(&full, e);
+        stream
+            .set_read_timeout(Some(self.read_timeout))
+            .map_err(net_err)?;
+        stream
+            .set_write_timeout(Some(self.read_timeout))
+            .map_err(net_err)?;
+        let request = format!(
+            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {USER_AGENT}\r\n\
+             Accept-Encoding: identity\r\nConnection: close\r\n\r\n",
+            url.target, url.host_header
+        );
+        (&stream).write_all(request.as_bytes()).map_err(net_err)?;
+        let mut reader = BufReader::with_capacity(BUF_SIZE, stream);
+        let head = loop {
+            let head = self.read_head(&mut reader, &full)?;
+            // 1xx are interim answers (100 Continue); the real one follows.
+            if !(100..200).contains(&head.status) {
+                break head;
+            }
+        };
+        if matches!(head.status, 301 | 302 | 303 | 307 | 308) {
+            let location = head.location.ok_or_else(|| FetchError::Protocol {
+                url: full.clone(),
+                reason: format!("redirect {} without a Location header", head.status),
+            })?;
+            let target = resolve_location(url, &location);
+            if !target.to_ascii_lowercase().starts_with("http://") {
+                return match parse_url(&target) {
+                    Err(e @ FetchError::Scheme { .. }) => Err(e),
+                    _ => Err(FetchError::RedirectRefused {
+                        url: full,
+                        location: target,
+                    }),
+                };
+            }
+            return Ok(Some(target));
+        }
+        if !(200..300).contains(&head.status) {
+            return Err(FetchError::Status {
+                url: full,
+                status: head.status,
+                reason: head.reason,
+            });
+        }
+        if head.status == 204 {
+            return Ok(None);
+        }
+        match head.framing {
+            Framing::Chunked => self.read_chunked(&mut reader, body),
+            Framing::Length(len) => {
+                if len > body.limit {
+                    return Err(body.too_large());
+                }
+                body.total = Some(len);
+                body.report(false);
+                self.read_plain(&mut reader, body, Some(len))
+            }
+            Framing::Close => self.read_plain(&mut reader, body, None),
+        }
+        .map(|()| None)
+    }
+
+    fn connect(&self, url: &HttpUrl, full: &str) -> Result<TcpStream, FetchError> {
+        let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port)
+            .to_socket_addrs()
+            .map_err(|e| FetchError::Resolve {
+                host: url.host.clone(),
+                url: full.to_owned(),
+                reason: io_reason(&e),
+            })?
+            .collect();
+        let mut last = None;
+        for addr in &addrs {
+            match TcpStream::connect_timeout(addr, self.connect_timeout) {
+                Ok(stream) => return Ok(stream),
+                Err(e) => last = Some((addr, e)),
+            }
+        }
+        Err(match last {
+            Some((addr, e)) => FetchError::Connect {
+                addr: addr.to_string(),
+                url: full.to_owned(),
+                reason: if is_timeout(&e) {
+                    format!("timed out after {}", secs(&self.connect_timeout))
+                } else {
+                    io_reason(&e)
+                },
+            },
+            None => FetchError::Resolve {
+                host: url.host.clone(),
+                url: full.to_owned(),
+                reason: "no addresses".to_owned(),
+            },
+        })
+    }
+
+    fn net_error(&self, url: &str, e: io::Error) -> FetchError {
+        if is_timeout(&e) {
+            FetchError::Timeout {
+                url: url.to_owned(),
+                after: self.read_timeout,
+            }
+        } else {
+            FetchError::Network {
+                url: url.to_owned(),
+                reason: io_reason(&e),
+            }
+        }
+    }
+
+    fn read_head(&self, reader: &mut impl BufRead, url: &str) -> Result<Head, FetchError> {
+        let protocol = |reason: String| FetchError::Protocol {
+            url: url.to_owned(),
+            reason,
+        };
+        let mut budget = MAX_HEAD_BYTES;
+        let status_line = self
+            .read_line(reader, url, &mut budget)?
+            .ok_or_else(|| protocol("connection closed before a response".to_owned()))?;
+        let mut parts = status_line.splitn(3, ' ');
+        let version = parts.next().unwrap_or("");
+        let code = parts.next().unwrap_or("");
+        if !version.starts_with("HTTP/1.") || code.len() != 3 {
+            return Err(protocol(format!("bad status line {status_line:?}")));
+        }
+        let status: u16 = code
+            .parse()
+            .map_err(|_| protocol(format!("bad status line {status_line:?}")))?;
+        let mut head = Head {
+            status,
+            reason: parts.next().unwrap_or("").trim().to_owned(),
+            framing: Framing::Close,
+            location: None,
+        };
+        let mut length: Option<u64> = None;
+        let mut chunked = false;
+        for _ in 0..=MAX_HEADERS {
+            let line = self
+                .read_line(reader, url, &mut budget)?
+                .ok_or_else(|| protocol("connection closed inside the headers".to_owned()))?;
+            if line.is_empty() {
+                head.framing = if chunked {
+                    // Chunked wins over Content-Length (RFC 9112 §6.3).
+                    Framing::Chunked
+                } else if let Some(len) = length {
+                    Framing::Length(len)
+                } else {
+                    Framing::Close
+                };
+                return Ok(head);
+            }
+            let (name, value) = line
+                .split_once(':')
+                .ok_or_else(|| protocol(format!("bad header line {line:?}")))?;
+            let value = value.trim();
+            if name.eq_ignore_ascii_case("content-length") {
+                let len: u64 = value
+                    .parse()
+                    .map_err(|_| protocol(format!("bad Content-Length {value:?}")))?;
+                // Two different lengths mean we cannot tell where the body ends.
+                if length.is_some_and(|l| l != len) {
+                    return Err(protocol("conflicting Content-Length headers".to_owned()));
+                }
+                length = Some(len);
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                let last = value.rsplit(',').next().unwrap_or("").trim();
+                if !last.eq_ignore_ascii_case("chunked") {
+                    return Err(protocol(format!("unsupported Transfer-Encoding {value:?}")));
+                }
+                if value.contains(',') {
+                    // gzip and friends would need a decoder we do not carry.
+                    return Err(protocol(format!("unsupported Transfer-Encoding {value:?}")));
+                }
+                chunked = true;
+            } else if name.eq_ignore_ascii_case("location") {
+                head.location = Some(value.to_owned());
+            } else if name.eq_ignore_ascii_case("content-encoding")
+                && !value.eq_ignore_ascii_case("identity")
+            {
+                return Err(protocol(format!("unsupported Content-Encoding {value:?}")));
+            }
+        }
+        Err(protocol(format!("more than {MAX_HEADERS} headers")))
+    }
+
+    /// One CRLF- (or LF-) terminated line, without its terminator; None at a clean EOF.
+    fn read_line(
+        &self,
+        reader: &mut impl BufRead,
+        url: &str,
+        budget: &mut usize,
+    ) -> Result<Option<String>, FetchError> {
+        let mut line = Vec::new();
+        loop {
+            let buf = reader.fill_buf().map_err(|e| self.net_error(url, e))?;
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            let (take, done) = match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (i + 1, true),
+                None => (buf.len(), false),
+            };
+            if take > *budget {
+                return Err(FetchError::Protocol {
+                    url: url.to_owned(),
+                    reason: format!("response head longer than {MAX_HEAD_BYTES} bytes"),
+                });
+            }
+            *budget -= take;
+            line.extend_from_slice(&buf[..take]);
+            reader.consume(take);
+            if done {
+                line.pop();
+                if line.last() == Some(&b'\r') {
+                    line.pop();
+                }
+                return String::from_utf8(line)
+                    .map(Some)
+                    .map_err(|_| FetchError::Protocol {
+                        url: url.to_owned(),
+                        reason: "response head is not UTF-8".to_owned(),
+                    });
+            }
+        }
+    }
+
+    /// A body delimited by Content-Length (`expected`) or by the server closing.
+    fn read_plain(
+        &self,
+        reader: &mut impl Read,
+        body: &mut Body,
+        expected: Option<u64>,
+    ) -> Result<(), FetchError> {
+        let mut buf = vec![0u8; BUF_SIZE];
+        loop {
+            let want = match expected {
+                Some(len) if body.done >= len => return Ok(()),
+                Some(len) => buf.len().min((len - body.done) as usize),
+                None => buf.len(),
+            };
+            let n = read_some(reader, &mut buf[..want]).map_err(|e| self.net_error(body.url, e))?;
+            if n == 0 {
+                return match expected {
+                    Some(len) => Err(FetchError::Truncated {
+                        url: body.url.to_owned(),
+                        got: body.done,
+                        expected: Some(len),
+                    }),
+                    None => Ok(()),
+                };
+            }
+            body.push(&buf[..n])?;
+        }
+    }
+
+    fn read_chunked(&self, reader: &mut impl BufRead, body: &mut Body) -> Result<(), FetchError> {
+        let truncated = |body: &Body| FetchError::Truncated {
+            url: body.url.to_owned(),
+            got: body.done,
+            expected: None,
+        };
+        let mut buf = vec![0u8; BUF_SIZE];
+        loop {
+            // Chunk-size lines are short; the budget only stops a server that never ends one.
+            let mut budget = 1024;
+            let line = self
+                .read_line(reader, body.url, &mut budget)?
+                .ok_or_else(|| truncated(body))?;
+            let hex = line.split(';').next().unwrap_or("").trim();
+            let size = u64::from_str_radix(hex, 16)
+                .ok()
+                .filter(|_| !hex.is_empty() && !hex.starts_with('+'))
+                .ok_or_else(|| FetchError::Protocol {
+                    url: body.url.to_owned(),
+                    reason: format!("bad chunk size {line:?}"),
+                })?;
+            if size == 0 {
+                break;
+            }
+            if body.done.saturating_add(size) > body.limit {
+                return Err(body.too_large());
+            }
+            let mut left = size;
+            while left > 0 {
+                let want = buf.len().min(left as usize);
+                let n =
+                    read_some(reader, &mut buf[..want]).map_err(|e| self.net_error(body.url, e))?;
+                if n == 0 {
+                    return Err(truncated(body));
+                }
+                body.push(&buf[..n])?;
+                left -= n as u64;
+            }
+            let mut budget = 2;
+            match self.read_line(reader, body.url, &mut budget) {
+                Ok(Some(end)) if end.is_empty() => {}
+                Ok(None) => return Err(truncated(body)),
+                Ok(Some(_)) | Err(FetchError::Protocol { .. }) => {
+                    return Err(FetchError::Protocol {
+                        url: body.url.to_owned(),
+                        reason: "chunk not followed by CRLF".to_owned(),
+                    })
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Trailers: the body is complete, so a server that closes early here lost nothing.
+        let mut budget = MAX_HEAD_BYTES;
+        while let Some(line) = self.read_line(reader, body.url, &mut budget)? {
+            if line.is_empty() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn read_some(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    loop {
+        match reader.read(buf) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+fn is_timeout(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
+    )
+}
+
+fn read_file(path: &Path, body: &mut Body) -> Result<(), FetchError> {
+    let read_err = |error| FetchError::ReadFile {
+        path: path.to_owned(),
+        url: body.url.to_owned(),
+        error,
+    };
+    let mut file = File::open(path).map_err(read_err)?;
+    let len = file.metadata().map_err(read_err)?.len();
+    if len > body.limit {
+        return Err(body.too_large());
+    }
+    body.total = Some(len);
+    body.report(false);
+    let mut buf = vec![0u8; BUF_SIZE];
+    loop {
+        let n = read_some(&mut file, &mut buf).map_err(read_err)?;
+        if n == 0 {
+            return Ok(());
+        }
+        // push() re-checks the limit: the file may grow while we read it.
+        body.push(&buf[..n])?;
+    }
+}
+
+/// The destination's path for error messages; the caller hands us only the open file.
+fn fd_path(file: &File) -> PathBuf {
+    let fd = file.as_raw_fd();
+    std::fs::read_link(format!("/proc/self/fd/{fd}"))
+        .unwrap_or_else(|_| PathBuf::from(format!("file descriptor {fd}")))
+}
+
+/// Where body bytes go, with the counting, limit and progress shared by every transport.
+struct Body<'a> {
+    url: &'a str,
+    limit: u64,
+    done: u64,
+    total: Option<u64>,
+    sink: &'a mut dyn FnMut(&[u8]) -> Result<(), FetchError>,
+    progress: &'a mut dyn FnMut(Progress),
+    last_report: Option<Instant>,
+}
+
+impl Body<'_> {
+    fn push(&mut self, data: &[u8]) -> Result<(), FetchError> {
+        if self.done + data.len() as u64 > self.limit {
+            return Err(self.too_large());
+        }
+        (self.sink)(data)?;
+        self.done += data.len() as u64;
+        self.report(false);
+        Ok(())
+    }
+
+    fn report(&mut self, last: bool) {
+        let now = Instant::now();
+        let recent = matches!(self.last_report, Some(t) if now - t < PROGRESS_INTERVAL);
+        if last || !recent {
+            self.last_report = Some(now);
+            (self.progress)(Progress {
+                done: self.done,
+                total: self.total,
+            });
+        }
+    }
+
+    fn too_large(&self) -> FetchError {
+        FetchError::TooLarge {
+            url: self.url.to_owned(),
+            limit: self.limit,
+        }
+    }
+}
+
+struct Head {
+    status: u16,
+    reason: String,
+    framing: Framing,
+    location: Option<String>,
+}
+
+enum Framing {
+    Length(u64),
+    Chunked,
+    Close,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Url {
+    Http(HttpUrl),
+    File(PathBuf),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+struct HttpUrl {
+    /// Without brackets, as the resolver wants it.
+    host: String,
+    port: u16,
+    /// `host[:port]` with brackets for IPv6, as the Host header wants it.
+    host_header: String,
+    /// Path and query, never empty.
+    target: String,
+}
+
+fn parse_url(url: &str) -> Result<Url, FetchError> {
+    let bad = |reason| FetchError::BadUrl {
+        url: url.to_owned(),
+        reason,
+    };
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| bad("expected http://HOST/PATH or file:///PATH"))?;
+    // Anything that would end the request line or a header early must not reach the socket.
+    if url.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(bad("spaces and control characters must be percent-encoded"));
+    }
+    let rest = rest.split('#').next().unwrap_or("");
+    if scheme.eq_ignore_ascii_case("file") {
+        let path = rest
+            .strip_prefix("localhost")
+            .unwrap_or(rest)
+            .split('?')
+            .next()
+            .unwrap_or("");
+        if !path.starts_with('/') {
+            return Err(bad("file URLs need an absolute path: file:///PATH"));
+        }
+        return Ok(Url::File(PathBuf::from(
+            percent_decode(path).ok_or_else(|| bad("bad percent-encoding"))?,
+        )));
+    }
+    if !scheme.eq_ignore_ascii_case("http") {
+        return Err(FetchError::Scheme {
+            scheme: scheme.to_owned(),
+            url: url.to_owned(),
+        });
+    }
+    let split = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, target) = rest.split_at(split);
+    if authority.contains('@') {
+        return Err(bad("credentials in URLs are not supported"));
+    }
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (host, after) = v6
+            .split_once(']')
+            .ok_or_else(|| bad("missing ']' after the IPv6 address"))?;
+        if host.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(bad("bad IPv6 address"));
+        }
+        match after {
+            "" => (host, None),
+            _ => (
+                host,
+                Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or_else(|| bad("unexpected text after the IPv6 address"))?,
+                ),
+            ),
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(bad("missing host"));
+    }
+    if host.contains(':') && !authority.starts_with('[') {
+        return Err(bad(
+            "IPv6 addresses must be in brackets: http://[::1]:8080/",
+        ));
+    }
+    let port = match port {
+        None | Some("") => 80,
+        Some(p) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|&p| p != 0)
+            .ok_or_else(|| bad("bad port"))?,
+    };
+    let bracketed = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    let host_header = if port == 80 {
+        bracketed
+    } else {
+        format!("{bracketed}:{port}")
+    };
+    let target = if target.starts_with('/') {
+        target.to_owned()
+    } else {
+        format!("/{target}")
+    };
+    Ok(Url::Http(HttpUrl {
+        host: host.to_owned(),
+        port,
+        host_header,
+        target,
+    }))
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Resolves a Location header against the URL that answered with it (RFC 9110 §10.2.2).
+fn resolve_location(base: &HttpUrl, location: &str) -> String {
+    if location.contains("://") {
+        location.to_owned()
+    } else if let Some(rest) = location.strip_prefix("//") {
+        format!("http://{rest}")
+    } else if location.starts_with('/') {
+        format!("http://{}{location}", base.host_header)
+    } else {
+        let path = base.target.split('?').next().unwrap_or("/");
+        let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
+        format!("http://{}{dir}{location}", base.host_header)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::sync::mpsc;
+    use std::thread;
+
+    /// Serves one canned response per connection, in order, and hands back the requests.
+    fn serve(responses: Vec<Vec<u8>>) -> (String, thread::JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let handle = thread::spawn(move || {
+            let mut requests = Vec::new();
+            for response in responses {
+                let (mut stream, _) = listener.accept().unwrap();
+                requests.push(read_request(&mut stream));
+                let _ = stream.write_all(&response);
+            }
+            requests
+        });
+        (base, handle)
+    }
+
+    fn read_request(stream: &mut TcpStream) -> String {
+        let mut request = Vec::new();
+        let mut byte = [0u8];
+        while !request.ends_with(b"\r\n\r\n") && stream.read(&mut byte).unwrap() == 1 {
+            request.push(byte[0]);
+        }
+        String::from_utf8(request).unwrap()
+    }
+
+    fn ok(body: &[u8]) -> Vec<u8> {
+        let mut r =
+            format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+        r.extend_from_slice(body);
+        r
+    }
+
+    fn quick() -> Fetcher {
+        Fetcher {
+            connect_timeout: Duration::from_secs(2),
+            read_timeout: Duration::from_millis(300),
+        }
+    }
+
+    #[test]
+    fn content_length_body_and_request_shape() {
+        let (base, server) = serve(vec![ok(b"{\"packages\":[]}")]);
+        let url = format!("{base}/repo/index.json");
+        assert_eq!(fetch_bytes(&url, 1000).unwrap(), b"{\"packages\":[]}");
+        let request = &server.join().unwrap()[0];
+        assert!(
+            request.starts_with("GET /repo/index.json HTTP/1.1\r\n"),
+            "{request}"
+        );
+        let port = base.rsplit(':').next().unwrap();
+        assert!(request.contains(&format!("\r\nHost: 127.0.0.1:{port}\r\n")));
+        assert!(request.contains("\r\nConnection: close\r\n"));
+        assert!(request.contains(&format!(
+            "\r\nUser-Agent: berth/{}\r\n",
+            env!("CARGO_PKG_VERSION")
+        )));
+    }
+
+    #[test]
+    fn chunked_body_with_extensions_and_trailers() {
+        let response = b"HTTP/1.1 200 OK\r\ntransfer-ENCODING: chunked\r\n\r\n\
+            5;ext=1\r\nhello\r\n1\r\n \r\nA\r\n0123456789\r\n0\r\nX-Trailer: y\r\n\r\n";
+        let (base, server) = serve(vec![response.to_vec()]);
+        assert_eq!(
+            fetch_bytes(&format!("{base}/x"), 100).unwrap(),
+            b"hello 0123456789"
+        );
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn read_to_close_body() {
+        let (base, server) = serve(vec![b"HTTP/1.0 200 OK\r\n\r\nuntil the end".to_vec()]);
+        assert_eq!(
+            fetch_bytes(&format!("{base}/x"), 100).unwrap(),
+            b"until the end"
+        );
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn follows_redirects() {
+        let (base, server) = serve(vec![
+            b"HTTP/1.1 301 Moved\r\nLocation: /new/place\r\nContent-Length: 0\r\n\r\n".to_vec(),
+            b"HTTP/1.1 302 Found\r\nLocation: other\r\n\r\n".to_vec(),
+            b"HTTP/1.1 100 Continue\r\n\r\n"
+                .iter()
+                .chain(&ok(b"here"))
+                .copied()
+                .collect(),
+        ]);
+        assert_eq!(fetch_bytes(&format!("{base}/old"), 100).unwrap(), b"here");
+        let requests = server.join().unwrap();
+        assert!(requests[1].starts_with("GET /new/place "));
+        assert!(requests[2].starts_with("GET /new/other "));
+    }
+
+    #[test]
+    fn redirect_limit_and_refused_schemes() {
+        let again = b"HTTP/1.1 307 Again\r\nLocation: /loop\r\n\r\n".to_vec();
+        let (base, server) = serve(vec![again; MAX_REDIRECTS + 1]);
+        let err = fetch_bytes(&format!("{base}/loop"), 100).unwrap_err();
+        assert!(matches!(err, FetchError::TooManyRedirects { .. }), "{err}");
+        server.join().unwrap();
+
+        let (base, server) = serve(vec![
+            b"HTTP/1.1 302 Found\r\nLocation: https://example.org/x\r\n\r\n".to_vec(),
+            b"HTTP/1.1 302 Found\r\nLocation: file:///etc/shadow\r\n\r\n".to_vec(),
+        ]);
+        let err = fetch_bytes(&format!("{base}/a"), 100).unwrap_err();
+        assert!(err
+            .to_string()
+            .starts_with("unsupported URL scheme 'https' in https://example.org/x"));
+        let err = fetch_bytes(&format!("{base}/b"), 100).unwrap_err();
+        assert!(matches!(err, FetchError::RedirectRefused { .. }), "{err}");
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn status_errors_name_the_url() {
+        let (base, server) = serve(vec![
+            b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\n\r\nnot found".to_vec(),
+        ]);
+        let url = format!("{base}/x.sqfs");
+        let err = fetch_bytes(&url, 100).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{url}: server answered 404 Not Found")
+        );
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn truncated_bodies() {
+        let mut short = b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n".to_vec();
+        short.extend_from_slice(&[b'x'; 1000]);
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n10\r\nonly".to_vec();
+        let no_end = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nsome\r\n".to_vec();
+        let (base, server) = serve(vec![short, chunked, no_end]);
+        let url = format!("{base}/x");
+        let err = fetch_bytes(&url, 10_000).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("{url}: truncated: got 1000 of 5000 bytes")
+        );
+        for _ in 0..2 {
+            let err = fetch_bytes(&url, 10_000).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    FetchError::Truncated {
+                        expected: None,
+                        got: 4,
+                        ..
+                    }
+                ),
+                "{err}"
+            );
+        }
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn silent_server_times_out() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        let server = thread::spawn(move || {
+            let (_stream, _) = listener.accept().unwrap();
+            // Hold the connection open, silent, until the client has given up.
+            let _ = done_rx.recv_timeout(Duration::from_secs(10));
+        });
+        let started = Instant::now();
+        let err = quick().fetch_bytes(&format!("{base}/x"), 100).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(
+            err.to_string(),
+            format!("{base}/x: no data from the server for 300 ms")
+        );
+        done_tx.send(()).unwrap();
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn refused_connection_names_address_and_url() {
+        let addr = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        // The listener is gone: nothing listens on that port any more.
+        let url = format!("http://{addr}/index.json");
+        let err = quick().fetch_bytes(&url, 100).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("cannot connect to {addr} ({url}): connection refused")
+        );
+    }
+
+    #[test]
+    fn limit_is_enforced_for_every_framing() {
+        let mut close = b"HTTP/1.1 200 OK\r\n\r\n".to_vec();
+        close.extend_from_slice(&[b'y'; 100]);
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n\
+            8\r\n12345678\r\n8\r\n12345678\r\n0\r\n\r\n"
+            .to_vec();
+        let (base, server) = serve(vec![ok(&[b'z'; 11]), close, chunked, ok(&[b'z'; 10])]);
+        let url = format!("{base}/big");
+        for _ in 0..3 {
+            let err = fetch_bytes(&url, 10).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!("{url} too large: more than 10 bytes")
+            );
+        }
+        assert_eq!(fetch_bytes(&url, 10).unwrap().len(), 10);
+        server.join().unwrap();
+    }
+
+    fn temp_path(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("berth-fetch-{name}-{}", std::process::id()))
+    }
+
+    #[test]
+    fn fetch_to_streams_hashes_and_reports_progress() {
+        let body = vec![7u8; 100_000];
+        let (base, server) = serve(vec![ok(&body)]);
+        let path = temp_path("to");
+        let mut file = File::create(&path).unwrap();
+        let mut reports = Vec::new();
+        let (count, sha) = fetch_to(&format!("{base}/a.sqfs"), &mut file, 1 << 20, &mut |p| {
+            reports.push(p)
+        })
+        .unwrap();
+        server.join().unwrap();
+        assert_eq!(count, 100_000);
+        assert_eq!(std::fs::read(&path).unwrap(), body);
+        let expected: String = Sha256::digest(&body)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(sha, expected);
+        assert_eq!(
+            reports.last(),
+            Some(&Progress {
+                done: 100_000,
+                total: Some(100_000)
+            })
+        );
+        // A fast local transfer takes well under a second: a handful of reports, not one per read.
+        assert!(reports.len() <= 4, "{reports:?}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn write_errors_carry_the_path_and_spot_enospc() {
+        let (base, server) = serve(vec![ok(b"data")]);
+        // /dev/full fails every write with ENOSPC.
+        let mut full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let err = fetch_to(&format!("{base}/a"), &mut full, 100, &mut |_| {}).unwrap_err();
+        assert!(err.is_no_space(), "{err}");
+        assert!(
+            err.to_string().starts_with("cannot write /dev/full"),
+            "{err}"
+        );
+        assert!(
+            err.to_string().ends_with(": no space left on device"),
+            "{err}"
+        );
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn file_urls() {
+        let dir = temp_path("file dir");
+        std::fs::create_dir_all(dir.join("packages")).unwrap();
+        std::fs::write(dir.join("packages/a.sqfs"), b"squash").unwrap();
+        let base = format!("file://{}", dir.display().to_string().replace(' ', "%20"));
+        let url = join_url(&base, "packages/a.sqfs").unwrap();
+        assert_eq!(fetch_bytes(&url, 100).unwrap(), b"squash");
+        let err = fetch_bytes(&url, 3).unwrap_err();
+        assert!(
+            matches!(err, FetchError::TooLarge { limit: 3, .. }),
+            "{err}"
+        );
+        let missing = join_url(&base, "index.json").unwrap();
+        let err = fetch_bytes(&missing, 100).unwrap_err();
+        assert!(
+            err.to_string().ends_with(": no such file or directory"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn join_url_cases() {
+        for base in ["http://h:8080/repo", "http://h:8080/repo/"] {
+            assert_eq!(
+                join_url(base, "index.json").unwrap(),
+                "http://h:8080/repo/index.json"
+            );
+            assert_eq!(
+                join_url(base, "packages/a.sqfs").unwrap(),
+                "http://h:8080/repo/packages/a.sqfs"
+            );
+        }
+        assert_eq!(
+            join_url("file:///srv/repo/", "/index.json").unwrap(),
+            "file:///srv/repo/index.json"
+        );
+        assert!(join_url("http://h/repo", "../etc/passwd").is_err());
+        assert!(join_url("http://h/repo", "http://other/x").is_err());
+        let err = join_url("https://h/repo", "index.json").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "unsupported URL scheme 'https' in https://h/repo: berth fetches http:// and file:// \
+             (integrity comes from the signed index)"
+        );
+    }
+
+    #[test]
+    fn parses_urls() {
+        let http = |url| match parse_url(url).unwrap() {
+            Url::Http(h) => h,
+            other => panic!("{other:?}"),
+        };
+        let u = http("http://[::1]:8080/repo/x?y=1#frag");
+        assert_eq!((u.host.as_str(), u.port), ("::1", 8080));
+        assert_eq!(u.host_header, "[::1]:8080");
+        assert_eq!(u.target, "/repo/x?y=1");
+        let u = http("HTTP://example.org");
+        assert_eq!(
+            (u.port, u.host_header.as_str(), u.target.as_str()),
+            (80, "example.org", "/")
+        );
+        assert_eq!(http("http://[fe80::1]/").host_header, "[fe80::1]");
+        for bad in [
+            "http://::1/x",
+            "http://h:0/",
+            "http://h:99999/",
+            "http://user:pw@h/",
+            "http:///x",
+            "http://h/a b",
+            "http://h/a\r\nX: y",
+            "http://[::1/",
+            "file://relative",
+            "no-scheme",
+        ] {
+            assert!(
+                matches!(parse_url(bad), Err(FetchError::BadUrl { .. })),
+                "{bad}"
+            );
+        }
+        assert_eq!(
+            parse_url("file:///srv/a%20b").unwrap(),
+            Url::File("/srv/a b".into())
+        );
+    }
+
+    #[test]
+    fn resolves_locations() {
+        let Url::Http(base) = parse_url("http://h:81/a/b?q").unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(resolve_location(&base, "c"), "http://h:81/a/c");
+        assert_eq!(resolve_location(&base, "/c"), "http://h:81/c");
+        assert_eq!(resolve_location(&base, "//o/c"), "http://o/c");
+        assert_eq!(resolve_location(&base, "http://o:9/c"), "http://o:9/c");
+    }
+
+    #[test]
+    fn io_reasons_read_like_ours() {
+        let e = io::Error::from_raw_os_error(libc::ENOSPC);
+        assert_eq!(io_reason(&e), "no space left on device");
+    }
+}

@@ -1,0 +1,284 @@
+//! The device configuration, `/etc/berth/berth.toml`: where things live, which repository
+//! to use, and the device policy that caps what packages may ask for.
+//!
+//! Every key has a default, so an empty file (or none) is a valid configuration. Unknown keys
+//! are errors: a typo in a policy must not silently weaken it.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::manifest::{parse_duration_ms, parse_size};
+
+pub const DEFAULT_CONFIG_PATH: &str = "/etc/berth/berth.toml";
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: line {line}: {message}")]
+    Parse {
+        path: String,
+        line: usize,
+        message: String,
+    },
+    #[error("{path}: {key}: {message}")]
+    Value {
+        path: String,
+        key: &'static str,
+        message: String,
+    },
+}
+
+/// The configuration after validation, with every path resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Base URL of the single repository (`http://…` or `file://…`); None until configured.
+    pub repository: Option<String>,
+    pub paths: Paths,
+    /// Seconds a container gets between the halt signal and SIGKILL.
+    pub stop_timeout_s: u32,
+    /// Size of each container's in-memory log ring, bytes.
+    pub log_ring_bytes: usize,
+    pub tmp_size: u64,
+    pub run_size: u64,
+    /// Name of the cgroup under which every container lives (below each hierarchy's root).
+    pub cgroup_parent: String,
+    /// Seconds `berth start` waits for a container to reach RUNNING.
+    pub start_timeout_s: u32,
+}
+
+/// Where berth keeps things. State is on flash (written atomically); run is tmpfs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Paths {
+    pub state: PathBuf,
+    pub run: PathBuf,
+    pub keys: PathBuf,
+    pub lxcpath: PathBuf,
+}
+
+impl Paths {
+    pub fn store(&self) -> PathBuf {
+        self.state.join("store")
+    }
+    /// Partial downloads; emptied at every daemon start.
+    pub fn store_tmp(&self) -> PathBuf {
+        self.state.join("store/.tmp")
+    }
+    pub fn image(&self, sha256: &str) -> PathBuf {
+        self.store().join(format!("{sha256}.sqfs"))
+    }
+    pub fn data(&self, container: &str) -> PathBuf {
+        self.state.join("data").join(container)
+    }
+    pub fn state_file(&self) -> PathBuf {
+        self.state.join("state.json")
+    }
+    pub fn repository_file(&self) -> PathBuf {
+        self.state.join("repository.json")
+    }
+    pub fn admin_socket(&self) -> PathBuf {
+        self.run.join("admin.sock")
+    }
+    pub fn daemon_pid(&self) -> PathBuf {
+        self.run.join("daemon.pid")
+    }
+    /// Where each store image is mounted, once, shared by every container that uses it.
+    pub fn image_mount(&self, sha256: &str) -> PathBuf {
+        self.run.join("mnt").join(sha256)
+    }
+    /// A container's merged root (overlay of its package over its dependencies).
+    pub fn rootfs(&self, container: &str) -> PathBuf {
+        self.run.join("rootfs").join(container)
+    }
+    pub fn shim_socket(&self, container: &str) -> PathBuf {
+        self.run.join("shim").join(format!("{container}.sock"))
+    }
+    /// The log ring of a container that has stopped, saved by its shim (tmpfs).
+    pub fn saved_log(&self, container: &str) -> PathBuf {
+        self.run.join("logs").join(format!("{container}.log"))
+    }
+    /// How a stopped container ended, written by its shim.
+    pub fn exit_file(&self, container: &str) -> PathBuf {
+        self.run.join("logs").join(format!("{container}.exit"))
+    }
+    pub fn lxc_dir(&self, container: &str) -> PathBuf {
+        self.lxcpath.join(container)
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    repository: Option<String>,
+    #[serde(default)]
+    paths: RawPaths,
+    #[serde(default)]
+    containers: RawContainers,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPaths {
+    state: Option<PathBuf>,
+    run: Option<PathBuf>,
+    keys: Option<PathBuf>,
+    lxcpath: Option<PathBuf>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawContainers {
+    stop_timeout: Option<String>,
+    start_timeout: Option<String>,
+    log_ring: Option<String>,
+    tmp_size: Option<String>,
+    run_size: Option<String>,
+    cgroup_parent: Option<String>,
+}
+
+impl Config {
+    /// Reads the configuration at `path`; a missing file gives the defaults.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Config::parse(&text, &path.display().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                Config::parse("", &path.display().to_string())
+            }
+            Err(e) => Err(ConfigError::Parse {
+                path: path.display().to_string(),
+                line: 0,
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_string(),
+            line: e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+                .unwrap_or(0),
+            message: e.message().to_string(),
+        })?;
+        let value_err = |key: &'static str, message: String| ConfigError::Value {
+            path: path.to_string(),
+            key,
+            message,
+        };
+        if let Some(url) = &raw.repository {
+            if !(url.starts_with("http://") || url.starts_with("file://")) {
+                return Err(value_err(
+                    "repository",
+                    format!("{url:?}: berth fetches http:// and file:// URLs"),
+                ));
+            }
+        }
+        let absolute = |key: &'static str, p: Option<PathBuf>, default: PathBuf| {
+            let p = p.unwrap_or(default);
+            if p.is_absolute() {
+                Ok(p)
+            } else {
+                Err(value_err(key, format!("{} is not an absolute path", p.display())))
+            }
+        };
+        let state = absolute("paths.state", raw.paths.state, "/var/lib/berth".into())?;
+        let run = absolute("paths.run", raw.paths.run, "/run/berth".into())?;
+        let keys = absolute("paths.keys", raw.paths.keys, "/etc/berth/keys".into())?;
+        let lxcpath = absolute("paths.lxcpath", raw.paths.lxcpath, run.join("lxc"))?;
+        let c = raw.containers;
+        let secs = |key: &'static str, v: Option<String>, default: u32| match v {
+            None => Ok(default),
+            Some(v) => parse_duration_ms(&v)
+                .map(|ms| (ms / 1000).max(1) as u32)
+                .map_err(|m| value_err(key, m)),
+        };
+        let size = |key: &'static str, v: Option<String>, default: u64| match v {
+            None => Ok(default),
+            Some(v) => parse_size(&v).map_err(|m| value_err(key, m)),
+        };
+        let log_ring = size("containers.log_ring", c.log_ring, 64 * 1024)?;
+        if !(4096..=16 << 20).contains(&log_ring) {
+            return Err(value_err(
+                "containers.log_ring",
+                "must be between 4K and 16M".into(),
+            ));
+        }
+        let cgroup_parent = c.cgroup_parent.unwrap_or_else(|| "berth".into());
+        if cgroup_parent.is_empty()
+            || !cgroup_parent
+                .chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '-' || ch == '_' || ch == '.')
+        {
+            return Err(value_err(
+                "containers.cgroup_parent",
+                format!("{cgroup_parent:?}: use letters, digits, '-', '_' and '.'"),
+            ));
+        }
+        Ok(Config {
+            repository: raw.repository.map(|u| u.trim_end_matches('/').to_string()),
+            paths: Paths {
+                state,
+                run,
+                keys,
+                lxcpath,
+            },
+            stop_timeout_s: secs("containers.stop_timeout", c.stop_timeout, 10)?,
+            start_timeout_s: secs("containers.start_timeout", c.start_timeout, 30)?,
+            log_ring_bytes: log_ring as usize,
+            tmp_size: size("containers.tmp_size", c.tmp_size, 16 << 20)?,
+            run_size: size("containers.run_size", c.run_size, 4 << 20)?,
+            cgroup_parent,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_gives_defaults() {
+        let c = Config::parse("", "t").unwrap();
+        assert_eq!(c.paths.state, PathBuf::from("/var/lib/berth"));
+        assert_eq!(c.paths.lxcpath, PathBuf::from("/run/berth/lxc"));
+        assert_eq!(c.stop_timeout_s, 10);
+        assert_eq!(c.log_ring_bytes, 65536);
+        assert_eq!(c.repository, None);
+        assert_eq!(
+            c.paths.image("ab"),
+            PathBuf::from("/var/lib/berth/store/ab.sqfs")
+        );
+    }
+
+    #[test]
+    fn full_file() {
+        let c = Config::parse(
+            "repository = \"http://127.0.0.1:8080/repo/\"\n[paths]\nstate = \"/tmp/s\"\nrun = \"/tmp/r\"\n[containers]\nstop_timeout = \"3s\"\nlog_ring = \"8K\"\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.repository.as_deref(), Some("http://127.0.0.1:8080/repo"));
+        assert_eq!(c.paths.lxcpath, PathBuf::from("/tmp/r/lxc"));
+        assert_eq!(c.stop_timeout_s, 3);
+        assert_eq!(c.log_ring_bytes, 8192);
+    }
+
+    #[test]
+    fn errors_name_the_line_and_key() {
+        let e = Config::parse("[paths]\nstate = \"/x\"\nbogus = 1\n", "/etc/berth/berth.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("line 3"), "{e}");
+        assert!(e.contains("bogus"), "{e}");
+        let e = Config::parse("repository = \"https://x\"", "f").unwrap_err().to_string();
+        assert!(e.contains("repository") && e.contains("http://"), "{e}");
+        let e = Config::parse("[paths]\nstate = \"rel\"", "f").unwrap_err().to_string();
+        assert!(e.contains("paths.state") && e.contains("absolute"), "{e}");
+        let e = Config::parse("[containers]\nlog_ring = \"1G\"", "f").unwrap_err().to_string();
+        assert!(e.contains("log_ring"), "{e}");
+        let e = Config::parse("[containers]\ncgroup_parent = \"../x\"", "f")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cgroup_parent"), "{e}");
+    }
+}

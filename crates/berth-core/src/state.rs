@@ -1,0 +1,160 @@
+//! What the device has installed, as written to `/var/lib/berth/state.json` (atomically:
+//! this file is the commit point of every install and remove), and the cached, signed index.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::manifest::Manifest;
+use crate::name::{Name, Version};
+
+pub const STATE_FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct State {
+    pub format: u32,
+    pub packages: BTreeMap<String, Installed>,
+}
+
+impl Default for State {
+    fn default() -> Self {
+        State {
+            format: STATE_FORMAT,
+            packages: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Installed {
+    pub name: Name,
+    pub version: Version,
+    pub sha256: String,
+    pub size: u64,
+    pub trusted: bool,
+    /// Asked for by name (not only pulled in as a dependency).
+    pub explicit: bool,
+    pub depends: Vec<Name>,
+    pub manifest: Manifest,
+    /// Seconds since the epoch.
+    pub installed_at: u64,
+    /// Started again when the daemon starts (the operator's last start/stop decides).
+    #[serde(default)]
+    pub autostart: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("state file is damaged: {0}")]
+    Damaged(String),
+    #[error("state file has format {0}; this berth reads format {STATE_FORMAT}")]
+    Format(u32),
+}
+
+impl State {
+    pub fn parse(bytes: &[u8]) -> Result<State, StateError> {
+        let s: State =
+            serde_json::from_slice(bytes).map_err(|e| StateError::Damaged(e.to_string()))?;
+        if s.format != STATE_FORMAT {
+            return Err(StateError::Format(s.format));
+        }
+        for (k, p) in &s.packages {
+            if k != p.name.as_str() {
+                return Err(StateError::Damaged(format!(
+                    "entry {k:?} holds package {}",
+                    p.name
+                )));
+            }
+        }
+        Ok(s)
+    }
+
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut v = serde_json::to_vec_pretty(self).expect("state serializes");
+        v.push(b'\n');
+        v
+    }
+
+    /// Installed packages that depend on `name`.
+    pub fn dependents(&self, name: &str) -> Vec<String> {
+        self.packages
+            .values()
+            .filter(|p| p.depends.iter().any(|d| d.as_str() == name))
+            .map(|p| p.name.to_string())
+            .collect()
+    }
+
+    /// Images that installed packages use: what `berth gc` keeps.
+    pub fn referenced_images(&self) -> BTreeSet<String> {
+        self.packages.values().map(|p| p.sha256.clone()).collect()
+    }
+}
+
+/// The last index fetched with `berth update`, kept with its signature so it is verified
+/// again (against the keys trusted now) every time it is read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepoCache {
+    pub url: String,
+    pub fetched_at: u64,
+    pub index: String,
+    pub signature: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn installed(name: &str, deps: &[&str], sha: &str) -> Installed {
+        let dep_list = deps
+            .iter()
+            .map(|d| format!("\"{d}\""))
+            .collect::<Vec<_>>()
+            .join(",");
+        let m = Manifest::parse(&format!(
+            "[package]\nname = \"{name}\"\nversion = \"1.0\"\ndepends = [{dep_list}]\n[entrypoint]\nargv = [\"/x\"]\n"
+        ))
+        .unwrap();
+        Installed {
+            name: m.package.name.clone(),
+            version: m.package.version.clone(),
+            sha256: sha.into(),
+            size: 1,
+            trusted: false,
+            explicit: true,
+            depends: m.package.depends.clone(),
+            manifest: m,
+            installed_at: 0,
+            autostart: false,
+        }
+    }
+
+    #[test]
+    fn round_trip_and_queries() {
+        let mut s = State::default();
+        s.packages.insert("lib".into(), installed("lib", &[], "aa"));
+        s.packages.insert("app".into(), installed("app", &["lib"], "bb"));
+        let back = State::parse(&s.to_json()).unwrap();
+        assert_eq!(back, s);
+        assert_eq!(s.dependents("lib"), vec!["app".to_string()]);
+        assert!(s.dependents("app").is_empty());
+        assert_eq!(
+            s.referenced_images().into_iter().collect::<Vec<_>>(),
+            vec!["aa", "bb"]
+        );
+    }
+
+    #[test]
+    fn damaged_files_are_reported() {
+        assert!(matches!(State::parse(b"{"), Err(StateError::Damaged(_))));
+        assert!(matches!(
+            State::parse(b"{\"format\":9,\"packages\":{}}"),
+            Err(StateError::Format(9))
+        ));
+        let mut s = State::default();
+        s.packages.insert("other".into(), installed("lib", &[], "aa"));
+        assert!(State::parse(&s.to_json()).is_err());
+    }
+}

@@ -1,0 +1,292 @@
+//! Process plumbing for the shim and the daemon: fork, pipes, poll, signals, wait.
+//! Thin wrappers: each returns `io::Result` with the kernel's errno.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// A pipe; both ends close-on-exec.
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: fds points to two writable ints, as pipe2 requires.
+    cvt(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;
+    // SAFETY: pipe2 succeeded, so both fds are fresh and owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+pub enum Fork {
+    Parent(libc::pid_t),
+    Child,
+}
+
+/// fork(2).
+///
+/// # Safety
+/// In a multi-threaded process the child may only call async-signal-safe functions until it
+/// execs or exits. The shim calls this while single-threaded.
+pub unsafe fn fork() -> io::Result<Fork> {
+    // SAFETY: the caller upholds the contract above.
+    match cvt(unsafe { libc::fork() })? {
+        0 => Ok(Fork::Child),
+        pid => Ok(Fork::Parent(pid)),
+    }
+}
+
+pub fn setsid() -> io::Result<()> {
+    // SAFETY: setsid has no memory-safety preconditions.
+    cvt(unsafe { libc::setsid() }).map(|_| ())
+}
+
+pub fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 only manipulates the fd table; invalid fds give EBADF.
+    cvt(unsafe { libc::dup2(from, to) }).map(|_| ())
+}
+
+pub fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd we hold; invalid fds give EBADF.
+    let flags = cvt(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    // SAFETY: as above.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) }).map(|_| ())
+}
+
+/// Clears close-on-exec so `fd` survives into an exec'd program.
+pub fn clear_cloexec(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd we hold; invalid fds give EBADF.
+    cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(|_| ())
+}
+
+pub fn getpid() -> libc::pid_t {
+    // SAFETY: getpid cannot fail.
+    unsafe { libc::getpid() }
+}
+
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill has no memory-safety preconditions.
+    cvt(unsafe { libc::kill(pid, sig) }).map(|_| ())
+}
+
+/// True if a process with this pid exists (it may be a zombie).
+pub fn alive(pid: libc::pid_t) -> bool {
+    pid > 0 && (kill(pid, 0).is_ok() || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+}
+
+/// Immediately ends the process without running destructors or atexit handlers (for forked
+/// children and for fault injection).
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit never returns and has no preconditions.
+    unsafe { libc::_exit(code) }
+}
+
+/// How a child ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitStatus {
+    Exited(i32),
+    Signaled(i32),
+}
+
+/// waitpid; `None` if `nohang` and the child is still running.
+pub fn waitpid(pid: libc::pid_t, nohang: bool) -> io::Result<Option<ExitStatus>> {
+    let mut status = 0;
+    loop {
+        // SAFETY: status is a valid out pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, if nohang { libc::WNOHANG } else { 0 }) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if r == 0 {
+            return Ok(None);
+        }
+        return Ok(Some(if libc::WIFEXITED(status) {
+            ExitStatus::Exited(libc::WEXITSTATUS(status))
+        } else {
+            ExitStatus::Signaled(libc::WTERMSIG(status))
+        }));
+    }
+}
+
+/// poll(2) over `fds` (fd, events); returns the revents, in order. `timeout_ms` < 0 waits
+/// forever. EINTR returns all-zero revents so the caller re-checks its state.
+pub fn poll(fds: &[(RawFd, i16)], timeout_ms: i32) -> io::Result<Vec<i16>> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&(fd, events)| libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        })
+        .collect();
+    // SAFETY: p is a valid array of p.len() pollfd structs.
+    let r = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout_ms) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(vec![0; fds.len()]);
+        }
+        return Err(e);
+    }
+    Ok(p.iter().map(|p| p.revents).collect())
+}
+
+pub const POLLIN: i16 = libc::POLLIN;
+pub const POLLOUT: i16 = libc::POLLOUT;
+pub const POLLHUP: i16 = libc::POLLHUP;
+pub const POLLERR: i16 = libc::POLLERR;
+
+static SIGCHLD_PIPE: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_sigchld(_: libc::c_int) {
+    let fd = SIGCHLD_PIPE.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let b = 1u8;
+        // SAFETY: write(2) is async-signal-safe; the buffer is a valid byte. A full pipe
+        // (EAGAIN) is fine: one pending byte is enough to wake the loop.
+        unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+    }
+}
+
+/// Turns SIGCHLD into a readable byte on the returned (non-blocking) fd, so a poll loop can
+/// wait for children without a timeout. Call once per process.
+pub fn sigchld_pipe() -> io::Result<OwnedFd> {
+    let (r, w) = pipe()?;
+    set_nonblocking(r.as_raw_fd())?;
+    set_nonblocking(w.as_raw_fd())?;
+    SIGCHLD_PIPE.store(w.as_raw_fd(), Ordering::Relaxed);
+    std::mem::forget(w); // the handler writes to it for the rest of the process's life
+    // SAFETY: a zeroed sigaction is a valid starting point; we set the handler and flags.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = on_sigchld as *const () as usize;
+    sa.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
+    // SAFETY: sa is fully initialised; the handler only calls async-signal-safe write(2).
+    cvt(unsafe { libc::sigaction(libc::SIGCHLD, &sa, std::ptr::null_mut()) })?;
+    Ok(r)
+}
+
+/// Ignores SIGPIPE so writes to closed sockets return EPIPE instead of killing us.
+pub fn ignore_sigpipe() {
+    // SAFETY: setting a signal to SIG_IGN has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+/// Restores default dispositions for signals a child should not inherit as ignored.
+pub fn default_signals() {
+    for s in [libc::SIGPIPE, libc::SIGCHLD, libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: restoring SIG_DFL has no preconditions.
+        unsafe { libc::signal(s, libc::SIG_DFL) };
+    }
+}
+
+/// Blocks until SIGTERM or SIGINT arrives on the returned fd (non-blocking read side).
+pub fn termination_pipe() -> io::Result<OwnedFd> {
+    static TERM_PIPE: AtomicI32 = AtomicI32::new(-1);
+    extern "C" fn on_term(_: libc::c_int) {
+        let fd = TERM_PIPE.load(Ordering::Relaxed);
+        if fd >= 0 {
+            let b = 1u8;
+            // SAFETY: async-signal-safe write of one valid byte.
+            unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+        }
+    }
+    let (r, w) = pipe()?;
+    set_nonblocking(w.as_raw_fd())?;
+    TERM_PIPE.store(w.as_raw_fd(), Ordering::Relaxed);
+    std::mem::forget(w);
+    for s in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: zeroed sigaction then handler set; handler is async-signal-safe.
+        let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+        sa.sa_sigaction = on_term as *const () as usize;
+        sa.sa_flags = libc::SA_RESTART;
+        // SAFETY: as above.
+        cvt(unsafe { libc::sigaction(s, &sa, std::ptr::null_mut()) })?;
+    }
+    Ok(r)
+}
+
+/// Sets the calling thread's name as seen in /proc (max 15 bytes).
+pub fn set_process_name(name: &str) {
+    let mut buf = [0u8; 16];
+    let n = name.len().min(15);
+    buf[..n].copy_from_slice(&name.as_bytes()[..n]);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from buf.
+    unsafe { libc::prctl(libc::PR_SET_NAME, buf.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
+/// Opens /dev/null read-write.
+pub fn dev_null() -> io::Result<OwnedFd> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?;
+    Ok(f.into())
+}
+
+/// Closes every descriptor above 2 except those in `keep` (a forked child that must not hold
+/// its parent's pipes and sockets open).
+pub fn close_fds_except(keep: &[RawFd]) {
+    let fds: Vec<RawFd> = match std::fs::read_dir("/proc/self/fd") {
+        Ok(d) => d
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect(),
+        Err(_) => (3..1024).collect(),
+    };
+    for fd in fds {
+        if fd > 2 && !keep.contains(&fd) {
+            // SAFETY: closing an fd number; the caller owns the process's descriptor table
+            // (it is a freshly forked child) and no Rust object will use these fds again.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+/// Takes an exclusive advisory lock on `f` without waiting; false if another process holds it.
+/// Released when the file is closed (also when the holder dies).
+pub fn try_lock(f: &std::fs::File) -> io::Result<bool> {
+    // SAFETY: flock on an fd owned by `f`, which outlives the call.
+    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if r == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fork_wait_and_sigchld() {
+        let sig = sigchld_pipe().unwrap();
+        // SAFETY: the child only calls _exit.
+        match unsafe { fork() }.unwrap() {
+            Fork::Child => exit_now(7),
+            Fork::Parent(pid) => {
+                // EINTR (the signal itself) returns zeros: poll again.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+                let mut woke = false;
+                while !woke && std::time::Instant::now() < deadline {
+                    woke = poll(&[(sig.as_raw_fd(), POLLIN)], 1000).unwrap()[0] & POLLIN != 0;
+                }
+                assert!(woke, "SIGCHLD must wake the poll loop");
+                assert_eq!(waitpid(pid, false).unwrap(), Some(ExitStatus::Exited(7)));
+                assert!(!alive(pid));
+            }
+        }
+        assert!(alive(getpid()));
+    }
+}

@@ -1,0 +1,605 @@
+//! Command-line parsing and output: readable tables for people, `--json` for machines.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Result};
+use berth_core::config::{Config, DEFAULT_CONFIG_PATH};
+use serde_json::{json, Value};
+
+use crate::client::{self, DaemonError, NoDaemon, EXIT_NO_DAEMON};
+
+const USAGE: &str = "\
+usage: berth [--config FILE] [--json] COMMAND [ARGS]
+
+device:
+  daemon                     run the supervisor (root; keeps containers across restarts)
+  update                     fetch and verify the repository index
+  list [--installed|--available|--upgradable]
+  install NAME...            install packages and their dependencies
+  remove [--purge] NAME...   remove packages (--purge also deletes their /data)
+  start NAME | stop [-t SECS] NAME | restart NAME
+  status [NAME]              containers, their state and last exit
+  logs [-f] NAME             a container's output (-f: follow)
+  gc                         delete store images that nothing uses
+  check                      kernel features berth uses, present or not
+
+vendor:
+  key generate -o PREFIX [--comment TEXT]   ed25519 key pair (signify/usign format)
+  pack DIR -o FILE                          build a package image with mksquashfs
+  repo build DIR --key SECKEY               write and sign DIR/index.json
+
+--config defaults to $BERTH_CONFIG or /etc/berth/berth.toml.
+exit status: 0 ok, 1 error, 2 usage, 3 daemon not running.";
+
+struct Global {
+    config: PathBuf,
+    json: bool,
+}
+
+pub fn main(args: Vec<String>) -> i32 {
+    let mut g = Global {
+        config: std::env::var_os("BERTH_CONFIG")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| DEFAULT_CONFIG_PATH.into()),
+        json: false,
+    };
+    // Global flags may stand anywhere; the rest is the command and its arguments.
+    let mut rest = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => g.json = true,
+            "--config" => match it.next() {
+                Some(p) => g.config = p.into(),
+                None => return usage_error("--config needs a file"),
+            },
+            "-h" | "--help" | "help" if rest.is_empty() => {
+                println!("{USAGE}");
+                return 0;
+            }
+            _ => rest.push(a),
+        }
+    }
+    if rest.is_empty() {
+        return usage_error("no command given");
+    }
+    match run(&g, &rest) {
+        Ok(code) => code,
+        Err(e) => {
+            let code = if e.downcast_ref::<NoDaemon>().is_some() {
+                EXIT_NO_DAEMON
+            } else if e.downcast_ref::<Usage>().is_some() {
+                2
+            } else {
+                1
+            };
+            if g.json {
+                let (status, kind) = match e.downcast_ref::<DaemonError>() {
+                    Some(d) => (d.status, d.code.clone()),
+                    None if code == EXIT_NO_DAEMON => (0, "no_daemon".to_string()),
+                    None if code == 2 => (0, "usage".to_string()),
+                    None => (0, "error".to_string()),
+                };
+                println!(
+                    "{}",
+                    json!({"error": format!("{e:#}"), "code": kind, "status": status})
+                );
+            }
+            eprintln!("berth: error: {e:#}");
+            if code == 2 {
+                eprintln!("{USAGE}");
+            }
+            code
+        }
+    }
+}
+
+fn usage_error(msg: &str) -> i32 {
+    eprintln!("berth: {msg}\n{USAGE}");
+    2
+}
+
+#[derive(Debug)]
+struct Usage(String);
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for Usage {}
+
+fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow!(Usage(msg.into()))
+}
+
+/// Splits `args` into flags (with their values) and positionals.
+struct Args {
+    pos: Vec<String>,
+    flags: Vec<(String, Option<String>)>,
+}
+
+fn parse_args(args: &[String], with_value: &[&str], switches: &[&str]) -> Result<Args> {
+    let mut a = Args {
+        pos: Vec::new(),
+        flags: Vec::new(),
+    };
+    let mut it = args.iter();
+    while let Some(x) = it.next() {
+        if with_value.contains(&x.as_str()) {
+            let v = it
+                .next()
+                .ok_or_else(|| usage(format!("{x} needs a value")))?;
+            a.flags.push((x.clone(), Some(v.clone())));
+        } else if switches.contains(&x.as_str()) {
+            a.flags.push((x.clone(), None));
+        } else if x.starts_with('-') && x.len() > 1 {
+            return Err(usage(format!("unknown option {x}")));
+        } else {
+            a.pos.push(x.clone());
+        }
+    }
+    Ok(a)
+}
+
+impl Args {
+    fn has(&self, f: &str) -> bool {
+        self.flags.iter().any(|(k, _)| k == f)
+    }
+    fn value(&self, names: &[&str]) -> Option<&str> {
+        self.flags
+            .iter()
+            .find(|(k, _)| names.contains(&k.as_str()))
+            .and_then(|(_, v)| v.as_deref())
+    }
+    fn one(&self, what: &str) -> Result<&str> {
+        match self.pos.as_slice() {
+            [x] => Ok(x),
+            [] => Err(usage(format!("missing {what}"))),
+            _ => Err(usage(format!("expected one {what}, got {}", self.pos.len()))),
+        }
+    }
+}
+
+fn load_config(g: &Global) -> Result<Config> {
+    Ok(Config::load(&g.config)?)
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+fn run(g: &Global, rest: &[String]) -> Result<i32> {
+    let cmd = rest[0].as_str();
+    let args = &rest[1..];
+    match cmd {
+        "daemon" => {
+            parse_args(args, &[], &[])?.pos.is_empty().then_some(()).ok_or_else(|| usage("daemon takes no arguments"))?;
+            crate::logger::init("berth");
+            crate::daemon::run(load_config(g)?)?;
+            Ok(0)
+        }
+        "version" | "--version" => {
+            let v = json!({"version": env!("CARGO_PKG_VERSION"), "liblxc": berth_sys::lxc::version()});
+            if g.json {
+                print_json(&v);
+            } else {
+                println!("berth {} (liblxc {})", env!("CARGO_PKG_VERSION"), berth_sys::lxc::version());
+            }
+            Ok(0)
+        }
+        "check" => check(g),
+        "key" => {
+            let a = parse_args(args, &["-o", "--output", "--comment"], &[])?;
+            if a.pos.first().map(String::as_str) != Some("generate") || a.pos.len() != 1 {
+                return Err(usage("usage: berth key generate -o PREFIX [--comment TEXT]"));
+            }
+            let prefix = a
+                .value(&["-o", "--output"])
+                .ok_or_else(|| usage("key generate needs -o PREFIX"))?;
+            let r = crate::vendor::key::generate(prefix.as_ref(), a.value(&["--comment"]))?;
+            if g.json {
+                print_json(&serde_json::to_value(&r)?);
+            } else {
+                println!(
+                    "wrote {} and {} (keynum {})\nkeep the .sec file secret; put the .pub file in the device's /etc/berth/keys/",
+                    r.public.display(),
+                    r.secret.display(),
+                    r.keynum_hex
+                );
+            }
+            Ok(0)
+        }
+        "pack" => {
+            let a = parse_args(args, &["-o", "--output"], &[])?;
+            let dir = a.one("package directory")?;
+            let out = a
+                .value(&["-o", "--output"])
+                .ok_or_else(|| usage("pack needs -o FILE"))?;
+            let r = crate::vendor::pack::pack(dir.as_ref(), out.as_ref())?;
+            if g.json {
+                print_json(&serde_json::to_value(&r)?);
+            } else {
+                for w in &r.warnings {
+                    eprintln!("warning: {w}");
+                }
+                println!(
+                    "packed {}@{} into {} ({} bytes, sha256 {})",
+                    r.name,
+                    r.version,
+                    r.file.display(),
+                    r.size,
+                    r.sha256
+                );
+            }
+            Ok(0)
+        }
+        "repo" => {
+            let a = parse_args(args, &["--key", "-k"], &[])?;
+            if a.pos.first().map(String::as_str) != Some("build") || a.pos.len() != 2 {
+                return Err(usage("usage: berth repo build DIR --key SECKEY"));
+            }
+            let key = a
+                .value(&["--key", "-k"])
+                .ok_or_else(|| usage("repo build needs --key SECKEY"))?;
+            let r = crate::vendor::repo::build(a.pos[1].as_ref(), key.as_ref())?;
+            if g.json {
+                print_json(&serde_json::to_value(&r)?);
+            } else {
+                for p in &r.packages {
+                    println!("  {}@{}  {}", p.name, p.version, p.file);
+                }
+                println!(
+                    "wrote {} ({} packages) and {} (key {})",
+                    r.index.display(),
+                    r.packages.len(),
+                    r.signature.display(),
+                    r.keynum
+                );
+            }
+            Ok(0)
+        }
+        _ => device_command(g, cmd, args),
+    }
+}
+
+fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
+    let cfg = load_config(g)?;
+    let sock = cfg.paths.admin_socket();
+    let sock = sock.as_path();
+    match cmd {
+        "update" => {
+            parse_args(args, &[], &[])?;
+            let v = client::call(sock, "POST", "/v1/update", None)?;
+            if g.json {
+                print_json(&v);
+            } else {
+                println!(
+                    "repository {}: {} packages, signature verified",
+                    v["repository"].as_str().unwrap_or("?"),
+                    v["packages"]
+                );
+                for u in v["upgradable"].as_array().into_iter().flatten() {
+                    println!("  upgradable: {} {} -> {}", u["name"].as_str().unwrap_or(""), u["installed"].as_str().unwrap_or(""), u["available"].as_str().unwrap_or(""));
+                }
+            }
+            Ok(0)
+        }
+        "list" => {
+            let a = parse_args(args, &[], &["--installed", "--available", "--upgradable"])?;
+            let v = client::call(sock, "GET", "/v1/packages", None)?;
+            let all = !(a.has("--installed") || a.has("--available") || a.has("--upgradable"));
+            if g.json {
+                let mut out = serde_json::Map::new();
+                for k in ["installed", "available", "upgradable"] {
+                    if all || a.has(&format!("--{k}")) {
+                        out.insert(k.into(), v[k].clone());
+                    }
+                }
+                print_json(&Value::Object(out));
+                return Ok(0);
+            }
+            if all || a.has("--installed") {
+                println!("installed:");
+                table(
+                    &["NAME", "VERSION", "SIZE", "DESCRIPTION"],
+                    v["installed"].as_array().into_iter().flatten().map(|p| {
+                        vec![s(&p["name"]), s(&p["version"]), size(&p["size"]), s(&p["description"])]
+                    }),
+                );
+            }
+            if all || a.has("--available") {
+                println!("available:");
+                if let Some(n) = v["index_note"].as_str() {
+                    println!("  ({n})");
+                }
+                table(
+                    &["NAME", "VERSION", "SIZE", "INSTALLED", "DESCRIPTION"],
+                    v["available"].as_array().into_iter().flatten().map(|p| {
+                        vec![s(&p["name"]), s(&p["version"]), size(&p["size"]), s(&p["installed"]), s(&p["description"])]
+                    }),
+                );
+            }
+            if all || a.has("--upgradable") {
+                println!("upgradable:");
+                table(
+                    &["NAME", "INSTALLED", "AVAILABLE"],
+                    v["upgradable"].as_array().into_iter().flatten().map(|p| {
+                        vec![s(&p["name"]), s(&p["installed"]), s(&p["available"])]
+                    }),
+                );
+            }
+            Ok(0)
+        }
+        "install" => {
+            let a = parse_args(args, &[], &[])?;
+            if a.pos.is_empty() {
+                return Err(usage("install needs at least one package name"));
+            }
+            let tty = std::io::stderr().is_terminal() && !g.json;
+            let mut on_event = |e: &Value| {
+                if !tty {
+                    return;
+                }
+                let mut err = std::io::stderr();
+                match e["event"].as_str() {
+                    Some("progress") => {
+                        let done = e["done"].as_u64().unwrap_or(0);
+                        let total = e["total"].as_u64().unwrap_or(0).max(1);
+                        let _ = write!(
+                            err,
+                            "\r\x1b[Kfetching {} {} / {} ({}%)",
+                            s(&e["package"]),
+                            human(done),
+                            human(total),
+                            done * 100 / total
+                        );
+                    }
+                    Some("fetched") => {
+                        let _ = writeln!(err, "\r\x1b[Kfetched {} {}", s(&e["package"]), s(&e["version"]));
+                    }
+                    _ => {}
+                }
+            };
+            let r = client::call_stream(sock, "POST", "/v1/install", Some(&json!({"names": a.pos})), &mut on_event);
+            if tty {
+                eprint!("\r\x1b[K");
+            }
+            let v = r?;
+            if g.json {
+                print_json(&v);
+            } else {
+                for p in v["installed"].as_array().into_iter().flatten() {
+                    println!("installed {} {}", s(&p["name"]), s(&p["version"]));
+                }
+                for p in v["unchanged"].as_array().into_iter().flatten() {
+                    println!("{} is already installed", p.as_str().unwrap_or(""));
+                }
+            }
+            Ok(0)
+        }
+        "remove" => {
+            let a = parse_args(args, &[], &["--purge"])?;
+            if a.pos.is_empty() {
+                return Err(usage("remove needs at least one package name"));
+            }
+            let v = client::call(sock, "POST", "/v1/remove", Some(&json!({"names": a.pos, "purge": a.has("--purge")})))?;
+            if g.json {
+                print_json(&v);
+            } else {
+                for n in &a.pos {
+                    println!("removed {n}{}", if a.has("--purge") { " and its data" } else { "" });
+                }
+            }
+            Ok(0)
+        }
+        "start" | "restart" => {
+            let a = parse_args(args, &[], &[])?;
+            let name = a.one("package name")?;
+            let v = client::call(sock, "POST", &format!("/v1/{cmd}"), Some(&json!({"name": name})))?;
+            if g.json {
+                print_json(&v);
+            } else {
+                println!("{}ed {name} (init pid {})", if cmd == "start" { "start" } else { "restart" }, v["init_pid"]);
+            }
+            Ok(0)
+        }
+        "stop" => {
+            let a = parse_args(args, &["-t", "--timeout"], &[])?;
+            let name = a.one("package name")?;
+            let timeout: Option<u32> = match a.value(&["-t", "--timeout"]) {
+                Some(t) => Some(t.parse().map_err(|_| usage(format!("-t {t}: expected seconds")))?),
+                None => None,
+            };
+            let v = client::call(sock, "POST", "/v1/stop", Some(&json!({"name": name, "timeout": timeout})))?;
+            if g.json {
+                print_json(&v);
+            } else {
+                println!(
+                    "stopped {name}{}",
+                    if v["graceful"] == true { "" } else { " (killed after the timeout)" }
+                );
+            }
+            Ok(0)
+        }
+        "status" => {
+            let a = parse_args(args, &[], &[])?;
+            let path = match a.pos.as_slice() {
+                [] => "/v1/status".to_string(),
+                [n] => format!("/v1/status?name={n}"),
+                _ => return Err(usage("status takes at most one name")),
+            };
+            let v = client::call(sock, "GET", &path, None)?;
+            if g.json {
+                print_json(&v);
+                return Ok(0);
+            }
+            let d = &v["daemon"];
+            println!("berth daemon {} (pid {}), up {}", s(&d["version"]), d["pid"], dur(d["uptime_s"].as_u64().unwrap_or(0)));
+            let now = crate::daemon::ops::now_s();
+            table(
+                &["NAME", "VERSION", "STATE", "PID", "UPTIME", "NETWORK", "LAST EXIT"],
+                v["containers"].as_array().into_iter().flatten().map(|c| {
+                    let up = c["started_at"].as_u64().map(|t| dur(now.saturating_sub(t))).unwrap_or_else(|| "-".into());
+                    let exit = &c["last_exit"];
+                    let last = if exit.is_null() {
+                        "-".to_string()
+                    } else if let Some(sig) = exit["signal"].as_i64() {
+                        format!("signal {sig}")
+                    } else {
+                        format!("exit {}", exit["code"])
+                    };
+                    vec![s(&c["name"]), s(&c["version"]), s(&c["state"]), s(&c["init_pid"]), up, s(&c["network"]), last]
+                }),
+            );
+            Ok(0)
+        }
+        "logs" => {
+            let a = parse_args(args, &[], &["-f", "--follow"])?;
+            let name = a.one("package name")?;
+            let follow = a.has("-f") || a.has("--follow");
+            let (status, mut r) = client::send(sock, "GET", &format!("/v1/logs?name={name}{}", if follow { "&follow=1" } else { "" }), None)?;
+            if status != 200 {
+                let mut t = String::new();
+                r.read_to_string(&mut t)?;
+                let v: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
+                bail!(DaemonError { status, code: s(&v["code"]), message: s(&v["error"]) });
+            }
+            let mut out = std::io::stdout();
+            let mut buf = [0u8; 8192];
+            loop {
+                let n = r.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                if out.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+                let _ = out.flush();
+            }
+            Ok(0)
+        }
+        "gc" => {
+            parse_args(args, &[], &[])?;
+            let v = client::call(sock, "POST", "/v1/gc", None)?;
+            if g.json {
+                print_json(&v);
+            } else {
+                println!(
+                    "removed {} unused image(s), freed {}",
+                    v["removed"].as_array().map(Vec::len).unwrap_or(0),
+                    human(v["freed_bytes"].as_u64().unwrap_or(0))
+                );
+            }
+            Ok(0)
+        }
+        _ => Err(usage(format!("unknown command {cmd:?}"))),
+    }
+}
+
+fn check(g: &Global) -> Result<i32> {
+    use berth_sys::check;
+    let features = check::check(&check::Roots::default());
+    let missing = check::missing_required(&features);
+    if g.json {
+        let v: Vec<Value> = features
+            .iter()
+            .map(|f| json!({"name": f.name, "group": f.group, "status": f.status.as_str(), "required": f.required, "detail": f.detail}))
+            .collect();
+        print_json(&json!({"features": v, "ok": missing.is_empty()}));
+    } else {
+        let color = std::io::stdout().is_terminal();
+        let mut group = "";
+        for f in &features {
+            if f.group != group {
+                group = f.group;
+                println!("--- {group} ---");
+            }
+            let st = f.status.as_str();
+            let shown = match (color, st) {
+                (true, "present") => format!("\x1b[32m{st}\x1b[0m"),
+                (true, "missing") if f.required => format!("\x1b[31m{st}\x1b[0m"),
+                (true, "missing") => format!("\x1b[33m{st}\x1b[0m"),
+                _ => st.to_string(),
+            };
+            println!(
+                "{:<28} {}{}{}",
+                f.name,
+                shown,
+                if f.required { " (required)" } else { "" },
+                if f.detail.is_empty() { String::new() } else { format!("  {}", f.detail) }
+            );
+        }
+        if !missing.is_empty() {
+            println!("\nberth cannot run here: {} required feature(s) missing", missing.len());
+        }
+    }
+    Ok(if missing.is_empty() { 0 } else { 1 })
+}
+
+fn s(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(x) if x.is_empty() => "-".into(),
+        Value::String(x) => x.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn human(n: u64) -> String {
+    const U: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut f = n as f64;
+    let mut i = 0;
+    while f >= 1024.0 && i < 3 {
+        f /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{f:.1} {}", U[i])
+    }
+}
+
+fn size(v: &Value) -> String {
+    v.as_u64().map(human).unwrap_or_else(|| "-".into())
+}
+
+fn dur(s: u64) -> String {
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{}s", s / 60, s % 60),
+        3600..=86399 => format!("{}h{}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+fn table(head: &[&str], rows: impl Iterator<Item = Vec<String>>) {
+    let rows: Vec<Vec<String>> = rows.collect();
+    if rows.is_empty() {
+        println!("  (none)");
+        return;
+    }
+    let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let mut out = String::from("  ");
+        let n = cells.len();
+        for (i, c) in cells.into_iter().enumerate() {
+            if i + 1 == n {
+                out.push_str(&c);
+            } else {
+                out.push_str(&format!("{c:<width$}  ", width = w[i]));
+            }
+        }
+        println!("{}", out.trim_end());
+    };
+    line(head.iter().map(|h| h.to_string()).collect());
+    for r in rows {
+        line(r);
+    }
+}

@@ -1,0 +1,229 @@
+//! Admin API: a request becomes a typed action (pure parse), then the action runs.
+//! Described in docs/openapi.yaml.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use berth_core::http::{self, Request};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::ops;
+use super::{ApiError, ApiResult, Daemon};
+
+#[derive(Debug, PartialEq)]
+pub enum Action {
+    Ping,
+    Status(Option<String>),
+    List,
+    Update,
+    Install(Vec<String>),
+    Remove { names: Vec<String>, purge: bool },
+    Start(String),
+    Stop { name: String, timeout: Option<u32> },
+    Restart(String),
+    Logs { name: String, follow: bool },
+    Gc,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NamesBody {
+    names: Vec<String>,
+    #[serde(default)]
+    purge: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NameBody {
+    name: String,
+    #[serde(default)]
+    timeout: Option<u32>,
+}
+
+fn body<T: for<'a> Deserialize<'a>>(req: &Request) -> ApiResult<T> {
+    serde_json::from_slice(&req.body)
+        .map_err(|e| ApiError::bad_request(format!("{} {}: bad JSON body: {e}", req.method, req.path)))
+}
+
+fn check_name(n: &str) -> ApiResult<String> {
+    berth_core::name::Name::parse(n)
+        .map(|n| n.to_string())
+        .map_err(|e| ApiError::bad_request(e.to_string()))
+}
+
+/// Pure: which action a request asks for.
+pub fn parse(req: &Request) -> ApiResult<Action> {
+    let m = req.method.as_str();
+    let path = req.path.as_str();
+    let name_q = || -> ApiResult<String> {
+        check_name(
+            req.query
+                .get("name")
+                .ok_or_else(|| ApiError::bad_request("missing ?name="))?,
+        )
+    };
+    Ok(match (m, path) {
+        ("GET", "/v1/ping") => Action::Ping,
+        ("GET", "/v1/status") => Action::Status(match req.query.get("name") {
+            Some(n) => Some(check_name(n)?),
+            None => None,
+        }),
+        ("GET", "/v1/packages") => Action::List,
+        ("POST", "/v1/update") => Action::Update,
+        ("POST", "/v1/install") => {
+            let b: NamesBody = body(req)?;
+            Action::Install(b.names.iter().map(|n| check_name(n)).collect::<ApiResult<_>>()?)
+        }
+        ("POST", "/v1/remove") => {
+            let b: NamesBody = body(req)?;
+            Action::Remove {
+                names: b.names.iter().map(|n| check_name(n)).collect::<ApiResult<_>>()?,
+                purge: b.purge,
+            }
+        }
+        ("POST", "/v1/start") => Action::Start(check_name(&body::<NameBody>(req)?.name)?),
+        ("POST", "/v1/stop") => {
+            let b: NameBody = body(req)?;
+            Action::Stop {
+                name: check_name(&b.name)?,
+                timeout: b.timeout,
+            }
+        }
+        ("POST", "/v1/restart") => Action::Restart(check_name(&body::<NameBody>(req)?.name)?),
+        ("GET", "/v1/logs") => Action::Logs {
+            name: name_q()?,
+            follow: req.query_flag("follow"),
+        },
+        ("POST", "/v1/gc") => Action::Gc,
+        (_, "/v1/ping" | "/v1/status" | "/v1/packages" | "/v1/update" | "/v1/install"
+        | "/v1/remove" | "/v1/start" | "/v1/stop" | "/v1/restart" | "/v1/logs" | "/v1/gc") => {
+            return Err(ApiError::new(405, "method_not_allowed", format!("{m} not allowed on {path}")))
+        }
+        _ => return Err(ApiError::new(404, "not_found", format!("no such endpoint {path}"))),
+    })
+}
+
+fn reply(stream: &mut UnixStream, r: ApiResult<Value>) {
+    let (status, v) = match r {
+        Ok(v) => (200, v),
+        Err(e) => (e.status, e.to_json()),
+    };
+    let _ = stream.write_all(&http::response(
+        status,
+        "application/json",
+        v.to_string().as_bytes(),
+    ));
+}
+
+pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
+    let action = match parse(&req) {
+        Ok(a) => a,
+        Err(e) => return reply(&mut stream, Err(e)),
+    };
+    match action {
+        Action::Ping => reply(&mut stream, Ok(json!({"ok": true}))),
+        Action::Status(n) => reply(&mut stream, ops::status(d, n.as_deref())),
+        Action::List => reply(&mut stream, ops::list(d)),
+        Action::Update => reply(&mut stream, ops::update(d)),
+        Action::Install(names) => {
+            // Streamed: progress events, then one result (or error) event, as JSON lines.
+            if stream
+                .write_all(&http::stream_head(200, "application/x-ndjson"))
+                .is_err()
+            {
+                return;
+            }
+            let mut emit = |v: Value| {
+                let _ = stream.write_all(format!("{v}\n").as_bytes());
+            };
+            let r = ops::install(d, &names, &mut emit);
+            let last = match r {
+                Ok(v) => json!({"event": "done", "result": v}),
+                Err(e) => json!({"event": "error", "status": e.status, "code": e.code, "error": e.message}),
+            };
+            let _ = stream.write_all(format!("{last}\n").as_bytes());
+        }
+        Action::Remove { names, purge } => reply(&mut stream, ops::remove(d, &names, purge)),
+        Action::Start(n) => reply(&mut stream, ops::start(d, &n)),
+        Action::Stop { name, timeout } => reply(&mut stream, ops::stop(d, &name, timeout)),
+        Action::Restart(n) => reply(&mut stream, ops::restart(d, &n)),
+        Action::Gc => reply(&mut stream, ops::gc(d)),
+        Action::Logs { name, follow } => match ops::logs(d, &name, follow) {
+            Err(e) => reply(&mut stream, Err(e)),
+            Ok(ops::Logs::Saved(bytes)) => {
+                let _ = stream.write_all(&http::response(200, "text/plain", &bytes));
+            }
+            Ok(ops::Logs::Live(mut shim)) => {
+                if stream
+                    .write_all(&http::stream_head(200, "text/plain"))
+                    .is_err()
+                {
+                    return;
+                }
+                // Relay until the container ends (shim closes) or the client goes away.
+                let mut buf = [0u8; 8192];
+                loop {
+                    match shim.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            if stream.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(m: &str, path: &str, body: &str) -> Request {
+        let raw = format!("{m} {path} HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len());
+        let (mut r, _) = http::parse_head(raw.as_bytes()).unwrap();
+        r.body = body.as_bytes().to_vec();
+        r
+    }
+
+    #[test]
+    fn requests_become_actions() {
+        assert_eq!(parse(&req("GET", "/v1/ping", "")).unwrap(), Action::Ping);
+        assert_eq!(
+            parse(&req("POST", "/v1/install", r#"{"names":["web","db"]}"#)).unwrap(),
+            Action::Install(vec!["web".into(), "db".into()])
+        );
+        assert_eq!(
+            parse(&req("POST", "/v1/stop", r#"{"name":"web","timeout":3}"#)).unwrap(),
+            Action::Stop { name: "web".into(), timeout: Some(3) }
+        );
+        assert_eq!(
+            parse(&req("GET", "/v1/logs?name=web&follow=1", "")).unwrap(),
+            Action::Logs { name: "web".into(), follow: true }
+        );
+        assert_eq!(
+            parse(&req("GET", "/v1/status?name=web", "")).unwrap(),
+            Action::Status(Some("web".into()))
+        );
+    }
+
+    #[test]
+    fn bad_requests_are_refused_with_reasons() {
+        let e = parse(&req("POST", "/v1/install", r#"{"names":["../etc"]}"#)).unwrap_err();
+        assert_eq!(e.status, 400);
+        assert!(e.message.contains("../etc"), "{}", e.message);
+        let e = parse(&req("POST", "/v1/install", r#"{"names":["a"],"x":1}"#)).unwrap_err();
+        assert_eq!(e.status, 400);
+        let e = parse(&req("GET", "/v1/install", "")).unwrap_err();
+        assert_eq!(e.status, 405);
+        let e = parse(&req("GET", "/v2/nothing", "")).unwrap_err();
+        assert_eq!(e.status, 404);
+        let e = parse(&req("GET", "/v1/logs", "")).unwrap_err();
+        assert_eq!(e.status, 400);
+    }
+}

@@ -1,0 +1,1062 @@
+//! What the daemon does: update, install, remove, start, stop, status, logs, gc, and the
+//! reconciliation that makes a restarted daemon take over what a previous one left.
+//!
+//! Crash safety: `state.json` is the commit point. An install downloads into `store/.tmp`,
+//! verifies, renames into the store, and only then writes the new state (atomically). A crash
+//! before the state write leaves the old state (plus, at most, an unreferenced image that
+//! `gc` removes); after it, the new one. Start-up removes partial downloads and unmounts
+//! whatever no running container uses.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use berth_core::config::Config;
+use berth_core::index::{Index, IndexEntry};
+use berth_core::manifest::{Manifest, MANIFEST_PATH};
+use berth_core::plan::{self, ContainerPlan, HOST_BASE_DIRS, SKELETON_DIRS};
+use berth_core::signify::{PublicKey, Signature};
+use berth_core::state::{Installed, RepoCache, State};
+use berth_sys::fsutil::{fsync_dir, write_atomic};
+use berth_sys::lxc::Container;
+use serde_json::{json, Value};
+
+use super::{ApiError, ApiResult, Daemon};
+use crate::fault;
+use crate::fetch;
+
+const INDEX_LIMIT: u64 = 8 << 20;
+const SIG_LIMIT: u64 = 4096;
+
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+pub fn load_state(cfg: &Config) -> anyhow::Result<State> {
+    let path = cfg.paths.state_file();
+    match std::fs::read(&path) {
+        Ok(bytes) => State::parse(&bytes).with_context(|| format!("{}", path.display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(State::default()),
+        Err(e) => Err(e).with_context(|| format!("read {}", path.display())),
+    }
+}
+
+fn commit_state(d: &Daemon, new: State) -> ApiResult<()> {
+    let path = d.cfg.paths.state_file();
+    write_atomic(&path, &new.to_json(), 0o600).map_err(|e| {
+        if berth_sys::fsutil::is_enospc(&e) {
+            ApiError::new(
+                507,
+                "no_space",
+                format!(
+                    "cannot write {}: file system full; nothing was changed (free space with berth gc)",
+                    path.display()
+                ),
+            )
+        } else {
+            ApiError::internal(format!("write {}: {e}", path.display()))
+        }
+    })?;
+    *d.state.lock().unwrap() = new;
+    Ok(())
+}
+
+fn state(d: &Daemon) -> State {
+    d.state.lock().unwrap().clone()
+}
+
+// ---------------------------------------------------------------------------------------
+// Repository: update and the verified index
+
+fn trusted_keys(cfg: &Config) -> ApiResult<Vec<PublicKey>> {
+    let dir = &cfg.paths.keys;
+    let mut keys = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(_) => {
+            return Err(ApiError::new(
+                412,
+                "no_keys",
+                format!(
+                    "no trusted repository keys: {} is missing; put the repository's .pub key there",
+                    dir.display()
+                ),
+            ))
+        }
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("pub") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p)
+            .map_err(|err| ApiError::internal(format!("read {}: {err}", p.display())))?;
+        let key = PublicKey::parse(&text).map_err(|err| {
+            ApiError::new(500, "bad_key", format!("trusted key {}: {err}", p.display()))
+        })?;
+        keys.push(key);
+    }
+    if keys.is_empty() {
+        return Err(ApiError::new(
+            412,
+            "no_keys",
+            format!(
+                "no trusted repository keys in {}: put the repository's .pub key there",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(keys)
+}
+
+fn verify_index(cfg: &Config, index: &[u8], sig: &str) -> ApiResult<Index> {
+    let keys = trusted_keys(cfg)?;
+    let sig = Signature::parse(sig)
+        .map_err(|e| ApiError::new(422, "bad_signature", format!("index.json.sig: {e}")))?;
+    berth_core::signify::verify_with_any(&keys, index, &sig).map_err(|e| {
+        ApiError::new(
+            422,
+            "bad_signature",
+            format!("repository index rejected: {e}"),
+        )
+    })?;
+    Index::parse(index)
+        .map_err(|e| ApiError::new(422, "bad_index", format!("repository index rejected: {e}")))
+}
+
+/// The cached index, verified again against the keys trusted now.
+pub fn load_index(d: &Daemon) -> ApiResult<(Index, RepoCache)> {
+    let path = d.cfg.paths.repository_file();
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(_) => {
+            return Err(ApiError::new(
+                412,
+                "no_index",
+                "no repository index yet: run berth update",
+            ))
+        }
+    };
+    let cache: RepoCache = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            500,
+            "bad_cache",
+            format!("{} is damaged ({e}): run berth update", path.display()),
+        )
+    })?;
+    let index = verify_index(&d.cfg, cache.index.as_bytes(), &cache.signature)?;
+    Ok((index, cache))
+}
+
+fn repository_url(d: &Daemon) -> ApiResult<String> {
+    d.cfg.repository.clone().ok_or_else(|| {
+        ApiError::new(
+            412,
+            "no_repository",
+            "no repository configured: set repository = \"http://…\" in the berth configuration",
+        )
+    })
+}
+
+fn fetch_err(e: fetch::FetchError) -> ApiError {
+    if e.is_no_space() {
+        ApiError::new(507, "no_space", format!("{e}"))
+    } else {
+        ApiError::new(502, "fetch_failed", format!("{e}"))
+    }
+}
+
+pub fn update(d: &Daemon) -> ApiResult<Value> {
+    let _op = d.op.lock().unwrap();
+    let base = repository_url(d)?;
+    let index_url = fetch::join_url(&base, "index.json").map_err(fetch_err)?;
+    let sig_url = fetch::join_url(&base, "index.json.sig").map_err(fetch_err)?;
+    let index = fetch::fetch_bytes(&index_url, INDEX_LIMIT).map_err(fetch_err)?;
+    let sig = fetch::fetch_bytes(&sig_url, SIG_LIMIT).map_err(fetch_err)?;
+    let sig = String::from_utf8(sig)
+        .map_err(|_| ApiError::new(422, "bad_signature", "index.json.sig is not text"))?;
+    let parsed = verify_index(&d.cfg, &index, &sig)?;
+    let index_text = String::from_utf8(index)
+        .map_err(|_| ApiError::new(422, "bad_index", "index.json is not UTF-8"))?;
+    let cache = RepoCache {
+        url: base.clone(),
+        fetched_at: now_s(),
+        index: index_text,
+        signature: sig,
+    };
+    let path = d.cfg.paths.repository_file();
+    write_atomic(
+        &path,
+        &serde_json::to_vec(&cache).expect("serializes"),
+        0o644,
+    )
+    .map_err(|e| ApiError::internal(format!("write {}: {e}", path.display())))?;
+    let st = state(d);
+    let upgradable = upgradable(&st, &parsed);
+    Ok(json!({
+        "repository": base,
+        "packages": parsed.packages.len(),
+        "upgradable": upgradable,
+    }))
+}
+
+fn upgradable(st: &State, index: &Index) -> Vec<Value> {
+    st.packages
+        .values()
+        .filter_map(|p| {
+            let e = index.get(p.name.as_str())?;
+            (e.version > p.version).then(|| {
+                json!({"name": p.name.as_str(), "installed": p.version.to_string(), "available": e.version.to_string()})
+            })
+        })
+        .collect()
+}
+
+pub fn list(d: &Daemon) -> ApiResult<Value> {
+    let st = state(d);
+    let installed: Vec<Value> = st
+        .packages
+        .values()
+        .map(|p| {
+            json!({
+                "name": p.name.as_str(), "version": p.version.to_string(),
+                "description": p.manifest.package.description, "explicit": p.explicit,
+                "sha256": p.sha256, "size": p.size,
+            })
+        })
+        .collect();
+    let (available, upgradable, note) = match load_index(d) {
+        Ok((index, _)) => {
+            let avail: Vec<Value> = index
+                .packages
+                .iter()
+                .map(|e| {
+                    json!({
+                        "name": e.name.as_str(), "version": e.version.to_string(),
+                        "description": e.description, "size": e.size,
+                        "installed": st.packages.get(e.name.as_str()).map(|p| p.version.to_string()),
+                    })
+                })
+                .collect();
+            let up = upgradable(&st, &index);
+            (avail, up, None)
+        }
+        Err(e) => (Vec::new(), Vec::new(), Some(e.message)),
+    };
+    Ok(json!({"installed": installed, "available": available, "upgradable": upgradable, "index_note": note}))
+}
+
+// ---------------------------------------------------------------------------------------
+// Install
+
+pub fn install(
+    d: &Daemon,
+    names: &[String],
+    emit: &mut dyn FnMut(Value),
+) -> ApiResult<Value> {
+    if names.is_empty() {
+        return Err(ApiError::bad_request("install: name at least one package"));
+    }
+    let _op = d.op.lock().unwrap();
+    let (index, cache) = load_index(d)?;
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let closure = index.closure(&refs).map_err(|e| {
+        let code = match e {
+            berth_core::index::IndexError::UnknownPackage(_) => "unknown_package",
+            _ => "bad_index",
+        };
+        ApiError::new(404, code, e.to_string())
+    })?;
+    let old = state(d);
+    // Upgrading a running package in place would pull its root out from under it.
+    for e in &closure {
+        if let Some(p) = old.packages.get(e.name.as_str()) {
+            if p.sha256 != e.sha256 && is_running(d, e.name.as_str()) {
+                return Err(ApiError::new(
+                    409,
+                    "running",
+                    format!(
+                        "{} is running {}; stop it before installing {}",
+                        e.name, p.version, e.version
+                    ),
+                ));
+            }
+        }
+    }
+    let mut new = old.clone();
+    let mut done = Vec::new();
+    for e in &closure {
+        let same = old
+            .packages
+            .get(e.name.as_str())
+            .is_some_and(|p| p.sha256 == e.sha256);
+        let explicit = names.iter().any(|n| n == e.name.as_str())
+            || old.packages.get(e.name.as_str()).is_some_and(|p| p.explicit);
+        if same {
+            if let Some(p) = new.packages.get_mut(e.name.as_str()) {
+                p.explicit = explicit;
+            }
+            continue;
+        }
+        let manifest = fetch_image(d, &cache.url, e, emit)?;
+        new.packages.insert(
+            e.name.to_string(),
+            Installed {
+                name: e.name.clone(),
+                version: e.version.clone(),
+                sha256: e.sha256.clone(),
+                size: e.size,
+                trusted: e.trusted,
+                explicit,
+                depends: e.depends.clone(),
+                manifest,
+                installed_at: now_s(),
+                autostart: old
+                    .packages
+                    .get(e.name.as_str())
+                    .is_some_and(|p| p.autostart),
+            },
+        );
+        done.push(json!({"name": e.name.as_str(), "version": e.version.to_string()}));
+    }
+    fault::point("install.before-commit");
+    commit_state(d, new)?;
+    fault::point("install.committed");
+    let skipped: Vec<&str> = closure
+        .iter()
+        .map(|e| e.name.as_str())
+        .filter(|n| !done.iter().any(|v| v["name"] == *n))
+        .collect();
+    Ok(json!({"installed": done, "unchanged": skipped}))
+}
+
+/// Brings one image into the store (downloading it unless it is already there and intact)
+/// and returns the manifest it carries, checked against the index entry.
+fn fetch_image(
+    d: &Daemon,
+    base: &str,
+    e: &IndexEntry,
+    emit: &mut dyn FnMut(Value),
+) -> ApiResult<Manifest> {
+    let paths = &d.cfg.paths;
+    let image = paths.image(&e.sha256);
+    let label = format!("{}@{}", e.name, e.version);
+    if image.exists() {
+        if let Ok((size, sha)) = hash_file(&image) {
+            if size == e.size && sha == e.sha256 {
+                return read_manifest(d, &image, e);
+            }
+        }
+        // Damaged: fetch it again (the rename below replaces it atomically).
+        log::warn!("{}: store image {} is damaged; fetching it again", label, image.display());
+    }
+    let url = fetch::join_url(base, &e.file).map_err(fetch_err)?;
+    let tmp = paths.store_tmp().join(format!("{}.part", e.sha256));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = File::options()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|err| ApiError::internal(format!("create {}: {err}", tmp.display())))?;
+    let name = e.name.as_str();
+    let total = e.size;
+    let mut last = Instant::now() - Duration::from_secs(1);
+    let mut progress = |p: fetch::Progress| {
+        if last.elapsed() >= Duration::from_millis(100) || p.done == total {
+            last = Instant::now();
+            emit(json!({"event": "progress", "package": name, "done": p.done, "total": total}));
+        }
+    };
+    let cleanup = |err: ApiError| {
+        let _ = std::fs::remove_file(&tmp);
+        err
+    };
+    // One byte more than announced is enough to notice an image larger than the index says.
+    let (size, sha) = fetch::fetch_to(&url, &mut f, e.size + 1, &mut progress).map_err(|err| {
+        cleanup(if err.is_no_space() {
+            ApiError::new(
+                507,
+                "no_space",
+                format!(
+                    "store full: no room for {label} ({} bytes) in {}; nothing was changed (free space with berth gc or berth remove)",
+                    e.size,
+                    paths.store().display()
+                ),
+            )
+        } else {
+            fetch_err(err)
+        })
+    })?;
+    fault::point("install.fetched");
+    if size != e.size {
+        return Err(cleanup(ApiError::new(
+            422,
+            "bad_image",
+            format!("{label}: image is {size} bytes, the index says {}: truncated or replaced download; nothing was changed", e.size),
+        )));
+    }
+    if sha != e.sha256 {
+        return Err(cleanup(ApiError::new(
+            422,
+            "bad_image",
+            format!("{label}: image sha256 is {sha}, the signed index says {}: refusing it; nothing was changed", e.sha256),
+        )));
+    }
+    f.sync_all().map_err(|err| {
+        cleanup(if berth_sys::fsutil::is_enospc(&err) {
+            ApiError::new(507, "no_space", format!("store full while writing {label}"))
+        } else {
+            ApiError::internal(format!("fsync {}: {err}", tmp.display()))
+        })
+    })?;
+    drop(f);
+    let manifest = read_manifest(d, &tmp, e).map_err(cleanup)?;
+    fault::point("install.verified");
+    std::fs::rename(&tmp, &image).map_err(|err| {
+        cleanup(ApiError::internal(format!(
+            "rename {} to {}: {err}",
+            tmp.display(),
+            image.display()
+        )))
+    })?;
+    let _ = fsync_dir(&paths.store());
+    fault::point("install.stored");
+    emit(json!({"event": "fetched", "package": name, "version": e.version.to_string(), "size": size}));
+    Ok(manifest)
+}
+
+fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
+    use sha2::Digest;
+    let mut f = File::open(path)?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut n = 0u64;
+    loop {
+        let k = f.read(&mut buf)?;
+        if k == 0 {
+            break;
+        }
+        n += k as u64;
+        h.update(&buf[..k]);
+    }
+    Ok((n, berth_core::index::hex(&h.finalize())))
+}
+
+/// Mounts an image on a private mount point to read and check the manifest it carries.
+fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> ApiResult<Manifest> {
+    let label = format!("{}@{}", e.name, e.version);
+    let mnt = d
+        .cfg
+        .paths
+        .run
+        .join("mnt")
+        .join(format!(".verify-{}", e.sha256));
+    let _ = berth_sys::mount::umount(&mnt, true);
+    std::fs::create_dir_all(&mnt).map_err(ApiError::internal)?;
+    let result = (|| {
+        berth_sys::loopdev::mount_squashfs(image, &mnt).map_err(|err| {
+            ApiError::new(422, "bad_image", format!("{label}: not a usable squashfs image: {err}"))
+        })?;
+        let text = std::fs::read_to_string(mnt.join(MANIFEST_PATH)).map_err(|err| {
+            ApiError::new(
+                422,
+                "bad_image",
+                format!("{label}: image has no readable /{MANIFEST_PATH}: {err}"),
+            )
+        })?;
+        let m = Manifest::parse(&text).map_err(|err| {
+            ApiError::new(422, "bad_manifest", format!("{label}: {err}"))
+        })?;
+        if m.package.name != e.name || m.package.version != e.version {
+            return Err(ApiError::new(
+                422,
+                "bad_image",
+                format!(
+                    "{label}: the image holds {}@{}, not what the index lists",
+                    m.package.name, m.package.version
+                ),
+            ));
+        }
+        for dir in SKELETON_DIRS {
+            if !mnt.join(dir).is_dir() {
+                return Err(ApiError::new(
+                    422,
+                    "bad_image",
+                    format!("{label}: image lacks the mount point /{dir}; build it with berth pack"),
+                ));
+            }
+        }
+        Ok(m)
+    })();
+    let _ = berth_sys::mount::umount(&mnt, true);
+    let _ = std::fs::remove_dir(&mnt);
+    result
+}
+
+// ---------------------------------------------------------------------------------------
+// Remove and gc
+
+pub fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
+    if names.is_empty() {
+        return Err(ApiError::bad_request("remove: name at least one package"));
+    }
+    let _op = d.op.lock().unwrap();
+    let old = state(d);
+    for n in names {
+        if !old.packages.contains_key(n) {
+            return Err(ApiError::new(
+                404,
+                "not_installed",
+                format!("{n} is not installed"),
+            ));
+        }
+        if is_running(d, n) {
+            return Err(ApiError::new(
+                409,
+                "running",
+                format!("{n} is running: stop it first (berth stop {n})"),
+            ));
+        }
+        let users: Vec<String> = old
+            .dependents(n)
+            .into_iter()
+            .filter(|u| !names.contains(u))
+            .collect();
+        if !users.is_empty() {
+            return Err(ApiError::new(
+                409,
+                "needed",
+                format!("{n} is needed by {}: remove those first", users.join(", ")),
+            ));
+        }
+    }
+    let mut new = old.clone();
+    for n in names {
+        new.packages.remove(n);
+    }
+    commit_state(d, new)?;
+    for n in names {
+        let _ = std::fs::remove_dir_all(d.cfg.paths.lxc_dir(n));
+        let _ = std::fs::remove_file(d.cfg.paths.saved_log(n));
+        let _ = std::fs::remove_file(d.cfg.paths.exit_file(n));
+        if purge {
+            let _ = std::fs::remove_dir_all(d.cfg.paths.data(n));
+        }
+    }
+    Ok(json!({"removed": names, "purged": purge}))
+}
+
+pub fn gc(d: &Daemon) -> ApiResult<Value> {
+    let _op = d.op.lock().unwrap();
+    release_mounts(d);
+    let keep = state(d).referenced_images();
+    let mut removed = Vec::new();
+    let mut freed = 0u64;
+    let store = d.cfg.paths.store();
+    if let Ok(entries) = std::fs::read_dir(&store) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(sha) = name.strip_suffix(".sqfs") else {
+                continue;
+            };
+            if keep.contains(sha) || is_mounted(d, &d.cfg.paths.image_mount(sha)) {
+                continue;
+            }
+            let size = e.metadata().map(|m| m.len()).unwrap_or(0);
+            if std::fs::remove_file(e.path()).is_ok() {
+                freed += size;
+                removed.push(sha.to_string());
+            }
+        }
+    }
+    let _ = fsync_dir(&store);
+    clear_tmp(&d.cfg);
+    Ok(json!({"removed": removed, "freed_bytes": freed}))
+}
+
+fn clear_tmp(cfg: &Config) {
+    if let Ok(entries) = std::fs::read_dir(cfg.paths.store_tmp()) {
+        for e in entries.flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Mounts
+
+fn mounts(d: &Daemon) -> Vec<PathBuf> {
+    berth_sys::mount::mounts_under(Path::new("/proc"), &d.cfg.paths.run)
+        .map(|v| v.into_iter().map(|m| m.mount_point).collect())
+        .unwrap_or_default()
+}
+
+fn is_mounted(d: &Daemon, p: &Path) -> bool {
+    mounts(d).iter().any(|m| m == p)
+}
+
+fn ensure_image_mounted(d: &Daemon, sha: &str) -> ApiResult<PathBuf> {
+    let mnt = d.cfg.paths.image_mount(sha);
+    if is_mounted(d, &mnt) {
+        return Ok(mnt);
+    }
+    std::fs::create_dir_all(&mnt).map_err(ApiError::internal)?;
+    let image = d.cfg.paths.image(sha);
+    berth_sys::loopdev::mount_squashfs(&image, &mnt).map_err(|e| {
+        ApiError::new(
+            500,
+            "mount_failed",
+            format!("cannot mount {}: {e}", image.display()),
+        )
+    })?;
+    Ok(mnt)
+}
+
+/// Image layers (sha256s) of an installed package, top first.
+fn layers(st: &State, p: &Installed) -> ApiResult<Vec<String>> {
+    let image_of = |n: &str| st.packages.get(n).map(|p| p.sha256.clone());
+    let depends_of = |n: &str| {
+        st.packages
+            .get(n)
+            .map(|p| p.depends.iter().map(|d| d.to_string()).collect())
+            .unwrap_or_default()
+    };
+    plan::image_layers(&p.manifest, &p.sha256, &image_of, &depends_of)
+        .map_err(|e| ApiError::new(409, "missing_layer", e.to_string()))
+}
+
+/// Unmounts every image mount and merged root that no running container uses.
+pub fn release_mounts(d: &Daemon) {
+    let st = state(d);
+    let mut used_images = BTreeSet::new();
+    let mut used_roots = BTreeSet::new();
+    for p in st.packages.values() {
+        if is_running(d, p.name.as_str()) {
+            used_roots.insert(d.cfg.paths.rootfs(p.name.as_str()));
+            for l in layers(&st, p).unwrap_or_default() {
+                used_images.insert(d.cfg.paths.image_mount(&l));
+            }
+        }
+    }
+    let rootfs_dir = d.cfg.paths.run.join("rootfs");
+    let mnt_dir = d.cfg.paths.run.join("mnt");
+    // Roots first: they sit on the image mounts.
+    let mut all = mounts(d);
+    all.sort_by_key(|p| !p.starts_with(&rootfs_dir));
+    for m in all {
+        let unused = (m.starts_with(&rootfs_dir) && !used_roots.contains(&m))
+            || (m.starts_with(&mnt_dir) && !used_images.contains(&m));
+        if unused {
+            match berth_sys::mount::umount(&m, false) {
+                Ok(_) => {
+                    let _ = std::fs::remove_dir(&m);
+                }
+                Err(e) => log::warn!("cannot unmount {}: {e}", m.display()),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Containers
+
+fn container(d: &Daemon, name: &str) -> ApiResult<Container> {
+    Container::new(name, &d.cfg.paths.lxcpath).map_err(ApiError::internal)
+}
+
+pub fn is_running(d: &Daemon, name: &str) -> bool {
+    // Without a config LXC knows nothing of the container: not ours, or never started.
+    if !d.cfg.paths.lxc_dir(name).join("config").exists() {
+        return false;
+    }
+    Container::new(name, &d.cfg.paths.lxcpath)
+        .map(|c| c.is_running())
+        .unwrap_or(false)
+}
+
+fn installed(d: &Daemon, name: &str) -> ApiResult<Installed> {
+    state(d).packages.get(name).cloned().ok_or_else(|| {
+        ApiError::new(
+            404,
+            "not_installed",
+            format!("{name} is not installed (berth install {name})"),
+        )
+    })
+}
+
+pub fn start(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
+    let _op = d.op.lock().unwrap();
+    start_locked(d, name)
+}
+
+fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
+    let p = installed(d, name)?;
+    if is_running(d, name) {
+        let pid = container(d, name)?.init_pid().unwrap_or(0);
+        return Err(ApiError::new(
+            409,
+            "already_running",
+            format!("{name} is already running (init pid {pid})"),
+        ));
+    }
+    let paths = &d.cfg.paths;
+    let st = state(d);
+    let layer_shas = layers(&st, &p)?;
+    let mut lowers = Vec::new();
+    for sha in &layer_shas {
+        lowers.push(ensure_image_mounted(d, sha)?);
+    }
+    let rootfs = if lowers.len() == 1 {
+        lowers[0].clone()
+    } else {
+        let root = paths.rootfs(name);
+        let _ = berth_sys::mount::umount(&root, true);
+        std::fs::create_dir_all(&root).map_err(ApiError::internal)?;
+        let refs: Vec<&Path> = lowers.iter().map(PathBuf::as_path).collect();
+        berth_sys::mount::mount_overlay_ro(&refs, &root).map_err(|e| {
+            ApiError::new(500, "mount_failed", format!("{name}: merged root: {e}"))
+        })?;
+        root
+    };
+    let data = paths.data(name);
+    if !data.exists() {
+        std::fs::create_dir_all(&data).map_err(ApiError::internal)?;
+        std::fs::set_permissions(
+            &data,
+            std::os::unix::fs::PermissionsExt::from_mode(0o750),
+        )
+        .map_err(ApiError::internal)?;
+        std::os::unix::fs::chown(
+            &data,
+            Some(p.manifest.entrypoint.user),
+            Some(p.manifest.entrypoint.group),
+        )
+        .map_err(ApiError::internal)?;
+    }
+    let host_base_dirs: Vec<PathBuf> = HOST_BASE_DIRS
+        .iter()
+        .map(PathBuf::from)
+        .filter(|p| p.is_dir())
+        .collect();
+    let text = plan::lxc_config(&ContainerPlan {
+        manifest: &p.manifest,
+        trusted: p.trusted,
+        config: &d.cfg,
+        rootfs,
+        host_base_dirs,
+    })
+    .map_err(|e| ApiError::new(409, "refused", e.to_string()))?;
+    let dir = paths.lxc_dir(name);
+    std::fs::create_dir_all(&dir).map_err(ApiError::internal)?;
+    write_atomic(&dir.join("config"), text.as_bytes(), 0o640).map_err(ApiError::internal)?;
+    remove_stale_cgroups(&d.cfg, name);
+    let args = crate::shim::ShimArgs {
+        name: name.to_string(),
+        lxcpath: paths.lxcpath.clone(),
+        socket: paths.shim_socket(name),
+        ring_bytes: d.cfg.log_ring_bytes,
+        saved_log: paths.saved_log(name),
+        exit_file: paths.exit_file(name),
+        start_timeout: Duration::from_secs(d.cfg.start_timeout_s as u64),
+        argv: p.manifest.entrypoint.argv.clone(),
+    };
+    let t0 = Instant::now();
+    let mut child = Command::new(&d.exe)
+        .args(args.to_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| ApiError::internal(format!("spawn shim for {name}: {e}")))?;
+    let mut out = String::new();
+    let _ = child.stdout.take().map(|mut s| {
+        // One line: "ok PID" or "error: …". Reading to EOF would wait for the shim's exit.
+        let mut b = [0u8; 1];
+        while s.read(&mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
+            out.push(b[0] as char);
+        }
+    });
+    let _ = child.wait();
+    let elapsed = t0.elapsed();
+    let Some(pid) = out.strip_prefix("ok ") else {
+        release_mounts(d);
+        let msg = out.strip_prefix("error: ").unwrap_or(&out).to_string();
+        return Err(ApiError::new(
+            500,
+            "start_failed",
+            if msg.is_empty() {
+                format!("{name}: the shim died before reporting")
+            } else {
+                msg
+            },
+        ));
+    };
+    let pid: i32 = pid.trim().parse().unwrap_or(0);
+    set_autostart(d, name, true)?;
+    watch(d, name);
+    log::info!("started {name} (init pid {pid}) in {} ms", elapsed.as_millis());
+    Ok(json!({"name": name, "init_pid": pid, "start_ms": elapsed.as_secs_f64() * 1000.0}))
+}
+
+fn set_autostart(d: &Daemon, name: &str, on: bool) -> ApiResult<()> {
+    let mut st = state(d);
+    match st.packages.get_mut(name) {
+        Some(p) if p.autostart != on => {
+            p.autostart = on;
+            commit_state(d, st)
+        }
+        _ => Ok(()),
+    }
+}
+
+/// LXC refuses to start when the container's cgroup already exists (a crash may leave one).
+fn remove_stale_cgroups(cfg: &Config, name: &str) {
+    let rels = [
+        format!("{}/{}", cfg.cgroup_parent, name),
+        format!("{}.monitor/{}", cfg.cgroup_parent, name),
+    ];
+    let Ok(hiers) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    let hiers: Vec<PathBuf> = hiers.flatten().map(|e| e.path()).collect();
+    for rel in &rels {
+        for h in hiers.iter().chain(std::iter::once(&PathBuf::from("/sys/fs/cgroup"))) {
+            let p = h.join(rel);
+            if p.is_dir() {
+                // Only empty cgroups can be removed; children first.
+                if let Ok(kids) = std::fs::read_dir(&p) {
+                    for k in kids.flatten() {
+                        if k.path().is_dir() {
+                            let _ = std::fs::remove_dir(k.path());
+                        }
+                    }
+                }
+                let _ = std::fs::remove_dir(&p);
+            }
+        }
+    }
+}
+
+/// A thread that waits for the container's end (blocked on the shim, no polling) and then
+/// releases its mounts.
+pub fn watch(d: &Arc<Daemon>, name: &str) {
+    let d = Arc::clone(d);
+    let name = name.to_string();
+    let _ = std::thread::Builder::new()
+        .name(format!("watch-{name}"))
+        .stack_size(128 * 1024)
+        .spawn(move || {
+            let sock = d.cfg.paths.shim_socket(&name);
+            match crate::shim::request(&sock, "wait") {
+                Ok(mut s) => {
+                    let mut line = String::new();
+                    let _ = s.read_to_string(&mut line);
+                    log::info!("{name} stopped: {}", line.trim());
+                }
+                Err(_) => {
+                    // No shim (killed?): fall back to asking LXC now and then.
+                    while is_running(&d, &name) {
+                        std::thread::sleep(Duration::from_secs(2));
+                    }
+                    log::info!("{name} stopped");
+                }
+            }
+            // Give the shim a moment to finish writing its exit file.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while sock.exists() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _op = d.op.lock().unwrap();
+            if !is_running(&d, &name) {
+                release_mounts(&d);
+            }
+        });
+}
+
+pub fn stop(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<Value> {
+    let _op = d.op.lock().unwrap();
+    stop_locked(d, name, timeout)
+}
+
+fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<Value> {
+    installed(d, name)?;
+    if !is_running(d, name) {
+        return Err(ApiError::new(
+            409,
+            "not_running",
+            format!("{name} is not running"),
+        ));
+    }
+    let c = container(d, name)?;
+    let timeout = timeout.unwrap_or(d.cfg.stop_timeout_s);
+    let t0 = Instant::now();
+    let graceful = c.shutdown(timeout as i32);
+    if !graceful {
+        log::warn!("{name} did not stop within {timeout} s; killing it");
+        c.stop();
+        c.wait("STOPPED", 10);
+    }
+    // The shim saves the log ring and the exit status as soon as the monitor is gone.
+    let sock = d.cfg.paths.shim_socket(name);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sock.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    set_autostart(d, name, false)?;
+    release_mounts(d);
+    let exit = exit_info(d, name);
+    Ok(json!({
+        "name": name, "graceful": graceful,
+        "stop_ms": t0.elapsed().as_secs_f64() * 1000.0, "exit": exit,
+    }))
+}
+
+pub fn restart(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
+    let _op = d.op.lock().unwrap();
+    installed(d, name)?;
+    if is_running(d, name) {
+        stop_locked(d, name, None)?;
+    }
+    start_locked(d, name)
+}
+
+fn exit_info(d: &Daemon, name: &str) -> Value {
+    std::fs::read(d.cfg.paths.exit_file(name))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null)
+}
+
+fn shim_info(d: &Daemon, name: &str) -> Value {
+    crate::shim::request(&d.cfg.paths.shim_socket(name), "info")
+        .ok()
+        .and_then(|mut s| {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut t = String::new();
+            s.read_to_string(&mut t).ok()?;
+            serde_json::from_str(&t).ok()
+        })
+        .unwrap_or(Value::Null)
+}
+
+pub fn status(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
+    let st = state(d);
+    if let Some(n) = name {
+        installed(d, n)?;
+    }
+    let mut containers = Vec::new();
+    for p in st.packages.values() {
+        if name.is_some_and(|n| n != p.name.as_str()) {
+            continue;
+        }
+        let n = p.name.as_str();
+        let running = is_running(d, n);
+        let (lxc_state, pid) = if running {
+            let c = container(d, n)?;
+            (c.state(), c.init_pid())
+        } else {
+            ("STOPPED".to_string(), None)
+        };
+        let info = if running { shim_info(d, n) } else { Value::Null };
+        containers.push(json!({
+            "name": n,
+            "version": p.version.to_string(),
+            "state": lxc_state.to_lowercase(),
+            "init_pid": pid,
+            "started_at": info.get("started_at"),
+            "log_bytes": info.get("log_bytes"),
+            "network": p.manifest.summary().network_mode,
+            "autostart": p.autostart,
+            "last_exit": if running { Value::Null } else { exit_info(d, n) },
+            "image": p.sha256,
+        }));
+    }
+    Ok(json!({
+        "daemon": {
+            "pid": std::process::id(),
+            "version": env!("CARGO_PKG_VERSION"),
+            "uptime_s": d.started.elapsed().as_secs(),
+            "lxcpath": d.cfg.paths.lxcpath,
+        },
+        "containers": containers,
+    }))
+}
+
+/// Logs of a container: the live ring (from its shim) or the ring saved when it stopped.
+pub enum Logs {
+    Live(std::os::unix::net::UnixStream),
+    Saved(Vec<u8>),
+}
+
+pub fn logs(d: &Daemon, name: &str, follow: bool) -> ApiResult<Logs> {
+    installed(d, name)?;
+    let sock = d.cfg.paths.shim_socket(name);
+    if is_running(d, name) {
+        if let Ok(s) = crate::shim::request(&sock, if follow { "follow" } else { "logs" }) {
+            return Ok(Logs::Live(s));
+        }
+    }
+    Ok(Logs::Saved(
+        std::fs::read(d.cfg.paths.saved_log(name)).unwrap_or_default(),
+    ))
+}
+
+// ---------------------------------------------------------------------------------------
+// Start-up
+
+/// Makes the world match the state after a restart or a crash of the daemon: partial
+/// downloads go, running containers are taken over, LXC directories of packages no longer
+/// installed go, unused mounts go, and packages marked autostart start after a reboot.
+pub fn reconcile(d: &Arc<Daemon>) {
+    clear_tmp(&d.cfg);
+    let st = state(d);
+    // Leftover verification mounts of an install that was killed.
+    for m in mounts(d) {
+        if m.file_name()
+            .and_then(|f| f.to_str())
+            .is_some_and(|f| f.starts_with(".verify-"))
+        {
+            let _ = berth_sys::mount::umount(&m, true);
+            let _ = std::fs::remove_dir(&m);
+        }
+    }
+    let mut running = BTreeMap::new();
+    for p in st.packages.values() {
+        let n = p.name.as_str();
+        let r = is_running(d, n);
+        running.insert(n.to_string(), r);
+        if r {
+            log::info!("taking over running container {n}");
+            watch(d, n);
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(&d.cfg.paths.lxcpath) {
+        for e in entries.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if !st.packages.contains_key(&n) && !is_running(d, &n) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
+    release_mounts(d);
+    for p in st.packages.values() {
+        let n = p.name.as_str();
+        // After a reboot /run is empty (no exit file): bring back what was running. A
+        // container that ended while the daemon was away is left for its restart policy.
+        if p.autostart && !running[n] && !d.cfg.paths.exit_file(n).exists() {
+            let _op = d.op.lock().unwrap();
+            match start_locked(d, n) {
+                Ok(_) => log::info!("autostarted {n}"),
+                Err(e) => log::error!("autostart of {n} failed: {e}"),
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! Fault injection for the crash tests: `BERTH_FAULT=install.fetched` (or `install.fetched:2`
+//! for the second time that point is reached) makes the daemon kill itself with SIGKILL right
+//! there, as a power cut or the OOM killer would. Costs one environment lookup per process.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+static SPEC: OnceLock<Option<(String, usize)>> = OnceLock::new();
+static HITS: AtomicUsize = AtomicUsize::new(0);
+
+fn spec() -> &'static Option<(String, usize)> {
+    SPEC.get_or_init(|| {
+        let v = std::env::var("BERTH_FAULT").ok()?;
+        match v.rsplit_once(':') {
+            Some((p, n)) => Some((p.to_string(), n.parse().unwrap_or(1))),
+            None => Some((v, 1)),
+        }
+    })
+}
+
+/// A named point in a multi-step operation where a crash must leave consistent state.
+pub fn point(name: &str) {
+    if let Some((p, nth)) = spec() {
+        if p == name && HITS.fetch_add(1, Ordering::SeqCst) + 1 == *nth {
+            log::warn!("fault injection: SIGKILL at {name}");
+            let _ = berth_sys::process::kill(berth_sys::process::getpid(), libc::SIGKILL);
+        }
+    }
+}

@@ -1,0 +1,483 @@
+//! The shim: one small process per running container, started by the daemon as a re-exec of
+//! `berth` (DESIGN.md decision 2: liblxc's start must not run inside the daemon).
+//!
+//! ```text
+//! berth daemon ──spawn──▶ berth-shim (setsid; owns the log ring and shim/<name>.sock)
+//!                            └─fork──▶ LXC monitor: liblxc start(), execute mode, foreground
+//!                                          └─ init.lxc ─▶ payload (stdout+stderr = shim's pipe)
+//! ```
+//! The shim outlives the daemon: a restarted daemon finds the container through LXC and its
+//! log ring and exit status through the shim's socket. When the container ends, the shim saves
+//! the ring and the exit status under `/run/berth/logs/` (tmpfs) and exits.
+//!
+//! Socket protocol (root only, one line in, then data until close):
+//! `logs` → the ring; `follow` → the ring, then new output until the container ends;
+//! `wait` → blocks until the container ends, then `exit CODE` or `signal N`;
+//! `info` → `{"monitor_pid":…,"init_pid":…,"started_at":…,"log_bytes":…}`.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use berth_sys::lxc::Container;
+use berth_sys::process::{self, ExitStatus, Fork, POLLHUP, POLLIN};
+
+pub struct ShimArgs {
+    pub name: String,
+    pub lxcpath: PathBuf,
+    pub socket: PathBuf,
+    pub ring_bytes: usize,
+    pub saved_log: PathBuf,
+    pub exit_file: PathBuf,
+    pub start_timeout: Duration,
+    pub argv: Vec<String>,
+}
+
+impl ShimArgs {
+    /// The command line the daemon uses to start a shim (after `berth`).
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = vec![
+            "__shim".to_string(),
+            self.name.clone(),
+            self.lxcpath.display().to_string(),
+            self.socket.display().to_string(),
+            self.ring_bytes.to_string(),
+            self.saved_log.display().to_string(),
+            self.exit_file.display().to_string(),
+            self.start_timeout.as_millis().to_string(),
+            "--".to_string(),
+        ];
+        v.extend(self.argv.iter().cloned());
+        v
+    }
+
+    pub fn from_args(args: &[String]) -> Result<ShimArgs> {
+        if args.len() < 9 || args[7] != "--" {
+            bail!("usage: berth __shim NAME LXCPATH SOCKET RING SAVED_LOG EXIT_FILE TIMEOUT_MS -- ARGV…");
+        }
+        Ok(ShimArgs {
+            name: args[0].clone(),
+            lxcpath: args[1].clone().into(),
+            socket: args[2].clone().into(),
+            ring_bytes: args[3].parse().context("ring size")?,
+            saved_log: args[4].clone().into(),
+            exit_file: args[5].clone().into(),
+            start_timeout: Duration::from_millis(args[6].parse().context("timeout")?),
+            argv: args[8..].to_vec(),
+        })
+    }
+}
+
+/// A byte ring: keeps the newest `cap` bytes.
+pub struct Ring {
+    buf: VecDeque<u8>,
+    cap: usize,
+    total: u64,
+}
+
+impl Ring {
+    pub fn new(cap: usize) -> Ring {
+        Ring {
+            buf: VecDeque::new(),
+            cap,
+            total: 0,
+        }
+    }
+    pub fn push(&mut self, data: &[u8]) {
+        self.total += data.len() as u64;
+        let data = &data[data.len().saturating_sub(self.cap)..];
+        let overflow = (self.buf.len() + data.len()).saturating_sub(self.cap);
+        self.buf.drain(..overflow);
+        self.buf.extend(data);
+    }
+    pub fn contents(&self) -> Vec<u8> {
+        let (a, b) = self.buf.as_slices();
+        [a, b].concat()
+    }
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+}
+
+fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Entry point of `berth __shim …`. Stdout is the daemon's pipe: one line `ok INIT_PID` or
+/// `error: …`, then it is closed.
+pub fn run(args: ShimArgs) -> Result<()> {
+    // Detach: the daemon reaps this first process at once; the shim proper is re-parented
+    // (to init or a subreaper) and outlives the daemon.
+    // SAFETY: single-threaded here; the parent only exits.
+    if let Fork::Parent(_) = unsafe { process::fork() }? {
+        process::exit_now(0);
+    }
+    process::setsid().ok();
+    process::set_process_name("berth-shim");
+    let mut report = std::fs::File::from(OwnedFd::from(std::io::stdout().as_fd_owned()?));
+    match start(&args) {
+        Ok((monitor, listener, log_r, sigchld, init_pid)) => {
+            let _ = writeln!(report, "ok {init_pid}");
+            drop(report);
+            // Nothing more goes to the daemon's pipe: it must see EOF.
+            let null = process::dev_null()?;
+            process::dup2(null.as_raw_fd(), 1)?;
+            process::dup2(null.as_raw_fd(), 2)?;
+            serve(&args, monitor, listener, log_r, sigchld, init_pid)
+        }
+        Err(e) => {
+            let _ = writeln!(report, "error: {e:#}");
+            let _ = std::fs::remove_file(&args.socket);
+            std::process::exit(1);
+        }
+    }
+}
+
+trait AsFdOwned {
+    fn as_fd_owned(&self) -> std::io::Result<OwnedFd>;
+}
+impl AsFdOwned for std::io::Stdout {
+    fn as_fd_owned(&self) -> std::io::Result<OwnedFd> {
+        use std::os::fd::AsFd;
+        self.as_fd().try_clone_to_owned()
+    }
+}
+
+type Started = (libc::pid_t, UnixListener, OwnedFd, OwnedFd, i32);
+
+fn start(args: &ShimArgs) -> Result<Started> {
+    if let Some(dir) = args.socket.parent() {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    }
+    let _ = std::fs::remove_file(&args.socket);
+    let listener = UnixListener::bind(&args.socket)
+        .with_context(|| format!("bind {}", args.socket.display()))?;
+    std::fs::set_permissions(&args.socket, std::fs::Permissions::from_mode(0o600))?;
+    let (log_r, log_w) = process::pipe()?;
+    let sigchld = process::sigchld_pipe()?;
+    // Stale results of an earlier run must not be mistaken for this one's.
+    let _ = std::fs::remove_file(&args.exit_file);
+
+    // SAFETY: the shim is single-threaded here; the child calls liblxc and exits.
+    match unsafe { process::fork() }? {
+        Fork::Child => {
+            drop(listener);
+            drop(log_r);
+            process::default_signals();
+            let code = monitor(args, log_w);
+            process::exit_now(code);
+        }
+        Fork::Parent(monitor_pid) => {
+            drop(log_w);
+            let c = Container::new(&args.name, &args.lxcpath)?;
+            let deadline = Instant::now() + args.start_timeout;
+            let mut delay = Duration::from_millis(1);
+            loop {
+                if c.is_running() {
+                    if let Some(pid) = c.init_pid() {
+                        return Ok((monitor_pid, listener, log_r, sigchld, pid));
+                    }
+                }
+                if let Some(st) = process::waitpid(monitor_pid, true)? {
+                    let log = lxc_log_tail(args);
+                    bail!(
+                        "container {} did not start (monitor {}){}",
+                        args.name,
+                        describe(st),
+                        log
+                    );
+                }
+                if Instant::now() > deadline {
+                    let _ = c.stop();
+                    let _ = process::kill(monitor_pid, libc::SIGKILL);
+                    let _ = process::waitpid(monitor_pid, false);
+                    bail!(
+                        "container {} did not reach RUNNING within {} s",
+                        args.name,
+                        args.start_timeout.as_secs()
+                    );
+                }
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+fn describe(st: ExitStatus) -> String {
+    match st {
+        ExitStatus::Exited(c) => format!("exited with {c}"),
+        ExitStatus::Signaled(s) => format!("killed by signal {s}"),
+    }
+}
+
+fn lxc_log_tail(args: &ShimArgs) -> String {
+    let path = args.lxcpath.join(&args.name).join("lxc.log");
+    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let tail = lines[lines.len().saturating_sub(3)..]
+        .iter()
+        .map(|l| l.split(" - ").last().unwrap_or(l).trim())
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(": {tail} (see {})", path.display())
+}
+
+/// The LXC monitor: runs the container in the foreground and returns its exit code.
+fn monitor(args: &ShimArgs, log_w: OwnedFd) -> i32 {
+    let null = match process::dev_null() {
+        Ok(n) => n,
+        Err(_) => return 125,
+    };
+    if process::dup2(null.as_raw_fd(), 0).is_err()
+        || process::dup2(log_w.as_raw_fd(), 1).is_err()
+        || process::dup2(log_w.as_raw_fd(), 2).is_err()
+    {
+        return 125;
+    }
+    drop(log_w);
+    drop(null);
+    // Everything else (the daemon's report pipe, the shim's socket and signal pipe) must not
+    // stay open in the monitor for the container's lifetime.
+    process::close_fds_except(&[]);
+    process::set_process_name("berth-monitor");
+    let c = match Container::new(&args.name, &args.lxcpath) {
+        Ok(c) => c,
+        Err(_) => return 125,
+    };
+    if c.load_config(None).is_err() || c.want_close_all_fds(true).is_err() {
+        return 125;
+    }
+    let argv: Vec<&str> = args.argv.iter().map(String::as_str).collect();
+    let ok = c.start(true, &argv).is_ok();
+    let status = c.error_num();
+    if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else if libc::WIFSIGNALED(status) {
+        128 + libc::WTERMSIG(status)
+    } else if ok {
+        0
+    } else {
+        125
+    }
+}
+
+struct Client {
+    stream: UnixStream,
+    mode: Mode,
+}
+
+#[derive(PartialEq)]
+enum Mode {
+    Follow,
+    Wait,
+}
+
+fn serve(
+    args: &ShimArgs,
+    monitor_pid: libc::pid_t,
+    listener: UnixListener,
+    log_r: OwnedFd,
+    sigchld: OwnedFd,
+    init_pid: i32,
+) -> Result<()> {
+    listener.set_nonblocking(true)?;
+    process::set_nonblocking(log_r.as_raw_fd())?;
+    let mut log = std::fs::File::from(log_r);
+    let mut ring = Ring::new(args.ring_bytes);
+    let mut clients: Vec<Client> = Vec::new();
+    let started_at = now_s();
+    let mut log_open = true;
+    let mut sigf = std::fs::File::from(sigchld);
+    let mut buf = vec![0u8; 16 * 1024];
+    let status = loop {
+        let mut fds = vec![
+            (sigf.as_raw_fd(), POLLIN),
+            (listener.as_raw_fd(), POLLIN),
+        ];
+        if log_open {
+            fds.push((log.as_raw_fd(), POLLIN));
+        }
+        let rev = process::poll(&fds, -1)?;
+        if log_open && rev[2] & (POLLIN | POLLHUP) != 0 {
+            log_open = drain(&mut log, &mut buf, &mut ring, &mut clients);
+        }
+        if rev[1] & POLLIN != 0 {
+            while let Ok((stream, _)) = listener.accept() {
+                if let Some(c) = handle(stream, &ring, monitor_pid, init_pid, started_at) {
+                    clients.push(c);
+                }
+            }
+        }
+        if rev[0] & POLLIN != 0 {
+            let mut b = [0u8; 64];
+            let _ = sigf.read(&mut b);
+            if let Some(st) = process::waitpid(monitor_pid, true)? {
+                break st;
+            }
+        }
+    };
+    // The container is gone: everything it wrote is in the pipe or already read.
+    while log_open {
+        log_open = drain(&mut log, &mut buf, &mut ring, &mut clients);
+        if log_open {
+            // Writers may linger a moment after the monitor (pid namespace teardown).
+            if process::poll(&[(log.as_raw_fd(), POLLIN)], 200)?[0] == 0 {
+                break;
+            }
+        }
+    }
+    let (code, signal) = match status {
+        ExitStatus::Exited(c) if c > 128 && c < 128 + 65 => (None, Some(c - 128)),
+        ExitStatus::Exited(c) => (Some(c), None),
+        ExitStatus::Signaled(s) => (None, Some(s)),
+    };
+    let _ = berth_sys::fsutil::write_atomic(&args.saved_log, &ring.contents(), 0o600);
+    let exit = serde_json::json!({
+        "code": code, "signal": signal, "started_at": started_at, "stopped_at": now_s(),
+        "log_bytes": ring.total(),
+    });
+    let _ = berth_sys::fsutil::write_atomic(&args.exit_file, exit.to_string().as_bytes(), 0o600);
+    let line = match (code, signal) {
+        (_, Some(s)) => format!("signal {s}\n"),
+        (Some(c), None) => format!("exit {c}\n"),
+        (None, None) => "exit 0\n".to_string(),
+    };
+    for mut c in clients {
+        if c.mode == Mode::Wait {
+            let _ = c.stream.write_all(line.as_bytes());
+        }
+    }
+    let _ = std::fs::remove_file(&args.socket);
+    Ok(())
+}
+
+/// Reads what is available from the payload's pipe; false at EOF.
+fn drain(log: &mut std::fs::File, buf: &mut [u8], ring: &mut Ring, clients: &mut Vec<Client>) -> bool {
+    loop {
+        match log.read(buf) {
+            Ok(0) => return false,
+            Ok(n) => {
+                ring.push(&buf[..n]);
+                // A follower that cannot keep up is dropped: a slow reader must never block
+                // the container's output (its pipe would fill and stall the payload).
+                clients.retain_mut(|c| c.mode != Mode::Follow || c.stream.write_all(&buf[..n]).is_ok());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn handle(
+    mut stream: UnixStream,
+    ring: &Ring,
+    monitor_pid: libc::pid_t,
+    init_pid: i32,
+    started_at: u64,
+) -> Option<Client> {
+    stream.set_nonblocking(false).ok()?;
+    stream.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+    stream.set_write_timeout(Some(Duration::from_millis(500))).ok()?;
+    let mut line = [0u8; 32];
+    let mut n = 0;
+    while n < line.len() {
+        match stream.read(&mut line[n..]) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                if line[..n].contains(&b'\n') {
+                    break;
+                }
+            }
+            Err(_) => return None,
+        }
+    }
+    let cmd = std::str::from_utf8(&line[..n]).ok()?.trim();
+    match cmd {
+        "logs" => {
+            let _ = stream.write_all(&ring.contents());
+            None
+        }
+        "follow" => {
+            stream.write_all(&ring.contents()).ok()?;
+            Some(Client {
+                stream,
+                mode: Mode::Follow,
+            })
+        }
+        "wait" => {
+            stream.set_write_timeout(None).ok()?;
+            Some(Client {
+                stream,
+                mode: Mode::Wait,
+            })
+        }
+        "info" => {
+            let info = serde_json::json!({
+                "monitor_pid": monitor_pid, "init_pid": init_pid,
+                "started_at": started_at, "log_bytes": ring.total(),
+            });
+            let _ = stream.write_all(info.to_string().as_bytes());
+            None
+        }
+        _ => {
+            let _ = stream.write_all(b"error: unknown request\n");
+            None
+        }
+    }
+}
+
+/// Client side (daemon): one request to a container's shim.
+pub fn request(socket: &std::path::Path, what: &str) -> std::io::Result<UnixStream> {
+    let mut s = UnixStream::connect(socket)?;
+    s.write_all(format!("{what}\n").as_bytes())?;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_keeps_the_newest_bytes() {
+        let mut r = Ring::new(8);
+        r.push(b"hello ");
+        r.push(b"world");
+        assert_eq!(r.contents(), b"lo world");
+        r.push(b"0123456789abc");
+        assert_eq!(r.contents(), b"56789abc");
+        assert_eq!(r.total(), 24);
+    }
+
+    #[test]
+    fn args_round_trip() {
+        let a = ShimArgs {
+            name: "web".into(),
+            lxcpath: "/run/berth/lxc".into(),
+            socket: "/run/berth/shim/web.sock".into(),
+            ring_bytes: 65536,
+            saved_log: "/run/berth/logs/web.log".into(),
+            exit_file: "/run/berth/logs/web.exit".into(),
+            start_timeout: Duration::from_secs(30),
+            argv: vec!["/bin/httpd".into(), "-f".into(), "--".into()],
+        };
+        let v = a.to_args();
+        let b = ShimArgs::from_args(&v[1..]).unwrap();
+        assert_eq!(b.argv, a.argv);
+        assert_eq!(b.ring_bytes, 65536);
+        assert_eq!(b.start_timeout, Duration::from_secs(30));
+    }
+}
