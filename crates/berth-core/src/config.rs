@@ -178,7 +178,10 @@ impl Config {
             if p.is_absolute() {
                 Ok(p)
             } else {
-                Err(value_err(key, format!("{} is not an absolute path", p.display())))
+                Err(value_err(
+                    key,
+                    format!("{} is not an absolute path", p.display()),
+                ))
             }
         };
         let state = absolute("paths.state", raw.paths.state, "/var/lib/berth".into())?;
@@ -265,16 +268,25 @@ mod tests {
 
     #[test]
     fn errors_name_the_line_and_key() {
-        let e = Config::parse("[paths]\nstate = \"/x\"\nbogus = 1\n", "/etc/berth/berth.toml")
-            .unwrap_err()
-            .to_string();
+        let e = Config::parse(
+            "[paths]\nstate = \"/x\"\nbogus = 1\n",
+            "/etc/berth/berth.toml",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("line 3"), "{e}");
         assert!(e.contains("bogus"), "{e}");
-        let e = Config::parse("repository = \"https://x\"", "f").unwrap_err().to_string();
+        let e = Config::parse("repository = \"https://x\"", "f")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("repository") && e.contains("http://"), "{e}");
-        let e = Config::parse("[paths]\nstate = \"rel\"", "f").unwrap_err().to_string();
+        let e = Config::parse("[paths]\nstate = \"rel\"", "f")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("paths.state") && e.contains("absolute"), "{e}");
-        let e = Config::parse("[containers]\nlog_ring = \"1G\"", "f").unwrap_err().to_string();
+        let e = Config::parse("[containers]\nlog_ring = \"1G\"", "f")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("log_ring"), "{e}");
         let e = Config::parse("[containers]\ncgroup_parent = \"../x\"", "f")
             .unwrap_err()

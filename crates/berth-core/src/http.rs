@@ -61,8 +61,7 @@ pub fn parse_head(head: &[u8]) -> Result<(Request, usize), HttpError> {
     let mut lines = text.split("\r\n");
     let first = lines.next().unwrap_or_default();
     let mut parts = first.split(' ');
-    let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next())
-    {
+    let (method, target, version) = match (parts.next(), parts.next(), parts.next(), parts.next()) {
         (Some(m), Some(t), Some(v), None) if !m.is_empty() && t.starts_with('/') => (m, t, v),
         _ => return Err(HttpError::BadRequestLine(first.chars().take(80).collect())),
     };
@@ -171,7 +170,8 @@ mod tests {
 
     #[test]
     fn parses_a_request() {
-        let raw = b"POST /v1/install?follow=1&x HTTP/1.1\r\nHost: berth\r\nContent-Length: 5\r\n\r\n";
+        let raw =
+            b"POST /v1/install?follow=1&x HTTP/1.1\r\nHost: berth\r\nContent-Length: 5\r\n\r\n";
         assert_eq!(head_end(raw), Some(raw.len()));
         let (r, len) = parse_head(raw).unwrap();
         assert_eq!(r.method, "POST");
@@ -185,9 +185,18 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        assert!(matches!(parse_head(b"GET\r\n\r\n"), Err(HttpError::BadRequestLine(_))));
-        assert!(matches!(parse_head(b"get / HTTP/1.1\r\n\r\n"), Err(HttpError::BadRequestLine(_))));
-        assert!(matches!(parse_head(b"GET / HTTP/2\r\n\r\n"), Err(HttpError::BadVersion(_))));
+        assert!(matches!(
+            parse_head(b"GET\r\n\r\n"),
+            Err(HttpError::BadRequestLine(_))
+        ));
+        assert!(matches!(
+            parse_head(b"get / HTTP/1.1\r\n\r\n"),
+            Err(HttpError::BadRequestLine(_))
+        ));
+        assert!(matches!(
+            parse_head(b"GET / HTTP/2\r\n\r\n"),
+            Err(HttpError::BadVersion(_))
+        ));
         assert!(matches!(
             parse_head(b"GET / HTTP/1.1\r\nNoColon\r\n\r\n"),
             Err(HttpError::BadHeader(_))
@@ -200,7 +209,10 @@ mod tests {
             parse_head(b"GET / HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n"),
             Err(HttpError::BodyTooLarge)
         );
-        assert_eq!(parse_head(&[b'a'; MAX_HEAD + 1]), Err(HttpError::HeadTooLarge));
+        assert_eq!(
+            parse_head(&[b'a'; MAX_HEAD + 1]),
+            Err(HttpError::HeadTooLarge)
+        );
         assert_eq!(parse_head(&[0xff, 0xfe]), Err(HttpError::NotUtf8));
     }
 

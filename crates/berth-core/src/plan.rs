@@ -197,7 +197,10 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
     for (k, v) in env {
         line("lxc.environment", &format!("{k}={v}"))?;
     }
-    line("lxc.cgroup.dir.container", &format!("{}/{}", cfg.cgroup_parent, name))?;
+    line(
+        "lxc.cgroup.dir.container",
+        &format!("{}/{}", cfg.cgroup_parent, name),
+    )?;
     line(
         "lxc.cgroup.dir.monitor",
         &format!("{}.monitor/{}", cfg.cgroup_parent, name),
@@ -301,10 +304,7 @@ mod tests {
         let m = manifest("");
         let mut p = plan(&m, &cfg);
         p.rootfs = "/x\nlxc.cap.keep = all".into();
-        assert!(matches!(
-            lxc_config(&p),
-            Err(PlanError::UnsafeValue { .. })
-        ));
+        assert!(matches!(lxc_config(&p), Err(PlanError::UnsafeValue { .. })));
     }
 
     #[test]

@@ -135,7 +135,8 @@ mod tests {
     fn round_trip_and_queries() {
         let mut s = State::default();
         s.packages.insert("lib".into(), installed("lib", &[], "aa"));
-        s.packages.insert("app".into(), installed("app", &["lib"], "bb"));
+        s.packages
+            .insert("app".into(), installed("app", &["lib"], "bb"));
         let back = State::parse(&s.to_json()).unwrap();
         assert_eq!(back, s);
         assert_eq!(s.dependents("lib"), vec!["app".to_string()]);
@@ -154,7 +155,8 @@ mod tests {
             Err(StateError::Format(9))
         ));
         let mut s = State::default();
-        s.packages.insert("other".into(), installed("lib", &[], "aa"));
+        s.packages
+            .insert("other".into(), installed("lib", &[], "aa"));
         assert!(State::parse(&s.to_json()).is_err());
     }
 }

@@ -75,7 +75,8 @@ pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
 
 /// True if a process with this pid exists (it may be a zombie).
 pub fn alive(pid: libc::pid_t) -> bool {
-    pid > 0 && (kill(pid, 0).is_ok() || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
+    pid > 0
+        && (kill(pid, 0).is_ok() || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
 }
 
 /// Immediately ends the process without running destructors or atexit handlers (for forked
@@ -164,7 +165,7 @@ pub fn sigchld_pipe() -> io::Result<OwnedFd> {
     set_nonblocking(w.as_raw_fd())?;
     SIGCHLD_PIPE.store(w.as_raw_fd(), Ordering::Relaxed);
     std::mem::forget(w); // the handler writes to it for the rest of the process's life
-    // SAFETY: a zeroed sigaction is a valid starting point; we set the handler and flags.
+                         // SAFETY: a zeroed sigaction is a valid starting point; we set the handler and flags.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = on_sigchld as *const () as usize;
     sa.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;

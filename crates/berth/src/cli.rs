@@ -156,7 +156,10 @@ impl Args {
         match self.pos.as_slice() {
             [x] => Ok(x),
             [] => Err(usage(format!("missing {what}"))),
-            _ => Err(usage(format!("expected one {what}, got {}", self.pos.len()))),
+            _ => Err(usage(format!(
+                "expected one {what}, got {}",
+                self.pos.len()
+            ))),
         }
     }
 }
@@ -174,17 +177,26 @@ fn run(g: &Global, rest: &[String]) -> Result<i32> {
     let args = &rest[1..];
     match cmd {
         "daemon" => {
-            parse_args(args, &[], &[])?.pos.is_empty().then_some(()).ok_or_else(|| usage("daemon takes no arguments"))?;
+            parse_args(args, &[], &[])?
+                .pos
+                .is_empty()
+                .then_some(())
+                .ok_or_else(|| usage("daemon takes no arguments"))?;
             crate::logger::init("berth");
             crate::daemon::run(load_config(g)?)?;
             Ok(0)
         }
         "version" | "--version" => {
-            let v = json!({"version": env!("CARGO_PKG_VERSION"), "liblxc": berth_sys::lxc::version()});
+            let v =
+                json!({"version": env!("CARGO_PKG_VERSION"), "liblxc": berth_sys::lxc::version()});
             if g.json {
                 print_json(&v);
             } else {
-                println!("berth {} (liblxc {})", env!("CARGO_PKG_VERSION"), berth_sys::lxc::version());
+                println!(
+                    "berth {} (liblxc {})",
+                    env!("CARGO_PKG_VERSION"),
+                    berth_sys::lxc::version()
+                );
             }
             Ok(0)
         }
@@ -192,7 +204,9 @@ fn run(g: &Global, rest: &[String]) -> Result<i32> {
         "key" => {
             let a = parse_args(args, &["-o", "--output", "--comment"], &[])?;
             if a.pos.first().map(String::as_str) != Some("generate") || a.pos.len() != 1 {
-                return Err(usage("usage: berth key generate -o PREFIX [--comment TEXT]"));
+                return Err(usage(
+                    "usage: berth key generate -o PREFIX [--comment TEXT]",
+                ));
             }
             let prefix = a
                 .value(&["-o", "--output"])
@@ -280,7 +294,12 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                     v["packages"]
                 );
                 for u in v["upgradable"].as_array().into_iter().flatten() {
-                    println!("  upgradable: {} {} -> {}", u["name"].as_str().unwrap_or(""), u["installed"].as_str().unwrap_or(""), u["available"].as_str().unwrap_or(""));
+                    println!(
+                        "  upgradable: {} {} -> {}",
+                        u["name"].as_str().unwrap_or(""),
+                        u["installed"].as_str().unwrap_or(""),
+                        u["available"].as_str().unwrap_or("")
+                    );
                 }
             }
             Ok(0)
@@ -304,7 +323,12 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                 table(
                     &["NAME", "VERSION", "SIZE", "DESCRIPTION"],
                     v["installed"].as_array().into_iter().flatten().map(|p| {
-                        vec![s(&p["name"]), s(&p["version"]), size(&p["size"]), s(&p["description"])]
+                        vec![
+                            s(&p["name"]),
+                            s(&p["version"]),
+                            size(&p["size"]),
+                            s(&p["description"]),
+                        ]
                     }),
                 );
             }
@@ -316,7 +340,13 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                 table(
                     &["NAME", "VERSION", "SIZE", "INSTALLED", "DESCRIPTION"],
                     v["available"].as_array().into_iter().flatten().map(|p| {
-                        vec![s(&p["name"]), s(&p["version"]), size(&p["size"]), s(&p["installed"]), s(&p["description"])]
+                        vec![
+                            s(&p["name"]),
+                            s(&p["version"]),
+                            size(&p["size"]),
+                            s(&p["installed"]),
+                            s(&p["description"]),
+                        ]
                     }),
                 );
             }
@@ -324,9 +354,11 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                 println!("upgradable:");
                 table(
                     &["NAME", "INSTALLED", "AVAILABLE"],
-                    v["upgradable"].as_array().into_iter().flatten().map(|p| {
-                        vec![s(&p["name"]), s(&p["installed"]), s(&p["available"])]
-                    }),
+                    v["upgradable"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|p| vec![s(&p["name"]), s(&p["installed"]), s(&p["available"])]),
                 );
             }
             Ok(0)
@@ -356,12 +388,23 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                         );
                     }
                     Some("fetched") => {
-                        let _ = writeln!(err, "\r\x1b[Kfetched {} {}", s(&e["package"]), s(&e["version"]));
+                        let _ = writeln!(
+                            err,
+                            "\r\x1b[Kfetched {} {}",
+                            s(&e["package"]),
+                            s(&e["version"])
+                        );
                     }
                     _ => {}
                 }
             };
-            let r = client::call_stream(sock, "POST", "/v1/install", Some(&json!({"names": a.pos})), &mut on_event);
+            let r = client::call_stream(
+                sock,
+                "POST",
+                "/v1/install",
+                Some(&json!({"names": a.pos})),
+                &mut on_event,
+            );
             if tty {
                 eprint!("\r\x1b[K");
             }
@@ -383,12 +426,24 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
             if a.pos.is_empty() {
                 return Err(usage("remove needs at least one package name"));
             }
-            let v = client::call(sock, "POST", "/v1/remove", Some(&json!({"names": a.pos, "purge": a.has("--purge")})))?;
+            let v = client::call(
+                sock,
+                "POST",
+                "/v1/remove",
+                Some(&json!({"names": a.pos, "purge": a.has("--purge")})),
+            )?;
             if g.json {
                 print_json(&v);
             } else {
                 for n in &a.pos {
-                    println!("removed {n}{}", if a.has("--purge") { " and its data" } else { "" });
+                    println!(
+                        "removed {n}{}",
+                        if a.has("--purge") {
+                            " and its data"
+                        } else {
+                            ""
+                        }
+                    );
                 }
             }
             Ok(0)
@@ -396,11 +451,20 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
         "start" | "restart" => {
             let a = parse_args(args, &[], &[])?;
             let name = a.one("package name")?;
-            let v = client::call(sock, "POST", &format!("/v1/{cmd}"), Some(&json!({"name": name})))?;
+            let v = client::call(
+                sock,
+                "POST",
+                &format!("/v1/{cmd}"),
+                Some(&json!({"name": name})),
+            )?;
             if g.json {
                 print_json(&v);
             } else {
-                println!("{}ed {name} (init pid {})", if cmd == "start" { "start" } else { "restart" }, v["init_pid"]);
+                println!(
+                    "{}ed {name} (init pid {})",
+                    if cmd == "start" { "start" } else { "restart" },
+                    v["init_pid"]
+                );
             }
             Ok(0)
         }
@@ -408,16 +472,28 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
             let a = parse_args(args, &["-t", "--timeout"], &[])?;
             let name = a.one("package name")?;
             let timeout: Option<u32> = match a.value(&["-t", "--timeout"]) {
-                Some(t) => Some(t.parse().map_err(|_| usage(format!("-t {t}: expected seconds")))?),
+                Some(t) => Some(
+                    t.parse()
+                        .map_err(|_| usage(format!("-t {t}: expected seconds")))?,
+                ),
                 None => None,
             };
-            let v = client::call(sock, "POST", "/v1/stop", Some(&json!({"name": name, "timeout": timeout})))?;
+            let v = client::call(
+                sock,
+                "POST",
+                "/v1/stop",
+                Some(&json!({"name": name, "timeout": timeout})),
+            )?;
             if g.json {
                 print_json(&v);
             } else {
                 println!(
                     "stopped {name}{}",
-                    if v["graceful"] == true { "" } else { " (killed after the timeout)" }
+                    if v["graceful"] == true {
+                        ""
+                    } else {
+                        " (killed after the timeout)"
+                    }
                 );
             }
             Ok(0)
@@ -435,12 +511,28 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                 return Ok(0);
             }
             let d = &v["daemon"];
-            println!("berth daemon {} (pid {}), up {}", s(&d["version"]), d["pid"], dur(d["uptime_s"].as_u64().unwrap_or(0)));
+            println!(
+                "berth daemon {} (pid {}), up {}",
+                s(&d["version"]),
+                d["pid"],
+                dur(d["uptime_s"].as_u64().unwrap_or(0))
+            );
             let now = crate::daemon::ops::now_s();
             table(
-                &["NAME", "VERSION", "STATE", "PID", "UPTIME", "NETWORK", "LAST EXIT"],
+                &[
+                    "NAME",
+                    "VERSION",
+                    "STATE",
+                    "PID",
+                    "UPTIME",
+                    "NETWORK",
+                    "LAST EXIT",
+                ],
                 v["containers"].as_array().into_iter().flatten().map(|c| {
-                    let up = c["started_at"].as_u64().map(|t| dur(now.saturating_sub(t))).unwrap_or_else(|| "-".into());
+                    let up = c["started_at"]
+                        .as_u64()
+                        .map(|t| dur(now.saturating_sub(t)))
+                        .unwrap_or_else(|| "-".into());
                     let exit = &c["last_exit"];
                     let last = if exit.is_null() {
                         "-".to_string()
@@ -449,7 +541,15 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                     } else {
                         format!("exit {}", exit["code"])
                     };
-                    vec![s(&c["name"]), s(&c["version"]), s(&c["state"]), s(&c["init_pid"]), up, s(&c["network"]), last]
+                    vec![
+                        s(&c["name"]),
+                        s(&c["version"]),
+                        s(&c["state"]),
+                        s(&c["init_pid"]),
+                        up,
+                        s(&c["network"]),
+                        last,
+                    ]
                 }),
             );
             Ok(0)
@@ -458,12 +558,24 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
             let a = parse_args(args, &[], &["-f", "--follow"])?;
             let name = a.one("package name")?;
             let follow = a.has("-f") || a.has("--follow");
-            let (status, mut r) = client::send(sock, "GET", &format!("/v1/logs?name={name}{}", if follow { "&follow=1" } else { "" }), None)?;
+            let (status, mut r) = client::send(
+                sock,
+                "GET",
+                &format!(
+                    "/v1/logs?name={name}{}",
+                    if follow { "&follow=1" } else { "" }
+                ),
+                None,
+            )?;
             if status != 200 {
                 let mut t = String::new();
                 r.read_to_string(&mut t)?;
                 let v: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
-                bail!(DaemonError { status, code: s(&v["code"]), message: s(&v["error"]) });
+                bail!(DaemonError {
+                    status,
+                    code: s(&v["code"]),
+                    message: s(&v["error"])
+                });
             }
             let mut out = std::io::stdout();
             let mut buf = [0u8; 8192];
@@ -527,11 +639,18 @@ fn check(g: &Global) -> Result<i32> {
                 f.name,
                 shown,
                 if f.required { " (required)" } else { "" },
-                if f.detail.is_empty() { String::new() } else { format!("  {}", f.detail) }
+                if f.detail.is_empty() {
+                    String::new()
+                } else {
+                    format!("  {}", f.detail)
+                }
             );
         }
         if !missing.is_empty() {
-            println!("\nberth cannot run here: {} required feature(s) missing", missing.len());
+            println!(
+                "\nberth cannot run here: {} required feature(s) missing",
+                missing.len()
+            );
         }
     }
     Ok(if missing.is_empty() { 0 } else { 1 })

@@ -100,8 +100,8 @@ pub fn call(sock: &Path, method: &str, path: &str, body: Option<&Value>) -> Resu
     let (status, mut r) = send(sock, method, path, body)?;
     let mut text = String::new();
     r.read_to_string(&mut text)?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| anyhow!("malformed JSON from the daemon: {e}"))?;
+    let v: Value =
+        serde_json::from_str(&text).map_err(|e| anyhow!("malformed JSON from the daemon: {e}"))?;
     if status != 200 {
         return Err(error_from(status, &v));
     }
@@ -127,8 +127,8 @@ pub fn call_stream(
     }
     for line in r.lines() {
         let line = line?;
-        let v: Value =
-            serde_json::from_str(&line).map_err(|e| anyhow!("malformed event from the daemon: {e}"))?;
+        let v: Value = serde_json::from_str(&line)
+            .map_err(|e| anyhow!("malformed event from the daemon: {e}"))?;
         match v["event"].as_str() {
             Some("done") => return Ok(v["result"].clone()),
             Some("error") => {

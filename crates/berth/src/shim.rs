@@ -122,7 +122,7 @@ pub fn run(args: ShimArgs) -> Result<()> {
     }
     process::setsid().ok();
     process::set_process_name("berth-shim");
-    let mut report = std::fs::File::from(OwnedFd::from(std::io::stdout().as_fd_owned()?));
+    let mut report = std::fs::File::from(std::io::stdout().as_fd_owned()?);
     match start(&args) {
         Ok((monitor, listener, log_r, sigchld, init_pid)) => {
             let _ = writeln!(report, "ok {init_pid}");
@@ -130,8 +130,11 @@ pub fn run(args: ShimArgs) -> Result<()> {
             // Nothing more goes to the daemon's pipe: it must see EOF.
             let null = process::dev_null()?;
             process::dup2(null.as_raw_fd(), 1)?;
-            process::dup2(null.as_raw_fd(), 2)?;
-            serve(&args, monitor, listener, log_r, sigchld, init_pid)
+            let r = serve(&args, monitor, listener, log_r, sigchld, init_pid);
+            if let Err(e) = &r {
+                log::error!("{}: {e:#}", args.name);
+            }
+            r
         }
         Err(e) => {
             let _ = writeln!(report, "error: {e:#}");
@@ -256,7 +259,12 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd) -> i32 {
         Ok(c) => c,
         Err(_) => return 125,
     };
-    if c.load_config(None).is_err() || c.want_close_all_fds(true).is_err() {
+    // liblxc daemonizes by default; in the foreground this process is the monitor, the
+    // payload inherits the log pipe, and the start returns with the container's end.
+    if c.load_config(None).is_err()
+        || c.want_daemonize(false).is_err()
+        || c.want_close_all_fds(true).is_err()
+    {
         return 125;
     }
     let argv: Vec<&str> = args.argv.iter().map(String::as_str).collect();
@@ -302,10 +310,7 @@ fn serve(
     let mut sigf = std::fs::File::from(sigchld);
     let mut buf = vec![0u8; 16 * 1024];
     let status = loop {
-        let mut fds = vec![
-            (sigf.as_raw_fd(), POLLIN),
-            (listener.as_raw_fd(), POLLIN),
-        ];
+        let mut fds = vec![(sigf.as_raw_fd(), POLLIN), (listener.as_raw_fd(), POLLIN)];
         if log_open {
             fds.push((log.as_raw_fd(), POLLIN));
         }
@@ -364,7 +369,12 @@ fn serve(
 }
 
 /// Reads what is available from the payload's pipe; false at EOF.
-fn drain(log: &mut std::fs::File, buf: &mut [u8], ring: &mut Ring, clients: &mut Vec<Client>) -> bool {
+fn drain(
+    log: &mut std::fs::File,
+    buf: &mut [u8],
+    ring: &mut Ring,
+    clients: &mut Vec<Client>,
+) -> bool {
     loop {
         match log.read(buf) {
             Ok(0) => return false,
@@ -372,7 +382,9 @@ fn drain(log: &mut std::fs::File, buf: &mut [u8], ring: &mut Ring, clients: &mut
                 ring.push(&buf[..n]);
                 // A follower that cannot keep up is dropped: a slow reader must never block
                 // the container's output (its pipe would fill and stall the payload).
-                clients.retain_mut(|c| c.mode != Mode::Follow || c.stream.write_all(&buf[..n]).is_ok());
+                clients.retain_mut(|c| {
+                    c.mode != Mode::Follow || c.stream.write_all(&buf[..n]).is_ok()
+                });
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -389,8 +401,12 @@ fn handle(
     started_at: u64,
 ) -> Option<Client> {
     stream.set_nonblocking(false).ok()?;
-    stream.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
-    stream.set_write_timeout(Some(Duration::from_millis(500))).ok()?;
+    stream
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    stream
+        .set_write_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
     let mut line = [0u8; 32];
     let mut n = 0;
     while n < line.len() {

@@ -44,8 +44,9 @@ struct NameBody {
 }
 
 fn body<T: for<'a> Deserialize<'a>>(req: &Request) -> ApiResult<T> {
-    serde_json::from_slice(&req.body)
-        .map_err(|e| ApiError::bad_request(format!("{} {}: bad JSON body: {e}", req.method, req.path)))
+    serde_json::from_slice(&req.body).map_err(|e| {
+        ApiError::bad_request(format!("{} {}: bad JSON body: {e}", req.method, req.path))
+    })
 }
 
 fn check_name(n: &str) -> ApiResult<String> {
@@ -75,12 +76,21 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
         ("POST", "/v1/update") => Action::Update,
         ("POST", "/v1/install") => {
             let b: NamesBody = body(req)?;
-            Action::Install(b.names.iter().map(|n| check_name(n)).collect::<ApiResult<_>>()?)
+            Action::Install(
+                b.names
+                    .iter()
+                    .map(|n| check_name(n))
+                    .collect::<ApiResult<_>>()?,
+            )
         }
         ("POST", "/v1/remove") => {
             let b: NamesBody = body(req)?;
             Action::Remove {
-                names: b.names.iter().map(|n| check_name(n)).collect::<ApiResult<_>>()?,
+                names: b
+                    .names
+                    .iter()
+                    .map(|n| check_name(n))
+                    .collect::<ApiResult<_>>()?,
                 purge: b.purge,
             }
         }
@@ -98,11 +108,24 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
             follow: req.query_flag("follow"),
         },
         ("POST", "/v1/gc") => Action::Gc,
-        (_, "/v1/ping" | "/v1/status" | "/v1/packages" | "/v1/update" | "/v1/install"
-        | "/v1/remove" | "/v1/start" | "/v1/stop" | "/v1/restart" | "/v1/logs" | "/v1/gc") => {
-            return Err(ApiError::new(405, "method_not_allowed", format!("{m} not allowed on {path}")))
+        (
+            _,
+            "/v1/ping" | "/v1/status" | "/v1/packages" | "/v1/update" | "/v1/install"
+            | "/v1/remove" | "/v1/start" | "/v1/stop" | "/v1/restart" | "/v1/logs" | "/v1/gc",
+        ) => {
+            return Err(ApiError::new(
+                405,
+                "method_not_allowed",
+                format!("{m} not allowed on {path}"),
+            ))
         }
-        _ => return Err(ApiError::new(404, "not_found", format!("no such endpoint {path}"))),
+        _ => {
+            return Err(ApiError::new(
+                404,
+                "not_found",
+                format!("no such endpoint {path}"),
+            ))
+        }
     })
 }
 
@@ -142,7 +165,9 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
             let r = ops::install(d, &names, &mut emit);
             let last = match r {
                 Ok(v) => json!({"event": "done", "result": v}),
-                Err(e) => json!({"event": "error", "status": e.status, "code": e.code, "error": e.message}),
+                Err(e) => {
+                    json!({"event": "error", "status": e.status, "code": e.code, "error": e.message})
+                }
             };
             let _ = stream.write_all(format!("{last}\n").as_bytes());
         }
@@ -185,7 +210,10 @@ mod tests {
     use super::*;
 
     fn req(m: &str, path: &str, body: &str) -> Request {
-        let raw = format!("{m} {path} HTTP/1.1\r\nContent-Length: {}\r\n\r\n", body.len());
+        let raw = format!(
+            "{m} {path} HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
         let (mut r, _) = http::parse_head(raw.as_bytes()).unwrap();
         r.body = body.as_bytes().to_vec();
         r
@@ -200,11 +228,17 @@ mod tests {
         );
         assert_eq!(
             parse(&req("POST", "/v1/stop", r#"{"name":"web","timeout":3}"#)).unwrap(),
-            Action::Stop { name: "web".into(), timeout: Some(3) }
+            Action::Stop {
+                name: "web".into(),
+                timeout: Some(3)
+            }
         );
         assert_eq!(
             parse(&req("GET", "/v1/logs?name=web&follow=1", "")).unwrap(),
-            Action::Logs { name: "web".into(), follow: true }
+            Action::Logs {
+                name: "web".into(),
+                follow: true
+            }
         );
         assert_eq!(
             parse(&req("GET", "/v1/status?name=web", "")).unwrap(),

@@ -106,8 +106,7 @@ pub fn run(cfg: Config) -> Result<()> {
     ops::reconcile(&d);
     let sock = d.cfg.paths.admin_socket();
     let _ = std::fs::remove_file(&sock);
-    let listener =
-        UnixListener::bind(&sock).with_context(|| format!("bind {}", sock.display()))?;
+    let listener = UnixListener::bind(&sock).with_context(|| format!("bind {}", sock.display()))?;
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))?;
     log::info!(
         "berth daemon {} ready on {} (pid {})",

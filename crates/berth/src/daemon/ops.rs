@@ -81,16 +81,14 @@ fn trusted_keys(cfg: &Config) -> ApiResult<Vec<PublicKey>> {
     let mut keys = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
-        Err(_) => {
-            return Err(ApiError::new(
-                412,
-                "no_keys",
-                format!(
-                    "no trusted repository keys: {} is missing; put the repository's .pub key there",
-                    dir.display()
-                ),
-            ))
-        }
+        Err(_) => return Err(ApiError::new(
+            412,
+            "no_keys",
+            format!(
+                "no trusted repository keys: {} is missing; put the repository's .pub key there",
+                dir.display()
+            ),
+        )),
     };
     for e in entries.flatten() {
         let p = e.path();
@@ -100,7 +98,11 @@ fn trusted_keys(cfg: &Config) -> ApiResult<Vec<PublicKey>> {
         let text = std::fs::read_to_string(&p)
             .map_err(|err| ApiError::internal(format!("read {}: {err}", p.display())))?;
         let key = PublicKey::parse(&text).map_err(|err| {
-            ApiError::new(500, "bad_key", format!("trusted key {}: {err}", p.display()))
+            ApiError::new(
+                500,
+                "bad_key",
+                format!("trusted key {}: {err}", p.display()),
+            )
         })?;
         keys.push(key);
     }
@@ -251,17 +253,15 @@ pub fn list(d: &Daemon) -> ApiResult<Value> {
         }
         Err(e) => (Vec::new(), Vec::new(), Some(e.message)),
     };
-    Ok(json!({"installed": installed, "available": available, "upgradable": upgradable, "index_note": note}))
+    Ok(
+        json!({"installed": installed, "available": available, "upgradable": upgradable, "index_note": note}),
+    )
 }
 
 // ---------------------------------------------------------------------------------------
 // Install
 
-pub fn install(
-    d: &Daemon,
-    names: &[String],
-    emit: &mut dyn FnMut(Value),
-) -> ApiResult<Value> {
+pub fn install(d: &Daemon, names: &[String], emit: &mut dyn FnMut(Value)) -> ApiResult<Value> {
     if names.is_empty() {
         return Err(ApiError::bad_request("install: name at least one package"));
     }
@@ -299,7 +299,10 @@ pub fn install(
             .get(e.name.as_str())
             .is_some_and(|p| p.sha256 == e.sha256);
         let explicit = names.iter().any(|n| n == e.name.as_str())
-            || old.packages.get(e.name.as_str()).is_some_and(|p| p.explicit);
+            || old
+                .packages
+                .get(e.name.as_str())
+                .is_some_and(|p| p.explicit);
         if same {
             if let Some(p) = new.packages.get_mut(e.name.as_str()) {
                 p.explicit = explicit;
@@ -356,7 +359,11 @@ fn fetch_image(
             }
         }
         // Damaged: fetch it again (the rename below replaces it atomically).
-        log::warn!("{}: store image {} is damaged; fetching it again", label, image.display());
+        log::warn!(
+            "{}: store image {} is damaged; fetching it again",
+            label,
+            image.display()
+        );
     }
     let url = fetch::join_url(base, &e.file).map_err(fetch_err)?;
     let tmp = paths.store_tmp().join(format!("{}.part", e.sha256));
@@ -429,7 +436,9 @@ fn fetch_image(
     })?;
     let _ = fsync_dir(&paths.store());
     fault::point("install.stored");
-    emit(json!({"event": "fetched", "package": name, "version": e.version.to_string(), "size": size}));
+    emit(
+        json!({"event": "fetched", "package": name, "version": e.version.to_string(), "size": size}),
+    );
     Ok(manifest)
 }
 
@@ -463,7 +472,11 @@ fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> ApiResult<Manifest
     std::fs::create_dir_all(&mnt).map_err(ApiError::internal)?;
     let result = (|| {
         berth_sys::loopdev::mount_squashfs(image, &mnt).map_err(|err| {
-            ApiError::new(422, "bad_image", format!("{label}: not a usable squashfs image: {err}"))
+            ApiError::new(
+                422,
+                "bad_image",
+                format!("{label}: not a usable squashfs image: {err}"),
+            )
         })?;
         let text = std::fs::read_to_string(mnt.join(MANIFEST_PATH)).map_err(|err| {
             ApiError::new(
@@ -472,9 +485,8 @@ fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> ApiResult<Manifest
                 format!("{label}: image has no readable /{MANIFEST_PATH}: {err}"),
             )
         })?;
-        let m = Manifest::parse(&text).map_err(|err| {
-            ApiError::new(422, "bad_manifest", format!("{label}: {err}"))
-        })?;
+        let m = Manifest::parse(&text)
+            .map_err(|err| ApiError::new(422, "bad_manifest", format!("{label}: {err}")))?;
         if m.package.name != e.name || m.package.version != e.version {
             return Err(ApiError::new(
                 422,
@@ -490,7 +502,9 @@ fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> ApiResult<Manifest
                 return Err(ApiError::new(
                     422,
                     "bad_image",
-                    format!("{label}: image lacks the mount point /{dir}; build it with berth pack"),
+                    format!(
+                        "{label}: image lacks the mount point /{dir}; build it with berth pack"
+                    ),
                 ));
             }
         }
@@ -721,19 +735,15 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
         let _ = berth_sys::mount::umount(&root, true);
         std::fs::create_dir_all(&root).map_err(ApiError::internal)?;
         let refs: Vec<&Path> = lowers.iter().map(PathBuf::as_path).collect();
-        berth_sys::mount::mount_overlay_ro(&refs, &root).map_err(|e| {
-            ApiError::new(500, "mount_failed", format!("{name}: merged root: {e}"))
-        })?;
+        berth_sys::mount::mount_overlay_ro(&refs, &root)
+            .map_err(|e| ApiError::new(500, "mount_failed", format!("{name}: merged root: {e}")))?;
         root
     };
     let data = paths.data(name);
     if !data.exists() {
         std::fs::create_dir_all(&data).map_err(ApiError::internal)?;
-        std::fs::set_permissions(
-            &data,
-            std::os::unix::fs::PermissionsExt::from_mode(0o750),
-        )
-        .map_err(ApiError::internal)?;
+        std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o750))
+            .map_err(ApiError::internal)?;
         std::os::unix::fs::chown(
             &data,
             Some(p.manifest.entrypoint.user),
@@ -768,12 +778,18 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
         start_timeout: Duration::from_secs(d.cfg.start_timeout_s as u64),
         argv: p.manifest.entrypoint.argv.clone(),
     };
+    // The shim's own complaints (not the payload's output) go next to LXC's log.
+    let shim_log = File::options()
+        .create(true)
+        .append(true)
+        .open(dir.join("shim.log"))
+        .map_err(ApiError::internal)?;
     let t0 = Instant::now();
     let mut child = Command::new(&d.exe)
         .args(args.to_args())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(shim_log)
         .spawn()
         .map_err(|e| ApiError::internal(format!("spawn shim for {name}: {e}")))?;
     let mut out = String::new();
@@ -802,7 +818,10 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     let pid: i32 = pid.trim().parse().unwrap_or(0);
     set_autostart(d, name, true)?;
     watch(d, name);
-    log::info!("started {name} (init pid {pid}) in {} ms", elapsed.as_millis());
+    log::info!(
+        "started {name} (init pid {pid}) in {} ms",
+        elapsed.as_millis()
+    );
     Ok(json!({"name": name, "init_pid": pid, "start_ms": elapsed.as_secs_f64() * 1000.0}))
 }
 
@@ -828,7 +847,10 @@ fn remove_stale_cgroups(cfg: &Config, name: &str) {
     };
     let hiers: Vec<PathBuf> = hiers.flatten().map(|e| e.path()).collect();
     for rel in &rels {
-        for h in hiers.iter().chain(std::iter::once(&PathBuf::from("/sys/fs/cgroup"))) {
+        for h in hiers
+            .iter()
+            .chain(std::iter::once(&PathBuf::from("/sys/fs/cgroup")))
+        {
             let p = h.join(rel);
             if p.is_dir() {
                 // Only empty cgroups can be removed; children first.
@@ -965,7 +987,11 @@ pub fn status(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
         } else {
             ("STOPPED".to_string(), None)
         };
-        let info = if running { shim_info(d, n) } else { Value::Null };
+        let info = if running {
+            shim_info(d, n)
+        } else {
+            Value::Null
+        };
         containers.push(json!({
             "name": n,
             "version": p.version.to_string(),
