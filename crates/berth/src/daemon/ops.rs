@@ -81,14 +81,16 @@ fn trusted_keys(cfg: &Config) -> ApiResult<Vec<PublicKey>> {
     let mut keys = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
-        Err(_) => return Err(ApiError::new(
-            412,
-            "no_keys",
-            format!(
+        Err(_) => {
+            return Err(ApiError::new(
+                412,
+                "no_keys",
+                format!(
                 "no trusted repository keys: {} is missing; put the repository's .pub key there",
                 dir.display()
             ),
-        )),
+            ))
+        }
     };
     for e in entries.flatten() {
         let p = e.path();

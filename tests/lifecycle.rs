@@ -1,0 +1,197 @@
+//! End to end, as root, with real LXC: the life of a package on the device.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+fn web_pkg(port: u16) -> Pkg {
+    let listen = format!("127.0.0.1:{port}");
+    Pkg::new(
+        "web",
+        "1.0.0",
+        &[
+            "/bin/busybox",
+            "httpd",
+            "-f",
+            "-v",
+            "-p",
+            &listen,
+            "-h",
+            "/www",
+        ],
+    )
+    .file("www/index.html", b"<h1>hello from berth</h1>\n")
+    .table("[network]\nmode = \"shared\"")
+}
+
+#[test]
+fn install_start_serve_stop_remove() {
+    let mut sb = Sandbox::new("life");
+    let port = free_port();
+    sb.trust("web");
+    sb.add(&web_pkg(port));
+    sb.start_daemon();
+
+    let v = sb.json(&["update"]);
+    assert_eq!(v["packages"], 1);
+    let list = sb.json(&["list", "--available"]);
+    assert_eq!(list["available"][0]["name"], "web");
+
+    sb.ok(&["install", "web"]);
+    assert_eq!(sb.status_of("web")["state"], "stopped");
+    let v = sb.json(&["start", "web"]);
+    assert!(v["init_pid"].as_i64().unwrap() > 1);
+
+    let page = http_get_retry(port, "/");
+    assert!(page.contains("hello from berth"), "{page}");
+    let st = sb.status_of("web");
+    assert_eq!(st["state"], "running");
+    assert_eq!(st["network"], "shared");
+
+    // Visible to the standard LXC tools.
+    let out = std::process::Command::new("lxc-ls")
+        .args(["-P", sb.lxcpath().to_str().unwrap(), "--running"])
+        .output()
+        .unwrap();
+    assert!(stdout(&out).contains("web"), "lxc-ls: {}", stdout(&out));
+
+    // The payload's output reaches the log ring.
+    sb.wait_log("web", "response:200");
+
+    // Refusals with reasons.
+    let (code, err) = sb.fail(&["start", "web"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("already running"), "{err}");
+    let (_, err) = sb.fail(&["remove", "web"]);
+    assert!(
+        err.contains("is running") && err.contains("berth stop web"),
+        "{err}"
+    );
+
+    let v = sb.json(&["stop", "web"]);
+    assert_eq!(v["graceful"], true);
+    let st = sb.status_of("web");
+    assert_eq!(st["state"], "stopped");
+    assert!(!st["last_exit"].is_null(), "{st}");
+    assert!(common::http_get(port, "/").is_err(), "server still answers");
+    // The saved ring survives the container.
+    let logs = sb.ok(&["logs", "web"]);
+    assert!(logs.contains("response:200"), "{logs}");
+    // Nothing stays mounted once no container runs.
+    assert!(sb.mounts().is_empty(), "left mounted: {:?}", sb.mounts());
+
+    // restart = start when stopped; the data dir persists across restarts.
+    sb.ok(&["restart", "web"]);
+    http_get_retry(port, "/");
+    sb.ok(&["stop", "web"]);
+
+    sb.ok(&["remove", "web"]);
+    assert!(sb.json(&["list", "--installed"])["installed"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+    let gc = sb.json(&["gc"]);
+    assert_eq!(gc["removed"].as_array().unwrap().len(), 1, "{gc}");
+    assert!(gc["freed_bytes"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn refusals_name_the_thing_and_what_to_do() {
+    let mut sb = Sandbox::new("refuse");
+    sb.add(&Pkg::script("job", "1", "echo hi; sleep 60"));
+    // No daemon yet: the CLI says so and how to start it, exit status 3.
+    let (code, err) = sb.fail(&["status"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(
+        err.contains("not running") && err.contains("berth daemon"),
+        "{err}"
+    );
+
+    sb.start_daemon();
+    let (_, err) = sb.fail(&["install", "job"]);
+    assert!(err.contains("berth update"), "install before update: {err}");
+    sb.ok(&["update"]);
+    let (_, err) = sb.fail(&["install", "nosuch"]);
+    assert!(err.contains("unknown package \"nosuch\""), "{err}");
+    let (_, err) = sb.fail(&["start", "job"]);
+    assert!(err.contains("not installed"), "{err}");
+    let (_, err) = sb.fail(&["install", "Bad_Name"]);
+    assert!(err.contains("Bad_Name"), "{err}");
+    sb.ok(&["install", "job"]);
+    let (_, err) = sb.fail(&["stop", "job"]);
+    assert!(err.contains("not running"), "{err}");
+    let (code, err) = sb.fail(&["frobnicate"]);
+    assert_eq!(code, 2, "{err}");
+    // --json errors are machine-readable too.
+    let out = sb.berth(&["--json", "start", "nosuch"]);
+    let v: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(v["code"], "not_installed");
+}
+
+#[test]
+fn daemon_restart_takes_over_running_containers() {
+    let mut sb = Sandbox::new("takeover");
+    sb.add(&Pkg::script(
+        "ticker",
+        "1",
+        "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done",
+    ));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "ticker"]);
+    let pid = sb.json(&["start", "ticker"])["init_pid"].as_i64().unwrap();
+    sb.wait_log("ticker", "tick 2");
+
+    // A daemon killed outright: the container keeps running, unharmed.
+    sb.kill_daemon(9);
+    std::thread::sleep(Duration::from_millis(600));
+    sb.start_daemon();
+    let st = sb.status_of("ticker");
+    assert_eq!(st["state"], "running");
+    assert_eq!(st["init_pid"].as_i64().unwrap(), pid, "same container");
+    // Its log ring lived on in the shim, and it is still being written.
+    let before = sb.ok(&["logs", "ticker"]);
+    assert!(before.contains("tick 0"), "{before}");
+    sb.wait_log("ticker", "tick 8");
+
+    // A clean daemon stop (SIGTERM) also leaves containers alone.
+    sb.kill_daemon(15);
+    sb.start_daemon();
+    assert_eq!(sb.status_of("ticker")["init_pid"].as_i64().unwrap(), pid);
+
+    // The new daemon can stop it, and then releases its mounts.
+    sb.ok(&["stop", "ticker"]);
+    assert!(sb.mounts().is_empty(), "left mounted: {:?}", sb.mounts());
+}
+
+#[test]
+fn a_container_that_exits_is_noticed_and_cleaned_up() {
+    let mut sb = Sandbox::new("exit");
+    sb.add(&Pkg::script("oneshot", "1", "echo done here; exit 3"));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "oneshot"]);
+    sb.ok(&["start", "oneshot"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let st = sb.status_of("oneshot");
+        if st["state"] == "stopped" && !st["last_exit"].is_null() {
+            assert_eq!(st["last_exit"]["code"], 3, "{st}");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never stopped: {st}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(sb.ok(&["logs", "oneshot"]).contains("done here"));
+    // The watcher releases the mounts once the container is gone.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !sb.mounts().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left mounted: {:?}",
+            sb.mounts()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
