@@ -753,10 +753,12 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
         )
         .map_err(ApiError::internal)?;
     }
+    // Bind what the host has and the image has a mount point for (the root is read-only:
+    // LXC cannot create one). A host without /lib64 simply has nothing to bind there.
     let host_base_dirs: Vec<PathBuf> = HOST_BASE_DIRS
         .iter()
         .map(PathBuf::from)
-        .filter(|p| p.is_dir())
+        .filter(|p| p.is_dir() && plan::host_base_target(&rootfs, p).is_dir())
         .collect();
     let text = plan::lxc_config(&ContainerPlan {
         manifest: &p.manifest,

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# berth demo: on a fresh Debian 12 machine, as root.
+#
+#   bash demo/run.sh          install what is needed, build berth, build a signed demo
+#                             repository from real programs, install and start two packages
+#                             through the daemon, and show them running
+#   bash demo/run.sh clean    stop the demo's containers and daemon, remove everything it made
+#
+# Packages of the demo:
+#   web   busybox httpd serving a page (a static program: base = none)
+#   mqtt  the Mosquitto MQTT broker from Debian (a real daemon: base = "host", its libraries
+#         are the host's, bound read-only into the container)
+# Everything lives under demo-out/ (its own state, run dir, keys, lxcpath, cgroup parent), so
+# the demo neither needs nor touches /etc/berth or /var/lib/berth.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+out="$here/demo-out"
+web_port=${BERTH_DEMO_WEB_PORT:-8080}
+mqtt_port=${BERTH_DEMO_MQTT_PORT:-18830}
+export BERTH_CONFIG="$out/berth.toml"
+
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+if [ "$(id -u)" != 0 ]; then
+    echo "demo/run.sh: run as root (berth mounts images and starts LXC containers)" >&2
+    exit 1
+fi
+
+berth="$here/target/release/berth"
+
+clean() {
+    if [ -x "$berth" ] && [ -f "$BERTH_CONFIG" ]; then
+        for n in web mqtt; do "$berth" stop "$n" >/dev/null 2>&1 || true; done
+    fi
+    if [ -f "$out/run/daemon.pid" ]; then
+        kill "$(cat "$out/run/daemon.pid")" 2>/dev/null || true
+        sleep 0.3
+    fi
+    for n in web mqtt; do lxc-stop -P "$out/run/lxc" -n "$n" -k >/dev/null 2>&1 || true; done
+    if [ -d "$out" ]; then
+        { grep -o " $out[^ ]*" /proc/self/mountinfo || true; } | sort -r |
+            while read -r m; do umount -l "$m" || true; done
+    fi
+    for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+        for p in berth-demo berth-demo.monitor; do
+            [ -d "$h$p" ] || continue
+            find "$h$p" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true
+            rmdir "$h$p" 2>/dev/null || true
+        done
+    done
+    rm -rf "$out"
+}
+
+if [ "${1:-}" = clean ]; then
+    clean
+    echo "demo cleaned"
+    exit 0
+fi
+
+say "installing what berth needs (Debian packages)"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq lxc squashfs-tools busybox-static mosquitto mosquitto-clients curl \
+    >/dev/null
+if ! command -v cargo >/dev/null; then
+    [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null; then
+    apt-get install -y -qq cargo >/dev/null
+fi
+
+say "building berth (release, size-optimised)"
+(cd "$here" && cargo build --release -q -p berth)
+ls -l "$berth" | awk '{printf "berth binary: %d bytes\n", $5}'
+
+clean
+mkdir -p "$out/src" "$out/repo/packages" "$out/keys"
+
+say "vendor side: a signing key, two packages, a signed repository"
+"$berth" key generate -o "$out/vendor" --comment "berth demo vendor"
+
+# web: busybox httpd and a page
+w="$out/src/web"
+mkdir -p "$w/.berth" "$w/bin" "$w/www"
+cp "$(command -v busybox)" "$w/bin/busybox"
+cat > "$w/www/index.html" <<EOF
+<!doctype html><title>berth</title>
+<h1>Hello from a berth container</h1>
+<p>Served by busybox httpd, from a read-only squashfs image, inside LXC.</p>
+EOF
+cat > "$w/.berth/manifest.toml" <<EOF
+[package]
+name = "web"
+version = "1.0.0"
+description = "busybox httpd serving a static page"
+
+[entrypoint]
+argv = ["/bin/busybox", "httpd", "-f", "-v", "-p", "127.0.0.1:$web_port", "-h", "/www"]
+
+[network]
+mode = "shared"
+EOF
+
+# mqtt: Debian's mosquitto binary; its libraries come from the host (base = "host")
+m="$out/src/mqtt"
+mkdir -p "$m/.berth" "$m/usr/sbin" "$m/etc/mosquitto" "$m/etc"
+cp /usr/sbin/mosquitto "$m/usr/sbin/mosquitto"
+cat > "$m/etc/mosquitto/mosquitto.conf" <<EOF
+listener $mqtt_port 127.0.0.1
+allow_anonymous true
+persistence true
+persistence_location /data/
+log_dest stderr
+log_type all
+EOF
+printf 'root:x:0:0:root:/root:/bin/false\nmqtt:x:1883:1883:mqtt:/data:/bin/false\n' > "$m/etc/passwd"
+printf 'root:x:0:\nmqtt:x:1883:\n' > "$m/etc/group"
+cat > "$m/.berth/manifest.toml" <<EOF
+[package]
+name = "mqtt"
+version = "2.0.11"
+description = "Mosquitto MQTT broker (Debian's binary, host libraries)"
+base = "host"
+
+[entrypoint]
+argv = ["/usr/sbin/mosquitto", "-c", "/etc/mosquitto/mosquitto.conf"]
+user = 1883
+group = 1883
+
+[network]
+mode = "shared"
+EOF
+
+"$berth" pack "$w" -o "$out/repo/packages/web-1.0.0.sqfs"
+"$berth" pack "$m" -o "$out/repo/packages/mqtt-2.0.11.sqfs"
+# network = "shared" is for packages the repository marks trusted.
+printf 'web\nmqtt\n' > "$out/repo/trusted.txt"
+"$berth" repo build "$out/repo" --key "$out/vendor.sec"
+
+say "device side: configuration, trusted key, daemon"
+cp "$out/vendor.pub" "$out/keys/"
+cat > "$BERTH_CONFIG" <<EOF
+repository = "file://$out/repo"
+[paths]
+state = "$out/state"
+run = "$out/run"
+keys = "$out/keys"
+[containers]
+cgroup_parent = "berth-demo"
+EOF
+"$berth" check >/dev/null || { "$berth" check; exit 1; }
+nohup "$berth" daemon > "$out/daemon.log" 2>&1 &
+for _ in $(seq 100); do "$berth" status >/dev/null 2>&1 && break; sleep 0.05; done
+
+say "berth update && berth list"
+"$berth" update
+"$berth" list
+
+say "berth install web mqtt"
+"$berth" install web mqtt
+
+say "berth start web && berth start mqtt"
+"$berth" start web
+"$berth" start mqtt
+
+say "curl http://127.0.0.1:$web_port/"
+for _ in $(seq 50); do curl -fsS "http://127.0.0.1:$web_port/" && break; sleep 0.1; done
+
+say "an MQTT round trip through the broker in the mqtt container"
+for _ in $(seq 50); do mosquitto_pub -p "$mqtt_port" -t probe -m x 2>/dev/null && break; sleep 0.1; done
+mosquitto_sub -p "$mqtt_port" -t demo/hello -C 1 -W 5 &
+sub=$!
+sleep 0.3
+mosquitto_pub -p "$mqtt_port" -t demo/hello -m "hello through berth"
+wait $sub
+
+say "berth status"
+"$berth" status
+
+say "berth logs web"
+"$berth" logs web
+
+say "berth logs mqtt"
+"$berth" logs mqtt | tail -n 8
+
+say "visible to LXC's own tools: lxc-ls -P $out/run/lxc --fancy"
+lxc-ls -P "$out/run/lxc" --fancy
+
+cat <<EOF
+
+The containers keep running. Try:
+  export BERTH_CONFIG=$BERTH_CONFIG
+  $berth status --json
+  $berth logs -f mqtt
+  $berth stop web
+Clean up with: bash demo/run.sh clean
+EOF
