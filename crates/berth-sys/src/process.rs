@@ -266,6 +266,26 @@ pub fn try_lock(f: &std::fs::File) -> io::Result<bool> {
     }
 }
 
+/// The processes of the pid namespace that `init` (a host pid) is PID 1 of, except `init`
+/// itself: a container's payload and its children. Reads `<proc_root>/*/ns/pid`.
+pub fn pid_namespace_members(proc_root: &std::path::Path, init: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(ns) = std::fs::read_link(proc_root.join(init.to_string()).join("ns/pid")) else {
+        return Vec::new();
+    };
+    let Ok(entries) = std::fs::read_dir(proc_root) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|&pid| pid != init)
+        .filter(|pid| {
+            std::fs::read_link(proc_root.join(pid.to_string()).join("ns/pid"))
+                .is_ok_and(|n| n == ns)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -261,10 +261,9 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd) -> i32 {
     };
     // liblxc daemonizes by default; in the foreground this process is the monitor, the
     // payload inherits the log pipe, and the start returns with the container's end.
-    if c.load_config(None).is_err()
-        || c.want_daemonize(false).is_err()
-        || c.want_close_all_fds(true).is_err()
-    {
+    // lxc_container_new already loaded <lxcpath>/<name>/config: loading it again would
+    // append every list entry (mounts, environment, hooks) a second time.
+    if c.want_daemonize(false).is_err() || c.want_close_all_fds(true).is_err() {
         return 125;
     }
     let argv: Vec<&str> = args.argv.iter().map(String::as_str).collect();

@@ -29,7 +29,13 @@ pub enum Action {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct NamesBody {
+struct InstallBody {
+    names: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RemoveBody {
     names: Vec<String>,
     #[serde(default)]
     purge: bool,
@@ -38,6 +44,12 @@ struct NamesBody {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NameBody {
+    name: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StopBody {
     name: String,
     #[serde(default)]
     timeout: Option<u32>,
@@ -75,7 +87,7 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
         ("GET", "/v1/packages") => Action::List,
         ("POST", "/v1/update") => Action::Update,
         ("POST", "/v1/install") => {
-            let b: NamesBody = body(req)?;
+            let b: InstallBody = body(req)?;
             Action::Install(
                 b.names
                     .iter()
@@ -84,7 +96,7 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
             )
         }
         ("POST", "/v1/remove") => {
-            let b: NamesBody = body(req)?;
+            let b: RemoveBody = body(req)?;
             Action::Remove {
                 names: b
                     .names
@@ -96,7 +108,7 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
         }
         ("POST", "/v1/start") => Action::Start(check_name(&body::<NameBody>(req)?.name)?),
         ("POST", "/v1/stop") => {
-            let b: NameBody = body(req)?;
+            let b: StopBody = body(req)?;
             Action::Stop {
                 name: check_name(&b.name)?,
                 timeout: b.timeout,

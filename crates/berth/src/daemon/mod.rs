@@ -95,7 +95,9 @@ pub fn run(cfg: Config) -> Result<()> {
         .with_context(|| format!("chmod {}", paths.run.display()))?;
     let lock = single_instance(&cfg)?;
     let state = ops::load_state(&cfg)?;
-    let exe = std::fs::read_link("/proc/self/exe").context("resolve /proc/self/exe")?;
+    // Shims are re-execs of this very binary: /proc/self/exe still works after a package
+    // manager replaced the file on disk (the running daemon and its shims stay consistent).
+    let exe = std::path::PathBuf::from("/proc/self/exe");
     let d = Arc::new(Daemon {
         cfg,
         state: Mutex::new(state),

@@ -126,10 +126,18 @@ fn verify_index(cfg: &Config, index: &[u8], sig: &str) -> ApiResult<Index> {
     let sig = Signature::parse(sig)
         .map_err(|e| ApiError::new(422, "bad_signature", format!("index.json.sig: {e}")))?;
     berth_core::signify::verify_with_any(&keys, index, &sig).map_err(|e| {
+        let reason = match e {
+            // The error's own text names the default key directory; say which one was read.
+            berth_core::signify::SignifyError::UnknownKey(keynum) => format!(
+                "signed by unknown key {keynum}: not among the trusted keys in {}",
+                cfg.paths.keys.display()
+            ),
+            e => e.to_string(),
+        };
         ApiError::new(
             422,
             "bad_signature",
-            format!("repository index rejected: {e}"),
+            format!("repository index rejected: {reason}"),
         )
     })?;
     Index::parse(index)
@@ -270,12 +278,11 @@ pub fn install(d: &Daemon, names: &[String], emit: &mut dyn FnMut(Value)) -> Api
     let _op = d.op.lock().unwrap();
     let (index, cache) = load_index(d)?;
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-    let closure = index.closure(&refs).map_err(|e| {
-        let code = match e {
-            berth_core::index::IndexError::UnknownPackage(_) => "unknown_package",
-            _ => "bad_index",
-        };
-        ApiError::new(404, code, e.to_string())
+    let closure = index.closure(&refs).map_err(|e| match e {
+        berth_core::index::IndexError::UnknownPackage(_) => {
+            ApiError::new(404, "unknown_package", e.to_string())
+        }
+        _ => ApiError::new(422, "bad_index", e.to_string()),
     })?;
     let old = state(d);
     // Upgrading a running package in place would pull its root out from under it.
@@ -480,13 +487,8 @@ fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> ApiResult<Manifest
                 format!("{label}: not a usable squashfs image: {err}"),
             )
         })?;
-        let text = std::fs::read_to_string(mnt.join(MANIFEST_PATH)).map_err(|err| {
-            ApiError::new(
-                422,
-                "bad_image",
-                format!("{label}: image has no readable /{MANIFEST_PATH}: {err}"),
-            )
-        })?;
+        let text = read_image_manifest(&mnt)
+            .map_err(|why| ApiError::new(422, "bad_image", format!("{label}: {why}")))?;
         let m = Manifest::parse(&text)
             .map_err(|err| ApiError::new(422, "bad_manifest", format!("{label}: {err}")))?;
         if m.package.name != e.name || m.package.version != e.version {
@@ -500,21 +502,85 @@ fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> ApiResult<Manifest
             ));
         }
         for dir in SKELETON_DIRS {
-            if !mnt.join(dir).is_dir() {
-                return Err(ApiError::new(
-                    422,
-                    "bad_image",
-                    format!(
-                        "{label}: image lacks the mount point /{dir}; build it with berth pack"
-                    ),
-                ));
-            }
+            // Not followed: a link would make the container's mount land where it points.
+            let why = match std::fs::symlink_metadata(mnt.join(dir)) {
+                Ok(md) if md.is_dir() => continue,
+                Ok(md) => format!(
+                    "image's mount point /{dir} is a {}, not a directory",
+                    file_kind(&md.file_type())
+                ),
+                Err(_) => format!("image lacks the mount point /{dir}"),
+            };
+            return Err(ApiError::new(
+                422,
+                "bad_image",
+                format!("{label}: {why}; build it with berth pack"),
+            ));
         }
         Ok(m)
     })();
     let _ = berth_sys::mount::umount(&mnt, true);
     let _ = std::fs::remove_dir(&mnt);
     result
+}
+
+/// Real manifests are a few hundred bytes; the daemon's memory budget is a few MiB.
+const MANIFEST_LIMIT: u64 = 64 * 1024;
+
+/// Reads the manifest of an image mounted at `root`: only from the image itself (a symlink
+/// would lead into the host, a FIFO would block the daemon) and only a bounded amount.
+fn read_image_manifest(root: &Path) -> Result<String, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = root.join(MANIFEST_PATH);
+    let dir = file.parent().unwrap_or(root).to_path_buf();
+    for (path, want_dir) in [(&dir, true), (&file, false)] {
+        let rel = path.strip_prefix(root).unwrap_or(path).display();
+        let md = std::fs::symlink_metadata(path)
+            .map_err(|e| format!("image has no readable /{MANIFEST_PATH}: {e}"))?;
+        if (want_dir && !md.is_dir()) || (!want_dir && !md.is_file()) {
+            return Err(format!(
+                "/{rel} in the image is a {}, not a {}; build it with berth pack",
+                file_kind(&md.file_type()),
+                if want_dir {
+                    "directory"
+                } else {
+                    "regular file"
+                }
+            ));
+        }
+    }
+    let f = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&file)
+        .map_err(|e| format!("image has no readable /{MANIFEST_PATH}: {e}"))?;
+    let mut bytes = Vec::new();
+    f.take(MANIFEST_LIMIT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("image has no readable /{MANIFEST_PATH}: {e}"))?;
+    if bytes.len() as u64 > MANIFEST_LIMIT {
+        return Err(format!(
+            "/{MANIFEST_PATH} is larger than {MANIFEST_LIMIT} bytes; refusing to read it"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("/{MANIFEST_PATH} is not UTF-8"))
+}
+
+fn file_kind(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_symlink() {
+        "symlink"
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "device"
+    } else {
+        "regular file"
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -758,7 +824,11 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     let host_base_dirs: Vec<PathBuf> = HOST_BASE_DIRS
         .iter()
         .map(PathBuf::from)
-        .filter(|p| p.is_dir() && plan::host_base_target(&rootfs, p).is_dir())
+        .filter(|p| {
+            p.is_dir()
+                && std::fs::symlink_metadata(plan::host_base_target(&rootfs, p))
+                    .is_ok_and(|m| m.is_dir())
+        })
         .collect();
     let text = plan::lxc_config(&ContainerPlan {
         manifest: &p.manifest,
@@ -924,8 +994,30 @@ fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<V
     let c = container(d, name)?;
     let timeout = timeout.unwrap_or(d.cfg.stop_timeout_s);
     let t0 = Instant::now();
-    let graceful = c.shutdown(timeout as i32);
-    if !graceful {
+    // SIGTERM goes straight to the payload's processes (not through init.lxc, whose own halt
+    // handling gives them one second before SIGKILL, whatever the timeout). When the payload
+    // exits, init.lxc exits and the container stops.
+    let graceful = match c.init_pid() {
+        Some(init) => {
+            let members = berth_sys::process::pid_namespace_members(Path::new("/proc"), init);
+            if members.is_empty() {
+                c.shutdown(timeout as i32)
+            } else {
+                for pid in members {
+                    let _ = berth_sys::process::kill(pid, libc::SIGTERM);
+                }
+                let deadline = Instant::now() + Duration::from_secs(timeout as u64);
+                let mut delay = Duration::from_millis(2);
+                while c.is_running() && Instant::now() < deadline {
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_millis(50));
+                }
+                !c.is_running()
+            }
+        }
+        None => c.shutdown(timeout as i32),
+    };
+    if !graceful && c.is_running() {
         log::warn!("{name} did not stop within {timeout} s; killing it");
         c.stop();
         c.wait("STOPPED", 10);
@@ -935,6 +1027,23 @@ fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<V
     let deadline = Instant::now() + Duration::from_secs(5);
     while sock.exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
+    }
+    if !graceful {
+        // liblxc reports a killed init as a plain exit; say what really happened.
+        let mut exit = exit_info(d, name);
+        if let Some(o) = exit.as_object_mut() {
+            o.insert("code".into(), Value::Null);
+            o.insert("signal".into(), json!(libc::SIGKILL));
+            o.insert(
+                "killed".into(),
+                json!(format!("did not stop within {timeout} s")),
+            );
+            let _ = write_atomic(
+                &d.cfg.paths.exit_file(name),
+                exit.to_string().as_bytes(),
+                0o600,
+            );
+        }
     }
     set_autostart(d, name, false)?;
     release_mounts(d);
@@ -1047,6 +1156,16 @@ pub fn logs(d: &Daemon, name: &str, follow: bool) -> ApiResult<Logs> {
 /// installed go, unused mounts go, and packages marked autostart start after a reboot.
 pub fn reconcile(d: &Arc<Daemon>) {
     clear_tmp(&d.cfg);
+    // Temporary files of atomic writes cut short (".state.json.tmp.PID.N").
+    if let Ok(entries) = std::fs::read_dir(&d.cfg.paths.state) {
+        for e in entries.flatten() {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            if n.starts_with('.') && n.contains(".tmp.") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
     let st = state(d);
     // Leftover verification mounts of an install that was killed.
     for m in mounts(d) {

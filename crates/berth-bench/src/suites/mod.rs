@@ -1,0 +1,43 @@
+//! The benchmark suites. Each is a module with a type implementing [`Suite`]; adding one
+//! (cpu, mem, fs, net) means adding a module and a line in [`by_name`].
+
+use crate::report::SuiteOutput;
+use crate::sandbox::{PkgSpec, Sandbox};
+use crate::util::Result;
+
+pub mod activation;
+pub mod footprint;
+
+/// The order `all` runs them in: footprint first, so "idle" means a daemon that has done
+/// nothing but install its packages.
+pub const ALL: &[&str] = &["footprint", "activation"];
+
+/// What every suite gets.
+pub struct Ctx<'a> {
+    pub sb: &'a mut Sandbox,
+    /// Measured repetitions.
+    pub runs: usize,
+    /// Unrecorded repetitions before the measured ones.
+    pub warmup: usize,
+    pub quick: bool,
+}
+
+pub trait Suite {
+    fn name(&self) -> &'static str;
+    /// Builds what the suite needs before the repository is signed and the daemon starts;
+    /// returns the packages it needs in the repository (installed before any suite runs).
+    fn prepare(&mut self, sb: &Sandbox) -> Result<Vec<PkgSpec>>;
+    fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput>;
+    /// What the environment table should say about this suite's tools (compiler, …).
+    fn environment(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+}
+
+pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
+    match name {
+        "activation" => Some(Box::new(activation::Activation::default())),
+        "footprint" => Some(Box::new(footprint::Footprint)),
+        _ => None,
+    }
+}

@@ -1,0 +1,2 @@
+untrusted comment: verify with k.pub
+RWRSV/+7dpwMX1OfhV2hMj5r6cWW5vDKBaqZdD2r04wA5WdqjJkdVMZ9fOGDzYjIwlDRv/MMQwgdU772dGVRmJv4xuH2NqafcAk=

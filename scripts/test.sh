@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The whole test suite, as root on Debian 12 (the second command of README.md; CI runs it).
+#   1. installs the Debian packages the tests drive for real (LXC, squashfs-tools, signify…)
+#   2. format and lint checks
+#   3. unit tests and end-to-end tests (real daemon, real LXC, loop mounts, cgroups)
+#   4. the size budget of the release binary, and berth-bench --quick
+#   5. the demo (README's first command), then its clean-up
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+    echo "scripts/test.sh: the end-to-end tests need root (real LXC, mounts, cgroups)" >&2
+    exit 1
+fi
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "Debian packages"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq lxc squashfs-tools signify-openbsd busybox-static curl runc \
+    mosquitto mosquitto-clients gcc libc6-dev file strace >/dev/null
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
+
+step "format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -q -- -D warnings
+
+step "unit and end-to-end tests"
+cargo test --workspace 2>&1 | tee /tmp/berth-test-output.txt
+if grep -q "SKIPPED" /tmp/berth-test-output.txt; then
+    echo "skipped tests (each names the missing feature):"
+    grep "SKIPPED" /tmp/berth-test-output.txt
+fi
+
+step "release build and size budget (DESIGN.md decision 1: stripped berth <= 1.5 MiB)"
+cargo build --release -q -p berth -p berth-bench
+size=$(stat -c %s target/release/berth)
+echo "stripped berth: $size bytes (budget 1572864)"
+[ "$size" -le 1572864 ] || { echo "berth is over its size budget" >&2; exit 1; }
+
+step "berth-bench --quick all"
+target/release/berth-bench --quick all --markdown /tmp/berth-bench-quick.md --json /tmp/berth-bench-quick.json
+cat /tmp/berth-bench-quick.md
+
+step "demo (README's first command)"
+bash demo/run.sh
+bash demo/run.sh clean
+
+passed=$(grep -o '^test result: [a-z]*\. [0-9]* passed' /tmp/berth-test-output.txt | awk '{s+=$4} END {print s+0}')
+failed=$(grep -o '; [0-9]* failed' /tmp/berth-test-output.txt | awk '{s+=$2} END {print s+0}')
+echo
+echo "all checks passed"
+echo "tests: $passed passed, $failed failed"
