@@ -190,12 +190,32 @@ fn start(args: &ShimArgs) -> Result<Started> {
                     }
                 }
                 if let Some(st) = process::waitpid(monitor_pid, true)? {
-                    let log = lxc_log_tail(args);
+                    // What the payload (or init.lxc, failing to exec it) printed says most.
+                    let output = pending_output(&log_r);
+                    let _ =
+                        berth_sys::fsutil::write_atomic(&args.saved_log, output.as_bytes(), 0o600);
+                    let output = output.trim();
                     bail!(
-                        "container {} did not start (monitor {}){}",
+                        "container {} did not start (monitor {}){}{}",
                         args.name,
                         describe(st),
-                        log
+                        if output.is_empty() {
+                            String::new()
+                        } else {
+                            format!(
+                                ": output: {}",
+                                output
+                                    .lines()
+                                    .rev()
+                                    .take(3)
+                                    .collect::<Vec<_>>()
+                                    .into_iter()
+                                    .rev()
+                                    .collect::<Vec<_>>()
+                                    .join(" | ")
+                            )
+                        },
+                        lxc_log_tail(args)
                     );
                 }
                 if Instant::now() > deadline {
@@ -213,6 +233,23 @@ fn start(args: &ShimArgs) -> Result<Started> {
             }
         }
     }
+}
+
+/// Whatever is waiting in the payload's pipe (at most 4 KiB), without blocking.
+fn pending_output(log_r: &OwnedFd) -> String {
+    let mut buf = vec![0u8; 4096];
+    let mut n = 0;
+    let _ = process::set_nonblocking(log_r.as_raw_fd());
+    if let Ok(f) = log_r.try_clone() {
+        let mut f = std::fs::File::from(f);
+        while n < buf.len() {
+            match f.read(&mut buf[n..]) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => n += k,
+            }
+        }
+    }
+    String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
 fn describe(st: ExitStatus) -> String {
