@@ -69,6 +69,11 @@ impl Paths {
     pub fn data(&self, container: &str) -> PathBuf {
         self.state.join("data").join(container)
     }
+    /// `data(container)` bound with nosuid,nodev while the container runs; LXC binds this
+    /// one into the container, and the bind inherits the flags.
+    pub fn data_mount(&self, container: &str) -> PathBuf {
+        self.run.join("data").join(container)
+    }
     pub fn state_file(&self) -> PathBuf {
         self.state.join("state.json")
     }

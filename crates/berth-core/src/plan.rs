@@ -47,11 +47,6 @@ pub const DROPPED_CAPS: &[&str] = &[
     "perfmon",
 ];
 
-/// Applies nosuid,nodev to the /data bind (see `lxc_config`). LXC runs hooks with `sh -c` and
-/// appends the container name and hook type, which become `$0`.. of the inner shell.
-const DATA_FLAGS_HOOK: &str =
-    "/bin/sh -c 'exec mount -o remount,bind,nosuid,nodev \"$LXC_ROOTFS_MOUNT/data\"'";
-
 /// One container to be started.
 pub struct ContainerPlan<'a> {
     pub manifest: &'a Manifest,
@@ -183,17 +178,15 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
             cfg.run_size
         ),
     )?;
+    // The source is the daemon's nosuid,nodev bind of the data directory: LXC 5.0 does not
+    // remount a rw bind to apply flags, but a bind inherits the flags of the mount it copies.
     line(
         "lxc.mount.entry",
         &format!(
             "{} data none bind,rw,nosuid,nodev 0 0",
-            paths.data(name).display()
+            paths.data_mount(name).display()
         ),
     )?;
-    // LXC 5.0 never remounts a rw bind to apply nosuid,nodev (it remounts only for ro or for
-    // flags the source mount already has; "remount" is ignored), so /data would keep the
-    // host's flags. The mount hook runs in the container's mount namespace, after the entries.
-    line("lxc.hook.mount", DATA_FLAGS_HOOK)?;
     if m.package.base == Base::Host {
         for dir in &plan.host_base_dirs {
             let rel = dir.strip_prefix("/").unwrap_or(dir);
@@ -289,11 +282,11 @@ mod tests {
         assert_eq!(text.matches("PATH=").count(), 1);
         assert!(text.contains("lxc.environment = LANG=C\n"));
         assert!(text.contains(
-            "lxc.mount.entry = /var/lib/berth/data/web data none bind,rw,nosuid,nodev 0 0\n"
+            "lxc.mount.entry = /run/berth/data/web data none bind,rw,nosuid,nodev 0 0\n"
         ));
         assert!(text.contains("lxc.cgroup.dir.container = berth/web\n"));
         assert!(text.contains("lxc.no_new_privs = 1\n"));
-        assert!(text.contains("lxc.hook.mount = /bin/sh -c 'exec mount -o remount,bind,nosuid,nodev \"$LXC_ROOTFS_MOUNT/data\"'\n"), "{text}");
+        assert!(!text.contains("lxc.hook"), "{text}");
         assert!(
             text.contains("lxc.cap.drop = sys_admin sys_module sys_rawio "),
             "{text}"

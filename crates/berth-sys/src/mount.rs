@@ -141,17 +141,25 @@ pub fn mount_overlay_ro(lowers: &[&Path], target: &Path) -> Result<(), SysError>
 /// Bind-mounts `src` on `target` (not recursively), then remounts the bind read-only, nosuid,
 /// nodev. If the remount fails the bind is undone.
 pub fn bind_ro(src: &Path, target: &Path) -> Result<(), SysError> {
+    bind(src, target, true)
+}
+
+/// Binds `src` on `target` with nosuid,nodev (and read-only if asked). Later binds of
+/// `target` (LXC's, into a container) inherit these flags.
+pub fn bind(src: &Path, target: &Path, read_only: bool) -> Result<(), SysError> {
     let s = cpath(src)?;
     let t = cpath(target)?;
     sys_mount(Some(&s), &t, None, libc::MS_BIND, None)
         .map_err(|e| SysError::io(format!("bind-mount {} on", src.display()), target, e))?;
-    let flags =
-        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
+    let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID | libc::MS_NODEV;
+    if read_only {
+        flags |= libc::MS_RDONLY;
+    }
     if let Err(e) = sys_mount(None, &t, None, flags, None) {
         if let Err(u) = umount(target, true) {
             log::warn!("cannot undo bind after failed remount: {u}");
         }
-        return Err(SysError::io("remount read-only", target, e));
+        return Err(SysError::io("remount nosuid,nodev", target, e));
     }
     Ok(())
 }

@@ -85,6 +85,7 @@ pub fn run(cfg: Config) -> Result<()> {
         paths.run.clone(),
         paths.run.join("mnt"),
         paths.run.join("rootfs"),
+        paths.run.join("data"),
         paths.run.join("shim"),
         paths.run.join("logs"),
         paths.lxcpath.clone(),

@@ -723,18 +723,21 @@ pub fn release_mounts(d: &Daemon) {
     for p in st.packages.values() {
         if is_running(d, p.name.as_str()) {
             used_roots.insert(d.cfg.paths.rootfs(p.name.as_str()));
+            used_roots.insert(d.cfg.paths.data_mount(p.name.as_str()));
             for l in layers(&st, p).unwrap_or_default() {
                 used_images.insert(d.cfg.paths.image_mount(&l));
             }
         }
     }
     let rootfs_dir = d.cfg.paths.run.join("rootfs");
+    let data_dir = d.cfg.paths.run.join("data");
     let mnt_dir = d.cfg.paths.run.join("mnt");
     // Roots first: they sit on the image mounts.
     let mut all = mounts(d);
     all.sort_by_key(|p| !p.starts_with(&rootfs_dir));
     for m in all {
-        let unused = (m.starts_with(&rootfs_dir) && !used_roots.contains(&m))
+        let per_container = m.starts_with(&rootfs_dir) || m.starts_with(&data_dir);
+        let unused = (per_container && !used_roots.contains(&m))
             || (m.starts_with(&mnt_dir) && !used_images.contains(&m));
         if unused {
             match berth_sys::mount::umount(&m, false) {
@@ -821,6 +824,12 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     }
     // Bind what the host has and the image has a mount point for (the root is read-only:
     // LXC cannot create one). A host without /lib64 simply has nothing to bind there.
+    let data_mnt = paths.data_mount(name);
+    if !is_mounted(d, &data_mnt) {
+        std::fs::create_dir_all(&data_mnt).map_err(ApiError::internal)?;
+        berth_sys::mount::bind(&data, &data_mnt, false)
+            .map_err(|e| ApiError::new(500, "mount_failed", format!("{name}: /data: {e}")))?;
+    }
     let host_base_dirs: Vec<PathBuf> = HOST_BASE_DIRS
         .iter()
         .map(PathBuf::from)
