@@ -15,6 +15,9 @@ pub struct Mem {
     pub pss_kib: u64,
     /// Private_Clean + Private_Dirty of smaps_rollup: what this process alone holds.
     pub private_kib: u64,
+    /// Private_Dirty alone: heap, stacks, written data (not the binary's own text pages,
+    /// which count as Private_Clean while no other process maps the binary).
+    pub private_dirty_kib: u64,
     pub threads: u64,
 }
 
@@ -25,6 +28,7 @@ impl std::ops::Add for Mem {
             rss_kib: self.rss_kib + o.rss_kib,
             pss_kib: self.pss_kib + o.pss_kib,
             private_kib: self.private_kib + o.private_kib,
+            private_dirty_kib: self.private_dirty_kib + o.private_dirty_kib,
             threads: self.threads + o.threads,
         }
     }
@@ -44,6 +48,7 @@ pub fn parse_mem(status: &str, rollup: &str) -> Mem {
         pss_kib: field(rollup, "Pss").unwrap_or(0),
         private_kib: field(rollup, "Private_Clean").unwrap_or(0)
             + field(rollup, "Private_Dirty").unwrap_or(0),
+        private_dirty_kib: field(rollup, "Private_Dirty").unwrap_or(0),
     }
 }
 
@@ -147,6 +152,7 @@ mod tests {
                 rss_kib: 3120,
                 pss_kib: 1200,
                 private_kib: 712,
+                private_dirty_kib: 612,
                 threads: 4
             }
         );

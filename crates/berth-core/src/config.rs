@@ -196,9 +196,13 @@ impl Config {
         let c = raw.containers;
         let secs = |key: &'static str, v: Option<String>, default: u32| match v {
             None => Ok(default),
-            Some(v) => parse_duration_ms(&v)
-                .map(|ms| (ms / 1000).max(1) as u32)
-                .map_err(|m| value_err(key, m)),
+            Some(v) => {
+                let ms = parse_duration_ms(&v).map_err(|m| value_err(key, m))?;
+                if ms > 3_600_000 {
+                    return Err(value_err(key, format!("{v}: at most 1 hour")));
+                }
+                Ok((ms / 1000).max(1) as u32)
+            }
         };
         let size = |key: &'static str, v: Option<String>, default: u64| match v {
             None => Ok(default),

@@ -255,7 +255,7 @@ impl Manifest {
             base: self.package.base,
             rootfs: self.package.rootfs,
             network_mode: self.network.mode,
-            argv0: self.entrypoint.argv[0].clone(),
+            argv0: self.entrypoint.argv.first().cloned().unwrap_or_default(),
             capabilities: self.permissions.capabilities.clone(),
             devices: self.permissions.devices.clone(),
         }

@@ -61,11 +61,15 @@ impl State {
             return Err(StateError::Format(s.format));
         }
         for (k, p) in &s.packages {
-            if k != p.name.as_str() {
+            if k != p.name.as_str() || p.manifest.package.name != p.name {
                 return Err(StateError::Damaged(format!(
                     "entry {k:?} holds package {}",
                     p.name
                 )));
+            }
+            // berth wrote it from a validated manifest; anything else is damage.
+            if p.manifest.entrypoint.argv.is_empty() {
+                return Err(StateError::Damaged(format!("{k}: empty entrypoint")));
             }
         }
         Ok(s)

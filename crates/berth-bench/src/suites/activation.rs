@@ -229,13 +229,24 @@ impl Peers<'_> {
         let Some(r) = &self.runc else { return Ok(()) };
         let stamp_file = r.data.join("t0");
         remove(&stamp_file);
+        // Not `output()`: the detached container keeps runc's stdout open for its lifetime.
+        let err_file = r.bundle_wait.join("run-d.stderr");
+        let err = std::fs::File::create(&err_file).context("create runc's stderr file")?;
         let t0 = now_ns();
-        run(r
+        let st = r
             .cmd()
             .args(["run", "-d", "--bundle"])
             .arg(&r.bundle_wait)
-            .arg(RUNC_ID))?;
+            .arg(RUNC_ID)
+            .stdout(Stdio::null())
+            .stderr(err)
+            .status()
+            .context("run runc")?;
         let t_ret = now_ns();
+        if !st.success() {
+            let msg = std::fs::read_to_string(&err_file).unwrap_or_default();
+            bail!("runc run -d failed ({st}): {}", msg.trim());
+        }
         let stamp = wait_stamp(self.kind, &stamp_file, None, "runc")?;
         let state: Value =
             serde_json::from_str(&run(r.cmd().args(["state", RUNC_ID]))?).context("runc state")?;
@@ -386,15 +397,13 @@ fn summary_row(label: &str, s: &[f64], base: Option<&Summary>) -> Option<Vec<Str
 }
 
 fn table(rows: Vec<Option<Vec<String>>>, ratio_header: &str) -> Table {
-    let mut t = Table::new(&[
-        "peer",
-        "n",
-        "median ms",
-        "p10 – p90 ms",
-        "mean ± 95% CI ms",
-        ratio_header,
-    ]);
-    for r in rows.into_iter().flatten() {
+    let mut h = vec!["peer", "n", "median ms", "p10 – p90 ms", "mean ± 95% CI ms"];
+    if !ratio_header.is_empty() {
+        h.push(ratio_header);
+    }
+    let mut t = Table::new(&h);
+    for mut r in rows.into_iter().flatten() {
+        r.truncate(h.len());
         t.row(r);
     }
     t
@@ -655,7 +664,7 @@ impl Suite for Activation {
                     table: first_t,
                     notes: vec![
                         kind_note.into(),
-                        format!("{} measured rounds after {} warm-up rounds; peers interleaved in each round: berth, lxc-execute, runc, lxc-execute (whole), runc (whole)", ctx.runs, ctx.warmup),
+                        format!("{} measured rounds after {} warm-up round(s); peers interleaved in each round: berth, lxc-execute, runc, lxc-execute (whole), runc (whole)", ctx.runs, ctx.warmup),
                         "all three run the same squashfs image read-only, with /proc, /sys (ro), /dev, tmpfs /tmp and /run and a /data bind; berth additionally mounts the image (loop) and spawns its shim".into(),
                     ],
                 },

@@ -205,13 +205,21 @@ impl Suite for Footprint {
         ]);
 
         let mut mem_t = Table::new(&[
-            "daemon", "RSS", "private", "PSS", "threads", "budget", "verdict",
+            "daemon",
+            "RSS",
+            "private",
+            "private dirty",
+            "PSS",
+            "threads",
+            "budget",
+            "verdict",
         ]);
         let row = |label: &str, m: &Mem, budget: &str, v: &str| {
             vec![
                 label.to_string(),
                 kib(m.rss_kib),
                 kib(m.private_kib),
+                kib(m.private_dirty_kib),
                 kib(m.pss_kib),
                 m.threads.to_string(),
                 budget.to_string(),
@@ -325,6 +333,7 @@ impl Suite for Footprint {
                     table: mem_t,
                     notes: vec![
                         "RSS = VmRSS of /proc/PID/status (counts shared library pages: libc, liblxc); private = Private_Clean + Private_Dirty of /proc/PID/smaps_rollup; PSS = shared pages divided among their users".into(),
+                        "private includes the berth binary's own text pages (Private_Clean) while no other process maps the binary; once shims run, those pages are shared and leave the daemon's private count: private dirty (heap, stacks) is the part that is the daemon's alone in every state".into(),
                         format!("measured {} s after the daemon last did something", settle.as_secs_f64()),
                     ],
                 },
