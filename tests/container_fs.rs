@@ -732,7 +732,11 @@ fn stop_is_graceful_for_who_listens_and_forced_for_who_does_not() {
     let ms = v["stop_ms"].as_f64().unwrap();
     assert!((900.0..5000.0).contains(&ms), "stop took {ms} ms: {v}");
     assert_eq!(sb.status_of("deaf")["state"], "stopped");
-    assert!(sb.mounts().is_empty(), "left mounted: {:?}", sb.mounts());
+    assert!(
+        sb.stray_mounts().is_empty(),
+        "left mounted: {:?}",
+        sb.stray_mounts()
+    );
 }
 
 /// The contract of `berth stop -t`: the payload has the whole timeout to clean up, and a

@@ -56,7 +56,7 @@ fn snapshot(sb: &Sandbox) -> Snapshot {
 /// Mounts berth made below the sandbox (a tmpfs a test put under the state dir is not one).
 fn berth_mounts(sb: &Sandbox) -> Vec<String> {
     let state = sb.state_dir();
-    sb.mounts()
+    sb.stray_mounts()
         .into_iter()
         .filter(|m| Path::new(m) != state)
         .collect()

@@ -410,6 +410,34 @@ impl Sandbox {
             .collect()
     }
 
+    /// Mounts that should not be there while no container runs: everything below the
+    /// sandbox except the image mounts of installed packages (berth keeps those, so a restart
+    /// finds the image's pages still cached).
+    pub fn stray_mounts(&self) -> Vec<String> {
+        let installed: Vec<String> = std::fs::read(self.state_dir().join("state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| {
+                v["packages"].as_object().map(|o| {
+                    o.values()
+                        .filter_map(|p| p["sha256"].as_str().map(String::from))
+                        .collect()
+                })
+            })
+            .unwrap_or_default();
+        let mnt = self.run_dir().join("mnt");
+        self.mounts()
+            .into_iter()
+            .filter(|m| {
+                let p = Path::new(m);
+                !(p.parent() == Some(mnt.as_path())
+                    && p.file_name()
+                        .and_then(|f| f.to_str())
+                        .is_some_and(|f| installed.iter().any(|i| i == f)))
+            })
+            .collect()
+    }
+
     /// Files in the store's partial-download directory.
     pub fn partial_downloads(&self) -> Vec<String> {
         std::fs::read_dir(self.state_dir().join("store/.tmp"))

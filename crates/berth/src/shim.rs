@@ -180,12 +180,18 @@ fn start(args: &ShimArgs) -> Result<Started> {
         }
         Fork::Parent(monitor_pid) => {
             drop(log_w);
+            let t_fork = Instant::now();
             let c = Container::new(&args.name, &args.lxcpath)?;
             let deadline = Instant::now() + args.start_timeout;
             let mut delay = Duration::from_millis(1);
             loop {
                 if c.is_running() {
                     if let Some(pid) = c.init_pid() {
+                        log::debug!(
+                            "{}: running {:?} after the fork",
+                            args.name,
+                            t_fork.elapsed()
+                        );
                         return Ok((monitor_pid, listener, log_r, sigchld, pid));
                     }
                 }

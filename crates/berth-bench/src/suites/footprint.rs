@@ -333,7 +333,7 @@ impl Suite for Footprint {
                     table: mem_t,
                     notes: vec![
                         "RSS = VmRSS of /proc/PID/status (counts shared library pages: libc, liblxc); private = Private_Clean + Private_Dirty of /proc/PID/smaps_rollup; PSS = shared pages divided among their users".into(),
-                        "private includes the berth binary's own text pages (Private_Clean) while no other process maps the binary; once shims run, those pages are shared and leave the daemon's private count: private dirty (heap, stacks) is the part that is the daemon's alone in every state".into(),
+                        "private dirty = heap, stacks and written data; the rest of private is clean file pages no other process maps (while no shim runs, that includes the berth binary's own text)".into(),
                         format!("measured {} s after the daemon last did something", settle.as_secs_f64()),
                     ],
                 },
