@@ -148,6 +148,7 @@ fn daemon_restart_takes_over_running_containers() {
         "1",
         "i=0; while true; do echo tick $i; i=$((i+1)); sleep 0.2; done",
     ));
+    sb.add(&Pkg::script("quiet", "1", "echo up; exec sleep 600"));
     sb.start_daemon();
     sb.ok(&["update"]);
     sb.ok(&["install", "ticker"]);
@@ -171,7 +172,30 @@ fn daemon_restart_takes_over_running_containers() {
     sb.start_daemon();
     assert_eq!(sb.status_of("ticker")["init_pid"].as_i64().unwrap(), pid);
 
-    // The new daemon can stop it, and then releases its mounts.
+    // Even with its shim gone (killed), the daemon still knows a container through LXC and
+    // can stop it. (A quiet payload: with its shim gone, a write to stdout would be EPIPE.)
+    sb.ok(&["install", "quiet"]);
+    let qpid = sb.json(&["start", "quiet"])["init_pid"].as_i64().unwrap();
+    sb.wait_log("quiet", "up");
+    let shim = std::process::Command::new("pgrep")
+        .args(["-f", &format!("__shim quiet {}", sb.lxcpath().display())])
+        .output()
+        .unwrap();
+    let shim_pid = stdout(&shim).trim().to_string();
+    assert!(!shim_pid.is_empty(), "no shim process found");
+    std::process::Command::new("kill")
+        .args(["-9", &shim_pid])
+        .status()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let st = sb.status_of("quiet");
+    assert_eq!(st["state"], "running", "{st}");
+    assert_eq!(st["init_pid"].as_i64().unwrap(), qpid);
+    let v = sb.json(&["stop", "quiet"]);
+    assert_eq!(v["graceful"], true, "{v}");
+    assert_eq!(sb.status_of("quiet")["state"], "stopped");
+
+    // The daemon can stop it, and then releases its mounts.
     sb.ok(&["stop", "ticker"]);
     assert!(
         sb.stray_mounts().is_empty(),

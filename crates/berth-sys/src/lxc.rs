@@ -68,12 +68,74 @@ pub struct lxc_container {
     get_config_path: Option<unsafe extern "C" fn(*mut lxc_container) -> *const c_char>,
 }
 
-#[link(name = "lxc")]
-extern "C" {
-    fn lxc_container_new(name: *const c_char, configpath: *const c_char) -> *mut lxc_container;
-    fn lxc_container_put(c: *mut lxc_container) -> c_int;
-    fn lxc_get_version() -> *const c_char;
-    fn lxc_get_global_config_item(key: *const c_char) -> *const c_char;
+/// The four liblxc entry points berth calls by name (everything else goes through the
+/// function pointers of `struct lxc_container`). liblxc is loaded with dlopen on first use, so
+/// the daemon (which talks to containers through their shims), the CLI and the vendor tools
+/// never map liblxc and its dependencies; only the shims and monitors do. It also lets the
+/// vendor tools run on build hosts without LXC.
+struct Lib {
+    container_new: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut lxc_container,
+    container_put: unsafe extern "C" fn(*mut lxc_container) -> c_int,
+    get_version: unsafe extern "C" fn() -> *const c_char,
+    get_global_config_item: unsafe extern "C" fn(*const c_char) -> *const c_char,
+}
+
+static LIB: std::sync::OnceLock<Result<Lib, String>> = std::sync::OnceLock::new();
+
+fn lib() -> Result<&'static Lib, LxcError> {
+    LIB.get_or_init(load)
+        .as_ref()
+        .map_err(|e| LxcError::Unavailable(e.clone()))
+}
+
+fn load() -> Result<Lib, String> {
+    let mut handle = std::ptr::null_mut();
+    for name in [c"liblxc.so.1", c"liblxc.so"] {
+        // SAFETY: dlopen with a NUL-terminated name; liblxc's constructors are safe to run.
+        handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if !handle.is_null() {
+            break;
+        }
+    }
+    if handle.is_null() {
+        // SAFETY: dlerror returns a thread-local, NUL-terminated message or NULL.
+        let e = unsafe { libc::dlerror() };
+        let msg = if e.is_null() {
+            "unknown error".to_string()
+        } else {
+            // SAFETY: non-null and NUL-terminated (see above); copied at once.
+            unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
+        };
+        return Err(format!(
+            "cannot load liblxc.so.1 ({msg}): install LXC (Debian: liblxc1)"
+        ));
+    }
+    let sym = |name: &CStr| {
+        // SAFETY: `handle` is a live dlopen handle (never closed); `name` is NUL-terminated.
+        let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
+        if p.is_null() {
+            Err(format!("liblxc lacks {}", name.to_string_lossy()))
+        } else {
+            Ok(p)
+        }
+    };
+    // SAFETY: each symbol is the liblxc function of that name, whose C signature (from
+    // lxccontainer.h) is the one of the field it is transmuted into.
+    unsafe {
+        Ok(Lib {
+            container_new: std::mem::transmute::<*mut libc::c_void, _>(sym(c"lxc_container_new")?),
+            container_put: std::mem::transmute::<*mut libc::c_void, _>(sym(c"lxc_container_put")?),
+            get_version: std::mem::transmute::<*mut libc::c_void, _>(sym(c"lxc_get_version")?),
+            get_global_config_item: std::mem::transmute::<*mut libc::c_void, _>(sym(
+                c"lxc_get_global_config_item",
+            )?),
+        })
+    }
+}
+
+/// Whether liblxc can be loaded here (and why not).
+pub fn available() -> Result<(), String> {
+    lib().map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// Errors of the liblxc layer; each names the container.
@@ -97,12 +159,17 @@ pub enum LxcError {
     Flag { name: String, what: &'static str },
     #[error("lxc: liblxc lacks {what} (incompatible liblxc version?)")]
     Missing { what: &'static str },
+    #[error("lxc: {0}")]
+    Unavailable(String),
 }
 
-/// liblxc's version string ("5.0.2").
+/// liblxc's version string ("5.0.2"); empty when liblxc cannot be loaded.
 pub fn version() -> String {
+    let Ok(lib) = lib() else {
+        return String::new();
+    };
     // SAFETY: lxc_get_version takes no arguments and returns a pointer to a static string.
-    let p = unsafe { lxc_get_version() };
+    let p = unsafe { (lib.get_version)() };
     if p.is_null() {
         return String::new();
     }
@@ -113,8 +180,9 @@ pub fn version() -> String {
 /// A global liblxc setting ("lxc.lxcpath", "lxc.cgroup.pattern", …), if set.
 pub fn global_config_item(key: &str) -> Option<String> {
     let k = CString::new(key).ok()?;
+    let lib = lib().ok()?;
     // SAFETY: `k` is NUL-terminated and outlives the call.
-    let p = unsafe { lxc_get_global_config_item(k.as_ptr()) };
+    let p = unsafe { (lib.get_global_config_item)(k.as_ptr()) };
     if p.is_null() {
         return None;
     }
@@ -150,9 +218,12 @@ unsafe impl Send for Container {}
 
 impl Drop for Container {
     fn drop(&mut self) {
-        // SAFETY: `ptr` holds the one reference we got from lxc_container_new; it is released
-        // once, here, and never used again.
-        unsafe { lxc_container_put(self.ptr.as_ptr()) };
+        // A Container exists only if liblxc was loaded.
+        if let Ok(lib) = lib() {
+            // SAFETY: `ptr` holds the one reference we got from lxc_container_new; it is
+            // released once, here, and never used again.
+            unsafe { (lib.container_put)(self.ptr.as_ptr()) };
+        }
     }
 }
 
@@ -190,11 +261,12 @@ impl Container {
             name: name.to_string(),
             lxcpath: lxcpath.to_path_buf(),
         };
+        let lib = lib()?;
         let n = CString::new(name).map_err(|_| err())?;
         let p = CString::new(lxcpath.as_os_str().as_bytes()).map_err(|_| err())?;
         // SAFETY: both arguments are NUL-terminated strings that outlive the call; liblxc
         // copies them.
-        let raw = unsafe { lxc_container_new(n.as_ptr(), p.as_ptr()) };
+        let raw = unsafe { (lib.container_new)(n.as_ptr(), p.as_ptr()) };
         let ptr = NonNull::new(raw).ok_or_else(err)?;
         Ok(Container {
             ptr,

@@ -762,8 +762,20 @@ pub fn release_mounts(d: &Daemon) {
 // ---------------------------------------------------------------------------------------
 // Containers
 
-fn container(d: &Daemon, name: &str) -> ApiResult<Container> {
-    Container::new(name, &d.cfg.paths.lxcpath).map_err(ApiError::internal)
+/// The init pid of a running container. The daemon asks the container's shim (which holds
+/// the liblxc handle), so it never loads liblxc itself; only a container whose shim is gone
+/// (killed) makes it ask LXC.
+pub fn running_init(d: &Daemon, name: &str) -> Option<i32> {
+    if let Some(pid) = shim_info(d, name)["init_pid"].as_i64() {
+        return Some(pid as i32);
+    }
+    if !lxc_monitor_alive(d, name) {
+        return None;
+    }
+    Container::new(name, &d.cfg.paths.lxcpath)
+        .ok()
+        .filter(|c| c.is_running())
+        .and_then(|c| c.init_pid())
 }
 
 pub fn is_running(d: &Daemon, name: &str) -> bool {
@@ -771,9 +783,18 @@ pub fn is_running(d: &Daemon, name: &str) -> bool {
     if !d.cfg.paths.lxc_dir(name).join("config").exists() {
         return false;
     }
-    Container::new(name, &d.cfg.paths.lxcpath)
-        .map(|c| c.is_running())
-        .unwrap_or(false)
+    d.cfg.paths.shim_socket(name).exists() && shim_info(d, name)["init_pid"].is_i64()
+        || lxc_monitor_alive(d, name)
+}
+
+/// Whether an LXC monitor of this container listens on its command socket (LXC's abstract
+/// socket `@<lxcpath>/<name>/command`): the container exists, with or without a shim.
+fn lxc_monitor_alive(d: &Daemon, name: &str) -> bool {
+    use std::os::linux::net::SocketAddrExt;
+    let path = d.cfg.paths.lxc_dir(name).join("command");
+    std::os::unix::net::SocketAddr::from_abstract_name(path.as_os_str().as_encoded_bytes())
+        .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a))
+        .is_ok()
 }
 
 fn installed(d: &Daemon, name: &str) -> ApiResult<Installed> {
@@ -795,7 +816,7 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     let t_begin = Instant::now();
     let p = installed(d, name)?;
     if is_running(d, name) {
-        let pid = container(d, name)?.init_pid().unwrap_or(0);
+        let pid = running_init(d, name).unwrap_or(0);
         return Err(ApiError::new(
             409,
             "already_running",
@@ -1011,36 +1032,43 @@ fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<V
             format!("{name} is not running"),
         ));
     }
-    let c = container(d, name)?;
     let timeout = timeout.unwrap_or(d.cfg.stop_timeout_s);
     let t0 = Instant::now();
+    let Some(init) = running_init(d, name) else {
+        return Err(ApiError::new(
+            409,
+            "not_running",
+            format!("{name} is not running"),
+        ));
+    };
     // SIGTERM goes straight to the payload's processes (not through init.lxc, whose own halt
     // handling gives them one second before SIGKILL, whatever the timeout). When the payload
     // exits, init.lxc exits and the container stops.
-    let graceful = match c.init_pid() {
-        Some(init) => {
-            let members = berth_sys::process::pid_namespace_members(Path::new("/proc"), init);
-            if members.is_empty() {
-                c.shutdown(timeout as i32)
-            } else {
-                for pid in members {
-                    let _ = berth_sys::process::kill(pid, libc::SIGTERM);
-                }
-                let deadline = Instant::now() + Duration::from_secs(timeout as u64);
-                let mut delay = Duration::from_millis(2);
-                while c.is_running() && Instant::now() < deadline {
-                    std::thread::sleep(delay);
-                    delay = (delay * 2).min(Duration::from_millis(50));
-                }
-                !c.is_running()
-            }
+    let members = berth_sys::process::pid_namespace_members(Path::new("/proc"), init);
+    for pid in &members {
+        let _ = berth_sys::process::kill(*pid, libc::SIGTERM);
+    }
+    let wait_gone = |limit: Duration| {
+        let deadline = Instant::now() + limit;
+        let mut delay = Duration::from_millis(1);
+        while berth_sys::process::alive(init) && Instant::now() < deadline {
+            std::thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_millis(50));
         }
-        None => c.shutdown(timeout as i32),
+        !berth_sys::process::alive(init)
     };
-    if !graceful && c.is_running() {
+    let graceful = if members.is_empty() {
+        // Only init is left (the payload is gone): nothing to be graceful with.
+        let _ = berth_sys::process::kill(init, libc::SIGKILL);
+        wait_gone(Duration::from_secs(10))
+    } else {
+        wait_gone(Duration::from_secs(timeout as u64))
+    };
+    if !graceful {
         log::warn!("{name} did not stop within {timeout} s; killing it");
-        c.stop();
-        c.wait("STOPPED", 10);
+        // Killing a pid namespace's init kills everything in it.
+        let _ = berth_sys::process::kill(init, libc::SIGKILL);
+        wait_gone(Duration::from_secs(10));
     }
     // The shim saves the log ring and the exit status as soon as the monitor is gone.
     let sock = d.cfg.paths.shim_socket(name);
@@ -1113,18 +1141,15 @@ pub fn status(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
             continue;
         }
         let n = p.name.as_str();
-        let running = is_running(d, n);
-        let (lxc_state, pid) = if running {
-            let c = container(d, n)?;
-            (c.state(), c.init_pid())
-        } else {
-            ("STOPPED".to_string(), None)
+        // One question to the shim gives the state, the pid and the ring's size.
+        let info = shim_info(d, n);
+        let pid = match info["init_pid"].as_i64() {
+            Some(pid) => Some(pid as i32),
+            None if is_running(d, n) => running_init(d, n),
+            None => None,
         };
-        let info = if running {
-            shim_info(d, n)
-        } else {
-            Value::Null
-        };
+        let running = pid.is_some();
+        let lxc_state = if running { "RUNNING" } else { "STOPPED" };
         containers.push(json!({
             "name": n,
             "version": p.version.to_string(),
