@@ -74,11 +74,17 @@ pub struct lxc_container {
 /// never map liblxc and its dependencies; only the shims and monitors do. It also lets the
 /// vendor tools run on build hosts without LXC.
 struct Lib {
-    container_new: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut lxc_container,
-    container_put: unsafe extern "C" fn(*mut lxc_container) -> c_int,
-    get_version: unsafe extern "C" fn() -> *const c_char,
-    get_global_config_item: unsafe extern "C" fn(*const c_char) -> *const c_char,
+    container_new: ContainerNew,
+    container_put: ContainerPut,
+    get_version: GetVersion,
+    get_global_config_item: GetGlobalConfigItem,
 }
+
+type ContainerNew = unsafe extern "C" fn(*const c_char, *const c_char) -> *mut lxc_container;
+type ContainerPut = unsafe extern "C" fn(*mut lxc_container) -> c_int;
+type GetVersion = unsafe extern "C" fn() -> *const c_char;
+type GetGlobalConfigItem = unsafe extern "C" fn(*const c_char) -> *const c_char;
+type Sym = *mut libc::c_void;
 
 static LIB: std::sync::OnceLock<Result<Lib, String>> = std::sync::OnceLock::new();
 
@@ -123,10 +129,10 @@ fn load() -> Result<Lib, String> {
     // lxccontainer.h) is the one of the field it is transmuted into.
     unsafe {
         Ok(Lib {
-            container_new: std::mem::transmute::<*mut libc::c_void, _>(sym(c"lxc_container_new")?),
-            container_put: std::mem::transmute::<*mut libc::c_void, _>(sym(c"lxc_container_put")?),
-            get_version: std::mem::transmute::<*mut libc::c_void, _>(sym(c"lxc_get_version")?),
-            get_global_config_item: std::mem::transmute::<*mut libc::c_void, _>(sym(
+            container_new: std::mem::transmute::<Sym, ContainerNew>(sym(c"lxc_container_new")?),
+            container_put: std::mem::transmute::<Sym, ContainerPut>(sym(c"lxc_container_put")?),
+            get_version: std::mem::transmute::<Sym, GetVersion>(sym(c"lxc_get_version")?),
+            get_global_config_item: std::mem::transmute::<Sym, GetGlobalConfigItem>(sym(
                 c"lxc_get_global_config_item",
             )?),
         })

@@ -76,6 +76,7 @@ pub fn run(cfg: Config) -> Result<()> {
         bail!("berth daemon must run as root (it mounts images and starts containers)");
     }
     berth_sys::process::ignore_sigpipe();
+    berth_sys::process::single_malloc_arena();
     let paths = &cfg.paths;
     for dir in [
         paths.state.clone(),
@@ -206,6 +207,8 @@ fn serve_connection(d: &Arc<Daemon>, mut stream: UnixStream) {
     };
     let _ = stream.set_read_timeout(None);
     api::route(d, req, stream);
+    // Requests are rare; give back what this one allocated (install buffers, JSON).
+    berth_sys::process::trim_heap();
 }
 
 fn read_request(stream: &mut UnixStream) -> Result<http::Request> {
