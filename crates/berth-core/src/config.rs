@@ -74,6 +74,11 @@ impl Paths {
     pub fn data_mount(&self, container: &str) -> PathBuf {
         self.run.join("data").join(container)
     }
+    /// Marker: the container was last started (not stopped) by the operator, so the daemon
+    /// starts it again after a reboot.
+    pub fn autostart(&self, container: &str) -> PathBuf {
+        self.state.join("autostart").join(container)
+    }
     pub fn state_file(&self) -> PathBuf {
         self.state.join("state.json")
     }

@@ -40,9 +40,6 @@ pub struct Installed {
     pub manifest: Manifest,
     /// Seconds since the epoch.
     pub installed_at: u64,
-    /// Started again when the daemon starts (the operator's last start/stop decides).
-    #[serde(default)]
-    pub autostart: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -131,7 +128,6 @@ mod tests {
             depends: m.package.depends.clone(),
             manifest: m,
             installed_at: 0,
-            autostart: false,
         }
     }
 

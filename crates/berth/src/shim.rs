@@ -166,6 +166,9 @@ fn start(args: &ShimArgs) -> Result<Started> {
     std::fs::set_permissions(&args.socket, std::fs::Permissions::from_mode(0o600))?;
     let (log_r, log_w) = process::pipe()?;
     let sigchld = process::sigchld_pipe()?;
+    // Load liblxc once, before the fork, so the monitor inherits it instead of loading (and
+    // relocating) it again on the start path.
+    berth_sys::lxc::available().map_err(anyhow::Error::msg)?;
     // Stale results of an earlier run must not be mistaken for this one's.
     let _ = std::fs::remove_file(&args.exit_file);
 
@@ -234,8 +237,12 @@ fn start(args: &ShimArgs) -> Result<Started> {
                         args.start_timeout.as_secs()
                     );
                 }
+                // LXC needs a few milliseconds: ask often at first (each ask is one refused
+                // connect on LXC's command socket), then back off.
                 std::thread::sleep(delay);
-                delay = (delay * 2).min(Duration::from_millis(10));
+                if t_fork.elapsed() > Duration::from_millis(100) {
+                    delay = (delay * 2).min(Duration::from_millis(10));
+                }
             }
         }
     }

@@ -297,17 +297,28 @@ impl Peers<'_> {
         Ok(())
     }
 
-    /// One round, peers interleaved.
+    /// One round, peers interleaved. Each peer starts from a settled system: the kernel
+    /// tears network and pid namespaces down asynchronously, and a start that overlaps the
+    /// previous peer's teardown waits for it (measured here: up to 2x on the next start).
     fn round(&self, s: &mut Series, record: bool) -> Result<()> {
         crate::util::check_interrupted()?;
+        let settle = || std::thread::sleep(SETTLE);
+        settle();
         self.berth(s, record)?;
+        settle();
         self.lxc(s, record)?;
+        settle();
         self.runc(s, record)?;
+        settle();
         self.lxc_whole(s, record)?;
+        settle();
         self.runc_whole(s, record)?;
         Ok(())
     }
 }
+
+/// Pause before each measured start (see `round`).
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(150);
 
 /// The LXC configuration of the bare peer: what berth generates for the same package
 /// (crates/berth-core/src/plan.rs), with its own name, data directory, log and cgroups.

@@ -146,6 +146,9 @@ impl Suite for Footprint {
         let (bench_size, bench_stripped) = sizes(&me, &sb.dir)?;
 
         progress!("footprint: daemon idle");
+        // A freshly built binary's pages are still dirty in the page cache and would show as
+        // the daemon's private dirty memory: write them back first.
+        let _ = std::process::Command::new("sync").status();
         sleep(settle)?;
         let idle = procfs::mem(daemon)?;
 

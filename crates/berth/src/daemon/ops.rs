@@ -331,10 +331,6 @@ pub fn install(d: &Daemon, names: &[String], emit: &mut dyn FnMut(Value)) -> Api
                 depends: e.depends.clone(),
                 manifest,
                 installed_at: now_s(),
-                autostart: old
-                    .packages
-                    .get(e.name.as_str())
-                    .is_some_and(|p| p.autostart),
             },
         );
         done.push(json!({"name": e.name.as_str(), "version": e.version.to_string()}));
@@ -632,6 +628,7 @@ pub fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
         let _ = std::fs::remove_dir_all(d.cfg.paths.lxc_dir(n));
         let _ = std::fs::remove_file(d.cfg.paths.saved_log(n));
         let _ = std::fs::remove_file(d.cfg.paths.exit_file(n));
+        let _ = std::fs::remove_file(d.cfg.paths.autostart(n));
         if purge {
             let _ = std::fs::remove_dir_all(d.cfg.paths.data(n));
         }
@@ -940,14 +937,26 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     Ok(json!({"name": name, "init_pid": pid, "start_ms": elapsed.as_secs_f64() * 1000.0}))
 }
 
+/// Records the operator's last start or stop of a container (an empty marker file): what
+/// the daemon starts again after a reboot. Not fsynced: it is a preference, and it must not
+/// cost a flash flush on every start and stop; a power cut in the next few seconds at worst
+/// forgets the last change.
 fn set_autostart(d: &Daemon, name: &str, on: bool) -> ApiResult<()> {
-    let mut st = state(d);
-    match st.packages.get_mut(name) {
-        Some(p) if p.autostart != on => {
-            p.autostart = on;
-            commit_state(d, st)
+    let marker = d.cfg.paths.autostart(name);
+    if on {
+        if let Some(dir) = marker.parent() {
+            std::fs::create_dir_all(dir).map_err(ApiError::internal)?;
         }
-        _ => Ok(()),
+        File::create(&marker)
+            .map(drop)
+            .map_err(|e| ApiError::internal(format!("{}: {e}", marker.display())))
+    } else {
+        match std::fs::remove_file(&marker) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(ApiError::internal(format!("{}: {e}", marker.display())))
+            }
+            _ => Ok(()),
+        }
     }
 }
 
@@ -1041,6 +1050,9 @@ fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<V
             format!("{name} is not running"),
         ));
     };
+    // Subscribed before the first signal: the shim answers once it has saved the log ring
+    // and the exit status, which is when the stop is complete.
+    let shim_wait = crate::shim::request(&d.cfg.paths.shim_socket(name), "wait").ok();
     // SIGTERM goes straight to the payload's processes (not through init.lxc, whose own halt
     // handling gives them one second before SIGKILL, whatever the timeout). When the payload
     // exits, init.lxc exits and the container stops.
@@ -1070,11 +1082,16 @@ fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<V
         let _ = berth_sys::process::kill(init, libc::SIGKILL);
         wait_gone(Duration::from_secs(10));
     }
-    // The shim saves the log ring and the exit status as soon as the monitor is gone.
-    let sock = d.cfg.paths.shim_socket(name);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while sock.exists() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
+    match shim_wait {
+        Some(mut s) => {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut line = String::new();
+            let _ = s.read_to_string(&mut line);
+        }
+        None => {
+            // No shim (it was killed): nobody will save a ring or write an exit file.
+            let _ = std::fs::remove_file(d.cfg.paths.shim_socket(name));
+        }
     }
     if !graceful {
         // liblxc reports a killed init as a plain exit; say what really happened.
@@ -1158,7 +1175,7 @@ pub fn status(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
             "started_at": info.get("started_at"),
             "log_bytes": info.get("log_bytes"),
             "network": p.manifest.summary().network_mode,
-            "autostart": p.autostart,
+            "autostart": d.cfg.paths.autostart(n).exists(),
             "last_exit": if running { Value::Null } else { exit_info(d, n) },
             "image": p.sha256,
         }));
@@ -1245,7 +1262,8 @@ pub fn reconcile(d: &Arc<Daemon>) {
         let n = p.name.as_str();
         // After a reboot /run is empty (no exit file): bring back what was running. A
         // container that ended while the daemon was away is left for its restart policy.
-        if p.autostart && !running[n] && !d.cfg.paths.exit_file(n).exists() {
+        let autostart = d.cfg.paths.autostart(n).exists();
+        if autostart && !running[n] && !d.cfg.paths.exit_file(n).exists() {
             let _op = d.op.lock().unwrap();
             match start_locked(d, n) {
                 Ok(_) => log::info!("autostarted {n}"),
