@@ -119,6 +119,9 @@ pub fn run(cfg: Config) -> Result<()> {
         std::process::id()
     );
     let term = berth_sys::process::termination_pipe()?;
+    // Start-up code (configuration and state parsing, reconciliation) will not run again.
+    berth_sys::process::trim_heap();
+    berth_sys::process::release_own_code(true);
     listener.set_nonblocking(true)?;
     use std::os::fd::AsRawFd;
     loop {
@@ -207,8 +210,10 @@ fn serve_connection(d: &Arc<Daemon>, mut stream: UnixStream) {
     };
     let _ = stream.set_read_timeout(None);
     api::route(d, req, stream);
-    // Requests are rare; give back what this one allocated (install buffers, JSON).
+    // Requests are rare; give back what this one allocated (install buffers, JSON) and the
+    // mappings of the code it ran.
     berth_sys::process::trim_heap();
+    berth_sys::process::release_own_code(false);
 }
 
 fn read_request(stream: &mut UnixStream) -> Result<http::Request> {

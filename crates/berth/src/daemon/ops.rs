@@ -1024,6 +1024,8 @@ pub fn watch(d: &Arc<Daemon>, name: &str) {
             if !is_running(&d, &name) {
                 release_mounts(&d);
             }
+            berth_sys::process::trim_heap();
+            berth_sys::process::release_own_code(false);
         });
 }
 
