@@ -56,8 +56,12 @@ fn install_start_serve_stop_remove() {
         .unwrap();
     assert!(stdout(&out).contains("web"), "lxc-ls: {}", stdout(&out));
 
-    // The payload's output reaches the log ring.
+    // The payload's output reaches the log ring; --json gives one object per line.
     sb.wait_log("web", "response:200");
+    let out = sb.ok(&["--json", "logs", "web"]);
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["name"], "web");
+    assert!(first["line"].is_string(), "{first}");
 
     // Refusals with reasons.
     let (code, err) = sb.fail(&["start", "web"]);
@@ -233,4 +237,73 @@ fn a_container_that_exits_is_noticed_and_cleaned_up() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn upgrades_come_from_the_repository_and_wait_for_a_stop() {
+    let mut sb = Sandbox::new("upgrade");
+    sb.add(&Pkg::script(
+        "app",
+        "1.0",
+        "echo version one; exec sleep 600",
+    ));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "app"]);
+    sb.ok(&["start", "app"]);
+    sb.wait_log("app", "version one");
+    let old_sha = sb.status_of("app")["image"].as_str().unwrap().to_string();
+
+    // The repository moves on: app 1.1 replaces 1.0 (one version of each package).
+    std::fs::remove_file(sb.repo.join("packages/app-1.0.sqfs")).unwrap();
+    sb.add(&Pkg::script(
+        "app",
+        "1.1",
+        "echo version two; exec sleep 600",
+    ));
+    let v = sb.json(&["update"]);
+    assert_eq!(v["upgradable"][0]["name"], "app", "{v}");
+    assert_eq!(v["upgradable"][0]["available"], "1.1", "{v}");
+    let l = sb.json(&["list", "--upgradable"]);
+    assert_eq!(l["upgradable"][0]["installed"], "1.0", "{l}");
+
+    // Not under a running container.
+    let (_, err) = sb.fail(&["install", "app"]);
+    assert!(err.contains("stop it before installing 1.1"), "{err}");
+    sb.ok(&["stop", "app"]);
+    sb.ok(&["install", "app"]);
+    assert_eq!(sb.status_of("app")["version"], "1.1");
+    sb.ok(&["start", "app"]);
+    sb.wait_log("app", "version two");
+    sb.ok(&["stop", "app"]);
+    // The old image is no longer used: unmounted, and gc deletes it.
+    assert!(sb.stray_mounts().is_empty(), "{:?}", sb.stray_mounts());
+    let gc = sb.json(&["gc"]);
+    assert_eq!(gc["removed"][0], old_sha.as_str(), "{gc}");
+    assert!(sb.json(&["list", "--upgradable"])["upgradable"]
+        .as_array()
+        .unwrap()
+        .is_empty());
+}
+
+#[test]
+fn check_reports_what_this_kernel_offers() {
+    let sb = Sandbox::new("check");
+    // No daemon needed.
+    let v = sb.json(&["check"]);
+    assert_eq!(v["ok"], true, "{v}");
+    let features = v["features"].as_array().unwrap();
+    for name in ["squashfs", "loop devices", "liblxc"] {
+        let f = features
+            .iter()
+            .find(|f| f["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not reported: {v}"));
+        assert_eq!(f["status"], "present", "{f}");
+        assert_eq!(f["required"], true, "{f}");
+    }
+    let text = sb.ok(&["check"]);
+    assert!(
+        text.contains("squashfs") && text.contains("(required)"),
+        "{text}"
+    );
 }

@@ -577,6 +577,25 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                     message: s(&v["error"])
                 });
             }
+            if g.json {
+                // One JSON object per output line, as it comes (with -f, until the end).
+                use std::io::BufRead;
+                let mut out = std::io::stdout();
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    if r.read_until(b'\n', &mut line)? == 0 {
+                        break;
+                    }
+                    let text = String::from_utf8_lossy(&line);
+                    let v = json!({"name": name, "line": text.trim_end_matches(['\n', '\r'])});
+                    if writeln!(out, "{v}").is_err() {
+                        break;
+                    }
+                    let _ = out.flush();
+                }
+                return Ok(0);
+            }
             let mut out = std::io::stdout();
             let mut buf = [0u8; 8192];
             loop {
