@@ -19,7 +19,8 @@ step "Debian packages"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq lxc squashfs-tools signify-openbsd busybox-static curl runc \
-    mosquitto mosquitto-clients gcc libc6-dev file strace >/dev/null
+    mosquitto mosquitto-clients gcc libc6-dev file strace \
+    sysbench stress-ng hpcc mbw fio >/dev/null
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 

@@ -29,16 +29,22 @@ suites:
   activation   start request → payload's first instruction, and stop time: berth vs
                lxc-execute vs runc on the same root file system
   footprint    stripped binary size, daemon memory idle and with 10 containers, per-container cost
+  cpu          host vs container: sysbench cpu 1/2/4/8 in parallel, stress-ng CPU methods,
+               Linpack (hpcc), host and container at once
+  mem          host vs container: STREAM (hpcc), mbw, host and container at once
+  fs           host vs container: busybox dd (write, write+fsync, read), fio 4k direct I/O
   all          every suite
 
 options:
-  --quick          5 measured runs instead of 30, shorter settling (for CI)
-  --runs N         measured runs per peer (overrides --quick's)
+  --quick          5 measured runs instead of 30, shorter settling (for CI); cpu, mem, fs:
+                   3 rounds instead of 10 and small sizes
+  --runs N         measured runs per peer / rounds per test (overrides the defaults)
   --json FILE      every raw sample and the environment, as JSON
   --markdown FILE  the report (default: stdout)
   --berth PATH     the berth binary (default: next to berth-bench, else on PATH)
 
-Needs root, lxc, squashfs-tools and busybox-static; runc and gcc are used when present.";
+Needs root, lxc, squashfs-tools and busybox-static; runc and gcc are used when present;
+cpu, mem, fs use sysbench, stress-ng, hpcc, mbw, fio (a missing one is reported as skipped).";
 
 struct Opts {
     quick: bool,
@@ -109,6 +115,14 @@ fn check_tools(suites: &[Box<dyn Suite>]) -> Result<()> {
         ("lxc-stop", "lxc"),
         ("mount", "mount"),
     ];
+    if suites
+        .iter()
+        .any(|s| matches!(s.name(), "cpu" | "mem" | "fs"))
+    {
+        need.push(("lxc-attach", "lxc"));
+        need.push(("lxc-info", "lxc"));
+        need.push(("busybox", "busybox-static"));
+    }
     if suites.iter().any(|s| s.name() == "footprint") {
         need.push(("busybox", "busybox-static"));
     }
@@ -204,6 +218,7 @@ fn run(o: Opts) -> Result<()> {
         let mut ctx = Ctx {
             sb: &mut sb,
             runs,
+            runs_given: o.runs,
             warmup,
             quick: o.quick,
         };

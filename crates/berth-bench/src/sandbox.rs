@@ -23,6 +23,9 @@ pub struct PkgSpec {
     pub files: Vec<(String, Vec<u8>, u32)>,
     /// Puts a static busybox at /bin/busybox.
     pub busybox: bool,
+    /// `base = "host"`: the host's library directories, read-only (for dynamically linked
+    /// host tools copied into the package).
+    pub host_base: bool,
 }
 
 pub struct Sandbox {
@@ -144,8 +147,9 @@ impl Sandbox {
         }
         let argv: Vec<String> = p.argv.iter().map(|a| format!("{a:?}")).collect();
         let manifest = format!(
-            "[package]\nname = \"{}\"\nversion = \"1\"\ndescription = \"berth-bench payload\"\n\n[entrypoint]\nargv = [{}]\n",
+            "[package]\nname = \"{}\"\nversion = \"1\"\ndescription = \"berth-bench payload\"\n{}\n[entrypoint]\nargv = [{}]\n",
             p.name,
+            if p.host_base { "base = \"host\"\n" } else { "" },
             argv.join(", ")
         );
         std::fs::write(dir.join(".berth/manifest.toml"), manifest).context("write manifest")?;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::manifest::{parse_duration_ms, parse_size};
+use crate::manifest::{parse_duration_ms, parse_percent, parse_size};
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/berth/berth.toml";
 
@@ -44,6 +44,31 @@ pub struct Config {
     pub cgroup_parent: String,
     /// Seconds `berth start` waits for a container to reach RUNNING.
     pub start_timeout_s: u32,
+    pub policy: Policy,
+}
+
+/// The device policy (`[policy]`): what all containers together, and each one, may use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Policy {
+    /// Group CPU cap T_u, percent of ALL CPUs (50 = half the machine). Default 50.
+    pub cpu_max_percent: u32,
+    /// Memory of all containers together. Default 30 % of RAM.
+    pub memory_budget: MemoryBudget,
+    /// Processes of all containers together. Default 1024.
+    pub pids_budget: u32,
+    /// Per-container CPU cap, percent of ONE CPU (the manifest's unit). Default none.
+    pub container_cpu_max: Option<u32>,
+    /// Per-container memory cap, bytes. Default none.
+    pub container_memory_max: Option<u64>,
+    /// Per-container pids cap. Default none.
+    pub container_pids_max: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemoryBudget {
+    /// Percent of MemTotal.
+    Percent(u32),
+    Bytes(u64),
 }
 
 /// Where berth keeps things. State is on flash (written atomically); run is tmpfs.
@@ -113,6 +138,10 @@ impl Paths {
     pub fn lxc_dir(&self, container: &str) -> PathBuf {
         self.lxcpath.join(container)
     }
+    /// The operator's `berth limit` overrides of a container (JSON, written atomically).
+    pub fn limits_file(&self, container: &str) -> PathBuf {
+        self.state.join("limits").join(format!("{container}.json"))
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -123,6 +152,19 @@ struct RawConfig {
     paths: RawPaths,
     #[serde(default)]
     containers: RawContainers,
+    #[serde(default)]
+    policy: RawPolicy,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPolicy {
+    cpu_max: Option<String>,
+    memory_budget: Option<String>,
+    pids_budget: Option<i64>,
+    container_cpu_max: Option<String>,
+    container_memory_max: Option<String>,
+    container_pids_max: Option<i64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -231,6 +273,7 @@ impl Config {
                 format!("{cgroup_parent:?}: use letters, digits, '-', '_' and '.'"),
             ));
         }
+        let policy = policy(raw.policy, &value_err)?;
         Ok(Config {
             repository: raw.repository.map(|u| u.trim_end_matches('/').to_string()),
             paths: Paths {
@@ -245,8 +288,71 @@ impl Config {
             tmp_size: size("containers.tmp_size", c.tmp_size, 16 << 20)?,
             run_size: size("containers.run_size", c.run_size, 4 << 20)?,
             cgroup_parent,
+            policy,
         })
     }
+}
+
+fn policy(
+    r: RawPolicy,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Policy, ConfigError> {
+    let percent = |key: &'static str, v: &str, max: u32| {
+        let p = parse_percent(v).map_err(|m| value_err(key, m))?;
+        if !(1..=max).contains(&p) {
+            return Err(value_err(
+                key,
+                format!("{v}: must be between 1% and {max}%"),
+            ));
+        }
+        Ok(p)
+    };
+    let count = |key: &'static str, n: i64| {
+        if !(1..=1 << 22).contains(&n) {
+            return Err(value_err(
+                key,
+                format!("{n}: must be between 1 and 4194304"),
+            ));
+        }
+        Ok(n as u32)
+    };
+    // Below a few MiB no container starts at all: a typo ("64" for "64M") must not pass.
+    let size = |key: &'static str, v: &str| {
+        let b = parse_size(v).map_err(|m| value_err(key, m))?;
+        if b < 4 << 20 {
+            return Err(value_err(key, format!("{v}: at least 4M")));
+        }
+        Ok(b)
+    };
+    Ok(Policy {
+        cpu_max_percent: match &r.cpu_max {
+            None => 50,
+            Some(v) => percent("policy.cpu_max", v, 100)?,
+        },
+        memory_budget: match &r.memory_budget {
+            None => MemoryBudget::Percent(30),
+            Some(v) if v.ends_with('%') => {
+                MemoryBudget::Percent(percent("policy.memory_budget", v, 100)?)
+            }
+            Some(v) => MemoryBudget::Bytes(size("policy.memory_budget", v)?),
+        },
+        pids_budget: match r.pids_budget {
+            None => 1024,
+            Some(n) => count("policy.pids_budget", n)?,
+        },
+        container_cpu_max: r
+            .container_cpu_max
+            .map(|v| percent("policy.container_cpu_max", &v, 800))
+            .transpose()?,
+        container_memory_max: r
+            .container_memory_max
+            .map(|v| size("policy.container_memory_max", &v))
+            .transpose()?,
+        container_pids_max: r
+            .container_pids_max
+            .map(|n| count("policy.container_pids_max", n))
+            .transpose()?,
+    })
 }
 
 #[cfg(test)]
@@ -306,5 +412,56 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("cgroup_parent"), "{e}");
+    }
+
+    #[test]
+    fn policy_defaults_and_values() {
+        let p = Config::parse("", "t").unwrap().policy;
+        assert_eq!(p.cpu_max_percent, 50);
+        assert_eq!(p.memory_budget, MemoryBudget::Percent(30));
+        assert_eq!(p.pids_budget, 1024);
+        assert_eq!(p.container_cpu_max, None);
+        let p = Config::parse(
+            "[policy]\ncpu_max = \"40%\"\nmemory_budget = \"256M\"\npids_budget = 300\ncontainer_cpu_max = \"150%\"\ncontainer_memory_max = \"64M\"\ncontainer_pids_max = 64\n",
+            "t",
+        )
+        .unwrap()
+        .policy;
+        assert_eq!(p.cpu_max_percent, 40);
+        assert_eq!(p.memory_budget, MemoryBudget::Bytes(256 << 20));
+        assert_eq!(p.pids_budget, 300);
+        assert_eq!(p.container_cpu_max, Some(150));
+        assert_eq!(p.container_memory_max, Some(64 << 20));
+        assert_eq!(p.container_pids_max, Some(64));
+        let p = Config::parse("[policy]\nmemory_budget = \"25%\"", "t")
+            .unwrap()
+            .policy;
+        assert_eq!(p.memory_budget, MemoryBudget::Percent(25));
+    }
+
+    #[test]
+    fn malformed_policy_is_refused_naming_the_key() {
+        for (text, key) in [
+            ("cpu_max = \"50\"", "policy.cpu_max"),
+            ("cpu_max = \"150%\"", "policy.cpu_max"),
+            ("cpu_max = \"0%\"", "policy.cpu_max"),
+            ("cpu_max = \"-5%\"", "policy.cpu_max"),
+            ("memory_budget = \"lots\"", "policy.memory_budget"),
+            ("memory_budget = \"101%\"", "policy.memory_budget"),
+            ("memory_budget = \"64\"", "policy.memory_budget"),
+            ("pids_budget = 0", "policy.pids_budget"),
+            ("container_cpu_max = \"900%\"", "policy.container_cpu_max"),
+            (
+                "container_memory_max = \"1X\"",
+                "policy.container_memory_max",
+            ),
+            ("container_pids_max = -1", "policy.container_pids_max"),
+            ("bogus = 1", "bogus"),
+        ] {
+            let e = Config::parse(&format!("[policy]\n{text}"), "f")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! (validated types, plans); `berth-sys` and the binary apply it.
 
 pub mod base64;
+pub mod cgroup;
 pub mod config;
 pub mod http;
 pub mod index;

@@ -5,6 +5,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use crate::cgroup::{self, CgroupVersion, Limits};
 use crate::config::Config;
 use crate::manifest::{Base, Manifest, NetMode, RootfsMode};
 
@@ -56,6 +57,9 @@ pub struct ContainerPlan<'a> {
     pub rootfs: PathBuf,
     /// Host base directories that exist on this host (subset of [`HOST_BASE_DIRS`]).
     pub host_base_dirs: Vec<PathBuf>,
+    /// The container's cgroup limits, for the cgroup version the host runs (None: no cgroup
+    /// controllers found; the container runs unlimited below the group budget, if any).
+    pub limits: Option<(CgroupVersion, Limits)>,
 }
 
 fn mode_name(m: NetMode) -> &'static str {
@@ -236,6 +240,17 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
         "lxc.cgroup.dir.monitor",
         &format!("{}.monitor/{}", cfg.cgroup_parent, name),
     )?;
+    // LXC writes these into the container's cgroup before its init runs: the payload never
+    // runs unlimited, not even for an instant.
+    if let Some((version, limits)) = &plan.limits {
+        let prefix = match version {
+            CgroupVersion::V1 => "lxc.cgroup",
+            CgroupVersion::V2 => "lxc.cgroup2",
+        };
+        for (_, file, value) in cgroup::files(*version, limits) {
+            line(&format!("{prefix}.{file}"), &value)?;
+        }
+    }
     line(
         "lxc.log.file",
         &paths.lxc_dir(name).join("lxc.log").display().to_string(),
@@ -267,7 +282,49 @@ mod tests {
             config: cfg,
             rootfs: "/run/berth/mnt/abc".into(),
             host_base_dirs: vec!["/lib".into(), "/usr/lib".into()],
+            limits: None,
         }
+    }
+
+    #[test]
+    fn cgroup_limits_for_either_version() {
+        let cfg = Config::parse("", "t").unwrap();
+        let m = manifest("");
+        let mut p = plan(&m, &cfg);
+        assert!(!lxc_config(&p).unwrap().contains("lxc.cgroup.pids"));
+        let l = Limits {
+            cpu_max_percent: Some(20),
+            memory_max: Some(16 << 20),
+            pids_max: Some(32),
+            ..Limits::default()
+        };
+        p.limits = Some((CgroupVersion::V1, l.clone()));
+        let text = lxc_config(&p).unwrap();
+        assert!(
+            text.contains(
+                "lxc.cgroup.cpu.cfs_period_us = 100000\nlxc.cgroup.cpu.cfs_quota_us = 20000\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("lxc.cgroup.memory.limit_in_bytes = 16777216\n"),
+            "{text}"
+        );
+        assert!(text.contains("lxc.cgroup.pids.max = 32\n"), "{text}");
+        assert!(!text.contains("lxc.cgroup2"));
+        p.limits = Some((CgroupVersion::V2, l));
+        let text = lxc_config(&p).unwrap();
+        assert!(
+            text.contains("lxc.cgroup2.cpu.max = 20000 100000\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("lxc.cgroup2.memory.max = 16777216\n"),
+            "{text}"
+        );
+        assert!(text.contains("lxc.cgroup2.pids.max = 32\n"), "{text}");
+        // the container's cgroup dirs stay what they were
+        assert!(text.contains("lxc.cgroup.dir.container = berth/web\n"));
     }
 
     #[test]

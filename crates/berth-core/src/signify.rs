@@ -20,7 +20,7 @@
 
 use std::fmt;
 
-use sha2::{Digest, Sha512};
+use ed25519_compact::sha512::Hash as Sha512;
 
 use crate::base64::{self, Base64Error};
 
@@ -195,7 +195,7 @@ fn array<const N: usize>(bytes: &[u8]) -> [u8; N] {
 }
 
 fn checksum(secret: &[u8]) -> [u8; 8] {
-    array(&Sha512::digest(secret)[..8])
+    array(&Sha512::hash(secret)[..8])
 }
 
 impl PublicKey {

@@ -1,5 +1,6 @@
 //! Everything of berth that touches the kernel or the host. The only crate with `unsafe`.
 
+pub mod cgroupfs;
 pub mod check;
 pub mod fsutil;
 pub mod loopdev;

@@ -21,6 +21,10 @@ device:
   start NAME | stop [-t SECS] NAME | restart NAME
   status [NAME]              containers, their state and last exit
   logs [-f] NAME             a container's output (-f: follow)
+  limit NAME [--cpu P%] [--memory SIZE] [--pids N]
+                             change a container's limits, running or not (--cpu: percent
+                             of one CPU); kept for the next start; no option: show them
+  stats [NAME]               CPU %, memory, pids, throttling, OOM kills (group and containers)
   gc                         delete store images that nothing uses
   check                      kernel features berth uses, present or not
 
@@ -610,6 +614,108 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
             }
             Ok(0)
         }
+        "limit" => {
+            let a = parse_args(args, &["--cpu", "--memory", "--pids"], &[])?;
+            let name = a.one("package name")?;
+            let mut body = json!({ "name": name });
+            if let Some(c) = a.value(&["--cpu"]) {
+                body["cpu"] = json!(c);
+            }
+            if let Some(m) = a.value(&["--memory"]) {
+                body["memory"] = json!(m);
+            }
+            if let Some(n) = a.value(&["--pids"]) {
+                let n: u32 = n
+                    .parse()
+                    .map_err(|_| usage(format!("--pids {n}: expected a number")))?;
+                body["pids"] = json!(n);
+            }
+            let v = client::call(sock, "POST", "/v1/limit", Some(&body))?;
+            if g.json {
+                print_json(&v);
+            } else {
+                // null is unlimited
+                let l = &v["limits"];
+                println!(
+                    "{name}: cpu {} (% of one CPU), memory {}, pids {} (- is unlimited){}",
+                    s(&l["cpu_max_percent"]),
+                    size(&l["memory_max"]),
+                    s(&l["pids_max"]),
+                    if v["applied"] == true {
+                        " (applied to the running container)"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            Ok(0)
+        }
+        "stats" => {
+            let a = parse_args(args, &[], &[])?;
+            let path = match a.pos.as_slice() {
+                [] => "/v1/stats".to_string(),
+                [n] => format!("/v1/stats?name={n}"),
+                _ => return Err(usage("stats takes at most one name")),
+            };
+            let v = client::call(sock, "GET", &path, None)?;
+            if g.json {
+                print_json(&v);
+                return Ok(0);
+            }
+            let pct = |x: &Value| match x.as_f64() {
+                Some(p) => {
+                    let tenths = (p * 10.0).round() as i64;
+                    format!("{}.{}%", tenths / 10, tenths % 10)
+                }
+                None => "-".into(),
+            };
+            let row = |name: String, c: &Value| {
+                vec![
+                    name,
+                    pct(&c["cpu_percent"]),
+                    pct(&c["cpu_max_percent"]),
+                    format!(
+                        "{} / {}",
+                        size(&c["memory_current"]),
+                        size(&c["memory_max"])
+                    ),
+                    size(&c["memory_peak"]),
+                    format!("{} / {}", s(&c["pids_current"]), s(&c["pids_max"])),
+                    s(&c["nr_throttled"]),
+                    s(&c["oom_kills"]),
+                ]
+            };
+            println!(
+                "cgroup {}, {} CPUs; CPU % is of one CPU, sampled over {} ms",
+                s(&v["cgroup_version"]),
+                v["cpus"],
+                v["sample_ms"]
+            );
+            let group = &v["group"];
+            let rows = std::iter::once(row(format!("[{}]", s(&group["cgroup"])), group)).chain(
+                v["containers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|c| row(s(&c["name"]), c)),
+            );
+            table(
+                &[
+                    "NAME",
+                    "CPU",
+                    "CPU MAX %",
+                    "PIDS",
+                    "PIDS MAX",
+                    "MEMORY",
+                    "MEMORY MAX",
+                    "PEAK",
+                    "THROTTLED",
+                    "OOM KILLS",
+                ],
+                rows,
+            );
+            Ok(0)
+        }
         "gc" => {
             parse_args(args, &[], &[])?;
             let v = client::call(sock, "POST", "/v1/gc", None)?;
@@ -684,18 +790,20 @@ fn s(v: &Value) -> String {
     }
 }
 
+/// A size for people, with one decimal (integer arithmetic: no float formatting code).
 fn human(n: u64) -> String {
     const U: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
-    let mut f = n as f64;
     let mut i = 0;
-    while f >= 1024.0 && i < 3 {
-        f /= 1024.0;
+    let mut div = 1u64;
+    while n / div >= 1024 && i < 3 {
+        div *= 1024;
         i += 1;
     }
     if i == 0 {
         format!("{n} B")
     } else {
-        format!("{f:.1} {}", U[i])
+        let tenths = (n as u128 * 10 + div as u128 / 2) / div as u128;
+        format!("{}.{} {}", tenths / 10, tenths % 10, U[i])
     }
 }
 

@@ -432,6 +432,7 @@ impl Suite for Activation {
             argv: p.argv("/data/t0", "wait"),
             files: p.files.clone(),
             busybox: p.needs_busybox(),
+            host_base: false,
         };
         self.payload = Some(p);
         Ok(vec![spec])

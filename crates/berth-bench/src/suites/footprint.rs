@@ -131,6 +131,7 @@ impl Suite for Footprint {
                     .collect(),
                 files: Vec::new(),
                 busybox: true,
+                host_base: false,
             })
             .collect())
     }

@@ -6,17 +6,24 @@ use crate::sandbox::{PkgSpec, Sandbox};
 use crate::util::Result;
 
 pub mod activation;
+pub mod cpu;
 pub mod footprint;
+pub mod fs;
+pub mod hostguest;
+pub mod mem;
 
 /// The order `all` runs them in: footprint first, so "idle" means a daemon that has done
 /// nothing but install its packages.
-pub const ALL: &[&str] = &["footprint", "activation"];
+/// The host-vs-guest suites come last: they load the machine for minutes.
+pub const ALL: &[&str] = &["footprint", "activation", "cpu", "mem", "fs"];
 
 /// What every suite gets.
 pub struct Ctx<'a> {
     pub sb: &'a mut Sandbox,
     /// Measured repetitions.
     pub runs: usize,
+    /// `--runs N` as given (suites with their own default use it only when given).
+    pub runs_given: Option<usize>,
     /// Unrecorded repetitions before the measured ones.
     pub warmup: usize,
     pub quick: bool,
@@ -38,6 +45,9 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
     match name {
         "activation" => Some(Box::new(activation::Activation::default())),
         "footprint" => Some(Box::new(footprint::Footprint)),
+        "cpu" => Some(Box::new(cpu::Cpu)),
+        "mem" => Some(Box::new(mem::Mem)),
+        "fs" => Some(Box::new(fs::Fs)),
         _ => None,
     }
 }

@@ -5,7 +5,9 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
+use berth_core::cgroup::Overrides;
 use berth_core::http::{self, Request};
+use berth_core::manifest::{parse_percent, parse_size};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -25,6 +27,80 @@ pub enum Action {
     Restart(String),
     Logs { name: String, follow: bool },
     Gc,
+    Limit { name: String, limits: Overrides },
+    Stats(Option<String>),
+}
+
+/// Pure: a limit request `{"name", "cpu": "20%", "memory": "32M", "pids": N}`, with the
+/// manifest's syntax and ranges. Read from a `Value` rather than a derived struct: the
+/// derive costs the binary more than these few lines.
+fn limit_request(req: &Request) -> ApiResult<(String, Overrides)> {
+    let v: Value = body(req)?;
+    let bad = |m: String| ApiError::bad_request(format!("POST /v1/limit: {m}"));
+    let obj = v
+        .as_object()
+        .ok_or_else(|| bad("expected a JSON object".into()))?;
+    let mut name = None;
+    let mut cpu_s = None;
+    let mut mem_s = None;
+    let mut pids = None;
+    for (k, x) in obj {
+        match (k.as_str(), x) {
+            ("name", Value::String(s)) => name = Some(s.as_str()),
+            ("cpu", Value::String(s)) => cpu_s = Some(s.as_str()),
+            ("memory", Value::String(s)) => mem_s = Some(s.as_str()),
+            ("pids", Value::Number(n)) => {
+                pids = Some(
+                    n.as_u64()
+                        .and_then(|n| u32::try_from(n).ok())
+                        .ok_or_else(|| bad(format!("pids: {n}: must be between 1 and 65536")))?,
+                )
+            }
+            ("name" | "cpu" | "memory" | "pids", _) => return Err(bad(format!("{k}: wrong type"))),
+            _ => return Err(bad(format!("unknown field {k:?}"))),
+        }
+    }
+    let name = check_name(name.ok_or_else(|| bad("missing field \"name\"".into()))?)?;
+    let cpu = match cpu_s {
+        None => None,
+        Some(v) => {
+            let p = parse_percent(v).map_err(|e| ApiError::bad_request(format!("cpu: {e}")))?;
+            if !(1..=800).contains(&p) {
+                return Err(ApiError::bad_request(format!(
+                    "cpu: {v}: must be between 1% and 800% (percent of one CPU)"
+                )));
+            }
+            Some(p)
+        }
+    };
+    let memory = match mem_s {
+        None => None,
+        Some(v) => {
+            let m = parse_size(v).map_err(|e| ApiError::bad_request(format!("memory: {e}")))?;
+            // Below 1 MiB not even a shell starts; almost certainly a missing suffix.
+            if m < 1 << 20 {
+                return Err(ApiError::bad_request(format!(
+                    "memory: {v}: must be at least 1M"
+                )));
+            }
+            Some(m)
+        }
+    };
+    if let Some(n) = pids {
+        if !(1..=65_536).contains(&n) {
+            return Err(ApiError::bad_request(format!(
+                "pids: {n}: must be between 1 and 65536"
+            )));
+        }
+    }
+    Ok((
+        name,
+        Overrides {
+            cpu_max_percent: cpu,
+            memory_max: memory,
+            pids_max: pids,
+        },
+    ))
 }
 
 #[derive(Deserialize)]
@@ -120,10 +196,19 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
             follow: req.query_flag("follow"),
         },
         ("POST", "/v1/gc") => Action::Gc,
+        ("POST", "/v1/limit") => {
+            let (name, limits) = limit_request(req)?;
+            Action::Limit { name, limits }
+        }
+        ("GET", "/v1/stats") => Action::Stats(match req.query.get("name") {
+            Some(n) => Some(check_name(n)?),
+            None => None,
+        }),
         (
             _,
             "/v1/ping" | "/v1/status" | "/v1/packages" | "/v1/update" | "/v1/install"
-            | "/v1/remove" | "/v1/start" | "/v1/stop" | "/v1/restart" | "/v1/logs" | "/v1/gc",
+            | "/v1/remove" | "/v1/start" | "/v1/stop" | "/v1/restart" | "/v1/logs" | "/v1/gc"
+            | "/v1/limit" | "/v1/stats",
         ) => {
             return Err(ApiError::new(
                 405,
@@ -188,6 +273,8 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
         Action::Stop { name, timeout } => reply(&mut stream, ops::stop(d, &name, timeout)),
         Action::Restart(n) => reply(&mut stream, ops::restart(d, &n)),
         Action::Gc => reply(&mut stream, ops::gc(d)),
+        Action::Limit { name, limits } => reply(&mut stream, ops::limit(d, &name, &limits)),
+        Action::Stats(n) => reply(&mut stream, ops::stats(d, n.as_deref())),
         Action::Logs { name, follow } => match ops::logs(d, &name, follow) {
             Err(e) => reply(&mut stream, Err(e)),
             Ok(ops::Logs::Saved(bytes)) => {
@@ -271,5 +358,55 @@ mod tests {
         assert_eq!(e.status, 404);
         let e = parse(&req("GET", "/v1/logs", "")).unwrap_err();
         assert_eq!(e.status, 400);
+    }
+
+    #[test]
+    fn limit_requests() {
+        assert_eq!(
+            parse(&req(
+                "POST",
+                "/v1/limit",
+                r#"{"name":"web","cpu":"20%","memory":"32M","pids":64}"#
+            ))
+            .unwrap(),
+            Action::Limit {
+                name: "web".into(),
+                limits: Overrides {
+                    cpu_max_percent: Some(20),
+                    memory_max: Some(32 << 20),
+                    pids_max: Some(64),
+                }
+            }
+        );
+        assert_eq!(
+            parse(&req("POST", "/v1/limit", r#"{"name":"web"}"#)).unwrap(),
+            Action::Limit {
+                name: "web".into(),
+                limits: Overrides::default()
+            }
+        );
+        assert_eq!(
+            parse(&req("GET", "/v1/stats", "")).unwrap(),
+            Action::Stats(None)
+        );
+        for (body, needle) in [
+            (r#"{"name":"web","cpu":"20"}"#, "invalid percentage"),
+            (r#"{"name":"web","cpu":"0%"}"#, "between 1% and 800%"),
+            (r#"{"name":"web","cpu":"-3%"}"#, "invalid percentage"),
+            (r#"{"name":"web","cpu":"900%"}"#, "between 1% and 800%"),
+            (r#"{"name":"web","memory":"32X"}"#, "invalid size"),
+            (r#"{"name":"web","memory":"512"}"#, "at least 1M"),
+            (r#"{"name":"web","pids":0}"#, "between 1 and 65536"),
+            (r#"{"name":"web","pids":-1}"#, "between 1 and 65536"),
+            (r#"{"name":"web","pids":"3"}"#, "pids: wrong type"),
+            (r#"{"name":"web","swap":"1M"}"#, "unknown field \"swap\""),
+            (r#"{"cpu":"1%"}"#, "missing field \"name\""),
+            (r#"[1]"#, "expected a JSON object"),
+            (r#"{"name":"../x"}"#, "../x"),
+        ] {
+            let e = parse(&req("POST", "/v1/limit", body)).unwrap_err();
+            assert_eq!(e.status, 400, "{body}");
+            assert!(e.message.contains(needle), "{body}: {}", e.message);
+        }
     }
 }

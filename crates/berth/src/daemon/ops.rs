@@ -16,12 +16,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use berth_core::cgroup::{self as cg, CgroupVersion, Host, Limits, Overrides};
 use berth_core::config::Config;
 use berth_core::index::{Index, IndexEntry};
 use berth_core::manifest::{Manifest, MANIFEST_PATH};
 use berth_core::plan::{self, ContainerPlan, HOST_BASE_DIRS, SKELETON_DIRS};
 use berth_core::signify::{PublicKey, Signature};
 use berth_core::state::{Installed, RepoCache, State};
+use berth_sys::cgroupfs::{self, Cgroups};
 use berth_sys::fsutil::{fsync_dir, write_atomic};
 use berth_sys::lxc::Container;
 use serde_json::{json, Value};
@@ -629,6 +631,7 @@ pub fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
         let _ = std::fs::remove_file(d.cfg.paths.saved_log(n));
         let _ = std::fs::remove_file(d.cfg.paths.exit_file(n));
         let _ = std::fs::remove_file(d.cfg.paths.autostart(n));
+        let _ = std::fs::remove_file(d.cfg.paths.limits_file(n));
         if purge {
             let _ = std::fs::remove_dir_all(d.cfg.paths.data(n));
         }
@@ -867,12 +870,20 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
                     .is_ok_and(|m| m.is_dir())
         })
         .collect();
+    let limits = match start_limits(d, &p) {
+        Ok(l) => l,
+        Err(e) => {
+            release_mounts(d);
+            return Err(e);
+        }
+    };
     let text = plan::lxc_config(&ContainerPlan {
         manifest: &p.manifest,
         trusted: p.trusted,
         config: &d.cfg,
         rootfs,
         host_base_dirs,
+        limits,
     })
     .map_err(|e| ApiError::new(409, "refused", e.to_string()))?;
     let dir = paths.lxc_dir(name);
@@ -1220,6 +1231,7 @@ pub fn logs(d: &Daemon, name: &str, follow: bool) -> ApiResult<Logs> {
 /// installed go, unused mounts go, and packages marked autostart start after a reboot.
 pub fn reconcile(d: &Arc<Daemon>) {
     clear_tmp(&d.cfg);
+    apply_group_budget(d);
     // Temporary files of atomic writes cut short (".state.json.tmp.PID.N").
     if let Ok(entries) = std::fs::read_dir(&d.cfg.paths.state) {
         for e in entries.flatten() {
@@ -1273,4 +1285,266 @@ pub fn reconcile(d: &Arc<Daemon>) {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Resources: cgroup limits, the group budget, `berth limit` and `berth stats`
+
+/// The host's cgroup layout and size, found once per daemon (neither changes while it runs).
+struct Resources {
+    cgroups: Result<Cgroups, String>,
+    host: Host,
+}
+
+fn resources() -> &'static Resources {
+    static R: std::sync::OnceLock<Resources> = std::sync::OnceLock::new();
+    R.get_or_init(|| {
+        let proc = Path::new("/proc");
+        Resources {
+            cgroups: Cgroups::detect(proc).map_err(|e| e.to_string()),
+            host: Host {
+                cpus: cgroupfs::online_cpus(Path::new("/sys")).unwrap_or(1),
+                mem_total: cgroupfs::mem_total(proc).unwrap_or(0),
+            },
+        }
+    })
+}
+
+fn core_version(c: &Cgroups) -> CgroupVersion {
+    match c.version {
+        cgroupfs::Version::V1 => CgroupVersion::V1,
+        cgroupfs::Version::V2 => CgroupVersion::V2,
+    }
+}
+
+fn container_cgroup(cfg: &Config, name: &str) -> String {
+    format!("{}/{name}", cfg.cgroup_parent)
+}
+
+/// The operator's overrides of a container (an absent or unreadable file: none).
+fn load_overrides(cfg: &Config, name: &str) -> Overrides {
+    std::fs::read(cfg.paths.limits_file(name))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| Overrides::from_json(&v))
+        .unwrap_or_default()
+}
+
+/// A container's limits now: manifest, overrides, policy.
+fn limits_of(d: &Daemon, p: &Installed, ov: &Overrides) -> ApiResult<Limits> {
+    cg::container_limits(&p.manifest.resources, ov, &d.cfg.policy, resources().host)
+        .map_err(|e| ApiError::new(409, "beyond_policy", format!("{}: {e}", p.name.as_str())))
+}
+
+/// For the LXC configuration at start: the limits, in the host's cgroup version.
+fn start_limits(d: &Daemon, p: &Installed) -> ApiResult<Option<(CgroupVersion, Limits)>> {
+    let limits = limits_of(d, p, &load_overrides(&d.cfg, p.name.as_str()))?;
+    Ok(match &resources().cgroups {
+        Ok(c) => {
+            // LXC fails the start on a file of a controller the kernel lacks: leave those out.
+            let avail = c.available();
+            let mut l = limits;
+            let has = |n: &str| avail.contains(&n);
+            if !has("cpu") {
+                l.cpu_weight = None;
+                l.cpu_max_percent = None;
+            }
+            if !has("memory") {
+                l.memory_max = None;
+                l.memory_soft = None;
+            }
+            if !has("pids") {
+                l.pids_max = None;
+            }
+            if !has("cpuset") {
+                l.cpuset = None;
+            }
+            Some((core_version(c), l))
+        }
+        Err(_) => None,
+    })
+}
+
+/// At daemon start: the parent cgroup every container lives in, capped by the group budget.
+pub fn apply_group_budget(d: &Daemon) {
+    let r = resources();
+    let c = match &r.cgroups {
+        Ok(c) => c,
+        Err(e) => {
+            log::warn!("no resource control: {e}");
+            return;
+        }
+    };
+    let rel = d.cfg.cgroup_parent.as_str();
+    let limits = cg::group_limits(&d.cfg.policy, r.host);
+    let files = cg::files(core_version(c), &limits);
+    let result = c
+        .ensure(rel, &["cpu", "cpuacct", "memory", "pids"])
+        .and_then(|_| {
+            c.apply(
+                rel,
+                files.iter().map(|(k, f, v)| (k.name(), *f, v.as_str())),
+            )
+        });
+    match result {
+        Ok(a) => {
+            if let Some(note) = a.missing_note() {
+                log::warn!("{note}");
+            }
+            log::info!(
+                "group budget on cgroup {rel} ({:?}): cpu {}% of {} CPUs, memory {}, pids {}",
+                c.version,
+                d.cfg.policy.cpu_max_percent,
+                r.host.cpus,
+                cg::fmt_size(limits.memory_max.unwrap_or(0)),
+                d.cfg.policy.pids_budget
+            );
+        }
+        Err(e) => log::error!("group budget not applied: {e}"),
+    }
+}
+
+/// `berth limit NAME [--cpu P%] [--memory SIZE] [--pids N]`: checked against the policy,
+/// written into the running container's cgroup, and kept for the next start.
+pub fn limit(d: &Daemon, name: &str, newer: &Overrides) -> ApiResult<Value> {
+    let _op = d.op.lock().unwrap();
+    let p = installed(d, name)?;
+    let old = load_overrides(&d.cfg, name);
+    let ov = old.merged(newer);
+    let limits = limits_of(d, &p, &ov)?;
+    let running = is_running(d, name);
+    let mut applied = false;
+    if running && *newer != Overrides::default() {
+        let c = resources()
+            .cgroups
+            .as_ref()
+            .map_err(|e| ApiError::new(500, "no_cgroups", format!("cannot change limits: {e}")))?;
+        let version = core_version(c);
+        // Only what this request changes: the other files already hold their values.
+        let changed = Limits {
+            cpu_max_percent: newer.cpu_max_percent.and(limits.cpu_max_percent),
+            memory_max: newer.memory_max.and(limits.memory_max),
+            memory_soft: newer.memory_max.and(limits.memory_soft),
+            pids_max: newer.pids_max.and(limits.pids_max),
+            ..Limits::default()
+        };
+        let files = cg::files(version, &changed);
+        let a = c
+            .apply(
+                &container_cgroup(&d.cfg, name),
+                files.iter().map(|(k, f, v)| (k.name(), *f, v.as_str())),
+            )
+            .map_err(|e| {
+                ApiError::new(
+                    500,
+                    "limit_failed",
+                    format!("{name}: {e} (the limits were not changed)"),
+                )
+            })?;
+        if let Some(note) = a.missing_note() {
+            log::warn!("{name}: {note}");
+        }
+        applied = true;
+    }
+    if ov != old {
+        let path = d.cfg.paths.limits_file(name);
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(ApiError::internal)?;
+        }
+        let bytes = ov.to_json().to_string().into_bytes();
+        write_atomic(&path, &bytes, 0o600)
+            .map_err(|e| ApiError::internal(format!("write {}: {e}", path.display())))?;
+        log::info!("{name}: limits set to {}", ov.to_json());
+    }
+    Ok(json!({
+        "name": name,
+        "running": running,
+        "applied": applied,
+        "overrides": ov.to_json(),
+        "limits": limits.to_json(),
+    }))
+}
+
+/// One cgroup's counters as JSON; `cpu_percent` (of one CPU) from two usage samples.
+fn stats_json(s0: &cgroupfs::Stats, s1: &cgroupfs::Stats, elapsed: Duration) -> Value {
+    let cpu_percent = match (s0.cpu_usage_usec, s1.cpu_usage_usec) {
+        (Some(a), Some(b)) if elapsed.as_micros() > 0 => {
+            Some(b.saturating_sub(a) as f64 * 100.0 / elapsed.as_micros() as f64)
+        }
+        _ => None,
+    };
+    let cpu_max_percent = match (s1.cpu_quota_us, s1.cpu_period_us) {
+        (Some(q), Some(p)) if p > 0 => Some(q * 100 / p),
+        _ => None,
+    };
+    let mut m = serde_json::Map::new();
+    m.insert(
+        "cpu_percent".into(),
+        cpu_percent.map(|p| (p * 10.0).round() / 10.0).into(),
+    );
+    m.insert("cpu_max_percent".into(), cpu_max_percent.into());
+    // A table, not json!: one insert loop instead of a serializer call per field.
+    for (k, v) in [
+        ("cpu_usage_usec", s1.cpu_usage_usec),
+        ("nr_periods", s1.nr_periods),
+        ("nr_throttled", s1.nr_throttled),
+        ("throttled_usec", s1.throttled_usec),
+        ("memory_current", s1.memory_current),
+        ("memory_peak", s1.memory_peak),
+        ("memory_max", s1.memory_max),
+        ("oom_kills", s1.oom_kills),
+        ("pids_current", s1.pids_current),
+        ("pids_max", s1.pids_max),
+    ] {
+        m.insert(k.into(), v.into());
+    }
+    Value::Object(m)
+}
+
+/// How long `berth stats` samples CPU usage.
+const STATS_SAMPLE: Duration = Duration::from_millis(500);
+
+pub fn stats(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
+    let c = resources()
+        .cgroups
+        .as_ref()
+        .map_err(|e| ApiError::new(500, "no_cgroups", format!("no stats: {e}")))?;
+    let st = state(d);
+    if let Some(n) = name {
+        installed(d, n)?;
+    }
+    let names: Vec<String> = st
+        .packages
+        .keys()
+        .filter(|n| match name {
+            Some(x) => x == n.as_str(),
+            None => true,
+        })
+        .filter(|n| is_running(d, n))
+        .cloned()
+        .collect();
+    let group = d.cfg.cgroup_parent.clone();
+    let rels: Vec<String> = std::iter::once(group.clone())
+        .chain(names.iter().map(|n| container_cgroup(&d.cfg, n)))
+        .collect();
+    let t0 = Instant::now();
+    let first: Vec<cgroupfs::Stats> = rels.iter().map(|r| c.stats(r)).collect();
+    std::thread::sleep(STATS_SAMPLE);
+    let elapsed = t0.elapsed();
+    let second: Vec<cgroupfs::Stats> = rels.iter().map(|r| c.stats(r)).collect();
+    let mut containers = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let mut v = stats_json(&first[i + 1], &second[i + 1], elapsed);
+        v["name"] = json!(n);
+        containers.push(v);
+    }
+    let mut g = stats_json(&first[0], &second[0], elapsed);
+    g["cgroup"] = json!(group);
+    Ok(json!({
+        "cgroup_version": core_version(c).name(),
+        "cpus": resources().host.cpus,
+        "sample_ms": elapsed.as_millis() as u64,
+        "group": g,
+        "containers": containers,
+    }))
 }

@@ -1,0 +1,687 @@
+//! Resource limits: what a container (or the whole group of containers) may use, computed from
+//! the manifest's `[resources]`, the operator's overrides (`berth limit`) and the device
+//! policy, and translated into cgroup files for either cgroup version. Pure: `berth-sys`'s
+//! `cgroupfs` writes the files, `plan` puts them into the LXC configuration.
+//!
+//! Units, once and for all:
+//! - a container's `cpu_max_percent` is percent of ONE CPU (200 = two full CPUs), as in the
+//!   manifest;
+//! - the policy's group `cpu_max` is percent of ALL CPUs (50 = half the machine);
+//! - sizes are bytes.
+
+use crate::config::{MemoryBudget, Policy};
+use crate::manifest::Resources;
+
+/// The scheduler period berth uses for CPU quotas, microseconds (the kernel's default).
+pub const CPU_PERIOD_US: u64 = 100_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupVersion {
+    V1,
+    V2,
+}
+
+/// A cgroup controller. On v1 each is its own hierarchy (cpu and cpuacct may share one); on
+/// v2 all files live in the one unified directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Controller {
+    Cpu,
+    Cpuacct,
+    Cpuset,
+    Memory,
+    Pids,
+}
+
+impl Controller {
+    pub const ALL: [Controller; 5] = [
+        Controller::Cpu,
+        Controller::Cpuacct,
+        Controller::Cpuset,
+        Controller::Memory,
+        Controller::Pids,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Controller::Cpu => "cpu",
+            Controller::Cpuacct => "cpuacct",
+            Controller::Cpuset => "cpuset",
+            Controller::Memory => "memory",
+            Controller::Pids => "pids",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Controller> {
+        Controller::ALL.into_iter().find(|c| c.name() == s)
+    }
+}
+
+/// The limits of one cgroup. `None` leaves the kernel's default (unlimited).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Limits {
+    /// Relative share, 1..=10000, 100 is the default (cgroup v2 scale).
+    pub cpu_weight: Option<u32>,
+    /// Hard cap, percent of one CPU.
+    pub cpu_max_percent: Option<u32>,
+    pub memory_max: Option<u64>,
+    pub memory_soft: Option<u64>,
+    pub pids_max: Option<u32>,
+    pub cpuset: Option<String>,
+}
+
+/// What the operator set with `berth limit`; each replaces the manifest's value. Persisted
+/// per container, so the next start uses them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Overrides {
+    pub cpu_max_percent: Option<u32>,
+    pub memory_max: Option<u64>,
+    pub pids_max: Option<u32>,
+}
+
+impl CgroupVersion {
+    pub fn name(self) -> &'static str {
+        match self {
+            CgroupVersion::V1 => "v1",
+            CgroupVersion::V2 => "v2",
+        }
+    }
+}
+
+impl Limits {
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        for (k, v) in [
+            ("cpu_weight", self.cpu_weight.map(u64::from)),
+            ("cpu_max_percent", self.cpu_max_percent.map(u64::from)),
+            ("memory_max", self.memory_max),
+            ("memory_soft", self.memory_soft),
+            ("pids_max", self.pids_max.map(u64::from)),
+        ] {
+            m.insert(k.into(), v.into());
+        }
+        m.insert("cpuset".into(), self.cpuset.clone().into());
+        serde_json::Value::Object(m)
+    }
+}
+
+impl Overrides {
+    /// The stored form: only what is set.
+    pub fn to_json(&self) -> serde_json::Value {
+        let mut m = serde_json::Map::new();
+        if let Some(v) = self.cpu_max_percent {
+            m.insert("cpu_max_percent".into(), v.into());
+        }
+        if let Some(v) = self.memory_max {
+            m.insert("memory_max".into(), v.into());
+        }
+        if let Some(v) = self.pids_max {
+            m.insert("pids_max".into(), v.into());
+        }
+        serde_json::Value::Object(m)
+    }
+
+    /// Reads the stored form; unknown keys or wrong types are errors (a hand-edited file
+    /// must not silently lose a limit).
+    pub fn from_json(v: &serde_json::Value) -> Option<Overrides> {
+        let m = v.as_object()?;
+        let mut o = Overrides::default();
+        for (k, v) in m {
+            let n = v.as_u64()?;
+            match k.as_str() {
+                "cpu_max_percent" => o.cpu_max_percent = Some(u32::try_from(n).ok()?),
+                "memory_max" => o.memory_max = Some(n),
+                "pids_max" => o.pids_max = Some(u32::try_from(n).ok()?),
+                _ => return None,
+            }
+        }
+        Some(o)
+    }
+
+    /// `self` with every value `newer` sets replaced.
+    pub fn merged(&self, newer: &Overrides) -> Overrides {
+        Overrides {
+            cpu_max_percent: newer.cpu_max_percent.or(self.cpu_max_percent),
+            memory_max: newer.memory_max.or(self.memory_max),
+            pids_max: newer.pids_max.or(self.pids_max),
+        }
+    }
+}
+
+/// Facts about the host the policy is relative to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Host {
+    pub cpus: u32,
+    /// MemTotal, bytes.
+    pub mem_total: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error("{what} {asked} is beyond the device policy: {key} = {cap}")]
+    BeyondPolicy {
+        what: &'static str,
+        asked: String,
+        key: &'static str,
+        cap: String,
+    },
+}
+
+/// A size the way people write it: "32M", "1G", "1536K", or bytes.
+pub fn fmt_size(b: u64) -> String {
+    for (unit, shift) in [("G", 30), ("M", 20), ("K", 10)] {
+        if b >= 1 << shift && b & ((1 << shift) - 1) == 0 {
+            return format!("{}{unit}", b >> shift);
+        }
+    }
+    b.to_string()
+}
+
+impl MemoryBudget {
+    pub fn bytes(&self, mem_total: u64) -> u64 {
+        match *self {
+            MemoryBudget::Percent(p) => mem_total / 100 * p as u64,
+            MemoryBudget::Bytes(b) => b,
+        }
+    }
+}
+
+impl Policy {
+    /// The group's CPU cap in percent of one CPU (the unit of container limits).
+    pub fn group_cpu_percent(&self, host: Host) -> u32 {
+        self.cpu_max_percent * host.cpus.max(1)
+    }
+}
+
+/// The limits of the parent cgroup every container lives in: the group budget.
+pub fn group_limits(policy: &Policy, host: Host) -> Limits {
+    Limits {
+        cpu_max_percent: Some(policy.group_cpu_percent(host)),
+        memory_max: Some(policy.memory_budget.bytes(host.mem_total)),
+        pids_max: Some(policy.pids_budget),
+        ..Limits::default()
+    }
+}
+
+/// A container's limits: the manifest's, replaced by the operator's overrides, checked against
+/// the policy. A value beyond a cap is refused (naming the cap), never silently lowered: the
+/// package asked for it and should know. With no value asked, the per-container cap is the
+/// limit.
+pub fn container_limits(
+    res: &Resources,
+    ov: &Overrides,
+    policy: &Policy,
+    host: Host,
+) -> Result<Limits, LimitError> {
+    fn capped(
+        asked: Option<u64>,
+        caps: &[(Option<u64>, &'static str, String)],
+        what: &'static str,
+        show: &dyn Fn(u64) -> String,
+    ) -> Result<Option<u64>, LimitError> {
+        for (cap, key, cap_text) in caps {
+            if let (Some(a), Some(c)) = (asked, *cap) {
+                if a > c {
+                    return Err(LimitError::BeyondPolicy {
+                        what,
+                        asked: show(a),
+                        key,
+                        cap: cap_text.clone(),
+                    });
+                }
+            }
+        }
+        Ok(asked)
+    }
+    let group_cpu = policy.group_cpu_percent(host);
+    let cpu = capped(
+        ov.cpu_max_percent.or(res.cpu_max_percent).map(u64::from),
+        &[
+            (
+                policy.container_cpu_max.map(u64::from),
+                "policy.container_cpu_max",
+                format!(
+                    "{}% (of one CPU)",
+                    policy.container_cpu_max.unwrap_or_default()
+                ),
+            ),
+            // cgroup v1 refuses a child quota above its parent's; v2 would silently cap it.
+            (
+                Some(group_cpu.into()),
+                "policy.cpu_max",
+                format!(
+                    "{}% of all {} CPUs ({group_cpu}% of one CPU)",
+                    policy.cpu_max_percent, host.cpus
+                ),
+            ),
+        ],
+        "cpu",
+        &|p| format!("{p}% (of one CPU)"),
+    )?
+    .map(|p| p as u32);
+    // Nothing asked: the per-container cap (if any) is the limit; the group cap is the
+    // group's, applied to the parent.
+    let cpu = cpu.or(policy.container_cpu_max);
+    let budget = policy.memory_budget.bytes(host.mem_total);
+    let memory = capped(
+        ov.memory_max.or(res.memory),
+        &[
+            (
+                policy.container_memory_max,
+                "policy.container_memory_max",
+                fmt_size(policy.container_memory_max.unwrap_or_default()),
+            ),
+            (
+                Some(budget),
+                "policy.memory_budget",
+                match policy.memory_budget {
+                    MemoryBudget::Percent(p) => format!("{p}% of RAM ({})", fmt_size(budget)),
+                    MemoryBudget::Bytes(b) => fmt_size(b),
+                },
+            ),
+        ],
+        "memory",
+        &fmt_size,
+    )?;
+    let memory = memory.or(policy.container_memory_max);
+    let pids = capped(
+        ov.pids_max.or(res.pids).map(u64::from),
+        &[
+            (
+                policy.container_pids_max.map(u64::from),
+                "policy.container_pids_max",
+                policy.container_pids_max.unwrap_or_default().to_string(),
+            ),
+            (
+                Some(policy.pids_budget.into()),
+                "policy.pids_budget",
+                policy.pids_budget.to_string(),
+            ),
+        ],
+        "pids",
+        &|n| n.to_string(),
+    )?
+    .map(|n| n as u32);
+    let pids = pids.or(policy.container_pids_max);
+    // A lowered hard limit takes the soft one down with it.
+    let memory_soft = match (res.memory_soft, memory) {
+        (Some(s), Some(m)) => Some(s.min(m)),
+        (s, _) => s,
+    };
+    Ok(Limits {
+        cpu_weight: res.cpu_weight,
+        cpu_max_percent: cpu,
+        memory_max: memory,
+        memory_soft,
+        pids_max: pids,
+        cpuset: res.cpuset.clone(),
+    })
+}
+
+/// cgroup v2 weight (1..=10000, default 100) → v1 cpu.shares (2..=262144, default 1024),
+/// linear so that the default maps to the default and order is kept.
+pub fn weight_to_shares(weight: u32) -> u64 {
+    (weight as u64 * 1024 / 100).clamp(2, 262_144)
+}
+
+/// CPU quota in microseconds per [`CPU_PERIOD_US`] for a percentage of one CPU.
+pub fn quota_us(percent: u32) -> u64 {
+    percent as u64 * CPU_PERIOD_US / 100
+}
+
+/// The cgroup files that implement `limits`, in the order they must be written (a v1 quota
+/// after its period).
+pub fn files(version: CgroupVersion, l: &Limits) -> Vec<(Controller, &'static str, String)> {
+    use CgroupVersion::*;
+    use Controller::*;
+    let mut out = Vec::new();
+    if let Some(w) = l.cpu_weight {
+        out.push(match version {
+            V1 => (Cpu, "cpu.shares", weight_to_shares(w).to_string()),
+            V2 => (Cpu, "cpu.weight", w.clamp(1, 10_000).to_string()),
+        });
+    }
+    if let Some(p) = l.cpu_max_percent {
+        match version {
+            V1 => {
+                out.push((Cpu, "cpu.cfs_period_us", CPU_PERIOD_US.to_string()));
+                out.push((Cpu, "cpu.cfs_quota_us", quota_us(p).to_string()));
+            }
+            V2 => out.push((Cpu, "cpu.max", format!("{} {CPU_PERIOD_US}", quota_us(p)))),
+        }
+    }
+    if let Some(m) = l.memory_max {
+        out.push(match version {
+            V1 => (Memory, "memory.limit_in_bytes", m.to_string()),
+            V2 => (Memory, "memory.max", m.to_string()),
+        });
+    }
+    if let Some(s) = l.memory_soft {
+        // v1's soft limit is where reclaim pushes a cgroup back under pressure; v2's nearest
+        // is memory.low (protection up to it), as runc maps memory.reservation.
+        out.push(match version {
+            V1 => (Memory, "memory.soft_limit_in_bytes", s.to_string()),
+            V2 => (Memory, "memory.low", s.to_string()),
+        });
+    }
+    if let Some(n) = l.pids_max {
+        out.push((Pids, "pids.max", n.to_string()));
+    }
+    if let Some(c) = &l.cpuset {
+        out.push((Cpuset, "cpuset.cpus", c.clone()));
+    }
+    out
+}
+
+/// The files that reset a controller's limit to unlimited, for the values `files` would
+/// write: used when an override is removed from a running container.
+pub fn unlimited(version: CgroupVersion) -> Vec<(Controller, &'static str, String)> {
+    use CgroupVersion::*;
+    use Controller::*;
+    match version {
+        V1 => vec![
+            (Cpu, "cpu.cfs_quota_us", "-1".into()),
+            (Memory, "memory.limit_in_bytes", "-1".into()),
+            (Pids, "pids.max", "max".into()),
+        ],
+        V2 => vec![
+            (Cpu, "cpu.max", format!("max {CPU_PERIOD_US}")),
+            (Memory, "memory.max", "max".into()),
+            (Pids, "pids.max", "max".into()),
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    const HOST: Host = Host {
+        cpus: 2,
+        mem_total: 1000 << 20,
+    };
+
+    fn policy(extra: &str) -> Policy {
+        Config::parse(&format!("[policy]\n{extra}"), "t")
+            .unwrap()
+            .policy
+    }
+
+    #[test]
+    fn weights_map_monotonically_and_keep_the_default() {
+        assert_eq!(weight_to_shares(100), 1024);
+        let mut last = 0;
+        for w in 1..=10_000 {
+            let s = weight_to_shares(w);
+            assert!(s >= last, "weight {w}");
+            assert!((2..=262_144).contains(&s));
+            last = s;
+        }
+        assert!(weight_to_shares(10_000) > weight_to_shares(100));
+        assert!(weight_to_shares(1) < weight_to_shares(100));
+    }
+
+    #[test]
+    fn percent_to_quota_is_exact() {
+        for p in 1..=800 {
+            let f = files(
+                CgroupVersion::V1,
+                &Limits {
+                    cpu_max_percent: Some(p),
+                    ..Limits::default()
+                },
+            );
+            assert_eq!(
+                f[0],
+                (Controller::Cpu, "cpu.cfs_period_us", "100000".into())
+            );
+            assert_eq!(f[1].2, (p as u64 * 1000).to_string());
+            // quota / period == p / 100 exactly
+            assert_eq!(
+                f[1].2.parse::<u64>().unwrap() * 100,
+                p as u64 * CPU_PERIOD_US
+            );
+            let f = files(
+                CgroupVersion::V2,
+                &Limits {
+                    cpu_max_percent: Some(p),
+                    ..Limits::default()
+                },
+            );
+            assert_eq!(f[0].2, format!("{} 100000", p as u64 * 1000));
+        }
+    }
+
+    #[test]
+    fn sizes_and_every_file_for_both_versions() {
+        let l = Limits {
+            cpu_weight: Some(200),
+            cpu_max_percent: Some(20),
+            memory_max: Some(32 << 20),
+            memory_soft: Some(16 << 20),
+            pids_max: Some(64),
+            cpuset: Some("0-1".into()),
+        };
+        let v1: Vec<(&str, String)> = files(CgroupVersion::V1, &l)
+            .into_iter()
+            .map(|(_, f, v)| (f, v))
+            .collect();
+        assert_eq!(
+            v1,
+            vec![
+                ("cpu.shares", "2048".into()),
+                ("cpu.cfs_period_us", "100000".into()),
+                ("cpu.cfs_quota_us", "20000".into()),
+                ("memory.limit_in_bytes", "33554432".into()),
+                ("memory.soft_limit_in_bytes", "16777216".into()),
+                ("pids.max", "64".into()),
+                ("cpuset.cpus", "0-1".into()),
+            ]
+        );
+        let v2: Vec<(&str, String)> = files(CgroupVersion::V2, &l)
+            .into_iter()
+            .map(|(_, f, v)| (f, v))
+            .collect();
+        assert_eq!(
+            v2,
+            vec![
+                ("cpu.weight", "200".into()),
+                ("cpu.max", "20000 100000".into()),
+                ("memory.max", "33554432".into()),
+                ("memory.low", "16777216".into()),
+                ("pids.max", "64".into()),
+                ("cpuset.cpus", "0-1".into()),
+            ]
+        );
+        assert!(files(CgroupVersion::V2, &Limits::default()).is_empty());
+        for b in [1u64, 4095, 4096, 1 << 20, (1 << 30) + 1, u64::MAX / 2] {
+            let f = files(
+                CgroupVersion::V1,
+                &Limits {
+                    memory_max: Some(b),
+                    ..Limits::default()
+                },
+            );
+            assert_eq!(f[0].2.parse::<u64>().unwrap(), b);
+        }
+    }
+
+    #[test]
+    fn group_budget_defaults() {
+        let p = policy("");
+        let g = group_limits(&p, HOST);
+        // 50 % of 2 CPUs = one full CPU
+        assert_eq!(g.cpu_max_percent, Some(100));
+        assert_eq!(g.memory_max, Some(300 << 20));
+        assert_eq!(g.pids_max, Some(1024));
+        let g = group_limits(&policy("cpu_max = \"25%\"\nmemory_budget = \"64M\""), HOST);
+        assert_eq!(g.cpu_max_percent, Some(50));
+        assert_eq!(g.memory_max, Some(64 << 20));
+    }
+
+    #[test]
+    fn container_limits_follow_manifest_overrides_and_policy() {
+        let p = policy(
+            "container_cpu_max = \"80%\"\ncontainer_memory_max = \"64M\"\ncontainer_pids_max = 100",
+        );
+        let res = Resources {
+            cpu_weight: Some(50),
+            cpu_max_percent: Some(20),
+            memory: Some(32 << 20),
+            memory_soft: Some(16 << 20),
+            pids: Some(32),
+            ..Resources::default()
+        };
+        let l = container_limits(&res, &Overrides::default(), &p, HOST).unwrap();
+        assert_eq!(l.cpu_max_percent, Some(20));
+        assert_eq!(l.memory_max, Some(32 << 20));
+        assert_eq!(l.pids_max, Some(32));
+        assert_eq!(l.cpu_weight, Some(50));
+        // nothing asked: the per-container caps are the limits
+        let l = container_limits(&Resources::default(), &Overrides::default(), &p, HOST).unwrap();
+        assert_eq!(l.cpu_max_percent, Some(80));
+        assert_eq!(l.memory_max, Some(64 << 20));
+        assert_eq!(l.pids_max, Some(100));
+        // no per-container caps: unlimited (the group budget still holds)
+        let l = container_limits(
+            &Resources::default(),
+            &Overrides::default(),
+            &policy(""),
+            HOST,
+        )
+        .unwrap();
+        assert_eq!(l, Limits::default());
+        // overrides win, and take the soft limit down with them
+        let ov = Overrides {
+            cpu_max_percent: Some(5),
+            memory_max: Some(8 << 20),
+            pids_max: None,
+        };
+        let l = container_limits(&res, &ov, &p, HOST).unwrap();
+        assert_eq!(l.cpu_max_percent, Some(5));
+        assert_eq!(l.memory_max, Some(8 << 20));
+        assert_eq!(l.memory_soft, Some(8 << 20));
+        assert_eq!(l.pids_max, Some(32));
+    }
+
+    #[test]
+    fn beyond_policy_is_refused_naming_both_numbers() {
+        let p = policy(
+            "container_cpu_max = \"80%\"\ncontainer_memory_max = \"64M\"\ncontainer_pids_max = 100",
+        );
+        let res = |cpu, mem, pids| Resources {
+            cpu_max_percent: cpu,
+            memory: mem,
+            pids,
+            ..Resources::default()
+        };
+        let e = container_limits(&res(Some(90), None, None), &Overrides::default(), &p, HOST)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "cpu 90% (of one CPU) is beyond the device policy: policy.container_cpu_max = 80% (of one CPU)"
+        );
+        let e = container_limits(
+            &res(None, Some(65 << 20), None),
+            &Overrides::default(),
+            &p,
+            HOST,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("65M") && e.contains("container_memory_max = 64M"),
+            "{e}"
+        );
+        let e = container_limits(&res(None, None, Some(101)), &Overrides::default(), &p, HOST)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("101") && e.contains("container_pids_max = 100"),
+            "{e}"
+        );
+        // the group caps hold even without per-container caps
+        let p = policy("");
+        let e = container_limits(&res(Some(150), None, None), &Overrides::default(), &p, HOST)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("policy.cpu_max = 50% of all 2 CPUs (100% of one CPU)"),
+            "{e}"
+        );
+        let e = container_limits(
+            &res(None, Some(301 << 20), None),
+            &Overrides::default(),
+            &p,
+            HOST,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("memory_budget = 30% of RAM (300M)"), "{e}");
+        let e = container_limits(
+            &res(None, None, Some(2000)),
+            &Overrides::default(),
+            &p,
+            HOST,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("pids_budget = 1024"), "{e}");
+        // an override is checked the same way
+        let ov = Overrides {
+            pids_max: Some(5000),
+            ..Overrides::default()
+        };
+        assert!(container_limits(&Resources::default(), &ov, &p, HOST).is_err());
+    }
+
+    #[test]
+    fn sizes_print_the_way_people_write_them() {
+        assert_eq!(fmt_size(32 << 20), "32M");
+        assert_eq!(fmt_size(1 << 30), "1G");
+        assert_eq!(fmt_size(1536 << 10), "1536K");
+        assert_eq!(fmt_size(1000), "1000");
+    }
+
+    #[test]
+    fn overrides_round_trip() {
+        let o = Overrides {
+            cpu_max_percent: Some(20),
+            memory_max: None,
+            pids_max: Some(3),
+        };
+        assert_eq!(
+            o.to_json().to_string(),
+            r#"{"cpu_max_percent":20,"pids_max":3}"#
+        );
+        assert_eq!(Overrides::from_json(&o.to_json()), Some(o));
+        assert_eq!(Overrides::from_json(&serde_json::json!({"cpu": 1})), None);
+        assert_eq!(
+            Overrides::from_json(&serde_json::json!({"pids_max": -1})),
+            None
+        );
+    }
+
+    #[test]
+    fn overrides_merge_newest_first() {
+        let a = Overrides {
+            cpu_max_percent: Some(10),
+            memory_max: Some(1),
+            pids_max: None,
+        };
+        let b = Overrides {
+            cpu_max_percent: Some(20),
+            memory_max: None,
+            pids_max: Some(3),
+        };
+        assert_eq!(
+            a.merged(&b),
+            Overrides {
+                cpu_max_percent: Some(20),
+                memory_max: Some(1),
+                pids_max: Some(3)
+            }
+        );
+    }
+}
