@@ -470,6 +470,34 @@ fn index_with_a_missing_dependency_is_refused_naming_package_and_dependency() {
     good_op_works(&sb, "good");
 }
 
+#[test]
+fn an_older_signed_index_is_refused_as_a_rollback() {
+    let mut sb = Sandbox::new("rollback");
+    sb.pack(&service("good"));
+    sb.build_repo();
+    let old_index = std::fs::read(index_path(&sb)).unwrap();
+    let old_sig = std::fs::read(sb.repo.join("index.json.sig")).unwrap();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+
+    // The repository publishes a newer index (its serial grows); the device takes it.
+    sb.pack(&service("newer"));
+    sb.build_repo();
+    let v = sb.json(&["update"]);
+    assert_eq!(v["packages"], 2, "{v}");
+    let available = sb.json(&["list", "--available"]);
+    let before = snapshot(&sb);
+
+    // Someone serves the old one again: validly signed, but older than what the device has.
+    std::fs::write(index_path(&sb), &old_index).unwrap();
+    std::fs::write(sb.repo.join("index.json.sig"), &old_sig).unwrap();
+    let err = refused(&sb, &["update"], &["serial", "older", "rollback"]);
+    assert!(err.contains("index rejected"), "{err}");
+    assert_intact(&sb, &before, "rollback");
+    assert_eq!(sb.json(&["list", "--available"]), available);
+    good_op_works(&sb, "good");
+}
+
 // ---------------------------------------------------------------------------------------
 // Images
 

@@ -307,3 +307,48 @@ fn check_reports_what_this_kernel_offers() {
         "{text}"
     );
 }
+
+/// A `logs -f` whose reader goes away must not leave a thread behind in the daemon, even when
+/// the container never prints again.
+#[test]
+fn an_abandoned_follow_leaves_nothing_behind() {
+    let mut sb = Sandbox::new("follow");
+    sb.add(&Pkg::script("quiet", "1", "echo up; exec sleep 600"));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "quiet"]);
+    sb.ok(&["start", "quiet"]);
+    sb.wait_log("quiet", "up");
+    let daemon = sb.json(&["status"])["daemon"]["pid"].as_i64().unwrap();
+    let threads = || {
+        std::fs::read_to_string(format!("/proc/{daemon}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("Threads:")
+                    .map(|v| v.trim().parse::<u32>().unwrap())
+            })
+            .unwrap()
+    };
+    let baseline = threads();
+    for _ in 0..3 {
+        let mut f = sb
+            .cmd(&["logs", "-f", "quiet"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        f.kill().unwrap();
+        f.wait().unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while threads() > baseline {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "daemon threads: {} (was {baseline}) after the followers left",
+            threads()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sb.ok(&["stop", "quiet"]);
+}

@@ -43,6 +43,12 @@ pub enum IndexError {
 #[serde(deny_unknown_fields)]
 pub struct Index {
     pub format: u32,
+    /// Increases with every index the repository publishes (`berth repo build` uses the time
+    /// in seconds, or one more than the previous index). A device refuses an index whose serial
+    /// is lower than the one it already verified: an old, validly signed index cannot be
+    /// replayed to roll it back to vulnerable versions.
+    #[serde(default)]
+    pub serial: u64,
     pub packages: Vec<IndexEntry>,
 }
 
@@ -282,6 +288,7 @@ mod tests {
     fn index(entries: Vec<IndexEntry>) -> Index {
         Index {
             format: INDEX_FORMAT,
+            serial: 1,
             packages: entries,
         }
     }

@@ -53,7 +53,17 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
-    fsync_dir(&dir)
+    // The rename is done: the new content is what every reader now sees. A failing directory
+    // fsync only means it may not survive a power cut yet; reporting an error here would make
+    // callers believe nothing changed.
+    if let Err(e) = fsync_dir(&dir) {
+        log::warn!(
+            "{} written, but fsync of {} failed: {e}",
+            path.display(),
+            dir.display()
+        );
+    }
+    Ok(())
 }
 
 /// fsyncs a directory, making renames and creations inside it durable.

@@ -144,17 +144,30 @@ pub const POLLIN: i16 = libc::POLLIN;
 pub const POLLOUT: i16 = libc::POLLOUT;
 pub const POLLHUP: i16 = libc::POLLHUP;
 pub const POLLERR: i16 = libc::POLLERR;
+/// The peer closed its end (Linux ≥ 2.6.17).
+pub const POLLRDHUP: i16 = libc::POLLRDHUP;
 
 static SIGCHLD_PIPE: AtomicI32 = AtomicI32::new(-1);
 
-extern "C" fn on_sigchld(_: libc::c_int) {
-    let fd = SIGCHLD_PIPE.load(Ordering::Relaxed);
-    if fd >= 0 {
-        let b = 1u8;
-        // SAFETY: write(2) is async-signal-safe; the buffer is a valid byte. A full pipe
-        // (EAGAIN) is fine: one pending byte is enough to wake the loop.
-        unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+/// Writes one byte to `fd` from a signal handler, keeping the interrupted code's errno.
+fn signal_wake(fd: RawFd) {
+    if fd < 0 {
+        return;
     }
+    // SAFETY: __errno_location returns this thread's errno slot, valid for the thread's life.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: reading and restoring an int through that valid pointer.
+    let saved = unsafe { *errno };
+    let b = 1u8;
+    // SAFETY: write(2) is async-signal-safe; the buffer is a valid byte. A full pipe
+    // (EAGAIN) is fine: one pending byte is enough to wake the loop.
+    unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
+    // SAFETY: as above.
+    unsafe { *errno = saved };
+}
+
+extern "C" fn on_sigchld(_: libc::c_int) {
+    signal_wake(SIGCHLD_PIPE.load(Ordering::Relaxed));
 }
 
 /// Turns SIGCHLD into a readable byte on the returned (non-blocking) fd, so a poll loop can
@@ -164,8 +177,9 @@ pub fn sigchld_pipe() -> io::Result<OwnedFd> {
     set_nonblocking(r.as_raw_fd())?;
     set_nonblocking(w.as_raw_fd())?;
     SIGCHLD_PIPE.store(w.as_raw_fd(), Ordering::Relaxed);
-    std::mem::forget(w); // the handler writes to it for the rest of the process's life
-                         // SAFETY: a zeroed sigaction is a valid starting point; we set the handler and flags.
+    // The handler writes to it for the rest of the process's life.
+    std::mem::forget(w);
+    // SAFETY: a zeroed sigaction is a valid starting point; we set the handler and flags.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = on_sigchld as *const () as usize;
     sa.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
@@ -188,16 +202,11 @@ pub fn default_signals() {
     }
 }
 
-/// Blocks until SIGTERM or SIGINT arrives on the returned fd (non-blocking read side).
+/// Makes SIGTERM and SIGINT readable on the returned fd (a byte per signal), for a poll loop.
 pub fn termination_pipe() -> io::Result<OwnedFd> {
     static TERM_PIPE: AtomicI32 = AtomicI32::new(-1);
     extern "C" fn on_term(_: libc::c_int) {
-        let fd = TERM_PIPE.load(Ordering::Relaxed);
-        if fd >= 0 {
-            let b = 1u8;
-            // SAFETY: async-signal-safe write of one valid byte.
-            unsafe { libc::write(fd, (&b as *const u8).cast(), 1) };
-        }
+        signal_wake(TERM_PIPE.load(Ordering::Relaxed));
     }
     let (r, w) = pipe()?;
     set_nonblocking(w.as_raw_fd())?;

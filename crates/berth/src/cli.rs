@@ -168,6 +168,13 @@ impl Args {
     }
 }
 
+/// A package name from the command line, checked here so a typo gets a clear message (and
+/// never reaches a request line).
+fn package_name(n: &str) -> Result<&str> {
+    berth_core::name::Name::parse(n).map_err(|e| usage(e.to_string()))?;
+    Ok(n)
+}
+
 fn load_config(g: &Global) -> Result<Config> {
     Ok(Config::load(&g.config)?)
 }
@@ -454,7 +461,7 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
         }
         "start" | "restart" => {
             let a = parse_args(args, &[], &[])?;
-            let name = a.one("package name")?;
+            let name = package_name(a.one("package name")?)?;
             let v = client::call(
                 sock,
                 "POST",
@@ -474,7 +481,7 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
         }
         "stop" => {
             let a = parse_args(args, &["-t", "--timeout"], &[])?;
-            let name = a.one("package name")?;
+            let name = package_name(a.one("package name")?)?;
             let timeout: Option<u32> = match a.value(&["-t", "--timeout"]) {
                 Some(t) => Some(
                     t.parse()
@@ -506,7 +513,7 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
             let a = parse_args(args, &[], &[])?;
             let path = match a.pos.as_slice() {
                 [] => "/v1/status".to_string(),
-                [n] => format!("/v1/status?name={n}"),
+                [n] => format!("/v1/status?name={}", package_name(n)?),
                 _ => return Err(usage("status takes at most one name")),
             };
             let v = client::call(sock, "GET", &path, None)?;
@@ -560,7 +567,7 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
         }
         "logs" => {
             let a = parse_args(args, &[], &["-f", "--follow"])?;
-            let name = a.one("package name")?;
+            let name = package_name(a.one("package name")?)?;
             let follow = a.has("-f") || a.has("--follow");
             let (status, mut r) = client::send(
                 sock,
@@ -588,7 +595,9 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                 let mut line = Vec::new();
                 loop {
                     line.clear();
-                    if r.read_until(b'\n', &mut line)? == 0 {
+                    // A line is cut at 64 KiB: a container that never writes a newline must
+                    // not make the CLI grow without bound.
+                    if (&mut r).take(64 * 1024).read_until(b'\n', &mut line)? == 0 {
                         break;
                     }
                     let text = String::from_utf8_lossy(&line);
@@ -616,7 +625,7 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
         }
         "limit" => {
             let a = parse_args(args, &["--cpu", "--memory", "--pids"], &[])?;
-            let name = a.one("package name")?;
+            let name = package_name(a.one("package name")?)?;
             let mut body = json!({ "name": name });
             if let Some(c) = a.value(&["--cpu"]) {
                 body["cpu"] = json!(c);

@@ -23,6 +23,12 @@ const MAX_HEADERS: usize = 100;
 /// Small on purpose: the daemon's memory budget is a few MiB.
 const BUF_SIZE: usize = 16 * 1024;
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
+/// The slowest transfer berth waits for: a whole fetch gets max(60 s, limit / MIN_RATE). A
+/// server that trickles bytes (or sends interim answers for ever) must not hold the daemon's
+/// operation lock indefinitely.
+const MIN_RATE: u64 = 8 * 1024;
+/// Interim (1xx) answers accepted before the real one.
+const MAX_INTERIM: usize = 5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
@@ -53,6 +59,8 @@ pub enum FetchError {
     },
     #[error("{url}: no data from the server for {}", secs(.after))]
     Timeout { url: String, after: Duration },
+    #[error("{url}: not complete after {} (slower than {MIN_RATE} bytes/s); giving up", secs(.after))]
+    TooSlow { url: String, after: Duration },
     #[error("{url}: connection lost: {reason}")]
     Network { url: String, reason: String },
     #[error("{url}: bad HTTP response: {reason}")]
@@ -139,6 +147,8 @@ pub struct Fetcher {
     pub connect_timeout: Duration,
     /// How long one read may wait for data, not a bound on the whole transfer.
     pub read_timeout: Duration,
+    /// The least time a whole fetch is given (more for large limits, see MIN_RATE).
+    pub min_total: Duration,
 }
 
 impl Default for Fetcher {
@@ -146,6 +156,7 @@ impl Default for Fetcher {
         Fetcher {
             connect_timeout: Duration::from_secs(10),
             read_timeout: Duration::from_secs(30),
+            min_total: Duration::from_secs(60),
         }
     }
 }
@@ -233,10 +244,13 @@ impl Fetcher {
         sink: &mut dyn FnMut(&[u8]) -> Result<(), FetchError>,
     ) -> Result<u64, FetchError> {
         let mut current = url.to_owned();
+        let allowed = Duration::from_secs(limit / MIN_RATE).max(self.min_total);
+        let deadline = (Instant::now() + allowed, allowed);
         for _ in 0..=MAX_REDIRECTS {
             let mut body = Body {
                 url: &current,
                 limit,
+                deadline,
                 done: 0,
                 total: None,
                 sink: &mut *sink,
@@ -278,12 +292,21 @@ impl Fetcher {
         );
         (&stream).write_all(request.as_bytes()).map_err(net_err)?;
         let mut reader = BufReader::with_capacity(BUF_SIZE, stream);
+        let mut interim = 0;
         let head = loop {
             let head = self.read_head(&mut reader, &full)?;
             // 1xx are interim answers (100 Continue); the real one follows.
             if !(100..200).contains(&head.status) {
                 break head;
             }
+            interim += 1;
+            if interim > MAX_INTERIM {
+                return Err(FetchError::Protocol {
+                    url: full,
+                    reason: format!("more than {MAX_INTERIM} interim (1xx) answers"),
+                });
+            }
+            body.check_deadline()?;
         };
         if matches!(head.status, 301 | 302 | 303 | 307 | 308) {
             let location = head.location.ok_or_else(|| FetchError::Protocol {
@@ -633,6 +656,8 @@ fn fd_path(file: &File) -> PathBuf {
 struct Body<'a> {
     url: &'a str,
     limit: u64,
+    /// When the whole fetch must be done, and how long that was.
+    deadline: (Instant, Duration),
     done: u64,
     total: Option<u64>,
     sink: &'a mut dyn FnMut(&[u8]) -> Result<(), FetchError>,
@@ -641,10 +666,21 @@ struct Body<'a> {
 }
 
 impl Body<'_> {
+    fn check_deadline(&self) -> Result<(), FetchError> {
+        if Instant::now() > self.deadline.0 {
+            return Err(FetchError::TooSlow {
+                url: self.url.to_owned(),
+                after: self.deadline.1,
+            });
+        }
+        Ok(())
+    }
+
     fn push(&mut self, data: &[u8]) -> Result<(), FetchError> {
-        if self.done + data.len() as u64 > self.limit {
+        if self.done.saturating_add(data.len() as u64) > self.limit {
             return Err(self.too_large());
         }
+        self.check_deadline()?;
         (self.sink)(data)?;
         self.done += data.len() as u64;
         self.report(false);
@@ -877,6 +913,7 @@ mod tests {
         Fetcher {
             connect_timeout: Duration::from_secs(2),
             read_timeout: Duration::from_millis(300),
+            min_total: Duration::from_secs(5),
         }
     }
 
@@ -1217,5 +1254,45 @@ mod tests {
     fn io_reasons_read_like_ours() {
         let e = io::Error::from_raw_os_error(libc::ENOSPC);
         assert_eq!(io_reason(&e), "no space left on device");
+    }
+
+    #[test]
+    fn endless_interim_answers_are_refused() {
+        let mut resp = Vec::new();
+        for _ in 0..20 {
+            resp.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+        }
+        let (base, _h) = serve(vec![resp]);
+        let e = quick().fetch_bytes(&format!("{base}/x"), 100).unwrap_err();
+        assert!(e.to_string().contains("interim"), "{e}");
+    }
+
+    #[test]
+    fn a_trickling_server_is_given_up_on() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let h = thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let _ = read_request(&mut s);
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n");
+            // One byte every 100 ms: never idle long enough for the read timeout.
+            for _ in 0..40 {
+                if s.write_all(b"x").is_err() {
+                    break;
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+        });
+        let f = Fetcher {
+            min_total: Duration::from_millis(700),
+            ..quick()
+        };
+        let t0 = Instant::now();
+        let e = f
+            .fetch_bytes(&format!("http://{addr}/x"), 1000)
+            .unwrap_err();
+        assert!(matches!(e, FetchError::TooSlow { .. }), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        let _ = h.join();
     }
 }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use berth_sys::lxc::Container;
-use berth_sys::process::{self, ExitStatus, Fork, POLLHUP, POLLIN};
+use berth_sys::process::{self, ExitStatus, Fork, POLLHUP, POLLIN, POLLRDHUP};
 
 pub struct ShimArgs {
     pub name: String,
@@ -319,6 +319,10 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd) -> i32 {
     let argv: Vec<&str> = args.argv.iter().map(String::as_str).collect();
     let ok = c.start(true, &argv).is_ok();
     let status = c.error_num();
+    if !ok && status == 0 {
+        // liblxc failed before the container's init ran: there is no exit status to pass on.
+        return 125;
+    }
     if libc::WIFEXITED(status) {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {
@@ -360,17 +364,43 @@ fn serve(
     let mut buf = vec![0u8; 16 * 1024];
     let status = loop {
         let mut fds = vec![(sigf.as_raw_fd(), POLLIN), (listener.as_raw_fd(), POLLIN)];
+        let log_slot = fds.len();
         if log_open {
             fds.push((log.as_raw_fd(), POLLIN));
         }
+        // Clients never send anything after their request: readable means gone.
+        let first_client = fds.len();
+        for c in &clients {
+            fds.push((c.stream.as_raw_fd(), POLLIN | POLLRDHUP));
+        }
         let rev = process::poll(&fds, -1)?;
-        if log_open && rev[2] & (POLLIN | POLLHUP) != 0 {
+        if log_open && rev[log_slot] & (POLLIN | POLLHUP) != 0 {
             log_open = drain(&mut log, &mut buf, &mut ring, &mut clients);
         }
+        if rev.len() > first_client {
+            let gone: Vec<bool> = rev[first_client..].iter().map(|r| *r != 0).collect();
+            let mut i = 0;
+            clients.retain(|_| {
+                i += 1;
+                !gone.get(i - 1).copied().unwrap_or(false)
+            });
+        }
         if rev[1] & POLLIN != 0 {
-            while let Ok((stream, _)) = listener.accept() {
-                if let Some(c) = handle(stream, &ring, monitor_pid, init_pid, started_at) {
-                    clients.push(c);
+            loop {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        if let Some(c) = handle(stream, &ring, monitor_pid, init_pid, started_at) {
+                            clients.push(c);
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => {
+                        // Out of descriptors (EMFILE): back off instead of spinning on a
+                        // listener that stays readable.
+                        log::warn!("{}: accept: {e}", args.name);
+                        std::thread::sleep(Duration::from_millis(100));
+                        break;
+                    }
                 }
             }
         }

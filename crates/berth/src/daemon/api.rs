@@ -287,9 +287,21 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
                 {
                     return;
                 }
-                // Relay until the container ends (shim closes) or the client goes away.
+                // Relay until the container ends (shim closes) or the client goes away; a
+                // client that leaves a quiet container must not leave this thread behind.
+                use berth_sys::process::{poll, POLLHUP, POLLIN, POLLRDHUP};
+                use std::os::fd::AsRawFd;
                 let mut buf = [0u8; 8192];
-                loop {
+                while let Ok(rev) = poll(
+                    &[(shim.as_raw_fd(), POLLIN), (stream.as_raw_fd(), POLLRDHUP)],
+                    -1,
+                ) {
+                    if rev[1] & (POLLRDHUP | POLLHUP) != 0 {
+                        break;
+                    }
+                    if rev[0] == 0 {
+                        continue;
+                    }
                     match shim.read(&mut buf) {
                         Ok(0) | Err(_) => break,
                         Ok(n) => {

@@ -118,6 +118,13 @@ pub fn run(cfg: Config) -> Result<()> {
         sock.display(),
         std::process::id()
     );
+    {
+        let d = Arc::clone(&d);
+        let _ = std::thread::Builder::new()
+            .name("autostart".into())
+            .stack_size(256 * 1024)
+            .spawn(move || ops::autostart(&d));
+    }
     let term = berth_sys::process::termination_pipe()?;
     // Start-up code (configuration and state parsing, reconciliation) will not run again.
     berth_sys::process::trim_heap();

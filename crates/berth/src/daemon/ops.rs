@@ -198,6 +198,18 @@ pub fn update(d: &Daemon) -> ApiResult<Value> {
     let sig = String::from_utf8(sig)
         .map_err(|_| ApiError::new(422, "bad_signature", "index.json.sig is not text"))?;
     let parsed = verify_index(&d.cfg, &index, &sig)?;
+    if let Ok((current, _)) = load_index(d) {
+        if parsed.serial < current.serial {
+            return Err(ApiError::new(
+                422,
+                "rollback",
+                format!(
+                    "repository index rejected: its serial {} is older than the one this device already verified ({}); refusing a rollback (an old index is being replayed, or a mirror is out of date)",
+                    parsed.serial, current.serial
+                ),
+            ));
+        }
+    }
     let index_text = String::from_utf8(index)
         .map_err(|_| ApiError::new(422, "bad_index", "index.json is not UTF-8"))?;
     let cache = RepoCache {
@@ -396,7 +408,7 @@ fn fetch_image(
         err
     };
     // One byte more than announced is enough to notice an image larger than the index says.
-    let (size, sha) = fetch::fetch_to(&url, &mut f, e.size + 1, &mut progress).map_err(|err| {
+    let (size, sha) = fetch::fetch_to(&url, &mut f, e.size.saturating_add(1), &mut progress).map_err(|err| {
         cleanup(if err.is_no_space() {
             ApiError::new(
                 507,
@@ -918,8 +930,30 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     let mut out = String::new();
     let _ = child.stdout.take().map(|mut s| {
         // One line: "ok PID" or "error: …". Reading to EOF would wait for the shim's exit.
+        // The shim has its own start timeout; this one guards against a shim wedged in
+        // liblxc, which would otherwise hold the operation lock for ever.
+        use std::os::fd::AsRawFd;
+        let deadline = Instant::now() + args.start_timeout + Duration::from_secs(5);
         let mut b = [0u8; 1];
-        while s.read(&mut b).unwrap_or(0) == 1 && b[0] != b'\n' {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let ready = berth_sys::process::poll(
+                &[(s.as_raw_fd(), berth_sys::process::POLLIN)],
+                left.as_millis().min(i32::MAX as u128) as i32,
+            );
+            if !matches!(ready, Ok(ref r) if r[0] != 0) {
+                if left.is_zero() {
+                    out = format!(
+                        "error: {name}: the shim did not report within {} s",
+                        args.start_timeout.as_secs() + 5
+                    );
+                    break;
+                }
+                continue;
+            }
+            if s.read(&mut b).unwrap_or(0) != 1 || b[0] == b'\n' {
+                break;
+            }
             out.push(b[0] as char);
         }
     });
@@ -1069,6 +1103,11 @@ fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<V
     // SIGTERM goes straight to the payload's processes (not through init.lxc, whose own halt
     // handling gives them one second before SIGKILL, whatever the timeout). When the payload
     // exits, init.lxc exits and the container stops.
+    // The init pid is re-checked (same pid namespace) before every signal and while waiting:
+    // once the container is gone its pid may be reused by an unrelated process.
+    let init_ns = std::fs::read_link(format!("/proc/{init}/ns/pid")).ok();
+    let still_init =
+        || init_ns.is_some() && std::fs::read_link(format!("/proc/{init}/ns/pid")).ok() == init_ns;
     let members = berth_sys::process::pid_namespace_members(Path::new("/proc"), init);
     for pid in &members {
         let _ = berth_sys::process::kill(*pid, libc::SIGTERM);
@@ -1076,15 +1115,17 @@ fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<V
     let wait_gone = |limit: Duration| {
         let deadline = Instant::now() + limit;
         let mut delay = Duration::from_millis(1);
-        while berth_sys::process::alive(init) && Instant::now() < deadline {
+        while still_init() && Instant::now() < deadline {
             std::thread::sleep(delay);
             delay = (delay * 2).min(Duration::from_millis(50));
         }
-        !berth_sys::process::alive(init)
+        !still_init()
     };
     let graceful = if members.is_empty() {
         // Only init is left (the payload is gone): nothing to be graceful with.
-        let _ = berth_sys::process::kill(init, libc::SIGKILL);
+        if still_init() {
+            let _ = berth_sys::process::kill(init, libc::SIGKILL);
+        }
         wait_gone(Duration::from_secs(10))
     } else {
         wait_gone(Duration::from_secs(timeout as u64))
@@ -1092,7 +1133,9 @@ fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<V
     if !graceful {
         log::warn!("{name} did not stop within {timeout} s; killing it");
         // Killing a pid namespace's init kills everything in it.
-        let _ = berth_sys::process::kill(init, libc::SIGKILL);
+        if still_init() {
+            let _ = berth_sys::process::kill(init, libc::SIGKILL);
+        }
         wait_gone(Duration::from_secs(10));
     }
     match shim_wait {
@@ -1272,12 +1315,17 @@ pub fn reconcile(d: &Arc<Daemon>) {
         }
     }
     release_mounts(d);
+}
+
+/// After a reboot /run is empty (no exit file): bring back what the operator had started. A
+/// container that ended while the daemon was away is left for its restart policy. Runs after
+/// the admin socket is up, so the CLI sees a daemon that is starting containers, not none.
+pub fn autostart(d: &Arc<Daemon>) {
+    let st = state(d);
     for p in st.packages.values() {
         let n = p.name.as_str();
-        // After a reboot /run is empty (no exit file): bring back what was running. A
-        // container that ended while the daemon was away is left for its restart policy.
-        let autostart = d.cfg.paths.autostart(n).exists();
-        if autostart && !running[n] && !d.cfg.paths.exit_file(n).exists() {
+        let wanted = d.cfg.paths.autostart(n).exists();
+        if wanted && !d.cfg.paths.exit_file(n).exists() && !is_running(d, n) {
             let _op = d.op.lock().unwrap();
             match start_locked(d, n) {
                 Ok(_) => log::info!("autostarted {n}"),

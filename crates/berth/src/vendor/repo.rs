@@ -105,9 +105,35 @@ pub fn build(dir: &Path, key: &Path) -> anyhow::Result<RepoReport> {
         }
     }
 
-    let index = Index {
+    // Serials only grow: the time, or one more than the index this directory already has. A
+    // rebuild that changes nothing keeps the serial, so it gives byte-identical files.
+    let previous = std::fs::read(dir.join("index.json"))
+        .ok()
+        .and_then(|b| Index::parse(&b).ok());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let mut index = Index {
         format: INDEX_FORMAT,
+        serial: 0,
         packages: entries,
+    };
+    index.serial = match previous {
+        Some(p) => {
+            let unchanged = Index {
+                serial: p.serial,
+                ..index.clone()
+            }
+            .to_json()
+                == p.to_json();
+            if unchanged {
+                p.serial
+            } else {
+                now.max(p.serial.saturating_add(1))
+            }
+        }
+        None => now,
     };
     let json = index.to_json();
     // Parse our own output back: the device will run exactly this check.
