@@ -92,7 +92,7 @@ pub fn main(args: Vec<String>) -> i32 {
             }
             eprintln!("berth: error: {e:#}");
             if code == 2 {
-                eprintln!("{USAGE}");
+                eprintln!("(berth --help lists the commands)");
             }
             code
         }
