@@ -4,10 +4,12 @@
 //! `berth repo build`, signify or usign. These tests hold berth to what signify-openbsd actually
 //! writes and accepts, not to our reading of its format.
 
+mod common;
+use common::TempDir;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use berth_core::signify::{self, FileKind, PublicKey, SecretKey, Signature, SignifyError};
 
@@ -24,36 +26,6 @@ fn signify_tool() -> Command {
     let mut cmd = Command::new(SIGNIFY);
     cmd.stdin(Stdio::null());
     cmd
-}
-
-/// A fresh directory, removed on drop even when the test fails.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "berth-signify-{name}-{}-{}-{nanos}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        fs::create_dir(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 fn describe(cmd: &Command, out: &Output) -> String {

@@ -5,43 +5,18 @@
 //! command lines, exit codes, `--json` output and the files on disk. They need squashfs-tools
 //! (mksquashfs, unsquashfs) and, for the cross-check, signify-openbsd; they do not need root.
 
+mod common;
+use common::TempDir;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use berth_core::index::{sha256_hex, Index};
 use berth_core::signify::{self, PublicKey, Signature};
 
 const SIGNIFY: &str = "/usr/bin/signify-openbsd";
-
-/// A fresh directory, removed on drop even when the test fails.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "berth-vendor-{name}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 fn berth(args: &[&str]) -> Output {
     let out = Command::new(env!("CARGO_BIN_EXE_berth"))

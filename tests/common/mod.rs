@@ -59,6 +59,32 @@ pub fn busybox() -> PathBuf {
     p
 }
 
+/// A fresh directory, removed on drop even when the test fails.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "berth-tmp-{name}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A free TCP port on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
