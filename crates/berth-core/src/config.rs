@@ -45,6 +45,17 @@ pub struct Config {
     /// Seconds `berth start` waits for a container to reach RUNNING.
     pub start_timeout_s: u32,
     pub policy: Policy,
+    pub guard: Guard,
+}
+
+/// The memory guard (`[guard]`): below `threshold` bytes of MemAvailable, container
+/// processes are killed (lowest priority first, then the largest) until it is above again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Guard {
+    /// Bytes of MemAvailable below which the guard kills. Default 30 MiB.
+    pub threshold: u64,
+    /// Polling interval, ms, when the kernel has no PSI (and near the threshold). Default 500.
+    pub interval_ms: u64,
 }
 
 /// The device policy (`[policy]`): what all containers together, and each one, may use.
@@ -138,6 +149,10 @@ impl Paths {
     pub fn lxc_dir(&self, container: &str) -> PathBuf {
         self.lxcpath.join(container)
     }
+    /// The memory guard's last kill of a container (JSON, tmpfs).
+    pub fn guard_file(&self, container: &str) -> PathBuf {
+        self.run.join("logs").join(format!("{container}.guard"))
+    }
     /// The operator's `berth limit` overrides of a container (JSON, written atomically).
     pub fn limits_file(&self, container: &str) -> PathBuf {
         self.state.join("limits").join(format!("{container}.json"))
@@ -154,6 +169,15 @@ struct RawConfig {
     containers: RawContainers,
     #[serde(default)]
     policy: RawPolicy,
+    #[serde(default)]
+    guard: RawGuard,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawGuard {
+    threshold: Option<String>,
+    interval: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -274,6 +298,32 @@ impl Config {
             ));
         }
         let policy = policy(raw.policy, &value_err)?;
+        let guard = Guard {
+            threshold: match raw.guard.threshold {
+                None => 30 << 20,
+                Some(v) => {
+                    let b = parse_size(&v).map_err(|m| value_err("guard.threshold", m))?;
+                    // "30" for "30M" would switch the guard off without a word.
+                    if b < 1 << 20 {
+                        return Err(value_err("guard.threshold", format!("{v}: at least 1M")));
+                    }
+                    b
+                }
+            },
+            interval_ms: match raw.guard.interval {
+                None => 500,
+                Some(v) => {
+                    let ms = parse_duration_ms(&v).map_err(|m| value_err("guard.interval", m))?;
+                    if !(50..=60_000).contains(&ms) {
+                        return Err(value_err(
+                            "guard.interval",
+                            format!("{v}: must be between 50ms and 60s"),
+                        ));
+                    }
+                    ms
+                }
+            },
+        };
         Ok(Config {
             repository: raw.repository.map(|u| u.trim_end_matches('/').to_string()),
             paths: Paths {
@@ -289,6 +339,7 @@ impl Config {
             run_size: size("containers.run_size", c.run_size, 4 << 20)?,
             cgroup_parent,
             policy,
+            guard,
         })
     }
 }
@@ -437,6 +488,32 @@ mod tests {
             .unwrap()
             .policy;
         assert_eq!(p.memory_budget, MemoryBudget::Percent(25));
+    }
+
+    #[test]
+    fn guard_defaults_values_and_refusals() {
+        let g = Config::parse("", "t").unwrap().guard;
+        assert_eq!(g.threshold, 30 << 20);
+        assert_eq!(g.interval_ms, 500);
+        let g = Config::parse("[guard]\nthreshold = \"64M\"\ninterval = \"200ms\"\n", "t")
+            .unwrap()
+            .guard;
+        assert_eq!(g.threshold, 64 << 20);
+        assert_eq!(g.interval_ms, 200);
+        for (text, key) in [
+            ("threshold = \"30\"", "guard.threshold"),
+            ("threshold = \"lots\"", "guard.threshold"),
+            ("threshold = 30", "line 2"),
+            ("interval = \"10ms\"", "guard.interval"),
+            ("interval = \"2m\"", "guard.interval"),
+            ("interval = \"fast\"", "guard.interval"),
+            ("bogus = 1", "bogus"),
+        ] {
+            let e = Config::parse(&format!("[guard]\n{text}"), "f")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
     }
 
     #[test]

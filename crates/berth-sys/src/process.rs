@@ -375,6 +375,78 @@ pub fn release_own_code(evict: bool) -> usize {
     total
 }
 
+/// Urgent data: a PSI trigger fired (Linux ≥ 5.2).
+pub const POLLPRI: i16 = libc::POLLPRI;
+
+/// The text of `<proc_root>/meminfo`.
+pub fn read_meminfo(proc_root: &std::path::Path) -> io::Result<String> {
+    std::fs::read_to_string(proc_root.join("meminfo"))
+}
+
+/// A pressure-stall trigger on `<proc_root>/pressure/memory` (e.g. `some 150000 1000000`:
+/// 150 ms of stall within 1 s). The fd polls POLLPRI when the trigger fires; it lives as long
+/// as the fd. Errors: ENOENT (no PSI), EOPNOTSUPP (psi=0 at boot), EPERM, EINVAL.
+pub fn psi_memory_trigger(proc_root: &std::path::Path, trigger: &str) -> io::Result<OwnedFd> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(proc_root.join("pressure/memory"))?;
+    // The kernel wants the trigger in one write, with its terminating NUL.
+    let mut buf = trigger.as_bytes().to_vec();
+    buf.push(0);
+    let n = f.write(&buf)?;
+    if n != buf.len() {
+        return Err(io::Error::new(
+            io::ErrorKind::WriteZero,
+            "short PSI trigger write",
+        ));
+    }
+    Ok(OwnedFd::from(f))
+}
+
+/// A pidfd of `pid` (Linux ≥ 5.3): signals through it never reach a recycled pid, and it
+/// polls readable when the process has exited.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just gave us this fd; we own it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Sends `sig` to the process of a pidfd.
+pub fn pidfd_kill(pidfd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: a valid pidfd, a signal number, no siginfo, no flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether `pid` lives in the pid namespace that `init` is PID 1 of (both host pids).
+pub fn in_pid_namespace_of(
+    proc_root: &std::path::Path,
+    init: libc::pid_t,
+    pid: libc::pid_t,
+) -> bool {
+    let ns = |p: libc::pid_t| std::fs::read_link(proc_root.join(p.to_string()).join("ns/pid"));
+    matches!((ns(init), ns(pid)), (Ok(a), Ok(b)) if a == b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -212,6 +212,16 @@ fn run(g: &Global, rest: &[String]) -> Result<i32> {
             Ok(0)
         }
         "check" => check(g),
+        "key" | "pack" | "repo" => vendor_command(g, cmd, args),
+        _ => device_command(g, cmd, args),
+    }
+}
+
+/// The vendor tools (key generation, packing, repository building). A device build can leave
+/// them out (`--no-default-features`): devices install packages, they do not make them.
+#[cfg(feature = "vendor")]
+fn vendor_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
+    match cmd {
         "key" => {
             let a = parse_args(args, &["-o", "--output", "--comment"], &[])?;
             if a.pos.first().map(String::as_str) != Some("generate") || a.pos.len() != 1 {
@@ -284,8 +294,13 @@ fn run(g: &Global, rest: &[String]) -> Result<i32> {
             }
             Ok(0)
         }
-        _ => device_command(g, cmd, args),
+        _ => Err(usage(format!("unknown command {cmd:?}"))),
     }
+}
+
+#[cfg(not(feature = "vendor"))]
+fn vendor_command(_: &Global, cmd: &str, _: &[String]) -> Result<i32> {
+    bail!("berth {cmd}: this berth is a device build without the vendor tools; use a build with the default features (cargo build -p berth) on the vendor's machine")
 }
 
 fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
@@ -551,6 +566,17 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                         format!("signal {sig}")
                     } else {
                         format!("exit {}", exit["code"])
+                    };
+                    // A kill by the memory guard, noted for the crash report.
+                    let g = &c["guard_kill"];
+                    let last = if g.is_null() {
+                        last
+                    } else {
+                        format!(
+                            "{last} (guard killed pid {} at {} MiB free)",
+                            g["pid"],
+                            g["available"].as_u64().unwrap_or(0) >> 20
+                        )
                     };
                     vec![
                         s(&c["name"]),

@@ -8,6 +8,7 @@ mod fault;
 mod fetch;
 mod logger;
 mod shim;
+#[cfg(feature = "vendor")]
 mod vendor;
 
 fn main() {

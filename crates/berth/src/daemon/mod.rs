@@ -1,11 +1,13 @@
 //! `berth daemon`: the admin socket, request routing, and start-up reconciliation.
 //!
 //! Threads: the accept loop (main thread), one short-lived thread per admin connection, and
-//! one watcher per running container blocked on its shim's `wait` (no polling when idle).
+//! one watcher per running container blocked on its shim's `wait` (no polling when idle), and
+//! the memory guard (`guard.rs`: blocked on a PSI trigger, or polling meminfo without PSI).
 //! Mutating operations take `Daemon::op` so they apply one at a time, in order; reads
 //! (status, list, logs) do not wait for a long install.
 
 mod api;
+mod guard;
 pub mod ops;
 
 use std::io::{Read, Write};
@@ -27,6 +29,8 @@ pub struct Daemon {
     pub started: Instant,
     /// Path of this executable, for re-execing shims.
     pub exe: std::path::PathBuf,
+    /// The memory guard's last kill per container (also in `<run>/logs/NAME.guard`).
+    pub guard_kills: Mutex<std::collections::BTreeMap<String, serde_json::Value>>,
 }
 
 /// An error for the API: HTTP status, a stable machine code, and a message for people.
@@ -106,6 +110,7 @@ pub fn run(cfg: Config) -> Result<()> {
         op: Mutex::new(()),
         started: Instant::now(),
         exe,
+        guard_kills: Mutex::new(Default::default()),
     });
     ops::reconcile(&d);
     let sock = d.cfg.paths.admin_socket();
@@ -118,6 +123,7 @@ pub fn run(cfg: Config) -> Result<()> {
         sock.display(),
         std::process::id()
     );
+    guard::spawn(&d);
     {
         let d = Arc::clone(&d);
         let _ = std::thread::Builder::new()

@@ -644,6 +644,8 @@ pub fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
         let _ = std::fs::remove_file(d.cfg.paths.exit_file(n));
         let _ = std::fs::remove_file(d.cfg.paths.autostart(n));
         let _ = std::fs::remove_file(d.cfg.paths.limits_file(n));
+        let _ = std::fs::remove_file(d.cfg.paths.guard_file(n));
+        d.guard_kills.lock().unwrap().remove(n.as_str());
         if purge {
             let _ = std::fs::remove_dir_all(d.cfg.paths.data(n));
         }
@@ -1233,6 +1235,7 @@ pub fn status(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
             "network": p.manifest.summary().network_mode,
             "autostart": d.cfg.paths.autostart(n).exists(),
             "last_exit": if running { Value::Null } else { exit_info(d, n) },
+            "guard_kill": super::guard::last_kill(d, n),
             "image": p.sha256,
         }));
     }
