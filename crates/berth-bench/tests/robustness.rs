@@ -397,3 +397,94 @@ fn every_tool_names_its_debian_package() {
     }
     assert!(checked >= 8, "only {checked} tools installed");
 }
+
+#[test]
+fn terminated_during_setup_writes_a_report_that_says_so() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    berth_built();
+    let t = TempDir::new("term");
+    let (j, md) = (t.0.join("run.json"), t.0.join("run.md"));
+    let mut child = Command::new(BENCH)
+        .args(["--quick", "--json"])
+        .arg(&j)
+        .arg("--markdown")
+        .arg(&md)
+        .args(["footprint", "fs"])
+        .env("BERTH_BENCH_PROGRESS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut log = Vec::new();
+    for l in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let l = l.unwrap();
+        if log.is_empty() && l.contains("sandbox in") {
+            // SAFETY: plain kill(2) of our own child.
+            assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGTERM) }, 0);
+        }
+        log.push(l);
+    }
+    let st = child.wait().unwrap();
+    assert_eq!(st.code(), Some(130), "{log:#?}");
+    let doc = json(&j);
+    assert_eq!(doc["interrupted"], true);
+    for s in ["footprint", "fs"] {
+        let e = doc["suites"][s]["error"].as_str().unwrap_or_default();
+        assert!(
+            e.starts_with("not run: the run was interrupted"),
+            "{s}: {e}"
+        );
+    }
+    let report = std::fs::read_to_string(&md).unwrap();
+    assert!(report.starts_with("# berth-bench report (interrupted)"));
+    assert!(report.contains("## fs\n\n**not run: the run was interrupted"));
+    no_leftovers(pid);
+}
+
+/// The committed runs stay readable: compare of one against itself, charts of each.
+#[test]
+fn committed_results_compare_and_chart() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/benchmarks/results");
+    let t = TempDir::new("committed");
+    for f in ["full-activation-footprint", "full-cpu-mem-fs", "quick-all"] {
+        let p = format!("{dir}/{f}.json");
+        let out = Command::new(BENCH)
+            .args(["compare", &p, &p])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let md = String::from_utf8_lossy(&out.stdout);
+        assert!(md.contains("No difference in the recorded environment."));
+        assert!(!md.contains("| yes |"), "a run differs from itself: {md}");
+        let out = Command::new(BENCH)
+            .args(["svg", &p])
+            .arg(t.0.join(f))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let n = std::fs::read_dir(t.0.join(f)).unwrap().count();
+        assert!(n >= 2, "{f}: {n} charts");
+    }
+    // Bad input: a clear message naming the file, exit 1.
+    let out = Command::new(BENCH)
+        .args(["compare", "/nonexistent/a.json", "b.json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/a.json: no such file"));
+    let out = Command::new(BENCH)
+        .args(["compare", "one.json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("compare needs two files"));
+}
