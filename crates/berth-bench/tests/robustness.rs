@@ -488,3 +488,45 @@ fn committed_results_compare_and_chart() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("compare needs two files"));
 }
+
+#[test]
+fn interrupted_activation_keeps_its_complete_rounds() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    berth_built();
+    let t = TempDir::new("act");
+    let j = t.0.join("run.json");
+    let mut child = Command::new(BENCH)
+        .args(["--quick", "--runs", "30", "--json"])
+        .arg(&j)
+        .args(["--markdown", "/dev/null", "activation"])
+        .env("BERTH_BENCH_PROGRESS", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut log = Vec::new();
+    for l in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let l = l.unwrap();
+        if l.contains("activation: round 4/30") {
+            // SAFETY: plain kill(2) of our own child.
+            assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGINT) }, 0);
+        }
+        log.push(l);
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(130), "{log:#?}");
+    let doc = json(&j);
+    let a = &doc["suites"]["activation"];
+    let done = a["rounds_completed"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{a}")) as usize;
+    assert!((3..30).contains(&done), "{done} rounds");
+    for k in [
+        "berth_first_instruction",
+        "lxc_execute_first_instruction",
+        "berth_stop",
+    ] {
+        assert_eq!(a["samples_ms"][k].as_array().unwrap().len(), done, "{k}");
+    }
+    no_leftovers(pid);
+}
