@@ -100,6 +100,8 @@ fn change_row(
         (Some(x), Some(y)) => (
             if ratio {
                 format!("{:+.3}", y.0 - x.0)
+            } else if x.0 == 0.0 {
+                "–".into()
             } else {
                 format!("{:+.2} %", (y.0 - x.0) / x.0 * 100.0)
             },

@@ -468,7 +468,7 @@ impl Suite for Activation {
             "activation payload".into(),
             match c {
                 Some(c) => format!("static C, `gcc -static -O2` ({c})"),
-                None => "busybox touch (no gcc: coarse timestamps)".into(),
+                None => "busybox touch (no gcc: coarse timestamps; install the Debian packages gcc, libc6-dev)".into(),
             },
         )]
     }
