@@ -46,8 +46,10 @@ echo "stripped berth: device build $device bytes (budget 1572864); with the vend
 [ "$device" -le 1572864 ] || { echo "the device build of berth is over its size budget" >&2; exit 1; }
 
 step "berth-bench --quick all"
-target/release/berth-bench --quick all --markdown /tmp/berth-bench-quick.md --json /tmp/berth-bench-quick.json
+target/release/berth-bench --quick all --markdown /tmp/berth-bench-quick.md --json /tmp/berth-bench-quick.json --svg /tmp/berth-bench-svg
 cat /tmp/berth-bench-quick.md
+# compare smoke test: the run against itself (every change within noise)
+target/release/berth-bench compare /tmp/berth-bench-quick.json /tmp/berth-bench-quick.json >/tmp/berth-bench-compare.md
 
 step "demo (README's first command)"
 bash demo/run.sh

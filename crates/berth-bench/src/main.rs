@@ -3,11 +3,14 @@
 //! repository, daemon, cgroup parent `berth-bench-<pid>`) in a temp dir, runs the suites
 //! asked for and removes everything again, also after an error or Ctrl-C.
 
+mod chart;
+mod compare;
 mod env;
 mod payload;
 mod procfs;
 mod report;
 mod sandbox;
+mod selfcheck;
 mod stats;
 mod suites;
 mod util;
@@ -18,12 +21,16 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
+use crate::report::SuiteResult;
 use crate::sandbox::Sandbox;
 use crate::suites::{Ctx, Suite};
 use crate::util::{bail, progress, which, Result};
 
 const USAGE: &str = "\
-usage: berth-bench [--quick] [--runs N] [--json FILE] [--markdown FILE] [--berth PATH] SUITE...
+usage: berth-bench [--quick] [--runs N] [--json FILE] [--markdown FILE] [--svg DIR] [--berth PATH] SUITE...
+       berth-bench compare A.json B.json [--markdown FILE]
+       berth-bench svg RUN.json DIR
+       berth-bench clean
 
 suites:
   activation   start request → payload's first instruction, and stop time: berth vs
@@ -41,7 +48,16 @@ options:
   --runs N         measured runs per peer / rounds per test (overrides the defaults)
   --json FILE      every raw sample and the environment, as JSON
   --markdown FILE  the report (default: stdout)
+  --svg DIR        one chart per suite, DIR/SUITE.svg (the report links them)
   --berth PATH     the berth binary (default: next to berth-bench, else on PATH)
+
+compare sets two runs' JSON side by side (environment differences, then per test both
+ratios, the change and whether it is beyond both runs' noise); svg charts a run's JSON
+again; clean removes what killed runs left behind (also done at every start).
+
+A run interrupted by SIGINT/SIGTERM writes what completed, marked interrupted (exit 130);
+a failed test or suite is reported and the others go on (exit 1); the output is checked
+(every suite has numbers or says why not) before exit 0.
 
 Needs root, lxc, squashfs-tools and busybox-static; runc and gcc are used when present;
 cpu, mem, fs use sysbench, stress-ng, hpcc, mbw, fio (a missing one is reported as skipped).";
@@ -51,6 +67,7 @@ struct Opts {
     runs: Option<usize>,
     json: Option<PathBuf>,
     markdown: Option<PathBuf>,
+    svg: Option<PathBuf>,
     berth: Option<PathBuf>,
     suites: Vec<String>,
 }
@@ -62,6 +79,7 @@ fn parse_args() -> std::result::Result<Opts, lexopt::Error> {
         runs: None,
         json: None,
         markdown: None,
+        svg: None,
         berth: None,
         suites: Vec::new(),
     };
@@ -72,6 +90,7 @@ fn parse_args() -> std::result::Result<Opts, lexopt::Error> {
             Long("runs") => o.runs = Some(p.value()?.parse()?),
             Long("json") => o.json = Some(p.value()?.into()),
             Long("markdown") => o.markdown = Some(p.value()?.into()),
+            Long("svg") => o.svg = Some(p.value()?.into()),
             Long("berth") => o.berth = Some(p.value()?.into()),
             Short('h') | Long("help") => {
                 println!("{USAGE}");
@@ -149,7 +168,103 @@ fn write_out(path: &Option<PathBuf>, text: &str) -> Result<()> {
     }
 }
 
-fn run(o: Opts) -> Result<()> {
+/// `compare A.json B.json`
+fn compare_cmd(o: &Opts) -> Result<i32> {
+    let [a, b] = &o.suites[1..] else {
+        bail!("compare needs two files: berth-bench compare A.json B.json [--markdown FILE]");
+    };
+    let (ja, jb) = (
+        compare::load(std::path::Path::new(a))?,
+        compare::load(std::path::Path::new(b))?,
+    );
+    write_out(&o.markdown, &compare::render(&ja, &jb, a, b))?;
+    Ok(0)
+}
+
+/// `svg RUN.json DIR`
+fn svg_cmd(o: &Opts) -> Result<i32> {
+    let [file, dir] = &o.suites[1..] else {
+        bail!("svg needs a run's JSON and a directory: berth-bench svg RUN.json DIR");
+    };
+    let doc = compare::load(std::path::Path::new(file))?;
+    let names: Vec<String> = doc["suites"]
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    for n in names {
+        if let Some(p) = write_svg(std::path::Path::new(dir), &n, &doc["suites"][n.as_str()])? {
+            println!("{}", p.display());
+        }
+    }
+    Ok(0)
+}
+
+/// Writes DIR/SUITE.svg when the suite has numbers to chart.
+fn write_svg(dir: &std::path::Path, name: &str, raw: &Value) -> Result<Option<PathBuf>> {
+    let panels = chart::panels(name, raw);
+    if panels.is_empty() {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let path = dir.join(format!("{name}.svg"));
+    write_out(
+        &Some(path.clone()),
+        &chart::svg(&format!("berth-bench: {name}"), &panels),
+    )?;
+    Ok(Some(path))
+}
+
+/// How the Markdown file at `md` refers to `file`: relative when below its directory.
+fn link(md: &Option<PathBuf>, file: &std::path::Path) -> String {
+    let base = md
+        .as_ref()
+        .and_then(|m| std::fs::canonicalize(m.parent()?.join(".")).ok());
+    let abs = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
+    match base.as_ref().and_then(|b| abs.strip_prefix(b).ok()) {
+        Some(rel) => rel.display().to_string(),
+        None => abs.display().to_string(),
+    }
+}
+
+/// Builds the sandbox, packs and installs every suite's packages, starts the daemon.
+fn setup(suites: &mut [Box<dyn Suite>], berth: PathBuf) -> Result<Sandbox> {
+    let mut sb = Sandbox::create(berth)?;
+    progress!("sandbox in {}", sb.dir.display());
+    let mut pkgs = Vec::new();
+    for s in suites.iter_mut() {
+        pkgs.extend(s.prepare(&sb)?);
+    }
+    progress!("packing {} packages", pkgs.len());
+    for p in &pkgs {
+        util::check_interrupted()?;
+        sb.pack(p)?;
+    }
+    sb.build_repo()?;
+    progress!("starting the daemon");
+    sb.start_daemon()?;
+    sb.ok(&["update"])?;
+    let names: Vec<&str> = pkgs.iter().map(|p| p.name.as_str()).collect();
+    let mut install = vec!["install"];
+    install.extend(&names);
+    sb.ok(&install)?;
+    Ok(sb)
+}
+
+fn run(o: Opts) -> Result<i32> {
+    match o.suites.first().map(String::as_str) {
+        Some("compare") => return compare_cmd(&o),
+        Some("svg") => return svg_cmd(&o),
+        Some("clean") => {
+            if !util::is_root() {
+                bail!("berth-bench clean needs root (mounts, cgroups, namespaces)");
+            }
+            if sandbox::sweep_leftovers().is_empty() {
+                println!("nothing to clean");
+            }
+            return Ok(0);
+        }
+        _ => {}
+    }
     let started = Instant::now();
     let mut names: Vec<String> = Vec::new();
     for s in &o.suites {
@@ -188,44 +303,60 @@ fn run(o: Opts) -> Result<()> {
     let warmup = if o.quick { 1 } else { 3 };
 
     util::catch_interrupts()?;
-    sandbox::sweep_leftovers();
+    let cleaned = sandbox::sweep_leftovers();
     let env = env::collect(&berth);
-    let mut sb = Sandbox::create(berth)?;
-    progress!("sandbox in {}", sb.dir.display());
-
-    let mut pkgs = Vec::new();
-    for s in suites.iter_mut() {
-        pkgs.extend(s.prepare(&sb)?);
+    let mut results: Vec<SuiteResult> = Vec::new();
+    let result = |name, output, error: Option<String>, interrupted| SuiteResult {
+        name,
+        output,
+        error,
+        interrupted,
+        svg: None,
+    };
+    match setup(&mut suites, berth) {
+        Ok(mut sb) => {
+            for s in suites.iter_mut() {
+                let name = s.name();
+                if util::interrupted() {
+                    let why = "not run: the run was interrupted before this suite".into();
+                    results.push(result(name, None, Some(why), false));
+                    continue;
+                }
+                progress!("suite {name}");
+                let mut ctx = Ctx {
+                    sb: &mut sb,
+                    runs,
+                    runs_given: o.runs,
+                    warmup,
+                    quick: o.quick,
+                };
+                let r = s.run(&mut ctx);
+                let intr = util::interrupted();
+                results.push(match r {
+                    Ok(out) => result(out.name, Some(out), None, intr),
+                    Err(e) if intr => result(
+                        name,
+                        None,
+                        Some(format!("interrupted before the suite completed ({e})")),
+                        true,
+                    ),
+                    Err(e) => {
+                        eprintln!("berth-bench: suite {name} failed: {e}");
+                        result(name, None, Some(format!("the suite failed: {e}")), false)
+                    }
+                });
+            }
+            sb.stop_daemon();
+        }
+        Err(e) if util::interrupted() => {
+            for s in &suites {
+                let why = format!("not run: the run was interrupted while it was set up ({e})");
+                results.push(result(s.name(), None, Some(why), false));
+            }
+        }
+        Err(e) => return Err(e),
     }
-    progress!("packing {} packages", pkgs.len());
-    for p in &pkgs {
-        util::check_interrupted()?;
-        sb.pack(p)?;
-    }
-    sb.build_repo()?;
-    progress!("starting the daemon");
-    sb.start_daemon()?;
-    sb.ok(&["update"])?;
-    let names: Vec<&str> = pkgs.iter().map(|p| p.name.as_str()).collect();
-    let mut install = vec!["install"];
-    install.extend(&names);
-    sb.ok(&install)?;
-
-    let mut outputs = Vec::new();
-    for s in suites.iter_mut() {
-        util::check_interrupted()?;
-        progress!("suite {}", s.name());
-        let mut ctx = Ctx {
-            sb: &mut sb,
-            runs,
-            runs_given: o.runs,
-            warmup,
-            quick: o.quick,
-        };
-        outputs.push(s.run(&mut ctx)?);
-    }
-    sb.stop_daemon();
-    drop(sb);
+    let interrupted = util::interrupted();
 
     let elapsed = started.elapsed().as_secs_f64();
     let mut env_rows = env.rows.clone();
@@ -233,36 +364,80 @@ fn run(o: Opts) -> Result<()> {
         env_rows.extend(s.environment());
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let footer = format!(
-        "_`berth-bench {}`: {runs} runs, {warmup} warm-up, {elapsed:.0} s in all._\n",
-        args.join(" ")
-    );
-    write_out(&o.markdown, &report::render(&env_rows, &outputs, &footer))?;
-    if let Some(path) = &o.json {
-        let mut suites_json = serde_json::Map::new();
-        for out in &outputs {
-            suites_json.insert(out.name.to_string(), out.raw.clone());
-        }
-        let mut envj = env.json.clone();
-        for (k, v) in env_rows.iter().skip(env.rows.len()) {
-            envj[k.replace(' ', "_")] = Value::String(v.clone());
-        }
-        let doc = json!({
-            "tool": "berth-bench", "version": env!("CARGO_PKG_VERSION"),
-            "args": args, "quick": o.quick, "runs": runs, "warmup": warmup,
-            "duration_s": elapsed, "environment": envj, "suites": suites_json,
-        });
-        write_out(
-            &Some(path.clone()),
-            &serde_json::to_string_pretty(&doc).unwrap_or_default(),
-        )?;
+    let mut suites_json = serde_json::Map::new();
+    for r in &results {
+        let v = match (&r.output, &r.error) {
+            (Some(out), _) => out.raw.clone(),
+            (None, e) => json!({ "error": e }),
+        };
+        suites_json.insert(r.name.to_string(), v);
     }
+    if let Some(dir) = &o.svg {
+        for r in results.iter_mut() {
+            if let Some(p) = write_svg(dir, r.name, &suites_json[r.name])? {
+                r.svg = Some(link(&o.markdown, &p));
+            }
+        }
+    }
+    let mut notes = Vec::new();
+    if interrupted {
+        notes.push(format!("**Interrupted** by a signal after {elapsed:.0} s: the tables hold what completed before it; suites and tests marked \"interrupted\" or \"not run\" are incomplete."));
+    }
+    notes.extend(
+        cleaned
+            .iter()
+            .map(|c| format!("Before this run, berth-bench {c}.")),
+    );
+    let footer = format!(
+        "_`berth-bench {}`: {runs} runs, {warmup} warm-up, {elapsed:.0} s in all{}._\n",
+        args.join(" "),
+        if interrupted { ", interrupted" } else { "" }
+    );
+    let markdown = report::render(&env_rows, &results, &notes, interrupted, &footer);
+    write_out(&o.markdown, &markdown)?;
+    let mut envj = env.json.clone();
+    for (k, v) in env_rows.iter().skip(env.rows.len()) {
+        envj[k.replace(' ', "_")] = Value::String(v.clone());
+    }
+    let doc = json!({
+        "tool": "berth-bench", "format": compare::FORMAT, "version": env!("CARGO_PKG_VERSION"),
+        "args": args, "quick": o.quick, "runs": runs, "warmup": warmup,
+        "duration_s": elapsed, "interrupted": interrupted, "cleaned_leftovers": cleaned,
+        "environment": envj, "suites": suites_json,
+    });
+    let json_text = serde_json::to_string_pretty(&doc).unwrap_or_default();
+    if let Some(path) = &o.json {
+        write_out(&Some(path.clone()), &json_text)?;
+    }
+    if interrupted {
+        eprintln!("berth-bench: interrupted; partial results written");
+        return Ok(130);
+    }
+    let svgs: Vec<PathBuf> = match &o.svg {
+        Some(d) => results
+            .iter()
+            .filter(|r| r.svg.is_some())
+            .map(|r| d.join(format!("{}.svg", r.name)))
+            .collect(),
+        None => Vec::new(),
+    };
+    let (summary, problems) = selfcheck::check(&json_text, &markdown, &svgs);
     progress!("done in {elapsed:.0} s");
-    Ok(())
+    if problems.is_empty() {
+        eprintln!("berth-bench: self-check: {summary}");
+        Ok(0)
+    } else {
+        for p in &problems {
+            eprintln!("berth-bench: self-check: {p}");
+        }
+        Ok(1)
+    }
 }
 
 fn main() {
-    util::set_progress(std::io::stderr().is_terminal());
+    util::set_progress(
+        std::io::stderr().is_terminal() || std::env::var_os("BERTH_BENCH_PROGRESS").is_some(),
+    );
     let opts = match parse_args() {
         Ok(o) => o,
         Err(e) => {
@@ -270,8 +445,11 @@ fn main() {
             std::process::exit(2);
         }
     };
-    if let Err(e) = run(opts) {
-        eprintln!("berth-bench: error: {e}");
-        std::process::exit(if util::interrupted() { 130 } else { 1 });
+    match run(opts) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("berth-bench: error: {e}");
+            std::process::exit(if util::interrupted() { 130 } else { 1 });
+        }
     }
 }

@@ -91,16 +91,52 @@ pub fn verdict(value: f64, budget: f64) -> &'static str {
     }
 }
 
-pub fn render(env_rows: &[(String, String)], suites: &[SuiteOutput], footer: &str) -> String {
-    let mut s = String::from("# berth-bench report\n\n");
+/// How one suite of a run ended.
+pub struct SuiteResult {
+    pub name: &'static str,
+    /// Its tables and raw samples (None when it failed or did not run).
+    pub output: Option<SuiteOutput>,
+    /// Why it has no output: its error, or that the run was interrupted before it.
+    pub error: Option<String>,
+    /// The run was interrupted while this suite ran: its numbers are what completed.
+    pub interrupted: bool,
+    /// Where its chart is, as the report links it.
+    pub svg: Option<String>,
+}
+
+/// The report: the environment, `notes` (interruption, leftovers cleaned), every suite.
+pub fn render(
+    env_rows: &[(String, String)],
+    suites: &[SuiteResult],
+    notes: &[String],
+    interrupted: bool,
+    footer: &str,
+) -> String {
+    let mut s = format!(
+        "# berth-bench report{}\n\n",
+        if interrupted { " (interrupted)" } else { "" }
+    );
+    for n in notes {
+        let _ = writeln!(s, "- {n}");
+    }
+    if !notes.is_empty() {
+        s.push('\n');
+    }
     let mut t = Table::new(&["environment", "value"]);
     for (k, v) in env_rows {
         t.row(vec![k.clone(), v.replace('|', "\\|")]);
     }
     s.push_str(&t.markdown());
-    for suite in suites {
-        let _ = writeln!(s, "\n## {}\n", suite.name);
-        for sec in &suite.sections {
+    for r in suites {
+        let mark = if r.interrupted { " (interrupted)" } else { "" };
+        let _ = writeln!(s, "\n## {}{mark}\n", r.name);
+        if let Some(e) = &r.error {
+            let _ = writeln!(s, "**{e}**\n");
+        }
+        if let Some(svg) = &r.svg {
+            let _ = writeln!(s, "![{} chart]({svg})\n", r.name);
+        }
+        for sec in r.output.iter().flat_map(|o| &o.sections) {
             let _ = writeln!(s, "### {}\n", sec.title);
             s.push_str(&sec.table.markdown());
             if !sec.notes.is_empty() {

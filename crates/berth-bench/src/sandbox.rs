@@ -2,7 +2,6 @@
 //! parent in `$TMPDIR/berth-bench-<pid>`, torn down completely when dropped (also after an
 //! error or Ctrl-C), and the sweep that removes what an interrupted earlier run left behind.
 
-use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -41,6 +40,49 @@ pub struct Sandbox {
 /// The directory of the run with this pid.
 pub fn dir_for(pid: u32) -> PathBuf {
     std::env::temp_dir().join(format!("{DIR_PREFIX}{pid}"))
+}
+
+/// The name of a network namespace of this run (`ip netns` style, under /run/netns): the
+/// prefix lets the next start remove it when this run is killed outright.
+#[allow(dead_code)] // for the suites that make namespaces (net)
+pub fn netns_name(what: &str) -> String {
+    format!("{DIR_PREFIX}{}.{what}", std::process::id())
+}
+
+const NETNS_DIR: &str = "/run/netns";
+
+/// Removes the named network namespaces of the run with `pid`; returns their names.
+fn remove_netns(pid: u32) -> Vec<String> {
+    let mut gone = Vec::new();
+    let Ok(d) = std::fs::read_dir(NETNS_DIR) else {
+        return gone;
+    };
+    for e in d.flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        if pid_of(&name) == Some(pid) {
+            let _ = berth_sys::mount::umount(&e.path(), true);
+            if std::fs::remove_file(e.path()).is_ok() {
+                gone.push(name);
+            }
+        }
+    }
+    gone
+}
+
+/// Detaches loop devices whose backing file is below `dir`; returns their names.
+fn detach_loops(dir: &Path) -> Vec<String> {
+    let mut gone = Vec::new();
+    for l in berth_sys::loopdev::loop_backing_files(Path::new("/sys")).unwrap_or_default() {
+        if l.backing_file.starts_with(dir) {
+            run_quiet(
+                Command::new("losetup")
+                    .arg("-d")
+                    .arg(format!("/dev/{}", l.name)),
+            );
+            gone.push(l.name);
+        }
+    }
+    gone
 }
 
 /// Every top-level cgroup name a run with this pid may create: berth's parent and LXC's
@@ -244,8 +286,9 @@ impl Drop for Sandbox {
 
 /// Removes everything the run with `pid` created in `dir`: runc and LXC containers, their
 /// processes, mounts below `dir`, the run's cgroups and the directory itself. Safe to call
-/// on a partial or already-cleaned directory.
-pub fn sweep(dir: &Path, pid: u32) {
+/// on a partial or already-cleaned directory. Returns what it found, for the report.
+pub fn sweep(dir: &Path, pid: u32) -> Vec<String> {
+    let mut found = Vec::new();
     let me = std::process::id() as i32;
     // A daemon (or shim) of that run would restart or hold things: kill processes that name
     // the directory in their arguments or environment (BERTH_CONFIG) first.
@@ -303,25 +346,41 @@ pub fn sweep(dir: &Path, pid: u32) {
             }
         }
     }
-    if kill_ours(libc::SIGKILL) > 0 {
+    let n = kill_ours(libc::SIGKILL);
+    if n > 0 {
+        found.push(format!("{n} processes"));
         let deadline = Instant::now() + Duration::from_secs(3);
         while kill_ours(0) > 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    for _ in 0..3 {
+    for i in 0..3 {
         let Ok(mut mounts) = berth_sys::mount::mounts_under(Path::new("/proc"), dir) else {
             break;
         };
         if mounts.is_empty() {
             break;
         }
+        if i == 0 {
+            found.push(format!("{} mounts", mounts.len()));
+        }
         mounts.reverse();
         for m in mounts {
             let _ = berth_sys::mount::umount(&m.mount_point, true);
         }
     }
-    remove_cgroups(pid);
+    let loops = detach_loops(dir);
+    if !loops.is_empty() {
+        found.push(format!("loop devices {}", loops.join(", ")));
+    }
+    let ns = remove_netns(pid);
+    if !ns.is_empty() {
+        found.push(format!("network namespaces {}", ns.join(", ")));
+    }
+    let cg = remove_cgroups(pid);
+    if cg > 0 {
+        found.push(format!("{cg} cgroups"));
+    }
     match berth_sys::mount::mounts_under(Path::new("/proc"), dir) {
         Ok(m) if m.is_empty() => {
             if std::env::var_os("BERTH_BENCH_KEEP").is_none() {
@@ -339,6 +398,7 @@ pub fn sweep(dir: &Path, pid: u32) {
         ),
         Err(e) => eprintln!("berth-bench: warning: {e}"),
     }
+    found
 }
 
 /// The cgroup hierarchies: every v1 controller directory and the unified one (or the root
@@ -372,27 +432,33 @@ fn rmdir_tree(p: &Path) -> bool {
     std::fs::remove_dir(p).is_ok() || !p.exists()
 }
 
-fn remove_cgroups(pid: u32) {
+/// Removes the run's cgroups; returns how many top-level ones there were.
+fn remove_cgroups(pid: u32) -> usize {
     let deadline = Instant::now() + Duration::from_secs(3);
+    let mut count = 0;
     loop {
         let mut left = Vec::new();
         for h in hierarchies() {
             for name in cgroup_names(pid) {
                 let p = h.join(&name);
-                if p.is_dir() && !rmdir_tree(&p) {
-                    left.push(p);
+                if p.is_dir() {
+                    count += 1;
+                    if !rmdir_tree(&p) {
+                        left.push(p);
+                    }
                 }
             }
         }
         if left.is_empty() {
-            return;
+            return count;
         }
         if Instant::now() > deadline {
             for p in left {
                 eprintln!("berth-bench: warning: cannot remove cgroup {}", p.display());
             }
-            return;
+            return count;
         }
+        count = 0;
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -412,43 +478,54 @@ fn pid_of(name: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
-/// Removes the temp dirs and cgroups of earlier runs whose berth-bench is gone.
-pub fn sweep_leftovers() {
+/// Removes what earlier runs whose berth-bench is gone left behind (temp dirs with their
+/// daemon, containers, mounts and loop devices; cgroups; network namespaces); returns one
+/// line per run, for the report.
+pub fn sweep_leftovers() -> Vec<String> {
     let me = std::process::id();
     let mut dead = Vec::new();
-    if let Ok(d) = std::fs::read_dir(std::env::temp_dir()) {
-        for e in d.flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            if let Some(pid) = pid_of(&name) {
-                if pid != me && !bench_alive(pid) && e.path().is_dir() {
+    let mut names = |dir: &Path| {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if let Some(pid) = pid_of(&e.file_name().to_string_lossy()) {
+                if pid != me && !bench_alive(pid) && !dead.contains(&pid) {
                     dead.push(pid);
                 }
             }
         }
-    }
+    };
+    names(&std::env::temp_dir());
+    names(Path::new(NETNS_DIR));
     for h in hierarchies() {
-        if let Ok(d) = std::fs::read_dir(&h) {
-            for e in d.flatten() {
-                if let Some(pid) = pid_of(&e.file_name().to_string_lossy()) {
-                    if pid != me && !bench_alive(pid) && !dead.contains(&pid) {
-                        dead.push(pid);
-                    }
-                }
-            }
-        }
+        names(&h);
     }
+    let mut report = Vec::new();
     for pid in dead {
         let dir = dir_for(pid);
-        let _ = writeln!(
-            std::io::stderr(),
-            "berth-bench: removing leftovers of an interrupted run (pid {pid})"
-        );
+        let mut found = Vec::new();
         if dir.is_dir() {
-            sweep(&dir, pid);
+            found.push(dir.display().to_string());
+            found.extend(sweep(&dir, pid));
         } else {
-            remove_cgroups(pid);
+            let ns = remove_netns(pid);
+            if !ns.is_empty() {
+                found.push(format!("network namespaces {}", ns.join(", ")));
+            }
+            let cg = remove_cgroups(pid);
+            if cg > 0 {
+                found.push(format!("{cg} cgroups"));
+            }
         }
+        if found.is_empty() {
+            continue;
+        }
+        let line = format!(
+            "removed the leftovers of an earlier run that was killed (pid {pid}): {}",
+            found.join(", ")
+        );
+        eprintln!("berth-bench: {line}");
+        report.push(line);
     }
+    report
 }
 
 #[cfg(test)]

@@ -61,6 +61,30 @@ struct Series {
     runc_whole: Vec<f64>,
 }
 
+impl Series {
+    /// Keeps the first `n` samples of every series.
+    fn truncate(&mut self, n: usize) {
+        for v in [
+            &mut self.berth_first,
+            &mut self.berth_cli,
+            &mut self.berth_daemon_start,
+            &mut self.berth_stop,
+            &mut self.berth_daemon_stop,
+            &mut self.lxc_first,
+            &mut self.lxc_stop,
+            &mut self.lxc_whole_first,
+            &mut self.lxc_whole,
+            &mut self.runc_first,
+            &mut self.runc_cli,
+            &mut self.runc_stop,
+            &mut self.runc_whole_first,
+            &mut self.runc_whole,
+        ] {
+            v.truncate(n);
+        }
+    }
+}
+
 /// Everything a round needs to know about the peers.
 struct Peers<'a> {
     sb: &'a Sandbox,
@@ -444,7 +468,7 @@ impl Suite for Activation {
             "activation payload".into(),
             match c {
                 Some(c) => format!("static C, `gcc -static -O2` ({c})"),
-                None => "busybox touch (no gcc: coarse timestamps)".into(),
+                None => "busybox touch (no gcc: coarse timestamps; install the Debian packages gcc, libc6-dev)".into(),
             },
         )]
     }
@@ -536,9 +560,18 @@ impl Suite for Activation {
         for _ in 0..ctx.warmup {
             peers.round(&mut s, false)?;
         }
+        let mut done = 0;
         for i in 0..ctx.runs {
             progress!("activation: round {}/{}", i + 1, ctx.runs);
-            peers.round(&mut s, true)?;
+            match peers.round(&mut s, true) {
+                Ok(()) => done += 1,
+                // Interrupted: keep the rounds that completed (all peers), drop the last one.
+                Err(_) if crate::util::interrupted() && done > 0 => {
+                    s.truncate(done);
+                    break;
+                }
+                Err(e) => return Err(e),
+            }
         }
         let _ = berth_sys::mount::umount(&rootfs, false);
 
@@ -634,7 +667,7 @@ impl Suite for Activation {
         };
         let sum = |v: &[f64]| serde_json::to_value(summarize(v)).unwrap_or(Value::Null);
         let raw = json!({
-            "runs": ctx.runs, "warmup": ctx.warmup,
+            "runs": ctx.runs, "rounds_completed": done, "warmup": ctx.warmup,
             "payload": match payload.kind { Kind::Native => "static-c", Kind::Busybox => "busybox-touch" },
             "order": ["berth", "lxc-execute", "runc", "lxc-execute-whole", "runc-whole"],
             "samples_ms": {
@@ -676,7 +709,7 @@ impl Suite for Activation {
                     table: first_t,
                     notes: vec![
                         kind_note.into(),
-                        format!("{} measured rounds after {} warm-up round(s); peers interleaved in each round: berth, lxc-execute, runc, lxc-execute (whole), runc (whole)", ctx.runs, ctx.warmup),
+                        format!("{done} measured rounds{} after {} warm-up round(s); peers interleaved in each round: berth, lxc-execute, runc, lxc-execute (whole), runc (whole)", if done < ctx.runs { format!(" of {} (interrupted)", ctx.runs) } else { String::new() }, ctx.warmup),
                         "all three run the same squashfs image read-only, with /proc, /sys (ro), /dev, tmpfs /tmp and /run and a /data bind; berth additionally mounts the image (loop) and spawns its shim".into(),
                     ],
                 },

@@ -264,8 +264,11 @@ impl HostGuest {
         let mut c = match side {
             Side::Host => {
                 let mut c = Command::new(&self.busybox);
+                // The PATH the tools were found on (and copied into the guest from).
+                let path = std::env::var_os("PATH")
+                    .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
                 c.env_clear()
-                    .env("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin")
+                    .env("PATH", path)
                     .env("D", &self.host_data)
                     .env("HOME", &self.host_data);
                 for (k, v) in OMPI_ROOT {
@@ -392,6 +395,8 @@ pub struct Metric {
     /// The published figure of the same shape, e.g. "A: −0.03 %".
     pub published: String,
     pub skipped: Option<String>,
+    /// Why the test stopped before its last round: the tool failed, or "interrupted".
+    pub error: Option<String>,
 }
 
 impl Metric {
@@ -406,6 +411,7 @@ impl Metric {
             load_guest: Vec::new(),
             published: String::new(),
             skipped: None,
+            error: None,
         }
     }
     pub fn published(mut self, p: &str) -> Metric {
@@ -442,7 +448,7 @@ impl Metric {
             "test": self.test, "unit": self.unit, "higher_is_better": self.higher_better,
             "host": self.host, "guest": self.guest,
             "load1_host": self.load_host, "load1_guest": self.load_guest,
-            "ratio_guest_host": self.ratios(), "skipped": self.skipped,
+            "ratio_guest_host": self.ratios(), "skipped": self.skipped, "error": self.error,
         })
     }
 }
@@ -517,6 +523,15 @@ pub fn table(metrics: &[Metric]) -> Table {
             continue;
         }
         let (Some(h), Some(g)) = (summarize(&m.host), summarize(&m.guest)) else {
+            let mut row = vec![label];
+            row.extend((0..7).map(|_| "–".to_string()));
+            row.push(match &m.error {
+                Some(e) if e == "interrupted" => "not measured (interrupted)".into(),
+                Some(e) => format!("error: {e}"),
+                None => "no samples".into(),
+            });
+            row.push(m.published.clone());
+            t.row(row);
             continue;
         };
         let r = m.ratios();
@@ -540,25 +555,55 @@ pub fn table(metrics: &[Metric]) -> Table {
                 None => "–".into(),
             },
             format!("{} / {}", load(&m.load_host), load(&m.load_guest)),
-            verdict(&r, m.higher_better),
+            match &m.error {
+                None => verdict(&r, m.higher_better),
+                Some(e) => format!(
+                    "{} ({} rounds; then {e})",
+                    verdict(&r, m.higher_better),
+                    r.len()
+                ),
+            },
             m.published.clone(),
         ]);
     }
     t
 }
 
+/// What stopped a test, for its rows: "interrupted" or its error.
+fn stopped_by(e: crate::util::Error) -> String {
+    if crate::util::interrupted() {
+        "interrupted".into()
+    } else {
+        e.0
+    }
+}
+
 /// The per-round ABAB loop: `one(side)` runs the workload once on a side and pushes into
-/// `metrics`; `warmup` unrecorded rounds first.
+/// `metrics`; `warmup` unrecorded rounds first. A failure (a tool that fails, output that
+/// does not parse) or an interruption does not end the suite: it becomes the error of these
+/// rows, which keep the rounds that completed, and the suite goes on with its next test
+/// (which, after an interruption, stops at once the same way).
 pub fn abab(
     metrics: &mut [Metric],
     rounds: usize,
     warmup: usize,
     mut one: impl FnMut(Side, &mut [Metric], bool) -> Result<()>,
 ) -> Result<()> {
-    for i in 0..warmup + rounds {
-        let record = i >= warmup;
-        for side in [Side::Host, Side::Guest] {
-            one(side, metrics, record)?;
+    let r = (|| {
+        for i in 0..warmup + rounds {
+            let record = i >= warmup;
+            for side in [Side::Host, Side::Guest] {
+                crate::util::check_interrupted()?;
+                one(side, metrics, record)?;
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = r {
+        let why = stopped_by(e);
+        crate::util::progress!("{}: {why}", metrics.first().map_or("", |m| &m.test));
+        for m in metrics {
+            m.error = Some(why.clone());
         }
     }
     Ok(())
@@ -575,6 +620,8 @@ pub struct Matrix {
     pub host_with: Vec<f64>,
     pub guest_with: Vec<f64>,
     pub published: String,
+    /// Why the rounds stopped early (see [`abab`]).
+    pub error: Option<String>,
 }
 
 impl Matrix {
@@ -588,19 +635,21 @@ impl Matrix {
             host_with: Vec::new(),
             guest_with: Vec::new(),
             published: String::new(),
+            error: None,
         }
     }
     pub fn json(&self) -> Value {
         json!({
             "test": self.test, "unit": self.unit, "higher_is_better": self.higher_better,
             "host_alone": self.host_alone, "guest_alone": self.guest_alone,
-            "host_with_guest": self.host_with, "guest_with_host": self.guest_with,
+            "host_with_guest": self.host_with, "guest_with_host": self.guest_with, "error": self.error,
         })
     }
 }
 
 /// Runs `script` host alone, guest alone and on both at once, `rounds` times after one
-/// warm-up; `value` turns a run into the measured number.
+/// warm-up; `value` turns a run into the measured number. A failure or an interruption
+/// becomes the rows' error, as in [`abab`].
 pub fn matrix_rows(
     hg: &HostGuest,
     rows: &mut [Matrix],
@@ -609,12 +658,22 @@ pub fn matrix_rows(
     args: &[String],
     value: impl Fn(&RunOut) -> Result<Vec<f64>>,
 ) -> Result<()> {
+    let mut r = Ok(());
     for i in 0..rounds + 1 {
         let record = i > 0;
-        let h = value(&hg.run(Side::Host, script, args)?)?;
-        let g = value(&hg.run(Side::Guest, script, args)?)?;
-        let (bh, bg) = hg.run_both(script, args)?;
-        let (bh, bg) = (value(&bh)?, value(&bg)?);
+        let one = (|| -> Result<_> {
+            let h = value(&hg.run(Side::Host, script, args)?)?;
+            let g = value(&hg.run(Side::Guest, script, args)?)?;
+            let (bh, bg) = hg.run_both(script, args)?;
+            Ok((h, g, value(&bh)?, value(&bg)?))
+        })();
+        let (h, g, bh, bg) = match one {
+            Ok(x) => x,
+            Err(e) => {
+                r = Err(e);
+                break;
+            }
+        };
         if record {
             for (k, m) in rows.iter_mut().enumerate() {
                 let at = |v: &Vec<f64>| v.get(k).copied().unwrap_or(f64::NAN);
@@ -625,10 +684,20 @@ pub fn matrix_rows(
             }
         }
     }
+    if let Err(e) = r {
+        let why = stopped_by(e);
+        for m in rows.iter_mut() {
+            m.error = Some(why.clone());
+        }
+    }
     Ok(())
 }
 
-pub fn matrix_section(title: &str, rows: &[Matrix], notes: Vec<String>) -> Section {
+pub fn matrix_section(title: &str, rows: &[Matrix], mut notes: Vec<String>) -> Section {
+    if let Some(e) = rows.iter().find_map(|m| m.error.as_ref()) {
+        let n = rows.first().map_or(0, |m| m.host_alone.len());
+        notes.push(format!("stopped after {n} rounds: {e}"));
+    }
     let mut t = Table::new(&[
         "test",
         "host alone (guest idle)",

@@ -1,5 +1,12 @@
 //! The benchmark suites. Each is a module with a type implementing [`Suite`]; adding one
 //! (cpu, mem, fs, net) means adding a module and a line in [`by_name`].
+//!
+//! What the rest of berth-bench reads in a suite's raw JSON (docs/benchmarks/README.md):
+//! `metrics` (host vs guest, `hostguest::Metric::json`), `matrix`, `series` (values per
+//! mode, `chart::series_json`) are charted and compared; `"skipped": "why"` marks a suite
+//! that could not run. A `Err` from `run` is reported as the suite's failure and the other
+//! suites go on. Network namespaces are named with `sandbox::netns_name` so a killed run's
+//! are removed at the next start.
 
 use crate::report::SuiteOutput;
 use crate::sandbox::{PkgSpec, Sandbox};
