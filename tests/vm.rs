@@ -49,7 +49,29 @@ const CHECKS: &[&str] = &[
     "oom-nothing-outside",
     "oom-container-lives",
     "fork-bomb",
+    "bomb-cpuset.cpus",
+    "bomb-cpuset.cpus.effective",
     "host-responsive",
+    "remove",
+    "no-cgroups-left",
+];
+
+/// The second boot, with `cgroup_disable=memory,pids` on the kernel command line.
+const DEGRADED_CHECKS: &[&str] = &[
+    "pure-v2",
+    "check",
+    "daemon",
+    "missing-noted",
+    "group-cpu.max",
+    "group-no-memory",
+    "start-hog",
+    "hog-lxc-config",
+    "start-noted",
+    "hog-cpu.max",
+    "cpu-quota-20",
+    "limit-applied",
+    "limit-cpu.max",
+    "stats",
     "remove",
     "no-cgroups-left",
 ];
@@ -116,6 +138,12 @@ fn cgroup_v2_for_real_in_a_vm() {
         .unwrap_or_else(|e| panic!("{image}/manifest.txt: {e}"));
     let cached = stderr(&out).contains("cached:");
 
+    println!(
+        "image: {image} ({})",
+        if cached { "cached" } else { "built" }
+    );
+    println!("{}", manifest.trim_end());
+
     let tmp = TempDir::new("vm");
     let payload = tmp.path("payload");
     let out = Command::new("bash")
@@ -132,12 +160,27 @@ fn cgroup_v2_for_real_in_a_vm() {
         stderr(&out)
     );
 
+    boot(&scripts, &payload, &image, "", CHECKS);
+    boot(
+        &scripts,
+        &payload,
+        &image,
+        "cgroup_disable=memory,pids",
+        DEGRADED_CHECKS,
+    );
+    println!("image build (scripts/vm/build.sh): {build_time:.1?}");
+}
+
+/// Boots the VM with `append` on the kernel command line, runs the payload, and asserts that
+/// exactly `checks` reported, all passed.
+fn boot(scripts: &Path, payload: &Path, image: &str, append: &str, checks: &[&str]) {
     let t = Instant::now();
     let out = Command::new("bash")
         .arg(scripts.join("run.sh"))
-        .arg(&payload)
+        .arg(payload)
         .env("BERTH_BIN", BERTH)
-        .env("BERTH_VM_IMAGE", &image)
+        .env("BERTH_VM_IMAGE", image)
+        .env("BERTH_VM_APPEND", append)
         .env(
             "BERTH_VM_TIMEOUT",
             std::env::var("BERTH_VM_TIMEOUT").unwrap_or("600".into()),
@@ -171,10 +214,13 @@ fn cgroup_v2_for_real_in_a_vm() {
     };
 
     println!(
-        "image: {image} ({})",
-        if cached { "cached" } else { "built" }
+        "\nVM boot, kernel arguments: {}",
+        if append.is_empty() {
+            "(defaults)"
+        } else {
+            append
+        }
     );
-    println!("{}", manifest.trim_end());
     println!("\n| check | result | detail |\n|---|---|---|");
     for (pass, name, detail) in &results {
         let d: String = detail.chars().take(200).collect();
@@ -185,9 +231,9 @@ fn cgroup_v2_for_real_in_a_vm() {
         );
     }
     println!();
-    println!("image build (scripts/vm/build.sh): {build_time:.1?}");
     println!("{}", line_of("VMTEST BOOTED"));
     println!("{}", line_of("VMTEST EXIT"));
+    println!("{}", line_of("VMHOST"));
     println!("VM run (scripts/vm/run.sh, boot to power-off): {run_time:.1?}");
 
     let failed: Vec<&(bool, String, String)> = results.iter().filter(|r| !r.0).collect();
@@ -205,7 +251,7 @@ fn cgroup_v2_for_real_in_a_vm() {
         failed.iter().map(|r| &r.1).collect::<Vec<_>>(),
         tail(&console, 80)
     );
-    for c in CHECKS {
+    for c in checks {
         assert!(
             results.iter().any(|r| r.0 && r.1 == *c),
             "check {c} did not report in the VM:\n{}",
@@ -214,7 +260,7 @@ fn cgroup_v2_for_real_in_a_vm() {
     }
     assert_eq!(
         results.len(),
-        CHECKS.len(),
+        checks.len(),
         "unexpected checks: {:?}",
         results.iter().map(|r| &r.1).collect::<Vec<_>>()
     );

@@ -62,7 +62,8 @@ pkg bomb 'echo armed
 f() { while :; do sleep 1000 & f & done; }
 f
 sleep 1000' 'pids = 32
-cpu_max = "50%"'
+cpu_max = "50%"
+cpuset = "0"'
 
 : >"$out/repo/trusted.txt"
 "$B" repo build "$out/repo" --key "$out/src/vendor.sec" >/dev/null

@@ -1394,8 +1394,32 @@ fn start_limits(d: &Daemon, p: &Installed) -> ApiResult<Option<(CgroupVersion, L
         Ok(c) => {
             // LXC fails the start on a file of a controller the kernel lacks: leave those out.
             let avail = c.available();
-            let mut l = limits;
             let has = |n: &str| avail.contains(&n);
+            // Limits the manifest asks for that this kernel cannot enforce: said at each start.
+            let missing = [
+                (
+                    "cpu",
+                    limits.cpu_weight.is_some() || limits.cpu_max_percent.is_some(),
+                ),
+                (
+                    "memory",
+                    limits.memory_max.is_some() || limits.memory_soft.is_some(),
+                ),
+                ("pids", limits.pids_max.is_some()),
+                ("cpuset", limits.cpuset.is_some()),
+            ]
+            .into_iter()
+            .filter(|(n, asked)| *asked && !has(n))
+            .map(|(n, _)| n.to_string())
+            .collect();
+            let lacking = cgroupfs::Applied {
+                missing,
+                ..Default::default()
+            };
+            if let Some(note) = lacking.missing_note() {
+                log::warn!("{}: {note}", p.name.as_str());
+            }
+            let mut l = limits;
             if !has("cpu") {
                 l.cpu_weight = None;
                 l.cpu_max_percent = None;
