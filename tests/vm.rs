@@ -183,7 +183,7 @@ fn boot(scripts: &Path, payload: &Path, image: &str, append: &str, checks: &[&st
         .env("BERTH_VM_APPEND", append)
         .env(
             "BERTH_VM_TIMEOUT",
-            std::env::var("BERTH_VM_TIMEOUT").unwrap_or("600".into()),
+            std::env::var("BERTH_VM_TIMEOUT").unwrap_or("360".into()),
         )
         .stdin(Stdio::null())
         .output()

@@ -58,7 +58,7 @@ timeout --foreground -k 10 "${BERTH_VM_TIMEOUT:-900}" qemu-system-x86_64 \
 qemu_rc=${PIPESTATUS[0]}
 set -e
 end=$(date +%s.%N)
-echo "VMHOST qemu exit $qemu_rc after $(echo "$end - $start" | bc 2>/dev/null || awk "BEGIN {print $end - $start}")s"
+echo "VMHOST qemu exit $qemu_rc after $(awk "BEGIN {printf \"%.1f\", $end - $start}")s"
 [ "$qemu_rc" = 124 ] && exit 124
 rc=$(sed -n 's/^VMTEST EXIT \([0-9]*\).*/\1/p' "$tmp/console.log" | tail -1)
 [ -n "$rc" ] || die "the guest did not report VMTEST EXIT (qemu exit $qemu_rc)"

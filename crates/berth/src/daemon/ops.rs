@@ -1396,28 +1396,26 @@ fn start_limits(d: &Daemon, p: &Installed) -> ApiResult<Option<(CgroupVersion, L
             let avail = c.available();
             let has = |n: &str| avail.contains(&n);
             // Limits the manifest asks for that this kernel cannot enforce: said at each start.
-            let missing = [
+            let mut missing = Vec::new();
+            for (n, asked) in [
                 (
                     "cpu",
-                    limits.cpu_weight.is_some() || limits.cpu_max_percent.is_some(),
+                    limits.cpu_weight.or(limits.cpu_max_percent).is_some(),
                 ),
-                (
-                    "memory",
-                    limits.memory_max.is_some() || limits.memory_soft.is_some(),
-                ),
+                ("memory", limits.memory_max.or(limits.memory_soft).is_some()),
                 ("pids", limits.pids_max.is_some()),
                 ("cpuset", limits.cpuset.is_some()),
-            ]
-            .into_iter()
-            .filter(|(n, asked)| *asked && !has(n))
-            .map(|(n, _)| n.to_string())
-            .collect();
-            let lacking = cgroupfs::Applied {
-                missing,
-                ..Default::default()
-            };
-            if let Some(note) = lacking.missing_note() {
-                log::warn!("{}: {note}", p.name.as_str());
+            ] {
+                if asked && !has(n) {
+                    missing.push(n);
+                }
+            }
+            if !missing.is_empty() {
+                log::warn!(
+                    "{}: no {} cgroup controller on this kernel; those limits are not enforced",
+                    p.name.as_str(),
+                    missing.join(", ")
+                );
             }
             let mut l = limits;
             if !has("cpu") {
