@@ -1394,8 +1394,30 @@ fn start_limits(d: &Daemon, p: &Installed) -> ApiResult<Option<(CgroupVersion, L
         Ok(c) => {
             // LXC fails the start on a file of a controller the kernel lacks: leave those out.
             let avail = c.available();
-            let mut l = limits;
             let has = |n: &str| avail.contains(&n);
+            // Limits the manifest asks for that this kernel cannot enforce: said at each start.
+            let mut missing = Vec::new();
+            for (n, asked) in [
+                (
+                    "cpu",
+                    limits.cpu_weight.or(limits.cpu_max_percent).is_some(),
+                ),
+                ("memory", limits.memory_max.or(limits.memory_soft).is_some()),
+                ("pids", limits.pids_max.is_some()),
+                ("cpuset", limits.cpuset.is_some()),
+            ] {
+                if asked && !has(n) {
+                    missing.push(n);
+                }
+            }
+            if !missing.is_empty() {
+                log::warn!(
+                    "{}: no {} cgroup controller on this kernel; those limits are not enforced",
+                    p.name.as_str(),
+                    missing.join(", ")
+                );
+            }
+            let mut l = limits;
             if !has("cpu") {
                 l.cpu_weight = None;
                 l.cpu_max_percent = None;

@@ -1,0 +1,227 @@
+#!/bin/sh
+# The cgroup-v2 VM test, run by the guest's init (a pure cgroup v2 kernel: cgroup2 on
+# /sys/fs/cgroup, cgroup_no_v1=all) from the payload disk: berth check, the daemon and its
+# group budget, a container's planned v2 files, a 2-thread CPU hog held to its cpu.max, a live
+# `berth limit`, a memory hog OOM-killed inside its cgroup, a fork bomb held by pids.max, and
+# no cgroup left behind. Every check prints one line: VMTEST PASS|FAIL NAME DETAIL.
+# Figures are read from the kernel's own files, never from berth's answers.
+set -u
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+here=$(pwd)
+B="$here/berth"
+CG=/sys/fs/cgroup
+P=$CG/berth
+FAILED=0
+PASSED=0
+
+# result NAME OK(0|1) DETAIL
+result() {
+    if [ "$2" = 0 ]; then
+        PASSED=$((PASSED + 1))
+        echo "VMTEST PASS $1 $3"
+    else
+        FAILED=$((FAILED + 1))
+        echo "VMTEST FAIL $1 $3"
+    fi
+}
+ok() { [ "$@" ] && echo 0 || echo 1; }
+b() { timeout 120 "$B" "$@"; }
+rd() { cat "$1" 2>/dev/null | tr '\n' ' ' | sed 's/ $//'; }
+keyed() { awk -v k="$2" '$1 == k {print $2; f=1} END {if (!f) print 0}' "$1" 2>/dev/null; }
+now_us() { echo $(($(date +%s%N) / 1000)); }
+# cpu_pct CGROUP SECONDS: percent of one CPU the cgroup used (cpu.stat usage_usec / wall time).
+cpu_pct() {
+    u0=$(keyed "$1/cpu.stat" usage_usec); t0=$(now_us)
+    sleep "$2"
+    u1=$(keyed "$1/cpu.stat" usage_usec); t1=$(now_us)
+    awk -v du=$((u1 - u0)) -v dt=$((t1 - t0)) 'BEGIN {printf "%.1f", du * 100 / dt}'
+}
+within() { awk -v x="$1" -v lo="$2" -v hi="$3" 'BEGIN {exit !(x >= lo && x <= hi)}' && echo 0 || echo 1; }
+# file_is NAME FILE EXPECTED: a cgroup file holds exactly what the plan says.
+file_is() {
+    v=$(rd "$2")
+    result "$1" "$(ok "$v" = "$3")" "$(basename "$(dirname "$2")")/$(basename "$2") = \"$v\" (plan: \"$3\")"
+}
+wait_for() { # SECONDS COMMAND...: polls until the command succeeds
+    n=$(($1 * 5)); shift
+    while [ "$n" -gt 0 ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; n=$((n - 1)); done
+    return 1
+}
+
+ncpu=$(nproc)
+echo "guest: $ncpu CPUs, $(awk '/MemTotal/ {print $2}' /proc/meminfo) kB, $(uname -r), cgroup2 controllers: $(rd $CG/cgroup.controllers)"
+result pure-v2 "$(ok -z "$(awk '$3 == "cgroup"' /proc/mounts)" -a "$(stat -fc %T $CG)" = cgroup2fs)" \
+    "$CG is $(stat -fc %T $CG), v1 hierarchies mounted: $(awk '$3 == "cgroup"' /proc/mounts | wc -l)"
+
+# A second boot runs with controllers switched off on the kernel command line
+# (cgroup_disable=memory,pids, as some boards ship): berth must say so and still run
+# containers with the limits it can enforce.
+DEGRADED=
+grep -q "cgroup_disable=memory,pids" /proc/cmdline && DEGRADED=1
+
+# berth check reports v2 and the controllers.
+chk=$(b check 2>&1 | sed 's/\x1b\[[0-9;]*m//g')
+good=0
+echo "$chk" | grep -q "^cgroup hierarchy .*present.*unified: cgroup v2 only" || good=1
+if [ -n "$DEGRADED" ]; then
+    echo "$chk" | grep -q "^cpu controller  *present  *v2" || good=1
+    for c in memory pids; do echo "$chk" | grep -q "^$c controller  *missing" || good=1; done
+else
+    for c in cpu memory pids; do echo "$chk" | grep -q "^$c controller  *present  *v2" || good=1; done
+fi
+result check "$good" "$(echo "$chk" | grep -E '^(cgroup|cpu |memory |pids )' | sed 's/  */ /g' | tr '\n' ';')"
+
+# The daemon, its configuration and keys.
+mkdir -p /etc/berth/keys
+cp "$here/keys/"*.pub /etc/berth/keys/
+cat >/etc/berth/berth.toml <<CONF
+repository = "file://$here/repo"
+[containers]
+stop_timeout = "5s"
+CONF
+t0=$(now_us)
+"$B" daemon >/tmp/daemon.log 2>&1 &
+daemon=$!
+wait_for 60 "$B" status
+up=$(($(now_us) - t0))
+budget=$(grep -o "group budget on cgroup.*" /tmp/daemon.log | head -1)
+result daemon "$(ok -n "$budget" -a -d /proc/$daemon)" "up in $((up / 1000)) ms: $budget"
+[ -d /proc/$daemon ] || { cat /tmp/daemon.log; echo "VMTEST SUMMARY passed=$PASSED failed=$((FAILED + 1))"; exit 1; }
+
+if [ -n "$DEGRADED" ]; then
+    note=$(grep -o "the memory, pids cgroup controllers are not available on this kernel.*" /tmp/daemon.log | head -1)
+    result missing-noted "$(ok -n "$note")" "daemon log: ${note:-nothing}; cgroup.controllers: $(rd $CG/cgroup.controllers)"
+    file_is group-cpu.max $P/cpu.max "$((ncpu * 50000)) 100000"
+    result group-no-memory "$(ok ! -e $P/memory.max -a ! -e $P/pids.max)" "berth/memory.max and pids.max do not exist"
+    b update >/dev/null 2>&1 && b install hog >/dev/null 2>&1
+    out=$(b --json start hog 2>&1)
+    pid=$(echo "$out" | sed -n 's/.*"init_pid": *\([0-9]*\).*/\1/p')
+    result start-hog "$(ok -n "$pid")" "manifest asks memory 64M, pids 64: init pid ${pid:-none} in $(cat /proc/${pid:-0}/cgroup 2>/dev/null): $(echo $out)"
+    result hog-lxc-config "$(ok "$(grep -c '^lxc.cgroup2\.\(memory\|pids\)' /run/berth/lxc/hog/config)" = 0)" \
+        "no memory/pids lines: $(grep '^lxc.cgroup2\.' /run/berth/lxc/hog/config | tr '\n' ';')"
+    note=$(grep -o "hog: .*not enforced.*" /tmp/daemon.log | head -1)
+    result start-noted "$(ok -n "$note")" "daemon log: ${note:-nothing}"
+    file_is hog-cpu.max $P/hog/cpu.max "20000 100000"
+    sleep 1
+    pct=$(cpu_pct $P/hog 5)
+    result cpu-quota-20 "$(within "$pct" 15 25)" "2 busy loops, cpu.max 20000/100000: ${pct}% of one CPU over 5 s (20 ± 5)"
+    out=$(b limit hog --cpu 50% --memory 48M 2>&1)
+    result limit-applied "$(echo "$out" | grep -q applied && echo 0 || echo 1)" "$out"
+    file_is limit-cpu.max $P/hog/cpu.max "50000 100000"
+    st=$(b --json stats hog 2>&1 | tr -d ' \n')
+    result stats "$(echo "$st" | grep -q '"cpu_max_percent":50.*"memory_max":null' && echo 0 || echo 1)" \
+        "$(echo "$st" | grep -o '"\(cpu_percent\|cpu_max_percent\|memory_max\|pids_max\)":[0-9.a-z]*' | tr '\n' ' ')"
+    b stop -t 1 hog >/dev/null
+    b remove hog >/dev/null
+    result remove "$?" "berth remove hog"
+    result no-cgroups-left "$(ok -z "$(find $P $CG/berth.monitor -mindepth 1 -type d 2>/dev/null)")" \
+        "no cgroup below berth/ or berth.monitor/"
+    kill $daemon
+    wait $daemon
+    echo "VMTEST SUMMARY passed=$PASSED failed=$FAILED"
+    [ "$FAILED" = 0 ]
+    exit
+fi
+
+# The group budget on the parent: cpu 50 % of all CPUs, memory 30 % of RAM, pids 1024.
+file_is group-cpu.max $P/cpu.max "$((ncpu * 50000)) 100000"
+file_is group-pids.max $P/pids.max 1024
+mem=$(rd $P/memory.max)
+want=$(awk '/MemTotal/ {printf "%d", $2 * 1024 * 0.3}' /proc/meminfo)
+result group-memory.max "$(within "$mem" $((want - want / 100)) $((want + want / 100)))" \
+    "berth/memory.max = $mem (plan: 30% of MemTotal = $want, page-rounded)"
+# has_controllers FILE: cpu, memory and pids enabled in a cgroup.subtree_control.
+has_controllers() { echo " $(rd "$1") " | grep -q " cpu .*memory .*pids " && echo 0 || echo 1; }
+result root-subtree-control "$(has_controllers $CG/cgroup.subtree_control)" \
+    "root cgroup.subtree_control = \"$(rd $CG/cgroup.subtree_control)\" (berth enables them for its parent)"
+
+b update >/dev/null 2>&1 && b install hog mem bomb >/dev/null 2>&1
+result install "$?" "hog mem bomb installed: $(b status | tr '\n' ';' | sed 's/  */ /g')"
+
+# A container with every limit: its v2 files match the plan.
+out=$(b --json start hog 2>&1)
+pid=$(echo "$out" | sed -n 's/.*"init_pid": *\([0-9]*\).*/\1/p')
+result start-hog "$(ok -n "$pid")" "init pid ${pid:-none} in $(cat /proc/${pid:-0}/cgroup 2>/dev/null): $out"
+result parent-subtree-control "$(has_controllers $P/cgroup.subtree_control)" \
+    "berth/cgroup.subtree_control = \"$(rd $P/cgroup.subtree_control)\" with a container below"
+file_is hog-cpu.max $P/hog/cpu.max "20000 100000"
+file_is hog-cpu.weight $P/hog/cpu.weight 50
+file_is hog-memory.max $P/hog/memory.max $((64 << 20))
+file_is hog-memory.low $P/hog/memory.low $((32 << 20))
+file_is hog-pids.max $P/hog/pids.max 64
+grep -q "lxc.cgroup2.cpu.max = 20000 100000" /run/berth/lxc/hog/config
+result hog-lxc-config "$?" "$(grep -c '^lxc.cgroup2\.' /run/berth/lxc/hog/config) lxc.cgroup2.* lines: $(grep '^lxc.cgroup2\.' /run/berth/lxc/hog/config | tr '\n' ';')"
+
+# The 2-thread hog is held to 20 % of one CPU (usage_usec over wall time, 5 s). Tolerance
+# 20 ± 5 points: CFS bandwidth is exact per 100 ms period; the rest is TCG's coarse timers.
+sleep 1
+pct=$(cpu_pct $P/hog 5)
+thr=$(keyed $P/hog/cpu.stat nr_throttled)
+result cpu-quota-20 "$(within "$pct" 15 25)" "2 busy loops, cpu.max 20000/100000: ${pct}% of one CPU over 5 s (20 ± 5), nr_throttled $thr"
+
+# berth limit on the running container: the files follow, the usage follows, same init.
+out=$(b limit hog --cpu 50% --memory 48M --pids 40 2>&1)
+result limit-applied "$(echo "$out" | grep -q applied && echo 0 || echo 1)" "$out"
+file_is limit-cpu.max $P/hog/cpu.max "50000 100000"
+file_is limit-memory.max $P/hog/memory.max $((48 << 20))
+file_is limit-memory.low $P/hog/memory.low $((32 << 20))
+file_is limit-pids.max $P/hog/pids.max 40
+sleep 1
+pct=$(cpu_pct $P/hog 5)
+result cpu-quota-50 "$(within "$pct" 42 55)" "after berth limit --cpu 50%: ${pct}% of one CPU over 5 s (50 -8/+5)"
+pid2=$(b --json status hog | sed -n 's/.*"init_pid": *\([0-9]*\).*/\1/p' | head -1)
+result limit-no-restart "$(ok "$pid2" = "$pid")" "init pid before $pid, after $pid2"
+st=$(b --json stats hog 2>&1 | tr -d ' \n')
+result stats "$(echo "$st" | grep -q '"cpu_max_percent":50' && echo 0 || echo 1)" \
+    "$(echo "$st" | grep -o '"\(cpu_percent\|cpu_max_percent\|memory_max\|pids_max\|nr_throttled\)":[0-9.]*' | tr '\n' ' ')"
+b stop -t 1 hog >/dev/null
+result stop-hog-cgroup "$(ok ! -d $P/hog)" "berth/hog after stop: $(ls -d $P/hog 2>&1 | tail -1)"
+
+# A memory hog is OOM-killed inside its own cgroup; nothing outside dies.
+sleep 600 &
+bystander=$!
+ooms0=$(keyed /proc/vmstat oom_kill)
+b start mem >/dev/null
+wait_for 120 sh -c "'$B' logs mem | grep -q 'hog died'"
+log=$(b logs mem | tr '\n' ';')
+oom=$(keyed $P/mem/memory.events oom_kill)
+peak=$(rd $P/mem/memory.peak)
+ooms1=$(keyed /proc/vmstat oom_kill)
+result oom-in-cgroup "$(ok "$oom" -ge 1 -a "$(rd $P/mem/memory.max)" = $((16 << 20)))" \
+    "memory.max 16M: mem/memory.events oom_kill = $oom, memory.peak = $peak; log: $log"
+result oom-nothing-outside "$(ok -d /proc/$bystander -a -d /proc/$daemon -a $((ooms1 - ooms0)) = "$oom")" \
+    "host-wide OOM kills $((ooms1 - ooms0)) = the container's $oom; bystander and daemon alive"
+result oom-container-lives "$(b --json status mem | grep -q '"state": *"running"' && echo 0 || echo 1)" "mem still running after its child's OOM kill"
+kill $bystander
+b stop -t 1 mem >/dev/null
+
+# A fork bomb is held by pids.max; the host stays responsive.
+b start bomb >/dev/null
+max=0
+slow=0
+end=$(($(date +%s) + 6))
+while [ "$(date +%s)" -lt "$end" ]; do
+    c=$(rd $P/bomb/pids.current)
+    [ "${c:-0}" -gt "$max" ] && max=$c
+    t=$(now_us); /bin/true; t=$(($(now_us) - t))
+    [ "$t" -gt "$slow" ] && slow=$t
+    sleep 0.2
+done
+refused=$(keyed $P/bomb/pids.events max)
+file_is bomb-cpuset.cpus $P/bomb/cpuset.cpus 0
+file_is bomb-cpuset.cpus.effective $P/bomb/cpuset.cpus.effective 0
+result fork-bomb "$(ok "$max" -le 32 -a "$refused" -gt 0 -a "$(rd $P/bomb/pids.max)" = 32)" \
+    "pids.max 32: at most $max pids over 6 s, $refused forks refused"
+result host-responsive "$(ok "$slow" -lt 2000000)" "slowest host fork+exec during the bomb: $((slow / 1000)) ms (< 2000 ms under TCG)"
+b stop -t 1 bomb >/dev/null
+
+# Removed: no container cgroup left behind.
+b remove hog mem bomb >/dev/null
+result remove "$?" "berth remove hog mem bomb"
+left=$(find $CG -mindepth 1 -type d | sed "s|$CG/||" | tr '\n' ' ')
+result no-cgroups-left "$(ok -z "$(find $P $CG/berth.monitor -mindepth 1 -type d 2>/dev/null)")" \
+    "no cgroup below berth/ or berth.monitor/; cgroups on the host: ${left:-none} (lxc.pivot is LXC's own)"
+kill $daemon
+wait $daemon
+echo "VMTEST SUMMARY passed=$PASSED failed=$FAILED"
+[ "$FAILED" = 0 ]

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the payload of the cgroup-v2 VM test on the host: a signed test repository (made
+# with berth's own vendor tools: key generate, pack, repo build), its public key, and the
+# guest script as run.sh. Then: scripts/vm/run.sh OUTDIR.
+#
+#   scripts/vm/cgroup-v2/payload.sh OUTDIR      (BERTH_BIN: default target/debug/berth)
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+[ $# = 1 ] || { echo "usage: $0 OUTDIR" >&2; exit 2; }
+out=$1
+B=${BERTH_BIN:-$repo/target/debug/berth}
+[ -x "$B" ] || { echo "$0: no berth binary at $B (cargo build -p berth)" >&2; exit 1; }
+bb=$(command -v busybox) || { echo "$0: missing busybox: apt-get install busybox-static" >&2; exit 1; }
+if file "$bb" 2>/dev/null | grep -q dynamically; then
+    echo "$0: $bb is dynamically linked: apt-get install busybox-static" >&2
+    exit 1
+fi
+
+rm -rf "$out"
+mkdir -p "$out/repo/packages" "$out/keys" "$out/src"
+"$B" key generate -o "$out/src/vendor" >/dev/null
+cp "$out/src/vendor.pub" "$out/keys/vendor.pub"
+
+# pkg NAME SCRIPT RESOURCES: a busybox package whose payload is `sh /run.sh`.
+pkg() {
+    local d="$out/src/$1"
+    mkdir -p "$d/.berth" "$d/bin"
+    cp "$bb" "$d/bin/busybox"
+    for l in sh cat echo sleep ls; do ln -s busybox "$d/bin/$l"; done
+    printf '%s\n' "$2" >"$d/run.sh"
+    chmod 755 "$d/run.sh"
+    cat >"$d/.berth/manifest.toml" <<MANIFEST
+[package]
+name = "$1"
+version = "1"
+description = "cgroup v2 VM test package $1"
+
+[entrypoint]
+argv = ["/bin/busybox", "sh", "/run.sh"]
+
+[resources]
+$3
+MANIFEST
+    "$B" pack "$d" -o "$out/repo/packages/$1-1.sqfs" >/dev/null
+}
+
+# Two busy loops (a 2-CPU hog) with every limit berth plans on v2.
+pkg hog 'while :; do :; done &
+while :; do :; done' 'cpu_max = "20%"
+cpu_weight = 50
+memory = "64M"
+memory_soft = "32M"
+pids = 64'
+# A memory hog in a child (the OOM killer picks the biggest); the payload reports and lives.
+pkg mem 'echo start
+( x=0123456789abcdef; while :; do x="$x$x"; done )
+echo hog died $?
+sleep 1000' 'memory = "16M"'
+# A fork bomb.
+pkg bomb 'echo armed
+f() { while :; do sleep 1000 & f & done; }
+f
+sleep 1000' 'pids = 32
+cpu_max = "50%"
+cpuset = "0"'
+
+: >"$out/repo/trusted.txt"
+"$B" repo build "$out/repo" --key "$out/src/vendor.sec" >/dev/null
+rm -rf "$out/src"
+cp "$here/guest.sh" "$out/run.sh"

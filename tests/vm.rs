@@ -1,0 +1,273 @@
+//! cgroup v2 for real: berth on a pure cgroup v2 kernel, in a QEMU VM (software emulation).
+//!
+//! scripts/vm/build.sh builds (or finds in its cache) Debian 12's kernel and a Debian 12 root
+//! file system with LXC whose init mounts cgroup2 only; scripts/vm/cgroup-v2/payload.sh signs
+//! a test repository with this berth; scripts/vm/run.sh boots the VM with berth and the
+//! repository on a second disk and runs scripts/vm/cgroup-v2/guest.sh there. Each guest check
+//! prints `VMTEST PASS|FAIL NAME DETAIL` on the serial console; this test parses them.
+//!
+//! When QEMU, debootstrap or the image cannot be had (no network to the Debian mirror), the
+//! test fails, naming the reason, unless BERTH_VM_SKIP=1: then it prints "SKIPPED: …". A
+//! guest that boots but fails a check always fails the test.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// Every check the guest script makes; each must pass.
+const CHECKS: &[&str] = &[
+    "pure-v2",
+    "check",
+    "daemon",
+    "group-cpu.max",
+    "group-pids.max",
+    "group-memory.max",
+    "root-subtree-control",
+    "install",
+    "start-hog",
+    "parent-subtree-control",
+    "hog-cpu.max",
+    "hog-cpu.weight",
+    "hog-memory.max",
+    "hog-memory.low",
+    "hog-pids.max",
+    "hog-lxc-config",
+    "cpu-quota-20",
+    "limit-applied",
+    "limit-cpu.max",
+    "limit-memory.max",
+    "limit-memory.low",
+    "limit-pids.max",
+    "cpu-quota-50",
+    "limit-no-restart",
+    "stats",
+    "stop-hog-cgroup",
+    "oom-in-cgroup",
+    "oom-nothing-outside",
+    "oom-container-lives",
+    "fork-bomb",
+    "bomb-cpuset.cpus",
+    "bomb-cpuset.cpus.effective",
+    "host-responsive",
+    "remove",
+    "no-cgroups-left",
+];
+
+/// The second boot, with `cgroup_disable=memory,pids` on the kernel command line.
+const DEGRADED_CHECKS: &[&str] = &[
+    "pure-v2",
+    "check",
+    "daemon",
+    "missing-noted",
+    "group-cpu.max",
+    "group-no-memory",
+    "start-hog",
+    "hog-lxc-config",
+    "start-noted",
+    "hog-cpu.max",
+    "cpu-quota-20",
+    "limit-applied",
+    "limit-cpu.max",
+    "stats",
+    "remove",
+    "no-cgroups-left",
+];
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// The VM cannot be had here: fail loudly, or skip loudly with BERTH_VM_SKIP=1.
+fn unavailable(reason: &str) {
+    if std::env::var("BERTH_VM_SKIP").as_deref() == Ok("1") {
+        println!("SKIPPED: cgroup v2 VM test: {reason}");
+        return;
+    }
+    panic!("cgroup v2 VM test cannot run: {reason}\n(set BERTH_VM_SKIP=1 to skip it loudly)");
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+#[test]
+fn cgroup_v2_for_real_in_a_vm() {
+    let uid = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    if uid.ok() != Some(0) {
+        return unavailable("needs root (debootstrap, chroot, mkfs)");
+    }
+    for (tool, pkg) in [
+        ("qemu-system-x86_64", "qemu-system-x86"),
+        ("debootstrap", "debootstrap"),
+        ("mkfs.ext4", "e2fsprogs"),
+        ("xz", "xz-utils"),
+        ("zstd", "zstd"),
+        ("mksquashfs", "squashfs-tools"),
+        ("busybox", "busybox-static"),
+    ] {
+        if which(tool).is_none() {
+            return unavailable(&format!("missing {tool}: apt-get install {pkg}"));
+        }
+    }
+    let root = repo_root();
+    let scripts = root.join("scripts/vm");
+
+    let t = Instant::now();
+    let out = Command::new("bash")
+        .arg(scripts.join("build.sh"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("run scripts/vm/build.sh");
+    let build_time = t.elapsed();
+    if !out.status.success() {
+        return unavailable(&format!(
+            "scripts/vm/build.sh failed ({}):\n{}",
+            out.status,
+            tail(&stderr(&out), 30)
+        ));
+    }
+    let image = stdout(&out).lines().last().unwrap_or("").to_string();
+    let manifest = std::fs::read_to_string(Path::new(&image).join("manifest.txt"))
+        .unwrap_or_else(|e| panic!("{image}/manifest.txt: {e}"));
+    let cached = stderr(&out).contains("cached:");
+
+    println!(
+        "image: {image} ({})",
+        if cached { "cached" } else { "built" }
+    );
+    println!("{}", manifest.trim_end());
+
+    let tmp = TempDir::new("vm");
+    let payload = tmp.path("payload");
+    let out = Command::new("bash")
+        .arg(scripts.join("cgroup-v2/payload.sh"))
+        .arg(&payload)
+        .env("BERTH_BIN", BERTH)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "payload.sh: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+
+    boot(&scripts, &payload, &image, "", CHECKS);
+    boot(
+        &scripts,
+        &payload,
+        &image,
+        "cgroup_disable=memory,pids",
+        DEGRADED_CHECKS,
+    );
+    println!("image build (scripts/vm/build.sh): {build_time:.1?}");
+}
+
+/// Boots the VM with `append` on the kernel command line, runs the payload, and asserts that
+/// exactly `checks` reported, all passed.
+fn boot(scripts: &Path, payload: &Path, image: &str, append: &str, checks: &[&str]) {
+    let t = Instant::now();
+    let out = Command::new("bash")
+        .arg(scripts.join("run.sh"))
+        .arg(payload)
+        .env("BERTH_BIN", BERTH)
+        .env("BERTH_VM_IMAGE", image)
+        .env("BERTH_VM_APPEND", append)
+        .env(
+            "BERTH_VM_TIMEOUT",
+            std::env::var("BERTH_VM_TIMEOUT").unwrap_or("360".into()),
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let run_time = t.elapsed();
+    let console = stdout(&out);
+
+    // VMTEST PASS|FAIL NAME DETAIL
+    let mut results: Vec<(bool, String, String)> = Vec::new();
+    for l in console.lines() {
+        // Kernel messages or terminal escapes may precede the marker on the console line.
+        let Some(i) = l.find("VMTEST ") else {
+            continue;
+        };
+        let rest = &l[i + "VMTEST ".len()..];
+        let (verdict, rest) = rest.split_once(' ').unwrap_or((rest, ""));
+        if verdict != "PASS" && verdict != "FAIL" {
+            continue;
+        }
+        let (name, detail) = rest.split_once(' ').unwrap_or((rest, ""));
+        results.push((verdict == "PASS", name.to_string(), detail.to_string()));
+    }
+    let line_of = |key: &str| {
+        console
+            .lines()
+            .find_map(|l| l.find(key).map(|i| l[i..].to_string()))
+            .unwrap_or_else(|| format!("(no {key} line)"))
+    };
+
+    println!(
+        "\nVM boot, kernel arguments: {}",
+        if append.is_empty() {
+            "(defaults)"
+        } else {
+            append
+        }
+    );
+    println!("\n| check | result | detail |\n|---|---|---|");
+    for (pass, name, detail) in &results {
+        let d: String = detail.chars().take(200).collect();
+        println!(
+            "| {name} | {} | {} |",
+            if *pass { "PASS" } else { "FAIL" },
+            d.replace('|', "/")
+        );
+    }
+    println!();
+    println!("{}", line_of("VMTEST BOOTED"));
+    println!("{}", line_of("VMTEST EXIT"));
+    println!("{}", line_of("VMHOST"));
+    println!("VM run (scripts/vm/run.sh, boot to power-off): {run_time:.1?}");
+
+    let failed: Vec<&(bool, String, String)> = results.iter().filter(|r| !r.0).collect();
+    assert!(
+        console.contains("VMTEST BOOTED"),
+        "the VM did not boot ({}):\n{}\n{}",
+        out.status,
+        tail(&console, 60),
+        tail(&stderr(&out), 20)
+    );
+    assert!(
+        failed.is_empty(),
+        "{} check(s) failed in the VM: {:?}\nconsole:\n{}",
+        failed.len(),
+        failed.iter().map(|r| &r.1).collect::<Vec<_>>(),
+        tail(&console, 80)
+    );
+    for c in checks {
+        assert!(
+            results.iter().any(|r| r.0 && r.1 == *c),
+            "check {c} did not report in the VM:\n{}",
+            tail(&console, 80)
+        );
+    }
+    assert_eq!(
+        results.len(),
+        checks.len(),
+        "unexpected checks: {:?}",
+        results.iter().map(|r| &r.1).collect::<Vec<_>>()
+    );
+    assert!(
+        out.status.success(),
+        "run.sh: {}\n{}",
+        out.status,
+        tail(&console, 30)
+    );
+}
