@@ -9,6 +9,7 @@
 mod api;
 mod guard;
 pub mod ops;
+mod security;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;

@@ -1,0 +1,627 @@
+//! Container security: the kept capabilities, the seccomp profile, the device allowlist, the
+//! user-namespace id map, and what the device policy (`[security]` in berth.toml) may grant a
+//! package beyond them. Pure: the daemon writes the profile and appends [`lxc_lines`] to the
+//! container's LXC configuration. docs/security.md explains every choice.
+
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+
+use crate::cgroup::CgroupVersion;
+use crate::manifest::Permissions;
+
+/// The default seccomp profile, LXC policy format 2 (a denylist), versioned in its header.
+pub const SECCOMP_DEFAULT: &str = include_str!("../data/seccomp-default.policy");
+/// The version of [`SECCOMP_DEFAULT`], as `berth inspect` reports it.
+pub const SECCOMP_VERSION: &str = "berth-default-1";
+
+/// Capabilities every container keeps (`lxc.cap.keep`); all others are dropped from the
+/// bounding set. Enough for a daemon that starts as root, binds a low port and drops to its
+/// own user; nothing that reaches past the container.
+pub const KEPT_CAPS: &[&str] = &[
+    "audit_write",      // PAM-style login records (sshd, su) go to the audit socket
+    "chown",            // package set-up: chown its files in /data
+    "dac_override",     // root in the container reads and writes its own files regardless
+    "fowner",           // chmod/utime on its own files
+    "fsetid",           // keep setgid bits on files it creates in /data
+    "kill",             // signal its own processes after dropping to another uid
+    "net_bind_service", // bind ports below 1024 (httpd on 80)
+    "setgid",           // drop to the service's group (mosquitto, httpd -u)
+    "setpcap",          // drop capabilities from its own bounding set
+    "setuid",           // drop to the service's user
+    "sys_chroot",       // daemons that chroot themselves into an empty directory
+];
+
+/// Capabilities a package may ask for (`[permissions] capabilities`), granted only when the
+/// device policy allows. Never grantable, whatever the policy: sys_admin, sys_module,
+/// sys_rawio, sys_boot, mknod, dac_read_search (open_by_handle_at), bpf, perfmon, syslog,
+/// mac_admin, mac_override, audit_control, audit_read, sys_pacct, setfcap,
+/// checkpoint_restore: each reaches the host kernel or other containers.
+pub const GRANTABLE_CAPS: &[&str] = &[
+    "block_suspend",
+    "ipc_lock",
+    "ipc_owner",
+    "lease",
+    "linux_immutable",
+    "net_admin",
+    "net_broadcast",
+    "net_raw",
+    "sys_nice",
+    "sys_ptrace",
+    "sys_resource",
+    "sys_time",
+    "sys_tty_config",
+    "wake_alarm",
+];
+
+/// Syscalls of the default profile a package may ask to have back (`[permissions] syscalls`),
+/// granted only when the device policy allows.
+pub const GRANTABLE_SYSCALLS: &[&str] = &[
+    "adjtimex",
+    "clock_adjtime",
+    "clock_adjtime64",
+    "clock_settime",
+    "clock_settime64",
+    "settimeofday",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kcmp",
+    "personality",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "userfaultfd",
+    "perf_event_open",
+];
+
+/// Device nodes every container has (LXC's autodev creates them): type, major, minor.
+pub const DEFAULT_DEVICES: &[(&str, char, u32, u32)] = &[
+    ("null", 'c', 1, 3),
+    ("zero", 'c', 1, 5),
+    ("full", 'c', 1, 7),
+    ("random", 'c', 1, 8),
+    ("urandom", 'c', 1, 9),
+    ("tty", 'c', 5, 0),
+    ("ptmx", 'c', 5, 2),
+];
+/// Pseudo-terminal slaves (devpts), any minor.
+pub const PTS_MAJOR: u32 = 136;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SecurityError {
+    #[error("{package}: capability {what} is never granted to a package (grantable: {})", GRANTABLE_CAPS.join(", "))]
+    CapNotGrantable { package: String, what: String },
+    #[error("{package}: syscall {what} cannot be granted (grantable: {})", GRANTABLE_SYSCALLS.join(", "))]
+    SyscallNotGrantable { package: String, what: String },
+    #[error("{package}: {kind} {what} is not granted by the device policy ([security] {key} in berth.toml{})", if *.trusted { "" } else { "; the package is not marked trusted by the repository" })]
+    NotGranted {
+        package: String,
+        kind: &'static str,
+        what: String,
+        key: &'static str,
+        trusted: bool,
+    },
+}
+
+/// The device policy's `[security]` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecurityPolicy {
+    /// Capabilities granted to any package that asks. Default none.
+    pub capabilities: Vec<String>,
+    /// Capabilities granted to packages the repository marks trusted. Default: all of
+    /// [`GRANTABLE_CAPS`].
+    pub trusted_capabilities: Vec<String>,
+    pub syscalls: Vec<String>,
+    /// Default: all of [`GRANTABLE_SYSCALLS`].
+    pub trusted_syscalls: Vec<String>,
+    /// Device paths (`/dev/…`) granted to any package that asks. Default none.
+    pub devices: Vec<String>,
+    /// Device paths granted to trusted packages. Default none: devices are the host's.
+    pub trusted_devices: Vec<String>,
+    /// Whether a trusted package may run privileged (no user namespace). Default true.
+    pub allow_privileged: bool,
+    /// First host id of the subordinate ranges for unprivileged containers.
+    pub idmap_base: u32,
+    /// Ids per container.
+    pub idmap_size: u32,
+}
+
+impl Default for SecurityPolicy {
+    fn default() -> Self {
+        SecurityPolicy {
+            capabilities: Vec::new(),
+            trusted_capabilities: GRANTABLE_CAPS.iter().map(|s| s.to_string()).collect(),
+            syscalls: Vec::new(),
+            trusted_syscalls: GRANTABLE_SYSCALLS.iter().map(|s| s.to_string()).collect(),
+            devices: Vec::new(),
+            trusted_devices: Vec::new(),
+            allow_privileged: true,
+            idmap_base: 1_000_000,
+            idmap_size: 65_536,
+        }
+    }
+}
+
+/// `[security]` as written in berth.toml.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RawSecurity {
+    capabilities: Option<Vec<String>>,
+    trusted_capabilities: Option<Vec<String>>,
+    syscalls: Option<Vec<String>>,
+    trusted_syscalls: Option<Vec<String>>,
+    devices: Option<Vec<String>>,
+    trusted_devices: Option<Vec<String>>,
+    allow_privileged: Option<bool>,
+    idmap_base: Option<u32>,
+    idmap_size: Option<u32>,
+}
+
+impl RawSecurity {
+    /// Validates: `Err((key, message))` names the offending key.
+    pub fn validate(self) -> Result<SecurityPolicy, (&'static str, String)> {
+        let d = SecurityPolicy::default();
+        let list = |key: &'static str,
+                    v: Option<Vec<String>>,
+                    default: Vec<String>,
+                    ok: &dyn Fn(&str) -> bool| {
+            let v = v.unwrap_or(default);
+            match v.iter().find(|x| !ok(x)) {
+                Some(bad) => Err((key, format!("{bad:?} cannot be granted"))),
+                None => Ok(v),
+            }
+        };
+        let cap = |c: &str| GRANTABLE_CAPS.contains(&c);
+        let sys = |s: &str| GRANTABLE_SYSCALLS.contains(&s);
+        let dev = |p: &str| {
+            p.strip_prefix("/dev/")
+                .is_some_and(|r| !r.is_empty() && !r.split('/').any(|c| c == ".." || c == "."))
+                && !p.contains(['\n', ' ', '\0'])
+        };
+        let size = self.idmap_size.unwrap_or(d.idmap_size);
+        if !(65_536..=1 << 24).contains(&size) {
+            return Err(("security.idmap_size", "between 65536 and 16777216".into()));
+        }
+        let base = self.idmap_base.unwrap_or(d.idmap_base);
+        if base < 65_536 {
+            return Err((
+                "security.idmap_base",
+                "at least 65536, above the host's own users".into(),
+            ));
+        }
+        Ok(SecurityPolicy {
+            capabilities: list(
+                "security.capabilities",
+                self.capabilities,
+                d.capabilities,
+                &cap,
+            )?,
+            trusted_capabilities: list(
+                "security.trusted_capabilities",
+                self.trusted_capabilities,
+                d.trusted_capabilities,
+                &cap,
+            )?,
+            syscalls: list("security.syscalls", self.syscalls, d.syscalls, &sys)?,
+            trusted_syscalls: list(
+                "security.trusted_syscalls",
+                self.trusted_syscalls,
+                d.trusted_syscalls,
+                &sys,
+            )?,
+            devices: list("security.devices", self.devices, d.devices, &dev)?,
+            trusted_devices: list(
+                "security.trusted_devices",
+                self.trusted_devices,
+                d.trusted_devices,
+                &dev,
+            )?,
+            allow_privileged: self.allow_privileged.unwrap_or(d.allow_privileged),
+            idmap_base: base,
+            idmap_size: size,
+        })
+    }
+}
+
+/// What a package gets: the effective capability set, the syscalls given back, the devices.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Grants {
+    /// Sorted, without duplicates: [`KEPT_CAPS`] plus what was granted.
+    pub capabilities: Vec<String>,
+    pub syscalls: Vec<String>,
+    pub devices: Vec<String>,
+}
+
+/// Checks a package's `[permissions]` against the allowlists and the device policy: at install
+/// (a refusal names the reason) and again at every start (the policy may have changed).
+pub fn grants(
+    package: &str,
+    perms: &Permissions,
+    trusted: bool,
+    policy: &SecurityPolicy,
+) -> Result<Grants, SecurityError> {
+    let not_granted = |kind, what: &str, key| SecurityError::NotGranted {
+        package: package.to_string(),
+        kind,
+        what: what.to_string(),
+        key,
+        trusted,
+    };
+    let allowed = |any: &[String], tr: &[String], x: &str| {
+        any.iter().any(|a| a == x) || (trusted && tr.iter().any(|a| a == x))
+    };
+    let key = |any, tr| if trusted { tr } else { any };
+    let mut caps: Vec<String> = KEPT_CAPS.iter().map(|s| s.to_string()).collect();
+    for c in &perms.capabilities {
+        if KEPT_CAPS.contains(&c.as_str()) {
+            continue;
+        }
+        if !GRANTABLE_CAPS.contains(&c.as_str()) {
+            return Err(SecurityError::CapNotGrantable {
+                package: package.to_string(),
+                what: c.clone(),
+            });
+        }
+        if !allowed(&policy.capabilities, &policy.trusted_capabilities, c) {
+            return Err(not_granted(
+                "capability",
+                c,
+                key("capabilities", "trusted_capabilities"),
+            ));
+        }
+        caps.push(c.clone());
+    }
+    caps.sort();
+    caps.dedup();
+    for s in &perms.syscalls {
+        if !GRANTABLE_SYSCALLS.contains(&s.as_str()) {
+            return Err(SecurityError::SyscallNotGrantable {
+                package: package.to_string(),
+                what: s.clone(),
+            });
+        }
+        if !allowed(&policy.syscalls, &policy.trusted_syscalls, s) {
+            return Err(not_granted(
+                "syscall",
+                s,
+                key("syscalls", "trusted_syscalls"),
+            ));
+        }
+    }
+    for dev in &perms.devices {
+        if !allowed(&policy.devices, &policy.trusted_devices, dev) {
+            return Err(not_granted(
+                "device",
+                dev,
+                key("devices", "trusted_devices"),
+            ));
+        }
+    }
+    Ok(Grants {
+        capabilities: caps,
+        syscalls: perms.syscalls.clone(),
+        devices: perms.devices.clone(),
+    })
+}
+
+/// The seccomp profile of a container: the default one without the lines of the syscalls
+/// the package was granted.
+pub fn seccomp_profile(granted: &[String]) -> String {
+    let mut out = String::with_capacity(SECCOMP_DEFAULT.len());
+    for line in SECCOMP_DEFAULT.lines() {
+        let name = line.split(' ').next().unwrap_or("");
+        if line.contains(" errno ") && granted.iter().any(|g| g == name) {
+            let _ = writeln!(out, "# granted to the package: {name}");
+            continue;
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    out
+}
+
+/// A device node to give a container, resolved on the host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceNode {
+    pub path: String,
+    /// 'c' or 'b'.
+    pub kind: char,
+    pub major: u32,
+    pub minor: u32,
+}
+
+/// How a container is isolated, as the LXC configuration says it.
+pub struct SecurityPlan<'a> {
+    pub grants: &'a Grants,
+    /// Where the daemon wrote [`seccomp_profile`].
+    pub seccomp_path: &'a str,
+    /// The cgroup version whose device controller is usable (None: no device cgroup).
+    pub devices_cgroup: Option<CgroupVersion>,
+    /// The granted devices, resolved.
+    pub devices: &'a [DeviceNode],
+    /// (first host id, count) for an unprivileged container; None: privileged.
+    pub idmap: Option<(u32, u32)>,
+}
+
+/// Device cgroup rules: deny everything, then allow the defaults and the granted nodes.
+pub fn device_rules(devices: &[DeviceNode]) -> Vec<String> {
+    let mut rules = vec!["a".to_string()];
+    for (_, kind, major, minor) in DEFAULT_DEVICES {
+        rules.push(format!("{kind} {major}:{minor} rwm"));
+    }
+    rules.push(format!("c {PTS_MAJOR}:* rwm"));
+    for d in devices {
+        rules.push(format!("{} {}:{} rw", d.kind, d.major, d.minor));
+    }
+    rules
+}
+
+/// The security part of a container's LXC configuration (`key = value` lines); it replaces
+/// any capability setting of [`crate::plan::lxc_config`].
+pub fn lxc_lines(p: &SecurityPlan) -> String {
+    let mut out = String::new();
+    let mut line = |k: &str, v: &str| {
+        let _ = writeln!(out, "{k} = {v}");
+    };
+    line("lxc.cap.keep", &p.grants.capabilities.join(" "));
+    line("lxc.seccomp.profile", p.seccomp_path);
+    if let Some(v) = p.devices_cgroup {
+        let prefix = match v {
+            CgroupVersion::V1 => "lxc.cgroup.devices",
+            CgroupVersion::V2 => "lxc.cgroup2.devices",
+        };
+        for (i, r) in device_rules(p.devices).iter().enumerate() {
+            let kind = if i == 0 { "deny" } else { "allow" };
+            line(&format!("{prefix}.{kind}"), r);
+        }
+    }
+    for d in p.devices {
+        let rel = d.path.trim_start_matches('/');
+        line(
+            "lxc.mount.entry",
+            &format!("{} {rel} none bind,create=file 0 0", d.path),
+        );
+    }
+    if let Some((base, count)) = p.idmap {
+        line("lxc.idmap", &format!("u 0 {base} {count}"));
+        line("lxc.idmap", &format!("g 0 {base} {count}"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn perms(caps: &[&str], sys: &[&str], dev: &[&str]) -> Permissions {
+        let v = |x: &[&str]| x.iter().map(|s| s.to_string()).collect();
+        Permissions {
+            capabilities: v(caps),
+            syscalls: v(sys),
+            devices: v(dev),
+            api: vec![],
+        }
+    }
+
+    #[test]
+    fn kept_and_grantable_sets_are_disjoint_and_exclude_host_reaching_caps() {
+        for c in KEPT_CAPS.iter().chain(GRANTABLE_CAPS) {
+            assert!(crate::manifest::CAPABILITIES.contains(c), "{c}");
+        }
+        for c in [
+            "sys_admin",
+            "sys_module",
+            "sys_rawio",
+            "sys_boot",
+            "mknod",
+            "dac_read_search",
+            "bpf",
+            "perfmon",
+            "net_raw",
+            "net_admin",
+            "sys_time",
+            "sys_ptrace",
+        ] {
+            assert!(!KEPT_CAPS.contains(&c), "{c}");
+        }
+        for c in GRANTABLE_CAPS {
+            assert!(!KEPT_CAPS.contains(c), "{c}");
+        }
+        for c in ["sys_admin", "sys_module", "mknod", "dac_read_search", "bpf"] {
+            assert!(!GRANTABLE_CAPS.contains(&c), "{c}");
+        }
+    }
+
+    #[test]
+    fn default_policy_grants_net_caps_to_trusted_packages_only() {
+        let pol = SecurityPolicy::default();
+        let p = perms(&["net_admin", "net_raw"], &[], &[]);
+        let g = grants("fw", &p, true, &pol).unwrap();
+        assert!(g.capabilities.contains(&"net_admin".to_string()));
+        assert!(g.capabilities.contains(&"net_raw".to_string()));
+        assert!(g.capabilities.contains(&"setuid".to_string()));
+        let e = grants("fw", &p, false, &pol).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "fw: capability net_admin is not granted by the device policy ([security] capabilities in berth.toml; the package is not marked trusted by the repository)"
+        );
+        // kept capabilities need no grant
+        assert!(grants("web", &perms(&["net_bind_service"], &[], &[]), false, &pol).is_ok());
+    }
+
+    #[test]
+    fn outside_the_allowlists_is_refused_even_for_trusted() {
+        let pol = SecurityPolicy::default();
+        let e = grants("x", &perms(&["sys_admin"], &[], &[]), true, &pol).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("x: capability sys_admin is never granted to a package"),
+            "{e}"
+        );
+        let e = grants("x", &perms(&[], &["init_module"], &[]), true, &pol).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("x: syscall init_module cannot be granted"),
+            "{e}"
+        );
+        let e = grants("x", &perms(&[], &[], &["/dev/sda"]), true, &pol).unwrap_err();
+        assert!(
+            e.to_string().contains("device /dev/sda is not granted")
+                && e.to_string().contains("trusted_devices"),
+            "{e}"
+        );
+        let e = grants("x", &perms(&[], &["ptrace"], &[]), false, &pol).unwrap_err();
+        assert!(
+            e.to_string().contains("syscall ptrace is not granted"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn policy_grants_to_any_package() {
+        let raw: RawSecurity = toml::from_str(
+            "capabilities = [\"sys_time\"]\nsyscalls = [\"clock_settime\"]\ndevices = [\"/dev/ttyUSB0\"]\nallow_privileged = false\n",
+        )
+        .unwrap();
+        let pol = raw.validate().unwrap();
+        assert!(!pol.allow_privileged);
+        let g = grants(
+            "ntp",
+            &perms(&["sys_time"], &["clock_settime"], &["/dev/ttyUSB0"]),
+            false,
+            &pol,
+        )
+        .unwrap();
+        assert_eq!(g.syscalls, ["clock_settime"]);
+        assert_eq!(g.devices, ["/dev/ttyUSB0"]);
+        let prof = seccomp_profile(&g.syscalls);
+        assert!(!prof.contains("\nclock_settime errno"));
+        assert!(prof.contains("\nclock_settime64 errno 1\n"));
+        assert!(prof.contains("# granted to the package: clock_settime\n"));
+    }
+
+    #[test]
+    fn policy_refuses_what_cannot_be_granted() {
+        let bad = |t: &str| {
+            toml::from_str::<RawSecurity>(t)
+                .unwrap()
+                .validate()
+                .unwrap_err()
+        };
+        assert_eq!(
+            bad("capabilities = [\"sys_admin\"]").0,
+            "security.capabilities"
+        );
+        assert_eq!(
+            bad("trusted_syscalls = [\"mount\"]").0,
+            "security.trusted_syscalls"
+        );
+        assert_eq!(bad("devices = [\"/dev/../etc/x\"]").0, "security.devices");
+        assert_eq!(bad("idmap_base = 1000").0, "security.idmap_base");
+        assert!(toml::from_str::<RawSecurity>("allow_all = true").is_err());
+    }
+
+    #[test]
+    fn default_profile_denies_the_documented_calls() {
+        let prof = seccomp_profile(&[]);
+        assert!(prof.starts_with("2\ndenylist\n"));
+        let denied: Vec<&str> = prof
+            .lines()
+            .filter(|l| l.contains(" errno "))
+            .map(|l| l.split(' ').next().unwrap())
+            .collect();
+        for s in [
+            "init_module",
+            "finit_module",
+            "kexec_load",
+            "reboot",
+            "swapon",
+            "swapoff",
+            "bpf",
+            "perf_event_open",
+            "keyctl",
+            "add_key",
+            "request_key",
+            "userfaultfd",
+            "iopl",
+            "ioperm",
+            "settimeofday",
+            "clock_settime",
+            "adjtimex",
+            "clock_adjtime",
+            "mount",
+            "umount2",
+            "pivot_root",
+            "move_mount",
+            "open_tree",
+            "fsopen",
+            "open_by_handle_at",
+            "name_to_handle_at",
+            "acct",
+            "quotactl",
+            "lookup_dcookie",
+            "personality",
+            "unshare",
+            "setns",
+            "kcmp",
+            "process_vm_readv",
+            "process_vm_writev",
+            "ptrace",
+        ] {
+            assert!(denied.contains(&s), "{s}");
+        }
+        // every grantable call is one the profile denies
+        for s in GRANTABLE_SYSCALLS {
+            assert!(denied.contains(s), "{s}");
+        }
+        assert!(prof.contains(&format!("version {}", &SECCOMP_VERSION[14..])));
+    }
+
+    #[test]
+    fn lxc_lines_deny_devices_by_default_on_either_version() {
+        let g = grants(
+            "web",
+            &Permissions::default(),
+            false,
+            &SecurityPolicy::default(),
+        )
+        .unwrap();
+        let usb = DeviceNode {
+            path: "/dev/ttyUSB0".into(),
+            kind: 'c',
+            major: 188,
+            minor: 0,
+        };
+        let mut p = SecurityPlan {
+            grants: &g,
+            seccomp_path: "/run/berth/lxc/web/seccomp",
+            devices_cgroup: Some(CgroupVersion::V1),
+            devices: &[],
+            idmap: Some((1_000_000, 65536)),
+        };
+        let text = lxc_lines(&p);
+        assert!(
+            text.starts_with("lxc.cap.keep = audit_write chown dac_override "),
+            "{text}"
+        );
+        assert!(text.contains("lxc.seccomp.profile = /run/berth/lxc/web/seccomp\n"));
+        assert!(text.contains("lxc.cgroup.devices.deny = a\n"));
+        assert!(text.contains("lxc.cgroup.devices.allow = c 1:3 rwm\n"));
+        assert!(text.contains("lxc.cgroup.devices.allow = c 136:* rwm\n"));
+        assert!(!text.contains("*:*"), "never allow all: {text}");
+        assert!(text.contains("lxc.idmap = u 0 1000000 65536\nlxc.idmap = g 0 1000000 65536\n"));
+        let devs = [usb];
+        p.devices = &devs;
+        p.devices_cgroup = Some(CgroupVersion::V2);
+        p.idmap = None;
+        let text = lxc_lines(&p);
+        assert!(text.contains("lxc.cgroup2.devices.deny = a\n"));
+        assert!(text.contains("lxc.cgroup2.devices.allow = c 188:0 rw\n"));
+        assert!(
+            text.contains("lxc.mount.entry = /dev/ttyUSB0 dev/ttyUSB0 none bind,create=file 0 0\n")
+        );
+        assert!(!text.contains("lxc.idmap"));
+        assert!(!text.contains("lxc.cgroup.devices"));
+    }
+}

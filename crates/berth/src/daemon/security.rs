@@ -1,0 +1,156 @@
+//! Security at install and at start: a package's permissions against the device policy, its
+//! seccomp profile, granted devices, privileged or a user-namespace id map; `berth inspect`.
+//! The decisions are berth_core::security's; this file does the I/O around them.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use berth_core::cgroup::CgroupVersion;
+use berth_core::config::Config;
+use berth_core::manifest::Permissions;
+use berth_core::security::{self as sec, DeviceNode, Grants, SecurityPlan};
+use berth_core::state::Installed;
+use serde_json::{json, Value};
+
+use super::{ApiError, ApiResult, Daemon};
+
+fn refused(e: sec::SecurityError) -> ApiError {
+    ApiError::new(403, "not_permitted", e.to_string())
+}
+
+/// What a package asks for, checked against the allowlists and the device policy.
+pub fn check(cfg: &Config, name: &str, perms: &Permissions, trusted: bool) -> ApiResult<Grants> {
+    sec::grants(name, perms, trusted, &cfg.security).map_err(refused)
+}
+
+/// The cgroup version whose device controller LXC can use here: a v1 `devices` hierarchy, or
+/// cgroup2 (a BPF device program) on a pure-v2 host.
+pub fn devices_cgroup(proc: &Path, version: Option<CgroupVersion>) -> Option<CgroupVersion> {
+    let text = std::fs::read_to_string(proc.join("self/mounts")).unwrap_or_default();
+    let v1 = text.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() > 3 && f[2] == "cgroup" && f[3].split(',').any(|o| o == "devices")
+    });
+    match version {
+        Some(CgroupVersion::V1) if v1 => Some(CgroupVersion::V1),
+        Some(CgroupVersion::V2) => Some(CgroupVersion::V2),
+        _ => None,
+    }
+}
+
+fn resolve_devices(name: &str, paths: &[String]) -> ApiResult<Vec<DeviceNode>> {
+    paths
+        .iter()
+        .map(|p| {
+            let md = std::fs::metadata(p).map_err(|e| {
+                ApiError::new(
+                    409,
+                    "no_device",
+                    format!("{name}: device {p}: {e} on this host"),
+                )
+            })?;
+            let kind = if md.file_type().is_char_device() {
+                'c'
+            } else if md.file_type().is_block_device() {
+                'b'
+            } else {
+                return Err(ApiError::new(
+                    409,
+                    "no_device",
+                    format!("{name}: {p} is not a device node on this host"),
+                ));
+            };
+            Ok(DeviceNode {
+                path: p.clone(),
+                kind,
+                major: libc::major(md.rdev()),
+                minor: libc::minor(md.rdev()),
+            })
+        })
+        .collect()
+}
+
+/// Everything `berth inspect` shows and the LXC configuration applies.
+pub struct Effective {
+    pub grants: Grants,
+    pub devices: Vec<DeviceNode>,
+    pub idmap: Option<(u32, u32)>,
+}
+
+pub fn effective(d: &Daemon, p: &Installed) -> ApiResult<Effective> {
+    let name = p.name.as_str();
+    let grants = check(&d.cfg, name, &p.manifest.permissions, p.trusted)?;
+    let devices = resolve_devices(name, &grants.devices)?;
+    Ok(Effective {
+        grants,
+        devices,
+        idmap: None,
+    })
+}
+
+/// At start: writes the container's seccomp profile next to its LXC configuration and
+/// returns the security lines of that configuration.
+pub fn lxc_lines(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiResult<String> {
+    let e = effective(d, p)?;
+    let dir = d.cfg.paths.lxc_dir(p.name.as_str());
+    std::fs::create_dir_all(&dir).map_err(ApiError::internal)?;
+    let profile = dir.join("seccomp");
+    berth_sys::fsutil::write_atomic(
+        &profile,
+        sec::seccomp_profile(&e.grants.syscalls).as_bytes(),
+        0o644,
+    )
+    .map_err(|err| ApiError::internal(format!("write {}: {err}", profile.display())))?;
+    let path = profile.display().to_string();
+    Ok(sec::lxc_lines(&SecurityPlan {
+        grants: &e.grants,
+        seccomp_path: &path,
+        devices_cgroup: devices_cgroup(Path::new("/proc"), cgroup),
+        devices: &e.devices,
+        idmap: e.idmap,
+    }))
+}
+
+/// `berth inspect NAME`: the protections a container runs (or would run) with.
+pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiResult<Value> {
+    let e = effective(d, p)?;
+    let devcg = devices_cgroup(Path::new("/proc"), cgroup);
+    let mut devices: Vec<String> = sec::DEFAULT_DEVICES
+        .iter()
+        .map(|(n, ..)| format!("/dev/{n}"))
+        .collect();
+    devices.push("/dev/pts/*".into());
+    devices.extend(e.devices.iter().map(|n| n.path.clone()));
+    let denied: Vec<String> = sec::seccomp_profile(&e.grants.syscalls)
+        .lines()
+        .filter(|l| l.contains(" errno "))
+        .filter_map(|l| l.split(' ').next().map(str::to_string))
+        .collect();
+    Ok(json!({
+        "name": p.name.as_str(),
+        "trusted": p.trusted,
+        "privileged": e.idmap.is_none(),
+        "idmap": e.idmap.map(|(base, count)| json!({"container": 0, "host": base, "count": count})),
+        "capabilities": e.grants.capabilities,
+        "seccomp": {
+            "profile": sec::SECCOMP_VERSION,
+            "path": d.cfg.paths.lxc_dir(p.name.as_str()).join("seccomp"),
+            "granted": e.grants.syscalls,
+            "denied": denied,
+        },
+        "devices": devices,
+        "devices_cgroup": match devcg {
+            Some(CgroupVersion::V1) => "v1",
+            Some(CgroupVersion::V2) => "v2 (bpf)",
+            None => "none: the kernel has no device controller berth can use",
+        },
+        "no_new_privs": true,
+        "apparmor": Value::Null,
+    }))
+}
+
+/// `GET /v1/inspect?name=NAME`.
+pub fn inspect_op(d: &Daemon, name: &str) -> ApiResult<Value> {
+    let p = super::ops::installed(d, name)?;
+    inspect(d, &p, super::ops::cgroup_version())
+}
