@@ -321,6 +321,34 @@ pub fn seccomp_profile(granted: &[String]) -> String {
     out
 }
 
+/// Subordinate id ranges: container name → slot; slot n maps container ids 0..size to host
+/// ids `base + n * size`. Persisted in the state directory, so /data keeps its owner.
+pub type IdSlots = std::collections::BTreeMap<String, u32>;
+
+/// The slot of `name`, allocating the lowest free one. Returns (slot, whether it is new).
+pub fn id_slot(slots: &mut IdSlots, name: &str) -> (u32, bool) {
+    if let Some(s) = slots.get(name) {
+        return (*s, false);
+    }
+    let mut n = 0;
+    while slots.values().any(|v| *v == n) {
+        n += 1;
+    }
+    slots.insert(name.to_string(), n);
+    (n, true)
+}
+
+/// The host id a file owned by host id `uid` gets when /data moves to the range at `base`
+/// (from privileged ids, or from another slot of the same policy).
+pub fn shift_id(uid: u32, policy: &SecurityPolicy, base: u32) -> u32 {
+    let c = if uid >= policy.idmap_base {
+        (uid - policy.idmap_base) % policy.idmap_size
+    } else {
+        uid.min(policy.idmap_size - 1)
+    };
+    base + c
+}
+
 /// A device node to give a container, resolved on the host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceNode {
@@ -576,6 +604,20 @@ mod tests {
             assert!(denied.contains(s), "{s}");
         }
         assert!(prof.contains(&format!("version {}", &SECCOMP_VERSION[14..])));
+    }
+
+    #[test]
+    fn id_slots_are_stable_and_reused() {
+        let mut s = IdSlots::new();
+        assert_eq!(id_slot(&mut s, "a"), (0, true));
+        assert_eq!(id_slot(&mut s, "b"), (1, true));
+        assert_eq!(id_slot(&mut s, "a"), (0, false));
+        s.remove("a");
+        assert_eq!(id_slot(&mut s, "c"), (0, true));
+        let p = SecurityPolicy::default();
+        assert_eq!(shift_id(0, &p, 2_000_000), 2_000_000);
+        assert_eq!(shift_id(1000, &p, 2_000_000), 2_001_000);
+        assert_eq!(shift_id(1_065_536 + 33, &p, 2_000_000), 2_000_033);
     }
 
     #[test]

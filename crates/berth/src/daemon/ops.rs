@@ -878,6 +878,10 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
         )
         .map_err(ApiError::internal)?;
     }
+    if let Err(e) = super::security::own_data(d, &p, &data) {
+        release_mounts(d);
+        return Err(e);
+    }
     // Bind what the host has and the image has a mount point for (the root is read-only:
     // LXC cannot create one). A host without /lib64 simply has nothing to bind there.
     let data_mnt = paths.data_mount(name);
@@ -943,6 +947,7 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     log::debug!("{name}: prepared in {:?}", t0 - t_begin);
     let mut child = Command::new(&d.exe)
         .args(args.to_args())
+        .env("PATH", super::security::shim_path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(shim_log)

@@ -77,21 +77,111 @@ pub struct Effective {
     pub idmap: Option<(u32, u32)>,
 }
 
-pub fn effective(d: &Daemon, p: &Installed) -> ApiResult<Effective> {
+pub fn effective(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Effective> {
     let name = p.name.as_str();
     let grants = check(&d.cfg, name, &p.manifest.permissions, p.trusted)?;
     let devices = resolve_devices(name, &grants.devices)?;
     Ok(Effective {
         grants,
         devices,
-        idmap: None,
+        idmap: idmap(d, p, allocate)?,
     })
+}
+
+/// Whether this kernel lets berth give a container its own user namespace.
+pub fn userns_usable(proc: &Path) -> bool {
+    proc.join("self/ns/user").exists()
+        && std::fs::read_to_string(proc.join("sys/user/max_user_namespaces"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+}
+
+fn slots_file(cfg: &Config) -> std::path::PathBuf {
+    cfg.paths.state.join("idmap.json")
+}
+
+/// The container's id map (host base, count), or None for a privileged container: only a
+/// package the signed index marks trusted, and only when the policy allows privileged ones.
+/// `allocate`: persist a new slot (at start); otherwise report what a start would use.
+pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Option<(u32, u32)>> {
+    let pol = &d.cfg.security;
+    let name = p.name.as_str();
+    if p.trusted && pol.allow_privileged {
+        return Ok(None);
+    }
+    if !userns_usable(Path::new("/proc")) {
+        return Err(ApiError::new(
+            409,
+            "no_userns",
+            format!(
+                "{name}: this kernel has no usable user namespaces (see berth check), so only packages the repository marks trusted may run, privileged{}",
+                if p.trusted { "; [security] allow_privileged = false forbids that" } else { "" }
+            ),
+        ));
+    }
+    let path = slots_file(&d.cfg);
+    let mut slots: sec::IdSlots = std::fs::read(&path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let (slot, new) = sec::id_slot(&mut slots, name);
+    let base = slot
+        .checked_mul(pol.idmap_size)
+        .and_then(|o| o.checked_add(pol.idmap_base))
+        .filter(|b| b.checked_add(pol.idmap_size).is_some())
+        .ok_or_else(|| {
+            ApiError::new(
+                409,
+                "no_ids",
+                format!("{name}: no subordinate id range left below 2^32 ([security] idmap_base, idmap_size)"),
+            )
+        })?;
+    if new && allocate {
+        berth_sys::fsutil::write_atomic(
+            &path,
+            &serde_json::to_vec(&slots).expect("serializes"),
+            0o644,
+        )
+        .map_err(|e| ApiError::internal(format!("write {}: {e}", path.display())))?;
+    }
+    Ok(Some((base, pol.idmap_size)))
+}
+
+/// Before a start: /data belongs to the ids the container runs with. A directory made for
+/// another map (or for a privileged run) is shifted over, without following links.
+pub fn own_data(d: &Daemon, p: &Installed, data: &Path) -> ApiResult<()> {
+    let Some((base, _)) = idmap(d, p, true)? else {
+        return Ok(());
+    };
+    let pol = &d.cfg.security;
+    let want = base + p.manifest.entrypoint.user.min(pol.idmap_size - 1);
+    let md = std::fs::symlink_metadata(data).map_err(ApiError::internal)?;
+    if md.uid() == want {
+        return Ok(());
+    }
+    fn shift(path: &Path, pol: &sec::SecurityPolicy, base: u32) -> std::io::Result<()> {
+        let md = std::fs::symlink_metadata(path)?;
+        std::os::unix::fs::lchown(
+            path,
+            Some(sec::shift_id(md.uid(), pol, base)),
+            Some(sec::shift_id(md.gid(), pol, base)),
+        )?;
+        if md.is_dir() {
+            for e in std::fs::read_dir(path)? {
+                shift(&e?.path(), pol, base)?;
+            }
+        }
+        Ok(())
+    }
+    shift(data, pol, base)
+        .map_err(|e| ApiError::internal(format!("chown {} for the id map: {e}", data.display())))
 }
 
 /// At start: writes the container's seccomp profile next to its LXC configuration and
 /// returns the security lines of that configuration.
 pub fn lxc_lines(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiResult<String> {
-    let e = effective(d, p)?;
+    let e = effective(d, p, true)?;
     let dir = d.cfg.paths.lxc_dir(p.name.as_str());
     std::fs::create_dir_all(&dir).map_err(ApiError::internal)?;
     let profile = dir.join("seccomp");
@@ -113,7 +203,7 @@ pub fn lxc_lines(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Ap
 
 /// `berth inspect NAME`: the protections a container runs (or would run) with.
 pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiResult<Value> {
-    let e = effective(d, p)?;
+    let e = effective(d, p, false)?;
     let devcg = devices_cgroup(Path::new("/proc"), cgroup);
     let mut devices: Vec<String> = sec::DEFAULT_DEVICES
         .iter()
@@ -153,4 +243,18 @@ pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiR
 pub fn inspect_op(d: &Daemon, name: &str) -> ApiResult<Value> {
     let p = super::ops::installed(d, name)?;
     inspect(d, &p, super::ops::cgroup_version())
+}
+
+/// The shim's PATH: the daemon's without the directories of shadow's newuidmap/newgidmap.
+/// berth (root) allocates the id ranges itself (state/idmap.json) and LXC then writes
+/// uid_map directly; with newuidmap on PATH, LXC insists on ranges reserved for root in
+/// /etc/subuid, a host-wide file berth does not own.
+pub fn shim_path() -> String {
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into());
+    path.split(':')
+        .filter(|d| {
+            !Path::new(d).join("newuidmap").exists() && !Path::new(d).join("newgidmap").exists()
+        })
+        .collect::<Vec<_>>()
+        .join(":")
 }
