@@ -270,6 +270,33 @@ fn every_escape_attempt_fails_in_the_expected_way() {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         assert!(status.contains("Seccomp:\t2"), "{status}");
         assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+        // The device cgroup allows the allowlist and nothing else (v1; v2 uses a BPF program).
+        let list = Path::new("/sys/fs/cgroup/devices")
+            .join(&sb.cgroup_parent)
+            .join(name)
+            .join("devices.list");
+        if list.exists() {
+            let mut got: Vec<String> = std::fs::read_to_string(&list)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect();
+            got.sort();
+            let mut want: Vec<&str> = vec![
+                "c 1:3 rwm",
+                "c 1:5 rwm",
+                "c 1:7 rwm",
+                "c 1:8 rwm",
+                "c 1:9 rwm",
+                "c 5:0 rwm",
+                "c 5:2 rwm",
+                "c 136:* rwm",
+            ];
+            want.sort();
+            assert_eq!(got, want, "{}", list.display());
+        } else {
+            println!("SKIPPED: device cgroup list check: no cgroup v1 devices hierarchy");
+        }
         let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
         let map: Vec<&str> = map.split_whitespace().collect();
         if name == "probe" {

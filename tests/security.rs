@@ -1,0 +1,236 @@
+//! Security policy end to end, as root with real LXC: what a package asks for in
+//! `[permissions]` against the allowlists and the device policy (`[security]`), refused at
+//! install with the reason and the previous state intact; granted capabilities and devices
+//! in force inside the container; trust only through the signed index.
+
+mod common;
+
+use common::*;
+
+fn asking(name: &str, permissions: &str) -> Pkg {
+    Pkg::script(name, "1.0", "echo up\nexec sleep 600\n")
+        .table(&format!("[permissions]\n{permissions}"))
+}
+
+/// Installed package names, from `berth list --installed`.
+fn installed(sb: &Sandbox) -> Vec<String> {
+    sb.json(&["list"])["installed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn permissions_outside_the_allowlist_or_the_policy_are_refused_at_install() {
+    let mut sb = Sandbox::new("sec-refuse");
+    sb.trust("tadmin");
+    sb.trust("tmount");
+    for p in [
+        asking("plain", ""),
+        asking("admin", "capabilities = [\"sys_admin\"]"),
+        asking("tadmin", "capabilities = [\"sys_admin\"]"),
+        asking("tmount", "syscalls = [\"mount\"]"),
+        asking("netcaps", "capabilities = [\"net_admin\", \"net_raw\"]"),
+        asking("tracer", "syscalls = [\"ptrace\"]"),
+        asking("disk", "devices = [\"/dev/sda\"]"),
+    ] {
+        sb.pack(&p);
+    }
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "plain"]);
+    let cases: &[(&str, &[&str])] = &[
+        // outside the allowlist: refused even for a trusted package
+        ("admin", &["capability sys_admin is never granted"]),
+        ("tadmin", &["capability sys_admin is never granted"]),
+        ("tmount", &["syscall mount cannot be granted"]),
+        // on the allowlist, but the default policy grants it to trusted packages only
+        (
+            "netcaps",
+            &[
+                "capability net_admin is not granted by the device policy",
+                "not marked trusted",
+            ],
+        ),
+        (
+            "tracer",
+            &["syscall ptrace is not granted", "not marked trusted"],
+        ),
+        // devices are the host's: none is granted by default
+        (
+            "disk",
+            &["device /dev/sda is not granted", "[security] devices"],
+        ),
+    ];
+    for (name, needles) in cases {
+        let (code, err) = sb.fail(&["install", name]);
+        assert_eq!(code, 1, "{name}: {err}");
+        for n in *needles {
+            assert!(err.contains(n), "install {name}: {err:?} lacks {n:?}");
+        }
+        assert!(err.contains(name), "the error names the package: {err}");
+        assert_eq!(
+            installed(&sb),
+            ["plain"],
+            "state intact after refusing {name}"
+        );
+    }
+    // Nothing was downloaded for a refused package.
+    let store: Vec<_> = std::fs::read_dir(sb.state_dir().join("store"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "sqfs"))
+        .collect();
+    assert_eq!(store.len(), 1);
+}
+
+#[test]
+fn trusted_packages_get_what_they_ask_and_the_policy_can_grant_devices() {
+    let mut sb = Sandbox::new("sec-grant");
+    sb.trust("fw");
+    sb.trust("tun");
+    sb.pack(&asking("fw", "capabilities = [\"net_admin\", \"net_raw\"]"));
+    sb.pack(
+        &Pkg::script(
+            "tun",
+            "1.0",
+            "if busybox cat /dev/net/tun 2>/tmp/e; then echo tun=ok; else echo \"tun=$(busybox cat /tmp/e)\"; fi\nbusybox ls -l /dev/net/tun\necho done\nexec sleep 600\n",
+        )
+        .table("[permissions]\ndevices = [\"/dev/net/tun\"]"),
+    );
+    sb.pack(&Pkg::script(
+        "notun",
+        "1.0",
+        "busybox ls /dev/net/tun 2>&1; echo done\nexec sleep 600\n",
+    ));
+    sb.build_repo();
+    sb.write_config("[security]\ntrusted_devices = [\"/dev/net/tun\"]\n");
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "fw", "tun", "notun"]);
+
+    // The networking contract: a trusted package asking net_admin and net_raw gets them
+    // under the default policy (in the bounding set, and effective for its root).
+    let v = sb.json(&["inspect", "fw"]);
+    let caps = v["capabilities"].to_string();
+    assert!(
+        caps.contains("\"net_admin\"") && caps.contains("\"net_raw\""),
+        "{v}"
+    );
+    assert_eq!(v["privileged"], true);
+    sb.ok(&["start", "fw"]);
+    let pid = sb.status_of("fw")["init_pid"].as_i64().unwrap();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let bnd = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapBnd:\t"))
+        .unwrap();
+    let bnd = u64::from_str_radix(bnd, 16).unwrap();
+    const NET_ADMIN: u32 = 12;
+    const NET_RAW: u32 = 13;
+    const SYS_ADMIN: u32 = 21;
+    const MKNOD: u32 = 27;
+    assert_ne!(bnd & (1 << NET_ADMIN), 0, "CapBnd {bnd:x}");
+    assert_ne!(bnd & (1 << NET_RAW), 0, "CapBnd {bnd:x}");
+    assert_eq!(bnd & (1 << SYS_ADMIN), 0, "CapBnd {bnd:x}");
+    assert_eq!(bnd & (1 << MKNOD), 0, "CapBnd {bnd:x}");
+    sb.ok(&["stop", "fw"]);
+
+    // A granted device: bound into the container and allowed by the device cgroup (tun
+    // answers EBADFD to a read before TUNSETIFF: the open went through).
+    sb.ok(&["start", "tun"]);
+    let log = sb.wait_log("tun", "done");
+    assert!(
+        log.contains("tun=cat: read error: File descriptor in bad state"),
+        "{log}"
+    );
+    let v = sb.json(&["inspect", "tun"]);
+    assert!(v["devices"].to_string().contains("/dev/net/tun"), "{v}");
+    // Not granted: not there.
+    sb.ok(&["start", "notun"]);
+    let log = sb.wait_log("notun", "done");
+    assert!(log.contains("No such file or directory"), "{log}");
+    sb.ok(&["stop", "tun"]);
+    sb.ok(&["stop", "notun"]);
+}
+
+#[test]
+fn allow_privileged_false_runs_trusted_packages_in_a_user_namespace() {
+    let mut sb = Sandbox::new("sec-unpriv");
+    sb.trust("svc");
+    sb.add(&Pkg::script("svc", "1.0", "echo up\nexec sleep 600\n"));
+    sb.write_config("[security]\nallow_privileged = false\n");
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "svc"]);
+    let v = sb.json(&["inspect", "svc"]);
+    assert_eq!(v["trusted"], true);
+    assert_eq!(v["privileged"], false, "{v}");
+    sb.ok(&["start", "svc"]);
+    sb.wait_log("svc", "up");
+    let pid = sb.status_of("svc")["init_pid"].as_i64().unwrap();
+    let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
+    let host = v["idmap"]["host"].as_u64().unwrap().to_string();
+    assert_eq!(
+        map.split_whitespace().collect::<Vec<_>>(),
+        ["0", host.as_str(), "65536"]
+    );
+    sb.ok(&["stop", "svc"]);
+}
+
+#[test]
+fn trust_comes_only_from_an_index_signed_by_a_trusted_key() {
+    let mut sb = Sandbox::new("sec-trust");
+    sb.trust("app");
+    sb.add(&Pkg::script("app", "1.0", "sleep 600\n"));
+    sb.pack(&Pkg::script("other", "1.0", "sleep 600\n"));
+    sb.build_repo();
+    sb.start_daemon();
+    let index = sb.repo.join("index.json");
+    let text = std::fs::read_to_string(&index).unwrap();
+    assert!(text.contains("\"trusted\": true") || text.contains("\"trusted\":true"));
+
+    // 1. The index, with a package flipped to trusted after signing: rejected.
+    let flipped = text.replacen("\"trusted\": false", "\"trusted\": true", 1);
+    let flipped = if flipped == text {
+        text.replacen("\"trusted\":false", "\"trusted\":true", 1)
+    } else {
+        flipped
+    };
+    assert_ne!(
+        flipped, text,
+        "the index lists an untrusted package: {text}"
+    );
+    std::fs::write(&index, &flipped).unwrap();
+    let (_, err) = sb.fail(&["update"]);
+    assert!(err.contains("repository index rejected"), "{err}");
+    let (_, err) = sb.fail(&["install", "other"]);
+    assert!(err.contains("berth update"), "no index was accepted: {err}");
+
+    // 2. A whole index marking packages trusted, signed by a key the device does not trust.
+    let rogue = sb.dir.join("rogue");
+    sb.ok(&["key", "generate", "-o", rogue.to_str().unwrap()]);
+    sb.ok(&[
+        "repo",
+        "build",
+        sb.repo.to_str().unwrap(),
+        "--key",
+        sb.dir.join("rogue.sec").to_str().unwrap(),
+    ]);
+    let (_, err) = sb.fail(&["update"]);
+    assert!(
+        err.contains("repository index rejected") && err.contains("unknown key"),
+        "{err}"
+    );
+
+    // 3. Signed by the trusted key: accepted, and trust is what the owner listed.
+    sb.build_repo();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "app", "other"]);
+    assert_eq!(sb.json(&["inspect", "app"])["trusted"], true);
+    assert_eq!(sb.json(&["inspect", "other"])["trusted"], false);
+    assert_eq!(sb.json(&["inspect", "other"])["privileged"], false);
+}
