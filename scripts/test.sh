@@ -21,6 +21,8 @@ apt-get update -qq
 apt-get install -y -qq lxc squashfs-tools signify-openbsd busybox-static curl runc \
     mosquitto mosquitto-clients gcc libc6-dev file strace \
     sysbench stress-ng hpcc mbw fio >/dev/null
+# security (issue 5): apparmor_parser compiles the generated AppArmor profile in a unit test
+apt-get install -y -qq apparmor >/dev/null
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 

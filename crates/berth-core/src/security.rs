@@ -349,6 +349,18 @@ pub fn shift_id(uid: u32, policy: &SecurityPolicy, base: u32) -> u32 {
     base + c
 }
 
+/// The AppArmor profile template; `@NAME@` is the container's name.
+pub const APPARMOR_TEMPLATE: &str = include_str!("../data/apparmor.profile.in");
+
+/// The AppArmor profile of a container and its name (`berth-NAME`). Container names are
+/// `[a-z0-9-]`, so they are safe inside the profile text.
+pub fn apparmor_profile(container: &str) -> (String, String) {
+    (
+        format!("berth-{container}"),
+        APPARMOR_TEMPLATE.replace("@NAME@", container),
+    )
+}
+
 /// A device node to give a container, resolved on the host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceNode {
@@ -370,6 +382,8 @@ pub struct SecurityPlan<'a> {
     pub devices: &'a [DeviceNode],
     /// (first host id, count) for an unprivileged container; None: privileged.
     pub idmap: Option<(u32, u32)>,
+    /// The AppArmor profile loaded for the container (None: the kernel has no AppArmor).
+    pub apparmor: Option<&'a str>,
 }
 
 /// Device cgroup rules: deny everything, then allow the defaults and the granted nodes.
@@ -410,6 +424,10 @@ pub fn lxc_lines(p: &SecurityPlan) -> String {
             "lxc.mount.entry",
             &format!("{} {rel} none bind,create=file 0 0", d.path),
         );
+    }
+    if let Some(profile) = p.apparmor {
+        line("lxc.apparmor.profile", profile);
+        line("lxc.apparmor.allow_incomplete", "0");
     }
     if let Some((base, count)) = p.idmap {
         line("lxc.idmap", &format!("u 0 {base} {count}"));
@@ -641,6 +659,7 @@ mod tests {
             devices_cgroup: Some(CgroupVersion::V1),
             devices: &[],
             idmap: Some((1_000_000, 65536)),
+            apparmor: None,
         };
         let text = lxc_lines(&p);
         assert!(
@@ -665,5 +684,18 @@ mod tests {
         );
         assert!(!text.contains("lxc.idmap"));
         assert!(!text.contains("lxc.cgroup.devices"));
+        assert!(!text.contains("lxc.apparmor"));
+        p.apparmor = Some("berth-web");
+        let text = lxc_lines(&p);
+        assert!(
+            text.contains("lxc.apparmor.profile = berth-web\nlxc.apparmor.allow_incomplete = 0\n")
+        );
+    }
+
+    #[test]
+    fn apparmor_profile_matches_the_fixture() {
+        let (name, text) = apparmor_profile("web");
+        assert_eq!(name, "berth-web");
+        assert_eq!(text, include_str!("../data/apparmor-web.fixture"));
     }
 }
