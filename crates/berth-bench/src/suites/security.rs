@@ -257,7 +257,7 @@ impl Suite for Security {
                     title: format!("syscall cost: {calls} getpid calls per run, {rounds} rounds"),
                     table: t1,
                     notes: vec![
-                        "lxc-execute peers run on the host's root: the difference between them is the seccomp filter alone (berth's default profile, 55 rules).".into(),
+                        "lxc-execute peers run on the host's root: the difference between them is the seccomp filter alone (berth's default profile, 54 rules).".into(),
                     ],
                 },
                 Section {
