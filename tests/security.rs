@@ -234,3 +234,67 @@ fn trust_comes_only_from_an_index_signed_by_a_trusted_key() {
     assert_eq!(sb.json(&["inspect", "other"])["trusted"], false);
     assert_eq!(sb.json(&["inspect", "other"])["privileged"], false);
 }
+
+/// The demo's services keep working in the default (unprivileged) container: busybox httpd
+/// as root binding port 80 (`net_bind_service`), Debian's mosquitto with the host's libraries
+/// running as its own user and writing its persistence file to /data.
+#[test]
+fn demo_services_work_unprivileged() {
+    let mut sb = Sandbox::new("sec-demo");
+    sb.pack(
+        &Pkg::script(
+            "web",
+            "1.0",
+            "busybox httpd -p 80 -h /www\nbusybox sleep 0.5\nbusybox wget -q -O - http://127.0.0.1:80/ && echo served\nexec sleep 600\n",
+        )
+        .file("www/index.html", b"hello from port 80\n"),
+    );
+    let mosquitto = which("mosquitto").or_else(|| {
+        let p = std::path::PathBuf::from("/usr/sbin/mosquitto");
+        p.exists().then_some(p)
+    });
+    if let Some(m) = &mosquitto {
+        sb.pack(
+            &Pkg::new(
+                "mqtt",
+                "1.0",
+                &["/bin/mosquitto", "-c", "/etc/mosquitto/mosquitto.conf"],
+            )
+            .package_key("base = \"host\"")
+            .entrypoint_key("user = 1883")
+            .entrypoint_key("group = 1883")
+            .file("bin/mosquitto", &std::fs::read(m).unwrap())
+            .file(
+                "etc/mosquitto/mosquitto.conf",
+                b"listener 1883 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location /data/\nautosave_interval 1\nlog_dest stderr\nlog_type all\n",
+            )
+            .file(
+                "etc/passwd",
+                b"root:x:0:0:root:/root:/bin/false\nmqtt:x:1883:1883:mqtt:/data:/bin/false\n",
+            )
+            .file("etc/group", b"root:x:0:\nmqtt:x:1883:\n"),
+        );
+    } else {
+        println!("SKIPPED: mosquitto part: /usr/sbin/mosquitto missing (Debian package mosquitto)");
+    }
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "web"]);
+    assert_eq!(sb.json(&["inspect", "web"])["privileged"], false);
+    sb.ok(&["start", "web"]);
+    let log = sb.wait_log("web", "served");
+    assert!(log.contains("hello from port 80"), "{log}");
+    sb.ok(&["stop", "web"]);
+    if mosquitto.is_some() {
+        sb.ok(&["install", "mqtt"]);
+        assert_eq!(sb.json(&["inspect", "mqtt"])["privileged"], false);
+        sb.ok(&["start", "mqtt"]);
+        let log = sb.wait_log("mqtt", "Opening ipv4 listen socket on port 1883");
+        assert!(!log.contains("Error"), "{log}");
+        // Its graceful stop saves the database into /data, as the mapped mqtt user.
+        sb.ok(&["stop", "mqtt"]);
+        let db = sb.state_dir().join("data/mqtt/mosquitto.db");
+        assert!(db.exists(), "no {}: {log}", db.display());
+    }
+}

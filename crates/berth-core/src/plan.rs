@@ -126,7 +126,11 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
     line("lxc.rootfs.options", "ro")?;
     line("lxc.rootfs.managed", "0")?;
     match m.network.mode {
-        NetMode::None => line("lxc.net.0.type", "empty")?,
+        NetMode::None => {
+            line("lxc.net.0.type", "empty")?;
+            // Loopback up: LXC leaves it down in a user namespace unless told.
+            line("lxc.net.0.flags", "up")?
+        }
         NetMode::Shared => {
             if !plan.trusted {
                 return Err(PlanError::SharedNeedsTrust {
@@ -306,7 +310,7 @@ mod tests {
         let m = manifest("");
         let text = lxc_config(&plan(&m, &cfg)).unwrap();
         assert!(text.contains("lxc.rootfs.path = dir:/run/berth/mnt/abc\n"));
-        assert!(text.contains("lxc.net.0.type = empty\n"));
+        assert!(text.contains("lxc.net.0.type = empty\nlxc.net.0.flags = up\n"));
         assert!(text.contains("lxc.init.uid = 33\n"));
         assert!(text.contains("lxc.environment = PATH=/bin\n"), "{text}");
         assert_eq!(text.matches("PATH=").count(), 1);
