@@ -46,7 +46,7 @@ fn permissions_outside_the_allowlist_or_the_policy_are_refused_at_install() {
         // outside the allowlist: refused even for a trusted package
         ("admin", &["capability sys_admin is never granted"]),
         ("tadmin", &["capability sys_admin is never granted"]),
-        ("tmount", &["syscall mount cannot be granted"]),
+        ("tmount", &["syscall mount is never granted"]),
         // on the allowlist, but the default policy grants it to trusted packages only
         (
             "netcaps",
@@ -62,7 +62,7 @@ fn permissions_outside_the_allowlist_or_the_policy_are_refused_at_install() {
         // devices are the host's: none is granted by default
         (
             "disk",
-            &["device /dev/sda is not granted", "[security] devices"],
+            &["device /dev/sda is not granted", "[security.grant]"],
         ),
     ];
     for (name, needles) in cases {
@@ -107,7 +107,8 @@ fn trusted_packages_get_what_they_ask_and_the_policy_can_grant_devices() {
         "busybox ls /dev/net/tun 2>&1; echo done\nexec sleep 600\n",
     ));
     sb.build_repo();
-    sb.write_config("[security]\ntrusted_devices = [\"/dev/net/tun\"]\n");
+    // Only the devices of grant_trusted are set: capabilities keep the default policy.
+    sb.write_config("[security.grant_trusted]\ndevices = [\"/dev/net/tun\"]\n");
     sb.start_daemon();
     sb.ok(&["update"]);
     sb.ok(&["install", "fw", "tun", "notun"]);

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 
 use crate::cgroup::CgroupVersion;
-use crate::manifest::Permissions;
+use crate::manifest::{Permissions, RawPermissions};
 
 /// The default seccomp profile, LXC policy format 2 (a denylist), versioned in its header.
 pub const SECCOMP_DEFAULT: &str = include_str!("../data/seccomp-default.policy");
@@ -90,16 +90,17 @@ pub const PTS_MAJOR: u32 = 136;
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum SecurityError {
-    #[error("{package}: capability {what} is never granted to a package (grantable: {})", GRANTABLE_CAPS.join(", "))]
-    CapNotGrantable { package: String, what: String },
-    #[error("{package}: syscall {what} cannot be granted (grantable: {})", GRANTABLE_SYSCALLS.join(", "))]
-    SyscallNotGrantable { package: String, what: String },
-    #[error("{package}: {kind} {what} is not granted by the device policy ([security] {key} in berth.toml{})", if *.trusted { "" } else { "; the package is not marked trusted by the repository" })]
+    #[error("{package}: {kind} {what} is never granted to a package (docs/security.md lists what can be)")]
+    NotGrantable {
+        package: String,
+        kind: &'static str,
+        what: String,
+    },
+    #[error("{package}: {kind} {what} is not granted by the device policy ([security.{}] in berth.toml{})", if *.trusted { "grant_trusted" } else { "grant" }, if *.trusted { "" } else { "; the package is not marked trusted by the repository" })]
     NotGranted {
         package: String,
         kind: &'static str,
         what: String,
-        key: &'static str,
         trusted: bool,
     },
 }
@@ -107,35 +108,29 @@ pub enum SecurityError {
 /// The device policy's `[security]` section.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SecurityPolicy {
-    /// Capabilities granted to any package that asks. Default none.
-    pub capabilities: Vec<String>,
-    /// Capabilities granted to packages the repository marks trusted. Default: all of
-    /// [`GRANTABLE_CAPS`].
-    pub trusted_capabilities: Vec<String>,
-    pub syscalls: Vec<String>,
-    /// Default: all of [`GRANTABLE_SYSCALLS`].
-    pub trusted_syscalls: Vec<String>,
-    /// Device paths (`/dev/…`) granted to any package that asks. Default none.
-    pub devices: Vec<String>,
-    /// Device paths granted to trusted packages. Default none: devices are the host's.
-    pub trusted_devices: Vec<String>,
+    /// Capabilities, syscalls and device paths (`/dev/…`) granted to any package that asks.
+    /// Default none.
+    pub grant: Vec<String>,
+    /// The same, for packages the signed index marks trusted. Default: every grantable
+    /// capability and syscall, no device (devices are the host's).
+    pub grant_trusted: Vec<String>,
     /// Whether a trusted package may run privileged (no user namespace). Default true.
     pub allow_privileged: bool,
     /// First host id of the subordinate ranges for unprivileged containers.
     pub idmap_base: u32,
-    /// Ids per container.
+    /// Ids per container: 65536 (uid_t of a classic Unix; what /etc/subuid hands out).
     pub idmap_size: u32,
 }
 
 impl Default for SecurityPolicy {
     fn default() -> Self {
         SecurityPolicy {
-            capabilities: Vec::new(),
-            trusted_capabilities: GRANTABLE_CAPS.iter().map(|s| s.to_string()).collect(),
-            syscalls: Vec::new(),
-            trusted_syscalls: GRANTABLE_SYSCALLS.iter().map(|s| s.to_string()).collect(),
-            devices: Vec::new(),
-            trusted_devices: Vec::new(),
+            grant: Vec::new(),
+            grant_trusted: GRANTABLE_CAPS
+                .iter()
+                .chain(GRANTABLE_SYSCALLS)
+                .map(|s| s.to_string())
+                .collect(),
             allow_privileged: true,
             idmap_base: 1_000_000,
             idmap_size: 65_536,
@@ -143,83 +138,91 @@ impl Default for SecurityPolicy {
     }
 }
 
-/// `[security]` as written in berth.toml.
+/// `[security]` as written in berth.toml; `[security.grant]` and `[security.grant_trusted]`
+/// have the shape of a manifest's `[permissions]` (and share its deserializer).
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RawSecurity {
-    capabilities: Option<Vec<String>>,
-    trusted_capabilities: Option<Vec<String>>,
-    syscalls: Option<Vec<String>>,
-    trusted_syscalls: Option<Vec<String>>,
-    devices: Option<Vec<String>>,
-    trusted_devices: Option<Vec<String>>,
+    grant: Option<RawPermissions>,
+    grant_trusted: Option<RawPermissions>,
     allow_privileged: Option<bool>,
-    idmap_base: Option<u32>,
-    idmap_size: Option<u32>,
+    idmap_base: Option<toml::Spanned<i64>>,
+}
+
+fn is_device_path(p: &str) -> bool {
+    p.strip_prefix("/dev/").is_some_and(|r| {
+        !r.is_empty() && !r.split('/').any(|c| c == ".." || c == "." || c.is_empty())
+    }) && !p.contains(['\n', ' ', '\0'])
+}
+
+/// One kind of a grant table: its entries, the default when absent, what may be granted.
+type GrantKind<'a> = (
+    Option<Vec<toml::Spanned<String>>>,
+    &'a [&'a str],
+    &'a dyn Fn(&str) -> bool,
+);
+
+/// A `[security.grant*]` table flattened: capabilities, syscalls and device paths, each
+/// checked against what can be granted at all. An absent key gives `defaults` of its kind.
+fn grant_table(
+    key: &'static str,
+    t: Option<RawPermissions>,
+    defaults: (&[&str], &[&str]),
+) -> Result<Vec<String>, (&'static str, String)> {
+    let t = t.unwrap_or_default();
+    if t.api.is_some() {
+        return Err((
+            key,
+            "api: container-API operations are not granted here".into(),
+        ));
+    }
+    let mut out = Vec::new();
+    let kinds: [GrantKind; 3] = [
+        (t.capabilities, defaults.0, &|c| GRANTABLE_CAPS.contains(&c)),
+        (t.syscalls, defaults.1, &|c| GRANTABLE_SYSCALLS.contains(&c)),
+        (t.devices, &[], &is_device_path),
+    ];
+    for (v, default, ok) in kinds {
+        match v {
+            None => out.extend(default.iter().map(|s| s.to_string())),
+            Some(v) => {
+                for x in v {
+                    let x = x.into_inner();
+                    if !ok(&x) {
+                        return Err((key, format!("{x:?} cannot be granted (docs/security.md)")));
+                    }
+                    out.push(x);
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 impl RawSecurity {
     /// Validates: `Err((key, message))` names the offending key.
     pub fn validate(self) -> Result<SecurityPolicy, (&'static str, String)> {
         let d = SecurityPolicy::default();
-        let list = |key: &'static str,
-                    v: Option<Vec<String>>,
-                    default: Vec<String>,
-                    ok: &dyn Fn(&str) -> bool| {
-            let v = v.unwrap_or(default);
-            match v.iter().find(|x| !ok(x)) {
-                Some(bad) => Err((key, format!("{bad:?} cannot be granted"))),
-                None => Ok(v),
+        let idmap_base = match self.idmap_base {
+            None => d.idmap_base,
+            Some(n) if (65_536..=4_000_000_000).contains(n.get_ref()) => *n.get_ref() as u32,
+            Some(_) => {
+                return Err((
+                    "security.idmap_base",
+                    "must be between 65536 and 4000000000".into(),
+                ))
             }
         };
-        let cap = |c: &str| GRANTABLE_CAPS.contains(&c);
-        let sys = |s: &str| GRANTABLE_SYSCALLS.contains(&s);
-        let dev = |p: &str| {
-            p.strip_prefix("/dev/")
-                .is_some_and(|r| !r.is_empty() && !r.split('/').any(|c| c == ".." || c == "."))
-                && !p.contains(['\n', ' ', '\0'])
-        };
-        let size = self.idmap_size.unwrap_or(d.idmap_size);
-        if !(65_536..=1 << 24).contains(&size) {
-            return Err(("security.idmap_size", "between 65536 and 16777216".into()));
-        }
-        let base = self.idmap_base.unwrap_or(d.idmap_base);
-        if base < 65_536 {
-            return Err((
-                "security.idmap_base",
-                "at least 65536, above the host's own users".into(),
-            ));
-        }
         Ok(SecurityPolicy {
-            capabilities: list(
-                "security.capabilities",
-                self.capabilities,
-                d.capabilities,
-                &cap,
-            )?,
-            trusted_capabilities: list(
-                "security.trusted_capabilities",
-                self.trusted_capabilities,
-                d.trusted_capabilities,
-                &cap,
-            )?,
-            syscalls: list("security.syscalls", self.syscalls, d.syscalls, &sys)?,
-            trusted_syscalls: list(
-                "security.trusted_syscalls",
-                self.trusted_syscalls,
-                d.trusted_syscalls,
-                &sys,
-            )?,
-            devices: list("security.devices", self.devices, d.devices, &dev)?,
-            trusted_devices: list(
-                "security.trusted_devices",
-                self.trusted_devices,
-                d.trusted_devices,
-                &dev,
+            grant: grant_table("security.grant", self.grant, (&[], &[]))?,
+            grant_trusted: grant_table(
+                "security.grant_trusted",
+                self.grant_trusted,
+                (GRANTABLE_CAPS, GRANTABLE_SYSCALLS),
             )?,
             allow_privileged: self.allow_privileged.unwrap_or(d.allow_privileged),
-            idmap_base: base,
-            idmap_size: size,
+            idmap_base,
+            idmap_size: d.idmap_size,
         })
     }
 }
@@ -241,62 +244,39 @@ pub fn grants(
     trusted: bool,
     policy: &SecurityPolicy,
 ) -> Result<Grants, SecurityError> {
-    let not_granted = |kind, what: &str, key| SecurityError::NotGranted {
-        package: package.to_string(),
-        kind,
-        what: what.to_string(),
-        key,
-        trusted,
-    };
-    let allowed = |any: &[String], tr: &[String], x: &str| {
-        any.iter().any(|a| a == x) || (trusted && tr.iter().any(|a| a == x))
-    };
-    let key = |any, tr| if trusted { tr } else { any };
-    let mut caps: Vec<String> = KEPT_CAPS.iter().map(|s| s.to_string()).collect();
-    for c in &perms.capabilities {
-        if KEPT_CAPS.contains(&c.as_str()) {
-            continue;
-        }
-        if !GRANTABLE_CAPS.contains(&c.as_str()) {
-            return Err(SecurityError::CapNotGrantable {
+    let check = |kind: &'static str, what: &String, grantable: bool| {
+        if !grantable {
+            return Err(SecurityError::NotGrantable {
                 package: package.to_string(),
-                what: c.clone(),
+                kind,
+                what: what.clone(),
             });
         }
-        if !allowed(&policy.capabilities, &policy.trusted_capabilities, c) {
-            return Err(not_granted(
-                "capability",
-                c,
-                key("capabilities", "trusted_capabilities"),
-            ));
+        if policy.grant.contains(what) || (trusted && policy.grant_trusted.contains(what)) {
+            Ok(())
+        } else {
+            Err(SecurityError::NotGranted {
+                package: package.to_string(),
+                kind,
+                what: what.clone(),
+                trusted,
+            })
         }
-        caps.push(c.clone());
+    };
+    let mut caps: Vec<String> = KEPT_CAPS.iter().map(|s| s.to_string()).collect();
+    for c in &perms.capabilities {
+        if !KEPT_CAPS.contains(&c.as_str()) {
+            check("capability", c, GRANTABLE_CAPS.contains(&c.as_str()))?;
+            caps.push(c.clone());
+        }
     }
     caps.sort();
     caps.dedup();
     for s in &perms.syscalls {
-        if !GRANTABLE_SYSCALLS.contains(&s.as_str()) {
-            return Err(SecurityError::SyscallNotGrantable {
-                package: package.to_string(),
-                what: s.clone(),
-            });
-        }
-        if !allowed(&policy.syscalls, &policy.trusted_syscalls, s) {
-            return Err(not_granted(
-                "syscall",
-                s,
-                key("syscalls", "trusted_syscalls"),
-            ));
-        }
+        check("syscall", s, GRANTABLE_SYSCALLS.contains(&s.as_str()))?;
     }
     for dev in &perms.devices {
-        if !allowed(&policy.devices, &policy.trusted_devices, dev) {
-            return Err(not_granted(
-                "device",
-                dev,
-                key("devices", "trusted_devices"),
-            ));
-        }
+        check("device", dev, true)?;
     }
     Ok(Grants {
         capabilities: caps,
@@ -322,19 +302,33 @@ pub fn seccomp_profile(granted: &[String]) -> String {
 }
 
 /// Subordinate id ranges: container name → slot; slot n maps container ids 0..size to host
-/// ids `base + n * size`. Persisted in the state directory, so /data keeps its owner.
-pub type IdSlots = std::collections::BTreeMap<String, u32>;
+/// ids `base + n * size`. Persisted in the state directory (one `NAME SLOT` line each), so
+/// /data keeps its owner.
+pub type IdSlots = Vec<(String, u32)>;
+
+pub fn parse_slots(text: &str) -> IdSlots {
+    text.lines()
+        .filter_map(|l| {
+            let (n, s) = l.split_once(' ')?;
+            Some((n.to_string(), s.parse().ok()?))
+        })
+        .collect()
+}
+
+pub fn format_slots(slots: &IdSlots) -> String {
+    slots.iter().map(|(n, s)| format!("{n} {s}\n")).collect()
+}
 
 /// The slot of `name`, allocating the lowest free one. Returns (slot, whether it is new).
 pub fn id_slot(slots: &mut IdSlots, name: &str) -> (u32, bool) {
-    if let Some(s) = slots.get(name) {
+    if let Some((_, s)) = slots.iter().find(|(n, _)| n == name) {
         return (*s, false);
     }
     let mut n = 0;
-    while slots.values().any(|v| *v == n) {
+    while slots.iter().any(|(_, v)| *v == n) {
         n += 1;
     }
-    slots.insert(name.to_string(), n);
+    slots.push((name.to_string(), n));
     (n, true)
 }
 
@@ -490,7 +484,7 @@ mod tests {
         let e = grants("fw", &p, false, &pol).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "fw: capability net_admin is not granted by the device policy ([security] capabilities in berth.toml; the package is not marked trusted by the repository)"
+            "fw: capability net_admin is not granted by the device policy ([security.grant] in berth.toml; the package is not marked trusted by the repository)"
         );
         // kept capabilities need no grant
         assert!(grants("web", &perms(&["net_bind_service"], &[], &[]), false, &pol).is_ok());
@@ -508,13 +502,13 @@ mod tests {
         let e = grants("x", &perms(&[], &["init_module"], &[]), true, &pol).unwrap_err();
         assert!(
             e.to_string()
-                .starts_with("x: syscall init_module cannot be granted"),
+                .starts_with("x: syscall init_module is never granted"),
             "{e}"
         );
         let e = grants("x", &perms(&[], &[], &["/dev/sda"]), true, &pol).unwrap_err();
         assert!(
             e.to_string().contains("device /dev/sda is not granted")
-                && e.to_string().contains("trusted_devices"),
+                && e.to_string().contains("grant_trusted"),
             "{e}"
         );
         let e = grants("x", &perms(&[], &["ptrace"], &[]), false, &pol).unwrap_err();
@@ -527,7 +521,7 @@ mod tests {
     #[test]
     fn policy_grants_to_any_package() {
         let raw: RawSecurity = toml::from_str(
-            "capabilities = [\"sys_time\"]\nsyscalls = [\"clock_settime\"]\ndevices = [\"/dev/ttyUSB0\"]\nallow_privileged = false\n",
+            "allow_privileged = false\n[grant]\ncapabilities = [\"sys_time\"]\nsyscalls = [\"clock_settime\"]\ndevices = [\"/dev/ttyUSB0\"]\n",
         )
         .unwrap();
         let pol = raw.validate().unwrap();
@@ -556,15 +550,27 @@ mod tests {
                 .unwrap_err()
         };
         assert_eq!(
-            bad("capabilities = [\"sys_admin\"]").0,
-            "security.capabilities"
+            bad("[grant]\ncapabilities = [\"sys_admin\"]").0,
+            "security.grant"
         );
+        let (key, msg) = bad("[grant_trusted]\nsyscalls = [\"ptrace\", \"mount\"]");
+        assert_eq!(key, "security.grant_trusted");
+        assert!(msg.starts_with("\"mount\" cannot be granted"), "{msg}");
         assert_eq!(
-            bad("trusted_syscalls = [\"mount\"]").0,
-            "security.trusted_syscalls"
+            bad("[grant]\ndevices = [\"/dev/../etc/x\"]").0,
+            "security.grant"
         );
-        assert_eq!(bad("devices = [\"/dev/../etc/x\"]").0, "security.devices");
+        assert_eq!(bad("[grant]\ndevices = [\"/dev/\"]").0, "security.grant");
+        assert_eq!(bad("[grant]\napi = [\"logs\"]").0, "security.grant");
         assert_eq!(bad("idmap_base = 1000").0, "security.idmap_base");
+        // a key of grant_trusted replaces the default of its kind only
+        let p = toml::from_str::<RawSecurity>("[grant_trusted]\ndevices = [\"/dev/net/tun\"]")
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert!(p.grant_trusted.contains(&"/dev/net/tun".to_string()));
+        assert!(p.grant_trusted.contains(&"net_admin".to_string()));
+        assert!(p.grant_trusted.contains(&"ptrace".to_string()));
         assert!(toml::from_str::<RawSecurity>("allow_all = true").is_err());
     }
 
@@ -630,8 +636,12 @@ mod tests {
         assert_eq!(id_slot(&mut s, "a"), (0, true));
         assert_eq!(id_slot(&mut s, "b"), (1, true));
         assert_eq!(id_slot(&mut s, "a"), (0, false));
-        s.remove("a");
+        s.retain(|(n, _)| n != "a");
         assert_eq!(id_slot(&mut s, "c"), (0, true));
+        let text = format_slots(&s);
+        assert_eq!(text, "b 1\nc 0\n");
+        assert_eq!(parse_slots(&text), s);
+        assert_eq!(parse_slots("junk\nx 3\ny z\n"), vec![("x".to_string(), 3)]);
         let p = SecurityPolicy::default();
         assert_eq!(shift_id(0, &p, 2_000_000), 2_000_000);
         assert_eq!(shift_id(1000, &p, 2_000_000), 2_001_000);

@@ -98,7 +98,7 @@ pub fn userns_usable(proc: &Path) -> bool {
 }
 
 fn slots_file(cfg: &Config) -> std::path::PathBuf {
-    cfg.paths.state.join("idmap.json")
+    cfg.paths.state.join("idmap")
 }
 
 /// The container's id map (host base, count), or None for a privileged container: only a
@@ -121,10 +121,7 @@ pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Option<(u32
         ));
     }
     let path = slots_file(&d.cfg);
-    let mut slots: sec::IdSlots = std::fs::read(&path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
+    let mut slots = sec::parse_slots(&std::fs::read_to_string(&path).unwrap_or_default());
     let (slot, new) = sec::id_slot(&mut slots, name);
     let base = slot
         .checked_mul(pol.idmap_size)
@@ -138,12 +135,8 @@ pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Option<(u32
             )
         })?;
     if new && allocate {
-        berth_sys::fsutil::write_atomic(
-            &path,
-            &serde_json::to_vec(&slots).expect("serializes"),
-            0o644,
-        )
-        .map_err(|e| ApiError::internal(format!("write {}: {e}", path.display())))?;
+        berth_sys::fsutil::write_atomic(&path, sec::format_slots(&slots).as_bytes(), 0o644)
+            .map_err(|e| ApiError::internal(format!("write {}: {e}", path.display())))?;
     }
     Ok(Some((base, pol.idmap_size)))
 }
@@ -222,11 +215,12 @@ fn load_apparmor(dir: &Path, name: &str) -> ApiResult<String> {
     let file = dir.join("apparmor");
     berth_sys::fsutil::write_atomic(&file, text.as_bytes(), 0o644)
         .map_err(|e| ApiError::internal(format!("write {}: {e}", file.display())))?;
-    let out = std::process::Command::new("apparmor_parser")
+    // The parser's complaints go to the daemon's log (inherited stderr).
+    let st = std::process::Command::new("apparmor_parser")
         .arg("-r")
         .arg("-W")
         .arg(&file)
-        .output()
+        .status()
         .map_err(|e| {
             ApiError::new(
                 500,
@@ -234,14 +228,13 @@ fn load_apparmor(dir: &Path, name: &str) -> ApiResult<String> {
                 format!("{name}: the kernel has AppArmor but apparmor_parser cannot run ({e}); install apparmor"),
             )
         })?;
-    if !out.status.success() {
+    if !st.success() {
         return Err(ApiError::new(
             500,
             "apparmor",
             format!(
-                "{name}: apparmor_parser refused {}: {}",
-                file.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
+                "{name}: apparmor_parser refused {} ({st}); see the daemon log",
+                file.display()
             ),
         ));
     }
@@ -271,7 +264,6 @@ pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiR
         "capabilities": e.grants.capabilities,
         "seccomp": {
             "profile": sec::SECCOMP_VERSION,
-            "path": d.cfg.paths.lxc_dir(p.name.as_str()).join("seccomp"),
             "granted": e.grants.syscalls,
             "denied": denied,
         },
@@ -293,7 +285,7 @@ pub fn inspect_op(d: &Daemon, name: &str) -> ApiResult<Value> {
 }
 
 /// The shim's PATH: the daemon's without the directories of shadow's newuidmap/newgidmap.
-/// berth (root) allocates the id ranges itself (state/idmap.json) and LXC then writes
+/// berth (root) allocates the id ranges itself (state/idmap) and LXC then writes
 /// uid_map directly; with newuidmap on PATH, LXC insists on ranges reserved for root in
 /// /etc/subuid, a host-wide file berth does not own.
 pub fn shim_path() -> String {
