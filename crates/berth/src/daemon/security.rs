@@ -131,7 +131,7 @@ pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Option<(u32
             ApiError::new(
                 409,
                 "no_ids",
-                format!("{name}: no subordinate id range left below 2^32 ([security] idmap_base, idmap_size)"),
+                format!("{name}: no subordinate id range left below 2^32 ([security] idmap_base)"),
             )
         })?;
     if new && allocate {
