@@ -62,7 +62,7 @@ fn permissions_outside_the_allowlist_or_the_policy_are_refused_at_install() {
         // devices are the host's: none is granted by default
         (
             "disk",
-            &["device /dev/sda is not granted", "[security.grant]"],
+            &["device /dev/sda is not granted", "[security] grant"],
         ),
     ];
     for (name, needles) in cases {
@@ -107,8 +107,8 @@ fn trusted_packages_get_what_they_ask_and_the_policy_can_grant_devices() {
         "busybox ls /dev/net/tun 2>&1; echo done\nexec sleep 600\n",
     ));
     sb.build_repo();
-    // Only the devices of grant_trusted are set: capabilities keep the default policy.
-    sb.write_config("[security.grant_trusted]\ndevices = [\"/dev/net/tun\"]\n");
+    // Only a device in grant_trusted: capabilities and syscalls keep the default policy.
+    sb.write_config("[security]\ngrant_trusted = \"/dev/net/tun\"\n");
     sb.start_daemon();
     sb.ok(&["update"]);
     sb.ok(&["install", "fw", "tun", "notun"]);
@@ -159,11 +159,11 @@ fn trusted_packages_get_what_they_ask_and_the_policy_can_grant_devices() {
 }
 
 #[test]
-fn allow_privileged_false_runs_trusted_packages_in_a_user_namespace() {
+fn privileged_never_runs_trusted_packages_in_a_user_namespace() {
     let mut sb = Sandbox::new("sec-unpriv");
     sb.trust("svc");
     sb.add(&Pkg::script("svc", "1.0", "echo up\nexec sleep 600\n"));
-    sb.write_config("[security]\nallow_privileged = false\n");
+    sb.write_config("[security]\nprivileged = \"never\"\n");
     sb.start_daemon();
     sb.ok(&["update"]);
     sb.ok(&["install", "svc"]);

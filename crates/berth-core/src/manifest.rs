@@ -502,15 +502,13 @@ struct RawNetwork {
     publish: Option<Vec<S<String>>>,
 }
 
-/// Also the shape of the device policy's `[security.grant]` tables (security.rs): one
-/// deserializer for both keeps the binary small.
-#[derive(Deserialize, Default)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(crate) struct RawPermissions {
-    pub(crate) capabilities: Option<Vec<S<String>>>,
-    pub(crate) devices: Option<Vec<S<String>>>,
-    pub(crate) syscalls: Option<Vec<S<String>>>,
-    pub(crate) api: Option<Vec<S<String>>>,
+struct RawPermissions {
+    capabilities: Option<Vec<S<String>>>,
+    devices: Option<Vec<S<String>>>,
+    syscalls: Option<Vec<S<String>>>,
+    api: Option<Vec<S<String>>>,
 }
 
 #[derive(Deserialize)]

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde::Deserialize;
 
 use crate::cgroup::CgroupVersion;
-use crate::manifest::{Permissions, RawPermissions};
+use crate::manifest::Permissions;
 
 /// The default seccomp profile, LXC policy format 2 (a denylist), versioned in its header.
 pub const SECCOMP_DEFAULT: &str = include_str!("../data/seccomp-default.policy");
@@ -96,7 +96,7 @@ pub enum SecurityError {
         kind: &'static str,
         what: String,
     },
-    #[error("{package}: {kind} {what} is not granted by the device policy ([security.{}] in berth.toml{})", if *.trusted { "grant_trusted" } else { "grant" }, if *.trusted { "" } else { "; the package is not marked trusted by the repository" })]
+    #[error("{package}: {kind} {what} is not granted by the device policy ([security] {} in berth.toml{})", if *.trusted { "grant_trusted" } else { "grant" }, if *.trusted { "" } else { "; the package is not marked trusted by the repository" })]
     NotGranted {
         package: String,
         kind: &'static str,
@@ -138,15 +138,16 @@ impl Default for SecurityPolicy {
     }
 }
 
-/// `[security]` as written in berth.toml; `[security.grant]` and `[security.grant_trusted]`
-/// have the shape of a manifest's `[permissions]` (and share its deserializer).
+/// `[security]` as written in berth.toml. Grants are space-separated strings and the
+/// privileged policy a word: the value types of the other sections, so the section costs the
+/// device binary little (arrays and nested tables cost it about 10 KiB more).
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RawSecurity {
-    grant: Option<RawPermissions>,
-    grant_trusted: Option<RawPermissions>,
-    allow_privileged: Option<bool>,
-    idmap_base: Option<toml::Spanned<i64>>,
+    grant: Option<String>,
+    grant_trusted: Option<String>,
+    privileged: Option<String>,
+    idmap_base: Option<i64>,
 }
 
 fn is_device_path(p: &str) -> bool {
@@ -155,45 +156,29 @@ fn is_device_path(p: &str) -> bool {
     }) && !p.contains(['\n', ' ', '\0'])
 }
 
-/// One kind of a grant table: its entries, the default when absent, what may be granted.
-type GrantKind<'a> = (
-    Option<Vec<toml::Spanned<String>>>,
-    &'a [&'a str],
-    &'a dyn Fn(&str) -> bool,
-);
-
-/// A `[security.grant*]` table flattened: capabilities, syscalls and device paths, each
-/// checked against what can be granted at all. An absent key gives `defaults` of its kind.
-fn grant_table(
+/// A grant string: capabilities, syscalls and device paths, each checked against what can be
+/// granted at all. A kind without any entry gets `defaults` of its kind.
+fn grant_list(
     key: &'static str,
-    t: Option<RawPermissions>,
+    v: Option<String>,
     defaults: (&[&str], &[&str]),
 ) -> Result<Vec<String>, (&'static str, String)> {
-    let t = t.unwrap_or_default();
-    if t.api.is_some() {
-        return Err((
-            key,
-            "api: container-API operations are not granted here".into(),
-        ));
+    let v = v.unwrap_or_default();
+    let mut out: Vec<String> = Vec::new();
+    let (mut caps, mut sys) = (false, false);
+    for x in v.split_whitespace() {
+        if GRANTABLE_CAPS.contains(&x) {
+            caps = true;
+        } else if GRANTABLE_SYSCALLS.contains(&x) {
+            sys = true;
+        } else if !is_device_path(x) {
+            return Err((key, format!("{x:?} cannot be granted (docs/security.md)")));
+        }
+        out.push(x.to_string());
     }
-    let mut out = Vec::new();
-    let kinds: [GrantKind; 3] = [
-        (t.capabilities, defaults.0, &|c| GRANTABLE_CAPS.contains(&c)),
-        (t.syscalls, defaults.1, &|c| GRANTABLE_SYSCALLS.contains(&c)),
-        (t.devices, &[], &is_device_path),
-    ];
-    for (v, default, ok) in kinds {
-        match v {
-            None => out.extend(default.iter().map(|s| s.to_string())),
-            Some(v) => {
-                for x in v {
-                    let x = x.into_inner();
-                    if !ok(&x) {
-                        return Err((key, format!("{x:?} cannot be granted (docs/security.md)")));
-                    }
-                    out.push(x);
-                }
-            }
+    for (given, default) in [(caps, defaults.0), (sys, defaults.1)] {
+        if !given {
+            out.extend(default.iter().map(|s| s.to_string()));
         }
     }
     Ok(out)
@@ -205,7 +190,7 @@ impl RawSecurity {
         let d = SecurityPolicy::default();
         let idmap_base = match self.idmap_base {
             None => d.idmap_base,
-            Some(n) if (65_536..=4_000_000_000).contains(n.get_ref()) => *n.get_ref() as u32,
+            Some(n) if (65_536..=4_000_000_000).contains(&n) => n as u32,
             Some(_) => {
                 return Err((
                     "security.idmap_base",
@@ -213,14 +198,24 @@ impl RawSecurity {
                 ))
             }
         };
+        let allow_privileged = match self.privileged.as_deref() {
+            None | Some("trusted") => true,
+            Some("never") => false,
+            Some(v) => {
+                return Err((
+                    "security.privileged",
+                    format!("{v:?}: \"trusted\" (packages the index marks trusted) or \"never\""),
+                ))
+            }
+        };
         Ok(SecurityPolicy {
-            grant: grant_table("security.grant", self.grant, (&[], &[]))?,
-            grant_trusted: grant_table(
+            grant: grant_list("security.grant", self.grant, (&[], &[]))?,
+            grant_trusted: grant_list(
                 "security.grant_trusted",
                 self.grant_trusted,
                 (GRANTABLE_CAPS, GRANTABLE_SYSCALLS),
             )?,
-            allow_privileged: self.allow_privileged.unwrap_or(d.allow_privileged),
+            allow_privileged,
             idmap_base,
             idmap_size: d.idmap_size,
         })
@@ -484,7 +479,7 @@ mod tests {
         let e = grants("fw", &p, false, &pol).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "fw: capability net_admin is not granted by the device policy ([security.grant] in berth.toml; the package is not marked trusted by the repository)"
+            "fw: capability net_admin is not granted by the device policy ([security] grant in berth.toml; the package is not marked trusted by the repository)"
         );
         // kept capabilities need no grant
         assert!(grants("web", &perms(&["net_bind_service"], &[], &[]), false, &pol).is_ok());
@@ -521,7 +516,7 @@ mod tests {
     #[test]
     fn policy_grants_to_any_package() {
         let raw: RawSecurity = toml::from_str(
-            "allow_privileged = false\n[grant]\ncapabilities = [\"sys_time\"]\nsyscalls = [\"clock_settime\"]\ndevices = [\"/dev/ttyUSB0\"]\n",
+            "privileged = \"never\"\ngrant = \"sys_time clock_settime /dev/ttyUSB0\"\n",
         )
         .unwrap();
         let pol = raw.validate().unwrap();
@@ -549,27 +544,27 @@ mod tests {
                 .validate()
                 .unwrap_err()
         };
-        assert_eq!(
-            bad("[grant]\ncapabilities = [\"sys_admin\"]").0,
-            "security.grant"
-        );
-        let (key, msg) = bad("[grant_trusted]\nsyscalls = [\"ptrace\", \"mount\"]");
+        assert_eq!(bad("grant = \"sys_admin\"").0, "security.grant");
+        let (key, msg) = bad("grant_trusted = \"ptrace mount\"");
         assert_eq!(key, "security.grant_trusted");
         assert!(msg.starts_with("\"mount\" cannot be granted"), "{msg}");
-        assert_eq!(
-            bad("[grant]\ndevices = [\"/dev/../etc/x\"]").0,
-            "security.grant"
-        );
-        assert_eq!(bad("[grant]\ndevices = [\"/dev/\"]").0, "security.grant");
-        assert_eq!(bad("[grant]\napi = [\"logs\"]").0, "security.grant");
+        assert_eq!(bad("grant = \"/dev/../etc/x\"").0, "security.grant");
+        assert_eq!(bad("grant = \"/dev/\"").0, "security.grant");
         assert_eq!(bad("idmap_base = 1000").0, "security.idmap_base");
-        // a key of grant_trusted replaces the default of its kind only
-        let p = toml::from_str::<RawSecurity>("[grant_trusted]\ndevices = [\"/dev/net/tun\"]")
+        assert_eq!(bad("privileged = \"always\"").0, "security.privileged");
+        // grant_trusted entries of one kind replace the default of that kind only
+        let p = toml::from_str::<RawSecurity>("grant_trusted = \"/dev/net/tun\"")
             .unwrap()
             .validate()
             .unwrap();
         assert!(p.grant_trusted.contains(&"/dev/net/tun".to_string()));
         assert!(p.grant_trusted.contains(&"net_admin".to_string()));
+        assert!(p.grant_trusted.contains(&"ptrace".to_string()));
+        let p = toml::from_str::<RawSecurity>("grant_trusted = \"net_raw\"")
+            .unwrap()
+            .validate()
+            .unwrap();
+        assert!(!p.grant_trusted.contains(&"net_admin".to_string()));
         assert!(p.grant_trusted.contains(&"ptrace".to_string()));
         assert!(toml::from_str::<RawSecurity>("allow_all = true").is_err());
     }

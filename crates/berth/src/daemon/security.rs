@@ -116,7 +116,7 @@ pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Option<(u32
             "no_userns",
             format!(
                 "{name}: this kernel has no usable user namespaces (see berth check), so only packages the repository marks trusted may run, privileged{}",
-                if p.trusted { "; [security] allow_privileged = false forbids that" } else { "" }
+                if p.trusted { "; [security] privileged = \"never\" forbids that" } else { "" }
             ),
         ));
     }
