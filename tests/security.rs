@@ -299,3 +299,79 @@ fn demo_services_work_unprivileged() {
         assert!(db.exists(), "no {}: {log}", db.display());
     }
 }
+
+/// A kernel without usable user namespaces, simulated without touching the host: the daemon
+/// runs in a private mount namespace where /proc/sys/user/max_user_namespaces reads 0.
+/// Untrusted packages refuse to start and say why; trusted ones start, privileged.
+#[test]
+fn without_user_namespaces_only_trusted_packages_start() {
+    let mut sb = Sandbox::new("sec-nouserns");
+    sb.trust("good");
+    sb.pack(&Pkg::script("good", "1.0", "echo up\nexec sleep 600\n"));
+    sb.pack(&Pkg::script("plain", "1.0", "echo up\nexec sleep 600\n"));
+    sb.build_repo();
+    let zero = sb.dir.join("zero");
+    std::fs::write(&zero, "0\n").unwrap();
+    let knob = "/proc/sys/user/max_user_namespaces";
+    let script = format!(
+        "mount --make-rprivate / && mount --bind {} {knob} && exec \"$0\" daemon",
+        zero.display()
+    );
+    let log = std::fs::File::create(&sb.daemon_log).unwrap();
+    let child = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script, BERTH])
+        .env("BERTH_CONFIG", &sb.config)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    sb.daemon = Some(child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !sb.berth(&["status"]).status.success() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "daemon did not come up: {}",
+            sb.daemon_log_text()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // `berth check` in such a namespace says so.
+    let out = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            &format!(
+                "mount --make-rprivate / && mount --bind {} {knob} && exec \"$0\" check",
+                zero.display()
+            ),
+            BERTH,
+        ])
+        .output()
+        .unwrap();
+    let check = stdout(&out);
+    assert!(
+        check
+            .lines()
+            .any(|l| l.starts_with("unprivileged containers") && l.contains("missing")),
+        "{check}"
+    );
+    sb.ok(&["update"]);
+    sb.ok(&["install", "good", "plain"]);
+    let (_, err) = sb.fail(&["start", "plain"]);
+    assert!(
+        err.contains("plain: this kernel has no usable user namespaces")
+            && err.contains("only packages the repository marks trusted may run"),
+        "{err}"
+    );
+    assert_eq!(
+        sb.status_of("plain")["state"],
+        "stopped",
+        "nothing half-started"
+    );
+    sb.ok(&["start", "good"]);
+    sb.wait_log("good", "up");
+    assert_eq!(sb.json(&["inspect", "good"])["privileged"], true);
+    sb.ok(&["stop", "good"]);
+}
