@@ -23,6 +23,8 @@ apt-get install -y -qq lxc squashfs-tools signify-openbsd busybox-static curl ru
     sysbench stress-ng hpcc mbw fio >/dev/null
 # The cgroup v2 VM test (tests/vm.rs, docs/vm.md): QEMU, and what builds the VM's Debian image.
 apt-get install -y -qq --no-install-recommends qemu-system-x86 debootstrap e2fsprogs xz-utils zstd >/dev/null
+# security (issue 5): apparmor_parser compiles the generated AppArmor profile in a unit test
+apt-get install -y -qq apparmor >/dev/null
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 

@@ -46,6 +46,8 @@ pub struct Config {
     pub start_timeout_s: u32,
     pub policy: Policy,
     pub guard: Guard,
+    /// `[security]`: what packages may be granted (docs/security.md).
+    pub security: crate::security::SecurityPolicy,
 }
 
 /// The memory guard (`[guard]`): below `threshold` bytes of MemAvailable, container
@@ -171,6 +173,8 @@ struct RawConfig {
     policy: RawPolicy,
     #[serde(default)]
     guard: RawGuard,
+    #[serde(default)]
+    security: crate::security::RawSecurity,
 }
 
 #[derive(Deserialize, Default)]
@@ -340,6 +344,10 @@ impl Config {
             cgroup_parent,
             policy,
             guard,
+            security: raw
+                .security
+                .validate()
+                .map_err(|(key, m)| value_err(key, m))?,
         })
     }
 }

@@ -12,5 +12,6 @@ pub mod index;
 pub mod manifest;
 pub mod name;
 pub mod plan;
+pub mod security;
 pub mod signify;
 pub mod state;

@@ -28,26 +28,6 @@ pub const HOST_BASE_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64"
 /// create them). `berth pack` adds them.
 pub const SKELETON_DIRS: &[&str] = &["proc", "sys", "dev", "tmp", "run", "data"];
 
-/// Capabilities a container never has unless it is trusted and asks for them.
-pub const DROPPED_CAPS: &[&str] = &[
-    "sys_admin",
-    "sys_module",
-    "sys_rawio",
-    "sys_boot",
-    "sys_time",
-    "sys_pacct",
-    "syslog",
-    "mknod",
-    "mac_admin",
-    "mac_override",
-    "audit_control",
-    "audit_read",
-    "wake_alarm",
-    "block_suspend",
-    "bpf",
-    "perfmon",
-];
-
 /// One container to be started.
 pub struct ContainerPlan<'a> {
     pub manifest: &'a Manifest,
@@ -146,7 +126,11 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
     line("lxc.rootfs.options", "ro")?;
     line("lxc.rootfs.managed", "0")?;
     match m.network.mode {
-        NetMode::None => line("lxc.net.0.type", "empty")?,
+        NetMode::None => {
+            line("lxc.net.0.type", "empty")?;
+            // Loopback up: LXC leaves it down in a user namespace unless told.
+            line("lxc.net.0.flags", "up")?
+        }
         NetMode::Shared => {
             if !plan.trusted {
                 return Err(PlanError::SharedNeedsTrust {
@@ -208,15 +192,8 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
     line("lxc.init.gid", &m.entrypoint.group.to_string())?;
     line("lxc.init.cwd", &m.entrypoint.workdir)?;
     line("lxc.no_new_privs", "1")?;
-    // Capabilities that reach past the container (mounts: remounting /sys rw, a fresh procfs
-    // with a writable core_pattern; modules, raw I/O, the clock, the kernel log, new device
-    // nodes). Only a package the repository trusts keeps one it asks for.
-    let drop: Vec<&str> = DROPPED_CAPS
-        .iter()
-        .copied()
-        .filter(|c| !(plan.trusted && m.permissions.capabilities.iter().any(|k| k == c)))
-        .collect();
-    line("lxc.cap.drop", &drop.join(" "))?;
+    // Capabilities, seccomp, devices and the id map: security::lxc_lines, appended by the
+    // daemon.
     let mut env: Vec<(String, String)> = vec![
         (
             "PATH".into(),
@@ -333,7 +310,7 @@ mod tests {
         let m = manifest("");
         let text = lxc_config(&plan(&m, &cfg)).unwrap();
         assert!(text.contains("lxc.rootfs.path = dir:/run/berth/mnt/abc\n"));
-        assert!(text.contains("lxc.net.0.type = empty\n"));
+        assert!(text.contains("lxc.net.0.type = empty\nlxc.net.0.flags = up\n"));
         assert!(text.contains("lxc.init.uid = 33\n"));
         assert!(text.contains("lxc.environment = PATH=/bin\n"), "{text}");
         assert_eq!(text.matches("PATH=").count(), 1);
@@ -344,38 +321,12 @@ mod tests {
         assert!(text.contains("lxc.cgroup.dir.container = berth/web\n"));
         assert!(text.contains("lxc.no_new_privs = 1\n"));
         assert!(!text.contains("lxc.hook"), "{text}");
-        assert!(
-            text.contains("lxc.cap.drop = sys_admin sys_module sys_rawio "),
-            "{text}"
-        );
+        assert!(!text.contains("lxc.cap."), "{text}");
         // base = none: no host directories
         assert!(!text.contains("/usr/lib usr/lib"));
         for l in text.lines() {
             assert!(l.starts_with("lxc.") || l.starts_with('#'), "{l}");
         }
-    }
-
-    #[test]
-    fn capabilities_reaching_the_host_are_dropped_unless_trusted() {
-        let cfg = Config::parse("", "t").unwrap();
-        let m = Manifest::parse(
-            "[package]\nname = \"ntp\"\nversion = \"1\"\n[entrypoint]\nargv = [\"/x\"]\n[permissions]\ncapabilities = [\"sys_time\"]\n",
-        )
-        .unwrap();
-        let mut p = plan(&m, &cfg);
-        let drop_line = |text: String| {
-            text.lines()
-                .find(|l| l.starts_with("lxc.cap.drop = "))
-                .unwrap()
-                .to_string()
-        };
-        let untrusted = drop_line(lxc_config(&p).unwrap());
-        assert!(untrusted.contains(" sys_time "), "{untrusted}");
-        assert!(untrusted.contains(" mknod "), "{untrusted}");
-        p.trusted = true;
-        let trusted = drop_line(lxc_config(&p).unwrap());
-        assert!(!trusted.contains("sys_time"), "{trusted}");
-        assert!(trusted.contains("sys_admin "), "{trusted}");
     }
 
     #[test]

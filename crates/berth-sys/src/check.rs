@@ -615,7 +615,71 @@ pub fn check_with(roots: &Roots, probes: &Probes) -> Vec<Feature> {
         probes.open_tree.0,
         probes.open_tree.1.clone(),
     ));
+    protections(roots, &mut out);
     out
+}
+
+/// What berth puts in force for containers on this kernel, from the features found above
+/// (docs/security.md).
+fn protections(roots: &Roots, out: &mut Vec<Feature>) {
+    let is = |name: &str| {
+        out.iter()
+            .any(|f| f.name == name && f.status == Status::Present)
+    };
+    let userns = is("user namespaces usable");
+    let seccomp = is("seccomp filter actions") || is("seccomp filter");
+    let nnp = is("no_new_privs");
+    let v2 = is("cgroup v2") && is("cgroup bpf");
+    let aa = is("apparmor");
+    let v1_devices = read(&roots.proc.join("self/mountinfo")).is_some_and(|t| {
+        parse_mountinfo(&t)
+            .iter()
+            .any(|m| m.fs_type == "cgroup" && m.super_options.split(',').any(|o| o == "devices"))
+    });
+    let mut add = |name: &'static str, on: bool, yes: &str, no: &str| {
+        let detail = if on { yes } else { no }.to_string();
+        out.push(feature("protections", name, false, present(on), detail));
+    };
+    add(
+        "unprivileged containers",
+        userns,
+        "untrusted packages run in their own user namespace",
+        "no usable user namespaces: only trusted packages start (privileged); untrusted ones are refused",
+    );
+    add(
+        "seccomp profile",
+        seccomp,
+        "berth-default-1 loaded into every container",
+        "no seccomp filter support: containers run without a syscall filter",
+    );
+    add(
+        "capability bounding set",
+        true,
+        "a minimal kept set (lxc.cap.keep) plus grants",
+        "",
+    );
+    add(
+        "no_new_privs in containers",
+        nnp,
+        "set for every container",
+        "not available on this kernel",
+    );
+    add(
+        "device allowlist",
+        v1_devices || v2,
+        if v1_devices {
+            "cgroup v1 devices controller"
+        } else {
+            "cgroup v2 BPF device program"
+        },
+        "no devices controller and no cgroup BPF: device nodes are limited to what is bound in",
+    );
+    add(
+        "apparmor profile",
+        aa,
+        "a generated profile per container",
+        "no AppArmor on this kernel: no profile applied",
+    );
 }
 
 #[cfg(test)]
@@ -785,6 +849,35 @@ hugetlb\t0\t5\t0
             missing,
             vec!["cgroup hierarchy", "squashfs", "loop devices"]
         );
+    }
+
+    #[test]
+    fn protections_follow_the_kernel() {
+        let fx = Fx::new(V1_MOUNTS);
+        let fs = fx.run();
+        assert_eq!(get(&fs, "unprivileged containers").status, Status::Present);
+        assert_eq!(get(&fs, "seccomp profile").status, Status::Present);
+        // V1_MOUNTS has no devices hierarchy and no cgroup2 mount
+        assert_eq!(get(&fs, "device allowlist").status, Status::Missing);
+        assert_eq!(get(&fs, "apparmor profile").status, Status::Missing);
+        let with_devices = format!(
+            "{V1_MOUNTS}45 31 0:40 / /sys/fs/cgroup/devices rw,relatime - cgroup cgroup rw,devices\n"
+        );
+        let fx = Fx::new(&with_devices);
+        fx.write("proc/sys/user/max_user_namespaces", "0\n");
+        fx.write("sys/module/apparmor/parameters/enabled", "Y\n");
+        let fs = fx.run();
+        let d = get(&fs, "device allowlist");
+        assert_eq!(d.status, Status::Present);
+        assert!(d.detail.contains("v1"), "{}", d.detail);
+        let u = get(&fs, "unprivileged containers");
+        assert_eq!(u.status, Status::Missing);
+        assert!(
+            u.detail.contains("untrusted ones are refused"),
+            "{}",
+            u.detail
+        );
+        assert_eq!(get(&fs, "apparmor profile").status, Status::Present);
     }
 
     #[test]

@@ -25,6 +25,7 @@ device:
                              change a container's limits, running or not (--cpu: percent
                              of one CPU); kept for the next start; no option: show them
   stats [NAME]               CPU %, memory, pids, throttling, OOM kills (group and containers)
+  inspect NAME               capabilities, seccomp profile, devices, id map in force (JSON)
   gc                         delete store images that nothing uses
   check                      kernel features berth uses, present or not
 
@@ -683,6 +684,22 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                     }
                 );
             }
+            Ok(0)
+        }
+        "inspect" => {
+            let a = parse_args(args, &[], &[])?;
+            let [n] = a.pos.as_slice() else {
+                return Err(usage("inspect takes one name"));
+            };
+            let v = client::call(
+                sock,
+                "GET",
+                &format!("/v1/inspect?name={}", package_name(n)?),
+                None,
+            )?;
+            // JSON for people too: the structure is the information (and a table printer
+            // would cost the device binary more than it gives).
+            print_json(&v);
             Ok(0)
         }
         "stats" => {

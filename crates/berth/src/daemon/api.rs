@@ -29,6 +29,7 @@ pub enum Action {
     Gc,
     Limit { name: String, limits: Overrides },
     Stats(Option<String>),
+    Inspect(String),
 }
 
 /// Pure: a limit request `{"name", "cpu": "20%", "memory": "32M", "pids": N}`, with the
@@ -204,11 +205,12 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
             Some(n) => Some(check_name(n)?),
             None => None,
         }),
+        ("GET", "/v1/inspect") => Action::Inspect(name_q()?),
         (
             _,
             "/v1/ping" | "/v1/status" | "/v1/packages" | "/v1/update" | "/v1/install"
             | "/v1/remove" | "/v1/start" | "/v1/stop" | "/v1/restart" | "/v1/logs" | "/v1/gc"
-            | "/v1/limit" | "/v1/stats",
+            | "/v1/limit" | "/v1/stats" | "/v1/inspect",
         ) => {
             return Err(ApiError::new(
                 405,
@@ -275,6 +277,7 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
         Action::Gc => reply(&mut stream, ops::gc(d)),
         Action::Limit { name, limits } => reply(&mut stream, ops::limit(d, &name, &limits)),
         Action::Stats(n) => reply(&mut stream, ops::stats(d, n.as_deref())),
+        Action::Inspect(n) => reply(&mut stream, super::security::inspect_op(d, &n)),
         Action::Logs { name, follow } => match ops::logs(d, &name, follow) {
             Err(e) => reply(&mut stream, Err(e)),
             Ok(ops::Logs::Saved(bytes)) => {

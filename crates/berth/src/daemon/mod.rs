@@ -9,6 +9,7 @@
 mod api;
 mod guard;
 pub mod ops;
+mod security;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -97,7 +98,9 @@ pub fn run(cfg: Config) -> Result<()> {
     ] {
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     }
-    std::fs::set_permissions(&paths.run, std::fs::Permissions::from_mode(0o700))
+    // Traversable (not listable) by others: an unprivileged container's root reaches its
+    // rootfs and /data binds below it; everything inside has its own restrictive mode.
+    std::fs::set_permissions(&paths.run, std::fs::Permissions::from_mode(0o711))
         .with_context(|| format!("chmod {}", paths.run.display()))?;
     let lock = single_instance(&cfg)?;
     let state = ops::load_state(&cfg)?;

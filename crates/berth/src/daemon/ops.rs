@@ -298,6 +298,16 @@ pub fn install(d: &Daemon, names: &[String], emit: &mut dyn FnMut(Value)) -> Api
         }
         _ => ApiError::new(422, "bad_index", e.to_string()),
     })?;
+    // What each package asks for, against the device policy, before anything is fetched
+    // (the image's own manifest is checked again in read_manifest).
+    for e in &closure {
+        let asked = berth_core::manifest::Permissions {
+            capabilities: e.manifest.capabilities.clone(),
+            devices: e.manifest.devices.clone(),
+            ..Default::default()
+        };
+        super::security::check(&d.cfg, e.name.as_str(), &asked, e.trusted)?;
+    }
     let old = state(d);
     // Upgrading a running package in place would pull its root out from under it.
     for e in &closure {
@@ -503,6 +513,7 @@ fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> ApiResult<Manifest
             .map_err(|why| ApiError::new(422, "bad_image", format!("{label}: {why}")))?;
         let m = Manifest::parse(&text)
             .map_err(|err| ApiError::new(422, "bad_manifest", format!("{label}: {err}")))?;
+        super::security::check(&d.cfg, e.name.as_str(), &m.permissions, e.trusted)?;
         if m.package.name != e.name || m.package.version != e.version {
             return Err(ApiError::new(
                 422,
@@ -811,7 +822,7 @@ fn lxc_monitor_alive(d: &Daemon, name: &str) -> bool {
         .is_ok()
 }
 
-fn installed(d: &Daemon, name: &str) -> ApiResult<Installed> {
+pub(super) fn installed(d: &Daemon, name: &str) -> ApiResult<Installed> {
     state(d).packages.get(name).cloned().ok_or_else(|| {
         ApiError::new(
             404,
@@ -867,6 +878,10 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
         )
         .map_err(ApiError::internal)?;
     }
+    if let Err(e) = super::security::own_data(d, &p, &data) {
+        release_mounts(d);
+        return Err(e);
+    }
     // Bind what the host has and the image has a mount point for (the root is read-only:
     // LXC cannot create one). A host without /lib64 simply has nothing to bind there.
     let data_mnt = paths.data_mount(name);
@@ -891,7 +906,8 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
             return Err(e);
         }
     };
-    let text = plan::lxc_config(&ContainerPlan {
+    let cg_version = limits.as_ref().map(|(v, _)| *v);
+    let mut text = plan::lxc_config(&ContainerPlan {
         manifest: &p.manifest,
         trusted: p.trusted,
         config: &d.cfg,
@@ -900,6 +916,13 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
         limits,
     })
     .map_err(|e| ApiError::new(409, "refused", e.to_string()))?;
+    match super::security::lxc_lines(d, &p, cg_version) {
+        Ok(lines) => text.push_str(&lines),
+        Err(e) => {
+            release_mounts(d);
+            return Err(e);
+        }
+    }
     let dir = paths.lxc_dir(name);
     std::fs::create_dir_all(&dir).map_err(ApiError::internal)?;
     write_atomic(&dir.join("config"), text.as_bytes(), 0o640).map_err(ApiError::internal)?;
@@ -924,6 +947,7 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     log::debug!("{name}: prepared in {:?}", t0 - t_begin);
     let mut child = Command::new(&d.exe)
         .args(args.to_args())
+        .env("PATH", super::security::shim_path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(shim_log)
@@ -1385,6 +1409,11 @@ fn load_overrides(cfg: &Config, name: &str) -> Overrides {
 fn limits_of(d: &Daemon, p: &Installed, ov: &Overrides) -> ApiResult<Limits> {
     cg::container_limits(&p.manifest.resources, ov, &d.cfg.policy, resources().host)
         .map_err(|e| ApiError::new(409, "beyond_policy", format!("{}: {e}", p.name.as_str())))
+}
+
+/// The host's cgroup version, if it has cgroups berth can use.
+pub(super) fn cgroup_version() -> Option<CgroupVersion> {
+    resources().cgroups.as_ref().ok().map(core_version)
 }
 
 /// For the LXC configuration at start: the limits, in the host's cgroup version.

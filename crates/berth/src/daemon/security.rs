@@ -1,0 +1,348 @@
+//! Security at install and at start: a package's permissions against the device policy, its
+//! seccomp profile, granted devices, privileged or a user-namespace id map; `berth inspect`.
+//! The decisions are berth_core::security's; this file does the I/O around them.
+
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+
+use berth_core::cgroup::CgroupVersion;
+use berth_core::config::Config;
+use berth_core::manifest::Permissions;
+use berth_core::security::{self as sec, DeviceNode, Grants, SecurityPlan};
+use berth_core::state::Installed;
+use serde_json::{json, Value};
+
+use super::{ApiError, ApiResult, Daemon};
+
+fn refused(e: sec::SecurityError) -> ApiError {
+    ApiError::new(403, "not_permitted", e.to_string())
+}
+
+/// What a package asks for, checked against the allowlists and the device policy.
+pub fn check(cfg: &Config, name: &str, perms: &Permissions, trusted: bool) -> ApiResult<Grants> {
+    sec::grants(name, perms, trusted, &cfg.security).map_err(refused)
+}
+
+/// The cgroup version whose device controller LXC can use here: a v1 `devices` hierarchy, or
+/// cgroup2 (a BPF device program) on a pure-v2 host.
+pub fn devices_cgroup(proc: &Path, version: Option<CgroupVersion>) -> Option<CgroupVersion> {
+    let text = std::fs::read_to_string(proc.join("self/mounts")).unwrap_or_default();
+    let v1 = text.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        f.len() > 3 && f[2] == "cgroup" && f[3].split(',').any(|o| o == "devices")
+    });
+    match version {
+        Some(CgroupVersion::V1) if v1 => Some(CgroupVersion::V1),
+        Some(CgroupVersion::V2) => Some(CgroupVersion::V2),
+        _ => None,
+    }
+}
+
+fn resolve_devices(name: &str, paths: &[String]) -> ApiResult<Vec<DeviceNode>> {
+    paths
+        .iter()
+        .map(|p| {
+            let md = std::fs::metadata(p).map_err(|e| {
+                ApiError::new(
+                    409,
+                    "no_device",
+                    format!("{name}: device {p}: {e} on this host"),
+                )
+            })?;
+            let kind = if md.file_type().is_char_device() {
+                'c'
+            } else if md.file_type().is_block_device() {
+                'b'
+            } else {
+                return Err(ApiError::new(
+                    409,
+                    "no_device",
+                    format!("{name}: {p} is not a device node on this host"),
+                ));
+            };
+            Ok(DeviceNode {
+                path: p.clone(),
+                kind,
+                major: libc::major(md.rdev()),
+                minor: libc::minor(md.rdev()),
+            })
+        })
+        .collect()
+}
+
+/// Everything `berth inspect` shows and the LXC configuration applies.
+pub struct Effective {
+    pub grants: Grants,
+    pub devices: Vec<DeviceNode>,
+    pub idmap: Option<(u32, u32)>,
+}
+
+pub fn effective(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Effective> {
+    let name = p.name.as_str();
+    let grants = check(&d.cfg, name, &p.manifest.permissions, p.trusted)?;
+    let devices = resolve_devices(name, &grants.devices)?;
+    Ok(Effective {
+        grants,
+        devices,
+        idmap: idmap(d, p, allocate)?,
+    })
+}
+
+/// Whether this kernel lets berth give a container its own user namespace.
+pub fn userns_usable(proc: &Path) -> bool {
+    proc.join("self/ns/user").exists()
+        && std::fs::read_to_string(proc.join("sys/user/max_user_namespaces"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .is_some_and(|n| n > 0)
+}
+
+fn slots_file(cfg: &Config) -> std::path::PathBuf {
+    cfg.paths.state.join("idmap")
+}
+
+/// The container's id map (host base, count), or None for a privileged container: only a
+/// package the signed index marks trusted, and only when the policy allows privileged ones.
+/// `allocate`: persist a new slot (at start); otherwise report what a start would use.
+pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Option<(u32, u32)>> {
+    let pol = &d.cfg.security;
+    let name = p.name.as_str();
+    if p.trusted && pol.allow_privileged {
+        return Ok(None);
+    }
+    if !userns_usable(Path::new("/proc")) {
+        return Err(ApiError::new(
+            409,
+            "no_userns",
+            format!(
+                "{name}: this kernel has no usable user namespaces (see berth check), so only packages the repository marks trusted may run, privileged{}",
+                if p.trusted { "; [security] privileged = \"never\" forbids that" } else { "" }
+            ),
+        ));
+    }
+    let path = slots_file(&d.cfg);
+    let mut slots = sec::parse_slots(&std::fs::read_to_string(&path).unwrap_or_default());
+    let (slot, new) = sec::id_slot(&mut slots, name);
+    let base = slot
+        .checked_mul(pol.idmap_size)
+        .and_then(|o| o.checked_add(pol.idmap_base))
+        .filter(|b| b.checked_add(pol.idmap_size).is_some())
+        .ok_or_else(|| {
+            ApiError::new(
+                409,
+                "no_ids",
+                format!("{name}: no subordinate id range left below 2^32 ([security] idmap_base)"),
+            )
+        })?;
+    if new && allocate {
+        berth_sys::fsutil::write_atomic(&path, sec::format_slots(&slots).as_bytes(), 0o644)
+            .map_err(|e| ApiError::internal(format!("write {}: {e}", path.display())))?;
+    }
+    Ok(Some((base, pol.idmap_size)))
+}
+
+/// Before a start: /data belongs to the ids the container runs with. A directory made for
+/// another map (or for a privileged run) is shifted over, without following links.
+pub fn own_data(d: &Daemon, p: &Installed, data: &Path) -> ApiResult<()> {
+    let Some((base, _)) = idmap(d, p, true)? else {
+        return Ok(());
+    };
+    let pol = &d.cfg.security;
+    let want = base + p.manifest.entrypoint.user.min(pol.idmap_size - 1);
+    let md = std::fs::symlink_metadata(data).map_err(ApiError::internal)?;
+    if md.uid() == want {
+        return Ok(());
+    }
+    fn shift(path: &Path, pol: &sec::SecurityPolicy, base: u32) -> std::io::Result<()> {
+        let md = std::fs::symlink_metadata(path)?;
+        std::os::unix::fs::lchown(
+            path,
+            Some(sec::shift_id(md.uid(), pol, base)),
+            Some(sec::shift_id(md.gid(), pol, base)),
+        )?;
+        if md.is_dir() {
+            for e in std::fs::read_dir(path)? {
+                shift(&e?.path(), pol, base)?;
+            }
+        }
+        Ok(())
+    }
+    shift(data, pol, base)
+        .map_err(|e| ApiError::internal(format!("chown {} for the id map: {e}", data.display())))
+}
+
+/// At start: writes the container's seccomp profile next to its LXC configuration and
+/// returns the security lines of that configuration.
+pub fn lxc_lines(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiResult<String> {
+    let e = effective(d, p, true)?;
+    let dir = d.cfg.paths.lxc_dir(p.name.as_str());
+    std::fs::create_dir_all(&dir).map_err(ApiError::internal)?;
+    let profile = dir.join("seccomp");
+    berth_sys::fsutil::write_atomic(
+        &profile,
+        sec::seccomp_profile(&e.grants.syscalls).as_bytes(),
+        0o644,
+    )
+    .map_err(|err| ApiError::internal(format!("write {}: {err}", profile.display())))?;
+    let path = profile.display().to_string();
+    let apparmor = if apparmor_enabled(Path::new("/sys")) {
+        Some(load_apparmor(&dir, p.name.as_str())?)
+    } else {
+        None
+    };
+    Ok(sec::lxc_lines(&SecurityPlan {
+        grants: &e.grants,
+        seccomp_path: &path,
+        devices_cgroup: devices_cgroup(Path::new("/proc"), cgroup),
+        devices: &e.devices,
+        idmap: e.idmap,
+        apparmor: apparmor.as_deref(),
+    }))
+}
+
+/// Whether the running kernel enforces AppArmor.
+pub fn apparmor_enabled(sys: &Path) -> bool {
+    std::fs::read_to_string(sys.join("module/apparmor/parameters/enabled"))
+        .is_ok_and(|v| v.trim() == "Y")
+        && sys.join("kernel/security/apparmor").exists()
+}
+
+/// Writes the container's AppArmor profile next to its LXC configuration and loads (or
+/// replaces) it in the kernel; returns its name. A kernel with AppArmor never gets a
+/// container without its profile: a failure here fails the start.
+fn load_apparmor(dir: &Path, name: &str) -> ApiResult<String> {
+    let (profile, text) = sec::apparmor_profile(name);
+    let file = dir.join("apparmor");
+    berth_sys::fsutil::write_atomic(&file, text.as_bytes(), 0o644)
+        .map_err(|e| ApiError::internal(format!("write {}: {e}", file.display())))?;
+    // The parser's complaints go to the daemon's log (inherited stderr).
+    let st = std::process::Command::new("apparmor_parser")
+        .arg("-r")
+        .arg("-W")
+        .arg(&file)
+        .status()
+        .map_err(|e| {
+            ApiError::new(
+                500,
+                "apparmor",
+                format!("{name}: the kernel has AppArmor but apparmor_parser cannot run ({e}); install apparmor"),
+            )
+        })?;
+    if !st.success() {
+        return Err(ApiError::new(
+            500,
+            "apparmor",
+            format!(
+                "{name}: apparmor_parser refused {} ({st}); see the daemon log",
+                file.display()
+            ),
+        ));
+    }
+    Ok(profile)
+}
+
+/// `berth inspect NAME`: the protections a container runs (or would run) with.
+pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiResult<Value> {
+    let e = effective(d, p, false)?;
+    let devcg = devices_cgroup(Path::new("/proc"), cgroup);
+    let mut devices: Vec<String> = sec::DEFAULT_DEVICES
+        .iter()
+        .map(|(n, ..)| format!("/dev/{n}"))
+        .collect();
+    devices.push("/dev/pts/*".into());
+    devices.extend(e.devices.iter().map(|n| n.path.clone()));
+    let denied: Vec<String> = sec::seccomp_profile(&e.grants.syscalls)
+        .lines()
+        .filter(|l| l.contains(" errno "))
+        .filter_map(|l| l.split(' ').next().map(str::to_string))
+        .collect();
+    Ok(json!({
+        "name": p.name.as_str(),
+        "trusted": p.trusted,
+        "privileged": e.idmap.is_none(),
+        "idmap": e.idmap.map(|(base, count)| json!({"container": 0, "host": base, "count": count})),
+        "capabilities": e.grants.capabilities,
+        "seccomp": {
+            "profile": sec::SECCOMP_VERSION,
+            "granted": e.grants.syscalls,
+            "denied": denied,
+        },
+        "devices": devices,
+        "devices_cgroup": match devcg {
+            Some(CgroupVersion::V1) => "v1",
+            Some(CgroupVersion::V2) => "v2 (bpf)",
+            None => "none: the kernel has no device controller berth can use",
+        },
+        "no_new_privs": true,
+        "apparmor": apparmor_enabled(Path::new("/sys")).then(|| sec::apparmor_profile(p.name.as_str()).0),
+    }))
+}
+
+/// `GET /v1/inspect?name=NAME`.
+pub fn inspect_op(d: &Daemon, name: &str) -> ApiResult<Value> {
+    let p = super::ops::installed(d, name)?;
+    inspect(d, &p, super::ops::cgroup_version())
+}
+
+/// The shim's PATH: the daemon's without the directories of shadow's newuidmap/newgidmap.
+/// berth (root) allocates the id ranges itself (state/idmap) and LXC then writes
+/// uid_map directly; with newuidmap on PATH, LXC insists on ranges reserved for root in
+/// /etc/subuid, a host-wide file berth does not own.
+pub fn shim_path() -> String {
+    let path = std::env::var("PATH").unwrap_or_else(|_| "/usr/sbin:/usr/bin:/sbin:/bin".into());
+    path.split(':')
+        .filter(|d| {
+            !Path::new(d).join("newuidmap").exists() && !Path::new(d).join("newgidmap").exists()
+        })
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The generated profile compiles with the real AppArmor parser (without loading it:
+    /// this machine's kernel has no AppArmor; the VM harness loads it for real).
+    #[test]
+    fn apparmor_profile_compiles() {
+        let Ok(out) = std::process::Command::new("apparmor_parser")
+            .arg("--version")
+            .output()
+        else {
+            println!("SKIPPED: apparmor_parser not installed (Debian package apparmor)");
+            return;
+        };
+        assert!(out.status.success());
+        let dir = std::env::temp_dir().join(format!("berth-aa-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("p");
+        std::fs::write(&file, sec::apparmor_profile("web-1").1).unwrap();
+        let out = std::process::Command::new("apparmor_parser")
+            .args(["-Q", "-K", "-S"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.stdout.is_empty(), "a compiled policy");
+    }
+
+    #[test]
+    fn apparmor_is_detected_from_sys() {
+        let dir = std::env::temp_dir().join(format!("berth-aa-sys-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(!apparmor_enabled(&dir));
+        std::fs::create_dir_all(dir.join("module/apparmor/parameters")).unwrap();
+        std::fs::create_dir_all(dir.join("kernel/security/apparmor")).unwrap();
+        std::fs::write(dir.join("module/apparmor/parameters/enabled"), "N\n").unwrap();
+        assert!(!apparmor_enabled(&dir));
+        std::fs::write(dir.join("module/apparmor/parameters/enabled"), "Y\n").unwrap();
+        assert!(apparmor_enabled(&dir));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

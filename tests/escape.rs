@@ -1,0 +1,345 @@
+//! The escape-probe suite, as root with real LXC: a static C program (tests/probes/escape.c)
+//! packed into a package tries, from inside its container, to take the device: load a
+//! module, mount, write the package or the kernel's knobs, create or open devices, forge
+//! packets, reach host processes, gain root through a setuid file, rename the host, reboot,
+//! use bpf/perf, set the clock, open_by_handle_at, fork without end, read another container's
+//! /data. Every attempt must fail in the SPECIFIC way listed here; a table of probe, expected,
+//! observed is printed for each container kind.
+
+mod common;
+
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// Compiles the probe program (static: the package carries no libc).
+fn build_probe(tmp: &TempDir) -> Option<PathBuf> {
+    let Some(gcc) = which("gcc") else {
+        eprintln!("SKIPPED: escape probes: gcc is not installed (scripts/test.sh installs gcc and libc6-dev)");
+        return None;
+    };
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/probes/escape.c");
+    let out = tmp.path("escape");
+    let o = Command::new(gcc)
+        .args(["-static", "-O2", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "gcc -static {}: {}\n(install libc6-dev)",
+        src.display(),
+        stderr(&o)
+    );
+    Some(out)
+}
+
+/// Packs the probe as package `name`: /bin/escape, and a setuid-root copy /bin/escape-suid.
+fn pack_probe(sb: &Sandbox, probe: &Path, name: &str, argv: &[String], tables: &str) {
+    let dir = sb.dir.join("src").join(name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join(".berth")).unwrap();
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    std::fs::copy(probe, dir.join("bin/escape")).unwrap();
+    std::fs::copy(probe, dir.join("bin/escape-suid")).unwrap();
+    std::fs::set_permissions(
+        dir.join("bin/escape-suid"),
+        std::fs::Permissions::from_mode(0o4755),
+    )
+    .unwrap();
+    let argv: Vec<String> = argv.iter().map(|a| format!("{a:?}")).collect();
+    std::fs::write(
+        dir.join(".berth/manifest.toml"),
+        format!(
+            "[package]\nname = \"{name}\"\nversion = \"1.0\"\n[entrypoint]\nargv = [{}]\n{tables}\n",
+            argv.join(", ")
+        ),
+    )
+    .unwrap();
+    let out = sb.repo.join("packages").join(format!("{name}-1.0.sqfs"));
+    let o = sb.berth(&["pack", dir.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+    assert!(o.status.success(), "pack {name}: {}", stderr(&o));
+    assert!(
+        stderr(&o).contains("setuid"),
+        "pack should warn about the setuid file: {}",
+        stderr(&o)
+    );
+}
+
+/// A host process the probes try to reach; killed even when the test fails.
+struct HostProc(Child);
+impl Drop for HostProc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+/// Waits for the probes to finish; returns (probe → result, fork count).
+fn results(sb: &Sandbox, name: &str) -> (Vec<(String, String)>, u32) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let text = loop {
+        let s = stdout(&sb.berth(&["logs", name]));
+        if s.contains("probes done") {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: the probes did not finish; output so far:\n{s}\ndaemon log:\n{}",
+            sb.daemon_log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut out = Vec::new();
+    let mut forks = 0;
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        match f.as_slice() {
+            ["probe", n, r] => out.push((n.to_string(), r.to_string())),
+            ["forks", n] => forks = n.parse().unwrap(),
+            ["detail", ..] => println!("{name}: {l}"),
+            _ => {}
+        }
+    }
+    (out, forks)
+}
+
+/// What each probe must observe. Errnos: EPERM from the seccomp profile or a missing
+/// capability, EROFS from read-only mounts, ENOENT/ESRCH where the thing is not in the
+/// container's namespaces at all.
+/// `userns`: the container has its own user namespace (files of the host's root are not its
+/// own, so some denials come before the read-only check).
+fn expected(userns: bool) -> Vec<(&'static str, &'static str)> {
+    let mut e = vec![
+        ("init_module", "EPERM"),
+        ("finit_module", "EPERM"),
+        ("mount_tmpfs", "EPERM"),
+        ("remount_root_rw", "EPERM"),
+        ("umount_proc", "EPERM"),
+        ("open_tree", "EPERM"),
+        ("write_package_new", "EROFS"),
+        ("write_package_file", "EROFS"),
+        ("write_sys_kernel", "EROFS"),
+        ("write_proc_sys", if userns { "EACCES" } else { "EROFS" }),
+        // a kernel without magic SysRq has no such file
+        (
+            "write_sysrq_trigger",
+            if Path::new("/proc/sysrq-trigger").exists() {
+                "EROFS"
+            } else {
+                "ENOENT"
+            },
+        ),
+        ("mknod_block", "EPERM"),
+        ("mknod_mem", "EPERM"),
+        ("open_dev_sda", "ENOENT"),
+        ("open_dev_vda", "ENOENT"),
+        ("open_dev_loop0", "ENOENT"),
+        ("open_dev_mem", "ENOENT"),
+        ("open_dev_kmsg", "ENOENT"),
+        ("raw_packet_socket", "EPERM"),
+        ("raw_inet_socket", "EPERM"),
+        ("ptrace_host_pid", "EPERM"),
+        ("kill_host_pid", "ESRCH"),
+        ("proc_host_pid", "ENOENT"),
+        ("visible_processes", "few"),
+        ("setuid_file", "euid1000"),
+        ("sethostname", "EPERM"),
+        ("reboot", "EPERM"),
+        ("kexec_load", "EPERM"),
+        ("swapon", "EPERM"),
+        ("bpf", "EPERM"),
+        ("perf_event_open", "EPERM"),
+        ("clock_settime", "EPERM"),
+        ("settimeofday", "EPERM"),
+        ("keyctl", "EPERM"),
+        ("unshare_user", "EPERM"),
+        ("unshare_mount", "EPERM"),
+        ("userfaultfd", "EPERM"),
+        ("open_by_handle_at", "EPERM"),
+        ("name_to_handle_at", "EPERM"),
+        ("other_data", "ENOENT"),
+        // the probe's own root has no such path; init's root is not even open to it
+        ("other_data_via_proc_root", "EACCES+ENOENT"),
+        ("fork_bomb", "EAGAIN"),
+    ];
+    if cfg!(target_arch = "x86_64") {
+        e.push(("iopl", "EPERM"));
+    }
+    e
+}
+
+const PIDS_MAX: u32 = 48;
+
+fn check(kind: &str, userns: bool, got: &[(String, String)], forks: u32) -> Vec<String> {
+    println!("\nescape probes, {kind} container:");
+    println!("{:<26} {:<10} {:<10}", "PROBE", "EXPECTED", "OBSERVED");
+    let mut bad = Vec::new();
+    for (probe, want) in expected(userns) {
+        let seen = got
+            .iter()
+            .find(|(n, _)| n == probe)
+            .map(|(_, r)| r.as_str())
+            .unwrap_or("(not run)");
+        let mark = if seen == want { "" } else { "  <-- WRONG" };
+        println!("{probe:<26} {want:<10} {seen:<10}{mark}");
+        if seen != want {
+            bad.push(format!("{kind}: {probe}: expected {want}, observed {seen}"));
+        }
+    }
+    println!("(fork bomb stopped after {forks} processes; pids limit {PIDS_MAX})");
+    if forks >= PIDS_MAX {
+        bad.push(format!("{kind}: forked {forks} >= pids limit {PIDS_MAX}"));
+    }
+    bad
+}
+
+#[test]
+fn every_escape_attempt_fails_in_the_expected_way() {
+    let tmp = TempDir::new("escape");
+    let Some(probe) = build_probe(&tmp) else {
+        return;
+    };
+    let mut sb = Sandbox::new("escape");
+    sb.trust("probetrusted");
+    let host = HostProc(Command::new("sleep").arg("300").spawn().unwrap());
+    let other = sb.state_dir().join("data/victim/secret");
+    let argv = vec![
+        "/bin/escape".to_string(),
+        host.0.id().to_string(),
+        other.display().to_string(),
+    ];
+    let tables = format!("[resources]\npids = {PIDS_MAX}\n");
+    pack_probe(&sb, &probe, "probe", &argv, &tables);
+    pack_probe(&sb, &probe, "probetrusted", &argv, &tables);
+    sb.pack(&Pkg::script(
+        "victim",
+        "1.0",
+        "echo secret > /data/secret\necho written\nexec sleep 600\n",
+    ));
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "probe", "probetrusted", "victim"]);
+    start(&sb, "victim");
+    sb.wait_log("victim", "written");
+    assert!(other.exists(), "the victim's secret is on the host");
+    let host_name = hostname();
+
+    let mut bad = Vec::new();
+    for (name, kind) in [
+        ("probe", "unprivileged (default)"),
+        ("probetrusted", "privileged (trusted)"),
+    ] {
+        let inspect = sb.json(&["inspect", name]);
+        println!("berth inspect {name}: {inspect}");
+        let caps: Vec<&str> = inspect["capabilities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_str().unwrap())
+            .collect();
+        assert_eq!(caps, berth_kept_caps(), "{name}");
+        assert_eq!(inspect["seccomp"]["profile"], "berth-default-1");
+        assert_eq!(inspect["trusted"], name == "probetrusted");
+        // untrusted: a user namespace; trusted: privileged (the default policy allows it)
+        assert_eq!(inspect["privileged"], name == "probetrusted");
+        assert_eq!(inspect["idmap"].is_object(), name == "probe");
+        start(&sb, name);
+        let (got, forks) = results(&sb, name);
+        bad.extend(check(kind, name == "probe", &got, forks));
+        // The container's own config says what inspect says.
+        let cfg = std::fs::read_to_string(sb.lxcpath().join(name).join("config")).unwrap();
+        assert!(
+            cfg.contains(&format!("lxc.cap.keep = {}\n", caps.join(" "))),
+            "{cfg}"
+        );
+        assert!(cfg.contains("lxc.seccomp.profile = "), "{cfg}");
+        // Seccomp is in force in filter mode on the payload.
+        let pid = sb.status_of(name)["init_pid"].as_i64().unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(status.contains("Seccomp:\t2"), "{status}");
+        assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+        // The device cgroup allows the allowlist and nothing else (v1; v2 uses a BPF program).
+        let list = Path::new("/sys/fs/cgroup/devices")
+            .join(&sb.cgroup_parent)
+            .join(name)
+            .join("devices.list");
+        if list.exists() {
+            let mut got: Vec<String> = std::fs::read_to_string(&list)
+                .unwrap()
+                .lines()
+                .map(str::to_string)
+                .collect();
+            got.sort();
+            let mut want: Vec<&str> = vec![
+                "c 1:3 rwm",
+                "c 1:5 rwm",
+                "c 1:7 rwm",
+                "c 1:8 rwm",
+                "c 1:9 rwm",
+                "c 5:0 rwm",
+                "c 5:2 rwm",
+                "c 136:* rwm",
+            ];
+            want.sort();
+            assert_eq!(got, want, "{}", list.display());
+        } else {
+            println!("SKIPPED: device cgroup list check: no cgroup v1 devices hierarchy");
+        }
+        let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
+        let map: Vec<&str> = map.split_whitespace().collect();
+        if name == "probe" {
+            let host = inspect["idmap"]["host"].as_u64().unwrap().to_string();
+            assert_eq!(map, ["0", host.as_str(), "65536"], "{name}: uid_map");
+        } else {
+            assert_eq!(map, ["0", "0", "4294967295"], "{name}: uid_map");
+        }
+        sb.ok(&["stop", name]);
+    }
+    assert_eq!(hostname(), host_name, "the host's hostname changed");
+    assert!(
+        bad.is_empty(),
+        "escape probes did not fail as expected:\n{}",
+        bad.join("\n")
+    );
+}
+
+/// Starts a container; on failure, shows LXC's log (the sandbox is gone afterwards).
+fn start(sb: &Sandbox, name: &str) {
+    let o = sb.berth(&["start", name]);
+    if !o.status.success() {
+        let log = std::fs::read_to_string(sb.lxcpath().join(name).join("lxc.log"));
+        panic!(
+            "start {name}: {}\nlxc.log:\n{}",
+            stderr(&o),
+            log.unwrap_or_default()
+        );
+    }
+}
+
+fn berth_kept_caps() -> Vec<&'static str> {
+    vec![
+        "audit_write",
+        "chown",
+        "dac_override",
+        "fowner",
+        "fsetid",
+        "kill",
+        "net_bind_service",
+        "setgid",
+        "setpcap",
+        "setuid",
+        "sys_chroot",
+    ]
+}
