@@ -46,6 +46,8 @@ pub struct Config {
     pub start_timeout_s: u32,
     pub policy: Policy,
     pub guard: Guard,
+    /// `[network]`: the device's network policy (see `net`).
+    pub network: crate::net::NetConfig,
 }
 
 /// The memory guard (`[guard]`): below `threshold` bytes of MemAvailable, container
@@ -171,6 +173,8 @@ struct RawConfig {
     policy: RawPolicy,
     #[serde(default)]
     guard: RawGuard,
+    #[serde(default)]
+    network: crate::net::RawNet,
 }
 
 #[derive(Deserialize, Default)]
@@ -340,6 +344,8 @@ impl Config {
             cgroup_parent,
             policy,
             guard,
+            network: crate::net::NetConfig::parse(raw.network)
+                .map_err(|(key, m)| value_err(key, m))?,
         })
     }
 }
