@@ -426,3 +426,156 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
     let left = must("ip netns list");
     assert!(!left.contains(&dev), "{left}");
 }
+
+fn ruleset_of(net: &Net) -> String {
+    net.nft("-s list ruleset")
+}
+
+#[test]
+fn bad_input_is_refused_and_the_previous_ruleset_stays() {
+    let net = Net::new();
+    let d = net.dev.clone();
+    let cfg = |subnet: &str| {
+        format!("subnet = \"{subnet}\"\nmacvlan_parent = \"dum0\"\nmodes = [\"none\", \"isolated\", \"macvlan\"]")
+    };
+    let mut sb = sandbox(&net, "netbad", &cfg("192.0.2.0/24"));
+    let _stop = stopper(&net, &sb);
+    let iso = |name: &str, port: u16| {
+        Pkg::script(name, "1", "exec /bin/busybox sleep 100000\n").table(&format!(
+            "[network]\nmode = \"isolated\"\npublish = [\"{port}:80/tcp\"]"
+        ))
+    };
+    sb.pack(&iso("a", 8080));
+    sb.pack(&iso("b", 8080));
+    sb.pack(&iso("c", 9090));
+    sb.pack(
+        &Pkg::script("m", "1", "exec /bin/busybox sleep 100000\n")
+            .table("[network]\nmode = \"macvlan\""),
+    );
+    sb.pack(
+        &Pkg::script("s", "1", "exec /bin/busybox sleep 100000\n")
+            .table("[network]\nmode = \"shared\""),
+    );
+    sb.trust("s");
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "a", "b", "c", "m", "s"]);
+
+    // A subnet overlapping one of the host's: nothing is created.
+    let (_, e) = sb.fail(&["start", "a"]);
+    assert!(
+        e.contains("subnet 192.0.2.0/24 overlaps the host's route 192.0.2.0/24 on lan0"),
+        "{e}"
+    );
+    assert!(!sh(&format!("ip -n {d} link show berth0")).status.success());
+    assert!(net.nft("list tables").trim().is_empty());
+    assert!(
+        !std::fs::read_to_string(sb.state_dir().join("net/leases.json"))
+            .unwrap_or_default()
+            .contains("\"a\"")
+    );
+    // The device policy caps the modes, even for a trusted package.
+    let (_, e) = sb.fail(&["start", "s"]);
+    assert!(
+        e.contains("s: network mode shared is not allowed by the device policy"),
+        "{e}"
+    );
+    // macvlan: a parent that does not exist, then one that is down.
+    let (_, e) = sb.fail(&["start", "m"]);
+    assert!(
+        e.contains("macvlan parent interface dum0 does not exist"),
+        "{e}"
+    );
+    must(&format!("ip -n {d} link add dum0 type veth peer name dum1"));
+    let (_, e) = sb.fail(&["start", "m"]);
+    assert!(e.contains("macvlan parent interface dum0 is down"), "{e}");
+
+    // A pool of one address.
+    sb.kill_daemon(15);
+    sb.write_config(&format!(
+        "[network]\ntable = \"bt_netbad\"\n{}",
+        cfg("10.88.0.0/30")
+    ));
+    sb.start_daemon();
+    sb.ok(&["start", "a"]);
+    let good = ruleset_of(&net);
+    assert!(good.contains("dnat ip to 10.88.0.2:80"), "{good}");
+    let (_, e) = sb.fail(&["start", "b"]);
+    assert!(
+        e.contains("b: host port 8080/tcp is already published by a"),
+        "{e}"
+    );
+    let (_, e) = sb.fail(&["start", "c"]);
+    assert!(
+        e.contains("c: no free address left in the pool 10.88.0.0/30"),
+        "{e}"
+    );
+    assert_eq!(ruleset_of(&net), good);
+
+    // nft failing, then missing: a clear error, and the rules in force stay.
+    sb.ok(&["stop", "a"]);
+    sb.kill_daemon(15);
+    let bin = TempDir::new("fake-nft");
+    std::fs::write(
+        bin.path("nft"),
+        "#!/bin/sh\necho 'Error: syntax error, unexpected junk' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        bin.path("nft"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.0.display());
+    sb.start_daemon_env(&[("PATH", &path)]);
+    let (_, e) = sb.fail(&["start", "a"]);
+    assert!(
+        e.contains("nft -f - failed") && e.contains("syntax error"),
+        "{e}"
+    );
+    assert_eq!(ruleset_of(&net), good);
+    sb.kill_daemon(15);
+    let only_ip = TempDir::new("only-ip");
+    std::os::unix::fs::symlink(common::which("ip").unwrap(), only_ip.path("ip")).unwrap();
+    let path = format!("{}:/usr/bin:/bin", only_ip.0.display());
+    assert!(
+        !std::path::Path::new("/usr/bin/nft").exists()
+            && !std::path::Path::new("/bin/nft").exists()
+    );
+    sb.start_daemon_env(&[("PATH", &path)]);
+    let (_, e) = sb.fail(&["start", "a"]);
+    assert!(e.contains("nft: cannot run it"), "{e}");
+    assert_eq!(ruleset_of(&net), good);
+}
+
+#[test]
+fn macvlan_lan_host_reaches_the_container() {
+    let net = Net::new();
+    let mut sb = sandbox(&net, "netmv", "macvlan_parent = \"lan0\"");
+    let _stop = stopper(&net, &sb);
+    sb.add(
+        &Pkg::script(
+            "mv",
+            "1",
+            "/bin/busybox ip addr add 192.0.2.50/24 dev eth0\nmkdir -p /tmp/www && echo hello from mv > /tmp/www/index.html\nexec /bin/busybox httpd -f -p 80 -h /tmp/www\n",
+        )
+        .table("[network]\nmode = \"macvlan\""),
+    );
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "mv"]);
+    sb.ok(&["start", "mv"]);
+    let lan = net.lan.clone();
+    let out = retry("LAN → macvlan container", || {
+        let o = sh(&format!(
+            "ip netns exec {lan} sh -c \"{}\"",
+            get("192.0.2.50", 80, "/")
+        ));
+        (o.status.success(), stdout(&o))
+    });
+    assert!(out.contains("hello from mv"), "{out}");
+    assert_eq!(net_of(&sb, "mv")["mode"], "macvlan");
+    // macvlan needs no bridge and no ruleset
+    assert!(net.nft("list tables").trim().is_empty());
+}
