@@ -21,6 +21,8 @@ apt-get update -qq
 apt-get install -y -qq lxc squashfs-tools signify-openbsd busybox-static curl runc \
     mosquitto mosquitto-clients gcc libc6-dev file strace \
     sysbench stress-ng hpcc mbw fio >/dev/null
+# networking (issue 4): nft for berth's ruleset, iperf3 for the net bench suite
+apt-get install -y -qq nftables iproute2 iperf3 >/dev/null
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 
