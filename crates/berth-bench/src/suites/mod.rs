@@ -11,11 +11,12 @@ pub mod footprint;
 pub mod fs;
 pub mod hostguest;
 pub mod mem;
+pub mod net;
 
 /// The order `all` runs them in: footprint first, so "idle" means a daemon that has done
 /// nothing but install its packages.
 /// The host-vs-guest suites come last: they load the machine for minutes.
-pub const ALL: &[&str] = &["footprint", "activation", "cpu", "mem", "fs"];
+pub const ALL: &[&str] = &["footprint", "activation", "cpu", "mem", "fs", "net"];
 
 /// What every suite gets.
 pub struct Ctx<'a> {
@@ -48,6 +49,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "cpu" => Some(Box::new(cpu::Cpu)),
         "mem" => Some(Box::new(mem::Mem)),
         "fs" => Some(Box::new(fs::Fs)),
+        "net" => Some(Box::new(net::Net)),
         _ => None,
     }
 }
