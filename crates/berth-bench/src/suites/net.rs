@@ -430,38 +430,40 @@ impl Suite for Net {
         } else {
             ctx.runs_given.unwrap_or(10)
         };
-        let mut start_rows = Vec::new();
-        let mut start_raw = Vec::new();
-        let mut base = f64::NAN;
-        for (n, label) in [
+        let modes = [
             ("st-none", "none"),
             ("st-shared", "shared"),
             ("st-iso", "isolated"),
             ("st-mv", "macvlan"),
-        ] {
-            let mut samples = Vec::new();
-            for i in 0..runs + 1 {
+        ];
+        // Interleaved (none, shared, isolated, macvlan, none, …) so drifting load on the
+        // machine hits every mode alike; the first round is the warm-up.
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+        for i in 0..runs + 1 {
+            for (k, (n, _)) in modes.iter().enumerate() {
                 crate::util::check_interrupted()?;
                 let t0 = Instant::now();
                 w.berth(&["start", n])?;
                 let el = t0.elapsed().as_secs_f64() * 1000.0;
                 w.berth(&["stop", n])?;
                 if i > 0 {
-                    samples.push(el);
+                    samples[k].push(el);
                 }
             }
-            let s = summarize(&samples).ok_or("no start samples")?;
-            if label == "none" {
-                base = s.mean;
-            }
+        }
+        let mut start_rows = Vec::new();
+        let mut start_raw = Vec::new();
+        let base = summarize(&samples[0]).map_or(f64::NAN, |s| s.median);
+        for (k, (_, label)) in modes.iter().enumerate() {
+            let s = summarize(&samples[k]).ok_or("no start samples")?;
             progress!("net: start with mode {label}: {} ms", ms(s.mean));
             start_rows.push(vec![
                 label.to_string(),
                 mean_ci(&s),
                 ms(s.median),
-                format!("{:+.1}", s.mean - base),
+                format!("{:+.1}", s.median - base),
             ]);
-            start_raw.push(json!({"mode": label, "samples_ms": samples}));
+            start_raw.push(json!({"mode": label, "samples_ms": samples[k]}));
         }
 
         // Servers: host (in the device namespace), then the three containers.
@@ -474,7 +476,7 @@ impl Suite for Net {
             w.berth(&["start", n])?;
         }
         let secs = if ctx.quick { 2 } else { 5 };
-        let rounds = if ctx.quick { 1 } else { 3 };
+        let rounds = if ctx.quick { 1 } else { 5 };
         let n_rr = if ctx.quick { 5000 } else { 20000 };
         // servers up: retry the first contact
         for t in TARGETS {
@@ -495,37 +497,38 @@ impl Suite for Net {
             "TCP RR µs",
             "UDP RR µs",
         ]);
-        let mut raw = Vec::new();
-        for t in TARGETS {
-            let (mut tcp, mut udp, mut loss, mut jit, mut trr, mut urr) =
-                (vec![], vec![], vec![], vec![], vec![], vec![]);
-            // interleaved rounds would be fairer across targets; here each target's rounds run
-            // back to back, and the table gives the spread
-            for _ in 0..rounds {
+        // six series per target: TCP, UDP, UDP loss, UDP jitter, TCP RR, UDP RR; rounds
+        // interleave the targets so drifting load hits them alike
+        let mut series: Vec<[Vec<f64>; 6]> = TARGETS.iter().map(|_| Default::default()).collect();
+        for r in 0..rounds {
+            progress!("net: round {}/{rounds}", r + 1);
+            for (k, t) in TARGETS.iter().enumerate() {
                 crate::util::check_interrupted()?;
-                tcp.push(iperf(&w, t, false, secs)?.0);
+                let v = &mut series[k];
+                v[0].push(iperf(&w, t, false, secs)?.0);
                 let (u, l, j) = iperf(&w, t, true, secs)?;
-                udp.push(u);
-                loss.push(l);
-                jit.push(j);
-                trr.push(rr(&w, t, "tcp", n_rr)?);
-                urr.push(rr(&w, t, "udp", n_rr)?);
+                v[1].push(u);
+                v[2].push(l);
+                v[3].push(j);
+                v[4].push(rr(&w, t, "tcp", n_rr)?);
+                v[5].push(rr(&w, t, "udp", n_rr)?);
             }
-            let m = |v: &Vec<f64>| summarize(v).map(|s| mean_ci(&s)).unwrap_or_default();
-            progress!("net: {}: TCP {} Mbit/s", t.label, m(&tcp));
-            table.row(vec![
-                t.label.into(),
-                m(&tcp),
-                m(&udp),
-                m(&loss),
-                m(&jit),
-                m(&trr),
-                m(&urr),
-            ]);
-            raw.push(json!({"target": t.label, "tcp_mbps": tcp, "udp_mbps": udp, "udp_loss_percent": loss,
-                "udp_jitter_ms": jit, "tcp_rr_us": trr, "udp_rr_us": urr}));
         }
-        let mut st = Table::new(&["mode", "start ms (mean ± 95% CI)", "median", "vs none (ms)"]);
+        let mut raw = Vec::new();
+        for (t, v) in TARGETS.iter().zip(&series) {
+            let m = |v: &Vec<f64>| summarize(v).map(|s| mean_ci(&s)).unwrap_or_default();
+            let mut row = vec![t.label.to_string()];
+            row.extend(v.iter().map(m));
+            table.row(row);
+            raw.push(json!({"target": t.label, "tcp_mbps": v[0], "udp_mbps": v[1], "udp_loss_percent": v[2],
+                "udp_jitter_ms": v[3], "tcp_rr_us": v[4], "udp_rr_us": v[5]}));
+        }
+        let mut st = Table::new(&[
+            "mode",
+            "start ms (mean ± 95% CI)",
+            "median",
+            "median vs none (ms)",
+        ]);
         for r in start_rows {
             st.row(r);
         }
@@ -536,7 +539,7 @@ impl Suite for Net {
                     title: "Network: test machine → server, by network mode".into(),
                     table,
                     notes: vec![
-                        format!("iperf3 -t {secs} from a \"test machine\" network namespace over a veth pair to the device namespace (where the berth daemon runs); UDP at -b 100M, received rate = rate × (1 − loss); {rounds} round(s) per server"),
+                        format!("iperf3 -t {secs} from a \"test machine\" network namespace over a veth pair to the device namespace (where the berth daemon runs); UDP at -b 100M, received rate = rate × (1 − loss); {rounds} round(s), the servers interleaved in each"),
                         format!("RR: one-byte request and answer on one socket, perl client and server; µs per round trip from two runs ({n_rr} + 10 and 10 round trips, so process start-up and connection set-up cancel out)"),
                         "isolated: through the published port (DNAT, bridge, veth, anti-spoofing rules); macvlan: directly to the container's LAN address; shared: the host's namespace".into(),
                     ],
@@ -544,7 +547,7 @@ impl Suite for Net {
                 Section {
                     title: "Container start time by network mode".into(),
                     table: st,
-                    notes: vec![format!("`berth start` wall time, idle busybox payload, {runs} runs after one warm-up start (which allocates the address and loads the rules)")],
+                    notes: vec![format!("`berth start` wall time, idle busybox payload, {runs} rounds after one warm-up round (which allocates the address and loads the rules), the modes interleaved")],
                 },
             ],
             raw: json!({"seconds": secs, "rounds": rounds, "rr_round_trips": n_rr,

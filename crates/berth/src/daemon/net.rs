@@ -151,9 +151,14 @@ fn members<'a>(c: &NetConfig, st: &'a State, leases: &Leases) -> Vec<(Member<'a>
         .collect()
 }
 
+/// A hash of the ruleset this daemon loaded last: a restart of a container whose rules are
+/// already in force skips the reload (and keeps its counters).
+static LOADED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
+
 /// Loads the whole ruleset for `leases` in one nft transaction: on failure the previous
 /// ruleset stays in force.
 fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
+    use std::hash::{Hash, Hasher};
     let c = &d.cfg.network;
     let m: Vec<Member> = members(c, st, leases).into_iter().map(|(m, _)| m).collect();
     let text = if m.is_empty() {
@@ -161,7 +166,17 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     } else {
         net::ruleset(c, &m)
     };
-    run("nft", &["-f", "-"], Some(&text)).map(drop)
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    let h = h.finish();
+    let mut loaded = LOADED.lock().unwrap();
+    if *loaded == h {
+        return Ok(());
+    }
+    *loaded = 0;
+    run("nft", &["-f", "-"], Some(&text))?;
+    *loaded = h;
+    Ok(())
 }
 
 /// Before a start: the policy's cap on the mode, then (isolated) the lease, the bridge and
