@@ -243,14 +243,17 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
     let mut sb = sandbox(
         &net,
         "netiso",
-        "publish_on = [\"lan0\"]\nhost_services = [\"7001/tcp\"]",
+        "publish_on = [\"lan0\"]\nhost_services = [\"7001/tcp\"]\ndns = [\"198.51.100.53\"]",
     );
     let _stop = stopper(&net, &sb);
     let table = "bt_netiso";
-    sb.add(&web_pkg(
-        "web",
-        "[network]\nmode = \"isolated\"\npublish = [\"8080:80/tcp\"]",
-    ));
+    sb.add(
+        &web_pkg(
+            "web",
+            "[network]\nmode = \"isolated\"\npublish = [\"8080:80/tcp\"]",
+        )
+        .file("etc/resolv.conf", b""),
+    );
     sb.add(
         &Pkg::script("att", "1", "exec /bin/busybox sleep 100000\n")
             .table("[network]\nmode = \"isolated\""),
@@ -274,6 +277,10 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
         !addr.contains("inet6"),
         "IPv6 is off in isolated containers: {addr}"
     );
+
+    // DNS: the policy's name server, bound over the image's (empty) resolv.conf.
+    let (ok, rc) = in_ct(&sb, "web", "/bin/busybox cat /etc/resolv.conf");
+    assert!(ok && rc.contains("nameserver 198.51.100.53"), "{rc}");
 
     // NAT: the WAN host sees the device's WAN address.
     let out = retry("container → WAN", || {

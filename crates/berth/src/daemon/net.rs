@@ -138,7 +138,10 @@ fn members<'a>(c: &NetConfig, st: &'a State, leases: &Leases) -> Vec<(Member<'a>
     leases
         .iter()
         .filter_map(|(n, ip)| {
-            let p = st.packages.get(n)?;
+            let p = st
+                .packages
+                .get(n)
+                .filter(|p| p.manifest.network.mode == NetMode::Isolated)?;
             Some((
                 Member {
                     name: p.name.as_str(),
