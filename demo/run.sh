@@ -167,7 +167,7 @@ keys = "$out/keys"
 [containers]
 cgroup_parent = "berth-demo"
 [network]
-publish_on = ["lan0"]     # published ports are reachable from the LAN side
+publish_on = "lan0"     # published ports are reachable from the LAN side
 EOF
 "$berth" check >/dev/null || { "$berth" check; exit 1; }
 # the device's network: a namespace, with a LAN client on a veth pair

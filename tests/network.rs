@@ -243,7 +243,7 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
     let mut sb = sandbox(
         &net,
         "netiso",
-        "publish_on = [\"lan0\"]\nhost_services = [\"7001/tcp\"]\ndns = [\"198.51.100.53\"]",
+        "publish_on = \"lan0\"\nhost_services = \"7001/tcp\"\ndns = \"198.51.100.53\"",
     );
     let _stop = stopper(&net, &sb);
     let table = "bt_netiso";
@@ -417,8 +417,11 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
         !after.contains("vb0a570003") && after.contains("vb0a570002"),
         "{after}"
     );
-    let leases = std::fs::read_to_string(sb.state_dir().join("net/leases.json")).unwrap();
-    assert!(!leases.contains("att"), "{leases}");
+    let leases = std::fs::read_to_string(sb.state_dir().join("net/leases")).unwrap();
+    assert!(
+        !leases.contains("att") && leases.contains("web 10.87.0.2"),
+        "{leases}"
+    );
     sb.ok(&["stop", "web"]);
     sb.ok(&["remove", "web"]);
     assert!(
@@ -443,7 +446,9 @@ fn bad_input_is_refused_and_the_previous_ruleset_stays() {
     let net = Net::new();
     let d = net.dev.clone();
     let cfg = |subnet: &str| {
-        format!("subnet = \"{subnet}\"\nmacvlan_parent = \"dum0\"\nmodes = [\"none\", \"isolated\", \"macvlan\"]")
+        format!(
+            "subnet = \"{subnet}\"\nmacvlan_parent = \"dum0\"\nmodes = \"none isolated macvlan\""
+        )
     };
     let mut sb = sandbox(&net, "netbad", &cfg("192.0.2.0/24"));
     let _stop = stopper(&net, &sb);
@@ -477,11 +482,9 @@ fn bad_input_is_refused_and_the_previous_ruleset_stays() {
     );
     assert!(!sh(&format!("ip -n {d} link show berth0")).status.success());
     assert!(net.nft("list tables").trim().is_empty());
-    assert!(
-        !std::fs::read_to_string(sb.state_dir().join("net/leases.json"))
-            .unwrap_or_default()
-            .contains("\"a\"")
-    );
+    assert!(!std::fs::read_to_string(sb.state_dir().join("net/leases"))
+        .unwrap_or_default()
+        .contains("\"a\""));
     // The device policy caps the modes, even for a trusted package.
     let (_, e) = sb.fail(&["start", "s"]);
     assert!(

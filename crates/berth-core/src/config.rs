@@ -173,8 +173,7 @@ struct RawConfig {
     policy: RawPolicy,
     #[serde(default)]
     guard: RawGuard,
-    #[serde(default)]
-    network: crate::net::RawNet,
+    network: Option<crate::net::RawNet>,
 }
 
 #[derive(Deserialize, Default)]

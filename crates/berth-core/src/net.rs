@@ -19,24 +19,43 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::Ipv4Addr;
 
-use serde::Deserialize;
-
 use crate::manifest::{NetMode, Proto, Publish};
 
-/// `[network]` of berth.toml, as written.
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct RawNet {
-    modes: Option<Vec<String>>,
+/// `[network]` of berth.toml, as written: string values only; lists are space-separated
+/// (`outbound = "eth0 wwan0"`). The same type as the manifest's `env` table, so the device
+/// binary reuses that deserializer instead of carrying one more (a derived struct with TOML
+/// arrays cost about 17 KiB).
+pub type RawNet = BTreeMap<String, toml::Spanned<String>>;
+
+/// The keys `[network]` may have.
+const KEYS: &[&str] = &[
+    "modes",
+    "bridge",
+    "subnet",
+    "table",
+    "outbound",
+    "publish_on",
+    "macvlan_parent",
+    "host_services",
+    "links",
+    "dns",
+];
+
+struct Fields {
+    modes: Option<String>,
     bridge: Option<String>,
     subnet: Option<String>,
     table: Option<String>,
-    outbound: Option<Vec<String>>,
-    publish_on: Option<Vec<String>>,
+    outbound: Option<String>,
+    publish_on: Option<String>,
     macvlan_parent: Option<String>,
-    host_services: Option<Vec<String>>,
-    links: Option<Vec<(String, String)>>,
-    dns: Option<Vec<String>>,
+    host_services: Option<String>,
+    links: Option<String>,
+    dns: Option<String>,
+}
+
+fn words(v: &Option<String>) -> Vec<&str> {
+    v.as_deref().unwrap_or("").split_whitespace().collect()
 }
 
 /// The network policy of the device.
@@ -102,7 +121,27 @@ pub fn mode_name(m: NetMode) -> &'static str {
 
 impl NetConfig {
     /// Validates `[network]`; errors are (key, message).
-    pub fn parse(r: RawNet) -> Result<NetConfig, (&'static str, String)> {
+    pub fn parse(raw: Option<RawNet>) -> Result<NetConfig, (&'static str, String)> {
+        let raw = raw.unwrap_or_default();
+        if let Some(k) = raw.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err((
+                "network",
+                format!("unknown key {k:?}: expected one of {}", KEYS.join(", ")),
+            ));
+        }
+        let get = |k: &str| raw.get(k).map(|v| v.get_ref().clone());
+        let r = Fields {
+            modes: get("modes"),
+            bridge: get("bridge"),
+            subnet: get("subnet"),
+            table: get("table"),
+            outbound: get("outbound"),
+            publish_on: get("publish_on"),
+            macvlan_parent: get("macvlan_parent"),
+            host_services: get("host_services"),
+            links: get("links"),
+            dns: get("dns"),
+        };
         let ifname = |key: &'static str, s: String| {
             if is_ifname(&s) {
                 Ok(s)
@@ -113,10 +152,10 @@ impl NetConfig {
                 ))
             }
         };
-        let ifnames = |key: &'static str, v: Option<Vec<String>>| {
-            v.unwrap_or_default()
+        let ifnames = |key: &'static str, v: &Option<String>| {
+            words(v)
                 .into_iter()
-                .map(|s| ifname(key, s))
+                .map(|s| ifname(key, s.to_string()))
                 .collect::<Result<Vec<_>, _>>()
         };
         let modes = match r.modes {
@@ -126,9 +165,9 @@ impl NetConfig {
                 NetMode::Macvlan,
                 NetMode::Shared,
             ],
-            Some(v) => v
-                .iter()
-                .map(|m| match m.as_str() {
+            Some(_) => words(&r.modes)
+                .into_iter()
+                .map(|m| match m {
                     "none" => Ok(NetMode::None),
                     "isolated" => Ok(NetMode::Isolated),
                     "macvlan" => Ok(NetMode::Macvlan),
@@ -163,15 +202,13 @@ impl NetConfig {
                 format!("{table:?}: use 1-32 of A-Z a-z 0-9 _"),
             ));
         }
-        let host_services = r
-            .host_services
-            .unwrap_or_default()
-            .iter()
+        let host_services = words(&r.host_services)
+            .into_iter()
             .map(|s| {
                 let (p, proto) = match s.split_once('/') {
                     Some((p, "tcp")) | Some((p, "")) => (p, Proto::Tcp),
                     Some((p, "udp")) => (p, Proto::Udp),
-                    None => (s.as_str(), Proto::Tcp),
+                    None => (s, Proto::Tcp),
                     _ => ("", Proto::Tcp),
                 };
                 match p.parse::<u16>() {
@@ -183,10 +220,8 @@ impl NetConfig {
                 }
             })
             .collect::<Result<_, _>>()?;
-        let dns = r
-            .dns
-            .unwrap_or_default()
-            .iter()
+        let dns = words(&r.dns)
+            .into_iter()
             .map(|s| {
                 s.parse()
                     .map_err(|_| ("network.dns", format!("{s:?}: expected an IPv4 address")))
@@ -200,14 +235,20 @@ impl NetConfig {
             )?,
             subnet,
             table,
-            outbound: ifnames("network.outbound", r.outbound)?,
-            publish_on: ifnames("network.publish_on", r.publish_on)?,
+            outbound: ifnames("network.outbound", &r.outbound)?,
+            publish_on: ifnames("network.publish_on", &r.publish_on)?,
             macvlan_parent: r
                 .macvlan_parent
                 .map(|s| ifname("network.macvlan_parent", s))
                 .transpose()?,
             host_services,
-            links: r.links.unwrap_or_default(),
+            links: words(&r.links)
+                .into_iter()
+                .map(|l| match l.split_once(':') {
+                    Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a.into(), b.into())),
+                    _ => Err(("network.links", format!("{l:?}: expected NAME:NAME"))),
+                })
+                .collect::<Result<_, _>>()?,
             dns,
         })
     }
@@ -231,8 +272,24 @@ impl NetConfig {
     }
 }
 
-/// The address of each container that has one, persisted by the daemon (`net/leases.json`).
+/// The address of each container that has one, persisted by the daemon (`net/leases`).
 pub type Leases = BTreeMap<String, Ipv4Addr>;
+
+/// The leases file: one `NAME ADDRESS` per line (no JSON: smaller code on the device).
+/// Lines that do not parse are skipped.
+pub fn parse_leases(text: &str) -> Leases {
+    let mut l = Leases::new();
+    for line in text.lines() {
+        if let Some((n, Ok(a))) = line.split_once(' ').map(|(n, a)| (n, a.trim().parse())) {
+            l.insert(n.to_string(), a);
+        }
+    }
+    l
+}
+
+pub fn format_leases(l: &Leases) -> String {
+    l.iter().map(|(n, a)| format!("{n} {a}\n")).collect()
+}
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum NetError {
@@ -571,7 +628,7 @@ pub fn counters_from_json(v: &serde_json::Value) -> BTreeMap<u32, (u64, u64)> {
 }
 
 /// A host on the LAN: from the neighbour table and DHCP leases.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LanHost {
     pub ip: String,
     pub mac: String,
@@ -620,7 +677,7 @@ mod tests {
     use super::*;
 
     fn cfg(toml_text: &str) -> NetConfig {
-        NetConfig::parse(toml::from_str(toml_text).unwrap()).unwrap()
+        NetConfig::parse(Some(toml::from_str(toml_text).unwrap())).unwrap()
     }
 
     #[test]
@@ -630,7 +687,7 @@ mod tests {
         assert_eq!(c.subnet, ("10.87.0.0".parse().unwrap(), 24));
         assert_eq!(c.gateway().to_string(), "10.87.0.1");
         assert_eq!(c.modes.len(), 4);
-        let c = cfg("subnet = \"10.9.8.77/29\"\nhost_services = [\"53/udp\", \"80\"]\nlinks = [[\"a\", \"b\"]]");
+        let c = cfg("subnet = \"10.9.8.77/29\"\nhost_services = \"53/udp 80\"\nlinks = \"a:b\"");
         assert_eq!(c.subnet.0.to_string(), "10.9.8.72");
         assert_eq!(c.host_services, vec![(53, Proto::Udp), (80, Proto::Tcp)]);
         assert!(c.linked("b", "a") && !c.linked("a", "c"));
@@ -640,12 +697,14 @@ mod tests {
             ("bridge = \"a-very-long-bridge-name\"", "network.bridge"),
             ("bridge = \"br;x\"", "network.bridge"),
             ("table = \"x y\"", "network.table"),
-            ("modes = [\"bridge\"]", "network.modes"),
-            ("host_services = [\"0/tcp\"]", "network.host_services"),
-            ("host_services = [\"53/sctp\"]", "network.host_services"),
-            ("dns = [\"x\"]", "network.dns"),
+            ("modes = \"none bridge\"", "network.modes"),
+            ("host_services = \"0/tcp\"", "network.host_services"),
+            ("host_services = \"53/sctp\"", "network.host_services"),
+            ("dns = \"x\"", "network.dns"),
+            ("links = \"a\"", "network.links"),
+            ("bridges = \"x\"", "network"),
         ] {
-            let e = NetConfig::parse(toml::from_str(bad).unwrap()).unwrap_err();
+            let e = NetConfig::parse(Some(toml::from_str(bad).unwrap())).unwrap_err();
             assert_eq!(e.0, key, "{bad}: {}", e.1);
         }
     }
@@ -670,6 +729,8 @@ mod tests {
         l.remove("b");
         assert_eq!(allocate(&c, &mut l, "f").unwrap().to_string(), "10.1.0.3");
         assert_eq!(l["a"].to_string(), "10.1.0.2");
+        assert_eq!(parse_leases(&format_leases(&l)), l);
+        assert_eq!(parse_leases("a 10.1.0.2\nbad\nb x\n").len(), 1);
         // a lease outside a changed subnet is replaced
         let c2 = cfg("subnet = \"10.2.0.0/24\"");
         assert_eq!(allocate(&c2, &mut l, "a").unwrap().to_string(), "10.2.0.2");
@@ -702,12 +763,14 @@ mod tests {
             ("10.87.0.0".parse().unwrap(), 24),
             ("10.87.1.0".parse().unwrap(), 24)
         ));
-        assert!(check_mode(&cfg("modes = [\"none\"]"), "x", NetMode::Isolated).is_err());
+        assert!(check_mode(&cfg("modes = \"none\""), "x", NetMode::Isolated).is_err());
     }
 
     #[test]
     fn ruleset_text() {
-        let c = cfg("table = \"bt\"\npublish_on = [\"lan0\"]\nhost_services = [\"53/udp\"]\nlinks = [[\"a\", \"b\"]]");
+        let c = cfg(
+            "table = \"bt\"\npublish_on = \"lan0\"\nhost_services = \"53/udp\"\nlinks = \"a:b\"",
+        );
         let pubs = [Publish {
             host_port: 8080,
             container_port: 80,

@@ -333,7 +333,7 @@ impl Suite for Net {
         std::fs::write(
             &w.config,
             format!(
-                "repository = \"file://{d}/repo\"\n[paths]\nstate = \"{d}/state\"\nrun = \"{d}/run\"\nkeys = \"{d}/keys\"\n[containers]\ncgroup_parent = \"{cg}\"\nstop_timeout = \"5s\"\n[network]\ntable = \"berth_bench\"\npublish_on = [\"tm0\"]\nmacvlan_parent = \"tm0\"\n",
+                "repository = \"file://{d}/repo\"\n[paths]\nstate = \"{d}/state\"\nrun = \"{d}/run\"\nkeys = \"{d}/keys\"\n[containers]\ncgroup_parent = \"{cg}\"\nstop_timeout = \"5s\"\n[network]\ntable = \"berth_bench\"\npublish_on = \"tm0\"\nmacvlan_parent = \"tm0\"\n",
                 d = dir.display(),
                 cg = w.cgroup_parent
             ),

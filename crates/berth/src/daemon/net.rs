@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use super::{ApiError, ApiResult, Daemon};
 
 fn leases_file(d: &Daemon) -> PathBuf {
-    d.cfg.paths.state.join("net/leases.json")
+    d.cfg.paths.state.join("net/leases")
 }
 
 fn resolv_file(d: &Daemon, name: &str) -> PathBuf {
@@ -32,10 +32,7 @@ fn resolv_file(d: &Daemon, name: &str) -> PathBuf {
 }
 
 pub fn load_leases(d: &Daemon) -> Leases {
-    std::fs::read(leases_file(d))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default()
+    net::parse_leases(&std::fs::read_to_string(leases_file(d)).unwrap_or_default())
 }
 
 fn save_leases(d: &Daemon, l: &Leases) -> ApiResult<()> {
@@ -43,8 +40,8 @@ fn save_leases(d: &Daemon, l: &Leases) -> ApiResult<()> {
     if let Some(p) = f.parent() {
         std::fs::create_dir_all(p).map_err(ApiError::internal)?;
     }
-    let text = serde_json::to_vec(l).map_err(ApiError::internal)?;
-    write_atomic(&f, &text, 0o600).map_err(|e| ApiError::internal(format!("{}: {e}", f.display())))
+    write_atomic(&f, net::format_leases(l).as_bytes(), 0o600)
+        .map_err(|e| ApiError::internal(format!("{}: {e}", f.display())))
 }
 
 fn net_err(m: String) -> ApiError {
@@ -364,5 +361,9 @@ pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
 pub fn hosts(d: &Daemon) -> Value {
     let arp = std::fs::read_to_string("/proc/net/arp").unwrap_or_default();
     let leases = std::fs::read_to_string("/var/lib/misc/dnsmasq.leases").unwrap_or_default();
-    json!({"hosts": net::lan_hosts(&arp, &leases, &d.cfg.network.bridge)})
+    let h: Vec<Value> = net::lan_hosts(&arp, &leases, &d.cfg.network.bridge)
+        .into_iter()
+        .map(|h| json!({"ip": h.ip, "mac": h.mac, "dev": h.dev, "hostname": h.hostname}))
+        .collect();
+    json!({ "hosts": h })
 }
