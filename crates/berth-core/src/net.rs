@@ -273,7 +273,12 @@ impl NetConfig {
 }
 
 /// The address of each container that has one, persisted by the daemon (`net/leases`).
-pub type Leases = BTreeMap<String, Ipv4Addr>;
+/// A Vec, not a map: a handful of entries, and no B-tree code in the device binary.
+pub type Leases = Vec<(String, Ipv4Addr)>;
+
+pub fn lease_of(l: &Leases, name: &str) -> Option<Ipv4Addr> {
+    l.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+}
 
 /// The leases file: one `NAME ADDRESS` per line (no JSON: smaller code on the device).
 /// Lines that do not parse are skipped.
@@ -281,7 +286,8 @@ pub fn parse_leases(text: &str) -> Leases {
     let mut l = Leases::new();
     for line in text.lines() {
         if let Some((n, Ok(a))) = line.split_once(' ').map(|(n, a)| (n, a.trim().parse())) {
-            l.insert(n.to_string(), a);
+            l.retain(|(m, _)| m != n);
+            l.push((n.to_string(), a));
         }
     }
     l
@@ -332,9 +338,9 @@ pub fn check_mode(cfg: &NetConfig, package: &str, mode: NetMode) -> Result<(), N
 /// The container's address: its lease if it has one, else the lowest free one (added to
 /// `leases`; the caller persists it).
 pub fn allocate(cfg: &NetConfig, leases: &mut Leases, name: &str) -> Result<Ipv4Addr, NetError> {
-    if let Some(ip) = leases.get(name) {
-        if cfg.pool().any(|p| p == *ip) {
-            return Ok(*ip);
+    if let Some(ip) = lease_of(leases, name) {
+        if cfg.pool().any(|p| p == ip) {
+            return Ok(ip);
         }
     }
     let ip = cfg
@@ -345,7 +351,8 @@ pub fn allocate(cfg: &NetConfig, leases: &mut Leases, name: &str) -> Result<Ipv4
             subnet: format!("{}/{}", cfg.subnet.0, cfg.subnet.1),
             used: leases.len(),
         })?;
-    leases.insert(name.into(), ip);
+    leases.retain(|(n, _)| n != name);
+    leases.push((name.into(), ip));
     Ok(ip)
 }
 
@@ -603,10 +610,9 @@ pub fn teardown(cfg: &NetConfig) -> String {
     format!("table inet {t} {{}}\ndelete table inet {t}\ntable bridge {t} {{}}\ndelete table bridge {t}\n")
 }
 
-/// The container a counter belongs to, from `nft -j list table …` output: (index, spoof, deny)
-/// packet counts summed over both tables.
-pub fn counters_from_json(v: &serde_json::Value) -> BTreeMap<u32, (u64, u64)> {
-    let mut out: BTreeMap<u32, (u64, u64)> = BTreeMap::new();
+/// Adds the drop counters in `nft -j list counters …` output to `out`: (index, spoof, deny)
+/// packet counts, summed over both tables.
+pub fn add_counters(v: &serde_json::Value, out: &mut Vec<(u32, u64, u64)>) {
     for item in v["nftables"].as_array().into_iter().flatten() {
         let c = &item["counter"];
         let (Some(name), Some(pk)) = (c["name"].as_str(), c["packets"].as_u64()) else {
@@ -617,14 +623,19 @@ pub fn counters_from_json(v: &serde_json::Value) -> BTreeMap<u32, (u64, u64)> {
             None => continue,
         };
         let Some(idx) = idx else { continue };
-        let e = out.entry(idx).or_default();
+        let k = match out.iter().position(|e| e.0 == idx) {
+            Some(k) => k,
+            None => {
+                out.push((idx, 0, 0));
+                out.len() - 1
+            }
+        };
         match kind {
-            "spoof" => e.0 += pk,
-            "deny" => e.1 += pk,
+            "spoof" => out[k].1 += pk,
+            "deny" => out[k].2 += pk,
             _ => {}
         }
     }
-    out
 }
 
 /// A host on the LAN: from the neighbour table and DHCP leases.
@@ -726,9 +737,9 @@ mod tests {
         assert!(matches!(e, NetError::PoolExhausted { used: 5, .. }), "{e}");
         assert!(e.to_string().contains("10.1.0.0/29"));
         // a freed address is reused; the others keep theirs
-        l.remove("b");
+        l.retain(|(n, _)| n != "b");
         assert_eq!(allocate(&c, &mut l, "f").unwrap().to_string(), "10.1.0.3");
-        assert_eq!(l["a"].to_string(), "10.1.0.2");
+        assert_eq!(lease_of(&l, "a").unwrap().to_string(), "10.1.0.2");
         assert_eq!(parse_leases(&format_leases(&l)), l);
         assert_eq!(parse_leases("a 10.1.0.2\nbad\nb x\n").len(), 1);
         // a lease outside a changed subnet is replaced
@@ -825,9 +836,9 @@ mod tests {
     #[test]
     fn counters_and_lan_hosts() {
         let v: serde_json::Value = serde_json::from_str(r#"{"nftables":[{"metainfo":{}},{"counter":{"family":"bridge","name":"spoof_2","table":"b","handle":1,"packets":3,"bytes":9}},{"counter":{"family":"inet","name":"deny_2","table":"b","handle":2,"packets":4,"bytes":9}},{"counter":{"family":"bridge","name":"deny_2","packets":1,"bytes":1}},{"counter":{"name":"other","packets":1}}]}"#).unwrap();
-        let c = counters_from_json(&v);
-        assert_eq!(c[&2], (3, 5));
-        assert_eq!(c.len(), 1);
+        let mut c = Vec::new();
+        add_counters(&v, &mut c);
+        assert_eq!(c, vec![(2, 3, 5)]);
         let arp = "IP address       HW type     Flags       HW address            Mask     Device\n192.0.2.2        0x1         0x2         aa:bb:cc:dd:ee:ff     *        lan0\n192.0.2.9        0x1         0x0         00:00:00:00:00:00     *        lan0\n10.87.0.2        0x1         0x2         02:b7:0a:57:00:02     *        berth0\n";
         let leases = "1700000000 11:22:33:44:55:66 192.0.2.7 printer 01:11\n1700000000 aa:bb:cc:dd:ee:ff 192.0.2.2 laptop *\n";
         let h = lan_hosts(arp, leases, "berth0");

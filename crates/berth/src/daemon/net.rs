@@ -131,7 +131,7 @@ fn ensure_bridge(c: &NetConfig) -> Result<(), String> {
         .map_err(|e| format!("enable IPv4 forwarding (/proc/sys/net/ipv4/ip_forward): {e}"))
 }
 
-fn members<'a>(c: &NetConfig, st: &'a State, leases: &Leases) -> Vec<(Member<'a>, u32)> {
+fn members<'a>(st: &'a State, leases: &Leases) -> Vec<Member<'a>> {
     leases
         .iter()
         .filter_map(|(n, ip)| {
@@ -139,14 +139,11 @@ fn members<'a>(c: &NetConfig, st: &'a State, leases: &Leases) -> Vec<(Member<'a>
                 .packages
                 .get(n)
                 .filter(|p| p.manifest.network.mode == NetMode::Isolated)?;
-            Some((
-                Member {
-                    name: p.name.as_str(),
-                    ip: *ip,
-                    publish: &p.manifest.network.publish,
-                },
-                net::index_of(c, *ip),
-            ))
+            Some(Member {
+                name: p.name.as_str(),
+                ip: *ip,
+                publish: &p.manifest.network.publish,
+            })
         })
         .collect()
 }
@@ -160,7 +157,7 @@ static LOADED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
 fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     use std::hash::{Hash, Hasher};
     let c = &d.cfg.network;
-    let m: Vec<Member> = members(c, st, leases).into_iter().map(|(m, _)| m).collect();
+    let m = members(st, leases);
     let text = if m.is_empty() {
         net::teardown(c)
     } else {
@@ -213,10 +210,10 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResul
         }
         NetMode::Isolated => {
             let mut leases = load_leases(d);
-            let had = leases.get(name).copied();
+            let had = net::lease_of(&leases, name);
             let others: Vec<(String, Vec<_>)> = leases
-                .keys()
-                .filter_map(|n| st.packages.get(n))
+                .iter()
+                .filter_map(|(n, _)| st.packages.get(n))
                 .map(|o| (o.name.to_string(), o.manifest.network.publish.clone()))
                 .collect();
             net::check_ports(name, &p.manifest.network.publish, &others)
@@ -228,7 +225,7 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResul
             }
             if let Err(e) = ensure_bridge(c).and_then(|_| apply(d, st, &leases)) {
                 if had != Some(ip) {
-                    leases.remove(name);
+                    leases.retain(|(n, _)| n != name);
                     let _ = save_leases(d, &leases);
                 }
                 return Err(net_err(format!("{name}: {e}")));
@@ -273,7 +270,7 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResul
 pub fn forget(d: &Daemon, st: &State, names: &[String]) {
     let mut leases = load_leases(d);
     let before = leases.len();
-    leases.retain(|n, _| !names.contains(n));
+    leases.retain(|(n, _)| !names.contains(n));
     for n in names {
         let _ = std::fs::remove_file(resolv_file(d, n));
     }
@@ -304,7 +301,7 @@ pub fn restore(d: &Daemon, st: &State) {
 pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
     let c = &d.cfg.network;
     let leases = load_leases(d);
-    let mut counts = std::collections::BTreeMap::new();
+    let mut counts = Vec::new();
     let mut errors = Vec::new();
     if !leases.is_empty() {
         for fam in ["bridge", "inet"] {
@@ -313,14 +310,10 @@ pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
                 &["-j", "list", "counters", "table", fam, &c.table],
                 None,
             ) {
-                Ok(text) => {
-                    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                    for (i, (s, dn)) in net::counters_from_json(&v) {
-                        let e: &mut (u64, u64) = counts.entry(i).or_default();
-                        e.0 += s;
-                        e.1 += dn;
-                    }
-                }
+                Ok(text) => net::add_counters(
+                    &serde_json::from_str(&text).unwrap_or(Value::Null),
+                    &mut counts,
+                ),
                 Err(e) => errors.push(e),
             }
         }
@@ -333,9 +326,11 @@ pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
             let mode = p.manifest.network.mode;
             let mut v = json!({"name": n, "mode": net::mode_name(mode),
                 "publish": p.manifest.network.publish.iter().map(|q| format!("{}:{}/{}", q.host_port, q.container_port, net::proto_name(q.proto))).collect::<Vec<_>>()});
-            if let (NetMode::Isolated, Some(ip)) = (mode, leases.get(n)) {
-                let (s, dn) = counts
-                    .get(&net::index_of(c, *ip))
+            if let (NetMode::Isolated, Some(ip)) = (mode, net::lease_of(&leases, n)) {
+                let ip = &ip;
+                let (_, s, dn) = counts
+                    .iter()
+                    .find(|e| e.0 == net::index_of(c, *ip))
                     .copied()
                     .unwrap_or_default();
                 v["ipv4"] = json!(format!("{ip}/{}", c.subnet.1));
