@@ -41,23 +41,6 @@ const KEYS: &[&str] = &[
     "dns",
 ];
 
-struct Fields {
-    modes: Option<String>,
-    bridge: Option<String>,
-    subnet: Option<String>,
-    table: Option<String>,
-    outbound: Option<String>,
-    publish_on: Option<String>,
-    macvlan_parent: Option<String>,
-    host_services: Option<String>,
-    links: Option<String>,
-    dns: Option<String>,
-}
-
-fn words(v: &Option<String>) -> Vec<&str> {
-    v.as_deref().unwrap_or("").split_whitespace().collect()
-}
-
 /// The network policy of the device.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NetConfig {
@@ -122,135 +105,102 @@ pub fn mode_name(m: NetMode) -> &'static str {
 impl NetConfig {
     /// Validates `[network]`; errors are (key, message).
     pub fn parse(raw: Option<RawNet>) -> Result<NetConfig, (&'static str, String)> {
+        type E = (&'static str, String);
+        // one message shape for every value: smaller code than one format per key
+        fn bad(key: &'static str, v: &str, want: &str) -> E {
+            (key, format!("{v:?}: expected {want}"))
+        }
         let raw = raw.unwrap_or_default();
         if let Some(k) = raw.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err((
-                "network",
-                format!("unknown key {k:?}: expected one of {}", KEYS.join(", ")),
-            ));
+            return Err(bad("network", k, &format!("one of {}", KEYS.join(", "))));
         }
-        let get = |k: &str| raw.get(k).map(|v| v.get_ref().clone());
-        let r = Fields {
-            modes: get("modes"),
-            bridge: get("bridge"),
-            subnet: get("subnet"),
-            table: get("table"),
-            outbound: get("outbound"),
-            publish_on: get("publish_on"),
-            macvlan_parent: get("macvlan_parent"),
-            host_services: get("host_services"),
-            links: get("links"),
-            dns: get("dns"),
-        };
-        let ifname = |key: &'static str, s: String| {
-            if is_ifname(&s) {
-                Ok(s)
+        let get = |k: &str| raw.get(k).map(|v| v.get_ref().as_str());
+        const IF: &str = "an interface name (1-15 of A-Z a-z 0-9 - _ .)";
+        let ifname = |key: &'static str, s: &str| -> Result<String, E> {
+            if is_ifname(s) {
+                Ok(s.to_string())
             } else {
-                Err((
-                    key,
-                    format!("{s:?} is not an interface name (1-15 of A-Z a-z 0-9 - _ .)"),
-                ))
+                Err(bad(key, s, IF))
             }
         };
-        let ifnames = |key: &'static str, v: &Option<String>| {
-            words(v)
-                .into_iter()
-                .map(|s| ifname(key, s.to_string()))
-                .collect::<Result<Vec<_>, _>>()
+        let ifnames = |key: &'static str| -> Result<Vec<String>, E> {
+            let mut v = Vec::new();
+            for w in get(&key[8..]).unwrap_or("").split_whitespace() {
+                v.push(ifname(key, w)?);
+            }
+            Ok(v)
         };
-        let modes = match r.modes {
-            None => vec![
+        let mut c = NetConfig {
+            modes: vec![
                 NetMode::None,
                 NetMode::Isolated,
                 NetMode::Macvlan,
                 NetMode::Shared,
             ],
-            Some(_) => words(&r.modes)
-                .into_iter()
-                .map(|m| match m {
-                    "none" => Ok(NetMode::None),
-                    "isolated" => Ok(NetMode::Isolated),
-                    "macvlan" => Ok(NetMode::Macvlan),
-                    "shared" => Ok(NetMode::Shared),
-                    _ => Err((
-                        "network.modes",
-                        format!("{m:?}: expected none, isolated, macvlan or shared"),
-                    )),
-                })
-                .collect::<Result<_, _>>()?,
+            bridge: ifname("network.bridge", get("bridge").unwrap_or("berth0"))?,
+            subnet: (Ipv4Addr::UNSPECIFIED, 0),
+            table: get("table").unwrap_or("berth").to_string(),
+            outbound: ifnames("network.outbound")?,
+            publish_on: ifnames("network.publish_on")?,
+            macvlan_parent: match get("macvlan_parent") {
+                Some(p) => Some(ifname("network.macvlan_parent", p)?),
+                None => None,
+            },
+            host_services: Vec::new(),
+            links: Vec::new(),
+            dns: Vec::new(),
         };
-        let subnet_s = r.subnet.unwrap_or_else(|| "10.87.0.0/24".into());
-        let subnet = parse_cidr(&subnet_s)
-            .filter(|(_, p)| (16..=30).contains(p))
-            .ok_or((
-                "network.subnet",
-                format!("{subnet_s:?}: expected an IPv4 prefix a.b.c.d/16 to /30"),
-            ))?;
-        let subnet = (
-            Ipv4Addr::from(u32::from(subnet.0) & mask(subnet.1)),
-            subnet.1,
-        );
-        let table = r.table.unwrap_or_else(|| "berth".into());
-        if table.is_empty()
-            || table.len() > 32
-            || !table
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
-        {
-            return Err((
-                "network.table",
-                format!("{table:?}: use 1-32 of A-Z a-z 0-9 _"),
-            ));
+        if let Some(m) = get("modes") {
+            c.modes.clear();
+            for w in m.split_whitespace() {
+                c.modes.push(match w {
+                    "none" => NetMode::None,
+                    "isolated" => NetMode::Isolated,
+                    "macvlan" => NetMode::Macvlan,
+                    "shared" => NetMode::Shared,
+                    _ => return Err(bad("network.modes", w, "none, isolated, macvlan or shared")),
+                });
+            }
         }
-        let host_services = words(&r.host_services)
-            .into_iter()
-            .map(|s| {
-                let (p, proto) = match s.split_once('/') {
-                    Some((p, "tcp")) | Some((p, "")) => (p, Proto::Tcp),
-                    Some((p, "udp")) => (p, Proto::Udp),
-                    None => (s, Proto::Tcp),
-                    _ => ("", Proto::Tcp),
-                };
-                match p.parse::<u16>() {
-                    Ok(n) if n > 0 => Ok((n, proto)),
-                    _ => Err((
-                        "network.host_services",
-                        format!("{s:?}: expected PORT[/tcp|/udp]"),
-                    )),
+        let subnet = get("subnet").unwrap_or("10.87.0.0/24");
+        let (a, p) = parse_cidr(subnet)
+            .filter(|(_, p)| (16..=30).contains(p))
+            .ok_or_else(|| bad("network.subnet", subnet, "an IPv4 prefix a.b.c.d/16 to /30"))?;
+        c.subnet = (Ipv4Addr::from(u32::from(a) & mask(p)), p);
+        let t = &c.table;
+        if t.is_empty()
+            || t.len() > 32
+            || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            return Err(bad("network.table", t, "1-32 of A-Z a-z 0-9 _"));
+        }
+        for w in get("host_services").unwrap_or("").split_whitespace() {
+            let (p, proto) = match w.split_once('/') {
+                Some((p, "tcp")) => (p, Proto::Tcp),
+                Some((p, "udp")) => (p, Proto::Udp),
+                None => (w, Proto::Tcp),
+                _ => ("", Proto::Tcp),
+            };
+            match p.parse::<u16>() {
+                Ok(n) if n > 0 => c.host_services.push((n, proto)),
+                _ => return Err(bad("network.host_services", w, "PORT[/tcp|/udp]")),
+            }
+        }
+        for w in get("dns").unwrap_or("").split_whitespace() {
+            c.dns.push(
+                w.parse()
+                    .map_err(|_| bad("network.dns", w, "an IPv4 address"))?,
+            );
+        }
+        for w in get("links").unwrap_or("").split_whitespace() {
+            match w.split_once(':') {
+                Some((a, b)) if !a.is_empty() && !b.is_empty() => {
+                    c.links.push((a.into(), b.into()))
                 }
-            })
-            .collect::<Result<_, _>>()?;
-        let dns = words(&r.dns)
-            .into_iter()
-            .map(|s| {
-                s.parse()
-                    .map_err(|_| ("network.dns", format!("{s:?}: expected an IPv4 address")))
-            })
-            .collect::<Result<_, _>>()?;
-        Ok(NetConfig {
-            modes,
-            bridge: ifname(
-                "network.bridge",
-                r.bridge.unwrap_or_else(|| "berth0".into()),
-            )?,
-            subnet,
-            table,
-            outbound: ifnames("network.outbound", &r.outbound)?,
-            publish_on: ifnames("network.publish_on", &r.publish_on)?,
-            macvlan_parent: r
-                .macvlan_parent
-                .map(|s| ifname("network.macvlan_parent", s))
-                .transpose()?,
-            host_services,
-            links: words(&r.links)
-                .into_iter()
-                .map(|l| match l.split_once(':') {
-                    Some((a, b)) if !a.is_empty() && !b.is_empty() => Ok((a.into(), b.into())),
-                    _ => Err(("network.links", format!("{l:?}: expected NAME:NAME"))),
-                })
-                .collect::<Result<_, _>>()?,
-            dns,
-        })
+                _ => return Err(bad("network.links", w, "NAME:NAME")),
+            }
+        }
+        Ok(c)
     }
 
     /// The bridge's address: the containers' gateway.
