@@ -378,6 +378,13 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
         text.contains("att") && text.contains("10.87.0.3/24"),
         "{text}"
     );
+    // LAN visibility: the device's neighbours, not berth's own containers.
+    let hosts = sb.json(&["net", "hosts"]).to_string();
+    assert!(
+        hosts.contains("\"ip\":\"192.0.2.2\"") && hosts.contains("\"dev\":\"lan0\""),
+        "{hosts}"
+    );
+    assert!(!hosts.contains("10.87.0."), "{hosts}");
 
     // Restarting a container keeps its address.
     sb.ok(&["restart", "att"]);
