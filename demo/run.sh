@@ -7,17 +7,25 @@
 #   bash demo/run.sh clean    stop the demo's containers and daemon, remove everything it made
 #
 # Packages of the demo:
-#   web   busybox httpd serving a page (a static program: base = none)
+#   web   busybox httpd serving a page (a static program: base = none), network "isolated":
+#         its own address behind berth's bridge and nftables rules, port 80 published as
+#         $web_port on the device's LAN side
 #   mqtt  the Mosquitto MQTT broker from Debian (a real daemon: base = "host", its libraries
 #         are the host's, bound read-only into the container)
 # Everything lives under demo-out/ (its own state, run dir, keys, lxcpath, cgroup parent), so
-# the demo neither needs nor touches /etc/berth or /var/lib/berth.
+# the demo neither needs nor touches /etc/berth or /var/lib/berth. The daemon runs in a network
+# namespace of the demo's own ("berth-demo", the device), with a "berth-demo-lan" namespace as
+# a LAN client: berth's bridge, IP forwarding and nftables tables live there, and the
+# machine's own network is left as it was; `clean` deletes both namespaces.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 out="$here/demo-out"
 web_port=${BERTH_DEMO_WEB_PORT:-8080}
 mqtt_port=${BERTH_DEMO_MQTT_PORT:-18830}
+ns=${BERTH_DEMO_NETNS:-berth-demo}
+lan=$ns-lan
+in_dev() { nsenter --net="/run/netns/$ns" "$@"; }
 export BERTH_CONFIG="$out/berth.toml"
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
@@ -37,7 +45,15 @@ clean() {
         kill "$(cat "$out/run/daemon.pid")" 2>/dev/null || true
         sleep 0.3
     fi
-    for n in web mqtt; do lxc-stop -P "$out/run/lxc" -n "$n" -k >/dev/null 2>&1 || true; done
+    for n in web mqtt; do
+        # LXC's command socket lives in the daemon's network namespace
+        if [ -e "/run/netns/$ns" ]; then
+            in_dev lxc-stop -P "$out/run/lxc" -n "$n" -k >/dev/null 2>&1 || true
+        else
+            lxc-stop -P "$out/run/lxc" -n "$n" -k >/dev/null 2>&1 || true
+        fi
+    done
+    for n in "$ns" "$lan"; do ip netns del "$n" 2>/dev/null || true; done
     if [ -d "$out" ]; then
         { grep -o " $out[^ ]*" /proc/self/mountinfo || true; } | sort -r |
             while read -r m; do umount -l "$m" || true; done
@@ -63,6 +79,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq lxc squashfs-tools busybox-static mosquitto mosquitto-clients curl \
     >/dev/null
+apt-get install -y -qq nftables iproute2 >/dev/null   # networking: berth's ruleset
 if ! command -v cargo >/dev/null; then
     [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 fi
@@ -96,10 +113,11 @@ version = "1.0.0"
 description = "busybox httpd serving a static page"
 
 [entrypoint]
-argv = ["/bin/busybox", "httpd", "-f", "-v", "-p", "127.0.0.1:$web_port", "-h", "/www"]
+argv = ["/bin/busybox", "httpd", "-f", "-v", "-p", "80", "-h", "/www"]
 
 [network]
-mode = "shared"
+mode = "isolated"
+publish = ["$web_port:80/tcp"]
 EOF
 
 # mqtt: Debian's mosquitto binary; its libraries come from the host (base = "host")
@@ -135,7 +153,7 @@ EOF
 "$berth" pack "$w" -o "$out/repo/packages/web-1.0.0.sqfs"
 "$berth" pack "$m" -o "$out/repo/packages/mqtt-2.0.11.sqfs"
 # network = "shared" is for packages the repository marks trusted.
-printf 'web\nmqtt\n' > "$out/repo/trusted.txt"
+printf 'mqtt\n' > "$out/repo/trusted.txt"
 "$berth" repo build "$out/repo" --key "$out/vendor.sec"
 
 say "device side: configuration, trusted key, daemon"
@@ -148,9 +166,21 @@ run = "$out/run"
 keys = "$out/keys"
 [containers]
 cgroup_parent = "berth-demo"
+[network]
+publish_on = "lan0"     # published ports are reachable from the LAN side
 EOF
 "$berth" check >/dev/null || { "$berth" check; exit 1; }
-nohup "$berth" daemon > "$out/daemon.log" 2>&1 &
+# the device's network: a namespace, with a LAN client on a veth pair
+ip netns add "$ns"
+ip netns add "$lan"
+ip -n "$ns" link set lo up
+ip -n "$lan" link set lo up
+ip -n "$ns" link add lan0 type veth peer name eth0 netns "$lan"
+ip -n "$ns" addr add 192.0.2.1/24 dev lan0
+ip -n "$ns" link set lan0 up
+ip -n "$lan" addr add 192.0.2.2/24 dev eth0
+ip -n "$lan" link set eth0 up
+nohup nsenter --net="/run/netns/$ns" "$berth" daemon > "$out/daemon.log" 2>&1 &
 for _ in $(seq 100); do "$berth" status >/dev/null 2>&1 && break; sleep 0.05; done
 
 say "berth update && berth list"
@@ -164,15 +194,21 @@ say "berth start web && berth start mqtt"
 "$berth" start web
 "$berth" start mqtt
 
-say "curl http://127.0.0.1:$web_port/"
-for _ in $(seq 50); do curl -fsS "http://127.0.0.1:$web_port/" && break; sleep 0.1; done
+say "from the LAN: curl http://192.0.2.1:$web_port/ (published port of the isolated web)"
+for _ in $(seq 50); do
+    ip netns exec "$lan" curl -fsS "http://192.0.2.1:$web_port/" && break
+    sleep 0.1
+done
+
+say "berth net"
+"$berth" net
 
 say "an MQTT round trip through the broker in the mqtt container"
-for _ in $(seq 50); do mosquitto_pub -p "$mqtt_port" -t probe -m x 2>/dev/null && break; sleep 0.1; done
-mosquitto_sub -p "$mqtt_port" -t demo/hello -C 1 -W 5 &
+for _ in $(seq 50); do in_dev mosquitto_pub -p "$mqtt_port" -t probe -m x 2>/dev/null && break; sleep 0.1; done
+in_dev mosquitto_sub -p "$mqtt_port" -t demo/hello -C 1 -W 5 &
 sub=$!
 sleep 0.3
-mosquitto_pub -p "$mqtt_port" -t demo/hello -m "hello through berth"
+in_dev mosquitto_pub -p "$mqtt_port" -t demo/hello -m "hello through berth"
 wait $sub
 
 say "berth status"
@@ -185,7 +221,7 @@ say "berth logs mqtt"
 "$berth" logs mqtt | tail -n 8
 
 say "visible to LXC's own tools: lxc-ls -P $out/run/lxc --fancy"
-lxc-ls -P "$out/run/lxc" --fancy
+in_dev lxc-ls -P "$out/run/lxc" --fancy
 
 cat <<EOF
 
@@ -193,6 +229,8 @@ The containers keep running. Try:
   export BERTH_CONFIG=$BERTH_CONFIG
   $berth status --json
   $berth logs -f mqtt
+  $berth net                      # addresses, published ports, drop counters
+  ip netns exec $lan curl http://192.0.2.1:$web_port/
   $berth stop web
 Clean up with: bash demo/run.sh clean
 EOF

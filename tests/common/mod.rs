@@ -159,6 +159,8 @@ pub struct Sandbox {
     pub daemon: Option<Child>,
     pub daemon_log: PathBuf,
     trusted: Vec<String>,
+    /// Runs the daemon in this network namespace (`/run/netns/NAME`) via nsenter.
+    pub daemon_netns: Option<String>,
 }
 
 impl Sandbox {
@@ -182,6 +184,7 @@ impl Sandbox {
             daemon_log: dir.join("daemon.log"),
             dir,
             trusted: Vec::new(),
+            daemon_netns: None,
         };
         sb.write_config("");
         let out = sb.berth(&[
@@ -287,7 +290,19 @@ impl Sandbox {
             .append(true)
             .open(&self.daemon_log)
             .unwrap();
-        let mut c = self.cmd(&["daemon"]);
+        let mut c = match &self.daemon_netns {
+            Some(ns) => {
+                // nsenter joins only the network namespace (ip netns exec would also remount
+                // /sys, hiding the cgroup mounts) and execs berth: the pid stays the daemon's.
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{ns}"))
+                    .args([BERTH, "daemon"])
+                    .env("BERTH_CONFIG", &self.config)
+                    .stdin(Stdio::null());
+                c
+            }
+            None => self.cmd(&["daemon"]),
+        };
         c.stdout(log.try_clone().unwrap()).stderr(log);
         for (k, v) in env {
             c.env(k, v);

@@ -40,6 +40,8 @@ suites:
                Linpack (hpcc), host and container at once
   mem          host vs container: STREAM (hpcc), mbw, host and container at once
   fs           host vs container: busybox dd (write, write+fsync, read), fio 4k direct I/O
+  net          iperf3 TCP/UDP and request-response latency: host vs shared vs isolated vs
+               macvlan container, in network namespaces of its own; start time per mode
   all          every suite
 
 options:

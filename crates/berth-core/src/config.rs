@@ -48,6 +48,8 @@ pub struct Config {
     pub guard: Guard,
     /// `[security]`: what packages may be granted (docs/security.md).
     pub security: crate::security::SecurityPolicy,
+    /// `[network]`: the device's network policy (see `net`).
+    pub network: crate::net::NetConfig,
 }
 
 /// The memory guard (`[guard]`): below `threshold` bytes of MemAvailable, container
@@ -175,6 +177,7 @@ struct RawConfig {
     guard: RawGuard,
     #[serde(default)]
     security: crate::security::RawSecurity,
+    network: Option<crate::net::RawNet>,
 }
 
 #[derive(Deserialize, Default)]
@@ -347,6 +350,8 @@ impl Config {
             security: raw
                 .security
                 .validate()
+                .map_err(|(key, m)| value_err(key, m))?,
+            network: crate::net::NetConfig::parse(raw.network)
                 .map_err(|(key, m)| value_err(key, m))?,
         })
     }

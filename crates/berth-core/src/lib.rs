@@ -11,6 +11,7 @@ pub mod http;
 pub mod index;
 pub mod manifest;
 pub mod name;
+pub mod net;
 pub mod plan;
 pub mod security;
 pub mod signify;

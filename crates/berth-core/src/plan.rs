@@ -11,8 +11,6 @@ use crate::manifest::{Base, Manifest, NetMode, RootfsMode};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum PlanError {
-    #[error("{package}: network mode {mode} is not available in this version of berth (use none or shared)")]
-    NetModeUnsupported { package: String, mode: &'static str },
     #[error("{package}: network mode shared gives the host's network to the package; only packages the repository marks trusted may use it")]
     SharedNeedsTrust { package: String },
     #[error("{package}: {what} contains a line break or NUL; refusing to write it into the LXC configuration")]
@@ -40,15 +38,6 @@ pub struct ContainerPlan<'a> {
     /// The container's cgroup limits, for the cgroup version the host runs (None: no cgroup
     /// controllers found; the container runs unlimited below the group budget, if any).
     pub limits: Option<(CgroupVersion, Limits)>,
-}
-
-fn mode_name(m: NetMode) -> &'static str {
-    match m {
-        NetMode::None => "none",
-        NetMode::Isolated => "isolated",
-        NetMode::Macvlan => "macvlan",
-        NetMode::Shared => "shared",
-    }
 }
 
 /// The store images a container's root is made of, top layer first: the package itself, then,
@@ -139,12 +128,10 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
             }
             line("lxc.net.0.type", "none")?
         }
-        other => {
-            return Err(PlanError::NetModeUnsupported {
-                package: name.to_string(),
-                mode: mode_name(other),
-            })
-        }
+        // The daemon appends the lxc.net.0.* keys of the container's link (net::lxc_isolated,
+        // net::lxc_macvlan) once it has its address; without them LXC gives the container an
+        // empty network namespace, so a forgotten link is no network, never the host's.
+        NetMode::Isolated | NetMode::Macvlan => {}
     }
     line("lxc.mount.auto", "proc:mixed sys:ro")?;
     line("lxc.autodev", "1")?;
@@ -361,8 +348,8 @@ mod tests {
             "[package]\nname = \"web\"\nversion = \"1\"\n[entrypoint]\nargv = [\"/x\"]\n[network]\nmode = \"macvlan\"\n",
         )
         .unwrap();
-        let e = lxc_config(&plan(&m, &cfg)).unwrap_err().to_string();
-        assert!(e.contains("macvlan"), "{e}");
+        let text = lxc_config(&plan(&m, &cfg)).unwrap();
+        assert!(!text.contains("lxc.net.0"), "{text}");
     }
 
     #[test]

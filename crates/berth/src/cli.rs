@@ -26,6 +26,8 @@ device:
                              of one CPU); kept for the next start; no option: show them
   stats [NAME]               CPU %, memory, pids, throttling, OOM kills (group and containers)
   inspect NAME               capabilities, seccomp profile, devices, id map in force (JSON)
+  net [hosts]                containers' addresses, published ports, drop counters;
+                             hosts: the LAN's hosts (neighbour table, DHCP leases)
   gc                         delete store images that nothing uses
   check                      kernel features berth uses, present or not
 
@@ -766,6 +768,69 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                 ],
                 rows,
             );
+            Ok(0)
+        }
+        "net" => {
+            let a = parse_args(args, &[], &[])?;
+            let hosts = match a.pos.as_slice() {
+                [] => false,
+                [h] if h == "hosts" => true,
+                _ => return Err(usage("net takes no argument but \"hosts\"")),
+            };
+            let v = client::call(
+                sock,
+                "GET",
+                if hosts { "/v1/net/hosts" } else { "/v1/net" },
+                None,
+            )?;
+            if g.json {
+                print_json(&v);
+            } else if hosts {
+                let rows = v["hosts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|h| vec![s(&h["ip"]), s(&h["mac"]), s(&h["dev"]), s(&h["hostname"])]);
+                table(&["IP", "MAC", "DEVICE", "HOSTNAME"], rows);
+            } else {
+                println!(
+                    "bridge {} gateway {} subnet {} (nft table {})",
+                    s(&v["bridge"]),
+                    s(&v["gateway"]),
+                    s(&v["subnet"]),
+                    s(&v["table"])
+                );
+                let rows = v["containers"].as_array().into_iter().flatten().map(|c| {
+                    let ports: Vec<String> = c["publish"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(s)
+                        .collect();
+                    vec![
+                        s(&c["name"]),
+                        s(&c["mode"]),
+                        s(&c["ipv4"]),
+                        s(&c["mac"]),
+                        if ports.is_empty() {
+                            "-".into()
+                        } else {
+                            ports.join(",")
+                        },
+                        s(&c["dropped_spoofed"]),
+                        s(&c["dropped_denied"]),
+                    ]
+                });
+                table(
+                    &[
+                        "NAME", "MODE", "IPV4", "MAC", "PUBLISH", "SPOOFED", "DENIED",
+                    ],
+                    rows,
+                );
+                for e in v["errors"].as_array().into_iter().flatten() {
+                    eprintln!("warning: {}", s(e));
+                }
+            }
             Ok(0)
         }
         "gc" => {

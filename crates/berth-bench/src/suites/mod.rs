@@ -18,12 +18,21 @@ pub mod footprint;
 pub mod fs;
 pub mod hostguest;
 pub mod mem;
+pub mod net;
 pub mod security;
 
 /// The order `all` runs them in: footprint first, so "idle" means a daemon that has done
 /// nothing but install its packages.
 /// The host-vs-guest suites come last: they load the machine for minutes.
-pub const ALL: &[&str] = &["footprint", "activation", "cpu", "mem", "fs", "security"];
+pub const ALL: &[&str] = &[
+    "footprint",
+    "activation",
+    "cpu",
+    "mem",
+    "fs",
+    "security",
+    "net",
+];
 
 /// What every suite gets.
 pub struct Ctx<'a> {
@@ -57,6 +66,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "mem" => Some(Box::new(mem::Mem)),
         "fs" => Some(Box::new(fs::Fs)),
         "security" => Some(Box::new(security::Security::default())),
+        "net" => Some(Box::new(net::Net)),
         _ => None,
     }
 }

@@ -30,6 +30,8 @@ pub enum Action {
     Limit { name: String, limits: Overrides },
     Stats(Option<String>),
     Inspect(String),
+    Net,
+    NetHosts,
 }
 
 /// Pure: a limit request `{"name", "cpu": "20%", "memory": "32M", "pids": N}`, with the
@@ -201,6 +203,8 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
             let (name, limits) = limit_request(req)?;
             Action::Limit { name, limits }
         }
+        ("GET", "/v1/net") => Action::Net,
+        ("GET", "/v1/net/hosts") => Action::NetHosts,
         ("GET", "/v1/stats") => Action::Stats(match req.query.get("name") {
             Some(n) => Some(check_name(n)?),
             None => None,
@@ -210,7 +214,7 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
             _,
             "/v1/ping" | "/v1/status" | "/v1/packages" | "/v1/update" | "/v1/install"
             | "/v1/remove" | "/v1/start" | "/v1/stop" | "/v1/restart" | "/v1/logs" | "/v1/gc"
-            | "/v1/limit" | "/v1/stats" | "/v1/inspect",
+            | "/v1/limit" | "/v1/stats" | "/v1/inspect" | "/v1/net" | "/v1/net/hosts",
         ) => {
             return Err(ApiError::new(
                 405,
@@ -278,6 +282,11 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
         Action::Limit { name, limits } => reply(&mut stream, ops::limit(d, &name, &limits)),
         Action::Stats(n) => reply(&mut stream, ops::stats(d, n.as_deref())),
         Action::Inspect(n) => reply(&mut stream, super::security::inspect_op(d, &n)),
+        Action::Net => reply(
+            &mut stream,
+            super::net::status(d, &d.state.lock().unwrap().clone()),
+        ),
+        Action::NetHosts => reply(&mut stream, Ok(super::net::hosts(d))),
         Action::Logs { name, follow } => match ops::logs(d, &name, follow) {
             Err(e) => reply(&mut stream, Err(e)),
             Ok(ops::Logs::Saved(bytes)) => {

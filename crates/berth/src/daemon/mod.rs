@@ -8,6 +8,7 @@
 
 mod api;
 mod guard;
+pub mod net;
 pub mod ops;
 mod security;
 
@@ -116,6 +117,7 @@ pub fn run(cfg: Config) -> Result<()> {
         guard_kills: Mutex::new(Default::default()),
     });
     ops::reconcile(&d);
+    net::restore(&d, &d.state.lock().unwrap().clone());
     let sock = d.cfg.paths.admin_socket();
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).with_context(|| format!("bind {}", sock.display()))?;

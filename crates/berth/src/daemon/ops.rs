@@ -649,6 +649,7 @@ pub fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
     }
     commit_state(d, new)?;
     release_mounts(d);
+    super::net::forget(d, &state(d), names);
     for n in names {
         let _ = std::fs::remove_dir_all(d.cfg.paths.lxc_dir(n));
         let _ = std::fs::remove_file(d.cfg.paths.saved_log(n));
@@ -907,6 +908,13 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
         }
     };
     let cg_version = limits.as_ref().map(|(v, _)| *v);
+    let net_keys = match super::net::prepare(d, &p, &st, &rootfs) {
+        Ok(k) => k,
+        Err(e) => {
+            release_mounts(d);
+            return Err(e);
+        }
+    };
     let mut text = plan::lxc_config(&ContainerPlan {
         manifest: &p.manifest,
         trusted: p.trusted,
@@ -923,6 +931,7 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
             return Err(e);
         }
     }
+    text.push_str(&net_keys);
     let dir = paths.lxc_dir(name);
     std::fs::create_dir_all(&dir).map_err(ApiError::internal)?;
     write_atomic(&dir.join("config"), text.as_bytes(), 0o640).map_err(ApiError::internal)?;

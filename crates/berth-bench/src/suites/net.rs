@@ -1,0 +1,557 @@
+//! `net`: TCP and UDP throughput (iperf3) and request-response latency between a "test
+//! machine" and a server on the host, in a shared-mode container, in an isolated container
+//! (through its published port) and in a macvlan container, in the same run; and the time
+//! each network mode adds to a container's start.
+//!
+//! Everything happens in two network namespaces of the suite's own — the "device" (where a
+//! second berth daemon runs, with its own state below the sandbox, so berth's bridge and
+//! nftables tables live there) and the "test machine", linked by a veth pair — and both go
+//! away at the end: the machine's own network is never touched.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::{Ctx, Suite};
+use crate::report::{mean_ci, ms, Section, SuiteOutput, Table};
+use crate::sandbox::{PkgSpec, Sandbox};
+use crate::stats::summarize;
+use crate::util::{bail, progress, which, Context, Result};
+
+pub struct Net;
+
+/// The request-response echo server (TCP and UDP on one port), for perl-base alone.
+const ECHO: &str = r#"use IO::Socket::INET; use Socket qw(IPPROTO_TCP TCP_NODELAY);
+my $p = shift;
+if (!fork()) { my $u = IO::Socket::INET->new(LocalPort => $p, Proto => "udp") or die "udp: $!"; my $b;
+  while (1) { my $peer = $u->recv($b, 64); $u->send($b, 0, $peer) if defined $peer; } }
+my $l = IO::Socket::INET->new(LocalPort => $p, Listen => 8, Proto => "tcp", ReuseAddr => 1) or die "tcp: $!";
+while (my $c = $l->accept) { if (!fork()) { setsockopt($c, IPPROTO_TCP, TCP_NODELAY, 1); my $b;
+  while (sysread($c, $b, 64)) { syswrite($c, $b) } exit } }
+"#;
+
+/// The client: N one-byte round trips on one socket (the caller times two values of N).
+const RR: &str = r#"use IO::Socket::INET; use Socket qw(IPPROTO_TCP TCP_NODELAY);
+my ($addr, $proto, $n) = @ARGV; $SIG{ALRM} = sub { die "timeout\n" }; alarm 60;
+my $s = IO::Socket::INET->new(PeerAddr => $addr, Proto => $proto) or die "$addr: $!";
+setsockopt($s, IPPROTO_TCP, TCP_NODELAY, 1) if $proto eq "tcp"; my $b;
+for (1 .. $n) { syswrite($s, "x"); sysread($s, $b, 64) or die "eof\n"; }
+"#;
+
+struct Target {
+    label: &'static str,
+    addr: &'static str,
+    iperf_port: u16,
+    rr_port: u16,
+}
+
+const TARGETS: &[Target] = &[
+    Target {
+        label: "host (device namespace)",
+        addr: "192.0.2.1",
+        iperf_port: 5201,
+        rr_port: 7101,
+    },
+    Target {
+        label: "shared container",
+        addr: "192.0.2.1",
+        iperf_port: 5202,
+        rr_port: 7102,
+    },
+    Target {
+        label: "isolated container (published port)",
+        addr: "192.0.2.1",
+        iperf_port: 5203,
+        rr_port: 7103,
+    },
+    Target {
+        label: "macvlan container",
+        addr: "192.0.2.50",
+        iperf_port: 5201,
+        rr_port: 7001,
+    },
+];
+
+/// The suite's own namespaces, daemon and host-side servers; all removed on drop.
+struct World {
+    dir: PathBuf,
+    berth: PathBuf,
+    config: PathBuf,
+    dev: String,
+    tm: String,
+    cgroup_parent: String,
+    daemon: Option<Child>,
+    procs: Vec<Child>,
+}
+
+fn sh(cmd: &str) -> Result<String> {
+    let o = Command::new("sh")
+        .args(["-c", cmd])
+        .stdin(Stdio::null())
+        .output()
+        .context(cmd)?;
+    if !o.status.success() {
+        bail!("{cmd}: {}", String::from_utf8_lossy(&o.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+impl World {
+    fn berth(&self, args: &[&str]) -> Result<String> {
+        let o = Command::new(&self.berth)
+            .args(args)
+            .env("BERTH_CONFIG", &self.config)
+            .stdin(Stdio::null())
+            .output()
+            .context("run berth")?;
+        if !o.status.success() {
+            bail!(
+                "berth {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+
+    fn in_dev(&mut self, argv: &[&str]) -> Result<()> {
+        let c = Command::new("ip")
+            .args(["netns", "exec", &self.dev])
+            .args(argv)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("spawn a server in the device namespace")?;
+        self.procs.push(c);
+        Ok(())
+    }
+
+    fn tm(&self, cmd: &str) -> Result<String> {
+        sh(&format!("ip netns exec {} {cmd}", self.tm))
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let lxcpath = self.dir.join("run/lxc");
+        for e in std::fs::read_dir(&lxcpath).into_iter().flatten().flatten() {
+            let _ = Command::new("nsenter")
+                .arg(format!("--net=/run/netns/{}", self.dev))
+                .arg("lxc-stop")
+                .arg("-P")
+                .arg(&lxcpath)
+                .arg("-n")
+                .arg(e.file_name())
+                .arg("-k")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+        for c in self.daemon.iter_mut().chain(self.procs.iter_mut()) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in [&self.dev, &self.tm] {
+            let _ = sh(&format!("ip netns del {ns}"));
+        }
+        // mounts below the sandbox go with the sandbox's own sweep; cgroups are ours
+        for h in std::fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            for p in [
+                self.cgroup_parent.clone(),
+                format!("{}.monitor", self.cgroup_parent),
+            ] {
+                let p = h.path().join(p);
+                for k in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+                    if k.path().is_dir() {
+                        for i in std::fs::read_dir(k.path()).into_iter().flatten().flatten() {
+                            let _ = std::fs::remove_dir(i.path());
+                        }
+                        let _ = std::fs::remove_dir(k.path());
+                    }
+                }
+                let _ = std::fs::remove_dir(&p);
+            }
+        }
+    }
+}
+
+fn package(
+    berth: &Path,
+    dir: &Path,
+    name: &str,
+    script: &str,
+    network: &str,
+    with_tools: bool,
+) -> Result<()> {
+    let src = dir.join("src").join(name);
+    let _ = std::fs::remove_dir_all(&src);
+    for d in [".berth", "bin", "usr/bin", "etc"] {
+        std::fs::create_dir_all(src.join(d)).context("package tree")?;
+    }
+    std::fs::copy(
+        which("busybox").ok_or("busybox-static is missing")?,
+        src.join("bin/busybox"),
+    )
+    .context("copy busybox")?;
+    if with_tools {
+        for t in ["iperf3", "perl"] {
+            let p = which(t).ok_or(format!("{t} is missing"))?;
+            std::fs::copy(&p, src.join("usr/bin").join(t)).context("copy a tool")?;
+        }
+        std::fs::write(src.join("echo.pl"), ECHO).context("write echo.pl")?;
+    }
+    std::fs::write(src.join("run.sh"), script).context("write run.sh")?;
+    std::fs::write(
+        src.join(".berth/manifest.toml"),
+        format!("[package]\nname = \"{name}\"\nversion = \"1\"\nbase = \"host\"\n[entrypoint]\nargv = [\"/bin/busybox\", \"sh\", \"/run.sh\"]\n[network]\n{network}\n"),
+    )
+    .context("write manifest")?;
+    let out = dir.join("repo/packages").join(format!("{name}-1.sqfs"));
+    sh(&format!(
+        "{} pack {} -o {} >/dev/null",
+        berth.display(),
+        src.display(),
+        out.display()
+    ))?;
+    Ok(())
+}
+
+/// iperf3 from the test machine; (TCP Mbit/s) or (UDP received Mbit/s, loss %, jitter ms).
+fn iperf(w: &World, t: &Target, udp: bool, secs: u32) -> Result<(f64, f64, f64)> {
+    let args = if udp { "-u -b 100M" } else { "" };
+    let text = w.tm(&format!(
+        "iperf3 -c {} -p {} -t {secs} -J {args}",
+        t.addr, t.iperf_port
+    ));
+    let text = match text {
+        Ok(t) => t,
+        Err(e) => bail!("iperf3 to {}: {e}", t.label),
+    };
+    let v: Value = serde_json::from_str(&text).context("iperf3 JSON")?;
+    if udp {
+        let s = &v["end"]["sum"];
+        Ok((
+            s["bits_per_second"].as_f64().unwrap_or(f64::NAN) / 1e6
+                * (1.0 - s["lost_percent"].as_f64().unwrap_or(0.0) / 100.0),
+            s["lost_percent"].as_f64().unwrap_or(f64::NAN),
+            s["jitter_ms"].as_f64().unwrap_or(f64::NAN),
+        ))
+    } else {
+        let b = v["end"]["sum_received"]["bits_per_second"]
+            .as_f64()
+            .unwrap_or(f64::NAN);
+        Ok((b / 1e6, 0.0, 0.0))
+    }
+}
+
+/// Microseconds per round trip: two runs with different counts, so process start-up and
+/// connection set-up cancel out.
+fn rr(w: &World, t: &Target, proto: &str, n: u32) -> Result<f64> {
+    let run = |k: u32| -> Result<f64> {
+        let t0 = Instant::now();
+        w.tm(&format!(
+            "perl -e '{RR}' {}:{} {proto} {k}",
+            t.addr, t.rr_port
+        ))
+        .map_err(|e| format!("{proto} request-response to {}: {e}", t.label))?;
+        Ok(t0.elapsed().as_secs_f64() * 1e6)
+    };
+    let small = run(10)?;
+    let big = run(n + 10)?;
+    Ok((big - small) / n as f64)
+}
+
+impl Suite for Net {
+    fn name(&self) -> &'static str {
+        "net"
+    }
+
+    /// The suite builds its packages for its own daemon in `run`; the shared sandbox gets a
+    /// marker package only (it installs whatever the suites return, and wants one at least).
+    fn prepare(&mut self, _sb: &Sandbox) -> Result<Vec<PkgSpec>> {
+        Ok(vec![PkgSpec {
+            name: "net-marker".into(),
+            argv: vec!["/bin/busybox".into(), "true".into()],
+            files: Vec::new(),
+            busybox: true,
+            host_base: false,
+        }])
+    }
+
+    fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput> {
+        for (t, pkg) in [
+            ("iperf3", "iperf3"),
+            ("nft", "nftables"),
+            ("ip", "iproute2"),
+            ("nsenter", "util-linux"),
+            ("perl", "perl-base"),
+        ] {
+            if which(t).is_none() {
+                let msg = format!("SKIPPED: {t} is missing (install the Debian package {pkg})");
+                progress!("{msg}");
+                return Ok(SuiteOutput {
+                    name: "net",
+                    sections: vec![Section {
+                        title: "network".into(),
+                        table: Table::new(&["skipped"]),
+                        notes: vec![msg.clone()],
+                    }],
+                    raw: json!({"skipped": msg}),
+                });
+            }
+        }
+        let sb = &*ctx.sb;
+        let pid = std::process::id();
+        let dir = sb.dir.join("net");
+        for d in ["repo/packages", "keys"] {
+            std::fs::create_dir_all(dir.join(d)).context("net suite directory")?;
+        }
+        let mut w = World {
+            config: dir.join("berth.toml"),
+            berth: sb.berth.clone(),
+            dev: format!("bbdev{pid}"),
+            tm: format!("bbtm{pid}"),
+            cgroup_parent: format!("{}.net", sb.cgroup_parent),
+            daemon: None,
+            procs: Vec::new(),
+            dir: dir.clone(),
+        };
+        sh(&format!(
+            "ip netns add {d} && ip netns add {t} && ip -n {d} link set lo up && ip -n {t} link set lo up && \
+             ip -n {d} link add tm0 type veth peer name eth0 netns {t} && \
+             ip -n {d} addr add 192.0.2.1/24 dev tm0 && ip -n {d} link set tm0 up && \
+             ip -n {t} addr add 192.0.2.2/24 dev eth0 && ip -n {t} link set eth0 up",
+            d = w.dev,
+            t = w.tm
+        ))?;
+        std::fs::write(
+            &w.config,
+            format!(
+                "repository = \"file://{d}/repo\"\n[paths]\nstate = \"{d}/state\"\nrun = \"{d}/run\"\nkeys = \"{d}/keys\"\n[containers]\ncgroup_parent = \"{cg}\"\nstop_timeout = \"5s\"\n[network]\ntable = \"berth_bench\"\npublish_on = \"tm0\"\nmacvlan_parent = \"tm0\"\n",
+                d = dir.display(),
+                cg = w.cgroup_parent
+            ),
+        )
+        .context("write the net suite's berth.toml")?;
+        std::fs::copy(sb.dir.join("vendor.pub"), dir.join("keys/vendor.pub"))
+            .context("copy the key")?;
+        // Packages: servers in three modes, and idle payloads for the start-time comparison.
+        let server = |port: u16, rr: u16, pre: &str| {
+            format!("{pre}/usr/bin/perl /echo.pl {rr} &\nexec /usr/bin/iperf3 -s -p {port}\n")
+        };
+        let b = &w.berth;
+        package(
+            b,
+            &dir,
+            "srv-shared",
+            &server(5202, 7102, ""),
+            "mode = \"shared\"",
+            true,
+        )?;
+        package(
+            b,
+            &dir,
+            "srv-iso",
+            &server(5201, 7001, ""),
+            "mode = \"isolated\"\npublish = [\"5203:5201/tcp\", \"5203:5201/udp\", \"7103:7001/tcp\", \"7103:7001/udp\"]",
+            true,
+        )?;
+        package(
+            b,
+            &dir,
+            "srv-mv",
+            &server(
+                5201,
+                7001,
+                "/bin/busybox ip addr add 192.0.2.50/24 dev eth0\n",
+            ),
+            "mode = \"macvlan\"",
+            true,
+        )?;
+        let idle = "exec /bin/busybox sleep 100000\n";
+        for (n, m) in [
+            ("st-none", "mode = \"none\""),
+            ("st-shared", "mode = \"shared\""),
+            ("st-iso", "mode = \"isolated\""),
+            ("st-mv", "mode = \"macvlan\""),
+        ] {
+            package(b, &dir, n, idle, m, false)?;
+        }
+        std::fs::write(dir.join("repo/trusted.txt"), "srv-shared\nst-shared\n")
+            .context("trusted.txt")?;
+        w.berth(&[
+            "repo",
+            "build",
+            &dir.join("repo").display().to_string(),
+            "--key",
+            &sb.dir.join("vendor.sec").display().to_string(),
+        ])?;
+        let log = std::fs::File::create(dir.join("daemon.log")).context("daemon.log")?;
+        w.daemon = Some(
+            Command::new("nsenter")
+                .arg(format!("--net=/run/netns/{}", w.dev))
+                .arg(&w.berth)
+                .arg("daemon")
+                .env("BERTH_CONFIG", &w.config)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().context("daemon.log")?)
+                .stderr(log)
+                .spawn()
+                .context("start the net suite's daemon")?,
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while w.berth(&["status"]).is_err() {
+            if Instant::now() > deadline {
+                bail!("the net suite's daemon did not come up");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        w.berth(&["update"])?;
+        w.berth(&[
+            "install",
+            "srv-shared",
+            "srv-iso",
+            "srv-mv",
+            "st-none",
+            "st-shared",
+            "st-iso",
+            "st-mv",
+        ])?;
+
+        // Start time per mode (first start of each allocates and loads rules: a warm-up).
+        let runs = if ctx.quick {
+            3
+        } else {
+            ctx.runs_given.unwrap_or(10)
+        };
+        let modes = [
+            ("st-none", "none"),
+            ("st-shared", "shared"),
+            ("st-iso", "isolated"),
+            ("st-mv", "macvlan"),
+        ];
+        // Interleaved (none, shared, isolated, macvlan, none, …) so drifting load on the
+        // machine hits every mode alike; the first round is the warm-up.
+        let mut samples: Vec<Vec<f64>> = vec![Vec::new(); modes.len()];
+        for i in 0..runs + 1 {
+            for (k, (n, _)) in modes.iter().enumerate() {
+                crate::util::check_interrupted()?;
+                let t0 = Instant::now();
+                w.berth(&["start", n])?;
+                let el = t0.elapsed().as_secs_f64() * 1000.0;
+                w.berth(&["stop", n])?;
+                if i > 0 {
+                    samples[k].push(el);
+                }
+            }
+        }
+        let mut start_rows = Vec::new();
+        let mut start_raw = Vec::new();
+        let base = summarize(&samples[0]).map_or(f64::NAN, |s| s.median);
+        for (k, (_, label)) in modes.iter().enumerate() {
+            let s = summarize(&samples[k]).ok_or("no start samples")?;
+            progress!("net: start with mode {label}: {} ms", ms(s.mean));
+            start_rows.push(vec![
+                label.to_string(),
+                mean_ci(&s),
+                ms(s.median),
+                format!("{:+.1}", s.median - base),
+            ]);
+            start_raw.push(json!({"mode": label, "samples_ms": samples[k]}));
+        }
+
+        // Servers: host (in the device namespace), then the three containers.
+        let echo = dir.join("echo.pl");
+        std::fs::write(&echo, ECHO).context("echo.pl")?;
+        let echo_s = echo.display().to_string();
+        w.in_dev(&["iperf3", "-s", "-p", "5201"])?;
+        w.in_dev(&["perl", &echo_s, "7101"])?;
+        for n in ["srv-shared", "srv-iso", "srv-mv"] {
+            w.berth(&["start", n])?;
+        }
+        let secs = if ctx.quick { 2 } else { 5 };
+        let rounds = if ctx.quick { 1 } else { 5 };
+        let n_rr = if ctx.quick { 5000 } else { 20000 };
+        // servers up: retry the first contact
+        for t in TARGETS {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while rr(&w, t, "tcp", 1).is_err() {
+                if Instant::now() > deadline {
+                    bail!("{} does not answer on {}:{}", t.label, t.addr, t.rr_port);
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        let mut table = Table::new(&[
+            "server",
+            "TCP Mbit/s",
+            "UDP 100M: received Mbit/s",
+            "UDP loss %",
+            "UDP jitter ms",
+            "TCP RR µs",
+            "UDP RR µs",
+        ]);
+        // six series per target: TCP, UDP, UDP loss, UDP jitter, TCP RR, UDP RR; rounds
+        // interleave the targets so drifting load hits them alike
+        let mut series: Vec<[Vec<f64>; 6]> = TARGETS.iter().map(|_| Default::default()).collect();
+        for r in 0..rounds {
+            progress!("net: round {}/{rounds}", r + 1);
+            for (k, t) in TARGETS.iter().enumerate() {
+                crate::util::check_interrupted()?;
+                let v = &mut series[k];
+                v[0].push(iperf(&w, t, false, secs)?.0);
+                let (u, l, j) = iperf(&w, t, true, secs)?;
+                v[1].push(u);
+                v[2].push(l);
+                v[3].push(j);
+                v[4].push(rr(&w, t, "tcp", n_rr)?);
+                v[5].push(rr(&w, t, "udp", n_rr)?);
+            }
+        }
+        let mut raw = Vec::new();
+        for (t, v) in TARGETS.iter().zip(&series) {
+            let m = |v: &Vec<f64>| summarize(v).map(|s| mean_ci(&s)).unwrap_or_default();
+            let mut row = vec![t.label.to_string()];
+            row.extend(v.iter().map(m));
+            table.row(row);
+            raw.push(json!({"target": t.label, "tcp_mbps": v[0], "udp_mbps": v[1], "udp_loss_percent": v[2],
+                "udp_jitter_ms": v[3], "tcp_rr_us": v[4], "udp_rr_us": v[5]}));
+        }
+        let mut st = Table::new(&[
+            "mode",
+            "start ms (mean ± 95% CI)",
+            "median",
+            "median vs none (ms)",
+        ]);
+        for r in start_rows {
+            st.row(r);
+        }
+        Ok(SuiteOutput {
+            name: "net",
+            sections: vec![
+                Section {
+                    title: "Network: test machine → server, by network mode".into(),
+                    table,
+                    notes: vec![
+                        format!("iperf3 -t {secs} from a \"test machine\" network namespace over a veth pair to the device namespace (where the berth daemon runs); UDP at -b 100M, received rate = rate × (1 − loss); {rounds} round(s), the servers interleaved in each"),
+                        format!("RR: one-byte request and answer on one socket, perl client and server; µs per round trip from two runs ({n_rr} + 10 and 10 round trips, so process start-up and connection set-up cancel out)"),
+                        "isolated: through the published port (DNAT, bridge, veth, anti-spoofing rules); macvlan: directly to the container's LAN address; shared: the host's namespace".into(),
+                    ],
+                },
+                Section {
+                    title: "Container start time by network mode".into(),
+                    table: st,
+                    notes: vec![format!("`berth start` wall time, idle busybox payload, {runs} rounds after one warm-up round (which allocates the address and loads the rules), the modes interleaved")],
+                },
+            ],
+            raw: json!({"seconds": secs, "rounds": rounds, "rr_round_trips": n_rr,
+                "throughput": raw, "start": start_raw}),
+        })
+    }
+}

@@ -1,0 +1,800 @@
+//! Networking plans (pure): the `[network]` section of the device configuration, the address
+//! pool, each container's link parameters (address, MAC, host-side veth name, LXC keys) and
+//! berth's nftables ruleset as one text that `nft -f -` loads in a single transaction.
+//!
+//! The ruleset lives in two tables of berth's own (`inet T` and `bridge T`, T = `table`):
+//! - `bridge T`: every frame a container sends into the bridge is checked on its host-side
+//!   veth against the container's MAC and IPv4 address (Ethernet source, ARP sender MAC and
+//!   IP, IPv4 source); IPv6 and other EtherTypes are dropped. Frames between two containers'
+//!   ports are dropped unless the policy links them. Drops are counted in named counters
+//!   `spoof_<n>` and `deny_<n>` (n: the container's pool index).
+//! - `inet T`: containers reach no host service but the listed ones (input), nothing routed
+//!   between containers but links (forward), outbound masqueraded from the subnet, published
+//!   ports DNATed from the configured interfaces.
+//!
+//! Each load first declares then deletes both tables, then recreates them: a failed load
+//! changes nothing, a good one replaces everything at once. No other table is touched.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+
+use crate::manifest::{NetMode, Proto, Publish};
+
+/// `[network]` of berth.toml, as written: string values only; lists are space-separated
+/// (`outbound = "eth0 wwan0"`). The same type as the manifest's `env` table, so the device
+/// binary reuses that deserializer instead of carrying one more (a derived struct with TOML
+/// arrays cost about 17 KiB).
+pub type RawNet = BTreeMap<String, toml::Spanned<String>>;
+
+/// The keys `[network]` may have.
+const KEYS: &[&str] = &[
+    "modes",
+    "bridge",
+    "subnet",
+    "table",
+    "outbound",
+    "publish_on",
+    "macvlan_parent",
+    "host_services",
+    "links",
+    "dns",
+];
+
+/// The network policy of the device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NetConfig {
+    /// Modes packages may use (the manifest asks, the device caps). Default: all four.
+    pub modes: Vec<NetMode>,
+    pub bridge: String,
+    /// The isolated subnet: network address and prefix length. The bridge takes the first
+    /// host address (the containers' gateway); containers get the others.
+    pub subnet: (Ipv4Addr, u8),
+    /// nftables table name (in the `inet` and `bridge` families).
+    pub table: String,
+    /// Interfaces containers' traffic may leave by (masqueraded); empty: any but the bridge.
+    pub outbound: Vec<String>,
+    /// Interfaces published ports are reachable on; empty: any but the bridge.
+    pub publish_on: Vec<String>,
+    pub macvlan_parent: Option<String>,
+    /// Host services containers may reach on the host: (port, protocol).
+    pub host_services: Vec<(u16, Proto)>,
+    /// Pairs of containers that may reach each other.
+    pub links: Vec<(String, String)>,
+    /// Name servers written to containers' resolv.conf; empty: the host's.
+    pub dns: Vec<Ipv4Addr>,
+}
+
+fn is_ifname(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 15
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+}
+
+pub fn parse_cidr(s: &str) -> Option<(Ipv4Addr, u8)> {
+    let (a, p) = s.split_once('/')?;
+    let a: Ipv4Addr = a.parse().ok()?;
+    let p: u8 = p.parse().ok().filter(|p| *p <= 32)?;
+    Some((a, p))
+}
+
+fn mask(prefix: u8) -> u32 {
+    if prefix == 0 {
+        0
+    } else {
+        u32::MAX << (32 - prefix)
+    }
+}
+
+/// Do two prefixes share an address?
+pub fn overlaps(a: (Ipv4Addr, u8), b: (Ipv4Addr, u8)) -> bool {
+    let m = mask(a.1.min(b.1));
+    u32::from(a.0) & m == u32::from(b.0) & m
+}
+
+pub fn mode_name(m: NetMode) -> &'static str {
+    match m {
+        NetMode::None => "none",
+        NetMode::Isolated => "isolated",
+        NetMode::Macvlan => "macvlan",
+        NetMode::Shared => "shared",
+    }
+}
+
+impl NetConfig {
+    /// Validates `[network]`; errors are (key, message).
+    pub fn parse(raw: Option<RawNet>) -> Result<NetConfig, (&'static str, String)> {
+        type E = (&'static str, String);
+        // one message shape for every value: smaller code than one format per key
+        fn bad(key: &'static str, v: &str, want: &str) -> E {
+            (key, format!("{v:?}: expected {want}"))
+        }
+        let raw = raw.unwrap_or_default();
+        if let Some(k) = raw.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(bad("network", k, &format!("one of {}", KEYS.join(", "))));
+        }
+        let get = |k: &str| raw.get(k).map(|v| v.get_ref().as_str());
+        const IF: &str = "an interface name (1-15 of A-Z a-z 0-9 - _ .)";
+        let ifname = |key: &'static str, s: &str| -> Result<String, E> {
+            if is_ifname(s) {
+                Ok(s.to_string())
+            } else {
+                Err(bad(key, s, IF))
+            }
+        };
+        let ifnames = |key: &'static str| -> Result<Vec<String>, E> {
+            let mut v = Vec::new();
+            for w in get(&key[8..]).unwrap_or("").split_whitespace() {
+                v.push(ifname(key, w)?);
+            }
+            Ok(v)
+        };
+        let mut c = NetConfig {
+            modes: vec![
+                NetMode::None,
+                NetMode::Isolated,
+                NetMode::Macvlan,
+                NetMode::Shared,
+            ],
+            bridge: ifname("network.bridge", get("bridge").unwrap_or("berth0"))?,
+            subnet: (Ipv4Addr::UNSPECIFIED, 0),
+            table: get("table").unwrap_or("berth").to_string(),
+            outbound: ifnames("network.outbound")?,
+            publish_on: ifnames("network.publish_on")?,
+            macvlan_parent: match get("macvlan_parent") {
+                Some(p) => Some(ifname("network.macvlan_parent", p)?),
+                None => None,
+            },
+            host_services: Vec::new(),
+            links: Vec::new(),
+            dns: Vec::new(),
+        };
+        if let Some(m) = get("modes") {
+            c.modes.clear();
+            for w in m.split_whitespace() {
+                c.modes.push(match w {
+                    "none" => NetMode::None,
+                    "isolated" => NetMode::Isolated,
+                    "macvlan" => NetMode::Macvlan,
+                    "shared" => NetMode::Shared,
+                    _ => return Err(bad("network.modes", w, "none, isolated, macvlan or shared")),
+                });
+            }
+        }
+        let subnet = get("subnet").unwrap_or("10.87.0.0/24");
+        let (a, p) = parse_cidr(subnet)
+            .filter(|(_, p)| (16..=30).contains(p))
+            .ok_or_else(|| bad("network.subnet", subnet, "an IPv4 prefix a.b.c.d/16 to /30"))?;
+        c.subnet = (Ipv4Addr::from(u32::from(a) & mask(p)), p);
+        let t = &c.table;
+        if t.is_empty()
+            || t.len() > 32
+            || !t.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            return Err(bad("network.table", t, "1-32 of A-Z a-z 0-9 _"));
+        }
+        for w in get("host_services").unwrap_or("").split_whitespace() {
+            let (p, proto) = match w.split_once('/') {
+                Some((p, "tcp")) => (p, Proto::Tcp),
+                Some((p, "udp")) => (p, Proto::Udp),
+                None => (w, Proto::Tcp),
+                _ => ("", Proto::Tcp),
+            };
+            match p.parse::<u16>() {
+                Ok(n) if n > 0 => c.host_services.push((n, proto)),
+                _ => return Err(bad("network.host_services", w, "PORT[/tcp|/udp]")),
+            }
+        }
+        for w in get("dns").unwrap_or("").split_whitespace() {
+            c.dns.push(
+                w.parse()
+                    .map_err(|_| bad("network.dns", w, "an IPv4 address"))?,
+            );
+        }
+        for w in get("links").unwrap_or("").split_whitespace() {
+            match w.split_once(':') {
+                Some((a, b)) if !a.is_empty() && !b.is_empty() => {
+                    c.links.push((a.into(), b.into()))
+                }
+                _ => return Err(bad("network.links", w, "NAME:NAME")),
+            }
+        }
+        Ok(c)
+    }
+
+    /// The bridge's address: the containers' gateway.
+    pub fn gateway(&self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(self.subnet.0) + 1)
+    }
+
+    /// Addresses containers may get, in order.
+    fn pool(&self) -> impl Iterator<Item = Ipv4Addr> {
+        let base = u32::from(self.subnet.0);
+        let size = 1u32 << (32 - self.subnet.1);
+        (base + 2..base + size - 1).map(Ipv4Addr::from)
+    }
+
+    fn linked(&self, a: &str, b: &str) -> bool {
+        self.links
+            .iter()
+            .any(|(x, y)| (x == a && y == b) || (x == b && y == a))
+    }
+}
+
+/// The address of each container that has one, persisted by the daemon (`net/leases`).
+/// A Vec, not a map: a handful of entries, and no B-tree code in the device binary.
+pub type Leases = Vec<(String, Ipv4Addr)>;
+
+pub fn lease_of(l: &Leases, name: &str) -> Option<Ipv4Addr> {
+    l.iter().find(|(n, _)| n == name).map(|(_, a)| *a)
+}
+
+/// The leases file: one `NAME ADDRESS` per line (no JSON: smaller code on the device).
+/// Lines that do not parse are skipped.
+pub fn parse_leases(text: &str) -> Leases {
+    let mut l = Leases::new();
+    for line in text.lines() {
+        if let Some((n, Ok(a))) = line.split_once(' ').map(|(n, a)| (n, a.trim().parse())) {
+            l.retain(|(m, _)| m != n);
+            l.push((n.to_string(), a));
+        }
+    }
+    l
+}
+
+pub fn format_leases(l: &Leases) -> String {
+    l.iter().map(|(n, a)| format!("{n} {a}\n")).collect()
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum NetError {
+    #[error("{package}: network mode {mode} is not allowed by the device policy ([network] modes in berth.toml)")]
+    ModeDenied { package: String, mode: &'static str },
+    #[error("{package}: no free address left in the pool {subnet} ({used} containers have one); remove a package or widen [network] subnet")]
+    PoolExhausted {
+        package: String,
+        subnet: String,
+        used: usize,
+    },
+    #[error("{package}: host port {port}/{proto} is already published by {other}")]
+    PortTaken {
+        package: String,
+        port: u16,
+        proto: &'static str,
+        other: String,
+    },
+}
+
+pub fn proto_name(p: Proto) -> &'static str {
+    match p {
+        Proto::Tcp => "tcp",
+        Proto::Udp => "udp",
+    }
+}
+
+/// The device policy's cap on a package's network mode.
+pub fn check_mode(cfg: &NetConfig, package: &str, mode: NetMode) -> Result<(), NetError> {
+    if cfg.modes.contains(&mode) {
+        Ok(())
+    } else {
+        Err(NetError::ModeDenied {
+            package: package.into(),
+            mode: mode_name(mode),
+        })
+    }
+}
+
+/// The container's address: its lease if it has one, else the lowest free one (added to
+/// `leases`; the caller persists it).
+pub fn allocate(cfg: &NetConfig, leases: &mut Leases, name: &str) -> Result<Ipv4Addr, NetError> {
+    if let Some(ip) = lease_of(leases, name) {
+        if cfg.pool().any(|p| p == ip) {
+            return Ok(ip);
+        }
+    }
+    let ip = cfg
+        .pool()
+        .find(|ip| !leases.iter().any(|(n, l)| l == ip && n != name))
+        .ok_or_else(|| NetError::PoolExhausted {
+            package: name.into(),
+            subnet: format!("{}/{}", cfg.subnet.0, cfg.subnet.1),
+            used: leases.len(),
+        })?;
+    leases.retain(|(n, _)| n != name);
+    leases.push((name.into(), ip));
+    Ok(ip)
+}
+
+/// Refuses a host port another container already publishes.
+pub fn check_ports(
+    name: &str,
+    mine: &[Publish],
+    others: &[(String, Vec<Publish>)],
+) -> Result<(), NetError> {
+    for p in mine {
+        for (other, theirs) in others.iter().filter(|(o, _)| o != name) {
+            if theirs
+                .iter()
+                .any(|q| q.host_port == p.host_port && q.proto == p.proto)
+            {
+                return Err(NetError::PortTaken {
+                    package: name.into(),
+                    port: p.host_port,
+                    proto: proto_name(p.proto),
+                    other: other.clone(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A locally administered MAC derived from the address: stable across restarts, unique in
+/// the subnet.
+pub fn mac_of(ip: Ipv4Addr) -> String {
+    let o = ip.octets();
+    format!("02:b7:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3])
+}
+
+/// The host side of the container's veth (≤ 15 characters, unique per address).
+pub fn veth_of(ip: Ipv4Addr) -> String {
+    format!("vb{:08x}", u32::from(ip))
+}
+
+/// The index used in counter names (the address's offset in the subnet).
+pub fn index_of(cfg: &NetConfig, ip: Ipv4Addr) -> u32 {
+    u32::from(ip) - u32::from(cfg.subnet.0)
+}
+
+/// The `lxc.net.0.*` lines of an isolated container. `up_script` (see [`veth_up_script`])
+/// attaches the host side to the bridge: LXC's own `link` key decides bridge or Open vSwitch
+/// by looking in /sys/class/net, which shows another namespace's devices when the daemon
+/// does not run in the namespace that mounted /sys.
+pub fn lxc_isolated(cfg: &NetConfig, ip: Ipv4Addr, up_script: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("lxc.net.0.type", "veth".into()),
+        ("lxc.net.0.script.up", up_script.into()),
+        ("lxc.net.0.veth.pair", veth_of(ip)),
+        ("lxc.net.0.name", "eth0".into()),
+        ("lxc.net.0.hwaddr", mac_of(ip)),
+        // with the broadcast address: LXC 5.0 otherwise computes a wrong one (0.0.0.255)
+        (
+            "lxc.net.0.ipv4.address",
+            format!("{ip}/{} {}", cfg.subnet.1, broadcast(cfg)),
+        ),
+        ("lxc.net.0.ipv4.gateway", cfg.gateway().to_string()),
+        ("lxc.net.0.flags", "up".into()),
+        // IPv4 only: the bridge drops IPv6, so the kernel's own link-local chatter would
+        // only fill the spoofing counters. /proc/sys is read-only inside the container.
+        ("lxc.sysctl.net.ipv6.conf.all.disable_ipv6", "1".into()),
+        ("lxc.sysctl.net.ipv6.conf.default.disable_ipv6", "1".into()),
+    ]
+}
+
+fn broadcast(cfg: &NetConfig) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(cfg.subnet.0) | !mask(cfg.subnet.1))
+}
+
+/// The script LXC runs on the host when a container's veth exists (hooks version 0 passes:
+/// container, "net", "up", "veth", host-side name): into the bridge it goes.
+pub fn veth_up_script(cfg: &NetConfig) -> String {
+    format!(
+        "#!/bin/sh\n# written by berth: attach a container's veth to its bridge\nPATH=$PATH:/usr/sbin:/sbin:/usr/bin:/bin\nexec ip link set dev \"$5\" master {} up\n",
+        cfg.bridge
+    )
+}
+
+/// The `lxc.net.0.*` lines of a macvlan container (bridge mode on the parent; the address
+/// comes from the LAN, set by the package or its DHCP client).
+pub fn lxc_macvlan(parent: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("lxc.net.0.type", "macvlan".into()),
+        ("lxc.net.0.macvlan.mode", "bridge".into()),
+        ("lxc.net.0.link", parent.into()),
+        ("lxc.net.0.name", "eth0".into()),
+        ("lxc.net.0.flags", "up".into()),
+    ]
+}
+
+/// One isolated container in the ruleset.
+pub struct Member<'a> {
+    pub name: &'a str,
+    pub ip: Ipv4Addr,
+    pub publish: &'a [Publish],
+}
+
+fn set(names: &[String]) -> String {
+    let q: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+    format!("{{ {} }}", q.join(", "))
+}
+
+/// berth's whole ruleset, for `nft -f -`.
+pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
+    let t = &cfg.table;
+    let br = &cfg.bridge;
+    let net = format!("{}/{}", cfg.subnet.0, cfg.subnet.1);
+    let gw = cfg.gateway();
+    let mut o = String::new();
+    let w = &mut o;
+    // Declare (so the delete cannot fail on a first load), delete, recreate: one transaction.
+    for fam in ["inet", "bridge"] {
+        let _ = writeln!(w, "table {fam} {t} {{}}\ndelete table {fam} {t}");
+    }
+    let counters = |w: &mut String| {
+        for m in members {
+            let i = index_of(cfg, m.ip);
+            let _ = writeln!(w, "  counter spoof_{i} {{}}\n  counter deny_{i} {{}}");
+        }
+    };
+
+    // ---- L2: pin each port to its container, keep containers apart.
+    let _ = writeln!(w, "table bridge {t} {{");
+    counters(w);
+    let _ = writeln!(
+        w,
+        "  chain prerouting {{\n    type filter hook prerouting priority -200; policy accept;"
+    );
+    for m in members {
+        let _ = writeln!(
+            w,
+            "    iifname \"{}\" jump port_{}",
+            veth_of(m.ip),
+            index_of(cfg, m.ip)
+        );
+    }
+    let _ = writeln!(w, "  }}");
+    for m in members {
+        let i = index_of(cfg, m.ip);
+        let (mac, ip) = (mac_of(m.ip), m.ip);
+        let _ = writeln!(
+            w,
+            "  chain port_{i} {{\n    ether saddr != {mac} counter name spoof_{i} drop\n    ether type arp arp saddr ether != {mac} counter name spoof_{i} drop\n    ether type arp arp saddr ip != {ip} counter name spoof_{i} drop\n    ether type ip ip saddr != {ip} counter name spoof_{i} drop\n    ether type != {{ ip, arp }} counter name spoof_{i} drop\n  }}"
+        );
+    }
+    let _ = writeln!(
+        w,
+        "  chain forward {{\n    type filter hook forward priority 0; policy accept;"
+    );
+    for a in members {
+        for b in members {
+            if a.name != b.name && cfg.linked(a.name, b.name) {
+                let _ = writeln!(
+                    w,
+                    "    iifname \"{}\" oifname \"{}\" accept",
+                    veth_of(a.ip),
+                    veth_of(b.ip)
+                );
+            }
+        }
+    }
+    for m in members {
+        let _ = writeln!(
+            w,
+            "    iifname \"{}\" counter name deny_{} drop",
+            veth_of(m.ip),
+            index_of(cfg, m.ip)
+        );
+    }
+    let _ = writeln!(w, "  }}\n}}");
+
+    // ---- L3: host services, routing, NAT, published ports.
+    let _ = writeln!(w, "table inet {t} {{");
+    counters(w);
+    let _ = writeln!(
+        w,
+        "  chain input {{\n    type filter hook input priority 0; policy accept;\n    iifname \"{br}\" jump from_containers\n  }}\n  chain from_containers {{\n    ct state established,related accept"
+    );
+    for (port, proto) in &cfg.host_services {
+        let _ = writeln!(
+            w,
+            "    ip daddr {gw} {} dport {port} accept",
+            proto_name(*proto)
+        );
+    }
+    let deny = |w: &mut String| {
+        for m in members {
+            let _ = writeln!(
+                w,
+                "    ip saddr {} counter name deny_{} drop",
+                m.ip,
+                index_of(cfg, m.ip)
+            );
+        }
+        let _ = writeln!(w, "    drop");
+    };
+    deny(w);
+    let _ = writeln!(w, "  }}");
+    let _ = writeln!(
+        w,
+        "  chain forward {{\n    type filter hook forward priority 0; policy accept;\n    iifname \"{br}\" oifname \"{br}\" jump between\n    iifname \"{br}\" jump outbound\n    oifname \"{br}\" ct state established,related accept\n    oifname \"{br}\" ct status dnat accept\n    oifname \"{br}\" drop\n  }}\n  chain between {{"
+    );
+    for a in members {
+        for b in members {
+            if a.name != b.name && cfg.linked(a.name, b.name) {
+                let _ = writeln!(w, "    ip saddr {} ip daddr {} accept", a.ip, b.ip);
+            }
+        }
+    }
+    deny(w);
+    let _ = writeln!(w, "  }}\n  chain outbound {{");
+    let out = if cfg.outbound.is_empty() {
+        format!("oifname != \"{br}\"")
+    } else {
+        format!("oifname {}", set(&cfg.outbound))
+    };
+    let _ = writeln!(w, "    ip saddr {net} {out} accept");
+    deny(w);
+    let _ = writeln!(w, "  }}");
+    let inb = if cfg.publish_on.is_empty() {
+        format!("iifname != \"{br}\"")
+    } else {
+        format!("iifname {}", set(&cfg.publish_on))
+    };
+    let _ = writeln!(
+        w,
+        "  chain prerouting {{\n    type nat hook prerouting priority -100; policy accept;"
+    );
+    for m in members {
+        for p in m.publish {
+            let _ = writeln!(
+                w,
+                "    {inb} {} dport {} dnat ip to {}:{}",
+                proto_name(p.proto),
+                p.host_port,
+                m.ip,
+                p.container_port
+            );
+        }
+    }
+    let _ = writeln!(
+        w,
+        "  }}\n  chain postrouting {{\n    type nat hook postrouting priority 100; policy accept;\n    ip saddr {net} {out} masquerade\n  }}\n}}"
+    );
+    o
+}
+
+/// Removes both tables (when no container has an address any more). Fails if they are absent.
+pub fn teardown(cfg: &NetConfig) -> String {
+    let t = &cfg.table;
+    format!("table inet {t} {{}}\ndelete table inet {t}\ntable bridge {t} {{}}\ndelete table bridge {t}\n")
+}
+
+/// Adds the drop counters in `nft -j list counters …` output to `out`: (index, spoof, deny)
+/// packet counts, summed over both tables.
+pub fn add_counters(v: &serde_json::Value, out: &mut Vec<(u32, u64, u64)>) {
+    for item in v["nftables"].as_array().into_iter().flatten() {
+        let c = &item["counter"];
+        let (Some(name), Some(pk)) = (c["name"].as_str(), c["packets"].as_u64()) else {
+            continue;
+        };
+        let (kind, idx) = match name.split_once('_') {
+            Some((k, i)) => (k, i.parse::<u32>().ok()),
+            None => continue,
+        };
+        let Some(idx) = idx else { continue };
+        let k = match out.iter().position(|e| e.0 == idx) {
+            Some(k) => k,
+            None => {
+                out.push((idx, 0, 0));
+                out.len() - 1
+            }
+        };
+        match kind {
+            "spoof" => out[k].1 += pk,
+            "deny" => out[k].2 += pk,
+            _ => {}
+        }
+    }
+}
+
+/// A host on the LAN: from the neighbour table and DHCP leases.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LanHost {
+    pub ip: String,
+    pub mac: String,
+    pub dev: String,
+    pub hostname: Option<String>,
+}
+
+/// LAN hosts from `/proc/net/arp` (reachable entries with a MAC) and a dnsmasq leases file
+/// (`expiry mac ip hostname client-id` per line), skipping berth's own bridge.
+pub fn lan_hosts(proc_arp: &str, leases: &str, skip_dev: &str) -> Vec<LanHost> {
+    let mut out: Vec<LanHost> = Vec::new();
+    for l in proc_arp.lines().skip(1) {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        // IP address, HW type, Flags, HW address, Mask, Device
+        if f.len() < 6 || f[2] == "0x0" || f[3] == "00:00:00:00:00:00" || f[5] == skip_dev {
+            continue;
+        }
+        out.push(LanHost {
+            ip: f[0].into(),
+            mac: f[3].to_ascii_lowercase(),
+            dev: f[5].into(),
+            hostname: None,
+        });
+    }
+    for l in leases.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 4 {
+            continue;
+        }
+        let name = (f[3] != "*").then(|| f[3].to_string());
+        match out.iter_mut().find(|h| h.ip == f[2]) {
+            Some(h) => h.hostname = name,
+            None => out.push(LanHost {
+                ip: f[2].into(),
+                mac: f[1].to_ascii_lowercase(),
+                dev: String::new(),
+                hostname: name,
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(toml_text: &str) -> NetConfig {
+        NetConfig::parse(Some(toml::from_str(toml_text).unwrap())).unwrap()
+    }
+
+    #[test]
+    fn defaults_and_validation() {
+        let c = cfg("");
+        assert_eq!(c.bridge, "berth0");
+        assert_eq!(c.subnet, ("10.87.0.0".parse().unwrap(), 24));
+        assert_eq!(c.gateway().to_string(), "10.87.0.1");
+        assert_eq!(c.modes.len(), 4);
+        let c = cfg("subnet = \"10.9.8.77/29\"\nhost_services = \"53/udp 80\"\nlinks = \"a:b\"");
+        assert_eq!(c.subnet.0.to_string(), "10.9.8.72");
+        assert_eq!(c.host_services, vec![(53, Proto::Udp), (80, Proto::Tcp)]);
+        assert!(c.linked("b", "a") && !c.linked("a", "c"));
+        for (bad, key) in [
+            ("subnet = \"10.0.0.0/8\"", "network.subnet"),
+            ("subnet = \"nope\"", "network.subnet"),
+            ("bridge = \"a-very-long-bridge-name\"", "network.bridge"),
+            ("bridge = \"br;x\"", "network.bridge"),
+            ("table = \"x y\"", "network.table"),
+            ("modes = \"none bridge\"", "network.modes"),
+            ("host_services = \"0/tcp\"", "network.host_services"),
+            ("host_services = \"53/sctp\"", "network.host_services"),
+            ("dns = \"x\"", "network.dns"),
+            ("links = \"a\"", "network.links"),
+            ("bridges = \"x\"", "network"),
+        ] {
+            let e = NetConfig::parse(Some(toml::from_str(bad).unwrap())).unwrap_err();
+            assert_eq!(e.0, key, "{bad}: {}", e.1);
+        }
+    }
+
+    #[test]
+    fn pool_is_static_and_runs_out() {
+        let c = cfg("subnet = \"10.1.0.0/29\"");
+        let mut l = Leases::new();
+        let names = ["a", "b", "c", "d", "e"];
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(
+                allocate(&c, &mut l, n).unwrap().to_string(),
+                format!("10.1.0.{}", i + 2)
+            );
+        }
+        // the same container gets the same address again
+        assert_eq!(allocate(&c, &mut l, "c").unwrap().to_string(), "10.1.0.4");
+        let e = allocate(&c, &mut l, "f").unwrap_err();
+        assert!(matches!(e, NetError::PoolExhausted { used: 5, .. }), "{e}");
+        assert!(e.to_string().contains("10.1.0.0/29"));
+        // a freed address is reused; the others keep theirs
+        l.retain(|(n, _)| n != "b");
+        assert_eq!(allocate(&c, &mut l, "f").unwrap().to_string(), "10.1.0.3");
+        assert_eq!(lease_of(&l, "a").unwrap().to_string(), "10.1.0.2");
+        assert_eq!(parse_leases(&format_leases(&l)), l);
+        assert_eq!(parse_leases("a 10.1.0.2\nbad\nb x\n").len(), 1);
+        // a lease outside a changed subnet is replaced
+        let c2 = cfg("subnet = \"10.2.0.0/24\"");
+        assert_eq!(allocate(&c2, &mut l, "a").unwrap().to_string(), "10.2.0.2");
+    }
+
+    #[test]
+    fn ports_names_and_macs() {
+        let p = |h, proto| Publish {
+            host_port: h,
+            container_port: 80,
+            proto,
+        };
+        let others = vec![("web".to_string(), vec![p(8080, Proto::Tcp)])];
+        assert!(check_ports("api", &[p(8080, Proto::Udp)], &others).is_ok());
+        assert!(check_ports("web", &[p(8080, Proto::Tcp)], &others).is_ok());
+        let e = check_ports("api", &[p(8080, Proto::Tcp)], &others).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "api: host port 8080/tcp is already published by web"
+        );
+        let ip: Ipv4Addr = "10.87.0.2".parse().unwrap();
+        assert_eq!(mac_of(ip), "02:b7:0a:57:00:02");
+        assert_eq!(veth_of(ip), "vb0a570002");
+        assert!(veth_of("255.255.255.255".parse().unwrap()).len() <= 15);
+        assert!(overlaps(
+            ("10.87.0.0".parse().unwrap(), 24),
+            ("10.0.0.0".parse().unwrap(), 8)
+        ));
+        assert!(!overlaps(
+            ("10.87.0.0".parse().unwrap(), 24),
+            ("10.87.1.0".parse().unwrap(), 24)
+        ));
+        assert!(check_mode(&cfg("modes = \"none\""), "x", NetMode::Isolated).is_err());
+    }
+
+    #[test]
+    fn ruleset_text() {
+        let c = cfg(
+            "table = \"bt\"\npublish_on = \"lan0\"\nhost_services = \"53/udp\"\nlinks = \"a:b\"",
+        );
+        let pubs = [Publish {
+            host_port: 8080,
+            container_port: 80,
+            proto: Proto::Tcp,
+        }];
+        let m = [
+            Member {
+                name: "a",
+                ip: "10.87.0.2".parse().unwrap(),
+                publish: &pubs,
+            },
+            Member {
+                name: "b",
+                ip: "10.87.0.3".parse().unwrap(),
+                publish: &[],
+            },
+            Member {
+                name: "c",
+                ip: "10.87.0.4".parse().unwrap(),
+                publish: &[],
+            },
+        ];
+        let r = ruleset(&c, &m);
+        // atomic replace: declare + delete before the new tables
+        assert!(r.starts_with(
+            "table inet bt {}\ndelete table inet bt\ntable bridge bt {}\ndelete table bridge bt\ntable bridge bt {\n"
+        ), "{r}");
+        for want in [
+            "iifname \"vb0a570002\" jump port_2",
+            "ether saddr != 02:b7:0a:57:00:02 counter name spoof_2 drop",
+            "ether type arp arp saddr ip != 10.87.0.2 counter name spoof_2 drop",
+            "ether type ip ip saddr != 10.87.0.3 counter name spoof_3 drop",
+            "ether type != { ip, arp } counter name spoof_4 drop",
+            "iifname \"vb0a570002\" oifname \"vb0a570003\" accept",
+            "iifname \"vb0a570003\" oifname \"vb0a570002\" accept",
+            "iifname \"vb0a570004\" counter name deny_4 drop",
+            "ip daddr 10.87.0.1 udp dport 53 accept",
+            "ip saddr 10.87.0.2 ip daddr 10.87.0.3 accept",
+            "ip saddr 10.87.0.4 counter name deny_4 drop",
+            "iifname { \"lan0\" } tcp dport 8080 dnat ip to 10.87.0.2:80",
+            "ip saddr 10.87.0.0/24 oifname != \"berth0\" masquerade",
+            "counter spoof_3 {}",
+        ] {
+            assert!(r.contains(want), "missing {want:?} in\n{r}");
+        }
+        // no link between a and c
+        assert!(!r.contains("oifname \"vb0a570004\" accept"));
+        assert_eq!(r.matches("table inet bt {\n").count(), 1);
+        assert!(teardown(&c).contains("delete table bridge bt"));
+    }
+
+    #[test]
+    fn counters_and_lan_hosts() {
+        let v: serde_json::Value = serde_json::from_str(r#"{"nftables":[{"metainfo":{}},{"counter":{"family":"bridge","name":"spoof_2","table":"b","handle":1,"packets":3,"bytes":9}},{"counter":{"family":"inet","name":"deny_2","table":"b","handle":2,"packets":4,"bytes":9}},{"counter":{"family":"bridge","name":"deny_2","packets":1,"bytes":1}},{"counter":{"name":"other","packets":1}}]}"#).unwrap();
+        let mut c = Vec::new();
+        add_counters(&v, &mut c);
+        assert_eq!(c, vec![(2, 3, 5)]);
+        let arp = "IP address       HW type     Flags       HW address            Mask     Device\n192.0.2.2        0x1         0x2         aa:bb:cc:dd:ee:ff     *        lan0\n192.0.2.9        0x1         0x0         00:00:00:00:00:00     *        lan0\n10.87.0.2        0x1         0x2         02:b7:0a:57:00:02     *        berth0\n";
+        let leases = "1700000000 11:22:33:44:55:66 192.0.2.7 printer 01:11\n1700000000 aa:bb:cc:dd:ee:ff 192.0.2.2 laptop *\n";
+        let h = lan_hosts(arp, leases, "berth0");
+        assert_eq!(h.len(), 2, "{h:?}");
+        assert_eq!(h[0].hostname.as_deref(), Some("laptop"));
+        assert_eq!(h[1].ip, "192.0.2.7");
+        assert_eq!(h[1].hostname.as_deref(), Some("printer"));
+    }
+}

@@ -1,0 +1,364 @@
+//! Networking, the apply side: the bridge (`ip`), berth's nftables tables (`nft -f -`, one
+//! transaction per change), address leases (`<state>/net/leases.json`, written atomically),
+//! resolv.conf, and the `lxc.net.0.*` keys of a container. The plans are `berth_core::net`.
+//!
+//! Nothing here runs unless a container asks for isolated or macvlan networking, or leases
+//! exist at daemon start: a device whose packages use `none` or `shared` keeps its network
+//! exactly as it was.
+
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use berth_core::manifest::NetMode;
+use berth_core::net::{self, Leases, Member, NetConfig};
+use berth_core::state::{Installed, State};
+use berth_sys::fsutil::write_atomic;
+use serde_json::{json, Value};
+
+use super::{ApiError, ApiResult, Daemon};
+
+fn leases_file(d: &Daemon) -> PathBuf {
+    d.cfg.paths.state.join("net/leases")
+}
+
+fn resolv_file(d: &Daemon, name: &str) -> PathBuf {
+    d.cfg
+        .paths
+        .run
+        .join("net")
+        .join(format!("{name}.resolv.conf"))
+}
+
+pub fn load_leases(d: &Daemon) -> Leases {
+    net::parse_leases(&std::fs::read_to_string(leases_file(d)).unwrap_or_default())
+}
+
+fn save_leases(d: &Daemon, l: &Leases) -> ApiResult<()> {
+    let f = leases_file(d);
+    if let Some(p) = f.parent() {
+        std::fs::create_dir_all(p).map_err(ApiError::internal)?;
+    }
+    write_atomic(&f, net::format_leases(l).as_bytes(), 0o600)
+        .map_err(|e| ApiError::internal(format!("{}: {e}", f.display())))
+}
+
+fn net_err(m: String) -> ApiError {
+    ApiError::new(500, "network", m)
+}
+
+/// Runs `ip`/`nft` (from PATH), feeding `input`; stdout, or an error naming the command.
+fn run(prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
+    let mut c = Command::new(prog)
+        .args(args)
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{prog}: cannot run it ({e}); berth needs {prog} in PATH"))?;
+    if let (Some(i), Some(mut s)) = (input, c.stdin.take()) {
+        let _ = s.write_all(i.as_bytes());
+    }
+    let o = c.wait_with_output().map_err(|e| format!("{prog}: {e}"))?;
+    if o.status.success() {
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    } else {
+        let err = String::from_utf8_lossy(&o.stderr);
+        Err(format!(
+            "{prog} {} failed ({}): {}",
+            args.join(" "),
+            o.status,
+            err.trim()
+        ))
+    }
+}
+
+/// The host's IPv4 routes other than the bridge's own: (prefix, device).
+type Route = ((Ipv4Addr, u8), String);
+
+fn host_routes(bridge: &str) -> Result<Vec<Route>, String> {
+    let text = run("ip", &["-4", "-o", "route", "show", "table", "all"], None)?;
+    let mut out = Vec::new();
+    for l in text.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let Some(dst) = f.first() else { continue };
+        let dev = f
+            .iter()
+            .position(|w| *w == "dev")
+            .and_then(|i| f.get(i + 1))
+            .unwrap_or(&"");
+        let pfx = if dst.contains('/') {
+            net::parse_cidr(dst)
+        } else {
+            dst.parse().ok().map(|a| (a, 32))
+        };
+        // default routes, broadcast/local entries of the bridge, unparsable types: skip
+        if let Some(p) = pfx {
+            if *dev != bridge && p.1 > 0 {
+                out.push((p, dev.to_string()));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Creates the bridge with the gateway address (once), and lets the device forward.
+fn ensure_bridge(c: &NetConfig) -> Result<(), String> {
+    let exists = run("ip", &["-o", "link", "show", "dev", &c.bridge], None).is_ok();
+    if !exists {
+        let mine = c.subnet;
+        if let Some((p, dev)) = host_routes(&c.bridge)?
+            .into_iter()
+            .find(|(p, _)| net::overlaps(*p, mine))
+        {
+            return Err(format!(
+                "[network] subnet {}/{} overlaps the host's route {}/{} on {dev}: choose another subnet in berth.toml",
+                mine.0, mine.1, p.0, p.1
+            ));
+        }
+        run("ip", &["link", "add", &c.bridge, "type", "bridge"], None)?;
+    }
+    let gw = format!("{}/{}", c.gateway(), c.subnet.1);
+    run("ip", &["addr", "replace", &gw, "dev", &c.bridge], None)?;
+    run("ip", &["link", "set", &c.bridge, "up"], None)?;
+    // Per network namespace: this is the device's own forwarding switch, which NAT needs.
+    std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
+        .map_err(|e| format!("enable IPv4 forwarding (/proc/sys/net/ipv4/ip_forward): {e}"))
+}
+
+fn members<'a>(st: &'a State, leases: &Leases) -> Vec<Member<'a>> {
+    leases
+        .iter()
+        .filter_map(|(n, ip)| {
+            let p = st
+                .packages
+                .get(n)
+                .filter(|p| p.manifest.network.mode == NetMode::Isolated)?;
+            Some(Member {
+                name: p.name.as_str(),
+                ip: *ip,
+                publish: &p.manifest.network.publish,
+            })
+        })
+        .collect()
+}
+
+/// A hash of the ruleset this daemon loaded last: a restart of a container whose rules are
+/// already in force skips the reload (and keeps its counters).
+static LOADED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
+
+/// Loads the whole ruleset for `leases` in one nft transaction: on failure the previous
+/// ruleset stays in force.
+fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
+    use std::hash::{Hash, Hasher};
+    let c = &d.cfg.network;
+    let m = members(st, leases);
+    let text = if m.is_empty() {
+        net::teardown(c)
+    } else {
+        net::ruleset(c, &m)
+    };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    let h = h.finish();
+    let mut loaded = LOADED.lock().unwrap();
+    if *loaded == h {
+        return Ok(());
+    }
+    *loaded = 0;
+    run("nft", &["-f", "-"], Some(&text))?;
+    *loaded = h;
+    Ok(())
+}
+
+/// Before a start: the policy's cap on the mode, then (isolated) the lease, the bridge and
+/// the ruleset, (macvlan) the parent. Returns the LXC lines to append to the configuration.
+pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResult<String> {
+    let c = &d.cfg.network;
+    let name = p.name.as_str();
+    let mode = p.manifest.network.mode;
+    net::check_mode(c, name, mode).map_err(|e| ApiError::new(409, "refused", e.to_string()))?;
+    let keys = match mode {
+        NetMode::None | NetMode::Shared => return Ok(String::new()),
+        NetMode::Macvlan => {
+            let parent = c.macvlan_parent.as_deref().ok_or_else(|| {
+                ApiError::new(
+                    409,
+                    "refused",
+                    format!(
+                        "{name}: network mode macvlan needs [network] macvlan_parent in berth.toml"
+                    ),
+                )
+            })?;
+            let link = run("ip", &["-o", "link", "show", "dev", parent], None).map_err(|_| {
+                net_err(format!(
+                    "{name}: macvlan parent interface {parent} does not exist"
+                ))
+            })?;
+            let flags = link.split(['<', '>']).nth(1).unwrap_or("");
+            if !flags.split(',').any(|f| f == "UP") {
+                return Err(net_err(format!(
+                    "{name}: macvlan parent interface {parent} is down"
+                )));
+            }
+            net::lxc_macvlan(parent)
+        }
+        NetMode::Isolated => {
+            let mut leases = load_leases(d);
+            let had = net::lease_of(&leases, name);
+            let others: Vec<(String, Vec<_>)> = leases
+                .iter()
+                .filter_map(|(n, _)| st.packages.get(n))
+                .map(|o| (o.name.to_string(), o.manifest.network.publish.clone()))
+                .collect();
+            net::check_ports(name, &p.manifest.network.publish, &others)
+                .map_err(|e| ApiError::new(409, "port_taken", e.to_string()))?;
+            let ip = net::allocate(c, &mut leases, name)
+                .map_err(|e| ApiError::new(409, "pool_exhausted", e.to_string()))?;
+            if had != Some(ip) {
+                save_leases(d, &leases)?;
+            }
+            if let Err(e) = ensure_bridge(c).and_then(|_| apply(d, st, &leases)) {
+                if had != Some(ip) {
+                    leases.retain(|(n, _)| n != name);
+                    let _ = save_leases(d, &leases);
+                }
+                return Err(net_err(format!("{name}: {e}")));
+            }
+            let script = d.cfg.paths.run.join("net/veth-up");
+            let _ = std::fs::create_dir_all(d.cfg.paths.run.join("net"));
+            write_atomic(&script, net::veth_up_script(c).as_bytes(), 0o755)
+                .map_err(|e| ApiError::internal(format!("{}: {e}", script.display())))?;
+            net::lxc_isolated(c, ip, &script.display().to_string())
+        }
+    };
+    let mut out: String = keys.iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
+    // DNS: a resolv.conf of our own over the image's, when the image has one to cover.
+    if std::fs::symlink_metadata(rootfs.join("etc/resolv.conf")).is_ok_and(|m| m.is_file()) {
+        let f = resolv_file(d, name);
+        let servers: Vec<String> = if c.dns.is_empty() {
+            std::fs::read_to_string("/etc/resolv.conf")
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.strip_prefix("nameserver"))
+                .map(|s| s.trim().to_string())
+                .filter(|s| s.parse::<Ipv4Addr>().is_ok_and(|a| !a.is_loopback()))
+                .collect()
+        } else {
+            c.dns.iter().map(Ipv4Addr::to_string).collect()
+        };
+        let text: String = servers
+            .iter()
+            .map(|s| format!("nameserver {s}\n"))
+            .collect();
+        let _ = std::fs::create_dir_all(f.parent().unwrap_or(Path::new("/")));
+        write_atomic(&f, text.as_bytes(), 0o644).map_err(ApiError::internal)?;
+        out.push_str(&format!(
+            "lxc.mount.entry = {} etc/resolv.conf none bind,ro,nosuid,nodev 0 0\n",
+            f.display()
+        ));
+    }
+    Ok(out)
+}
+
+/// After packages are removed: their leases go, the ruleset follows.
+pub fn forget(d: &Daemon, st: &State, names: &[String]) {
+    let mut leases = load_leases(d);
+    let before = leases.len();
+    leases.retain(|(n, _)| !names.contains(n));
+    for n in names {
+        let _ = std::fs::remove_file(resolv_file(d, n));
+    }
+    if leases.len() == before {
+        return;
+    }
+    if let Err(e) = save_leases(d, &leases) {
+        log::warn!("network leases: {e}");
+    }
+    if let Err(e) = apply(d, st, &leases) {
+        log::warn!("network rules after removing {}: {e}", names.join(", "));
+    }
+}
+
+/// Daemon start: rebuild the bridge and ruleset from the leases, so a restarted daemon (or
+/// a rebooted device) enforces exactly what the state says.
+pub fn restore(d: &Daemon, st: &State) {
+    let leases = load_leases(d);
+    if leases.is_empty() {
+        return;
+    }
+    if let Err(e) = ensure_bridge(&d.cfg.network).and_then(|_| apply(d, st, &leases)) {
+        log::error!("network: restoring the ruleset: {e}");
+    }
+}
+
+/// `berth net`: each container's mode, address, MAC, ports and drop counters.
+pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
+    let c = &d.cfg.network;
+    let leases = load_leases(d);
+    let mut counts = Vec::new();
+    let mut errors = Vec::new();
+    if !leases.is_empty() {
+        for fam in ["bridge", "inet"] {
+            match run(
+                "nft",
+                &["-j", "list", "counters", "table", fam, &c.table],
+                None,
+            ) {
+                Ok(text) => net::add_counters(
+                    &serde_json::from_str(&text).unwrap_or(Value::Null),
+                    &mut counts,
+                ),
+                Err(e) => errors.push(e),
+            }
+        }
+    }
+    let list: Vec<Value> = st
+        .packages
+        .values()
+        .map(|p| {
+            let n = p.name.as_str();
+            let mode = p.manifest.network.mode;
+            let mut v = json!({"name": n, "mode": net::mode_name(mode),
+                "publish": p.manifest.network.publish.iter().map(|q| format!("{}:{}/{}", q.host_port, q.container_port, net::proto_name(q.proto))).collect::<Vec<_>>()});
+            if let (NetMode::Isolated, Some(ip)) = (mode, net::lease_of(&leases, n)) {
+                let ip = &ip;
+                let (_, s, dn) = counts
+                    .iter()
+                    .find(|e| e.0 == net::index_of(c, *ip))
+                    .copied()
+                    .unwrap_or_default();
+                v["ipv4"] = json!(format!("{ip}/{}", c.subnet.1));
+                v["mac"] = json!(net::mac_of(*ip));
+                v["veth"] = json!(net::veth_of(*ip));
+                v["dropped_spoofed"] = json!(s);
+                v["dropped_denied"] = json!(dn);
+            }
+            v
+        })
+        .collect();
+    Ok(json!({
+        "bridge": c.bridge,
+        "gateway": c.gateway().to_string(),
+        "subnet": format!("{}/{}", c.subnet.0, c.subnet.1),
+        "table": c.table,
+        "containers": list,
+        "errors": errors,
+    }))
+}
+
+/// `berth net hosts`: the LAN's hosts from the neighbour table and dnsmasq's leases.
+pub fn hosts(d: &Daemon) -> Value {
+    let arp = std::fs::read_to_string("/proc/net/arp").unwrap_or_default();
+    let leases = std::fs::read_to_string("/var/lib/misc/dnsmasq.leases").unwrap_or_default();
+    let h: Vec<Value> = net::lan_hosts(&arp, &leases, &d.cfg.network.bridge)
+        .into_iter()
+        .map(|h| json!({"ip": h.ip, "mac": h.mac, "dev": h.dev, "hostname": h.hostname}))
+        .collect();
+    json!({ "hosts": h })
+}
