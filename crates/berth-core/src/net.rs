@@ -5,7 +5,7 @@
 //! The ruleset lives in two tables of berth's own (`inet T` and `bridge T`, T = `table`):
 //! - `bridge T`: every frame a container sends into the bridge is checked on its host-side
 //!   veth against the container's MAC and IPv4 address (Ethernet source, ARP sender MAC and
-//!   IP, IPv4 source); IPv6 and other EtherTypes are dropped. Frames between two containers'
+//!   IP, IPv4 source); IPv6 is dropped uncounted (link-local chatter is no attack), other EtherTypes dropped and counted. Frames between two containers'
 //!   ports are dropped unless the policy links them. Drops are counted in named counters
 //!   `spoof_<n>` and `deny_<n>` (n: the container's pool index).
 //! - `inet T`: containers reach no host service but the listed ones (input), nothing routed
@@ -365,10 +365,9 @@ pub fn lxc_isolated(cfg: &NetConfig, ip: Ipv4Addr, up_script: &str) -> Vec<(&'st
         ),
         ("lxc.net.0.ipv4.gateway", cfg.gateway().to_string()),
         ("lxc.net.0.flags", "up".into()),
-        // IPv4 only: the bridge drops IPv6, so the kernel's own link-local chatter would
-        // only fill the spoofing counters. /proc/sys is read-only inside the container.
-        ("lxc.sysctl.net.ipv6.conf.all.disable_ipv6", "1".into()),
-        ("lxc.sysctl.net.ipv6.conf.default.disable_ipv6", "1".into()),
+        // IPv4 only: the bridge drops IPv6 without counting it (the kernel's own link-local
+        // chatter is not an attack). No lxc.sysctl to disable it: in a user namespace LXC
+        // cannot write the container's /proc/sys (mounted read-only), and the start fails.
     ]
 }
 
@@ -449,7 +448,7 @@ pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
         let (mac, ip) = (mac_of(m.ip), m.ip);
         let _ = writeln!(
             w,
-            "  chain port_{i} {{\n    ether saddr != {mac} counter name spoof_{i} drop\n    ether type arp arp saddr ether != {mac} counter name spoof_{i} drop\n    ether type arp arp saddr ip != {ip} counter name spoof_{i} drop\n    ether type ip ip saddr != {ip} counter name spoof_{i} drop\n    ether type != {{ ip, arp }} counter name spoof_{i} drop\n  }}"
+            "  chain port_{i} {{\n    ether saddr != {mac} counter name spoof_{i} drop\n    ether type arp arp saddr ether != {mac} counter name spoof_{i} drop\n    ether type arp arp saddr ip != {ip} counter name spoof_{i} drop\n    ether type ip ip saddr != {ip} counter name spoof_{i} drop\n    ether type ip6 drop\n    ether type != {{ ip, arp }} counter name spoof_{i} drop\n  }}"
         );
     }
     let _ = writeln!(
