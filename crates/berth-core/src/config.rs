@@ -46,6 +46,7 @@ pub struct Config {
     pub start_timeout_s: u32,
     pub policy: Policy,
     pub guard: Guard,
+    pub governor: Governor,
 }
 
 /// The memory guard (`[guard]`): below `threshold` bytes of MemAvailable, container
@@ -171,6 +172,8 @@ struct RawConfig {
     policy: RawPolicy,
     #[serde(default)]
     guard: RawGuard,
+    #[serde(default)]
+    governor: RawGovernor,
 }
 
 #[derive(Deserialize, Default)]
@@ -338,6 +341,7 @@ impl Config {
             tmp_size: size("containers.tmp_size", c.tmp_size, 16 << 20)?,
             run_size: size("containers.run_size", c.run_size, 4 << 20)?,
             cgroup_parent,
+            governor: governor(raw.governor, &policy, &value_err)?,
             policy,
             guard,
         })
@@ -403,6 +407,242 @@ fn policy(
             .container_pids_max
             .map(|n| count("policy.container_pids_max", n))
             .transpose()?,
+    })
+}
+
+/// The adaptive CPU governor (`[governor]`, see `berth_core::governor`): how the main
+/// service is probed and the bounds of the containers' share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Governor {
+    /// None: no governor, the group's CPU cap is the static `policy.cpu_max`.
+    pub probe: Option<ProbeSpec>,
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+    /// T_l and T_u, percent of all CPUs; T_u defaults to `policy.cpu_max`.
+    pub t_lower: u32,
+    pub t_upper: u32,
+    /// R_n, responses per second; None: learned while the containers are idle.
+    pub r_normal: Option<f64>,
+    /// Idle samples the learned R_n is the median of.
+    pub learn: u32,
+}
+
+/// How the main service is asked; the response rate is 1 / the time it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeSpec {
+    /// GET of an http:// URL; any 2xx or 3xx status is an answer. `addr` is host:port.
+    Http {
+        url: String,
+        addr: String,
+        host: String,
+        path: String,
+    },
+    /// TCP connect to host:port.
+    Tcp(String),
+    /// A command (argv, absolute path first); exit status 0 is an answer.
+    Command(Vec<String>),
+    /// Connect to a UNIX stream socket, send `send`, and wait for at least one byte back.
+    Unix { path: PathBuf, send: String },
+}
+
+impl ProbeSpec {
+    pub fn describe(&self) -> String {
+        match self {
+            ProbeSpec::Http { url, .. } => format!("http GET {url}"),
+            ProbeSpec::Tcp(a) => format!("tcp connect {a}"),
+            ProbeSpec::Command(argv) => format!("command {}", argv.join(" ")),
+            ProbeSpec::Unix { path, send } => format!("unix {} send {send:?}", path.display()),
+        }
+    }
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawGovernor {
+    http: Option<String>,
+    tcp: Option<String>,
+    command: Option<Vec<String>>,
+    unix: Option<PathBuf>,
+    send: Option<String>,
+    interval: Option<String>,
+    timeout: Option<String>,
+    t_lower: Option<String>,
+    t_upper: Option<String>,
+    r_normal: Option<f64>,
+    learn: Option<i64>,
+}
+
+/// "host:port" with a numeric port and a non-empty host.
+fn host_port(s: &str) -> bool {
+    s.rsplit_once(':').is_some_and(|(h, p)| {
+        !h.is_empty()
+            && !h.starts_with(':')
+            && !h.contains('/')
+            && p.parse::<u16>().is_ok_and(|p| p > 0)
+    })
+}
+
+fn governor(
+    r: RawGovernor,
+    policy: &Policy,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Governor, ConfigError> {
+    let given = [
+        r.http.is_some(),
+        r.tcp.is_some(),
+        r.command.is_some(),
+        r.unix.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() > 1 {
+        return Err(value_err(
+            "governor",
+            "give one probe: http, tcp, command or unix".into(),
+        ));
+    }
+    if r.send.is_some() && r.unix.is_none() {
+        return Err(value_err(
+            "governor.send",
+            "only the unix probe sends a request".into(),
+        ));
+    }
+    let probe = if let Some(url) = r.http {
+        let rest = url.strip_prefix("http://").ok_or_else(|| {
+            value_err("governor.http", format!("{url:?}: expected an http:// URL"))
+        })?;
+        let (auth, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        let addr = if auth.ends_with(']') || !auth.contains(':') {
+            format!("{auth}:80")
+        } else {
+            auth.to_string()
+        };
+        if !host_port(&addr) || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(value_err(
+                "governor.http",
+                format!("{url:?}: expected http://HOST[:PORT]/PATH"),
+            ));
+        }
+        Some(ProbeSpec::Http {
+            host: auth.to_string(),
+            path: path.to_string(),
+            addr,
+            url,
+        })
+    } else if let Some(a) = r.tcp {
+        if !host_port(&a) {
+            return Err(value_err(
+                "governor.tcp",
+                format!("{a:?}: expected HOST:PORT"),
+            ));
+        }
+        Some(ProbeSpec::Tcp(a))
+    } else if let Some(argv) = r.command {
+        if !argv.first().is_some_and(|p| p.starts_with('/')) {
+            return Err(value_err(
+                "governor.command",
+                "expected [\"/absolute/path\", \"arg\", …]".into(),
+            ));
+        }
+        Some(ProbeSpec::Command(argv))
+    } else if let Some(path) = r.unix {
+        if !path.is_absolute() {
+            return Err(value_err(
+                "governor.unix",
+                format!("{} is not an absolute path", path.display()),
+            ));
+        }
+        let send = r.send.ok_or_else(|| {
+            value_err(
+                "governor.send",
+                "the unix probe needs the request to send".into(),
+            )
+        })?;
+        if send.is_empty() {
+            return Err(value_err("governor.send", "must not be empty".into()));
+        }
+        Some(ProbeSpec::Unix { path, send })
+    } else {
+        None
+    };
+    let ms = |key: &'static str, v: Option<String>, default: u64, lo: u64, hi: u64| match v {
+        None => Ok(default),
+        Some(v) => {
+            let ms = parse_duration_ms(&v).map_err(|m| value_err(key, m))?;
+            if !(lo..=hi).contains(&ms) {
+                return Err(value_err(
+                    key,
+                    format!("{v}: must be between {lo}ms and {}s", hi / 1000),
+                ));
+            }
+            Ok(ms)
+        }
+    };
+    let interval_ms = ms("governor.interval", r.interval, 1000, 100, 60_000)?;
+    let timeout_ms = ms(
+        "governor.timeout",
+        r.timeout,
+        500.min(interval_ms),
+        10,
+        60_000,
+    )?;
+    if timeout_ms > interval_ms {
+        return Err(value_err(
+            "governor.timeout",
+            format!("{timeout_ms}ms: must not be longer than governor.interval ({interval_ms}ms)"),
+        ));
+    }
+    let pct = |key: &'static str, v: Option<String>, default: u32| match v {
+        None => Ok(default),
+        Some(v) => {
+            let p = parse_percent(&v).map_err(|m| value_err(key, m))?;
+            if !(1..=policy.cpu_max_percent).contains(&p) {
+                return Err(value_err(
+                    key,
+                    format!(
+                        "{v}: must be between 1% and policy.cpu_max ({}%, of all CPUs)",
+                        policy.cpu_max_percent
+                    ),
+                ));
+            }
+            Ok(p)
+        }
+    };
+    let t_upper = pct("governor.t_upper", r.t_upper, policy.cpu_max_percent)?;
+    let t_lower = pct("governor.t_lower", r.t_lower, 5.min(t_upper))?;
+    if t_lower >= t_upper {
+        return Err(value_err(
+            "governor.t_lower",
+            format!("{t_lower}%: must be below governor.t_upper ({t_upper}%)"),
+        ));
+    }
+    if let Some(rn) = r.r_normal {
+        if !(rn.is_finite() && rn > 0.0) {
+            return Err(value_err(
+                "governor.r_normal",
+                format!("{rn}: must be a positive rate (responses per second)"),
+            ));
+        }
+    }
+    let learn = match r.learn {
+        None => 10,
+        Some(n) if (3..=1000).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(value_err(
+                "governor.learn",
+                format!("{n}: must be between 3 and 1000 samples"),
+            ))
+        }
+    };
+    Ok(Governor {
+        probe,
+        interval_ms,
+        timeout_ms,
+        t_lower,
+        t_upper,
+        r_normal: r.r_normal,
+        learn,
     })
 }
 
@@ -536,6 +776,94 @@ mod tests {
             ("bogus = 1", "bogus"),
         ] {
             let e = Config::parse(&format!("[policy]\n{text}"), "f")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn governor_defaults_probes_and_refusals() {
+        let g = Config::parse("", "t").unwrap().governor;
+        assert_eq!(g.probe, None);
+        assert_eq!((g.interval_ms, g.timeout_ms), (1000, 500));
+        assert_eq!((g.t_lower, g.t_upper, g.learn), (5, 50, 10));
+        let g = Config::parse(
+            "[policy]\ncpu_max = \"40%\"\n[governor]\nhttp = \"http://127.0.0.1:8080/health\"\ninterval = \"2s\"\ntimeout = \"1s\"\nt_lower = \"10%\"\nr_normal = 25\nlearn = 20\n",
+            "t",
+        )
+        .unwrap()
+        .governor;
+        assert_eq!(
+            g.probe,
+            Some(ProbeSpec::Http {
+                url: "http://127.0.0.1:8080/health".into(),
+                addr: "127.0.0.1:8080".into(),
+                host: "127.0.0.1:8080".into(),
+                path: "/health".into(),
+            })
+        );
+        assert_eq!((g.interval_ms, g.timeout_ms), (2000, 1000));
+        assert_eq!((g.t_lower, g.t_upper, g.r_normal), (10, 40, Some(25.0)));
+        let p = |t: &str| {
+            Config::parse(&format!("[governor]\n{t}"), "t")
+                .unwrap()
+                .governor
+                .probe
+                .unwrap()
+        };
+        match p("http = \"http://localhost\"") {
+            ProbeSpec::Http { addr, path, .. } => {
+                assert_eq!((addr.as_str(), path.as_str()), ("localhost:80", "/"))
+            }
+            x => panic!("{x:?}"),
+        }
+        assert_eq!(
+            p("tcp = \"10.0.0.1:22\""),
+            ProbeSpec::Tcp("10.0.0.1:22".into())
+        );
+        assert_eq!(
+            p("command = [\"/bin/true\", \"x\"]"),
+            ProbeSpec::Command(vec!["/bin/true".into(), "x".into()])
+        );
+        assert_eq!(
+            p("unix = \"/run/main.sock\"\nsend = \"PING\\n\""),
+            ProbeSpec::Unix {
+                path: "/run/main.sock".into(),
+                send: "PING\n".into()
+            }
+        );
+        for (text, key) in [
+            ("http = \"https://x/\"", "governor.http"),
+            ("http = \"http://:80/\"", "governor.http"),
+            ("http = \"http://h:99999/\"", "governor.http"),
+            ("tcp = \"nohost\"", "governor.tcp"),
+            ("tcp = \"h:0\"", "governor.tcp"),
+            ("command = []", "governor.command"),
+            ("command = [\"true\"]", "governor.command"),
+            ("unix = \"rel.sock\"\nsend = \"x\"", "governor.unix"),
+            ("unix = \"/a.sock\"", "governor.send"),
+            ("unix = \"/a.sock\"\nsend = \"\"", "governor.send"),
+            ("tcp = \"h:1\"\nsend = \"x\"", "governor.send"),
+            ("tcp = \"h:1\"\nhttp = \"http://h/\"", "one probe"),
+            ("interval = \"10ms\"", "governor.interval"),
+            ("interval = \"2m\"", "governor.interval"),
+            ("interval = \"1s\"\ntimeout = \"2s\"", "governor.timeout"),
+            ("timeout = \"1ms\"", "governor.timeout"),
+            ("t_upper = \"60%\"", "policy.cpu_max (50%"),
+            ("t_lower = \"0%\"", "governor.t_lower"),
+            ("t_lower = \"5\"", "governor.t_lower"),
+            (
+                "t_lower = \"30%\"\nt_upper = \"20%\"",
+                "below governor.t_upper",
+            ),
+            ("r_normal = 0", "governor.r_normal"),
+            ("r_normal = -3.5", "governor.r_normal"),
+            ("r_normal = \"fast\"", "line 2"),
+            ("learn = 1", "governor.learn"),
+            ("probe = \"x\"", "probe"),
+        ] {
+            let e = Config::parse(&format!("[governor]\n{text}"), "f")
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(key), "{text}: {e}");
