@@ -29,6 +29,7 @@ pub enum Action {
     Gc,
     Limit { name: String, limits: Overrides },
     Stats(Option<String>),
+    Governor,
 }
 
 /// Pure: a limit request `{"name", "cpu": "20%", "memory": "32M", "pids": N}`, with the
@@ -204,6 +205,14 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
             Some(n) => Some(check_name(n)?),
             None => None,
         }),
+        ("GET", "/v1/governor") => Action::Governor,
+        (_, "/v1/governor") => {
+            return Err(ApiError::new(
+                405,
+                "method_not_allowed",
+                format!("{m} not allowed on {path}"),
+            ))
+        }
         (
             _,
             "/v1/ping" | "/v1/status" | "/v1/packages" | "/v1/update" | "/v1/install"
@@ -275,6 +284,7 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
         Action::Gc => reply(&mut stream, ops::gc(d)),
         Action::Limit { name, limits } => reply(&mut stream, ops::limit(d, &name, &limits)),
         Action::Stats(n) => reply(&mut stream, ops::stats(d, n.as_deref())),
+        Action::Governor => reply(&mut stream, Ok(super::governor::status(d))),
         Action::Logs { name, follow } => match ops::logs(d, &name, follow) {
             Err(e) => reply(&mut stream, Err(e)),
             Ok(ops::Logs::Saved(bytes)) => {

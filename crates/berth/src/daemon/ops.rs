@@ -1599,3 +1599,9 @@ pub fn stats(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
         "containers": containers,
     }))
 }
+
+/// The cgroup layout (None without one) and the host, for the governor thread.
+pub fn cgroups_host() -> (Option<&'static Cgroups>, Host) {
+    let r = resources();
+    (r.cgroups.as_ref().ok(), r.host)
+}

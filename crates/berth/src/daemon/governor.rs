@@ -1,0 +1,348 @@
+//! The governor thread (DESIGN.md decision 4; the decisions are `berth_core::governor`).
+//!
+//! Every `governor.interval` it probes the main service once (`[governor]` http, tcp,
+//! command or unix; the response rate is 1 / the probe's latency), reads the group's CPU
+//! usage over the interval (idle containers let it learn R_n), and writes the cap the
+//! governor decides onto the parent cgroup (`Cgroups::set_cpu_cap`: v1 cpu.cfs_quota_us,
+//! v2 cpu.max). Each change of the cap or of the mode is logged and kept in a bounded
+//! history for `berth governor`. Without a probe there is no thread and the cap is the
+//! static `policy.cpu_max`.
+
+use std::collections::VecDeque;
+use std::io::{Read, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use berth_core::cgroup::CPU_PERIOD_US;
+use berth_core::config::ProbeSpec;
+use berth_core::governor::{self, fmt1, Governor, Mode, Params, Probe};
+use berth_sys::cpucap::Clamp;
+use serde_json::{json, Value};
+
+use super::{ops, Daemon};
+
+/// Changes kept for `berth governor`.
+const HISTORY: usize = 64;
+
+#[derive(Default)]
+struct Shared {
+    gov: Option<Governor>,
+    history: VecDeque<Value>,
+    note: Option<String>,
+    last_error: Option<String>,
+    probes: u64,
+    last_latency_ms: Option<f64>,
+}
+
+fn shared() -> &'static Mutex<Shared> {
+    static S: std::sync::OnceLock<Mutex<Shared>> = std::sync::OnceLock::new();
+    S.get_or_init(Default::default)
+}
+
+pub fn spawn(d: &Arc<Daemon>) {
+    let g = &d.cfg.governor;
+    let (cgroups, host) = ops::cgroups_host();
+    let note = match (&g.probe, cgroups) {
+        (None, _) => Some("no probe configured ([governor] in berth.toml)".to_string()),
+        (Some(_), None) => Some("no cgroup hierarchy: nothing to govern".to_string()),
+        (Some(_), Some(c)) if c.root("cpu").is_none() => {
+            Some("the cpu cgroup controller is not available on this kernel".to_string())
+        }
+        _ => None,
+    };
+    if let Some(n) = note {
+        log::info!(
+            "governor: {n}; static CPU cap {}% of all CPUs",
+            d.cfg.policy.cpu_max_percent
+        );
+        shared().lock().unwrap().note = Some(n);
+        return;
+    }
+    let params = Params {
+        t_lower: g.t_lower as f64,
+        t_upper: g.t_upper as f64,
+        r_normal: g.r_normal,
+        learn: g.learn as usize,
+        // Percent of one CPU: well below what a container capped at T_l can use.
+        idle_cpu: (g.t_lower as f64 * host.cpus as f64 / 2.0).min(2.0),
+        fail_limit: governor::FAIL_LIMIT,
+    };
+    shared().lock().unwrap().gov = Some(Governor::new(params));
+    let d = Arc::clone(d);
+    let spawned = std::thread::Builder::new()
+        .name("governor".into())
+        .stack_size(128 * 1024)
+        .spawn(move || run(&d));
+    if let Err(e) = spawned {
+        log::error!("cannot start the governor: {e}");
+    }
+}
+
+fn run(d: &Daemon) {
+    let g = &d.cfg.governor;
+    let Some(spec) = g.probe.clone() else { return };
+    let (Some(c), host) = ops::cgroups_host() else {
+        return;
+    };
+    let rel = d.cfg.cgroup_parent.as_str();
+    let interval = Duration::from_millis(g.interval_ms);
+    let timeout = Duration::from_millis(g.timeout_ms);
+    let mut clamps: Vec<Clamp> = Vec::new();
+    let write = |cap: f64, clamps: &mut Vec<Clamp>| {
+        let q = governor::quota_us(cap, host.cpus, CPU_PERIOD_US);
+        c.set_cpu_cap(rel, q, CPU_PERIOD_US, clamps)
+    };
+    let t_upper = g.t_upper as f64;
+    if let Err(e) = write(t_upper, &mut clamps) {
+        log::error!("governor: {e}");
+    }
+    log::info!(
+        "governor: probing {} every {} ms (timeout {} ms); cap between {}% and {}% of all {} CPUs, R_n {}",
+        spec.describe(),
+        g.interval_ms,
+        g.timeout_ms,
+        g.t_lower,
+        g.t_upper,
+        host.cpus,
+        match g.r_normal {
+            Some(r) => format!("{r}/s (configured)"),
+            None => format!("learned from {} idle samples", g.learn),
+        }
+    );
+    let mut usage = (Instant::now(), c.stats(rel).cpu_usage_usec);
+    let mut next = Instant::now() + interval;
+    loop {
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        next += interval;
+        let now = Instant::now();
+        if next < now {
+            next = now + interval; // fell behind (suspend, a slow probe): do not burst
+        }
+        let (probe, latency) = probe(&spec, timeout);
+        let used = c.stats(rel).cpu_usage_usec;
+        let now = Instant::now();
+        let group_cpu = match (usage.1, used) {
+            (Some(a), Some(b)) => Some(
+                b.saturating_sub(a) as f64 * 100.0
+                    / now.duration_since(usage.0).as_micros().max(1) as f64,
+            ),
+            _ => None,
+        };
+        usage = (now, used);
+        let mut s = shared().lock().unwrap();
+        s.probes += 1;
+        s.last_latency_ms = latency.map(|l| l.as_secs_f64() * 1000.0);
+        let Some(gov) = s.gov.as_mut() else { return };
+        let old = gov.cap;
+        let t = gov.tick(probe, group_cpu);
+        let (mode, r_c, r_n) = (gov.mode, gov.r_c, gov.r_n);
+        if let Some(n) = &t.note {
+            log::warn!("governor: {n}");
+        }
+        if t.changed {
+            match write(t.cap, &mut clamps) {
+                Ok(_) => {
+                    s.last_error = None;
+                    log::info!(
+                        "governor: cap {}% -> {}% of all CPUs (R_c {}, R_n {}, {})",
+                        fmt1(old),
+                        fmt1(t.cap),
+                        rate(r_c),
+                        rate(r_n),
+                        mode.name()
+                    );
+                }
+                Err(e) => {
+                    if s.last_error.is_none() {
+                        log::error!("governor: {e}");
+                    }
+                    s.last_error = Some(e.to_string());
+                }
+            }
+        }
+        if t.changed || t.note.is_some() {
+            if s.history.len() == HISTORY {
+                s.history.pop_front();
+            }
+            s.history.push_back(json!({
+                "at": ops::now_s(),
+                "cap": t.cap,
+                "r_c": r_c,
+                "r_n": r_n,
+                "mode": mode.name(),
+                "note": t.note,
+            }));
+        }
+    }
+}
+
+fn rate(r: Option<f64>) -> String {
+    r.map(|r| format!("{r:.1}/s")).unwrap_or_else(|| "-".into())
+}
+
+/// One probe: the result and, when it answered, its latency.
+fn probe(spec: &ProbeSpec, timeout: Duration) -> (Probe, Option<Duration>) {
+    let t0 = Instant::now();
+    let r = match spec {
+        ProbeSpec::Tcp(addr) => connect(addr, timeout).map(|_| ()),
+        ProbeSpec::Http {
+            addr, host, path, ..
+        } => http_get(addr, host, path, t0, timeout),
+        ProbeSpec::Unix { path, send } => unix(path, send, timeout),
+        ProbeSpec::Command(argv) => command(argv, timeout),
+    };
+    let took = t0.elapsed();
+    let bound = 1.0 / timeout.as_secs_f64();
+    match r {
+        Ok(()) if took <= timeout => (
+            Probe::Answered(1.0 / took.as_secs_f64().max(1e-6)),
+            Some(took),
+        ),
+        Ok(()) => (Probe::TimedOut(bound), None),
+        Err(e)
+            if e.kind() == std::io::ErrorKind::TimedOut
+                || e.kind() == std::io::ErrorKind::WouldBlock =>
+        {
+            (Probe::TimedOut(bound), None)
+        }
+        Err(e) => {
+            log::debug!("governor: probe {}: {e}", spec.describe());
+            (Probe::Failed, None)
+        }
+    }
+}
+
+fn connect(addr: &str, timeout: Duration) -> std::io::Result<std::net::TcpStream> {
+    use std::net::ToSocketAddrs;
+    let mut last = std::io::Error::other(format!("{addr}: no address"));
+    for a in addr.to_socket_addrs()? {
+        match std::net::TcpStream::connect_timeout(&a, timeout) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+fn left(t0: Instant, timeout: Duration) -> std::io::Result<Duration> {
+    timeout
+        .checked_sub(t0.elapsed())
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| std::io::ErrorKind::TimedOut.into())
+}
+
+/// GET with HTTP/1.0 (the server closes after the response): answered when the whole
+/// response has arrived with a 2xx or 3xx status.
+fn http_get(
+    addr: &str,
+    host: &str,
+    path: &str,
+    t0: Instant,
+    timeout: Duration,
+) -> std::io::Result<()> {
+    let mut s = connect(addr, timeout)?;
+    s.set_write_timeout(Some(left(t0, timeout)?))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: berth-governor\r\n\r\n"
+    )?;
+    let mut head = [0u8; 12];
+    let mut got = 0;
+    let mut buf = [0u8; 1024];
+    loop {
+        s.set_read_timeout(Some(left(t0, timeout)?))?;
+        let n = s.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        let k = (head.len() - got).min(n);
+        head[got..got + k].copy_from_slice(&buf[..k]);
+        got += k;
+    }
+    // "HTTP/1.x 2xx"
+    match (&head[..5], head.get(9)) {
+        (b"HTTP/", Some(b'2' | b'3')) if got == 12 => Ok(()),
+        _ => Err(std::io::Error::other(format!(
+            "bad answer {:?}",
+            String::from_utf8_lossy(&head[..got])
+        ))),
+    }
+}
+
+fn unix(path: &std::path::Path, send: &str, timeout: Duration) -> std::io::Result<()> {
+    let mut s = std::os::unix::net::UnixStream::connect(path)?;
+    s.set_write_timeout(Some(timeout))?;
+    s.set_read_timeout(Some(timeout))?;
+    s.write_all(send.as_bytes())?;
+    let mut b = [0u8; 64];
+    match s.read(&mut b)? {
+        0 => Err(std::io::Error::other("closed without a reply")),
+        _ => Ok(()),
+    }
+}
+
+fn command(argv: &[String], timeout: Duration) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let exited = match berth_sys::process::pidfd_open(child.id() as i32) {
+        Ok(fd) => {
+            berth_sys::process::poll(
+                &[(fd.as_raw_fd(), berth_sys::process::POLLIN)],
+                timeout.as_millis() as i32,
+            )?[0]
+                != 0
+        }
+        // No pidfd (old kernel): wait, bounded by nothing but the command itself.
+        Err(_) => true,
+    };
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(std::io::ErrorKind::TimedOut.into());
+    }
+    let st = child.wait()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!("exited with {st}")))
+    }
+}
+
+/// `GET /v1/governor`.
+pub fn status(d: &Daemon) -> Value {
+    let g = &d.cfg.governor;
+    let s = shared().lock().unwrap();
+    let (mode, cap, r_n, r_c, target, failures) = match &s.gov {
+        Some(v) => (v.mode, v.cap, v.r_n, v.r_c, v.target, v.failures),
+        None => {
+            let t = d.cfg.policy.cpu_max_percent as f64;
+            (Mode::Static, t, None, None, t, 0)
+        }
+    };
+    json!({
+        "mode": mode.name(),
+        "note": s.note,
+        "probe": g.probe.as_ref().map(|p| p.describe()),
+        "interval_ms": g.interval_ms,
+        "timeout_ms": g.timeout_ms,
+        "t_lower": g.t_lower,
+        "t_upper": if s.gov.is_some() { g.t_upper } else { d.cfg.policy.cpu_max_percent },
+        "r_n": r_n,
+        "r_n_source": if g.r_normal.is_some() { "configured" } else { "learned" },
+        "r_c": r_c,
+        "last_latency_ms": s.last_latency_ms,
+        "cap": cap,
+        "target": target,
+        "failures": failures,
+        "probes": s.probes,
+        "last_error": s.last_error,
+        "cpus": ops::cgroups_host().1.cpus,
+        "history": s.history.iter().collect::<Vec<_>>(),
+    })
+}
