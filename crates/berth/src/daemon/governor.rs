@@ -32,6 +32,8 @@ struct Shared {
     last_error: Option<String>,
     probes: u64,
     last_latency_ms: Option<f64>,
+    /// v1: container cgroups whose quota the cap holds below their own.
+    clamps: Vec<Clamp>,
 }
 
 fn shared() -> &'static Mutex<Shared> {
@@ -87,13 +89,12 @@ fn run(d: &Daemon) {
     let rel = d.cfg.cgroup_parent.as_str();
     let interval = Duration::from_millis(g.interval_ms);
     let timeout = Duration::from_millis(g.timeout_ms);
-    let mut clamps: Vec<Clamp> = Vec::new();
     let write = |cap: f64, clamps: &mut Vec<Clamp>| {
         let q = governor::quota_us(cap, host.cpus, CPU_PERIOD_US);
         c.set_cpu_cap(rel, q, CPU_PERIOD_US, clamps)
     };
     let t_upper = g.t_upper as f64;
-    if let Err(e) = write(t_upper, &mut clamps) {
+    if let Err(e) = write(t_upper, &mut shared().lock().unwrap().clamps) {
         log::error!("governor: {e}");
     }
     log::info!(
@@ -129,7 +130,8 @@ fn run(d: &Daemon) {
             _ => None,
         };
         usage = (now, used);
-        let mut s = shared().lock().unwrap();
+        let mut guard = shared().lock().unwrap();
+        let s = &mut *guard;
         s.probes += 1;
         s.last_latency_ms = latency.map(|l| l.as_secs_f64() * 1000.0);
         let Some(gov) = s.gov.as_mut() else { return };
@@ -140,7 +142,7 @@ fn run(d: &Daemon) {
             log::warn!("governor: {n}");
         }
         if t.changed {
-            match write(t.cap, &mut clamps) {
+            match write(t.cap, &mut s.clamps) {
                 Ok(_) => {
                     s.last_error = None;
                     log::info!(
@@ -312,6 +314,40 @@ fn command(argv: &[String], timeout: Duration) -> std::io::Result<()> {
     } else {
         Err(std::io::Error::other(format!("exited with {st}")))
     }
+}
+
+/// The CPU quota (percent of one CPU) a container can be given now. cgroup v1 refuses a
+/// container quota above the group's: while the governor holds the cap below a container's
+/// own limit, the container starts (or is limited) at the cap and gets its own back when the
+/// cap rises again. v2 caps children by itself.
+pub fn fit_container_cpu(d: &Daemon, name: &str, percent: u32) -> u32 {
+    let (Some(c), host) = ops::cgroups_host() else {
+        return percent;
+    };
+    let mut s = shared().lock().unwrap();
+    let Some(cap) = s.gov.as_ref().map(|g| g.cap) else {
+        return percent;
+    };
+    let cap_q = governor::quota_us(cap, host.cpus, CPU_PERIOD_US);
+    let own_q = berth_core::cgroup::quota_us(percent);
+    let Some(dir) = c.dir("cpu", &format!("{}/{name}", d.cfg.cgroup_parent)) else {
+        return percent;
+    };
+    if c.version != berth_sys::cgroupfs::Version::V1 || own_q <= cap_q {
+        return percent;
+    }
+    let fit = ((cap_q * 100 / CPU_PERIOD_US) as u32).max(1);
+    s.clamps.retain(|k| k.path != dir);
+    s.clamps.push(Clamp {
+        path: dir,
+        own: own_q,
+        written: berth_core::cgroup::quota_us(fit),
+    });
+    log::info!(
+        "governor: {name} gets cpu {fit}% (of one CPU) while the group cap is {}% of all CPUs; {percent}% when it rises",
+        fmt1(cap)
+    );
+    fit
 }
 
 /// `GET /v1/governor`.
