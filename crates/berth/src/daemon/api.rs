@@ -411,6 +411,14 @@ mod tests {
             parse(&req("GET", "/v1/stats", "")).unwrap(),
             Action::Stats(None)
         );
+        assert_eq!(
+            parse(&req("GET", "/v1/governor", "")).unwrap(),
+            Action::Governor
+        );
+        assert_eq!(
+            parse(&req("POST", "/v1/governor", "")).unwrap_err().status,
+            405
+        );
         for (body, needle) in [
             (r#"{"name":"web","cpu":"20"}"#, "invalid percentage"),
             (r#"{"name":"web","cpu":"0%"}"#, "between 1% and 800%"),

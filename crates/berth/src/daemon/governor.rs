@@ -382,3 +382,127 @@ pub fn status(d: &Daemon) -> Value {
         "history": s.history.iter().collect::<Vec<_>>(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::os::unix::net::UnixListener;
+
+    const T: Duration = Duration::from_millis(300);
+
+    fn answered(p: (Probe, Option<Duration>)) -> bool {
+        matches!(p.0, Probe::Answered(r) if r > 3.0) && p.1.is_some()
+    }
+
+    /// Serves one connection with `reply` after reading the request head (None: never
+    /// answers, keeps the connection open for a while).
+    fn serve_once(l: TcpListener, reply: Option<&'static [u8]>) -> std::thread::JoinHandle<()> {
+        std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut b = [0u8; 512];
+            let _ = c.read(&mut b);
+            match reply {
+                Some(r) => {
+                    let _ = c.write_all(r);
+                }
+                None => std::thread::sleep(Duration::from_millis(800)),
+            }
+        })
+    }
+
+    fn http(port: u16) -> ProbeSpec {
+        ProbeSpec::Http {
+            url: String::new(),
+            addr: format!("127.0.0.1:{port}"),
+            host: "x".into(),
+            path: "/h".into(),
+        }
+    }
+
+    #[test]
+    fn http_probe_answers_fails_and_times_out() {
+        for (reply, want) in [
+            (Some(&b"HTTP/1.0 200 OK\r\n\r\nok"[..]), "answered"),
+            (Some(&b"HTTP/1.1 302 Found\r\n\r\n"[..]), "answered"),
+            (Some(&b"HTTP/1.0 500 Oops\r\n\r\n"[..]), "failed"),
+            (Some(&b"garbage"[..]), "failed"),
+            (None, "timeout"),
+        ] {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = l.local_addr().unwrap().port();
+            let h = serve_once(l, reply);
+            let p = probe(&http(port), T);
+            match want {
+                "answered" => assert!(answered(p), "{reply:?}: {p:?}"),
+                "failed" => assert_eq!(p.0, Probe::Failed, "{reply:?}"),
+                _ => assert!(
+                    matches!(p.0, Probe::TimedOut(b) if (b - 1.0 / 0.3).abs() < 1e-9),
+                    "{p:?}"
+                ),
+            }
+            h.join().unwrap();
+        }
+        // Nobody listening: failed, not timed out.
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        assert_eq!(probe(&http(port), T).0, Probe::Failed);
+    }
+
+    #[test]
+    fn tcp_probe() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = l.local_addr().unwrap().to_string();
+        assert!(answered(probe(&ProbeSpec::Tcp(a.clone()), T)));
+        drop(l);
+        assert_eq!(probe(&ProbeSpec::Tcp(a), T).0, Probe::Failed);
+    }
+
+    #[test]
+    fn unix_probe_sends_and_waits_for_a_reply() {
+        let dir = std::env::temp_dir().join(format!("berth-gov-{}", std::process::id()));
+        let _ = std::fs::create_dir(&dir);
+        let path = dir.join("s.sock");
+        let l = UnixListener::bind(&path).unwrap();
+        let spec = ProbeSpec::Unix {
+            path: path.clone(),
+            send: "PING\n".into(),
+        };
+        let h = std::thread::spawn(move || {
+            let (mut c, _) = l.accept().unwrap();
+            let mut b = [0u8; 5];
+            c.read_exact(&mut b).unwrap();
+            assert_eq!(&b, b"PING\n");
+            c.write_all(b"PONG\n").unwrap();
+            // The second one never gets a reply.
+            let (_c, _) = l.accept().unwrap();
+            std::thread::sleep(Duration::from_millis(600));
+        });
+        assert!(answered(probe(&spec, T)));
+        assert!(matches!(probe(&spec, T).0, Probe::TimedOut(_)));
+        h.join().unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(probe(&spec, T).0, Probe::Failed);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn command_probe_exit_status_and_timeout() {
+        let cmd = |argv: &[&str]| ProbeSpec::Command(argv.iter().map(|s| s.to_string()).collect());
+        assert!(answered(probe(&cmd(&["/bin/true"]), T)));
+        assert_eq!(probe(&cmd(&["/bin/false"]), T).0, Probe::Failed);
+        assert_eq!(probe(&cmd(&["/nonexistent/x"]), T).0, Probe::Failed);
+        let t0 = Instant::now();
+        assert!(matches!(
+            probe(&cmd(&["/bin/sleep", "5"]), T).0,
+            Probe::TimedOut(_)
+        ));
+        assert!(
+            t0.elapsed() < Duration::from_secs(2),
+            "the slow command is killed"
+        );
+    }
+}
