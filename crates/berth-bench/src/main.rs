@@ -33,6 +33,8 @@ suites:
                Linpack (hpcc), host and container at once
   mem          host vs container: STREAM (hpcc), mbw, host and container at once
   fs           host vs container: busybox dd (write, write+fsync, read), fio 4k direct I/O
+  governor     main-service response time under a CPU hog with and without the governor;
+               the daemon's own CPU use
   all          every suite
 
 options:

@@ -9,13 +9,14 @@ pub mod activation;
 pub mod cpu;
 pub mod footprint;
 pub mod fs;
+pub mod governor;
 pub mod hostguest;
 pub mod mem;
 
 /// The order `all` runs them in: footprint first, so "idle" means a daemon that has done
 /// nothing but install its packages.
 /// The host-vs-guest suites come last: they load the machine for minutes.
-pub const ALL: &[&str] = &["footprint", "activation", "cpu", "mem", "fs"];
+pub const ALL: &[&str] = &["footprint", "activation", "cpu", "mem", "fs", "governor"];
 
 /// What every suite gets.
 pub struct Ctx<'a> {
@@ -48,6 +49,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "cpu" => Some(Box::new(cpu::Cpu)),
         "mem" => Some(Box::new(mem::Mem)),
         "fs" => Some(Box::new(fs::Fs)),
+        "governor" => Some(Box::new(governor::Governor)),
         _ => None,
     }
 }
