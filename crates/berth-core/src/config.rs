@@ -610,8 +610,10 @@ fn governor(
         }
     };
     let t_upper = pct("governor.t_upper", r.t_upper, policy.cpu_max_percent)?;
+    let lower_given = r.t_lower.is_some();
     let t_lower = pct("governor.t_lower", r.t_lower, 5.min(t_upper))?;
-    if t_lower >= t_upper {
+    // policy.cpu_max = "1%" without a governor is a valid configuration.
+    if t_lower >= t_upper && (probe.is_some() || lower_given) {
         return Err(value_err(
             "governor.t_lower",
             format!("{t_lower}%: must be below governor.t_upper ({t_upper}%)"),
@@ -786,6 +788,7 @@ mod tests {
     fn governor_defaults_probes_and_refusals() {
         let g = Config::parse("", "t").unwrap().governor;
         assert_eq!(g.probe, None);
+        Config::parse("[policy]\ncpu_max = \"1%\"", "t").unwrap();
         assert_eq!((g.interval_ms, g.timeout_ms), (1000, 500));
         assert_eq!((g.t_lower, g.t_upper, g.learn), (5, 50, 10));
         let g = Config::parse(
