@@ -350,6 +350,21 @@ fn governor_lowers_the_cap_under_a_hog_and_falls_back_when_the_probe_fails() {
         quota(&parent)
     );
 
+    // The daemon is killed while members are held below their own quota; the next one (with
+    // R_n configured now, so it governs at once) gives them back and governs again. Were the
+    // own quotas lost, `late` would end below 90 % below.
+    let r_n_now = governor(&sb)["r_n"].as_f64().unwrap();
+    sb.kill_daemon(9);
+    sb.write_config(&format!(
+        "[governor]\nhttp = \"http://127.0.0.1:{port}/probe\"\ninterval = \"500ms\"\ntimeout = \"300ms\"\nr_normal = {r_n_now:.1}\n"
+    ));
+    sb.start_daemon();
+    let v = wait_for(&sb, "governing after a restart", 30, |v| {
+        v["mode"] == "active" && v["cap"].as_f64().unwrap() <= 35.0
+    });
+    assert_eq!(v["r_n_source"], "configured");
+    assert!(quota(&late) <= quota(&parent) && quota(&hog) <= quota(&parent));
+
     // The hog stops: back to T_u.
     sb.ok(&["stop", "-t", "1", "hog"]);
     let t = Instant::now();

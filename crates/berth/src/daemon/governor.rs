@@ -41,9 +41,53 @@ fn shared() -> &'static Mutex<Shared> {
     S.get_or_init(Default::default)
 }
 
+/// Where the v1 clamps live (tmpfs), so a restarted daemon gives the members their own back.
+fn clamps_file(d: &Daemon) -> std::path::PathBuf {
+    d.cfg.paths.run.join("governor.clamps")
+}
+
+fn save_clamps(d: &Daemon, clamps: &[Clamp]) {
+    let v: Vec<Value> = clamps
+        .iter()
+        .map(|c| json!([c.path, c.own, c.written]))
+        .collect();
+    let _ = std::fs::write(clamps_file(d), Value::from(v).to_string());
+}
+
+fn load_clamps(d: &Daemon) -> Vec<Clamp> {
+    let v: Vec<Value> = std::fs::read(clamps_file(d))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    v.iter()
+        .filter_map(|c| {
+            Some(Clamp {
+                path: c[0].as_str()?.into(),
+                own: c[1].as_u64()?,
+                written: c[2].as_u64()?,
+            })
+        })
+        .collect()
+}
+
 pub fn spawn(d: &Arc<Daemon>) {
     let g = &d.cfg.governor;
     let (cgroups, host) = ops::cgroups_host();
+    // Members a previous daemon's governor held below their own quota get it back now (the
+    // group budget is T_u again); this governor clamps anew as it lowers the cap.
+    let mut clamps = load_clamps(d);
+    if let (false, Some(c)) = (clamps.is_empty(), cgroups) {
+        let q = governor::quota_us(
+            d.cfg.policy.cpu_max_percent as f64,
+            host.cpus,
+            CPU_PERIOD_US,
+        );
+        if let Err(e) = c.set_cpu_cap(&d.cfg.cgroup_parent, q, CPU_PERIOD_US, &mut clamps) {
+            log::warn!("governor: {e}");
+        }
+        save_clamps(d, &clamps);
+    }
+    shared().lock().unwrap().clamps = clamps;
     let note = match (&g.probe, cgroups) {
         (None, _) => Some("no probe configured ([governor] in berth.toml)".to_string()),
         (Some(_), None) => Some("no cgroup hierarchy: nothing to govern".to_string()),
@@ -94,8 +138,12 @@ fn run(d: &Daemon) {
         c.set_cpu_cap(rel, q, CPU_PERIOD_US, clamps)
     };
     let t_upper = g.t_upper as f64;
-    if let Err(e) = write(t_upper, &mut shared().lock().unwrap().clamps) {
-        log::error!("governor: {e}");
+    {
+        let mut s = shared().lock().unwrap();
+        if let Err(e) = write(t_upper, &mut s.clamps) {
+            log::error!("governor: {e}");
+        }
+        save_clamps(d, &s.clamps);
     }
     log::info!(
         "governor: probing {} every {} ms (timeout {} ms); cap between {}% and {}% of all {} CPUs, R_n {}",
@@ -142,7 +190,9 @@ fn run(d: &Daemon) {
             log::warn!("governor: {n}");
         }
         if t.changed {
-            match write(t.cap, &mut s.clamps) {
+            let r = write(t.cap, &mut s.clamps);
+            save_clamps(d, &s.clamps);
+            match r {
                 Ok(_) => {
                     s.last_error = None;
                     log::info!(
@@ -343,6 +393,7 @@ pub fn fit_container_cpu(d: &Daemon, name: &str, percent: u32) -> u32 {
         own: own_q,
         written: berth_core::cgroup::quota_us(fit),
     });
+    save_clamps(d, &s.clamps);
     log::info!(
         "governor: {name} gets cpu {fit}% (of one CPU) while the group cap is {}% of all CPUs; {percent}% when it rises",
         fmt1(cap)
