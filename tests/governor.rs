@@ -4,7 +4,7 @@
 //! each request costing a fixed amount of CPU (~5 ms on an idle CPU), kept busy by a load
 //! generator that always has one request outstanding (the service's own traffic). Its
 //! response rate is the number of those requests it completes per second. The daemon's
-//! governor probes it (`[governor] http`, one GET per 500 ms, which queues behind the
+//! governor probes it (`[governor] probe = "http://…"`, one GET per 500 ms, which queues behind the
 //! traffic like any client).
 //!
 //! Making them compete: this VM has 2 CPUs and the group cap T_u is 50 % of ALL CPUs, i.e.
@@ -226,7 +226,7 @@ fn governor_lowers_the_cap_under_a_hog_and_falls_back_when_the_probe_fails() {
     sb.add(&Pkg::script("hog", "1", HOG).table("[resources]\ncpuset = \"0\"\ncpu_max = \"90%\""));
     sb.add(&Pkg::script("late", "1", "sleep 1000\n").table("[resources]\ncpu_max = \"90%\""));
     sb.write_config(&format!(
-        "[governor]\nhttp = \"http://127.0.0.1:{port}/probe\"\ninterval = \"500ms\"\ntimeout = \"300ms\"\nlearn = 10\n"
+        "[governor]\nprobe = \"http://127.0.0.1:{port}/probe\"\ninterval = \"500ms\"\ntimeout = \"300ms\"\nlearn = \"5s\"\n"
     ));
     sb.start_daemon();
     sb.ok(&["update"]);
@@ -356,7 +356,7 @@ fn governor_lowers_the_cap_under_a_hog_and_falls_back_when_the_probe_fails() {
     let r_n_now = governor(&sb)["r_n"].as_f64().unwrap();
     sb.kill_daemon(9);
     sb.write_config(&format!(
-        "[governor]\nhttp = \"http://127.0.0.1:{port}/probe\"\ninterval = \"500ms\"\ntimeout = \"300ms\"\nr_normal = {r_n_now:.1}\n"
+        "[governor]\nprobe = \"http://127.0.0.1:{port}/probe\"\ninterval = \"500ms\"\ntimeout = \"300ms\"\nr_normal = \"{r_n_now:.1}/s\"\n"
     ));
     sb.start_daemon();
     let v = wait_for(&sb, "governing after a restart", 30, |v| {
@@ -424,8 +424,8 @@ fn without_a_probe_the_cap_is_static() {
     );
     // A malformed section stops the daemon from starting, naming the key.
     sb.kill_daemon(15);
-    sb.write_config("[governor]\ntcp = \"localhost\"\n");
+    sb.write_config("[governor]\nprobe = \"tcp:localhost\"\n");
     let out = sb.berth(&["daemon"]);
     assert!(!out.status.success());
-    assert!(stderr(&out).contains("governor.tcp"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("governor.probe"), "{}", stderr(&out));
 }

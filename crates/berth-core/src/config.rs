@@ -172,8 +172,9 @@ struct RawConfig {
     policy: RawPolicy,
     #[serde(default)]
     guard: RawGuard,
-    #[serde(default)]
-    governor: RawGovernor,
+    /// Strings only, read by hand (`governor()`): a map of the type the manifest's `env`
+    /// already has costs the device build nothing, a derived struct ~20 KiB.
+    governor: Option<std::collections::BTreeMap<String, toml::Spanned<String>>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -341,7 +342,7 @@ impl Config {
             tmp_size: size("containers.tmp_size", c.tmp_size, 16 << 20)?,
             run_size: size("containers.run_size", c.run_size, 4 << 20)?,
             cgroup_parent,
-            governor: governor(raw.governor, &policy, &value_err)?,
+            governor: governor(raw.governor.unwrap_or_default(), &policy, &value_err)?,
             policy,
             guard,
         })
@@ -430,13 +431,9 @@ pub struct Governor {
 /// How the main service is asked; the response rate is 1 / the time it takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProbeSpec {
-    /// GET of an http:// URL; any 2xx or 3xx status is an answer. `addr` is host:port.
-    Http {
-        url: String,
-        addr: String,
-        host: String,
-        path: String,
-    },
+    /// GET of an http:// URL (berth's own HTTP client, `fetch.rs`): a 2xx answer whose body
+    /// (at most 16 KiB) arrives whole is an answer; redirects are followed.
+    Http(String),
     /// TCP connect to host:port.
     Tcp(String),
     /// A command (argv, absolute path first); exit status 0 is an answer.
@@ -448,28 +445,12 @@ pub enum ProbeSpec {
 impl ProbeSpec {
     pub fn describe(&self) -> String {
         match self {
-            ProbeSpec::Http { url, .. } => format!("http GET {url}"),
+            ProbeSpec::Http(url) => format!("http GET {url}"),
             ProbeSpec::Tcp(a) => format!("tcp connect {a}"),
             ProbeSpec::Command(argv) => format!("command {}", argv.join(" ")),
             ProbeSpec::Unix { path, send } => format!("unix {} send {send:?}", path.display()),
         }
     }
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawGovernor {
-    http: Option<String>,
-    tcp: Option<String>,
-    command: Option<Vec<String>>,
-    unix: Option<PathBuf>,
-    send: Option<String>,
-    interval: Option<String>,
-    timeout: Option<String>,
-    t_lower: Option<String>,
-    t_upper: Option<String>,
-    r_normal: Option<f64>,
-    learn: Option<i64>,
 }
 
 /// "host:port" with a numeric port and a non-empty host.
@@ -482,89 +463,94 @@ fn host_port(s: &str) -> bool {
     })
 }
 
-fn governor(
-    r: RawGovernor,
-    policy: &Policy,
-    value_err: &dyn Fn(&'static str, String) -> ConfigError,
-) -> Result<Governor, ConfigError> {
-    let given = [
-        r.http.is_some(),
-        r.tcp.is_some(),
-        r.command.is_some(),
-        r.unix.is_some(),
-    ];
-    if given.iter().filter(|g| **g).count() > 1 {
-        return Err(value_err(
-            "governor",
-            "give one probe: http, tcp, command or unix".into(),
-        ));
+/// `probe`: "http://HOST[:PORT]/PATH", "tcp:HOST:PORT", "unix:/PATH" (with `send`) or
+/// "exec:/PATH [ARG…]" (split at spaces). One string rather than a table per kind: each
+/// derived field type costs the device build kilobytes.
+fn probe_spec(p: &str, send: Option<String>) -> Result<ProbeSpec, String> {
+    if p.chars().any(|c| c.is_control()) {
+        return Err(format!("{p:?}: control characters"));
     }
-    if r.send.is_some() && r.unix.is_none() {
-        return Err(value_err(
-            "governor.send",
-            "only the unix probe sends a request".into(),
-        ));
+    if send.is_some() && !p.starts_with("unix:") {
+        return Err("governor.send: only the unix: probe sends a request".into());
     }
-    let probe = if let Some(url) = r.http {
-        let rest = url.strip_prefix("http://").ok_or_else(|| {
-            value_err("governor.http", format!("{url:?}: expected an http:// URL"))
-        })?;
-        let (auth, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, "/"),
-        };
+    if let Some(rest) = p.strip_prefix("http://") {
+        let auth = rest.split('/').next().unwrap_or_default();
         let addr = if auth.ends_with(']') || !auth.contains(':') {
             format!("{auth}:80")
         } else {
             auth.to_string()
         };
-        if !host_port(&addr) || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(value_err(
-                "governor.http",
-                format!("{url:?}: expected http://HOST[:PORT]/PATH"),
-            ));
+        if !host_port(&addr) || p.contains(' ') {
+            return Err(format!("{p:?}: expected http://HOST[:PORT]/PATH"));
         }
-        Some(ProbeSpec::Http {
-            host: auth.to_string(),
-            path: path.to_string(),
-            addr,
-            url,
-        })
-    } else if let Some(a) = r.tcp {
-        if !host_port(&a) {
-            return Err(value_err(
-                "governor.tcp",
-                format!("{a:?}: expected HOST:PORT"),
-            ));
+        return Ok(ProbeSpec::Http(p.to_string()));
+    }
+    if let Some(a) = p.strip_prefix("tcp:") {
+        return if host_port(a) {
+            Ok(ProbeSpec::Tcp(a.to_string()))
+        } else {
+            Err(format!("{p:?}: expected tcp:HOST:PORT"))
+        };
+    }
+    if let Some(path) = p.strip_prefix("unix:") {
+        if !path.starts_with('/') {
+            return Err(format!("{p:?}: expected unix:/ABSOLUTE/PATH"));
         }
-        Some(ProbeSpec::Tcp(a))
-    } else if let Some(argv) = r.command {
-        if !argv.first().is_some_and(|p| p.starts_with('/')) {
-            return Err(value_err(
-                "governor.command",
-                "expected [\"/absolute/path\", \"arg\", …]".into(),
-            ));
+        return match send {
+            Some(s) if !s.is_empty() => Ok(ProbeSpec::Unix {
+                path: path.into(),
+                send: s,
+            }),
+            _ => Err("governor.send: the unix: probe needs a request to send".into()),
+        };
+    }
+    if let Some(cmd) = p.strip_prefix("exec:") {
+        let argv: Vec<String> = cmd
+            .split(' ')
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect();
+        if argv.first().is_some_and(|a| a.starts_with('/')) {
+            return Ok(ProbeSpec::Command(argv));
         }
-        Some(ProbeSpec::Command(argv))
-    } else if let Some(path) = r.unix {
-        if !path.is_absolute() {
+        return Err(format!("{p:?}: expected exec:/ABSOLUTE/PATH [ARG…]"));
+    }
+    Err(format!(
+        "{p:?}: expected http://…, tcp:HOST:PORT, unix:/PATH or exec:/PATH"
+    ))
+}
+
+fn governor(
+    table: std::collections::BTreeMap<String, toml::Spanned<String>>,
+    policy: &Policy,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Governor, ConfigError> {
+    // probe, send, interval, timeout, t_lower, t_upper, r_normal, learn
+    let mut f: [Option<String>; 8] = Default::default();
+    for (k, v) in table {
+        let i = match k.as_str() {
+            "probe" => 0,
+            "send" => 1,
+            "interval" => 2,
+            "timeout" => 3,
+            "t_lower" => 4,
+            "t_upper" => 5,
+            "r_normal" => 6,
+            "learn" => 7,
+            _ => return Err(value_err("governor", format!("unknown key {k:?}"))),
+        };
+        f[i] = Some(v.into_inner());
+    }
+    let [probe, send, interval, timeout, t_lower, t_upper, r_normal, learn] = f;
+    let probe = match probe {
+        Some(p) => Some(probe_spec(&p, send).map_err(|m| value_err("governor.probe", m))?),
+        None if send.is_some() => {
             return Err(value_err(
-                "governor.unix",
-                format!("{} is not an absolute path", path.display()),
-            ));
-        }
-        let send = r.send.ok_or_else(|| {
-            value_err(
                 "governor.send",
-                "the unix probe needs the request to send".into(),
-            )
-        })?;
-        if send.is_empty() {
-            return Err(value_err("governor.send", "must not be empty".into()));
+                "needs probe = \"unix:…\"".into(),
+            ))
         }
-        Some(ProbeSpec::Unix { path, send })
-    } else {
-        None
+        None => None,
     };
     let ms = |key: &'static str, v: Option<String>, default: u64, lo: u64, hi: u64| match v {
         None => Ok(default),
@@ -579,10 +565,10 @@ fn governor(
             Ok(ms)
         }
     };
-    let interval_ms = ms("governor.interval", r.interval, 1000, 100, 60_000)?;
+    let interval_ms = ms("governor.interval", interval, 1000, 100, 60_000)?;
     let timeout_ms = ms(
         "governor.timeout",
-        r.timeout,
+        timeout,
         500.min(interval_ms),
         10,
         60_000,
@@ -609,9 +595,9 @@ fn governor(
             Ok(p)
         }
     };
-    let t_upper = pct("governor.t_upper", r.t_upper, policy.cpu_max_percent)?;
-    let lower_given = r.t_lower.is_some();
-    let t_lower = pct("governor.t_lower", r.t_lower, 5.min(t_upper))?;
+    let t_upper = pct("governor.t_upper", t_upper, policy.cpu_max_percent)?;
+    let lower_given = t_lower.is_some();
+    let t_lower = pct("governor.t_lower", t_lower, 5.min(t_upper))?;
     // policy.cpu_max = "1%" without a governor is a valid configuration.
     if t_lower >= t_upper && (probe.is_some() || lower_given) {
         return Err(value_err(
@@ -619,22 +605,41 @@ fn governor(
             format!("{t_lower}%: must be below governor.t_upper ({t_upper}%)"),
         ));
     }
-    if let Some(rn) = r.r_normal {
-        if !(rn.is_finite() && rn > 0.0) {
-            return Err(value_err(
-                "governor.r_normal",
-                format!("{rn}: must be a positive rate (responses per second)"),
-            ));
+    // "40/s" or "12.5/s": responses per second.
+    let r_normal = match r_normal {
+        None => None,
+        Some(v) => {
+            let n = v
+                .strip_suffix("/s")
+                .filter(|n| {
+                    n.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+                        && n.bytes().filter(|b| *b == b'.').count() <= 1
+                })
+                .and_then(|n| n.parse::<f64>().ok())
+                .filter(|r| *r > 0.0);
+            Some(n.ok_or_else(|| {
+                value_err(
+                    "governor.r_normal",
+                    format!(
+                        "{v}: expected a positive rate such as \"40/s\" (responses per second)"
+                    ),
+                )
+            })?)
         }
-    }
-    let learn = match r.learn {
-        None => 10,
-        Some(n) if (3..=1000).contains(&n) => n as u32,
-        Some(n) => {
-            return Err(value_err(
-                "governor.learn",
-                format!("{n}: must be between 3 and 1000 samples"),
-            ))
+    };
+    // The learning window: how many probe intervals of idle containers R_n is the median of.
+    let learn = match learn {
+        None => (10_000 / interval_ms).clamp(3, 1000) as u32,
+        Some(v) => {
+            let ms = parse_duration_ms(&v).map_err(|m| value_err("governor.learn", m))?;
+            let n = ms / interval_ms;
+            if !(3..=1000).contains(&n) {
+                return Err(value_err(
+                    "governor.learn",
+                    format!("{v}: must be between 3 and 1000 intervals of governor.interval ({interval_ms}ms)"),
+                ));
+            }
+            n as u32
         }
     };
     Ok(Governor {
@@ -643,7 +648,7 @@ fn governor(
         timeout_ms,
         t_lower,
         t_upper,
-        r_normal: r.r_normal,
+        r_normal,
         learn,
     })
 }
@@ -792,22 +797,18 @@ mod tests {
         assert_eq!((g.interval_ms, g.timeout_ms), (1000, 500));
         assert_eq!((g.t_lower, g.t_upper, g.learn), (5, 50, 10));
         let g = Config::parse(
-            "[policy]\ncpu_max = \"40%\"\n[governor]\nhttp = \"http://127.0.0.1:8080/health\"\ninterval = \"2s\"\ntimeout = \"1s\"\nt_lower = \"10%\"\nr_normal = 25\nlearn = 20\n",
+            "[policy]\ncpu_max = \"40%\"\n[governor]\nprobe = \"http://127.0.0.1:8080/health\"\ninterval = \"2s\"\ntimeout = \"1s\"\nt_lower = \"10%\"\nr_normal = \"25/s\"\nlearn = \"40s\"\n",
             "t",
         )
         .unwrap()
         .governor;
         assert_eq!(
             g.probe,
-            Some(ProbeSpec::Http {
-                url: "http://127.0.0.1:8080/health".into(),
-                addr: "127.0.0.1:8080".into(),
-                host: "127.0.0.1:8080".into(),
-                path: "/health".into(),
-            })
+            Some(ProbeSpec::Http("http://127.0.0.1:8080/health".into()))
         );
         assert_eq!((g.interval_ms, g.timeout_ms), (2000, 1000));
         assert_eq!((g.t_lower, g.t_upper, g.r_normal), (10, 40, Some(25.0)));
+        assert_eq!(g.learn, 20, "40 s of 2 s intervals");
         let p = |t: &str| {
             Config::parse(&format!("[governor]\n{t}"), "t")
                 .unwrap()
@@ -815,40 +816,47 @@ mod tests {
                 .probe
                 .unwrap()
         };
-        match p("http = \"http://localhost\"") {
-            ProbeSpec::Http { addr, path, .. } => {
-                assert_eq!((addr.as_str(), path.as_str()), ("localhost:80", "/"))
-            }
-            x => panic!("{x:?}"),
-        }
         assert_eq!(
-            p("tcp = \"10.0.0.1:22\""),
+            p("probe = \"http://localhost\""),
+            ProbeSpec::Http("http://localhost".into())
+        );
+        assert_eq!(
+            p("probe = \"tcp:10.0.0.1:22\""),
             ProbeSpec::Tcp("10.0.0.1:22".into())
         );
         assert_eq!(
-            p("command = [\"/bin/true\", \"x\"]"),
+            p("probe = \"exec:/bin/true  x\""),
             ProbeSpec::Command(vec!["/bin/true".into(), "x".into()])
         );
         assert_eq!(
-            p("unix = \"/run/main.sock\"\nsend = \"PING\\n\""),
+            p("probe = \"unix:/run/main.sock\"\nsend = \"PING\\n\""),
             ProbeSpec::Unix {
                 path: "/run/main.sock".into(),
                 send: "PING\n".into()
             }
         );
         for (text, key) in [
-            ("http = \"https://x/\"", "governor.http"),
-            ("http = \"http://:80/\"", "governor.http"),
-            ("http = \"http://h:99999/\"", "governor.http"),
-            ("tcp = \"nohost\"", "governor.tcp"),
-            ("tcp = \"h:0\"", "governor.tcp"),
-            ("command = []", "governor.command"),
-            ("command = [\"true\"]", "governor.command"),
-            ("unix = \"rel.sock\"\nsend = \"x\"", "governor.unix"),
-            ("unix = \"/a.sock\"", "governor.send"),
-            ("unix = \"/a.sock\"\nsend = \"\"", "governor.send"),
-            ("tcp = \"h:1\"\nsend = \"x\"", "governor.send"),
-            ("tcp = \"h:1\"\nhttp = \"http://h/\"", "one probe"),
+            ("probe = \"https://x/\"", "governor.probe"),
+            ("probe = \"http://:80/\"", "governor.probe"),
+            ("probe = \"http://h:99999/\"", "governor.probe"),
+            ("probe = \"http://h/a b\"", "governor.probe"),
+            ("probe = \"tcp:nohost\"", "expected tcp:HOST:PORT"),
+            ("probe = \"tcp:h:0\"", "governor.probe"),
+            ("probe = \"exec:\"", "expected exec:/ABSOLUTE/PATH"),
+            ("probe = \"exec:true\"", "governor.probe"),
+            (
+                "probe = \"unix:rel.sock\"\nsend = \"x\"",
+                "unix:/ABSOLUTE/PATH",
+            ),
+            ("probe = \"unix:/a.sock\"", "needs a request to send"),
+            (
+                "probe = \"unix:/a.sock\"\nsend = \"\"",
+                "needs a request to send",
+            ),
+            ("probe = \"tcp:h:1\"\nsend = \"x\"", "only the unix: probe"),
+            ("send = \"x\"", "governor.send"),
+            ("probe = \"ftp://x\"", "expected http://…, tcp:HOST:PORT"),
+            ("probe = 5", "line 2"),
             ("interval = \"10ms\"", "governor.interval"),
             ("interval = \"2m\"", "governor.interval"),
             ("interval = \"1s\"\ntimeout = \"2s\"", "governor.timeout"),
@@ -860,11 +868,15 @@ mod tests {
                 "t_lower = \"30%\"\nt_upper = \"20%\"",
                 "below governor.t_upper",
             ),
-            ("r_normal = 0", "governor.r_normal"),
-            ("r_normal = -3.5", "governor.r_normal"),
-            ("r_normal = \"fast\"", "line 2"),
-            ("learn = 1", "governor.learn"),
-            ("probe = \"x\"", "probe"),
+            ("r_normal = \"0/s\"", "governor.r_normal"),
+            ("r_normal = \"-3.5/s\"", "governor.r_normal"),
+            ("r_normal = \"40\"", "governor.r_normal"),
+            ("r_normal = \"1.2.3/s\"", "governor.r_normal"),
+            ("r_normal = 40", "line 2"),
+            ("learn = \"2s\"", "governor.learn"),
+            ("learn = \"2h\"", "governor.learn"),
+            ("learn = \"10\"", "governor.learn"),
+            ("http = \"http://x/\"", "unknown key \"http\""),
         ] {
             let e = Config::parse(&format!("[governor]\n{text}"), "f")
                 .unwrap_err()

@@ -102,8 +102,12 @@ pub fn share(t_lower: f64, t_upper: f64, r_c: f64, r_n: f64) -> f64 {
 }
 
 fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
+    // Insertion sort: a handful of values, and no generic sort code for the device build.
+    let mut s: Vec<f64> = Vec::with_capacity(v.len());
+    for &x in v {
+        let i = s.iter().position(|&y| y > x).unwrap_or(s.len());
+        s.insert(i, x);
+    }
     let n = s.len();
     if n % 2 == 1 {
         s[n / 2]
@@ -175,7 +179,8 @@ impl Governor {
                         Mode::Learning
                     };
                     note = Some(format!(
-                        "the probe answers again ({rate:.1}/s): governing from the static cap"
+                        "the probe answers again ({}/s): governing from the static cap",
+                        fmt1(rate)
                     ));
                 }
                 self.failures = 0;
@@ -218,8 +223,8 @@ impl Governor {
         }
         if note.is_none() && before.1 == Mode::Learning && self.mode == Mode::Active {
             note = Some(format!(
-                "learned R_n = {:.1}/s (median of {} idle samples)",
-                self.r_n.unwrap_or(0.0),
+                "learned R_n = {}/s (median of {} idle samples)",
+                fmt1(self.r_n.unwrap_or(0.0)),
                 self.p.learn
             ));
         }
@@ -277,19 +282,24 @@ impl Governor {
         } else {
             target
         };
-        let next = want.clamp(self.cap - STEP_DOWN * range, self.cap + STEP_UP * range);
+        // max/min, not f64::clamp: its panic message formats floats (~6 KiB on the device).
+        let next = want
+            .max(self.cap - STEP_DOWN * range)
+            .min(self.cap + STEP_UP * range);
         // One decimal: the cgroup file holds whole microseconds anyway.
-        ((next * 10.0).round() / 10.0).clamp(lo, hi)
+        ((next * 10.0).round() / 10.0).max(lo).min(hi)
     }
 }
 
-/// A percentage with at most one decimal, for messages.
-pub fn fmt1(p: f64) -> String {
-    let t = (p * 10.0).round() as i64;
-    if t % 10 == 0 {
-        format!("{}", t / 10)
+/// A number with at most one decimal, for messages. Integer arithmetic: float formatting
+/// would cost the device build ~20 KiB.
+pub fn fmt1(x: f64) -> String {
+    let t = (x.abs() * 10.0).round() as u64;
+    let sign = if x < 0.0 && t > 0 { "-" } else { "" };
+    if t.is_multiple_of(10) {
+        format!("{sign}{}", t / 10)
     } else {
-        format!("{}.{}", t / 10, t % 10)
+        format!("{sign}{}.{}", t / 10, t % 10)
     }
 }
 
@@ -352,6 +362,9 @@ mod tests {
         assert_eq!(quota_us(0.1, 1, 100_000), 1000);
         assert_eq!(fmt1(27.5), "27.5");
         assert_eq!(fmt1(50.0), "50");
+        assert_eq!(fmt1(130.94), "130.9");
+        assert_eq!(fmt1(-3.5), "-3.5");
+        assert_eq!(fmt1(-0.01), "0");
     }
 
     #[test]
@@ -380,7 +393,7 @@ mod tests {
             Some(100.0),
             "median of 100 90 500 110 95, the outlier ignored"
         );
-        assert!(t.note.unwrap().contains("learned R_n = 100.0/s"));
+        assert!(t.note.unwrap().contains("learned R_n = 100/s"));
         // Later idle samples keep R_n current (a rolling window).
         for _ in 0..5 {
             g.tick(Probe::Answered(80.0), Some(0.0));

@@ -94,9 +94,18 @@ impl Cgroups {
         }
         write(&dir.join("cpu.cfs_period_us"), period_us.to_string())?;
         write(&dir.join("cpu.cfs_quota_us"), quota_us.to_string())?;
-        clamps.sort_by_key(|c| c.path.components().count());
+        // Shallowest first (insertion: no generic sort code for the device build).
+        let depth = |c: &Clamp| c.path.components().count();
+        let mut order: Vec<Clamp> = Vec::new();
+        for c in std::mem::take(clamps) {
+            let i = order
+                .iter()
+                .position(|k| depth(k) > depth(&c))
+                .unwrap_or(order.len());
+            order.insert(i, c);
+        }
         let mut keep = Vec::new();
-        for mut c in std::mem::take(clamps) {
+        for mut c in order {
             let (Some(q), Some(per)) =
                 (read_i64(&c.path.join("cpu.cfs_quota_us")), scaled(&c.path))
             else {

@@ -759,8 +759,10 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                 print_json(&v);
                 return Ok(0);
             }
-            let r = |x: &Value| x.as_f64().map_or("-".into(), |r| format!("{r:.1}/s"));
-            let p = |x: &Value| x.as_f64().map_or("-".into(), |p| format!("{p:.1}%"));
+            // Integer arithmetic (fmt1): float formatting costs the device build ~20 KiB.
+            use berth_core::governor::fmt1;
+            let r = |x: &Value| x.as_f64().map_or("-".into(), |r| format!("{}/s", fmt1(r)));
+            let p = |x: &Value| x.as_f64().map_or("-".into(), |p| format!("{}%", fmt1(p)));
             println!(
                 "governor: {}{}",
                 s(&v["mode"]),
@@ -777,7 +779,7 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                     v["probes"],
                     v["last_latency_ms"]
                         .as_f64()
-                        .map_or("failed".into(), |l| format!("{l:.1} ms"))
+                        .map_or("failed".into(), |l| format!("{} ms", fmt1(l)))
                 );
             }
             println!(

@@ -12,7 +12,7 @@
 //! 2-CPU machine). Cases, each over the same window:
 //!
 //! 1. idle containers (the governor running, cap at T_u);
-//! 2. the hog with the governor (`[governor] http` probe every 500 ms, R_n learned in 1.);
+//! 2. the hog with the governor (`[governor]` http probe every 500 ms, R_n learned in 1.);
 //! 3. the hog without a governor (the daemon restarted without `[governor]`: static cap).
 //!
 //! Daemon overhead: its CPU time (utime + stime of /proc/PID/stat) over a window with the
@@ -221,7 +221,7 @@ impl Suite for Governor {
         let iters = ((2_000_000.0 * 0.005 / t.elapsed().as_secs_f64()) as u64).max(10_000);
         let svc = Service::start(iters)?;
         let section = format!(
-            "[governor]\nhttp = \"http://127.0.0.1:{}/probe\"\ninterval = \"500ms\"\ntimeout = \"300ms\"\nlearn = 10\n",
+            "[governor]\nprobe = \"http://127.0.0.1:{}/probe\"\ninterval = \"500ms\"\ntimeout = \"300ms\"\nlearn = \"5s\"\n",
             svc.port
         );
         let r = (|| -> Result<(Vec<Case>, f64, f64, Value)> {

