@@ -353,7 +353,9 @@ fn governor_lowers_the_cap_under_a_hog_and_falls_back_when_the_probe_fails() {
     // The daemon is killed while members are held below their own quota; the next one (with
     // R_n configured now, so it governs at once) gives them back and governs again. Were the
     // own quotas lost, `late` would end below 90 % below.
-    let r_n_now = governor(&sb)["r_n"].as_f64().unwrap();
+    // Configured a little below the learned value, as an operator would: with a fixed R_n
+    // the machine's other load must not keep the cap below T_u once the hog is gone.
+    let r_n_now = governor(&sb)["r_n"].as_f64().unwrap() * 0.8;
     sb.kill_daemon(9);
     sb.write_config(&format!(
         "[governor]\nprobe = \"http://127.0.0.1:{port}/probe\"\ninterval = \"500ms\"\ntimeout = \"300ms\"\nr_normal = \"{r_n_now:.1}/s\"\n"
@@ -368,7 +370,7 @@ fn governor_lowers_the_cap_under_a_hog_and_falls_back_when_the_probe_fails() {
     // The hog stops: back to T_u.
     sb.ok(&["stop", "-t", "1", "hog"]);
     let t = Instant::now();
-    wait_for(&sb, "cap back to T_u", 30, |v| {
+    wait_for(&sb, "cap back to T_u", 60, |v| {
         v["cap"].as_f64() == Some(50.0)
     });
     std::thread::sleep(Duration::from_millis(300));
