@@ -305,8 +305,19 @@ fn command(argv: &[String], timeout: Duration) -> std::io::Result<()> {
             )?[0]
                 != 0
         }
-        // No pidfd (old kernel): wait, bounded by nothing but the command itself.
-        Err(_) => true,
+        // No pidfd (kernels before 5.3): look every 5 ms, never longer than the timeout.
+        Err(_) => {
+            let t0 = Instant::now();
+            loop {
+                if child.try_wait()?.is_some() {
+                    break true;
+                }
+                if t0.elapsed() >= timeout {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
     };
     if !exited {
         let _ = child.kill();
