@@ -431,3 +431,42 @@ fn without_a_probe_the_cap_is_static() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("governor.probe"), "{}", stderr(&out));
 }
+
+#[test]
+fn command_and_unix_probes_run_from_the_daemon() {
+    let mut sb = Sandbox::new("gov-probes");
+    // exec: a command that succeeds: R_n is learned (the containers are idle), then active.
+    sb.write_config(
+        "[governor]\nprobe = \"exec:/bin/true\"\ninterval = \"200ms\"\ntimeout = \"150ms\"\nlearn = \"1s\"\n",
+    );
+    sb.start_daemon();
+    let v = wait_for(&sb, "learning from a command", 20, |v| {
+        v["mode"] == "active"
+    });
+    assert!(v["r_n"].as_f64().unwrap() > 0.0, "{v}");
+    assert_eq!(v["probe"], "command /bin/true");
+    sb.kill_daemon(15);
+    // unix: a socket that answers nothing in time: fallback.
+    let dir = TempDir::new("gov-unix");
+    let sock = dir.path("main.sock");
+    let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    sb.write_config(&format!(
+        "[governor]\nprobe = \"unix:{}\"\nsend = \"PING\\n\"\ninterval = \"200ms\"\ntimeout = \"100ms\"\n",
+        sock.display()
+    ));
+    sb.start_daemon();
+    let v = wait_for(&sb, "fallback on a silent socket", 20, |v| {
+        v["mode"] == "fallback"
+    });
+    assert_eq!(v["cap"].as_f64(), Some(50.0));
+    sb.kill_daemon(15);
+    // exec: a command that fails: fallback, the daemon alive.
+    sb.write_config(
+        "[governor]\nprobe = \"exec:/bin/false\"\ninterval = \"200ms\"\ntimeout = \"150ms\"\n",
+    );
+    sb.start_daemon();
+    wait_for(&sb, "fallback on a failing command", 20, |v| {
+        v["mode"] == "fallback"
+    });
+    assert!(sb.daemon.as_mut().unwrap().try_wait().unwrap().is_none());
+}
