@@ -42,6 +42,8 @@ suites:
   fs           host vs container: busybox dd (write, write+fsync, read), fio 4k direct I/O
   net          iperf3 TCP/UDP and request-response latency: host vs shared vs isolated vs
                macvlan container, in network namespaces of its own; start time per mode
+  governor     main-service response time under a CPU hog with and without the governor;
+               the daemon's own CPU use
   all          every suite
 
 options:

@@ -50,6 +50,7 @@ pub struct Config {
     pub security: crate::security::SecurityPolicy,
     /// `[network]`: the device's network policy (see `net`).
     pub network: crate::net::NetConfig,
+    pub governor: Governor,
 }
 
 /// The memory guard (`[guard]`): below `threshold` bytes of MemAvailable, container
@@ -178,6 +179,9 @@ struct RawConfig {
     #[serde(default)]
     security: crate::security::RawSecurity,
     network: Option<crate::net::RawNet>,
+    /// Strings only, read by hand (`governor()`): a map of the type the manifest's `env`
+    /// already has costs the device build nothing, a derived struct ~20 KiB.
+    governor: Option<std::collections::BTreeMap<String, toml::Spanned<String>>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -345,6 +349,7 @@ impl Config {
             tmp_size: size("containers.tmp_size", c.tmp_size, 16 << 20)?,
             run_size: size("containers.run_size", c.run_size, 4 << 20)?,
             cgroup_parent,
+            governor: governor(raw.governor.unwrap_or_default(), &policy, &value_err)?,
             policy,
             guard,
             security: raw
@@ -416,6 +421,248 @@ fn policy(
             .container_pids_max
             .map(|n| count("policy.container_pids_max", n))
             .transpose()?,
+    })
+}
+
+/// The adaptive CPU governor (`[governor]`, see `berth_core::governor`): how the main
+/// service is probed and the bounds of the containers' share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Governor {
+    /// None: no governor, the group's CPU cap is the static `policy.cpu_max`.
+    pub probe: Option<ProbeSpec>,
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+    /// T_l and T_u, percent of all CPUs; T_u defaults to `policy.cpu_max`.
+    pub t_lower: u32,
+    pub t_upper: u32,
+    /// R_n, responses per second; None: learned while the containers are idle.
+    pub r_normal: Option<f64>,
+    /// Idle samples the learned R_n is the median of.
+    pub learn: u32,
+}
+
+/// How the main service is asked; the response rate is 1 / the time it takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeSpec {
+    /// GET of an http:// URL (berth's own HTTP client, `fetch.rs`): a 2xx answer whose body
+    /// (at most 16 KiB) arrives whole is an answer; redirects are followed.
+    Http(String),
+    /// TCP connect to host:port.
+    Tcp(String),
+    /// A command (argv, absolute path first); exit status 0 is an answer.
+    Command(Vec<String>),
+    /// Connect to a UNIX stream socket, send `send`, and wait for at least one byte back.
+    Unix { path: PathBuf, send: String },
+}
+
+impl ProbeSpec {
+    pub fn describe(&self) -> String {
+        match self {
+            ProbeSpec::Http(url) => format!("http GET {url}"),
+            ProbeSpec::Tcp(a) => format!("tcp connect {a}"),
+            ProbeSpec::Command(argv) => format!("command {}", argv.join(" ")),
+            ProbeSpec::Unix { path, send } => format!("unix {} send {send:?}", path.display()),
+        }
+    }
+}
+
+/// "host:port" with a numeric port and a non-empty host.
+fn host_port(s: &str) -> bool {
+    s.rsplit_once(':').is_some_and(|(h, p)| {
+        !h.is_empty()
+            && !h.starts_with(':')
+            && !h.contains('/')
+            && p.parse::<u16>().is_ok_and(|p| p > 0)
+    })
+}
+
+/// `probe`: "http://HOST[:PORT]/PATH", "tcp:HOST:PORT", "unix:/PATH" (with `send`) or
+/// "exec:/PATH [ARG…]" (split at spaces). One string rather than a table per kind: each
+/// derived field type costs the device build kilobytes.
+fn probe_spec(p: &str, send: Option<String>) -> Result<ProbeSpec, String> {
+    if p.chars().any(|c| c.is_control()) {
+        return Err(format!("{p:?}: control characters"));
+    }
+    if send.is_some() && !p.starts_with("unix:") {
+        return Err("governor.send: only the unix: probe sends a request".into());
+    }
+    if let Some(rest) = p.strip_prefix("http://") {
+        let auth = rest.split('/').next().unwrap_or_default();
+        let addr = if auth.ends_with(']') || !auth.contains(':') {
+            format!("{auth}:80")
+        } else {
+            auth.to_string()
+        };
+        if !host_port(&addr) || p.contains(' ') {
+            return Err(format!("{p:?}: expected http://HOST[:PORT]/PATH"));
+        }
+        return Ok(ProbeSpec::Http(p.to_string()));
+    }
+    if let Some(a) = p.strip_prefix("tcp:") {
+        return if host_port(a) {
+            Ok(ProbeSpec::Tcp(a.to_string()))
+        } else {
+            Err(format!("{p:?}: expected tcp:HOST:PORT"))
+        };
+    }
+    if let Some(path) = p.strip_prefix("unix:") {
+        if !path.starts_with('/') {
+            return Err(format!("{p:?}: expected unix:/ABSOLUTE/PATH"));
+        }
+        return match send {
+            Some(s) if !s.is_empty() => Ok(ProbeSpec::Unix {
+                path: path.into(),
+                send: s,
+            }),
+            _ => Err("governor.send: the unix: probe needs a request to send".into()),
+        };
+    }
+    if let Some(cmd) = p.strip_prefix("exec:") {
+        let argv: Vec<String> = cmd
+            .split(' ')
+            .filter(|a| !a.is_empty())
+            .map(String::from)
+            .collect();
+        if argv.first().is_some_and(|a| a.starts_with('/')) {
+            return Ok(ProbeSpec::Command(argv));
+        }
+        return Err(format!("{p:?}: expected exec:/ABSOLUTE/PATH [ARG…]"));
+    }
+    Err(format!(
+        "{p:?}: expected http://…, tcp:HOST:PORT, unix:/PATH or exec:/PATH"
+    ))
+}
+
+fn governor(
+    table: std::collections::BTreeMap<String, toml::Spanned<String>>,
+    policy: &Policy,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Governor, ConfigError> {
+    // probe, send, interval, timeout, t_lower, t_upper, r_normal, learn
+    let mut f: [Option<String>; 8] = Default::default();
+    for (k, v) in table {
+        let i = match k.as_str() {
+            "probe" => 0,
+            "send" => 1,
+            "interval" => 2,
+            "timeout" => 3,
+            "t_lower" => 4,
+            "t_upper" => 5,
+            "r_normal" => 6,
+            "learn" => 7,
+            _ => return Err(value_err("governor", format!("unknown key {k:?}"))),
+        };
+        f[i] = Some(v.into_inner());
+    }
+    let [probe, send, interval, timeout, t_lower, t_upper, r_normal, learn] = f;
+    let probe = match probe {
+        Some(p) => Some(probe_spec(&p, send).map_err(|m| value_err("governor.probe", m))?),
+        None if send.is_some() => {
+            return Err(value_err(
+                "governor.send",
+                "needs probe = \"unix:…\"".into(),
+            ))
+        }
+        None => None,
+    };
+    let ms = |key: &'static str, v: Option<String>, default: u64, lo: u64, hi: u64| match v {
+        None => Ok(default),
+        Some(v) => {
+            let ms = parse_duration_ms(&v).map_err(|m| value_err(key, m))?;
+            if !(lo..=hi).contains(&ms) {
+                return Err(value_err(
+                    key,
+                    format!("{v}: must be between {lo}ms and {}s", hi / 1000),
+                ));
+            }
+            Ok(ms)
+        }
+    };
+    let interval_ms = ms("governor.interval", interval, 1000, 100, 60_000)?;
+    let timeout_ms = ms(
+        "governor.timeout",
+        timeout,
+        500.min(interval_ms),
+        10,
+        60_000,
+    )?;
+    if timeout_ms > interval_ms {
+        return Err(value_err(
+            "governor.timeout",
+            format!("{timeout_ms}ms: must not be longer than governor.interval ({interval_ms}ms)"),
+        ));
+    }
+    let pct = |key: &'static str, v: Option<String>, default: u32| match v {
+        None => Ok(default),
+        Some(v) => {
+            let p = parse_percent(&v).map_err(|m| value_err(key, m))?;
+            if !(1..=policy.cpu_max_percent).contains(&p) {
+                return Err(value_err(
+                    key,
+                    format!(
+                        "{v}: must be between 1% and policy.cpu_max ({}%, of all CPUs)",
+                        policy.cpu_max_percent
+                    ),
+                ));
+            }
+            Ok(p)
+        }
+    };
+    let t_upper = pct("governor.t_upper", t_upper, policy.cpu_max_percent)?;
+    let lower_given = t_lower.is_some();
+    let t_lower = pct("governor.t_lower", t_lower, 5.min(t_upper))?;
+    // policy.cpu_max = "1%" without a governor is a valid configuration.
+    if t_lower >= t_upper && (probe.is_some() || lower_given) {
+        return Err(value_err(
+            "governor.t_lower",
+            format!("{t_lower}%: must be below governor.t_upper ({t_upper}%)"),
+        ));
+    }
+    // "40/s" or "12.5/s": responses per second.
+    let r_normal = match r_normal {
+        None => None,
+        Some(v) => {
+            let n = v
+                .strip_suffix("/s")
+                .filter(|n| {
+                    n.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+                        && n.bytes().filter(|b| *b == b'.').count() <= 1
+                })
+                .and_then(|n| n.parse::<f64>().ok())
+                .filter(|r| *r > 0.0);
+            Some(n.ok_or_else(|| {
+                value_err(
+                    "governor.r_normal",
+                    format!(
+                        "{v}: expected a positive rate such as \"40/s\" (responses per second)"
+                    ),
+                )
+            })?)
+        }
+    };
+    // The learning window: how many probe intervals of idle containers R_n is the median of.
+    let learn = match learn {
+        None => (10_000 / interval_ms).clamp(3, 1000) as u32,
+        Some(v) => {
+            let ms = parse_duration_ms(&v).map_err(|m| value_err("governor.learn", m))?;
+            let n = ms / interval_ms;
+            if !(3..=1000).contains(&n) {
+                return Err(value_err(
+                    "governor.learn",
+                    format!("{v}: must be between 3 and 1000 intervals of governor.interval ({interval_ms}ms)"),
+                ));
+            }
+            n as u32
+        }
+    };
+    Ok(Governor {
+        probe,
+        interval_ms,
+        timeout_ms,
+        t_lower,
+        t_upper,
+        r_normal,
+        learn,
     })
 }
 
@@ -549,6 +796,102 @@ mod tests {
             ("bogus = 1", "bogus"),
         ] {
             let e = Config::parse(&format!("[policy]\n{text}"), "f")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn governor_defaults_probes_and_refusals() {
+        let g = Config::parse("", "t").unwrap().governor;
+        assert_eq!(g.probe, None);
+        Config::parse("[policy]\ncpu_max = \"1%\"", "t").unwrap();
+        assert_eq!((g.interval_ms, g.timeout_ms), (1000, 500));
+        assert_eq!((g.t_lower, g.t_upper, g.learn), (5, 50, 10));
+        let g = Config::parse(
+            "[policy]\ncpu_max = \"40%\"\n[governor]\nprobe = \"http://127.0.0.1:8080/health\"\ninterval = \"2s\"\ntimeout = \"1s\"\nt_lower = \"10%\"\nr_normal = \"25/s\"\nlearn = \"40s\"\n",
+            "t",
+        )
+        .unwrap()
+        .governor;
+        assert_eq!(
+            g.probe,
+            Some(ProbeSpec::Http("http://127.0.0.1:8080/health".into()))
+        );
+        assert_eq!((g.interval_ms, g.timeout_ms), (2000, 1000));
+        assert_eq!((g.t_lower, g.t_upper, g.r_normal), (10, 40, Some(25.0)));
+        assert_eq!(g.learn, 20, "40 s of 2 s intervals");
+        let p = |t: &str| {
+            Config::parse(&format!("[governor]\n{t}"), "t")
+                .unwrap()
+                .governor
+                .probe
+                .unwrap()
+        };
+        assert_eq!(
+            p("probe = \"http://localhost\""),
+            ProbeSpec::Http("http://localhost".into())
+        );
+        assert_eq!(
+            p("probe = \"tcp:10.0.0.1:22\""),
+            ProbeSpec::Tcp("10.0.0.1:22".into())
+        );
+        assert_eq!(
+            p("probe = \"exec:/bin/true  x\""),
+            ProbeSpec::Command(vec!["/bin/true".into(), "x".into()])
+        );
+        assert_eq!(
+            p("probe = \"unix:/run/main.sock\"\nsend = \"PING\\n\""),
+            ProbeSpec::Unix {
+                path: "/run/main.sock".into(),
+                send: "PING\n".into()
+            }
+        );
+        for (text, key) in [
+            ("probe = \"https://x/\"", "governor.probe"),
+            ("probe = \"http://:80/\"", "governor.probe"),
+            ("probe = \"http://h:99999/\"", "governor.probe"),
+            ("probe = \"http://h/a b\"", "governor.probe"),
+            ("probe = \"tcp:nohost\"", "expected tcp:HOST:PORT"),
+            ("probe = \"tcp:h:0\"", "governor.probe"),
+            ("probe = \"exec:\"", "expected exec:/ABSOLUTE/PATH"),
+            ("probe = \"exec:true\"", "governor.probe"),
+            (
+                "probe = \"unix:rel.sock\"\nsend = \"x\"",
+                "unix:/ABSOLUTE/PATH",
+            ),
+            ("probe = \"unix:/a.sock\"", "needs a request to send"),
+            (
+                "probe = \"unix:/a.sock\"\nsend = \"\"",
+                "needs a request to send",
+            ),
+            ("probe = \"tcp:h:1\"\nsend = \"x\"", "only the unix: probe"),
+            ("send = \"x\"", "governor.send"),
+            ("probe = \"ftp://x\"", "expected http://…, tcp:HOST:PORT"),
+            ("probe = 5", "line 2"),
+            ("interval = \"10ms\"", "governor.interval"),
+            ("interval = \"2m\"", "governor.interval"),
+            ("interval = \"1s\"\ntimeout = \"2s\"", "governor.timeout"),
+            ("timeout = \"1ms\"", "governor.timeout"),
+            ("t_upper = \"60%\"", "policy.cpu_max (50%"),
+            ("t_lower = \"0%\"", "governor.t_lower"),
+            ("t_lower = \"5\"", "governor.t_lower"),
+            (
+                "t_lower = \"30%\"\nt_upper = \"20%\"",
+                "below governor.t_upper",
+            ),
+            ("r_normal = \"0/s\"", "governor.r_normal"),
+            ("r_normal = \"-3.5/s\"", "governor.r_normal"),
+            ("r_normal = \"40\"", "governor.r_normal"),
+            ("r_normal = \"1.2.3/s\"", "governor.r_normal"),
+            ("r_normal = 40", "line 2"),
+            ("learn = \"2s\"", "governor.learn"),
+            ("learn = \"2h\"", "governor.learn"),
+            ("learn = \"10\"", "governor.learn"),
+            ("http = \"http://x/\"", "unknown key \"http\""),
+        ] {
+            let e = Config::parse(&format!("[governor]\n{text}"), "f")
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(key), "{text}: {e}");

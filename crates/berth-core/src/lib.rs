@@ -6,6 +6,7 @@
 pub mod base64;
 pub mod cgroup;
 pub mod config;
+pub mod governor;
 pub mod guard;
 pub mod http;
 pub mod index;

@@ -2,6 +2,7 @@
 
 pub mod cgroupfs;
 pub mod check;
+pub mod cpucap;
 pub mod fsutil;
 pub mod loopdev;
 pub mod lxc;

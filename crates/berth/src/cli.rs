@@ -28,6 +28,7 @@ device:
   inspect NAME               capabilities, seccomp profile, devices, id map in force (JSON)
   net [hosts]                containers' addresses, published ports, drop counters;
                              hosts: the LAN's hosts (neighbour table, DHCP leases)
+  governor                   the adaptive CPU cap: R_n, R_c, the cap, its mode and history
   gc                         delete store images that nothing uses
   check                      kernel features berth uses, present or not
 
@@ -831,6 +832,68 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                     eprintln!("warning: {}", s(e));
                 }
             }
+            Ok(0)
+        }
+        "governor" => {
+            parse_args(args, &[], &[])?;
+            let v = client::call(sock, "GET", "/v1/governor", None)?;
+            if g.json {
+                print_json(&v);
+                return Ok(0);
+            }
+            // Integer arithmetic (fmt1): float formatting costs the device build ~20 KiB.
+            use berth_core::governor::fmt1;
+            let r = |x: &Value| x.as_f64().map_or("-".into(), |r| format!("{}/s", fmt1(r)));
+            let p = |x: &Value| x.as_f64().map_or("-".into(), |p| format!("{}%", fmt1(p)));
+            println!(
+                "governor: {}{}",
+                s(&v["mode"]),
+                v["note"]
+                    .as_str()
+                    .map(|n| format!(" ({n})"))
+                    .unwrap_or_default()
+            );
+            if let Some(probe) = v["probe"].as_str() {
+                println!(
+                    "probe: {probe}, every {} ms, timeout {} ms; {} probes, last {}",
+                    v["interval_ms"],
+                    v["timeout_ms"],
+                    v["probes"],
+                    v["last_latency_ms"]
+                        .as_f64()
+                        .map_or("failed".into(), |l| format!("{} ms", fmt1(l)))
+                );
+            }
+            println!(
+                "cap: {} of all {} CPUs (T_l {}%, T_u {}%), target {}",
+                p(&v["cap"]),
+                v["cpus"],
+                v["t_lower"],
+                v["t_upper"],
+                p(&v["target"])
+            );
+            println!(
+                "R_n {} ({}), R_c {}, consecutive failures {}",
+                r(&v["r_n"]),
+                s(&v["r_n_source"]),
+                r(&v["r_c"]),
+                v["failures"]
+            );
+            if let Some(e) = v["last_error"].as_str() {
+                println!("last error: {e}");
+            }
+            let rows = v["history"].as_array().into_iter().flatten().map(|h| {
+                let t = h["at"].as_u64().unwrap_or(0) % 86_400;
+                vec![
+                    format!("{:02}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60),
+                    p(&h["cap"]),
+                    r(&h["r_c"]),
+                    r(&h["r_n"]),
+                    s(&h["mode"]),
+                    h["note"].as_str().unwrap_or("").to_string(),
+                ]
+            });
+            table(&["TIME (UTC)", "CAP", "R_C", "R_N", "MODE", "NOTE"], rows);
             Ok(0)
         }
         "gc" => {

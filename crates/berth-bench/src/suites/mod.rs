@@ -16,6 +16,7 @@ pub mod activation;
 pub mod cpu;
 pub mod footprint;
 pub mod fs;
+pub mod governor;
 pub mod hostguest;
 pub mod mem;
 pub mod net;
@@ -32,6 +33,7 @@ pub const ALL: &[&str] = &[
     "fs",
     "security",
     "net",
+    "governor",
 ];
 
 /// What every suite gets.
@@ -67,6 +69,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "fs" => Some(Box::new(fs::Fs)),
         "security" => Some(Box::new(security::Security::default())),
         "net" => Some(Box::new(net::Net)),
+        "governor" => Some(Box::new(governor::Governor)),
         _ => None,
     }
 }

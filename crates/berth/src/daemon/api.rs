@@ -32,6 +32,7 @@ pub enum Action {
     Inspect(String),
     Net,
     NetHosts,
+    Governor,
 }
 
 /// Pure: a limit request `{"name", "cpu": "20%", "memory": "32M", "pids": N}`, with the
@@ -210,6 +211,14 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
             None => None,
         }),
         ("GET", "/v1/inspect") => Action::Inspect(name_q()?),
+        ("GET", "/v1/governor") => Action::Governor,
+        (_, "/v1/governor") => {
+            return Err(ApiError::new(
+                405,
+                "method_not_allowed",
+                format!("{m} not allowed on {path}"),
+            ))
+        }
         (
             _,
             "/v1/ping" | "/v1/status" | "/v1/packages" | "/v1/update" | "/v1/install"
@@ -287,6 +296,7 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
             super::net::status(d, &d.state.lock().unwrap().clone()),
         ),
         Action::NetHosts => reply(&mut stream, Ok(super::net::hosts(d))),
+        Action::Governor => reply(&mut stream, Ok(super::governor::status(d))),
         Action::Logs { name, follow } => match ops::logs(d, &name, follow) {
             Err(e) => reply(&mut stream, Err(e)),
             Ok(ops::Logs::Saved(bytes)) => {
@@ -412,6 +422,14 @@ mod tests {
         assert_eq!(
             parse(&req("GET", "/v1/stats", "")).unwrap(),
             Action::Stats(None)
+        );
+        assert_eq!(
+            parse(&req("GET", "/v1/governor", "")).unwrap(),
+            Action::Governor
+        );
+        assert_eq!(
+            parse(&req("POST", "/v1/governor", "")).unwrap_err().status,
+            405
         );
         for (body, needle) in [
             (r#"{"name":"web","cpu":"20"}"#, "invalid percentage"),

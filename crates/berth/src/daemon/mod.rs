@@ -2,11 +2,13 @@
 //!
 //! Threads: the accept loop (main thread), one short-lived thread per admin connection, and
 //! one watcher per running container blocked on its shim's `wait` (no polling when idle), and
-//! the memory guard (`guard.rs`: blocked on a PSI trigger, or polling meminfo without PSI).
+//! the memory guard (`guard.rs`: blocked on a PSI trigger, or polling meminfo without PSI),
+//! and the CPU governor (`governor.rs`: one probe per interval, only when a probe is configured).
 //! Mutating operations take `Daemon::op` so they apply one at a time, in order; reads
 //! (status, list, logs) do not wait for a long install.
 
 mod api;
+mod governor;
 mod guard;
 pub mod net;
 pub mod ops;
@@ -129,6 +131,7 @@ pub fn run(cfg: Config) -> Result<()> {
         std::process::id()
     );
     guard::spawn(&d);
+    governor::spawn(&d);
     {
         let d = Arc::clone(&d);
         let _ = std::thread::Builder::new()

@@ -1470,6 +1470,10 @@ fn start_limits(d: &Daemon, p: &Installed) -> ApiResult<Option<(CgroupVersion, L
             if !has("cpuset") {
                 l.cpuset = None;
             }
+            if let Some(cpu) = l.cpu_max_percent {
+                let fit = super::governor::fit_container_cpu(d, p.name.as_str(), cpu);
+                l.cpu_max_percent = Some(fit);
+            }
             Some((core_version(c), l))
         }
         Err(_) => None,
@@ -1533,7 +1537,10 @@ pub fn limit(d: &Daemon, name: &str, newer: &Overrides) -> ApiResult<Value> {
         let version = core_version(c);
         // Only what this request changes: the other files already hold their values.
         let changed = Limits {
-            cpu_max_percent: newer.cpu_max_percent.and(limits.cpu_max_percent),
+            cpu_max_percent: newer
+                .cpu_max_percent
+                .and(limits.cpu_max_percent)
+                .map(|p| super::governor::fit_container_cpu(d, name, p)),
             memory_max: newer.memory_max.and(limits.memory_max),
             memory_soft: newer.memory_max.and(limits.memory_soft),
             pids_max: newer.pids_max.and(limits.pids_max),
@@ -1658,4 +1665,10 @@ pub fn stats(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
         "group": g,
         "containers": containers,
     }))
+}
+
+/// The cgroup layout (None without one) and the host, for the governor thread.
+pub fn cgroups_host() -> (Option<&'static Cgroups>, Host) {
+    let r = resources();
+    (r.cgroups.as_ref().ok(), r.host)
 }
