@@ -660,6 +660,7 @@ pub fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
         if purge {
             let _ = std::fs::remove_dir_all(d.cfg.paths.data(n));
         }
+        super::security::removed(d, n, purge);
     }
     Ok(json!({"removed": names, "purged": purge}))
 }
