@@ -375,3 +375,69 @@ fn without_user_namespaces_only_trusted_packages_start() {
     assert_eq!(sb.json(&["inspect", "good"])["privileged"], true);
     sb.ok(&["stop", "good"]);
 }
+
+/// Id ranges: a container's range stays reserved while its /data (owned by those ids) exists —
+/// `berth remove` without `--purge` keeps both, and a reinstall gets its data back — and
+/// `berth remove --purge` deletes /data and frees the range for the next container.
+#[test]
+fn purge_frees_the_id_range_and_plain_remove_keeps_it() {
+    let mut sb = Sandbox::new("sec-idfree");
+    let script = "cat /data/f 2>/dev/null\necho up\necho kept > /data/f\nexec sleep 600\n";
+    for n in ["a", "b", "c", "d"] {
+        sb.pack(&Pkg::script(n, "1.0", script));
+    }
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    let slots = || std::fs::read_to_string(sb.state_dir().join("idmap")).unwrap_or_default();
+    let host = |n: &str| sb.json(&["inspect", n])["idmap"]["host"].as_u64().unwrap();
+    let run = |n: &str| {
+        sb.ok(&["install", n]);
+        sb.ok(&["start", n]);
+        let log = sb.wait_log(n, "up");
+        sb.ok(&["stop", n]);
+        (host(n), log)
+    };
+    let (base_a, _) = run("a");
+    let (base_b, _) = run("b");
+    assert_eq!(base_b, base_a + 65536);
+    let data_a = sb.state_dir().join("data/a");
+    let owner = |p: &std::path::Path| {
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(p).unwrap()) as u64
+    };
+    assert_eq!(owner(&data_a.join("f")), base_a);
+    assert_eq!(slots(), "a 0\nb 1\n");
+
+    // Plain remove: /data stays, owned by a's ids, so the range stays reserved.
+    sb.ok(&["remove", "a"]);
+    assert!(data_a.join("f").exists());
+    assert_eq!(slots(), "a 0\nb 1\n");
+    let (base_c, _) = run("c");
+    assert_eq!(
+        base_c,
+        base_a + 2 * 65536,
+        "c must not get a's ids: {}",
+        slots()
+    );
+    // A reinstall gets the same ids, and so its data.
+    let (again, log) = run("a");
+    assert_eq!(again, base_a);
+    assert!(log.contains("kept"), "a lost its /data: {log}");
+
+    // remove --purge: /data gone, the range freed and reused by the next container.
+    sb.ok(&["remove", "--purge", "a"]);
+    assert!(!data_a.exists());
+    assert_eq!(slots(), "b 1\nc 2\n");
+    let (base_d, log) = run("d");
+    assert_eq!(
+        base_d,
+        base_a,
+        "d should reuse the freed range: {}",
+        slots()
+    );
+    assert!(!log.contains("kept"), "d sees a's data: {log}");
+    assert_eq!(owner(&sb.state_dir().join("data/d/f")), base_a);
+    assert_eq!(slots(), "b 1\nc 2\nd 0\n");
+    sb.ok(&["remove", "--purge", "b", "c", "d"]);
+    assert_eq!(slots(), "");
+}

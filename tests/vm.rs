@@ -1,4 +1,6 @@
-//! cgroup v2 for real: berth on a pure cgroup v2 kernel, in a QEMU VM (software emulation).
+//! cgroup v2 and AppArmor for real: berth on a pure cgroup v2 kernel with AppArmor, in a QEMU
+//! VM (software emulation). Three boots: the cgroup v2 checks, the same with memory and pids
+//! controllers disabled, and the AppArmor checks (scripts/vm/apparmor/).
 //!
 //! scripts/vm/build.sh builds (or finds in its cache) Debian 12's kernel and a Debian 12 root
 //! file system with LXC whose init mounts cgroup2 only; scripts/vm/cgroup-v2/payload.sh signs
@@ -74,6 +76,56 @@ const DEGRADED_CHECKS: &[&str] = &[
     "stats",
     "remove",
     "no-cgroups-left",
+];
+
+/// The AppArmor boot (scripts/vm/apparmor/): berth's generated profile loaded, enforced on an
+/// unprivileged (`probe`) and a privileged trusted (`trusted`) container, probed from inside,
+/// denials in the kernel log, unloaded at `berth remove`.
+const APPARMOR_CHECKS: &[&str] = &[
+    "apparmor-on",
+    "check",
+    "daemon",
+    "install",
+    "probe-start",
+    "probe-lxc-config",
+    "probe-loaded",
+    "probe-confined",
+    "probe-uid-map",
+    "probe-data-write",
+    "probe-tmp-write",
+    "probe-proc-read",
+    "probe-sys-read",
+    "trusted-start",
+    "trusted-lxc-config",
+    "trusted-loaded",
+    "trusted-confined",
+    "trusted-uid-map",
+    "trusted-data-write",
+    "trusted-tmp-write",
+    "trusted-proc-read",
+    "trusted-sys-read",
+    "probe-sysrq-write",
+    "probe-proc-sys-write",
+    "probe-sys-write",
+    "probe-mount",
+    "probe-kcore-read",
+    "probe-attr-write",
+    "probe-firmware-read",
+    "trusted-sysrq-write",
+    "trusted-proc-sys-write",
+    "trusted-sys-write",
+    "trusted-mount",
+    "trusted-kcore-read",
+    "trusted-attr-write",
+    "trusted-firmware-read",
+    "firmware-host",
+    "probe-denied-logged-firmware",
+    "trusted-denied-logged-firmware",
+    "trusted-denied-logged-kcore",
+    "probe-stop",
+    "probe-unloaded",
+    "trusted-stop",
+    "trusted-unloaded",
 ];
 
 fn repo_root() -> PathBuf {
@@ -168,6 +220,22 @@ fn cgroup_v2_for_real_in_a_vm() {
         "cgroup_disable=memory,pids",
         DEGRADED_CHECKS,
     );
+
+    let payload = tmp.path("apparmor");
+    let out = Command::new("bash")
+        .arg(scripts.join("apparmor/payload.sh"))
+        .arg(&payload)
+        .env("BERTH_BIN", BERTH)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "apparmor/payload.sh: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    boot(&scripts, &payload, &image, "", APPARMOR_CHECKS);
     println!("image build (scripts/vm/build.sh): {build_time:.1?}");
 }
 

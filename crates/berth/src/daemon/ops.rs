@@ -661,6 +661,7 @@ pub fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
         if purge {
             let _ = std::fs::remove_dir_all(d.cfg.paths.data(n));
         }
+        super::security::removed(d, n, purge);
     }
     Ok(json!({"removed": names, "purged": purge}))
 }
@@ -1171,7 +1172,15 @@ fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<V
         if still_init() {
             let _ = berth_sys::process::kill(init, libc::SIGKILL);
         }
-        wait_gone(Duration::from_secs(10));
+        if !wait_gone(Duration::from_secs(10)) {
+            // Seen with an AppArmor profile that refused the host's signals: never report
+            // a stop that did not happen.
+            return Err(ApiError::new(
+                500,
+                "stop_failed",
+                format!("{name}: its init (pid {init}) survived SIGKILL: the kernel refused the signal (an LSM such as AppArmor? see the kernel log); it is still running"),
+            ));
+        }
     }
     match shim_wait {
         Some(mut s) => {

@@ -241,6 +241,45 @@ fn load_apparmor(dir: &Path, name: &str) -> ApiResult<String> {
     Ok(profile)
 }
 
+/// At `berth remove NAME`: unloads the container's AppArmor profile (writing its name to
+/// securityfs's `.remove`, so no parser is needed; not loaded is fine), and with `--purge`,
+/// once its /data is gone, frees its id range. Without --purge /data stays, owned by those
+/// ids, so the range stays reserved: a reinstall gets its data back, and no other container
+/// gets ids that own it.
+pub fn removed(d: &Daemon, name: &str, purge: bool) {
+    unload_apparmor(Path::new("/sys/kernel/security/apparmor"), name);
+    if purge && !d.cfg.paths.data(name).exists() {
+        let path = slots_file(&d.cfg);
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            return;
+        };
+        let mut slots = sec::parse_slots(&text);
+        slots.retain(|(n, _)| n != name);
+        if let Err(e) =
+            berth_sys::fsutil::write_atomic(&path, sec::format_slots(&slots).as_bytes(), 0o644)
+        {
+            eprintln!(
+                "berth: {name}: cannot free its id range in {}: {e}",
+                path.display()
+            );
+        }
+    }
+}
+
+fn unload_apparmor(securityfs: &Path, name: &str) {
+    let f = securityfs.join(".remove");
+    if !f.exists() {
+        return;
+    }
+    let profile = sec::apparmor_profile(name).0;
+    match std::fs::write(&f, &profile) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            eprintln!("berth: {name}: cannot unload AppArmor profile {profile}: {e}")
+        }
+        _ => {}
+    }
+}
+
 /// `berth inspect NAME`: the protections a container runs (or would run) with.
 pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiResult<Value> {
     let e = effective(d, p, false)?;
@@ -343,6 +382,17 @@ mod tests {
         assert!(!apparmor_enabled(&dir));
         std::fs::write(dir.join("module/apparmor/parameters/enabled"), "Y\n").unwrap();
         assert!(apparmor_enabled(&dir));
+        // Unloading writes the profile's name to securityfs's .remove, only where it exists
+        // (the real kernel is exercised in the VM: scripts/vm/apparmor/).
+        let aa = dir.join("kernel/security/apparmor");
+        unload_apparmor(&aa, "web");
+        assert!(!aa.join(".remove").exists());
+        std::fs::write(aa.join(".remove"), "").unwrap();
+        unload_apparmor(&aa, "web");
+        assert_eq!(
+            std::fs::read_to_string(aa.join(".remove")).unwrap(),
+            "berth-web"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
