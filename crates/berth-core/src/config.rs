@@ -6,9 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
-
 use crate::manifest::{parse_duration_ms, parse_percent, parse_size};
+use crate::tree::{self, line_of, Spanned, Table, TreeError};
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/berth/berth.toml";
 
@@ -164,35 +163,108 @@ impl Paths {
     }
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+/// berth.toml as written, read from the document tree (`crate::tree`): unknown keys refused.
+#[derive(Default)]
 struct RawConfig {
     repository: Option<String>,
-    #[serde(default)]
     paths: RawPaths,
-    #[serde(default)]
     containers: RawContainers,
-    #[serde(default)]
     policy: RawPolicy,
-    #[serde(default)]
     guard: RawGuard,
-    #[serde(default)]
     security: crate::security::RawSecurity,
     network: Option<crate::net::RawNet>,
-    /// Strings only, read by hand (`governor()`): a map of the type the manifest's `env`
-    /// already has costs the device build nothing, a derived struct ~20 KiB.
-    governor: Option<std::collections::BTreeMap<String, toml::Spanned<String>>>,
+    /// Strings only, read by hand (`governor()`).
+    governor: Option<std::collections::BTreeMap<String, Spanned<String>>>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+/// `Some(value)` of a string key.
+fn text(t: &mut Table, key: &str) -> Result<Option<String>, TreeError> {
+    Ok(t.str(key)?.map(Spanned::into_inner))
+}
+
+/// Reads the section `key` with `f`, which takes its keys; what is left is refused.
+fn section<T: Default>(
+    t: &mut Table,
+    key: &str,
+    f: impl FnOnce(&mut Table) -> Result<T, TreeError>,
+) -> Result<T, TreeError> {
+    let Some(mut sub) = t.table(key)? else {
+        return Ok(T::default());
+    };
+    let v = f(&mut sub)?;
+    sub.finish()?;
+    Ok(v)
+}
+
+/// A section of string values only, kept as a map for its own validation.
+fn strings(
+    t: &mut Table,
+    key: &str,
+) -> Result<Option<std::collections::BTreeMap<String, Spanned<String>>>, TreeError> {
+    Ok(match t.table(key)? {
+        None => None,
+        Some(sub) => Some(sub.strings()?.into_iter().collect()),
+    })
+}
+
+impl RawConfig {
+    fn read(mut t: Table) -> Result<RawConfig, TreeError> {
+        let raw = RawConfig {
+            repository: text(&mut t, "repository")?,
+            paths: section(&mut t, "paths", |t| {
+                let mut path = |k| Ok::<_, TreeError>(text(t, k)?.map(PathBuf::from));
+                Ok(RawPaths {
+                    state: path("state")?,
+                    run: path("run")?,
+                    keys: path("keys")?,
+                    lxcpath: path("lxcpath")?,
+                })
+            })?,
+            containers: section(&mut t, "containers", |t| {
+                Ok(RawContainers {
+                    stop_timeout: text(t, "stop_timeout")?,
+                    start_timeout: text(t, "start_timeout")?,
+                    log_ring: text(t, "log_ring")?,
+                    tmp_size: text(t, "tmp_size")?,
+                    run_size: text(t, "run_size")?,
+                    cgroup_parent: text(t, "cgroup_parent")?,
+                })
+            })?,
+            policy: section(&mut t, "policy", |t| {
+                let mut int = |k| Ok::<_, TreeError>(t.int(k)?.map(Spanned::into_inner));
+                let pids_budget = int("pids_budget")?;
+                let container_pids_max = int("container_pids_max")?;
+                Ok(RawPolicy {
+                    cpu_max: text(t, "cpu_max")?,
+                    memory_budget: text(t, "memory_budget")?,
+                    pids_budget,
+                    container_cpu_max: text(t, "container_cpu_max")?,
+                    container_memory_max: text(t, "container_memory_max")?,
+                    container_pids_max,
+                })
+            })?,
+            guard: section(&mut t, "guard", |t| {
+                Ok(RawGuard {
+                    threshold: text(t, "threshold")?,
+                    interval: text(t, "interval")?,
+                })
+            })?,
+            security: section(&mut t, "security", crate::security::RawSecurity::read)?,
+            network: strings(&mut t, "network")?,
+            governor: strings(&mut t, "governor")?,
+        };
+        t.finish()?;
+        Ok(raw)
+    }
+}
+
+#[derive(Default)]
 struct RawGuard {
     threshold: Option<String>,
     interval: Option<String>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Default)]
 struct RawPolicy {
     cpu_max: Option<String>,
     memory_budget: Option<String>,
@@ -202,8 +274,7 @@ struct RawPolicy {
     container_pids_max: Option<i64>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Default)]
 struct RawPaths {
     state: Option<PathBuf>,
     run: Option<PathBuf>,
@@ -211,8 +282,7 @@ struct RawPaths {
     lxcpath: Option<PathBuf>,
 }
 
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+#[derive(Default)]
 struct RawContainers {
     stop_timeout: Option<String>,
     start_timeout: Option<String>,
@@ -239,14 +309,17 @@ impl Config {
     }
 
     pub fn parse(text: &str, path: &str) -> Result<Config, ConfigError> {
-        let raw: RawConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+        let parse_err = |line, message| ConfigError::Parse {
             path: path.to_string(),
-            line: e
-                .span()
-                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
-                .unwrap_or(0),
-            message: e.message().to_string(),
+            line,
+            message,
+        };
+        let doc = tree::parse(text).map_err(|e| {
+            let line = e.span().map_or(0, |s| line_of(text, s.start));
+            parse_err(line, e.message().trim().replace('\n', "; "))
         })?;
+        let raw =
+            RawConfig::read(doc).map_err(|e| parse_err(line_of(text, e.offset), e.message))?;
         let value_err = |key: &'static str, message: String| ConfigError::Value {
             path: path.to_string(),
             key,
@@ -534,7 +607,7 @@ fn probe_spec(p: &str, send: Option<String>) -> Result<ProbeSpec, String> {
 }
 
 fn governor(
-    table: std::collections::BTreeMap<String, toml::Spanned<String>>,
+    table: std::collections::BTreeMap<String, Spanned<String>>,
     policy: &Policy,
     value_err: &dyn Fn(&'static str, String) -> ConfigError,
 ) -> Result<Governor, ConfigError> {

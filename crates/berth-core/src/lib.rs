@@ -17,3 +17,4 @@ pub mod plan;
 pub mod security;
 pub mod signify;
 pub mod state;
+pub mod tree;

@@ -1,16 +1,16 @@
 //! The package manifest (`.berth/manifest.toml` inside every package image).
 //!
-//! Parsing is two-step: serde reads the TOML into `Raw*` structs that deny unknown keys and keep
-//! the byte span of every value, then `validate` turns them into the clean public types. Every
-//! error names the manifest line, the key and the reason, because the manifest is written by
+//! Parsing is two-step: the TOML is read into `Raw*` structs (through `crate::tree`) that deny
+//! unknown keys and keep the byte span of every value, then `validate` turns them into the
+//! clean public types. Every error names the manifest line, the key and the reason, because the manifest is written by
 //! hand by vendors and checked on the device from untrusted input.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
 
+use crate::tree::{self, line_of, Spanned, Table, TreeError, Val};
 use serde::{Deserialize, Serialize};
-use toml::Spanned;
 
 use crate::name::{Name, Version};
 
@@ -246,7 +246,11 @@ pub const DEFAULT_HEALTH_RETRIES: u32 = 3;
 
 impl Manifest {
     pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
-        let raw: RawManifest = toml::from_str(text).map_err(|e| syntax_error(text, &e))?;
+        let doc = tree::parse(text).map_err(|e| syntax_error(text, &e))?;
+        let raw = RawManifest::read(doc).map_err(|e| ManifestError::Syntax {
+            line: line_of(text, e.offset),
+            message: e.message,
+        })?;
         Validator { text }.manifest(raw)
     }
 
@@ -420,12 +424,11 @@ fn parse_publish(s: &str) -> Result<Publish, String> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Raw TOML shape.
+// Raw TOML shape: read from the document tree (`crate::tree`), unknown keys refused.
 
 type S<T> = Spanned<T>;
+type TreeR<T> = Result<T, TreeError>;
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawManifest {
     package: Option<S<RawPackage>>,
     entrypoint: Option<S<RawEntrypoint>>,
@@ -437,8 +440,80 @@ struct RawManifest {
     schedule: Option<Vec<S<RawSchedule>>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+/// Reads a sub-table with `f`, which takes its keys; what is left is refused.
+fn sub<T>(t: &mut Table, key: &str, f: impl Fn(&mut Table) -> TreeR<T>) -> TreeR<Option<S<T>>> {
+    let Some(mut sub) = t.table(key)? else {
+        return Ok(None);
+    };
+    let v = f(&mut sub)?;
+    let span = sub.span.clone();
+    sub.finish()?;
+    Ok(Some(Spanned::new(span, v)))
+}
+
+fn list(t: &mut Table, key: &str) -> TreeR<Option<Vec<S<String>>>> {
+    Ok(t.strs(key)?.map(Spanned::into_inner))
+}
+
+impl RawManifest {
+    fn read(mut t: Table) -> TreeR<RawManifest> {
+        let raw = RawManifest {
+            package: sub(&mut t, "package", RawPackage::read)?,
+            entrypoint: sub(&mut t, "entrypoint", RawEntrypoint::read)?,
+            resources: sub(&mut t, "resources", RawResources::read)?.map(Spanned::into_inner),
+            network: sub(&mut t, "network", |t| {
+                Ok(RawNetwork {
+                    mode: t.str("mode")?,
+                    publish: list(t, "publish")?,
+                })
+            })?
+            .map(Spanned::into_inner),
+            permissions: sub(&mut t, "permissions", |t| {
+                Ok(RawPermissions {
+                    capabilities: list(t, "capabilities")?,
+                    devices: list(t, "devices")?,
+                    syscalls: list(t, "syscalls")?,
+                    api: list(t, "api")?,
+                })
+            })?
+            .map(Spanned::into_inner),
+            restart: sub(&mut t, "restart", |t| {
+                Ok(RawRestart {
+                    policy: t.str("policy")?,
+                    max_retries: t.int("max_retries")?,
+                    delay: t.str("delay")?,
+                })
+            })?
+            .map(Spanned::into_inner),
+            health: sub(&mut t, "health", |t| {
+                Ok(RawHealth {
+                    cmd: t.strs("cmd")?,
+                    interval: t.str("interval")?,
+                    timeout: t.str("timeout")?,
+                    retries: t.int("retries")?,
+                })
+            })?,
+            schedule: match t.tables("schedule")? {
+                None => None,
+                Some(tables) => {
+                    let mut out = Vec::with_capacity(tables.len());
+                    for mut s in tables {
+                        let raw = RawSchedule {
+                            cron: s.str("cron")?,
+                            cmd: s.strs("cmd")?,
+                        };
+                        out.push(Spanned::new(s.span.clone(), raw));
+                        s.finish()?;
+                    }
+                    Some(out)
+                }
+            },
+        };
+        t.finish()?;
+        Ok(raw)
+    }
+}
+
 struct RawPackage {
     name: Option<S<String>>,
     version: Option<S<String>>,
@@ -448,8 +523,19 @@ struct RawPackage {
     rootfs: Option<S<String>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+impl RawPackage {
+    fn read(t: &mut Table) -> TreeR<RawPackage> {
+        Ok(RawPackage {
+            name: t.str("name")?,
+            version: t.str("version")?,
+            description: t.str("description")?,
+            depends: list(t, "depends")?,
+            base: t.str("base")?,
+            rootfs: t.str("rootfs")?,
+        })
+    }
+}
+
 struct RawEntrypoint {
     argv: Option<S<Vec<S<String>>>>,
     env: Option<BTreeMap<String, S<String>>>,
@@ -458,8 +544,21 @@ struct RawEntrypoint {
     group: Option<S<i64>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+impl RawEntrypoint {
+    fn read(t: &mut Table) -> TreeR<RawEntrypoint> {
+        Ok(RawEntrypoint {
+            argv: t.strs("argv")?,
+            env: match t.table("env")? {
+                None => None,
+                Some(env) => Some(env.strings()?.into_iter().collect()),
+            },
+            workdir: t.str("workdir")?,
+            user: t.int("user")?,
+            group: t.int("group")?,
+        })
+    }
+}
+
 struct RawResources {
     cpu_weight: Option<S<i64>>,
     cpu_max: Option<S<String>>,
@@ -470,40 +569,51 @@ struct RawResources {
     priority: Option<S<i64>>,
 }
 
+impl RawResources {
+    fn read(t: &mut Table) -> TreeR<RawResources> {
+        let mut size = |key: &str| -> TreeR<Option<S<SizeValue>>> {
+            let Some(v) = t.take(key) else {
+                return Ok(None);
+            };
+            let span = v.span();
+            match v.into_inner() {
+                Val::Int(n) => Ok(Some(Spanned::new(span, SizeValue::Int(n)))),
+                Val::Str(s) => Ok(Some(Spanned::new(span, SizeValue::Text(s)))),
+                other => Err(TreeError {
+                    offset: span.start,
+                    message: format!(
+                        "{}: expected a size such as \"32M\" or an integer number of bytes, found {}",
+                        t.path(key),
+                        other.kind()
+                    ),
+                }),
+            }
+        };
+        let memory = size("memory")?;
+        let memory_soft = size("memory_soft")?;
+        Ok(RawResources {
+            cpu_weight: t.int("cpu_weight")?,
+            cpu_max: t.str("cpu_max")?,
+            memory,
+            memory_soft,
+            pids: t.int("pids")?,
+            cpuset: t.str("cpuset")?,
+            priority: t.int("priority")?,
+        })
+    }
+}
+
 /// Sizes may be written as `"32M"` or as a plain integer number of bytes.
 enum SizeValue {
     Int(i64),
     Text(String),
 }
 
-impl<'de> Deserialize<'de> for SizeValue {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = SizeValue;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a size such as \"32M\" or an integer number of bytes")
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<SizeValue, E> {
-                Ok(SizeValue::Int(v))
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SizeValue, E> {
-                Ok(SizeValue::Text(v.to_string()))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawNetwork {
     mode: Option<S<String>>,
     publish: Option<Vec<S<String>>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawPermissions {
     capabilities: Option<Vec<S<String>>>,
     devices: Option<Vec<S<String>>>,
@@ -511,16 +621,12 @@ struct RawPermissions {
     api: Option<Vec<S<String>>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawRestart {
     policy: Option<S<String>>,
     max_retries: Option<S<i64>>,
     delay: Option<S<String>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawHealth {
     cmd: Option<S<Vec<S<String>>>>,
     interval: Option<S<String>>,
@@ -528,8 +634,6 @@ struct RawHealth {
     retries: Option<S<i64>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
 struct RawSchedule {
     cron: Option<S<String>>,
     cmd: Option<S<Vec<S<String>>>>,
@@ -537,15 +641,6 @@ struct RawSchedule {
 
 // ---------------------------------------------------------------------------------------------
 // Validation.
-
-fn line_of(text: &str, offset: usize) -> usize {
-    let end = offset.min(text.len());
-    text.as_bytes()[..end]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
-}
 
 /// Turns a TOML parser error into ours: the line from its span, and its one-line message
 /// (the parser's own Display is a multi-line source excerpt).
@@ -1444,19 +1539,19 @@ cmd = ["/bin/rotate"]
         check(
             err_with("", "[extra]\nx = 1"),
             FULL.lines().count() + 1,
-            "unknown field `extra`",
+            "unknown key `extra`",
         );
         // Unknown nested key.
         check(
             err_with("pids", "pidz = 64"),
             line_in_full("pids ="),
-            "unknown field `pidz`",
+            "unknown key `pidz` in [resources]",
         );
         // Wrong type: the key is recovered from the source line.
         check(
             err_with("name", "name = 5"),
             line_in_full("name ="),
-            "package.name: invalid type",
+            "package.name: expected a string, found an integer",
         );
         // Plain TOML syntax error.
         check(
@@ -1470,7 +1565,7 @@ cmd = ["/bin/rotate"]
                 "[[schedule]]\ncron = \"@daily\"\ncmd = [\"/x\"]\nwhat = 1",
             ),
             FULL.lines().count() + 4,
-            "unknown field `what`",
+            "unknown key `what` in [schedule]",
         );
     }
 

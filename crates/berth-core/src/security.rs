@@ -5,8 +5,6 @@
 
 use std::fmt::Write as _;
 
-use serde::Deserialize;
-
 use crate::cgroup::CgroupVersion;
 use crate::manifest::Permissions;
 
@@ -139,10 +137,8 @@ impl Default for SecurityPolicy {
 }
 
 /// `[security]` as written in berth.toml. Grants are space-separated strings and the
-/// privileged policy a word: the value types of the other sections, so the section costs the
-/// device binary little (arrays and nested tables cost it about 10 KiB more).
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
+/// privileged policy a word: the value types of the other sections.
+#[derive(Default)]
 pub struct RawSecurity {
     grant: Option<String>,
     grant_trusted: Option<String>,
@@ -185,6 +181,21 @@ fn grant_list(
 }
 
 impl RawSecurity {
+    /// Takes the section's keys from the document tree.
+    pub fn read(t: &mut crate::tree::Table) -> Result<RawSecurity, crate::tree::TreeError> {
+        let mut text =
+            |k| Ok::<_, crate::tree::TreeError>(t.str(k)?.map(toml::Spanned::into_inner));
+        let grant = text("grant")?;
+        let grant_trusted = text("grant_trusted")?;
+        let privileged = text("privileged")?;
+        Ok(RawSecurity {
+            grant,
+            grant_trusted,
+            privileged,
+            idmap_base: t.int("idmap_base")?.map(toml::Spanned::into_inner),
+        })
+    }
+
     /// Validates: `Err((key, message))` names the offending key.
     pub fn validate(self) -> Result<SecurityPolicy, (&'static str, String)> {
         let d = SecurityPolicy::default();
@@ -513,9 +524,17 @@ mod tests {
         );
     }
 
+    /// `[security]` read the way berth.toml's reader does.
+    fn raw_security(text: &str) -> Result<RawSecurity, crate::tree::TreeError> {
+        let mut t = crate::tree::parse(text).unwrap();
+        let raw = RawSecurity::read(&mut t)?;
+        t.finish()?;
+        Ok(raw)
+    }
+
     #[test]
     fn policy_grants_to_any_package() {
-        let raw: RawSecurity = toml::from_str(
+        let raw = raw_security(
             "privileged = \"never\"\ngrant = \"sys_time clock_settime /dev/ttyUSB0\"\n",
         )
         .unwrap();
@@ -538,12 +557,7 @@ mod tests {
 
     #[test]
     fn policy_refuses_what_cannot_be_granted() {
-        let bad = |t: &str| {
-            toml::from_str::<RawSecurity>(t)
-                .unwrap()
-                .validate()
-                .unwrap_err()
-        };
+        let bad = |t: &str| raw_security(t).unwrap().validate().unwrap_err();
         assert_eq!(bad("grant = \"sys_admin\"").0, "security.grant");
         let (key, msg) = bad("grant_trusted = \"ptrace mount\"");
         assert_eq!(key, "security.grant_trusted");
@@ -553,20 +567,20 @@ mod tests {
         assert_eq!(bad("idmap_base = 1000").0, "security.idmap_base");
         assert_eq!(bad("privileged = \"always\"").0, "security.privileged");
         // grant_trusted entries of one kind replace the default of that kind only
-        let p = toml::from_str::<RawSecurity>("grant_trusted = \"/dev/net/tun\"")
+        let p = raw_security("grant_trusted = \"/dev/net/tun\"")
             .unwrap()
             .validate()
             .unwrap();
         assert!(p.grant_trusted.contains(&"/dev/net/tun".to_string()));
         assert!(p.grant_trusted.contains(&"net_admin".to_string()));
         assert!(p.grant_trusted.contains(&"ptrace".to_string()));
-        let p = toml::from_str::<RawSecurity>("grant_trusted = \"net_raw\"")
+        let p = raw_security("grant_trusted = \"net_raw\"")
             .unwrap()
             .validate()
             .unwrap();
         assert!(!p.grant_trusted.contains(&"net_admin".to_string()));
         assert!(p.grant_trusted.contains(&"ptrace".to_string()));
-        assert!(toml::from_str::<RawSecurity>("allow_all = true").is_err());
+        assert!(raw_security("allow_all = true").is_err());
     }
 
     #[test]
