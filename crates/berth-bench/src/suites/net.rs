@@ -333,7 +333,7 @@ impl Suite for Net {
         std::fs::write(
             &w.config,
             format!(
-                "repository = \"file://{d}/repo\"\n[paths]\nstate = \"{d}/state\"\nrun = \"{d}/run\"\nkeys = \"{d}/keys\"\n[containers]\ncgroup_parent = \"{cg}\"\nstop_timeout = \"5s\"\n[network]\ntable = \"berth_bench\"\npublish_on = \"tm0\"\nmacvlan_parent = \"tm0\"\n",
+                "repository = \"file://{d}/repo\"\n[paths]\nstate = \"{d}/state\"\nrun = \"{d}/run\"\nkeys = \"{d}/keys\"\n[containers]\ncgroup_parent = \"{cg}\"\nstop_timeout = \"5s\"\n[network]\ntable = \"berth_bench\"\npublish_on = \"tm0\"\nmacvlan_parent = \"tm0\"\n[security]\ngrant = \"net_admin\"\n",
                 d = dir.display(),
                 cg = w.cgroup_parent
             ),
@@ -371,7 +371,9 @@ impl Suite for Net {
                 7001,
                 "/bin/busybox ip addr add 192.0.2.50/24 dev eth0\n",
             ),
-            "mode = \"macvlan\"",
+            // Addresses itself on the LAN: net_admin, granted by this device's policy
+            // (containers keep no network capability by default, docs/security.md).
+            "mode = \"macvlan\"\n[permissions]\ncapabilities = [\"net_admin\"]",
             true,
         )?;
         let idle = "exec /bin/busybox sleep 100000\n";
