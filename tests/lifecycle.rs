@@ -181,16 +181,22 @@ fn daemon_restart_takes_over_running_containers() {
     sb.ok(&["install", "quiet"]);
     let qpid = sb.json(&["start", "quiet"])["init_pid"].as_i64().unwrap();
     sb.wait_log("quiet", "up");
+    // The oldest match is the shim; its children (LXC's container side) must live on.
     let shim = std::process::Command::new("pgrep")
-        .args(["-f", &format!("__shim quiet {}", sb.lxcpath().display())])
+        .args([
+            "-o",
+            "-f",
+            &format!("__shim quiet {}", sb.lxcpath().display()),
+        ])
         .output()
         .unwrap();
     let shim_pid = stdout(&shim).trim().to_string();
     assert!(!shim_pid.is_empty(), "no shim process found");
-    std::process::Command::new("kill")
+    let killed = std::process::Command::new("kill")
         .args(["-9", &shim_pid])
         .status()
         .unwrap();
+    assert!(killed.success(), "kill -9 {shim_pid} failed");
     std::thread::sleep(Duration::from_millis(200));
     let st = sb.status_of("quiet");
     assert_eq!(st["state"], "running", "{st}");
