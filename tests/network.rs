@@ -577,30 +577,83 @@ fn bad_input_is_refused_and_the_previous_ruleset_stays() {
 #[test]
 fn macvlan_lan_host_reaches_the_container() {
     let net = Net::new();
-    let mut sb = sandbox(&net, "netmv", "macvlan_parent = \"lan0\"");
+    // A pool of one LAN address: the device, not the package, addresses the container.
+    let mut sb = sandbox(
+        &net,
+        "netmv",
+        "macvlan_parent = \"lan0\"\nmacvlan_pool = \"192.0.2.50-192.0.2.50/24\"\nmacvlan_gateway = \"192.0.2.1\"",
+    );
     let _stop = stopper(&net, &sb);
+    // No capability asked for: it tries to re-address itself, change its MAC and add a
+    // route, and publishes what it saw.
+    let script = "W=/tmp/www; mkdir -p $W && echo hello from mv > $W/index.html\n\
+        /bin/busybox ip -4 addr show dev eth0 > $W/addr.txt 2>&1\n\
+        /bin/busybox ip route > $W/route.txt 2>&1\n\
+        /bin/busybox cat /sys/class/net/eth0/address > $W/mac.txt\n\
+        /bin/busybox ip addr add 192.0.2.77/24 dev eth0 > $W/spoof-ip.txt 2>&1; echo rc=$? >> $W/spoof-ip.txt\n\
+        /bin/busybox ip link set dev eth0 address 02:00:00:00:00:99 > $W/spoof-mac.txt 2>&1; echo rc=$? >> $W/spoof-mac.txt\n\
+        /bin/busybox ip route add 203.0.113.0/24 via 192.0.2.2 > $W/spoof-route.txt 2>&1; echo rc=$? >> $W/spoof-route.txt\n\
+        exec /bin/busybox httpd -f -p 80 -h $W\n";
+    sb.add(&Pkg::script("mv", "1", script).table("[network]\nmode = \"macvlan\""));
     sb.add(
-        &Pkg::script(
-            "mv",
-            "1",
-            "/bin/busybox ip addr add 192.0.2.50/24 dev eth0\nmkdir -p /tmp/www && echo hello from mv > /tmp/www/index.html\nexec /bin/busybox httpd -f -p 80 -h /tmp/www\n",
-        )
-        .table("[network]\nmode = \"macvlan\"\n[permissions]\ncapabilities = [\"net_admin\"]"),
+        &Pkg::script("mv2", "1", "exec /bin/busybox sleep 100000\n")
+            .table("[network]\nmode = \"macvlan\""),
     );
     sb.start_daemon();
     sb.ok(&["update"]);
-    sb.ok(&["install", "mv"]);
-    sb.ok(&["start", "mv"]);
+    sb.ok(&["install", "mv", "mv2"]);
     let lan = net.lan.clone();
-    let out = retry("LAN → macvlan container", || {
-        let o = sh(&format!(
-            "ip netns exec {lan} sh -c \"{}\"",
-            get("192.0.2.50", 80, "/")
-        ));
-        (o.status.success(), stdout(&o))
-    });
-    assert!(out.contains("hello from mv"), "{out}");
-    assert_eq!(net_of(&sb, "mv")["mode"], "macvlan");
+    let fetch = |path: &str| {
+        retry("LAN → macvlan container", || {
+            let o = sh(&format!(
+                "ip netns exec {lan} sh -c \"{}\"",
+                get("192.0.2.50", 80, path)
+            ));
+            (o.status.success(), stdout(&o))
+        })
+    };
+    for round in 0..2 {
+        sb.ok(&["start", "mv"]);
+        let out = fetch("/");
+        assert!(out.contains("hello from mv"), "{out}");
+        let addr = fetch("/addr.txt");
+        assert!(addr.contains("inet 192.0.2.50/24"), "round {round}: {addr}");
+        assert!(!addr.contains("192.0.2.77"), "{addr}");
+        let route = fetch("/route.txt");
+        assert!(route.contains("default via 192.0.2.1"), "{route}");
+        let mac = fetch("/mac.txt");
+        assert!(mac.contains("\r\n\r\n02:b7:c0:00:02:32\n"), "{mac}");
+        // Without net_admin nothing of its identity on the LAN can be changed.
+        for f in ["/spoof-ip.txt", "/spoof-mac.txt", "/spoof-route.txt"] {
+            let t = fetch(f);
+            assert!(
+                t.contains("Operation not permitted") && !t.contains("rc=0"),
+                "{f}: {t}"
+            );
+        }
+        // The LAN sees the container at the MAC the device gave it.
+        let neigh = must(&format!("ip -n {lan} neigh show 192.0.2.50"));
+        assert!(neigh.contains("02:b7:c0:00:02:32"), "{neigh}");
+        let n = net_of(&sb, "mv");
+        assert_eq!(n["mode"], "macvlan");
+        assert_eq!(n["ipv4"], "192.0.2.50/24", "{n}");
+        assert_eq!(n["mac"], "02:b7:c0:00:02:32", "{n}");
+        // The pool has one address, and mv has it (across restarts too).
+        let (_, e) = sb.fail(&["start", "mv2"]);
+        assert!(
+            e.contains("mv2: no free address left in the pool 192.0.2.50-192.0.2.50/24")
+                && e.contains("widen [network] macvlan_pool"),
+            "{e}"
+        );
+        sb.ok(&["stop", "mv"]);
+    }
     // macvlan needs no bridge and no ruleset
     assert!(net.nft("list tables").trim().is_empty());
+    // Removing the package frees its address for the next one.
+    sb.ok(&["remove", "mv"]);
+    sb.ok(&["start", "mv2"]);
+    assert_eq!(net_of(&sb, "mv2")["ipv4"], "192.0.2.50/24");
+    sb.ok(&["stop", "mv2"]);
+    let leases = std::fs::read_to_string(sb.state_dir().join("net/leases")).unwrap();
+    assert_eq!(leases.trim(), "mv2 192.0.2.50", "{leases}");
 }

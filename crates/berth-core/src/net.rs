@@ -36,6 +36,8 @@ const KEYS: &[&str] = &[
     "outbound",
     "publish_on",
     "macvlan_parent",
+    "macvlan_pool",
+    "macvlan_gateway",
     "host_services",
     "links",
     "dns",
@@ -57,6 +59,11 @@ pub struct NetConfig {
     /// Interfaces published ports are reachable on; empty: any but the bridge.
     pub publish_on: Vec<String>,
     pub macvlan_parent: Option<String>,
+    /// Static LAN addresses for macvlan containers: first, last, prefix length. Without a
+    /// pool the package addresses itself (its own DHCP client; it needs net_admin for that).
+    pub macvlan_pool: Option<(Ipv4Addr, Ipv4Addr, u8)>,
+    /// The LAN's router, the default route of macvlan containers with a pool address.
+    pub macvlan_gateway: Option<Ipv4Addr>,
     /// Host services containers may reach on the host: (port, protocol).
     pub host_services: Vec<(u16, Proto)>,
     /// Pairs of containers that may reach each other.
@@ -146,6 +153,8 @@ impl NetConfig {
                 Some(p) => Some(ifname("network.macvlan_parent", p)?),
                 None => None,
             },
+            macvlan_pool: None,
+            macvlan_gateway: None,
             host_services: Vec::new(),
             links: Vec::new(),
             dns: Vec::new(),
@@ -167,6 +176,54 @@ impl NetConfig {
             .filter(|(_, p)| (16..=30).contains(p))
             .ok_or_else(|| bad("network.subnet", subnet, "an IPv4 prefix a.b.c.d/16 to /30"))?;
         c.subnet = (Ipv4Addr::from(u32::from(a) & mask(p)), p);
+        if let Some(v) = get("macvlan_pool") {
+            const POOL: &str = "FIRST-LAST/LEN, in one LAN prefix, at most 4096 addresses, outside [network] subnet";
+            let (range, len) = v
+                .split_once('/')
+                .ok_or_else(|| bad("network.macvlan_pool", v, POOL))?;
+            let (a, b) = range
+                .split_once('-')
+                .ok_or_else(|| bad("network.macvlan_pool", v, POOL))?;
+            let parsed = (
+                a.parse::<Ipv4Addr>(),
+                b.parse::<Ipv4Addr>(),
+                len.parse::<u8>(),
+            );
+            let (Ok(a), Ok(b), Ok(len)) = parsed else {
+                return Err(bad("network.macvlan_pool", v, POOL));
+            };
+            let (ua, ub) = (u32::from(a), u32::from(b));
+            let m = mask(len.min(32));
+            let host = |x: u32| x & !m != 0 && x & !m != !m;
+            if !(8..=30).contains(&len)
+                || ua > ub
+                || ub - ua >= 4096
+                || ua & m != ub & m
+                || !host(ua)
+                || !host(ub)
+                || (ua..=ub).any(|x| overlaps((Ipv4Addr::from(x), 32), c.subnet))
+            {
+                return Err(bad("network.macvlan_pool", v, POOL));
+            }
+            c.macvlan_pool = Some((a, b, len));
+        }
+        if let Some(v) = get("macvlan_gateway") {
+            const GW: &str = "an IPv4 address in the pool's prefix, outside the pool";
+            let g: Ipv4Addr = v
+                .parse()
+                .map_err(|_| bad("network.macvlan_gateway", v, GW))?;
+            let Some((a, b, len)) = c.macvlan_pool else {
+                return Err(bad(
+                    "network.macvlan_gateway",
+                    v,
+                    "[network] macvlan_pool beside it",
+                ));
+            };
+            if !overlaps((g, 32), (a, len)) || (a..=b).contains(&g) {
+                return Err(bad("network.macvlan_gateway", v, GW));
+            }
+            c.macvlan_gateway = Some(g);
+        }
         let t = &c.table;
         if t.is_empty()
             || t.len() > 32
@@ -208,11 +265,25 @@ impl NetConfig {
         Ipv4Addr::from(u32::from(self.subnet.0) + 1)
     }
 
-    /// Addresses containers may get, in order.
-    fn pool(&self) -> impl Iterator<Item = Ipv4Addr> {
-        let base = u32::from(self.subnet.0);
-        let size = 1u32 << (32 - self.subnet.1);
-        (base + 2..base + size - 1).map(Ipv4Addr::from)
+    /// Addresses containers of `mode` may get, in order: the isolated subnet's, or the
+    /// macvlan pool's (empty without one).
+    fn pool(&self, mode: NetMode) -> std::ops::Range<u32> {
+        match (mode, self.macvlan_pool) {
+            (NetMode::Macvlan, Some((a, b, _))) => u32::from(a)..u32::from(b) + 1,
+            (NetMode::Macvlan, None) => 0..0,
+            _ => {
+                let base = u32::from(self.subnet.0);
+                let size = 1u32 << (32 - self.subnet.1);
+                base + 2..base + size - 1
+            }
+        }
+    }
+
+    fn pool_text(&self, mode: NetMode) -> String {
+        match (mode, self.macvlan_pool) {
+            (NetMode::Macvlan, Some((a, b, len))) => format!("{a}-{b}/{len}"),
+            _ => format!("{}/{}", self.subnet.0, self.subnet.1),
+        }
     }
 
     fn linked(&self, a: &str, b: &str) -> bool {
@@ -251,11 +322,12 @@ pub fn format_leases(l: &Leases) -> String {
 pub enum NetError {
     #[error("{package}: network mode {mode} is not allowed by the device policy ([network] modes in berth.toml)")]
     ModeDenied { package: String, mode: &'static str },
-    #[error("{package}: no free address left in the pool {subnet} ({used} containers have one); remove a package or widen [network] subnet")]
+    #[error("{package}: no free address left in the pool {subnet} ({used} containers have one); remove a package or widen [network] {key}")]
     PoolExhausted {
         package: String,
         subnet: String,
         used: usize,
+        key: &'static str,
     },
     #[error("{package}: host port {port}/{proto} is already published by {other}")]
     PortTaken {
@@ -285,21 +357,35 @@ pub fn check_mode(cfg: &NetConfig, package: &str, mode: NetMode) -> Result<(), N
     }
 }
 
-/// The container's address: its lease if it has one, else the lowest free one (added to
-/// `leases`; the caller persists it).
-pub fn allocate(cfg: &NetConfig, leases: &mut Leases, name: &str) -> Result<Ipv4Addr, NetError> {
+/// The container's address in the pool of its mode (the isolated subnet, or the macvlan
+/// pool): its lease if it has one there, else the lowest free one (added to `leases`,
+/// replacing a lease from the other pool; the caller persists it).
+pub fn allocate(
+    cfg: &NetConfig,
+    leases: &mut Leases,
+    name: &str,
+    mode: NetMode,
+) -> Result<Ipv4Addr, NetError> {
+    let pool = cfg.pool(mode);
     if let Some(ip) = lease_of(leases, name) {
-        if cfg.pool().any(|p| p == ip) {
+        if pool.contains(&u32::from(ip)) {
             return Ok(ip);
         }
     }
-    let ip = cfg
-        .pool()
+    let ip = pool
+        .map(Ipv4Addr::from)
         .find(|ip| !leases.iter().any(|(n, l)| l == ip && n != name))
         .ok_or_else(|| NetError::PoolExhausted {
             package: name.into(),
-            subnet: format!("{}/{}", cfg.subnet.0, cfg.subnet.1),
-            used: leases.len(),
+            subnet: cfg.pool_text(mode),
+            key: match mode {
+                NetMode::Macvlan => "macvlan_pool",
+                _ => "subnet",
+            },
+            used: leases
+                .iter()
+                .filter(|(_, l)| cfg.pool(mode).contains(&u32::from(*l)))
+                .count(),
         })?;
     leases.retain(|(n, _)| n != name);
     leases.push((name.into(), ip));
@@ -384,16 +470,31 @@ pub fn veth_up_script(cfg: &NetConfig) -> String {
     )
 }
 
-/// The `lxc.net.0.*` lines of a macvlan container (bridge mode on the parent; the address
-/// comes from the LAN, set by the package or its DHCP client).
-pub fn lxc_macvlan(parent: &str) -> Vec<(&'static str, String)> {
-    vec![
+/// The `lxc.net.0.*` lines of a macvlan container (bridge mode on the parent). With `ip`
+/// (from the device's `macvlan_pool`) LXC sets a fixed MAC, the address and the LAN gateway
+/// before the payload runs, so the package needs no capability at all; without, the address
+/// comes from the LAN, set by the package or its DHCP client.
+pub fn lxc_macvlan(
+    cfg: &NetConfig,
+    parent: &str,
+    ip: Option<Ipv4Addr>,
+) -> Vec<(&'static str, String)> {
+    let mut v = vec![
         ("lxc.net.0.type", "macvlan".into()),
         ("lxc.net.0.macvlan.mode", "bridge".into()),
         ("lxc.net.0.link", parent.into()),
         ("lxc.net.0.name", "eth0".into()),
-        ("lxc.net.0.flags", "up".into()),
-    ]
+    ];
+    if let (Some(ip), Some((_, _, len))) = (ip, cfg.macvlan_pool) {
+        let bcast = Ipv4Addr::from(u32::from(ip) | !mask(len));
+        v.push(("lxc.net.0.hwaddr", mac_of(ip)));
+        v.push(("lxc.net.0.ipv4.address", format!("{ip}/{len} {bcast}")));
+        if let Some(g) = cfg.macvlan_gateway {
+            v.push(("lxc.net.0.ipv4.gateway", g.to_string()));
+        }
+    }
+    v.push(("lxc.net.0.flags", "up".into()));
+    v
 }
 
 /// One isolated container in the ruleset.
@@ -663,6 +764,23 @@ mod tests {
             ("dns = \"x\"", "network.dns"),
             ("links = \"a\"", "network.links"),
             ("bridges = \"x\"", "network"),
+            ("macvlan_pool = \"192.168.1.50/24\"", "network.macvlan_pool"),
+            ("macvlan_pool = \"192.168.1.60-192.168.1.50/24\"", "network.macvlan_pool"),
+            ("macvlan_pool = \"192.168.1.250-192.168.2.5/24\"", "network.macvlan_pool"),
+            ("macvlan_pool = \"192.168.1.0-192.168.1.9/24\"", "network.macvlan_pool"),
+            ("macvlan_pool = \"192.168.1.250-192.168.1.255/24\"", "network.macvlan_pool"),
+            ("macvlan_pool = \"10.87.0.9-10.87.0.20/16\"", "network.macvlan_pool"),
+            ("macvlan_pool = \"10.0.0.1-10.0.32.1/8\"", "network.macvlan_pool"),
+            ("macvlan_pool = \"192.168.1.50-192.168.1.59/33\"", "network.macvlan_pool"),
+            ("macvlan_gateway = \"192.168.1.1\"", "network.macvlan_gateway"),
+            (
+                "macvlan_pool = \"192.168.1.50-192.168.1.59/24\"\nmacvlan_gateway = \"192.168.1.55\"",
+                "network.macvlan_gateway",
+            ),
+            (
+                "macvlan_pool = \"192.168.1.50-192.168.1.59/24\"\nmacvlan_gateway = \"192.168.2.1\"",
+                "network.macvlan_gateway",
+            ),
         ] {
             let e = NetConfig::parse(Some(toml::from_str(bad).unwrap())).unwrap_err();
             assert_eq!(e.0, key, "{bad}: {}", e.1);
@@ -676,24 +794,93 @@ mod tests {
         let names = ["a", "b", "c", "d", "e"];
         for (i, n) in names.iter().enumerate() {
             assert_eq!(
-                allocate(&c, &mut l, n).unwrap().to_string(),
+                allocate(&c, &mut l, n, NetMode::Isolated)
+                    .unwrap()
+                    .to_string(),
                 format!("10.1.0.{}", i + 2)
             );
         }
         // the same container gets the same address again
-        assert_eq!(allocate(&c, &mut l, "c").unwrap().to_string(), "10.1.0.4");
-        let e = allocate(&c, &mut l, "f").unwrap_err();
+        assert_eq!(
+            allocate(&c, &mut l, "c", NetMode::Isolated)
+                .unwrap()
+                .to_string(),
+            "10.1.0.4"
+        );
+        let e = allocate(&c, &mut l, "f", NetMode::Isolated).unwrap_err();
         assert!(matches!(e, NetError::PoolExhausted { used: 5, .. }), "{e}");
         assert!(e.to_string().contains("10.1.0.0/29"));
         // a freed address is reused; the others keep theirs
         l.retain(|(n, _)| n != "b");
-        assert_eq!(allocate(&c, &mut l, "f").unwrap().to_string(), "10.1.0.3");
+        assert_eq!(
+            allocate(&c, &mut l, "f", NetMode::Isolated)
+                .unwrap()
+                .to_string(),
+            "10.1.0.3"
+        );
         assert_eq!(lease_of(&l, "a").unwrap().to_string(), "10.1.0.2");
         assert_eq!(parse_leases(&format_leases(&l)), l);
         assert_eq!(parse_leases("a 10.1.0.2\nbad\nb x\n").len(), 1);
         // a lease outside a changed subnet is replaced
         let c2 = cfg("subnet = \"10.2.0.0/24\"");
-        assert_eq!(allocate(&c2, &mut l, "a").unwrap().to_string(), "10.2.0.2");
+        assert_eq!(
+            allocate(&c2, &mut l, "a", NetMode::Isolated)
+                .unwrap()
+                .to_string(),
+            "10.2.0.2"
+        );
+    }
+
+    #[test]
+    fn macvlan_pool_gives_static_lan_addresses() {
+        let c = cfg(
+            "subnet = \"10.1.0.0/29\"\nmacvlan_parent = \"eth0\"\nmacvlan_pool = \"192.168.1.50-192.168.1.51/24\"\nmacvlan_gateway = \"192.168.1.1\"",
+        );
+        let mut l = Leases::new();
+        let iso = allocate(&c, &mut l, "i", NetMode::Isolated).unwrap();
+        assert_eq!(iso.to_string(), "10.1.0.2");
+        let a = allocate(&c, &mut l, "a", NetMode::Macvlan).unwrap();
+        assert_eq!(a.to_string(), "192.168.1.50");
+        assert_eq!(
+            allocate(&c, &mut l, "b", NetMode::Macvlan)
+                .unwrap()
+                .to_string(),
+            "192.168.1.51"
+        );
+        assert_eq!(allocate(&c, &mut l, "a", NetMode::Macvlan).unwrap(), a);
+        let e = allocate(&c, &mut l, "x", NetMode::Macvlan).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "x: no free address left in the pool 192.168.1.50-192.168.1.51/24 (2 containers have one); remove a package or widen [network] macvlan_pool"
+        );
+        // a package that moves from isolated to macvlan trades its lease
+        l.retain(|(n, _)| n != "b");
+        assert_eq!(
+            allocate(&c, &mut l, "i", NetMode::Macvlan)
+                .unwrap()
+                .to_string(),
+            "192.168.1.51"
+        );
+        assert_eq!(l.iter().filter(|(n, _)| n == "i").count(), 1);
+        let keys = lxc_macvlan(&c, "eth0", Some(a));
+        let get = |k: &str| {
+            keys.iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("lxc.net.0.hwaddr"), Some("02:b7:c0:a8:01:32"));
+        assert_eq!(
+            get("lxc.net.0.ipv4.address"),
+            Some("192.168.1.50/24 192.168.1.255")
+        );
+        assert_eq!(get("lxc.net.0.ipv4.gateway"), Some("192.168.1.1"));
+        assert_eq!(keys.last().unwrap().0, "lxc.net.0.flags");
+        // without a pool: no address, and no macvlan lease is ever given
+        let c = cfg("macvlan_parent = \"eth0\"");
+        assert!(lxc_macvlan(&c, "eth0", None)
+            .iter()
+            .all(|(k, _)| !k.contains("ipv4")));
+        assert!(allocate(&c, &mut Leases::new(), "a", NetMode::Macvlan).is_err());
     }
 
     #[test]

@@ -68,7 +68,9 @@ const TARGETS: &[Target] = &[
     },
     Target {
         label: "macvlan container",
-        addr: "192.0.2.50",
+        // the second address of the suite's macvlan_pool: st-mv, started first (start-time
+        // phase), keeps the first
+        addr: "192.0.2.51",
         iperf_port: 5201,
         rr_port: 7001,
     },
@@ -333,7 +335,7 @@ impl Suite for Net {
         std::fs::write(
             &w.config,
             format!(
-                "repository = \"file://{d}/repo\"\n[paths]\nstate = \"{d}/state\"\nrun = \"{d}/run\"\nkeys = \"{d}/keys\"\n[containers]\ncgroup_parent = \"{cg}\"\nstop_timeout = \"5s\"\n[network]\ntable = \"berth_bench\"\npublish_on = \"tm0\"\nmacvlan_parent = \"tm0\"\n[security]\ngrant = \"net_admin\"\n",
+                "repository = \"file://{d}/repo\"\n[paths]\nstate = \"{d}/state\"\nrun = \"{d}/run\"\nkeys = \"{d}/keys\"\n[containers]\ncgroup_parent = \"{cg}\"\nstop_timeout = \"5s\"\n[network]\ntable = \"berth_bench\"\npublish_on = \"tm0\"\nmacvlan_parent = \"tm0\"\nmacvlan_pool = \"192.0.2.50-192.0.2.51/24\"\n",
                 d = dir.display(),
                 cg = w.cgroup_parent
             ),
@@ -366,14 +368,9 @@ impl Suite for Net {
             b,
             &dir,
             "srv-mv",
-            &server(
-                5201,
-                7001,
-                "/bin/busybox ip addr add 192.0.2.50/24 dev eth0\n",
-            ),
-            // Addresses itself on the LAN: net_admin, granted by this device's policy
-            // (containers keep no network capability by default, docs/security.md).
-            "mode = \"macvlan\"\n[permissions]\ncapabilities = [\"net_admin\"]",
+            // addressed by the device from its macvlan_pool (192.0.2.51, see TARGETS)
+            &server(5201, 7001, ""),
+            "mode = \"macvlan\"",
             true,
         )?;
         let idle = "exec /bin/busybox sleep 100000\n";

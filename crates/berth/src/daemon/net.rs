@@ -176,6 +176,19 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     Ok(())
 }
 
+/// The container's address in its mode's pool, persisted before it is used: (address, the
+/// lease it had before this start).
+fn lease(d: &Daemon, name: &str, mode: NetMode) -> ApiResult<(Ipv4Addr, Option<Ipv4Addr>)> {
+    let mut leases = load_leases(d);
+    let had = net::lease_of(&leases, name);
+    let ip = net::allocate(&d.cfg.network, &mut leases, name, mode)
+        .map_err(|e| ApiError::new(409, "pool_exhausted", e.to_string()))?;
+    if had != Some(ip) {
+        save_leases(d, &leases)?;
+    }
+    Ok((ip, had))
+}
+
 /// Before a start: the policy's cap on the mode, then (isolated) the lease, the bridge and
 /// the ruleset, (macvlan) the parent. Returns the LXC lines to append to the configuration.
 pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResult<String> {
@@ -206,11 +219,16 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResul
                     "{name}: macvlan parent interface {parent} is down"
                 )));
             }
-            net::lxc_macvlan(parent)
+            // With a pool: a static address (and MAC) of the device's choosing, persisted like
+            // an isolated lease, so the package needs no capability to address itself.
+            let ip = match c.macvlan_pool {
+                None => None,
+                Some(_) => Some(lease(d, name, mode)?.0),
+            };
+            net::lxc_macvlan(c, parent, ip)
         }
         NetMode::Isolated => {
-            let mut leases = load_leases(d);
-            let had = net::lease_of(&leases, name);
+            let leases = load_leases(d);
             let others: Vec<(String, Vec<_>)> = leases
                 .iter()
                 .filter_map(|(n, _)| st.packages.get(n))
@@ -218,11 +236,8 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResul
                 .collect();
             net::check_ports(name, &p.manifest.network.publish, &others)
                 .map_err(|e| ApiError::new(409, "port_taken", e.to_string()))?;
-            let ip = net::allocate(c, &mut leases, name)
-                .map_err(|e| ApiError::new(409, "pool_exhausted", e.to_string()))?;
-            if had != Some(ip) {
-                save_leases(d, &leases)?;
-            }
+            let (ip, had) = lease(d, name, mode)?;
+            let mut leases = load_leases(d);
             if let Err(e) = ensure_bridge(c).and_then(|_| apply(d, st, &leases)) {
                 if had != Some(ip) {
                     leases.retain(|(n, _)| n != name);
@@ -289,7 +304,8 @@ pub fn forget(d: &Daemon, st: &State, names: &[String]) {
 /// a rebooted device) enforces exactly what the state says.
 pub fn restore(d: &Daemon, st: &State) {
     let leases = load_leases(d);
-    if leases.is_empty() {
+    // macvlan leases need no bridge and no ruleset
+    if members(st, &leases).is_empty() {
         return;
     }
     if let Err(e) = ensure_bridge(&d.cfg.network).and_then(|_| apply(d, st, &leases)) {
@@ -303,7 +319,7 @@ pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
     let leases = load_leases(d);
     let mut counts = Vec::new();
     let mut errors = Vec::new();
-    if !leases.is_empty() {
+    if !members(st, &leases).is_empty() {
         for fam in ["bridge", "inet"] {
             match run(
                 "nft",
@@ -326,6 +342,12 @@ pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
             let mode = p.manifest.network.mode;
             let mut v = json!({"name": n, "mode": net::mode_name(mode),
                 "publish": p.manifest.network.publish.iter().map(|q| format!("{}:{}/{}", q.host_port, q.container_port, net::proto_name(q.proto))).collect::<Vec<_>>()});
+            if let (NetMode::Macvlan, Some(ip), Some((_, _, len))) =
+                (mode, net::lease_of(&leases, n), c.macvlan_pool)
+            {
+                v["ipv4"] = json!(format!("{ip}/{len}"));
+                v["mac"] = json!(net::mac_of(ip));
+            }
             if let (NetMode::Isolated, Some(ip)) = (mode, net::lease_of(&leases, n)) {
                 let ip = &ip;
                 let (_, s, dn) = counts
