@@ -25,8 +25,8 @@ apt-get install -y -qq lxc squashfs-tools signify-openbsd busybox-static curl ru
 apt-get install -y -qq --no-install-recommends qemu-system-x86 debootstrap e2fsprogs xz-utils zstd >/dev/null
 # security (issue 5): apparmor_parser compiles the generated AppArmor profile in a unit test
 apt-get install -y -qq apparmor >/dev/null
-# networking (issue 4): nft for berth's ruleset, iperf3 for the net bench suite
-apt-get install -y -qq nftables iproute2 iperf3 >/dev/null
+# networking (issue 4): nft for berth's ruleset, dnsmasq for address = "dhcp", iperf3 for the net bench suite
+apt-get install -y -qq nftables iproute2 iperf3 dnsmasq-base >/dev/null
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 

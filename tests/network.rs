@@ -100,6 +100,9 @@ impl Drop for Net {
             let _ = c.wait();
         }
         for ns in [&self.dev, &self.wan, &self.lan] {
+            // whatever still runs there (a DHCP server left by a failed test) goes first:
+            // a process would keep the namespace alive after its name is deleted
+            let _ = sh(&format!("ip netns pids {ns} | xargs -r kill -9"));
             let _ = sh(&format!("ip netns del {ns}"));
         }
     }
@@ -656,4 +659,91 @@ fn macvlan_lan_host_reaches_the_container() {
     sb.ok(&["stop", "mv2"]);
     let leases = std::fs::read_to_string(sb.state_dir().join("net/leases")).unwrap();
     assert_eq!(leases.trim(), "mv2 192.0.2.50", "{leases}");
+}
+
+#[test]
+fn dhcp_answers_the_packages_that_ask_and_nobody_else() {
+    let net = Net::new();
+    let mut sb = sandbox(&net, "netdh", "");
+    let _stop = stopper(&net, &sb);
+    // Both run a DHCP client (busybox udhcpc: raw sockets, so both ask for net_raw and
+    // net_admin); only "dh" says address = "dhcp".
+    let lease_sh = b"#!/bin/sh\n[ \"$1\" = bound ] && echo \"lease ip=$ip mask=$subnet router=$router dns=$dns\"\nexit 0\n";
+    let client =
+        "/bin/busybox udhcpc -i eth0 -f -q -n -t 3 -T 1 -s /lease.sh; echo \"udhcpc rc=$?\"\n\
+                  exec /bin/busybox sleep 100000\n";
+    let caps = "[permissions]\ncapabilities = [\"net_admin\", \"net_raw\"]";
+    sb.add(
+        &Pkg::script("dh", "1", client)
+            .file("lease.sh", lease_sh)
+            .table(&format!(
+                "[network]\nmode = \"isolated\"\naddress = \"dhcp\"\n{caps}"
+            )),
+    );
+    sb.add(
+        &Pkg::script("nodh", "1", client)
+            .file("lease.sh", lease_sh)
+            .table(&format!("[network]\nmode = \"isolated\"\n{caps}")),
+    );
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "dh", "nodh"]);
+
+    sb.ok(&["start", "dh"]);
+    let v = sb.json(&["net"]);
+    let server = v["dhcp_server"]
+        .as_i64()
+        .expect("no DHCP server in berth net");
+    let dh = net_of(&sb, "dh");
+    assert_eq!(dh["dhcp"], true, "{dh}");
+    let ip = dh["ipv4"]
+        .as_str()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    // The lease is the container's static address, with the bridge as its router.
+    let log = sb.wait_log("dh", "udhcpc rc=");
+    assert!(
+        log.contains(&format!(
+            "lease ip={ip} mask=255.255.255.0 router=10.87.0.1"
+        )),
+        "{log}"
+    );
+    assert!(log.contains("udhcpc rc=0"), "{log}");
+
+    // A container that did not ask: no answer, and its DISCOVER from 0.0.0.0 is a spoofed
+    // source at its port.
+    sb.ok(&["start", "nodh"]);
+    let log = sb.wait_log("nodh", "udhcpc rc=");
+    assert!(!log.contains("lease ip="), "{log}");
+    assert!(log.contains("udhcpc rc=1"), "{log}");
+    let (spoofed, _) = drops(&sb, "nodh");
+    assert!(
+        spoofed >= 3,
+        "nodh's DHCP requests were not counted: {spoofed}"
+    );
+    assert_eq!(drops(&sb, "dh").0, 0);
+
+    // A daemon restart keeps the very same server (same arguments: not restarted).
+    sb.kill_daemon(9);
+    sb.start_daemon();
+    assert_eq!(sb.json(&["net"])["dhcp_server"].as_i64(), Some(server));
+    // A restart of the container gets the same lease again.
+    sb.ok(&["stop", "dh"]);
+    sb.ok(&["start", "dh"]);
+    // (each start begins a new log)
+    let log = sb.wait_log("dh", "udhcpc rc=");
+    assert!(log.contains(&format!("lease ip={ip} ")), "{log}");
+
+    // Removing the last DHCP package stops the server.
+    sb.ok(&["stop", "dh"]);
+    sb.ok(&["remove", "dh"]);
+    assert!(sb.json(&["net"])["dhcp_server"].is_null());
+    assert!(
+        !std::path::Path::new(&format!("/proc/{server}")).exists(),
+        "dnsmasq {server} still runs"
+    );
+    sb.ok(&["stop", "nodh"]);
 }

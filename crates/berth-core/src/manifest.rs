@@ -185,6 +185,10 @@ pub struct Publish {
 pub struct Network {
     pub mode: NetMode,
     pub publish: Vec<Publish>,
+    /// `address = "dhcp"`: the device also answers the container's DHCP client (isolated
+    /// only), with the container's static address.
+    #[serde(default)]
+    pub dhcp: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -465,6 +469,7 @@ impl RawManifest {
                 Ok(RawNetwork {
                     mode: t.str("mode")?,
                     publish: list(t, "publish")?,
+                    address: t.str("address")?,
                 })
             })?
             .map(Spanned::into_inner),
@@ -612,6 +617,7 @@ enum SizeValue {
 struct RawNetwork {
     mode: Option<S<String>>,
     publish: Option<Vec<S<String>>>,
+    address: Option<S<String>>,
 }
 
 struct RawPermissions {
@@ -1020,6 +1026,7 @@ impl Validator<'_> {
             return Ok(Network {
                 mode: NetMode::None,
                 publish: Vec::new(),
+                dhcp: false,
             });
         };
         let mode = match n.mode.as_ref().map(|m| (m.get_ref().as_str(), m.span())) {
@@ -1062,7 +1069,29 @@ impl Validator<'_> {
             }
             publish.push(v);
         }
-        Ok(Network { mode, publish })
+        let dhcp = match n.address.as_ref().map(|a| (a.get_ref().as_str(), a.span())) {
+            None | Some(("static", _)) => false,
+            Some(("dhcp", _)) if mode == NetMode::Isolated => true,
+            Some(("dhcp", span)) => {
+                return Err(self.err(
+                    span,
+                    "network.address",
+                    "\"dhcp\" needs network.mode = \"isolated\" (on macvlan the LAN's own DHCP server answers)",
+                ))
+            }
+            Some((other, span)) => {
+                return Err(self.err(
+                    span,
+                    "network.address",
+                    format!("{other:?} is not one of \"static\", \"dhcp\""),
+                ))
+            }
+        };
+        Ok(Network {
+            mode,
+            publish,
+            dhcp,
+        })
     }
 
     fn permissions(&self, p: &RawPermissions) -> R<Permissions> {
@@ -1193,6 +1222,7 @@ priority = -5
 [network]
 mode = "isolated"
 publish = ["8080:80/tcp", "8080:80/udp", "5353:53"]
+address = "dhcp"
 
 [permissions]
 capabilities = ["net_bind_service"]
@@ -1245,6 +1275,7 @@ cmd = ["/bin/rotate"]
             }
         );
         assert_eq!(m.network.mode, NetMode::Isolated);
+        assert!(m.network.dhcp);
         assert_eq!(
             m.network.publish,
             [
@@ -1308,6 +1339,7 @@ cmd = ["/bin/rotate"]
         assert_eq!(m.package.rootfs, RootfsMode::Package);
         assert_eq!(m.entrypoint.workdir, "/");
         assert_eq!(m.network.mode, NetMode::None);
+        assert!(!m.network.dhcp);
         assert_eq!(m.restart.policy, RestartPolicy::OnFailure);
         assert_eq!(m.restart.max_retries, DEFAULT_MAX_RETRIES);
         assert_eq!(m.resources, Resources::default());
@@ -1445,6 +1477,21 @@ cmd = ["/bin/rotate"]
             err_with("pids", "pids = 0"),
             line_in_full("pids ="),
             "resources.pids: 0 is out of range",
+        );
+        check(
+            err_with("address", "address = \"auto\""),
+            line_in_full("address ="),
+            "network.address: \"auto\" is not one of \"static\", \"dhcp\"",
+        );
+        let e = Manifest::parse(
+            "[package]\nname = \"a\"\nversion = \"1\"\n[entrypoint]\nargv = [\"/x\"]\n[network]\nmode = \"macvlan\"\naddress = \"dhcp\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(e.line(), 8);
+        assert!(
+            e.to_string()
+                .contains("\"dhcp\" needs network.mode = \"isolated\""),
+            "{e}"
         );
         check(
             err_with("publish", "publish = [\"80\"]"),

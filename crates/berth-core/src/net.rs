@@ -497,11 +497,46 @@ pub fn lxc_macvlan(
     v
 }
 
+/// berth's DHCP server for `address = "dhcp"` containers: dnsmasq on the bridge, DHCP only (no
+/// DNS: port 0), answering the MACs of those containers with their static leases and nobody
+/// else (`static` range). Router: the gateway; name servers: `dns`. Restarted with new
+/// arguments when the set changes (no file for the dropped-privilege process to read).
+pub fn dnsmasq_args(
+    cfg: &NetConfig,
+    members: &[Member],
+    pid_file: &str,
+    dns: &[String],
+) -> Vec<String> {
+    let m = Ipv4Addr::from(mask(cfg.subnet.1));
+    let mut a = vec![
+        "--conf-file=/dev/null".to_string(),
+        "--port=0".into(),
+        format!("--interface={}", cfg.bridge),
+        "--bind-interfaces".into(),
+        "--except-interface=lo".into(),
+        format!("--dhcp-range={},static,{m},1h", cfg.subnet.0),
+        format!("--dhcp-option=option:router,{}", cfg.gateway()),
+        "--dhcp-authoritative".into(),
+        "--leasefile-ro".into(),
+        "--no-ping".into(),
+        format!("--pid-file={pid_file}"),
+    ];
+    if !dns.is_empty() {
+        a.push(format!("--dhcp-option=option:dns-server,{}", dns.join(",")));
+    }
+    for m in members.iter().filter(|m| m.dhcp) {
+        a.push(format!("--dhcp-host={},{}", mac_of(m.ip), m.ip));
+    }
+    a
+}
+
 /// One isolated container in the ruleset.
 pub struct Member<'a> {
     pub name: &'a str,
     pub ip: Ipv4Addr,
     pub publish: &'a [Publish],
+    /// Its DHCP client may ask berth's dnsmasq (`address = "dhcp"`).
+    pub dhcp: bool,
 }
 
 fn set(names: &[String]) -> String {
@@ -547,9 +582,16 @@ pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
     for m in members {
         let i = index_of(cfg, m.ip);
         let (mac, ip) = (mac_of(m.ip), m.ip);
+        // A DHCP client asks from 0.0.0.0 before it has (or while it renews from scratch) its
+        // address: that one broadcast, from its own MAC, to the server port, passes.
+        let dhcp = if m.dhcp {
+            format!("    ether saddr {mac} ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp sport 68 udp dport 67 accept\n")
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             w,
-            "  chain port_{i} {{\n    ether saddr != {mac} counter name spoof_{i} drop\n    ether type arp arp saddr ether != {mac} counter name spoof_{i} drop\n    ether type arp arp saddr ip != {ip} counter name spoof_{i} drop\n    ether type ip ip saddr != {ip} counter name spoof_{i} drop\n    ether type ip6 drop\n    ether type != {{ ip, arp }} counter name spoof_{i} drop\n  }}"
+            "  chain port_{i} {{\n{dhcp}    ether saddr != {mac} counter name spoof_{i} drop\n    ether type arp arp saddr ether != {mac} counter name spoof_{i} drop\n    ether type arp arp saddr ip != {ip} counter name spoof_{i} drop\n    ether type ip ip saddr != {ip} counter name spoof_{i} drop\n    ether type ip6 drop\n    ether type != {{ ip, arp }} counter name spoof_{i} drop\n  }}"
         );
     }
     let _ = writeln!(
@@ -590,6 +632,14 @@ pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
             w,
             "    ip daddr {gw} {} dport {port} accept",
             proto_name(*proto)
+        );
+    }
+    // berth's dnsmasq, for the containers whose package asked for DHCP
+    for m in members.iter().filter(|m| m.dhcp) {
+        let _ = writeln!(
+            w,
+            "    ip saddr {{ 0.0.0.0, {} }} udp sport 68 udp dport 67 accept",
+            m.ip
         );
     }
     let deny = |w: &mut String| {
@@ -928,16 +978,19 @@ mod tests {
                 name: "a",
                 ip: "10.87.0.2".parse().unwrap(),
                 publish: &pubs,
+                dhcp: true,
             },
             Member {
                 name: "b",
                 ip: "10.87.0.3".parse().unwrap(),
                 publish: &[],
+                dhcp: false,
             },
             Member {
                 name: "c",
                 ip: "10.87.0.4".parse().unwrap(),
                 publish: &[],
+                dhcp: false,
             },
         ];
         let r = ruleset(&c, &m);
@@ -960,8 +1013,29 @@ mod tests {
             "iifname { \"lan0\" } tcp dport 8080 dnat ip to 10.87.0.2:80",
             "ip saddr 10.87.0.0/24 oifname != \"berth0\" masquerade",
             "counter spoof_3 {}",
+            // a asked for DHCP: its DISCOVER passes its port and reaches dnsmasq
+            "chain port_2 {\n    ether saddr 02:b7:0a:57:00:02 ip saddr 0.0.0.0 ip daddr 255.255.255.255 udp sport 68 udp dport 67 accept\n",
+            "ip saddr { 0.0.0.0, 10.87.0.2 } udp sport 68 udp dport 67 accept",
         ] {
             assert!(r.contains(want), "missing {want:?} in\n{r}");
+        }
+        // b did not: a DHCP request from 0.0.0.0 is a spoofed source
+        assert_eq!(r.matches("udp sport 68").count(), 2, "{r}");
+        let a = dnsmasq_args(&c, &m, "/run/p", &["192.0.2.53".into()]);
+        assert_eq!(
+            a.iter().filter(|x| x.starts_with("--dhcp-host=")).count(),
+            1
+        );
+        for want in [
+            "--port=0",
+            "--interface=berth0",
+            "--dhcp-range=10.87.0.0,static,255.255.255.0,1h",
+            "--dhcp-host=02:b7:0a:57:00:02,10.87.0.2",
+            "--pid-file=/run/p",
+            "--dhcp-option=option:router,10.87.0.1",
+            "--dhcp-option=option:dns-server,192.0.2.53",
+        ] {
+            assert!(a.iter().any(|x| x == want), "missing {want} in {a:?}");
         }
         // no link between a and c
         assert!(!r.contains("oifname \"vb0a570004\" accept"));

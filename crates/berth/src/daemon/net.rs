@@ -143,6 +143,7 @@ fn members<'a>(st: &'a State, leases: &Leases) -> Vec<Member<'a>> {
                 name: p.name.as_str(),
                 ip: *ip,
                 publish: &p.manifest.network.publish,
+                dhcp: p.manifest.network.dhcp,
             })
         })
         .collect()
@@ -238,10 +239,15 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResul
                 .map_err(|e| ApiError::new(409, "port_taken", e.to_string()))?;
             let (ip, had) = lease(d, name, mode)?;
             let mut leases = load_leases(d);
-            if let Err(e) = ensure_bridge(c).and_then(|_| apply(d, st, &leases)) {
+            if let Err(e) = ensure_bridge(c)
+                .and_then(|_| apply(d, st, &leases))
+                .and_then(|_| sync_dhcp(d, st, &leases))
+            {
                 if had != Some(ip) {
                     leases.retain(|(n, _)| n != name);
                     let _ = save_leases(d, &leases);
+                    // the ruleset may already hold its rules (a DHCP server that failed)
+                    let _ = apply(d, st, &leases);
                 }
                 return Err(net_err(format!("{name}: {e}")));
             }
@@ -256,17 +262,7 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResul
     // DNS: a resolv.conf of our own over the image's, when the image has one to cover.
     if std::fs::symlink_metadata(rootfs.join("etc/resolv.conf")).is_ok_and(|m| m.is_file()) {
         let f = resolv_file(d, name);
-        let servers: Vec<String> = if c.dns.is_empty() {
-            std::fs::read_to_string("/etc/resolv.conf")
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| l.strip_prefix("nameserver"))
-                .map(|s| s.trim().to_string())
-                .filter(|s| s.parse::<Ipv4Addr>().is_ok_and(|a| !a.is_loopback()))
-                .collect()
-        } else {
-            c.dns.iter().map(Ipv4Addr::to_string).collect()
-        };
+        let servers = dns_servers(c);
         let text: String = servers
             .iter()
             .map(|s| format!("nameserver {s}\n"))
@@ -279,6 +275,77 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResul
         ));
     }
     Ok(out)
+}
+
+/// Name servers for containers: the policy's, else the host's own (but loopback ones).
+fn dns_servers(c: &NetConfig) -> Vec<String> {
+    if c.dns.is_empty() {
+        std::fs::read_to_string("/etc/resolv.conf")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.strip_prefix("nameserver"))
+            .map(|s| s.trim().to_string())
+            .filter(|s| s.parse::<Ipv4Addr>().is_ok_and(|a| !a.is_loopback()))
+            .collect()
+    } else {
+        c.dns.iter().map(Ipv4Addr::to_string).collect()
+    }
+}
+
+fn dnsmasq_pid_file(d: &Daemon) -> PathBuf {
+    d.cfg.paths.run.join("net/dnsmasq.pid")
+}
+
+/// berth's dnsmasq, if running: its pid and arguments (the pid file's process, checked to be
+/// a dnsmasq using that very pid file, so a reused pid is never signalled).
+fn dnsmasq_running(pid_file: &Path) -> Option<(i32, Vec<String>)> {
+    let pid: i32 = std::fs::read_to_string(pid_file)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let mut args = cmdline
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned());
+    let prog = args.next()?;
+    let args: Vec<String> = args.collect();
+    let mine = format!("--pid-file={}", pid_file.display());
+    (prog.ends_with("dnsmasq") && args.contains(&mine)).then_some((pid, args))
+}
+
+/// Keeps berth's DHCP server in step with the containers whose package asked for DHCP:
+/// started for the first, restarted with the new set on a change, stopped after the last.
+fn sync_dhcp(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
+    let c = &d.cfg.network;
+    let m = members(st, leases);
+    let pid_file = dnsmasq_pid_file(d);
+    let running = dnsmasq_running(&pid_file);
+    let want = m
+        .iter()
+        .any(|m| m.dhcp)
+        .then(|| net::dnsmasq_args(c, &m, &pid_file.display().to_string(), &dns_servers(c)));
+    if let (Some((_, have)), Some(want)) = (&running, &want) {
+        if have == want {
+            return Ok(());
+        }
+    }
+    if let Some((pid, _)) = running {
+        // SAFETY: kill(2) on a pid checked above to be berth's dnsmasq; no memory involved.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while Path::new(&format!("/proc/{pid}")).exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = std::fs::remove_file(&pid_file);
+    }
+    let Some(want) = want else {
+        return Ok(());
+    };
+    let _ = std::fs::create_dir_all(d.cfg.paths.run.join("net"));
+    let args: Vec<&str> = want.iter().map(String::as_str).collect();
+    run("dnsmasq", &args, None).map(|_| ())
 }
 
 /// After packages are removed: their leases go, the ruleset follows.
@@ -295,7 +362,7 @@ pub fn forget(d: &Daemon, st: &State, names: &[String]) {
     if let Err(e) = save_leases(d, &leases) {
         log::warn!("network leases: {e}");
     }
-    if let Err(e) = apply(d, st, &leases) {
+    if let Err(e) = apply(d, st, &leases).and_then(|_| sync_dhcp(d, st, &leases)) {
         log::warn!("network rules after removing {}: {e}", names.join(", "));
     }
 }
@@ -308,7 +375,10 @@ pub fn restore(d: &Daemon, st: &State) {
     if members(st, &leases).is_empty() {
         return;
     }
-    if let Err(e) = ensure_bridge(&d.cfg.network).and_then(|_| apply(d, st, &leases)) {
+    if let Err(e) = ensure_bridge(&d.cfg.network)
+        .and_then(|_| apply(d, st, &leases))
+        .and_then(|_| sync_dhcp(d, st, &leases))
+    {
         log::error!("network: restoring the ruleset: {e}");
     }
 }
@@ -358,6 +428,7 @@ pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
                 v["ipv4"] = json!(format!("{ip}/{}", c.subnet.1));
                 v["mac"] = json!(net::mac_of(*ip));
                 v["veth"] = json!(net::veth_of(*ip));
+                v["dhcp"] = json!(p.manifest.network.dhcp);
                 v["dropped_spoofed"] = json!(s);
                 v["dropped_denied"] = json!(dn);
             }
@@ -369,6 +440,7 @@ pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
         "gateway": c.gateway().to_string(),
         "subnet": format!("{}/{}", c.subnet.0, c.subnet.1),
         "table": c.table,
+        "dhcp_server": dnsmasq_running(&dnsmasq_pid_file(d)).map(|(pid, _)| pid),
         "containers": list,
         "errors": errors,
     }))
