@@ -55,7 +55,6 @@ pub struct Panel {
 /// One mode's bars: (series, samples).
 pub type ModeBars = (String, Vec<(String, Vec<f64>)>);
 
-#[allow(dead_code)] // for the net suite
 pub fn series_json(title: &str, unit: &str, groups: &[ModeBars]) -> Value {
     json!({
         "title": title, "unit": unit,

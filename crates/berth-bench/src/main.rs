@@ -27,7 +27,7 @@ use crate::suites::{Ctx, Suite};
 use crate::util::{bail, progress, which, Result};
 
 const USAGE: &str = "\
-usage: berth-bench [--quick] [--runs N] [--json FILE] [--markdown FILE] [--svg DIR] [--berth PATH] SUITE...
+usage: berth-bench [--quick] [--runs N] [--events N] [--json FILE] [--markdown FILE] [--svg DIR] [--berth PATH] SUITE...
        berth-bench compare A.json B.json [--markdown FILE]
        berth-bench svg RUN.json DIR
        berth-bench clean
@@ -50,6 +50,7 @@ options:
   --quick          5 measured runs instead of 30, shorter settling (for CI); cpu, mem, fs:
                    3 rounds instead of 10 and small sizes
   --runs N         measured runs per peer / rounds per test (overrides the defaults)
+  --events N       sysbench events per instance (default 2000, --quick 500; the seed: 10000)
   --json FILE      every raw sample and the environment, as JSON
   --markdown FILE  the report (default: stdout)
   --svg DIR        one chart per suite, DIR/SUITE.svg (the report links them)
@@ -69,6 +70,7 @@ cpu, mem, fs use sysbench, stress-ng, hpcc, mbw, fio (a missing one is reported 
 struct Opts {
     quick: bool,
     runs: Option<usize>,
+    events: Option<usize>,
     json: Option<PathBuf>,
     markdown: Option<PathBuf>,
     svg: Option<PathBuf>,
@@ -81,6 +83,7 @@ fn parse_args() -> std::result::Result<Opts, lexopt::Error> {
     let mut o = Opts {
         quick: false,
         runs: None,
+        events: None,
         json: None,
         markdown: None,
         svg: None,
@@ -92,6 +95,7 @@ fn parse_args() -> std::result::Result<Opts, lexopt::Error> {
         match arg {
             Long("quick") => o.quick = true,
             Long("runs") => o.runs = Some(p.value()?.parse()?),
+            Long("events") => o.events = Some(p.value()?.parse()?),
             Long("json") => o.json = Some(p.value()?.into()),
             Long("markdown") => o.markdown = Some(p.value()?.into()),
             Long("svg") => o.svg = Some(p.value()?.into()),
@@ -304,6 +308,9 @@ fn run(o: Opts) -> Result<i32> {
     if runs == 0 {
         bail!("--runs must be at least 1");
     }
+    if o.events == Some(0) {
+        bail!("--events must be at least 1");
+    }
     let warmup = if o.quick { 1 } else { 3 };
 
     util::catch_interrupts()?;
@@ -331,6 +338,7 @@ fn run(o: Opts) -> Result<i32> {
                     sb: &mut sb,
                     runs,
                     runs_given: o.runs,
+                    events: o.events,
                     warmup,
                     quick: o.quick,
                 };
@@ -405,7 +413,7 @@ fn run(o: Opts) -> Result<i32> {
     }
     let doc = json!({
         "tool": "berth-bench", "format": compare::FORMAT, "version": env!("CARGO_PKG_VERSION"),
-        "args": args, "quick": o.quick, "runs": runs, "warmup": warmup,
+        "args": args, "quick": o.quick, "runs": runs, "events": o.events, "warmup": warmup,
         "duration_s": elapsed, "interrupted": interrupted, "cleaned_leftovers": cleaned,
         "environment": envj, "suites": suites_json,
     });

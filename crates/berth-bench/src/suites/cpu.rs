@@ -129,7 +129,7 @@ impl Suite for Cpu {
     fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput> {
         let rounds = ctx.runs_given.unwrap_or(if ctx.quick { 3 } else { 10 });
         let warmup = 1;
-        let events: usize = if ctx.quick { 500 } else { 2000 };
+        let events: usize = ctx.events.unwrap_or(if ctx.quick { 500 } else { 2000 });
         let seconds: usize = if ctx.quick { 1 } else { 2 };
         let hpl_n = 1000;
         let sb = &*ctx.sb;

@@ -43,6 +43,8 @@ pub struct Ctx<'a> {
     pub runs: usize,
     /// `--runs N` as given (suites with their own default use it only when given).
     pub runs_given: Option<usize>,
+    /// `--events N`: sysbench events per instance (the workload size of the cpu suite).
+    pub events: Option<usize>,
     /// Unrecorded repetitions before the measured ones.
     pub warmup: usize,
     pub quick: bool,

@@ -1,4 +1,5 @@
-//! `net`: TCP and UDP throughput (iperf3) and request-response latency between a "test
+//! `net`: TCP and UDP throughput (iperf3, and nuttcp where installed) and request-response
+//! latency between a "test
 //! machine" and a server on the host, in a shared-mode container, in an isolated container
 //! (through its published port) and in a macvlan container, in the same run; and the time
 //! each network mode adds to a container's start.
@@ -42,37 +43,49 @@ for (1 .. $n) { syswrite($s, "x"); sysread($s, $b, 64) or die "eof\n"; }
 
 struct Target {
     label: &'static str,
+    /// Short name for charts.
+    mode: &'static str,
     addr: &'static str,
     iperf_port: u16,
     rr_port: u16,
+    /// nuttcp's control port; the client asks for the next one as data port.
+    nuttcp_port: u16,
 }
 
 const TARGETS: &[Target] = &[
     Target {
         label: "host (device namespace)",
+        mode: "host",
         addr: "192.0.2.1",
         iperf_port: 5201,
         rr_port: 7101,
+        nuttcp_port: 5300,
     },
     Target {
         label: "shared container",
+        mode: "shared",
         addr: "192.0.2.1",
         iperf_port: 5202,
         rr_port: 7102,
+        nuttcp_port: 5302,
     },
     Target {
         label: "isolated container (published port)",
+        mode: "isolated",
         addr: "192.0.2.1",
         iperf_port: 5203,
         rr_port: 7103,
+        nuttcp_port: 5304,
     },
     Target {
         label: "macvlan container",
+        mode: "macvlan",
         // the second address of the suite's macvlan_pool: st-mv, started first (start-time
         // phase), keeps the first
         addr: "192.0.2.51",
         iperf_port: 5201,
         rr_port: 7001,
+        nuttcp_port: 5300,
     },
 ];
 
@@ -206,6 +219,9 @@ fn package(
             let p = which(t).ok_or(format!("{t} is missing"))?;
             std::fs::copy(&p, src.join("usr/bin").join(t)).context("copy a tool")?;
         }
+        if let Some(p) = which("nuttcp") {
+            std::fs::copy(&p, src.join("usr/bin/nuttcp")).context("copy nuttcp")?;
+        }
         std::fs::write(src.join("echo.pl"), ECHO).context("write echo.pl")?;
     }
     std::fs::write(src.join("run.sh"), script).context("write run.sh")?;
@@ -250,6 +266,22 @@ fn iperf(w: &World, t: &Target, udp: bool, secs: u32) -> Result<(f64, f64, f64)>
             .unwrap_or(f64::NAN);
         Ok((b / 1e6, 0.0, 0.0))
     }
+}
+
+/// nuttcp TCP from the test machine, Mbit/s (its `-fparse` line: `rate_Mbps=…`).
+fn nuttcp_tcp(w: &World, t: &Target, secs: u32) -> Result<f64> {
+    let text = w
+        .tm(&format!(
+            "nuttcp -P {} -p {} -T {secs} -fparse {}",
+            t.nuttcp_port,
+            t.nuttcp_port + 1,
+            t.addr
+        ))
+        .map_err(|e| format!("nuttcp to {}: {e}", t.label))?;
+    text.split_whitespace()
+        .find_map(|f| f.strip_prefix("rate_Mbps="))
+        .and_then(|r| r.parse().ok())
+        .ok_or_else(|| format!("nuttcp to {}: no rate in {text:?}", t.label).into())
 }
 
 /// Microseconds per round trip: two runs with different counts, so process start-up and
@@ -344,15 +376,17 @@ impl Suite for Net {
         std::fs::copy(sb.dir.join("vendor.pub"), dir.join("keys/vendor.pub"))
             .context("copy the key")?;
         // Packages: servers in three modes, and idle payloads for the start-time comparison.
-        let server = |port: u16, rr: u16, pre: &str| {
-            format!("{pre}/usr/bin/perl /echo.pl {rr} &\nexec /usr/bin/iperf3 -s -p {port}\n")
+        // nuttcp (when packed) on its control port; the client names the data port (a
+        // server takes no -p), so a published data port keeps its number
+        let server = |port: u16, rr: u16, nut: u16| {
+            format!("[ -x /usr/bin/nuttcp ] && /usr/bin/nuttcp -S --nofork -P {nut} &\n/usr/bin/perl /echo.pl {rr} &\nexec /usr/bin/iperf3 -s -p {port}\n")
         };
         let b = &w.berth;
         package(
             b,
             &dir,
             "srv-shared",
-            &server(5202, 7102, ""),
+            &server(5202, 7102, 5302),
             "mode = \"shared\"",
             true,
         )?;
@@ -360,8 +394,8 @@ impl Suite for Net {
             b,
             &dir,
             "srv-iso",
-            &server(5201, 7001, ""),
-            "mode = \"isolated\"\npublish = [\"5203:5201/tcp\", \"5203:5201/udp\", \"7103:7001/tcp\", \"7103:7001/udp\"]",
+            &server(5201, 7001, 5300),
+            "mode = \"isolated\"\npublish = [\"5203:5201/tcp\", \"5203:5201/udp\", \"7103:7001/tcp\", \"7103:7001/udp\", \"5304:5300/tcp\", \"5305:5305/tcp\"]",
             true,
         )?;
         package(
@@ -369,7 +403,7 @@ impl Suite for Net {
             &dir,
             "srv-mv",
             // addressed by the device from its macvlan_pool (192.0.2.51, see TARGETS)
-            &server(5201, 7001, ""),
+            &server(5201, 7001, 5300),
             "mode = \"macvlan\"",
             true,
         )?;
@@ -471,11 +505,19 @@ impl Suite for Net {
         let echo_s = echo.display().to_string();
         w.in_dev(&["iperf3", "-s", "-p", "5201"])?;
         w.in_dev(&["perl", &echo_s, "7101"])?;
+        let nuttcp = which("nuttcp").is_some();
+        if nuttcp {
+            w.in_dev(&["nuttcp", "-S", "--nofork", "-P", "5300"])?;
+        }
         for n in ["srv-shared", "srv-iso", "srv-mv"] {
             w.berth(&["start", n])?;
         }
         let secs = if ctx.quick { 2 } else { 5 };
-        let rounds = if ctx.quick { 1 } else { 5 };
+        let rounds = if ctx.quick {
+            1
+        } else {
+            ctx.runs_given.unwrap_or(5)
+        };
         let n_rr = if ctx.quick { 5000 } else { 20000 };
         // servers up: retry the first contact
         for t in TARGETS {
@@ -490,37 +532,59 @@ impl Suite for Net {
         let mut table = Table::new(&[
             "server",
             "TCP Mbit/s",
+            "nuttcp TCP Mbit/s",
             "UDP 100M: received Mbit/s",
             "UDP loss %",
             "UDP jitter ms",
             "TCP RR µs",
             "UDP RR µs",
         ]);
-        // six series per target: TCP, UDP, UDP loss, UDP jitter, TCP RR, UDP RR; rounds
-        // interleave the targets so drifting load hits them alike
-        let mut series: Vec<[Vec<f64>; 6]> = TARGETS.iter().map(|_| Default::default()).collect();
+        // seven series per target: TCP, nuttcp TCP, UDP, UDP loss, UDP jitter, TCP RR, UDP RR;
+        // rounds interleave the targets so drifting load hits them alike
+        let mut series: Vec<[Vec<f64>; 7]> = TARGETS.iter().map(|_| Default::default()).collect();
         for r in 0..rounds {
             progress!("net: round {}/{rounds}", r + 1);
             for (k, t) in TARGETS.iter().enumerate() {
                 crate::util::check_interrupted()?;
                 let v = &mut series[k];
                 v[0].push(iperf(&w, t, false, secs)?.0);
+                if nuttcp {
+                    v[1].push(nuttcp_tcp(&w, t, secs)?);
+                }
                 let (u, l, j) = iperf(&w, t, true, secs)?;
-                v[1].push(u);
-                v[2].push(l);
-                v[3].push(j);
-                v[4].push(rr(&w, t, "tcp", n_rr)?);
-                v[5].push(rr(&w, t, "udp", n_rr)?);
+                v[2].push(u);
+                v[3].push(l);
+                v[4].push(j);
+                v[5].push(rr(&w, t, "tcp", n_rr)?);
+                v[6].push(rr(&w, t, "udp", n_rr)?);
             }
         }
         let mut raw = Vec::new();
+        let (mut thr, mut lat) = (Vec::new(), Vec::new());
         for (t, v) in TARGETS.iter().zip(&series) {
-            let m = |v: &Vec<f64>| summarize(v).map(|s| mean_ci(&s)).unwrap_or_default();
+            let m = |v: &Vec<f64>| {
+                summarize(v)
+                    .map(|s| mean_ci(&s))
+                    .unwrap_or_else(|| "skipped: install nuttcp".into())
+            };
             let mut row = vec![t.label.to_string()];
             row.extend(v.iter().map(m));
             table.row(row);
-            raw.push(json!({"target": t.label, "tcp_mbps": v[0], "udp_mbps": v[1], "udp_loss_percent": v[2],
-                "udp_jitter_ms": v[3], "tcp_rr_us": v[4], "udp_rr_us": v[5]}));
+            raw.push(json!({"target": t.label, "tcp_mbps": v[0], "nuttcp_tcp_mbps": v[1], "udp_mbps": v[2],
+                "udp_loss_percent": v[3], "udp_jitter_ms": v[4], "tcp_rr_us": v[5], "udp_rr_us": v[6]}));
+            let mut bars = vec![("iperf3 TCP".to_string(), v[0].clone())];
+            if nuttcp {
+                bars.push(("nuttcp TCP".into(), v[1].clone()));
+            }
+            bars.push(("iperf3 UDP 100M received".into(), v[2].clone()));
+            thr.push((t.mode.to_string(), bars));
+            lat.push((
+                t.mode.to_string(),
+                vec![
+                    ("TCP".to_string(), v[5].clone()),
+                    ("UDP".into(), v[6].clone()),
+                ],
+            ));
         }
         let mut st = Table::new(&[
             "mode",
@@ -538,6 +602,11 @@ impl Suite for Net {
                     title: "Network: test machine → server, by network mode".into(),
                     table,
                     notes: vec![
+                        if nuttcp {
+                            format!("nuttcp -T {secs}: TCP, one stream, beside iperf3 as the published evaluations used both")
+                        } else {
+                            "nuttcp: skipped (install the Debian package nuttcp)".into()
+                        },
                         format!("iperf3 -t {secs} from a \"test machine\" network namespace over a veth pair to the device namespace (where the berth daemon runs); UDP at -b 100M, received rate = rate × (1 − loss); {rounds} round(s), the servers interleaved in each"),
                         format!("RR: one-byte request and answer on one socket, perl client and server; µs per round trip from two runs ({n_rr} + 10 and 10 round trips, so process start-up and connection set-up cancel out)"),
                         "isolated: through the published port (DNAT, bridge, veth, anti-spoofing rules); macvlan: directly to the container's LAN address; shared: the host's namespace".into(),
@@ -550,7 +619,11 @@ impl Suite for Net {
                 },
             ],
             raw: json!({"seconds": secs, "rounds": rounds, "rr_round_trips": n_rr,
-                "throughput": raw, "start": start_raw}),
+                "throughput": raw, "start": start_raw,
+                "series": [
+                    crate::chart::series_json("Throughput by network mode", "Mbit/s", &thr),
+                    crate::chart::series_json("Request-response latency by network mode", "µs", &lat),
+                ]}),
         })
     }
 }
