@@ -267,11 +267,38 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
             "[network]\nmode = \"isolated\"\n[permissions]\ncapabilities = [\"net_admin\", \"net_raw\"]",
         ),
     );
+    // The host's own firewall: tables berth does not own, in the families berth uses. Every
+    // ruleset berth replaces below must leave them exactly as they are.
+    net.nft(
+        "-f - <<'NFT'\n\
+         table inet hostfw {\n\
+           set admins { type ipv4_addr; elements = { 192.0.2.77 } }\n\
+           chain input { type filter hook input priority 10; policy accept; ip saddr @admins counter accept }\n\
+         }\n\
+         table bridge hostbr {\n\
+           chain fwd { type filter hook forward priority 10; policy accept; meta l4proto udp counter }\n\
+         }\n\
+         NFT",
+    );
+    let foreign = |net: &Net| {
+        format!(
+            "{}{}",
+            net.nft("-s list table inet hostfw"),
+            net.nft("-s list table bridge hostbr")
+        )
+    };
+    let host_tables = foreign(&net);
+    assert!(host_tables.contains("192.0.2.77"), "{host_tables}");
     sb.start_daemon();
     sb.ok(&["update"]);
     sb.ok(&["install", "web", "att"]);
     sb.ok(&["start", "web"]);
     sb.ok(&["start", "att"]);
+    assert_eq!(
+        foreign(&net),
+        host_tables,
+        "berth's ruleset touched the host's tables"
+    );
     let w = net_of(&sb, "web");
     assert_eq!(w["ipv4"], "10.87.0.2/24", "{w}");
     assert_eq!(w["mac"], "02:b7:0a:57:00:02");
@@ -442,10 +469,19 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
     );
     sb.ok(&["stop", "web"]);
     sb.ok(&["remove", "web"]);
-    assert!(
-        net.nft("list tables").trim().is_empty(),
-        "{}",
-        net.nft("list tables")
+    // berth's tables are gone; the host's are still there, unchanged.
+    let tables = net.nft("list tables");
+    let mut tables: Vec<&str> = tables.lines().map(str::trim).collect();
+    tables.sort();
+    assert_eq!(
+        tables,
+        ["table bridge hostbr", "table inet hostfw"],
+        "only the host's own tables may remain"
+    );
+    assert_eq!(
+        foreign(&net),
+        host_tables,
+        "berth's ruleset touched the host's tables"
     );
     let dev = net.dev.clone();
     drop(_stop);

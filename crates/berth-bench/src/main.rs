@@ -40,8 +40,12 @@ suites:
                Linpack (hpcc), host and container at once
   mem          host vs container: STREAM (hpcc), mbw, host and container at once
   fs           host vs container: busybox dd (write, write+fsync, read), fio 4k direct I/O
-  net          iperf3 TCP/UDP and request-response latency: host vs shared vs isolated vs
-               macvlan container, in network namespaces of its own; start time per mode
+  security     what seccomp and user namespaces cost: a getpid loop on the host, in
+               lxc-execute without and with berth's seccomp profile, in unprivileged and
+               privileged berth containers; start time of each
+  net          iperf3 and nuttcp TCP, iperf3 UDP, request-response latency: host vs shared
+               vs isolated vs macvlan container, in network namespaces of its own; start time
+               per mode
   governor     main-service response time under a CPU hog with and without the governor;
                the daemon's own CPU use
   all          every suite

@@ -1,7 +1,8 @@
 //! berth-bench under bad conditions, with real runs (root, LXC): an interrupted run keeps
 //! its partial results, missing and failing tools are reported per test while the other
-//! suites go on, leftovers of a killed run are cleaned on the next start, and every tool
-//! berth-bench asks for names the Debian package that really ships it.
+//! suites go on, a server that never comes up fails its suite by name, leftovers of a killed
+//! run are cleaned on the next start, and every tool berth-bench asks for names the Debian
+//! package that really ships it.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::symlink;
@@ -529,4 +530,82 @@ fn interrupted_activation_keeps_its_complete_rounds() {
         assert_eq!(a["samples_ms"][k].as_array().unwrap().len(), done, "{k}");
     }
     no_leftovers(pid);
+}
+
+/// A server that never comes up (here: the host's request-response server, which starts but
+/// never listens) makes its suite fail with a message naming the server and its address,
+/// after a bounded wait; the report is written and the suite's namespaces, containers and
+/// cgroups are gone.
+#[test]
+fn a_server_that_never_comes_up_fails_its_suite_with_its_name() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    berth_built();
+    for tool in ["iperf3", "perl", "ip", "nft"] {
+        assert!(
+            have(tool),
+            "the net suite needs {tool}: install iperf3, perl, iproute2, nftables"
+        );
+    }
+    let t = TempDir::new("noserver");
+    // `perl echo.pl PORT` is the suite's request-response server on the host: it sleeps
+    // instead; every other use of perl (the client) is the real one.
+    let pidfile = t.0.join("server.pid");
+    let wrapper = format!(
+        "#!/bin/sh\ncase \"$1\" in */echo.pl) echo $$ > {}; exec sleep 600 ;; esac\nexec /usr/bin/perl \"$@\"\n",
+        pidfile.display()
+    );
+    let path = path_without(&t.0, &[], &[("perl", &wrapper)]);
+    let (j, md) = (t.0.join("run.json"), t.0.join("run.md"));
+    let t0 = Instant::now();
+    let child = Command::new(BENCH)
+        .args(["--quick", "--json"])
+        .arg(&j)
+        .arg("--markdown")
+        .arg(&md)
+        .arg("net")
+        .env("PATH", &path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    let took = t0.elapsed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        took < Duration::from_secs(240),
+        "gave up only after {took:?}"
+    );
+    let doc = json(&j);
+    let e = doc["suites"]["net"]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no error for net: {}", doc["suites"]["net"]));
+    assert!(
+        e.contains("host (device namespace) does not answer on 192.0.2.1:7101"),
+        "{e}"
+    );
+    let report = std::fs::read_to_string(&md).unwrap();
+    assert!(report.contains("## net"), "{report}");
+    assert!(
+        report.contains("does not answer on 192.0.2.1:7101"),
+        "{report}"
+    );
+    no_leftovers(pid);
+    let ns = std::fs::read_dir("/run/netns")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("berth-bench-{pid}.")))
+        .collect::<Vec<_>>();
+    assert!(ns.is_empty(), "network namespaces left: {ns:?}");
+    // the sleeping "server" was stopped with the run
+    let server = std::fs::read_to_string(&pidfile).expect("the server was never started");
+    let server = server.trim();
+    let stat = std::fs::read_to_string(format!("/proc/{server}/cmdline")).unwrap_or_default();
+    assert!(
+        !stat.starts_with("sleep\x00600"),
+        "the run's server (pid {server}) is still running"
+    );
 }
