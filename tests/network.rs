@@ -269,17 +269,24 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
     );
     // The host's own firewall: tables berth does not own, in the families berth uses. Every
     // ruleset berth replaces below must leave them exactly as they are.
-    net.nft(
-        "-f - <<'NFT'\n\
-         table inet hostfw {\n\
-           set admins { type ipv4_addr; elements = { 192.0.2.77 } }\n\
-           chain input { type filter hook input priority 10; policy accept; ip saddr @admins counter accept }\n\
-         }\n\
-         table bridge hostbr {\n\
-           chain fwd { type filter hook forward priority 10; policy accept; meta l4proto udp counter }\n\
-         }\n\
+    must(&format!(
+        "ip netns exec {} nft -f - <<'NFT'\n\
+         table inet hostfw {{\n\
+           set admins {{ type ipv4_addr; elements = {{ 192.0.2.77 }}; }}\n\
+           chain input {{\n\
+             type filter hook input priority 10; policy accept;\n\
+             ip saddr @admins counter accept\n\
+           }}\n\
+         }}\n\
+         table bridge hostbr {{\n\
+           chain forward_host {{\n\
+             type filter hook forward priority 10; policy accept;\n\
+             meta l4proto udp counter\n\
+           }}\n\
+         }}\n\
          NFT",
-    );
+        net.dev
+    ));
     let foreign = |net: &Net| {
         format!(
             "{}{}",
