@@ -54,6 +54,13 @@ const CHECKS: &[&str] = &[
     "bomb-cpuset.cpus",
     "bomb-cpuset.cpus.effective",
     "host-responsive",
+    "governor-lowered",
+    "governor-matches-file",
+    "governor-holds",
+    "governor-restored",
+    "guard-kill",
+    "guard-before-oom",
+    "guard-nothing-outside",
     "remove",
     "no-cgroups-left",
 ];

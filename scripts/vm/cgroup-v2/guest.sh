@@ -2,8 +2,9 @@
 # The cgroup-v2 VM test, run by the guest's init (a pure cgroup v2 kernel: cgroup2 on
 # /sys/fs/cgroup, cgroup_no_v1=all) from the payload disk: berth check, the daemon and its
 # group budget, a container's planned v2 files, a 2-thread CPU hog held to its cpu.max, a live
-# `berth limit`, a memory hog OOM-killed inside its cgroup, a fork bomb held by pids.max, and
-# no cgroup left behind. Every check prints one line: VMTEST PASS|FAIL NAME DETAIL.
+# `berth limit`, a memory hog OOM-killed inside its cgroup, a fork bomb held by pids.max, the
+# CPU governor writing berth/cpu.max from a probe, the memory guard killing a hog before the
+# OOM killer, and no cgroup left behind. Every check prints one line: VMTEST PASS|FAIL NAME DETAIL.
 # Figures are read from the kernel's own files, never from berth's answers.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -135,8 +136,8 @@ has_controllers() { echo " $(rd "$1") " | grep -q " cpu .*memory .*pids " && ech
 result root-subtree-control "$(has_controllers $CG/cgroup.subtree_control)" \
     "root cgroup.subtree_control = \"$(rd $CG/cgroup.subtree_control)\" (berth enables them for its parent)"
 
-b update >/dev/null 2>&1 && b install hog mem bomb >/dev/null 2>&1
-result install "$?" "hog mem bomb installed: $(b status | tr '\n' ';' | sed 's/  */ /g')"
+b update >/dev/null 2>&1 && b install hog mem bomb gmem >/dev/null 2>&1
+result install "$?" "hog mem bomb gmem installed: $(b status | tr '\n' ';' | sed 's/  */ /g')"
 
 # A container with every limit: its v2 files match the plan.
 out=$(b --json start hog 2>&1)
@@ -215,9 +216,78 @@ result fork-bomb "$(ok "$max" -le 32 -a "$refused" -gt 0 -a "$(rd $P/bomb/pids.m
 result host-responsive "$(ok "$slow" -lt 2000000)" "slowest host fork+exec during the bomb: $((slow / 1000)) ms (< 2000 ms under TCG)"
 b stop -t 1 bomb >/dev/null
 
+# The CPU governor on v2, whose output is berth/cpu.max. The "main service" is an exec probe
+# that answers in 300 ms while /tmp/slow exists (R_c about 3/s against a configured R_n of
+# 10/s: s = T_l + 0.3 (T_u - T_l), about 19 % of all CPUs) and at once without it (s = T_u).
+# The memory guard gets a threshold 120 MiB below what is available now, for the next part.
+kill $daemon
+wait $daemon
+printf '#!/bin/sh\n[ -e /tmp/slow ] && sleep 0.3\nexit 0\n' >/tmp/probe.sh
+chmod 755 /tmp/probe.sh
+: >/tmp/slow
+avail=$(awk '/MemAvailable/ {printf "%d", $2 / 1024}' /proc/meminfo)
+cat >>/etc/berth/berth.toml <<CONF
+[governor]
+probe = "exec:/tmp/probe.sh"
+interval = "1s"
+timeout = "900ms"
+r_normal = "10/s"
+[guard]
+threshold = "$((avail - 120))M"
+interval = "200ms"
+CONF
+"$B" daemon >/tmp/daemon2.log 2>&1 &
+daemon=$!
+wait_for 60 "$B" status
+tu=$((ncpu * 50000))
+quota() { awk '{print $1}' $P/cpu.max; }
+b start hog >/dev/null
+b limit hog --cpu 100% >/dev/null
+t0=$(now_us)
+wait_for 60 sh -c "[ \$(awk '{print \$1}' $P/cpu.max) -lt $((tu * 6 / 10)) ]"
+down=$(( ($(now_us) - t0) / 1000 ))
+sleep 3
+gov=$(b --json governor 2>&1 | tr -d ' \n')
+q0=$(quota)
+pct=$(cpu_pct $P 5)
+q1=$(quota)
+qmax=$(( q0 > q1 ? q0 : q1 ))
+cap=$(echo "$gov" | grep -o '"cap":[0-9.]*' | head -1 | cut -d: -f2) # the top-level one, not history's
+result governor-lowered "$(ok "$q0" -lt $((tu * 6 / 10)) -a -n "$cap")" \
+    "probe 300 ms, R_n 10/s: berth/cpu.max \"$(rd $P/cpu.max)\" after $down ms (T_u: $tu); berth governor: $(echo "$gov" | grep -o '"\(mode\|r_n\|r_c\|cap\|target\)":[^,]*' | tr '\n' ' ')"
+result governor-matches-file "$(within "$cap" "$(awk -v q=$q0 -v n=$ncpu 'BEGIN {print q / n / 1000 - 1}')" "$(awk -v q=$q0 -v n=$ncpu 'BEGIN {print q / n / 1000 + 1}')")" \
+    "cap $cap % of all CPUs = cpu.max quota $q0 / ($ncpu CPUs x 1000)"
+result governor-holds "$(awk -v p="$pct" -v q=$qmax 'BEGIN {exit !(p <= q / 1000 + 5 && p >= q / 1000 / 2)}' && echo 0 || echo 1)" \
+    "hog allowed 100% of one CPU, the group used ${pct}% of one CPU over 5 s under a group quota of $q0..$q1 us per 100 ms (limit $((qmax / 1000)) + 5)"
+rm -f /tmp/slow
+t0=$(now_us)
+wait_for 90 sh -c "[ \"\$(cat $P/cpu.max)\" = \"$tu 100000\" ]"
+up=$(( ($(now_us) - t0) / 1000 ))
+result governor-restored "$(ok "$(rd $P/cpu.max)" = "$tu 100000")" \
+    "probe fast again: berth/cpu.max \"$(rd $P/cpu.max)\" after $up ms"
+b stop -t 1 hog >/dev/null
+
+# The memory guard on v2: a package doubling a string (16 MiB, 32, 64, 128, ... each held
+# 2 s) is killed when MemAvailable falls below the threshold, before its own memory limit
+# (256M) or the kernel's OOM killer is reached; nothing else dies.
+sleep 600 &
+bystander=$!
+ooms0=$(keyed /proc/vmstat oom_kill)
+thr=$(grep -o "memory guard: threshold .*" /tmp/daemon2.log | head -1)
+b start gmem >/dev/null
+wait_for 120 sh -c "'$B' --json status gmem | grep -q '\"guard_kill\": *{'"
+gk=$(b --json status gmem | tr -d ' \n' | grep -o '"guard_kill":{[^}]*}')
+killed=$(grep -o "memory guard: killed gmem.*" /tmp/daemon2.log | head -1)
+ooms1=$(keyed /proc/vmstat oom_kill)
+result guard-kill "$(ok -n "$gk" -a -n "$killed")" "$thr; $killed; $gk"
+result guard-before-oom "$(ok "$((ooms1 - ooms0))" = 0)" "kernel OOM kills meanwhile: $((ooms1 - ooms0))"
+result guard-nothing-outside "$(ok -d /proc/$bystander -a -d /proc/$daemon)" "bystander and daemon alive"
+kill $bystander
+b stop -t 1 gmem >/dev/null 2>&1
+
 # Removed: no container cgroup left behind.
-b remove hog mem bomb >/dev/null
-result remove "$?" "berth remove hog mem bomb"
+b remove hog mem bomb gmem >/dev/null
+result remove "$?" "berth remove hog mem bomb gmem"
 left=$(find $CG -mindepth 1 -type d | sed "s|$CG/||" | tr '\n' ' ')
 result no-cgroups-left "$(ok -z "$(find $P $CG/berth.monitor -mindepth 1 -type d 2>/dev/null)")" \
     "no cgroup below berth/ or berth.monitor/; cgroups on the host: ${left:-none} (lxc.pivot is LXC's own)"

@@ -65,6 +65,12 @@ sleep 1000' 'pids = 32
 cpu_max = "50%"
 cpuset = "0"'
 
+# A memory hog for the guard: the string doubles every 2 s (16 MiB, 32, 64, 128, ...).
+pkg gmem 'echo growing
+x=0123456789abcdef
+while :; do x="$x$x"; sleep 2; done' 'memory = "256M"
+priority = -10'
+
 : >"$out/repo/trusted.txt"
 "$B" repo build "$out/repo" --key "$out/src/vendor.sec" >/dev/null
 rm -rf "$out/src"
