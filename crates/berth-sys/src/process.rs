@@ -324,40 +324,8 @@ pub fn trim_heap() {
 /// advised.
 pub fn release_own_code(evict: bool) -> usize {
     const MADV_PAGEOUT: libc::c_int = 21;
-    let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
-        return 0;
-    };
-    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
-        return 0;
-    };
-    // (start, end, perms, path, anonymous kB) of every mapping.
-    let mut maps: Vec<(usize, usize, String, String, u64)> = Vec::new();
-    for line in smaps.lines() {
-        let mut f = line.split_whitespace();
-        let Some(first) = f.next() else { continue };
-        if let Some((a, b)) = first.split_once('-') {
-            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
-                let perms = f.next().unwrap_or("").to_string();
-                let path = f.nth(3).unwrap_or("").to_string();
-                maps.push((a, b, perms, path, 0));
-                continue;
-            }
-        }
-        if first == "Anonymous:" {
-            if let (Some(m), Some(kb)) = (maps.last_mut(), f.next().and_then(|v| v.parse().ok())) {
-                m.4 = kb;
-            }
-        }
-    }
     let mut total = 0;
-    for (a, b, perms, path, anon) in maps {
-        // Only read-only, private mappings of our own file with no page ever written: code,
-        // and read-only data other than RELRO (the GOT and .data.rel.ro hold relocations
-        // written at load time: dropping those pages would bring back unrelocated bytes).
-        let candidate = (perms == "r-xp" || perms == "r--p") && anon == 0;
-        if !candidate || std::path::Path::new(&path) != exe {
-            continue;
-        }
+    for &(a, b) in own_code_ranges() {
         let addr = a as *mut libc::c_void;
         let mut done = false;
         if evict {
@@ -373,6 +341,56 @@ pub fn release_own_code(evict: bool) -> usize {
         total += b - a;
     }
     total
+}
+
+/// The read-only, never-written mappings of our own executable, found once in
+/// /proc/self/smaps (they do not change after load) so that releasing them again costs
+/// only the madvise calls.
+fn own_code_ranges() -> &'static [(usize, usize)] {
+    static RANGES: std::sync::OnceLock<Vec<(usize, usize)>> = std::sync::OnceLock::new();
+    RANGES.get_or_init(|| {
+        let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
+            return Vec::new();
+        };
+        let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
+            return Vec::new();
+        };
+        // (start, end, perms, path, anonymous kB) of every mapping.
+        let mut maps: Vec<(usize, usize, String, String, u64)> = Vec::new();
+        for line in smaps.lines() {
+            let mut f = line.split_whitespace();
+            let Some(first) = f.next() else { continue };
+            if let Some((a, b)) = first.split_once('-') {
+                if let (Ok(a), Ok(b)) =
+                    (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                {
+                    let perms = f.next().unwrap_or("").to_string();
+                    let path = f.nth(3).unwrap_or("").to_string();
+                    maps.push((a, b, perms, path, 0));
+                    continue;
+                }
+            }
+            if first == "Anonymous:" {
+                if let (Some(m), Some(kb)) =
+                    (maps.last_mut(), f.next().and_then(|v| v.parse().ok()))
+                {
+                    m.4 = kb;
+                }
+            }
+        }
+        maps.into_iter()
+            // Only read-only, private mappings of our own file with no page ever written:
+            // code, and read-only data other than RELRO (the GOT and .data.rel.ro hold
+            // relocations written at load time: dropping those pages would bring back
+            // unrelocated bytes).
+            .filter(|(_, _, perms, path, anon)| {
+                (perms == "r-xp" || perms == "r--p")
+                    && *anon == 0
+                    && std::path::Path::new(path) == exe
+            })
+            .map(|(a, b, ..)| (a, b))
+            .collect()
+    })
 }
 
 /// Urgent data: a PSI trigger fired (Linux ≥ 5.2).

@@ -139,6 +139,9 @@ impl Suite for Footprint {
     fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput> {
         let sb = &mut *ctx.sb;
         let settle = Duration::from_millis(if ctx.quick { 500 } else { 1500 });
+        // Idle is sampled after the memory guard's 5 s safety-net wake-up (when PSI is there),
+        // so it includes whatever a wake-up faults back in, as on a device left alone.
+        let idle_settle = Duration::from_millis(6000);
         let daemon = sb.daemon_pid().ok_or("the daemon is not running")?;
 
         progress!("footprint: binary sizes");
@@ -150,7 +153,7 @@ impl Suite for Footprint {
         // A freshly built binary's pages are still dirty in the page cache and would show as
         // the daemon's private dirty memory: write them back first.
         let _ = std::process::Command::new("sync").status();
-        sleep(settle)?;
+        sleep(idle_settle)?;
         let idle = procfs::mem(daemon)?;
 
         progress!("footprint: starting {DENSITY} containers");
@@ -180,7 +183,7 @@ impl Suite for Footprint {
             sb.ok(&["stop", &pkg_name(i)])?;
             stop_ms.push(t.elapsed().as_secs_f64() * 1000.0);
         }
-        sleep(settle)?;
+        sleep(idle_settle)?;
         let after = procfs::mem(daemon)?;
 
         let cost_rss = avg(&per, |c| c.shim.rss_kib + c.monitor.rss_kib);

@@ -76,6 +76,7 @@ fn run(d: &Daemon, proc: &Path) {
     };
     let mut limit = RateLimit::default();
     let t0 = Instant::now();
+    let mut released = t0;
     loop {
         let Some(avail) = available(proc) else {
             log::error!(
@@ -91,6 +92,14 @@ fn run(d: &Daemon, proc: &Path) {
             continue;
         }
         let near = avail < g.threshold.saturating_mul(2);
+        if !near && released.elapsed() >= Duration::from_millis(SAFETY_NET_MS as u64) {
+            // Before a long sleep: the wake-ups (and whatever code requests ran on other
+            // threads) faulted pages of berth's code back in, by fault-around windows of up
+            // to 64 KiB; hand them back, so a daemon left alone stays small.
+            process::trim_heap();
+            process::release_own_code(false);
+            released = Instant::now();
+        }
         match &psi {
             Some(fd) => {
                 use std::os::fd::AsRawFd;
