@@ -361,8 +361,7 @@ fn own_code_ranges() -> &'static [(usize, usize)] {
             let mut f = line.split_whitespace();
             let Some(first) = f.next() else { continue };
             if let Some((a, b)) = first.split_once('-') {
-                if let (Ok(a), Ok(b)) =
-                    (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
                 {
                     let perms = f.next().unwrap_or("").to_string();
                     let path = f.nth(3).unwrap_or("").to_string();
