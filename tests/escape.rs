@@ -315,6 +315,70 @@ fn every_escape_attempt_fails_in_the_expected_way() {
     );
 }
 
+/// A syscall the default profile denies, granted to one package by the device policy: it
+/// works in that package's container, and only there.
+#[test]
+fn a_granted_syscall_works_in_that_container_only() {
+    let tmp = TempDir::new("grant-sys");
+    let Some(probe) = build_probe(&tmp) else {
+        return;
+    };
+    let mut sb = Sandbox::new("grant-sys");
+    let argv = vec!["/bin/escape".to_string(), "--grantable".to_string()];
+    pack_probe(
+        &sb,
+        &probe,
+        "granted",
+        &argv,
+        "[permissions]\nsyscalls = [\"keyctl\", \"personality\"]",
+    );
+    pack_probe(&sb, &probe, "plain", &argv, "");
+    sb.build_repo();
+    sb.write_config("[security]\ngrant = \"keyctl personality\"\n");
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "granted", "plain"]);
+    let inspect = sb.json(&["inspect", "granted"]);
+    assert_eq!(
+        inspect["seccomp"]["granted"],
+        serde_json::json!(["keyctl", "personality"]),
+        "{inspect}"
+    );
+    assert_eq!(
+        sb.json(&["inspect", "plain"])["seccomp"]["granted"],
+        serde_json::json!([])
+    );
+    let mut table = Vec::new();
+    for (name, want) in [("granted", "ok"), ("plain", "EPERM")] {
+        start(&sb, name);
+        let (got, _) = results(&sb, name);
+        for call in ["keyctl", "personality"] {
+            let r = got
+                .iter()
+                .find(|(n, _)| n == call)
+                .map(|(_, r)| r.as_str())
+                .unwrap_or("(no result)");
+            table.push(format!("| {name} | {call} | {want} | {r} |"));
+            assert_eq!(r, want, "{name}: {call}");
+        }
+        // The profile in force is the default one minus exactly the granted lines.
+        let prof = std::fs::read_to_string(sb.lxcpath().join(name).join("seccomp")).unwrap();
+        for call in ["keyctl", "personality"] {
+            let denied = prof
+                .lines()
+                .any(|l| l.starts_with(&format!("{call} errno")));
+            assert_eq!(denied, name == "plain", "{name}: {call} in\n{prof}");
+        }
+        assert!(
+            prof.lines().any(|l| l.starts_with("ptrace errno")),
+            "{prof}"
+        );
+        sb.ok(&["stop", name]);
+    }
+    println!("| container | syscall | expected | observed |\n|---|---|---|---|");
+    println!("{}", table.join("\n"));
+}
+
 /// Starts a container; on failure, shows LXC's log (the sandbox is gone afterwards).
 fn start(sb: &Sandbox, name: &str) {
     let o = sb.berth(&["start", name]);

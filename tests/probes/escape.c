@@ -87,8 +87,19 @@ int main(int argc, char **argv) {
                ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / (double)n);
         return 0;
     }
+    if (argc == 2 && !strcmp(argv[1], "--grantable")) {
+        /* Syscalls the default profile denies and a package may be granted: harmless
+         * calls (a keyring id lookup, a personality query), so that a granted call
+         * succeeds and a denied one shows seccomp's EPERM. */
+        report("keyctl", syscall(SYS_keyctl, 0 /* KEYCTL_GET_KEYRING_ID */, -3, 0));
+        report("personality", syscall(SYS_personality, 0xffffffffUL));
+        printf("probes done\n");
+        fflush(stdout);
+        pause();
+        return 0;
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: escape HOST_PID OTHER_DATA_PATH\n");
+        fprintf(stderr, "usage: escape HOST_PID OTHER_DATA_PATH | --grantable | --euid | --getpid N\n");
         return 2;
     }
     pid_t host_pid = atoi(argv[1]);
