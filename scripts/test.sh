@@ -20,7 +20,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq lxc squashfs-tools signify-openbsd busybox-static curl runc \
     mosquitto mosquitto-clients gcc libc6-dev file strace \
-    sysbench stress-ng hpcc mbw fio nuttcp >/dev/null
+    sysbench stress-ng hpcc mbw fio nuttcp sockperf >/dev/null
 # The cgroup v2 VM test (tests/vm.rs, docs/vm.md): QEMU, and what builds the VM's Debian image.
 apt-get install -y -qq --no-install-recommends qemu-system-x86 debootstrap e2fsprogs xz-utils zstd >/dev/null
 # security (issue 5): apparmor_parser compiles the generated AppArmor profile in a unit test

@@ -43,9 +43,9 @@ suites:
   security     what seccomp and user namespaces cost: a getpid loop on the host, in
                lxc-execute without and with berth's seccomp profile, in unprivileged and
                privileged berth containers; start time of each
-  net          iperf3 and nuttcp TCP, iperf3 UDP, request-response latency: host vs shared
-               vs isolated vs macvlan container, in network namespaces of its own; start time
-               per mode
+  net          iperf3 and nuttcp TCP, iperf3 UDP, request-response latency (perl echo,
+               sockperf ping-pong): host vs shared vs isolated vs macvlan container, in
+               network namespaces of its own; start time per mode
   governor     main-service response time under a CPU hog with and without the governor;
                the daemon's own CPU use
   all          every suite

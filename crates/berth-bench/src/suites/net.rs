@@ -1,6 +1,6 @@
 //! `net`: TCP and UDP throughput (iperf3, and nuttcp where installed) and request-response
-//! latency between a "test
-//! machine" and a server on the host, in a shared-mode container, in an isolated container
+//! latency (a perl echo, and sockperf ping-pong where installed) between a "test machine" and
+//! a server on the host, in a shared-mode container, in an isolated container
 //! (through its published port) and in a macvlan container, in the same run; and the time
 //! each network mode adds to a container's start.
 //!
@@ -50,6 +50,8 @@ struct Target {
     rr_port: u16,
     /// nuttcp's control port; the client asks for the next one as data port.
     nuttcp_port: u16,
+    /// sockperf's servers, UDP and TCP on the same port number.
+    sockperf_port: u16,
 }
 
 const TARGETS: &[Target] = &[
@@ -60,6 +62,7 @@ const TARGETS: &[Target] = &[
         iperf_port: 5201,
         rr_port: 7101,
         nuttcp_port: 5300,
+        sockperf_port: 5400,
     },
     Target {
         label: "shared container",
@@ -68,6 +71,7 @@ const TARGETS: &[Target] = &[
         iperf_port: 5202,
         rr_port: 7102,
         nuttcp_port: 5302,
+        sockperf_port: 5402,
     },
     Target {
         label: "isolated container (published port)",
@@ -76,6 +80,7 @@ const TARGETS: &[Target] = &[
         iperf_port: 5203,
         rr_port: 7103,
         nuttcp_port: 5304,
+        sockperf_port: 5403,
     },
     Target {
         label: "macvlan container",
@@ -86,6 +91,7 @@ const TARGETS: &[Target] = &[
         iperf_port: 5201,
         rr_port: 7001,
         nuttcp_port: 5300,
+        sockperf_port: 5400,
     },
 ];
 
@@ -219,8 +225,10 @@ fn package(
             let p = which(t).ok_or(format!("{t} is missing"))?;
             std::fs::copy(&p, src.join("usr/bin").join(t)).context("copy a tool")?;
         }
-        if let Some(p) = which("nuttcp") {
-            std::fs::copy(&p, src.join("usr/bin/nuttcp")).context("copy nuttcp")?;
+        for t in ["nuttcp", "sockperf"] {
+            if let Some(p) = which(t) {
+                std::fs::copy(&p, src.join("usr/bin").join(t)).context("copy a tool")?;
+            }
         }
         std::fs::write(src.join("echo.pl"), ECHO).context("write echo.pl")?;
     }
@@ -282,6 +290,44 @@ fn nuttcp_tcp(w: &World, t: &Target, secs: u32) -> Result<f64> {
         .find_map(|f| f.strip_prefix("rate_Mbps="))
         .and_then(|r| r.parse().ok())
         .ok_or_else(|| format!("nuttcp to {}: no rate in {text:?}", t.label).into())
+}
+
+/// sockperf ping-pong from the test machine for `secs`, 100-byte messages (the published
+/// netperf RR used 100 and 200 bytes): (mean, p99) round-trip time in µs.
+fn sockperf_rr(w: &World, t: &Target, tcp: bool, secs: u32) -> Result<(f64, f64)> {
+    let proto = if tcp { "TCP" } else { "UDP" };
+    let text = w
+        .tm(&format!(
+            "sockperf ping-pong -i {} -p {} {} -m 100 -t {secs} --full-rtt 2>&1",
+            t.addr,
+            t.sockperf_port,
+            if tcp { "--tcp" } else { "" }
+        ))
+        .map_err(|e| format!("sockperf {proto} to {}: {e}", t.label))?;
+    sockperf_parse(&text)
+        .ok_or_else(|| format!("sockperf {proto} to {}: no result in {text:?}", t.label).into())
+}
+
+/// From sockperf's summary: `avg-rtt=47.180 (std-dev=…)` and `---> percentile 99.000 = 59.1`.
+fn sockperf_parse(text: &str) -> Option<(f64, f64)> {
+    let num = |s: &str| -> Option<f64> {
+        let s: String = s
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        s.parse().ok()
+    };
+    let avg = text
+        .split("avg-rtt=")
+        .nth(1)
+        .or_else(|| text.split("avg-lat=").nth(1))
+        .and_then(num)?;
+    let p99 = text.lines().find_map(|l| {
+        let (_, rest) = l.split_once("percentile 99.000")?;
+        num(rest.trim_start().strip_prefix('=')?)
+    })?;
+    Some((avg, p99))
 }
 
 /// Microseconds per round trip: two runs with different counts, so process start-up and
@@ -378,15 +424,18 @@ impl Suite for Net {
         // Packages: servers in three modes, and idle payloads for the start-time comparison.
         // nuttcp (when packed) on its control port; the client names the data port (a
         // server takes no -p), so a published data port keeps its number
-        let server = |port: u16, rr: u16, nut: u16| {
-            format!("[ -x /usr/bin/nuttcp ] && /usr/bin/nuttcp -S --nofork -P {nut} &\n/usr/bin/perl /echo.pl {rr} &\nexec /usr/bin/iperf3 -s -p {port}\n")
+        let server = |port: u16, rr: u16, nut: u16, sp: u16| {
+            format!("[ -x /usr/bin/nuttcp ] && /usr/bin/nuttcp -S --nofork -P {nut} &\n\
+                     [ -x /usr/bin/sockperf ] && /usr/bin/sockperf server -i 0.0.0.0 -p {sp} >/dev/null &\n\
+                     [ -x /usr/bin/sockperf ] && /usr/bin/sockperf server --tcp -i 0.0.0.0 -p {sp} >/dev/null &\n\
+                     /usr/bin/perl /echo.pl {rr} &\nexec /usr/bin/iperf3 -s -p {port}\n")
         };
         let b = &w.berth;
         package(
             b,
             &dir,
             "srv-shared",
-            &server(5202, 7102, 5302),
+            &server(5202, 7102, 5302, 5402),
             "mode = \"shared\"",
             true,
         )?;
@@ -394,8 +443,8 @@ impl Suite for Net {
             b,
             &dir,
             "srv-iso",
-            &server(5201, 7001, 5300),
-            "mode = \"isolated\"\npublish = [\"5203:5201/tcp\", \"5203:5201/udp\", \"7103:7001/tcp\", \"7103:7001/udp\", \"5304:5300/tcp\", \"5305:5305/tcp\"]",
+            &server(5201, 7001, 5300, 5400),
+            "mode = \"isolated\"\npublish = [\"5203:5201/tcp\", \"5203:5201/udp\", \"7103:7001/tcp\", \"7103:7001/udp\", \"5304:5300/tcp\", \"5305:5305/tcp\", \"5403:5400/tcp\", \"5403:5400/udp\"]",
             true,
         )?;
         package(
@@ -403,7 +452,7 @@ impl Suite for Net {
             &dir,
             "srv-mv",
             // addressed by the device from its macvlan_pool (192.0.2.51, see TARGETS)
-            &server(5201, 7001, 5300),
+            &server(5201, 7001, 5300, 5400),
             "mode = \"macvlan\"",
             true,
         )?;
@@ -509,6 +558,11 @@ impl Suite for Net {
         if nuttcp {
             w.in_dev(&["nuttcp", "-S", "--nofork", "-P", "5300"])?;
         }
+        let sockperf = which("sockperf").is_some();
+        if sockperf {
+            w.in_dev(&["sockperf", "server", "-i", "0.0.0.0", "-p", "5400"])?;
+            w.in_dev(&["sockperf", "server", "--tcp", "-i", "0.0.0.0", "-p", "5400"])?;
+        }
         for n in ["srv-shared", "srv-iso", "srv-mv"] {
             w.berth(&["start", n])?;
         }
@@ -538,10 +592,15 @@ impl Suite for Net {
             "UDP jitter ms",
             "TCP RR µs",
             "UDP RR µs",
+            "sockperf TCP RTT µs",
+            "sockperf TCP p99 µs",
+            "sockperf UDP RTT µs",
+            "sockperf UDP p99 µs",
         ]);
-        // seven series per target: TCP, nuttcp TCP, UDP, UDP loss, UDP jitter, TCP RR, UDP RR;
-        // rounds interleave the targets so drifting load hits them alike
-        let mut series: Vec<[Vec<f64>; 7]> = TARGETS.iter().map(|_| Default::default()).collect();
+        // eleven series per target: TCP, nuttcp TCP, UDP, UDP loss, UDP jitter, TCP RR,
+        // UDP RR, sockperf TCP mean and p99, UDP mean and p99; rounds interleave the targets
+        // so drifting load hits them alike
+        let mut series: Vec<[Vec<f64>; 11]> = TARGETS.iter().map(|_| Default::default()).collect();
         for r in 0..rounds {
             progress!("net: round {}/{rounds}", r + 1);
             for (k, t) in TARGETS.iter().enumerate() {
@@ -557,34 +616,59 @@ impl Suite for Net {
                 v[4].push(j);
                 v[5].push(rr(&w, t, "tcp", n_rr)?);
                 v[6].push(rr(&w, t, "udp", n_rr)?);
+                if sockperf {
+                    // its servers started beside the echo server that answered above; give
+                    // them a moment more in the first round only
+                    if r == 0 {
+                        let deadline = Instant::now() + Duration::from_secs(5);
+                        while sockperf_rr(&w, t, true, 1).is_err() && Instant::now() < deadline {
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
+                    }
+                    let (m, p) = sockperf_rr(&w, t, true, secs)?;
+                    v[7].push(m);
+                    v[8].push(p);
+                    let (m, p) = sockperf_rr(&w, t, false, secs)?;
+                    v[9].push(m);
+                    v[10].push(p);
+                }
             }
         }
         let mut raw = Vec::new();
         let (mut thr, mut lat) = (Vec::new(), Vec::new());
         for (t, v) in TARGETS.iter().zip(&series) {
-            let m = |v: &Vec<f64>| {
-                summarize(v)
-                    .map(|s| mean_ci(&s))
-                    .unwrap_or_else(|| "skipped: install nuttcp".into())
+            let m = |(k, v): (usize, &Vec<f64>)| {
+                summarize(v).map(|s| mean_ci(&s)).unwrap_or_else(|| {
+                    if k == 1 {
+                        "skipped: install nuttcp"
+                    } else {
+                        "skipped: install sockperf"
+                    }
+                    .into()
+                })
             };
             let mut row = vec![t.label.to_string()];
-            row.extend(v.iter().map(m));
+            row.extend(v.iter().enumerate().map(m));
             table.row(row);
             raw.push(json!({"target": t.label, "tcp_mbps": v[0], "nuttcp_tcp_mbps": v[1], "udp_mbps": v[2],
-                "udp_loss_percent": v[3], "udp_jitter_ms": v[4], "tcp_rr_us": v[5], "udp_rr_us": v[6]}));
+                "udp_loss_percent": v[3], "udp_jitter_ms": v[4], "tcp_rr_us": v[5], "udp_rr_us": v[6],
+                "sockperf_tcp_rtt_us": v[7], "sockperf_tcp_p99_us": v[8],
+                "sockperf_udp_rtt_us": v[9], "sockperf_udp_p99_us": v[10]}));
             let mut bars = vec![("iperf3 TCP".to_string(), v[0].clone())];
             if nuttcp {
                 bars.push(("nuttcp TCP".into(), v[1].clone()));
             }
             bars.push(("iperf3 UDP 100M received".into(), v[2].clone()));
             thr.push((t.mode.to_string(), bars));
-            lat.push((
-                t.mode.to_string(),
-                vec![
-                    ("TCP".to_string(), v[5].clone()),
-                    ("UDP".into(), v[6].clone()),
-                ],
-            ));
+            let mut bars = vec![
+                ("perl TCP".to_string(), v[5].clone()),
+                ("perl UDP".into(), v[6].clone()),
+            ];
+            if sockperf {
+                bars.push(("sockperf TCP".into(), v[7].clone()));
+                bars.push(("sockperf UDP".into(), v[9].clone()));
+            }
+            lat.push((t.mode.to_string(), bars));
         }
         let mut st = Table::new(&[
             "mode",
@@ -609,6 +693,11 @@ impl Suite for Net {
                         },
                         format!("iperf3 -t {secs} from a \"test machine\" network namespace over a veth pair to the device namespace (where the berth daemon runs); UDP at -b 100M, received rate = rate × (1 − loss); {rounds} round(s), the servers interleaved in each"),
                         format!("RR: one-byte request and answer on one socket, perl client and server; µs per round trip from two runs ({n_rr} + 10 and 10 round trips, so process start-up and connection set-up cancel out)"),
+                        if sockperf {
+                            format!("sockperf ping-pong -m 100 -t {secs} --full-rtt: 100-byte messages back and forth (the published evaluation: netperf TCP_RR/UDP_RR, 100-byte request, 200-byte answer; netperf is not in Debian), mean and 99th percentile round-trip time")
+                        } else {
+                            "sockperf: skipped (install the Debian package sockperf)".into()
+                        },
                         "isolated: through the published port (DNAT, bridge, veth, anti-spoofing rules); macvlan: directly to the container's LAN address; shared: the host's namespace".into(),
                     ],
                 },
@@ -625,5 +714,32 @@ impl Suite for Net {
                     crate::chart::series_json("Request-response latency by network mode", "µs", &lat),
                 ]}),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sockperf_parse;
+
+    #[test]
+    fn sockperf_summary_is_read() {
+        // sockperf 3.7 (Debian 12), ping-pong --full-rtt, colours included
+        let out = "sockperf: [Valid Duration] RunTime=0.550 sec; SentMessages=6713; ReceivedMessages=6713\n\
+                   sockperf: \x1b[2;35m====> avg-rtt=81.926 (std-dev=59.028)\x1b[0m\n\
+                   sockperf: ---> percentile 99.900 =  238.143\n\
+                   sockperf: ---> percentile 99.000 =  125.556\n\
+                   sockperf: ---> percentile 50.000 =   78.977\n";
+        assert_eq!(sockperf_parse(out), Some((81.926, 125.556)));
+        // without --full-rtt it says avg-lat (half the round trip): still read
+        assert_eq!(
+            sockperf_parse(&out.replace("avg-rtt", "avg-lat")),
+            Some((81.926, 125.556))
+        );
+        assert_eq!(sockperf_parse("sockperf: ERROR: connect failed"), None);
+        assert_eq!(
+            sockperf_parse("avg-rtt=1.5 (std-dev=0.1)\n"),
+            None,
+            "no p99"
+        );
     }
 }
