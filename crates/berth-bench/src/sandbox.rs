@@ -27,6 +27,13 @@ pub struct PkgSpec {
     pub host_base: bool,
 }
 
+/// The sandbox's device policy: the group may use every CPU. Host runs of the host-vs-guest
+/// suites join siblings of the container's cgroup, so under the default group cap (T_u = 50 %
+/// of all CPUs, one CPU here) both sides would share one CPU: parallel instances and "host and
+/// guest at once" would measure the device policy, not the container. The governor suite
+/// takes this out again to work with the default T_u.
+pub const UNCAPPED_POLICY: &str = "[policy]\ncpu_max = \"100%\"\n";
+
 pub struct Sandbox {
     pub dir: PathBuf,
     pub config_path: PathBuf,
@@ -105,7 +112,7 @@ impl Sandbox {
         let cgroup_parent = format!("{DIR_PREFIX}{pid}");
         let config_path = dir.join("berth.toml");
         let text = format!(
-            "repository = \"file://{repo}\"\n[paths]\nstate = \"{state}\"\nrun = \"{run}\"\nkeys = \"{keys}\"\nlxcpath = \"{lxc}\"\n[containers]\ncgroup_parent = \"{cgroup_parent}\"\nstop_timeout = \"10s\"\n",
+            "repository = \"file://{repo}\"\n[paths]\nstate = \"{state}\"\nrun = \"{run}\"\nkeys = \"{keys}\"\nlxcpath = \"{lxc}\"\n[containers]\ncgroup_parent = \"{cgroup_parent}\"\nstop_timeout = \"10s\"\n{UNCAPPED_POLICY}",
             repo = dir.join("repo").display(),
             state = dir.join("state").display(),
             run = dir.join("run").display(),

@@ -413,7 +413,8 @@ impl Suite for Net {
         std::fs::write(
             &w.config,
             format!(
-                "repository = \"file://{d}/repo\"\n[paths]\nstate = \"{d}/state\"\nrun = \"{d}/run\"\nkeys = \"{d}/keys\"\n[containers]\ncgroup_parent = \"{cg}\"\nstop_timeout = \"5s\"\n[network]\ntable = \"berth_bench\"\npublish_on = \"tm0\"\nmacvlan_parent = \"tm0\"\nmacvlan_pool = \"192.0.2.50-192.0.2.51/24\"\n",
+                "repository = \"file://{d}/repo\"\n[paths]\nstate = \"{d}/state\"\nrun = \"{d}/run\"\nkeys = \"{d}/keys\"\n[containers]\ncgroup_parent = \"{cg}\"\nstop_timeout = \"5s\"\n[network]\ntable = \"berth_bench\"\npublish_on = \"tm0\"\nmacvlan_parent = \"tm0\"\nmacvlan_pool = \"192.0.2.50-192.0.2.51/24\"\n{}",
+                crate::sandbox::UNCAPPED_POLICY,
                 d = dir.display(),
                 cg = w.cgroup_parent
             ),
