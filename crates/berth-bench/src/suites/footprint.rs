@@ -341,7 +341,11 @@ impl Suite for Footprint {
                     notes: vec![
                         "RSS = VmRSS of /proc/PID/status (counts shared library pages: libc, liblxc); private = Private_Clean + Private_Dirty of /proc/PID/smaps_rollup; PSS = shared pages divided among their users".into(),
                         "private dirty = heap, stacks and written data; the rest of private is clean file pages no other process maps (while no shim runs, that includes the berth binary's own text)".into(),
-                        format!("measured {} s after the daemon last did something", settle.as_secs_f64()),
+                        format!(
+                            "idle and after stopping: measured {} s after the daemon last did something (past the memory guard's 5 s wake-up); with containers running: {} s",
+                            idle_settle.as_secs_f64(),
+                            settle.as_secs_f64()
+                        ),
                     ],
                 },
                 Section {
