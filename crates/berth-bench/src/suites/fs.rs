@@ -1,6 +1,7 @@
 //! fs: file system throughput on the host and in a berth container's /data (DESIGN.md
-//! decision 10). Both sides write to the same file system: the guest to its /data (the
-//! daemon's bind of the package's data directory), the host to a directory next to it.
+//! decision 10). Both sides work on the same files: the guest in its /data (the daemon's
+//! bind of the package's data directory), the host in that directory as the host sees it
+//! ([`HostGuest::share_data`]).
 //!
 //! - the seed method (published A): busybox dd of 4096 × N blocks, write without and with
 //!   `conv=fsync`, read after dropping the caches; the host writes back and drops the page
@@ -10,7 +11,7 @@
 use serde_json::{json, Value};
 
 use super::cpu::{method_note, tool_versions};
-use super::hostguest::{self, abab, drop_caches, HostGuest, Metric, Side, Tool};
+use super::hostguest::{self, abab, drop_caches, HostGuest, Metric, Tool};
 use super::{Ctx, Suite};
 use crate::report::{Section, SuiteOutput};
 use crate::sandbox::{PkgSpec, Sandbox};
@@ -55,7 +56,8 @@ impl Suite for Fs {
         let fio_mib: usize = if ctx.quick { 32 } else { 256 };
         let fio_secs: usize = if ctx.quick { 1 } else { 2 };
         let sb = &*ctx.sb;
-        let hg = HostGuest::start(sb, PKG, &[FIO])?;
+        let mut hg = HostGuest::start(sb, PKG, &[FIO])?;
+        hg.share_data();
         let r = (|| -> Result<(Vec<Metric>, Vec<Metric>)> {
             let mb = (blocks * 4096) as f64 / 1e6;
             let mut dd = vec![
@@ -89,11 +91,7 @@ impl Suite for Fs {
                         m[k].push(side, mb / o.secs, o.load);
                     }
                 }
-                let dir = match side {
-                    Side::Host => &hg.host_data,
-                    Side::Guest => &hg.guest_data,
-                };
-                let _ = std::fs::remove_file(dir.join("dd.img"));
+                let _ = std::fs::remove_file(hg.guest_data.join("dd.img"));
                 Ok(())
             })?;
 
@@ -166,7 +164,7 @@ impl Suite for Fs {
                 table: hostguest::table(&dd),
                 notes: vec![
                     format!("`busybox dd bs=4096 count={blocks}` from /dev/zero to a new file, then the same with `conv=fsync`, then the file to /dev/null; `sync` and `echo 3 > /proc/sys/vm/drop_caches` from the host before every phase; MB/s = bytes / time from the script's start to dd's exit"),
-                    format!("both sides write to {fstype}: the guest to /data (berth's bind of its data directory), the host to a directory next to it"),
+                    format!("both sides work on the same files on {fstype}: the guest in /data (berth's bind of its data directory), the host in that directory (where a file sits on a virtual disk can change its speed more than a container does)"),
                     "published A: 600 MHz MIPS router, overlayfs on squashfs + ubifs, 100 runs (host → guest); absolute MB/s not comparable".into(),
                 ],
             },
