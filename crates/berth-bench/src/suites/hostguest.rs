@@ -209,7 +209,7 @@ impl HostGuest {
     /// Host runs work in the guest's data directory, so both sides read and write the same
     /// files at the same place on the disk. Where a file sits on a (virtual) disk can change
     /// its speed more than the container does: on the development VM a file laid out later
-    /// took 4 KiB random writes 13–35 % slower, whoever wrote it. What a host run creates is
+    /// took 4 KiB random writes 4–43 % slower (median 25 %), whoever wrote it. What a host run creates is
     /// handed to the directory's owner (the container's root, in a user namespace) so that the
     /// guest can write it in turn. Not for runs of both sides at once.
     pub fn share_data(&mut self) {
