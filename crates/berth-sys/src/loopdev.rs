@@ -305,8 +305,8 @@ pub fn loop_backing_files(sys_root: &Path) -> io::Result<Vec<LoopDevice>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mount::tests::{require_fs, require_root, MountGuard, TempDir};
-    use crate::mount::{mounts_under, umount};
+    use crate::mount::mounts_under;
+    use crate::mount::tests::{require_fs, require_root, umount_waiting, MountGuard, TempDir};
 
     fn make_image(d: &TempDir) -> PathBuf {
         let src = d.path().join("src");
@@ -366,7 +366,7 @@ mod tests {
         assert!(l.autoclear, "{l:?}");
         assert!(l.read_only, "{l:?}");
 
-        assert!(umount(&target, false).unwrap());
+        assert!(umount_waiting(&target));
         // Autoclear releases the device once the mount is gone (the kernel may take a moment).
         let mut freed = false;
         for _ in 0..100 {

@@ -288,6 +288,23 @@ pub(crate) mod tests {
     use super::*;
     use std::sync::atomic::{AtomicU32, Ordering};
 
+    /// `umount(target, false)`, waiting out EBUSY for up to 2 s. Other tests in this binary
+    /// fork children that do not exec: one forked while this test had a file of the mount
+    /// open holds that file, and so the mount, until it exits.
+    pub fn umount_waiting(target: &Path) -> bool {
+        for _ in 0..100 {
+            match umount(target, false) {
+                Err(SysError::Io { ref error, .. })
+                    if error.raw_os_error() == Some(libc::EBUSY) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                r => return r.unwrap(),
+            }
+        }
+        umount(target, false).unwrap()
+    }
+
     /// A temp dir removed on drop, after lazily unmounting anything still mounted below it.
     pub(crate) struct TempDir(pub PathBuf);
 
@@ -476,7 +493,7 @@ garbage line
             );
         }
 
-        assert!(umount(&bt, false).unwrap());
+        assert!(umount_waiting(&bt));
         assert!(!umount(&bt, false).unwrap(), "second umount is a no-op");
         assert!(umount(&t, true).unwrap());
         assert!(!umount(&d.path().join("missing"), false).unwrap());
