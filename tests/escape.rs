@@ -2,9 +2,12 @@
 //! packed into a package tries, from inside its container, to take the device: load a
 //! module, mount, write the package or the kernel's knobs, create or open devices, forge
 //! packets, reach host processes, gain root through a setuid file, rename the host, reboot,
-//! use bpf/perf, set the clock, open_by_handle_at, fork without end, read another container's
-//! /data. Every attempt must fail in the SPECIFIC way listed here; a table of probe, expected,
-//! observed is printed for each container kind.
+//! use bpf/perf, set the clock, open_by_handle_at, io_uring, fork without end, read another
+//! container's /data, read the kernel's keys, timers and slab caches, write IRQ affinity,
+//! administer the host's interfaces, reach another container's LXC command socket. Every
+//! attempt must fail in the SPECIFIC way listed here; a table of probe, expected, observed is
+//! printed for each container kind: unprivileged, privileged (trusted), and privileged sharing
+//! the host's network namespace (trusted, network "shared").
 
 mod common;
 
@@ -119,7 +122,16 @@ fn results(sb: &Sandbox, name: &str) -> (Vec<(String, String)>, u32) {
 /// container's namespaces at all.
 /// `userns`: the container has its own user namespace (files of the host's root are not its
 /// own, so some denials come before the read-only check).
-fn expected(userns: bool) -> Vec<(&'static str, &'static str)> {
+fn expected(kind: Kind) -> Vec<(&'static str, &'static str)> {
+    let userns = kind == Kind::Unprivileged;
+    // A masked file reads empty; a kernel without the file has nothing to mask.
+    let masked = |p: &str| {
+        if Path::new(p).exists() {
+            "empty"
+        } else {
+            "ENOENT"
+        }
+    };
     let mut e = vec![
         ("init_module", "EPERM"),
         ("finit_module", "EPERM"),
@@ -140,6 +152,38 @@ fn expected(userns: bool) -> Vec<(&'static str, &'static str)> {
                 "ENOENT"
             },
         ),
+        // IRQ affinity and bus knobs: read-only binds over what proc:mixed leaves writable
+        ("write_proc_irq", if userns { "EACCES" } else { "EROFS" }),
+        (
+            "write_proc_bus",
+            if !Path::new("/proc/bus/pci/devices").exists() {
+                "ENOENT"
+            } else if userns {
+                "EACCES"
+            } else {
+                "EROFS"
+            },
+        ),
+        ("read_proc_keys", masked("/proc/keys")),
+        ("read_proc_key_users", masked("/proc/key-users")),
+        ("read_proc_timer_list", masked("/proc/timer_list")),
+        ("read_proc_slabinfo", masked("/proc/slabinfo")),
+        ("read_proc_vmallocinfo", masked("/proc/vmallocinfo")),
+        ("read_proc_kallsyms", masked("/proc/kallsyms")),
+        ("list_proc_acpi", masked("/proc/acpi")),
+        // no net_admin: the default policy grants trusted packages nothing by name
+        ("net_admin_lo_mtu", "EPERM"),
+        // other containers' LXC command sockets live in the host's network namespace: a
+        // container with its own namespace does not even find them; one sharing the host's
+        // is refused by Landlock's abstract-socket scope
+        (
+            "lxc_command_socket",
+            if kind == Kind::Shared {
+                "EPERM"
+            } else {
+                "ECONNREFUSED"
+            },
+        ),
         ("mknod_block", "EPERM"),
         ("mknod_mem", "EPERM"),
         ("open_dev_sda", "ENOENT"),
@@ -157,6 +201,7 @@ fn expected(userns: bool) -> Vec<(&'static str, &'static str)> {
         ("sethostname", "EPERM"),
         ("reboot", "EPERM"),
         ("kexec_load", "EPERM"),
+        ("kexec_file_load", "EPERM"),
         ("swapon", "EPERM"),
         ("bpf", "EPERM"),
         ("perf_event_open", "EPERM"),
@@ -166,6 +211,11 @@ fn expected(userns: bool) -> Vec<(&'static str, &'static str)> {
         ("unshare_user", "EPERM"),
         ("unshare_mount", "EPERM"),
         ("userfaultfd", "EPERM"),
+        ("io_uring_setup", "EPERM"),
+        ("io_uring_enter", "EPERM"),
+        ("io_uring_register", "EPERM"),
+        ("fanotify_init", "EPERM"),
+        ("pidfd_getfd", "EPERM"),
         ("open_by_handle_at", "EPERM"),
         ("name_to_handle_at", "EPERM"),
         ("other_data", "ENOENT"),
@@ -181,11 +231,18 @@ fn expected(userns: bool) -> Vec<(&'static str, &'static str)> {
 
 const PIDS_MAX: u32 = 48;
 
-fn check(kind: &str, userns: bool, got: &[(String, String)], forks: u32) -> Vec<String> {
-    println!("\nescape probes, {kind} container:");
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Kind {
+    Unprivileged,
+    Privileged,
+    Shared,
+}
+
+fn check(kind: Kind, got: &[(String, String)], forks: u32) -> Vec<String> {
+    println!("\nescape probes, {kind:?} container:");
     println!("{:<26} {:<10} {:<10}", "PROBE", "EXPECTED", "OBSERVED");
     let mut bad = Vec::new();
-    for (probe, want) in expected(userns) {
+    for (probe, want) in expected(kind) {
         let seen = got
             .iter()
             .find(|(n, _)| n == probe)
@@ -194,12 +251,14 @@ fn check(kind: &str, userns: bool, got: &[(String, String)], forks: u32) -> Vec<
         let mark = if seen == want { "" } else { "  <-- WRONG" };
         println!("{probe:<26} {want:<10} {seen:<10}{mark}");
         if seen != want {
-            bad.push(format!("{kind}: {probe}: expected {want}, observed {seen}"));
+            bad.push(format!(
+                "{kind:?}: {probe}: expected {want}, observed {seen}"
+            ));
         }
     }
     println!("(fork bomb stopped after {forks} processes; pids limit {PIDS_MAX})");
     if forks >= PIDS_MAX {
-        bad.push(format!("{kind}: forked {forks} >= pids limit {PIDS_MAX}"));
+        bad.push(format!("{kind:?}: forked {forks} >= pids limit {PIDS_MAX}"));
     }
     bad
 }
@@ -210,18 +269,29 @@ fn every_escape_attempt_fails_in_the_expected_way() {
     let Some(probe) = build_probe(&tmp) else {
         return;
     };
+    let scoped = kernel_scopes_abstract_sockets();
     let mut sb = Sandbox::new("escape");
     sb.trust("probetrusted");
+    sb.trust("probeshared");
     let host = HostProc(Command::new("sleep").arg("300").spawn().unwrap());
     let other = sb.state_dir().join("data/victim/secret");
+    let victim_socket = sb.lxcpath().join("victim/command");
     let argv = vec![
         "/bin/escape".to_string(),
         host.0.id().to_string(),
         other.display().to_string(),
+        victim_socket.display().to_string(),
     ];
     let tables = format!("[resources]\npids = {PIDS_MAX}\n");
     pack_probe(&sb, &probe, "probe", &argv, &tables);
     pack_probe(&sb, &probe, "probetrusted", &argv, &tables);
+    pack_probe(
+        &sb,
+        &probe,
+        "probeshared",
+        &argv,
+        &format!("{tables}[network]\nmode = \"shared\"\n"),
+    );
     sb.pack(&Pkg::script(
         "victim",
         "1.0",
@@ -230,17 +300,28 @@ fn every_escape_attempt_fails_in_the_expected_way() {
     sb.build_repo();
     sb.start_daemon();
     sb.ok(&["update"]);
-    sb.ok(&["install", "probe", "probetrusted", "victim"]);
+    sb.ok(&["install", "probe", "probetrusted", "probeshared", "victim"]);
     start(&sb, "victim");
     sb.wait_log("victim", "written");
     assert!(other.exists(), "the victim's secret is on the host");
     let host_name = hostname();
 
     let mut bad = Vec::new();
-    for (name, kind) in [
-        ("probe", "unprivileged (default)"),
-        ("probetrusted", "privileged (trusted)"),
-    ] {
+    let mut kinds = vec![
+        ("probe", Kind::Unprivileged),
+        ("probetrusted", Kind::Privileged),
+    ];
+    if scoped {
+        kinds.push(("probeshared", Kind::Shared));
+    } else {
+        // Without Landlock's scope the default policy keeps shared containers from starting.
+        println!(
+            "kernel without Landlock abstract-socket scoping: the shared container must be refused"
+        );
+        let (_, err) = sb.fail(&["start", "probeshared"]);
+        assert!(err.contains("shared_network = \"unscoped\""), "{err}");
+    }
+    for (name, kind) in kinds {
         let inspect = sb.json(&["inspect", name]);
         println!("berth inspect {name}: {inspect}");
         let caps: Vec<&str> = inspect["capabilities"]
@@ -250,14 +331,14 @@ fn every_escape_attempt_fails_in_the_expected_way() {
             .map(|c| c.as_str().unwrap())
             .collect();
         assert_eq!(caps, berth_kept_caps(), "{name}");
-        assert_eq!(inspect["seccomp"]["profile"], "berth-default-1");
-        assert_eq!(inspect["trusted"], name == "probetrusted");
+        assert_eq!(inspect["seccomp"]["profile"], "berth-default-2");
+        assert_eq!(inspect["trusted"], name != "probe");
         // untrusted: a user namespace; trusted: privileged (the default policy allows it)
-        assert_eq!(inspect["privileged"], name == "probetrusted");
+        assert_eq!(inspect["privileged"], name != "probe");
         assert_eq!(inspect["idmap"].is_object(), name == "probe");
         start(&sb, name);
         let (got, forks) = results(&sb, name);
-        bad.extend(check(kind, name == "probe", &got, forks));
+        bad.extend(check(kind, &got, forks));
         // The container's own config says what inspect says.
         let cfg = std::fs::read_to_string(sb.lxcpath().join(name).join("config")).unwrap();
         assert!(
@@ -308,6 +389,11 @@ fn every_escape_attempt_fails_in_the_expected_way() {
         sb.ok(&["stop", name]);
     }
     assert_eq!(hostname(), host_name, "the host's hostname changed");
+    assert_eq!(
+        sb.status_of("victim")["state"],
+        "running",
+        "the victim container survived"
+    );
     assert!(
         bad.is_empty(),
         "escape probes did not fail as expected:\n{}",
@@ -406,4 +492,149 @@ fn berth_kept_caps() -> Vec<&'static str> {
         "setuid",
         "sys_chroot",
     ]
+}
+
+/// Whether this kernel has Landlock ABI 6 (abstract-socket scoping): asked the way berth does.
+fn kernel_scopes_abstract_sockets() -> bool {
+    let out = Command::new(BERTH)
+        .args(["--json", "check"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["features"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["name"] == "shared network scoping" && f["status"] == "present")
+}
+
+/// A trusted package sharing the host's network runs LXC's own `lxc-stop` (the host's binary,
+/// its libraries from `base = "host"`) against another container: LXC's command socket is an
+/// abstract socket in the host's network namespace, and Landlock's scope keeps the container
+/// from it, so the other container keeps running. Then the same package on a kernel without
+/// the scope (simulated): refused by the default policy, and with `shared_network =
+/// "unscoped"` the risk that policy accepts is real.
+#[test]
+fn shared_container_cannot_stop_another_through_lxc() {
+    let mut sb = Sandbox::new("lxcstop");
+    let lxc_stop = which("lxc-stop").expect("lxc-stop (Debian package lxc)");
+    sb.trust("stopper");
+    sb.pack(&Pkg::script("victim", "1.0", "echo up\nexec sleep 600\n"));
+    let script = format!(
+        "/bin/lxc-stop -P {} -n victim -k\necho \"lxc-stop rc=$?\"\nexec sleep 600\n",
+        sb.lxcpath().display()
+    );
+    sb.pack(
+        &Pkg::script("stopper", "1.0", &script)
+            .package_key("base = \"host\"")
+            .table("[network]\nmode = \"shared\"")
+            .file("bin/lxc-stop", &std::fs::read(&lxc_stop).unwrap()),
+    );
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "victim", "stopper"]);
+    sb.ok(&["start", "victim"]);
+    sb.wait_log("victim", "up");
+    let scoped = kernel_scopes_abstract_sockets();
+    if scoped {
+        sb.ok(&["start", "stopper"]);
+        let log = sb.wait_log("stopper", "lxc-stop rc=");
+        println!("stopper's log:\n{log}");
+        assert!(!log.contains("lxc-stop rc=0"), "lxc-stop succeeded:\n{log}");
+        assert!(
+            !log.contains("doesn't allow"),
+            "lxc-stop's usage, not the socket:\n{log}"
+        );
+        assert_eq!(sb.status_of("victim")["state"], "running", "{log}");
+        sb.ok(&["stop", "stopper"]);
+    } else {
+        println!("kernel without Landlock abstract-socket scoping: only the refusal is tested");
+    }
+
+    // As on a kernel without the scope: the default policy refuses to start the package.
+    sb.kill_daemon(15);
+    sb.start_daemon_env(&[("BERTH_FAULT", "landlock.absent")]);
+    let (code, err) = sb.fail(&["start", "stopper"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("network shared") && err.contains("shared_network = \"unscoped\""),
+        "{err}"
+    );
+    // The device maker's opt-out, and what it costs: the other container is stopped.
+    sb.kill_daemon(15);
+    sb.write_config("[security]\nshared_network = \"unscoped\"");
+    sb.start_daemon_env(&[("BERTH_FAULT", "landlock.absent")]);
+    sb.ok(&["start", "stopper"]);
+    let log = sb.wait_log("stopper", "lxc-stop rc=");
+    assert!(
+        log.contains("lxc-stop rc=0"),
+        "unscoped, lxc-stop should reach the victim:\n{log}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while sb.status_of("victim")["state"] == "running" {
+        assert!(Instant::now() < deadline, "the victim kept running");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A trusted (privileged) package plants a setuid-root copy of a program in its /data and
+/// opens /data to everyone. No unprivileged host user may run it as root: the state directory
+/// is root's alone (0700), and the run directory's bind of /data is nosuid.
+#[test]
+fn a_setuid_file_planted_in_data_gives_host_users_nothing() {
+    let tmp = TempDir::new("plant");
+    let Some(probe) = build_probe(&tmp) else {
+        return;
+    };
+    let mut sb = Sandbox::new("plant");
+    sb.trust("planter");
+    sb.add(
+        &Pkg::script(
+            "planter",
+            "1.0",
+            "cp /bin/escape /data/escape && chmod 4755 /data/escape && chmod 755 /data && echo planted\nexec sleep 600\n",
+        )
+        .file("bin/escape", &std::fs::read(&probe).unwrap()),
+    );
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "planter"]);
+    start(&sb, "planter");
+    sb.wait_log("planter", "planted");
+    let state_copy = sb.state_dir().join("data/planter/escape");
+    let md = std::fs::metadata(&state_copy).unwrap();
+    assert_eq!(
+        md.permissions().mode() & 0o4000,
+        0o4000,
+        "the package did plant a setuid file"
+    );
+    assert_eq!(std::os::unix::fs::MetadataExt::uid(&md), 0, "owned by root");
+    let state_mode = std::fs::metadata(sb.state_dir())
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(state_mode, 0o700, "state directory mode");
+    for path in [state_copy, sb.run_dir().join("data/planter/escape")] {
+        // Through a shell: setpriv's own exec of a path is not a fair test of the path.
+        let out = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .args(["sh", "-c", "exec \"$0\" --euid"])
+            .arg(&path)
+            .output()
+            .expect("setpriv (util-linux)");
+        let said = format!("{}{}", stdout(&out), stderr(&out));
+        println!("{}: {said}", path.display());
+        assert!(
+            !said.contains("euid 0"),
+            "{}: a host user ran the planted file as root: {said}",
+            path.display()
+        );
+        assert!(
+            said.contains("Permission denied") || said.contains("euid 65534"),
+            "{}: {said}",
+            path.display()
+        );
+    }
 }

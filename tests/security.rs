@@ -107,14 +107,23 @@ fn trusted_packages_get_what_they_ask_and_the_policy_can_grant_devices() {
         "busybox ls /dev/net/tun 2>&1; echo done\nexec sleep 600\n",
     ));
     sb.build_repo();
-    // Only a device in grant_trusted: capabilities and syscalls keep the default policy.
-    sb.write_config("[security]\ngrant_trusted = \"/dev/net/tun\"\n");
+    // The default policy grants a trusted package nothing it asks for by name.
     sb.start_daemon();
     sb.ok(&["update"]);
+    let (_, err) = sb.fail(&["install", "fw"]);
+    assert!(
+        err.contains("fw: capability net_admin is not granted by the device policy ([security] grant_trusted"),
+        "{err}"
+    );
+    assert!(installed(&sb).is_empty(), "nothing installed");
+    sb.kill_daemon(15);
+    // Granted by name: exactly what the device maker lists.
+    sb.write_config("[security]\ngrant_trusted = \"/dev/net/tun net_admin net_raw\"\n");
+    sb.start_daemon();
     sb.ok(&["install", "fw", "tun", "notun"]);
 
-    // The networking contract: a trusted package asking net_admin and net_raw gets them
-    // under the default policy (in the bounding set, and effective for its root).
+    // A trusted package asking net_admin and net_raw gets them once the policy grants them
+    // (in the bounding set, and effective for its root).
     let v = sb.json(&["inspect", "fw"]);
     let caps = v["capabilities"].to_string();
     assert!(
@@ -440,4 +449,49 @@ fn purge_frees_the_id_range_and_plain_remove_keeps_it() {
     assert_eq!(slots(), "b 1\nc 2\nd 0\n");
     sb.ok(&["remove", "--purge", "b", "c", "d"]);
     assert_eq!(slots(), "");
+}
+
+/// A run directory below a directory that other users cannot search: a user namespace's
+/// root (one of those others on the host) cannot reach the container's root, so `berth start`
+/// refuses with the directory and the fix instead of LXC's "Failed to receive file
+/// descriptors", and `berth check` names it too.
+#[test]
+fn a_run_directory_unreachable_for_the_containers_ids_is_named() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut sb = Sandbox::new("sec-trav");
+    sb.add(&asking("plain", ""));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "plain"]);
+    let check = |sb: &Sandbox| -> serde_json::Value {
+        let out = sb.berth(&["--json", "check"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["name"] == "run directory traversable")
+            .cloned()
+            .expect("berth check reports the run directory")
+    };
+    assert_eq!(check(&sb)["status"], "present", "{}", check(&sb));
+    std::fs::set_permissions(&sb.dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (code, err) = sb.fail(&["start", "plain"]);
+    let shown = sb.dir.display().to_string();
+    std::fs::set_permissions(&sb.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("{shown} (mode 0700) is not searchable"))
+            && err.contains(&format!("chmod o+x {shown}")),
+        "{err}"
+    );
+    std::fs::set_permissions(&sb.dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let f = check(&sb);
+    std::fs::set_permissions(&sb.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(f["status"], "missing", "{f}");
+    assert!(f["detail"].as_str().unwrap().contains(&shown), "{f}");
+    // Searchable again: it starts.
+    sb.ok(&["start", "plain"]);
+    sb.wait_log("plain", "up");
+    sb.ok(&["stop", "plain"]);
 }

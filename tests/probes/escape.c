@@ -1,6 +1,9 @@
 /* Escape probes, run inside a berth container by tests/escape.rs (built with gcc -static).
  *
- * usage: escape HOST_PID OTHER_DATA_PATH   run every probe, print "probe NAME RESULT" lines
+ * usage: escape HOST_PID OTHER_DATA_PATH LXC_SOCKET
+ *                                          run every probe, print "probe NAME RESULT" lines;
+ *                                          LXC_SOCKET: the abstract name of another
+ *                                          container's LXC command socket
  *        escape --euid                     print "euid N" (exec'd through a setuid copy)
  *        escape --getpid N                 N getpid() calls, print "ns_per_call X" (bench)
  *
@@ -15,6 +18,9 @@
 #include <linux/perf_event.h>
 #include <linux/reboot.h>
 #include <net/ethernet.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/un.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -31,6 +37,7 @@
 #include <sys/time.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <stddef.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +58,7 @@ static const char *ename(int e) {
     case ENOTDIR: return "ENOTDIR";
     case EEXIST: return "EEXIST";
     case EAFNOSUPPORT: return "EAFNOSUPPORT";
+    case ECONNREFUSED: return "ECONNREFUSED";
     default: {
         static char buf[32];
         snprintf(buf, sizeof buf, "errno%d", e);
@@ -61,6 +69,26 @@ static const char *ename(int e) {
 
 static void report(const char *name, long r) {
     printf("probe %s %s\n", name, r < 0 ? ename(errno) : "ok");
+    fflush(stdout);
+}
+
+/* Reads a kernel file: "ok" when it gave data (a leak), "empty" when masked. */
+static void read_probe(const char *name, const char *path) {
+    char b[256];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        report(name, -1);
+        return;
+    }
+    ssize_t n = read(fd, b, sizeof b);
+    int e = errno;
+    close(fd);
+    if (n < 0) {
+        errno = e;
+        report(name, -1);
+        return;
+    }
+    printf("probe %s %s\n", name, n > 0 ? "ok" : "empty");
     fflush(stdout);
 }
 
@@ -98,12 +126,13 @@ int main(int argc, char **argv) {
         pause();
         return 0;
     }
-    if (argc != 3) {
-        fprintf(stderr, "usage: escape HOST_PID OTHER_DATA_PATH | --grantable | --euid | --getpid N\n");
+    if (argc != 4) {
+        fprintf(stderr, "usage: escape HOST_PID OTHER_DATA_PATH LXC_SOCKET | --grantable | --euid | --getpid N\n");
         return 2;
     }
     pid_t host_pid = atoi(argv[1]);
     const char *other = argv[2];
+    const char *lxc_socket = argv[3];
     char buf[512];
 
     /* kernel modules */
@@ -132,6 +161,56 @@ int main(int argc, char **argv) {
     }
     open_probe("write_proc_sys", "/proc/sys/kernel/core_pattern", O_WRONLY);
     open_probe("write_sysrq_trigger", "/proc/sysrq-trigger", O_WRONLY);
+    open_probe("write_proc_irq", "/proc/irq/default_smp_affinity", O_WRONLY);
+    open_probe("write_proc_bus", "/proc/bus/pci/devices", O_WRONLY);
+    /* kernel state that helps an exploit or leaks other users' secrets */
+    read_probe("read_proc_keys", "/proc/keys");
+    read_probe("read_proc_key_users", "/proc/key-users");
+    read_probe("read_proc_timer_list", "/proc/timer_list");
+    read_probe("read_proc_slabinfo", "/proc/slabinfo");
+    read_probe("read_proc_vmallocinfo", "/proc/vmallocinfo");
+    read_probe("read_proc_kallsyms", "/proc/kallsyms");
+    {
+        int n = -1;
+        DIR *d = opendir("/proc/acpi");
+        struct dirent *e;
+        if (d) {
+            n = 0;
+            while ((e = readdir(d)))
+                if (e->d_name[0] != '.')
+                    n++;
+            closedir(d);
+        }
+        printf("probe list_proc_acpi %s\n", n < 0 ? ename(errno) : n ? "ok" : "empty");
+        fflush(stdout);
+    }
+    /* the host's network: administering its interfaces (the same MTU back: harmless) */
+    {
+        int fd = socket(AF_INET, SOCK_DGRAM, 0);
+        struct ifreq ifr;
+        memset(&ifr, 0, sizeof ifr);
+        strcpy(ifr.ifr_name, "lo");
+        long r = ioctl(fd, SIOCGIFMTU, &ifr);
+        if (r == 0)
+            r = ioctl(fd, SIOCSIFMTU, &ifr);
+        report("net_admin_lo_mtu", r);
+        close(fd);
+    }
+    /* another container's LXC command socket (abstract: reachable from the network
+     * namespace it lives in, the host's, unless Landlock scopes this container) */
+    {
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        struct sockaddr_un a;
+        memset(&a, 0, sizeof a);
+        a.sun_family = AF_UNIX;
+        size_t n = strlen(lxc_socket);
+        if (n > sizeof a.sun_path - 1)
+            n = sizeof a.sun_path - 1;
+        memcpy(a.sun_path + 1, lxc_socket, n);
+        report("lxc_command_socket",
+               connect(fd, (struct sockaddr *)&a, offsetof(struct sockaddr_un, sun_path) + 1 + n));
+        close(fd);
+    }
     /* devices */
     report("mknod_block", mknod("/tmp/sda", S_IFBLK | 0600, makedev(8, 0)));
     report("mknod_mem", mknod("/dev/mem2", S_IFCHR | 0600, makedev(1, 1)));
@@ -225,6 +304,17 @@ int main(int argc, char **argv) {
     report("iopl", syscall(SYS_iopl, 3));
 #endif
     report("userfaultfd", syscall(SYS_userfaultfd, 0));
+    /* io_uring does its work in kernel threads that seccomp does not see */
+    {
+        unsigned char params[120];
+        memset(params, 0, sizeof params);
+        report("io_uring_setup", syscall(425 /* io_uring_setup */, 1, params));
+        report("io_uring_enter", syscall(426 /* io_uring_enter */, -1, 0, 0, 0, NULL, 0));
+        report("io_uring_register", syscall(427 /* io_uring_register */, -1, 0, NULL, 0));
+    }
+    report("fanotify_init", syscall(SYS_fanotify_init, 0, 0));
+    report("pidfd_getfd", syscall(438 /* pidfd_getfd */, -1, 0, 0));
+    report("kexec_file_load", syscall(SYS_kexec_file_load, -1, -1, 0, "", 0));
     /* file handles (the "shocker" escape) */
     {
         struct { unsigned int bytes; int type; unsigned char h[8]; } fh = {8, 1, {2, 0, 0, 0, 0, 0, 0, 0}};

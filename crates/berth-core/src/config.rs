@@ -157,6 +157,14 @@ impl Paths {
     pub fn guard_file(&self, container: &str) -> PathBuf {
         self.run.join("logs").join(format!("{container}.guard"))
     }
+    /// An empty read-only file and directory that the daemon makes at start: bound over the
+    /// kernel interfaces a container must not read (`plan::MASKED_PROC_FILES`, `MASKED_DIRS`).
+    pub fn mask_file(&self) -> PathBuf {
+        self.run.join("empty")
+    }
+    pub fn mask_dir(&self) -> PathBuf {
+        self.run.join("empty.d")
+    }
     /// The operator's `berth limit` overrides of a container (JSON, written atomically).
     pub fn limits_file(&self, container: &str) -> PathBuf {
         self.state.join("limits").join(format!("{container}.json"))

@@ -26,6 +26,28 @@ pub const HOST_BASE_DIRS: &[&str] = &["/lib", "/lib64", "/usr/lib", "/usr/lib64"
 /// create them). `berth pack` adds them.
 pub const SKELETON_DIRS: &[&str] = &["proc", "sys", "dev", "tmp", "run", "data"];
 
+/// Kernel files a container must not read, even as a privileged (trusted) container: kernel
+/// memory, keys of every user, timers and slab caches (allocation patterns that help kernel
+/// exploits), kernel symbols. Each gets the daemon's empty read-only file bound over it;
+/// `optional`, since not every kernel has every file.
+pub const MASKED_PROC_FILES: &[&str] = &[
+    "proc/kcore",
+    "proc/keys",
+    "proc/key-users",
+    "proc/timer_list",
+    "proc/sched_debug",
+    "proc/slabinfo",
+    "proc/vmallocinfo",
+    "proc/pagetypeinfo",
+    "proc/kallsyms",
+    "proc/latency_stats",
+];
+/// Directories a container must not read: hardware tables and buses.
+pub const MASKED_DIRS: &[&str] = &["proc/acpi", "proc/scsi", "sys/firmware"];
+/// Kernel directories of /proc that `proc:mixed` leaves writable to a privileged container:
+/// read-only binds of themselves (IRQ affinity, bus and file-system knobs).
+pub const READ_ONLY_PROC_DIRS: &[&str] = &["proc/irq", "proc/bus", "proc/fs"];
+
 /// One container to be started.
 pub struct ContainerPlan<'a> {
     pub manifest: &'a Manifest,
@@ -134,6 +156,27 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
         NetMode::Isolated | NetMode::Macvlan => {}
     }
     line("lxc.mount.auto", "proc:mixed sys:ro")?;
+    // After proc and sys: LXC mounts lxc.mount.auto before lxc.mount.entry.
+    for f in MASKED_PROC_FILES {
+        let src = paths.mask_file();
+        line(
+            "lxc.mount.entry",
+            &format!("{} {f} none bind,ro,optional 0 0", src.display()),
+        )?;
+    }
+    for d in MASKED_DIRS {
+        let src = paths.mask_dir();
+        line(
+            "lxc.mount.entry",
+            &format!("{} {d} none bind,ro,optional 0 0", src.display()),
+        )?;
+    }
+    for d in READ_ONLY_PROC_DIRS {
+        line(
+            "lxc.mount.entry",
+            &format!("/{d} {d} none bind,ro,nosuid,nodev,noexec,optional 0 0"),
+        )?;
+    }
     line("lxc.autodev", "1")?;
     line("lxc.tty.max", "0")?;
     line("lxc.pty.max", "0")?;

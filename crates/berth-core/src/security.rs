@@ -11,7 +11,7 @@ use crate::manifest::Permissions;
 /// The default seccomp profile, LXC policy format 2 (a denylist), versioned in its header.
 pub const SECCOMP_DEFAULT: &str = include_str!("../data/seccomp-default.policy");
 /// The version of [`SECCOMP_DEFAULT`], as `berth inspect` reports it.
-pub const SECCOMP_VERSION: &str = "berth-default-1";
+pub const SECCOMP_VERSION: &str = "berth-default-2";
 
 /// Capabilities every container keeps (`lxc.cap.keep`); all others are dropped from the
 /// bounding set. Enough for a daemon that starts as root, binds a low port and drops to its
@@ -109,11 +109,16 @@ pub struct SecurityPolicy {
     /// Capabilities, syscalls and device paths (`/dev/…`) granted to any package that asks.
     /// Default none.
     pub grant: Vec<String>,
-    /// The same, for packages the signed index marks trusted. Default: every grantable
-    /// capability and syscall, no device (devices are the host's).
+    /// The same, for packages the signed index marks trusted. Default none: trust lets a
+    /// package run privileged and share the host's network, nothing more; every capability,
+    /// syscall or device beyond that is granted by name.
     pub grant_trusted: Vec<String>,
     /// Whether a trusted package may run privileged (no user namespace). Default true.
     pub allow_privileged: bool,
+    /// Whether `shared` networking is allowed on a kernel that cannot keep such a container
+    /// from the other containers' LXC command sockets (Landlock scoping, Linux 6.12).
+    /// Default false (`[security] shared_network = "scoped"`).
+    pub shared_unscoped: bool,
     /// First host id of the subordinate ranges for unprivileged containers.
     pub idmap_base: u32,
     /// Ids per container: 65536 (uid_t of a classic Unix; what /etc/subuid hands out).
@@ -124,12 +129,9 @@ impl Default for SecurityPolicy {
     fn default() -> Self {
         SecurityPolicy {
             grant: Vec::new(),
-            grant_trusted: GRANTABLE_CAPS
-                .iter()
-                .chain(GRANTABLE_SYSCALLS)
-                .map(|s| s.to_string())
-                .collect(),
+            grant_trusted: Vec::new(),
             allow_privileged: true,
+            shared_unscoped: false,
             idmap_base: 1_000_000,
             idmap_size: 65_536,
         }
@@ -143,6 +145,7 @@ pub struct RawSecurity {
     grant: Option<String>,
     grant_trusted: Option<String>,
     privileged: Option<String>,
+    shared_network: Option<String>,
     idmap_base: Option<i64>,
 }
 
@@ -152,30 +155,16 @@ fn is_device_path(p: &str) -> bool {
     }) && !p.contains(['\n', ' ', '\0'])
 }
 
-/// A grant string: capabilities, syscalls and device paths, each checked against what can be
-/// granted at all. A kind without any entry gets `defaults` of its kind.
-fn grant_list(
-    key: &'static str,
-    v: Option<String>,
-    defaults: (&[&str], &[&str]),
-) -> Result<Vec<String>, (&'static str, String)> {
+/// A grant string: capabilities, syscalls and device paths, each by name and checked against
+/// what can be granted at all (there is no wildcard).
+fn grant_list(key: &'static str, v: Option<String>) -> Result<Vec<String>, (&'static str, String)> {
     let v = v.unwrap_or_default();
     let mut out: Vec<String> = Vec::new();
-    let (mut caps, mut sys) = (false, false);
     for x in v.split_whitespace() {
-        if GRANTABLE_CAPS.contains(&x) {
-            caps = true;
-        } else if GRANTABLE_SYSCALLS.contains(&x) {
-            sys = true;
-        } else if !is_device_path(x) {
+        if !GRANTABLE_CAPS.contains(&x) && !GRANTABLE_SYSCALLS.contains(&x) && !is_device_path(x) {
             return Err((key, format!("{x:?} cannot be granted (docs/security.md)")));
         }
         out.push(x.to_string());
-    }
-    for (given, default) in [(caps, defaults.0), (sys, defaults.1)] {
-        if !given {
-            out.extend(default.iter().map(|s| s.to_string()));
-        }
     }
     Ok(out)
 }
@@ -188,10 +177,12 @@ impl RawSecurity {
         let grant = text("grant")?;
         let grant_trusted = text("grant_trusted")?;
         let privileged = text("privileged")?;
+        let shared_network = text("shared_network")?;
         Ok(RawSecurity {
             grant,
             grant_trusted,
             privileged,
+            shared_network,
             idmap_base: t.int("idmap_base")?.map(toml::Spanned::into_inner),
         })
     }
@@ -219,14 +210,21 @@ impl RawSecurity {
                 ))
             }
         };
+        let shared_unscoped = match self.shared_network.as_deref() {
+            None | Some("scoped") => false,
+            Some("unscoped") => true,
+            Some(v) => {
+                return Err((
+                    "security.shared_network",
+                    format!("{v:?}: \"scoped\" (only where the kernel scopes abstract sockets) or \"unscoped\""),
+                ))
+            }
+        };
         Ok(SecurityPolicy {
-            grant: grant_list("security.grant", self.grant, (&[], &[]))?,
-            grant_trusted: grant_list(
-                "security.grant_trusted",
-                self.grant_trusted,
-                (GRANTABLE_CAPS, GRANTABLE_SYSCALLS),
-            )?,
+            grant: grant_list("security.grant", self.grant)?,
+            grant_trusted: grant_list("security.grant_trusted", self.grant_trusted)?,
             allow_privileged,
+            shared_unscoped,
             idmap_base,
             idmap_size: d.idmap_size,
         })
@@ -480,8 +478,11 @@ mod tests {
     }
 
     #[test]
-    fn default_policy_grants_net_caps_to_trusted_packages_only() {
-        let pol = SecurityPolicy::default();
+    fn grant_trusted_grants_to_trusted_packages_only() {
+        let pol = SecurityPolicy {
+            grant_trusted: vec!["net_admin".into(), "net_raw".into()],
+            ..SecurityPolicy::default()
+        };
         let p = perms(&["net_admin", "net_raw"], &[], &[]);
         let g = grants("fw", &p, true, &pol).unwrap();
         assert!(g.capabilities.contains(&"net_admin".to_string()));
@@ -494,6 +495,29 @@ mod tests {
         );
         // kept capabilities need no grant
         assert!(grants("web", &perms(&["net_bind_service"], &[], &[]), false, &pol).is_ok());
+    }
+
+    /// Trust is not a blank cheque: under the default policy a trusted package that asks for
+    /// the clock, the keyring or the host's network administration is refused, by name.
+    #[test]
+    fn default_policy_grants_trusted_packages_nothing_by_default() {
+        let pol = SecurityPolicy::default();
+        assert!(pol.grant_trusted.is_empty());
+        for (caps, sys) in [
+            (&["sys_time"][..], &[][..]),
+            (&["net_admin"], &[]),
+            (&["net_raw"], &[]),
+            (&[], &["settimeofday"]),
+            (&[], &["clock_settime"]),
+            (&[], &["keyctl"]),
+            (&[], &["add_key"]),
+        ] {
+            let e = grants("vpn", &perms(caps, sys, &[]), true, &pol).unwrap_err();
+            assert!(
+                matches!(e, SecurityError::NotGranted { trusted: true, .. }),
+                "{caps:?} {sys:?}: {e}"
+            );
+        }
     }
 
     #[test]
@@ -566,20 +590,23 @@ mod tests {
         assert_eq!(bad("grant = \"/dev/\"").0, "security.grant");
         assert_eq!(bad("idmap_base = 1000").0, "security.idmap_base");
         assert_eq!(bad("privileged = \"always\"").0, "security.privileged");
-        // grant_trusted entries of one kind replace the default of that kind only
+        assert_eq!(
+            bad("shared_network = \"open\"").0,
+            "security.shared_network"
+        );
+        // grants are by name only: granting one thing grants nothing else
         let p = raw_security("grant_trusted = \"/dev/net/tun\"")
             .unwrap()
             .validate()
             .unwrap();
-        assert!(p.grant_trusted.contains(&"/dev/net/tun".to_string()));
-        assert!(p.grant_trusted.contains(&"net_admin".to_string()));
-        assert!(p.grant_trusted.contains(&"ptrace".to_string()));
-        let p = raw_security("grant_trusted = \"net_raw\"")
+        assert_eq!(p.grant_trusted, ["/dev/net/tun"]);
+        assert!(!p.shared_unscoped);
+        let p = raw_security("grant_trusted = \"net_raw\"\nshared_network = \"unscoped\"")
             .unwrap()
             .validate()
             .unwrap();
-        assert!(!p.grant_trusted.contains(&"net_admin".to_string()));
-        assert!(p.grant_trusted.contains(&"ptrace".to_string()));
+        assert_eq!(p.grant_trusted, ["net_raw"]);
+        assert!(p.shared_unscoped);
         assert!(raw_security("allow_all = true").is_err());
     }
 
@@ -596,9 +623,15 @@ mod tests {
             "init_module",
             "finit_module",
             "kexec_load",
+            "kexec_file_load",
             "reboot",
             "swapon",
             "swapoff",
+            "io_uring_setup",
+            "io_uring_enter",
+            "io_uring_register",
+            "fanotify_init",
+            "pidfd_getfd",
             "bpf",
             "perf_event_open",
             "keyctl",

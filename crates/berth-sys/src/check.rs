@@ -66,6 +66,8 @@ pub struct Probes {
     pub path: Option<OsString>,
     /// Result of the open_tree syscall probe.
     pub open_tree: (Status, String),
+    /// The kernel's Landlock ABI version (None: no Landlock).
+    pub landlock: Option<u32>,
 }
 
 impl Probes {
@@ -75,6 +77,7 @@ impl Probes {
             lxc_version: crate::lxc::version(),
             path: std::env::var_os("PATH"),
             open_tree: probe_open_tree(),
+            landlock: crate::landlock::abi_version(),
         }
     }
 }
@@ -616,6 +619,20 @@ pub fn check_with(roots: &Roots, probes: &Probes) -> Vec<Feature> {
         probes.open_tree.1.clone(),
     ));
     protections(roots, &mut out);
+    let scoped = probes
+        .landlock
+        .is_some_and(|v| v >= crate::landlock::SCOPE_ABI);
+    out.push(feature(
+        "protections",
+        "shared network scoping",
+        false,
+        present(scoped),
+        match probes.landlock {
+            _ if scoped => "Landlock scopes abstract sockets: a shared-network container reaches no other container's LXC command socket".to_string(),
+            Some(v) => format!("Landlock ABI {v} (scoping needs ABI {}, Linux 6.12): shared-network containers start only with [security] shared_network = \"unscoped\"", crate::landlock::SCOPE_ABI),
+            None => "no Landlock: shared-network containers start only with [security] shared_network = \"unscoped\"".to_string(),
+        },
+    ));
     out
 }
 
@@ -649,7 +666,7 @@ fn protections(roots: &Roots, out: &mut Vec<Feature>) {
     add(
         "seccomp profile",
         seccomp,
-        "berth-default-1 loaded into every container",
+        "berth-default-2 loaded into every container",
         "no seccomp filter support: containers run without a syscall filter",
     );
     add(
@@ -757,6 +774,7 @@ hugetlb\t0\t5\t0
                 lxc_version: "5.0.2".into(),
                 path: Some(OsString::from(self.dir.path().join("bin"))),
                 open_tree: (Status::Present, "fixture".into()),
+                landlock: Some(6),
             };
             check_with(&self.roots(), &probes)
         }
@@ -878,6 +896,24 @@ hugetlb\t0\t5\t0
             u.detail
         );
         assert_eq!(get(&fs, "apparmor profile").status, Status::Present);
+        // Landlock ABI 6 (the fixture's) scopes abstract sockets; ABI 5 or none does not
+        assert_eq!(get(&fs, "shared network scoping").status, Status::Present);
+        for abi in [Some(5), None] {
+            let probes = Probes {
+                lxc_version: "5.0.2".into(),
+                path: None,
+                open_tree: (Status::Present, "fixture".into()),
+                landlock: abi,
+            };
+            let fs = check_with(&fx.roots(), &probes);
+            let f = get(&fs, "shared network scoping");
+            assert_eq!(f.status, Status::Missing, "{abi:?}");
+            assert!(
+                f.detail.contains("shared_network = \"unscoped\""),
+                "{}",
+                f.detail
+            );
+        }
     }
 
     #[test]

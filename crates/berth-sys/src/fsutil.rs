@@ -116,8 +116,47 @@ pub fn free_bytes(path: &Path) -> io::Result<u64> {
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
+/// The first directory on the way to `path` (from `/` down, `path` itself included) that
+/// users other than its owner and group cannot search (no `o+x`), with its mode. A user
+/// namespace's root is such a user on the host: LXC cannot reach a container's root or /data
+/// below such a directory. Components that do not exist yet are not checked.
+pub fn untraversable_ancestor(path: &Path) -> Option<(std::path::PathBuf, u32)> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut p = std::path::PathBuf::new();
+    for c in path.components() {
+        p.push(c);
+        match std::fs::metadata(&p) {
+            Ok(md) if md.is_dir() && md.permissions().mode() & 0o001 == 0 => {
+                return Some((p, md.permissions().mode() & 0o7777))
+            }
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn untraversable_ancestor_names_the_first_closed_directory() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = super::super::mount::tests::TempDir::new("trav");
+        let inner = d.path().join("a/b/c");
+        std::fs::create_dir_all(&inner).unwrap();
+        for p in [d.path().join("a"), d.path().join("a/b"), inner.clone()] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o711)).unwrap();
+        }
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(super::untraversable_ancestor(&inner), None);
+        std::fs::set_permissions(d.path().join("a/b"), std::fs::Permissions::from_mode(0o750))
+            .unwrap();
+        assert_eq!(
+            super::untraversable_ancestor(&inner.join("not-yet")),
+            Some((d.path().join("a/b"), 0o750))
+        );
+    }
+
     use super::*;
     use crate::mount::tests::TempDir;
     use std::os::unix::fs::MetadataExt;

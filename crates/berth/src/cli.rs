@@ -916,7 +916,31 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
 
 fn check(g: &Global) -> Result<i32> {
     use berth_sys::check;
-    let features = check::check(&check::Roots::default());
+    let mut features = check::check(&check::Roots::default());
+    // Where this device's configuration puts containers' roots and /data binds: a user
+    // namespace's root must be able to search every directory on the way.
+    if let Ok(cfg) = load_config(g) {
+        let run = &cfg.paths.run;
+        let closed = berth_sys::fsutil::untraversable_ancestor(run);
+        features.push(check::Feature {
+            name: "run directory traversable",
+            group: "configuration",
+            status: if closed.is_none() {
+                check::Status::Present
+            } else {
+                check::Status::Missing
+            },
+            required: false,
+            detail: match closed {
+                None => format!("{}: unprivileged containers can reach their roots", run.display()),
+                Some((dir, mode)) => format!(
+                    "{} (mode {mode:04o}) is not searchable by other users: unprivileged containers cannot start; chmod o+x {} or move [paths] run",
+                    dir.display(),
+                    dir.display()
+                ),
+            },
+        });
+    }
     let missing = check::missing_required(&features);
     if g.json {
         let v: Vec<Value> = features

@@ -27,3 +27,9 @@ pub fn point(name: &str) {
         }
     }
 }
+
+/// Whether `BERTH_FAULT` names this condition: a kernel feature the tests make absent
+/// (`landlock.absent`: behave as on a kernel without Landlock's abstract-socket scope).
+pub fn active(name: &str) -> bool {
+    spec().as_ref().is_some_and(|(p, _)| p == name)
+}

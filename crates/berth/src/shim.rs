@@ -316,6 +316,18 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd) -> i32 {
     if c.want_daemonize(false).is_err() || c.want_close_all_fds(true).is_err() {
         return 125;
     }
+    // Every LXC monitor's command socket is an abstract socket in the network namespace it
+    // runs in, the host's: a container sharing that namespace (network "shared") could
+    // otherwise ask any monitor there to stop, freeze or re-limit its container. Scoped,
+    // the container reaches only abstract sockets of its own domain (docs/security.md).
+    // Kernels without the scope (before 6.12) run shared containers only if the policy says.
+    if berth_sys::landlock::can_scope_abstract_sockets() && !crate::fault::active("landlock.absent")
+    {
+        if let Err(e) = berth_sys::landlock::scope_abstract_sockets() {
+            eprintln!("berth: cannot scope abstract sockets with Landlock: {e}");
+            return 125;
+        }
+    }
     let argv: Vec<&str> = args.argv.iter().map(String::as_str).collect();
     let ok = c.start(true, &argv).is_ok();
     let status = c.error_num();

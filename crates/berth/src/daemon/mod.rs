@@ -86,25 +86,39 @@ pub fn run(cfg: Config) -> Result<()> {
     berth_sys::process::ignore_sigpipe();
     berth_sys::process::single_malloc_arena();
     let paths = &cfg.paths;
-    for dir in [
-        paths.state.clone(),
-        paths.store(),
-        paths.store_tmp(),
-        paths.state.join("data"),
-        paths.run.clone(),
-        paths.run.join("mnt"),
-        paths.run.join("rootfs"),
-        paths.run.join("data"),
-        paths.run.join("shim"),
-        paths.run.join("logs"),
-        paths.lxcpath.clone(),
+    // Modes (docs/security.md, "Host side"): what containers write (data/, through their
+    // binds) and what berth keeps (state, store, logs, sockets) is root's alone; only the
+    // directories on the way to a container's root and /data binds are traversable by
+    // others, as a user namespace's root is one of those others. Set at every start, so
+    // a state directory made by an older berth is closed too.
+    for (dir, mode) in [
+        (paths.state.clone(), 0o700),
+        (paths.store(), 0o700),
+        (paths.store_tmp(), 0o700),
+        (paths.state.join("data"), 0o700),
+        (paths.run.clone(), 0o711),
+        (paths.run.join("mnt"), 0o711),
+        (paths.run.join("rootfs"), 0o711),
+        (paths.run.join("data"), 0o711),
+        (paths.run.join("shim"), 0o700),
+        (paths.run.join("logs"), 0o700),
+        (paths.lxcpath.clone(), 0o711),
     ] {
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(mode))
+            .with_context(|| format!("chmod {}", dir.display()))?;
     }
-    // Traversable (not listable) by others: an unprivileged container's root reaches its
-    // rootfs and /data binds below it; everything inside has its own restrictive mode.
-    std::fs::set_permissions(&paths.run, std::fs::Permissions::from_mode(0o711))
-        .with_context(|| format!("chmod {}", paths.run.display()))?;
+    // What is bound over the kernel files and directories a container must not read
+    // (berth_core::plan::MASKED_PROC_FILES): empty, read-only, root's.
+    std::fs::write(paths.mask_file(), b"")
+        .and_then(|_| {
+            std::fs::set_permissions(paths.mask_file(), std::fs::Permissions::from_mode(0o444))
+        })
+        .and_then(|_| std::fs::create_dir_all(paths.mask_dir()))
+        .and_then(|_| {
+            std::fs::set_permissions(paths.mask_dir(), std::fs::Permissions::from_mode(0o555))
+        })
+        .with_context(|| format!("create {}", paths.mask_file().display()))?;
     let lock = single_instance(&cfg)?;
     let state = ops::load_state(&cfg)?;
     // Shims are re-execs of this very binary: /proc/self/exe still works after a package

@@ -851,6 +851,7 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
         ));
     }
     let paths = &d.cfg.paths;
+    super::security::check_start(d, &p)?;
     let st = state(d);
     let layer_shas = layers(&st, &p)?;
     let mut lowers = Vec::new();
@@ -935,6 +936,9 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     text.push_str(&net_keys);
     let dir = paths.lxc_dir(name);
     std::fs::create_dir_all(&dir).map_err(ApiError::internal)?;
+    // Its configuration, seccomp profile and LXC's log are root's alone.
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .map_err(ApiError::internal)?;
     write_atomic(&dir.join("config"), text.as_bytes(), 0o640).map_err(ApiError::internal)?;
     remove_stale_cgroups(&d.cfg, name);
     let args = crate::shim::ShimArgs {

@@ -141,6 +141,48 @@ pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Option<(u32
     Ok(Some((base, pol.idmap_size)))
 }
 
+/// Before a start, what the host must offer this container: a privileged one sharing the
+/// host's network needs a kernel that keeps it from the other containers' LXC command
+/// sockets (unless the policy accepts the risk); an unprivileged one needs the run
+/// directory's parents searchable by its ids, or LXC fails with an obscure message.
+pub fn check_start(d: &Daemon, p: &Installed) -> ApiResult<()> {
+    let name = p.name.as_str();
+    if p.manifest.network.mode == berth_core::manifest::NetMode::Shared
+        && !d.cfg.security.shared_unscoped
+        && (!berth_sys::landlock::can_scope_abstract_sockets()
+            || crate::fault::active("landlock.absent"))
+    {
+        return Err(ApiError::new(
+            409,
+            "shared_unscoped",
+            format!(
+                "{name}: network shared: this kernel cannot keep a container in the host's network namespace from the other containers' LXC command sockets (Landlock {}, needs ABI {} from Linux 6.12); set [security] shared_network = \"unscoped\" in berth.toml to accept that risk (docs/security.md)",
+                berth_sys::landlock::abi_version()
+                    .map_or("absent".to_string(), |v| format!("ABI {v}")),
+                berth_sys::landlock::SCOPE_ABI
+            ),
+        ));
+    }
+    if let Some((base, _)) = idmap(d, p, false)? {
+        for dir in ["mnt", "rootfs", "data"] {
+            if let Some((closed, mode)) =
+                berth_sys::fsutil::untraversable_ancestor(&d.cfg.paths.run.join(dir))
+            {
+                return Err(ApiError::new(
+                    409,
+                    "untraversable",
+                    format!(
+                        "{name}: the container's root (host uid {base}) cannot reach its root file system and /data: {} (mode {mode:04o}) is not searchable by other users; chmod o+x {}, or set [paths] run below directories that are (berth check tells)",
+                        closed.display(),
+                        closed.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Before a start: /data belongs to the ids the container runs with. A directory made for
 /// another map (or for a privileged run) is shifted over, without following links.
 pub fn own_data(d: &Daemon, p: &Installed, data: &Path) -> ApiResult<()> {
