@@ -157,19 +157,16 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
     }
     line("lxc.mount.auto", "proc:mixed sys:ro")?;
     // After proc and sys: LXC mounts lxc.mount.auto before lxc.mount.entry.
-    for f in MASKED_PROC_FILES {
-        let src = paths.mask_file();
-        line(
-            "lxc.mount.entry",
-            &format!("{} {f} none bind,ro,optional 0 0", src.display()),
-        )?;
-    }
-    for d in MASKED_DIRS {
-        let src = paths.mask_dir();
-        line(
-            "lxc.mount.entry",
-            &format!("{} {d} none bind,ro,optional 0 0", src.display()),
-        )?;
+    for (src, targets) in [
+        (paths.mask_file(), MASKED_PROC_FILES),
+        (paths.mask_dir(), MASKED_DIRS),
+    ] {
+        for t in targets {
+            line(
+                "lxc.mount.entry",
+                &format!("{} {t} none bind,ro,optional 0 0", src.display()),
+            )?;
+        }
     }
     for d in READ_ONLY_PROC_DIRS {
         line(
@@ -342,6 +339,17 @@ mod tests {
         assert!(text.contains("lxc.rootfs.path = dir:/run/berth/mnt/abc\n"));
         assert!(text.contains("lxc.net.0.type = empty\nlxc.net.0.flags = up\n"));
         assert!(text.contains("lxc.init.uid = 33\n"));
+        // kernel files masked and knobs read-only, after proc and sys are mounted
+        let auto = text.find("lxc.mount.auto = proc:mixed sys:ro\n").unwrap();
+        for want in [
+            "lxc.mount.entry = /run/berth/empty proc/slabinfo none bind,ro,optional 0 0\n",
+            "lxc.mount.entry = /run/berth/empty proc/keys none bind,ro,optional 0 0\n",
+            "lxc.mount.entry = /run/berth/empty.d sys/firmware none bind,ro,optional 0 0\n",
+            "lxc.mount.entry = /proc/irq proc/irq none bind,ro,nosuid,nodev,noexec,optional 0 0\n",
+        ] {
+            let at = text.find(want).unwrap_or_else(|| panic!("{want}{text}"));
+            assert!(at > auto, "{want} before lxc.mount.auto");
+        }
         assert!(text.contains("lxc.environment = PATH=/bin\n"), "{text}");
         assert_eq!(text.matches("PATH=").count(), 1);
         assert!(text.contains("lxc.environment = LANG=C\n"));
