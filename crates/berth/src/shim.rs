@@ -339,6 +339,10 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd) -> i32 {
         libc::WEXITSTATUS(status)
     } else if libc::WIFSIGNALED(status) {
         128 + libc::WTERMSIG(status)
+    } else if status & 0xff == 0x7f {
+        // liblxc's own encoding of an init killed by a signal (`si_status << 8 | 0x7f`, in
+        // its SIGCHLD handler): read as a stop status it would have passed for a clean exit.
+        128 + ((status >> 8) & 0x7f)
     } else if ok {
         0
     } else {
@@ -440,8 +444,13 @@ fn serve(
         ExitStatus::Signaled(s) => (None, Some(s)),
     };
     let _ = berth_sys::fsutil::write_atomic(&args.saved_log, &ring.contents(), 0o600);
+    // Whether a killing signal dumped core is not known: LXC's init turns its payload's
+    // wait status into an exit code (128 + N), and liblxc reports its own init's death
+    // without the flag. null says "not known"; false would claim what nobody saw.
     let exit = serde_json::json!({
-        "code": code, "signal": signal, "started_at": started_at, "stopped_at": now_s(),
+        "code": code, "signal": signal,
+        "core_dumped": if signal.is_some() { serde_json::Value::Null } else { false.into() },
+        "started_at": started_at, "stopped_at": now_s(),
         "log_bytes": ring.total(),
     });
     let _ = berth_sys::fsutil::write_atomic(&args.exit_file, exit.to_string().as_bytes(), 0o600);
