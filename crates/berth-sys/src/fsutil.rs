@@ -116,6 +116,24 @@ pub fn free_bytes(path: &Path) -> io::Result<u64> {
     Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
+/// Removes what [`write_atomic`] leaves in `dir` when the writer is killed between creating
+/// its temporary file and renaming it (`.NAME.tmp.PID.N`); returns how many went.
+pub fn remove_atomic_leftovers(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut n = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') && name.contains(".tmp.") && std::fs::remove_file(e.path()).is_ok()
+        {
+            n += 1;
+        }
+    }
+    n
+}
+
 /// The first directory on the way to `path` (from `/` down, `path` itself included) that
 /// users other than its owner and group cannot search (no `o+x`), with its mode. A user
 /// namespace's root is such a user on the host: LXC cannot reach a container's root or /data

@@ -652,6 +652,7 @@ pub fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
     super::net::forget(d, &state(d), names);
     for n in names {
         let _ = std::fs::remove_dir_all(d.cfg.paths.lxc_dir(n));
+        remove_stale_cgroups(&d.cfg, n);
         let _ = std::fs::remove_file(d.cfg.paths.saved_log(n));
         let _ = std::fs::remove_file(d.cfg.paths.exit_file(n));
         let _ = std::fs::remove_file(d.cfg.paths.autostart(n));
@@ -843,12 +844,19 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     let t_begin = Instant::now();
     let p = installed(d, name)?;
     if is_running(d, name) {
-        let pid = running_init(d, name).unwrap_or(0);
-        return Err(ApiError::new(
-            409,
-            "already_running",
-            format!("{name} is already running (init pid {pid})"),
-        ));
+        // A monitor whose shim was killed outlives its container by a moment (LXC's
+        // teardown): that container is stopping, not running.
+        let init = running_init(d, name);
+        if init.is_some() || !wait_monitor_gone(d, name, Duration::from_secs(10)) {
+            return Err(ApiError::new(
+                409,
+                "already_running",
+                match init {
+                    Some(pid) => format!("{name} is already running (init pid {pid})"),
+                    None => format!("{name} is still stopping (its LXC monitor has not exited)"),
+                },
+            ));
+        }
     }
     let paths = &d.cfg.paths;
     super::security::check_start(d, &p)?;
@@ -936,6 +944,7 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     text.push_str(&net_keys);
     let dir = paths.lxc_dir(name);
     std::fs::create_dir_all(&dir).map_err(ApiError::internal)?;
+    berth_sys::fsutil::remove_atomic_leftovers(&dir);
     // Its configuration, seccomp profile and LXC's log are root's alone.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .map_err(ApiError::internal)?;
@@ -1045,35 +1054,76 @@ fn set_autostart(d: &Daemon, name: &str, on: bool) -> ApiResult<()> {
     }
 }
 
-/// LXC refuses to start when the container's cgroup already exists (a crash may leave one).
+/// LXC refuses to start when the container's cgroup already exists (a crash may leave one),
+/// and a monitor killed before its clean-up leaves them behind: removes the cgroups of
+/// container `name` (`<parent>/<name>` and `<parent>.monitor/<name>`) in every hierarchy,
+/// deepest first. Only empty cgroups can go: a running container's stay.
 fn remove_stale_cgroups(cfg: &Config, name: &str) {
-    let rels = [
-        format!("{}/{}", cfg.cgroup_parent, name),
-        format!("{}.monitor/{}", cfg.cgroup_parent, name),
-    ];
+    fn rmdir_tree(p: &Path) {
+        if let Ok(kids) = std::fs::read_dir(p) {
+            for k in kids.flatten() {
+                if k.file_type().is_ok_and(|t| t.is_dir()) {
+                    rmdir_tree(&k.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(p);
+    }
     let Ok(hiers) = std::fs::read_dir("/sys/fs/cgroup") else {
         return;
     };
-    let hiers: Vec<PathBuf> = hiers.flatten().map(|e| e.path()).collect();
-    for rel in &rels {
-        for h in hiers
-            .iter()
-            .chain(std::iter::once(&PathBuf::from("/sys/fs/cgroup")))
-        {
-            let p = h.join(rel);
+    let mut roots: Vec<PathBuf> = hiers.flatten().map(|e| e.path()).collect();
+    roots.push(PathBuf::from("/sys/fs/cgroup"));
+    for parent in [
+        cfg.cgroup_parent.clone(),
+        format!("{}.monitor", cfg.cgroup_parent),
+    ] {
+        for h in &roots {
+            let p = h.join(&parent).join(name);
             if p.is_dir() {
-                // Only empty cgroups can be removed; children first.
-                if let Ok(kids) = std::fs::read_dir(&p) {
-                    for k in kids.flatten() {
-                        if k.path().is_dir() {
-                            let _ = std::fs::remove_dir(k.path());
-                        }
-                    }
-                }
-                let _ = std::fs::remove_dir(&p);
+                rmdir_tree(&p);
             }
         }
     }
+}
+
+/// Names with a cgroup below berth's parent (or its monitors' parent) in any hierarchy.
+fn cgroup_names(cfg: &Config) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let Ok(hiers) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return names;
+    };
+    let mut roots: Vec<PathBuf> = hiers.flatten().map(|e| e.path()).collect();
+    roots.push(PathBuf::from("/sys/fs/cgroup"));
+    for parent in [
+        cfg.cgroup_parent.clone(),
+        format!("{}.monitor", cfg.cgroup_parent),
+    ] {
+        for h in &roots {
+            if let Ok(kids) = std::fs::read_dir(h.join(&parent)) {
+                for k in kids.flatten() {
+                    if k.file_type().is_ok_and(|t| t.is_dir()) {
+                        names.insert(k.file_name().to_string_lossy().into_owned());
+                    }
+                }
+            }
+        }
+    }
+    names
+}
+
+/// Waits until no LXC monitor of the container listens any more; false at the limit.
+fn wait_monitor_gone(d: &Daemon, name: &str, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let mut delay = Duration::from_millis(1);
+    while lxc_monitor_alive(d, name) {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_millis(50));
+    }
+    true
 }
 
 /// A thread that waits for the container's end (blocked on the shim, no polling) and then
@@ -1090,7 +1140,16 @@ pub fn watch(d: &Arc<Daemon>, name: &str) {
                 Ok(mut s) => {
                     let mut line = String::new();
                     let _ = s.read_to_string(&mut line);
-                    log::info!("{name} stopped: {}", line.trim());
+                    if line.is_empty() {
+                        // The shim died without an answer (killed): the container may run
+                        // on; ask LXC now and then until it ends.
+                        while is_running(&d, &name) {
+                            std::thread::sleep(Duration::from_secs(2));
+                        }
+                        log::info!("{name} stopped (its shim had gone)");
+                    } else {
+                        log::info!("{name} stopped: {}", line.trim());
+                    }
                 }
                 Err(_) => {
                     // No shim (killed?): fall back to asking LXC now and then.
@@ -1108,6 +1167,7 @@ pub fn watch(d: &Arc<Daemon>, name: &str) {
             let _op = d.op.lock().unwrap();
             if !is_running(&d, &name) {
                 release_mounts(&d);
+                remove_stale_cgroups(&d.cfg, &name);
             }
             berth_sys::process::trim_heap();
             berth_sys::process::release_own_code(false);
@@ -1193,8 +1253,13 @@ fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<V
             let _ = s.read_to_string(&mut line);
         }
         None => {
-            // No shim (it was killed): nobody will save a ring or write an exit file.
+            // No shim (it was killed): nobody will save a ring or write an exit file, and
+            // the orphaned LXC monitor tears down on its own: its mounts are released only
+            // once it has gone.
             let _ = std::fs::remove_file(d.cfg.paths.shim_socket(name));
+            if !wait_monitor_gone(d, name, Duration::from_secs(10)) {
+                log::warn!("{name}: its LXC monitor is still there 10 s after the stop");
+            }
         }
     }
     if !graceful {
@@ -1324,15 +1389,20 @@ pub fn logs(d: &Daemon, name: &str, follow: bool) -> ApiResult<Logs> {
 pub fn reconcile(d: &Arc<Daemon>) {
     clear_tmp(&d.cfg);
     apply_group_budget(d);
-    // Temporary files of atomic writes cut short (".state.json.tmp.PID.N").
-    if let Ok(entries) = std::fs::read_dir(&d.cfg.paths.state) {
-        for e in entries.flatten() {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            if n.starts_with('.') && n.contains(".tmp.") {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
+    // Temporary files of atomic writes cut short (".state.json.tmp.PID.N"), wherever the
+    // daemon or a shim writes atomically.
+    let paths = &d.cfg.paths;
+    let mut dirs = vec![
+        paths.state.clone(),
+        paths.state.join("limits"),
+        paths.state.join("net"),
+        paths.run.join("logs"),
+    ];
+    if let Ok(entries) = std::fs::read_dir(&paths.lxcpath) {
+        dirs.extend(entries.flatten().map(|e| e.path()));
+    }
+    for dir in dirs {
+        berth_sys::fsutil::remove_atomic_leftovers(&dir);
     }
     let st = state(d);
     // Leftover verification mounts of an install that was killed.
@@ -1361,6 +1431,12 @@ pub fn reconcile(d: &Arc<Daemon>) {
             if !st.packages.contains_key(&n) && !is_running(d, &n) {
                 let _ = std::fs::remove_dir_all(e.path());
             }
+        }
+    }
+    // cgroups of containers that do not run (a killed monitor leaves its own behind).
+    for n in cgroup_names(&d.cfg) {
+        if !running.get(&n).copied().unwrap_or(false) && !is_running(d, &n) {
+            remove_stale_cgroups(&d.cfg, &n);
         }
     }
     release_mounts(d);

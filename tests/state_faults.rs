@@ -1,0 +1,220 @@
+//! State under faults, as a power cut or a careless operator leaves it: SIGKILL of the shim,
+//! of the LXC monitor, of the daemon in the middle of `remove --purge` or of a start, and a
+//! store image collected while a running container still uses it. Each case is repeated, and
+//! after each the state must be consistent: nothing mounted that nothing uses, no cgroup or
+//! temporary file left behind, every command working again.
+
+mod common;
+
+use common::*;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The pid of the process whose command line matches `pattern` (the oldest).
+fn pgrep_oldest(pattern: &str) -> Option<i32> {
+    let out = Command::new("pgrep")
+        .args(["-o", "-f", pattern])
+        .output()
+        .unwrap();
+    stdout(&out).trim().parse().ok()
+}
+
+fn kill9(pid: i32) {
+    let st = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success(), "kill -9 {pid}");
+}
+
+fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// cgroup directories of container `name` below the sandbox's parent, in every hierarchy.
+fn cgroups_of(sb: &Sandbox, name: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let Ok(hiers) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return out;
+    };
+    for h in hiers.flatten() {
+        for parent in [
+            sb.cgroup_parent.clone(),
+            format!("{}.monitor", sb.cgroup_parent),
+        ] {
+            let p = h.path().join(parent).join(name);
+            if p.is_dir() {
+                out.push(p.display().to_string());
+            }
+        }
+    }
+    out
+}
+
+/// Killing the shim (the start helper) leaves the container running; the daemon still
+/// stops it, releases its mounts, and the next start works (six times over).
+#[test]
+fn after_the_shim_is_killed_stop_releases_everything_and_start_works() {
+    let mut sb = Sandbox::new("shimkill");
+    sb.add(&Pkg::script("quiet", "1.0", "echo up\nexec sleep 600\n").package_key("depends = []"));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "quiet"]);
+    for round in 0..6 {
+        sb.ok(&["start", "quiet"]);
+        sb.wait_log("quiet", "up");
+        let shim = pgrep_oldest(&format!("__shim quiet {}", sb.lxcpath().display()))
+            .expect("the shim runs");
+        kill9(shim);
+        wait_until("the shim gone", Duration::from_secs(5), || {
+            !std::path::Path::new(&format!("/proc/{shim}")).exists()
+        });
+        assert_eq!(sb.status_of("quiet")["state"], "running", "round {round}");
+        sb.ok(&["stop", "quiet"]);
+        assert_eq!(sb.status_of("quiet")["state"], "stopped", "round {round}");
+        assert!(
+            sb.stray_mounts().is_empty(),
+            "round {round}: left mounted after stop: {:?}",
+            sb.stray_mounts()
+        );
+    }
+    sb.ok(&["start", "quiet"]);
+    sb.wait_log("quiet", "up");
+    sb.ok(&["stop", "quiet"]);
+}
+
+/// Killing the LXC monitor (which takes the container with it) leaves its cgroups behind;
+/// the daemon reaps the cgroups of containers it owns that do not run: after the watcher
+/// sees the end, at remove, and at its own start.
+#[test]
+fn cgroups_left_by_a_killed_monitor_are_reaped() {
+    let mut sb = Sandbox::new("monkill");
+    sb.add(&Pkg::script("quiet", "1.0", "echo up\nexec sleep 600\n"));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "quiet"]);
+    for round in 0..5 {
+        sb.ok(&["start", "quiet"]);
+        sb.wait_log("quiet", "up");
+        assert!(
+            !cgroups_of(&sb, "quiet").is_empty(),
+            "a running container has cgroups"
+        );
+        let shim = pgrep_oldest(&format!("__shim quiet {}", sb.lxcpath().display())).unwrap();
+        let kids = std::fs::read_to_string(format!("/proc/{shim}/task/{shim}/children")).unwrap();
+        let monitor: i32 = kids.split_whitespace().next().unwrap().parse().unwrap();
+        kill9(monitor);
+        wait_until("the container stopped", Duration::from_secs(15), || {
+            sb.status_of("quiet")["state"] == "stopped"
+        });
+        match round {
+            // the watcher reaps once it has seen the end
+            0 | 1 => {}
+            // a daemon restarted meanwhile reaps at its start
+            2 | 3 => {
+                sb.kill_daemon(9);
+                sb.start_daemon();
+            }
+            // remove reaps too, and so does the next daemon
+            _ => {
+                sb.ok(&["remove", "quiet"]);
+                sb.kill_daemon(9);
+                sb.start_daemon();
+            }
+        }
+        wait_until(
+            &format!(
+                "round {round}: cgroups of quiet reaped: {:?}",
+                cgroups_of(&sb, "quiet")
+            ),
+            Duration::from_secs(10),
+            || cgroups_of(&sb, "quiet").is_empty(),
+        );
+    }
+}
+
+/// Temporary files of atomic writes (`.NAME.tmp.PID.N`) under the state and run directories.
+fn atomic_leftovers(sb: &Sandbox) -> Vec<String> {
+    fn walk(dir: &std::path::Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let n = e.file_name().to_string_lossy().into_owned();
+            if e.file_type().is_ok_and(|t| t.is_dir())
+                && !p.ends_with("mnt")
+                && !p.ends_with("rootfs")
+                && !p.ends_with("data")
+            {
+                walk(&p, out);
+            } else if n.starts_with('.') && n.contains(".tmp.") {
+                out.push(p.display().to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&sb.state_dir(), &mut out);
+    walk(&sb.run_dir(), &mut out);
+    out
+}
+
+/// A daemon killed in the middle of a start leaves temporary files of its atomic writes
+/// (the seccomp profile, the LXC configuration) in the container's directory: the next start
+/// of that container and the next daemon remove them. Ten kills at random moments of a
+/// start, then the planted leftovers of a kill mid-write.
+#[test]
+fn temporary_files_of_a_start_cut_short_are_removed() {
+    let mut sb = Sandbox::new("tmpkill");
+    sb.add(&Pkg::script("quiet", "1.0", "echo up\nexec sleep 600\n"));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "quiet"]);
+    let mut seed: u64 = std::process::id() as u64;
+    for round in 0..10 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let delay = Duration::from_micros(seed >> 33 & 0x7fff); // 0..33 ms
+        let mut start = sb.cmd(&["start", "quiet"]).spawn().unwrap();
+        std::thread::sleep(delay);
+        sb.kill_daemon(9);
+        let _ = start.wait();
+        sb.start_daemon();
+        let left = atomic_leftovers(&sb);
+        assert!(left.is_empty(), "round {round} ({delay:?}): left {left:?}");
+        if sb.status_of("quiet")["state"] == "running" {
+            sb.ok(&["stop", "quiet"]);
+        }
+        sb.ok(&["start", "quiet"]);
+        sb.ok(&["stop", "quiet"]);
+    }
+    // What a kill between a temporary file's creation and its rename leaves.
+    let dir = sb.lxcpath().join("quiet");
+    let plant = || {
+        for f in [".seccomp.tmp.4242.0", ".config.tmp.4242.1"] {
+            std::fs::write(dir.join(f), b"partial").unwrap();
+        }
+    };
+    plant();
+    sb.ok(&["start", "quiet"]);
+    assert!(
+        atomic_leftovers(&sb).is_empty(),
+        "{:?}",
+        atomic_leftovers(&sb)
+    );
+    sb.ok(&["stop", "quiet"]);
+    plant();
+    std::fs::write(sb.state_dir().join(".state.json.tmp.4242.2"), b"partial").unwrap();
+    sb.kill_daemon(9);
+    sb.start_daemon();
+    assert!(
+        atomic_leftovers(&sb).is_empty(),
+        "{:?}",
+        atomic_leftovers(&sb)
+    );
+}
