@@ -218,3 +218,200 @@ fn temporary_files_of_a_start_cut_short_are_removed() {
         atomic_leftovers(&sb)
     );
 }
+
+fn installed_names(sb: &Sandbox) -> Vec<String> {
+    sb.json(&["list"])["installed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn idmap_slots(sb: &Sandbox) -> String {
+    std::fs::read_to_string(sb.state_dir().join("idmap")).unwrap_or_default()
+}
+
+/// A package with some data in /data, started once (so it has an id range) and stopped.
+fn with_data(sb: &Sandbox, name: &str) {
+    sb.ok(&["install", name]);
+    sb.ok(&["start", name]);
+    sb.wait_log(name, "written");
+    sb.ok(&["stop", name]);
+    assert!(sb.state_dir().join("data").join(name).join("f999").exists());
+    assert!(idmap_slots(sb).contains(name));
+}
+
+/// SIGKILL of the daemon in the middle of `remove --purge` (at the two points where state
+/// and disk differ, then at random moments of a slow purge): afterwards the package is either
+/// still installed with all its /data, or gone with its /data and its id range freed, and a
+/// purge cut short is always finished (by the next daemon, by gc, or by remove --purge of the
+/// name that is no longer installed).
+#[test]
+fn a_purge_cut_short_is_undone_or_finished() {
+    let mut sb = Sandbox::new("purgekill");
+    sb.add(&Pkg::script(
+        "keeper",
+        "1.0",
+        "i=0; while [ $i -lt 1000 ]; do echo $i > /data/f$i; i=$((i+1)); done; echo written\nexec sleep 600\n",
+    ));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+
+    // Killed after /data was set aside, before the commit: still installed, /data back.
+    with_data(&sb, "keeper");
+    sb.kill_daemon(15);
+    sb.start_daemon_env(&[("BERTH_FAULT", "remove.set-aside")]);
+    let _ = sb.berth(&["remove", "--purge", "keeper"]);
+    assert!(
+        sb.wait_daemon_exit(Duration::from_secs(10)),
+        "fault point reached"
+    );
+    sb.start_daemon();
+    assert_eq!(installed_names(&sb), ["keeper"]);
+    assert!(
+        sb.state_dir().join("data/keeper/f999").exists(),
+        "/data is back"
+    );
+    assert!(idmap_slots(&sb).contains("keeper"));
+
+    // Killed after the commit, before the delete: gone, and the next daemon finishes it.
+    sb.kill_daemon(15);
+    sb.start_daemon_env(&[("BERTH_FAULT", "remove.committed")]);
+    let _ = sb.berth(&["remove", "--purge", "keeper"]);
+    assert!(
+        sb.wait_daemon_exit(Duration::from_secs(10)),
+        "fault point reached"
+    );
+    sb.start_daemon();
+    assert!(installed_names(&sb).is_empty());
+    let data = sb.state_dir().join("data");
+    let left: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left in data/: {left:?}");
+    assert!(!idmap_slots(&sb).contains("keeper"), "id range freed");
+
+    // /data without a package (left by an older berth, or a plain remove): remove --purge
+    // deletes it instead of answering "not installed"; a plain remove still refuses.
+    with_data(&sb, "keeper");
+    sb.ok(&["remove", "keeper"]);
+    assert!(data.join("keeper").exists());
+    let (code, err) = sb.fail(&["remove", "keeper"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("keeper is not installed"), "{err}");
+    sb.ok(&["remove", "--purge", "keeper"]);
+    assert!(!data.join("keeper").exists());
+    assert!(!idmap_slots(&sb).contains("keeper"), "id range freed");
+
+    // Random moments of a slow purge (1000 files): never half a state.
+    let mut seed = std::process::id() as u64;
+    for round in 0..8 {
+        with_data(&sb, "keeper");
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let delay = Duration::from_micros(seed >> 33 & 0x3fff); // 0..16 ms
+        let mut rm = sb.cmd(&["remove", "--purge", "keeper"]).spawn().unwrap();
+        std::thread::sleep(delay);
+        sb.kill_daemon(9);
+        let _ = rm.wait();
+        sb.start_daemon();
+        let installed = installed_names(&sb);
+        let entries: Vec<String> = std::fs::read_dir(&data)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if installed.is_empty() {
+            assert!(
+                entries.is_empty(),
+                "round {round}: removed, yet data/ has {entries:?}"
+            );
+            assert!(!idmap_slots(&sb).contains("keeper"), "round {round}");
+        } else {
+            assert_eq!(
+                entries,
+                ["keeper"],
+                "round {round}: installed, data/ has {entries:?}"
+            );
+            assert!(
+                data.join("keeper/f999").exists(),
+                "round {round}: /data intact"
+            );
+            sb.ok(&["remove", "--purge", "keeper"]);
+        }
+    }
+}
+
+/// An app whose root is a merged overlay over its dependency keeps running on the old image
+/// of that dependency after the dependency is upgraded: `berth gc` must not delete that image
+/// while the app runs; once it stops, gc may.
+#[test]
+fn gc_never_collects_an_image_a_running_container_uses() {
+    let mut sb = Sandbox::new("gcuse");
+    let base = |v: &str| {
+        let mut p = Pkg::new("base", v, &["/bin/busybox", "true"]);
+        p.files
+            .push((format!("share/base-{v}.txt"), v.as_bytes().to_vec()));
+        p
+    };
+    let base1 = sb.pack(&base("1.0"));
+    sb.pack(
+        &Pkg::script("app", "1.0", "echo up\nwhile true; do sleep 0.2; done\n")
+            .package_key("depends = [\"base\"]\nrootfs = \"merged\""),
+    );
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "app"]);
+    let v1 = sb.json(&["list"])["installed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "base")
+        .unwrap()["sha256"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sb.ok(&["start", "app"]);
+    sb.wait_log("app", "up");
+    let merged = sb.run_dir().join("rootfs/app/share/base-1.0.txt");
+    assert!(merged.exists(), "the app's root holds base 1.0");
+
+    // base 2.0 replaces 1.0 in the repository and on the device, the app still running.
+    std::fs::remove_file(&base1).unwrap();
+    sb.pack(&base("2.0"));
+    sb.build_repo();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "base"]);
+    let image = sb.state_dir().join("store").join(format!("{v1}.sqfs"));
+    for _ in 0..3 {
+        sb.ok(&["gc"]);
+        assert!(
+            image.exists(),
+            "gc deleted {} under the running app",
+            image.display()
+        );
+        assert_eq!(std::fs::read_to_string(&merged).unwrap(), "1.0");
+    }
+    // The daemon restarted meanwhile: still kept.
+    sb.kill_daemon(9);
+    sb.start_daemon();
+    sb.ok(&["gc"]);
+    assert!(
+        image.exists(),
+        "gc after a daemon restart deleted {}",
+        image.display()
+    );
+
+    sb.ok(&["stop", "app"]);
+    let v = sb.json(&["gc"]);
+    assert!(v["removed"].to_string().contains(&v1), "{v}");
+    assert!(!image.exists());
+    sb.ok(&["start", "app"]);
+    assert!(sb.run_dir().join("rootfs/app/share/base-2.0.txt").exists());
+    sb.ok(&["stop", "app"]);
+}

@@ -615,6 +615,22 @@ pub fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
     }
     let _op = d.op.lock().unwrap();
     let old = state(d);
+    // `remove --purge` of packages no longer installed whose /data is still there (a purge
+    // cut short by an older berth, or a plain remove before): purge that /data.
+    if purge && names.iter().all(|n| !old.packages.contains_key(n)) {
+        let leftovers: Vec<&String> = names
+            .iter()
+            .filter(|n| d.cfg.paths.data(n).exists() || purging_dir(&d.cfg, n).exists())
+            .collect();
+        if leftovers.len() == names.len() {
+            for n in &leftovers {
+                purge_data(d, n).map_err(|e| {
+                    ApiError::internal(format!("{n}: cannot delete its /data: {e}"))
+                })?;
+            }
+            return Ok(json!({"removed": [], "purged": true, "data_purged": leftovers}));
+        }
+    }
     for n in names {
         if !old.packages.contains_key(n) {
             return Err(ApiError::new(
@@ -647,7 +663,35 @@ pub fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
     for n in names {
         new.packages.remove(n);
     }
-    commit_state(d, new)?;
+    // A purge is made resumable before the commit: /data moves aside (one rename), so that a
+    // crash before the commit puts it back (the package is still installed) and one after
+    // it finishes the purge (reconcile, gc, or remove --purge again).
+    let mut set_aside: Vec<String> = Vec::new();
+    if purge {
+        for n in names {
+            let (from, to) = (d.cfg.paths.data(n), purging_dir(&d.cfg, n));
+            if from.exists() {
+                if let Err(e) = std::fs::rename(&from, &to) {
+                    for n in &set_aside {
+                        let _ = std::fs::rename(purging_dir(&d.cfg, n), d.cfg.paths.data(n));
+                    }
+                    return Err(ApiError::internal(format!(
+                        "{n}: cannot set its /data aside for the purge: {e}; nothing was changed"
+                    )));
+                }
+                set_aside.push(n.clone());
+            }
+        }
+        let _ = fsync_dir(&d.cfg.paths.state.join("data"));
+        fault::point("remove.set-aside");
+    }
+    if let Err(e) = commit_state(d, new) {
+        for n in &set_aside {
+            let _ = std::fs::rename(purging_dir(&d.cfg, n), d.cfg.paths.data(n));
+        }
+        return Err(e);
+    }
+    fault::point("remove.committed");
     release_mounts(d);
     super::net::forget(d, &state(d), names);
     for n in names {
@@ -660,17 +704,76 @@ pub fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
         let _ = std::fs::remove_file(d.cfg.paths.guard_file(n));
         d.guard_kills.lock().unwrap().remove(n.as_str());
         if purge {
-            let _ = std::fs::remove_dir_all(d.cfg.paths.data(n));
+            if let Err(e) = purge_data(d, n) {
+                log::error!("{n}: its /data is only partly deleted ({e}); berth gc finishes it");
+            }
+        } else {
+            super::security::removed(d, n, false);
         }
-        super::security::removed(d, n, purge);
     }
     Ok(json!({"removed": names, "purged": purge}))
 }
 
+/// Where a container's /data waits while it is being purged.
+fn purging_dir(cfg: &Config, name: &str) -> PathBuf {
+    cfg.paths.state.join("data").join(format!(".purge-{name}"))
+}
+
+/// Deletes a container's /data (set aside or not) and then frees its id range.
+fn purge_data(d: &Daemon, name: &str) -> std::io::Result<()> {
+    for dir in [purging_dir(&d.cfg, name), d.cfg.paths.data(name)] {
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    super::security::removed(d, name, true);
+    Ok(())
+}
+
+/// Purges cut short by a crash: a package still installed gets its /data back (its remove
+/// never committed); any other set-aside /data is deleted.
+fn finish_purges(d: &Daemon) {
+    let st = state(d);
+    let Ok(entries) = std::fs::read_dir(d.cfg.paths.state.join("data")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let f = e.file_name();
+        let Some(name) = f.to_str().and_then(|f| f.strip_prefix(".purge-")) else {
+            continue;
+        };
+        if st.packages.contains_key(name) && !d.cfg.paths.data(name).exists() {
+            match std::fs::rename(e.path(), d.cfg.paths.data(name)) {
+                Ok(()) => {
+                    log::warn!("{name}: a purge was cut short before it committed; /data is back")
+                }
+                Err(err) => log::error!("{name}: cannot put /data back: {err}"),
+            }
+        } else if let Err(err) = purge_data(d, name) {
+            log::error!("{name}: cannot finish the purge of /data: {err}");
+        } else {
+            log::info!("{name}: finished a purge cut short");
+        }
+    }
+}
+
 pub fn gc(d: &Daemon) -> ApiResult<Value> {
     let _op = d.op.lock().unwrap();
+    finish_purges(d);
     release_mounts(d);
-    let keep = state(d).referenced_images();
+    let st = state(d);
+    let mut keep = st.referenced_images();
+    // What running containers were started on, whatever the state says now.
+    for p in st.packages.values() {
+        if is_running(d, p.name.as_str()) {
+            keep.extend(running_layers(d, &st, p));
+        }
+    }
+    // And, whatever berth believes, nothing a loop device still reads.
+    let backing: Vec<PathBuf> = berth_sys::loopdev::loop_backing_files(Path::new("/sys"))
+        .map(|v| v.into_iter().map(|l| l.backing_file).collect())
+        .unwrap_or_default();
     let mut removed = Vec::new();
     let mut freed = 0u64;
     let store = d.cfg.paths.store();
@@ -680,7 +783,10 @@ pub fn gc(d: &Daemon) -> ApiResult<Value> {
             let Some(sha) = name.strip_suffix(".sqfs") else {
                 continue;
             };
-            if keep.contains(sha) || is_mounted(d, &d.cfg.paths.image_mount(sha)) {
+            if keep.contains(sha)
+                || is_mounted(d, &d.cfg.paths.image_mount(sha))
+                || backing.iter().any(|b| *b == e.path())
+            {
                 continue;
             }
             let size = e.metadata().map(|m| m.len()).unwrap_or(0);
@@ -746,6 +852,15 @@ fn layers(st: &State, p: &Installed) -> ApiResult<Vec<String>> {
         .map_err(|e| ApiError::new(409, "missing_layer", e.to_string()))
 }
 
+/// The images a running container was started on (recorded at its start), or, for one
+/// started by an older berth, those its installed package names now.
+fn running_layers(d: &Daemon, st: &State, p: &Installed) -> Vec<String> {
+    match std::fs::read_to_string(d.cfg.paths.lxc_dir(p.name.as_str()).join("layers")) {
+        Ok(text) => text.lines().map(str::to_string).collect(),
+        Err(_) => layers(st, p).unwrap_or_default(),
+    }
+}
+
 /// Unmounts every image mount and merged root that no running container uses.
 pub fn release_mounts(d: &Daemon) {
     let st = state(d);
@@ -761,7 +876,7 @@ pub fn release_mounts(d: &Daemon) {
         if is_running(d, p.name.as_str()) {
             used_roots.insert(d.cfg.paths.rootfs(p.name.as_str()));
             used_roots.insert(d.cfg.paths.data_mount(p.name.as_str()));
-            for l in layers(&st, p).unwrap_or_default() {
+            for l in running_layers(d, &st, p) {
                 used_images.insert(d.cfg.paths.image_mount(&l));
             }
         }
@@ -949,6 +1064,10 @@ fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .map_err(ApiError::internal)?;
     write_atomic(&dir.join("config"), text.as_bytes(), 0o640).map_err(ApiError::internal)?;
+    // The images this run is made of: an upgrade of a dependency while it runs changes the
+    // state, not the layers under its root; mounts and gc keep these until it stops.
+    write_atomic(&dir.join("layers"), layer_shas.join("\n").as_bytes(), 0o600)
+        .map_err(ApiError::internal)?;
     remove_stale_cgroups(&d.cfg, name);
     let args = crate::shim::ShimArgs {
         name: name.to_string(),
@@ -1388,6 +1507,7 @@ pub fn logs(d: &Daemon, name: &str, follow: bool) -> ApiResult<Logs> {
 /// installed go, unused mounts go, and packages marked autostart start after a reboot.
 pub fn reconcile(d: &Arc<Daemon>) {
     clear_tmp(&d.cfg);
+    finish_purges(d);
     apply_group_budget(d);
     // Temporary files of atomic writes cut short (".state.json.tmp.PID.N"), wherever the
     // daemon or a shim writes atomically.
