@@ -32,6 +32,9 @@ pub enum ConfigError {
 pub struct Config {
     /// Base URL of the single repository (`http://…` or `file://…`); None until configured.
     pub repository: Option<String>,
+    /// `berth status` warns when the cached index was fetched longer ago than this (seconds;
+    /// `index_max_age = "7d"`). None: no warning.
+    pub index_max_age_s: Option<u64>,
     pub paths: Paths,
     /// Seconds a container gets between the halt signal and SIGKILL.
     pub stop_timeout_s: u32,
@@ -175,6 +178,7 @@ impl Paths {
 #[derive(Default)]
 struct RawConfig {
     repository: Option<String>,
+    index_max_age: Option<String>,
     paths: RawPaths,
     containers: RawContainers,
     policy: RawPolicy,
@@ -219,6 +223,7 @@ impl RawConfig {
     fn read(mut t: Table) -> Result<RawConfig, TreeError> {
         let raw = RawConfig {
             repository: text(&mut t, "repository")?,
+            index_max_age: text(&mut t, "index_max_age")?,
             paths: section(&mut t, "paths", |t| {
                 let mut path = |k| Ok::<_, TreeError>(text(t, k)?.map(PathBuf::from));
                 Ok(RawPaths {
@@ -341,6 +346,19 @@ impl Config {
                 ));
             }
         }
+        let index_max_age_s = match &raw.index_max_age {
+            None => None,
+            Some(v) => match crate::manifest::parse_duration_s(v) {
+                Ok(0) => {
+                    return Err(value_err(
+                        "index_max_age",
+                        format!("{v}: must be more than 0"),
+                    ))
+                }
+                Ok(s) => Some(s),
+                Err(m) => return Err(value_err("index_max_age", m)),
+            },
+        };
         let absolute = |key: &'static str, p: Option<PathBuf>, default: PathBuf| {
             let p = p.unwrap_or(default);
             if p.is_absolute() {
@@ -418,6 +436,7 @@ impl Config {
         };
         Ok(Config {
             repository: raw.repository.map(|u| u.trim_end_matches('/').to_string()),
+            index_max_age_s,
             paths: Paths {
                 state,
                 run,

@@ -49,7 +49,19 @@ pub struct Index {
     /// replayed to roll it back to vulnerable versions.
     #[serde(default)]
     pub serial: u64,
+    /// When the repository owner stops vouching for this index (UNIX seconds; set by `berth
+    /// repo build --valid-for`). A device refuses an expired index, so an attacker who can
+    /// only replay what was once signed cannot freeze a device on it for ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires: Option<u64>,
     pub packages: Vec<IndexEntry>,
+}
+
+impl Index {
+    /// Whether the index has expired at `now` (UNIX seconds).
+    pub fn expired(&self, now: u64) -> bool {
+        self.expires.is_some_and(|e| now >= e)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -289,6 +301,7 @@ mod tests {
         Index {
             format: INDEX_FORMAT,
             serial: 1,
+            expires: None,
             packages: entries,
         }
     }

@@ -309,6 +309,22 @@ pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("invalid duration {s:?}: too large"))
 }
 
+/// Parses a long duration: a decimal integer followed by `s`, `m`, `h` or `d`, e.g. `"30d"`
+/// (an index's validity, the age at which a cached index is stale). Returns seconds.
+pub fn parse_duration_s(s: &str) -> Result<u64, String> {
+    let bad = || format!("invalid duration {s:?}: expected a number followed by s, m, h or d");
+    let (digits, mult) = match s.as_bytes().last() {
+        Some(b's') => (&s[..s.len() - 1], 1u64),
+        Some(b'm') => (&s[..s.len() - 1], 60),
+        Some(b'h') => (&s[..s.len() - 1], 3600),
+        Some(b'd') => (&s[..s.len() - 1], 86_400),
+        _ => return Err(bad()),
+    };
+    let n = parse_decimal(digits).ok_or_else(bad)?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("invalid duration {s:?}: too large"))
+}
+
 /// Parses a percentage `"N%"`, e.g. `"20%"`.
 pub fn parse_percent(s: &str) -> Result<u32, String> {
     s.strip_suffix('%')

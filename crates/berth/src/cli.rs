@@ -274,14 +274,27 @@ fn vendor_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
             Ok(0)
         }
         "repo" => {
-            let a = parse_args(args, &["--key", "-k"], &[])?;
+            let a = parse_args(args, &["--key", "-k", "--valid-for"], &[])?;
             if a.pos.first().map(String::as_str) != Some("build") || a.pos.len() != 2 {
-                return Err(usage("usage: berth repo build DIR --key SECKEY"));
+                return Err(usage(
+                    "usage: berth repo build DIR --key SECKEY [--valid-for DURATION]",
+                ));
             }
             let key = a
                 .value(&["--key", "-k"])
                 .ok_or_else(|| usage("repo build needs --key SECKEY"))?;
-            let r = crate::vendor::repo::build(a.pos[1].as_ref(), key.as_ref())?;
+            let valid_for = match a.value(&["--valid-for"]) {
+                None => None,
+                Some(v) => {
+                    let s = berth_core::manifest::parse_duration_s(v)
+                        .map_err(|e| usage(format!("--valid-for: {e}")))?;
+                    if s == 0 {
+                        return Err(usage("--valid-for: must be more than 0"));
+                    }
+                    Some(s)
+                }
+            };
+            let r = crate::vendor::repo::build(a.pos[1].as_ref(), key.as_ref(), valid_for)?;
             if g.json {
                 print_json(&serde_json::to_value(&r)?);
             } else {
@@ -313,15 +326,26 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
     let sock = sock.as_path();
     match cmd {
         "update" => {
-            parse_args(args, &[], &[])?;
-            let v = client::call(sock, "POST", "/v1/update", None)?;
+            let a = parse_args(args, &[], &["--reset-serial"])?;
+            if !a.pos.is_empty() {
+                return Err(usage("update takes no arguments besides --reset-serial"));
+            }
+            let body = a
+                .has("--reset-serial")
+                .then(|| json!({"reset_serial": true}));
+            let v = client::call(sock, "POST", "/v1/update", body.as_ref())?;
             if g.json {
                 print_json(&v);
             } else {
                 println!(
-                    "repository {}: {} packages, signature verified",
+                    "repository {}: {} packages, serial {}, signature verified{}",
                     v["repository"].as_str().unwrap_or("?"),
-                    v["packages"]
+                    v["packages"],
+                    v["serial"],
+                    match v["expires"].as_u64() {
+                        Some(e) => format!(", valid until {}", utc(e)),
+                        None => String::new(),
+                    }
                 );
                 for u in v["upgradable"].as_array().into_iter().flatten() {
                     println!(
@@ -547,6 +571,10 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                 d["pid"],
                 dur(d["uptime_s"].as_u64().unwrap_or(0))
             );
+            let r = &v["repository"];
+            if let Some(w) = r["warning"].as_str() {
+                println!("warning: {w}");
+            }
             let now = crate::daemon::ops::now_s();
             table(
                 &[
@@ -994,6 +1022,25 @@ fn s(v: &Value) -> String {
     }
 }
 
+/// UNIX seconds as `YYYY-MM-DD HH:MM UTC` (the civil calendar from days since 1970).
+pub fn utc(secs: u64) -> String {
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}
+
 /// A size for people, with one decimal (integer arithmetic: no float formatting code).
 fn human(n: u64) -> String {
     const U: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
@@ -1051,5 +1098,18 @@ fn table(head: &[&str], rows: impl Iterator<Item = Vec<String>>) {
     line(head.iter().map(|h| h.to_string()).collect());
     for r in rows {
         line(r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_dates() {
+        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc(951_782_400), "2000-02-29 00:00 UTC");
+        assert_eq!(utc(1_795_579_551), "2026-11-25 04:05 UTC");
+        assert_eq!(utc(4_102_444_799), "2099-12-31 23:59 UTC");
     }
 }

@@ -19,7 +19,7 @@ pub enum Action {
     Ping,
     Status(Option<String>),
     List,
-    Update,
+    Update { reset_serial: bool },
     Install(Vec<String>),
     Remove { names: Vec<String>, purge: bool },
     Start(String),
@@ -109,6 +109,13 @@ fn limit_request(req: &Request) -> ApiResult<(String, Overrides)> {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct UpdateBody {
+    #[serde(default)]
+    reset_serial: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct InstallBody {
     names: Vec<String>,
 }
@@ -165,7 +172,13 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
             None => None,
         }),
         ("GET", "/v1/packages") => Action::List,
-        ("POST", "/v1/update") => Action::Update,
+        ("POST", "/v1/update") => Action::Update {
+            reset_serial: if req.body.is_empty() {
+                false
+            } else {
+                body::<UpdateBody>(req)?.reset_serial
+            },
+        },
         ("POST", "/v1/install") => {
             let b: InstallBody = body(req)?;
             Action::Install(
@@ -262,7 +275,7 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
         Action::Ping => reply(&mut stream, Ok(json!({"ok": true}))),
         Action::Status(n) => reply(&mut stream, ops::status(d, n.as_deref())),
         Action::List => reply(&mut stream, ops::list(d)),
-        Action::Update => reply(&mut stream, ops::update(d)),
+        Action::Update { reset_serial } => reply(&mut stream, ops::update(d, reset_serial)),
         Action::Install(names) => {
             // Streamed: progress events, then one result (or error) event, as JSON lines.
             if stream

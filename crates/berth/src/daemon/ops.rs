@@ -167,6 +167,16 @@ pub fn load_index(d: &Daemon) -> ApiResult<(Index, RepoCache)> {
         )
     })?;
     let index = verify_index(&d.cfg, cache.index.as_bytes(), &cache.signature)?;
+    if let Some(e) = index.expires.filter(|_| index.expired(now_s())) {
+        return Err(ApiError::new(
+            422,
+            "expired",
+            format!(
+                "the cached repository index expired at {}: run berth update (the repository owner must publish a re-signed index)",
+                crate::cli::utc(e)
+            ),
+        ));
+    }
     Ok((index, cache))
 }
 
@@ -188,7 +198,41 @@ fn fetch_err(e: fetch::FetchError) -> ApiError {
     }
 }
 
-pub fn update(d: &Daemon) -> ApiResult<Value> {
+/// The newest serial this device has accepted, kept apart from the cached index so that a
+/// rollback is refused even when that index no longer verifies (its key was removed).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SerialRecord {
+    serial: u64,
+    url: String,
+}
+
+fn serial_file(cfg: &Config) -> PathBuf {
+    cfg.paths.state.join("repository.serial")
+}
+
+fn read_serial_record(cfg: &Config) -> Option<SerialRecord> {
+    std::fs::read(serial_file(cfg))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+/// A write of the repository's files that failed: a full disk is said as such.
+fn write_failed(path: &Path, e: std::io::Error) -> ApiError {
+    if berth_sys::fsutil::is_enospc(&e) {
+        ApiError::new(
+            507,
+            "no_space",
+            format!(
+                "cannot write {}: file system full; the previous repository index stays in use (free space with berth gc)",
+                path.display()
+            ),
+        )
+    } else {
+        ApiError::internal(format!("write {}: {e}", path.display()))
+    }
+}
+
+pub fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
     let _op = d.op.lock().unwrap();
     let base = repository_url(d)?;
     let index_url = fetch::join_url(&base, "index.json").map_err(fetch_err)?;
@@ -198,40 +242,134 @@ pub fn update(d: &Daemon) -> ApiResult<Value> {
     let sig = String::from_utf8(sig)
         .map_err(|_| ApiError::new(422, "bad_signature", "index.json.sig is not text"))?;
     let parsed = verify_index(&d.cfg, &index, &sig)?;
-    if let Ok((current, _)) = load_index(d) {
-        if parsed.serial < current.serial {
+    let now = now_s();
+    if parsed.expired(now) {
+        let e = parsed.expires.unwrap_or(0);
+        return Err(ApiError::new(
+            422,
+            "expired",
+            format!(
+                "repository index rejected: it expired at {} (expires {e}); an expired index may be a replay that freezes this device on old packages: the repository owner must rebuild and re-sign it (berth repo build --valid-for …)",
+                crate::cli::utc(e)
+            ),
+        ));
+    }
+    // The floor: the newest serial accepted, from its own record and from the cached index
+    // (an index cached by an older berth, which kept no record).
+    let record = read_serial_record(&d.cfg);
+    let cached = load_index(d).ok().map(|(i, _)| i.serial);
+    let floor = record
+        .as_ref()
+        .map(|r| r.serial)
+        .into_iter()
+        .chain(cached)
+        .max();
+    if let Some(floor) = floor.filter(|f| parsed.serial < *f) {
+        if !reset_serial {
             return Err(ApiError::new(
                 422,
                 "rollback",
                 format!(
-                    "repository index rejected: its serial {} is older than the one this device already verified ({}); refusing a rollback (an old index is being replayed, or a mirror is out of date)",
-                    parsed.serial, current.serial
+                    "repository index rejected: its serial {} is older than {floor}, the newest this device has accepted; refusing a rollback (an old index is being replayed, or a mirror is out of date). To move to another repository on purpose, run berth update --reset-serial",
+                    parsed.serial
                 ),
             ));
         }
+        log::warn!(
+            "repository {base}: serial {} accepted below the newest accepted ({floor}) on the operator's request (--reset-serial)",
+            parsed.serial
+        );
     }
     let index_text = String::from_utf8(index)
         .map_err(|_| ApiError::new(422, "bad_index", "index.json is not UTF-8"))?;
     let cache = RepoCache {
         url: base.clone(),
-        fetched_at: now_s(),
+        fetched_at: now,
         index: index_text,
         signature: sig,
     };
+    // The floor first: a crash between the two writes leaves it raised, never lowered.
+    let sf = serial_file(&d.cfg);
+    let old_record = std::fs::read(&sf).ok();
+    let rec = SerialRecord {
+        serial: parsed.serial,
+        url: base.clone(),
+    };
+    write_atomic(&sf, &serde_json::to_vec(&rec).expect("serializes"), 0o600)
+        .map_err(|e| write_failed(&sf, e))?;
     let path = d.cfg.paths.repository_file();
-    write_atomic(
+    if let Err(e) = write_atomic(
         &path,
         &serde_json::to_vec(&cache).expect("serializes"),
-        0o644,
-    )
-    .map_err(|e| ApiError::internal(format!("write {}: {e}", path.display())))?;
+        0o600,
+    ) {
+        // Put the floor back with the index it belongs to (a small file: it fits where the
+        // larger index did not; if not, the floor stays raised, which only refuses more).
+        if let Some(old) = old_record {
+            let _ = write_atomic(&sf, &old, 0o600);
+        }
+        return Err(write_failed(&path, e));
+    }
     let st = state(d);
     let upgradable = upgradable(&st, &parsed);
     Ok(json!({
         "repository": base,
         "packages": parsed.packages.len(),
+        "serial": parsed.serial,
+        "expires": parsed.expires,
         "upgradable": upgradable,
     }))
+}
+
+/// For `berth status`: the cached index's serial, age and expiry, and a warning when it is
+/// expired or older than the policy's `index_max_age`. Read without verifying: display only.
+fn repository_status(d: &Daemon) -> Value {
+    let now = now_s();
+    let cache: Option<RepoCache> = std::fs::read(d.cfg.paths.repository_file())
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let Some(cache) = cache else {
+        let warning = d
+            .cfg
+            .index_max_age_s
+            .map(|_| "no repository index yet: run berth update".to_string());
+        return json!({"url": d.cfg.repository, "warning": warning});
+    };
+    let index = Index::parse(cache.index.as_bytes()).ok();
+    let expires = index.as_ref().and_then(|i| i.expires);
+    let age = now.saturating_sub(cache.fetched_at);
+    let warning = if let Some(e) = expires.filter(|e| now >= *e) {
+        Some(format!(
+            "the cached repository index expired at {}: installs are refused until berth update fetches a re-signed one",
+            crate::cli::utc(e)
+        ))
+    } else {
+        d.cfg.index_max_age_s.filter(|max| age > *max).map(|max| {
+            format!(
+                "the repository index was fetched {} ago (index_max_age {}): run berth update; is {} reachable?",
+                human_age(age),
+                human_age(max),
+                cache.url
+            )
+        })
+    };
+    json!({
+        "url": cache.url,
+        "serial": index.as_ref().map(|i| i.serial),
+        "fetched_at": cache.fetched_at,
+        "age_s": age,
+        "expires": expires,
+        "warning": warning,
+    })
+}
+
+fn human_age(s: u64) -> String {
+    match s {
+        0..=119 => format!("{s} s"),
+        120..=7199 => format!("{} min", s / 60),
+        7200..=172_799 => format!("{} h", s / 3600),
+        _ => format!("{} days", s / 86_400),
+    }
 }
 
 fn upgradable(st: &State, index: &Index) -> Vec<Value> {
@@ -1470,6 +1608,7 @@ pub fn status(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
         }));
     }
     Ok(json!({
+        "repository": repository_status(d),
         "daemon": {
             "pid": std::process::id(),
             "version": env!("CARGO_PKG_VERSION"),

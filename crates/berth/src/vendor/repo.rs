@@ -34,6 +34,9 @@ pub struct RepoReport {
     pub signature: PathBuf,
     /// Key number of the signing key (hex), to match against the device's keys.
     pub keynum: String,
+    pub serial: u64,
+    /// UNIX seconds, with `--valid-for`.
+    pub expires: Option<u64>,
     pub packages: Vec<RepoPackage>,
 }
 
@@ -47,7 +50,8 @@ pub struct RepoPackage {
     pub trusted: bool,
 }
 
-pub fn build(dir: &Path, key: &Path) -> anyhow::Result<RepoReport> {
+/// Builds and signs `dir/index.json`; `valid_for` (seconds) sets the index's expiry.
+pub fn build(dir: &Path, key: &Path, valid_for: Option<u64>) -> anyhow::Result<RepoReport> {
     // Read the key first: a wrong key file should fail before minutes of hashing.
     let key_text = fs::read_to_string(key)
         .with_context(|| format!("cannot read secret key {}", key.display()))?;
@@ -117,6 +121,7 @@ pub fn build(dir: &Path, key: &Path) -> anyhow::Result<RepoReport> {
     let mut index = Index {
         format: INDEX_FORMAT,
         serial: 0,
+        expires: valid_for.map(|v| now.saturating_add(v)),
         packages: entries,
     };
     index.serial = match previous {
@@ -152,6 +157,8 @@ pub fn build(dir: &Path, key: &Path) -> anyhow::Result<RepoReport> {
         index: index_path,
         signature: sig_path,
         keynum: secret.public_key().keynum_hex(),
+        serial: index.serial,
+        expires: index.expires,
         packages: index
             .packages
             .into_iter()
@@ -368,7 +375,7 @@ mod tests {
         fs::write(repo.join(TRUSTED_FILE), "# trusted\n\napp\n").unwrap();
         fs::write(repo.join("notes.txt"), "ignored").unwrap();
 
-        let r = build(&repo, &key).unwrap();
+        let r = build(&repo, &key, None).unwrap();
         assert_eq!(r.packages.len(), 2);
         assert_eq!(r.keynum, public.keynum_hex());
 
@@ -404,7 +411,7 @@ mod tests {
         assert!(signify::verify(&public, &tampered, &sig).is_err());
 
         // Rebuilding the same images gives byte-identical files.
-        build(&repo, &key).unwrap();
+        build(&repo, &key, None).unwrap();
         assert_eq!(fs::read(repo.join(INDEX_FILE)).unwrap(), json);
         assert_eq!(
             fs::read_to_string(repo.join(SIGNATURE_FILE)).unwrap(),
@@ -425,7 +432,7 @@ mod tests {
         fs::create_dir(&repo).unwrap();
         let (key, _) = write_key(&t.0);
         add(&t, &repo, "app", "depends = [\"libfoo\"]", "app.sqfs");
-        let e = format!("{:#}", build(&repo, &key).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
         assert!(
             e.contains("package app (app.sqfs) depends on libfoo"),
             "{e}"
@@ -441,7 +448,7 @@ mod tests {
         let (key, _) = write_key(&t.0);
         add(&t, &repo, "app", "", "app-1.sqfs");
         add(&t, &repo, "app", "", "packages/app-2.sqfs");
-        let e = format!("{:#}", build(&repo, &key).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
         assert!(
             e.contains("package app is in both app-1.sqfs and packages/app-2.sqfs"),
             "{e}"
@@ -457,13 +464,13 @@ mod tests {
         add(&t, &repo, "app", "", "app.sqfs");
 
         fs::write(repo.join(TRUSTED_FILE), "app\nnope\n").unwrap();
-        let e = format!("{:#}", build(&repo, &key).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
         assert!(
             e.contains("trusted.txt line 2: package nope is not in the repository"),
             "{e}"
         );
         fs::write(repo.join(TRUSTED_FILE), "Bad\n").unwrap();
-        let e = format!("{:#}", build(&repo, &key).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
         assert!(
             e.contains("trusted.txt line 1") && e.contains("invalid package name"),
             "{e}"
@@ -481,35 +488,38 @@ mod tests {
             .unwrap()
             .success();
         assert!(ok);
-        let e = format!("{:#}", build(&repo, &key).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
         assert!(e.contains("plain.sqfs has no .berth/manifest.toml"), "{e}");
         fs::remove_file(repo.join("plain.sqfs")).unwrap();
 
         // Not an image at all.
         fs::write(repo.join("junk.sqfs"), "not squashfs").unwrap();
-        let e = format!("{:#}", build(&repo, &key).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
         assert!(e.contains("junk.sqfs"), "{e}");
         fs::remove_file(repo.join("junk.sqfs")).unwrap();
 
         // A file name the index cannot carry.
         fs::copy(repo.join("app.sqfs"), repo.join("my app.sqfs")).unwrap();
-        let e = format!("{:#}", build(&repo, &key).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
         assert!(e.contains("rename it"), "{e}");
         fs::remove_file(repo.join("my app.sqfs")).unwrap();
 
         // A bad key.
         fs::write(t.0.join("bad.sec"), "nonsense").unwrap();
-        let e = format!("{:#}", build(&repo, &t.0.join("bad.sec")).unwrap_err());
+        let e = format!(
+            "{:#}",
+            build(&repo, &t.0.join("bad.sec"), None).unwrap_err()
+        );
         assert!(e.contains("invalid secret key"), "{e}");
 
-        build(&repo, &key).unwrap();
+        build(&repo, &key, None).unwrap();
     }
 
     #[test]
     fn empty_repository_is_valid() {
         let t = TempDir::new("repo-empty");
         let (key, _) = write_key(&t.0);
-        let r = build(&t.0, &key).unwrap();
+        let r = build(&t.0, &key, None).unwrap();
         assert!(r.packages.is_empty());
         let index = Index::parse(&fs::read(t.0.join(INDEX_FILE)).unwrap()).unwrap();
         assert!(index.packages.is_empty());
