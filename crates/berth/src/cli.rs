@@ -14,7 +14,8 @@ usage: berth [--config FILE] [--json] COMMAND [ARGS]
 
 device:
   daemon                     run the supervisor (root; keeps containers across restarts)
-  update                     fetch and verify the repository index
+  update [--reset-serial]    fetch and verify the repository index (--reset-serial: accept a
+                             lower serial once, to switch to another repository)
   list [--installed|--available|--upgradable]
   install NAME...            install packages and their dependencies
   remove [--purge] NAME...   remove packages (--purge also deletes their /data)
@@ -35,7 +36,9 @@ device:
 vendor:
   key generate -o PREFIX [--comment TEXT]   ed25519 key pair (signify/usign format)
   pack DIR -o FILE                          build a package image with mksquashfs
-  repo build DIR --key SECKEY               write and sign DIR/index.json
+  repo build DIR --key SECKEY [--valid-for DURATION]
+                                            write and sign DIR/index.json (valid for
+                                            DURATION: 90m, 12h, 30d; default: no expiry)
 
 --config defaults to $BERTH_CONFIG or /etc/berth/berth.toml.
 exit status: 0 ok, 1 error, 2 usage, 3 daemon not running.";
