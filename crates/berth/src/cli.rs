@@ -21,7 +21,8 @@ device:
   remove [--purge] NAME...   remove packages (--purge also deletes their /data)
   start NAME | stop [-t SECS] NAME | restart NAME
   status [NAME]              containers, their state and last exit
-  logs [-f] NAME             a container's output (-f: follow)
+  logs [-f] [--raw] NAME     a container's output (-f: follow; control characters are
+                             shown escaped, as \x1b, unless --raw)
   limit NAME [--cpu P%] [--memory SIZE] [--pids N]
                              change a container's limits, running or not (--cpu: percent
                              of one CPU); kept for the next start; no option: show them
@@ -627,9 +628,10 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
             Ok(0)
         }
         "logs" => {
-            let a = parse_args(args, &[], &["-f", "--follow"])?;
+            let a = parse_args(args, &[], &["-f", "--follow", "--raw"])?;
             let name = package_name(a.one("package name")?)?;
             let follow = a.has("-f") || a.has("--follow");
+            let raw = a.has("--raw");
             let (status, mut r) = client::send(
                 sock,
                 "GET",
@@ -670,14 +672,26 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                 }
                 return Ok(0);
             }
+            // A container's output is hostile input for the operator's terminal: escape
+            // sequences could retitle it, clear it, or worse. Shown escaped unless --raw.
             let mut out = std::io::stdout();
             let mut buf = [0u8; 8192];
+            let mut esc = Escaper::default();
+            let mut shown = Vec::with_capacity(4 * buf.len());
             loop {
                 let n = r.read(&mut buf)?;
-                if n == 0 {
-                    break;
-                }
-                if out.write_all(&buf[..n]).is_err() {
+                let chunk: &[u8] = if raw {
+                    &buf[..n]
+                } else {
+                    shown.clear();
+                    if n == 0 {
+                        esc.finish(&mut shown);
+                    } else {
+                        esc.feed(&buf[..n], &mut shown);
+                    }
+                    &shown
+                };
+                if out.write_all(chunk).is_err() || n == 0 {
                     break;
                 }
                 let _ = out.flush();
@@ -1025,6 +1039,78 @@ fn s(v: &Value) -> String {
     }
 }
 
+/// Makes a container's output safe for a terminal, as a stream: `\n` and `\t` and printable
+/// UTF-8 pass; other C0 controls, DEL and invalid bytes become `\xNN`, C1 controls `\u{NN}`.
+/// A UTF-8 sequence cut by a chunk boundary waits for the next chunk.
+#[derive(Default)]
+pub struct Escaper {
+    pending: Vec<u8>,
+}
+
+impl Escaper {
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        let mut data = std::mem::take(&mut self.pending);
+        data.extend_from_slice(input);
+        let mut i = 0;
+        while i < data.len() {
+            let b = data[i];
+            if b == b'\n' || b == b'\t' || (0x20..0x7f).contains(&b) {
+                out.push(b);
+                i += 1;
+                continue;
+            }
+            if b < 0x80 {
+                let _ = write!(out, "\\x{b:02x}");
+                i += 1;
+                continue;
+            }
+            let len = match b {
+                0xc2..=0xdf => 2,
+                0xe0..=0xef => 3,
+                0xf0..=0xf4 => 4,
+                _ => 0,
+            };
+            if len == 0 {
+                let _ = write!(out, "\\x{b:02x}");
+                i += 1;
+                continue;
+            }
+            if i + len > data.len() {
+                // Perhaps completed by the next chunk (if what is there so far fits).
+                if std::str::from_utf8(&data[i..]).is_err_and(|e| e.error_len().is_none()) {
+                    self.pending = data[i..].to_vec();
+                    return;
+                }
+                let _ = write!(out, "\\x{b:02x}");
+                i += 1;
+                continue;
+            }
+            match std::str::from_utf8(&data[i..i + len]) {
+                Ok(ch) => {
+                    let c = ch.chars().next().unwrap_or('\0');
+                    if ('\u{80}'..='\u{9f}').contains(&c) {
+                        let _ = write!(out, "\\u{{{:02x}}}", c as u32);
+                    } else {
+                        out.extend_from_slice(ch.as_bytes());
+                    }
+                    i += len;
+                }
+                Err(_) => {
+                    let _ = write!(out, "\\x{b:02x}");
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    /// At the end of the stream: a sequence still waiting is shown as bytes.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        for b in std::mem::take(&mut self.pending) {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+}
+
 /// UNIX seconds as `YYYY-MM-DD HH:MM UTC` (the civil calendar from days since 1970).
 pub fn utc(secs: u64) -> String {
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
@@ -1107,6 +1193,42 @@ fn table(head: &[&str], rows: impl Iterator<Item = Vec<String>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn escaped(chunks: &[&[u8]]) -> String {
+        let mut e = Escaper::default();
+        let mut out = Vec::new();
+        for c in chunks {
+            e.feed(c, &mut out);
+        }
+        e.finish(&mut out);
+        String::from_utf8(out).expect("the escaped text is UTF-8")
+    }
+
+    #[test]
+    fn terminal_controls_are_escaped_and_text_kept() {
+        assert_eq!(
+            escaped(&[b"plain text\n\tindented\n"]),
+            "plain text\n\tindented\n"
+        );
+        assert_eq!(
+            escaped(&[b"\x1b]0;pwned\x07title"]),
+            "\\x1b]0;pwned\\x07title"
+        );
+        assert_eq!(escaped(&[b"\x1b[2J\r\x7f\x00"]), "\\x1b[2J\\x0d\\x7f\\x00");
+        assert_eq!(escaped(&["grüße 日本 🦀".as_bytes()]), "grüße 日本 🦀");
+        // C1 controls (8-bit CSI) and invalid bytes
+        assert_eq!(escaped(&["a\u{9b}2Jb".as_bytes()]), "a\\u{9b}2Jb");
+        assert_eq!(escaped(&[b"\xff\xfe ok \xc3("]), "\\xff\\xfe ok \\xc3(");
+        // a multi-byte character split across chunks is kept whole
+        let crab = "🦀".as_bytes();
+        for cut in 1..crab.len() {
+            assert_eq!(escaped(&[&crab[..cut], &crab[cut..]]), "🦀", "cut {cut}");
+        }
+        // an escape sequence split across chunks is escaped all the same
+        assert_eq!(escaped(&[b"\x1b", b"[2J"]), "\\x1b[2J");
+        // a sequence cut off by the end of the stream
+        assert_eq!(escaped(&[&crab[..2]]), "\\xf0\\x9f");
+    }
 
     #[test]
     fn utc_dates() {

@@ -12,7 +12,21 @@ mod shim;
 mod vendor;
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Names, options and the paths berth is given are UTF-8 (they go into JSON requests,
+    // TOML and LXC configurations); anything else is refused by position, never a panic.
+    let mut args: Vec<String> = Vec::new();
+    for (i, a) in std::env::args_os().skip(1).enumerate() {
+        match a.into_string() {
+            Ok(s) => args.push(s),
+            Err(bad) => {
+                eprintln!(
+                    "berth: argument {} ({bad:?}) is not valid UTF-8: names, options and paths must be\n(berth --help lists the commands)",
+                    i + 1
+                );
+                std::process::exit(2);
+            }
+        }
+    }
     if args.first().map(String::as_str) == Some("__shim") {
         logger::init("berth-shim");
         if let Err(e) = shim::ShimArgs::from_args(&args[1..]).and_then(shim::run) {
