@@ -51,6 +51,23 @@ pub fn head_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
 }
 
+/// A whole request from what has arrived so far: `Ok(None)` while the head or the body is
+/// incomplete, an error as soon as what arrived cannot become a valid request.
+pub fn parse_complete(buf: &[u8]) -> Result<Option<Request>, HttpError> {
+    let Some(end) = head_end(buf) else {
+        if buf.len() > MAX_HEAD {
+            return Err(HttpError::HeadTooLarge);
+        }
+        return Ok(None);
+    };
+    let (mut req, len) = parse_head(&buf[..end])?;
+    if buf.len() - end < len {
+        return Ok(None);
+    }
+    req.body = buf[end..end + len].to_vec();
+    Ok(Some(req))
+}
+
 /// Parses a request head. Returns the request (with an empty body) and the body length the
 /// headers announce.
 pub fn parse_head(head: &[u8]) -> Result<(Request, usize), HttpError> {
@@ -241,5 +258,23 @@ mod tests {
         assert_eq!(status, 404);
         assert_eq!(headers["content-length"], "2");
         assert_eq!(&r[end..], b"{}");
+    }
+
+    #[test]
+    fn requests_complete_only_when_head_and_body_have_arrived() {
+        let full = b"POST /v1/stop HTTP/1.1\r\nContent-Length: 14\r\n\r\n{\"name\":\"web\"}";
+        for cut in 0..full.len() {
+            assert_eq!(parse_complete(&full[..cut]).unwrap(), None, "cut at {cut}");
+        }
+        let r = parse_complete(full).unwrap().unwrap();
+        assert_eq!(r.path, "/v1/stop");
+        assert_eq!(r.body, b"{\"name\":\"web\"}");
+        // a head that never ends is refused once it is too large, not waited for
+        let endless = vec![b'a'; MAX_HEAD + 1];
+        assert!(matches!(
+            parse_complete(&endless),
+            Err(HttpError::HeadTooLarge)
+        ));
+        assert!(parse_complete(b"GARBAGE\r\n\r\n").is_err());
     }
 }

@@ -158,15 +158,26 @@ pub fn run(cfg: Config) -> Result<()> {
     berth_sys::process::trim_heap();
     berth_sys::process::release_own_code(true);
     listener.set_nonblocking(true)?;
+    let mut admin = Admission::default();
     use std::os::fd::AsRawFd;
     loop {
-        let rev = berth_sys::process::poll(
-            &[
-                (listener.as_raw_fd(), berth_sys::process::POLLIN),
-                (term.as_raw_fd(), berth_sys::process::POLLIN),
-            ],
-            -1,
-        )?;
+        // The listener, the termination pipe, then every connection still sending its request.
+        let mut fds = vec![
+            (listener.as_raw_fd(), berth_sys::process::POLLIN),
+            (term.as_raw_fd(), berth_sys::process::POLLIN),
+        ];
+        fds.extend(
+            admin
+                .pending
+                .iter()
+                .map(|p| (p.stream.as_raw_fd(), berth_sys::process::POLLIN)),
+        );
+        // Without pending connections nothing is timed: no wake-ups while idle.
+        let timeout = admin
+            .next_deadline()
+            .map(|t| t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1)
+            .unwrap_or(-1);
+        let rev = berth_sys::process::poll(&fds, timeout)?;
         if rev[1] != 0 {
             // Containers keep running: a daemon restart must not touch them.
             log::info!("berth daemon stopping; containers keep running");
@@ -174,17 +185,152 @@ pub fn run(cfg: Config) -> Result<()> {
             drop(lock);
             return Ok(());
         }
-        while let Ok((stream, _)) = listener.accept() {
-            let d = Arc::clone(&d);
-            let spawned = std::thread::Builder::new()
-                .name("admin".into())
-                .stack_size(256 * 1024)
-                .spawn(move || serve_connection(&d, stream));
-            if let Err(e) = spawned {
-                log::error!("cannot start a thread for an admin request: {e}");
+        // Readable first (in poll's order), then new connections, then the deadlines.
+        let readable: Vec<bool> = rev[2..].iter().map(|r| *r != 0).collect();
+        admin.read_ready(&d, &readable);
+        if rev[0] != 0 {
+            while let Ok((stream, _)) = listener.accept() {
+                admin.accept(stream);
             }
         }
+        admin.expire(Instant::now());
     }
+}
+
+/// Admin connections still sending their request: at most this many at once; one more
+/// closes the oldest, so that a client that sends its request at once is always read.
+const MAX_PENDING: usize = 64;
+/// The whole request must arrive within this time of the connection (not per read).
+const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
+/// Requests being served at once (streams such as `logs -f` and install progress count);
+/// beyond that the answer is 503 `busy`.
+const MAX_WORKERS: usize = 32;
+
+struct Pending {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    deadline: Instant,
+}
+
+/// The admin socket's front door, run by the main thread: peer check at accept, requests
+/// read without blocking under one deadline each, a thread only for a complete request.
+#[derive(Default)]
+struct Admission {
+    pending: std::collections::VecDeque<Pending>,
+    workers: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Admission {
+    fn next_deadline(&self) -> Option<Instant> {
+        self.pending.iter().map(|p| p.deadline).min()
+    }
+
+    fn accept(&mut self, mut stream: UnixStream) {
+        match berth_sys::fsutil::peer_uid(&stream) {
+            Ok((_, 0)) => {}
+            _ => {
+                let e = ApiError::new(403, "forbidden", "the admin socket is for root only");
+                let _ = stream.set_nonblocking(true);
+                let _ = stream.write_all(&http::response(
+                    403,
+                    "application/json",
+                    e.to_json().to_string().as_bytes(),
+                ));
+                return;
+            }
+        }
+        if stream.set_nonblocking(true).is_err() {
+            return;
+        }
+        if self.pending.len() >= MAX_PENDING {
+            // The oldest has had the longest to send its request.
+            self.pending.pop_front();
+        }
+        self.pending.push_back(Pending {
+            stream,
+            buf: Vec::with_capacity(512),
+            deadline: Instant::now() + REQUEST_DEADLINE,
+        });
+    }
+
+    /// Reads what arrived on the connections poll found readable; complete requests go to a
+    /// worker, broken ones get their 400, closed ones go.
+    fn read_ready(&mut self, d: &Arc<Daemon>, readable: &[bool]) {
+        let mut keep = std::collections::VecDeque::with_capacity(self.pending.len());
+        for (i, mut p) in std::mem::take(&mut self.pending).into_iter().enumerate() {
+            if !readable.get(i).copied().unwrap_or(false) {
+                keep.push_back(p);
+                continue;
+            }
+            let mut chunk = [0u8; 2048];
+            let outcome = loop {
+                match p.stream.read(&mut chunk) {
+                    Ok(0) => break Err(None),
+                    Ok(n) => {
+                        p.buf.extend_from_slice(&chunk[..n]);
+                        match http::parse_complete(&p.buf) {
+                            Ok(Some(req)) => break Ok(Some(req)),
+                            Ok(None) => continue,
+                            Err(e) => break Err(Some(e.to_string())),
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break Ok(None),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break Err(None),
+                }
+            };
+            match outcome {
+                Ok(None) => keep.push_back(p),
+                Ok(Some(req)) => self.dispatch(d, p.stream, req),
+                Err(Some(why)) => reply_now(p.stream, ApiError::bad_request(why)),
+                Err(None) => {}
+            }
+        }
+        self.pending = keep;
+    }
+
+    fn dispatch(&self, d: &Arc<Daemon>, stream: UnixStream, req: http::Request) {
+        use std::sync::atomic::Ordering;
+        if self.workers.fetch_add(1, Ordering::SeqCst) >= MAX_WORKERS {
+            self.workers.fetch_sub(1, Ordering::SeqCst);
+            return reply_now(
+                stream,
+                ApiError::new(
+                    503,
+                    "busy",
+                    format!("the daemon is serving {MAX_WORKERS} requests already; try again"),
+                ),
+            );
+        }
+        let d = Arc::clone(d);
+        let workers = Arc::clone(&self.workers);
+        let spawned = std::thread::Builder::new()
+            .name("admin".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                serve_request(&d, stream, req);
+                workers.fetch_sub(1, Ordering::SeqCst);
+            });
+        if let Err(e) = spawned {
+            self.workers.fetch_sub(1, Ordering::SeqCst);
+            log::error!("cannot start a thread for an admin request: {e}");
+        }
+    }
+
+    /// Connections that did not send a whole request in time are closed.
+    fn expire(&mut self, now: Instant) {
+        self.pending.retain(|p| p.deadline > now);
+    }
+}
+
+/// An answer from the main thread, which must not block: a short write to a socket whose
+/// buffer is empty, or nothing.
+fn reply_now(mut stream: UnixStream, e: ApiError) {
+    let _ = stream.write_all(&http::response(
+        e.status,
+        "application/json",
+        e.to_json().to_string().as_bytes(),
+    ));
 }
 
 pub fn is_root() -> bool {
@@ -217,66 +363,13 @@ fn single_instance(cfg: &Config) -> Result<std::fs::File> {
     Ok(f)
 }
 
-fn serve_connection(d: &Arc<Daemon>, mut stream: UnixStream) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    match berth_sys::fsutil::peer_uid(&stream) {
-        Ok((_, 0)) => {}
-        _ => {
-            let e = ApiError::new(403, "forbidden", "the admin socket is for root only");
-            let _ = stream.write_all(&http::response(
-                403,
-                "application/json",
-                e.to_json().to_string().as_bytes(),
-            ));
-            return;
-        }
+fn serve_request(d: &Arc<Daemon>, stream: UnixStream, req: http::Request) {
+    if stream.set_nonblocking(false).is_err() {
+        return;
     }
-    let req = match read_request(&mut stream) {
-        Ok(r) => r,
-        Err(e) => {
-            let e = ApiError::bad_request(e.to_string());
-            let _ = stream.write_all(&http::response(
-                400,
-                "application/json",
-                e.to_json().to_string().as_bytes(),
-            ));
-            return;
-        }
-    };
-    let _ = stream.set_read_timeout(None);
     api::route(d, req, stream);
     // Requests are rare; give back what this one allocated (install buffers, JSON) and the
     // mappings of the code it ran.
     berth_sys::process::trim_heap();
     berth_sys::process::release_own_code(false);
-}
-
-fn read_request(stream: &mut UnixStream) -> Result<http::Request> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 2048];
-    let end = loop {
-        if let Some(end) = http::head_end(&buf) {
-            break end;
-        }
-        if buf.len() > http::MAX_HEAD {
-            bail!("{}", http::HttpError::HeadTooLarge);
-        }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            bail!("connection closed before the request was complete");
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let (mut req, len) = http::parse_head(&buf[..end])?;
-    let mut body = buf[end..].to_vec();
-    while body.len() < len {
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            bail!("connection closed before the body was complete");
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    body.truncate(len);
-    req.body = body;
-    Ok(req)
 }
