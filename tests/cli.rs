@@ -82,7 +82,7 @@ fn logs_escape_terminal_control_sequences_unless_raw() {
         stdout(&raw)
     );
     // Following: the same escaping, until the container ends.
-    let mut f = sb
+    let f = sb
         .cmd(&["logs", "-f", "noisy"])
         .stdout(std::process::Stdio::piped())
         .spawn()
