@@ -12,19 +12,24 @@
 #         $web_port on the device's LAN side
 #   mqtt  the Mosquitto MQTT broker from Debian (a real daemon: base = "host", its libraries
 #         are the host's, bound read-only into the container)
-# Everything lives under demo-out/ (its own state, run dir, keys, lxcpath, cgroup parent), so
-# the demo neither needs nor touches /etc/berth or /var/lib/berth. The daemon runs in a network
-# namespace of the demo's own ("berth-demo", the device), with a "berth-demo-lan" namespace as
-# a LAN client: berth's bridge, IP forwarding and nftables tables live there, and the
-# machine's own network is left as it was; `clean` deletes both namespaces.
+# Everything of a run lives under demo-out/RUN/ (its own state, run dir, keys, lxcpath, cgroup
+# parent berth-demo-RUN), so the demo neither needs nor touches /etc/berth or /var/lib/berth,
+# and two runs at once do not meet (RUN is the run's pid, or $BERTH_DEMO_ID). The daemon runs
+# in a network namespace of the run's own ("berth-demo-RUN", the device), with a
+# "berth-demo-RUN-lan" namespace as a LAN client: berth's bridge, IP forwarding and nftables
+# tables live there, and the machine's own network is left as it was. `clean` removes every
+# run's containers, daemon, namespaces, mounts, cgroups and files.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-out="$here/demo-out"
+runs="$here/demo-out"
+id=${BERTH_DEMO_ID:-$$}
+out="$runs/$id"
 web_port=${BERTH_DEMO_WEB_PORT:-8080}
 mqtt_port=${BERTH_DEMO_MQTT_PORT:-18830}
-ns=${BERTH_DEMO_NETNS:-berth-demo}
+ns=berth-demo-$id
 lan=$ns-lan
+cgroup_parent=berth-demo-$id
 in_dev() { nsenter --net="/run/netns/$ns" "$@"; }
 export BERTH_CONFIG="$out/berth.toml"
 
@@ -37,9 +42,12 @@ fi
 
 berth="$here/target/release/berth"
 
-clean() {
-    if [ -x "$berth" ] && [ -f "$BERTH_CONFIG" ]; then
-        for n in web mqtt; do "$berth" stop "$n" >/dev/null 2>&1 || true; done
+# Removes one run: its containers, daemon, namespaces, mounts, cgroups and files.
+clean_run() {
+    local id=$1 out="$runs/$1" ns="berth-demo-$1"
+    local cfg="$out/berth.toml"
+    if [ -x "$berth" ] && [ -f "$cfg" ]; then
+        for n in web mqtt; do BERTH_CONFIG="$cfg" "$berth" stop "$n" >/dev/null 2>&1 || true; done
     fi
     if [ -f "$out/run/daemon.pid" ]; then
         kill "$(cat "$out/run/daemon.pid")" 2>/dev/null || true
@@ -48,24 +56,28 @@ clean() {
     for n in web mqtt; do
         # LXC's command socket lives in the daemon's network namespace
         if [ -e "/run/netns/$ns" ]; then
-            in_dev lxc-stop -P "$out/run/lxc" -n "$n" -k >/dev/null 2>&1 || true
-        else
-            lxc-stop -P "$out/run/lxc" -n "$n" -k >/dev/null 2>&1 || true
+            nsenter --net="/run/netns/$ns" lxc-stop -P "$out/run/lxc" -n "$n" -k >/dev/null 2>&1 || true
         fi
     done
-    for n in "$ns" "$lan"; do ip netns del "$n" 2>/dev/null || true; done
-    if [ -d "$out" ]; then
-        { grep -o " $out[^ ]*" /proc/self/mountinfo || true; } | sort -r |
-            while read -r m; do umount -l "$m" || true; done
-    fi
+    for n in "$ns" "$ns-lan"; do ip netns del "$n" 2>/dev/null || true; done
+    { grep -o " $out/[^ ]*" /proc/self/mountinfo || true; } | sort -r |
+        while read -r m; do umount -l "$m" || true; done
     for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
-        for p in berth-demo berth-demo.monitor; do
+        for p in "berth-demo-$id" "berth-demo-$id.monitor"; do
             [ -d "$h$p" ] || continue
             find "$h$p" -mindepth 1 -depth -type d -exec rmdir {} \; 2>/dev/null || true
             rmdir "$h$p" 2>/dev/null || true
         done
     done
     rm -rf "$out"
+}
+
+clean() {
+    [ -d "$runs" ] || return 0
+    for d in "$runs"/*/; do
+        [ -d "$d" ] && clean_run "$(basename "$d")"
+    done
+    rm -rf "$runs"
 }
 
 if [ "${1:-}" = clean ]; then
@@ -76,6 +88,9 @@ fi
 
 say "installing what berth needs (Debian packages)"
 export DEBIAN_FRONTEND=noninteractive
+# Two demos at once take turns at apt (its list lock does not wait).
+exec 9>/run/lock/berth-demo-apt.lock
+flock 9
 apt-get update -qq
 apt-get install -y -qq lxc squashfs-tools busybox-static mosquitto mosquitto-clients curl \
     >/dev/null
@@ -87,11 +102,17 @@ if ! command -v cargo >/dev/null; then
     apt-get install -y -qq cargo >/dev/null
 fi
 
+flock -u 9
+exec 9>&-
+
 say "building berth (release, size-optimised)"
 (cd "$here" && cargo build --release -q -p berth)
 ls -l "$berth" | awk '{printf "berth binary: %d bytes\n", $5}'
 
-clean
+if [ -e "/run/netns/$ns" ] || [ -d "$out" ]; then
+    echo "demo/run.sh: a demo run $id exists already (bash demo/run.sh clean removes it)" >&2
+    exit 1
+fi
 mkdir -p "$out/src" "$out/repo/packages" "$out/keys"
 
 say "vendor side: a signing key, two packages, a signed repository"
@@ -165,11 +186,18 @@ state = "$out/state"
 run = "$out/run"
 keys = "$out/keys"
 [containers]
-cgroup_parent = "berth-demo"
+cgroup_parent = "$cgroup_parent"
 [network]
 publish_on = "lan0"     # published ports are reachable from the LAN side
 EOF
 "$berth" check >/dev/null || { "$berth" check; exit 1; }
+if ! "$berth" --json check | grep -A2 '"shared network scoping"' | grep -q '"present"'; then
+    # mqtt shares the host's network (it is trusted): on a kernel without Landlock's
+    # abstract-socket scope (Linux < 6.12) berth refuses that unless the device maker accepts
+    # the risk that such a container can reach other containers' LXC command sockets.
+    echo "this kernel cannot scope abstract sockets: the demo accepts shared networking unscoped"
+    printf '[security]\nshared_network = "unscoped"\n' >> "$BERTH_CONFIG"
+fi
 # the device's network: a namespace, with a LAN client on a veth pair
 ip netns add "$ns"
 ip netns add "$lan"
@@ -195,16 +223,29 @@ say "berth start web && berth start mqtt"
 "$berth" start mqtt
 
 say "from the LAN: curl http://192.0.2.1:$web_port/ (published port of the isolated web)"
+served=
 for _ in $(seq 50); do
-    ip netns exec "$lan" curl -fsS "http://192.0.2.1:$web_port/" && break
+    if ip netns exec "$lan" curl -fsS "http://192.0.2.1:$web_port/"; then served=1; break; fi
     sleep 0.1
 done
+if [ -z "$served" ]; then
+    echo "demo/run.sh: the web container's page never came (daemon log: $out/daemon.log)" >&2
+    exit 1
+fi
 
 say "berth net"
 "$berth" net
 
 say "an MQTT round trip through the broker in the mqtt container"
-for _ in $(seq 50); do in_dev mosquitto_pub -p "$mqtt_port" -t probe -m x 2>/dev/null && break; sleep 0.1; done
+up=
+for _ in $(seq 50); do
+    if in_dev mosquitto_pub -p "$mqtt_port" -t probe -m x 2>/dev/null; then up=1; break; fi
+    sleep 0.1
+done
+if [ -z "$up" ]; then
+    echo "demo/run.sh: the MQTT broker never answered (daemon log: $out/daemon.log)" >&2
+    exit 1
+fi
 in_dev mosquitto_sub -p "$mqtt_port" -t demo/hello -C 1 -W 5 &
 sub=$!
 sleep 0.3
@@ -232,5 +273,5 @@ The containers keep running. Try:
   $berth net                      # addresses, published ports, drop counters
   ip netns exec $lan curl http://192.0.2.1:$web_port/
   $berth stop web
-Clean up with: bash demo/run.sh clean
+Clean up with: bash demo/run.sh clean   (this run is demo-out/$id)
 EOF

@@ -762,58 +762,13 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                 print_json(&v);
                 return Ok(0);
             }
-            let pct = |x: &Value| match x.as_f64() {
-                Some(p) => {
-                    let tenths = (p * 10.0).round() as i64;
-                    format!("{}.{}%", tenths / 10, tenths % 10)
-                }
-                None => "-".into(),
-            };
-            let row = |name: String, c: &Value| {
-                vec![
-                    name,
-                    pct(&c["cpu_percent"]),
-                    pct(&c["cpu_max_percent"]),
-                    format!(
-                        "{} / {}",
-                        size(&c["memory_current"]),
-                        size(&c["memory_max"])
-                    ),
-                    size(&c["memory_peak"]),
-                    format!("{} / {}", s(&c["pids_current"]), s(&c["pids_max"])),
-                    s(&c["nr_throttled"]),
-                    s(&c["oom_kills"]),
-                ]
-            };
             println!(
                 "cgroup {}, {} CPUs; CPU % is of one CPU, sampled over {} ms",
                 s(&v["cgroup_version"]),
                 v["cpus"],
                 v["sample_ms"]
             );
-            let group = &v["group"];
-            let rows = std::iter::once(row(format!("[{}]", s(&group["cgroup"])), group)).chain(
-                v["containers"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|c| row(s(&c["name"]), c)),
-            );
-            table(
-                &[
-                    "NAME",
-                    "CPU",
-                    "CPU MAX %",
-                    "PIDS",
-                    "PIDS MAX",
-                    "MEMORY",
-                    "MEMORY MAX",
-                    "PEAK",
-                    "THROTTLED",
-                    "OOM KILLS",
-                ],
-                rows,
-            );
+            table(STATS_HEAD, stats_rows(&v).into_iter());
             Ok(0)
         }
         "net" => {
@@ -1160,12 +1115,62 @@ fn dur(s: u64) -> String {
     }
 }
 
+/// The columns of `berth stats`: one per cell of [`stats_rows`].
+const STATS_HEAD: &[&str] = &[
+    "NAME",
+    "CPU",
+    "CPU MAX",
+    "MEMORY / MAX",
+    "PEAK",
+    "PIDS / MAX",
+    "THROTTLED",
+    "OOM KILLS",
+];
+
+/// The rows of `berth stats`: the group first, then each container.
+fn stats_rows(v: &Value) -> Vec<Vec<String>> {
+    let pct = |x: &Value| match x.as_f64() {
+        Some(p) => {
+            let tenths = (p * 10.0).round() as i64;
+            format!("{}.{}%", tenths / 10, tenths % 10)
+        }
+        None => "-".into(),
+    };
+    let row = |name: String, c: &Value| {
+        vec![
+            name,
+            pct(&c["cpu_percent"]),
+            pct(&c["cpu_max_percent"]),
+            format!(
+                "{} / {}",
+                size(&c["memory_current"]),
+                size(&c["memory_max"])
+            ),
+            size(&c["memory_peak"]),
+            format!("{} / {}", s(&c["pids_current"]), s(&c["pids_max"])),
+            s(&c["nr_throttled"]),
+            s(&c["oom_kills"]),
+        ]
+    };
+    let group = &v["group"];
+    std::iter::once(row(format!("[{}]", s(&group["cgroup"])), group))
+        .chain(
+            v["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| row(s(&c["name"]), c)),
+        )
+        .collect()
+}
+
 fn table(head: &[&str], rows: impl Iterator<Item = Vec<String>>) {
     let rows: Vec<Vec<String>> = rows.collect();
     if rows.is_empty() {
         println!("  (none)");
         return;
     }
+    debug_assert!(rows.iter().all(|r| r.len() == head.len()), "{head:?}");
     let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
     for r in &rows {
         for (i, c) in r.iter().enumerate() {
@@ -1228,6 +1233,34 @@ mod tests {
         assert_eq!(escaped(&[b"\x1b", b"[2J"]), "\\x1b[2J");
         // a sequence cut off by the end of the stream
         assert_eq!(escaped(&[&crab[..2]]), "\\xf0\\x9f");
+    }
+
+    /// Every row of `berth stats` has one cell per column (it once printed 10 headers over
+    /// 8 cells), with the values where their headers say.
+    #[test]
+    fn stats_columns_match_their_cells() {
+        let v = serde_json::json!({
+            "cgroup_version": "v1", "cpus": 2, "sample_ms": 500,
+            "group": {"cgroup": "berth", "cpu_percent": 12.34, "cpu_max_percent": 100,
+                      "memory_current": 1048576, "memory_max": 2097152, "memory_peak": 1572864,
+                      "pids_current": 3, "pids_max": 1024, "nr_throttled": 7, "oom_kills": 0},
+            "containers": [{"name": "web", "cpu_percent": 1.0, "cpu_max_percent": null,
+                            "memory_current": 4096, "memory_max": null, "memory_peak": null,
+                            "pids_current": 1, "pids_max": 64, "nr_throttled": 0, "oom_kills": 2}]
+        });
+        let rows = stats_rows(&v);
+        assert_eq!(rows.len(), 2);
+        for r in &rows {
+            assert_eq!(r.len(), STATS_HEAD.len(), "{r:?}");
+        }
+        let col = |name: &str| STATS_HEAD.iter().position(|h| *h == name).unwrap();
+        assert_eq!(rows[0][col("NAME")], "[berth]");
+        assert_eq!(rows[0][col("CPU")], "12.3%");
+        assert_eq!(rows[0][col("PIDS / MAX")], "3 / 1024");
+        assert_eq!(rows[0][col("THROTTLED")], "7");
+        assert_eq!(rows[1][col("NAME")], "web");
+        assert_eq!(rows[1][col("CPU MAX")], "-");
+        assert_eq!(rows[1][col("OOM KILLS")], "2");
     }
 
     #[test]

@@ -107,11 +107,23 @@ fn limit_request(req: &Request) -> ApiResult<(String, Overrides)> {
     ))
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct UpdateBody {
-    #[serde(default)]
-    reset_serial: bool,
+/// Pure: an update request's optional body `{"reset_serial": bool}`.
+fn update_request(req: &Request) -> ApiResult<bool> {
+    if req.body.is_empty() {
+        return Ok(false);
+    }
+    let v: Value = body(req)?;
+    let bad = |m: &str| ApiError::bad_request(format!("POST /v1/update: {m}"));
+    let obj = v.as_object().ok_or_else(|| bad("expected a JSON object"))?;
+    let mut reset = false;
+    for (k, x) in obj {
+        match (k.as_str(), x) {
+            ("reset_serial", Value::Bool(b)) => reset = *b,
+            ("reset_serial", _) => return Err(bad("reset_serial: expected true or false")),
+            _ => return Err(bad(&format!("unknown field {k:?}"))),
+        }
+    }
+    Ok(reset)
 }
 
 #[derive(Deserialize)]
@@ -173,11 +185,7 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
         }),
         ("GET", "/v1/packages") => Action::List,
         ("POST", "/v1/update") => Action::Update {
-            reset_serial: if req.body.is_empty() {
-                false
-            } else {
-                body::<UpdateBody>(req)?.reset_serial
-            },
+            reset_serial: update_request(req)?,
         },
         ("POST", "/v1/install") => {
             let b: InstallBody = body(req)?;
@@ -368,6 +376,23 @@ mod tests {
     #[test]
     fn requests_become_actions() {
         assert_eq!(parse(&req("GET", "/v1/ping", "")).unwrap(), Action::Ping);
+        assert_eq!(
+            parse(&req("POST", "/v1/update", "")).unwrap(),
+            Action::Update {
+                reset_serial: false
+            }
+        );
+        assert_eq!(
+            parse(&req("POST", "/v1/update", r#"{"reset_serial":true}"#)).unwrap(),
+            Action::Update { reset_serial: true }
+        );
+        for bad in [r#"{"reset_serial":1}"#, r#"{"x":true}"#, "[]", "{"] {
+            assert_eq!(
+                parse(&req("POST", "/v1/update", bad)).unwrap_err().status,
+                400,
+                "{bad}"
+            );
+        }
         assert_eq!(
             parse(&req("POST", "/v1/install", r#"{"names":["web","db"]}"#)).unwrap(),
             Action::Install(vec!["web".into(), "db".into()])

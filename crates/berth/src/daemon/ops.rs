@@ -198,22 +198,18 @@ fn fetch_err(e: fetch::FetchError) -> ApiError {
     }
 }
 
-/// The newest serial this device has accepted, kept apart from the cached index so that a
-/// rollback is refused even when that index no longer verifies (its key was removed).
-#[derive(serde::Serialize, serde::Deserialize)]
-struct SerialRecord {
-    serial: u64,
-    url: String,
-}
-
+/// The newest serial this device has accepted (`{"serial", "url"}`), kept apart from the
+/// cached index so that a rollback is refused even when that index no longer verifies (its
+/// key was removed).
 fn serial_file(cfg: &Config) -> PathBuf {
     cfg.paths.state.join("repository.serial")
 }
 
-fn read_serial_record(cfg: &Config) -> Option<SerialRecord> {
+fn read_serial_floor(cfg: &Config) -> Option<u64> {
     std::fs::read(serial_file(cfg))
         .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v["serial"].as_u64())
 }
 
 /// A write of the repository's files that failed: a full disk is said as such.
@@ -256,14 +252,8 @@ pub fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
     }
     // The floor: the newest serial accepted, from its own record and from the cached index
     // (an index cached by an older berth, which kept no record).
-    let record = read_serial_record(&d.cfg);
     let cached = load_index(d).ok().map(|(i, _)| i.serial);
-    let floor = record
-        .as_ref()
-        .map(|r| r.serial)
-        .into_iter()
-        .chain(cached)
-        .max();
+    let floor = read_serial_floor(&d.cfg).into_iter().chain(cached).max();
     if let Some(floor) = floor.filter(|f| parsed.serial < *f) {
         if !reset_serial {
             return Err(ApiError::new(
@@ -291,12 +281,8 @@ pub fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
     // The floor first: a crash between the two writes leaves it raised, never lowered.
     let sf = serial_file(&d.cfg);
     let old_record = std::fs::read(&sf).ok();
-    let rec = SerialRecord {
-        serial: parsed.serial,
-        url: base.clone(),
-    };
-    write_atomic(&sf, &serde_json::to_vec(&rec).expect("serializes"), 0o600)
-        .map_err(|e| write_failed(&sf, e))?;
+    let rec = json!({"serial": parsed.serial, "url": base});
+    write_atomic(&sf, rec.to_string().as_bytes(), 0o600).map_err(|e| write_failed(&sf, e))?;
     let path = d.cfg.paths.repository_file();
     if let Err(e) = write_atomic(
         &path,
