@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 /// Compiles the probe program (static: the package carries no libc).
 fn build_probe(tmp: &TempDir) -> Option<PathBuf> {
     let Some(gcc) = which("gcc") else {
-        eprintln!("SKIPPED: escape probes: gcc is not installed (scripts/test.sh installs gcc and libc6-dev)");
+        berth_sys::skip::record(
+            "package gcc libc6-dev",
+            "escape probes: gcc is not installed",
+        );
         return None;
     };
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/probes/escape.c");
@@ -376,7 +379,10 @@ fn every_escape_attempt_fails_in_the_expected_way() {
             want.sort();
             assert_eq!(got, want, "{}", list.display());
         } else {
-            println!("SKIPPED: device cgroup list check: no cgroup v1 devices hierarchy");
+            berth_sys::skip::record(
+                "kernel cgroup-v1-devices",
+                "device cgroup list check: no cgroup v1 devices hierarchy",
+            );
         }
         let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap();
         let map: Vec<&str> = map.split_whitespace().collect();

@@ -285,7 +285,10 @@ fn demo_services_work_unprivileged() {
             .file("etc/group", b"root:x:0:\nmqtt:x:1883:\n"),
         );
     } else {
-        println!("SKIPPED: mosquitto part: /usr/sbin/mosquitto missing (Debian package mosquitto)");
+        berth_sys::skip::record(
+            "package mosquitto",
+            "demo_services_work_unprivileged: the mosquitto part: /usr/sbin/mosquitto is missing",
+        );
     }
     sb.build_repo();
     sb.start_daemon();

@@ -145,7 +145,7 @@ fn repo_root() -> PathBuf {
 /// The VM cannot be had here: fail loudly, or skip loudly with BERTH_VM_SKIP=1.
 fn unavailable(reason: &str) {
     if std::env::var("BERTH_VM_SKIP").as_deref() == Ok("1") {
-        println!("SKIPPED: cgroup v2 VM test: {reason}");
+        berth_sys::skip::record("host vm", &format!("cgroup v2 VM test: {reason}"));
         return;
     }
     panic!("cgroup v2 VM test cannot run: {reason}\n(set BERTH_VM_SKIP=1 to skip it loudly)");

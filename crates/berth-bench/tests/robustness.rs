@@ -80,7 +80,10 @@ fn no_leftovers(pid: u32) {
 #[test]
 fn interrupted_run_keeps_what_completed() {
     if !(have("sysbench") && have("stress-ng")) {
-        println!("SKIPPED: sysbench and stress-ng are not installed (Debian packages sysbench, stress-ng)");
+        berth_sys::skip::record(
+            "package sysbench stress-ng",
+            "interrupted_run_keeps_what_completed: sysbench and stress-ng are not installed",
+        );
         return;
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

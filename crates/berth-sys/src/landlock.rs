@@ -83,9 +83,12 @@ mod tests {
     #[test]
     fn scoped_process_reaches_only_its_own_abstract_sockets() {
         if !can_scope_abstract_sockets() {
-            println!(
-                "SKIPPED: kernel: Landlock ABI {:?} has no abstract-socket scoping (needs ABI {SCOPE_ABI}, Linux 6.12)",
-                abi_version()
+            crate::skip::record(
+                "kernel landlock-scope",
+                &format!(
+                    "Landlock ABI {:?} has no abstract-socket scoping (needs ABI {SCOPE_ABI}, Linux 6.12)",
+                    abi_version()
+                ),
             );
             return;
         }

@@ -9,3 +9,4 @@ pub mod loopdev;
 pub mod lxc;
 pub mod mount;
 pub mod process;
+pub mod skip;

@@ -391,7 +391,10 @@ mod tests {
             .arg("--version")
             .output()
         else {
-            println!("SKIPPED: apparmor_parser not installed (Debian package apparmor)");
+            berth_sys::skip::record(
+                "package apparmor",
+                "the AppArmor profile is not compiled: apparmor_parser is not installed",
+            );
             return;
         };
         assert!(out.status.success());
