@@ -742,13 +742,16 @@ fn stop_is_graceful_for_who_listens_and_forced_for_who_does_not() {
         std::fs::read_to_string(sb.state_dir().join("data/polite/term")).unwrap(),
         "got TERM\n"
     );
-    assert!(v["stop_ms"].as_f64().unwrap() < 1000.0, "{v}");
+    // A sanity bound, not a latency figure (berth-bench activation measures stop times,
+    // ~7 ms): a polite payload must not have waited for the 5 s timeout.
+    assert!(v["stop_ms"].as_f64().unwrap() < 4000.0, "{v}");
 
     // A payload deaf to SIGTERM is killed when the timeout runs out, and says so.
     let v = sb.json(&["stop", "-t", "1", "deaf"]);
     assert_eq!(v["graceful"], false, "{v}");
     assert_eq!(v["exit"]["signal"], 9, "{v}");
     let ms = v["stop_ms"].as_f64().unwrap();
+    // The 1 s timeout was honoured (it waited), and the kill followed (a generous bound).
     assert!((900.0..5000.0).contains(&ms), "stop took {ms} ms: {v}");
     assert_eq!(sb.status_of("deaf")["state"], "stopped");
     assert!(

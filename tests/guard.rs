@@ -150,6 +150,8 @@ fn guard_kills_the_lowest_priority_hog_and_nothing_else() {
         threshold >> 20,
         ttk.as_secs_f64() * 1000.0
     );
+    // A generous sanity bound, not the latency figure (16–211 ms measured, SPECIFICATION.md):
+    // two seconds would mean the guard missed the crossing for several polls.
     assert!(ttk < Duration::from_secs(2), "kill took {ttk:?}");
 
     // The hog's container ended with its payload's SIGKILL, noted as the guard's.

@@ -159,10 +159,11 @@ fn daemon_restart_takes_over_running_containers() {
     let pid = sb.json(&["start", "ticker"])["init_pid"].as_i64().unwrap();
     sb.wait_log("ticker", "tick 2");
 
-    // A daemon killed outright: the container keeps running, unharmed.
+    // A daemon killed outright: the container keeps running, unharmed (it ticks on: the
+    // next daemon finds ticks written while there was none).
     sb.kill_daemon(9);
-    std::thread::sleep(Duration::from_millis(600));
     sb.start_daemon();
+    sb.wait_log("ticker", "tick 5");
     let st = sb.status_of("ticker");
     assert_eq!(st["state"], "running");
     assert_eq!(st["init_pid"].as_i64().unwrap(), pid, "same container");
@@ -197,7 +198,9 @@ fn daemon_restart_takes_over_running_containers() {
         .status()
         .unwrap();
     assert!(killed.success(), "kill -9 {shim_pid} failed");
-    std::thread::sleep(Duration::from_millis(200));
+    wait_until("the shim gone", Duration::from_secs(5), || {
+        !std::path::Path::new(&format!("/proc/{shim_pid}")).exists()
+    });
     let st = sb.status_of("quiet");
     assert_eq!(st["state"], "running", "{st}");
     assert_eq!(st["init_pid"].as_i64().unwrap(), qpid);
@@ -343,7 +346,10 @@ fn an_abandoned_follow_leaves_nothing_behind() {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        // Connected: its relay thread exists in the daemon.
+        wait_until("the follower's thread", Duration::from_secs(5), || {
+            threads() > baseline
+        });
         f.kill().unwrap();
         f.wait().unwrap();
     }

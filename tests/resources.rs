@@ -57,10 +57,26 @@ fn measure_cpu(rel: &str, window: Duration) -> f64 {
 
 const HOG: &str = "while :; do :; done &\nwhile :; do :; done\n";
 
-/// Tolerance of a CFS quota measured over 2 s: the quota is exact per 100 ms period; a sample
-/// window cut mid-period is off by at most one period's quota, plus scheduler noise on a
-/// shared VM.
-const CPU_TOLERANCE: f64 = 3.0;
+/// A correctness bound, not a precision figure: the quota is in force (well below what two
+/// busy loops would take unlimited, 200 %) and the hog does run. A CFS quota is exact per
+/// 100 ms period, so a 2 s sample is within ±1 point on a quiet machine; this shared VM
+/// adds noise, hence the margin. How precisely limits hold is berth-bench's to measure.
+const CPU_TOLERANCE: f64 = 8.0;
+
+/// The cgroup has been throttled at least once: the hog runs and has met its quota.
+fn throttled(rel: &str) -> bool {
+    let v1 = cg_file("cpu", rel, "cpu.stat");
+    v1.exists() && keyed(&read_cg("cpu", rel, "cpu.stat"), "nr_throttled ") > 0
+}
+
+/// The container's CPU quota as the kernel holds it (v1 microseconds, or v2 `cpu.max`).
+fn quota_text(rel: &str) -> String {
+    if cg_file("cpu", rel, "cpu.cfs_quota_us").exists() {
+        read_cg("cpu", rel, "cpu.cfs_quota_us")
+    } else {
+        read_cg("cpu", rel, "cpu.max")
+    }
+}
 
 #[test]
 fn cpu_hog_is_held_to_its_quota_and_a_live_limit_changes_it() {
@@ -93,7 +109,9 @@ fn cpu_hog_is_held_to_its_quota_and_a_live_limit_changes_it() {
         "{cfg}"
     );
     let rel = format!("{parent}/hog");
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until("the hog throttled", Duration::from_secs(10), || {
+        throttled(&rel)
+    });
     let used = measure_cpu(&rel, Duration::from_secs(2));
     println!("cpu hog (2 busy loops), cpu_max = 20%: measured {used:.1}% of one CPU");
     assert!(
@@ -117,11 +135,15 @@ fn cpu_hog_is_held_to_its_quota_and_a_live_limit_changes_it() {
     // Raised on the running container: no restart, the usage follows.
     let out = sb.ok(&["limit", "hog", "--cpu", "60%"]);
     assert!(out.contains("applied"), "{out}");
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        quota_text(&rel).starts_with("60000"),
+        "{}",
+        quota_text(&rel)
+    );
     let used = measure_cpu(&rel, Duration::from_secs(2));
     println!("after berth limit --cpu 60%: measured {used:.1}% of one CPU");
     assert!(
-        (60.0 - CPU_TOLERANCE * 2.0..=60.0 + CPU_TOLERANCE).contains(&used),
+        (60.0 - CPU_TOLERANCE..=60.0 + CPU_TOLERANCE).contains(&used),
         "{used:.1}%"
     );
     assert_eq!(sb.status_of("hog")["init_pid"].as_i64(), Some(pid));
@@ -129,12 +151,8 @@ fn cpu_hog_is_held_to_its_quota_and_a_live_limit_changes_it() {
     // Kept for the next start.
     sb.ok(&["stop", "-t", "1", "hog"]);
     sb.ok(&["start", "hog"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let quota = if cg_file("cpu", &rel, "cpu.cfs_quota_us").exists() {
-        read_cg("cpu", &rel, "cpu.cfs_quota_us")
-    } else {
-        read_cg("cpu", &rel, "cpu.max")
-    };
+    // LXC writes the limits before the payload runs: in force as soon as start returns.
+    let quota = quota_text(&rel);
     assert!(quota.starts_with("60000"), "{quota}");
     sb.ok(&["stop", "-t", "1", "hog"]);
 }
@@ -178,6 +196,8 @@ fn fork_bomb_is_held_by_the_pids_limit() {
     assert!(max_seen <= 32, "{max_seen}");
     // The bomb reached the limit: the kernel refused forks.
     assert!(refused > 0, "the bomb did not go off ({max_seen} pids)");
+    // A generous sanity bound, not a latency figure: `true` takes ~2 ms here; a second means
+    // the host stalled behind the bomb.
     assert!(slowest < Duration::from_secs(1), "{slowest:?}");
     assert!(sb.json(&["stats", "bomb"])["containers"][0]["pids_current"]
         .as_u64()

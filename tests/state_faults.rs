@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The pid of the process whose command line matches `pattern` (the oldest).
 fn pgrep_oldest(pattern: &str) -> Option<i32> {
@@ -25,14 +25,6 @@ fn kill9(pid: i32) {
         .status()
         .unwrap();
     assert!(st.success(), "kill -9 {pid}");
-}
-
-fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// cgroup directories of container `name` below the sandbox's parent, in every hierarchy.

@@ -580,3 +580,12 @@ pub fn http_get_retry(port: u16, path: &str) -> String {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Waits until `cond` holds, polling every 20 ms; fails naming `what` after `limit`.
+pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !cond() {
+        assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
