@@ -50,6 +50,14 @@ full=$(stat -c %s target/release/berth)
 device=$(stat -c %s target/device/release/berth)
 echo "stripped berth: device build $device bytes (budget 1572864); with the vendor tools $full bytes"
 [ "$device" -le 1572864 ] || { echo "the device build of berth is over its size budget" >&2; exit 1; }
+# README states both sizes ("… vendor tools (X MiB …", "… --no-default-features` (Y MiB)"):
+# they must stay true to 0.01 MiB.
+stated=$(grep -o '([0-9]\.[0-9][0-9] MiB' README.md | tr -d '(' | awk '{print $1}' | head -n 2 | tr '\n' ' ')
+measured=$(awk -v f="$full" -v d="$device" 'BEGIN { printf "%.2f %.2f ", f / 1048576, d / 1048576 }')
+if [ "$stated" != "$measured" ]; then
+    echo "README.md states sizes $stated(MiB, full then device), the builds are $measured: update README's Building section" >&2
+    exit 1
+fi
 
 step "berth-bench --quick all"
 target/release/berth-bench --quick all --markdown /tmp/berth-bench-quick.md --json /tmp/berth-bench-quick.json --svg /tmp/berth-bench-svg
