@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use std::io::Read;
 use std::time::Duration;
 
 fn web_pkg(port: u16) -> Pkg {
@@ -339,17 +340,42 @@ fn an_abandoned_follow_leaves_nothing_behind() {
             })
             .unwrap()
     };
-    let baseline = threads();
+    // The daemon at rest: the status request just made may still have its thread for a
+    // moment; the least count seen over five samples in a row is the resting one.
+    let baseline = {
+        let (mut least, mut same) = (threads(), 0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while same < 5 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            let t = threads();
+            if t < least {
+                (least, same) = (t, 0);
+            } else {
+                same += 1;
+            }
+        }
+        least
+    };
     for _ in 0..3 {
         let mut f = sb
             .cmd(&["logs", "-f", "quiet"])
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // Connected: its relay thread exists in the daemon.
-        wait_until("the follower's thread", Duration::from_secs(5), || {
-            threads() > baseline
-        });
+        // Connected: the relay has passed on the ring ("up") and stays for more.
+        let mut out = f.stdout.take().unwrap();
+        let mut got = Vec::new();
+        let mut b = [0u8; 64];
+        while !String::from_utf8_lossy(&got).contains("up") {
+            let n = out.read(&mut b).unwrap();
+            assert!(
+                n > 0,
+                "the follower ended: {:?}",
+                String::from_utf8_lossy(&got)
+            );
+            got.extend_from_slice(&b[..n]);
+        }
+        assert!(threads() > baseline, "no relay thread while following");
         f.kill().unwrap();
         f.wait().unwrap();
     }
