@@ -20,8 +20,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const SIGNIFY: &str = "/usr/bin/signify-openbsd";
-
 /// A package that runs until asked to stop, and stops at once when asked (LXC halts with
 /// SIGPWR; the init of a container ignores signals it does not handle).
 fn service(name: &str) -> Pkg {
@@ -137,21 +135,6 @@ fn good_op_works(sb: &Sandbox, name: &str) {
 
 fn index_path(sb: &Sandbox) -> PathBuf {
     sb.repo.join("index.json")
-}
-
-/// Signs the repository's index.json with signify-openbsd itself (not berth), with `key`.
-fn signify_sign(sb: &Sandbox, key: &Path) {
-    let out = Command::new(SIGNIFY)
-        .args(["-S", "-s"])
-        .arg(key)
-        .arg("-m")
-        .arg(index_path(sb))
-        .arg("-x")
-        .arg(sb.repo.join("index.json.sig"))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{SIGNIFY}: {e} (install signify-openbsd)"));
-    assert!(out.status.success(), "signify -S: {}", stderr(&out));
 }
 
 fn read_index(sb: &Sandbox) -> serde_json::Value {

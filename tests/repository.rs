@@ -9,8 +9,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const SIGNIFY: &str = "/usr/bin/signify-openbsd";
-
 fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -33,30 +31,11 @@ fn publish(sb: &Sandbox, index: &serde_json::Value, key: &Path) {
         serde_json::to_string_pretty(index).unwrap() + "\n",
     )
     .unwrap();
-    let out = Command::new(SIGNIFY)
-        .args(["-S", "-s"])
-        .arg(key)
-        .arg("-m")
-        .arg(index_path(sb))
-        .arg("-x")
-        .arg(sb.repo.join("index.json.sig"))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("{SIGNIFY}: {e} (install signify-openbsd)"));
-    assert!(out.status.success(), "signify -S: {}", stderr(&out));
+    signify_sign(sb, key);
 }
 
 fn service(name: &str) -> Pkg {
     Pkg::script(name, "1", "echo up; exec sleep 600")
-}
-
-fn available(sb: &Sandbox) -> Vec<String> {
-    sb.json(&["list"])["available"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap().to_string())
-        .collect()
 }
 
 fn serial_record(sb: &Sandbox) -> Option<serde_json::Value> {
@@ -105,7 +84,7 @@ fn a_rollback_is_refused_even_after_the_old_key_is_gone_and_reset_serial_allows_
     // The operator moves the device to that repository on purpose.
     let v = sb.json(&["update", "--reset-serial"]);
     assert_eq!(v["serial"], serial - 100, "{v}");
-    assert_eq!(available(&sb), ["good"]);
+    assert_eq!(sb.listed("available"), ["good"]);
     assert_eq!(serial_record(&sb).unwrap()["serial"], serial - 100);
     // From there on, serials only grow again.
     old["serial"] = serde_json::json!(serial - 200);
@@ -287,7 +266,7 @@ fn update_on_a_full_disk_is_a_clean_error_and_changes_nothing() {
     for leave in [0u64, 4096] {
         let cache = std::fs::read(&cache_path).unwrap();
         let record = serial_record(&sb);
-        let before = available(&sb);
+        let before = sb.listed("available");
         let filler = fill(&sb.state_dir(), leave);
         let out = sb.berth(&["--json", "update"]);
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -305,12 +284,12 @@ fn update_on_a_full_disk_is_a_clean_error_and_changes_nothing() {
         );
         assert_eq!(serial_record(&sb), record, "leave {leave}: serial floor");
         assert_eq!(
-            available(&sb),
+            sb.listed("available"),
             before,
             "leave {leave}: the old index in use"
         );
         std::fs::remove_file(filler).unwrap();
     }
     sb.ok(&["update"]);
-    assert_eq!(available(&sb).len(), 21);
+    assert_eq!(sb.listed("available").len(), 21);
 }

@@ -12,16 +12,6 @@ fn asking(name: &str, permissions: &str) -> Pkg {
         .table(&format!("[permissions]\n{permissions}"))
 }
 
-/// Installed package names, from `berth list --installed`.
-fn installed(sb: &Sandbox) -> Vec<String> {
-    sb.json(&["list"])["installed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn permissions_outside_the_allowlist_or_the_policy_are_refused_at_install() {
     let mut sb = Sandbox::new("sec-refuse");
@@ -73,7 +63,7 @@ fn permissions_outside_the_allowlist_or_the_policy_are_refused_at_install() {
         }
         assert!(err.contains(name), "the error names the package: {err}");
         assert_eq!(
-            installed(&sb),
+            sb.listed("installed"),
             ["plain"],
             "state intact after refusing {name}"
         );
@@ -115,7 +105,7 @@ fn trusted_packages_get_what_they_ask_and_the_policy_can_grant_devices() {
         err.contains("fw: capability net_admin is not granted by the device policy ([security] grant_trusted"),
         "{err}"
     );
-    assert!(installed(&sb).is_empty(), "nothing installed");
+    assert!(sb.listed("installed").is_empty(), "nothing installed");
     sb.kill_daemon(15);
     // Granted by name: exactly what the device maker lists.
     sb.write_config("[security]\ngrant_trusted = \"/dev/net/tun net_admin net_raw\"\n");

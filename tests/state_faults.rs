@@ -211,15 +211,6 @@ fn temporary_files_of_a_start_cut_short_are_removed() {
     );
 }
 
-fn installed_names(sb: &Sandbox) -> Vec<String> {
-    sb.json(&["list"])["installed"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn idmap_slots(sb: &Sandbox) -> String {
     std::fs::read_to_string(sb.state_dir().join("idmap")).unwrap_or_default()
 }
@@ -260,7 +251,7 @@ fn a_purge_cut_short_is_undone_or_finished() {
         "fault point reached"
     );
     sb.start_daemon();
-    assert_eq!(installed_names(&sb), ["keeper"]);
+    assert_eq!(sb.listed("installed"), ["keeper"]);
     assert!(
         sb.state_dir().join("data/keeper/f999").exists(),
         "/data is back"
@@ -276,7 +267,7 @@ fn a_purge_cut_short_is_undone_or_finished() {
         "fault point reached"
     );
     sb.start_daemon();
-    assert!(installed_names(&sb).is_empty());
+    assert!(sb.listed("installed").is_empty());
     let data = sb.state_dir().join("data");
     let left: Vec<_> = std::fs::read_dir(&data)
         .unwrap()
@@ -311,7 +302,7 @@ fn a_purge_cut_short_is_undone_or_finished() {
         sb.kill_daemon(9);
         let _ = rm.wait();
         sb.start_daemon();
-        let installed = installed_names(&sb);
+        let installed = sb.listed("installed");
         let entries: Vec<String> = std::fs::read_dir(&data)
             .unwrap()
             .flatten()

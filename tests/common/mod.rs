@@ -434,6 +434,17 @@ impl Sandbox {
         }
     }
 
+    /// Names of the installed (`"installed"`) or available (`"available"`) packages, from
+    /// `berth list`.
+    pub fn listed(&self, which: &str) -> Vec<String> {
+        self.json(&["list"])[which]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     /// Status of one container as JSON.
     pub fn status_of(&self, name: &str) -> serde_json::Value {
         let v = self.json(&["status", name]);
@@ -588,4 +599,21 @@ pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "not within {limit:?}: {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Signs the sandbox repository's index.json with signify-openbsd itself (not berth), with
+/// the secret key `key`, into index.json.sig.
+pub fn signify_sign(sb: &Sandbox, key: &Path) {
+    const SIGNIFY: &str = "/usr/bin/signify-openbsd";
+    let out = Command::new(SIGNIFY)
+        .args(["-S", "-s"])
+        .arg(key)
+        .arg("-m")
+        .arg(sb.repo.join("index.json"))
+        .arg("-x")
+        .arg(sb.repo.join("index.json.sig"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{SIGNIFY}: {e} (install signify-openbsd)"));
+    assert!(out.status.success(), "signify -S: {}", stderr(&out));
 }

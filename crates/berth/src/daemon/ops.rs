@@ -53,20 +53,8 @@ pub fn load_state(cfg: &Config) -> anyhow::Result<State> {
 
 fn commit_state(d: &Daemon, new: State) -> ApiResult<()> {
     let path = d.cfg.paths.state_file();
-    write_atomic(&path, &new.to_json(), 0o600).map_err(|e| {
-        if berth_sys::fsutil::is_enospc(&e) {
-            ApiError::new(
-                507,
-                "no_space",
-                format!(
-                    "cannot write {}: file system full; nothing was changed (free space with berth gc)",
-                    path.display()
-                ),
-            )
-        } else {
-            ApiError::internal(format!("write {}: {e}", path.display()))
-        }
-    })?;
+    write_atomic(&path, &new.to_json(), 0o600)
+        .map_err(|e| write_failed(&path, e, "nothing was changed"))?;
     *d.state.lock().unwrap() = new;
     Ok(())
 }
@@ -212,14 +200,15 @@ fn read_serial_floor(cfg: &Config) -> Option<u64> {
         .and_then(|v| v["serial"].as_u64())
 }
 
-/// A write of the repository's files that failed: a full disk is said as such.
-fn write_failed(path: &Path, e: std::io::Error) -> ApiError {
+/// A write of berth's own files that failed: a full disk is said as such (507), with what
+/// it means (`kept`: what stays as it was).
+fn write_failed(path: &Path, e: std::io::Error, kept: &str) -> ApiError {
     if berth_sys::fsutil::is_enospc(&e) {
         ApiError::new(
             507,
             "no_space",
             format!(
-                "cannot write {}: file system full; the previous repository index stays in use (free space with berth gc)",
+                "cannot write {}: file system full; {kept} (free space with berth gc)",
                 path.display()
             ),
         )
@@ -227,6 +216,8 @@ fn write_failed(path: &Path, e: std::io::Error) -> ApiError {
         ApiError::internal(format!("write {}: {e}", path.display()))
     }
 }
+
+const INDEX_KEPT: &str = "the previous repository index stays in use";
 
 pub fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
     let _op = d.op.lock().unwrap();
@@ -282,7 +273,8 @@ pub fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
     let sf = serial_file(&d.cfg);
     let old_record = std::fs::read(&sf).ok();
     let rec = json!({"serial": parsed.serial, "url": base});
-    write_atomic(&sf, rec.to_string().as_bytes(), 0o600).map_err(|e| write_failed(&sf, e))?;
+    write_atomic(&sf, rec.to_string().as_bytes(), 0o600)
+        .map_err(|e| write_failed(&sf, e, INDEX_KEPT))?;
     let path = d.cfg.paths.repository_file();
     if let Err(e) = write_atomic(
         &path,
@@ -294,7 +286,7 @@ pub fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
         if let Some(old) = old_record {
             let _ = write_atomic(&sf, &old, 0o600);
         }
-        return Err(write_failed(&path, e));
+        return Err(write_failed(&path, e, INDEX_KEPT));
     }
     let st = state(d);
     let upgradable = upgradable(&st, &parsed);
