@@ -9,8 +9,8 @@
 //! - the policy's group `cpu_max` is percent of ALL CPUs (50 = half the machine);
 //! - sizes are bytes.
 
-use crate::config::{MemoryBudget, Policy};
 use crate::manifest::Resources;
+use crate::policy::{MemoryBudget, Policy};
 
 /// The scheduler period berth uses for CPU quotas, microseconds (the kernel's default).
 pub const CPU_PERIOD_US: u64 = 100_000;

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::manifest::{parse_duration_ms, parse_percent, parse_size};
+pub use crate::policy::{MemoryBudget, Policy};
 use crate::tree::{self, line_of, Spanned, Table, TreeError};
 
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/berth/berth.toml";
@@ -63,30 +64,6 @@ pub struct Guard {
     pub threshold: u64,
     /// Polling interval, ms, when the kernel has no PSI (and near the threshold). Default 500.
     pub interval_ms: u64,
-}
-
-/// The device policy (`[policy]`): what all containers together, and each one, may use.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Policy {
-    /// Group CPU cap T_u, percent of ALL CPUs (50 = half the machine). Default 50.
-    pub cpu_max_percent: u32,
-    /// Memory of all containers together. Default 30 % of RAM.
-    pub memory_budget: MemoryBudget,
-    /// Processes of all containers together. Default 1024.
-    pub pids_budget: u32,
-    /// Per-container CPU cap, percent of ONE CPU (the manifest's unit). Default none.
-    pub container_cpu_max: Option<u32>,
-    /// Per-container memory cap, bytes. Default none.
-    pub container_memory_max: Option<u64>,
-    /// Per-container pids cap. Default none.
-    pub container_pids_max: Option<u32>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MemoryBudget {
-    /// Percent of MemTotal.
-    Percent(u32),
-    Bytes(u64),
 }
 
 /// Where berth keeps things. State is on flash (written atomically); run is tmpfs.

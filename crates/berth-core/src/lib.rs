@@ -2,10 +2,12 @@
 //!
 //! Everything here turns data (a manifest, an index, the device policy) into other data
 //! (validated types, plans); `berth-sys` and the binary apply it.
+#![forbid(unsafe_code)]
 
 pub mod base64;
 pub mod cgroup;
 pub mod config;
+pub mod date;
 pub mod governor;
 pub mod guard;
 pub mod http;
@@ -14,6 +16,7 @@ pub mod manifest;
 pub mod name;
 pub mod net;
 pub mod plan;
+pub mod policy;
 pub mod security;
 pub mod signify;
 pub mod state;

@@ -154,6 +154,32 @@ pub fn untraversable_ancestor(path: &Path) -> Option<(std::path::PathBuf, u32)> 
     None
 }
 
+/// Fills `buf` from getrandom(2), falling back to /dev/urandom on kernels older than 3.17.
+pub fn fill_random(buf: &mut [u8]) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let rest = &mut buf[filled..];
+        // SAFETY: the pointer and length describe `rest`, a live, writable slice that
+        // getrandom fills with at most `rest.len()` bytes.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n < 0 {
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ENOSYS) => {
+                    return std::io::Read::read_exact(
+                        &mut std::fs::File::open("/dev/urandom")?,
+                        rest,
+                    )
+                }
+                _ => return Err(err),
+            }
+        }
+        filled += n as usize;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -27,12 +27,34 @@ pub enum Fork {
     Child,
 }
 
-/// fork(2).
+/// fork(2), for a single-threaded process only: a child of a multi-threaded one could find a
+/// lock (malloc's, the logger's) held by a thread that does not exist in it. Refused with
+/// an error when this process has more than one thread.
+pub fn fork() -> io::Result<Fork> {
+    let threads = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        });
+    if threads != Some(1) {
+        return Err(io::Error::other(format!(
+            "fork refused: the process has {} threads, not one",
+            threads.map_or("an unknown number of".to_string(), |t| t.to_string())
+        )));
+    }
+    // SAFETY: single-threaded (checked above, and only this thread could start another):
+    // the child inherits no lock held by another thread.
+    unsafe { fork_unchecked() }
+}
+
+/// fork(2) without the check.
 ///
 /// # Safety
-/// In a multi-threaded process the child may only call async-signal-safe functions until it
-/// execs or exits. The shim calls this while single-threaded.
-pub unsafe fn fork() -> io::Result<Fork> {
+/// In a multi-threaded process the child may only call async-signal-safe functions until
+/// it execs or exits.
+unsafe fn fork_unchecked() -> io::Result<Fork> {
     // SAFETY: the caller upholds the contract above.
     match cvt(unsafe { libc::fork() })? {
         0 => Ok(Fork::Child),
@@ -87,6 +109,15 @@ pub fn exit_now(code: i32) -> ! {
 }
 
 /// How a child ended.
+/// Seconds since the epoch, by the system clock (0 if it is set before 1970): the time
+/// berth records (starts, exits, kills, fetches).
+pub fn now_s() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
     Exited(i32),
@@ -471,8 +502,11 @@ mod tests {
     #[test]
     fn fork_wait_and_sigchld() {
         let sig = sigchld_pipe().unwrap();
+        // The test harness has threads, so fork() refuses (tested below); the child only
+        // calls _exit.
+        assert!(fork().is_err(), "fork() in a multi-threaded process");
         // SAFETY: the child only calls _exit.
-        match unsafe { fork() }.unwrap() {
+        match unsafe { fork_unchecked() }.unwrap() {
             Fork::Child => exit_now(7),
             Fork::Parent(pid) => {
                 // EINTR (the signal itself) returns zeros: poll again.

@@ -347,7 +347,7 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
                     v["packages"],
                     v["serial"],
                     match v["expires"].as_u64() {
-                        Some(e) => format!(", valid until {}", utc(e)),
+                        Some(e) => format!(", valid until {}", berth_core::date::utc(e)),
                         None => String::new(),
                     }
                 );
@@ -579,7 +579,7 @@ fn device_command(g: &Global, cmd: &str, args: &[String]) -> Result<i32> {
             if let Some(w) = r["warning"].as_str() {
                 println!("warning: {w}");
             }
-            let now = crate::daemon::ops::now_s();
+            let now = berth_sys::process::now_s();
             table(
                 &[
                     "NAME",
@@ -1066,25 +1066,6 @@ impl Escaper {
     }
 }
 
-/// UNIX seconds as `YYYY-MM-DD HH:MM UTC` (the civil calendar from days since 1970).
-pub fn utc(secs: u64) -> String {
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60
-    )
-}
-
 /// A size for people, with one decimal (integer arithmetic: no float formatting code).
 fn human(n: u64) -> String {
     const U: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
@@ -1261,13 +1242,5 @@ mod tests {
         assert_eq!(rows[1][col("NAME")], "web");
         assert_eq!(rows[1][col("CPU MAX")], "-");
         assert_eq!(rows[1][col("OOM KILLS")], "2");
-    }
-
-    #[test]
-    fn utc_dates() {
-        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
-        assert_eq!(utc(951_782_400), "2000-02-29 00:00 UTC");
-        assert_eq!(utc(1_795_579_551), "2026-11-25 04:05 UTC");
-        assert_eq!(utc(4_102_444_799), "2099-12-31 23:59 UTC");
     }
 }

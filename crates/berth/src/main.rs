@@ -1,5 +1,6 @@
 //! `berth`: one binary for the CLI, the daemon (`berth daemon`), the per-container shim
 //! (`berth __shim`, started by the daemon) and the vendor tools (`key`, `pack`, `repo`).
+#![forbid(unsafe_code)]
 
 mod cli;
 mod client;

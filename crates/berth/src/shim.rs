@@ -104,20 +104,13 @@ impl Ring {
     }
 }
 
-fn now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 /// Entry point of `berth __shim …`. Stdout is the daemon's pipe: one line `ok INIT_PID` or
 /// `error: …`, then it is closed.
 pub fn run(args: ShimArgs) -> Result<()> {
     // Detach: the daemon reaps this first process at once; the shim proper is re-parented
     // (to init or a subreaper) and outlives the daemon.
-    // SAFETY: single-threaded here; the parent only exits.
-    if let Fork::Parent(_) = unsafe { process::fork() }? {
+    // The parent only exits.
+    if let Fork::Parent(_) = process::fork()? {
         process::exit_now(0);
     }
     process::setsid().ok();
@@ -172,8 +165,8 @@ fn start(args: &ShimArgs) -> Result<Started> {
     // Stale results of an earlier run must not be mistaken for this one's.
     let _ = std::fs::remove_file(&args.exit_file);
 
-    // SAFETY: the shim is single-threaded here; the child calls liblxc and exits.
-    match unsafe { process::fork() }? {
+    // The child calls liblxc and exits.
+    match process::fork()? {
         Fork::Child => {
             drop(listener);
             drop(log_r);
@@ -374,7 +367,7 @@ fn serve(
     let mut log = std::fs::File::from(log_r);
     let mut ring = Ring::new(args.ring_bytes);
     let mut clients: Vec<Client> = Vec::new();
-    let started_at = now_s();
+    let started_at = process::now_s();
     let mut log_open = true;
     let mut sigf = std::fs::File::from(sigchld);
     let mut buf = vec![0u8; 16 * 1024];
@@ -450,7 +443,7 @@ fn serve(
     let exit = serde_json::json!({
         "code": code, "signal": signal,
         "core_dumped": if signal.is_some() { serde_json::Value::Null } else { false.into() },
-        "started_at": started_at, "stopped_at": now_s(),
+        "started_at": started_at, "stopped_at": process::now_s(),
         "log_bytes": ring.total(),
     });
     let _ = berth_sys::fsutil::write_atomic(&args.exit_file, exit.to_string().as_bytes(), 0o600);

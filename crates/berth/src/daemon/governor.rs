@@ -216,7 +216,7 @@ fn run(d: &Daemon) {
                 s.history.pop_front();
             }
             s.history.push_back(json!({
-                "at": ops::now_s(),
+                "at": berth_sys::process::now_s(),
                 "cap": t.cap,
                 "r_c": r_c,
                 "r_n": r_n,

@@ -272,7 +272,7 @@ fn kill(proc: &Path, pid: i32, ns: &Path) -> std::io::Result<std::os::fd::OwnedF
 
 fn record(d: &Daemon, c: &Candidate, avail: u64) {
     let v = json!({
-        "at": ops::now_s(),
+        "at": berth_sys::process::now_s(),
         "pid": c.pid,
         "init": c.is_init,
         "rss": c.rss,

@@ -332,8 +332,8 @@ fn sync_dhcp(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
         }
     }
     if let Some((pid, _)) = running {
-        // SAFETY: kill(2) on a pid checked above to be berth's dnsmasq; no memory involved.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        // A pid checked above to be berth's dnsmasq.
+        let _ = berth_sys::process::kill(pid, libc::SIGTERM);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         while Path::new(&format!("/proc/{pid}")).exists() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));

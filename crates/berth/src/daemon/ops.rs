@@ -35,13 +35,6 @@ use crate::fetch;
 const INDEX_LIMIT: u64 = 8 << 20;
 const SIG_LIMIT: u64 = 4096;
 
-pub fn now_s() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
-}
-
 pub fn load_state(cfg: &Config) -> anyhow::Result<State> {
     let path = cfg.paths.state_file();
     match std::fs::read(&path) {
@@ -155,13 +148,16 @@ pub fn load_index(d: &Daemon) -> ApiResult<(Index, RepoCache)> {
         )
     })?;
     let index = verify_index(&d.cfg, cache.index.as_bytes(), &cache.signature)?;
-    if let Some(e) = index.expires.filter(|_| index.expired(now_s())) {
+    if let Some(e) = index
+        .expires
+        .filter(|_| index.expired(berth_sys::process::now_s()))
+    {
         return Err(ApiError::new(
             422,
             "expired",
             format!(
                 "the cached repository index expired at {}: run berth update (the repository owner must publish a re-signed index)",
-                crate::cli::utc(e)
+                berth_core::date::utc(e)
             ),
         ));
     }
@@ -229,7 +225,7 @@ pub fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
     let sig = String::from_utf8(sig)
         .map_err(|_| ApiError::new(422, "bad_signature", "index.json.sig is not text"))?;
     let parsed = verify_index(&d.cfg, &index, &sig)?;
-    let now = now_s();
+    let now = berth_sys::process::now_s();
     if parsed.expired(now) {
         let e = parsed.expires.unwrap_or(0);
         return Err(ApiError::new(
@@ -237,7 +233,7 @@ pub fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
             "expired",
             format!(
                 "repository index rejected: it expired at {} (expires {e}); an expired index may be a replay that freezes this device on old packages: the repository owner must rebuild and re-sign it (berth repo build --valid-for …)",
-                crate::cli::utc(e)
+                berth_core::date::utc(e)
             ),
         ));
     }
@@ -302,7 +298,7 @@ pub fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
 /// For `berth status`: the cached index's serial, age and expiry, and a warning when it is
 /// expired or older than the policy's `index_max_age`. Read without verifying: display only.
 fn repository_status(d: &Daemon) -> Value {
-    let now = now_s();
+    let now = berth_sys::process::now_s();
     let cache: Option<RepoCache> = std::fs::read(d.cfg.paths.repository_file())
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok());
@@ -319,7 +315,7 @@ fn repository_status(d: &Daemon) -> Value {
     let warning = if let Some(e) = expires.filter(|e| now >= *e) {
         Some(format!(
             "the cached repository index expired at {}: installs are refused until berth update fetches a re-signed one",
-            crate::cli::utc(e)
+            berth_core::date::utc(e)
         ))
     } else {
         d.cfg.index_max_age_s.filter(|max| age > *max).map(|max| {
@@ -470,7 +466,7 @@ pub fn install(d: &Daemon, names: &[String], emit: &mut dyn FnMut(Value)) -> Api
                 explicit,
                 depends: e.depends.clone(),
                 manifest,
-                installed_at: now_s(),
+                installed_at: berth_sys::process::now_s(),
             },
         );
         done.push(json!({"name": e.name.as_str(), "version": e.version.to_string()}));

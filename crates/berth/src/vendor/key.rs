@@ -4,8 +4,8 @@
 //! usign and a device verifies with berth, or the other way round.
 
 use std::ffi::OsString;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::{self, OpenOptions};
+use std::io::{self, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -36,8 +36,9 @@ pub fn generate(prefix: &Path, comment: Option<&str>) -> anyhow::Result<KeyRepor
 
     let mut seed = [0u8; 32];
     let mut keynum = [0u8; 8];
-    fill_random(&mut seed).context("cannot read random bytes for the key")?;
-    fill_random(&mut keynum).context("cannot read random bytes for the key number")?;
+    berth_sys::fsutil::fill_random(&mut seed).context("cannot read random bytes for the key")?;
+    berth_sys::fsutil::fill_random(&mut keynum)
+        .context("cannot read random bytes for the key number")?;
     let (public, secret) = signify::generate(seed, keynum);
     seed.fill(0);
 
@@ -92,27 +93,6 @@ fn write_new(path: &Path, data: &[u8], mode: u32) -> anyhow::Result<()> {
     if let Err(e) = written {
         let _ = fs::remove_file(path);
         return Err(e).with_context(|| format!("cannot write {}", path.display()));
-    }
-    Ok(())
-}
-
-/// Fills `buf` from getrandom(2), falling back to /dev/urandom on kernels older than 3.17.
-fn fill_random(buf: &mut [u8]) -> io::Result<()> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        let rest = &mut buf[filled..];
-        // SAFETY: the pointer and length describe `rest`, a live, writable slice that
-        // getrandom fills with at most `rest.len()` bytes.
-        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
-        if n < 0 {
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::ENOSYS) => return File::open("/dev/urandom")?.read_exact(rest),
-                _ => return Err(err),
-            }
-        }
-        filled += n as usize;
     }
     Ok(())
 }
