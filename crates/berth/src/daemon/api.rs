@@ -11,7 +11,6 @@ use berth_core::manifest::{parse_percent, parse_size};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::ops;
 use super::{ApiError, ApiResult, Daemon};
 
 #[derive(Debug, PartialEq)]
@@ -281,9 +280,11 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
     };
     match action {
         Action::Ping => reply(&mut stream, Ok(json!({"ok": true}))),
-        Action::Status(n) => reply(&mut stream, ops::status(d, n.as_deref())),
-        Action::List => reply(&mut stream, ops::list(d)),
-        Action::Update { reset_serial } => reply(&mut stream, ops::update(d, reset_serial)),
+        Action::Status(n) => reply(&mut stream, super::runtime::status::status(d, n.as_deref())),
+        Action::List => reply(&mut stream, super::store::repo::list(d)),
+        Action::Update { reset_serial } => {
+            reply(&mut stream, super::store::repo::update(d, reset_serial))
+        }
         Action::Install(names) => {
             // Streamed: progress events, then one result (or error) event, as JSON lines.
             if stream
@@ -295,7 +296,7 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
             let mut emit = |v: Value| {
                 let _ = stream.write_all(format!("{v}\n").as_bytes());
             };
-            let r = ops::install(d, &names, &mut emit);
+            let r = super::store::install::install(d, &names, &mut emit);
             let last = match r {
                 Ok(v) => json!({"event": "done", "result": v}),
                 Err(e) => {
@@ -304,13 +305,19 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
             };
             let _ = stream.write_all(format!("{last}\n").as_bytes());
         }
-        Action::Remove { names, purge } => reply(&mut stream, ops::remove(d, &names, purge)),
-        Action::Start(n) => reply(&mut stream, ops::start(d, &n)),
-        Action::Stop { name, timeout } => reply(&mut stream, ops::stop(d, &name, timeout)),
-        Action::Restart(n) => reply(&mut stream, ops::restart(d, &n)),
-        Action::Gc => reply(&mut stream, ops::gc(d)),
-        Action::Limit { name, limits } => reply(&mut stream, ops::limit(d, &name, &limits)),
-        Action::Stats(n) => reply(&mut stream, ops::stats(d, n.as_deref())),
+        Action::Remove { names, purge } => {
+            reply(&mut stream, super::store::remove::remove(d, &names, purge))
+        }
+        Action::Start(n) => reply(&mut stream, super::runtime::start::start(d, &n)),
+        Action::Stop { name, timeout } => {
+            reply(&mut stream, super::runtime::stop::stop(d, &name, timeout))
+        }
+        Action::Restart(n) => reply(&mut stream, super::runtime::stop::restart(d, &n)),
+        Action::Gc => reply(&mut stream, super::store::remove::gc(d)),
+        Action::Limit { name, limits } => {
+            reply(&mut stream, super::limits::limit(d, &name, &limits))
+        }
+        Action::Stats(n) => reply(&mut stream, super::limits::stats(d, n.as_deref())),
         Action::Inspect(n) => reply(&mut stream, super::security::inspect_op(d, &n)),
         Action::Net => reply(
             &mut stream,
@@ -318,12 +325,12 @@ pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
         ),
         Action::NetHosts => reply(&mut stream, Ok(super::net::hosts(d))),
         Action::Governor => reply(&mut stream, Ok(super::governor::status(d))),
-        Action::Logs { name, follow } => match ops::logs(d, &name, follow) {
+        Action::Logs { name, follow } => match super::runtime::status::logs(d, &name, follow) {
             Err(e) => reply(&mut stream, Err(e)),
-            Ok(ops::Logs::Saved(bytes)) => {
+            Ok(super::runtime::status::Logs::Saved(bytes)) => {
                 let _ = stream.write_all(&http::response(200, "text/plain", &bytes));
             }
-            Ok(ops::Logs::Live(mut shim)) => {
+            Ok(super::runtime::status::Logs::Live(mut shim)) => {
                 if stream
                     .write_all(&http::stream_head(200, "text/plain"))
                     .is_err()

@@ -24,7 +24,7 @@ use berth_core::guard::{self, Candidate, RateLimit, RecentKill};
 use berth_sys::process;
 use serde_json::{json, Value};
 
-use super::{ops, Daemon};
+use super::Daemon;
 
 const PSI_TRIGGER: &str = "some 150000 1000000";
 /// Without CAP_SYS_RESOURCE (a confined root) the kernel takes only windows that are
@@ -149,7 +149,7 @@ fn candidates(d: &Daemon, proc: &Path) -> Vec<Found> {
     let own_ns = std::fs::read_link(proc.join("self/ns/pid")).ok();
     let mut out = Vec::new();
     for (name, priority) in packages {
-        let Some(init) = ops::running_init(d, &name) else {
+        let Some(init) = super::runtime::probe::running_init(d, &name) else {
             continue;
         };
         let Ok(ns) = std::fs::read_link(proc.join(init.to_string()).join("ns/pid")) else {

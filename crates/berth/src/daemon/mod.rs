@@ -8,11 +8,16 @@
 //! (status, list, logs) do not wait for a long install.
 
 mod api;
+mod cgroups;
 mod governor;
 mod guard;
+mod limits;
 pub mod net;
-pub mod ops;
+mod runtime;
 mod security;
+mod state;
+mod store;
+mod supervisor;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -120,7 +125,7 @@ pub fn run(cfg: Config) -> Result<()> {
         })
         .with_context(|| format!("create {}", paths.mask_file().display()))?;
     let lock = single_instance(&cfg)?;
-    let state = ops::load_state(&cfg)?;
+    let state = state::load_state(&cfg)?;
     // Shims are re-execs of this very binary: /proc/self/exe still works after a package
     // manager replaced the file on disk (the running daemon and its shims stay consistent).
     let exe = std::path::PathBuf::from("/proc/self/exe");
@@ -132,7 +137,7 @@ pub fn run(cfg: Config) -> Result<()> {
         exe,
         guard_kills: Mutex::new(Default::default()),
     });
-    ops::reconcile(&d);
+    supervisor::reconcile(&d);
     net::restore(&d, &d.state.lock().unwrap().clone());
     let sock = d.cfg.paths.admin_socket();
     let _ = std::fs::remove_file(&sock);
@@ -151,7 +156,7 @@ pub fn run(cfg: Config) -> Result<()> {
         let _ = std::thread::Builder::new()
             .name("autostart".into())
             .stack_size(256 * 1024)
-            .spawn(move || ops::autostart(&d));
+            .spawn(move || supervisor::autostart(&d));
     }
     let term = berth_sys::process::termination_pipe()?;
     // Start-up code (configuration and state parsing, reconciliation) will not run again.

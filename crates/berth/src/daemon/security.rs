@@ -361,8 +361,8 @@ pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiR
 
 /// `GET /v1/inspect?name=NAME`.
 pub fn inspect_op(d: &Daemon, name: &str) -> ApiResult<Value> {
-    let p = super::ops::installed(d, name)?;
-    inspect(d, &p, super::ops::cgroup_version())
+    let p = super::state::installed(d, name)?;
+    inspect(d, &p, super::cgroups::cgroup_version())
 }
 
 /// The shim's PATH: the daemon's without the directories of shadow's newuidmap/newgidmap.

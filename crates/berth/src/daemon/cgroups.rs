@@ -1,0 +1,149 @@
+//! The host's cgroup layout, the group budget, and the reaping of stale container cgroups.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use berth_core::cgroup::{self as cg, CgroupVersion, Host};
+use berth_core::config::Config;
+use berth_sys::cgroupfs::{self, Cgroups};
+
+use crate::daemon::Daemon;
+
+/// LXC refuses to start when the container's cgroup already exists (a crash may leave one),
+/// and a monitor killed before its clean-up leaves them behind: removes the cgroups of
+/// container `name` (`<parent>/<name>` and `<parent>.monitor/<name>`) in every hierarchy,
+/// deepest first. Only empty cgroups can go: a running container's stay.
+pub(crate) fn remove_stale_cgroups(cfg: &Config, name: &str) {
+    fn rmdir_tree(p: &Path) {
+        if let Ok(kids) = std::fs::read_dir(p) {
+            for k in kids.flatten() {
+                if k.file_type().is_ok_and(|t| t.is_dir()) {
+                    rmdir_tree(&k.path());
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(p);
+    }
+    let Ok(hiers) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return;
+    };
+    let mut roots: Vec<PathBuf> = hiers.flatten().map(|e| e.path()).collect();
+    roots.push(PathBuf::from("/sys/fs/cgroup"));
+    for parent in [
+        cfg.cgroup_parent.clone(),
+        format!("{}.monitor", cfg.cgroup_parent),
+    ] {
+        for h in &roots {
+            let p = h.join(&parent).join(name);
+            if p.is_dir() {
+                rmdir_tree(&p);
+            }
+        }
+    }
+}
+
+/// Names with a cgroup below berth's parent (or its monitors' parent) in any hierarchy.
+pub(crate) fn cgroup_names(cfg: &Config) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    let Ok(hiers) = std::fs::read_dir("/sys/fs/cgroup") else {
+        return names;
+    };
+    let mut roots: Vec<PathBuf> = hiers.flatten().map(|e| e.path()).collect();
+    roots.push(PathBuf::from("/sys/fs/cgroup"));
+    for parent in [
+        cfg.cgroup_parent.clone(),
+        format!("{}.monitor", cfg.cgroup_parent),
+    ] {
+        for h in &roots {
+            if let Ok(kids) = std::fs::read_dir(h.join(&parent)) {
+                for k in kids.flatten() {
+                    if k.file_type().is_ok_and(|t| t.is_dir()) {
+                        names.insert(k.file_name().to_string_lossy().into_owned());
+                    }
+                }
+            }
+        }
+    }
+    names
+}
+
+/// The host's cgroup layout and size, found once per daemon (neither changes while it runs).
+pub(crate) struct Resources {
+    pub(crate) cgroups: Result<Cgroups, String>,
+    pub(crate) host: Host,
+}
+
+pub(crate) fn resources() -> &'static Resources {
+    static R: std::sync::OnceLock<Resources> = std::sync::OnceLock::new();
+    R.get_or_init(|| {
+        let proc = Path::new("/proc");
+        Resources {
+            cgroups: Cgroups::detect(proc).map_err(|e| e.to_string()),
+            host: Host {
+                cpus: cgroupfs::online_cpus(Path::new("/sys")).unwrap_or(1),
+                mem_total: cgroupfs::mem_total(proc).unwrap_or(0),
+            },
+        }
+    })
+}
+
+pub(crate) fn core_version(c: &Cgroups) -> CgroupVersion {
+    match c.version {
+        cgroupfs::Version::V1 => CgroupVersion::V1,
+        cgroupfs::Version::V2 => CgroupVersion::V2,
+    }
+}
+
+pub(crate) fn container_cgroup(cfg: &Config, name: &str) -> String {
+    format!("{}/{name}", cfg.cgroup_parent)
+}
+
+/// The host's cgroup version, if it has cgroups berth can use.
+pub(crate) fn cgroup_version() -> Option<CgroupVersion> {
+    resources().cgroups.as_ref().ok().map(core_version)
+}
+
+/// At daemon start: the parent cgroup every container lives in, capped by the group budget.
+pub(crate) fn apply_group_budget(d: &Daemon) {
+    let r = resources();
+    let c = match &r.cgroups {
+        Ok(c) => c,
+        Err(e) => {
+            log::warn!("no resource control: {e}");
+            return;
+        }
+    };
+    let rel = d.cfg.cgroup_parent.as_str();
+    let limits = cg::group_limits(&d.cfg.policy, r.host);
+    let files = cg::files(core_version(c), &limits);
+    let result = c
+        .ensure(rel, &["cpu", "cpuacct", "memory", "pids"])
+        .and_then(|_| {
+            c.apply(
+                rel,
+                files.iter().map(|(k, f, v)| (k.name(), *f, v.as_str())),
+            )
+        });
+    match result {
+        Ok(a) => {
+            if let Some(note) = a.missing_note() {
+                log::warn!("{note}");
+            }
+            log::info!(
+                "group budget on cgroup {rel} ({:?}): cpu {}% of {} CPUs, memory {}, pids {}",
+                c.version,
+                d.cfg.policy.cpu_max_percent,
+                r.host.cpus,
+                cg::fmt_size(limits.memory_max.unwrap_or(0)),
+                d.cfg.policy.pids_budget
+            );
+        }
+        Err(e) => log::error!("group budget not applied: {e}"),
+    }
+}
+
+/// The cgroup layout (None without one) and the host, for the governor thread.
+pub(crate) fn cgroups_host() -> (Option<&'static Cgroups>, Host) {
+    let r = resources();
+    (r.cgroups.as_ref().ok(), r.host)
+}

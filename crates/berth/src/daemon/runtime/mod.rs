@@ -1,0 +1,8 @@
+//! Containers at run time: their mounts, start, stop, watch, status and logs.
+
+pub(crate) mod mounts;
+pub(crate) mod probe;
+pub(crate) mod start;
+pub(crate) mod status;
+pub(crate) mod stop;
+pub(crate) mod watch;

@@ -1,0 +1,138 @@
+//! `berth stop` and `berth restart`: SIGTERM to the payload, SIGKILL to init after the timeout.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth_sys::fsutil::write_atomic;
+use serde_json::{json, Value};
+
+use crate::daemon::runtime::mounts;
+use crate::daemon::runtime::probe;
+use crate::daemon::runtime::start;
+use crate::daemon::state;
+use crate::daemon::{ApiError, ApiResult, Daemon};
+
+pub(crate) fn stop(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<Value> {
+    let _op = d.op.lock().unwrap();
+    stop_locked(d, name, timeout)
+}
+
+pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<Value> {
+    state::installed(d, name)?;
+    if !probe::is_running(d, name) {
+        return Err(ApiError::new(
+            409,
+            "not_running",
+            format!("{name} is not running"),
+        ));
+    }
+    let timeout = timeout.unwrap_or(d.cfg.stop_timeout_s);
+    let t0 = Instant::now();
+    let Some(init) = probe::running_init(d, name) else {
+        return Err(ApiError::new(
+            409,
+            "not_running",
+            format!("{name} is not running"),
+        ));
+    };
+    // Subscribed before the first signal: the shim answers once it has saved the log ring
+    // and the exit status, which is when the stop is complete.
+    let shim_wait = crate::shim::request(&d.cfg.paths.shim_socket(name), "wait").ok();
+    // SIGTERM goes straight to the payload's processes (not through init.lxc, whose own halt
+    // handling gives them one second before SIGKILL, whatever the timeout). When the payload
+    // exits, init.lxc exits and the container stops.
+    // The init pid is re-checked (same pid namespace) before every signal and while waiting:
+    // once the container is gone its pid may be reused by an unrelated process.
+    let init_ns = std::fs::read_link(format!("/proc/{init}/ns/pid")).ok();
+    let still_init =
+        || init_ns.is_some() && std::fs::read_link(format!("/proc/{init}/ns/pid")).ok() == init_ns;
+    let members = berth_sys::process::pid_namespace_members(Path::new("/proc"), init);
+    for pid in &members {
+        let _ = berth_sys::process::kill(*pid, libc::SIGTERM);
+    }
+    let wait_gone = |limit: Duration| {
+        let deadline = Instant::now() + limit;
+        let mut delay = Duration::from_millis(1);
+        while still_init() && Instant::now() < deadline {
+            std::thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_millis(50));
+        }
+        !still_init()
+    };
+    let graceful = if members.is_empty() {
+        // Only init is left (the payload is gone): nothing to be graceful with.
+        if still_init() {
+            let _ = berth_sys::process::kill(init, libc::SIGKILL);
+        }
+        wait_gone(Duration::from_secs(10))
+    } else {
+        wait_gone(Duration::from_secs(timeout as u64))
+    };
+    if !graceful {
+        log::warn!("{name} did not stop within {timeout} s; killing it");
+        // Killing a pid namespace's init kills everything in it.
+        if still_init() {
+            let _ = berth_sys::process::kill(init, libc::SIGKILL);
+        }
+        if !wait_gone(Duration::from_secs(10)) {
+            // Seen with an AppArmor profile that refused the host's signals: never report
+            // a stop that did not happen.
+            return Err(ApiError::new(
+                500,
+                "stop_failed",
+                format!("{name}: its init (pid {init}) survived SIGKILL: the kernel refused the signal (an LSM such as AppArmor? see the kernel log); it is still running"),
+            ));
+        }
+    }
+    match shim_wait {
+        Some(mut s) => {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut line = String::new();
+            let _ = s.read_to_string(&mut line);
+        }
+        None => {
+            // No shim (it was killed): nobody will save a ring or write an exit file, and
+            // the orphaned LXC monitor tears down on its own: its mounts are released only
+            // once it has gone.
+            let _ = std::fs::remove_file(d.cfg.paths.shim_socket(name));
+            if !probe::wait_monitor_gone(d, name, Duration::from_secs(10)) {
+                log::warn!("{name}: its LXC monitor is still there 10 s after the stop");
+            }
+        }
+    }
+    if !graceful {
+        // liblxc reports a killed init as a plain exit; say what really happened.
+        let mut exit = probe::exit_info(d, name);
+        if let Some(o) = exit.as_object_mut() {
+            o.insert("code".into(), Value::Null);
+            o.insert("signal".into(), json!(libc::SIGKILL));
+            o.insert(
+                "killed".into(),
+                json!(format!("did not stop within {timeout} s")),
+            );
+            let _ = write_atomic(
+                &d.cfg.paths.exit_file(name),
+                exit.to_string().as_bytes(),
+                0o600,
+            );
+        }
+    }
+    start::set_autostart(d, name, false)?;
+    mounts::release_mounts(d);
+    let exit = probe::exit_info(d, name);
+    Ok(json!({
+        "name": name, "graceful": graceful,
+        "stop_ms": t0.elapsed().as_secs_f64() * 1000.0, "exit": exit,
+    }))
+}
+
+pub(crate) fn restart(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
+    let _op = d.op.lock().unwrap();
+    state::installed(d, name)?;
+    if probe::is_running(d, name) {
+        stop_locked(d, name, None)?;
+    }
+    start::start_locked(d, name)
+}

@@ -1,0 +1,128 @@
+//! Reading and checking the manifest inside an image (a private mount, bounded, no links).
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use berth_core::index::IndexEntry;
+use berth_core::manifest::{Manifest, MANIFEST_PATH};
+use berth_core::plan::SKELETON_DIRS;
+
+use crate::daemon::security;
+use crate::daemon::{ApiError, ApiResult, Daemon};
+
+/// Mounts an image on a private mount point to read and check the manifest it carries.
+pub(crate) fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> ApiResult<Manifest> {
+    let label = format!("{}@{}", e.name, e.version);
+    let mnt = d
+        .cfg
+        .paths
+        .run
+        .join("mnt")
+        .join(format!(".verify-{}", e.sha256));
+    let _ = berth_sys::mount::umount(&mnt, true);
+    std::fs::create_dir_all(&mnt).map_err(ApiError::internal)?;
+    let result = (|| {
+        berth_sys::loopdev::mount_squashfs(image, &mnt).map_err(|err| {
+            ApiError::new(
+                422,
+                "bad_image",
+                format!("{label}: not a usable squashfs image: {err}"),
+            )
+        })?;
+        let text = read_image_manifest(&mnt)
+            .map_err(|why| ApiError::new(422, "bad_image", format!("{label}: {why}")))?;
+        let m = Manifest::parse(&text)
+            .map_err(|err| ApiError::new(422, "bad_manifest", format!("{label}: {err}")))?;
+        security::check(&d.cfg, e.name.as_str(), &m.permissions, e.trusted)?;
+        if m.package.name != e.name || m.package.version != e.version {
+            return Err(ApiError::new(
+                422,
+                "bad_image",
+                format!(
+                    "{label}: the image holds {}@{}, not what the index lists",
+                    m.package.name, m.package.version
+                ),
+            ));
+        }
+        for dir in SKELETON_DIRS {
+            // Not followed: a link would make the container's mount land where it points.
+            let why = match std::fs::symlink_metadata(mnt.join(dir)) {
+                Ok(md) if md.is_dir() => continue,
+                Ok(md) => format!(
+                    "image's mount point /{dir} is a {}, not a directory",
+                    file_kind(&md.file_type())
+                ),
+                Err(_) => format!("image lacks the mount point /{dir}"),
+            };
+            return Err(ApiError::new(
+                422,
+                "bad_image",
+                format!("{label}: {why}; build it with berth pack"),
+            ));
+        }
+        Ok(m)
+    })();
+    let _ = berth_sys::mount::umount(&mnt, true);
+    let _ = std::fs::remove_dir(&mnt);
+    result
+}
+
+/// Real manifests are a few hundred bytes; the daemon's memory budget is a few MiB.
+pub(crate) const MANIFEST_LIMIT: u64 = 64 * 1024;
+
+/// Reads the manifest of an image mounted at `root`: only from the image itself (a symlink
+/// would lead into the host, a FIFO would block the daemon) and only a bounded amount.
+pub(crate) fn read_image_manifest(root: &Path) -> Result<String, String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = root.join(MANIFEST_PATH);
+    let dir = file.parent().unwrap_or(root).to_path_buf();
+    for (path, want_dir) in [(&dir, true), (&file, false)] {
+        let rel = path.strip_prefix(root).unwrap_or(path).display();
+        let md = std::fs::symlink_metadata(path)
+            .map_err(|e| format!("image has no readable /{MANIFEST_PATH}: {e}"))?;
+        if (want_dir && !md.is_dir()) || (!want_dir && !md.is_file()) {
+            return Err(format!(
+                "/{rel} in the image is a {}, not a {}; build it with berth pack",
+                file_kind(&md.file_type()),
+                if want_dir {
+                    "directory"
+                } else {
+                    "regular file"
+                }
+            ));
+        }
+    }
+    let f = File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&file)
+        .map_err(|e| format!("image has no readable /{MANIFEST_PATH}: {e}"))?;
+    let mut bytes = Vec::new();
+    f.take(MANIFEST_LIMIT + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("image has no readable /{MANIFEST_PATH}: {e}"))?;
+    if bytes.len() as u64 > MANIFEST_LIMIT {
+        return Err(format!(
+            "/{MANIFEST_PATH} is larger than {MANIFEST_LIMIT} bytes; refusing to read it"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| format!("/{MANIFEST_PATH} is not UTF-8"))
+}
+
+pub(crate) fn file_kind(t: &std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_symlink() {
+        "symlink"
+    } else if t.is_dir() {
+        "directory"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "device"
+    } else {
+        "regular file"
+    }
+}

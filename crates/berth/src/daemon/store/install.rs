@@ -1,0 +1,231 @@
+//! `berth install`: fetch each image of the closure, hash it while writing, verify, store, commit.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use berth_core::index::IndexEntry;
+use berth_core::manifest::Manifest;
+use berth_core::state::Installed;
+use berth_sys::fsutil::fsync_dir;
+use serde_json::{json, Value};
+
+use crate::daemon::runtime::mounts;
+use crate::daemon::runtime::probe;
+use crate::daemon::security;
+use crate::daemon::state;
+use crate::daemon::store::image;
+use crate::daemon::store::repo;
+use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::fault;
+use crate::fetch;
+
+pub(crate) fn install(
+    d: &Daemon,
+    names: &[String],
+    emit: &mut dyn FnMut(Value),
+) -> ApiResult<Value> {
+    if names.is_empty() {
+        return Err(ApiError::bad_request("install: name at least one package"));
+    }
+    let _op = d.op.lock().unwrap();
+    let (index, cache) = repo::load_index(d)?;
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let closure = index.closure(&refs).map_err(|e| match e {
+        berth_core::index::IndexError::UnknownPackage(_) => {
+            ApiError::new(404, "unknown_package", e.to_string())
+        }
+        _ => ApiError::new(422, "bad_index", e.to_string()),
+    })?;
+    // What each package asks for, against the device policy, before anything is fetched
+    // (the image's own manifest is checked again in read_manifest).
+    for e in &closure {
+        let asked = berth_core::manifest::Permissions {
+            capabilities: e.manifest.capabilities.clone(),
+            devices: e.manifest.devices.clone(),
+            ..Default::default()
+        };
+        security::check(&d.cfg, e.name.as_str(), &asked, e.trusted)?;
+    }
+    let old = state::state(d);
+    // Upgrading a running package in place would pull its root out from under it.
+    for e in &closure {
+        if let Some(p) = old.packages.get(e.name.as_str()) {
+            if p.sha256 != e.sha256 && probe::is_running(d, e.name.as_str()) {
+                return Err(ApiError::new(
+                    409,
+                    "running",
+                    format!(
+                        "{} is running {}; stop it before installing {}",
+                        e.name, p.version, e.version
+                    ),
+                ));
+            }
+        }
+    }
+    let mut new = old.clone();
+    let mut done = Vec::new();
+    for e in &closure {
+        let same = old
+            .packages
+            .get(e.name.as_str())
+            .is_some_and(|p| p.sha256 == e.sha256);
+        let explicit = names.iter().any(|n| n == e.name.as_str())
+            || old
+                .packages
+                .get(e.name.as_str())
+                .is_some_and(|p| p.explicit);
+        if same {
+            if let Some(p) = new.packages.get_mut(e.name.as_str()) {
+                p.explicit = explicit;
+            }
+            continue;
+        }
+        let manifest = fetch_image(d, &cache.url, e, emit)?;
+        new.packages.insert(
+            e.name.to_string(),
+            Installed {
+                name: e.name.clone(),
+                version: e.version.clone(),
+                sha256: e.sha256.clone(),
+                size: e.size,
+                trusted: e.trusted,
+                explicit,
+                depends: e.depends.clone(),
+                manifest,
+                installed_at: berth_sys::process::now_s(),
+            },
+        );
+        done.push(json!({"name": e.name.as_str(), "version": e.version.to_string()}));
+    }
+    fault::point("install.before-commit");
+    state::commit_state(d, new)?;
+    fault::point("install.committed");
+    // An upgrade leaves the old image unused.
+    mounts::release_mounts(d);
+    let skipped: Vec<&str> = closure
+        .iter()
+        .map(|e| e.name.as_str())
+        .filter(|n| !done.iter().any(|v| v["name"] == *n))
+        .collect();
+    Ok(json!({"installed": done, "unchanged": skipped}))
+}
+
+/// Brings one image into the store (downloading it unless it is already there and intact)
+/// and returns the manifest it carries, checked against the index entry.
+pub(crate) fn fetch_image(
+    d: &Daemon,
+    base: &str,
+    e: &IndexEntry,
+    emit: &mut dyn FnMut(Value),
+) -> ApiResult<Manifest> {
+    let paths = &d.cfg.paths;
+    let image = paths.image(&e.sha256);
+    let label = format!("{}@{}", e.name, e.version);
+    if image.exists() {
+        if let Ok((size, sha)) = hash_file(&image) {
+            if size == e.size && sha == e.sha256 {
+                return image::read_manifest(d, &image, e);
+            }
+        }
+        // Damaged: fetch it again (the rename below replaces it atomically).
+        log::warn!(
+            "{}: store image {} is damaged; fetching it again",
+            label,
+            image.display()
+        );
+    }
+    let url = fetch::join_url(base, &e.file).map_err(repo::fetch_err)?;
+    let tmp = paths.store_tmp().join(format!("{}.part", e.sha256));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = File::options()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|err| ApiError::internal(format!("create {}: {err}", tmp.display())))?;
+    let name = e.name.as_str();
+    let total = e.size;
+    let mut last = Instant::now() - Duration::from_secs(1);
+    let mut progress = |p: fetch::Progress| {
+        if last.elapsed() >= Duration::from_millis(100) || p.done == total {
+            last = Instant::now();
+            emit(json!({"event": "progress", "package": name, "done": p.done, "total": total}));
+        }
+    };
+    let cleanup = |err: ApiError| {
+        let _ = std::fs::remove_file(&tmp);
+        err
+    };
+    // One byte more than announced is enough to notice an image larger than the index says.
+    let (size, sha) = fetch::fetch_to(&url, &mut f, e.size.saturating_add(1), &mut progress).map_err(|err| {
+        cleanup(if err.is_no_space() {
+            ApiError::new(
+                507,
+                "no_space",
+                format!(
+                    "store full: no room for {label} ({} bytes) in {}; nothing was changed (free space with berth gc or berth remove)",
+                    e.size,
+                    paths.store().display()
+                ),
+            )
+        } else {
+            repo::fetch_err(err)
+        })
+    })?;
+    fault::point("install.fetched");
+    if size != e.size {
+        return Err(cleanup(ApiError::new(
+            422,
+            "bad_image",
+            format!("{label}: image is {size} bytes, the index says {}: truncated or replaced download; nothing was changed", e.size),
+        )));
+    }
+    if sha != e.sha256 {
+        return Err(cleanup(ApiError::new(
+            422,
+            "bad_image",
+            format!("{label}: image sha256 is {sha}, the signed index says {}: refusing it; nothing was changed", e.sha256),
+        )));
+    }
+    f.sync_all().map_err(|err| {
+        cleanup(if berth_sys::fsutil::is_enospc(&err) {
+            ApiError::new(507, "no_space", format!("store full while writing {label}"))
+        } else {
+            ApiError::internal(format!("fsync {}: {err}", tmp.display()))
+        })
+    })?;
+    drop(f);
+    let manifest = image::read_manifest(d, &tmp, e).map_err(cleanup)?;
+    fault::point("install.verified");
+    std::fs::rename(&tmp, &image).map_err(|err| {
+        cleanup(ApiError::internal(format!(
+            "rename {} to {}: {err}",
+            tmp.display(),
+            image.display()
+        )))
+    })?;
+    let _ = fsync_dir(&paths.store());
+    fault::point("install.stored");
+    emit(
+        json!({"event": "fetched", "package": name, "version": e.version.to_string(), "size": size}),
+    );
+    Ok(manifest)
+}
+
+pub(crate) fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
+    use sha2::Digest;
+    let mut f = File::open(path)?;
+    let mut h = sha2::Sha256::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut n = 0u64;
+    loop {
+        let k = f.read(&mut buf)?;
+        if k == 0 {
+            break;
+        }
+        n += k as u64;
+        h.update(&buf[..k]);
+    }
+    Ok((n, berth_core::index::hex(&h.finalize())))
+}

@@ -1,0 +1,216 @@
+//! `berth remove` (with a resumable purge) and `berth gc`.
+
+use std::path::{Path, PathBuf};
+
+use berth_core::config::Config;
+use berth_sys::fsutil::fsync_dir;
+use serde_json::{json, Value};
+
+use crate::daemon::cgroups;
+use crate::daemon::net;
+use crate::daemon::runtime::mounts;
+use crate::daemon::runtime::probe;
+use crate::daemon::security;
+use crate::daemon::state;
+use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::fault;
+
+pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
+    if names.is_empty() {
+        return Err(ApiError::bad_request("remove: name at least one package"));
+    }
+    let _op = d.op.lock().unwrap();
+    let old = state::state(d);
+    // `remove --purge` of packages no longer installed whose /data is still there (a purge
+    // cut short by an older berth, or a plain remove before): purge that /data.
+    if purge && names.iter().all(|n| !old.packages.contains_key(n)) {
+        let leftovers: Vec<&String> = names
+            .iter()
+            .filter(|n| d.cfg.paths.data(n).exists() || purging_dir(&d.cfg, n).exists())
+            .collect();
+        if leftovers.len() == names.len() {
+            for n in &leftovers {
+                purge_data(d, n).map_err(|e| {
+                    ApiError::internal(format!("{n}: cannot delete its /data: {e}"))
+                })?;
+            }
+            return Ok(json!({"removed": [], "purged": true, "data_purged": leftovers}));
+        }
+    }
+    for n in names {
+        if !old.packages.contains_key(n) {
+            return Err(ApiError::new(
+                404,
+                "not_installed",
+                format!("{n} is not installed"),
+            ));
+        }
+        if probe::is_running(d, n) {
+            return Err(ApiError::new(
+                409,
+                "running",
+                format!("{n} is running: stop it first (berth stop {n})"),
+            ));
+        }
+        let users: Vec<String> = old
+            .dependents(n)
+            .into_iter()
+            .filter(|u| !names.contains(u))
+            .collect();
+        if !users.is_empty() {
+            return Err(ApiError::new(
+                409,
+                "needed",
+                format!("{n} is needed by {}: remove those first", users.join(", ")),
+            ));
+        }
+    }
+    let mut new = old.clone();
+    for n in names {
+        new.packages.remove(n);
+    }
+    // A purge is made resumable before the commit: /data moves aside (one rename), so that a
+    // crash before the commit puts it back (the package is still installed) and one after
+    // it finishes the purge (reconcile, gc, or remove --purge again).
+    let mut set_aside: Vec<String> = Vec::new();
+    if purge {
+        for n in names {
+            let (from, to) = (d.cfg.paths.data(n), purging_dir(&d.cfg, n));
+            if from.exists() {
+                if let Err(e) = std::fs::rename(&from, &to) {
+                    for n in &set_aside {
+                        let _ = std::fs::rename(purging_dir(&d.cfg, n), d.cfg.paths.data(n));
+                    }
+                    return Err(ApiError::internal(format!(
+                        "{n}: cannot set its /data aside for the purge: {e}; nothing was changed"
+                    )));
+                }
+                set_aside.push(n.clone());
+            }
+        }
+        let _ = fsync_dir(&d.cfg.paths.state.join("data"));
+        fault::point("remove.set-aside");
+    }
+    if let Err(e) = state::commit_state(d, new) {
+        for n in &set_aside {
+            let _ = std::fs::rename(purging_dir(&d.cfg, n), d.cfg.paths.data(n));
+        }
+        return Err(e);
+    }
+    fault::point("remove.committed");
+    mounts::release_mounts(d);
+    net::forget(d, &state::state(d), names);
+    for n in names {
+        let _ = std::fs::remove_dir_all(d.cfg.paths.lxc_dir(n));
+        cgroups::remove_stale_cgroups(&d.cfg, n);
+        let _ = std::fs::remove_file(d.cfg.paths.saved_log(n));
+        let _ = std::fs::remove_file(d.cfg.paths.exit_file(n));
+        let _ = std::fs::remove_file(d.cfg.paths.autostart(n));
+        let _ = std::fs::remove_file(d.cfg.paths.limits_file(n));
+        let _ = std::fs::remove_file(d.cfg.paths.guard_file(n));
+        d.guard_kills.lock().unwrap().remove(n.as_str());
+        if purge {
+            if let Err(e) = purge_data(d, n) {
+                log::error!("{n}: its /data is only partly deleted ({e}); berth gc finishes it");
+            }
+        } else {
+            security::removed(d, n, false);
+        }
+    }
+    Ok(json!({"removed": names, "purged": purge}))
+}
+
+/// Where a container's /data waits while it is being purged.
+pub(crate) fn purging_dir(cfg: &Config, name: &str) -> PathBuf {
+    cfg.paths.state.join("data").join(format!(".purge-{name}"))
+}
+
+/// Deletes a container's /data (set aside or not) and then frees its id range.
+pub(crate) fn purge_data(d: &Daemon, name: &str) -> std::io::Result<()> {
+    for dir in [purging_dir(&d.cfg, name), d.cfg.paths.data(name)] {
+        match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    security::removed(d, name, true);
+    Ok(())
+}
+
+/// Purges cut short by a crash: a package still installed gets its /data back (its remove
+/// never committed); any other set-aside /data is deleted.
+pub(crate) fn finish_purges(d: &Daemon) {
+    let st = state::state(d);
+    let Ok(entries) = std::fs::read_dir(d.cfg.paths.state.join("data")) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let f = e.file_name();
+        let Some(name) = f.to_str().and_then(|f| f.strip_prefix(".purge-")) else {
+            continue;
+        };
+        if st.packages.contains_key(name) && !d.cfg.paths.data(name).exists() {
+            match std::fs::rename(e.path(), d.cfg.paths.data(name)) {
+                Ok(()) => {
+                    log::warn!("{name}: a purge was cut short before it committed; /data is back")
+                }
+                Err(err) => log::error!("{name}: cannot put /data back: {err}"),
+            }
+        } else if let Err(err) = purge_data(d, name) {
+            log::error!("{name}: cannot finish the purge of /data: {err}");
+        } else {
+            log::info!("{name}: finished a purge cut short");
+        }
+    }
+}
+
+pub(crate) fn gc(d: &Daemon) -> ApiResult<Value> {
+    let _op = d.op.lock().unwrap();
+    finish_purges(d);
+    mounts::release_mounts(d);
+    let st = state::state(d);
+    let mut keep = st.referenced_images();
+    // What running containers were started on, whatever the state says now.
+    for p in st.packages.values() {
+        if probe::is_running(d, p.name.as_str()) {
+            keep.extend(mounts::running_layers(d, &st, p));
+        }
+    }
+    // And, whatever berth believes, nothing a loop device still reads.
+    let backing: Vec<PathBuf> = berth_sys::loopdev::loop_backing_files(Path::new("/sys"))
+        .map(|v| v.into_iter().map(|l| l.backing_file).collect())
+        .unwrap_or_default();
+    let mut removed = Vec::new();
+    let mut freed = 0u64;
+    let store = d.cfg.paths.store();
+    if let Ok(entries) = std::fs::read_dir(&store) {
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().to_string();
+            let Some(sha) = name.strip_suffix(".sqfs") else {
+                continue;
+            };
+            if keep.contains(sha)
+                || mounts::is_mounted(d, &d.cfg.paths.image_mount(sha))
+                || backing.iter().any(|b| *b == e.path())
+            {
+                continue;
+            }
+            let size = e.metadata().map(|m| m.len()).unwrap_or(0);
+            if std::fs::remove_file(e.path()).is_ok() {
+                freed += size;
+                removed.push(sha.to_string());
+            }
+        }
+    }
+    let _ = fsync_dir(&store);
+    clear_tmp(&d.cfg);
+    Ok(json!({"removed": removed, "freed_bytes": freed}))
+}
+
+pub(crate) fn clear_tmp(cfg: &Config) {
+    if let Ok(entries) = std::fs::read_dir(cfg.paths.store_tmp()) {
+        for e in entries.flatten() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}

@@ -1,0 +1,336 @@
+//! The repository: trusted keys, index verification, `berth update` (serial floor, expiry), `berth list`.
+
+use std::path::PathBuf;
+
+use berth_core::config::Config;
+use berth_core::index::Index;
+use berth_core::signify::{PublicKey, Signature};
+use berth_core::state::{RepoCache, State};
+use berth_sys::fsutil::write_atomic;
+use serde_json::{json, Value};
+
+use crate::daemon::state;
+use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::fetch;
+
+pub(crate) const INDEX_LIMIT: u64 = 8 << 20;
+
+pub(crate) const SIG_LIMIT: u64 = 4096;
+
+pub(crate) fn trusted_keys(cfg: &Config) -> ApiResult<Vec<PublicKey>> {
+    let dir = &cfg.paths.keys;
+    let mut keys = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(_) => {
+            return Err(ApiError::new(
+                412,
+                "no_keys",
+                format!(
+                "no trusted repository keys: {} is missing; put the repository's .pub key there",
+                dir.display()
+            ),
+            ))
+        }
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.extension().and_then(|x| x.to_str()) != Some("pub") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&p)
+            .map_err(|err| ApiError::internal(format!("read {}: {err}", p.display())))?;
+        let key = PublicKey::parse(&text).map_err(|err| {
+            ApiError::new(
+                500,
+                "bad_key",
+                format!("trusted key {}: {err}", p.display()),
+            )
+        })?;
+        keys.push(key);
+    }
+    if keys.is_empty() {
+        return Err(ApiError::new(
+            412,
+            "no_keys",
+            format!(
+                "no trusted repository keys in {}: put the repository's .pub key there",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(keys)
+}
+
+pub(crate) fn verify_index(cfg: &Config, index: &[u8], sig: &str) -> ApiResult<Index> {
+    let keys = trusted_keys(cfg)?;
+    let sig = Signature::parse(sig)
+        .map_err(|e| ApiError::new(422, "bad_signature", format!("index.json.sig: {e}")))?;
+    berth_core::signify::verify_with_any(&keys, index, &sig).map_err(|e| {
+        let reason = match e {
+            // The error's own text names the default key directory; say which one was read.
+            berth_core::signify::SignifyError::UnknownKey(keynum) => format!(
+                "signed by unknown key {keynum}: not among the trusted keys in {}",
+                cfg.paths.keys.display()
+            ),
+            e => e.to_string(),
+        };
+        ApiError::new(
+            422,
+            "bad_signature",
+            format!("repository index rejected: {reason}"),
+        )
+    })?;
+    Index::parse(index)
+        .map_err(|e| ApiError::new(422, "bad_index", format!("repository index rejected: {e}")))
+}
+
+/// The cached index, verified again against the keys trusted now.
+pub(crate) fn load_index(d: &Daemon) -> ApiResult<(Index, RepoCache)> {
+    let path = d.cfg.paths.repository_file();
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(_) => {
+            return Err(ApiError::new(
+                412,
+                "no_index",
+                "no repository index yet: run berth update",
+            ))
+        }
+    };
+    let cache: RepoCache = serde_json::from_slice(&bytes).map_err(|e| {
+        ApiError::new(
+            500,
+            "bad_cache",
+            format!("{} is damaged ({e}): run berth update", path.display()),
+        )
+    })?;
+    let index = verify_index(&d.cfg, cache.index.as_bytes(), &cache.signature)?;
+    if let Some(e) = index
+        .expires
+        .filter(|_| index.expired(berth_sys::process::now_s()))
+    {
+        return Err(ApiError::new(
+            422,
+            "expired",
+            format!(
+                "the cached repository index expired at {}: run berth update (the repository owner must publish a re-signed index)",
+                berth_core::date::utc(e)
+            ),
+        ));
+    }
+    Ok((index, cache))
+}
+
+pub(crate) fn repository_url(d: &Daemon) -> ApiResult<String> {
+    d.cfg.repository.clone().ok_or_else(|| {
+        ApiError::new(
+            412,
+            "no_repository",
+            "no repository configured: set repository = \"http://…\" in the berth configuration",
+        )
+    })
+}
+
+pub(crate) fn fetch_err(e: fetch::FetchError) -> ApiError {
+    if e.is_no_space() {
+        ApiError::new(507, "no_space", format!("{e}"))
+    } else {
+        ApiError::new(502, "fetch_failed", format!("{e}"))
+    }
+}
+
+/// The newest serial this device has accepted (`{"serial", "url"}`), kept apart from the
+/// cached index so that a rollback is refused even when that index no longer verifies (its
+/// key was removed).
+pub(crate) fn serial_file(cfg: &Config) -> PathBuf {
+    cfg.paths.state.join("repository.serial")
+}
+
+pub(crate) fn read_serial_floor(cfg: &Config) -> Option<u64> {
+    std::fs::read(serial_file(cfg))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v["serial"].as_u64())
+}
+
+pub(crate) const INDEX_KEPT: &str = "the previous repository index stays in use";
+
+pub(crate) fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
+    let _op = d.op.lock().unwrap();
+    let base = repository_url(d)?;
+    let index_url = fetch::join_url(&base, "index.json").map_err(fetch_err)?;
+    let sig_url = fetch::join_url(&base, "index.json.sig").map_err(fetch_err)?;
+    let index = fetch::fetch_bytes(&index_url, INDEX_LIMIT).map_err(fetch_err)?;
+    let sig = fetch::fetch_bytes(&sig_url, SIG_LIMIT).map_err(fetch_err)?;
+    let sig = String::from_utf8(sig)
+        .map_err(|_| ApiError::new(422, "bad_signature", "index.json.sig is not text"))?;
+    let parsed = verify_index(&d.cfg, &index, &sig)?;
+    let now = berth_sys::process::now_s();
+    if parsed.expired(now) {
+        let e = parsed.expires.unwrap_or(0);
+        return Err(ApiError::new(
+            422,
+            "expired",
+            format!(
+                "repository index rejected: it expired at {} (expires {e}); an expired index may be a replay that freezes this device on old packages: the repository owner must rebuild and re-sign it (berth repo build --valid-for …)",
+                berth_core::date::utc(e)
+            ),
+        ));
+    }
+    // The floor: the newest serial accepted, from its own record and from the cached index
+    // (an index cached by an older berth, which kept no record).
+    let cached = load_index(d).ok().map(|(i, _)| i.serial);
+    let floor = read_serial_floor(&d.cfg).into_iter().chain(cached).max();
+    if let Some(floor) = floor.filter(|f| parsed.serial < *f) {
+        if !reset_serial {
+            return Err(ApiError::new(
+                422,
+                "rollback",
+                format!(
+                    "repository index rejected: its serial {} is older than {floor}, the newest this device has accepted; refusing a rollback (an old index is being replayed, or a mirror is out of date). To move to another repository on purpose, run berth update --reset-serial",
+                    parsed.serial
+                ),
+            ));
+        }
+        log::warn!(
+            "repository {base}: serial {} accepted below the newest accepted ({floor}) on the operator's request (--reset-serial)",
+            parsed.serial
+        );
+    }
+    let index_text = String::from_utf8(index)
+        .map_err(|_| ApiError::new(422, "bad_index", "index.json is not UTF-8"))?;
+    let cache = RepoCache {
+        url: base.clone(),
+        fetched_at: now,
+        index: index_text,
+        signature: sig,
+    };
+    // The floor first: a crash between the two writes leaves it raised, never lowered.
+    let sf = serial_file(&d.cfg);
+    let old_record = std::fs::read(&sf).ok();
+    let rec = json!({"serial": parsed.serial, "url": base});
+    write_atomic(&sf, rec.to_string().as_bytes(), 0o600)
+        .map_err(|e| state::write_failed(&sf, e, INDEX_KEPT))?;
+    let path = d.cfg.paths.repository_file();
+    if let Err(e) = write_atomic(
+        &path,
+        &serde_json::to_vec(&cache).expect("serializes"),
+        0o600,
+    ) {
+        // Put the floor back with the index it belongs to (a small file: it fits where the
+        // larger index did not; if not, the floor stays raised, which only refuses more).
+        if let Some(old) = old_record {
+            let _ = write_atomic(&sf, &old, 0o600);
+        }
+        return Err(state::write_failed(&path, e, INDEX_KEPT));
+    }
+    let st = state::state(d);
+    let upgradable = upgradable(&st, &parsed);
+    Ok(json!({
+        "repository": base,
+        "packages": parsed.packages.len(),
+        "serial": parsed.serial,
+        "expires": parsed.expires,
+        "upgradable": upgradable,
+    }))
+}
+
+/// For `berth status`: the cached index's serial, age and expiry, and a warning when it is
+/// expired or older than the policy's `index_max_age`. Read without verifying: display only.
+pub(crate) fn repository_status(d: &Daemon) -> Value {
+    let now = berth_sys::process::now_s();
+    let cache: Option<RepoCache> = std::fs::read(d.cfg.paths.repository_file())
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let Some(cache) = cache else {
+        let warning = d
+            .cfg
+            .index_max_age_s
+            .map(|_| "no repository index yet: run berth update".to_string());
+        return json!({"url": d.cfg.repository, "warning": warning});
+    };
+    let index = Index::parse(cache.index.as_bytes()).ok();
+    let expires = index.as_ref().and_then(|i| i.expires);
+    let age = now.saturating_sub(cache.fetched_at);
+    let warning = if let Some(e) = expires.filter(|e| now >= *e) {
+        Some(format!(
+            "the cached repository index expired at {}: installs are refused until berth update fetches a re-signed one",
+            berth_core::date::utc(e)
+        ))
+    } else {
+        d.cfg.index_max_age_s.filter(|max| age > *max).map(|max| {
+            format!(
+                "the repository index was fetched {} ago (index_max_age {}): run berth update; is {} reachable?",
+                human_age(age),
+                human_age(max),
+                cache.url
+            )
+        })
+    };
+    json!({
+        "url": cache.url,
+        "serial": index.as_ref().map(|i| i.serial),
+        "fetched_at": cache.fetched_at,
+        "age_s": age,
+        "expires": expires,
+        "warning": warning,
+    })
+}
+
+pub(crate) fn human_age(s: u64) -> String {
+    match s {
+        0..=119 => format!("{s} s"),
+        120..=7199 => format!("{} min", s / 60),
+        7200..=172_799 => format!("{} h", s / 3600),
+        _ => format!("{} days", s / 86_400),
+    }
+}
+
+pub(crate) fn upgradable(st: &State, index: &Index) -> Vec<Value> {
+    st.packages
+        .values()
+        .filter_map(|p| {
+            let e = index.get(p.name.as_str())?;
+            (e.version > p.version).then(|| {
+                json!({"name": p.name.as_str(), "installed": p.version.to_string(), "available": e.version.to_string()})
+            })
+        })
+        .collect()
+}
+
+pub(crate) fn list(d: &Daemon) -> ApiResult<Value> {
+    let st = state::state(d);
+    let installed: Vec<Value> = st
+        .packages
+        .values()
+        .map(|p| {
+            json!({
+                "name": p.name.as_str(), "version": p.version.to_string(),
+                "description": p.manifest.package.description, "explicit": p.explicit,
+                "sha256": p.sha256, "size": p.size,
+            })
+        })
+        .collect();
+    let (available, upgradable, note) = match load_index(d) {
+        Ok((index, _)) => {
+            let avail: Vec<Value> = index
+                .packages
+                .iter()
+                .map(|e| {
+                    json!({
+                        "name": e.name.as_str(), "version": e.version.to_string(),
+                        "description": e.description, "size": e.size,
+                        "installed": st.packages.get(e.name.as_str()).map(|p| p.version.to_string()),
+                    })
+                })
+                .collect();
+            let up = upgradable(&st, &index);
+            (avail, up, None)
+        }
+        Err(e) => (Vec::new(), Vec::new(), Some(e.message)),
+    };
+    Ok(
+        json!({"installed": installed, "available": available, "upgradable": upgradable, "index_note": note}),
+    )
+}
