@@ -5,6 +5,7 @@
 #                             repository from real programs, install and start two packages
 #                             through the daemon, and show them running
 #   bash demo/run.sh clean    stop the demo's containers and daemon, remove everything it made
+#   bash demo/run.sh clean RUN   the same for one run only (RUN: its pid or $BERTH_DEMO_ID)
 #
 # Packages of the demo:
 #   web   busybox httpd serving a page (a static program: base = none), network "isolated":
@@ -18,7 +19,7 @@
 # in a network namespace of the run's own ("berth-demo-RUN", the device), with a
 # "berth-demo-RUN-lan" namespace as a LAN client: berth's bridge, IP forwarding and nftables
 # tables live there, and the machine's own network is left as it was. `clean` removes every
-# run's containers, daemon, namespaces, mounts, cgroups and files.
+# run's containers, daemon, namespaces, mounts, cgroups and files; `clean RUN` one run's.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -81,8 +82,16 @@ clean() {
 }
 
 if [ "${1:-}" = clean ]; then
-    clean
-    echo "demo cleaned"
+    if [ -n "${2:-}" ]; then
+        case "$2" in */* | .*) echo "demo/run.sh: clean: no such run: $2" >&2; exit 2 ;; esac
+        [ -d "$runs/$2" ] || { echo "demo/run.sh: clean: no such run: $2" >&2; exit 2; }
+        clean_run "$2"
+        rmdir "$runs" 2>/dev/null || true
+        echo "demo run $2 cleaned"
+    else
+        clean
+        echo "demo cleaned"
+    fi
     exit 0
 fi
 

@@ -39,6 +39,15 @@ step "unit and end-to-end tests"
 # a missing Debian package fails the run, since this script installs every one.
 export BERTH_SKIP_LOG=/tmp/berth-skips.txt
 : > "$BERTH_SKIP_LOG"
+# The skip list is printed however the run ends: a failure later must not hide it.
+print_skips() {
+    if [ -s "$BERTH_SKIP_LOG" ]; then
+        echo
+        echo "skipped (kind, then what and why):"
+        sed 's/^/  /' "$BERTH_SKIP_LOG"
+    fi
+}
+trap print_skips EXIT
 cargo test --workspace 2>&1 | tee /tmp/berth-test-output.txt
 
 step "release builds and size budget (DESIGN.md decision 1: stripped berth <= 1.5 MiB)"
@@ -69,14 +78,25 @@ step "demo (README's first command)"
 bash demo/run.sh
 bash demo/run.sh clean
 
+step "demo: two runs at once, each cleaned on its own"
+BERTH_DEMO_ID=ci-a bash demo/run.sh > /tmp/berth-demo-a.log 2>&1 & demo_a=$!
+BERTH_DEMO_ID=ci-b bash demo/run.sh > /tmp/berth-demo-b.log 2>&1 & demo_b=$!
+demo_rc=0
+wait "$demo_a" || { demo_rc=1; echo "demo run ci-a failed:"; tail -n 30 /tmp/berth-demo-a.log; }
+wait "$demo_b" || { demo_rc=1; echo "demo run ci-b failed:"; tail -n 30 /tmp/berth-demo-b.log; }
+if [ "$demo_rc" = 0 ]; then
+    bash demo/run.sh clean ci-a
+    # the other run is untouched by that clean: its containers still serve
+    BERTH_CONFIG=demo-out/ci-b/berth.toml target/release/berth status | grep -q 'web .*running' ||
+        { echo "cleaning run ci-a disturbed run ci-b" >&2; demo_rc=1; }
+fi
+bash demo/run.sh clean
+[ "$demo_rc" = 0 ] || exit 1
+echo "two demo runs at once: both served, each cleaned alone"
+
 passed=$(grep -o '^test result: [a-z]*\. [0-9]* passed' /tmp/berth-test-output.txt | awk '{s+=$4} END {print s+0}')
 failed=$(grep -o '; [0-9]* failed' /tmp/berth-test-output.txt | awk '{s+=$2} END {print s+0}')
 skipped=$(wc -l < "$BERTH_SKIP_LOG")
-echo
-if [ "$skipped" -gt 0 ]; then
-    echo "skipped (kind, then what and why):"
-    sed 's/^/  /' "$BERTH_SKIP_LOG"
-fi
 if grep -q '^package ' "$BERTH_SKIP_LOG"; then
     echo "a test skipped for a Debian package this script installs: the installation above failed" >&2
     exit 1

@@ -91,3 +91,57 @@ fn slow_loris_connections_neither_pile_up_nor_delay_status() {
     }
     sb.ok(&["status"]);
 }
+
+/// Requests served at once are capped (32, streams included): one more gets 503 `busy` at
+/// once, from the main thread, instead of a thread; once a worker is free, requests are
+/// served again.
+#[test]
+fn requests_beyond_the_worker_cap_get_busy() {
+    let mut sb = Sandbox::new("busy");
+    sb.add(&Pkg::script("talker", "1.0", "echo up\nexec sleep 600\n"));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "talker"]);
+    sb.ok(&["start", "talker"]);
+    sb.wait_log("talker", "up");
+    let pid = sb.daemon.as_ref().unwrap().id();
+    let sock = sb.run_dir().join("admin.sock");
+    let idle_threads = threads_of(pid);
+
+    // 32 followers of the container's log: each holds a worker until it leaves.
+    let mut followers = Vec::new();
+    for i in 0..32 {
+        let mut s = UnixStream::connect(&sock).unwrap();
+        s.write_all(b"GET /v1/logs?name=talker&follow=1 HTTP/1.1\r\n\r\n")
+            .unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut head = Vec::new();
+        let mut b = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = s.read(&mut b).unwrap_or(0);
+            assert_eq!(n, 1, "follower {i}: the head ended early: {head:?}");
+            head.push(b[0]);
+        }
+        assert!(head.starts_with(b"HTTP/1.1 200"), "follower {i}");
+        followers.push(s);
+    }
+    assert!(threads_of(pid) >= idle_threads + 32, "one worker per follower");
+
+    let out = sb.berth(&["--json", "status"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["code"], "busy", "{v}");
+    assert_eq!(v["status"], 503, "{v}");
+    assert!(
+        threads_of(pid) <= idle_threads + 32,
+        "the refused request got no thread"
+    );
+
+    drop(followers);
+    wait_until("a worker is free again", Duration::from_secs(10), || {
+        sb.berth(&["status"]).status.success()
+    });
+    wait_until("the followers' threads ended", Duration::from_secs(10), || {
+        threads_of(pid) <= idle_threads + 1
+    });
+}

@@ -307,7 +307,15 @@ fn governor_lowers_the_cap_under_a_hog_and_falls_back_when_the_probe_fails() {
         v["cap"].as_f64().unwrap() <= 35.0
     });
     println!("cap lowered to {}", v["cap"]);
-    std::thread::sleep(Duration::from_secs(3)); // settle
+    // Measured once the cap has settled: two readings a second apart within 5 points.
+    let mut last = v["cap"].as_f64().unwrap();
+    wait_until("the cap settled", Duration::from_secs(20), || {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = governor(&sb)["cap"].as_f64().unwrap();
+        let steady = (now - last).abs() <= 5.0;
+        last = now;
+        steady
+    });
     let governed = measure(&svc.done, Duration::from_secs(6));
     let cap_governed = cap_percent(&parent, cpus);
     let hog = format!("{parent}/hog");

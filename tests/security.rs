@@ -482,7 +482,11 @@ fn a_run_directory_unreachable_for_the_containers_ids_is_named() {
     let f = check(&sb);
     std::fs::set_permissions(&sb.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     assert_eq!(f["status"], "missing", "{f}");
-    assert!(f["detail"].as_str().unwrap().contains(&shown), "{f}");
+    let detail = f["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&shown) && detail.contains(&format!("chmod o+x {shown}")),
+        "berth check names the directory and the fix: {f}"
+    );
     // Searchable again: it starts.
     sb.ok(&["start", "plain"]);
     sb.wait_log("plain", "up");

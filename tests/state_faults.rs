@@ -53,30 +53,46 @@ fn cgroups_of(sb: &Sandbox, name: &str) -> Vec<String> {
 fn after_the_shim_is_killed_stop_releases_everything_and_start_works() {
     let mut sb = Sandbox::new("shimkill");
     sb.add(&Pkg::script("quiet", "1.0", "echo up\nexec sleep 600\n").package_key("depends = []"));
+    // A root merged (overlayfs) over a dependency: one more mount to release.
+    sb.add(&Pkg::new("base", "1.0", &["/bin/busybox", "true"]).file("etc/base-layer", b"base\n"));
+    sb.add(
+        &Pkg::script("merged", "1.0", "cat /etc/base-layer\necho up\nexec sleep 600\n")
+            .package_key("depends = [\"base\"]\nrootfs = \"merged\""),
+    );
     sb.start_daemon();
     sb.ok(&["update"]);
-    sb.ok(&["install", "quiet"]);
+    sb.ok(&["install", "quiet", "merged"]);
     for round in 0..6 {
-        sb.ok(&["start", "quiet"]);
-        sb.wait_log("quiet", "up");
-        let shim = pgrep_oldest(&format!("__shim quiet {}", sb.lxcpath().display()))
+        let name = if round % 2 == 0 { "quiet" } else { "merged" };
+        sb.ok(&["start", name]);
+        sb.wait_log(name, "up");
+        let root = sb.run_dir().join("rootfs").join(name);
+        assert_eq!(
+            sb.mounts().iter().any(|m| std::path::Path::new(m) == root),
+            name == "merged",
+            "round {round}: {name}'s merged root mounted: {:?}",
+            sb.mounts()
+        );
+        let shim = pgrep_oldest(&format!("__shim {name} {}", sb.lxcpath().display()))
             .expect("the shim runs");
         kill9(shim);
         wait_until("the shim gone", Duration::from_secs(5), || {
             !std::path::Path::new(&format!("/proc/{shim}")).exists()
         });
-        assert_eq!(sb.status_of("quiet")["state"], "running", "round {round}");
-        sb.ok(&["stop", "quiet"]);
-        assert_eq!(sb.status_of("quiet")["state"], "stopped", "round {round}");
+        assert_eq!(sb.status_of(name)["state"], "running", "round {round}");
+        sb.ok(&["stop", name]);
+        assert_eq!(sb.status_of(name)["state"], "stopped", "round {round}");
         assert!(
             sb.stray_mounts().is_empty(),
-            "round {round}: left mounted after stop: {:?}",
+            "round {round}: left mounted after stop of {name}: {:?}",
             sb.stray_mounts()
         );
     }
-    sb.ok(&["start", "quiet"]);
-    sb.wait_log("quiet", "up");
-    sb.ok(&["stop", "quiet"]);
+    for name in ["quiet", "merged"] {
+        sb.ok(&["start", name]);
+        sb.wait_log(name, "up");
+        sb.ok(&["stop", name]);
+    }
 }
 
 /// Killing the LXC monitor (which takes the container with it) leaves its cgroups behind;
@@ -99,18 +115,30 @@ fn cgroups_left_by_a_killed_monitor_are_reaped() {
         let shim = pgrep_oldest(&format!("__shim quiet {}", sb.lxcpath().display())).unwrap();
         let kids = std::fs::read_to_string(format!("/proc/{shim}/task/{shim}/children")).unwrap();
         let monitor: i32 = kids.split_whitespace().next().unwrap().parse().unwrap();
+        // Rounds 2 and 3: the daemon is gone first, so no watcher sees the end and only the
+        // next daemon's start can reap.
+        let daemon_away = matches!(round, 2 | 3);
+        if daemon_away {
+            sb.kill_daemon(9);
+        }
         kill9(monitor);
-        wait_until("the container stopped", Duration::from_secs(15), || {
-            sb.status_of("quiet")["state"] == "stopped"
-        });
+        if daemon_away {
+            wait_until("the shim ended", Duration::from_secs(15), || {
+                pgrep_oldest(&format!("__shim quiet {}", sb.lxcpath().display())).is_none()
+            });
+            assert!(
+                !cgroups_of(&sb, "quiet").is_empty(),
+                "round {round}: the killed monitor's cgroups are there for the next daemon"
+            );
+            sb.start_daemon();
+        } else {
+            wait_until("the container stopped", Duration::from_secs(15), || {
+                sb.status_of("quiet")["state"] == "stopped"
+            });
+        }
         match round {
-            // the watcher reaps once it has seen the end
-            0 | 1 => {}
-            // a daemon restarted meanwhile reaps at its start
-            2 | 3 => {
-                sb.kill_daemon(9);
-                sb.start_daemon();
-            }
+            // the watcher reaps once it has seen the end (0, 1); the next daemon (2, 3)
+            0..=3 => {}
             // remove reaps too, and so does the next daemon
             _ => {
                 sb.ok(&["remove", "quiet"]);
@@ -288,6 +316,15 @@ fn a_purge_cut_short_is_undone_or_finished() {
     sb.ok(&["remove", "--purge", "keeper"]);
     assert!(!data.join("keeper").exists());
     assert!(!idmap_slots(&sb).contains("keeper"), "id range freed");
+
+    // The set-aside /data of a purge that committed, found while a daemon runs (as one cut
+    // short leaves it): gc finishes the purge.
+    with_data(&sb, "keeper");
+    sb.ok(&["remove", "keeper"]);
+    std::fs::rename(data.join("keeper"), data.join(".purge-keeper")).unwrap();
+    sb.ok(&["gc"]);
+    assert!(!data.join(".purge-keeper").exists(), "gc finished the purge");
+    assert!(!idmap_slots(&sb).contains("keeper"), "id range freed by gc");
 
     // Random moments of a slow purge (1000 files): never half a state.
     let mut seed = std::process::id() as u64;

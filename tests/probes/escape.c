@@ -162,6 +162,20 @@ int main(int argc, char **argv) {
     open_probe("write_proc_sys", "/proc/sys/kernel/core_pattern", O_WRONLY);
     open_probe("write_sysrq_trigger", "/proc/sysrq-trigger", O_WRONLY);
     open_probe("write_proc_irq", "/proc/irq/default_smp_affinity", O_WRONLY);
+    {
+        /* one IRQ's own affinity: the first numbered IRQ the kernel lists */
+        char path[64] = "/proc/irq/0/smp_affinity";
+        DIR *d = opendir("/proc/irq");
+        struct dirent *e;
+        while (d && (e = readdir(d)))
+            if (e->d_name[0] >= '0' && e->d_name[0] <= '9') {
+                snprintf(path, sizeof path, "/proc/irq/%s/smp_affinity", e->d_name);
+                break;
+            }
+        if (d)
+            closedir(d);
+        open_probe("write_proc_irq_n", path, O_WRONLY);
+    }
     open_probe("write_proc_bus", "/proc/bus/pci/devices", O_WRONLY);
     /* kernel state that helps an exploit or leaks other users' secrets */
     read_probe("read_proc_keys", "/proc/keys");

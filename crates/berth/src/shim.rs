@@ -343,6 +343,24 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd) -> i32 {
     }
 }
 
+/// A pidfd of the container's payload, init.lxc's one child (it appears a moment after
+/// init): through it the shim learns how the payload ended, which init does not pass on
+/// whole. None when it cannot be found within 200 ms (the payload already gone).
+fn payload_pidfd(init: i32) -> Option<OwnedFd> {
+    let deadline = Instant::now() + Duration::from_millis(200);
+    let mut delay = Duration::from_millis(1);
+    loop {
+        if let Some(&pid) = process::children(std::path::Path::new("/proc"), init).first() {
+            return process::pidfd_open(pid).ok();
+        }
+        if Instant::now() >= deadline || !process::alive(init) {
+            return None;
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(Duration::from_millis(20));
+    }
+}
+
 struct Client {
     stream: UnixStream,
     mode: Mode,
@@ -371,6 +389,7 @@ fn serve(
     let mut log_open = true;
     let mut sigf = std::fs::File::from(sigchld);
     let mut buf = vec![0u8; 16 * 1024];
+    let payload = payload_pidfd(init_pid);
     let status = loop {
         let mut fds = vec![(sigf.as_raw_fd(), POLLIN), (listener.as_raw_fd(), POLLIN)];
         let log_slot = fds.len();
@@ -437,12 +456,20 @@ fn serve(
         ExitStatus::Signaled(s) => (None, Some(s)),
     };
     let _ = berth_sys::fsutil::write_atomic(&args.saved_log, &ring.contents(), 0o600);
-    // Whether a killing signal dumped core is not known: LXC's init turns its payload's
-    // wait status into an exit code (128 + N), and liblxc reports its own init's death
-    // without the flag. null says "not known"; false would claim what nobody saw.
+    // LXC's init turns its payload's wait status into an exit code (128 + N) and liblxc
+    // reports its own init's death without the core-dump flag: the payload's pidfd still
+    // holds its wait status where the kernel keeps it (Linux 6.15). Elsewhere null says
+    // "not known"; false would claim what nobody saw.
+    let core_dumped = match signal {
+        None => Some(false),
+        Some(_) => payload
+            .as_ref()
+            .and_then(|fd| process::pidfd_exit(fd).ok().flatten())
+            .map(|e| e.core_dumped),
+    };
     let exit = serde_json::json!({
         "code": code, "signal": signal,
-        "core_dumped": if signal.is_some() { serde_json::Value::Null } else { false.into() },
+        "core_dumped": core_dumped,
         "started_at": started_at, "stopped_at": process::now_s(),
         "log_bytes": ring.total(),
     });
