@@ -4,6 +4,7 @@
 //! (validated types, plans); `berth-sys` and the binary apply it.
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod base64;
 pub mod cgroup;
 pub mod config;
@@ -20,4 +21,5 @@ pub mod policy;
 pub mod security;
 pub mod signify;
 pub mod state;
+pub mod supervise;
 pub mod tree;

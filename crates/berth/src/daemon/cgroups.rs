@@ -4,16 +4,15 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use berth_core::cgroup::{self as cg, CgroupVersion, Host};
-use berth_core::config::Config;
 use berth_sys::cgroupfs::{self, Cgroups};
 
-use crate::daemon::Daemon;
+use crate::daemon::context::{Daemon, Resources, Roots};
 
 /// LXC refuses to start when the container's cgroup already exists (a crash may leave one),
 /// and a monitor killed before its clean-up leaves them behind: removes the cgroups of
 /// container `name` (`<parent>/<name>` and `<parent>.monitor/<name>`) in every hierarchy,
 /// deepest first. Only empty cgroups can go: a running container's stay.
-pub(crate) fn remove_stale_cgroups(cfg: &Config, name: &str) {
+pub(crate) fn remove_stale_cgroups(d: &Daemon, name: &str) {
     fn rmdir_tree(p: &Path) {
         if let Ok(kids) = std::fs::read_dir(p) {
             for k in kids.flatten() {
@@ -24,16 +23,8 @@ pub(crate) fn remove_stale_cgroups(cfg: &Config, name: &str) {
         }
         let _ = std::fs::remove_dir(p);
     }
-    let Ok(hiers) = std::fs::read_dir("/sys/fs/cgroup") else {
-        return;
-    };
-    let mut roots: Vec<PathBuf> = hiers.flatten().map(|e| e.path()).collect();
-    roots.push(PathBuf::from("/sys/fs/cgroup"));
-    for parent in [
-        cfg.cgroup_parent.clone(),
-        format!("{}.monitor", cfg.cgroup_parent),
-    ] {
-        for h in &roots {
+    for parent in parents(d) {
+        for h in hierarchies(d) {
             let p = h.join(&parent).join(name);
             if p.is_dir() {
                 rmdir_tree(&p);
@@ -43,18 +34,10 @@ pub(crate) fn remove_stale_cgroups(cfg: &Config, name: &str) {
 }
 
 /// Names with a cgroup below berth's parent (or its monitors' parent) in any hierarchy.
-pub(crate) fn cgroup_names(cfg: &Config) -> BTreeSet<String> {
+pub(crate) fn cgroup_names(d: &Daemon) -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    let Ok(hiers) = std::fs::read_dir("/sys/fs/cgroup") else {
-        return names;
-    };
-    let mut roots: Vec<PathBuf> = hiers.flatten().map(|e| e.path()).collect();
-    roots.push(PathBuf::from("/sys/fs/cgroup"));
-    for parent in [
-        cfg.cgroup_parent.clone(),
-        format!("{}.monitor", cfg.cgroup_parent),
-    ] {
-        for h in &roots {
+    for parent in parents(d) {
+        for h in hierarchies(d) {
             if let Ok(kids) = std::fs::read_dir(h.join(&parent)) {
                 for k in kids.flatten() {
                     if k.file_type().is_ok_and(|t| t.is_dir()) {
@@ -67,24 +50,32 @@ pub(crate) fn cgroup_names(cfg: &Config) -> BTreeSet<String> {
     names
 }
 
-/// The host's cgroup layout and size, found once per daemon (neither changes while it runs).
-pub(crate) struct Resources {
-    pub(crate) cgroups: Result<Cgroups, String>,
-    pub(crate) host: Host,
+/// The cgroup root itself (a unified mount) and every hierarchy mounted below it.
+fn hierarchies(d: &Daemon) -> Vec<PathBuf> {
+    let root = d.cgroup_root();
+    let mut all: Vec<PathBuf> = std::fs::read_dir(&root)
+        .map(|h| h.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    all.push(root);
+    all
 }
 
-pub(crate) fn resources() -> &'static Resources {
-    static R: std::sync::OnceLock<Resources> = std::sync::OnceLock::new();
-    R.get_or_init(|| {
-        let proc = Path::new("/proc");
-        Resources {
-            cgroups: Cgroups::detect(proc).map_err(|e| e.to_string()),
-            host: Host {
-                cpus: cgroupfs::online_cpus(Path::new("/sys")).unwrap_or(1),
-                mem_total: cgroupfs::mem_total(proc).unwrap_or(0),
-            },
-        }
-    })
+/// berth's parent cgroup and its monitors' parent.
+fn parents(d: &Daemon) -> [String; 2] {
+    let p = &d.cfg.cgroup_parent;
+    [p.clone(), format!("{p}.monitor")]
+}
+
+/// The host's cgroup layout and size, found once at daemon start (neither changes while it
+/// runs).
+pub(crate) fn detect(roots: &Roots) -> Resources {
+    Resources {
+        cgroups: Cgroups::detect(&roots.proc).map_err(|e| e.to_string()),
+        host: Host {
+            cpus: cgroupfs::online_cpus(&roots.sys).unwrap_or(1),
+            mem_total: cgroupfs::mem_total(&roots.proc).unwrap_or(0),
+        },
+    }
 }
 
 pub(crate) fn core_version(c: &Cgroups) -> CgroupVersion {
@@ -94,18 +85,18 @@ pub(crate) fn core_version(c: &Cgroups) -> CgroupVersion {
     }
 }
 
-pub(crate) fn container_cgroup(cfg: &Config, name: &str) -> String {
-    format!("{}/{name}", cfg.cgroup_parent)
+pub(crate) fn container_cgroup(d: &Daemon, name: &str) -> String {
+    format!("{}/{name}", d.cfg.cgroup_parent)
 }
 
 /// The host's cgroup version, if it has cgroups berth can use.
-pub(crate) fn cgroup_version() -> Option<CgroupVersion> {
-    resources().cgroups.as_ref().ok().map(core_version)
+pub(crate) fn cgroup_version(d: &Daemon) -> Option<CgroupVersion> {
+    d.host.cgroups.as_ref().ok().map(core_version)
 }
 
 /// At daemon start: the parent cgroup every container lives in, capped by the group budget.
 pub(crate) fn apply_group_budget(d: &Daemon) {
-    let r = resources();
+    let r = &d.host;
     let c = match &r.cgroups {
         Ok(c) => c,
         Err(e) => {
@@ -140,10 +131,4 @@ pub(crate) fn apply_group_budget(d: &Daemon) {
         }
         Err(e) => log::error!("group budget not applied: {e}"),
     }
-}
-
-/// The cgroup layout (None without one) and the host, for the governor thread.
-pub(crate) fn cgroups_host() -> (Option<&'static Cgroups>, Host) {
-    let r = resources();
-    (r.cgroups.as_ref().ok(), r.host)
 }

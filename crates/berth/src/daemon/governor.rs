@@ -19,7 +19,7 @@ use berth_core::governor::{self, fmt1, Governor, Mode, Params, Probe};
 use berth_sys::cpucap::Clamp;
 use serde_json::{json, Value};
 
-use super::Daemon;
+use crate::daemon::context::Daemon;
 
 /// Changes kept for `berth governor`.
 const HISTORY: usize = 64;
@@ -71,7 +71,7 @@ fn load_clamps(d: &Daemon) -> Vec<Clamp> {
 
 pub fn spawn(d: &Arc<Daemon>) {
     let g = &d.cfg.governor;
-    let (cgroups, host) = super::cgroups::cgroups_host();
+    let (cgroups, host) = (d.host.cgroups.as_ref().ok(), d.host.host);
     // Members a previous daemon's governor held below their own quota get it back now (the
     // group budget is T_u again); this governor clamps anew as it lowers the cap.
     let mut clamps = load_clamps(d);
@@ -126,7 +126,7 @@ pub fn spawn(d: &Arc<Daemon>) {
 fn run(d: &Daemon) {
     let g = &d.cfg.governor;
     let Some(spec) = g.probe.clone() else { return };
-    let (Some(c), host) = super::cgroups::cgroups_host() else {
+    let (Ok(c), host) = (&d.host.cgroups, d.host.host) else {
         return;
     };
     let rel = d.cfg.cgroup_parent.as_str();
@@ -337,7 +337,7 @@ fn command(argv: &[String], timeout: Duration) -> std::io::Result<()> {
 /// own limit, the container starts (or is limited) at the cap and gets its own back when the
 /// cap rises again. v2 caps children by itself.
 pub fn fit_container_cpu(d: &Daemon, name: &str, percent: u32) -> u32 {
-    let (Some(c), host) = super::cgroups::cgroups_host() else {
+    let (Ok(c), host) = (&d.host.cgroups, d.host.host) else {
         return percent;
     };
     let mut s = shared().lock().unwrap();
@@ -395,7 +395,7 @@ pub fn status(d: &Daemon) -> Value {
         "failures": failures,
         "probes": s.probes,
         "last_error": s.last_error,
-        "cpus": super::cgroups::cgroups_host().1.cpus,
+        "cpus": d.host.host.cpus,
         "history": s.history.iter().collect::<Vec<_>>(),
     })
 }

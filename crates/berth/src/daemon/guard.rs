@@ -21,10 +21,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_core::guard::{self, Candidate, RateLimit, RecentKill};
+use berth_core::supervise::{Event, GuardKill};
 use berth_sys::process;
-use serde_json::{json, Value};
 
-use super::Daemon;
+use crate::daemon::context::Daemon;
 
 const PSI_TRIGGER: &str = "some 150000 1000000";
 /// Without CAP_SYS_RESOURCE (a confined root) the kernel takes only windows that are
@@ -34,12 +34,17 @@ const PSI_TRIGGER_UNPRIVILEGED: &str = "some 150000 2000000";
 const SAFETY_NET_MS: i32 = 5000;
 const LOG_LINES_PER_S: u32 = 3;
 
-pub fn spawn(d: &Arc<Daemon>) {
+/// How the guard learns a container's init pid: the runtime knows; the guard only asks.
+pub type InitOf = Box<dyn Fn(&Daemon, &str) -> Option<i32> + Send>;
+
+/// Starts the guard thread. It reads the kernel below `d.proc()`, kills inside containers
+/// only, and tells the supervisor of each kill (`Event::GuardKilled`).
+pub fn spawn(d: &Arc<Daemon>, init_of: InitOf) {
     let d = Arc::clone(d);
     let spawned = std::thread::Builder::new()
         .name("guard".into())
         .stack_size(128 * 1024)
-        .spawn(move || run(&d, Path::new("/proc")));
+        .spawn(move || run(&d, &init_of));
     if let Err(e) = spawned {
         log::error!("cannot start the memory guard: {e}");
     }
@@ -51,7 +56,8 @@ fn available(proc: &Path) -> Option<u64> {
         .and_then(|t| guard::mem_available(&t))
 }
 
-fn run(d: &Daemon, proc: &Path) {
+fn run(d: &Daemon, init_of: &InitOf) {
+    let proc = d.proc();
     let g = d.cfg.guard;
     let trigger = |t: &'static str| process::psi_memory_trigger(proc, t).map(|fd| (fd, t));
     let mut psi = match trigger(PSI_TRIGGER).or_else(|e| match e.raw_os_error() {
@@ -86,7 +92,7 @@ fn run(d: &Daemon, proc: &Path) {
             return;
         };
         if avail < g.threshold {
-            relieve(d, proc, &mut limit, t0);
+            relieve(d, init_of, &mut limit, t0);
             // Whatever was left (nothing killable), do not spin.
             std::thread::sleep(Duration::from_millis(g.interval_ms));
             continue;
@@ -137,7 +143,8 @@ struct Found {
     ns: PathBuf,
 }
 
-fn candidates(d: &Daemon, proc: &Path) -> Vec<Found> {
+fn candidates(d: &Daemon, init_of: &InitOf) -> Vec<Found> {
+    let proc = d.proc();
     let packages: Vec<(String, i32)> = d
         .state
         .lock()
@@ -149,7 +156,7 @@ fn candidates(d: &Daemon, proc: &Path) -> Vec<Found> {
     let own_ns = std::fs::read_link(proc.join("self/ns/pid")).ok();
     let mut out = Vec::new();
     for (name, priority) in packages {
-        let Some(init) = super::runtime::probe::running_init(d, &name) else {
+        let Some(init) = init_of(d, &name) else {
             continue;
         };
         let Ok(ns) = std::fs::read_link(proc.join(init.to_string()).join("ns/pid")) else {
@@ -183,7 +190,8 @@ fn candidates(d: &Daemon, proc: &Path) -> Vec<Found> {
     out
 }
 
-fn relieve(d: &Daemon, proc: &Path, limit: &mut RateLimit, t0: Instant) {
+fn relieve(d: &Daemon, init_of: &InitOf, limit: &mut RateLimit, t0: Instant) {
+    let proc = d.proc();
     let threshold = d.cfg.guard.threshold;
     let mut skip: Vec<i32> = Vec::new();
     let mut recent: Vec<RecentKill> = Vec::new();
@@ -199,7 +207,7 @@ fn relieve(d: &Daemon, proc: &Path, limit: &mut RateLimit, t0: Instant) {
             std::thread::sleep(Duration::from_millis(50));
             continue;
         }
-        let found: Vec<Found> = candidates(d, proc)
+        let found: Vec<Found> = candidates(d, init_of)
             .into_iter()
             .filter(|f| !skip.contains(&f.c.pid))
             .collect();
@@ -231,7 +239,16 @@ fn relieve(d: &Daemon, proc: &Path, limit: &mut RateLimit, t0: Instant) {
                         suppressed(n)
                     );
                 }
-                record(d, victim, avail);
+                d.notify(
+                    &victim.container,
+                    Event::GuardKilled(GuardKill {
+                        pid: victim.pid,
+                        init: victim.is_init,
+                        rss: victim.rss,
+                        priority: victim.priority,
+                        available: avail,
+                    }),
+                );
                 recent.push(RecentKill {
                     at_ms: t0.elapsed().as_millis() as u64,
                     available: avail,
@@ -268,32 +285,4 @@ fn kill(proc: &Path, pid: i32, ns: &Path) -> std::io::Result<std::os::fd::OwnedF
     }
     process::pidfd_kill(&pidfd, libc::SIGKILL)?;
     Ok(pidfd)
-}
-
-fn record(d: &Daemon, c: &Candidate, avail: u64) {
-    let v = json!({
-        "at": berth_sys::process::now_s(),
-        "pid": c.pid,
-        "init": c.is_init,
-        "rss": c.rss,
-        "priority": c.priority,
-        "available": avail,
-        "threshold": d.cfg.guard.threshold,
-    });
-    let path = d.cfg.paths.guard_file(&c.container);
-    if let Err(e) = berth_sys::fsutil::write_atomic(&path, v.to_string().as_bytes(), 0o600) {
-        log::warn!("memory guard: {}: {e}", path.display());
-    }
-    d.guard_kills.lock().unwrap().insert(c.container.clone(), v);
-}
-
-/// The last guard kill of a container: this daemon's, or one a previous daemon recorded.
-pub fn last_kill(d: &Daemon, name: &str) -> Value {
-    if let Some(v) = d.guard_kills.lock().unwrap().get(name) {
-        return v.clone();
-    }
-    std::fs::read(d.cfg.paths.guard_file(name))
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or(Value::Null)
 }

@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use crate::daemon::cgroups;
 use crate::daemon::runtime::probe;
 use crate::daemon::state;
-use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 
 /// The operator's overrides of a container (an absent or unreadable file: none).
 pub(crate) fn load_overrides(cfg: &Config, name: &str) -> Overrides {
@@ -24,23 +25,23 @@ pub(crate) fn load_overrides(cfg: &Config, name: &str) -> Overrides {
 }
 
 /// A container's limits now: manifest, overrides, policy.
-pub(crate) fn limits_of(d: &Daemon, p: &Installed, ov: &Overrides) -> ApiResult<Limits> {
+pub(crate) fn limits_of(d: &Daemon, p: &Installed, ov: &Overrides) -> Result<Limits> {
     cg::container_limits(
         &p.manifest.resources,
         ov,
         &d.cfg.policy,
-        cgroups::resources().host,
+        d.host.host,
     )
-    .map_err(|e| ApiError::new(409, "beyond_policy", format!("{}: {e}", p.name.as_str())))
+    .map_err(|e| Error::new(Kind::BeyondPolicy, format!("{}: {e}", p.name.as_str())))
 }
 
 /// For the LXC configuration at start: the limits, in the host's cgroup version.
 pub(crate) fn start_limits(
     d: &Daemon,
     p: &Installed,
-) -> ApiResult<Option<(CgroupVersion, Limits)>> {
+) -> Result<Option<(CgroupVersion, Limits)>> {
     let limits = limits_of(d, p, &load_overrides(&d.cfg, p.name.as_str()))?;
-    Ok(match &cgroups::resources().cgroups {
+    Ok(match &d.host.cgroups {
         Ok(c) => {
             // LXC fails the start on a file of a controller the kernel lacks: leave those out.
             let avail = c.available();
@@ -94,7 +95,7 @@ pub(crate) fn start_limits(
 
 /// `berth limit NAME [--cpu P%] [--memory SIZE] [--pids N]`: checked against the policy,
 /// written into the running container's cgroup, and kept for the next start.
-pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> ApiResult<Value> {
+pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> {
     let _op = d.op.lock().unwrap();
     let p = state::installed(d, name)?;
     let old = load_overrides(&d.cfg, name);
@@ -103,10 +104,10 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> ApiResult<Valu
     let running = probe::is_running(d, name);
     let mut applied = false;
     if running && *newer != Overrides::default() {
-        let c = cgroups::resources()
+        let c = d.host
             .cgroups
             .as_ref()
-            .map_err(|e| ApiError::new(500, "no_cgroups", format!("cannot change limits: {e}")))?;
+            .map_err(|e| Error::new(Kind::NoCgroups, format!("cannot change limits: {e}")))?;
         let version = cgroups::core_version(c);
         // Only what this request changes: the other files already hold their values.
         let changed = Limits {
@@ -122,13 +123,12 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> ApiResult<Valu
         let files = cg::files(version, &changed);
         let a = c
             .apply(
-                &cgroups::container_cgroup(&d.cfg, name),
+                &cgroups::container_cgroup(d, name),
                 files.iter().map(|(k, f, v)| (k.name(), *f, v.as_str())),
             )
             .map_err(|e| {
-                ApiError::new(
-                    500,
-                    "limit_failed",
+                Error::new(
+                    Kind::LimitFailed,
                     format!("{name}: {e} (the limits were not changed)"),
                 )
             })?;
@@ -140,11 +140,11 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> ApiResult<Valu
     if ov != old {
         let path = d.cfg.paths.limits_file(name);
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(ApiError::internal)?;
+            std::fs::create_dir_all(dir).map_err(Error::internal)?;
         }
         let bytes = ov.to_json().to_string().into_bytes();
         write_atomic(&path, &bytes, 0o600)
-            .map_err(|e| ApiError::internal(format!("write {}: {e}", path.display())))?;
+            .map_err(|e| Error::internal(format!("write {}: {e}", path.display())))?;
         log::info!("{name}: limits set to {}", ov.to_json());
     }
     Ok(json!({
@@ -195,11 +195,11 @@ pub(crate) fn stats_json(s0: &cgroupfs::Stats, s1: &cgroupfs::Stats, elapsed: Du
 /// How long `berth stats` samples CPU usage.
 pub(crate) const STATS_SAMPLE: Duration = Duration::from_millis(500);
 
-pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
-    let c = cgroups::resources()
+pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
+    let c = d.host
         .cgroups
         .as_ref()
-        .map_err(|e| ApiError::new(500, "no_cgroups", format!("no stats: {e}")))?;
+        .map_err(|e| Error::new(Kind::NoCgroups, format!("no stats: {e}")))?;
     let st = state::state(d);
     if let Some(n) = name {
         state::installed(d, n)?;
@@ -216,7 +216,7 @@ pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
         .collect();
     let group = d.cfg.cgroup_parent.clone();
     let rels: Vec<String> = std::iter::once(group.clone())
-        .chain(names.iter().map(|n| cgroups::container_cgroup(&d.cfg, n)))
+        .chain(names.iter().map(|n| cgroups::container_cgroup(d, n)))
         .collect();
     let t0 = Instant::now();
     let first: Vec<cgroupfs::Stats> = rels.iter().map(|r| c.stats(r)).collect();
@@ -233,7 +233,7 @@ pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
     g["cgroup"] = json!(group);
     Ok(json!({
         "cgroup_version": cgroups::core_version(c).name(),
-        "cpus": cgroups::resources().host.cpus,
+        "cpus": d.host.host.cpus,
         "sample_ms": elapsed.as_millis() as u64,
         "group": g,
         "containers": containers,

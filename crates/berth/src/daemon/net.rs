@@ -17,7 +17,8 @@ use berth_core::state::{Installed, State};
 use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
-use super::{ApiError, ApiResult, Daemon};
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 
 fn leases_file(d: &Daemon) -> PathBuf {
     d.cfg.paths.state.join("net/leases")
@@ -35,17 +36,17 @@ pub fn load_leases(d: &Daemon) -> Leases {
     net::parse_leases(&std::fs::read_to_string(leases_file(d)).unwrap_or_default())
 }
 
-fn save_leases(d: &Daemon, l: &Leases) -> ApiResult<()> {
+fn save_leases(d: &Daemon, l: &Leases) -> Result<()> {
     let f = leases_file(d);
     if let Some(p) = f.parent() {
-        std::fs::create_dir_all(p).map_err(ApiError::internal)?;
+        std::fs::create_dir_all(p).map_err(Error::internal)?;
     }
     write_atomic(&f, net::format_leases(l).as_bytes(), 0o600)
-        .map_err(|e| ApiError::internal(format!("{}: {e}", f.display())))
+        .map_err(|e| Error::internal(format!("{}: {e}", f.display())))
 }
 
-fn net_err(m: String) -> ApiError {
-    ApiError::new(500, "network", m)
+fn net_err(m: String) -> Error {
+    Error::new(Kind::Network, m)
 }
 
 /// Runs `ip`/`nft` (from PATH), feeding `input`; stdout, or an error naming the command.
@@ -108,7 +109,7 @@ fn host_routes(bridge: &str) -> Result<Vec<Route>, String> {
 }
 
 /// Creates the bridge with the gateway address (once), and lets the device forward.
-fn ensure_bridge(c: &NetConfig) -> Result<(), String> {
+fn ensure_bridge(c: &NetConfig, proc: &Path) -> Result<(), String> {
     let exists = run("ip", &["-o", "link", "show", "dev", &c.bridge], None).is_ok();
     if !exists {
         let mine = c.subnet;
@@ -127,8 +128,9 @@ fn ensure_bridge(c: &NetConfig) -> Result<(), String> {
     run("ip", &["addr", "replace", &gw, "dev", &c.bridge], None)?;
     run("ip", &["link", "set", &c.bridge, "up"], None)?;
     // Per network namespace: this is the device's own forwarding switch, which NAT needs.
-    std::fs::write("/proc/sys/net/ipv4/ip_forward", "1")
-        .map_err(|e| format!("enable IPv4 forwarding (/proc/sys/net/ipv4/ip_forward): {e}"))
+    let forward = proc.join("sys/net/ipv4/ip_forward");
+    std::fs::write(&forward, "1")
+        .map_err(|e| format!("enable IPv4 forwarding ({}): {e}", forward.display()))
 }
 
 fn members<'a>(st: &'a State, leases: &Leases) -> Vec<Member<'a>> {
@@ -179,11 +181,11 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
 
 /// The container's address in its mode's pool, persisted before it is used: (address, the
 /// lease it had before this start).
-fn lease(d: &Daemon, name: &str, mode: NetMode) -> ApiResult<(Ipv4Addr, Option<Ipv4Addr>)> {
+fn lease(d: &Daemon, name: &str, mode: NetMode) -> Result<(Ipv4Addr, Option<Ipv4Addr>)> {
     let mut leases = load_leases(d);
     let had = net::lease_of(&leases, name);
     let ip = net::allocate(&d.cfg.network, &mut leases, name, mode)
-        .map_err(|e| ApiError::new(409, "pool_exhausted", e.to_string()))?;
+        .map_err(|e| Error::new(Kind::PoolExhausted, e.to_string()))?;
     if had != Some(ip) {
         save_leases(d, &leases)?;
     }
@@ -192,18 +194,17 @@ fn lease(d: &Daemon, name: &str, mode: NetMode) -> ApiResult<(Ipv4Addr, Option<I
 
 /// Before a start: the policy's cap on the mode, then (isolated) the lease, the bridge and
 /// the ruleset, (macvlan) the parent. Returns the LXC lines to append to the configuration.
-pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResult<String> {
+pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> Result<String> {
     let c = &d.cfg.network;
     let name = p.name.as_str();
     let mode = p.manifest.network.mode;
-    net::check_mode(c, name, mode).map_err(|e| ApiError::new(409, "refused", e.to_string()))?;
+    net::check_mode(c, name, mode).map_err(|e| Error::new(Kind::Refused, e.to_string()))?;
     let keys = match mode {
         NetMode::None | NetMode::Shared => return Ok(String::new()),
         NetMode::Macvlan => {
             let parent = c.macvlan_parent.as_deref().ok_or_else(|| {
-                ApiError::new(
-                    409,
-                    "refused",
+                Error::new(
+                    Kind::Refused,
                     format!(
                         "{name}: network mode macvlan needs [network] macvlan_parent in berth.toml"
                     ),
@@ -236,10 +237,10 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResul
                 .map(|o| (o.name.to_string(), o.manifest.network.publish.clone()))
                 .collect();
             net::check_ports(name, &p.manifest.network.publish, &others)
-                .map_err(|e| ApiError::new(409, "port_taken", e.to_string()))?;
+                .map_err(|e| Error::new(Kind::PortTaken, e.to_string()))?;
             let (ip, had) = lease(d, name, mode)?;
             let mut leases = load_leases(d);
-            if let Err(e) = ensure_bridge(c)
+            if let Err(e) = ensure_bridge(c, d.proc())
                 .and_then(|_| apply(d, st, &leases))
                 .and_then(|_| sync_dhcp(d, st, &leases))
             {
@@ -254,7 +255,7 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResul
             let script = d.cfg.paths.run.join("net/veth-up");
             let _ = std::fs::create_dir_all(d.cfg.paths.run.join("net"));
             write_atomic(&script, net::veth_up_script(c).as_bytes(), 0o755)
-                .map_err(|e| ApiError::internal(format!("{}: {e}", script.display())))?;
+                .map_err(|e| Error::internal(format!("{}: {e}", script.display())))?;
             net::lxc_isolated(c, ip, &script.display().to_string())
         }
     };
@@ -268,7 +269,7 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> ApiResul
             .map(|s| format!("nameserver {s}\n"))
             .collect();
         let _ = std::fs::create_dir_all(f.parent().unwrap_or(Path::new("/")));
-        write_atomic(&f, text.as_bytes(), 0o644).map_err(ApiError::internal)?;
+        write_atomic(&f, text.as_bytes(), 0o644).map_err(Error::internal)?;
         out.push_str(&format!(
             "lxc.mount.entry = {} etc/resolv.conf none bind,ro,nosuid,nodev 0 0\n",
             f.display()
@@ -298,13 +299,13 @@ fn dnsmasq_pid_file(d: &Daemon) -> PathBuf {
 
 /// berth's dnsmasq, if running: its pid and arguments (the pid file's process, checked to be
 /// a dnsmasq using that very pid file, so a reused pid is never signalled).
-fn dnsmasq_running(pid_file: &Path) -> Option<(i32, Vec<String>)> {
+fn dnsmasq_running(proc: &Path, pid_file: &Path) -> Option<(i32, Vec<String>)> {
     let pid: i32 = std::fs::read_to_string(pid_file)
         .ok()?
         .trim()
         .parse()
         .ok()?;
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let cmdline = std::fs::read(proc.join(format!("{pid}/cmdline"))).ok()?;
     let mut args = cmdline
         .split(|b| *b == 0)
         .filter(|a| !a.is_empty())
@@ -321,7 +322,7 @@ fn sync_dhcp(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     let c = &d.cfg.network;
     let m = members(st, leases);
     let pid_file = dnsmasq_pid_file(d);
-    let running = dnsmasq_running(&pid_file);
+    let running = dnsmasq_running(d.proc(), &pid_file);
     let want = m
         .iter()
         .any(|m| m.dhcp)
@@ -335,7 +336,7 @@ fn sync_dhcp(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
         // A pid checked above to be berth's dnsmasq.
         let _ = berth_sys::process::kill(pid, libc::SIGTERM);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
-        while Path::new(&format!("/proc/{pid}")).exists() && std::time::Instant::now() < deadline {
+        while d.proc().join(pid.to_string()).exists() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let _ = std::fs::remove_file(&pid_file);
@@ -375,7 +376,7 @@ pub fn restore(d: &Daemon, st: &State) {
     if members(st, &leases).is_empty() {
         return;
     }
-    if let Err(e) = ensure_bridge(&d.cfg.network)
+    if let Err(e) = ensure_bridge(&d.cfg.network, d.proc())
         .and_then(|_| apply(d, st, &leases))
         .and_then(|_| sync_dhcp(d, st, &leases))
     {
@@ -384,7 +385,7 @@ pub fn restore(d: &Daemon, st: &State) {
 }
 
 /// `berth net`: each container's mode, address, MAC, ports and drop counters.
-pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
+pub fn status(d: &Daemon, st: &State) -> Result<Value> {
     let c = &d.cfg.network;
     let leases = load_leases(d);
     let mut counts = Vec::new();
@@ -440,7 +441,7 @@ pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
         "gateway": c.gateway().to_string(),
         "subnet": format!("{}/{}", c.subnet.0, c.subnet.1),
         "table": c.table,
-        "dhcp_server": dnsmasq_running(&dnsmasq_pid_file(d)).map(|(pid, _)| pid),
+        "dhcp_server": dnsmasq_running(d.proc(), &dnsmasq_pid_file(d)).map(|(pid, _)| pid),
         "containers": list,
         "errors": errors,
     }))
@@ -448,7 +449,7 @@ pub fn status(d: &Daemon, st: &State) -> ApiResult<Value> {
 
 /// `berth net hosts`: the LAN's hosts from the neighbour table and dnsmasq's leases.
 pub fn hosts(d: &Daemon) -> Value {
-    let arp = std::fs::read_to_string("/proc/net/arp").unwrap_or_default();
+    let arp = std::fs::read_to_string(d.proc().join("net/arp")).unwrap_or_default();
     let leases = std::fs::read_to_string("/var/lib/misc/dnsmasq.leases").unwrap_or_default();
     let h: Vec<Value> = net::lan_hosts(&arp, &leases, &d.cfg.network.bridge)
         .into_iter()

@@ -12,14 +12,15 @@ use berth_core::security::{self as sec, DeviceNode, Grants, SecurityPlan};
 use berth_core::state::Installed;
 use serde_json::{json, Value};
 
-use super::{ApiError, ApiResult, Daemon};
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 
-fn refused(e: sec::SecurityError) -> ApiError {
-    ApiError::new(403, "not_permitted", e.to_string())
+fn refused(e: sec::SecurityError) -> Error {
+    Error::new(Kind::NotPermitted, e.to_string())
 }
 
 /// What a package asks for, checked against the allowlists and the device policy.
-pub fn check(cfg: &Config, name: &str, perms: &Permissions, trusted: bool) -> ApiResult<Grants> {
+pub fn check(cfg: &Config, name: &str, perms: &Permissions, trusted: bool) -> Result<Grants> {
     sec::grants(name, perms, trusted, &cfg.security).map_err(refused)
 }
 
@@ -38,14 +39,13 @@ pub fn devices_cgroup(proc: &Path, version: Option<CgroupVersion>) -> Option<Cgr
     }
 }
 
-fn resolve_devices(name: &str, paths: &[String]) -> ApiResult<Vec<DeviceNode>> {
+fn resolve_devices(name: &str, paths: &[String]) -> Result<Vec<DeviceNode>> {
     paths
         .iter()
         .map(|p| {
             let md = std::fs::metadata(p).map_err(|e| {
-                ApiError::new(
-                    409,
-                    "no_device",
+                Error::new(
+                    Kind::NoDevice,
                     format!("{name}: device {p}: {e} on this host"),
                 )
             })?;
@@ -54,9 +54,8 @@ fn resolve_devices(name: &str, paths: &[String]) -> ApiResult<Vec<DeviceNode>> {
             } else if md.file_type().is_block_device() {
                 'b'
             } else {
-                return Err(ApiError::new(
-                    409,
-                    "no_device",
+                return Err(Error::new(
+                    Kind::NoDevice,
                     format!("{name}: {p} is not a device node on this host"),
                 ));
             };
@@ -77,7 +76,7 @@ pub struct Effective {
     pub idmap: Option<(u32, u32)>,
 }
 
-pub fn effective(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Effective> {
+pub fn effective(d: &Daemon, p: &Installed, allocate: bool) -> Result<Effective> {
     let name = p.name.as_str();
     let grants = check(&d.cfg, name, &p.manifest.permissions, p.trusted)?;
     let devices = resolve_devices(name, &grants.devices)?;
@@ -104,16 +103,15 @@ fn slots_file(cfg: &Config) -> std::path::PathBuf {
 /// The container's id map (host base, count), or None for a privileged container: only a
 /// package the signed index marks trusted, and only when the policy allows privileged ones.
 /// `allocate`: persist a new slot (at start); otherwise report what a start would use.
-pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Option<(u32, u32)>> {
+pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> Result<Option<(u32, u32)>> {
     let pol = &d.cfg.security;
     let name = p.name.as_str();
     if p.trusted && pol.allow_privileged {
         return Ok(None);
     }
-    if !userns_usable(Path::new("/proc")) {
-        return Err(ApiError::new(
-            409,
-            "no_userns",
+    if !userns_usable(d.proc()) {
+        return Err(Error::new(
+            Kind::NoUserns,
             format!(
                 "{name}: this kernel has no usable user namespaces (see berth check), so only packages the repository marks trusted may run, privileged{}",
                 if p.trusted { "; [security] privileged = \"never\" forbids that" } else { "" }
@@ -128,15 +126,14 @@ pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Option<(u32
         .and_then(|o| o.checked_add(pol.idmap_base))
         .filter(|b| b.checked_add(pol.idmap_size).is_some())
         .ok_or_else(|| {
-            ApiError::new(
-                409,
-                "no_ids",
+            Error::new(
+                Kind::NoIds,
                 format!("{name}: no subordinate id range left below 2^32 ([security] idmap_base)"),
             )
         })?;
     if new && allocate {
         berth_sys::fsutil::write_atomic(&path, sec::format_slots(&slots).as_bytes(), 0o644)
-            .map_err(|e| ApiError::internal(format!("write {}: {e}", path.display())))?;
+            .map_err(|e| Error::internal(format!("write {}: {e}", path.display())))?;
     }
     Ok(Some((base, pol.idmap_size)))
 }
@@ -145,16 +142,15 @@ pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> ApiResult<Option<(u32
 /// host's network needs a kernel that keeps it from the other containers' LXC command
 /// sockets (unless the policy accepts the risk); an unprivileged one needs the run
 /// directory's parents searchable by its ids, or LXC fails with an obscure message.
-pub fn check_start(d: &Daemon, p: &Installed) -> ApiResult<()> {
+pub fn check_start(d: &Daemon, p: &Installed) -> Result<()> {
     let name = p.name.as_str();
     if p.manifest.network.mode == berth_core::manifest::NetMode::Shared
         && !d.cfg.security.shared_unscoped
         && (!berth_sys::landlock::can_scope_abstract_sockets()
             || crate::fault::active("landlock.absent"))
     {
-        return Err(ApiError::new(
-            409,
-            "shared_unscoped",
+        return Err(Error::new(
+            Kind::SharedUnscoped,
             format!(
                 "{name}: network shared: this kernel cannot keep a container in the host's network namespace from the other containers' LXC command sockets (Landlock {}, needs ABI {} from Linux 6.12); set [security] shared_network = \"unscoped\" in berth.toml to accept that risk (docs/security.md)",
                 berth_sys::landlock::abi_version()
@@ -168,9 +164,8 @@ pub fn check_start(d: &Daemon, p: &Installed) -> ApiResult<()> {
             if let Some((closed, mode)) =
                 berth_sys::fsutil::untraversable_ancestor(&d.cfg.paths.run.join(dir))
             {
-                return Err(ApiError::new(
-                    409,
-                    "untraversable",
+                return Err(Error::new(
+                    Kind::Untraversable,
                     format!(
                         "{name}: the container's root (host uid {base}) cannot reach its root file system and /data: {} (mode {mode:04o}) is not searchable by other users; chmod o+x {}, or set [paths] run below directories that are (berth check tells)",
                         closed.display(),
@@ -185,13 +180,13 @@ pub fn check_start(d: &Daemon, p: &Installed) -> ApiResult<()> {
 
 /// Before a start: /data belongs to the ids the container runs with. A directory made for
 /// another map (or for a privileged run) is shifted over, without following links.
-pub fn own_data(d: &Daemon, p: &Installed, data: &Path) -> ApiResult<()> {
+pub fn own_data(d: &Daemon, p: &Installed, data: &Path) -> Result<()> {
     let Some((base, _)) = idmap(d, p, true)? else {
         return Ok(());
     };
     let pol = &d.cfg.security;
     let want = base + p.manifest.entrypoint.user.min(pol.idmap_size - 1);
-    let md = std::fs::symlink_metadata(data).map_err(ApiError::internal)?;
+    let md = std::fs::symlink_metadata(data).map_err(Error::internal)?;
     if md.uid() == want {
         return Ok(());
     }
@@ -210,24 +205,24 @@ pub fn own_data(d: &Daemon, p: &Installed, data: &Path) -> ApiResult<()> {
         Ok(())
     }
     shift(data, pol, base)
-        .map_err(|e| ApiError::internal(format!("chown {} for the id map: {e}", data.display())))
+        .map_err(|e| Error::internal(format!("chown {} for the id map: {e}", data.display())))
 }
 
 /// At start: writes the container's seccomp profile next to its LXC configuration and
 /// returns the security lines of that configuration.
-pub fn lxc_lines(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiResult<String> {
+pub fn lxc_lines(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Result<String> {
     let e = effective(d, p, true)?;
     let dir = d.cfg.paths.lxc_dir(p.name.as_str());
-    std::fs::create_dir_all(&dir).map_err(ApiError::internal)?;
+    std::fs::create_dir_all(&dir).map_err(Error::internal)?;
     let profile = dir.join("seccomp");
     berth_sys::fsutil::write_atomic(
         &profile,
         sec::seccomp_profile(&e.grants.syscalls).as_bytes(),
         0o644,
     )
-    .map_err(|err| ApiError::internal(format!("write {}: {err}", profile.display())))?;
+    .map_err(|err| Error::internal(format!("write {}: {err}", profile.display())))?;
     let path = profile.display().to_string();
-    let apparmor = if apparmor_enabled(Path::new("/sys")) {
+    let apparmor = if apparmor_enabled(d.sys()) {
         Some(load_apparmor(&dir, p.name.as_str())?)
     } else {
         None
@@ -235,7 +230,7 @@ pub fn lxc_lines(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Ap
     Ok(sec::lxc_lines(&SecurityPlan {
         grants: &e.grants,
         seccomp_path: &path,
-        devices_cgroup: devices_cgroup(Path::new("/proc"), cgroup),
+        devices_cgroup: devices_cgroup(d.proc(), cgroup),
         devices: &e.devices,
         idmap: e.idmap,
         apparmor: apparmor.as_deref(),
@@ -252,11 +247,11 @@ pub fn apparmor_enabled(sys: &Path) -> bool {
 /// Writes the container's AppArmor profile next to its LXC configuration and loads (or
 /// replaces) it in the kernel; returns its name. A kernel with AppArmor never gets a
 /// container without its profile: a failure here fails the start.
-fn load_apparmor(dir: &Path, name: &str) -> ApiResult<String> {
+fn load_apparmor(dir: &Path, name: &str) -> Result<String> {
     let (profile, text) = sec::apparmor_profile(name);
     let file = dir.join("apparmor");
     berth_sys::fsutil::write_atomic(&file, text.as_bytes(), 0o644)
-        .map_err(|e| ApiError::internal(format!("write {}: {e}", file.display())))?;
+        .map_err(|e| Error::internal(format!("write {}: {e}", file.display())))?;
     // The parser's complaints go to the daemon's log (inherited stderr).
     let st = std::process::Command::new("apparmor_parser")
         .arg("-r")
@@ -264,16 +259,14 @@ fn load_apparmor(dir: &Path, name: &str) -> ApiResult<String> {
         .arg(&file)
         .status()
         .map_err(|e| {
-            ApiError::new(
-                500,
-                "apparmor",
+            Error::new(
+                Kind::Apparmor,
                 format!("{name}: the kernel has AppArmor but apparmor_parser cannot run ({e}); install apparmor"),
             )
         })?;
     if !st.success() {
-        return Err(ApiError::new(
-            500,
-            "apparmor",
+        return Err(Error::new(
+            Kind::Apparmor,
             format!(
                 "{name}: apparmor_parser refused {} ({st}); see the daemon log",
                 file.display()
@@ -289,7 +282,7 @@ fn load_apparmor(dir: &Path, name: &str) -> ApiResult<String> {
 /// ids, so the range stays reserved: a reinstall gets its data back, and no other container
 /// gets ids that own it.
 pub fn removed(d: &Daemon, name: &str, purge: bool) {
-    unload_apparmor(Path::new("/sys/kernel/security/apparmor"), name);
+    unload_apparmor(&d.sys().join("kernel/security/apparmor"), name);
     if purge && !d.cfg.paths.data(name).exists() {
         let path = slots_file(&d.cfg);
         let Ok(text) = std::fs::read_to_string(&path) else {
@@ -323,9 +316,9 @@ fn unload_apparmor(securityfs: &Path, name: &str) {
 }
 
 /// `berth inspect NAME`: the protections a container runs (or would run) with.
-pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiResult<Value> {
+pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Result<Value> {
     let e = effective(d, p, false)?;
-    let devcg = devices_cgroup(Path::new("/proc"), cgroup);
+    let devcg = devices_cgroup(d.proc(), cgroup);
     let mut devices: Vec<String> = sec::DEFAULT_DEVICES
         .iter()
         .map(|(n, ..)| format!("/dev/{n}"))
@@ -355,14 +348,14 @@ pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> ApiR
             None => "none: the kernel has no device controller berth can use",
         },
         "no_new_privs": true,
-        "apparmor": apparmor_enabled(Path::new("/sys")).then(|| sec::apparmor_profile(p.name.as_str()).0),
+        "apparmor": apparmor_enabled(d.sys()).then(|| sec::apparmor_profile(p.name.as_str()).0),
     }))
 }
 
 /// `GET /v1/inspect?name=NAME`.
-pub fn inspect_op(d: &Daemon, name: &str) -> ApiResult<Value> {
+pub fn inspect_op(d: &Daemon, name: &str) -> Result<Value> {
     let p = super::state::installed(d, name)?;
-    inspect(d, &p, super::cgroups::cgroup_version())
+    inspect(d, &p, super::cgroups::cgroup_version(d))
 }
 
 /// The shim's PATH: the daemon's without the directories of shadow's newuidmap/newgidmap.

@@ -13,7 +13,8 @@ use berth_core::config::Config;
 use berth_core::state::{Installed, State};
 use berth_sys::fsutil::write_atomic;
 
-use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 
 pub(crate) fn load_state(cfg: &Config) -> anyhow::Result<State> {
     let path = cfg.paths.state_file();
@@ -24,7 +25,7 @@ pub(crate) fn load_state(cfg: &Config) -> anyhow::Result<State> {
     }
 }
 
-pub(crate) fn commit_state(d: &Daemon, new: State) -> ApiResult<()> {
+pub(crate) fn commit_state(d: &Daemon, new: State) -> Result<()> {
     let path = d.cfg.paths.state_file();
     write_atomic(&path, &new.to_json(), 0o600)
         .map_err(|e| write_failed(&path, e, "nothing was changed"))?;
@@ -38,26 +39,24 @@ pub(crate) fn state(d: &Daemon) -> State {
 
 /// A write of berth's own files that failed: a full disk is said as such (507), with what
 /// it means (`kept`: what stays as it was).
-pub(crate) fn write_failed(path: &Path, e: std::io::Error, kept: &str) -> ApiError {
+pub(crate) fn write_failed(path: &Path, e: std::io::Error, kept: &str) -> Error {
     if berth_sys::fsutil::is_enospc(&e) {
-        ApiError::new(
-            507,
-            "no_space",
+        Error::new(
+            Kind::NoSpace,
             format!(
                 "cannot write {}: file system full; {kept} (free space with berth gc)",
                 path.display()
             ),
         )
     } else {
-        ApiError::internal(format!("write {}: {e}", path.display()))
+        Error::internal(format!("write {}: {e}", path.display()))
     }
 }
 
-pub(crate) fn installed(d: &Daemon, name: &str) -> ApiResult<Installed> {
+pub(crate) fn installed(d: &Daemon, name: &str) -> Result<Installed> {
     state(d).packages.get(name).cloned().ok_or_else(|| {
-        ApiError::new(
-            404,
-            "not_installed",
+        Error::new(
+            Kind::NotInstalled,
             format!("{name} is not installed (berth install {name})"),
         )
     })

@@ -1,16 +1,27 @@
-//! Start-up reconciliation and autostart after a reboot (restart policies come here next).
+//! The supervisor: start-up reconciliation, then one thread that takes what happens to
+//! containers (their starts and ends, the operator's stops, the memory guard's kills) and
+//! acts on the decisions of `berth_core::supervise` (one machine per container): start
+//! after a reboot, release what an ended container held, hold a restart, report. It also
+//! starts its peers, the memory guard and the governor, and wires them to the runtime.
 
 use std::collections::BTreeMap;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth_core::supervise::{Action, Event, Exit, Machine, Policy, Report};
 
 use crate::daemon::cgroups;
+use crate::daemon::governor;
+use crate::daemon::guard;
+use crate::daemon::records;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::runtime::start;
 use crate::daemon::runtime::watch;
 use crate::daemon::state;
 use crate::daemon::store::remove;
-use crate::daemon::Daemon;
+use crate::daemon::context::Daemon;
 
 /// Makes the world match the state after a restart or a crash of the daemon: partial
 /// downloads go, running containers are taken over, LXC directories of packages no longer
@@ -64,28 +75,179 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) {
         }
     }
     // cgroups of containers that do not run (a killed monitor leaves its own behind).
-    for n in cgroups::cgroup_names(&d.cfg) {
+    for n in cgroups::cgroup_names(d) {
         if !running.get(&n).copied().unwrap_or(false) && !probe::is_running(d, &n) {
-            cgroups::remove_stale_cgroups(&d.cfg, &n);
+            cgroups::remove_stale_cgroups(d, &n);
         }
     }
     mounts::release_mounts(d);
 }
 
-/// After a reboot /run is empty (no exit file): bring back what the operator had started. A
-/// container that ended while the daemon was away is left for its restart policy. Runs after
-/// the admin socket is up, so the CLI sees a daemon that is starting containers, not none.
-pub(crate) fn autostart(d: &Arc<Daemon>) {
-    let st = state::state(d);
-    for p in st.packages.values() {
-        let n = p.name.as_str();
-        let wanted = d.cfg.paths.autostart(n).exists();
-        if wanted && !d.cfg.paths.exit_file(n).exists() && !probe::is_running(d, n) {
-            let _op = d.op.lock().unwrap();
-            match start::start_locked(d, n) {
-                Ok(_) => log::info!("autostarted {n}"),
-                Err(e) => log::error!("autostart of {n} failed: {e}"),
+/// Starts the peers and the supervisor thread. Runs after the admin socket is up, so the CLI
+/// sees a daemon that is starting containers, not none.
+pub(crate) fn spawn(d: &Arc<Daemon>) {
+    guard::spawn(d, Box::new(probe::running_init));
+    governor::spawn(d);
+    let Some(inbox) = d.take_inbox() else {
+        return;
+    };
+    let d = Arc::clone(d);
+    let spawned = std::thread::Builder::new()
+        .name("supervisor".into())
+        .stack_size(256 * 1024)
+        .spawn(move || Supervisor::new(d).run(inbox));
+    if let Err(e) = spawned {
+        log::error!("cannot start the supervisor: {e}");
+    }
+}
+
+/// The supervisor thread's own state: a machine per container and its clock.
+struct Supervisor {
+    d: Arc<Daemon>,
+    machines: BTreeMap<String, Machine>,
+    policy: Policy,
+    t0: Instant,
+}
+
+impl Supervisor {
+    fn new(d: Arc<Daemon>) -> Supervisor {
+        Supervisor {
+            d,
+            machines: BTreeMap::new(),
+            // Restart policies per package come with their manifest keys; until then no
+            // container is restarted by berth.
+            policy: Policy::default(),
+            t0: Instant::now(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.t0.elapsed().as_millis() as u64
+    }
+
+    fn run(mut self, inbox: Receiver<(String, Event)>) {
+        self.boot();
+        loop {
+            // Asleep until something happens, or until the next held restart is due.
+            let due = self.machines.values().filter_map(Machine::due).min();
+            let got = match due {
+                None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(t) => {
+                    inbox.recv_timeout(Duration::from_millis(t.saturating_sub(self.now_ms())))
+                }
+            };
+            match got {
+                Ok((name, ev)) => self.feed(&name, ev),
+                Err(RecvTimeoutError::Timeout) => {
+                    let names: Vec<String> = self.machines.keys().cloned().collect();
+                    for n in names {
+                        self.feed(&n, Event::Tick);
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
             }
         }
+    }
+
+    /// What the daemon found at its start, per installed package: after a reboot /run is
+    /// empty (no exit record), and what the operator had started starts again.
+    fn boot(&mut self) {
+        let st = state::state(&self.d);
+        for p in st.packages.values() {
+            let n = p.name.as_str();
+            let ended = self.d.cfg.paths.exit_file(n).exists().then(|| {
+                let v = probe::exit_info(&self.d, n);
+                let int = |k: &str| v[k].as_i64().map(|x| x as i32);
+                Exit {
+                    code: int("code"),
+                    signal: int("signal"),
+                }
+            });
+            let ev = Event::Boot {
+                running: probe::is_running(&self.d, n),
+                autostart: self.d.cfg.paths.autostart(n).exists(),
+                ended,
+            };
+            self.feed(n, ev);
+        }
+    }
+
+    fn feed(&mut self, name: &str, ev: Event) {
+        if let Event::Exited(e) = &ev {
+            log::info!("{name} stopped: {}", describe(Some(e)));
+        }
+        let now = self.now_ms();
+        let policy = self.policy;
+        let m = self
+            .machines
+            .entry(name.to_string())
+            .or_insert_with(|| Machine::new(&policy));
+        let actions = m.on(now, &ev, &policy);
+        for a in actions {
+            self.act(name, a);
+        }
+        if state::installed(&self.d, name).is_err() {
+            // Removed: nothing more will happen to it.
+            self.machines.remove(name);
+        }
+    }
+
+    fn act(&mut self, name: &str, a: Action) {
+        let d = &self.d;
+        match a {
+            Action::Start => {
+                let started = {
+                    let _op = d.op.lock().unwrap();
+                    // Removed or started by the operator meanwhile: nothing to do.
+                    if state::installed(d, name).is_err() || probe::is_running(d, name) {
+                        return;
+                    }
+                    start::start_locked(d, name)
+                };
+                match started {
+                    Ok(_) => log::info!("started {name} (supervisor)"),
+                    Err(e) => {
+                        log::error!("start of {name} failed: {e}");
+                        self.feed(name, Event::StartFailed);
+                    }
+                }
+            }
+            Action::Release => {
+                let _op = d.op.lock().unwrap();
+                if !probe::is_running(d, name) {
+                    mounts::release_mounts(d);
+                    cgroups::remove_stale_cgroups(d, name);
+                }
+            }
+            Action::Hold { until_ms } => log::info!(
+                "{name}: restart in {} ms",
+                until_ms.saturating_sub(self.now_ms())
+            ),
+            Action::Report(r) => report(d, name, &r),
+        }
+    }
+}
+
+/// What a report does today: the guard's kill is kept for `berth status`; the rest is logged
+/// (crash archives are the next step).
+fn report(d: &Daemon, name: &str, r: &Report) {
+    match r {
+        Report::GuardKilled(k) => records::record_guard_kill(d, name, k),
+        Report::Failed(e) => log::warn!("{name} failed: {}", describe(e.as_ref())),
+        Report::CrashLoop { restarts } => log::error!(
+            "{name} keeps failing ({restarts} restarts): not restarted again until berth start {name}"
+        ),
+        Report::HealthFailed => log::warn!("{name}: health check failed"),
+    }
+}
+
+fn describe(e: Option<&Exit>) -> String {
+    match e {
+        None => "the start failed".into(),
+        Some(Exit {
+            signal: Some(s), ..
+        }) => format!("signal {s}"),
+        Some(Exit { code: Some(c), .. }) => format!("exit {c}"),
+        Some(_) => "end not recorded".into(),
     }
 }

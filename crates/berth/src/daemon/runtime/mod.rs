@@ -3,6 +3,6 @@
 pub(crate) mod mounts;
 pub(crate) mod probe;
 pub(crate) mod start;
-pub(crate) mod status;
+pub(crate) mod logs;
 pub(crate) mod stop;
 pub(crate) mod watch;

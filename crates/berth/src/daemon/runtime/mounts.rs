@@ -8,10 +8,11 @@ use berth_core::state::{Installed, State};
 
 use crate::daemon::runtime::probe;
 use crate::daemon::state;
-use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 
 pub(crate) fn mounts(d: &Daemon) -> Vec<PathBuf> {
-    berth_sys::mount::mounts_under(Path::new("/proc"), &d.cfg.paths.run)
+    berth_sys::mount::mounts_under(d.proc(), &d.cfg.paths.run)
         .map(|v| v.into_iter().map(|m| m.mount_point).collect())
         .unwrap_or_default()
 }
@@ -20,17 +21,16 @@ pub(crate) fn is_mounted(d: &Daemon, p: &Path) -> bool {
     mounts(d).iter().any(|m| m == p)
 }
 
-pub(crate) fn ensure_image_mounted(d: &Daemon, sha: &str) -> ApiResult<PathBuf> {
+pub(crate) fn ensure_image_mounted(d: &Daemon, sha: &str) -> Result<PathBuf> {
     let mnt = d.cfg.paths.image_mount(sha);
     if is_mounted(d, &mnt) {
         return Ok(mnt);
     }
-    std::fs::create_dir_all(&mnt).map_err(ApiError::internal)?;
+    std::fs::create_dir_all(&mnt).map_err(Error::internal)?;
     let image = d.cfg.paths.image(sha);
     berth_sys::loopdev::mount_squashfs(&image, &mnt).map_err(|e| {
-        ApiError::new(
-            500,
-            "mount_failed",
+        Error::new(
+            Kind::MountFailed,
             format!("cannot mount {}: {e}", image.display()),
         )
     })?;
@@ -38,7 +38,7 @@ pub(crate) fn ensure_image_mounted(d: &Daemon, sha: &str) -> ApiResult<PathBuf> 
 }
 
 /// Image layers (sha256s) of an installed package, top first.
-pub(crate) fn layers(st: &State, p: &Installed) -> ApiResult<Vec<String>> {
+pub(crate) fn layers(st: &State, p: &Installed) -> Result<Vec<String>> {
     let image_of = |n: &str| st.packages.get(n).map(|p| p.sha256.clone());
     let depends_of = |n: &str| {
         st.packages
@@ -47,7 +47,7 @@ pub(crate) fn layers(st: &State, p: &Installed) -> ApiResult<Vec<String>> {
             .unwrap_or_default()
     };
     plan::image_layers(&p.manifest, &p.sha256, &image_of, &depends_of)
-        .map_err(|e| ApiError::new(409, "missing_layer", e.to_string()))
+        .map_err(|e| Error::new(Kind::MissingLayer, e.to_string()))
 }
 
 /// The images a running container was started on (recorded at its start), or, for one

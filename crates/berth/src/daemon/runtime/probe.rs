@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use berth_sys::lxc::Container;
 use serde_json::Value;
 
-use crate::daemon::Daemon;
+use crate::daemon::context::Daemon;
 
 /// The init pid of a running container. The daemon asks the container's shim (which holds
 /// the liblxc handle), so it never loads liblxc itself; only a container whose shim is gone

@@ -8,6 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_core::plan::{self, ContainerPlan, HOST_BASE_DIRS};
+use berth_core::state::{Installed, State};
+use berth_core::supervise::Event;
 use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
@@ -19,127 +21,173 @@ use crate::daemon::runtime::probe;
 use crate::daemon::runtime::watch;
 use crate::daemon::security;
 use crate::daemon::state;
-use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 
-pub(crate) fn start(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
+pub(crate) fn start(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let _op = d.op.lock().unwrap();
     start_locked(d, name)
 }
 
-pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
+pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let t_begin = Instant::now();
     let p = state::installed(d, name)?;
-    if probe::is_running(d, name) {
-        // A monitor whose shim was killed outlives its container by a moment (LXC's
-        // teardown): that container is stopping, not running.
-        let init = probe::running_init(d, name);
-        if init.is_some() || !probe::wait_monitor_gone(d, name, Duration::from_secs(10)) {
-            return Err(ApiError::new(
-                409,
-                "already_running",
-                match init {
-                    Some(pid) => format!("{name} is already running (init pid {pid})"),
-                    None => format!("{name} is still stopping (its LXC monitor has not exited)"),
-                },
-            ));
-        }
-    }
-    let paths = &d.cfg.paths;
+    refuse_if_running(d, name)?;
     security::check_start(d, &p)?;
     let st = state::state(d);
-    let layer_shas = mounts::layers(&st, &p)?;
+    // From the first mount on, a start that fails gives back what it mounted.
+    let mut mounted = Mounted(d, true);
+    let root = prepare_root(d, &st, &p)?;
+    prepare_data(d, &p)?;
+    let config = render_config(d, &st, &p, &root)?;
+    write_config(d, name, &config, &root.layers)?;
+    log::debug!("{name}: prepared in {:?}", t_begin.elapsed());
+    let (pid, elapsed) = spawn_shim(d, &p)?;
+    mounted.1 = false;
+    set_autostart(d, name, true)?;
+    d.notify(name, Event::Started);
+    watch::watch(d, name);
+    log::info!(
+        "started {name} (init pid {pid}) in {} ms",
+        elapsed.as_millis()
+    );
+    Ok(json!({"name": name, "init_pid": pid, "start_ms": elapsed.as_secs_f64() * 1000.0}))
+}
+
+/// The one clean-up of a start cut short: while armed, dropping it releases every mount
+/// that no running container uses (this start's image, merged root and /data bind).
+struct Mounted<'a>(&'a Daemon, bool);
+
+impl Drop for Mounted<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            mounts::release_mounts(self.0);
+        }
+    }
+}
+
+fn refuse_if_running(d: &Daemon, name: &str) -> Result<()> {
+    if !probe::is_running(d, name) {
+        return Ok(());
+    }
+    // A monitor whose shim was killed outlives its container by a moment (LXC's teardown):
+    // that container is stopping, not running.
+    let init = probe::running_init(d, name);
+    if init.is_none() && probe::wait_monitor_gone(d, name, Duration::from_secs(10)) {
+        return Ok(());
+    }
+    Err(Error::new(
+        Kind::AlreadyRunning,
+        match init {
+            Some(pid) => format!("{name} is already running (init pid {pid})"),
+            None => format!("{name} is still stopping (its LXC monitor has not exited)"),
+        },
+    ))
+}
+
+/// The container's root: its image, or a read-only overlay merging its layers.
+struct Root {
+    rootfs: PathBuf,
+    /// The images (sha256s) it is made of, top first.
+    layers: Vec<String>,
+}
+
+fn prepare_root(d: &Daemon, st: &State, p: &Installed) -> Result<Root> {
+    let name = p.name.as_str();
+    let layers = mounts::layers(st, p)?;
     let mut lowers = Vec::new();
-    for sha in &layer_shas {
+    for sha in &layers {
         lowers.push(mounts::ensure_image_mounted(d, sha)?);
     }
-    let rootfs = if lowers.len() == 1 {
-        lowers[0].clone()
-    } else {
-        let root = paths.rootfs(name);
-        let _ = berth_sys::mount::umount(&root, true);
-        std::fs::create_dir_all(&root).map_err(ApiError::internal)?;
-        let refs: Vec<&Path> = lowers.iter().map(PathBuf::as_path).collect();
-        berth_sys::mount::mount_overlay_ro(&refs, &root)
-            .map_err(|e| ApiError::new(500, "mount_failed", format!("{name}: merged root: {e}")))?;
-        root
-    };
-    let data = paths.data(name);
+    if lowers.len() == 1 {
+        let rootfs = lowers.remove(0);
+        return Ok(Root { rootfs, layers });
+    }
+    let rootfs = d.cfg.paths.rootfs(name);
+    let _ = berth_sys::mount::umount(&rootfs, true);
+    std::fs::create_dir_all(&rootfs).map_err(Error::internal)?;
+    let refs: Vec<&Path> = lowers.iter().map(PathBuf::as_path).collect();
+    berth_sys::mount::mount_overlay_ro(&refs, &rootfs)
+        .map_err(|e| Error::new(Kind::MountFailed, format!("{name}: merged root: {e}")))?;
+    Ok(Root { rootfs, layers })
+}
+
+/// /data: made on the first start (the payload's user owns it), shifted into the
+/// container's id range, and bound where LXC binds it from.
+fn prepare_data(d: &Daemon, p: &Installed) -> Result<()> {
+    let name = p.name.as_str();
+    let data = d.cfg.paths.data(name);
     if !data.exists() {
-        std::fs::create_dir_all(&data).map_err(ApiError::internal)?;
+        std::fs::create_dir_all(&data).map_err(Error::internal)?;
         std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o750))
-            .map_err(ApiError::internal)?;
-        std::os::unix::fs::chown(
-            &data,
-            Some(p.manifest.entrypoint.user),
-            Some(p.manifest.entrypoint.group),
-        )
-        .map_err(ApiError::internal)?;
+            .map_err(Error::internal)?;
+        let e = &p.manifest.entrypoint;
+        std::os::unix::fs::chown(&data, Some(e.user), Some(e.group)).map_err(Error::internal)?;
     }
-    if let Err(e) = security::own_data(d, &p, &data) {
-        mounts::release_mounts(d);
-        return Err(e);
+    security::own_data(d, p, &data)?;
+    let data_mnt = d.cfg.paths.data_mount(name);
+    if !mounts::is_mounted(d, &data_mnt) {
+        std::fs::create_dir_all(&data_mnt).map_err(Error::internal)?;
+        berth_sys::mount::bind(&data, &data_mnt, false)
+            .map_err(|e| Error::new(Kind::MountFailed, format!("{name}: /data: {e}")))?;
     }
+    Ok(())
+}
+
+/// The LXC configuration: the container plan (root, host base, limits), then the
+/// security lines, then the network keys.
+fn render_config(d: &Daemon, st: &State, p: &Installed, root: &Root) -> Result<String> {
     // Bind what the host has and the image has a mount point for (the root is read-only:
     // LXC cannot create one). A host without /lib64 simply has nothing to bind there.
-    let data_mnt = paths.data_mount(name);
-    if !mounts::is_mounted(d, &data_mnt) {
-        std::fs::create_dir_all(&data_mnt).map_err(ApiError::internal)?;
-        berth_sys::mount::bind(&data, &data_mnt, false)
-            .map_err(|e| ApiError::new(500, "mount_failed", format!("{name}: /data: {e}")))?;
-    }
     let host_base_dirs: Vec<PathBuf> = HOST_BASE_DIRS
         .iter()
         .map(PathBuf::from)
-        .filter(|p| {
-            p.is_dir()
-                && std::fs::symlink_metadata(plan::host_base_target(&rootfs, p))
+        .filter(|h| {
+            h.is_dir()
+                && std::fs::symlink_metadata(plan::host_base_target(&root.rootfs, h))
                     .is_ok_and(|m| m.is_dir())
         })
         .collect();
-    let limits = match limits::start_limits(d, &p) {
-        Ok(l) => l,
-        Err(e) => {
-            mounts::release_mounts(d);
-            return Err(e);
-        }
-    };
+    let limits = limits::start_limits(d, p)?;
     let cg_version = limits.as_ref().map(|(v, _)| *v);
-    let net_keys = match net::prepare(d, &p, &st, &rootfs) {
-        Ok(k) => k,
-        Err(e) => {
-            mounts::release_mounts(d);
-            return Err(e);
-        }
-    };
+    let net_keys = net::prepare(d, p, st, &root.rootfs)?;
     let mut text = plan::lxc_config(&ContainerPlan {
         manifest: &p.manifest,
         trusted: p.trusted,
         config: &d.cfg,
-        rootfs,
+        rootfs: root.rootfs.clone(),
         host_base_dirs,
         limits,
     })
-    .map_err(|e| ApiError::new(409, "refused", e.to_string()))?;
-    match security::lxc_lines(d, &p, cg_version) {
-        Ok(lines) => text.push_str(&lines),
-        Err(e) => {
-            mounts::release_mounts(d);
-            return Err(e);
-        }
-    }
+    .map_err(|e| Error::new(Kind::Refused, e.to_string()))?;
+    text.push_str(&security::lxc_lines(d, p, cg_version)?);
     text.push_str(&net_keys);
-    let dir = paths.lxc_dir(name);
-    std::fs::create_dir_all(&dir).map_err(ApiError::internal)?;
+    Ok(text)
+}
+
+/// Writes `<lxcpath>/NAME/config` and the layers the run is made of; a killed monitor's
+/// cgroups go first (LXC refuses to start over them).
+fn write_config(d: &Daemon, name: &str, config: &str, layers: &[String]) -> Result<()> {
+    let dir = d.cfg.paths.lxc_dir(name);
+    std::fs::create_dir_all(&dir).map_err(Error::internal)?;
     berth_sys::fsutil::remove_atomic_leftovers(&dir);
     // Its configuration, seccomp profile and LXC's log are root's alone.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .map_err(ApiError::internal)?;
-    write_atomic(&dir.join("config"), text.as_bytes(), 0o640).map_err(ApiError::internal)?;
+        .map_err(Error::internal)?;
+    write_atomic(&dir.join("config"), config.as_bytes(), 0o640).map_err(Error::internal)?;
     // The images this run is made of: an upgrade of a dependency while it runs changes the
     // state, not the layers under its root; mounts and gc keep these until it stops.
-    write_atomic(&dir.join("layers"), layer_shas.join("\n").as_bytes(), 0o600)
-        .map_err(ApiError::internal)?;
-    cgroups::remove_stale_cgroups(&d.cfg, name);
+    write_atomic(&dir.join("layers"), layers.join("\n").as_bytes(), 0o600)
+        .map_err(Error::internal)?;
+    cgroups::remove_stale_cgroups(d, name);
+    Ok(())
+}
+
+/// Starts the shim and waits for its one line: `ok PID` (the init pid) or `error: …`.
+/// Returns the init pid and how long the start took.
+fn spawn_shim(d: &Daemon, p: &Installed) -> Result<(i32, Duration)> {
+    let name = p.name.as_str();
+    let paths = &d.cfg.paths;
     let args = crate::shim::ShimArgs {
         name: name.to_string(),
         lxcpath: paths.lxcpath.clone(),
@@ -154,10 +202,9 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
     let shim_log = File::options()
         .create(true)
         .append(true)
-        .open(dir.join("shim.log"))
-        .map_err(ApiError::internal)?;
+        .open(paths.lxc_dir(name).join("shim.log"))
+        .map_err(Error::internal)?;
     let t0 = Instant::now();
-    log::debug!("{name}: prepared in {:?}", t0 - t_begin);
     let mut child = Command::new(&d.exe)
         .args(args.to_args())
         .env("PATH", security::shim_path())
@@ -165,45 +212,21 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
         .stdout(Stdio::piped())
         .stderr(shim_log)
         .spawn()
-        .map_err(|e| ApiError::internal(format!("spawn shim for {name}: {e}")))?;
-    let mut out = String::new();
-    let _ = child.stdout.take().map(|mut s| {
-        // One line: "ok PID" or "error: …". Reading to EOF would wait for the shim's exit.
-        // The shim has its own start timeout; this one guards against a shim wedged in
-        // liblxc, which would otherwise hold the operation lock for ever.
-        use std::os::fd::AsRawFd;
-        let deadline = Instant::now() + args.start_timeout + Duration::from_secs(5);
-        let mut b = [0u8; 1];
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let ready = berth_sys::process::poll(
-                &[(s.as_raw_fd(), berth_sys::process::POLLIN)],
-                left.as_millis().min(i32::MAX as u128) as i32,
-            );
-            if !matches!(ready, Ok(ref r) if r[0] != 0) {
-                if left.is_zero() {
-                    out = format!(
-                        "error: {name}: the shim did not report within {} s",
-                        args.start_timeout.as_secs() + 5
-                    );
-                    break;
-                }
-                continue;
-            }
-            if s.read(&mut b).unwrap_or(0) != 1 || b[0] == b'\n' {
-                break;
-            }
-            out.push(b[0] as char);
-        }
-    });
+        .map_err(|e| Error::internal(format!("spawn shim for {name}: {e}")))?;
+    // The shim has its own start timeout; this one guards against a shim wedged in liblxc,
+    // which would otherwise hold the operation lock for ever.
+    let limit = args.start_timeout + Duration::from_secs(5);
+    let out = match child.stdout.take() {
+        Some(s) => first_line(s, limit)
+            .unwrap_or_else(|| format!("error: {name}: the shim did not report within {} s", limit.as_secs())),
+        None => String::new(),
+    };
     let _ = child.wait();
     let elapsed = t0.elapsed();
     let Some(pid) = out.strip_prefix("ok ") else {
-        mounts::release_mounts(d);
         let msg = out.strip_prefix("error: ").unwrap_or(&out).to_string();
-        return Err(ApiError::new(
-            500,
-            "start_failed",
+        return Err(Error::new(
+            Kind::StartFailed,
             if msg.is_empty() {
                 format!("{name}: the shim died before reporting")
             } else {
@@ -211,33 +234,52 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
             },
         ));
     };
-    let pid: i32 = pid.trim().parse().unwrap_or(0);
-    set_autostart(d, name, true)?;
-    watch::watch(d, name);
-    log::info!(
-        "started {name} (init pid {pid}) in {} ms",
-        elapsed.as_millis()
-    );
-    Ok(json!({"name": name, "init_pid": pid, "start_ms": elapsed.as_secs_f64() * 1000.0}))
+    Ok((pid.trim().parse().unwrap_or(0), elapsed))
+}
+
+/// The first line the shim writes (without its newline), or None if none came within
+/// `limit`. Reading to EOF would wait for the shim's exit.
+fn first_line(mut s: std::process::ChildStdout, limit: Duration) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    let deadline = Instant::now() + limit;
+    let mut out = String::new();
+    let mut b = [0u8; 1];
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ready = berth_sys::process::poll(
+            &[(s.as_raw_fd(), berth_sys::process::POLLIN)],
+            left.as_millis().min(i32::MAX as u128) as i32,
+        );
+        if !matches!(ready, Ok(ref r) if r[0] != 0) {
+            if left.is_zero() {
+                return None;
+            }
+            continue;
+        }
+        if s.read(&mut b).unwrap_or(0) != 1 || b[0] == b'\n' {
+            return Some(out);
+        }
+        out.push(b[0] as char);
+    }
 }
 
 /// Records the operator's last start or stop of a container (an empty marker file): what
 /// the daemon starts again after a reboot. Not fsynced: it is a preference, and it must not
 /// cost a flash flush on every start and stop; a power cut in the next few seconds at worst
 /// forgets the last change.
-pub(crate) fn set_autostart(d: &Daemon, name: &str, on: bool) -> ApiResult<()> {
+pub(crate) fn set_autostart(d: &Daemon, name: &str, on: bool) -> Result<()> {
     let marker = d.cfg.paths.autostart(name);
     if on {
         if let Some(dir) = marker.parent() {
-            std::fs::create_dir_all(dir).map_err(ApiError::internal)?;
+            std::fs::create_dir_all(dir).map_err(Error::internal)?;
         }
         File::create(&marker)
             .map(drop)
-            .map_err(|e| ApiError::internal(format!("{}: {e}", marker.display())))
+            .map_err(|e| Error::internal(format!("{}: {e}", marker.display())))
     } else {
         match std::fs::remove_file(&marker) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(ApiError::internal(format!("{}: {e}", marker.display())))
+                Err(Error::internal(format!("{}: {e}", marker.display())))
             }
             _ => Ok(()),
         }

@@ -1,10 +1,10 @@
 //! `berth stop` and `berth restart`: SIGTERM to the payload, SIGKILL to init after the timeout.
 
 use std::io::Read;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use berth_core::supervise::Event;
 use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
@@ -12,31 +12,31 @@ use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::runtime::start;
 use crate::daemon::state;
-use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 
-pub(crate) fn stop(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<Value> {
+pub(crate) fn stop(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> Result<Value> {
     let _op = d.op.lock().unwrap();
     stop_locked(d, name, timeout)
 }
 
-pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> ApiResult<Value> {
+pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> Result<Value> {
     state::installed(d, name)?;
     if !probe::is_running(d, name) {
-        return Err(ApiError::new(
-            409,
-            "not_running",
+        return Err(Error::new(
+            Kind::NotRunning,
             format!("{name} is not running"),
         ));
     }
     let timeout = timeout.unwrap_or(d.cfg.stop_timeout_s);
     let t0 = Instant::now();
     let Some(init) = probe::running_init(d, name) else {
-        return Err(ApiError::new(
-            409,
-            "not_running",
+        return Err(Error::new(
+            Kind::NotRunning,
             format!("{name} is not running"),
         ));
     };
+    d.notify(name, Event::StopRequested);
     // Subscribed before the first signal: the shim answers once it has saved the log ring
     // and the exit status, which is when the stop is complete.
     let shim_wait = crate::shim::request(&d.cfg.paths.shim_socket(name), "wait").ok();
@@ -45,10 +45,10 @@ pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> 
     // exits, init.lxc exits and the container stops.
     // The init pid is re-checked (same pid namespace) before every signal and while waiting:
     // once the container is gone its pid may be reused by an unrelated process.
-    let init_ns = std::fs::read_link(format!("/proc/{init}/ns/pid")).ok();
-    let still_init =
-        || init_ns.is_some() && std::fs::read_link(format!("/proc/{init}/ns/pid")).ok() == init_ns;
-    let members = berth_sys::process::pid_namespace_members(Path::new("/proc"), init);
+    let ns_link = d.proc().join(format!("{init}/ns/pid"));
+    let init_ns = std::fs::read_link(&ns_link).ok();
+    let still_init = || init_ns.is_some() && std::fs::read_link(&ns_link).ok() == init_ns;
+    let members = berth_sys::process::pid_namespace_members(d.proc(), init);
     for pid in &members {
         let _ = berth_sys::process::kill(*pid, libc::SIGTERM);
     }
@@ -79,9 +79,8 @@ pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> 
         if !wait_gone(Duration::from_secs(10)) {
             // Seen with an AppArmor profile that refused the host's signals: never report
             // a stop that did not happen.
-            return Err(ApiError::new(
-                500,
-                "stop_failed",
+            return Err(Error::new(
+                Kind::StopFailed,
                 format!("{name}: its init (pid {init}) survived SIGKILL: the kernel refused the signal (an LSM such as AppArmor? see the kernel log); it is still running"),
             ));
         }
@@ -128,7 +127,7 @@ pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> 
     }))
 }
 
-pub(crate) fn restart(d: &Arc<Daemon>, name: &str) -> ApiResult<Value> {
+pub(crate) fn restart(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let _op = d.op.lock().unwrap();
     state::installed(d, name)?;
     if probe::is_running(d, name) {

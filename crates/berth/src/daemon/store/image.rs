@@ -9,10 +9,11 @@ use berth_core::manifest::{Manifest, MANIFEST_PATH};
 use berth_core::plan::SKELETON_DIRS;
 
 use crate::daemon::security;
-use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 
 /// Mounts an image on a private mount point to read and check the manifest it carries.
-pub(crate) fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> ApiResult<Manifest> {
+pub(crate) fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> Result<Manifest> {
     let label = format!("{}@{}", e.name, e.version);
     let mnt = d
         .cfg
@@ -21,24 +22,22 @@ pub(crate) fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> ApiResu
         .join("mnt")
         .join(format!(".verify-{}", e.sha256));
     let _ = berth_sys::mount::umount(&mnt, true);
-    std::fs::create_dir_all(&mnt).map_err(ApiError::internal)?;
+    std::fs::create_dir_all(&mnt).map_err(Error::internal)?;
     let result = (|| {
         berth_sys::loopdev::mount_squashfs(image, &mnt).map_err(|err| {
-            ApiError::new(
-                422,
-                "bad_image",
+            Error::new(
+                Kind::BadImage,
                 format!("{label}: not a usable squashfs image: {err}"),
             )
         })?;
         let text = read_image_manifest(&mnt)
-            .map_err(|why| ApiError::new(422, "bad_image", format!("{label}: {why}")))?;
+            .map_err(|why| Error::new(Kind::BadImage, format!("{label}: {why}")))?;
         let m = Manifest::parse(&text)
-            .map_err(|err| ApiError::new(422, "bad_manifest", format!("{label}: {err}")))?;
+            .map_err(|err| Error::new(Kind::BadManifest, format!("{label}: {err}")))?;
         security::check(&d.cfg, e.name.as_str(), &m.permissions, e.trusted)?;
         if m.package.name != e.name || m.package.version != e.version {
-            return Err(ApiError::new(
-                422,
-                "bad_image",
+            return Err(Error::new(
+                Kind::BadImage,
                 format!(
                     "{label}: the image holds {}@{}, not what the index lists",
                     m.package.name, m.package.version
@@ -55,9 +54,8 @@ pub(crate) fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> ApiResu
                 ),
                 Err(_) => format!("image lacks the mount point /{dir}"),
             };
-            return Err(ApiError::new(
-                422,
-                "bad_image",
+            return Err(Error::new(
+                Kind::BadImage,
                 format!("{label}: {why}; build it with berth pack"),
             ));
         }

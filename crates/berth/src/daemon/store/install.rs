@@ -17,7 +17,8 @@ use crate::daemon::security;
 use crate::daemon::state;
 use crate::daemon::store::image;
 use crate::daemon::store::repo;
-use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 use crate::fault;
 use crate::fetch;
 
@@ -25,18 +26,18 @@ pub(crate) fn install(
     d: &Daemon,
     names: &[String],
     emit: &mut dyn FnMut(Value),
-) -> ApiResult<Value> {
+) -> Result<Value> {
     if names.is_empty() {
-        return Err(ApiError::bad_request("install: name at least one package"));
+        return Err(Error::bad_request("install: name at least one package"));
     }
     let _op = d.op.lock().unwrap();
     let (index, cache) = repo::load_index(d)?;
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let closure = index.closure(&refs).map_err(|e| match e {
         berth_core::index::IndexError::UnknownPackage(_) => {
-            ApiError::new(404, "unknown_package", e.to_string())
+            Error::new(Kind::UnknownPackage, e.to_string())
         }
-        _ => ApiError::new(422, "bad_index", e.to_string()),
+        _ => Error::new(Kind::BadIndex, e.to_string()),
     })?;
     // What each package asks for, against the device policy, before anything is fetched
     // (the image's own manifest is checked again in read_manifest).
@@ -53,9 +54,8 @@ pub(crate) fn install(
     for e in &closure {
         if let Some(p) = old.packages.get(e.name.as_str()) {
             if p.sha256 != e.sha256 && probe::is_running(d, e.name.as_str()) {
-                return Err(ApiError::new(
-                    409,
-                    "running",
+                return Err(Error::new(
+                    Kind::Running,
                     format!(
                         "{} is running {}; stop it before installing {}",
                         e.name, p.version, e.version
@@ -119,7 +119,7 @@ pub(crate) fn fetch_image(
     base: &str,
     e: &IndexEntry,
     emit: &mut dyn FnMut(Value),
-) -> ApiResult<Manifest> {
+) -> Result<Manifest> {
     let paths = &d.cfg.paths;
     let image = paths.image(&e.sha256);
     let label = format!("{}@{}", e.name, e.version);
@@ -143,7 +143,7 @@ pub(crate) fn fetch_image(
         .write(true)
         .create_new(true)
         .open(&tmp)
-        .map_err(|err| ApiError::internal(format!("create {}: {err}", tmp.display())))?;
+        .map_err(|err| Error::internal(format!("create {}: {err}", tmp.display())))?;
     let name = e.name.as_str();
     let total = e.size;
     let mut last = Instant::now() - Duration::from_secs(1);
@@ -153,16 +153,15 @@ pub(crate) fn fetch_image(
             emit(json!({"event": "progress", "package": name, "done": p.done, "total": total}));
         }
     };
-    let cleanup = |err: ApiError| {
+    let cleanup = |err: Error| {
         let _ = std::fs::remove_file(&tmp);
         err
     };
     // One byte more than announced is enough to notice an image larger than the index says.
     let (size, sha) = fetch::fetch_to(&url, &mut f, e.size.saturating_add(1), &mut progress).map_err(|err| {
         cleanup(if err.is_no_space() {
-            ApiError::new(
-                507,
-                "no_space",
+            Error::new(
+                Kind::NoSpace,
                 format!(
                     "store full: no room for {label} ({} bytes) in {}; nothing was changed (free space with berth gc or berth remove)",
                     e.size,
@@ -175,31 +174,29 @@ pub(crate) fn fetch_image(
     })?;
     fault::point("install.fetched");
     if size != e.size {
-        return Err(cleanup(ApiError::new(
-            422,
-            "bad_image",
+        return Err(cleanup(Error::new(
+            Kind::BadImage,
             format!("{label}: image is {size} bytes, the index says {}: truncated or replaced download; nothing was changed", e.size),
         )));
     }
     if sha != e.sha256 {
-        return Err(cleanup(ApiError::new(
-            422,
-            "bad_image",
+        return Err(cleanup(Error::new(
+            Kind::BadImage,
             format!("{label}: image sha256 is {sha}, the signed index says {}: refusing it; nothing was changed", e.sha256),
         )));
     }
     f.sync_all().map_err(|err| {
         cleanup(if berth_sys::fsutil::is_enospc(&err) {
-            ApiError::new(507, "no_space", format!("store full while writing {label}"))
+            Error::new(Kind::NoSpace, format!("store full while writing {label}"))
         } else {
-            ApiError::internal(format!("fsync {}: {err}", tmp.display()))
+            Error::internal(format!("fsync {}: {err}", tmp.display()))
         })
     })?;
     drop(f);
     let manifest = image::read_manifest(d, &tmp, e).map_err(cleanup)?;
     fault::point("install.verified");
     std::fs::rename(&tmp, &image).map_err(|err| {
-        cleanup(ApiError::internal(format!(
+        cleanup(Error::internal(format!(
             "rename {} to {}: {err}",
             tmp.display(),
             image.display()

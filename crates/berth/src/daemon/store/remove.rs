@@ -1,6 +1,6 @@
 //! `berth remove` (with a resumable purge) and `berth gc`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use berth_core::config::Config;
 use berth_sys::fsutil::fsync_dir;
@@ -8,16 +8,18 @@ use serde_json::{json, Value};
 
 use crate::daemon::cgroups;
 use crate::daemon::net;
+use crate::daemon::records;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::security;
 use crate::daemon::state;
-use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 use crate::fault;
 
-pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Value> {
+pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value> {
     if names.is_empty() {
-        return Err(ApiError::bad_request("remove: name at least one package"));
+        return Err(Error::bad_request("remove: name at least one package"));
     }
     let _op = d.op.lock().unwrap();
     let old = state::state(d);
@@ -31,7 +33,7 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Val
         if leftovers.len() == names.len() {
             for n in &leftovers {
                 purge_data(d, n).map_err(|e| {
-                    ApiError::internal(format!("{n}: cannot delete its /data: {e}"))
+                    Error::internal(format!("{n}: cannot delete its /data: {e}"))
                 })?;
             }
             return Ok(json!({"removed": [], "purged": true, "data_purged": leftovers}));
@@ -39,16 +41,14 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Val
     }
     for n in names {
         if !old.packages.contains_key(n) {
-            return Err(ApiError::new(
-                404,
-                "not_installed",
+            return Err(Error::new(
+                Kind::NotInstalled,
                 format!("{n} is not installed"),
             ));
         }
         if probe::is_running(d, n) {
-            return Err(ApiError::new(
-                409,
-                "running",
+            return Err(Error::new(
+                Kind::Running,
                 format!("{n} is running: stop it first (berth stop {n})"),
             ));
         }
@@ -58,9 +58,8 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Val
             .filter(|u| !names.contains(u))
             .collect();
         if !users.is_empty() {
-            return Err(ApiError::new(
-                409,
-                "needed",
+            return Err(Error::new(
+                Kind::Needed,
                 format!("{n} is needed by {}: remove those first", users.join(", ")),
             ));
         }
@@ -81,7 +80,7 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Val
                     for n in &set_aside {
                         let _ = std::fs::rename(purging_dir(&d.cfg, n), d.cfg.paths.data(n));
                     }
-                    return Err(ApiError::internal(format!(
+                    return Err(Error::internal(format!(
                         "{n}: cannot set its /data aside for the purge: {e}; nothing was changed"
                     )));
                 }
@@ -102,13 +101,12 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> ApiResult<Val
     net::forget(d, &state::state(d), names);
     for n in names {
         let _ = std::fs::remove_dir_all(d.cfg.paths.lxc_dir(n));
-        cgroups::remove_stale_cgroups(&d.cfg, n);
+        cgroups::remove_stale_cgroups(d, n);
         let _ = std::fs::remove_file(d.cfg.paths.saved_log(n));
         let _ = std::fs::remove_file(d.cfg.paths.exit_file(n));
         let _ = std::fs::remove_file(d.cfg.paths.autostart(n));
         let _ = std::fs::remove_file(d.cfg.paths.limits_file(n));
-        let _ = std::fs::remove_file(d.cfg.paths.guard_file(n));
-        d.guard_kills.lock().unwrap().remove(n.as_str());
+        records::forget(d, n);
         if purge {
             if let Err(e) = purge_data(d, n) {
                 log::error!("{n}: its /data is only partly deleted ({e}); berth gc finishes it");
@@ -164,7 +162,7 @@ pub(crate) fn finish_purges(d: &Daemon) {
     }
 }
 
-pub(crate) fn gc(d: &Daemon) -> ApiResult<Value> {
+pub(crate) fn gc(d: &Daemon) -> Result<Value> {
     let _op = d.op.lock().unwrap();
     finish_purges(d);
     mounts::release_mounts(d);
@@ -177,7 +175,7 @@ pub(crate) fn gc(d: &Daemon) -> ApiResult<Value> {
         }
     }
     // And, whatever berth believes, nothing a loop device still reads.
-    let backing: Vec<PathBuf> = berth_sys::loopdev::loop_backing_files(Path::new("/sys"))
+    let backing: Vec<PathBuf> = berth_sys::loopdev::loop_backing_files(d.sys())
         .map(|v| v.into_iter().map(|l| l.backing_file).collect())
         .unwrap_or_default();
     let mut removed = Vec::new();

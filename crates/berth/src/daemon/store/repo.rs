@@ -10,22 +10,22 @@ use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
 use crate::daemon::state;
-use crate::daemon::{ApiError, ApiResult, Daemon};
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 use crate::fetch;
 
 pub(crate) const INDEX_LIMIT: u64 = 8 << 20;
 
 pub(crate) const SIG_LIMIT: u64 = 4096;
 
-pub(crate) fn trusted_keys(cfg: &Config) -> ApiResult<Vec<PublicKey>> {
+pub(crate) fn trusted_keys(cfg: &Config) -> Result<Vec<PublicKey>> {
     let dir = &cfg.paths.keys;
     let mut keys = Vec::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(_) => {
-            return Err(ApiError::new(
-                412,
-                "no_keys",
+            return Err(Error::new(
+                Kind::NoKeys,
                 format!(
                 "no trusted repository keys: {} is missing; put the repository's .pub key there",
                 dir.display()
@@ -39,20 +39,18 @@ pub(crate) fn trusted_keys(cfg: &Config) -> ApiResult<Vec<PublicKey>> {
             continue;
         }
         let text = std::fs::read_to_string(&p)
-            .map_err(|err| ApiError::internal(format!("read {}: {err}", p.display())))?;
+            .map_err(|err| Error::internal(format!("read {}: {err}", p.display())))?;
         let key = PublicKey::parse(&text).map_err(|err| {
-            ApiError::new(
-                500,
-                "bad_key",
+            Error::new(
+                Kind::BadKey,
                 format!("trusted key {}: {err}", p.display()),
             )
         })?;
         keys.push(key);
     }
     if keys.is_empty() {
-        return Err(ApiError::new(
-            412,
-            "no_keys",
+        return Err(Error::new(
+            Kind::NoKeys,
             format!(
                 "no trusted repository keys in {}: put the repository's .pub key there",
                 dir.display()
@@ -62,10 +60,10 @@ pub(crate) fn trusted_keys(cfg: &Config) -> ApiResult<Vec<PublicKey>> {
     Ok(keys)
 }
 
-pub(crate) fn verify_index(cfg: &Config, index: &[u8], sig: &str) -> ApiResult<Index> {
+pub(crate) fn verify_index(cfg: &Config, index: &[u8], sig: &str) -> Result<Index> {
     let keys = trusted_keys(cfg)?;
     let sig = Signature::parse(sig)
-        .map_err(|e| ApiError::new(422, "bad_signature", format!("index.json.sig: {e}")))?;
+        .map_err(|e| Error::new(Kind::BadSignature, format!("index.json.sig: {e}")))?;
     berth_core::signify::verify_with_any(&keys, index, &sig).map_err(|e| {
         let reason = match e {
             // The error's own text names the default key directory; say which one was read.
@@ -75,33 +73,30 @@ pub(crate) fn verify_index(cfg: &Config, index: &[u8], sig: &str) -> ApiResult<I
             ),
             e => e.to_string(),
         };
-        ApiError::new(
-            422,
-            "bad_signature",
+        Error::new(
+            Kind::BadSignature,
             format!("repository index rejected: {reason}"),
         )
     })?;
     Index::parse(index)
-        .map_err(|e| ApiError::new(422, "bad_index", format!("repository index rejected: {e}")))
+        .map_err(|e| Error::new(Kind::BadIndex, format!("repository index rejected: {e}")))
 }
 
 /// The cached index, verified again against the keys trusted now.
-pub(crate) fn load_index(d: &Daemon) -> ApiResult<(Index, RepoCache)> {
+pub(crate) fn load_index(d: &Daemon) -> Result<(Index, RepoCache)> {
     let path = d.cfg.paths.repository_file();
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(_) => {
-            return Err(ApiError::new(
-                412,
-                "no_index",
+            return Err(Error::new(
+                Kind::NoIndex,
                 "no repository index yet: run berth update",
             ))
         }
     };
     let cache: RepoCache = serde_json::from_slice(&bytes).map_err(|e| {
-        ApiError::new(
-            500,
-            "bad_cache",
+        Error::new(
+            Kind::BadCache,
             format!("{} is damaged ({e}): run berth update", path.display()),
         )
     })?;
@@ -110,9 +105,8 @@ pub(crate) fn load_index(d: &Daemon) -> ApiResult<(Index, RepoCache)> {
         .expires
         .filter(|_| index.expired(berth_sys::process::now_s()))
     {
-        return Err(ApiError::new(
-            422,
-            "expired",
+        return Err(Error::new(
+            Kind::Expired,
             format!(
                 "the cached repository index expired at {}: run berth update (the repository owner must publish a re-signed index)",
                 berth_core::date::utc(e)
@@ -122,21 +116,20 @@ pub(crate) fn load_index(d: &Daemon) -> ApiResult<(Index, RepoCache)> {
     Ok((index, cache))
 }
 
-pub(crate) fn repository_url(d: &Daemon) -> ApiResult<String> {
+pub(crate) fn repository_url(d: &Daemon) -> Result<String> {
     d.cfg.repository.clone().ok_or_else(|| {
-        ApiError::new(
-            412,
-            "no_repository",
+        Error::new(
+            Kind::NoRepository,
             "no repository configured: set repository = \"http://…\" in the berth configuration",
         )
     })
 }
 
-pub(crate) fn fetch_err(e: fetch::FetchError) -> ApiError {
+pub(crate) fn fetch_err(e: fetch::FetchError) -> Error {
     if e.is_no_space() {
-        ApiError::new(507, "no_space", format!("{e}"))
+        Error::new(Kind::NoSpace, format!("{e}"))
     } else {
-        ApiError::new(502, "fetch_failed", format!("{e}"))
+        Error::new(Kind::FetchFailed, format!("{e}"))
     }
 }
 
@@ -156,7 +149,7 @@ pub(crate) fn read_serial_floor(cfg: &Config) -> Option<u64> {
 
 pub(crate) const INDEX_KEPT: &str = "the previous repository index stays in use";
 
-pub(crate) fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
+pub(crate) fn update(d: &Daemon, reset_serial: bool) -> Result<Value> {
     let _op = d.op.lock().unwrap();
     let base = repository_url(d)?;
     let index_url = fetch::join_url(&base, "index.json").map_err(fetch_err)?;
@@ -164,14 +157,13 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
     let index = fetch::fetch_bytes(&index_url, INDEX_LIMIT).map_err(fetch_err)?;
     let sig = fetch::fetch_bytes(&sig_url, SIG_LIMIT).map_err(fetch_err)?;
     let sig = String::from_utf8(sig)
-        .map_err(|_| ApiError::new(422, "bad_signature", "index.json.sig is not text"))?;
+        .map_err(|_| Error::new(Kind::BadSignature, "index.json.sig is not text"))?;
     let parsed = verify_index(&d.cfg, &index, &sig)?;
     let now = berth_sys::process::now_s();
     if parsed.expired(now) {
         let e = parsed.expires.unwrap_or(0);
-        return Err(ApiError::new(
-            422,
-            "expired",
+        return Err(Error::new(
+            Kind::Expired,
             format!(
                 "repository index rejected: it expired at {} (expires {e}); an expired index may be a replay that freezes this device on old packages: the repository owner must rebuild and re-sign it (berth repo build --valid-for …)",
                 berth_core::date::utc(e)
@@ -184,9 +176,8 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
     let floor = read_serial_floor(&d.cfg).into_iter().chain(cached).max();
     if let Some(floor) = floor.filter(|f| parsed.serial < *f) {
         if !reset_serial {
-            return Err(ApiError::new(
-                422,
-                "rollback",
+            return Err(Error::new(
+                Kind::Rollback,
                 format!(
                     "repository index rejected: its serial {} is older than {floor}, the newest this device has accepted; refusing a rollback (an old index is being replayed, or a mirror is out of date). To move to another repository on purpose, run berth update --reset-serial",
                     parsed.serial
@@ -199,7 +190,7 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> ApiResult<Value> {
         );
     }
     let index_text = String::from_utf8(index)
-        .map_err(|_| ApiError::new(422, "bad_index", "index.json is not UTF-8"))?;
+        .map_err(|_| Error::new(Kind::BadIndex, "index.json is not UTF-8"))?;
     let cache = RepoCache {
         url: base.clone(),
         fetched_at: now,
@@ -299,7 +290,7 @@ pub(crate) fn upgradable(st: &State, index: &Index) -> Vec<Value> {
         .collect()
 }
 
-pub(crate) fn list(d: &Daemon) -> ApiResult<Value> {
+pub(crate) fn list(d: &Daemon) -> Result<Value> {
     let st = state::state(d);
     let installed: Vec<Value> = st
         .packages

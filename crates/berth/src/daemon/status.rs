@@ -1,14 +1,16 @@
-//! `berth status` and `berth logs`.
+//! `berth status`: one view over the daemon, the repository and every container (its state
+//! from the runtime, its last exit, the memory guard's last kill from the records).
 
 use serde_json::{json, Value};
 
-use crate::daemon::guard;
+use crate::daemon::context::Daemon;
+use crate::daemon::error::Result;
+use crate::daemon::records;
 use crate::daemon::runtime::probe;
 use crate::daemon::state;
 use crate::daemon::store::repo;
-use crate::daemon::{ApiResult, Daemon};
 
-pub(crate) fn status(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
+pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
     let st = state::state(d);
     if let Some(n) = name {
         state::installed(d, n)?;
@@ -38,7 +40,7 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
             "network": p.manifest.summary().network_mode,
             "autostart": d.cfg.paths.autostart(n).exists(),
             "last_exit": if running { Value::Null } else { probe::exit_info(d, n) },
-            "guard_kill": guard::last_kill(d, n),
+            "guard_kill": records::last_guard_kill(d, n),
             "image": p.sha256,
         }));
     }
@@ -54,21 +56,3 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> ApiResult<Value> {
     }))
 }
 
-/// Logs of a container: the live ring (from its shim) or the ring saved when it stopped.
-pub(crate) enum Logs {
-    Live(std::os::unix::net::UnixStream),
-    Saved(Vec<u8>),
-}
-
-pub(crate) fn logs(d: &Daemon, name: &str, follow: bool) -> ApiResult<Logs> {
-    state::installed(d, name)?;
-    let sock = d.cfg.paths.shim_socket(name);
-    if probe::is_running(d, name) {
-        if let Ok(s) = crate::shim::request(&sock, if follow { "follow" } else { "logs" }) {
-            return Ok(Logs::Live(s));
-        }
-    }
-    Ok(Logs::Saved(
-        std::fs::read(d.cfg.paths.saved_log(name)).unwrap_or_default(),
-    ))
-}

@@ -1,17 +1,13 @@
-//! Admin API: a request becomes a typed action (pure parse), then the action runs.
-//! Described in docs/openapi.yaml.
-
-use std::io::{Read, Write};
-use std::os::unix::net::UnixStream;
-use std::sync::Arc;
+//! Admin requests as typed actions: a pure parse of method, path, query and body, with the
+//! manifest's syntax and ranges for limits. Nothing here touches the daemon.
 
 use berth_core::cgroup::Overrides;
-use berth_core::http::{self, Request};
+use berth_core::http::Request;
 use berth_core::manifest::{parse_percent, parse_size};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::{ApiError, ApiResult, Daemon};
+use crate::daemon::error::{Error, Kind, Result};
 
 #[derive(Debug, PartialEq)]
 pub enum Action {
@@ -37,9 +33,9 @@ pub enum Action {
 /// Pure: a limit request `{"name", "cpu": "20%", "memory": "32M", "pids": N}`, with the
 /// manifest's syntax and ranges. Read from a `Value` rather than a derived struct: the
 /// derive costs the binary more than these few lines.
-fn limit_request(req: &Request) -> ApiResult<(String, Overrides)> {
+fn limit_request(req: &Request) -> Result<(String, Overrides)> {
     let v: Value = body(req)?;
-    let bad = |m: String| ApiError::bad_request(format!("POST /v1/limit: {m}"));
+    let bad = |m: String| Error::bad_request(format!("POST /v1/limit: {m}"));
     let obj = v
         .as_object()
         .ok_or_else(|| bad("expected a JSON object".into()))?;
@@ -67,9 +63,9 @@ fn limit_request(req: &Request) -> ApiResult<(String, Overrides)> {
     let cpu = match cpu_s {
         None => None,
         Some(v) => {
-            let p = parse_percent(v).map_err(|e| ApiError::bad_request(format!("cpu: {e}")))?;
+            let p = parse_percent(v).map_err(|e| Error::bad_request(format!("cpu: {e}")))?;
             if !(1..=800).contains(&p) {
-                return Err(ApiError::bad_request(format!(
+                return Err(Error::bad_request(format!(
                     "cpu: {v}: must be between 1% and 800% (percent of one CPU)"
                 )));
             }
@@ -79,10 +75,10 @@ fn limit_request(req: &Request) -> ApiResult<(String, Overrides)> {
     let memory = match mem_s {
         None => None,
         Some(v) => {
-            let m = parse_size(v).map_err(|e| ApiError::bad_request(format!("memory: {e}")))?;
+            let m = parse_size(v).map_err(|e| Error::bad_request(format!("memory: {e}")))?;
             // Below 1 MiB not even a shell starts; almost certainly a missing suffix.
             if m < 1 << 20 {
-                return Err(ApiError::bad_request(format!(
+                return Err(Error::bad_request(format!(
                     "memory: {v}: must be at least 1M"
                 )));
             }
@@ -91,7 +87,7 @@ fn limit_request(req: &Request) -> ApiResult<(String, Overrides)> {
     };
     if let Some(n) = pids {
         if !(1..=65_536).contains(&n) {
-            return Err(ApiError::bad_request(format!(
+            return Err(Error::bad_request(format!(
                 "pids: {n}: must be between 1 and 65536"
             )));
         }
@@ -107,12 +103,12 @@ fn limit_request(req: &Request) -> ApiResult<(String, Overrides)> {
 }
 
 /// Pure: an update request's optional body `{"reset_serial": bool}`.
-fn update_request(req: &Request) -> ApiResult<bool> {
+fn update_request(req: &Request) -> Result<bool> {
     if req.body.is_empty() {
         return Ok(false);
     }
     let v: Value = body(req)?;
-    let bad = |m: &str| ApiError::bad_request(format!("POST /v1/update: {m}"));
+    let bad = |m: &str| Error::bad_request(format!("POST /v1/update: {m}"));
     let obj = v.as_object().ok_or_else(|| bad("expected a JSON object"))?;
     let mut reset = false;
     for (k, x) in obj {
@@ -153,27 +149,27 @@ struct StopBody {
     timeout: Option<u32>,
 }
 
-fn body<T: for<'a> Deserialize<'a>>(req: &Request) -> ApiResult<T> {
+fn body<T: for<'a> Deserialize<'a>>(req: &Request) -> Result<T> {
     serde_json::from_slice(&req.body).map_err(|e| {
-        ApiError::bad_request(format!("{} {}: bad JSON body: {e}", req.method, req.path))
+        Error::bad_request(format!("{} {}: bad JSON body: {e}", req.method, req.path))
     })
 }
 
-fn check_name(n: &str) -> ApiResult<String> {
+fn check_name(n: &str) -> Result<String> {
     berth_core::name::Name::parse(n)
         .map(|n| n.to_string())
-        .map_err(|e| ApiError::bad_request(e.to_string()))
+        .map_err(|e| Error::bad_request(e.to_string()))
 }
 
 /// Pure: which action a request asks for.
-pub fn parse(req: &Request) -> ApiResult<Action> {
+pub fn parse(req: &Request) -> Result<Action> {
     let m = req.method.as_str();
     let path = req.path.as_str();
-    let name_q = || -> ApiResult<String> {
+    let name_q = || -> Result<String> {
         check_name(
             req.query
                 .get("name")
-                .ok_or_else(|| ApiError::bad_request("missing ?name="))?,
+                .ok_or_else(|| Error::bad_request("missing ?name="))?,
         )
     };
     Ok(match (m, path) {
@@ -192,7 +188,7 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
                 b.names
                     .iter()
                     .map(|n| check_name(n))
-                    .collect::<ApiResult<_>>()?,
+                    .collect::<Result<_>>()?,
             )
         }
         ("POST", "/v1/remove") => {
@@ -202,7 +198,7 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
                     .names
                     .iter()
                     .map(|n| check_name(n))
-                    .collect::<ApiResult<_>>()?,
+                    .collect::<Result<_>>()?,
                 purge: b.purge,
             }
         }
@@ -233,9 +229,8 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
         ("GET", "/v1/inspect") => Action::Inspect(name_q()?),
         ("GET", "/v1/governor") => Action::Governor,
         (_, "/v1/governor") => {
-            return Err(ApiError::new(
-                405,
-                "method_not_allowed",
+            return Err(Error::new(
+                Kind::MethodNotAllowed,
                 format!("{m} not allowed on {path}"),
             ))
         }
@@ -245,130 +240,24 @@ pub fn parse(req: &Request) -> ApiResult<Action> {
             | "/v1/remove" | "/v1/start" | "/v1/stop" | "/v1/restart" | "/v1/logs" | "/v1/gc"
             | "/v1/limit" | "/v1/stats" | "/v1/inspect" | "/v1/net" | "/v1/net/hosts",
         ) => {
-            return Err(ApiError::new(
-                405,
-                "method_not_allowed",
+            return Err(Error::new(
+                Kind::MethodNotAllowed,
                 format!("{m} not allowed on {path}"),
             ))
         }
         _ => {
-            return Err(ApiError::new(
-                404,
-                "not_found",
+            return Err(Error::new(
+                Kind::NotFound,
                 format!("no such endpoint {path}"),
             ))
         }
     })
 }
 
-fn reply(stream: &mut UnixStream, r: ApiResult<Value>) {
-    let (status, v) = match r {
-        Ok(v) => (200, v),
-        Err(e) => (e.status, e.to_json()),
-    };
-    let _ = stream.write_all(&http::response(
-        status,
-        "application/json",
-        v.to_string().as_bytes(),
-    ));
-}
-
-pub fn route(d: &Arc<Daemon>, req: Request, mut stream: UnixStream) {
-    let action = match parse(&req) {
-        Ok(a) => a,
-        Err(e) => return reply(&mut stream, Err(e)),
-    };
-    match action {
-        Action::Ping => reply(&mut stream, Ok(json!({"ok": true}))),
-        Action::Status(n) => reply(&mut stream, super::runtime::status::status(d, n.as_deref())),
-        Action::List => reply(&mut stream, super::store::repo::list(d)),
-        Action::Update { reset_serial } => {
-            reply(&mut stream, super::store::repo::update(d, reset_serial))
-        }
-        Action::Install(names) => {
-            // Streamed: progress events, then one result (or error) event, as JSON lines.
-            if stream
-                .write_all(&http::stream_head(200, "application/x-ndjson"))
-                .is_err()
-            {
-                return;
-            }
-            let mut emit = |v: Value| {
-                let _ = stream.write_all(format!("{v}\n").as_bytes());
-            };
-            let r = super::store::install::install(d, &names, &mut emit);
-            let last = match r {
-                Ok(v) => json!({"event": "done", "result": v}),
-                Err(e) => {
-                    json!({"event": "error", "status": e.status, "code": e.code, "error": e.message})
-                }
-            };
-            let _ = stream.write_all(format!("{last}\n").as_bytes());
-        }
-        Action::Remove { names, purge } => {
-            reply(&mut stream, super::store::remove::remove(d, &names, purge))
-        }
-        Action::Start(n) => reply(&mut stream, super::runtime::start::start(d, &n)),
-        Action::Stop { name, timeout } => {
-            reply(&mut stream, super::runtime::stop::stop(d, &name, timeout))
-        }
-        Action::Restart(n) => reply(&mut stream, super::runtime::stop::restart(d, &n)),
-        Action::Gc => reply(&mut stream, super::store::remove::gc(d)),
-        Action::Limit { name, limits } => {
-            reply(&mut stream, super::limits::limit(d, &name, &limits))
-        }
-        Action::Stats(n) => reply(&mut stream, super::limits::stats(d, n.as_deref())),
-        Action::Inspect(n) => reply(&mut stream, super::security::inspect_op(d, &n)),
-        Action::Net => reply(
-            &mut stream,
-            super::net::status(d, &d.state.lock().unwrap().clone()),
-        ),
-        Action::NetHosts => reply(&mut stream, Ok(super::net::hosts(d))),
-        Action::Governor => reply(&mut stream, Ok(super::governor::status(d))),
-        Action::Logs { name, follow } => match super::runtime::status::logs(d, &name, follow) {
-            Err(e) => reply(&mut stream, Err(e)),
-            Ok(super::runtime::status::Logs::Saved(bytes)) => {
-                let _ = stream.write_all(&http::response(200, "text/plain", &bytes));
-            }
-            Ok(super::runtime::status::Logs::Live(mut shim)) => {
-                if stream
-                    .write_all(&http::stream_head(200, "text/plain"))
-                    .is_err()
-                {
-                    return;
-                }
-                // Relay until the container ends (shim closes) or the client goes away; a
-                // client that leaves a quiet container must not leave this thread behind.
-                use berth_sys::process::{poll, POLLHUP, POLLIN, POLLRDHUP};
-                use std::os::fd::AsRawFd;
-                let mut buf = [0u8; 8192];
-                while let Ok(rev) = poll(
-                    &[(shim.as_raw_fd(), POLLIN), (stream.as_raw_fd(), POLLRDHUP)],
-                    -1,
-                ) {
-                    if rev[1] & (POLLRDHUP | POLLHUP) != 0 {
-                        break;
-                    }
-                    if rev[0] == 0 {
-                        continue;
-                    }
-                    match shim.read(&mut buf) {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => {
-                            if stream.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                    }
-                }
-            }
-        },
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use berth_core::http;
 
     fn req(m: &str, path: &str, body: &str) -> Request {
         let raw = format!(
@@ -395,7 +284,7 @@ mod tests {
         );
         for bad in [r#"{"reset_serial":1}"#, r#"{"x":true}"#, "[]", "{"] {
             assert_eq!(
-                parse(&req("POST", "/v1/update", bad)).unwrap_err().status,
+                parse(&req("POST", "/v1/update", bad)).unwrap_err().status(),
                 400,
                 "{bad}"
             );
@@ -427,16 +316,16 @@ mod tests {
     #[test]
     fn bad_requests_are_refused_with_reasons() {
         let e = parse(&req("POST", "/v1/install", r#"{"names":["../etc"]}"#)).unwrap_err();
-        assert_eq!(e.status, 400);
+        assert_eq!(e.status(), 400);
         assert!(e.message.contains("../etc"), "{}", e.message);
         let e = parse(&req("POST", "/v1/install", r#"{"names":["a"],"x":1}"#)).unwrap_err();
-        assert_eq!(e.status, 400);
+        assert_eq!(e.status(), 400);
         let e = parse(&req("GET", "/v1/install", "")).unwrap_err();
-        assert_eq!(e.status, 405);
+        assert_eq!(e.status(), 405);
         let e = parse(&req("GET", "/v2/nothing", "")).unwrap_err();
-        assert_eq!(e.status, 404);
+        assert_eq!(e.status(), 404);
         let e = parse(&req("GET", "/v1/logs", "")).unwrap_err();
-        assert_eq!(e.status, 400);
+        assert_eq!(e.status(), 400);
     }
 
     #[test]
@@ -473,7 +362,7 @@ mod tests {
             Action::Governor
         );
         assert_eq!(
-            parse(&req("POST", "/v1/governor", "")).unwrap_err().status,
+            parse(&req("POST", "/v1/governor", "")).unwrap_err().status(),
             405
         );
         for (body, needle) in [
@@ -492,7 +381,7 @@ mod tests {
             (r#"{"name":"../x"}"#, "../x"),
         ] {
             let e = parse(&req("POST", "/v1/limit", body)).unwrap_err();
-            assert_eq!(e.status, 400, "{body}");
+            assert_eq!(e.status(), 400, "{body}");
             assert!(e.message.contains(needle), "{body}: {}", e.message);
         }
     }

@@ -1,0 +1,152 @@
+//! The admin API (docs/openapi.yaml): a request becomes a typed action (`request`, pure), the
+//! caller is authorised for it, and the module that owns the thing acts; the answer is JSON,
+//! or a stream (install progress, followed logs). `server` is the socket's front door.
+
+pub(crate) mod request;
+pub(crate) mod server;
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+
+use berth_core::http::{self, Request};
+use serde_json::{json, Value};
+
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::{governor, limits, net, runtime, security, state, status, store};
+use request::Action;
+
+/// Who sent a request: the admin socket's peer, by its uid (checked again at accept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Caller {
+    pub uid: u32,
+}
+
+/// What a caller may ask. The admin socket is root's: root may ask for everything, anyone
+/// else for nothing.
+pub(crate) fn authorise(caller: Caller, action: &Action) -> Result<()> {
+    if caller.uid == 0 {
+        return Ok(());
+    }
+    Err(Error::new(
+        Kind::Forbidden,
+        format!("{action:?}: the admin socket is for root only (uid {})", caller.uid),
+    ))
+}
+
+fn reply(stream: &mut UnixStream, r: Result<Value>) {
+    let (status, v) = match r {
+        Ok(v) => (200, v),
+        Err(e) => (e.status(), e.to_json()),
+    };
+    let _ = stream.write_all(&http::response(
+        status,
+        "application/json",
+        v.to_string().as_bytes(),
+    ));
+}
+
+/// Serves one complete request on its own thread.
+pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: UnixStream) {
+    let action = match request::parse(&req).and_then(|a| authorise(caller, &a).map(|_| a)) {
+        Ok(a) => a,
+        Err(e) => return reply(&mut stream, Err(e)),
+    };
+    let answer = match action {
+        Action::Install(names) => return install(d, &names, stream),
+        Action::Logs { name, follow } => return logs(d, &name, follow, stream),
+        Action::Ping => Ok(json!({"ok": true})),
+        Action::Status(n) => status::status(d, n.as_deref()),
+        Action::List => store::repo::list(d),
+        Action::Update { reset_serial } => store::repo::update(d, reset_serial),
+        Action::Remove { names, purge } => store::remove::remove(d, &names, purge),
+        Action::Start(n) => runtime::start::start(d, &n),
+        Action::Stop { name, timeout } => runtime::stop::stop(d, &name, timeout),
+        Action::Restart(n) => runtime::stop::restart(d, &n),
+        Action::Gc => store::remove::gc(d),
+        Action::Limit { name, limits } => limits::limit(d, &name, &limits),
+        Action::Stats(n) => limits::stats(d, n.as_deref()),
+        Action::Inspect(n) => security::inspect_op(d, &n),
+        Action::Net => net::status(d, &state::state(d)),
+        Action::NetHosts => Ok(net::hosts(d)),
+        Action::Governor => Ok(governor::status(d)),
+    };
+    reply(&mut stream, answer)
+}
+
+/// Streamed: progress events, then one result (or error) event, as JSON lines.
+fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream) {
+    if stream
+        .write_all(&http::stream_head(200, "application/x-ndjson"))
+        .is_err()
+    {
+        return;
+    }
+    let mut emit = |v: Value| {
+        let _ = stream.write_all(format!("{v}\n").as_bytes());
+    };
+    let last = match store::install::install(d, names, &mut emit) {
+        Ok(v) => json!({"event": "done", "result": v}),
+        Err(e) => {
+            json!({"event": "error", "status": e.status(), "code": e.code(), "error": e.message})
+        }
+    };
+    let _ = stream.write_all(format!("{last}\n").as_bytes());
+}
+
+/// The ring saved when the container stopped, or the live ring from its shim; with
+/// `follow`, relayed until the container ends or the client goes away (a client that leaves
+/// a quiet container must not leave this thread behind).
+fn logs(d: &Daemon, name: &str, follow: bool, mut stream: UnixStream) {
+    let mut shim = match runtime::logs::logs(d, name, follow) {
+        Err(e) => return reply(&mut stream, Err(e)),
+        Ok(runtime::logs::Logs::Saved(bytes)) => {
+            let _ = stream.write_all(&http::response(200, "text/plain", &bytes));
+            return;
+        }
+        Ok(runtime::logs::Logs::Live(shim)) => shim,
+    };
+    if stream
+        .write_all(&http::stream_head(200, "text/plain"))
+        .is_err()
+    {
+        return;
+    }
+    use berth_sys::process::{poll, POLLHUP, POLLIN, POLLRDHUP};
+    use std::os::fd::AsRawFd;
+    let mut buf = [0u8; 8192];
+    while let Ok(rev) = poll(
+        &[(shim.as_raw_fd(), POLLIN), (stream.as_raw_fd(), POLLRDHUP)],
+        -1,
+    ) {
+        if rev[1] & (POLLRDHUP | POLLHUP) != 0 {
+            break;
+        }
+        if rev[0] == 0 {
+            continue;
+        }
+        match shim.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if stream.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_root_is_authorised_on_the_admin_socket() {
+        let a = Action::Gc;
+        assert!(authorise(Caller { uid: 0 }, &a).is_ok());
+        let e = authorise(Caller { uid: 1000 }, &a).unwrap_err();
+        assert_eq!(e.kind, Kind::Forbidden);
+        assert_eq!(e.status(), 403);
+    }
+}

@@ -1,0 +1,41 @@
+//! What berth keeps about a container's past for `berth status`: the memory guard's last
+//! kill, in memory and in `<run>/logs/NAME.guard` (tmpfs), so a restarted daemon still
+//! shows it. Removed with the package.
+
+use berth_core::supervise::GuardKill;
+use serde_json::{json, Value};
+
+use crate::daemon::context::Daemon;
+
+pub(crate) fn record_guard_kill(d: &Daemon, name: &str, k: &GuardKill) {
+    let v = json!({
+        "at": berth_sys::process::now_s(),
+        "pid": k.pid,
+        "init": k.init,
+        "rss": k.rss,
+        "priority": k.priority,
+        "available": k.available,
+        "threshold": d.cfg.guard.threshold,
+    });
+    let path = d.cfg.paths.guard_file(name);
+    if let Err(e) = berth_sys::fsutil::write_atomic(&path, v.to_string().as_bytes(), 0o600) {
+        log::warn!("memory guard: {}: {e}", path.display());
+    }
+    d.guard_kills.lock().unwrap().insert(name.to_string(), v);
+}
+
+/// The last guard kill of a container: this daemon's, or one a previous daemon recorded.
+pub(crate) fn last_guard_kill(d: &Daemon, name: &str) -> Value {
+    if let Some(v) = d.guard_kills.lock().unwrap().get(name) {
+        return v.clone();
+    }
+    std::fs::read(d.cfg.paths.guard_file(name))
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null)
+}
+
+pub(crate) fn forget(d: &Daemon, name: &str) {
+    let _ = std::fs::remove_file(d.cfg.paths.guard_file(name));
+    d.guard_kills.lock().unwrap().remove(name);
+}
