@@ -391,9 +391,68 @@ pub fn unlimited(version: CgroupVersion) -> Vec<(Controller, &'static str, Strin
     }
 }
 
+/// The limits this kernel can enforce, given the controllers it has (LXC fails a start on a
+/// file of a missing controller), and the controllers asked for that it lacks.
+pub fn enforceable(l: &Limits, controllers: &[&str]) -> (Limits, Vec<&'static str>) {
+    let has = |n: &str| controllers.contains(&n);
+    let mut out = l.clone();
+    let mut missing = Vec::new();
+    if !has("cpu") {
+        if l.cpu_weight.or(l.cpu_max_percent).is_some() {
+            missing.push("cpu");
+        }
+        out.cpu_weight = None;
+        out.cpu_max_percent = None;
+    }
+    if !has("memory") {
+        if l.memory_max.or(l.memory_soft).is_some() {
+            missing.push("memory");
+        }
+        out.memory_max = None;
+        out.memory_soft = None;
+    }
+    if !has("pids") {
+        if l.pids_max.is_some() {
+            missing.push("pids");
+        }
+        out.pids_max = None;
+    }
+    if !has("cpuset") {
+        if l.cpuset.is_some() {
+            missing.push("cpuset");
+        }
+        out.cpuset = None;
+    }
+    (out, missing)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_of_missing_controllers_are_left_out_and_named() {
+        let l = Limits {
+            cpu_weight: Some(50),
+            cpu_max_percent: Some(20),
+            memory_max: Some(64 << 20),
+            memory_soft: Some(32 << 20),
+            pids_max: Some(64),
+            cpuset: None,
+        };
+        let all = ["cpu", "cpuacct", "memory", "pids", "cpuset"];
+        assert_eq!(enforceable(&l, &all), (l.clone(), vec![]));
+        let (got, missing) = enforceable(&l, &["cpu", "pids"]);
+        assert_eq!(missing, vec!["memory"]);
+        assert_eq!((got.memory_max, got.memory_soft), (None, None));
+        assert_eq!((got.cpu_max_percent, got.pids_max), (Some(20), Some(64)));
+        // Nothing asked of a missing controller: nothing said about it.
+        let (got, missing) = enforceable(&Limits::default(), &[]);
+        assert_eq!((got, missing), (Limits::default(), vec![]));
+        let (got, missing) = enforceable(&l, &[]);
+        assert_eq!(missing, vec!["cpu", "memory", "pids"]);
+        assert_eq!(got, Limits::default());
+    }
     use crate::config::Config;
 
     const HOST: Host = Host {

@@ -268,9 +268,61 @@ pub fn host_base_target(rootfs: &Path, dir: &Path) -> PathBuf {
     rootfs.join(dir.strip_prefix("/").unwrap_or(dir))
 }
 
+/// Which of berth's mounts below `run` nothing uses any more, in the order to unmount them:
+/// per-container mounts (merged roots in `<run>/rootfs`, /data binds in `<run>/data`) not
+/// in `used` first, as they may sit on image mounts, then image mounts (`<run>/mnt`) not in
+/// `used`. Anything else below `run` is not berth's to release.
+pub fn unused_mounts(
+    mounts: &[PathBuf],
+    run: &Path,
+    used: &std::collections::BTreeSet<PathBuf>,
+) -> Vec<PathBuf> {
+    let (roots, data, images) = (run.join("rootfs"), run.join("data"), run.join("mnt"));
+    let below = |m: &Path, dir: &Path| m.starts_with(dir) && m != dir;
+    let per_container = mounts
+        .iter()
+        .filter(|m| below(m, &roots) || below(m, &data));
+    let image = mounts.iter().filter(|m| below(m, &images));
+    per_container
+        .chain(image)
+        .filter(|m| !used.contains(*m))
+        .cloned()
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unused_mounts_go_roots_first_and_nothing_used_or_foreign_goes() {
+        let run = Path::new("/run/berth");
+        let p = |s: &str| run.join(s);
+        let mounts = vec![
+            p("mnt/aa"),
+            p("mnt/bb"),
+            p("rootfs/app"),
+            p("data/app"),
+            p("data/web"),
+            p("mnt/cc"),
+            p("shim/web.sock"),
+            p("rootfs/app/proc"),
+        ];
+        let used: std::collections::BTreeSet<PathBuf> =
+            [p("mnt/bb"), p("data/web")].into_iter().collect();
+        assert_eq!(
+            unused_mounts(&mounts, run, &used),
+            vec![
+                p("rootfs/app"),
+                p("data/app"),
+                p("rootfs/app/proc"),
+                p("mnt/aa"),
+                p("mnt/cc")
+            ]
+        );
+        let all: std::collections::BTreeSet<PathBuf> = mounts.iter().cloned().collect();
+        assert!(unused_mounts(&mounts, run, &all).is_empty());
+    }
 
     fn manifest(extra: &str) -> Manifest {
         Manifest::parse(&format!(

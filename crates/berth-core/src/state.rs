@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::index::IndexEntry;
 use crate::manifest::Manifest;
 use crate::name::{Name, Version};
 
@@ -91,6 +92,46 @@ impl State {
     pub fn referenced_images(&self) -> BTreeSet<String> {
         self.packages.values().map(|p| p.sha256.clone()).collect()
     }
+
+    /// What installing `names` (whose closure in the index is `closure`, in order) does to
+    /// each package of the closure: kept as it is, or fetched, new or replacing an image.
+    pub fn install_steps(&self, closure: &[&IndexEntry], names: &[String]) -> Vec<InstallStep> {
+        closure
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let old = self.packages.get(e.name.as_str());
+                // Asked for by name now, or before: a dependency never demotes a package.
+                let explicit = names.iter().any(|n| n == e.name.as_str())
+                    || old.is_some_and(|p| p.explicit);
+                match old {
+                    Some(p) if p.sha256 == e.sha256 => InstallStep::Keep {
+                        name: e.name.to_string(),
+                        explicit,
+                    },
+                    _ => InstallStep::Fetch {
+                        entry: i,
+                        explicit,
+                        replaces: old.map(|p| p.version.clone()),
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
+/// One package's part in an install (`State::install_steps`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InstallStep {
+    /// Installed with this very image: only whether it was asked for by name may change.
+    Keep { name: String, explicit: bool },
+    /// Its image is to be fetched (`entry`: its place in the closure); `replaces` is the
+    /// version installed now, if any (an upgrade or a downgrade).
+    Fetch {
+        entry: usize,
+        explicit: bool,
+        replaces: Option<Version>,
+    },
 }
 
 /// The last index fetched with `berth update`, kept with its signature so it is verified
@@ -129,6 +170,67 @@ mod tests {
             manifest: m,
             installed_at: 0,
         }
+    }
+
+    fn entry(p: &Installed) -> IndexEntry {
+        IndexEntry {
+            name: p.name.clone(),
+            version: p.version.clone(),
+            description: String::new(),
+            file: format!("{}.sqfs", p.name),
+            sha256: p.sha256.clone(),
+            size: p.size,
+            depends: p.depends.clone(),
+            trusted: false,
+            manifest: p.manifest.summary(),
+        }
+    }
+
+    #[test]
+    fn an_install_keeps_what_is_there_and_fetches_the_rest() {
+        let mut old = State::default();
+        let mut lib = installed("lib", &[], "aa");
+        lib.explicit = false;
+        old.packages.insert("lib".into(), lib.clone());
+        old.packages.insert("app".into(), installed("app", &["lib"], "bb"));
+        // The index now: lib unchanged, app upgraded (another image), tool new.
+        let lib_e = entry(&lib);
+        let mut app_e = entry(&old.packages["app"]);
+        app_e.sha256 = "cc".into();
+        app_e.version = Version::parse("2.0").unwrap();
+        let tool_e = entry(&installed("tool", &["lib"], "dd"));
+        let closure = [&lib_e, &app_e, &tool_e];
+        let steps = old.install_steps(&closure, &["tool".to_string()]);
+        assert_eq!(
+            steps,
+            vec![
+                // a dependency stays a dependency
+                InstallStep::Keep {
+                    name: "lib".into(),
+                    explicit: false
+                },
+                // asked for by name before: still explicit; an upgrade of version 1.0
+                InstallStep::Fetch {
+                    entry: 1,
+                    explicit: true,
+                    replaces: Some(Version::parse("1.0").unwrap())
+                },
+                InstallStep::Fetch {
+                    entry: 2,
+                    explicit: true,
+                    replaces: None
+                },
+            ]
+        );
+        // Asking for a dependency by name makes it explicit, without a fetch.
+        let steps = old.install_steps(&[&lib_e], &["lib".to_string()]);
+        assert_eq!(
+            steps,
+            vec![InstallStep::Keep {
+                name: "lib".into(),
+                explicit: true
+            }]
+        );
     }
 
     #[test]

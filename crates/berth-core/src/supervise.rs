@@ -5,39 +5,52 @@
 //! carries the actions out; timers, signals and mounts stay there, so every decision here is
 //! tested from tables, without root.
 //!
-//! Restarts back off exponentially (`backoff_ms`, doubled per restart up to
-//! `backoff_max_ms`); more than `loop_restarts` restarts within `loop_window_ms` is a crash
-//! loop: the machine gives up until the operator starts the container again. A container
-//! that ran for a whole window before it ended starts from a clean slate.
+//! Restarts back off exponentially (`delay_ms`, doubled per restart up to `delay_max_ms`);
+//! a failure after `max_retries` restarts within `window_ms` is a crash loop: the machine
+//! gives up until the operator starts the container again. A container that ran for a whole
+//! window before it ended starts from a clean slate.
 
-/// When a container that ended on its own is started again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Restart {
-    /// Never (the default): it stays stopped until the operator starts it.
-    No,
-    /// After a failure: an exit code other than 0, a killing signal, a failed start.
-    OnFailure,
-    /// After any end the operator did not ask for.
-    Always,
-}
+use crate::manifest::{Restart, RestartPolicy};
 
+/// A container's restart policy: the manifest's `[restart]` (`policy`, `max_retries`,
+/// `delay`), plus the cap on the doubling delay and the crash-loop window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
-    pub restart: Restart,
-    pub backoff_ms: u64,
-    pub backoff_max_ms: u64,
-    pub loop_restarts: u32,
-    pub loop_window_ms: u64,
+    pub restart: RestartPolicy,
+    /// The first delay before a restart; doubled after each, up to `delay_max_ms`.
+    pub delay_ms: u64,
+    pub delay_max_ms: u64,
+    /// Restarts allowed within `window_ms`; one more failure is a crash loop.
+    pub max_retries: u32,
+    pub window_ms: u64,
 }
 
-impl Default for Policy {
-    fn default() -> Policy {
+/// The longest delay between restarts, whatever the doubling reaches.
+pub const DELAY_MAX_MS: u64 = 60_000;
+/// Restarts older than this no longer count towards a crash loop; a container that ran this
+/// long before it ended starts from a clean slate.
+pub const WINDOW_MS: u64 = 300_000;
+
+impl Policy {
+    /// No restarts: a container that ends stays stopped until the operator starts it.
+    pub fn never() -> Policy {
         Policy {
-            restart: Restart::No,
-            backoff_ms: 1_000,
-            backoff_max_ms: 60_000,
-            loop_restarts: 5,
-            loop_window_ms: 300_000,
+            restart: RestartPolicy::Never,
+            delay_ms: crate::manifest::DEFAULT_RESTART_DELAY_MS,
+            delay_max_ms: DELAY_MAX_MS,
+            max_retries: crate::manifest::DEFAULT_MAX_RETRIES,
+            window_ms: WINDOW_MS,
+        }
+    }
+
+    /// The policy a manifest's `[restart]` asks for.
+    pub fn of(r: &Restart) -> Policy {
+        Policy {
+            restart: r.policy,
+            delay_ms: r.delay_ms,
+            delay_max_ms: DELAY_MAX_MS.max(r.delay_ms),
+            max_retries: r.max_retries,
+            window_ms: WINDOW_MS,
         }
     }
 }
@@ -140,7 +153,7 @@ impl Machine {
             phase: Phase::Stopped,
             started_ms: None,
             restarts: Vec::new(),
-            delay_ms: policy.backoff_ms,
+            delay_ms: policy.delay_ms,
         }
     }
 
@@ -162,7 +175,7 @@ impl Machine {
                 if matches!(self.phase, Phase::GaveUp | Phase::Stopped) && *ev == Event::Started {
                     // The operator's start: a clean slate.
                     self.restarts.clear();
-                    self.delay_ms = policy.backoff_ms;
+                    self.delay_ms = policy.delay_ms;
                 }
                 self.phase = Phase::Running;
                 self.started_ms = Some(now_ms);
@@ -218,24 +231,24 @@ impl Machine {
         }
         if self
             .started_ms
-            .is_some_and(|t| now_ms.saturating_sub(t) >= policy.loop_window_ms)
+            .is_some_and(|t| now_ms.saturating_sub(t) >= policy.window_ms)
         {
             self.restarts.clear();
-            self.delay_ms = policy.backoff_ms;
+            self.delay_ms = policy.delay_ms;
         }
         let restart = !wanted_end
             && match policy.restart {
-                Restart::No => false,
-                Restart::OnFailure => failed,
-                Restart::Always => true,
+                RestartPolicy::Never => false,
+                RestartPolicy::OnFailure => failed,
+                RestartPolicy::Always => true,
             };
         if !restart {
             self.phase = Phase::Stopped;
             return out;
         }
         self.restarts
-            .retain(|t| now_ms.saturating_sub(*t) < policy.loop_window_ms);
-        if self.restarts.len() >= policy.loop_restarts as usize {
+            .retain(|t| now_ms.saturating_sub(*t) < policy.window_ms);
+        if self.restarts.len() >= policy.max_retries as usize {
             self.phase = Phase::GaveUp;
             out.push(Action::Report(Report::CrashLoop {
                 restarts: self.restarts.len() as u32,
@@ -244,7 +257,7 @@ impl Machine {
         }
         let until_ms = now_ms + self.delay_ms;
         self.restarts.push(now_ms);
-        self.delay_ms = (self.delay_ms * 2).min(policy.backoff_max_ms);
+        self.delay_ms = (self.delay_ms * 2).min(policy.delay_max_ms);
         self.phase = Phase::Waiting { until_ms };
         out.push(Action::Hold { until_ms });
         out
@@ -268,10 +281,10 @@ mod tests {
         signal: Some(9),
     };
 
-    fn policy(restart: Restart) -> Policy {
+    fn policy(restart: RestartPolicy) -> Policy {
         Policy {
             restart,
-            ..Policy::default()
+            ..Policy::never()
         }
     }
 
@@ -287,7 +300,7 @@ mod tests {
 
     #[test]
     fn without_a_restart_policy_an_end_releases_and_reports_failures_only() {
-        let p = policy(Restart::No);
+        let p = policy(RestartPolicy::Never);
         table(
             &p,
             &[
@@ -308,7 +321,7 @@ mod tests {
 
     #[test]
     fn an_operator_stop_is_no_failure_and_restarts_nothing() {
-        for r in [Restart::No, Restart::OnFailure, Restart::Always] {
+        for r in [RestartPolicy::Never, RestartPolicy::OnFailure, RestartPolicy::Always] {
             table(
                 &policy(r),
                 &[
@@ -324,11 +337,11 @@ mod tests {
     #[test]
     fn on_failure_restarts_with_a_doubling_delay_and_gives_up_on_a_crash_loop() {
         let p = Policy {
-            restart: Restart::OnFailure,
-            backoff_ms: 100,
-            backoff_max_ms: 300,
-            loop_restarts: 3,
-            loop_window_ms: 10_000,
+            restart: RestartPolicy::OnFailure,
+            delay_ms: 100,
+            delay_max_ms: 300,
+            max_retries: 3,
+            window_ms: 10_000,
         };
         let failed = |e: Exit| vec![Action::Release, Action::Report(Report::Failed(Some(e)))];
         let hold = |e: Exit, until_ms: u64| {
@@ -388,11 +401,11 @@ mod tests {
     #[test]
     fn always_restarts_after_a_clean_exit_and_a_long_run_resets_the_delay() {
         let p = Policy {
-            restart: Restart::Always,
-            backoff_ms: 100,
-            backoff_max_ms: 1_000,
-            loop_restarts: 5,
-            loop_window_ms: 1_000,
+            restart: RestartPolicy::Always,
+            delay_ms: 100,
+            delay_max_ms: 1_000,
+            max_retries: 5,
+            window_ms: 1_000,
         };
         table(
             &p,
@@ -427,7 +440,7 @@ mod tests {
 
     #[test]
     fn at_boot_the_operators_last_word_decides() {
-        let p = policy(Restart::No);
+        let p = policy(RestartPolicy::Never);
         let boot = |running, autostart, ended| Event::Boot {
             running,
             autostart,
@@ -449,7 +462,7 @@ mod tests {
                 Phase::Stopped,
             )],
         );
-        let p = policy(Restart::OnFailure);
+        let p = policy(RestartPolicy::OnFailure);
         table(
             &p,
             &[(
@@ -466,7 +479,7 @@ mod tests {
 
     #[test]
     fn health_failures_and_guard_kills_are_reported() {
-        let p = policy(Restart::No);
+        let p = policy(RestartPolicy::Never);
         let k = GuardKill {
             pid: 42,
             init: false,
@@ -487,5 +500,24 @@ mod tests {
                 ),
             ],
         );
+    }
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_restart_section_becomes_a_policy() {
+        let p = Policy::of(&Restart {
+            policy: RestartPolicy::Always,
+            max_retries: 2,
+            delay_ms: 90_000,
+        });
+        assert_eq!(p.restart, RestartPolicy::Always);
+        assert_eq!((p.max_retries, p.delay_ms), (2, 90_000));
+        // A first delay above the cap raises the cap: never shorter than asked.
+        assert_eq!(p.delay_max_ms, 90_000);
+        assert_eq!(Policy::never().restart, RestartPolicy::Never);
     }
 }

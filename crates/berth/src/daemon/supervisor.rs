@@ -116,7 +116,7 @@ impl Supervisor {
             machines: BTreeMap::new(),
             // Restart policies per package come with their manifest keys; until then no
             // container is restarted by berth.
-            policy: Policy::default(),
+            policy: Policy::never(),
             t0: Instant::now(),
         }
     }

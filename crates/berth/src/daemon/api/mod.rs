@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::{governor, limits, net, runtime, security, state, status, store};
+use crate::daemon::{governor, net, runtime, security, state, status, store};
 use request::Action;
 
 /// Who sent a request: the admin socket's peer, by its uid (checked again at accept).
@@ -65,8 +65,8 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::Stop { name, timeout } => runtime::stop::stop(d, &name, timeout),
         Action::Restart(n) => runtime::stop::restart(d, &n),
         Action::Gc => store::remove::gc(d),
-        Action::Limit { name, limits } => limits::limit(d, &name, &limits),
-        Action::Stats(n) => limits::stats(d, n.as_deref()),
+        Action::Limit { name, limits } => runtime::limit::limit(d, &name, &limits),
+        Action::Stats(n) => runtime::limit::stats(d, n.as_deref()),
         Action::Inspect(n) => security::inspect_op(d, &n),
         Action::Net => net::status(d, &state::state(d)),
         Action::NetHosts => Ok(net::hosts(d)),

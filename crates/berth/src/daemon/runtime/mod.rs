@@ -3,6 +3,7 @@
 pub(crate) mod mounts;
 pub(crate) mod probe;
 pub(crate) mod start;
+pub(crate) mod limit;
 pub(crate) mod logs;
 pub(crate) mod stop;
 pub(crate) mod watch;

@@ -59,43 +59,32 @@ pub(crate) fn running_layers(d: &Daemon, st: &State, p: &Installed) -> Vec<Strin
     }
 }
 
-/// Unmounts every image mount and merged root that no running container uses.
+/// Unmounts every merged root, /data bind and image mount that nothing uses (the choice is
+/// `plan::unused_mounts`).
 pub(crate) fn release_mounts(d: &Daemon) {
     let st = state::state(d);
-    let mut used_images = BTreeSet::new();
-    let mut used_roots = BTreeSet::new();
+    let paths = &d.cfg.paths;
     // Images of installed packages stay mounted once mounted: a later start finds their
     // pages (decompressed squashfs blocks) still cached, which halves the start time of a
     // package whose files are large.
+    let mut used: BTreeSet<PathBuf> = st
+        .packages
+        .values()
+        .map(|p| paths.image_mount(&p.sha256))
+        .collect();
     for p in st.packages.values() {
-        used_images.insert(d.cfg.paths.image_mount(&p.sha256));
-    }
-    for p in st.packages.values() {
-        if probe::is_running(d, p.name.as_str()) {
-            used_roots.insert(d.cfg.paths.rootfs(p.name.as_str()));
-            used_roots.insert(d.cfg.paths.data_mount(p.name.as_str()));
-            for l in running_layers(d, &st, p) {
-                used_images.insert(d.cfg.paths.image_mount(&l));
-            }
+        let n = p.name.as_str();
+        if probe::is_running(d, n) {
+            used.extend([paths.rootfs(n), paths.data_mount(n)]);
+            used.extend(running_layers(d, &st, p).iter().map(|l| paths.image_mount(l)));
         }
     }
-    let rootfs_dir = d.cfg.paths.run.join("rootfs");
-    let data_dir = d.cfg.paths.run.join("data");
-    let mnt_dir = d.cfg.paths.run.join("mnt");
-    // Roots first: they sit on the image mounts.
-    let mut all = mounts(d);
-    all.sort_by_key(|p| !p.starts_with(&rootfs_dir));
-    for m in all {
-        let per_container = m.starts_with(&rootfs_dir) || m.starts_with(&data_dir);
-        let unused = (per_container && !used_roots.contains(&m))
-            || (m.starts_with(&mnt_dir) && !used_images.contains(&m));
-        if unused {
-            match berth_sys::mount::umount(&m, false) {
-                Ok(_) => {
-                    let _ = std::fs::remove_dir(&m);
-                }
-                Err(e) => log::warn!("cannot unmount {}: {e}", m.display()),
+    for m in plan::unused_mounts(&mounts(d), &paths.run, &used) {
+        match berth_sys::mount::umount(&m, false) {
+            Ok(_) => {
+                let _ = std::fs::remove_dir(&m);
             }
+            Err(e) => log::warn!("cannot unmount {}: {e}", m.display()),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use berth_core::index::IndexEntry;
 use berth_core::manifest::Manifest;
-use berth_core::state::Installed;
+use berth_core::state::{InstallStep, Installed};
 use berth_sys::fsutil::fsync_dir;
 use serde_json::{json, Value};
 
@@ -50,15 +50,22 @@ pub(crate) fn install(
         security::check(&d.cfg, e.name.as_str(), &asked, e.trusted)?;
     }
     let old = state::state(d);
+    let steps = old.install_steps(&closure, names);
     // Upgrading a running package in place would pull its root out from under it.
-    for e in &closure {
-        if let Some(p) = old.packages.get(e.name.as_str()) {
-            if p.sha256 != e.sha256 && probe::is_running(d, e.name.as_str()) {
+    for step in &steps {
+        if let InstallStep::Fetch {
+            entry,
+            replaces: Some(running_version),
+            ..
+        } = step
+        {
+            let e = closure[*entry];
+            if probe::is_running(d, e.name.as_str()) {
                 return Err(Error::new(
                     Kind::Running,
                     format!(
-                        "{} is running {}; stop it before installing {}",
-                        e.name, p.version, e.version
+                        "{} is running {running_version}; stop it before installing {}",
+                        e.name, e.version
                     ),
                 ));
             }
@@ -66,38 +73,35 @@ pub(crate) fn install(
     }
     let mut new = old.clone();
     let mut done = Vec::new();
-    for e in &closure {
-        let same = old
-            .packages
-            .get(e.name.as_str())
-            .is_some_and(|p| p.sha256 == e.sha256);
-        let explicit = names.iter().any(|n| n == e.name.as_str())
-            || old
-                .packages
-                .get(e.name.as_str())
-                .is_some_and(|p| p.explicit);
-        if same {
-            if let Some(p) = new.packages.get_mut(e.name.as_str()) {
-                p.explicit = explicit;
+    for step in steps {
+        match step {
+            InstallStep::Keep { name, explicit } => {
+                if let Some(p) = new.packages.get_mut(&name) {
+                    p.explicit = explicit;
+                }
             }
-            continue;
+            InstallStep::Fetch {
+                entry, explicit, ..
+            } => {
+                let e = closure[entry];
+                let manifest = fetch_image(d, &cache.url, e, emit)?;
+                new.packages.insert(
+                    e.name.to_string(),
+                    Installed {
+                        name: e.name.clone(),
+                        version: e.version.clone(),
+                        sha256: e.sha256.clone(),
+                        size: e.size,
+                        trusted: e.trusted,
+                        explicit,
+                        depends: e.depends.clone(),
+                        manifest,
+                        installed_at: berth_sys::process::now_s(),
+                    },
+                );
+                done.push(json!({"name": e.name.as_str(), "version": e.version.to_string()}));
+            }
         }
-        let manifest = fetch_image(d, &cache.url, e, emit)?;
-        new.packages.insert(
-            e.name.to_string(),
-            Installed {
-                name: e.name.clone(),
-                version: e.version.clone(),
-                sha256: e.sha256.clone(),
-                size: e.size,
-                trusted: e.trusted,
-                explicit,
-                depends: e.depends.clone(),
-                manifest,
-                installed_at: berth_sys::process::now_s(),
-            },
-        );
-        done.push(json!({"name": e.name.as_str(), "version": e.version.to_string()}));
     }
     fault::point("install.before-commit");
     state::commit_state(d, new)?;

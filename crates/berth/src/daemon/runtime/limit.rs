@@ -1,0 +1,157 @@
+//! `berth limit` (a running container's limits changed in place, kept for the next start)
+//! and `berth stats` (the group's and the containers' cgroup counters).
+
+use std::time::{Duration, Instant};
+
+use berth_core::cgroup::{self as cg, Limits, Overrides};
+use berth_sys::cgroupfs;
+use serde_json::{json, Value};
+
+use crate::daemon::cgroups;
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::governor;
+use crate::daemon::limits;
+use crate::daemon::runtime::probe;
+use crate::daemon::state;
+
+/// `berth limit NAME [--cpu P%] [--memory SIZE] [--pids N]`: checked against the policy,
+/// written into the running container's cgroup, and kept for the next start.
+pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> {
+    let _op = d.op.lock().unwrap();
+    let p = state::installed(d, name)?;
+    let old = limits::load_overrides(&d.cfg, name);
+    let ov = old.merged(newer);
+    let limits = limits::limits_of(d, &p, &ov)?;
+    let running = probe::is_running(d, name);
+    let mut applied = false;
+    if running && *newer != Overrides::default() {
+        let c = d.host
+            .cgroups
+            .as_ref()
+            .map_err(|e| Error::new(Kind::NoCgroups, format!("cannot change limits: {e}")))?;
+        let version = cgroups::core_version(c);
+        // Only what this request changes: the other files already hold their values.
+        let changed = Limits {
+            cpu_max_percent: newer
+                .cpu_max_percent
+                .and(limits.cpu_max_percent)
+                .map(|p| governor::fit_container_cpu(d, name, p)),
+            memory_max: newer.memory_max.and(limits.memory_max),
+            memory_soft: newer.memory_max.and(limits.memory_soft),
+            pids_max: newer.pids_max.and(limits.pids_max),
+            ..Limits::default()
+        };
+        let files = cg::files(version, &changed);
+        let a = c
+            .apply(
+                &cgroups::container_cgroup(d, name),
+                files.iter().map(|(k, f, v)| (k.name(), *f, v.as_str())),
+            )
+            .map_err(|e| {
+                Error::new(
+                    Kind::LimitFailed,
+                    format!("{name}: {e} (the limits were not changed)"),
+                )
+            })?;
+        if let Some(note) = a.missing_note() {
+            log::warn!("{name}: {note}");
+        }
+        applied = true;
+    }
+    if ov != old {
+        limits::save_overrides(d, name, &ov)?;
+        log::info!("{name}: limits set to {}", ov.to_json());
+    }
+    Ok(json!({
+        "name": name,
+        "running": running,
+        "applied": applied,
+        "overrides": ov.to_json(),
+        "limits": limits.to_json(),
+    }))
+}
+
+/// One cgroup's counters as JSON; `cpu_percent` (of one CPU) from two usage samples.
+pub(crate) fn stats_json(s0: &cgroupfs::Stats, s1: &cgroupfs::Stats, elapsed: Duration) -> Value {
+    let cpu_percent = match (s0.cpu_usage_usec, s1.cpu_usage_usec) {
+        (Some(a), Some(b)) if elapsed.as_micros() > 0 => {
+            Some(b.saturating_sub(a) as f64 * 100.0 / elapsed.as_micros() as f64)
+        }
+        _ => None,
+    };
+    let cpu_max_percent = match (s1.cpu_quota_us, s1.cpu_period_us) {
+        (Some(q), Some(p)) if p > 0 => Some(q * 100 / p),
+        _ => None,
+    };
+    let mut m = serde_json::Map::new();
+    m.insert(
+        "cpu_percent".into(),
+        cpu_percent.map(|p| (p * 10.0).round() / 10.0).into(),
+    );
+    m.insert("cpu_max_percent".into(), cpu_max_percent.into());
+    // A table, not json!: one insert loop instead of a serializer call per field.
+    for (k, v) in [
+        ("cpu_usage_usec", s1.cpu_usage_usec),
+        ("nr_periods", s1.nr_periods),
+        ("nr_throttled", s1.nr_throttled),
+        ("throttled_usec", s1.throttled_usec),
+        ("memory_current", s1.memory_current),
+        ("memory_peak", s1.memory_peak),
+        ("memory_max", s1.memory_max),
+        ("oom_kills", s1.oom_kills),
+        ("pids_current", s1.pids_current),
+        ("pids_max", s1.pids_max),
+    ] {
+        m.insert(k.into(), v.into());
+    }
+    Value::Object(m)
+}
+
+/// How long `berth stats` samples CPU usage.
+pub(crate) const STATS_SAMPLE: Duration = Duration::from_millis(500);
+
+pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
+    let c = d.host
+        .cgroups
+        .as_ref()
+        .map_err(|e| Error::new(Kind::NoCgroups, format!("no stats: {e}")))?;
+    let st = state::state(d);
+    if let Some(n) = name {
+        state::installed(d, n)?;
+    }
+    let names: Vec<String> = st
+        .packages
+        .keys()
+        .filter(|n| match name {
+            Some(x) => x == n.as_str(),
+            None => true,
+        })
+        .filter(|n| probe::is_running(d, n))
+        .cloned()
+        .collect();
+    let group = d.cfg.cgroup_parent.clone();
+    let rels: Vec<String> = std::iter::once(group.clone())
+        .chain(names.iter().map(|n| cgroups::container_cgroup(d, n)))
+        .collect();
+    let t0 = Instant::now();
+    let first: Vec<cgroupfs::Stats> = rels.iter().map(|r| c.stats(r)).collect();
+    std::thread::sleep(STATS_SAMPLE);
+    let elapsed = t0.elapsed();
+    let second: Vec<cgroupfs::Stats> = rels.iter().map(|r| c.stats(r)).collect();
+    let mut containers = Vec::new();
+    for (i, n) in names.iter().enumerate() {
+        let mut v = stats_json(&first[i + 1], &second[i + 1], elapsed);
+        v["name"] = json!(n);
+        containers.push(v);
+    }
+    let mut g = stats_json(&first[0], &second[0], elapsed);
+    g["cgroup"] = json!(group);
+    Ok(json!({
+        "cgroup_version": cgroups::core_version(c).name(),
+        "cpus": d.host.host.cpus,
+        "sample_ms": elapsed.as_millis() as u64,
+        "group": g,
+        "containers": containers,
+    }))
+}
