@@ -1,0 +1,836 @@
+//! The command line as typed values: pure functions from the words after `berth` to a command
+//! and its options. Every refusal is a [`Usage`] error (exit 2), worded as berth always has.
+
+use std::path::PathBuf;
+
+/// A command line berth cannot make sense of: exit status 2 and a pointer to `--help`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Usage(pub String);
+
+impl std::fmt::Display for Usage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Usage {}
+
+fn usage(msg: impl Into<String>) -> Usage {
+    Usage(msg.into())
+}
+
+/// The flags every command shares.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Global {
+    pub config: PathBuf,
+    pub json: bool,
+}
+
+/// What the whole line asks for, once the global flags are taken out.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Line {
+    Help,
+    Run {
+        global: Global,
+        command: String,
+        args: Vec<String>,
+    },
+}
+
+/// Takes `--json` and `--config FILE` from anywhere on the line (even after the command, even
+/// where another option expects a value); `-h`, `--help` or `help` only before the command.
+/// A refusal here is printed with the whole usage text, hence a bare message.
+pub fn global(args: Vec<String>, config: PathBuf) -> Result<Line, &'static str> {
+    let mut global = Global {
+        config,
+        json: false,
+    };
+    let mut rest = Vec::new();
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--json" => global.json = true,
+            "--config" => global.config = it.next().ok_or("--config needs a file")?.into(),
+            "-h" | "--help" | "help" if rest.is_empty() => return Ok(Line::Help),
+            _ => rest.push(a),
+        }
+    }
+    if rest.is_empty() {
+        return Err("no command given");
+    }
+    let command = rest.remove(0);
+    Ok(Line::Run {
+        global,
+        command,
+        args: rest,
+    })
+}
+
+/// The words after an option, from which it takes its value.
+type Words<'a> = std::slice::Iter<'a, String>;
+
+/// Reads one command's arguments: each word that looks like an option (`-t`, `--timeout`)
+/// goes to `option`, which takes its value from the words that follow if it has one and says
+/// whether it knows the option; the other words are returned in order.
+///
+/// Options are matched whole: no `--timeout=5`, `-t5` or `-fr`, and `--` is an unknown
+/// option. A parser crate (lexopt) would read those, but costs the device build ~5 KiB.
+fn scan(
+    args: &[String],
+    option: &mut dyn FnMut(&str, &mut Words) -> Result<bool, Usage>,
+) -> Result<Vec<String>, Usage> {
+    let mut words = args.iter();
+    let mut pos = Vec::new();
+    while let Some(w) = words.next() {
+        if w.len() < 2 || !w.starts_with('-') {
+            pos.push(w.clone());
+        } else if !option(w, &mut words)? {
+            return Err(usage(format!("unknown option {w}")));
+        }
+    }
+    Ok(pos)
+}
+
+/// An option's value: the next word, even one that looks like an option (`-t -5`).
+fn value(words: &mut Words, option: &str) -> Result<String, Usage> {
+    words
+        .next()
+        .cloned()
+        .ok_or_else(|| usage(format!("{option} needs a value")))
+}
+
+/// Keeps the first of repeated values, as berth always has.
+fn first(slot: &mut Option<String>, words: &mut Words, option: &str) -> Result<bool, Usage> {
+    let v = value(words, option)?;
+    slot.get_or_insert(v);
+    Ok(true)
+}
+
+/// Sets a switch.
+fn on(flag: &mut bool) -> Result<bool, Usage> {
+    *flag = true;
+    Ok(true)
+}
+
+/// A command with neither options nor positionals it looks at.
+fn bare(args: &[String]) -> Result<Vec<String>, Usage> {
+    scan(args, &mut |_, _| Ok(false))
+}
+
+/// The one positional, called `what` in messages.
+fn one(pos: Vec<String>, what: &str) -> Result<String, Usage> {
+    let n = pos.len();
+    match <[String; 1]>::try_from(pos) {
+        Ok([x]) => Ok(x),
+        Err(_) if n == 0 => Err(usage(format!("missing {what}"))),
+        Err(_) => Err(usage(format!("expected one {what}, got {n}"))),
+    }
+}
+
+/// A package name, checked here so a typo gets a clear message (and never reaches a request
+/// line).
+fn package_name(n: String) -> Result<String, Usage> {
+    berth_core::name::Name::parse(&n).map_err(|e| usage(e.to_string()))?;
+    Ok(n)
+}
+
+fn one_name(args: &[String]) -> Result<String, Usage> {
+    package_name(one(bare(args)?, "package name")?)
+}
+
+/// At most one positional, refused with `msg` past that.
+fn at_most_one(pos: Vec<String>, msg: &str) -> Result<Option<String>, Usage> {
+    match pos.len() {
+        0 | 1 => Ok(pos.into_iter().next()),
+        _ => Err(usage(msg)),
+    }
+}
+
+/// `berth daemon`.
+pub fn daemon(args: &[String]) -> Result<(), Usage> {
+    match bare(args)?.is_empty() {
+        true => Ok(()),
+        false => Err(usage("daemon takes no arguments")),
+    }
+}
+
+/// The commands that talk to the daemon, by family.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Device {
+    Packages(Packages),
+    Containers(Containers),
+    Resources(Resources),
+    Net { hosts: bool },
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Packages {
+    Update { reset_serial: bool },
+    List(Lists),
+    Install(Vec<String>),
+    Remove { names: Vec<String>, purge: bool },
+    Gc,
+}
+
+/// The sections `berth list` shows (all of them when no option picks some).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Lists {
+    pub installed: bool,
+    pub available: bool,
+    pub upgradable: bool,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Containers {
+    Start(String),
+    Restart(String),
+    Stop {
+        name: String,
+        timeout: Option<u32>,
+    },
+    Status(Option<String>),
+    Logs {
+        name: String,
+        follow: bool,
+        raw: bool,
+    },
+    Inspect(String),
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Resources {
+    Limit(Limit),
+    Stats(Option<String>),
+    Governor,
+}
+
+/// `berth limit NAME [--cpu P%] [--memory SIZE] [--pids N]`: CPU and memory go to the daemon
+/// as written (it reads their units).
+#[derive(Debug, PartialEq, Eq)]
+pub struct Limit {
+    pub name: String,
+    pub cpu: Option<String>,
+    pub memory: Option<String>,
+    pub pids: Option<u32>,
+}
+
+/// A device command: `command` is the word after the global flags.
+pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
+    use Containers as C;
+    use Packages as P;
+    use Resources as R;
+    Ok(match command {
+        "update" => Device::Packages(update(args)?),
+        "list" => Device::Packages(P::List(list(args)?)),
+        "install" => Device::Packages(install(args)?),
+        "remove" => Device::Packages(remove(args)?),
+        "gc" => {
+            // Positionals were never looked at.
+            bare(args)?;
+            Device::Packages(P::Gc)
+        }
+        "start" => Device::Containers(C::Start(one_name(args)?)),
+        "restart" => Device::Containers(C::Restart(one_name(args)?)),
+        "stop" => Device::Containers(stop(args)?),
+        "status" => Device::Containers(C::Status(
+            at_most_one(bare(args)?, "status takes at most one name")?
+                .map(package_name)
+                .transpose()?,
+        )),
+        "logs" => Device::Containers(logs(args)?),
+        "inspect" => match <[String; 1]>::try_from(bare(args)?) {
+            Ok([n]) => Device::Containers(C::Inspect(package_name(n)?)),
+            Err(_) => return Err(usage("inspect takes one name")),
+        },
+        "limit" => Device::Resources(R::Limit(limit(args)?)),
+        // The daemon checks this name.
+        "stats" => Device::Resources(R::Stats(at_most_one(
+            bare(args)?,
+            "stats takes at most one name",
+        )?)),
+        "governor" => {
+            bare(args)?;
+            Device::Resources(R::Governor)
+        }
+        "net" => Device::Net {
+            hosts: match bare(args)?.as_slice() {
+                [] => false,
+                [h] if h == "hosts" => true,
+                _ => return Err(usage("net takes no argument but \"hosts\"")),
+            },
+        },
+        _ => return Err(usage(format!("unknown command {command:?}"))),
+    })
+}
+
+fn update(args: &[String]) -> Result<Packages, Usage> {
+    let mut reset_serial = false;
+    let pos = scan(args, &mut |o, _| match o {
+        "--reset-serial" => on(&mut reset_serial),
+        _ => Ok(false),
+    })?;
+    if !pos.is_empty() {
+        return Err(usage("update takes no arguments besides --reset-serial"));
+    }
+    Ok(Packages::Update { reset_serial })
+}
+
+fn list(args: &[String]) -> Result<Lists, Usage> {
+    let (mut installed, mut available, mut upgradable) = (false, false, false);
+    // Positionals were never looked at.
+    scan(args, &mut |o, _| match o {
+        "--installed" => on(&mut installed),
+        "--available" => on(&mut available),
+        "--upgradable" => on(&mut upgradable),
+        _ => Ok(false),
+    })?;
+    let all = !(installed || available || upgradable);
+    Ok(Lists {
+        installed: all || installed,
+        available: all || available,
+        upgradable: all || upgradable,
+    })
+}
+
+fn install(args: &[String]) -> Result<Packages, Usage> {
+    // Names are checked by the daemon, which says which one it does not know.
+    let names = bare(args)?;
+    if names.is_empty() {
+        return Err(usage("install needs at least one package name"));
+    }
+    Ok(Packages::Install(names))
+}
+
+fn remove(args: &[String]) -> Result<Packages, Usage> {
+    let mut purge = false;
+    let names = scan(args, &mut |o, _| match o {
+        "--purge" => on(&mut purge),
+        _ => Ok(false),
+    })?;
+    if names.is_empty() {
+        return Err(usage("remove needs at least one package name"));
+    }
+    Ok(Packages::Remove { names, purge })
+}
+
+fn stop(args: &[String]) -> Result<Containers, Usage> {
+    let mut timeout = None;
+    let pos = scan(args, &mut |o, p| match o {
+        "-t" | "--timeout" => first(&mut timeout, p, o),
+        _ => Ok(false),
+    })?;
+    let name = package_name(one(pos, "package name")?)?;
+    let timeout = match timeout {
+        Some(t) => Some(
+            t.parse()
+                .map_err(|_| usage(format!("-t {t}: expected seconds")))?,
+        ),
+        None => None,
+    };
+    Ok(Containers::Stop { name, timeout })
+}
+
+fn logs(args: &[String]) -> Result<Containers, Usage> {
+    let (mut follow, mut raw) = (false, false);
+    let pos = scan(args, &mut |o, _| match o {
+        "-f" | "--follow" => on(&mut follow),
+        "--raw" => on(&mut raw),
+        _ => Ok(false),
+    })?;
+    let name = package_name(one(pos, "package name")?)?;
+    Ok(Containers::Logs { name, follow, raw })
+}
+
+fn limit(args: &[String]) -> Result<Limit, Usage> {
+    let (mut cpu, mut memory, mut pids) = (None, None, None);
+    let pos = scan(args, &mut |o, p| match o {
+        "--cpu" => first(&mut cpu, p, o),
+        "--memory" => first(&mut memory, p, o),
+        "--pids" => first(&mut pids, p, o),
+        _ => Ok(false),
+    })?;
+    let name = package_name(one(pos, "package name")?)?;
+    let pids = match pids {
+        Some(n) => Some(
+            n.parse()
+                .map_err(|_| usage(format!("--pids {n}: expected a number")))?,
+        ),
+        None => None,
+    };
+    Ok(Limit {
+        name,
+        cpu,
+        memory,
+        pids,
+    })
+}
+
+/// The vendor tools' commands.
+#[cfg(feature = "vendor")]
+#[derive(Debug, PartialEq, Eq)]
+pub enum Vendor {
+    Key {
+        prefix: String,
+        comment: Option<String>,
+    },
+    Pack {
+        dir: String,
+        out: String,
+    },
+    Repo {
+        dir: String,
+        key: String,
+        valid_for_s: Option<u64>,
+    },
+}
+
+/// `key`, `pack` or `repo` and their arguments.
+#[cfg(feature = "vendor")]
+pub fn vendor(command: &str, args: &[String]) -> Result<Vendor, Usage> {
+    match command {
+        "key" => key(args),
+        "pack" => pack(args),
+        "repo" => repo(args),
+        _ => Err(usage(format!("unknown command {command:?}"))),
+    }
+}
+
+#[cfg(feature = "vendor")]
+fn key(args: &[String]) -> Result<Vendor, Usage> {
+    let (mut prefix, mut comment) = (None, None);
+    let pos = scan(args, &mut |o, p| match o {
+        "-o" | "--output" => first(&mut prefix, p, o),
+        "--comment" => first(&mut comment, p, o),
+        _ => Ok(false),
+    })?;
+    if pos != ["generate"] {
+        return Err(usage(
+            "usage: berth key generate -o PREFIX [--comment TEXT]",
+        ));
+    }
+    let prefix = prefix.ok_or_else(|| usage("key generate needs -o PREFIX"))?;
+    Ok(Vendor::Key { prefix, comment })
+}
+
+#[cfg(feature = "vendor")]
+fn pack(args: &[String]) -> Result<Vendor, Usage> {
+    let mut out = None;
+    let pos = scan(args, &mut |o, p| match o {
+        "-o" | "--output" => first(&mut out, p, o),
+        _ => Ok(false),
+    })?;
+    let dir = one(pos, "package directory")?;
+    let out = out.ok_or_else(|| usage("pack needs -o FILE"))?;
+    Ok(Vendor::Pack { dir, out })
+}
+
+#[cfg(feature = "vendor")]
+fn repo(args: &[String]) -> Result<Vendor, Usage> {
+    let (mut key, mut valid_for) = (None, None);
+    let pos = scan(args, &mut |o, p| match o {
+        "--key" | "-k" => first(&mut key, p, o),
+        "--valid-for" => first(&mut valid_for, p, o),
+        _ => Ok(false),
+    })?;
+    let dir = match <[String; 2]>::try_from(pos) {
+        Ok([build, dir]) if build == "build" => dir,
+        _ => {
+            return Err(usage(
+                "usage: berth repo build DIR --key SECKEY [--valid-for DURATION]",
+            ))
+        }
+    };
+    let key = key.ok_or_else(|| usage("repo build needs --key SECKEY"))?;
+    let valid_for_s = match valid_for {
+        None => None,
+        Some(v) => match berth_core::manifest::parse_duration_s(&v) {
+            Err(e) => return Err(usage(format!("--valid-for: {e}"))),
+            Ok(0) => return Err(usage("--valid-for: must be more than 0")),
+            Ok(s) => Some(s),
+        },
+    };
+    Ok(Vendor::Repo {
+        dir,
+        key,
+        valid_for_s,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &str) -> Vec<String> {
+        line.split_whitespace().map(String::from).collect()
+    }
+
+    /// `berth COMMAND ARGS`, read as a device command.
+    fn dev(line: &str) -> Result<Device, Usage> {
+        let w = words(line);
+        device(&w[0], &w[1..])
+    }
+
+    fn refused(line: &str) -> String {
+        match dev(line) {
+            Err(Usage(m)) => m,
+            Ok(c) => panic!("{line:?} was taken as {c:?}"),
+        }
+    }
+
+    fn name_error(n: &str) -> String {
+        berth_core::name::Name::parse(n).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn global_flags_stand_anywhere_and_help_only_before_the_command() {
+        let run = |line: &str| global(words(line), "/etc/b.toml".into());
+        assert_eq!(
+            run("status web --json --config /tmp/c.toml"),
+            Ok(Line::Run {
+                global: Global {
+                    config: "/tmp/c.toml".into(),
+                    json: true
+                },
+                command: "status".into(),
+                args: words("web"),
+            })
+        );
+        // --json is taken even where an option expects a value.
+        assert_eq!(
+            run("stop -t --json web"),
+            Ok(Line::Run {
+                global: Global {
+                    config: "/etc/b.toml".into(),
+                    json: true
+                },
+                command: "stop".into(),
+                args: words("-t web"),
+            })
+        );
+        for help in [
+            "-h",
+            "--help",
+            "help",
+            "--json --help",
+            "--config x help status",
+        ] {
+            assert_eq!(run(help), Ok(Line::Help), "{help}");
+        }
+        let Ok(Line::Run { args, .. }) = run("status --help") else {
+            panic!("status --help")
+        };
+        assert_eq!(args, ["--help"]);
+        assert_eq!(run("status --config"), Err("--config needs a file"));
+        assert_eq!(run(""), Err("no command given"));
+        assert_eq!(run("--json"), Err("no command given"));
+        // The word after --config is the file, whatever it looks like.
+        assert_eq!(run("--config --help"), Err("no command given"));
+    }
+
+    #[test]
+    fn daemon_takes_nothing() {
+        assert_eq!(daemon(&[]), Ok(()));
+        assert_eq!(
+            daemon(&words("now")),
+            Err(Usage("daemon takes no arguments".into()))
+        );
+        assert_eq!(
+            daemon(&words("--now")),
+            Err(Usage("unknown option --now".into()))
+        );
+    }
+
+    #[test]
+    fn package_commands() {
+        use Packages as P;
+        assert_eq!(
+            dev("update"),
+            Ok(Device::Packages(P::Update {
+                reset_serial: false
+            }))
+        );
+        assert_eq!(
+            dev("update --reset-serial"),
+            Ok(Device::Packages(P::Update { reset_serial: true }))
+        );
+        assert_eq!(
+            refused("update --reset-serial extra"),
+            "update takes no arguments besides --reset-serial"
+        );
+        let lists = |installed, available, upgradable| {
+            Ok(Device::Packages(P::List(Lists {
+                installed,
+                available,
+                upgradable,
+            })))
+        };
+        assert_eq!(dev("list"), lists(true, true, true));
+        assert_eq!(dev("list --installed"), lists(true, false, false));
+        assert_eq!(
+            dev("list --available --upgradable"),
+            lists(false, true, true)
+        );
+        // Positionals were never looked at.
+        assert_eq!(dev("list whatever"), lists(true, true, true));
+        assert_eq!(refused("list --all"), "unknown option --all");
+        // Names go to the daemon as they are: it names the one it does not know.
+        assert_eq!(
+            dev("install web Bad_Name"),
+            Ok(Device::Packages(P::Install(words("web Bad_Name"))))
+        );
+        assert_eq!(
+            refused("install"),
+            "install needs at least one package name"
+        );
+        assert_eq!(refused("install -y web"), "unknown option -y");
+        assert_eq!(
+            dev("remove --purge a b"),
+            Ok(Device::Packages(P::Remove {
+                names: words("a b"),
+                purge: true
+            }))
+        );
+        assert_eq!(
+            dev("remove a"),
+            Ok(Device::Packages(P::Remove {
+                names: words("a"),
+                purge: false
+            }))
+        );
+        assert_eq!(
+            refused("remove --purge"),
+            "remove needs at least one package name"
+        );
+        assert_eq!(dev("gc"), Ok(Device::Packages(P::Gc)));
+        assert_eq!(dev("gc now"), Ok(Device::Packages(P::Gc)));
+        assert_eq!(refused("gc --all"), "unknown option --all");
+    }
+
+    #[test]
+    fn container_commands() {
+        use Containers as C;
+        assert_eq!(
+            dev("start web"),
+            Ok(Device::Containers(C::Start("web".into())))
+        );
+        assert_eq!(
+            dev("restart web"),
+            Ok(Device::Containers(C::Restart("web".into())))
+        );
+        for cmd in ["start", "restart", "stop", "logs", "logs -f"] {
+            assert_eq!(refused(cmd), "missing package name", "{cmd}");
+            assert_eq!(
+                refused(&format!("{cmd} a b")),
+                "expected one package name, got 2",
+                "{cmd}"
+            );
+            assert_eq!(
+                refused(&format!("{cmd} Bad_Name")),
+                name_error("Bad_Name"),
+                "{cmd}"
+            );
+        }
+        let stop = |name: &str, timeout| {
+            Ok(Device::Containers(C::Stop {
+                name: name.into(),
+                timeout,
+            }))
+        };
+        assert_eq!(dev("stop web"), stop("web", None));
+        assert_eq!(dev("stop -t 5 web"), stop("web", Some(5)));
+        assert_eq!(dev("stop web --timeout 0"), stop("web", Some(0)));
+        // The first of repeated values counts.
+        assert_eq!(dev("stop -t 5 --timeout 9 web"), stop("web", Some(5)));
+        assert_eq!(refused("stop web -t soon"), "-t soon: expected seconds");
+        assert_eq!(refused("stop web --timeout -5"), "-t -5: expected seconds");
+        assert_eq!(refused("stop web -t"), "-t needs a value");
+        assert_eq!(refused("stop web --timeout"), "--timeout needs a value");
+        // Options are matched whole.
+        assert_eq!(refused("stop web -t5"), "unknown option -t5");
+        assert_eq!(
+            refused("stop web --timeout=5"),
+            "unknown option --timeout=5"
+        );
+        assert_eq!(refused("stop -- web"), "unknown option --");
+        // The name is checked before the timeout.
+        assert_eq!(refused("stop -t soon"), "missing package name");
+
+        assert_eq!(dev("status"), Ok(Device::Containers(C::Status(None))));
+        assert_eq!(
+            dev("status web"),
+            Ok(Device::Containers(C::Status(Some("web".into()))))
+        );
+        assert_eq!(refused("status a b"), "status takes at most one name");
+        assert_eq!(refused("status Bad_Name"), name_error("Bad_Name"));
+        assert_eq!(refused("status -"), name_error("-"));
+
+        let logs = |follow, raw| {
+            Ok(Device::Containers(C::Logs {
+                name: "web".into(),
+                follow,
+                raw,
+            }))
+        };
+        assert_eq!(dev("logs web"), logs(false, false));
+        assert_eq!(dev("logs -f web"), logs(true, false));
+        assert_eq!(dev("logs web --follow --raw"), logs(true, true));
+        assert_eq!(dev("logs --raw web"), logs(false, true));
+        assert_eq!(refused("logs -fr web"), "unknown option -fr");
+        assert_eq!(refused("logs --raw=1 web"), "unknown option --raw=1");
+
+        assert_eq!(
+            dev("inspect web"),
+            Ok(Device::Containers(C::Inspect("web".into())))
+        );
+        assert_eq!(refused("inspect"), "inspect takes one name");
+        assert_eq!(refused("inspect a b"), "inspect takes one name");
+        assert_eq!(refused("inspect Bad_Name"), name_error("Bad_Name"));
+    }
+
+    #[test]
+    fn resource_commands() {
+        use Resources as R;
+        let limit = |cpu: Option<&str>, memory: Option<&str>, pids| {
+            Ok(Device::Resources(R::Limit(Limit {
+                name: "web".into(),
+                cpu: cpu.map(String::from),
+                memory: memory.map(String::from),
+                pids,
+            })))
+        };
+        assert_eq!(dev("limit web"), limit(None, None, None));
+        assert_eq!(
+            dev("limit --cpu 50% web --memory 64M --pids 32"),
+            limit(Some("50%"), Some("64M"), Some(32))
+        );
+        // CPU and memory go to the daemon as written: it reads their units.
+        assert_eq!(dev("limit web --cpu lots"), limit(Some("lots"), None, None));
+        assert_eq!(
+            refused("limit web --pids lots"),
+            "--pids lots: expected a number"
+        );
+        assert_eq!(
+            refused("limit web --pids -1"),
+            "--pids -1: expected a number"
+        );
+        assert_eq!(refused("limit web --cpu"), "--cpu needs a value");
+        assert_eq!(refused("limit web --memory"), "--memory needs a value");
+        assert_eq!(refused("limit web --swap 1G"), "unknown option --swap");
+        assert_eq!(refused("limit --cpu 5"), "missing package name");
+        assert_eq!(refused("limit Bad_Name"), name_error("Bad_Name"));
+
+        assert_eq!(dev("stats"), Ok(Device::Resources(R::Stats(None))));
+        // The daemon checks this name.
+        assert_eq!(
+            dev("stats Bad_Name"),
+            Ok(Device::Resources(R::Stats(Some("Bad_Name".into()))))
+        );
+        assert_eq!(refused("stats a b"), "stats takes at most one name");
+        assert_eq!(dev("governor"), Ok(Device::Resources(R::Governor)));
+        assert_eq!(dev("governor now"), Ok(Device::Resources(R::Governor)));
+        assert_eq!(refused("governor -v"), "unknown option -v");
+    }
+
+    #[test]
+    fn net_commands() {
+        assert_eq!(dev("net"), Ok(Device::Net { hosts: false }));
+        assert_eq!(dev("net hosts"), Ok(Device::Net { hosts: true }));
+        for bad in ["net ports", "net hosts hosts"] {
+            assert_eq!(refused(bad), "net takes no argument but \"hosts\"");
+        }
+        assert_eq!(refused("net --hosts"), "unknown option --hosts");
+    }
+
+    #[test]
+    fn unknown_commands_are_named() {
+        assert_eq!(refused("frobnicate"), "unknown command \"frobnicate\"");
+        assert_eq!(refused("--verbose"), "unknown command \"--verbose\"");
+    }
+
+    #[cfg(feature = "vendor")]
+    #[test]
+    fn vendor_commands() {
+        let ven = |line: &str| {
+            let w = words(line);
+            vendor(&w[0], &w[1..])
+        };
+        let refused = |line: &str| match ven(line) {
+            Err(Usage(m)) => m,
+            Ok(c) => panic!("{line:?} was taken as {c:?}"),
+        };
+        assert_eq!(
+            ven("key generate -o /tmp/k --comment vendor"),
+            Ok(Vendor::Key {
+                prefix: "/tmp/k".into(),
+                comment: Some("vendor".into())
+            })
+        );
+        assert_eq!(
+            ven("key --output /tmp/k generate"),
+            Ok(Vendor::Key {
+                prefix: "/tmp/k".into(),
+                comment: None
+            })
+        );
+        let key_usage = "usage: berth key generate -o PREFIX [--comment TEXT]";
+        for bad in ["key", "key make -o k", "key generate now -o k"] {
+            assert_eq!(refused(bad), key_usage, "{bad}");
+        }
+        assert_eq!(refused("key generate"), "key generate needs -o PREFIX");
+        assert_eq!(refused("key generate -o"), "-o needs a value");
+
+        assert_eq!(
+            ven("pack pkg/ -o out.sqfs"),
+            Ok(Vendor::Pack {
+                dir: "pkg/".into(),
+                out: "out.sqfs".into()
+            })
+        );
+        assert_eq!(refused("pack -o out.sqfs"), "missing package directory");
+        assert_eq!(
+            refused("pack a b -o out.sqfs"),
+            "expected one package directory, got 2"
+        );
+        assert_eq!(refused("pack pkg/"), "pack needs -o FILE");
+        assert_eq!(refused("pack pkg/ --out x"), "unknown option --out");
+
+        let repo = |valid_for_s| {
+            Ok(Vendor::Repo {
+                dir: "r".into(),
+                key: "k.sec".into(),
+                valid_for_s,
+            })
+        };
+        assert_eq!(ven("repo build r --key k.sec"), repo(None));
+        assert_eq!(
+            ven("repo build r -k k.sec --valid-for 2h"),
+            repo(Some(7200))
+        );
+        let repo_usage = "usage: berth repo build DIR --key SECKEY [--valid-for DURATION]";
+        for bad in [
+            "repo",
+            "repo build",
+            "repo make r -k k",
+            "repo build r s -k k",
+        ] {
+            assert_eq!(refused(bad), repo_usage, "{bad}");
+        }
+        assert_eq!(refused("repo build r"), "repo build needs --key SECKEY");
+        assert_eq!(
+            refused("repo build r -k k --valid-for 0d"),
+            "--valid-for: must be more than 0"
+        );
+        assert_eq!(
+            refused("repo build r -k k --valid-for soon"),
+            format!(
+                "--valid-for: {}",
+                berth_core::manifest::parse_duration_s("soon").unwrap_err()
+            )
+        );
+        // The key is asked for before the duration is read.
+        assert_eq!(
+            refused("repo build r --valid-for soon"),
+            "repo build needs --key SECKEY"
+        );
+    }
+}

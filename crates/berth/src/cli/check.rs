@@ -1,0 +1,55 @@
+//! `check`: the kernel features berth uses, present or not, and whether this device's
+//! configuration lets unprivileged containers reach their roots. Exit status 1 when a
+//! required feature is missing.
+
+use std::io::IsTerminal;
+
+use anyhow::Result;
+use berth_sys::check::{self, Feature, Status};
+use serde_json::{json, Value};
+
+use super::args::Global;
+use super::{load_config, print_json, render};
+
+pub fn run(g: &Global) -> Result<i32> {
+    let mut features = check::check(&check::Roots::default());
+    // Where this device's configuration puts containers' roots and /data binds: a user
+    // namespace's root must be able to search every directory on the way.
+    if let Ok(cfg) = load_config(g) {
+        features.push(run_dir(&cfg.paths.run));
+    }
+    let missing = check::missing_required(&features).len();
+    if g.json {
+        let v: Vec<Value> = features
+            .iter()
+            .map(|f| json!({"name": f.name, "group": f.group, "status": f.status.as_str(), "required": f.required, "detail": f.detail}))
+            .collect();
+        print_json(&json!({"features": v, "ok": missing == 0}));
+    } else {
+        let color = std::io::stdout().is_terminal();
+        print!("{}", render::check(&features, missing, color));
+    }
+    Ok(if missing == 0 { 0 } else { 1 })
+}
+
+fn run_dir(run: &std::path::Path) -> Feature {
+    let closed = berth_sys::fsutil::untraversable_ancestor(run);
+    Feature {
+        name: "run directory traversable",
+        group: "configuration",
+        status: if closed.is_none() {
+            Status::Present
+        } else {
+            Status::Missing
+        },
+        required: false,
+        detail: match closed {
+            None => format!("{}: unprivileged containers can reach their roots", run.display()),
+            Some((dir, mode)) => format!(
+                "{} (mode {mode:04o}) is not searchable by other users: unprivileged containers cannot start; chmod o+x {} or move [paths] run",
+                dir.display(),
+                dir.display()
+            ),
+        },
+    }
+}

@@ -1,0 +1,119 @@
+//! `start`, `stop`, `restart`, `status`, `logs`, `inspect`: the containers' lifecycle and
+//! what they say.
+
+use std::io::{BufRead, Read, Write};
+use std::path::Path;
+
+use anyhow::{bail, Result};
+use serde_json::{json, Value};
+
+use super::args::Containers;
+use super::render::{self, cell, Escaper};
+use super::{print_json, show};
+use crate::client::{self, DaemonError};
+
+pub fn run(json: bool, sock: &Path, cmd: Containers) -> Result<()> {
+    match cmd {
+        Containers::Start(name) => start(json, sock, &name, false),
+        Containers::Restart(name) => start(json, sock, &name, true),
+        Containers::Stop { name, timeout } => {
+            let body = json!({"name": name, "timeout": timeout});
+            let v = client::call(sock, "POST", "/v1/stop", Some(&body))?;
+            show(json, &v, &|v| render::stopped(&name, v));
+            Ok(())
+        }
+        Containers::Status(name) => {
+            let path = match name {
+                None => "/v1/status".to_string(),
+                Some(n) => format!("/v1/status?name={n}"),
+            };
+            let v = client::call(sock, "GET", &path, None)?;
+            let now = berth_sys::process::now_s();
+            show(json, &v, &|v| render::status(v, now));
+            Ok(())
+        }
+        Containers::Logs { name, follow, raw } => logs(json, sock, &name, follow, raw),
+        Containers::Inspect(name) => {
+            let v = client::call(sock, "GET", &format!("/v1/inspect?name={name}"), None)?;
+            // JSON for people too: the structure is the information (and a table printer
+            // would cost the device binary more than it gives).
+            print_json(&v);
+            Ok(())
+        }
+    }
+}
+
+fn start(json: bool, sock: &Path, name: &str, restart: bool) -> Result<()> {
+    let path = if restart { "/v1/restart" } else { "/v1/start" };
+    let v = client::call(sock, "POST", path, Some(&json!({ "name": name })))?;
+    show(json, &v, &|v| render::started(name, restart, v));
+    Ok(())
+}
+
+fn logs(json: bool, sock: &Path, name: &str, follow: bool, raw: bool) -> Result<()> {
+    let follow = if follow { "&follow=1" } else { "" };
+    let (status, mut r) =
+        client::send(sock, "GET", &format!("/v1/logs?name={name}{follow}"), None)?;
+    if status != 200 {
+        let mut t = String::new();
+        r.read_to_string(&mut t)?;
+        let v: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
+        bail!(DaemonError {
+            status,
+            code: cell(&v["code"]),
+            message: cell(&v["error"])
+        });
+    }
+    if json {
+        json_lines(name, &mut r)
+    } else {
+        escaped(&mut r, raw)
+    }
+}
+
+/// One JSON object per output line, as it comes (with -f, until the end).
+fn json_lines(name: &str, r: &mut impl BufRead) -> Result<()> {
+    let mut out = std::io::stdout();
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        // A line is cut at 64 KiB: a container that never writes a newline must not make
+        // the CLI grow without bound.
+        if (&mut *r).take(64 * 1024).read_until(b'\n', &mut line)? == 0 {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&line);
+        let v = json!({"name": name, "line": text.trim_end_matches(['\n', '\r'])});
+        if writeln!(out, "{v}").is_err() {
+            return Ok(());
+        }
+        let _ = out.flush();
+    }
+}
+
+/// A container's output is hostile input for the operator's terminal: escape sequences could
+/// retitle it, clear it, or worse. Shown escaped unless `raw`.
+fn escaped(r: &mut impl Read, raw: bool) -> Result<()> {
+    let mut out = std::io::stdout();
+    let mut buf = [0u8; 8192];
+    let mut esc = Escaper::default();
+    let mut shown = Vec::with_capacity(4 * buf.len());
+    loop {
+        let n = r.read(&mut buf)?;
+        let chunk: &[u8] = if raw {
+            &buf[..n]
+        } else {
+            shown.clear();
+            if n == 0 {
+                esc.finish(&mut shown);
+            } else {
+                esc.feed(&buf[..n], &mut shown);
+            }
+            &shown
+        };
+        if out.write_all(chunk).is_err() || n == 0 {
+            return Ok(());
+        }
+        let _ = out.flush();
+    }
+}

@@ -1,0 +1,27 @@
+//! `net` and `net hosts`: the containers' network, and the LAN's hosts.
+
+use std::path::Path;
+
+use anyhow::Result;
+
+use super::{print_json, render};
+use crate::client;
+
+pub fn run(json: bool, sock: &Path, hosts: bool) -> Result<()> {
+    let path = if hosts { "/v1/net/hosts" } else { "/v1/net" };
+    let v = client::call(sock, "GET", path, None)?;
+    if json {
+        print_json(&v);
+    } else if hosts {
+        print!(
+            "{}",
+            render::table(render::HOSTS_HEAD, render::hosts_rows(&v))
+        );
+    } else {
+        print!("{}", render::net(&v));
+        for e in v["errors"].as_array().into_iter().flatten() {
+            eprintln!("warning: {}", render::cell(e));
+        }
+    }
+    Ok(())
+}

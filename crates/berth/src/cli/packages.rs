@@ -1,0 +1,70 @@
+//! `update`, `list`, `install`, `remove`, `gc`: the packages on the device and in the
+//! repository.
+
+use std::io::{IsTerminal, Write};
+use std::path::Path;
+
+use anyhow::Result;
+use serde_json::{json, Value};
+
+use super::args::{Lists, Packages};
+use super::{print_json, render, show};
+use crate::client;
+
+pub fn run(json: bool, sock: &Path, cmd: Packages) -> Result<()> {
+    match cmd {
+        Packages::Update { reset_serial } => {
+            let body = reset_serial.then(|| json!({"reset_serial": true}));
+            let v = client::call(sock, "POST", "/v1/update", body.as_ref())?;
+            show(json, &v, &render::update);
+        }
+        Packages::List(which) => list(json, sock, &which)?,
+        Packages::Install(names) => install(json, sock, &names)?,
+        Packages::Remove { names, purge } => {
+            let body = json!({"names": names, "purge": purge});
+            let v = client::call(sock, "POST", "/v1/remove", Some(&body))?;
+            show(json, &v, &|_| render::removed(&names, purge));
+        }
+        Packages::Gc => {
+            let v = client::call(sock, "POST", "/v1/gc", None)?;
+            show(json, &v, &render::gc);
+        }
+    }
+    Ok(())
+}
+
+fn list(json: bool, sock: &Path, which: &Lists) -> Result<()> {
+    let v = client::call(sock, "GET", "/v1/packages", None)?;
+    if json {
+        let mut out = serde_json::Map::new();
+        let picked = [
+            ("installed", which.installed),
+            ("available", which.available),
+            ("upgradable", which.upgradable),
+        ];
+        for (k, _) in picked.into_iter().filter(|(_, on)| *on) {
+            out.insert(k.into(), v[k].clone());
+        }
+        print_json(&Value::Object(out));
+    } else {
+        print!("{}", render::list(&v, which));
+    }
+    Ok(())
+}
+
+/// Installs, showing the download's progress on a terminal (never with `--json`).
+fn install(json: bool, sock: &Path, names: &[String]) -> Result<()> {
+    let tty = std::io::stderr().is_terminal() && !json;
+    let mut on_event = |e: &Value| {
+        if let Some(line) = render::progress(e).filter(|_| tty) {
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        }
+    };
+    let body = json!({ "names": names });
+    let r = client::call_stream(sock, "POST", "/v1/install", Some(&body), &mut on_event);
+    if tty {
+        eprint!("\r\x1b[K");
+    }
+    show(json, &r?, &render::installed);
+    Ok(())
+}

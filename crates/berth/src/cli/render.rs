@@ -1,0 +1,1024 @@
+//! What people see: pure builders from the daemon's JSON answers to text (tables, sizes,
+//! durations), and the escaper that makes a container's output safe for a terminal. Nothing
+//! here prints; every builder returns whole lines, each ending in a newline.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+
+use berth_core::governor::fmt1;
+use serde_json::Value;
+
+use super::args::Lists;
+
+/// One cell: `-` for nothing (null or an empty string), strings as they are, anything else
+/// as JSON.
+pub fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(x) if x.is_empty() => "-".into(),
+        Value::String(x) => x.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A size for people, with one decimal (integer arithmetic: no float formatting code).
+pub fn human(n: u64) -> String {
+    const U: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut i = 0;
+    let mut div = 1u64;
+    while n / div >= 1024 && i < 3 {
+        div *= 1024;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        let tenths = (n as u128 * 10 + div as u128 / 2) / div as u128;
+        format!("{}.{} {}", tenths / 10, tenths % 10, U[i])
+    }
+}
+
+/// A size in bytes from JSON, `-` when there is none (unlimited, unknown).
+pub fn size(v: &Value) -> String {
+    v.as_u64().map(human).unwrap_or_else(|| "-".into())
+}
+
+/// A duration in its two largest units.
+pub fn dur(s: u64) -> String {
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{}s", s / 60, s % 60),
+        3600..=86399 => format!("{}h{}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// Columns padded to their widest cell, indented by two; `(none)` when there is no row.
+/// Every row has one cell per header.
+pub fn table(head: &[&str], rows: Vec<Vec<String>>) -> String {
+    if rows.is_empty() {
+        return "  (none)\n".into();
+    }
+    debug_assert!(rows.iter().all(|r| r.len() == head.len()), "{head:?}");
+    let mut w: Vec<usize> = head.iter().map(|h| h.len()).collect();
+    for r in &rows {
+        for (i, c) in r.iter().enumerate() {
+            w[i] = w[i].max(c.chars().count());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &[String]| {
+        let mut l = String::from("  ");
+        for (i, c) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(c);
+            } else {
+                let _ = write!(l, "{c:<width$}  ", width = w[i]);
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&head.iter().map(|h| h.to_string()).collect::<Vec<_>>());
+    for r in &rows {
+        line(r);
+    }
+    out
+}
+
+/// The items of a JSON array (none if it is not one), mapped to rows.
+fn rows(v: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
+    v.as_array().into_iter().flatten().map(row).collect()
+}
+
+/// `berth update`: the index taken, then what can be upgraded.
+pub fn update(v: &Value) -> String {
+    let mut out = format!(
+        "repository {}: {} packages, serial {}, signature verified{}\n",
+        v["repository"].as_str().unwrap_or("?"),
+        v["packages"],
+        v["serial"],
+        match v["expires"].as_u64() {
+            Some(e) => format!(", valid until {}", berth_core::date::utc(e)),
+            None => String::new(),
+        }
+    );
+    for u in v["upgradable"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "  upgradable: {} {} -> {}",
+            u["name"].as_str().unwrap_or(""),
+            u["installed"].as_str().unwrap_or(""),
+            u["available"].as_str().unwrap_or("")
+        );
+    }
+    out
+}
+
+pub const INSTALLED_HEAD: &[&str] = &["NAME", "VERSION", "SIZE", "DESCRIPTION"];
+pub const AVAILABLE_HEAD: &[&str] = &["NAME", "VERSION", "SIZE", "INSTALLED", "DESCRIPTION"];
+pub const UPGRADABLE_HEAD: &[&str] = &["NAME", "INSTALLED", "AVAILABLE"];
+
+pub fn installed_rows(v: &Value) -> Vec<Vec<String>> {
+    rows(&v["installed"], |p| {
+        vec![
+            cell(&p["name"]),
+            cell(&p["version"]),
+            size(&p["size"]),
+            cell(&p["description"]),
+        ]
+    })
+}
+
+pub fn available_rows(v: &Value) -> Vec<Vec<String>> {
+    rows(&v["available"], |p| {
+        vec![
+            cell(&p["name"]),
+            cell(&p["version"]),
+            size(&p["size"]),
+            cell(&p["installed"]),
+            cell(&p["description"]),
+        ]
+    })
+}
+
+pub fn upgradable_rows(v: &Value) -> Vec<Vec<String>> {
+    rows(&v["upgradable"], |p| {
+        vec![
+            cell(&p["name"]),
+            cell(&p["installed"]),
+            cell(&p["available"]),
+        ]
+    })
+}
+
+/// `berth list`: the sections asked for, in this order.
+pub fn list(v: &Value, which: &Lists) -> String {
+    let mut out = String::new();
+    if which.installed {
+        out.push_str("installed:\n");
+        out.push_str(&table(INSTALLED_HEAD, installed_rows(v)));
+    }
+    if which.available {
+        out.push_str("available:\n");
+        if let Some(n) = v["index_note"].as_str() {
+            let _ = writeln!(out, "  ({n})");
+        }
+        out.push_str(&table(AVAILABLE_HEAD, available_rows(v)));
+    }
+    if which.upgradable {
+        out.push_str("upgradable:\n");
+        out.push_str(&table(UPGRADABLE_HEAD, upgradable_rows(v)));
+    }
+    out
+}
+
+/// An install event for a terminal: it overwrites the line it is on (`\r`, erase).
+pub fn progress(e: &Value) -> Option<String> {
+    match e["event"].as_str() {
+        Some("progress") => {
+            let done = e["done"].as_u64().unwrap_or(0);
+            let total = e["total"].as_u64().unwrap_or(0).max(1);
+            Some(format!(
+                "\r\x1b[Kfetching {} {} / {} ({}%)",
+                cell(&e["package"]),
+                human(done),
+                human(total),
+                done * 100 / total
+            ))
+        }
+        Some("fetched") => Some(format!(
+            "\r\x1b[Kfetched {} {}\n",
+            cell(&e["package"]),
+            cell(&e["version"])
+        )),
+        _ => None,
+    }
+}
+
+/// `berth install`'s result.
+pub fn installed(v: &Value) -> String {
+    let mut out = String::new();
+    for p in v["installed"].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "installed {} {}",
+            cell(&p["name"]),
+            cell(&p["version"])
+        );
+    }
+    for p in v["unchanged"].as_array().into_iter().flatten() {
+        let _ = writeln!(out, "{} is already installed", p.as_str().unwrap_or(""));
+    }
+    out
+}
+
+/// `berth remove`'s result.
+pub fn removed(names: &[String], purge: bool) -> String {
+    let what = if purge { " and its data" } else { "" };
+    names
+        .iter()
+        .map(|n| format!("removed {n}{what}\n"))
+        .collect()
+}
+
+/// `berth gc`'s result.
+pub fn gc(v: &Value) -> String {
+    format!(
+        "removed {} unused image(s), freed {}\n",
+        v["removed"].as_array().map(Vec::len).unwrap_or(0),
+        human(v["freed_bytes"].as_u64().unwrap_or(0))
+    )
+}
+
+/// `berth start` or `berth restart`'s result.
+pub fn started(name: &str, restart: bool, v: &Value) -> String {
+    let verb = if restart { "restart" } else { "start" };
+    format!("{verb}ed {name} (init pid {})\n", v["init_pid"])
+}
+
+/// `berth stop`'s result.
+pub fn stopped(name: &str, v: &Value) -> String {
+    let how = if v["graceful"] == true {
+        ""
+    } else {
+        " (killed after the timeout)"
+    };
+    format!("stopped {name}{how}\n")
+}
+
+pub const STATUS_HEAD: &[&str] = &[
+    "NAME",
+    "VERSION",
+    "STATE",
+    "PID",
+    "UPTIME",
+    "NETWORK",
+    "LAST EXIT",
+];
+
+/// How a container last ended, with the memory guard's kill if it was one.
+fn last_exit(c: &Value) -> String {
+    let exit = &c["last_exit"];
+    let last = if exit.is_null() {
+        "-".to_string()
+    } else if let Some(sig) = exit["signal"].as_i64() {
+        if exit["core_dumped"] == true {
+            format!("signal {sig} (core dumped)")
+        } else {
+            format!("signal {sig}")
+        }
+    } else {
+        format!("exit {}", exit["code"])
+    };
+    let g = &c["guard_kill"];
+    if g.is_null() {
+        return last;
+    }
+    format!(
+        "{last} (guard killed pid {} at {} MiB free)",
+        g["pid"],
+        g["available"].as_u64().unwrap_or(0) >> 20
+    )
+}
+
+/// The containers of `berth status`; `now` (seconds since the epoch) gives their uptime.
+pub fn status_rows(v: &Value, now: u64) -> Vec<Vec<String>> {
+    rows(&v["containers"], |c| {
+        let up = c["started_at"]
+            .as_u64()
+            .map(|t| dur(now.saturating_sub(t)))
+            .unwrap_or_else(|| "-".into());
+        vec![
+            cell(&c["name"]),
+            cell(&c["version"]),
+            cell(&c["state"]),
+            cell(&c["init_pid"]),
+            up,
+            cell(&c["network"]),
+            last_exit(c),
+        ]
+    })
+}
+
+/// `berth status`: the daemon, the repository's warning if any, the containers.
+pub fn status(v: &Value, now: u64) -> String {
+    let d = &v["daemon"];
+    let mut out = format!(
+        "berth daemon {} (pid {}), up {}\n",
+        cell(&d["version"]),
+        d["pid"],
+        dur(d["uptime_s"].as_u64().unwrap_or(0))
+    );
+    if let Some(w) = v["repository"]["warning"].as_str() {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    out.push_str(&table(STATUS_HEAD, status_rows(v, now)));
+    out
+}
+
+/// `berth limit`'s answer: the limits in force (null is unlimited).
+pub fn limit(name: &str, v: &Value) -> String {
+    let l = &v["limits"];
+    format!(
+        "{name}: cpu {} (% of one CPU), memory {}, pids {} (- is unlimited){}\n",
+        cell(&l["cpu_max_percent"]),
+        size(&l["memory_max"]),
+        cell(&l["pids_max"]),
+        if v["applied"] == true {
+            " (applied to the running container)"
+        } else {
+            ""
+        }
+    )
+}
+
+/// The columns of `berth stats`: one per cell of [`stats_rows`].
+pub const STATS_HEAD: &[&str] = &[
+    "NAME",
+    "CPU",
+    "CPU MAX",
+    "MEMORY / MAX",
+    "PEAK",
+    "PIDS / MAX",
+    "THROTTLED",
+    "OOM KILLS",
+];
+
+/// The rows of `berth stats`: the group first, then each container.
+pub fn stats_rows(v: &Value) -> Vec<Vec<String>> {
+    let pct = |x: &Value| match x.as_f64() {
+        Some(p) => {
+            let tenths = (p * 10.0).round() as i64;
+            format!("{}.{}%", tenths / 10, tenths % 10)
+        }
+        None => "-".into(),
+    };
+    let row = |name: String, c: &Value| {
+        vec![
+            name,
+            pct(&c["cpu_percent"]),
+            pct(&c["cpu_max_percent"]),
+            format!(
+                "{} / {}",
+                size(&c["memory_current"]),
+                size(&c["memory_max"])
+            ),
+            size(&c["memory_peak"]),
+            format!("{} / {}", cell(&c["pids_current"]), cell(&c["pids_max"])),
+            cell(&c["nr_throttled"]),
+            cell(&c["oom_kills"]),
+        ]
+    };
+    let group = &v["group"];
+    let mut out = vec![row(format!("[{}]", cell(&group["cgroup"])), group)];
+    out.extend(rows(&v["containers"], |c| row(cell(&c["name"]), c)));
+    out
+}
+
+/// `berth stats`.
+pub fn stats(v: &Value) -> String {
+    let mut out = format!(
+        "cgroup {}, {} CPUs; CPU % is of one CPU, sampled over {} ms\n",
+        cell(&v["cgroup_version"]),
+        v["cpus"],
+        v["sample_ms"]
+    );
+    out.push_str(&table(STATS_HEAD, stats_rows(v)));
+    out
+}
+
+// Integer arithmetic (fmt1): float formatting costs the device build ~20 KiB.
+fn rate(x: &Value) -> String {
+    x.as_f64().map_or("-".into(), |r| format!("{}/s", fmt1(r)))
+}
+
+fn percent(x: &Value) -> String {
+    x.as_f64().map_or("-".into(), |p| format!("{}%", fmt1(p)))
+}
+
+pub const GOVERNOR_HEAD: &[&str] = &["TIME (UTC)", "CAP", "R_C", "R_N", "MODE", "NOTE"];
+
+/// The governor's history, one row per decision.
+pub fn governor_rows(v: &Value) -> Vec<Vec<String>> {
+    rows(&v["history"], |h| {
+        let t = h["at"].as_u64().unwrap_or(0) % 86_400;
+        vec![
+            format!("{:02}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60),
+            percent(&h["cap"]),
+            rate(&h["r_c"]),
+            rate(&h["r_n"]),
+            cell(&h["mode"]),
+            h["note"].as_str().unwrap_or("").to_string(),
+        ]
+    })
+}
+
+/// `berth governor`: its mode, probe, cap and rates, then its history.
+pub fn governor(v: &Value) -> String {
+    let mut out = format!(
+        "governor: {}{}\n",
+        cell(&v["mode"]),
+        v["note"]
+            .as_str()
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default()
+    );
+    if let Some(probe) = v["probe"].as_str() {
+        let _ = writeln!(
+            out,
+            "probe: {probe}, every {} ms, timeout {} ms; {} probes, last {}",
+            v["interval_ms"],
+            v["timeout_ms"],
+            v["probes"],
+            v["last_latency_ms"]
+                .as_f64()
+                .map_or("failed".into(), |l| format!("{} ms", fmt1(l)))
+        );
+    }
+    let _ = writeln!(
+        out,
+        "cap: {} of all {} CPUs (T_l {}%, T_u {}%), target {}",
+        percent(&v["cap"]),
+        v["cpus"],
+        v["t_lower"],
+        v["t_upper"],
+        percent(&v["target"])
+    );
+    let _ = writeln!(
+        out,
+        "R_n {} ({}), R_c {}, consecutive failures {}",
+        rate(&v["r_n"]),
+        cell(&v["r_n_source"]),
+        rate(&v["r_c"]),
+        v["failures"]
+    );
+    if let Some(e) = v["last_error"].as_str() {
+        let _ = writeln!(out, "last error: {e}");
+    }
+    out.push_str(&table(GOVERNOR_HEAD, governor_rows(v)));
+    out
+}
+
+pub const NET_HEAD: &[&str] = &[
+    "NAME", "MODE", "IPV4", "MAC", "PUBLISH", "SPOOFED", "DENIED",
+];
+
+/// The containers of `berth net`.
+pub fn net_rows(v: &Value) -> Vec<Vec<String>> {
+    rows(&v["containers"], |c| {
+        let ports: Vec<String> = c["publish"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(cell)
+            .collect();
+        vec![
+            cell(&c["name"]),
+            cell(&c["mode"]),
+            cell(&c["ipv4"]),
+            cell(&c["mac"]),
+            if ports.is_empty() {
+                "-".into()
+            } else {
+                ports.join(",")
+            },
+            cell(&c["dropped_spoofed"]),
+            cell(&c["dropped_denied"]),
+        ]
+    })
+}
+
+/// `berth net`: the bridge, then the containers (its errors are warnings, for stderr).
+pub fn net(v: &Value) -> String {
+    let mut out = format!(
+        "bridge {} gateway {} subnet {} (nft table {})\n",
+        cell(&v["bridge"]),
+        cell(&v["gateway"]),
+        cell(&v["subnet"]),
+        cell(&v["table"])
+    );
+    out.push_str(&table(NET_HEAD, net_rows(v)));
+    out
+}
+
+pub const HOSTS_HEAD: &[&str] = &["IP", "MAC", "DEVICE", "HOSTNAME"];
+
+pub fn hosts_rows(v: &Value) -> Vec<Vec<String>> {
+    rows(&v["hosts"], |h| {
+        vec![
+            cell(&h["ip"]),
+            cell(&h["mac"]),
+            cell(&h["dev"]),
+            cell(&h["hostname"]),
+        ]
+    })
+}
+
+/// `berth check`: the features by group; `color` marks their status for a terminal.
+pub fn check(features: &[berth_sys::check::Feature], missing: usize, color: bool) -> String {
+    let mut out = String::new();
+    let mut group = "";
+    for f in features {
+        if f.group != group {
+            group = f.group;
+            let _ = writeln!(out, "--- {group} ---");
+        }
+        let st = f.status.as_str();
+        let shown = match (color, st) {
+            (true, "present") => format!("\x1b[32m{st}\x1b[0m"),
+            (true, "missing") if f.required => format!("\x1b[31m{st}\x1b[0m"),
+            (true, "missing") => format!("\x1b[33m{st}\x1b[0m"),
+            _ => st.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<28} {}{}{}",
+            f.name,
+            shown,
+            if f.required { " (required)" } else { "" },
+            if f.detail.is_empty() {
+                String::new()
+            } else {
+                format!("  {}", f.detail)
+            }
+        );
+    }
+    if missing > 0 {
+        let _ = writeln!(
+            out,
+            "\nberth cannot run here: {missing} required feature(s) missing"
+        );
+    }
+    out
+}
+
+/// Makes a container's output safe for a terminal, as a stream: `\n` and `\t` and printable
+/// UTF-8 pass; other C0 controls, DEL and invalid bytes become `\xNN`, C1 controls `\u{NN}`.
+/// A UTF-8 sequence cut by a chunk boundary waits for the next chunk.
+#[derive(Default)]
+pub struct Escaper {
+    pending: Vec<u8>,
+}
+
+impl Escaper {
+    pub fn feed(&mut self, input: &[u8], out: &mut Vec<u8>) {
+        let mut data = std::mem::take(&mut self.pending);
+        data.extend_from_slice(input);
+        let mut i = 0;
+        while i < data.len() {
+            let b = data[i];
+            if b == b'\n' || b == b'\t' || (0x20..0x7f).contains(&b) {
+                out.push(b);
+                i += 1;
+                continue;
+            }
+            if b < 0x80 {
+                let _ = write!(out, "\\x{b:02x}");
+                i += 1;
+                continue;
+            }
+            let len = match b {
+                0xc2..=0xdf => 2,
+                0xe0..=0xef => 3,
+                0xf0..=0xf4 => 4,
+                _ => 0,
+            };
+            if len == 0 {
+                let _ = write!(out, "\\x{b:02x}");
+                i += 1;
+                continue;
+            }
+            if i + len > data.len() {
+                // Perhaps completed by the next chunk (if what is there so far fits).
+                if std::str::from_utf8(&data[i..]).is_err_and(|e| e.error_len().is_none()) {
+                    self.pending = data[i..].to_vec();
+                    return;
+                }
+                let _ = write!(out, "\\x{b:02x}");
+                i += 1;
+                continue;
+            }
+            match std::str::from_utf8(&data[i..i + len]) {
+                Ok(ch) => {
+                    let c = ch.chars().next().unwrap_or('\0');
+                    if ('\u{80}'..='\u{9f}').contains(&c) {
+                        let _ = write!(out, "\\u{{{:02x}}}", c as u32);
+                    } else {
+                        out.extend_from_slice(ch.as_bytes());
+                    }
+                    i += len;
+                }
+                Err(_) => {
+                    let _ = write!(out, "\\x{b:02x}");
+                    i += 1;
+                }
+            }
+        }
+    }
+
+    /// At the end of the stream: a sequence still waiting is shown as bytes.
+    pub fn finish(&mut self, out: &mut Vec<u8>) {
+        for b in std::mem::take(&mut self.pending) {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Each row has one cell per header.
+    fn fits(head: &[&str], rows: &[Vec<String>]) {
+        for r in rows {
+            assert_eq!(r.len(), head.len(), "{head:?} over {r:?}");
+        }
+    }
+
+    /// The cell of `row` under the header `name`.
+    fn at<'a>(head: &[&str], row: &'a [String], name: &str) -> &'a str {
+        &row[head.iter().position(|h| *h == name).unwrap()]
+    }
+
+    fn escaped(chunks: &[&[u8]]) -> String {
+        let mut e = Escaper::default();
+        let mut out = Vec::new();
+        for c in chunks {
+            e.feed(c, &mut out);
+        }
+        e.finish(&mut out);
+        String::from_utf8(out).expect("the escaped text is UTF-8")
+    }
+
+    #[test]
+    fn terminal_controls_are_escaped_and_text_kept() {
+        assert_eq!(
+            escaped(&[b"plain text\n\tindented\n"]),
+            "plain text\n\tindented\n"
+        );
+        assert_eq!(
+            escaped(&[b"\x1b]0;pwned\x07title"]),
+            "\\x1b]0;pwned\\x07title"
+        );
+        assert_eq!(escaped(&[b"\x1b[2J\r\x7f\x00"]), "\\x1b[2J\\x0d\\x7f\\x00");
+        assert_eq!(escaped(&["grüße 日本 🦀".as_bytes()]), "grüße 日本 🦀");
+        // C1 controls (8-bit CSI) and invalid bytes
+        assert_eq!(escaped(&["a\u{9b}2Jb".as_bytes()]), "a\\u{9b}2Jb");
+        assert_eq!(escaped(&[b"\xff\xfe ok \xc3("]), "\\xff\\xfe ok \\xc3(");
+        // a multi-byte character split across chunks is kept whole
+        let crab = "🦀".as_bytes();
+        for cut in 1..crab.len() {
+            assert_eq!(escaped(&[&crab[..cut], &crab[cut..]]), "🦀", "cut {cut}");
+        }
+        // an escape sequence split across chunks is escaped all the same
+        assert_eq!(escaped(&[b"\x1b", b"[2J"]), "\\x1b[2J");
+        // a sequence cut off by the end of the stream
+        assert_eq!(escaped(&[&crab[..2]]), "\\xf0\\x9f");
+    }
+
+    #[test]
+    fn cells_sizes_and_durations() {
+        assert_eq!(cell(&Value::Null), "-");
+        assert_eq!(cell(&json!("")), "-");
+        assert_eq!(cell(&json!("web")), "web");
+        assert_eq!(cell(&json!(42)), "42");
+        assert_eq!(cell(&json!(true)), "true");
+        assert_eq!(human(0), "0 B");
+        assert_eq!(human(1023), "1023 B");
+        assert_eq!(human(1024), "1.0 KiB");
+        assert_eq!(human(1536), "1.5 KiB");
+        assert_eq!(human(10 << 20), "10.0 MiB");
+        assert_eq!(human(3 << 30), "3.0 GiB");
+        assert_eq!(human(4096 << 30), "4096.0 GiB");
+        assert_eq!(size(&json!(2048)), "2.0 KiB");
+        assert_eq!(size(&Value::Null), "-");
+        assert_eq!(dur(0), "0s");
+        assert_eq!(dur(59), "59s");
+        assert_eq!(dur(61), "1m1s");
+        assert_eq!(dur(3600), "1h0m");
+        assert_eq!(dur(86399), "23h59m");
+        assert_eq!(dur(90000), "1d1h");
+    }
+
+    #[test]
+    fn tables_pad_columns_to_their_widest_cell() {
+        let rows = vec![
+            vec!["web".to_string(), "running".into(), "last".into()],
+            vec!["database".to_string(), "-".into(), "x".into()],
+        ];
+        assert_eq!(
+            table(&["NAME", "STATE", "NOTE"], rows),
+            "  NAME      STATE    NOTE\n  web       running  last\n  database  -        x\n"
+        );
+        // Width is counted in characters, and the last cell carries no padding.
+        let rows = vec![vec!["grüße".to_string(), String::new()]];
+        assert_eq!(table(&["A", "B"], rows), "  A      B\n  grüße\n");
+        assert_eq!(table(&["A", "B"], Vec::new()), "  (none)\n");
+    }
+
+    #[test]
+    fn update_names_the_index_and_what_can_be_upgraded() {
+        let v = json!({"repository": "https://repo", "packages": 3, "serial": 7,
+            "upgradable": [{"name": "web", "installed": "1.0", "available": "1.1"}]});
+        assert_eq!(
+            update(&v),
+            "repository https://repo: 3 packages, serial 7, signature verified\n  upgradable: web 1.0 -> 1.1\n"
+        );
+        let v = json!({"packages": 0, "serial": 1, "expires": 0, "upgradable": []});
+        assert_eq!(
+            update(&v),
+            format!(
+                "repository ?: 0 packages, serial 1, signature verified, valid until {}\n",
+                berth_core::date::utc(0)
+            )
+        );
+    }
+
+    #[test]
+    fn list_rows_and_sections() {
+        let v = json!({
+            "installed": [{"name": "web", "version": "1.0", "size": 2048, "description": "a server"}],
+            "available": [{"name": "web", "version": "1.1", "size": null, "installed": "1.0", "description": ""},
+                          {"name": "db", "version": "2", "size": 1, "installed": null, "description": "sql"}],
+            "upgradable": [{"name": "web", "installed": "1.0", "available": "1.1"}],
+            "index_note": "index 3 days old"
+        });
+        let inst = installed_rows(&v);
+        fits(INSTALLED_HEAD, &inst);
+        assert_eq!(inst, [["web", "1.0", "2.0 KiB", "a server"]]);
+        let avail = available_rows(&v);
+        fits(AVAILABLE_HEAD, &avail);
+        assert_eq!(avail[0], ["web", "1.1", "-", "1.0", "-"]);
+        assert_eq!(at(AVAILABLE_HEAD, &avail[1], "INSTALLED"), "-");
+        assert_eq!(at(AVAILABLE_HEAD, &avail[1], "SIZE"), "1 B");
+        let up = upgradable_rows(&v);
+        fits(UPGRADABLE_HEAD, &up);
+        assert_eq!(up, [["web", "1.0", "1.1"]]);
+
+        let only = |installed, available, upgradable| Lists {
+            installed,
+            available,
+            upgradable,
+        };
+        assert_eq!(
+            list(&v, &only(false, false, true)),
+            "upgradable:\n  NAME  INSTALLED  AVAILABLE\n  web   1.0        1.1\n"
+        );
+        assert!(list(&v, &only(false, true, false))
+            .starts_with("available:\n  (index 3 days old)\n  NAME  VERSION"));
+        let all = list(&json!({}), &only(true, true, true));
+        assert_eq!(
+            all,
+            "installed:\n  (none)\navailable:\n  (none)\nupgradable:\n  (none)\n"
+        );
+    }
+
+    #[test]
+    fn package_results() {
+        assert_eq!(
+            progress(&json!({"event": "progress", "package": "web", "done": 512, "total": 2048})),
+            Some("\r\x1b[Kfetching web 512 B / 2.0 KiB (25%)".into())
+        );
+        // A total of 0 divides by 1.
+        assert_eq!(
+            progress(&json!({"event": "progress", "package": "web"})),
+            Some("\r\x1b[Kfetching web 0 B / 1 B (0%)".into())
+        );
+        assert_eq!(
+            progress(&json!({"event": "fetched", "package": "web", "version": "1.0"})),
+            Some("\r\x1b[Kfetched web 1.0\n".into())
+        );
+        assert_eq!(progress(&json!({"event": "verifying"})), None);
+        let v = json!({"installed": [{"name": "web", "version": "1.0"}], "unchanged": ["db"]});
+        assert_eq!(
+            installed(&v),
+            "installed web 1.0\ndb is already installed\n"
+        );
+        let names = ["a".to_string(), "b".to_string()];
+        assert_eq!(removed(&names, false), "removed a\nremoved b\n");
+        assert_eq!(removed(&names[..1], true), "removed a and its data\n");
+        assert_eq!(
+            gc(&json!({"removed": ["x", "y"], "freed_bytes": 3145728})),
+            "removed 2 unused image(s), freed 3.0 MiB\n"
+        );
+        assert_eq!(gc(&json!({})), "removed 0 unused image(s), freed 0 B\n");
+    }
+
+    #[test]
+    fn container_results() {
+        let v = json!({"init_pid": 42});
+        assert_eq!(started("web", false, &v), "started web (init pid 42)\n");
+        assert_eq!(started("web", true, &v), "restarted web (init pid 42)\n");
+        assert_eq!(stopped("web", &json!({"graceful": true})), "stopped web\n");
+        assert_eq!(
+            stopped("web", &json!({"graceful": false})),
+            "stopped web (killed after the timeout)\n"
+        );
+    }
+
+    #[test]
+    fn status_rows_show_uptime_and_how_containers_last_ended() {
+        let v = json!({
+            "daemon": {"version": "0.1.0", "pid": 7, "uptime_s": 3700},
+            "repository": {"warning": "the index expired"},
+            "containers": [
+                {"name": "web", "version": "1.0", "state": "running", "init_pid": 99,
+                 "started_at": 1000, "network": "bridge", "last_exit": null},
+                {"name": "job", "version": "2", "state": "stopped", "init_pid": null,
+                 "network": "", "last_exit": {"code": 1}},
+                {"name": "hog", "version": "3", "state": "stopped",
+                 "last_exit": {"signal": 9},
+                 "guard_kill": {"pid": 12, "available": 5242880}},
+                {"name": "segv", "version": "1", "state": "stopped",
+                 "last_exit": {"signal": 11, "core_dumped": true}},
+                {"name": "abrt", "version": "1", "state": "stopped",
+                 "last_exit": {"signal": 6, "core_dumped": null}}
+            ]
+        });
+        let rows = status_rows(&v, 1090);
+        fits(STATUS_HEAD, &rows);
+        assert_eq!(
+            rows[0],
+            ["web", "1.0", "running", "99", "1m30s", "bridge", "-"]
+        );
+        assert_eq!(at(STATUS_HEAD, &rows[1], "PID"), "-");
+        assert_eq!(at(STATUS_HEAD, &rows[1], "UPTIME"), "-");
+        assert_eq!(at(STATUS_HEAD, &rows[1], "NETWORK"), "-");
+        assert_eq!(at(STATUS_HEAD, &rows[1], "LAST EXIT"), "exit 1");
+        assert_eq!(
+            at(STATUS_HEAD, &rows[2], "LAST EXIT"),
+            "signal 9 (guard killed pid 12 at 5 MiB free)"
+        );
+        assert_eq!(at(STATUS_HEAD, &rows[3], "LAST EXIT"), "signal 11 (core dumped)");
+        assert_eq!(at(STATUS_HEAD, &rows[4], "LAST EXIT"), "signal 6");
+        let text = status(&v, 1090);
+        assert!(
+            text.starts_with(
+                "berth daemon 0.1.0 (pid 7), up 1h1m\nwarning: the index expired\n  NAME"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 8);
+    }
+
+    #[test]
+    fn limit_output_says_what_is_in_force() {
+        let v = json!({"limits": {"cpu_max_percent": 50, "memory_max": 67108864, "pids_max": null},
+                       "applied": true});
+        assert_eq!(
+            limit("web", &v),
+            "web: cpu 50 (% of one CPU), memory 64.0 MiB, pids - (- is unlimited) (applied to the running container)\n"
+        );
+        let v = json!({"limits": {}, "applied": false});
+        assert_eq!(
+            limit("web", &v),
+            "web: cpu - (% of one CPU), memory -, pids - (- is unlimited)\n"
+        );
+    }
+
+    /// Every row of `berth stats` has one cell per column (it once printed 10 headers over
+    /// 8 cells), with the values where their headers say.
+    #[test]
+    fn stats_columns_match_their_cells() {
+        let v = json!({
+            "cgroup_version": "v1", "cpus": 2, "sample_ms": 500,
+            "group": {"cgroup": "berth", "cpu_percent": 12.34, "cpu_max_percent": 100,
+                      "memory_current": 1048576, "memory_max": 2097152, "memory_peak": 1572864,
+                      "pids_current": 3, "pids_max": 1024, "nr_throttled": 7, "oom_kills": 0},
+            "containers": [{"name": "web", "cpu_percent": 1.0, "cpu_max_percent": null,
+                            "memory_current": 4096, "memory_max": null, "memory_peak": null,
+                            "pids_current": 1, "pids_max": 64, "nr_throttled": 0, "oom_kills": 2}]
+        });
+        let rows = stats_rows(&v);
+        assert_eq!(rows.len(), 2);
+        fits(STATS_HEAD, &rows);
+        let col = |r: usize, name: &str| at(STATS_HEAD, &rows[r], name);
+        assert_eq!(col(0, "NAME"), "[berth]");
+        assert_eq!(col(0, "CPU"), "12.3%");
+        assert_eq!(col(0, "MEMORY / MAX"), "1.0 MiB / 2.0 MiB");
+        assert_eq!(col(0, "PEAK"), "1.5 MiB");
+        assert_eq!(col(0, "PIDS / MAX"), "3 / 1024");
+        assert_eq!(col(0, "THROTTLED"), "7");
+        assert_eq!(col(1, "NAME"), "web");
+        assert_eq!(col(1, "CPU MAX"), "-");
+        assert_eq!(col(1, "MEMORY / MAX"), "4.0 KiB / -");
+        assert_eq!(col(1, "OOM KILLS"), "2");
+        assert!(stats(&v)
+            .starts_with("cgroup v1, 2 CPUs; CPU % is of one CPU, sampled over 500 ms\n  NAME"));
+    }
+
+    #[test]
+    fn governor_rows_and_summary() {
+        let v = json!({
+            "mode": "capped", "note": "slow probe", "probe": "http://127.0.0.1/",
+            "interval_ms": 1000, "timeout_ms": 200, "probes": 5, "last_latency_ms": 12.25,
+            "cap": 75.0, "cpus": 4, "t_lower": 10, "t_upper": 30, "target": 80.5,
+            "r_n": 100.0, "r_n_source": "probe", "r_c": null, "failures": 0,
+            "last_error": "timed out",
+            "history": [
+                {"at": 86_400 + 3723, "cap": 50.0, "r_c": 2.5, "r_n": null, "mode": "capped",
+                 "note": "cut"},
+                {"at": 0, "cap": null, "mode": "off"}
+            ]
+        });
+        let rows = governor_rows(&v);
+        fits(GOVERNOR_HEAD, &rows);
+        assert_eq!(rows[0], ["01:02:03", "50%", "2.5/s", "-", "capped", "cut"]);
+        assert_eq!(rows[1], ["00:00:00", "-", "-", "-", "off", ""]);
+        let text = governor(&v);
+        let head: Vec<&str> = text.lines().take(5).collect();
+        assert_eq!(
+            head,
+            [
+                "governor: capped (slow probe)",
+                "probe: http://127.0.0.1/, every 1000 ms, timeout 200 ms; 5 probes, last 12.3 ms",
+                "cap: 75% of all 4 CPUs (T_l 10%, T_u 30%), target 80.5%",
+                "R_n 100/s (probe), R_c -, consecutive failures 0",
+                "last error: timed out",
+            ]
+        );
+        // No probe, no error: those lines are left out.
+        let text = governor(&json!({"mode": "off", "probe": null, "last_latency_ms": null}));
+        assert!(
+            text.starts_with("governor: off\ncap: - of all null CPUs"),
+            "{text}"
+        );
+        assert!(text.ends_with("  (none)\n"), "{text}");
+    }
+
+    #[test]
+    fn net_rows_show_ports_and_drops() {
+        let v = json!({
+            "bridge": "berth0", "gateway": "10.0.3.1", "subnet": "10.0.3.0/24", "table": "berth",
+            "containers": [
+                {"name": "web", "mode": "bridge", "ipv4": "10.0.3.2", "mac": "02:00:00:00:00:02",
+                 "publish": ["8080:80/tcp", "53:53/udp"], "dropped_spoofed": 0, "dropped_denied": 4},
+                {"name": "db", "mode": "none", "ipv4": null, "mac": null, "publish": []}
+            ],
+            "hosts": [{"ip": "192.0.2.9", "mac": "aa:bb:cc:dd:ee:ff", "dev": "eth0", "hostname": ""}]
+        });
+        let rows = net_rows(&v);
+        fits(NET_HEAD, &rows);
+        assert_eq!(
+            rows[0],
+            [
+                "web",
+                "bridge",
+                "10.0.3.2",
+                "02:00:00:00:00:02",
+                "8080:80/tcp,53:53/udp",
+                "0",
+                "4"
+            ]
+        );
+        assert_eq!(rows[1], ["db", "none", "-", "-", "-", "-", "-"]);
+        assert!(net(&v).starts_with(
+            "bridge berth0 gateway 10.0.3.1 subnet 10.0.3.0/24 (nft table berth)\n  NAME"
+        ));
+        let hosts = hosts_rows(&v);
+        fits(HOSTS_HEAD, &hosts);
+        assert_eq!(hosts, [["192.0.2.9", "aa:bb:cc:dd:ee:ff", "eth0", "-"]]);
+    }
+
+    #[test]
+    fn check_groups_features_and_counts_what_is_missing() {
+        use berth_sys::check::{Feature, Status};
+        let f = |name, group, status, required, detail: &str| Feature {
+            name,
+            group,
+            status,
+            required,
+            detail: detail.into(),
+        };
+        let features = [
+            f("cgroup v2", "kernel", Status::Present, true, ""),
+            f(
+                "user namespaces",
+                "kernel",
+                Status::Missing,
+                true,
+                "CONFIG_USER_NS",
+            ),
+            f("mksquashfs", "tools", Status::Unknown, false, ""),
+        ];
+        assert_eq!(
+            check(&features, 1, false),
+            format!(
+                "--- kernel ---\n{:<28} present (required)\n{:<28} missing (required)  CONFIG_USER_NS\n--- tools ---\n{:<28} unknown\n\nberth cannot run here: 1 required feature(s) missing\n",
+                "cgroup v2", "user namespaces", "mksquashfs"
+            )
+        );
+        let colored = check(&features[..2], 0, true);
+        assert!(
+            colored.contains("\x1b[32mpresent\x1b[0m (required)"),
+            "{colored}"
+        );
+        assert!(
+            colored.contains("\x1b[31mmissing\x1b[0m (required)"),
+            "{colored}"
+        );
+        assert!(!colored.contains("cannot run here"), "{colored}");
+    }
+}

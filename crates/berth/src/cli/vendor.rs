@@ -1,0 +1,65 @@
+//! `key generate`, `pack`, `repo build`: the vendor's tools. A device build leaves them out
+//! (`--no-default-features`): devices install packages, they do not make them.
+
+use anyhow::Result;
+
+use super::args::Vendor;
+use super::print_json;
+
+pub fn run(json: bool, cmd: Vendor) -> Result<()> {
+    match cmd {
+        Vendor::Key { prefix, comment } => {
+            let r = crate::vendor::key::generate(prefix.as_ref(), comment.as_deref())?;
+            if json {
+                print_json(&serde_json::to_value(&r)?);
+            } else {
+                println!(
+                    "wrote {} and {} (keynum {})\nkeep the .sec file secret; put the .pub file in the device's /etc/berth/keys/",
+                    r.public.display(),
+                    r.secret.display(),
+                    r.keynum_hex
+                );
+            }
+        }
+        Vendor::Pack { dir, out } => {
+            let r = crate::vendor::pack::pack(dir.as_ref(), out.as_ref())?;
+            if json {
+                print_json(&serde_json::to_value(&r)?);
+            } else {
+                for w in &r.warnings {
+                    eprintln!("warning: {w}");
+                }
+                println!(
+                    "packed {}@{} into {} ({} bytes, sha256 {})",
+                    r.name,
+                    r.version,
+                    r.file.display(),
+                    r.size,
+                    r.sha256
+                );
+            }
+        }
+        Vendor::Repo {
+            dir,
+            key,
+            valid_for_s,
+        } => {
+            let r = crate::vendor::repo::build(dir.as_ref(), key.as_ref(), valid_for_s)?;
+            if json {
+                print_json(&serde_json::to_value(&r)?);
+            } else {
+                for p in &r.packages {
+                    println!("  {}@{}  {}", p.name, p.version, p.file);
+                }
+                println!(
+                    "wrote {} ({} packages) and {} (key {})",
+                    r.index.display(),
+                    r.packages.len(),
+                    r.signature.display(),
+                    r.keynum
+                );
+            }
+        }
+    }
+    Ok(())
+}
