@@ -283,9 +283,10 @@ struct RawContainers {
 }
 
 impl Config {
-    /// Reads the configuration at `path`; a missing file gives the defaults.
-    pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        match std::fs::read_to_string(path) {
+    /// The configuration from the result of reading the file at `path` (the read is the
+    /// caller's: this crate does no I/O); a missing file gives the defaults.
+    pub fn from_file(read: std::io::Result<String>, path: &Path) -> Result<Config, ConfigError> {
+        match read {
             Ok(text) => Config::parse(&text, &path.display().to_string()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 Config::parse("", &path.display().to_string())
@@ -746,6 +747,19 @@ fn governor(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_file_gives_the_defaults_and_an_unreadable_one_an_error() {
+        let path = Path::new("/etc/berth/berth.toml");
+        let gone = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let defaults = Config::from_file(Err(gone), path).unwrap();
+        assert_eq!(defaults.cgroup_parent, Config::parse("", "x").unwrap().cgroup_parent);
+        let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let e = Config::from_file(Err(denied), path).unwrap_err().to_string();
+        assert!(e.contains("/etc/berth/berth.toml"), "{e}");
+        let c = Config::from_file(Ok("[containers]\ncgroup_parent = \"x\"\n".into()), path);
+        assert_eq!(c.unwrap().cgroup_parent, "x");
+    }
 
     #[test]
     fn empty_gives_defaults() {

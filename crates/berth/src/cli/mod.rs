@@ -113,7 +113,7 @@ fn report(g: &Global, e: &anyhow::Error) -> i32 {
 }
 
 fn load_config(g: &Global) -> Result<Config> {
-    Ok(Config::load(&g.config)?)
+    Ok(Config::from_file(std::fs::read_to_string(&g.config), &g.config)?)
 }
 
 fn print_json(v: &Value) {
