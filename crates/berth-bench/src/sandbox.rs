@@ -120,7 +120,7 @@ impl Sandbox {
             lxc = dir.join("run/lxc").display(),
         );
         std::fs::write(&config_path, text).context("write berth.toml")?;
-        let cfg = Config::load(&config_path).map_err(|e| format!("sandbox config: {e}"))?;
+        let cfg = Config::from_file(std::fs::read_to_string(&config_path), &config_path).map_err(|e| format!("sandbox config: {e}"))?;
         let sb = Sandbox {
             repo: dir.join("repo"),
             config_path,
