@@ -1,18 +1,20 @@
-//! Shared harness of the end-to-end tests: a sandboxed berth (its own state, run dir,
-//! lxcpath, keys, repository and cgroup parent under a unique name) with a real daemon, real
-//! LXC, real squashfs mounts. Everything a sandbox creates is removed when it is dropped, also
-//! when the test fails.
+//! Shared harness of the end-to-end tests: the berth-testkit sandbox (its own state, run dir,
+//! lxcpath, keys, repository and cgroup parent under a unique name, a real daemon, real LXC,
+//! real squashfs mounts) with the kit's errors turned into panics, and what only tests need.
+//! Everything a sandbox creates is removed when it is dropped, also when the test fails.
 #![allow(dead_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-pub const BERTH: &str = env!("CARGO_BIN_EXE_berth");
+// Each test crate includes this module and uses some of it.
+#[allow(unused_imports)]
+pub use berth_testkit::{stderr, stdout, which, Pkg, TempDir};
+use berth_testkit::{Options, SandboxError, Scope};
 
-static COUNTER: AtomicUsize = AtomicUsize::new(0);
+pub const BERTH: &str = env!("CARGO_BIN_EXE_berth");
 
 /// Fails loudly (never skips) when the test cannot run here.
 pub fn require_root_and_tools() {
@@ -36,53 +38,9 @@ pub fn require_root_and_tools() {
     }
 }
 
-pub fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(tool))
-        .find(|p| p.is_file())
-}
-
 /// A static busybox to build test packages from.
 pub fn busybox() -> PathBuf {
-    let p = which("busybox").expect("busybox-static is required");
-    let out = Command::new("file").arg(&p).output();
-    if let Ok(o) = out {
-        let t = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            !t.contains("dynamically"),
-            "{} is dynamically linked: install busybox-static",
-            p.display()
-        );
-    }
-    p
-}
-
-/// A fresh directory, removed on drop even when the test fails.
-pub struct TempDir(pub PathBuf);
-
-impl TempDir {
-    pub fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!(
-            "berth-tmp-{name}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    pub fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    berth_testkit::busybox().unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A free TCP port on 127.0.0.1.
@@ -94,174 +52,79 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// What goes into a test package.
-pub struct Pkg {
-    pub name: String,
-    pub version: String,
-    /// More keys of the [package] table (`base = "host"`, `depends = [...]`).
-    pub package_keys: String,
-    /// More tables of the manifest (`[network]`, `[entrypoint]` keys go in `entrypoint_keys`).
-    pub tables: String,
-    /// More keys of [entrypoint] (`user = 1000`, `env = {...}`).
-    pub entrypoint_keys: String,
-    pub argv: Vec<String>,
-    /// Extra files: path relative to the package root → contents.
-    pub files: Vec<(String, Vec<u8>)>,
-    pub with_busybox: bool,
-}
+/// The kit's sandbox; every call that can fail panics with what failed (the command's output
+/// and the whole daemon log).
+pub struct Sandbox(berth_testkit::Sandbox);
 
-impl Pkg {
-    pub fn new(name: &str, version: &str, argv: &[&str]) -> Pkg {
-        Pkg {
-            name: name.into(),
-            version: version.into(),
-            package_keys: String::new(),
-            tables: String::new(),
-            entrypoint_keys: String::new(),
-            argv: argv.iter().map(|s| s.to_string()).collect(),
-            files: Vec::new(),
-            with_busybox: true,
-        }
-    }
-    /// A package whose payload is a shell script run by busybox sh.
-    pub fn script(name: &str, version: &str, script: &str) -> Pkg {
-        let mut p = Pkg::new(name, version, &["/bin/busybox", "sh", "/run.sh"]);
-        p.files.push(("run.sh".into(), script.as_bytes().to_vec()));
-        p
-    }
-    pub fn package_key(mut self, toml: &str) -> Pkg {
-        self.package_keys.push_str(toml);
-        self.package_keys.push('\n');
-        self
-    }
-    pub fn entrypoint_key(mut self, toml: &str) -> Pkg {
-        self.entrypoint_keys.push_str(toml);
-        self.entrypoint_keys.push('\n');
-        self
-    }
-    pub fn table(mut self, toml: &str) -> Pkg {
-        self.tables.push_str(toml);
-        self.tables.push('\n');
-        self
-    }
-    pub fn file(mut self, path: &str, data: &[u8]) -> Pkg {
-        self.files.push((path.into(), data.to_vec()));
-        self
+impl std::ops::Deref for Sandbox {
+    type Target = berth_testkit::Sandbox;
+    fn deref(&self) -> &berth_testkit::Sandbox {
+        &self.0
     }
 }
 
-pub struct Sandbox {
-    pub dir: PathBuf,
-    pub config: PathBuf,
-    pub repo: PathBuf,
-    pub key: PathBuf,
-    pub cgroup_parent: String,
-    pub daemon: Option<Child>,
-    pub daemon_log: PathBuf,
-    trusted: Vec<String>,
-    /// Runs the daemon in this network namespace (`/run/netns/NAME`) via nsenter.
-    pub daemon_netns: Option<String>,
+impl std::ops::DerefMut for Sandbox {
+    fn deref_mut(&mut self) -> &mut berth_testkit::Sandbox {
+        &mut self.0
+    }
+}
+
+/// The value, or a panic that says what failed.
+fn check<T>(r: Result<T, SandboxError>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(SandboxError::Failed {
+            args,
+            status,
+            stdout,
+            stderr,
+            daemon_log,
+        }) => panic!(
+            "berth {args:?} failed ({status}): {stderr}\n{stdout}\ndaemon log:\n{daemon_log}"
+        ),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 impl Sandbox {
+    /// A sandbox in `$TMPDIR/berth-test-<tag>-<pid>-<n>` with the cgroup parent
+    /// `berth-t-<tag>-<pid>-<n>`; BERTH_KEEP_TEST_DIRS keeps the directory after the test.
     pub fn new(tag: &str) -> Sandbox {
         require_root_and_tools();
-        let id = format!(
-            "{tag}-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
+        let id = berth_testkit::unique_id(tag);
+        let mut scope = Scope::new(
+            std::env::temp_dir().join(format!("berth-test-{id}")),
+            format!("berth-t-{id}"),
         );
-        let dir = std::env::temp_dir().join(format!("berth-test-{id}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("repo/packages")).unwrap();
-        std::fs::create_dir_all(dir.join("keys")).unwrap();
-        let sb = Sandbox {
-            config: dir.join("berth.toml"),
-            repo: dir.join("repo"),
-            key: dir.join("vendor.sec"),
-            cgroup_parent: format!("berth-t-{id}"),
-            daemon: None,
-            daemon_log: dir.join("daemon.log"),
-            dir,
-            trusted: Vec::new(),
-            daemon_netns: None,
-        };
-        sb.write_config("");
-        let out = sb.berth(&[
-            "key",
-            "generate",
-            "-o",
-            sb.dir.join("vendor").to_str().unwrap(),
-        ]);
-        assert!(out.status.success(), "key generate: {}", stderr(&out));
-        std::fs::copy(sb.dir.join("vendor.pub"), sb.dir.join("keys/vendor.pub")).unwrap();
-        sb
+        scope.keep_dir = std::env::var_os("BERTH_KEEP_TEST_DIRS").is_some();
+        let mut opts = Options::new(BERTH.into(), scope);
+        opts.program = "berth test";
+        Sandbox(check(berth_testkit::Sandbox::create(opts)))
     }
 
     /// (Re)writes the configuration; `extra` is appended under [containers] unless it starts
     /// with its own table.
     pub fn write_config(&self, extra: &str) {
-        let d = &self.dir;
-        let text = format!(
-            "repository = \"file://{repo}\"\n[paths]\nstate = \"{state}\"\nrun = \"{run}\"\nkeys = \"{keys}\"\n[containers]\ncgroup_parent = \"{cg}\"\nstop_timeout = \"5s\"\n{extra}\n",
-            repo = self.repo.display(),
-            state = d.join("state").display(),
-            run = d.join("run").display(),
-            keys = d.join("keys").display(),
-            cg = self.cgroup_parent,
-        );
-        std::fs::write(&self.config, text).unwrap();
+        check(self.0.write_config(extra))
     }
 
     /// Points the configuration at another repository URL (an HTTP server of the test).
     pub fn set_repository(&self, url: &str) {
-        let text = std::fs::read_to_string(&self.config).unwrap();
-        let rest: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
-        std::fs::write(&self.config, format!("repository = \"{url}\"\n{rest}")).unwrap();
-    }
-
-    pub fn state_dir(&self) -> PathBuf {
-        self.dir.join("state")
-    }
-    pub fn run_dir(&self) -> PathBuf {
-        self.dir.join("run")
-    }
-    pub fn lxcpath(&self) -> PathBuf {
-        self.dir.join("run/lxc")
-    }
-
-    pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(BERTH);
-        c.args(args)
-            .env("BERTH_CONFIG", &self.config)
-            .stdin(Stdio::null());
-        c
+        check(self.0.set_repository(url))
     }
 
     pub fn berth(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().expect("run berth")
+        self.output(args).expect("run berth")
     }
 
     /// Runs berth and asserts success; returns stdout.
     pub fn ok(&self, args: &[&str]) -> String {
-        let out = self.berth(args);
-        assert!(
-            out.status.success(),
-            "berth {args:?} failed ({}): {}\n{}\ndaemon log:\n{}",
-            out.status,
-            stderr(&out),
-            stdout(&out),
-            self.daemon_log_text()
-        );
-        stdout(&out)
+        check(self.0.ok(args))
     }
 
     /// Runs berth --json and parses stdout.
     pub fn json(&self, args: &[&str]) -> serde_json::Value {
-        let mut a = vec!["--json"];
-        a.extend_from_slice(args);
-        let s = self.ok(&a);
-        serde_json::from_str(&s).unwrap_or_else(|e| panic!("berth {args:?}: bad JSON ({e}): {s}"))
+        check(self.0.json(args))
     }
 
     /// Runs berth and asserts failure; returns (exit code, stderr).
@@ -275,145 +138,37 @@ impl Sandbox {
         (out.status.code().unwrap_or(-1), stderr(&out))
     }
 
-    pub fn daemon_log_text(&self) -> String {
-        std::fs::read_to_string(&self.daemon_log).unwrap_or_default()
-    }
-
     pub fn start_daemon(&mut self) {
-        self.start_daemon_env(&[]);
+        check(self.0.start_daemon())
     }
 
     pub fn start_daemon_env(&mut self, env: &[(&str, &str)]) {
-        assert!(self.daemon.is_none(), "daemon already started");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.daemon_log)
-            .unwrap();
-        let mut c = match &self.daemon_netns {
-            Some(ns) => {
-                // nsenter joins only the network namespace (ip netns exec would also remount
-                // /sys, hiding the cgroup mounts) and execs berth: the pid stays the daemon's.
-                let mut c = Command::new("nsenter");
-                c.arg(format!("--net=/run/netns/{ns}"))
-                    .args([BERTH, "daemon"])
-                    .env("BERTH_CONFIG", &self.config)
-                    .stdin(Stdio::null());
-                c
-            }
-            None => self.cmd(&["daemon"]),
-        };
-        c.stdout(log.try_clone().unwrap()).stderr(log);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        self.daemon = Some(c.spawn().expect("spawn daemon"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if self.berth(&["status"]).status.success() {
-                return;
-            }
-            if let Some(st) = self.daemon.as_mut().unwrap().try_wait().unwrap() {
-                panic!("daemon exited at start ({st}):\n{}", self.daemon_log_text());
-            }
-            assert!(Instant::now() < deadline, "daemon did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    /// Kills the daemon with `signal` and reaps it.
-    pub fn kill_daemon(&mut self, signal: i32) {
-        if let Some(mut c) = self.daemon.take() {
-            // SAFETY-free: kill(1) keeps unsafe out of the tests.
-            let _ = Command::new("kill")
-                .args([format!("-{signal}"), c.id().to_string()])
-                .status();
-            let _ = c.wait();
-        }
-    }
-
-    /// Waits for the daemon to exit on its own (e.g. after fault injection).
-    pub fn wait_daemon_exit(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
-        if let Some(c) = self.daemon.as_mut() {
-            while Instant::now() < deadline {
-                if c.try_wait().unwrap().is_some() {
-                    self.daemon = None;
-                    return true;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            return false;
-        }
-        true
-    }
-
-    pub fn trust(&mut self, name: &str) {
-        self.trusted.push(name.into());
+        check(self.0.start_daemon_env(env))
     }
 
     /// Builds a package directory and packs it into the repository's packages/.
     pub fn pack(&self, p: &Pkg) -> PathBuf {
-        let dir = self
-            .dir
-            .join("src")
-            .join(format!("{}-{}", p.name, p.version));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join(".berth")).unwrap();
-        if p.with_busybox {
-            std::fs::create_dir_all(dir.join("bin")).unwrap();
-            std::fs::copy(busybox(), dir.join("bin/busybox")).unwrap();
-            for l in ["sh", "cat", "echo", "sleep", "ls", "id"] {
-                let _ = std::os::unix::fs::symlink("busybox", dir.join("bin").join(l));
-            }
-        }
-        for (path, data) in &p.files {
-            let f = dir.join(path);
-            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-            std::fs::write(&f, data).unwrap();
-            if path.ends_with(".sh") || path.starts_with("bin/") {
-                std::fs::set_permissions(&f, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-                    .unwrap();
-            }
-        }
-        let argv = p
-            .argv
-            .iter()
-            .map(|a| format!("{a:?}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let manifest = format!(
-            "[package]\nname = \"{}\"\nversion = \"{}\"\ndescription = \"test package {}\"\n{}\n[entrypoint]\nargv = [{argv}]\n{}\n{}\n",
-            p.name, p.version, p.name, p.package_keys, p.entrypoint_keys, p.tables
-        );
-        std::fs::write(dir.join(".berth/manifest.toml"), manifest).unwrap();
-        let out = self
-            .repo
-            .join("packages")
-            .join(format!("{}-{}.sqfs", p.name, p.version));
-        let o = self.berth(&["pack", dir.to_str().unwrap(), "-o", out.to_str().unwrap()]);
-        assert!(o.status.success(), "pack {}: {}", p.name, stderr(&o));
-        out
+        check(self.0.pack(p))
     }
 
     /// Writes trusted.txt and (re)builds and signs the repository index.
     pub fn build_repo(&self) {
-        let mut t = std::fs::File::create(self.repo.join("trusted.txt")).unwrap();
-        for n in &self.trusted {
-            writeln!(t, "{n}").unwrap();
-        }
-        self.ok(&[
-            "repo",
-            "build",
-            self.repo.to_str().unwrap(),
-            "--key",
-            self.key.to_str().unwrap(),
-        ]);
+        check(self.0.build_repo())
     }
 
     pub fn add(&self, p: &Pkg) {
-        self.pack(p);
-        self.build_repo();
+        check(self.0.add(p))
+    }
+
+    /// Mount points below the sandbox.
+    pub fn mounts(&self) -> Vec<String> {
+        check(self.0.mounts())
+    }
+
+    /// Mounts that should not be there while no container runs: everything below the
+    /// sandbox except the image mounts of installed packages.
+    pub fn stray_mounts(&self) -> Vec<String> {
+        check(self.0.stray_mounts())
     }
 
     /// Waits until `berth logs NAME` contains `needle`.
@@ -451,45 +206,6 @@ impl Sandbox {
         v["containers"][0].clone()
     }
 
-    /// Mount points below the sandbox.
-    pub fn mounts(&self) -> Vec<String> {
-        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-        let prefix = self.dir.to_str().unwrap().to_string();
-        text.lines()
-            .filter_map(|l| l.split(' ').nth(4))
-            .filter(|m| m.starts_with(&prefix))
-            .map(String::from)
-            .collect()
-    }
-
-    /// Mounts that should not be there while no container runs: everything below the
-    /// sandbox except the image mounts of installed packages (berth keeps those, so a restart
-    /// finds the image's pages still cached).
-    pub fn stray_mounts(&self) -> Vec<String> {
-        let installed: Vec<String> = std::fs::read(self.state_dir().join("state.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
-            .and_then(|v| {
-                v["packages"].as_object().map(|o| {
-                    o.values()
-                        .filter_map(|p| p["sha256"].as_str().map(String::from))
-                        .collect()
-                })
-            })
-            .unwrap_or_default();
-        let mnt = self.run_dir().join("mnt");
-        self.mounts()
-            .into_iter()
-            .filter(|m| {
-                let p = Path::new(m);
-                !(p.parent() == Some(mnt.as_path())
-                    && p.file_name()
-                        .and_then(|f| f.to_str())
-                        .is_some_and(|f| installed.iter().any(|i| i == f)))
-            })
-            .collect()
-    }
-
     /// Files in the store's partial-download directory.
     pub fn partial_downloads(&self) -> Vec<String> {
         std::fs::read_dir(self.state_dir().join("store/.tmp"))
@@ -500,70 +216,6 @@ impl Sandbox {
             })
             .unwrap_or_default()
     }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        self.kill_daemon(9);
-        // Containers: stop everything LXC knows under our lxcpath.
-        if let Ok(entries) = std::fs::read_dir(self.lxcpath()) {
-            for e in entries.flatten() {
-                let _ = Command::new("lxc-stop")
-                    .args(["-P", self.lxcpath().to_str().unwrap(), "-n"])
-                    .arg(e.file_name())
-                    .arg("-k")
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
-        }
-        // Shims of this sandbox (they exit when their container ends; make sure).
-        let _ = Command::new("pkill")
-            .args([
-                "-9",
-                "-f",
-                &format!("__shim .* {}", self.lxcpath().display()),
-            ])
-            .status();
-        // Mounts, deepest first.
-        let mut m = self.mounts();
-        m.sort();
-        for p in m.iter().rev() {
-            let _ = Command::new("umount").args(["-l", p]).status();
-        }
-        // cgroups in every hierarchy.
-        if let Ok(h) = std::fs::read_dir("/sys/fs/cgroup") {
-            for h in h.flatten() {
-                for parent in [
-                    self.cgroup_parent.clone(),
-                    format!("{}.monitor", self.cgroup_parent),
-                ] {
-                    let p = h.path().join(&parent);
-                    if let Ok(kids) = std::fs::read_dir(&p) {
-                        for k in kids.flatten().filter(|k| k.path().is_dir()) {
-                            if let Ok(inner) = std::fs::read_dir(k.path()) {
-                                for i in inner.flatten().filter(|i| i.path().is_dir()) {
-                                    let _ = std::fs::remove_dir(i.path());
-                                }
-                            }
-                            let _ = std::fs::remove_dir(k.path());
-                        }
-                    }
-                    let _ = std::fs::remove_dir(&p);
-                }
-            }
-        }
-        if std::env::var_os("BERTH_KEEP_TEST_DIRS").is_none() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-pub fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).to_string()
-}
-pub fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).to_string()
 }
 
 /// GET http://127.0.0.1:port/path with a plain TcpStream (no curl needed); body or error.

@@ -1,8 +1,9 @@
 //! What /proc says about processes: memory, names, parents.
 
-use std::path::Path;
-
 use serde::Serialize;
+
+// The process listing the sandbox's sweep uses too.
+pub use berth_testkit::procs::{cmdline, mentions, pids};
 
 use crate::util::{Context, Result};
 
@@ -66,25 +67,6 @@ pub fn comm(pid: i32) -> Option<String> {
         .map(|s| s.trim_end().to_string())
 }
 
-fn nul_list(path: &str) -> Vec<String> {
-    std::fs::read(path)
-        .map(|b| {
-            b.split(|&c| c == 0)
-                .filter(|s| !s.is_empty())
-                .map(|s| String::from_utf8_lossy(s).to_string())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-pub fn cmdline(pid: i32) -> Vec<String> {
-    nul_list(&format!("/proc/{pid}/cmdline"))
-}
-
-pub fn environ(pid: i32) -> Vec<String> {
-    nul_list(&format!("/proc/{pid}/environ"))
-}
-
 /// Parent pid and state letter from /proc/PID/stat (the comm field may hold spaces).
 pub fn stat(pid: i32) -> Option<(i32, char)> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -98,16 +80,6 @@ pub fn stat(pid: i32) -> Option<(i32, char)> {
 /// True once the process is gone or a zombie nobody has reaped yet.
 pub fn gone(pid: i32) -> bool {
     !matches!(stat(pid), Some((_, st)) if st != 'Z' && st != 'X')
-}
-
-pub fn pids() -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 pub fn children(pid: i32) -> Vec<i32> {
@@ -127,14 +99,6 @@ pub fn tree(pid: i32) -> Vec<i32> {
         i += 1;
     }
     out
-}
-
-/// Whether any of the process's arguments is `dir` or lies below it.
-pub fn mentions(args: &[String], dir: &Path) -> bool {
-    let d = dir.to_string_lossy();
-    let below = format!("{d}/");
-    args.iter()
-        .any(|a| a == d.as_ref() || a.contains(&below) || a.ends_with(&format!("={d}")))
 }
 
 #[cfg(test)]
@@ -166,18 +130,5 @@ mod tests {
         assert!(!gone(me));
         assert!(mem(me).unwrap().rss_kib > 0);
         assert!(tree(me).contains(&me));
-    }
-
-    #[test]
-    fn mentions_is_component_wise() {
-        let d = Path::new("/tmp/berth-bench-12");
-        let a = |s: &str| vec![s.to_string()];
-        assert!(mentions(&a("/tmp/berth-bench-12/run/lxc"), d));
-        assert!(mentions(
-            &a("BERTH_CONFIG=/tmp/berth-bench-12/berth.toml"),
-            d
-        ));
-        assert!(mentions(&a("/tmp/berth-bench-12"), d));
-        assert!(!mentions(&a("/tmp/berth-bench-123/run"), d));
     }
 }

@@ -185,8 +185,8 @@ fn daemon_cpu(sb: &Sandbox, window: Duration) -> Result<f64> {
 /// Rewrites the configuration with `governor` (a TOML section or "") and restarts the daemon;
 /// containers keep running across the restart.
 fn restart_with(sb: &mut Sandbox, base: &str, governor: &str) -> Result<()> {
-    std::fs::write(&sb.config_path, format!("{base}{governor}"))
-        .map_err(|e| format!("write {}: {e}", sb.config_path.display()))?;
+    std::fs::write(&sb.config, format!("{base}{governor}"))
+        .map_err(|e| format!("write {}: {e}", sb.config.display()))?;
     sb.stop_daemon();
     sb.start_daemon()
 }
@@ -214,8 +214,8 @@ impl Suite for Governor {
         let window = Duration::from_secs(if ctx.quick { 5 } else { 15 });
         let overhead_window = Duration::from_secs(if ctx.quick { 10 } else { 30 });
         let sb = &mut *ctx.sb;
-        let base = std::fs::read_to_string(&sb.config_path)
-            .map_err(|e| format!("read {}: {e}", sb.config_path.display()))?;
+        let base = std::fs::read_to_string(&sb.config)
+            .map_err(|e| format!("read {}: {e}", sb.config.display()))?;
         // The governor works between T_l and the device's T_u: the default 50 %, not the
         // sandbox's 100 % (which keeps the group budget out of host-vs-guest comparisons).
         let gov_base = base.replace(crate::sandbox::UNCAPPED_POLICY, "");
@@ -284,7 +284,7 @@ impl Suite for Governor {
         })();
         drop(svc);
         // Whatever happened, the next suites get the daemon they started with.
-        if std::fs::read_to_string(&sb.config_path).ok().as_deref() != Some(base.as_str()) {
+        if std::fs::read_to_string(&sb.config).ok().as_deref() != Some(base.as_str()) {
             let _ = sb.ok(&["stop", "-t", "2", PKG]);
             restart_with(sb, &base, "")?;
         }
