@@ -106,7 +106,8 @@ impl Sandbox {
         opts.interrupted = util::interrupted;
         opts.program = "berth-bench";
         let kit = berth_testkit::Sandbox::create(opts)?;
-        let cfg = Config::from_file(std::fs::read_to_string(&kit.config), &kit.config).map_err(|e| format!("sandbox config: {e}"))?;
+        let cfg = Config::from_file(std::fs::read_to_string(&kit.config), &kit.config)
+            .map_err(|e| format!("sandbox config: {e}"))?;
         Ok(Sandbox { kit, cfg })
     }
 
