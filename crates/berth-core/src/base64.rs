@@ -3,6 +3,9 @@
 //! Decoding is strict: no whitespace, padding required, unused trailing bits must be zero. A
 //! signature file that decodes two different ways would let two texts stand for one key, so
 //! anything but the canonical encoding is rejected.
+//!
+//! Why not the `base64` crate (no default features, `alloc`), which is as strict: measured on the
+//! device build it costs 4.2 KiB more (0.22.1; 0.23.1 5.1 KiB), for two functions this small.
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 

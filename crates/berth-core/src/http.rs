@@ -1,6 +1,10 @@
 //! Just enough HTTP/1.1 for berth's local APIs (admin socket, later the container API):
 //! one request per connection, `Content-Length` bodies, bounded sizes. Pure parsing, so it
 //! can be fuzzed; the caller reads bytes and writes responses.
+//!
+//! The client side, for the CLI and the repository fetcher: response heads (status, framing,
+//! redirect target) and chunked bodies. A repository is any static HTTP server, so these
+//! parse what a remote peer sends.
 
 use std::collections::BTreeMap;
 
@@ -171,17 +175,274 @@ pub fn stream_head(status: u16, content_type: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Parses a response head (client side): status code and lowercase headers.
-pub fn parse_response_head(head: &[u8]) -> Option<(u16, BTreeMap<String, String>)> {
-    let text = std::str::from_utf8(head).ok()?;
-    let mut lines = text.split("\r\n");
-    let status = lines.next()?.split(' ').nth(1)?.parse().ok()?;
-    let mut headers = BTreeMap::new();
-    for l in lines.filter(|l| !l.is_empty()) {
-        let (k, v) = l.split_once(':')?;
-        headers.insert(k.to_ascii_lowercase(), v.trim().to_string());
+/// Largest response head (status line and headers); a static file server sends a few hundred
+/// bytes. Also the bound on the trailers of a chunked body.
+pub const MAX_RESPONSE_HEAD: usize = 32 * 1024;
+/// Most header lines in one response head.
+pub const MAX_RESPONSE_HEADERS: usize = 100;
+/// Longest chunk-size line (hex size, extensions, CRLF).
+pub const MAX_CHUNK_LINE: usize = 1024;
+
+/// What is wrong with a response; the repository fetcher shows it after the URL.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ResponseError {
+    #[error("response head longer than {MAX_RESPONSE_HEAD} bytes")]
+    HeadTooLarge,
+    #[error("response head is not UTF-8")]
+    NotUtf8,
+    #[error("bad status line {0:?}")]
+    BadStatusLine(String),
+    #[error("bad header line {0:?}")]
+    BadHeader(String),
+    #[error("more than {MAX_RESPONSE_HEADERS} headers")]
+    TooManyHeaders,
+    #[error("bad Content-Length {0:?}")]
+    BadLength(String),
+    #[error("conflicting Content-Length headers")]
+    ConflictingLength,
+    #[error("unsupported Transfer-Encoding {0:?}")]
+    TransferEncoding(String),
+    #[error("unsupported Content-Encoding {0:?}")]
+    ContentEncoding(String),
+    #[error("bad chunk size {0:?}")]
+    BadChunkSize(String),
+    #[error("chunk size line longer than {MAX_CHUNK_LINE} bytes")]
+    ChunkLineTooLong,
+    #[error("chunk not followed by CRLF")]
+    ChunkEnd,
+}
+
+/// How the body of a response ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// After `Content-Length` bytes.
+    Length(u64),
+    /// At the last chunk (`Transfer-Encoding: chunked`); see `Dechunker`.
+    Chunked,
+    /// When the server closes the connection.
+    Close,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseHead {
+    pub status: u16,
+    /// The reason phrase, trimmed; may be empty.
+    pub reason: String,
+    pub framing: Framing,
+    /// The `Location` header, for redirects.
+    pub location: Option<String>,
+}
+
+/// A response head from what has arrived so far: `Ok(None)` while it is incomplete, else the
+/// head and its length in bytes (the body follows). Every complete line is checked as it
+/// arrives, so a caller that parses again at each line end learns of a bad status line before
+/// the rest of the head comes. Lines may end in LF alone (RFC 9112 §2.2).
+pub fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, ResponseError> {
+    let mut status: Option<ResponseHead> = None;
+    let mut length: Option<u64> = None;
+    let mut chunked = false;
+    let mut count = 0;
+    let mut pos = 0;
+    while let Some(nl) = buf[pos..].iter().position(|&b| b == b'\n') {
+        let end = pos + nl + 1;
+        if end > MAX_RESPONSE_HEAD {
+            return Err(ResponseError::HeadTooLarge);
+        }
+        let line = trim_eol(&buf[pos..end]);
+        let line = std::str::from_utf8(line).map_err(|_| ResponseError::NotUtf8)?;
+        pos = end;
+        let Some(head) = status.as_mut() else {
+            status = Some(parse_status_line(line)?);
+            continue;
+        };
+        if line.is_empty() {
+            head.framing = if chunked {
+                // Chunked wins over Content-Length (RFC 9112 §6.3).
+                Framing::Chunked
+            } else if let Some(len) = length {
+                Framing::Length(len)
+            } else {
+                Framing::Close
+            };
+            return Ok(status.map(|head| (head, end)));
+        }
+        let (name, value) = line
+            .split_once(':')
+            .ok_or_else(|| ResponseError::BadHeader(line.to_owned()))?;
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            let len: u64 = value
+                .parse()
+                .map_err(|_| ResponseError::BadLength(value.to_owned()))?;
+            // Two different lengths mean nobody can tell where the body ends.
+            if length.is_some_and(|l| l != len) {
+                return Err(ResponseError::ConflictingLength);
+            }
+            length = Some(len);
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            // Only chunked alone: gzip and friends would need a decoder we do not carry.
+            if !value.eq_ignore_ascii_case("chunked") {
+                return Err(ResponseError::TransferEncoding(value.to_owned()));
+            }
+            chunked = true;
+        } else if name.eq_ignore_ascii_case("location") {
+            head.location = Some(value.to_owned());
+        } else if name.eq_ignore_ascii_case("content-encoding")
+            && !value.eq_ignore_ascii_case("identity")
+        {
+            return Err(ResponseError::ContentEncoding(value.to_owned()));
+        }
+        count += 1;
+        if count > MAX_RESPONSE_HEADERS {
+            return Err(ResponseError::TooManyHeaders);
+        }
     }
-    Some((status, headers))
+    if buf.len() > MAX_RESPONSE_HEAD {
+        return Err(ResponseError::HeadTooLarge);
+    }
+    Ok(None)
+}
+
+/// `HTTP/1.x NNN reason`.
+fn parse_status_line(line: &str) -> Result<ResponseHead, ResponseError> {
+    let bad = || ResponseError::BadStatusLine(line.to_owned());
+    let mut parts = line.splitn(3, ' ');
+    let version = parts.next().unwrap_or("");
+    let code = parts.next().unwrap_or("");
+    if !version.starts_with("HTTP/1.") || code.len() != 3 {
+        return Err(bad());
+    }
+    Ok(ResponseHead {
+        status: code.parse().map_err(|_| bad())?,
+        reason: parts.next().unwrap_or("").trim().to_owned(),
+        framing: Framing::Close,
+        location: None,
+    })
+}
+
+/// A line without its LF and the CR before it, if any.
+fn trim_eol(line: &[u8]) -> &[u8] {
+    let line = line.strip_suffix(b"\n").unwrap_or(line);
+    line.strip_suffix(b"\r").unwrap_or(line)
+}
+
+/// Decodes a chunked body (RFC 9112 §7.1) as it arrives, in pieces of any size. Chunk
+/// extensions and trailers are read and ignored.
+#[derive(Debug, Default)]
+pub struct Dechunker {
+    state: ChunkState,
+    /// The line being read: a chunk size, the CRLF after a chunk's data, or a trailer.
+    line: Vec<u8>,
+    /// Bytes of trailers so far, against MAX_RESPONSE_HEAD.
+    trailers: usize,
+    /// The sum of the chunk sizes announced so far.
+    announced: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum ChunkState {
+    #[default]
+    Size,
+    /// Data bytes still to come in this chunk.
+    Data(u64),
+    DataEnd,
+    Trailers,
+    Done,
+}
+
+impl Dechunker {
+    /// Takes what it can from the front of `input`: returns how many bytes it used and the body
+    /// data among them. Call again with what follows; stop when `done()`. The data is always a
+    /// prefix of `input`, so nothing needs copying.
+    pub fn decode<'a>(&mut self, input: &'a [u8]) -> Result<(usize, &'a [u8]), ResponseError> {
+        let take = match self.state {
+            ChunkState::Done => return Ok((0, &[])),
+            ChunkState::Data(left) => {
+                let n = input.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+                let left = left - n as u64;
+                self.state = if left == 0 {
+                    ChunkState::DataEnd
+                } else {
+                    ChunkState::Data(left)
+                };
+                return Ok((n, &input[..n]));
+            }
+            _ => input
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(input.len(), |i| i + 1),
+        };
+        // Lines are short; the limits only stop a server that never ends one.
+        let (so_far, limit, too_long) = match self.state {
+            ChunkState::Size => (
+                self.line.len(),
+                MAX_CHUNK_LINE,
+                ResponseError::ChunkLineTooLong,
+            ),
+            ChunkState::DataEnd => (self.line.len(), 2, ResponseError::ChunkEnd),
+            _ => (
+                self.trailers,
+                MAX_RESPONSE_HEAD,
+                ResponseError::HeadTooLarge,
+            ),
+        };
+        if so_far + take > limit {
+            return Err(too_long);
+        }
+        self.line.extend_from_slice(&input[..take]);
+        if self.state == ChunkState::Trailers {
+            self.trailers += take;
+        }
+        if self.line.last() == Some(&b'\n') {
+            let line = std::mem::take(&mut self.line);
+            self.end_line(trim_eol(&line))?;
+        }
+        Ok((take, &[]))
+    }
+
+    fn end_line(&mut self, line: &[u8]) -> Result<(), ResponseError> {
+        match self.state {
+            ChunkState::Size => {
+                let text = std::str::from_utf8(line).map_err(|_| ResponseError::NotUtf8)?;
+                let hex = text.split(';').next().unwrap_or("").trim();
+                // from_str_radix takes a leading '+'; a chunk size has none.
+                let size = u64::from_str_radix(hex, 16)
+                    .ok()
+                    .filter(|_| !hex.starts_with('+'))
+                    .ok_or_else(|| ResponseError::BadChunkSize(text.to_owned()))?;
+                self.announced = self.announced.saturating_add(size);
+                self.state = if size == 0 {
+                    ChunkState::Trailers
+                } else {
+                    ChunkState::Data(size)
+                };
+            }
+            ChunkState::DataEnd if line.is_empty() => self.state = ChunkState::Size,
+            ChunkState::DataEnd => return Err(ResponseError::ChunkEnd),
+            _ => {
+                std::str::from_utf8(line).map_err(|_| ResponseError::NotUtf8)?;
+                if line.is_empty() {
+                    self.state = ChunkState::Done;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The sum of the chunk sizes announced so far: a limit can refuse a chunk before its data.
+    pub fn announced(&self) -> u64 {
+        self.announced
+    }
+
+    /// The last chunk has come: the body is complete, though trailers may still follow.
+    pub fn body_complete(&self) -> bool {
+        matches!(self.state, ChunkState::Trailers | ChunkState::Done)
+    }
+
+    /// The trailers have ended too: the response is over.
+    pub fn done(&self) -> bool {
+        self.state == ChunkState::Done
+    }
 }
 
 #[cfg(test)]
@@ -254,10 +515,226 @@ mod tests {
     fn responses_round_trip() {
         let r = response(404, "application/json", b"{}");
         let end = head_end(&r).unwrap();
-        let (status, headers) = parse_response_head(&r[..end]).unwrap();
-        assert_eq!(status, 404);
-        assert_eq!(headers["content-length"], "2");
+        let (head, len) = parse_response_head(&r).unwrap().unwrap();
+        assert_eq!(len, end);
+        assert_eq!((head.status, head.reason.as_str()), (404, "Not Found"));
+        assert_eq!(head.framing, Framing::Length(2));
         assert_eq!(&r[end..], b"{}");
+        let r = stream_head(200, "text/plain");
+        let (head, _) = parse_response_head(&r).unwrap().unwrap();
+        assert_eq!(head.framing, Framing::Close);
+    }
+
+    fn head_of(text: &str) -> Result<Option<(ResponseHead, usize)>, ResponseError> {
+        parse_response_head(text.as_bytes())
+    }
+
+    #[test]
+    fn parses_response_heads() {
+        let raw =
+            "HTTP/1.1 301 Moved  Permanently \r\nLocation: /new\r\nContent-Length: 0\r\n\r\nbody";
+        let (head, len) = head_of(raw).unwrap().unwrap();
+        assert_eq!(
+            head,
+            ResponseHead {
+                status: 301,
+                reason: "Moved  Permanently".into(),
+                framing: Framing::Length(0),
+                location: Some("/new".into()),
+            }
+        );
+        assert_eq!(&raw[len..], "body");
+        // Bare LF line ends, no reason phrase, no framing header.
+        let (head, len) = head_of("HTTP/1.0 200\nServer: x\n\nrest").unwrap().unwrap();
+        assert_eq!((head.status, head.reason.as_str()), (200, ""));
+        assert_eq!((head.framing, len), (Framing::Close, 24));
+        // Incomplete until the blank line, at every cut.
+        for cut in 0..raw.len() - 4 {
+            assert_eq!(head_of(&raw[..cut]), Ok(None), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn response_framing_rules() {
+        let framing = |headers: &str| {
+            head_of(&format!("HTTP/1.1 200 OK\r\n{headers}\r\n")).map(|h| h.unwrap().0.framing)
+        };
+        let chunked = "Transfer-Encoding: Chunked\r\nContent-Length: 5\r\n";
+        assert_eq!(framing(chunked), Ok(Framing::Chunked));
+        let same_twice = "content-length: 5\r\nContent-Length:5\r\n";
+        assert_eq!(framing(same_twice), Ok(Framing::Length(5)));
+        let conflicting = "Content-Length: 5\r\nContent-Length: 6\r\n";
+        assert_eq!(framing(conflicting), Err(ResponseError::ConflictingLength));
+        assert_eq!(
+            framing("Content-Length: -1\r\n"),
+            Err(ResponseError::BadLength("-1".into()))
+        );
+        assert_eq!(
+            framing("Transfer-Encoding: gzip, chunked\r\n"),
+            Err(ResponseError::TransferEncoding("gzip, chunked".into()))
+        );
+        assert_eq!(
+            framing("Transfer-Encoding: gzip\r\n"),
+            Err(ResponseError::TransferEncoding("gzip".into()))
+        );
+        assert_eq!(
+            framing("Content-Encoding: gzip\r\n"),
+            Err(ResponseError::ContentEncoding("gzip".into()))
+        );
+        assert_eq!(
+            framing("Content-Encoding: identity\r\n"),
+            Ok(Framing::Close)
+        );
+        assert_eq!(
+            framing("NoColon\r\n"),
+            Err(ResponseError::BadHeader("NoColon".into()))
+        );
+    }
+
+    #[test]
+    fn bad_status_lines_are_refused_before_the_head_ends() {
+        for line in [
+            "HTTP/2 200 OK",
+            "HTTP/1.1 20 OK",
+            "HTTP/1.1 abc",
+            "ICY 200 OK",
+            "",
+        ] {
+            assert_eq!(
+                head_of(&format!("{line}\r\nServer: still coming")),
+                Err(ResponseError::BadStatusLine(line.into()))
+            );
+        }
+        assert_eq!(head_of("HTTP/1.1 200"), Ok(None));
+        assert_eq!(
+            parse_response_head(b"HTTP/1.1 200 \xff\r\n"),
+            Err(ResponseError::NotUtf8)
+        );
+    }
+
+    #[test]
+    fn response_heads_are_bounded() {
+        let with_headers = |n: usize| {
+            let mut text = "HTTP/1.1 200 OK\r\n".to_string();
+            for i in 0..n {
+                text.push_str(&format!("X-{i}: y\r\n"));
+            }
+            text + "\r\n"
+        };
+        assert!(head_of(&with_headers(MAX_RESPONSE_HEADERS)).is_ok());
+        assert_eq!(
+            head_of(&with_headers(MAX_RESPONSE_HEADERS + 1)),
+            Err(ResponseError::TooManyHeaders)
+        );
+        let long = format!(
+            "HTTP/1.1 200 OK\r\nX: {}\r\n\r\n",
+            "a".repeat(MAX_RESPONSE_HEAD)
+        );
+        assert_eq!(head_of(&long), Err(ResponseError::HeadTooLarge));
+        // A head that never ends is refused once too long, not waited for.
+        let endless = "HTTP/1.1 200 OK\r\nX: ".to_string() + &"a".repeat(MAX_RESPONSE_HEAD);
+        assert_eq!(head_of(&endless), Err(ResponseError::HeadTooLarge));
+        let exact = format!(
+            "HTTP/1.1 200 OK\r\nX: {}\r\n\r\n",
+            "a".repeat(MAX_RESPONSE_HEAD - 24)
+        );
+        assert_eq!(exact.len(), MAX_RESPONSE_HEAD);
+        assert!(head_of(&exact).unwrap().is_some());
+    }
+
+    /// Decodes `input` in pieces of `step` bytes: the body, and whether the response ended.
+    fn dechunk(input: &[u8], step: usize) -> Result<(Vec<u8>, bool), ResponseError> {
+        let mut d = Dechunker::default();
+        let mut body = Vec::new();
+        let mut rest = input;
+        while !rest.is_empty() && !d.done() {
+            let piece = &rest[..step.min(rest.len())];
+            let (used, data) = d.decode(piece)?;
+            assert!(used > 0 && used <= piece.len());
+            assert!(body.len() as u64 + data.len() as u64 <= d.announced());
+            body.extend_from_slice(data);
+            rest = &rest[used..];
+        }
+        assert!(!d.done() || d.body_complete());
+        Ok((body, d.done()))
+    }
+
+    const CHUNKED: &[u8] =
+        b"5;ext=1\r\nhello\r\n1\r\n \r\nA\r\n0123456789\r\n0\r\nX-Trailer: y\r\n\r\nnext";
+
+    #[test]
+    fn dechunks_in_pieces_of_any_size() {
+        for step in 1..=CHUNKED.len() {
+            let (body, done) = dechunk(CHUNKED, step).unwrap();
+            assert_eq!(body, b"hello 0123456789", "step {step}");
+            assert!(done);
+        }
+        // Nothing past the end of the response is used.
+        let mut d = Dechunker::default();
+        let mut used = 0;
+        while !d.done() {
+            used += d.decode(&CHUNKED[used..]).unwrap().0;
+        }
+        assert_eq!(&CHUNKED[used..], b"next");
+        assert_eq!(d.announced(), 16);
+        assert_eq!(d.decode(b"more").unwrap(), (0, &b""[..]));
+    }
+
+    #[test]
+    fn chunk_sizes_are_announced_before_their_data() {
+        let mut d = Dechunker::default();
+        assert_eq!(d.decode(b"ffffffff\r\nab").unwrap(), (10, &b""[..]));
+        assert_eq!(d.announced(), 0xffff_ffff);
+        assert_eq!(d.decode(b"ab").unwrap(), (2, &b"ab"[..]));
+        assert!(!d.body_complete());
+        // A body that stops mid-chunk or before its last chunk is not complete.
+        let mut d = Dechunker::default();
+        d.decode(b"4\r\nsome\r\n").unwrap();
+        assert!(!d.body_complete());
+        // In the trailers it is, though the response is not over yet.
+        let mut d = Dechunker::default();
+        let mut input = &b"0\r\nX: y\r\n"[..];
+        while !input.is_empty() {
+            input = &input[d.decode(input).unwrap().0..];
+        }
+        assert!(d.body_complete() && !d.done());
+    }
+
+    #[test]
+    fn chunk_errors() {
+        let err = |input: &[u8]| dechunk(input, input.len().max(1)).unwrap_err();
+        assert_eq!(err(b"zz\r\n"), ResponseError::BadChunkSize("zz".into()));
+        assert_eq!(err(b"+5\r\n"), ResponseError::BadChunkSize("+5".into()));
+        assert_eq!(err(b"\r\n"), ResponseError::BadChunkSize("".into()));
+        assert_eq!(err(b"5\r\nhelloX\r\n"), ResponseError::ChunkEnd);
+        assert_eq!(err(b"5\r\nhello\r\r\n"), ResponseError::ChunkEnd);
+        assert_eq!(err(b"\xff\r\n"), ResponseError::NotUtf8);
+        let long = format!("{}1\r\n", "0".repeat(MAX_CHUNK_LINE));
+        assert_eq!(err(long.as_bytes()), ResponseError::ChunkLineTooLong);
+        let trailers = format!("0\r\nX: {}\r\n", "a".repeat(MAX_RESPONSE_HEAD));
+        assert_eq!(err(trailers.as_bytes()), ResponseError::HeadTooLarge);
+        // 16 hex digits fit a u64; 17 do not.
+        assert!(matches!(
+            err(b"10000000000000000\r\n"),
+            ResponseError::BadChunkSize(_)
+        ));
+    }
+
+    #[test]
+    fn response_parsers_never_panic_on_noise() {
+        let mut base = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+        base.extend_from_slice(CHUNKED);
+        for i in 0..base.len() {
+            for b in [0u8, b' ', b':', b'\r', b'\n', 0xff, b';', b'0', b'f'] {
+                let mut m = base.clone();
+                m[i] = b;
+                if let Ok(Some((_, len))) = parse_response_head(&m) {
+                    let _ = dechunk(&m[len..], 1);
+                    let _ = dechunk(&m[len..], 7);
+                }
+                let _ = dechunk(&m, 3);
+            }
+        }
     }
 
     #[test]

@@ -666,7 +666,7 @@ struct RawSchedule {
 
 /// Turns a TOML parser error into ours: the line from its span, and its one-line message
 /// (the parser's own Display is a multi-line source excerpt).
-fn syntax_error(text: &str, e: &toml::de::Error) -> ManifestError {
+fn syntax_error(text: &str, e: &tree::SyntaxError) -> ManifestError {
     let line = e.span().map_or(1, |s| line_of(text, s.start));
     let message = e.message().trim().replace('\n', "; ");
     // The parser does not name the key for type errors; recover it from the source line so the

@@ -79,9 +79,11 @@ pub fn send(
             break;
         }
     }
-    let (status, _) = http::parse_response_head(&head)
+    let (answer, _) = http::parse_response_head(&head)
+        .ok()
+        .flatten()
         .ok_or_else(|| anyhow!("malformed answer from the daemon"))?;
-    Ok((status, r))
+    Ok((answer.status, r))
 }
 
 fn error_from(status: u16, v: &Value) -> anyhow::Error {

@@ -13,13 +13,11 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use berth_core::http::{self, Framing, ResponseHead};
 use sha2::{Digest, Sha256};
 
 const USER_AGENT: &str = concat!("berth/", env!("CARGO_PKG_VERSION"));
 const MAX_REDIRECTS: usize = 5;
-/// Status line plus headers; a static file server sends a few hundred bytes.
-const MAX_HEAD_BYTES: usize = 32 * 1024;
-const MAX_HEADERS: usize = 100;
 /// Small on purpose: the daemon's memory budget is a few MiB.
 const BUF_SIZE: usize = 16 * 1024;
 const PROGRESS_INTERVAL: Duration = Duration::from_millis(100);
@@ -398,118 +396,34 @@ impl Fetcher {
         }
     }
 
-    fn read_head(&self, reader: &mut impl BufRead, url: &str) -> Result<Head, FetchError> {
+    /// Reads one response head and not a byte more: what follows stays in `reader`.
+    fn read_head(&self, reader: &mut impl BufRead, url: &str) -> Result<ResponseHead, FetchError> {
         let protocol = |reason: String| FetchError::Protocol {
             url: url.to_owned(),
             reason,
         };
-        let mut budget = MAX_HEAD_BYTES;
-        let status_line = self
-            .read_line(reader, url, &mut budget)?
-            .ok_or_else(|| protocol("connection closed before a response".to_owned()))?;
-        let mut parts = status_line.splitn(3, ' ');
-        let version = parts.next().unwrap_or("");
-        let code = parts.next().unwrap_or("");
-        if !version.starts_with("HTTP/1.") || code.len() != 3 {
-            return Err(protocol(format!("bad status line {status_line:?}")));
-        }
-        let status: u16 = code
-            .parse()
-            .map_err(|_| protocol(format!("bad status line {status_line:?}")))?;
-        let mut head = Head {
-            status,
-            reason: parts.next().unwrap_or("").trim().to_owned(),
-            framing: Framing::Close,
-            location: None,
-        };
-        let mut length: Option<u64> = None;
-        let mut chunked = false;
-        for _ in 0..=MAX_HEADERS {
-            let line = self
-                .read_line(reader, url, &mut budget)?
-                .ok_or_else(|| protocol("connection closed inside the headers".to_owned()))?;
-            if line.is_empty() {
-                head.framing = if chunked {
-                    // Chunked wins over Content-Length (RFC 9112 §6.3).
-                    Framing::Chunked
-                } else if let Some(len) = length {
-                    Framing::Length(len)
-                } else {
-                    Framing::Close
-                };
-                return Ok(head);
-            }
-            let (name, value) = line
-                .split_once(':')
-                .ok_or_else(|| protocol(format!("bad header line {line:?}")))?;
-            let value = value.trim();
-            if name.eq_ignore_ascii_case("content-length") {
-                let len: u64 = value
-                    .parse()
-                    .map_err(|_| protocol(format!("bad Content-Length {value:?}")))?;
-                // Two different lengths mean we cannot tell where the body ends.
-                if length.is_some_and(|l| l != len) {
-                    return Err(protocol("conflicting Content-Length headers".to_owned()));
-                }
-                length = Some(len);
-            } else if name.eq_ignore_ascii_case("transfer-encoding") {
-                let last = value.rsplit(',').next().unwrap_or("").trim();
-                if !last.eq_ignore_ascii_case("chunked") {
-                    return Err(protocol(format!("unsupported Transfer-Encoding {value:?}")));
-                }
-                if value.contains(',') {
-                    // gzip and friends would need a decoder we do not carry.
-                    return Err(protocol(format!("unsupported Transfer-Encoding {value:?}")));
-                }
-                chunked = true;
-            } else if name.eq_ignore_ascii_case("location") {
-                head.location = Some(value.to_owned());
-            } else if name.eq_ignore_ascii_case("content-encoding")
-                && !value.eq_ignore_ascii_case("identity")
-            {
-                return Err(protocol(format!("unsupported Content-Encoding {value:?}")));
-            }
-        }
-        Err(protocol(format!("more than {MAX_HEADERS} headers")))
-    }
-
-    /// One CRLF- (or LF-) terminated line, without its terminator; None at a clean EOF.
-    fn read_line(
-        &self,
-        reader: &mut impl BufRead,
-        url: &str,
-        budget: &mut usize,
-    ) -> Result<Option<String>, FetchError> {
-        let mut line = Vec::new();
+        let mut head = Vec::new();
         loop {
-            let buf = reader.fill_buf().map_err(|e| self.net_error(url, e))?;
+            let buf = fill(reader).map_err(|e| self.net_error(url, e))?;
             if buf.is_empty() {
-                return Ok(None);
+                return Err(protocol(if head.contains(&b'\n') {
+                    "connection closed inside the headers".to_owned()
+                } else {
+                    "connection closed before a response".to_owned()
+                }));
             }
-            let (take, done) = match buf.iter().position(|&b| b == b'\n') {
-                Some(i) => (i + 1, true),
-                None => (buf.len(), false),
-            };
-            if take > *budget {
-                return Err(FetchError::Protocol {
-                    url: url.to_owned(),
-                    reason: format!("response head longer than {MAX_HEAD_BYTES} bytes"),
-                });
-            }
-            *budget -= take;
-            line.extend_from_slice(&buf[..take]);
+            let take = buf
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(buf.len(), |i| i + 1);
+            head.extend_from_slice(&buf[..take]);
             reader.consume(take);
-            if done {
-                line.pop();
-                if line.last() == Some(&b'\r') {
-                    line.pop();
+            // Parsed again at each line's end, so a bad line is refused as soon as it is read.
+            if head.ends_with(b"\n") || head.len() > http::MAX_RESPONSE_HEAD {
+                let parsed = http::parse_response_head(&head);
+                if let Some((head, _)) = parsed.map_err(|e| protocol(e.to_string()))? {
+                    return Ok(head);
                 }
-                return String::from_utf8(line)
-                    .map(Some)
-                    .map_err(|_| FetchError::Protocol {
-                        url: url.to_owned(),
-                        reason: "response head is not UTF-8".to_owned(),
-                    });
             }
         }
     }
@@ -544,65 +458,46 @@ impl Fetcher {
     }
 
     fn read_chunked(&self, reader: &mut impl BufRead, body: &mut Body) -> Result<(), FetchError> {
-        let truncated = |body: &Body| FetchError::Truncated {
-            url: body.url.to_owned(),
-            got: body.done,
-            expected: None,
-        };
-        let mut buf = vec![0u8; BUF_SIZE];
-        loop {
-            // Chunk-size lines are short; the budget only stops a server that never ends one.
-            let mut budget = 1024;
-            let line = self
-                .read_line(reader, body.url, &mut budget)?
-                .ok_or_else(|| truncated(body))?;
-            let hex = line.split(';').next().unwrap_or("").trim();
-            let size = u64::from_str_radix(hex, 16)
-                .ok()
-                .filter(|_| !hex.is_empty() && !hex.starts_with('+'))
-                .ok_or_else(|| FetchError::Protocol {
+        let mut chunks = http::Dechunker::default();
+        while !chunks.done() {
+            let buf = fill(reader).map_err(|e| self.net_error(body.url, e))?;
+            if buf.is_empty() {
+                // Closed in the trailers: the body is complete, so nothing was lost.
+                if chunks.body_complete() {
+                    return Ok(());
+                }
+                return Err(FetchError::Truncated {
                     url: body.url.to_owned(),
-                    reason: format!("bad chunk size {line:?}"),
-                })?;
-            if size == 0 {
-                break;
+                    got: body.done,
+                    expected: None,
+                });
             }
-            if body.done.saturating_add(size) > body.limit {
+            let (used, data) = chunks.decode(buf).map_err(|e| FetchError::Protocol {
+                url: body.url.to_owned(),
+                reason: e.to_string(),
+            })?;
+            // Refused at the chunk's size line, before its data.
+            if chunks.announced() > body.limit {
                 return Err(body.too_large());
             }
-            let mut left = size;
-            while left > 0 {
-                let want = buf.len().min(left as usize);
-                let n =
-                    read_some(reader, &mut buf[..want]).map_err(|e| self.net_error(body.url, e))?;
-                if n == 0 {
-                    return Err(truncated(body));
-                }
-                body.push(&buf[..n])?;
-                left -= n as u64;
+            if !data.is_empty() {
+                body.push(data)?;
             }
-            let mut budget = 2;
-            match self.read_line(reader, body.url, &mut budget) {
-                Ok(Some(end)) if end.is_empty() => {}
-                Ok(None) => return Err(truncated(body)),
-                Ok(Some(_)) | Err(FetchError::Protocol { .. }) => {
-                    return Err(FetchError::Protocol {
-                        url: body.url.to_owned(),
-                        reason: "chunk not followed by CRLF".to_owned(),
-                    })
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        // Trailers: the body is complete, so a server that closes early here lost nothing.
-        let mut budget = MAX_HEAD_BYTES;
-        while let Some(line) = self.read_line(reader, body.url, &mut budget)? {
-            if line.is_empty() {
-                break;
-            }
+            reader.consume(used);
         }
         Ok(())
     }
+}
+
+/// `fill_buf`, retried when a signal interrupts it (a socket with a receive timeout returns
+/// EINTR even for SA_RESTART handlers). The second call hands out what the first buffered.
+fn fill(reader: &mut impl BufRead) -> io::Result<&[u8]> {
+    while let Err(e) = reader.fill_buf() {
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    reader.fill_buf()
 }
 
 fn read_some(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
@@ -705,19 +600,6 @@ impl Body<'_> {
             limit: self.limit,
         }
     }
-}
-
-struct Head {
-    status: u16,
-    reason: String,
-    framing: Framing,
-    location: Option<String>,
-}
-
-enum Framing {
-    Length(u64),
-    Chunked,
-    Close,
 }
 
 #[derive(Debug, PartialEq, Eq)]
