@@ -1,5 +1,7 @@
 //! What the daemon and its clients agree on: the error kinds of the API, each with its one
-//! HTTP status and stable machine code (docs/openapi.yaml lists them).
+//! HTTP status and stable machine code, and the names of the fields of its JSON requests and
+//! answers, one module per answer (docs/openapi.yaml lists both). The daemon writes with
+//! these names and the CLI reads with them, so a field cannot be renamed on one side only.
 
 /// One table: kind, HTTP status, code. The code is the API's contract (scripts match on it);
 /// the status follows from it.
@@ -88,6 +90,442 @@ kinds! {
     NoSpace = 507 "no_space",
 }
 
+/// Names that several answers carry with the same meaning; each answer's module re-exports
+/// the ones it has.
+pub mod common {
+    /// A package's name (and its container's).
+    pub const NAME: &str = "name";
+    /// A package's version.
+    pub const VERSION: &str = "version";
+    /// An image's size in bytes.
+    pub const SIZE: &str = "size";
+    /// One entry per container.
+    pub const CONTAINERS: &str = "containers";
+    /// PID (in the host's namespace) of a container's init.
+    pub const INIT_PID: &str = "init_pid";
+    /// When a container started, in seconds since the epoch.
+    pub const STARTED_AT: &str = "started_at";
+    /// Bytes a container has written to its log in total (not only those in the ring).
+    pub const LOG_BYTES: &str = "log_bytes";
+    /// The installed packages for which the index lists a higher version ([`upgradable`](super::upgradable)).
+    pub const UPGRADABLE: &str = "upgradable";
+    /// The repository index's serial.
+    pub const SERIAL: &str = "serial";
+    /// When the repository index expires (seconds since the epoch), or null.
+    pub const EXPIRES: &str = "expires";
+    /// The number of CPUs of the host.
+    pub const CPUS: &str = "cpus";
+    /// A CPU quota, in percent of one CPU.
+    pub const CPU_MAX_PERCENT: &str = "cpu_max_percent";
+    /// A memory limit, in bytes.
+    pub const MEMORY_MAX: &str = "memory_max";
+    /// A limit on the number of processes.
+    pub const PIDS_MAX: &str = "pids_max";
+}
+
+/// `GET /v1/ping`.
+pub mod ping {
+    /// Always true: the daemon answers.
+    pub const OK: &str = "ok";
+}
+
+/// The body of every failed request (and of the install stream's `error` event).
+pub mod error {
+    /// The message for people.
+    pub const ERROR: &str = "error";
+    /// The stable machine code ([`ErrorKind::code`](super::ErrorKind::code)).
+    pub const CODE: &str = "code";
+}
+
+/// The bodies of the requests (and the `?name=` of those that take a query).
+pub mod request {
+    pub use super::common::NAME;
+    /// install, remove: the packages.
+    pub const NAMES: &str = "names";
+    /// remove: also delete each package's /data.
+    pub const PURGE: &str = "purge";
+    /// stop: seconds between SIGTERM and SIGKILL.
+    pub const TIMEOUT: &str = "timeout";
+    /// update: accept a serial below the newest accepted.
+    pub const RESET_SERIAL: &str = "reset_serial";
+    /// limit: the CPU quota, `"20%"` of one CPU.
+    pub const CPU: &str = "cpu";
+    /// limit: the memory limit, a size such as `"32M"`.
+    pub const MEMORY: &str = "memory";
+    /// limit: the process limit.
+    pub const PIDS: &str = "pids";
+}
+
+/// `GET /v1/status`: the daemon, the cached repository index and the containers.
+pub mod status {
+    pub use super::common::CONTAINERS;
+    /// The cached repository index ([`repository`](super::repository)).
+    pub const REPOSITORY: &str = "repository";
+    /// The daemon itself ([`daemon`](super::daemon)).
+    pub const DAEMON: &str = "daemon";
+}
+
+/// The daemon in `GET /v1/status`.
+pub mod daemon {
+    /// The daemon's pid.
+    pub const PID: &str = "pid";
+    /// berth's version.
+    pub const VERSION: &str = "version";
+    /// Seconds since the daemon started.
+    pub const UPTIME_S: &str = "uptime_s";
+    /// Where the containers' LXC directories are.
+    pub const LXCPATH: &str = "lxcpath";
+}
+
+/// The cached repository index in `GET /v1/status` (read for display, not verified).
+pub mod repository {
+    pub use super::common::{EXPIRES, SERIAL};
+    /// The repository's URL.
+    pub const URL: &str = "url";
+    /// When the index was fetched, in seconds since the epoch.
+    pub const FETCHED_AT: &str = "fetched_at";
+    /// Seconds since the index was fetched.
+    pub const AGE_S: &str = "age_s";
+    /// Why the index needs an update (expired, too old, none yet), or null.
+    pub const WARNING: &str = "warning";
+}
+
+/// One container in `GET /v1/status`.
+pub mod container {
+    pub use super::common::{INIT_PID, LOG_BYTES, NAME, STARTED_AT, VERSION};
+    /// LXC's state, lowercase.
+    pub const STATE: &str = "state";
+    /// The package's network mode.
+    pub const NETWORK: &str = "network";
+    /// Whether the daemon starts it again when it starts.
+    pub const AUTOSTART: &str = "autostart";
+    /// How it last ended ([`exit`](super::exit)), or null.
+    pub const LAST_EXIT: &str = "last_exit";
+    /// The memory guard's last kill in it ([`guard_kill`](super::guard_kill)), or null.
+    pub const GUARD_KILL: &str = "guard_kill";
+    /// The sha256 of its package's image.
+    pub const IMAGE: &str = "image";
+}
+
+/// How a container ended: the exit record its shim writes, in `status` and `stop`.
+pub mod exit {
+    pub use super::common::{LOG_BYTES, STARTED_AT};
+    /// The payload's exit code, or null if a signal ended it.
+    pub const CODE: &str = "code";
+    /// The signal that ended it, or null.
+    pub const SIGNAL: &str = "signal";
+    /// Whether the payload dumped core, or null when not known.
+    pub const CORE_DUMPED: &str = "core_dumped";
+    /// When it ended, in seconds since the epoch.
+    pub const STOPPED_AT: &str = "stopped_at";
+    /// Why `berth stop` killed it (it outlived the timeout); absent otherwise.
+    pub const KILLED: &str = "killed";
+}
+
+/// The memory guard's last kill in a container, in `GET /v1/status`.
+pub mod guard_kill {
+    /// When, in seconds since the epoch.
+    pub const AT: &str = "at";
+    /// The process killed (host pid).
+    pub const PID: &str = "pid";
+    /// Whether it was the container's init (the whole container ended with it).
+    pub const INIT: &str = "init";
+    /// Its resident memory, in bytes.
+    pub const RSS: &str = "rss";
+    /// Its package's `[resources] priority`.
+    pub const PRIORITY: &str = "priority";
+    /// MemAvailable when it was chosen, in bytes.
+    pub const AVAILABLE: &str = "available";
+    /// The guard's threshold, in bytes.
+    pub const THRESHOLD: &str = "threshold";
+}
+
+/// `GET /v1/packages`.
+pub mod list {
+    pub use super::common::UPGRADABLE;
+    /// The installed packages ([`package`](super::package)).
+    pub const INSTALLED: &str = "installed";
+    /// The packages of the cached index ([`package`](super::package)).
+    pub const AVAILABLE: &str = "available";
+    /// Why `available` and `upgradable` are empty, or null.
+    pub const INDEX_NOTE: &str = "index_note";
+}
+
+/// One package of `GET /v1/packages`, installed or available.
+pub mod package {
+    pub use super::common::{NAME, SIZE, VERSION};
+    /// The manifest's description.
+    pub const DESCRIPTION: &str = "description";
+    /// Installed: installed by name, not only as a dependency.
+    pub const EXPLICIT: &str = "explicit";
+    /// Installed: the sha256 of its image.
+    pub const SHA256: &str = "sha256";
+    /// Available: the installed version, or null.
+    pub const INSTALLED: &str = "installed";
+}
+
+/// An installed package the index has a higher version of (`packages`, `update`).
+pub mod upgradable {
+    pub use super::common::NAME;
+    /// The version installed.
+    pub const INSTALLED: &str = "installed";
+    /// The version the index offers.
+    pub const AVAILABLE: &str = "available";
+}
+
+/// `POST /v1/update`.
+pub mod update {
+    pub use super::common::{EXPIRES, SERIAL, UPGRADABLE};
+    /// The repository's URL.
+    pub const REPOSITORY: &str = "repository";
+    /// The number of packages in the index.
+    pub const PACKAGES: &str = "packages";
+}
+
+/// `POST /v1/install`: the stream's events and, in its `done` event, the result.
+pub mod install {
+    pub use super::common::{NAME, SIZE, VERSION};
+    pub use super::error::{CODE, ERROR};
+    /// The kind of event: progress, fetched, done or error.
+    pub const EVENT: &str = "event";
+    /// progress, fetched: the package whose image it is.
+    pub const PACKAGE: &str = "package";
+    /// progress: bytes received so far.
+    pub const DONE: &str = "done";
+    /// progress: the image's size the index gives.
+    pub const TOTAL: &str = "total";
+    /// done: the result.
+    pub const RESULT: &str = "result";
+    /// error: the HTTP status the error would have had.
+    pub const STATUS: &str = "status";
+    /// The result: the packages newly installed or replaced (name, version).
+    pub const INSTALLED: &str = "installed";
+    /// The result: the packages already installed with the same image.
+    pub const UNCHANGED: &str = "unchanged";
+}
+
+/// `POST /v1/remove`.
+pub mod remove {
+    /// The packages removed.
+    pub const REMOVED: &str = "removed";
+    /// Whether their /data was deleted too.
+    pub const PURGED: &str = "purged";
+    /// A purge of packages no longer installed: those whose left-over /data was deleted.
+    pub const DATA_PURGED: &str = "data_purged";
+}
+
+/// `POST /v1/gc`.
+pub mod gc {
+    /// The sha256 of each deleted image.
+    pub const REMOVED: &str = "removed";
+    /// The bytes freed.
+    pub const FREED_BYTES: &str = "freed_bytes";
+}
+
+/// `POST /v1/start` and `POST /v1/restart`.
+pub mod start {
+    pub use super::common::{INIT_PID, NAME};
+    /// Milliseconds from spawning the shim to its report.
+    pub const START_MS: &str = "start_ms";
+}
+
+/// `POST /v1/stop`.
+pub mod stop {
+    pub use super::common::NAME;
+    /// False if it had to be killed after the timeout.
+    pub const GRACEFUL: &str = "graceful";
+    /// Milliseconds the stop took.
+    pub const STOP_MS: &str = "stop_ms";
+    /// Its exit record ([`exit`](super::exit)), or null.
+    pub const EXIT: &str = "exit";
+}
+
+/// `POST /v1/limit`.
+pub mod limit {
+    pub use super::common::NAME;
+    /// Whether the container is running.
+    pub const RUNNING: &str = "running";
+    /// Whether the running container's cgroup files were written.
+    pub const APPLIED: &str = "applied";
+    /// What `berth limit` has set ([`limits`](super::limits)).
+    pub const OVERRIDES: &str = "overrides";
+    /// The limits in force ([`limits`](super::limits)).
+    pub const LIMITS: &str = "limits";
+}
+
+/// A container's limits (and its overrides) in `POST /v1/limit`; null is unlimited.
+pub mod limits {
+    pub use super::common::{CPU_MAX_PERCENT, MEMORY_MAX, PIDS_MAX};
+    /// The CPU weight.
+    pub const CPU_WEIGHT: &str = "cpu_weight";
+    /// The memory soft limit, in bytes.
+    pub const MEMORY_SOFT: &str = "memory_soft";
+    /// The CPUs it may run on.
+    pub const CPUSET: &str = "cpuset";
+}
+
+/// `GET /v1/stats`: the group's and each running container's cgroup counters.
+pub mod stats {
+    pub use super::common::{CONTAINERS, CPUS, CPU_MAX_PERCENT, MEMORY_MAX, NAME, PIDS_MAX};
+    /// The cgroup version, v1 or v2.
+    pub const CGROUP_VERSION: &str = "cgroup_version";
+    /// How long the CPU usage was sampled, in milliseconds.
+    pub const SAMPLE_MS: &str = "sample_ms";
+    /// The parent cgroup all containers live in.
+    pub const GROUP: &str = "group";
+    /// The group's cgroup path.
+    pub const CGROUP: &str = "cgroup";
+    /// CPU usage over the sample, in percent of one CPU.
+    pub const CPU_PERCENT: &str = "cpu_percent";
+    /// CPU time used in total, in microseconds.
+    pub const CPU_USAGE_USEC: &str = "cpu_usage_usec";
+    /// Scheduler periods elapsed.
+    pub const NR_PERIODS: &str = "nr_periods";
+    /// Periods in which the quota throttled it.
+    pub const NR_THROTTLED: &str = "nr_throttled";
+    /// Time throttled in total, in microseconds.
+    pub const THROTTLED_USEC: &str = "throttled_usec";
+    /// Memory in use, in bytes.
+    pub const MEMORY_CURRENT: &str = "memory_current";
+    /// The most memory it used, in bytes.
+    pub const MEMORY_PEAK: &str = "memory_peak";
+    /// Processes the OOM killer killed in it.
+    pub const OOM_KILLS: &str = "oom_kills";
+    /// Processes in it.
+    pub const PIDS_CURRENT: &str = "pids_current";
+}
+
+/// `GET /v1/inspect`: the protections a container runs with.
+pub mod inspect {
+    pub use super::common::NAME;
+    /// Whether the package is trusted.
+    pub const TRUSTED: &str = "trusted";
+    /// Whether it runs without a user namespace.
+    pub const PRIVILEGED: &str = "privileged";
+    /// Its user-namespace id map ([`idmap`]), or null.
+    pub const IDMAP: &str = "idmap";
+    /// The capabilities it keeps.
+    pub const CAPABILITIES: &str = "capabilities";
+    /// Its seccomp profile ([`seccomp`]).
+    pub const SECCOMP: &str = "seccomp";
+    /// The device nodes it has.
+    pub const DEVICES: &str = "devices";
+    /// The device controller in use.
+    pub const DEVICES_CGROUP: &str = "devices_cgroup";
+    /// Whether no_new_privs is set.
+    pub const NO_NEW_PRIVS: &str = "no_new_privs";
+    /// Its AppArmor profile, or null.
+    pub const APPARMOR: &str = "apparmor";
+
+    /// The id map of `inspect`.
+    pub mod idmap {
+        /// The first id inside the container.
+        pub const CONTAINER: &str = "container";
+        /// The host id it maps to.
+        pub const HOST: &str = "host";
+        /// How many ids.
+        pub const COUNT: &str = "count";
+    }
+
+    /// The seccomp profile of `inspect`.
+    pub mod seccomp {
+        /// The profile's name and version.
+        pub const PROFILE: &str = "profile";
+        /// The syscalls granted back to the package.
+        pub const GRANTED: &str = "granted";
+        /// The syscalls denied.
+        pub const DENIED: &str = "denied";
+    }
+}
+
+/// `GET /v1/net`: the bridge, then each package's network.
+pub mod net {
+    pub use super::common::{CONTAINERS, NAME};
+    /// The bridge's name.
+    pub const BRIDGE: &str = "bridge";
+    /// The bridge's address.
+    pub const GATEWAY: &str = "gateway";
+    /// The isolated subnet.
+    pub const SUBNET: &str = "subnet";
+    /// berth's nftables table.
+    pub const TABLE: &str = "table";
+    /// The pid of berth's dnsmasq, or null.
+    pub const DHCP_SERVER: &str = "dhcp_server";
+    /// nft failures reading the counters.
+    pub const ERRORS: &str = "errors";
+    /// A package's network mode.
+    pub const MODE: &str = "mode";
+    /// Its published ports, `host:container/proto`.
+    pub const PUBLISH: &str = "publish";
+    /// Its address with the prefix length.
+    pub const IPV4: &str = "ipv4";
+    /// Its MAC address.
+    pub const MAC: &str = "mac";
+    /// Its host-side veth.
+    pub const VETH: &str = "veth";
+    /// Whether it asked for DHCP.
+    pub const DHCP: &str = "dhcp";
+    /// Packets dropped for a source not its own.
+    pub const DROPPED_SPOOFED: &str = "dropped_spoofed";
+    /// Packets dropped by the rules it was not granted.
+    pub const DROPPED_DENIED: &str = "dropped_denied";
+}
+
+/// `GET /v1/net/hosts`: the LAN's hosts.
+pub mod hosts {
+    /// The hosts.
+    pub const HOSTS: &str = "hosts";
+    /// A host's address.
+    pub const IP: &str = "ip";
+    /// Its MAC address.
+    pub const MAC: &str = "mac";
+    /// The interface it is seen on.
+    pub const DEV: &str = "dev";
+    /// Its name from a DHCP lease, or null.
+    pub const HOSTNAME: &str = "hostname";
+}
+
+/// `GET /v1/governor`: the adaptive CPU governor, and its history's entries.
+pub mod governor {
+    pub use super::common::CPUS;
+    /// static, learning, active or fallback.
+    pub const MODE: &str = "mode";
+    /// Why the mode is what it is, or null.
+    pub const NOTE: &str = "note";
+    /// The probe, described, or null.
+    pub const PROBE: &str = "probe";
+    /// Milliseconds between probes.
+    pub const INTERVAL_MS: &str = "interval_ms";
+    /// A probe's timeout, in milliseconds.
+    pub const TIMEOUT_MS: &str = "timeout_ms";
+    /// T_l, percent of all CPUs.
+    pub const T_LOWER: &str = "t_lower";
+    /// T_u, percent of all CPUs.
+    pub const T_UPPER: &str = "t_upper";
+    /// R_n, the normal response rate, or null.
+    pub const R_N: &str = "r_n";
+    /// Whether R_n is configured or learned.
+    pub const R_N_SOURCE: &str = "r_n_source";
+    /// R_c, the current response rate, or null.
+    pub const R_C: &str = "r_c";
+    /// The last probe's latency, or null after a failed one.
+    pub const LAST_LATENCY_MS: &str = "last_latency_ms";
+    /// The group's cap, percent of all CPUs.
+    pub const CAP: &str = "cap";
+    /// The formula's share before smoothing and damping.
+    pub const TARGET: &str = "target";
+    /// Consecutive failed probes.
+    pub const FAILURES: &str = "failures";
+    /// Probes made.
+    pub const PROBES: &str = "probes";
+    /// The last failed write of the cap, or null.
+    pub const LAST_ERROR: &str = "last_error";
+    /// The last changes of the cap or the mode, oldest first.
+    pub const HISTORY: &str = "history";
+    /// A history entry's time, in seconds since the epoch.
+    pub const AT: &str = "at";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -100,7 +538,9 @@ mod tests {
             assert_eq!(ErrorKind::from_code(k.code()), Some(*k));
             assert!((400..600).contains(&k.status()), "{k:?}");
             assert!(
-                k.code().bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                k.code()
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b == b'_'),
                 "{}",
                 k.code()
             );
@@ -117,7 +557,45 @@ mod tests {
             let row = format!("| {} | {} |", k.code(), k.status());
             let item = format!("            - {}\n", k.code());
             assert!(spec.contains(&row), "docs/openapi.yaml: no row {row}");
-            assert!(spec.contains(&item), "docs/openapi.yaml: {} not in the enum", k.code());
+            assert!(
+                spec.contains(&item),
+                "docs/openapi.yaml: {} not in the enum",
+                k.code()
+            );
         }
+    }
+
+    #[test]
+    fn the_openapi_file_has_every_field() {
+        let spec = include_str!("../../../docs/openapi.yaml");
+        let properties: std::collections::BTreeSet<&str> = spec
+            .lines()
+            .filter_map(|l| l.trim_start().split_once(':').map(|(k, _)| k))
+            .collect();
+        let (mut n, mut missing) = (0, Vec::new());
+        for l in include_str!("api.rs").lines() {
+            let Some((ident, rest)) = l
+                .trim()
+                .strip_prefix("pub const ")
+                .and_then(|c| c.split_once(": &str = \""))
+            else {
+                continue;
+            };
+            let field = rest.trim_end_matches("\";");
+            assert_eq!(
+                ident.to_ascii_lowercase(),
+                field,
+                "{ident} names another field"
+            );
+            if !properties.contains(field) {
+                missing.push(field);
+            }
+            n += 1;
+        }
+        assert!(n > 100, "only {n} fields read from api.rs");
+        assert!(
+            missing.is_empty(),
+            "docs/openapi.yaml: no property {missing:?}"
+        );
     }
 }

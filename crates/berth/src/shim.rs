@@ -467,11 +467,12 @@ fn serve(
             .and_then(|fd| process::pidfd_exit(fd).ok().flatten())
             .map(|e| e.core_dumped),
     };
+    use berth_core::api::exit::{CODE, CORE_DUMPED, LOG_BYTES, SIGNAL, STARTED_AT, STOPPED_AT};
     let exit = serde_json::json!({
-        "code": code, "signal": signal,
-        "core_dumped": core_dumped,
-        "started_at": started_at, "stopped_at": process::now_s(),
-        "log_bytes": ring.total(),
+        CODE: code, SIGNAL: signal,
+        CORE_DUMPED: core_dumped,
+        STARTED_AT: started_at, STOPPED_AT: process::now_s(),
+        LOG_BYTES: ring.total(),
     });
     let _ = berth_sys::fsutil::write_atomic(&args.exit_file, exit.to_string().as_bytes(), 0o600);
     let line = match (code, signal) {
@@ -562,9 +563,12 @@ fn handle(
             })
         }
         "info" => {
+            // The container's fields as `berth status` passes them on (the monitor's pid
+            // is the shim's own).
+            use berth_core::api::container::{INIT_PID, LOG_BYTES, STARTED_AT};
             let info = serde_json::json!({
-                "monitor_pid": monitor_pid, "init_pid": init_pid,
-                "started_at": started_at, "log_bytes": ring.total(),
+                "monitor_pid": monitor_pid, INIT_PID: init_pid,
+                STARTED_AT: started_at, LOG_BYTES: ring.total(),
             });
             let _ = stream.write_all(info.to_string().as_bytes());
             None

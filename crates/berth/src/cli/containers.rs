@@ -5,6 +5,7 @@ use std::io::{BufRead, Read, Write};
 use std::path::Path;
 
 use anyhow::{bail, Result};
+use berth_core::api::{error, request};
 use serde_json::{json, Value};
 
 use super::args::Containers;
@@ -17,7 +18,7 @@ pub fn run(json: bool, sock: &Path, cmd: Containers) -> Result<()> {
         Containers::Start(name) => start(json, sock, &name, false),
         Containers::Restart(name) => start(json, sock, &name, true),
         Containers::Stop { name, timeout } => {
-            let body = json!({"name": name, "timeout": timeout});
+            let body = json!({request::NAME: name, request::TIMEOUT: timeout});
             let v = client::call(sock, "POST", "/v1/stop", Some(&body))?;
             show(json, &v, &|v| render::stopped(&name, v));
             Ok(())
@@ -45,7 +46,7 @@ pub fn run(json: bool, sock: &Path, cmd: Containers) -> Result<()> {
 
 fn start(json: bool, sock: &Path, name: &str, restart: bool) -> Result<()> {
     let path = if restart { "/v1/restart" } else { "/v1/start" };
-    let v = client::call(sock, "POST", path, Some(&json!({ "name": name })))?;
+    let v = client::call(sock, "POST", path, Some(&json!({ request::NAME: name })))?;
     show(json, &v, &|v| render::started(name, restart, v));
     Ok(())
 }
@@ -60,8 +61,8 @@ fn logs(json: bool, sock: &Path, name: &str, follow: bool, raw: bool) -> Result<
         let v: Value = serde_json::from_str(&t).unwrap_or(Value::Null);
         bail!(DaemonError {
             status,
-            code: cell(&v["code"]),
-            message: cell(&v["error"])
+            code: cell(&v[error::CODE]),
+            message: cell(&v[error::ERROR])
         });
     }
     if json {

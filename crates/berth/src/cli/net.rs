@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use anyhow::Result;
+use berth_core::api::net::ERRORS;
 
 use super::{print_json, render};
 use crate::client;
@@ -19,7 +20,7 @@ pub fn run(json: bool, sock: &Path, hosts: bool) -> Result<()> {
         );
     } else {
         print!("{}", render::net(&v));
-        for e in v["errors"].as_array().into_iter().flatten() {
+        for e in v[ERRORS].as_array().into_iter().flatten() {
             eprintln!("warning: {}", render::cell(e));
         }
     }

@@ -5,6 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::path::Path;
 
 use anyhow::Result;
+use berth_core::api::{list as list_field, request};
 use serde_json::{json, Value};
 
 use super::args::{Lists, Packages};
@@ -14,14 +15,14 @@ use crate::client;
 pub fn run(json: bool, sock: &Path, cmd: Packages) -> Result<()> {
     match cmd {
         Packages::Update { reset_serial } => {
-            let body = reset_serial.then(|| json!({"reset_serial": true}));
+            let body = reset_serial.then(|| json!({ request::RESET_SERIAL: true }));
             let v = client::call(sock, "POST", "/v1/update", body.as_ref())?;
             show(json, &v, &render::update);
         }
         Packages::List(which) => list(json, sock, &which)?,
         Packages::Install(names) => install(json, sock, &names)?,
         Packages::Remove { names, purge } => {
-            let body = json!({"names": names, "purge": purge});
+            let body = json!({ request::NAMES: names, request::PURGE: purge });
             let v = client::call(sock, "POST", "/v1/remove", Some(&body))?;
             show(json, &v, &|_| render::removed(&names, purge));
         }
@@ -38,9 +39,9 @@ fn list(json: bool, sock: &Path, which: &Lists) -> Result<()> {
     if json {
         let mut out = serde_json::Map::new();
         let picked = [
-            ("installed", which.installed),
-            ("available", which.available),
-            ("upgradable", which.upgradable),
+            (list_field::INSTALLED, which.installed),
+            (list_field::AVAILABLE, which.available),
+            (list_field::UPGRADABLE, which.upgradable),
         ];
         for (k, _) in picked.into_iter().filter(|(_, on)| *on) {
             out.insert(k.into(), v[k].clone());
@@ -60,7 +61,7 @@ fn install(json: bool, sock: &Path, names: &[String]) -> Result<()> {
             let _ = std::io::stderr().write_all(line.as_bytes());
         }
     };
-    let body = json!({ "names": names });
+    let body = json!({ request::NAMES: names });
     let r = client::call_stream(sock, "POST", "/v1/install", Some(&body), &mut on_event);
     if tty {
         eprint!("\r\x1b[K");

@@ -5,6 +5,10 @@
 use std::fmt::Write as _;
 use std::io::Write as _;
 
+use berth_core::api::{
+    container, daemon, exit, gc, governor, guard_kill, hosts, install, limit, limits, list, net,
+    package, repository, start, stats, status, stop, update, upgradable,
+};
 use berth_core::governor::fmt1;
 use serde_json::Value;
 
@@ -95,21 +99,21 @@ fn rows(v: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
 pub fn update(v: &Value) -> String {
     let mut out = format!(
         "repository {}: {} packages, serial {}, signature verified{}\n",
-        v["repository"].as_str().unwrap_or("?"),
-        v["packages"],
-        v["serial"],
-        match v["expires"].as_u64() {
+        v[update::REPOSITORY].as_str().unwrap_or("?"),
+        v[update::PACKAGES],
+        v[update::SERIAL],
+        match v[update::EXPIRES].as_u64() {
             Some(e) => format!(", valid until {}", berth_core::date::utc(e)),
             None => String::new(),
         }
     );
-    for u in v["upgradable"].as_array().into_iter().flatten() {
+    for u in v[update::UPGRADABLE].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
             "  upgradable: {} {} -> {}",
-            u["name"].as_str().unwrap_or(""),
-            u["installed"].as_str().unwrap_or(""),
-            u["available"].as_str().unwrap_or("")
+            u[upgradable::NAME].as_str().unwrap_or(""),
+            u[upgradable::INSTALLED].as_str().unwrap_or(""),
+            u[upgradable::AVAILABLE].as_str().unwrap_or("")
         );
     }
     out
@@ -120,34 +124,34 @@ pub const AVAILABLE_HEAD: &[&str] = &["NAME", "VERSION", "SIZE", "INSTALLED", "D
 pub const UPGRADABLE_HEAD: &[&str] = &["NAME", "INSTALLED", "AVAILABLE"];
 
 pub fn installed_rows(v: &Value) -> Vec<Vec<String>> {
-    rows(&v["installed"], |p| {
+    rows(&v[list::INSTALLED], |p| {
         vec![
-            cell(&p["name"]),
-            cell(&p["version"]),
-            size(&p["size"]),
-            cell(&p["description"]),
+            cell(&p[package::NAME]),
+            cell(&p[package::VERSION]),
+            size(&p[package::SIZE]),
+            cell(&p[package::DESCRIPTION]),
         ]
     })
 }
 
 pub fn available_rows(v: &Value) -> Vec<Vec<String>> {
-    rows(&v["available"], |p| {
+    rows(&v[list::AVAILABLE], |p| {
         vec![
-            cell(&p["name"]),
-            cell(&p["version"]),
-            size(&p["size"]),
-            cell(&p["installed"]),
-            cell(&p["description"]),
+            cell(&p[package::NAME]),
+            cell(&p[package::VERSION]),
+            size(&p[package::SIZE]),
+            cell(&p[package::INSTALLED]),
+            cell(&p[package::DESCRIPTION]),
         ]
     })
 }
 
 pub fn upgradable_rows(v: &Value) -> Vec<Vec<String>> {
-    rows(&v["upgradable"], |p| {
+    rows(&v[list::UPGRADABLE], |p| {
         vec![
-            cell(&p["name"]),
-            cell(&p["installed"]),
-            cell(&p["available"]),
+            cell(&p[upgradable::NAME]),
+            cell(&p[upgradable::INSTALLED]),
+            cell(&p[upgradable::AVAILABLE]),
         ]
     })
 }
@@ -161,7 +165,7 @@ pub fn list(v: &Value, which: &Lists) -> String {
     }
     if which.available {
         out.push_str("available:\n");
-        if let Some(n) = v["index_note"].as_str() {
+        if let Some(n) = v[list::INDEX_NOTE].as_str() {
             let _ = writeln!(out, "  ({n})");
         }
         out.push_str(&table(AVAILABLE_HEAD, available_rows(v)));
@@ -175,13 +179,13 @@ pub fn list(v: &Value, which: &Lists) -> String {
 
 /// An install event for a terminal: it overwrites the line it is on (`\r`, erase).
 pub fn progress(e: &Value) -> Option<String> {
-    match e["event"].as_str() {
+    match e[install::EVENT].as_str() {
         Some("progress") => {
-            let done = e["done"].as_u64().unwrap_or(0);
-            let total = e["total"].as_u64().unwrap_or(0).max(1);
+            let done = e[install::DONE].as_u64().unwrap_or(0);
+            let total = e[install::TOTAL].as_u64().unwrap_or(0).max(1);
             Some(format!(
                 "\r\x1b[Kfetching {} {} / {} ({}%)",
-                cell(&e["package"]),
+                cell(&e[install::PACKAGE]),
                 human(done),
                 human(total),
                 done * 100 / total
@@ -189,8 +193,8 @@ pub fn progress(e: &Value) -> Option<String> {
         }
         Some("fetched") => Some(format!(
             "\r\x1b[Kfetched {} {}\n",
-            cell(&e["package"]),
-            cell(&e["version"])
+            cell(&e[install::PACKAGE]),
+            cell(&e[install::VERSION])
         )),
         _ => None,
     }
@@ -199,15 +203,15 @@ pub fn progress(e: &Value) -> Option<String> {
 /// `berth install`'s result.
 pub fn installed(v: &Value) -> String {
     let mut out = String::new();
-    for p in v["installed"].as_array().into_iter().flatten() {
+    for p in v[install::INSTALLED].as_array().into_iter().flatten() {
         let _ = writeln!(
             out,
             "installed {} {}",
-            cell(&p["name"]),
-            cell(&p["version"])
+            cell(&p[install::NAME]),
+            cell(&p[install::VERSION])
         );
     }
-    for p in v["unchanged"].as_array().into_iter().flatten() {
+    for p in v[install::UNCHANGED].as_array().into_iter().flatten() {
         let _ = writeln!(out, "{} is already installed", p.as_str().unwrap_or(""));
     }
     out
@@ -226,20 +230,20 @@ pub fn removed(names: &[String], purge: bool) -> String {
 pub fn gc(v: &Value) -> String {
     format!(
         "removed {} unused image(s), freed {}\n",
-        v["removed"].as_array().map(Vec::len).unwrap_or(0),
-        human(v["freed_bytes"].as_u64().unwrap_or(0))
+        v[gc::REMOVED].as_array().map(Vec::len).unwrap_or(0),
+        human(v[gc::FREED_BYTES].as_u64().unwrap_or(0))
     )
 }
 
 /// `berth start` or `berth restart`'s result.
 pub fn started(name: &str, restart: bool, v: &Value) -> String {
     let verb = if restart { "restart" } else { "start" };
-    format!("{verb}ed {name} (init pid {})\n", v["init_pid"])
+    format!("{verb}ed {name} (init pid {})\n", v[start::INIT_PID])
 }
 
 /// `berth stop`'s result.
 pub fn stopped(name: &str, v: &Value) -> String {
-    let how = if v["graceful"] == true {
+    let how = if v[stop::GRACEFUL] == true {
         ""
     } else {
         " (killed after the timeout)"
@@ -259,43 +263,43 @@ pub const STATUS_HEAD: &[&str] = &[
 
 /// How a container last ended, with the memory guard's kill if it was one.
 fn last_exit(c: &Value) -> String {
-    let exit = &c["last_exit"];
-    let last = if exit.is_null() {
+    let e = &c[container::LAST_EXIT];
+    let last = if e.is_null() {
         "-".to_string()
-    } else if let Some(sig) = exit["signal"].as_i64() {
-        if exit["core_dumped"] == true {
+    } else if let Some(sig) = e[exit::SIGNAL].as_i64() {
+        if e[exit::CORE_DUMPED] == true {
             format!("signal {sig} (core dumped)")
         } else {
             format!("signal {sig}")
         }
     } else {
-        format!("exit {}", exit["code"])
+        format!("exit {}", e[exit::CODE])
     };
-    let g = &c["guard_kill"];
+    let g = &c[container::GUARD_KILL];
     if g.is_null() {
         return last;
     }
     format!(
         "{last} (guard killed pid {} at {} MiB free)",
-        g["pid"],
-        g["available"].as_u64().unwrap_or(0) >> 20
+        g[guard_kill::PID],
+        g[guard_kill::AVAILABLE].as_u64().unwrap_or(0) >> 20
     )
 }
 
 /// The containers of `berth status`; `now` (seconds since the epoch) gives their uptime.
 pub fn status_rows(v: &Value, now: u64) -> Vec<Vec<String>> {
-    rows(&v["containers"], |c| {
-        let up = c["started_at"]
+    rows(&v[status::CONTAINERS], |c| {
+        let up = c[container::STARTED_AT]
             .as_u64()
             .map(|t| dur(now.saturating_sub(t)))
             .unwrap_or_else(|| "-".into());
         vec![
-            cell(&c["name"]),
-            cell(&c["version"]),
-            cell(&c["state"]),
-            cell(&c["init_pid"]),
+            cell(&c[container::NAME]),
+            cell(&c[container::VERSION]),
+            cell(&c[container::STATE]),
+            cell(&c[container::INIT_PID]),
             up,
-            cell(&c["network"]),
+            cell(&c[container::NETWORK]),
             last_exit(c),
         ]
     })
@@ -303,14 +307,14 @@ pub fn status_rows(v: &Value, now: u64) -> Vec<Vec<String>> {
 
 /// `berth status`: the daemon, the repository's warning if any, the containers.
 pub fn status(v: &Value, now: u64) -> String {
-    let d = &v["daemon"];
+    let d = &v[status::DAEMON];
     let mut out = format!(
         "berth daemon {} (pid {}), up {}\n",
-        cell(&d["version"]),
-        d["pid"],
-        dur(d["uptime_s"].as_u64().unwrap_or(0))
+        cell(&d[daemon::VERSION]),
+        d[daemon::PID],
+        dur(d[daemon::UPTIME_S].as_u64().unwrap_or(0))
     );
-    if let Some(w) = v["repository"]["warning"].as_str() {
+    if let Some(w) = v[status::REPOSITORY][repository::WARNING].as_str() {
         let _ = writeln!(out, "warning: {w}");
     }
     out.push_str(&table(STATUS_HEAD, status_rows(v, now)));
@@ -319,13 +323,13 @@ pub fn status(v: &Value, now: u64) -> String {
 
 /// `berth limit`'s answer: the limits in force (null is unlimited).
 pub fn limit(name: &str, v: &Value) -> String {
-    let l = &v["limits"];
+    let l = &v[limit::LIMITS];
     format!(
         "{name}: cpu {} (% of one CPU), memory {}, pids {} (- is unlimited){}\n",
-        cell(&l["cpu_max_percent"]),
-        size(&l["memory_max"]),
-        cell(&l["pids_max"]),
-        if v["applied"] == true {
+        cell(&l[limits::CPU_MAX_PERCENT]),
+        size(&l[limits::MEMORY_MAX]),
+        cell(&l[limits::PIDS_MAX]),
+        if v[limit::APPLIED] == true {
             " (applied to the running container)"
         } else {
             ""
@@ -357,22 +361,28 @@ pub fn stats_rows(v: &Value) -> Vec<Vec<String>> {
     let row = |name: String, c: &Value| {
         vec![
             name,
-            pct(&c["cpu_percent"]),
-            pct(&c["cpu_max_percent"]),
+            pct(&c[stats::CPU_PERCENT]),
+            pct(&c[stats::CPU_MAX_PERCENT]),
             format!(
                 "{} / {}",
-                size(&c["memory_current"]),
-                size(&c["memory_max"])
+                size(&c[stats::MEMORY_CURRENT]),
+                size(&c[stats::MEMORY_MAX])
             ),
-            size(&c["memory_peak"]),
-            format!("{} / {}", cell(&c["pids_current"]), cell(&c["pids_max"])),
-            cell(&c["nr_throttled"]),
-            cell(&c["oom_kills"]),
+            size(&c[stats::MEMORY_PEAK]),
+            format!(
+                "{} / {}",
+                cell(&c[stats::PIDS_CURRENT]),
+                cell(&c[stats::PIDS_MAX])
+            ),
+            cell(&c[stats::NR_THROTTLED]),
+            cell(&c[stats::OOM_KILLS]),
         ]
     };
-    let group = &v["group"];
-    let mut out = vec![row(format!("[{}]", cell(&group["cgroup"])), group)];
-    out.extend(rows(&v["containers"], |c| row(cell(&c["name"]), c)));
+    let group = &v[stats::GROUP];
+    let mut out = vec![row(format!("[{}]", cell(&group[stats::CGROUP])), group)];
+    out.extend(rows(&v[stats::CONTAINERS], |c| {
+        row(cell(&c[stats::NAME]), c)
+    }));
     out
 }
 
@@ -380,9 +390,9 @@ pub fn stats_rows(v: &Value) -> Vec<Vec<String>> {
 pub fn stats(v: &Value) -> String {
     let mut out = format!(
         "cgroup {}, {} CPUs; CPU % is of one CPU, sampled over {} ms\n",
-        cell(&v["cgroup_version"]),
-        v["cpus"],
-        v["sample_ms"]
+        cell(&v[stats::CGROUP_VERSION]),
+        v[stats::CPUS],
+        v[stats::SAMPLE_MS]
     );
     out.push_str(&table(STATS_HEAD, stats_rows(v)));
     out
@@ -401,15 +411,15 @@ pub const GOVERNOR_HEAD: &[&str] = &["TIME (UTC)", "CAP", "R_C", "R_N", "MODE", 
 
 /// The governor's history, one row per decision.
 pub fn governor_rows(v: &Value) -> Vec<Vec<String>> {
-    rows(&v["history"], |h| {
-        let t = h["at"].as_u64().unwrap_or(0) % 86_400;
+    rows(&v[governor::HISTORY], |h| {
+        let t = h[governor::AT].as_u64().unwrap_or(0) % 86_400;
         vec![
             format!("{:02}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60),
-            percent(&h["cap"]),
-            rate(&h["r_c"]),
-            rate(&h["r_n"]),
-            cell(&h["mode"]),
-            h["note"].as_str().unwrap_or("").to_string(),
+            percent(&h[governor::CAP]),
+            rate(&h[governor::R_C]),
+            rate(&h[governor::R_N]),
+            cell(&h[governor::MODE]),
+            h[governor::NOTE].as_str().unwrap_or("").to_string(),
         ]
     })
 }
@@ -418,20 +428,20 @@ pub fn governor_rows(v: &Value) -> Vec<Vec<String>> {
 pub fn governor(v: &Value) -> String {
     let mut out = format!(
         "governor: {}{}\n",
-        cell(&v["mode"]),
-        v["note"]
+        cell(&v[governor::MODE]),
+        v[governor::NOTE]
             .as_str()
             .map(|n| format!(" ({n})"))
             .unwrap_or_default()
     );
-    if let Some(probe) = v["probe"].as_str() {
+    if let Some(probe) = v[governor::PROBE].as_str() {
         let _ = writeln!(
             out,
             "probe: {probe}, every {} ms, timeout {} ms; {} probes, last {}",
-            v["interval_ms"],
-            v["timeout_ms"],
-            v["probes"],
-            v["last_latency_ms"]
+            v[governor::INTERVAL_MS],
+            v[governor::TIMEOUT_MS],
+            v[governor::PROBES],
+            v[governor::LAST_LATENCY_MS]
                 .as_f64()
                 .map_or("failed".into(), |l| format!("{} ms", fmt1(l)))
         );
@@ -439,21 +449,21 @@ pub fn governor(v: &Value) -> String {
     let _ = writeln!(
         out,
         "cap: {} of all {} CPUs (T_l {}%, T_u {}%), target {}",
-        percent(&v["cap"]),
-        v["cpus"],
-        v["t_lower"],
-        v["t_upper"],
-        percent(&v["target"])
+        percent(&v[governor::CAP]),
+        v[governor::CPUS],
+        v[governor::T_LOWER],
+        v[governor::T_UPPER],
+        percent(&v[governor::TARGET])
     );
     let _ = writeln!(
         out,
         "R_n {} ({}), R_c {}, consecutive failures {}",
-        rate(&v["r_n"]),
-        cell(&v["r_n_source"]),
-        rate(&v["r_c"]),
-        v["failures"]
+        rate(&v[governor::R_N]),
+        cell(&v[governor::R_N_SOURCE]),
+        rate(&v[governor::R_C]),
+        v[governor::FAILURES]
     );
-    if let Some(e) = v["last_error"].as_str() {
+    if let Some(e) = v[governor::LAST_ERROR].as_str() {
         let _ = writeln!(out, "last error: {e}");
     }
     out.push_str(&table(GOVERNOR_HEAD, governor_rows(v)));
@@ -466,25 +476,25 @@ pub const NET_HEAD: &[&str] = &[
 
 /// The containers of `berth net`.
 pub fn net_rows(v: &Value) -> Vec<Vec<String>> {
-    rows(&v["containers"], |c| {
-        let ports: Vec<String> = c["publish"]
+    rows(&v[net::CONTAINERS], |c| {
+        let ports: Vec<String> = c[net::PUBLISH]
             .as_array()
             .into_iter()
             .flatten()
             .map(cell)
             .collect();
         vec![
-            cell(&c["name"]),
-            cell(&c["mode"]),
-            cell(&c["ipv4"]),
-            cell(&c["mac"]),
+            cell(&c[net::NAME]),
+            cell(&c[net::MODE]),
+            cell(&c[net::IPV4]),
+            cell(&c[net::MAC]),
             if ports.is_empty() {
                 "-".into()
             } else {
                 ports.join(",")
             },
-            cell(&c["dropped_spoofed"]),
-            cell(&c["dropped_denied"]),
+            cell(&c[net::DROPPED_SPOOFED]),
+            cell(&c[net::DROPPED_DENIED]),
         ]
     })
 }
@@ -493,10 +503,10 @@ pub fn net_rows(v: &Value) -> Vec<Vec<String>> {
 pub fn net(v: &Value) -> String {
     let mut out = format!(
         "bridge {} gateway {} subnet {} (nft table {})\n",
-        cell(&v["bridge"]),
-        cell(&v["gateway"]),
-        cell(&v["subnet"]),
-        cell(&v["table"])
+        cell(&v[net::BRIDGE]),
+        cell(&v[net::GATEWAY]),
+        cell(&v[net::SUBNET]),
+        cell(&v[net::TABLE])
     );
     out.push_str(&table(NET_HEAD, net_rows(v)));
     out
@@ -505,12 +515,12 @@ pub fn net(v: &Value) -> String {
 pub const HOSTS_HEAD: &[&str] = &["IP", "MAC", "DEVICE", "HOSTNAME"];
 
 pub fn hosts_rows(v: &Value) -> Vec<Vec<String>> {
-    rows(&v["hosts"], |h| {
+    rows(&v[hosts::HOSTS], |h| {
         vec![
-            cell(&h["ip"]),
-            cell(&h["mac"]),
-            cell(&h["dev"]),
-            cell(&h["hostname"]),
+            cell(&h[hosts::IP]),
+            cell(&h[hosts::MAC]),
+            cell(&h[hosts::DEV]),
+            cell(&h[hosts::HOSTNAME]),
         ]
     })
 }
@@ -851,7 +861,10 @@ mod tests {
             at(STATUS_HEAD, &rows[2], "LAST EXIT"),
             "signal 9 (guard killed pid 12 at 5 MiB free)"
         );
-        assert_eq!(at(STATUS_HEAD, &rows[3], "LAST EXIT"), "signal 11 (core dumped)");
+        assert_eq!(
+            at(STATUS_HEAD, &rows[3], "LAST EXIT"),
+            "signal 11 (core dumped)"
+        );
         assert_eq!(at(STATUS_HEAD, &rows[4], "LAST EXIT"), "signal 6");
         let text = status(&v, 1090);
         assert!(

@@ -3,6 +3,7 @@
 use std::path::Path;
 
 use anyhow::Result;
+use berth_core::api::request::{CPU, MEMORY, NAME, PIDS};
 use serde_json::json;
 
 use super::args::{Limit, Resources};
@@ -30,15 +31,15 @@ pub fn run(json: bool, sock: &Path, cmd: Resources) -> Result<()> {
 
 /// Changes the limits given (none: only shows them).
 fn limit(json: bool, sock: &Path, l: Limit) -> Result<()> {
-    let mut body = json!({ "name": l.name });
+    let mut body = json!({ NAME: l.name });
     if let Some(c) = l.cpu {
-        body["cpu"] = json!(c);
+        body[CPU] = json!(c);
     }
     if let Some(m) = l.memory {
-        body["memory"] = json!(m);
+        body[MEMORY] = json!(m);
     }
     if let Some(n) = l.pids {
-        body["pids"] = json!(n);
+        body[PIDS] = json!(n);
     }
     let v = client::call(sock, "POST", "/v1/limit", Some(&body))?;
     show(json, &v, &|v| render::limit(&l.name, v));

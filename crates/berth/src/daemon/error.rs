@@ -1,6 +1,7 @@
 //! The daemon's one error: a kind (`berth_core::api::ErrorKind`, which carries the HTTP
 //! status and the stable code) and a message for people.
 
+use berth_core::api::error::{CODE, ERROR};
 use serde_json::{json, Value};
 
 pub use berth_core::api::ErrorKind as Kind;
@@ -40,7 +41,7 @@ impl Error {
 
     /// The body of an error response.
     pub fn to_json(&self) -> Value {
-        json!({"error": self.message, "code": self.code()})
+        json!({ERROR: self.message, CODE: self.code()})
     }
 }
 

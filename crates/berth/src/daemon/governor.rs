@@ -13,6 +13,7 @@ use std::io::{Read, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use berth_core::api::governor as field;
 use berth_core::cgroup::CPU_PERIOD_US;
 use berth_core::config::ProbeSpec;
 use berth_core::governor::{self, fmt1, Governor, Mode, Params, Probe};
@@ -216,12 +217,12 @@ fn run(d: &Daemon) {
                 s.history.pop_front();
             }
             s.history.push_back(json!({
-                "at": berth_sys::process::now_s(),
-                "cap": t.cap,
-                "r_c": r_c,
-                "r_n": r_n,
-                "mode": mode.name(),
-                "note": t.note,
+                field::AT: berth_sys::process::now_s(),
+                field::CAP: t.cap,
+                field::R_C: r_c,
+                field::R_N: r_n,
+                field::MODE: mode.name(),
+                field::NOTE: t.note,
             }));
         }
     }
@@ -379,24 +380,24 @@ pub fn status(d: &Daemon) -> Value {
         }
     };
     json!({
-        "mode": mode.name(),
-        "note": s.note,
-        "probe": g.probe.as_ref().map(|p| p.describe()),
-        "interval_ms": g.interval_ms,
-        "timeout_ms": g.timeout_ms,
-        "t_lower": g.t_lower,
-        "t_upper": if s.gov.is_some() { g.t_upper } else { d.cfg.policy.cpu_max_percent },
-        "r_n": r_n,
-        "r_n_source": if g.r_normal.is_some() { "configured" } else { "learned" },
-        "r_c": r_c,
-        "last_latency_ms": s.last_latency_ms,
-        "cap": cap,
-        "target": target,
-        "failures": failures,
-        "probes": s.probes,
-        "last_error": s.last_error,
-        "cpus": d.host.host.cpus,
-        "history": s.history.iter().collect::<Vec<_>>(),
+        field::MODE: mode.name(),
+        field::NOTE: s.note,
+        field::PROBE: g.probe.as_ref().map(|p| p.describe()),
+        field::INTERVAL_MS: g.interval_ms,
+        field::TIMEOUT_MS: g.timeout_ms,
+        field::T_LOWER: g.t_lower,
+        field::T_UPPER: if s.gov.is_some() { g.t_upper } else { d.cfg.policy.cpu_max_percent },
+        field::R_N: r_n,
+        field::R_N_SOURCE: if g.r_normal.is_some() { "configured" } else { "learned" },
+        field::R_C: r_c,
+        field::LAST_LATENCY_MS: s.last_latency_ms,
+        field::CAP: cap,
+        field::TARGET: target,
+        field::FAILURES: failures,
+        field::PROBES: s.probes,
+        field::LAST_ERROR: s.last_error,
+        field::CPUS: d.host.host.cpus,
+        field::HISTORY: s.history.iter().collect::<Vec<_>>(),
     })
 }
 

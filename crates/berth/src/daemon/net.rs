@@ -11,6 +11,7 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use berth_core::api::{hosts as host_field, net as field};
 use berth_core::manifest::NetMode;
 use berth_core::net::{self, Leases, Member, NetConfig};
 use berth_core::state::{Installed, State};
@@ -411,13 +412,13 @@ pub fn status(d: &Daemon, st: &State) -> Result<Value> {
         .map(|p| {
             let n = p.name.as_str();
             let mode = p.manifest.network.mode;
-            let mut v = json!({"name": n, "mode": net::mode_name(mode),
-                "publish": p.manifest.network.publish.iter().map(|q| format!("{}:{}/{}", q.host_port, q.container_port, net::proto_name(q.proto))).collect::<Vec<_>>()});
+            let mut v = json!({field::NAME: n, field::MODE: net::mode_name(mode),
+                field::PUBLISH: p.manifest.network.publish.iter().map(|q| format!("{}:{}/{}", q.host_port, q.container_port, net::proto_name(q.proto))).collect::<Vec<_>>()});
             if let (NetMode::Macvlan, Some(ip), Some((_, _, len))) =
                 (mode, net::lease_of(&leases, n), c.macvlan_pool)
             {
-                v["ipv4"] = json!(format!("{ip}/{len}"));
-                v["mac"] = json!(net::mac_of(ip));
+                v[field::IPV4] = json!(format!("{ip}/{len}"));
+                v[field::MAC] = json!(net::mac_of(ip));
             }
             if let (NetMode::Isolated, Some(ip)) = (mode, net::lease_of(&leases, n)) {
                 let ip = &ip;
@@ -426,24 +427,24 @@ pub fn status(d: &Daemon, st: &State) -> Result<Value> {
                     .find(|e| e.0 == net::index_of(c, *ip))
                     .copied()
                     .unwrap_or_default();
-                v["ipv4"] = json!(format!("{ip}/{}", c.subnet.1));
-                v["mac"] = json!(net::mac_of(*ip));
-                v["veth"] = json!(net::veth_of(*ip));
-                v["dhcp"] = json!(p.manifest.network.dhcp);
-                v["dropped_spoofed"] = json!(s);
-                v["dropped_denied"] = json!(dn);
+                v[field::IPV4] = json!(format!("{ip}/{}", c.subnet.1));
+                v[field::MAC] = json!(net::mac_of(*ip));
+                v[field::VETH] = json!(net::veth_of(*ip));
+                v[field::DHCP] = json!(p.manifest.network.dhcp);
+                v[field::DROPPED_SPOOFED] = json!(s);
+                v[field::DROPPED_DENIED] = json!(dn);
             }
             v
         })
         .collect();
     Ok(json!({
-        "bridge": c.bridge,
-        "gateway": c.gateway().to_string(),
-        "subnet": format!("{}/{}", c.subnet.0, c.subnet.1),
-        "table": c.table,
-        "dhcp_server": dnsmasq_running(d.proc(), &dnsmasq_pid_file(d)).map(|(pid, _)| pid),
-        "containers": list,
-        "errors": errors,
+        field::BRIDGE: c.bridge,
+        field::GATEWAY: c.gateway().to_string(),
+        field::SUBNET: format!("{}/{}", c.subnet.0, c.subnet.1),
+        field::TABLE: c.table,
+        field::DHCP_SERVER: dnsmasq_running(d.proc(), &dnsmasq_pid_file(d)).map(|(pid, _)| pid),
+        field::CONTAINERS: list,
+        field::ERRORS: errors,
     }))
 }
 
@@ -453,7 +454,9 @@ pub fn hosts(d: &Daemon) -> Value {
     let leases = std::fs::read_to_string("/var/lib/misc/dnsmasq.leases").unwrap_or_default();
     let h: Vec<Value> = net::lan_hosts(&arp, &leases, &d.cfg.network.bridge)
         .into_iter()
-        .map(|h| json!({"ip": h.ip, "mac": h.mac, "dev": h.dev, "hostname": h.hostname}))
+        .map(|h| {
+            json!({host_field::IP: h.ip, host_field::MAC: h.mac, host_field::DEV: h.dev, host_field::HOSTNAME: h.hostname})
+        })
         .collect();
-    json!({ "hosts": h })
+    json!({ host_field::HOSTS: h })
 }

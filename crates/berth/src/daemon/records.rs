@@ -2,6 +2,7 @@
 //! kill, in memory and in `<run>/logs/NAME.guard` (tmpfs), so a restarted daemon still
 //! shows it. Removed with the package.
 
+use berth_core::api::guard_kill as field;
 use berth_core::supervise::GuardKill;
 use serde_json::{json, Value};
 
@@ -9,13 +10,13 @@ use crate::daemon::context::Daemon;
 
 pub(crate) fn record_guard_kill(d: &Daemon, name: &str, k: &GuardKill) {
     let v = json!({
-        "at": berth_sys::process::now_s(),
-        "pid": k.pid,
-        "init": k.init,
-        "rss": k.rss,
-        "priority": k.priority,
-        "available": k.available,
-        "threshold": d.cfg.guard.threshold,
+        field::AT: berth_sys::process::now_s(),
+        field::PID: k.pid,
+        field::INIT: k.init,
+        field::RSS: k.rss,
+        field::PRIORITY: k.priority,
+        field::AVAILABLE: k.available,
+        field::THRESHOLD: d.cfg.guard.threshold,
     });
     let path = d.cfg.paths.guard_file(name);
     if let Err(e) = berth_sys::fsutil::write_atomic(&path, v.to_string().as_bytes(), 0o600) {

@@ -5,6 +5,7 @@
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
+use berth_core::api::inspect::{self as field, idmap, seccomp};
 use berth_core::cgroup::CgroupVersion;
 use berth_core::config::Config;
 use berth_core::manifest::Permissions;
@@ -331,24 +332,24 @@ pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Resu
         .filter_map(|l| l.split(' ').next().map(str::to_string))
         .collect();
     Ok(json!({
-        "name": p.name.as_str(),
-        "trusted": p.trusted,
-        "privileged": e.idmap.is_none(),
-        "idmap": e.idmap.map(|(base, count)| json!({"container": 0, "host": base, "count": count})),
-        "capabilities": e.grants.capabilities,
-        "seccomp": {
-            "profile": sec::SECCOMP_VERSION,
-            "granted": e.grants.syscalls,
-            "denied": denied,
+        field::NAME: p.name.as_str(),
+        field::TRUSTED: p.trusted,
+        field::PRIVILEGED: e.idmap.is_none(),
+        field::IDMAP: e.idmap.map(|(base, count)| json!({idmap::CONTAINER: 0, idmap::HOST: base, idmap::COUNT: count})),
+        field::CAPABILITIES: e.grants.capabilities,
+        field::SECCOMP: {
+            seccomp::PROFILE: sec::SECCOMP_VERSION,
+            seccomp::GRANTED: e.grants.syscalls,
+            seccomp::DENIED: denied,
         },
-        "devices": devices,
-        "devices_cgroup": match devcg {
+        field::DEVICES: devices,
+        field::DEVICES_CGROUP: match devcg {
             Some(CgroupVersion::V1) => "v1",
             Some(CgroupVersion::V2) => "v2 (bpf)",
             None => "none: the kernel has no device controller berth can use",
         },
-        "no_new_privs": true,
-        "apparmor": apparmor_enabled(d.sys()).then(|| sec::apparmor_profile(p.name.as_str()).0),
+        field::NO_NEW_PRIVS: true,
+        field::APPARMOR: apparmor_enabled(d.sys()).then(|| sec::apparmor_profile(p.name.as_str()).0),
     }))
 }
 

@@ -1,6 +1,7 @@
 //! `berth status`: one view over the daemon, the repository and every container (its state
 //! from the runtime, its last exit, the memory guard's last kill from the records).
 
+use berth_core::api::{container, daemon, status as field};
 use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
@@ -23,7 +24,7 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
         let n = p.name.as_str();
         // One question to the shim gives the state, the pid and the ring's size.
         let info = probe::shim_info(d, n);
-        let pid = match info["init_pid"].as_i64() {
+        let pid = match info[container::INIT_PID].as_i64() {
             Some(pid) => Some(pid as i32),
             None if probe::is_running(d, n) => probe::running_init(d, n),
             None => None,
@@ -31,28 +32,27 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
         let running = pid.is_some();
         let lxc_state = if running { "RUNNING" } else { "STOPPED" };
         containers.push(json!({
-            "name": n,
-            "version": p.version.to_string(),
-            "state": lxc_state.to_lowercase(),
-            "init_pid": pid,
-            "started_at": info.get("started_at"),
-            "log_bytes": info.get("log_bytes"),
-            "network": p.manifest.summary().network_mode,
-            "autostart": d.cfg.paths.autostart(n).exists(),
-            "last_exit": if running { Value::Null } else { probe::exit_info(d, n) },
-            "guard_kill": records::last_guard_kill(d, n),
-            "image": p.sha256,
+            container::NAME: n,
+            container::VERSION: p.version.to_string(),
+            container::STATE: lxc_state.to_lowercase(),
+            container::INIT_PID: pid,
+            container::STARTED_AT: info.get(container::STARTED_AT),
+            container::LOG_BYTES: info.get(container::LOG_BYTES),
+            container::NETWORK: p.manifest.summary().network_mode,
+            container::AUTOSTART: d.cfg.paths.autostart(n).exists(),
+            container::LAST_EXIT: if running { Value::Null } else { probe::exit_info(d, n) },
+            container::GUARD_KILL: records::last_guard_kill(d, n),
+            container::IMAGE: p.sha256,
         }));
     }
     Ok(json!({
-        "repository": repo::repository_status(d),
-        "daemon": {
-            "pid": std::process::id(),
-            "version": env!("CARGO_PKG_VERSION"),
-            "uptime_s": d.started.elapsed().as_secs(),
-            "lxcpath": d.cfg.paths.lxcpath,
+        field::REPOSITORY: repo::repository_status(d),
+        field::DAEMON: {
+            daemon::PID: std::process::id(),
+            daemon::VERSION: env!("CARGO_PKG_VERSION"),
+            daemon::UPTIME_S: d.started.elapsed().as_secs(),
+            daemon::LXCPATH: d.cfg.paths.lxcpath,
         },
-        "containers": containers,
+        field::CONTAINERS: containers,
     }))
 }
-

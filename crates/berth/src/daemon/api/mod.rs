@@ -9,6 +9,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
+use berth_core::api::ping;
 use berth_core::http::{self, Request};
 use serde_json::{json, Value};
 
@@ -31,7 +32,10 @@ pub(crate) fn authorise(caller: Caller, action: &Action) -> Result<()> {
     }
     Err(Error::new(
         Kind::Forbidden,
-        format!("{action:?}: the admin socket is for root only (uid {})", caller.uid),
+        format!(
+            "{action:?}: the admin socket is for root only (uid {})",
+            caller.uid
+        ),
     ))
 }
 
@@ -56,7 +60,7 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
     let answer = match action {
         Action::Install(names) => return install(d, &names, stream),
         Action::Logs { name, follow } => return logs(d, &name, follow, stream),
-        Action::Ping => Ok(json!({"ok": true})),
+        Action::Ping => Ok(json!({ping::OK: true})),
         Action::Status(n) => status::status(d, n.as_deref()),
         Action::List => store::repo::list(d),
         Action::Update { reset_serial } => store::repo::update(d, reset_serial),
@@ -77,6 +81,7 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
 
 /// Streamed: progress events, then one result (or error) event, as JSON lines.
 fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream) {
+    use berth_core::api::install::{CODE, ERROR, EVENT, RESULT, STATUS};
     if stream
         .write_all(&http::stream_head(200, "application/x-ndjson"))
         .is_err()
@@ -87,10 +92,8 @@ fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream) {
         let _ = stream.write_all(format!("{v}\n").as_bytes());
     };
     let last = match store::install::install(d, names, &mut emit) {
-        Ok(v) => json!({"event": "done", "result": v}),
-        Err(e) => {
-            json!({"event": "error", "status": e.status(), "code": e.code(), "error": e.message})
-        }
+        Ok(v) => json!({EVENT: "done", RESULT: v}),
+        Err(e) => json!({EVENT: "error", STATUS: e.status(), CODE: e.code(), ERROR: e.message}),
     };
     let _ = stream.write_all(format!("{last}\n").as_bytes());
 }

@@ -1,6 +1,7 @@
 //! Admin requests as typed actions: a pure parse of method, path, query and body, with the
 //! manifest's syntax and ranges for limits. Nothing here touches the daemon.
 
+use berth_core::api::request as field;
 use berth_core::cgroup::Overrides;
 use berth_core::http::Request;
 use berth_core::manifest::{parse_percent, parse_size};
@@ -45,21 +46,23 @@ fn limit_request(req: &Request) -> Result<(String, Overrides)> {
     let mut pids = None;
     for (k, x) in obj {
         match (k.as_str(), x) {
-            ("name", Value::String(s)) => name = Some(s.as_str()),
-            ("cpu", Value::String(s)) => cpu_s = Some(s.as_str()),
-            ("memory", Value::String(s)) => mem_s = Some(s.as_str()),
-            ("pids", Value::Number(n)) => {
+            (field::NAME, Value::String(s)) => name = Some(s.as_str()),
+            (field::CPU, Value::String(s)) => cpu_s = Some(s.as_str()),
+            (field::MEMORY, Value::String(s)) => mem_s = Some(s.as_str()),
+            (field::PIDS, Value::Number(n)) => {
                 pids = Some(
                     n.as_u64()
                         .and_then(|n| u32::try_from(n).ok())
                         .ok_or_else(|| bad(format!("pids: {n}: must be between 1 and 65536")))?,
                 )
             }
-            ("name" | "cpu" | "memory" | "pids", _) => return Err(bad(format!("{k}: wrong type"))),
+            (field::NAME | field::CPU | field::MEMORY | field::PIDS, _) => {
+                return Err(bad(format!("{k}: wrong type")))
+            }
             _ => return Err(bad(format!("unknown field {k:?}"))),
         }
     }
-    let name = check_name(name.ok_or_else(|| bad("missing field \"name\"".into()))?)?;
+    let name = check_name(name.ok_or_else(|| bad(format!("missing field {:?}", field::NAME)))?)?;
     let cpu = match cpu_s {
         None => None,
         Some(v) => {
@@ -113,14 +116,16 @@ fn update_request(req: &Request) -> Result<bool> {
     let mut reset = false;
     for (k, x) in obj {
         match (k.as_str(), x) {
-            ("reset_serial", Value::Bool(b)) => reset = *b,
-            ("reset_serial", _) => return Err(bad("reset_serial: expected true or false")),
+            (field::RESET_SERIAL, Value::Bool(b)) => reset = *b,
+            (field::RESET_SERIAL, _) => return Err(bad("reset_serial: expected true or false")),
             _ => return Err(bad(&format!("unknown field {k:?}"))),
         }
     }
     Ok(reset)
 }
 
+// The derived bodies' field names are `field::NAMES`, `field::PURGE`, `field::NAME` and
+// `field::TIMEOUT` (an attribute cannot name a constant; a test holds them together).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct InstallBody {
@@ -150,9 +155,8 @@ struct StopBody {
 }
 
 fn body<T: for<'a> Deserialize<'a>>(req: &Request) -> Result<T> {
-    serde_json::from_slice(&req.body).map_err(|e| {
-        Error::bad_request(format!("{} {}: bad JSON body: {e}", req.method, req.path))
-    })
+    serde_json::from_slice(&req.body)
+        .map_err(|e| Error::bad_request(format!("{} {}: bad JSON body: {e}", req.method, req.path)))
 }
 
 fn check_name(n: &str) -> Result<String> {
@@ -168,13 +172,13 @@ pub fn parse(req: &Request) -> Result<Action> {
     let name_q = || -> Result<String> {
         check_name(
             req.query
-                .get("name")
+                .get(field::NAME)
                 .ok_or_else(|| Error::bad_request("missing ?name="))?,
         )
     };
     Ok(match (m, path) {
         ("GET", "/v1/ping") => Action::Ping,
-        ("GET", "/v1/status") => Action::Status(match req.query.get("name") {
+        ("GET", "/v1/status") => Action::Status(match req.query.get(field::NAME) {
             Some(n) => Some(check_name(n)?),
             None => None,
         }),
@@ -222,7 +226,7 @@ pub fn parse(req: &Request) -> Result<Action> {
         }
         ("GET", "/v1/net") => Action::Net,
         ("GET", "/v1/net/hosts") => Action::NetHosts,
-        ("GET", "/v1/stats") => Action::Stats(match req.query.get("name") {
+        ("GET", "/v1/stats") => Action::Stats(match req.query.get(field::NAME) {
             Some(n) => Some(check_name(n)?),
             None => None,
         }),
@@ -314,6 +318,49 @@ mod tests {
     }
 
     #[test]
+    fn bodies_use_the_shared_field_names() {
+        let post = |path: &str, v: serde_json::Value| parse(&req("POST", path, &v.to_string()));
+        let names = serde_json::json!({ field::NAMES: ["web"], field::PURGE: true });
+        assert_eq!(
+            post("/v1/remove", names).unwrap(),
+            Action::Remove {
+                names: vec!["web".into()],
+                purge: true
+            }
+        );
+        let stop = serde_json::json!({ field::NAME: "web", field::TIMEOUT: 3 });
+        assert_eq!(
+            post("/v1/stop", stop).unwrap(),
+            Action::Stop {
+                name: "web".into(),
+                timeout: Some(3)
+            }
+        );
+        let start = serde_json::json!({ field::NAME: "web" });
+        assert_eq!(
+            post("/v1/start", start).unwrap(),
+            Action::Start("web".into())
+        );
+        let install = serde_json::json!({ field::NAMES: ["web"] });
+        assert_eq!(
+            post("/v1/install", install).unwrap(),
+            Action::Install(vec!["web".into()])
+        );
+        let update = serde_json::json!({ field::RESET_SERIAL: true });
+        assert_eq!(
+            post("/v1/update", update).unwrap(),
+            Action::Update { reset_serial: true }
+        );
+        let limit = serde_json::json!({
+            field::NAME: "web", field::CPU: "20%", field::MEMORY: "32M", field::PIDS: 64,
+        });
+        assert!(matches!(
+            post("/v1/limit", limit).unwrap(),
+            Action::Limit { limits, .. } if limits.pids_max == Some(64) && limits.cpu_max_percent == Some(20)
+        ));
+    }
+
+    #[test]
     fn bad_requests_are_refused_with_reasons() {
         let e = parse(&req("POST", "/v1/install", r#"{"names":["../etc"]}"#)).unwrap_err();
         assert_eq!(e.status(), 400);
@@ -362,7 +409,9 @@ mod tests {
             Action::Governor
         );
         assert_eq!(
-            parse(&req("POST", "/v1/governor", "")).unwrap_err().status(),
+            parse(&req("POST", "/v1/governor", ""))
+                .unwrap_err()
+                .status(),
             405
         );
         for (body, needle) in [

@@ -39,14 +39,15 @@ pub(crate) fn bind(d: &Daemon) -> anyhow::Result<UnixListener> {
 }
 
 /// Serves the admin socket until `term` is readable (the daemon is told to stop).
-pub(crate) fn serve(d: &Arc<Daemon>, listener: &UnixListener, term: &OwnedFd) -> anyhow::Result<()> {
+pub(crate) fn serve(
+    d: &Arc<Daemon>,
+    listener: &UnixListener,
+    term: &OwnedFd,
+) -> anyhow::Result<()> {
     let mut admin = Admission::default();
     loop {
         // The listener, the termination pipe, then every connection still sending its request.
-        let mut fds = vec![
-            (listener.as_raw_fd(), POLLIN),
-            (term.as_raw_fd(), POLLIN),
-        ];
+        let mut fds = vec![(listener.as_raw_fd(), POLLIN), (term.as_raw_fd(), POLLIN)];
         fds.extend(admin.pending.iter().map(|p| (p.stream.as_raw_fd(), POLLIN)));
         // Without pending connections nothing is timed: no wake-ups while idle.
         let timeout = admin

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use berth_core::api::{limit as field, stats};
 use berth_core::cgroup::{self as cg, Limits, Overrides};
 use berth_sys::cgroupfs;
 use serde_json::{json, Value};
@@ -26,7 +27,8 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
     let running = probe::is_running(d, name);
     let mut applied = false;
     if running && *newer != Overrides::default() {
-        let c = d.host
+        let c = d
+            .host
             .cgroups
             .as_ref()
             .map_err(|e| Error::new(Kind::NoCgroups, format!("cannot change limits: {e}")))?;
@@ -64,11 +66,11 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
         log::info!("{name}: limits set to {}", ov.to_json());
     }
     Ok(json!({
-        "name": name,
-        "running": running,
-        "applied": applied,
-        "overrides": ov.to_json(),
-        "limits": limits.to_json(),
+        field::NAME: name,
+        field::RUNNING: running,
+        field::APPLIED: applied,
+        field::OVERRIDES: ov.to_json(),
+        field::LIMITS: limits.to_json(),
     }))
 }
 
@@ -86,22 +88,22 @@ pub(crate) fn stats_json(s0: &cgroupfs::Stats, s1: &cgroupfs::Stats, elapsed: Du
     };
     let mut m = serde_json::Map::new();
     m.insert(
-        "cpu_percent".into(),
+        stats::CPU_PERCENT.into(),
         cpu_percent.map(|p| (p * 10.0).round() / 10.0).into(),
     );
-    m.insert("cpu_max_percent".into(), cpu_max_percent.into());
+    m.insert(stats::CPU_MAX_PERCENT.into(), cpu_max_percent.into());
     // A table, not json!: one insert loop instead of a serializer call per field.
     for (k, v) in [
-        ("cpu_usage_usec", s1.cpu_usage_usec),
-        ("nr_periods", s1.nr_periods),
-        ("nr_throttled", s1.nr_throttled),
-        ("throttled_usec", s1.throttled_usec),
-        ("memory_current", s1.memory_current),
-        ("memory_peak", s1.memory_peak),
-        ("memory_max", s1.memory_max),
-        ("oom_kills", s1.oom_kills),
-        ("pids_current", s1.pids_current),
-        ("pids_max", s1.pids_max),
+        (stats::CPU_USAGE_USEC, s1.cpu_usage_usec),
+        (stats::NR_PERIODS, s1.nr_periods),
+        (stats::NR_THROTTLED, s1.nr_throttled),
+        (stats::THROTTLED_USEC, s1.throttled_usec),
+        (stats::MEMORY_CURRENT, s1.memory_current),
+        (stats::MEMORY_PEAK, s1.memory_peak),
+        (stats::MEMORY_MAX, s1.memory_max),
+        (stats::OOM_KILLS, s1.oom_kills),
+        (stats::PIDS_CURRENT, s1.pids_current),
+        (stats::PIDS_MAX, s1.pids_max),
     ] {
         m.insert(k.into(), v.into());
     }
@@ -112,7 +114,8 @@ pub(crate) fn stats_json(s0: &cgroupfs::Stats, s1: &cgroupfs::Stats, elapsed: Du
 pub(crate) const STATS_SAMPLE: Duration = Duration::from_millis(500);
 
 pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
-    let c = d.host
+    let c = d
+        .host
         .cgroups
         .as_ref()
         .map_err(|e| Error::new(Kind::NoCgroups, format!("no stats: {e}")))?;
@@ -142,16 +145,16 @@ pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
     let mut containers = Vec::new();
     for (i, n) in names.iter().enumerate() {
         let mut v = stats_json(&first[i + 1], &second[i + 1], elapsed);
-        v["name"] = json!(n);
+        v[stats::NAME] = json!(n);
         containers.push(v);
     }
     let mut g = stats_json(&first[0], &second[0], elapsed);
-    g["cgroup"] = json!(group);
+    g[stats::CGROUP] = json!(group);
     Ok(json!({
-        "cgroup_version": cgroups::core_version(c).name(),
-        "cpus": d.host.host.cpus,
-        "sample_ms": elapsed.as_millis() as u64,
-        "group": g,
-        "containers": containers,
+        stats::CGROUP_VERSION: cgroups::core_version(c).name(),
+        stats::CPUS: d.host.host.cpus,
+        stats::SAMPLE_MS: elapsed.as_millis() as u64,
+        stats::GROUP: g,
+        stats::CONTAINERS: containers,
     }))
 }

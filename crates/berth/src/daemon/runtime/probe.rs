@@ -3,6 +3,7 @@
 use std::io::Read;
 use std::time::{Duration, Instant};
 
+use berth_core::api::container;
 use berth_sys::lxc::Container;
 use serde_json::Value;
 
@@ -12,7 +13,7 @@ use crate::daemon::context::Daemon;
 /// the liblxc handle), so it never loads liblxc itself; only a container whose shim is gone
 /// (killed) makes it ask LXC.
 pub(crate) fn running_init(d: &Daemon, name: &str) -> Option<i32> {
-    if let Some(pid) = shim_info(d, name)["init_pid"].as_i64() {
+    if let Some(pid) = shim_info(d, name)[container::INIT_PID].as_i64() {
         return Some(pid as i32);
     }
     if !lxc_monitor_alive(d, name) {
@@ -29,7 +30,7 @@ pub(crate) fn is_running(d: &Daemon, name: &str) -> bool {
     if !d.cfg.paths.lxc_dir(name).join("config").exists() {
         return false;
     }
-    d.cfg.paths.shim_socket(name).exists() && shim_info(d, name)["init_pid"].is_i64()
+    d.cfg.paths.shim_socket(name).exists() && shim_info(d, name)[container::INIT_PID].is_i64()
         || lxc_monitor_alive(d, name)
 }
 
@@ -64,6 +65,8 @@ pub(crate) fn exit_info(d: &Daemon, name: &str) -> Value {
         .unwrap_or(Value::Null)
 }
 
+/// The shim's `info` answer: the container's fields `init_pid`, `started_at` and
+/// `log_bytes` as `berth status` shows them, and the monitor's pid.
 pub(crate) fn shim_info(d: &Daemon, name: &str) -> Value {
     crate::shim::request(&d.cfg.paths.shim_socket(name), "info")
         .ok()

@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use berth_core::api::start as field;
 use berth_core::plan::{self, ContainerPlan, HOST_BASE_DIRS};
 use berth_core::state::{Installed, State};
 use berth_core::supervise::Event;
@@ -14,6 +15,8 @@ use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
 use crate::daemon::cgroups;
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::limits;
 use crate::daemon::net;
 use crate::daemon::runtime::mounts;
@@ -21,8 +24,6 @@ use crate::daemon::runtime::probe;
 use crate::daemon::runtime::watch;
 use crate::daemon::security;
 use crate::daemon::state;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
 
 pub(crate) fn start(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let _op = d.op.lock().unwrap();
@@ -51,7 +52,11 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
         "started {name} (init pid {pid}) in {} ms",
         elapsed.as_millis()
     );
-    Ok(json!({"name": name, "init_pid": pid, "start_ms": elapsed.as_secs_f64() * 1000.0}))
+    Ok(json!({
+        field::NAME: name,
+        field::INIT_PID: pid,
+        field::START_MS: elapsed.as_secs_f64() * 1000.0,
+    }))
 }
 
 /// The one clean-up of a start cut short: while armed, dropping it releases every mount
@@ -217,8 +222,12 @@ fn spawn_shim(d: &Daemon, p: &Installed) -> Result<(i32, Duration)> {
     // which would otherwise hold the operation lock for ever.
     let limit = args.start_timeout + Duration::from_secs(5);
     let out = match child.stdout.take() {
-        Some(s) => first_line(s, limit)
-            .unwrap_or_else(|| format!("error: {name}: the shim did not report within {} s", limit.as_secs())),
+        Some(s) => first_line(s, limit).unwrap_or_else(|| {
+            format!(
+                "error: {name}: the shim did not report within {} s",
+                limit.as_secs()
+            )
+        }),
         None => String::new(),
     };
     let _ = child.wait();

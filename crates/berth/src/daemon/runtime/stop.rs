@@ -4,16 +4,17 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use berth_core::api::{exit as exit_field, stop as field};
 use berth_core::supervise::Event;
 use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::runtime::start;
 use crate::daemon::state;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
 
 pub(crate) fn stop(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> Result<Value> {
     let _op = d.op.lock().unwrap();
@@ -105,10 +106,10 @@ pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> 
         // liblxc reports a killed init as a plain exit; say what really happened.
         let mut exit = probe::exit_info(d, name);
         if let Some(o) = exit.as_object_mut() {
-            o.insert("code".into(), Value::Null);
-            o.insert("signal".into(), json!(libc::SIGKILL));
+            o.insert(exit_field::CODE.into(), Value::Null);
+            o.insert(exit_field::SIGNAL.into(), json!(libc::SIGKILL));
             o.insert(
-                "killed".into(),
+                exit_field::KILLED.into(),
                 json!(format!("did not stop within {timeout} s")),
             );
             let _ = write_atomic(
@@ -122,8 +123,8 @@ pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> 
     mounts::release_mounts(d);
     let exit = probe::exit_info(d, name);
     Ok(json!({
-        "name": name, "graceful": graceful,
-        "stop_ms": t0.elapsed().as_secs_f64() * 1000.0, "exit": exit,
+        field::NAME: name, field::GRACEFUL: graceful,
+        field::STOP_MS: t0.elapsed().as_secs_f64() * 1000.0, field::EXIT: exit,
     }))
 }
 

@@ -5,28 +5,25 @@ use std::io::Read;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use berth_core::api::install as field;
 use berth_core::index::IndexEntry;
 use berth_core::manifest::Manifest;
 use berth_core::state::{InstallStep, Installed};
 use berth_sys::fsutil::fsync_dir;
 use serde_json::{json, Value};
 
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::security;
 use crate::daemon::state;
 use crate::daemon::store::image;
 use crate::daemon::store::repo;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
 use crate::fault;
 use crate::fetch;
 
-pub(crate) fn install(
-    d: &Daemon,
-    names: &[String],
-    emit: &mut dyn FnMut(Value),
-) -> Result<Value> {
+pub(crate) fn install(d: &Daemon, names: &[String], emit: &mut dyn FnMut(Value)) -> Result<Value> {
     if names.is_empty() {
         return Err(Error::bad_request("install: name at least one package"));
     }
@@ -99,7 +96,9 @@ pub(crate) fn install(
                         installed_at: berth_sys::process::now_s(),
                     },
                 );
-                done.push(json!({"name": e.name.as_str(), "version": e.version.to_string()}));
+                done.push(
+                    json!({field::NAME: e.name.as_str(), field::VERSION: e.version.to_string()}),
+                );
             }
         }
     }
@@ -111,9 +110,9 @@ pub(crate) fn install(
     let skipped: Vec<&str> = closure
         .iter()
         .map(|e| e.name.as_str())
-        .filter(|n| !done.iter().any(|v| v["name"] == *n))
+        .filter(|n| !done.iter().any(|v| v[field::NAME] == *n))
         .collect();
-    Ok(json!({"installed": done, "unchanged": skipped}))
+    Ok(json!({field::INSTALLED: done, field::UNCHANGED: skipped}))
 }
 
 /// Brings one image into the store (downloading it unless it is already there and intact)
@@ -154,7 +153,12 @@ pub(crate) fn fetch_image(
     let mut progress = |p: fetch::Progress| {
         if last.elapsed() >= Duration::from_millis(100) || p.done == total {
             last = Instant::now();
-            emit(json!({"event": "progress", "package": name, "done": p.done, "total": total}));
+            emit(json!({
+                field::EVENT: "progress",
+                field::PACKAGE: name,
+                field::DONE: p.done,
+                field::TOTAL: total,
+            }));
         }
     };
     let cleanup = |err: Error| {
@@ -208,9 +212,12 @@ pub(crate) fn fetch_image(
     })?;
     let _ = fsync_dir(&paths.store());
     fault::point("install.stored");
-    emit(
-        json!({"event": "fetched", "package": name, "version": e.version.to_string(), "size": size}),
-    );
+    emit(json!({
+        field::EVENT: "fetched",
+        field::PACKAGE: name,
+        field::VERSION: e.version.to_string(),
+        field::SIZE: size,
+    }));
     Ok(manifest)
 }
 

@@ -2,19 +2,20 @@
 
 use std::path::PathBuf;
 
+use berth_core::api::{gc as gc_field, remove as remove_field};
 use berth_core::config::Config;
 use berth_sys::fsutil::fsync_dir;
 use serde_json::{json, Value};
 
 use crate::daemon::cgroups;
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::net;
 use crate::daemon::records;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::security;
 use crate::daemon::state;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
 use crate::fault;
 
 pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value> {
@@ -32,11 +33,14 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
             .collect();
         if leftovers.len() == names.len() {
             for n in &leftovers {
-                purge_data(d, n).map_err(|e| {
-                    Error::internal(format!("{n}: cannot delete its /data: {e}"))
-                })?;
+                purge_data(d, n)
+                    .map_err(|e| Error::internal(format!("{n}: cannot delete its /data: {e}")))?;
             }
-            return Ok(json!({"removed": [], "purged": true, "data_purged": leftovers}));
+            return Ok(json!({
+                remove_field::REMOVED: [],
+                remove_field::PURGED: true,
+                remove_field::DATA_PURGED: leftovers,
+            }));
         }
     }
     for n in names {
@@ -115,7 +119,7 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
             security::removed(d, n, false);
         }
     }
-    Ok(json!({"removed": names, "purged": purge}))
+    Ok(json!({remove_field::REMOVED: names, remove_field::PURGED: purge}))
 }
 
 /// Where a container's /data waits while it is being purged.
@@ -202,7 +206,7 @@ pub(crate) fn gc(d: &Daemon) -> Result<Value> {
     }
     let _ = fsync_dir(&store);
     clear_tmp(&d.cfg);
-    Ok(json!({"removed": removed, "freed_bytes": freed}))
+    Ok(json!({gc_field::REMOVED: removed, gc_field::FREED_BYTES: freed}))
 }
 
 pub(crate) fn clear_tmp(cfg: &Config) {

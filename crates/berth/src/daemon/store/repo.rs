@@ -2,6 +2,9 @@
 
 use std::path::PathBuf;
 
+use berth_core::api::{
+    list as list_field, package, repository, update as update_field, upgradable as up,
+};
 use berth_core::config::Config;
 use berth_core::index::Index;
 use berth_core::signify::{PublicKey, Signature};
@@ -9,9 +12,9 @@ use berth_core::state::{RepoCache, State};
 use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
-use crate::daemon::state;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::state;
 use crate::fetch;
 
 pub(crate) const INDEX_LIMIT: u64 = 8 << 20;
@@ -41,10 +44,7 @@ pub(crate) fn trusted_keys(cfg: &Config) -> Result<Vec<PublicKey>> {
         let text = std::fs::read_to_string(&p)
             .map_err(|err| Error::internal(format!("read {}: {err}", p.display())))?;
         let key = PublicKey::parse(&text).map_err(|err| {
-            Error::new(
-                Kind::BadKey,
-                format!("trusted key {}: {err}", p.display()),
-            )
+            Error::new(Kind::BadKey, format!("trusted key {}: {err}", p.display()))
         })?;
         keys.push(key);
     }
@@ -140,11 +140,18 @@ pub(crate) fn serial_file(cfg: &Config) -> PathBuf {
     cfg.paths.state.join("repository.serial")
 }
 
+// The serial record's fields. The record is this device's file, not an API answer: its
+// names must not follow the API's.
+/// The newest serial accepted.
+const RECORD_SERIAL: &str = "serial";
+/// The repository that served it.
+const RECORD_URL: &str = "url";
+
 pub(crate) fn read_serial_floor(cfg: &Config) -> Option<u64> {
     std::fs::read(serial_file(cfg))
         .ok()
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .and_then(|v| v["serial"].as_u64())
+        .and_then(|v| v[RECORD_SERIAL].as_u64())
 }
 
 pub(crate) const INDEX_KEPT: &str = "the previous repository index stays in use";
@@ -200,7 +207,7 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> Result<Value> {
     // The floor first: a crash between the two writes leaves it raised, never lowered.
     let sf = serial_file(&d.cfg);
     let old_record = std::fs::read(&sf).ok();
-    let rec = json!({"serial": parsed.serial, "url": base});
+    let rec = json!({RECORD_SERIAL: parsed.serial, RECORD_URL: base});
     write_atomic(&sf, rec.to_string().as_bytes(), 0o600)
         .map_err(|e| state::write_failed(&sf, e, INDEX_KEPT))?;
     let path = d.cfg.paths.repository_file();
@@ -219,11 +226,11 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> Result<Value> {
     let st = state::state(d);
     let upgradable = upgradable(&st, &parsed);
     Ok(json!({
-        "repository": base,
-        "packages": parsed.packages.len(),
-        "serial": parsed.serial,
-        "expires": parsed.expires,
-        "upgradable": upgradable,
+        update_field::REPOSITORY: base,
+        update_field::PACKAGES: parsed.packages.len(),
+        update_field::SERIAL: parsed.serial,
+        update_field::EXPIRES: parsed.expires,
+        update_field::UPGRADABLE: upgradable,
     }))
 }
 
@@ -239,7 +246,7 @@ pub(crate) fn repository_status(d: &Daemon) -> Value {
             .cfg
             .index_max_age_s
             .map(|_| "no repository index yet: run berth update".to_string());
-        return json!({"url": d.cfg.repository, "warning": warning});
+        return json!({repository::URL: d.cfg.repository, repository::WARNING: warning});
     };
     let index = Index::parse(cache.index.as_bytes()).ok();
     let expires = index.as_ref().and_then(|i| i.expires);
@@ -260,12 +267,12 @@ pub(crate) fn repository_status(d: &Daemon) -> Value {
         })
     };
     json!({
-        "url": cache.url,
-        "serial": index.as_ref().map(|i| i.serial),
-        "fetched_at": cache.fetched_at,
-        "age_s": age,
-        "expires": expires,
-        "warning": warning,
+        repository::URL: cache.url,
+        repository::SERIAL: index.as_ref().map(|i| i.serial),
+        repository::FETCHED_AT: cache.fetched_at,
+        repository::AGE_S: age,
+        repository::EXPIRES: expires,
+        repository::WARNING: warning,
     })
 }
 
@@ -284,7 +291,11 @@ pub(crate) fn upgradable(st: &State, index: &Index) -> Vec<Value> {
         .filter_map(|p| {
             let e = index.get(p.name.as_str())?;
             (e.version > p.version).then(|| {
-                json!({"name": p.name.as_str(), "installed": p.version.to_string(), "available": e.version.to_string()})
+                json!({
+                    up::NAME: p.name.as_str(),
+                    up::INSTALLED: p.version.to_string(),
+                    up::AVAILABLE: e.version.to_string(),
+                })
             })
         })
         .collect()
@@ -297,9 +308,9 @@ pub(crate) fn list(d: &Daemon) -> Result<Value> {
         .values()
         .map(|p| {
             json!({
-                "name": p.name.as_str(), "version": p.version.to_string(),
-                "description": p.manifest.package.description, "explicit": p.explicit,
-                "sha256": p.sha256, "size": p.size,
+                package::NAME: p.name.as_str(), package::VERSION: p.version.to_string(),
+                package::DESCRIPTION: p.manifest.package.description, package::EXPLICIT: p.explicit,
+                package::SHA256: p.sha256, package::SIZE: p.size,
             })
         })
         .collect();
@@ -310,9 +321,9 @@ pub(crate) fn list(d: &Daemon) -> Result<Value> {
                 .iter()
                 .map(|e| {
                     json!({
-                        "name": e.name.as_str(), "version": e.version.to_string(),
-                        "description": e.description, "size": e.size,
-                        "installed": st.packages.get(e.name.as_str()).map(|p| p.version.to_string()),
+                        package::NAME: e.name.as_str(), package::VERSION: e.version.to_string(),
+                        package::DESCRIPTION: e.description, package::SIZE: e.size,
+                        package::INSTALLED: st.packages.get(e.name.as_str()).map(|p| p.version.to_string()),
                     })
                 })
                 .collect();
@@ -321,7 +332,10 @@ pub(crate) fn list(d: &Daemon) -> Result<Value> {
         }
         Err(e) => (Vec::new(), Vec::new(), Some(e.message)),
     };
-    Ok(
-        json!({"installed": installed, "available": available, "upgradable": upgradable, "index_note": note}),
-    )
+    Ok(json!({
+        list_field::INSTALLED: installed,
+        list_field::AVAILABLE: available,
+        list_field::UPGRADABLE: upgradable,
+        list_field::INDEX_NOTE: note,
+    }))
 }
