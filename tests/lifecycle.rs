@@ -390,3 +390,53 @@ fn an_abandoned_follow_leaves_nothing_behind() {
     }
     sb.ok(&["stop", "quiet"]);
 }
+
+/// After a reboot (no daemon, no container, /run emptied) the daemon's supervisor starts
+/// again what the operator had started and not stopped; what the operator stopped stays
+/// stopped; a container that ended while only the daemon was away (its exit record is
+/// there) is left to its restart policy, which starts nothing yet.
+#[test]
+fn after_a_reboot_the_supervisor_starts_what_the_operator_had_started() {
+    let mut sb = Sandbox::new("reboot");
+    for n in ["keep", "stopped", "ended"] {
+        sb.add(&Pkg::script(n, "1", "echo up; exec sleep 600"));
+    }
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "keep", "stopped", "ended"]);
+    let mut inits = Vec::new();
+    for n in ["keep", "stopped", "ended"] {
+        sb.ok(&["start", n]);
+        sb.wait_log(n, "up");
+        inits.push(sb.status_of(n)["init_pid"].as_i64().unwrap());
+    }
+    sb.ok(&["stop", "stopped"]);
+    // The power goes: the daemon and the containers end without a word.
+    sb.kill_daemon(libc::SIGKILL);
+    for pid in [inits[0], inits[2]] {
+        let _ = berth_sys::process::kill(pid as i32, libc::SIGKILL);
+    }
+    let logs = sb.run_dir().join("logs");
+    wait_until("both exit records written", Duration::from_secs(10), || {
+        logs.join("keep.exit").exists() && logs.join("ended.exit").exists()
+    });
+    // /run is a tmpfs: after the reboot "keep" has no exit record; "ended" keeps its own, as
+    // when only the daemon had gone away.
+    std::fs::remove_file(logs.join("keep.exit")).unwrap();
+    sb.start_daemon();
+    wait_until("keep started again", Duration::from_secs(15), || {
+        sb.status_of("keep")["state"] == "running"
+    });
+    sb.wait_log("keep", "up");
+    assert_ne!(sb.status_of("keep")["init_pid"].as_i64(), Some(inits[0]));
+    // Given time to go wrong: the others stay as they were.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(sb.status_of("stopped")["state"], "stopped");
+    let ended = sb.status_of("ended");
+    assert_eq!(ended["state"], "stopped", "{ended}");
+    assert_eq!(ended["last_exit"]["signal"], 9, "{ended}");
+    let log = sb.daemon_log_text();
+    assert!(log.contains("started keep (supervisor)"), "{log}");
+    assert!(log.contains("ended failed: signal 9"), "{log}");
+    sb.ok(&["stop", "keep"]);
+}

@@ -535,7 +535,7 @@ pub fn pidfd_exit(pidfd: &OwnedFd) -> io::Result<Option<PidfdExit>> {
 }
 
 /// Host pids of the children of `pid` (`/proc/PID/task/PID/children`, or a scan of the
-/// parent pids where the kernel lacks that file).
+/// parent pids where the kernel lacks that file, in the directory's order).
 pub fn children(proc_root: &std::path::Path, pid: libc::pid_t) -> Vec<libc::pid_t> {
     let file = proc_root.join(format!("{pid}/task/{pid}/children"));
     if let Ok(text) = std::fs::read_to_string(file) {
@@ -559,7 +559,6 @@ pub fn children(proc_root: &std::path::Path, pid: libc::pid_t) -> Vec<libc::pid_
             kids.push(p);
         }
     }
-    kids.sort_unstable();
     kids
 }
 
@@ -648,7 +647,9 @@ mod tests {
             std::fs::write(root.join(pid).join("stat"), stat).unwrap();
         }
         std::fs::create_dir_all(root.join("self")).unwrap();
-        assert_eq!(children(&root, 7), vec![8, 12]);
+        let mut kids = children(&root, 7);
+        kids.sort_unstable();
+        assert_eq!(kids, vec![8, 12]);
         assert_eq!(children(&root, 8), vec![9]);
         assert!(children(&root, 9).is_empty());
         std::fs::remove_dir_all(&root).unwrap();

@@ -4,14 +4,13 @@
 //! after a reboot, release what an ended container held, hold a restart, report. It also
 //! starts its peers, the memory guard and the governor, and wires them to the runtime.
 
-use std::collections::BTreeMap;
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_core::supervise::{Action, Event, Exit, Machine, Policy, Report};
 
 use crate::daemon::cgroups;
+use crate::daemon::context::Daemon;
 use crate::daemon::governor;
 use crate::daemon::guard;
 use crate::daemon::records;
@@ -21,7 +20,6 @@ use crate::daemon::runtime::start;
 use crate::daemon::runtime::watch;
 use crate::daemon::state;
 use crate::daemon::store::remove;
-use crate::daemon::context::Daemon;
 
 /// Makes the world match the state after a restart or a crash of the daemon: partial
 /// downloads go, running containers are taken over, LXC directories of packages no longer
@@ -56,12 +54,11 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) {
             let _ = std::fs::remove_dir(&m);
         }
     }
-    let mut running = BTreeMap::new();
+    let mut running = Vec::new();
     for p in st.packages.values() {
         let n = p.name.as_str();
-        let r = probe::is_running(d, n);
-        running.insert(n.to_string(), r);
-        if r {
+        if probe::is_running(d, n) {
+            running.push(n);
             log::info!("taking over running container {n}");
             watch::watch(d, n);
         }
@@ -76,7 +73,7 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) {
     }
     // cgroups of containers that do not run (a killed monitor leaves its own behind).
     for n in cgroups::cgroup_names(d) {
-        if !running.get(&n).copied().unwrap_or(false) && !probe::is_running(d, &n) {
+        if !running.contains(&n.as_str()) && !probe::is_running(d, &n) {
             cgroups::remove_stale_cgroups(d, &n);
         }
     }
@@ -88,14 +85,11 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) {
 pub(crate) fn spawn(d: &Arc<Daemon>) {
     guard::spawn(d, Box::new(probe::running_init));
     governor::spawn(d);
-    let Some(inbox) = d.take_inbox() else {
-        return;
-    };
     let d = Arc::clone(d);
     let spawned = std::thread::Builder::new()
         .name("supervisor".into())
         .stack_size(256 * 1024)
-        .spawn(move || Supervisor::new(d).run(inbox));
+        .spawn(move || Supervisor::new(d).run());
     if let Err(e) = spawned {
         log::error!("cannot start the supervisor: {e}");
     }
@@ -104,7 +98,8 @@ pub(crate) fn spawn(d: &Arc<Daemon>) {
 /// The supervisor thread's own state: a machine per container and its clock.
 struct Supervisor {
     d: Arc<Daemon>,
-    machines: BTreeMap<String, Machine>,
+    /// One machine per container, in the order they were first seen (a handful).
+    machines: Vec<(String, Machine)>,
     policy: Policy,
     t0: Instant,
 }
@@ -113,7 +108,7 @@ impl Supervisor {
     fn new(d: Arc<Daemon>) -> Supervisor {
         Supervisor {
             d,
-            machines: BTreeMap::new(),
+            machines: Vec::new(),
             // Restart policies per package come with their manifest keys; until then no
             // container is restarted by berth.
             policy: Policy::never(),
@@ -125,26 +120,20 @@ impl Supervisor {
         self.t0.elapsed().as_millis() as u64
     }
 
-    fn run(mut self, inbox: Receiver<(String, Event)>) {
+    fn run(mut self) {
         self.boot();
         loop {
             // Asleep until something happens, or until the next held restart is due.
-            let due = self.machines.values().filter_map(Machine::due).min();
-            let got = match due {
-                None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                Some(t) => {
-                    inbox.recv_timeout(Duration::from_millis(t.saturating_sub(self.now_ms())))
-                }
-            };
-            match got {
-                Ok((name, ev)) => self.feed(&name, ev),
-                Err(RecvTimeoutError::Timeout) => {
-                    let names: Vec<String> = self.machines.keys().cloned().collect();
+            let due = self.machines.iter().filter_map(|(_, m)| m.due()).min();
+            let until = due.map(|t| self.t0 + Duration::from_millis(t));
+            match self.d.next_event(until) {
+                Some((name, ev)) => self.feed(&name, ev),
+                None => {
+                    let names: Vec<String> = self.machines.iter().map(|(n, _)| n.clone()).collect();
                     for n in names {
                         self.feed(&n, Event::Tick);
                     }
                 }
-                Err(RecvTimeoutError::Disconnected) => return,
             }
         }
     }
@@ -178,17 +167,22 @@ impl Supervisor {
         }
         let now = self.now_ms();
         let policy = self.policy;
-        let m = self
-            .machines
-            .entry(name.to_string())
-            .or_insert_with(|| Machine::new(&policy));
+        let i = match self.machines.iter().position(|(n, _)| n == name) {
+            Some(i) => i,
+            None => {
+                self.machines
+                    .push((name.to_string(), Machine::new(&policy)));
+                self.machines.len() - 1
+            }
+        };
+        let m = &mut self.machines[i].1;
         let actions = m.on(now, &ev, &policy);
         for a in actions {
             self.act(name, a);
         }
         if state::installed(&self.d, name).is_err() {
             // Removed: nothing more will happen to it.
-            self.machines.remove(name);
+            self.machines.retain(|(n, _)| n != name);
         }
     }
 
