@@ -125,7 +125,10 @@ fn requests_beyond_the_worker_cap_get_busy() {
         assert!(head.starts_with(b"HTTP/1.1 200"), "follower {i}");
         followers.push(s);
     }
-    assert!(threads_of(pid) >= idle_threads + 32, "one worker per follower");
+    assert!(
+        threads_of(pid) >= idle_threads + 32,
+        "one worker per follower"
+    );
 
     let out = sb.berth(&["--json", "status"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
@@ -141,7 +144,9 @@ fn requests_beyond_the_worker_cap_get_busy() {
     wait_until("a worker is free again", Duration::from_secs(10), || {
         sb.berth(&["status"]).status.success()
     });
-    wait_until("the followers' threads ended", Duration::from_secs(10), || {
-        threads_of(pid) <= idle_threads + 1
-    });
+    wait_until(
+        "the followers' threads ended",
+        Duration::from_secs(10),
+        || threads_of(pid) <= idle_threads + 1,
+    );
 }

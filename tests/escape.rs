@@ -514,8 +514,11 @@ fn berth_kept_caps() -> Vec<&'static str> {
 /// Whether /proc/irq lists a numbered IRQ (the probe writes the first one's affinity).
 fn has_numbered_irq() -> bool {
     std::fs::read_dir("/proc/irq").is_ok_and(|d| {
-        d.flatten()
-            .any(|e| e.file_name().to_str().is_some_and(|n| n.starts_with(|c: char| c.is_ascii_digit())))
+        d.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(|c: char| c.is_ascii_digit()))
+        })
     })
 }
 

@@ -83,7 +83,11 @@ fn exit_codes_and_killing_signals_are_reported_as_they_were() {
         }
         let text = sb.ok(&["status", name]);
         assert!(text.contains("signal 11"), "{text}");
-        assert_eq!(text.contains("core dumped"), e["core_dumped"] == true, "{text}");
+        assert_eq!(
+            text.contains("core dumped"),
+            e["core_dumped"] == true,
+            "{text}"
+        );
     }
     if !kernel_tells {
         berth_sys::skip::record(

@@ -56,8 +56,12 @@ fn after_the_shim_is_killed_stop_releases_everything_and_start_works() {
     // A root merged (overlayfs) over a dependency: one more mount to release.
     sb.add(&Pkg::new("base", "1.0", &["/bin/busybox", "true"]).file("etc/base-layer", b"base\n"));
     sb.add(
-        &Pkg::script("merged", "1.0", "cat /etc/base-layer\necho up\nexec sleep 600\n")
-            .package_key("depends = [\"base\"]\nrootfs = \"merged\""),
+        &Pkg::script(
+            "merged",
+            "1.0",
+            "cat /etc/base-layer\necho up\nexec sleep 600\n",
+        )
+        .package_key("depends = [\"base\"]\nrootfs = \"merged\""),
     );
     sb.start_daemon();
     sb.ok(&["update"]);
@@ -323,7 +327,10 @@ fn a_purge_cut_short_is_undone_or_finished() {
     sb.ok(&["remove", "keeper"]);
     std::fs::rename(data.join("keeper"), data.join(".purge-keeper")).unwrap();
     sb.ok(&["gc"]);
-    assert!(!data.join(".purge-keeper").exists(), "gc finished the purge");
+    assert!(
+        !data.join(".purge-keeper").exists(),
+        "gc finished the purge"
+    );
     assert!(!idmap_slots(&sb).contains("keeper"), "id range freed by gc");
 
     // Random moments of a slow purge (1000 files): never half a state.

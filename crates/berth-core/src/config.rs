@@ -753,9 +753,14 @@ mod tests {
         let path = Path::new("/etc/berth/berth.toml");
         let gone = std::io::Error::from(std::io::ErrorKind::NotFound);
         let defaults = Config::from_file(Err(gone), path).unwrap();
-        assert_eq!(defaults.cgroup_parent, Config::parse("", "x").unwrap().cgroup_parent);
+        assert_eq!(
+            defaults.cgroup_parent,
+            Config::parse("", "x").unwrap().cgroup_parent
+        );
         let denied = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
-        let e = Config::from_file(Err(denied), path).unwrap_err().to_string();
+        let e = Config::from_file(Err(denied), path)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("/etc/berth/berth.toml"), "{e}");
         let c = Config::from_file(Ok("[containers]\ncgroup_parent = \"x\"\n".into()), path);
         assert_eq!(c.unwrap().cgroup_parent, "x");

@@ -102,8 +102,8 @@ impl State {
             .map(|(i, e)| {
                 let old = self.packages.get(e.name.as_str());
                 // Asked for by name now, or before: a dependency never demotes a package.
-                let explicit = names.iter().any(|n| n == e.name.as_str())
-                    || old.is_some_and(|p| p.explicit);
+                let explicit =
+                    names.iter().any(|n| n == e.name.as_str()) || old.is_some_and(|p| p.explicit);
                 match old {
                     Some(p) if p.sha256 == e.sha256 => InstallStep::Keep {
                         name: e.name.to_string(),
@@ -192,7 +192,8 @@ mod tests {
         let mut lib = installed("lib", &[], "aa");
         lib.explicit = false;
         old.packages.insert("lib".into(), lib.clone());
-        old.packages.insert("app".into(), installed("app", &["lib"], "bb"));
+        old.packages
+            .insert("app".into(), installed("app", &["lib"], "bb"));
         // The index now: lib unchanged, app upgraded (another image), tool new.
         let lib_e = entry(&lib);
         let mut app_e = entry(&old.packages["app"]);

@@ -111,7 +111,9 @@ pub enum Action {
     /// Unmount what it held and remove its cgroups: it has ended.
     Release,
     /// Start it again at this time (ms on the caller's clock); a `Tick` then says `Start`.
-    Hold { until_ms: u64 },
+    Hold {
+        until_ms: u64,
+    },
     Report(Report),
 }
 
@@ -121,7 +123,9 @@ pub enum Report {
     Failed(Option<Exit>),
     /// Restarted `restarts` times within the window: no more restarts until the operator
     /// starts it.
-    CrashLoop { restarts: u32 },
+    CrashLoop {
+        restarts: u32,
+    },
     HealthFailed,
     GuardKilled(GuardKill),
 }
@@ -132,7 +136,9 @@ pub enum Phase {
     Starting,
     Running,
     Stopping,
-    Waiting { until_ms: u64 },
+    Waiting {
+        until_ms: u64,
+    },
     /// A crash loop: given up until the operator starts it.
     GaveUp,
 }
@@ -310,24 +316,41 @@ mod tests {
                 (
                     30,
                     Event::Exited(KILLED),
-                    vec![Action::Release, Action::Report(Report::Failed(Some(KILLED)))],
+                    vec![
+                        Action::Release,
+                        Action::Report(Report::Failed(Some(KILLED))),
+                    ],
                     Phase::Stopped,
                 ),
                 (40, Event::Tick, vec![], Phase::Stopped),
-                (50, Event::StartFailed, vec![Action::Report(Report::Failed(None))], Phase::Stopped),
+                (
+                    50,
+                    Event::StartFailed,
+                    vec![Action::Report(Report::Failed(None))],
+                    Phase::Stopped,
+                ),
             ],
         );
     }
 
     #[test]
     fn an_operator_stop_is_no_failure_and_restarts_nothing() {
-        for r in [RestartPolicy::Never, RestartPolicy::OnFailure, RestartPolicy::Always] {
+        for r in [
+            RestartPolicy::Never,
+            RestartPolicy::OnFailure,
+            RestartPolicy::Always,
+        ] {
             table(
                 &policy(r),
                 &[
                     (0, Event::Started, vec![], Phase::Running),
                     (5, Event::StopRequested, vec![], Phase::Stopping),
-                    (9, Event::Exited(KILLED), vec![Action::Release], Phase::Stopped),
+                    (
+                        9,
+                        Event::Exited(KILLED),
+                        vec![Action::Release],
+                        Phase::Stopped,
+                    ),
                     (5_000, Event::Tick, vec![], Phase::Stopped),
                 ],
             );
@@ -356,11 +379,21 @@ mod tests {
                 // a clean exit: no restart under on-failure
                 (10, Event::Exited(OK), vec![Action::Release], Phase::Stopped),
                 (20, Event::Started, vec![], Phase::Running),
-                (30, Event::Exited(FAIL), hold(FAIL, 130), Phase::Waiting { until_ms: 130 }),
+                (
+                    30,
+                    Event::Exited(FAIL),
+                    hold(FAIL, 130),
+                    Phase::Waiting { until_ms: 130 },
+                ),
                 (100, Event::Tick, vec![], Phase::Waiting { until_ms: 130 }),
                 (130, Event::Tick, vec![Action::Start], Phase::Starting),
                 (131, Event::Started, vec![], Phase::Running),
-                (140, Event::Exited(KILLED), hold(KILLED, 340), Phase::Waiting { until_ms: 340 }),
+                (
+                    140,
+                    Event::Exited(KILLED),
+                    hold(KILLED, 340),
+                    Phase::Waiting { until_ms: 340 },
+                ),
                 (340, Event::Tick, vec![Action::Start], Phase::Starting),
                 // a failed start counts as a failure; the delay is capped at 300
                 (
@@ -449,7 +482,15 @@ mod tests {
         // running: taken over
         table(&p, &[(0, boot(true, true, None), vec![], Phase::Running)]);
         // started before the reboot, not stopped since: started again
-        table(&p, &[(0, boot(false, true, None), vec![Action::Start], Phase::Starting)]);
+        table(
+            &p,
+            &[(
+                0,
+                boot(false, true, None),
+                vec![Action::Start],
+                Phase::Starting,
+            )],
+        );
         // stopped by the operator: left alone
         table(&p, &[(0, boot(false, false, None), vec![], Phase::Stopped)]);
         // ended while no daemon watched: its policy decides (none here), reported as seen
@@ -491,7 +532,12 @@ mod tests {
             &p,
             &[
                 (0, Event::Started, vec![], Phase::Running),
-                (1, Event::HealthFailed, vec![Action::Report(Report::HealthFailed)], Phase::Running),
+                (
+                    1,
+                    Event::HealthFailed,
+                    vec![Action::Report(Report::HealthFailed)],
+                    Phase::Running,
+                ),
                 (
                     2,
                     Event::GuardKilled(k),

@@ -516,7 +516,13 @@ pub fn pidfd_exit(pidfd: &OwnedFd) -> io::Result<Option<PidfdExit>> {
         ..Default::default()
     };
     // SAFETY: a valid pidfd and a writable struct of the size the request number encodes.
-    let r = unsafe { libc::ioctl(pidfd.as_raw_fd(), PIDFD_GET_INFO, &mut info as *mut PidfdInfo) };
+    let r = unsafe {
+        libc::ioctl(
+            pidfd.as_raw_fd(),
+            PIDFD_GET_INFO,
+            &mut info as *mut PidfdInfo,
+        )
+    };
     if r < 0 {
         return Err(io::Error::last_os_error());
     }
@@ -539,7 +545,10 @@ pub fn pidfd_exit(pidfd: &OwnedFd) -> io::Result<Option<PidfdExit>> {
 pub fn children(proc_root: &std::path::Path, pid: libc::pid_t) -> Vec<libc::pid_t> {
     let file = proc_root.join(format!("{pid}/task/{pid}/children"));
     if let Ok(text) = std::fs::read_to_string(file) {
-        return text.split_whitespace().filter_map(|p| p.parse().ok()).collect();
+        return text
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
     }
     let Ok(entries) = std::fs::read_dir(proc_root) else {
         return Vec::new();

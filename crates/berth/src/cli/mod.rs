@@ -113,7 +113,10 @@ fn report(g: &Global, e: &anyhow::Error) -> i32 {
 }
 
 fn load_config(g: &Global) -> Result<Config> {
-    Ok(Config::from_file(std::fs::read_to_string(&g.config), &g.config)?)
+    Ok(Config::from_file(
+        std::fs::read_to_string(&g.config),
+        &g.config,
+    )?)
 }
 
 fn print_json(v: &Value) {

@@ -8,9 +8,9 @@ use berth_sys::fsutil::write_atomic;
 use serde_json::Value;
 
 use crate::daemon::cgroups;
-use crate::daemon::governor;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::governor;
 
 /// The operator's overrides of a container (an absent or unreadable file: none).
 pub(crate) fn load_overrides(cfg: &Config, name: &str) -> Overrides {
@@ -23,13 +23,8 @@ pub(crate) fn load_overrides(cfg: &Config, name: &str) -> Overrides {
 
 /// A container's limits now: manifest, overrides, policy.
 pub(crate) fn limits_of(d: &Daemon, p: &Installed, ov: &Overrides) -> Result<Limits> {
-    cg::container_limits(
-        &p.manifest.resources,
-        ov,
-        &d.cfg.policy,
-        d.host.host,
-    )
-    .map_err(|e| Error::new(Kind::BeyondPolicy, format!("{}: {e}", p.name.as_str())))
+    cg::container_limits(&p.manifest.resources, ov, &d.cfg.policy, d.host.host)
+        .map_err(|e| Error::new(Kind::BeyondPolicy, format!("{}: {e}", p.name.as_str())))
 }
 
 /// For the LXC configuration at start: the limits, in the host's cgroup version.

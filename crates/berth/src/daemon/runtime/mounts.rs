@@ -6,10 +6,10 @@ use std::path::{Path, PathBuf};
 use berth_core::plan::{self};
 use berth_core::state::{Installed, State};
 
-use crate::daemon::runtime::probe;
-use crate::daemon::state;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::runtime::probe;
+use crate::daemon::state;
 
 pub(crate) fn mounts(d: &Daemon) -> Vec<PathBuf> {
     berth_sys::mount::mounts_under(d.proc(), &d.cfg.paths.run)
@@ -76,7 +76,11 @@ pub(crate) fn release_mounts(d: &Daemon) {
         let n = p.name.as_str();
         if probe::is_running(d, n) {
             used.extend([paths.rootfs(n), paths.data_mount(n)]);
-            used.extend(running_layers(d, &st, p).iter().map(|l| paths.image_mount(l)));
+            used.extend(
+                running_layers(d, &st, p)
+                    .iter()
+                    .map(|l| paths.image_mount(l)),
+            );
         }
     }
     for m in plan::unused_mounts(&mounts(d), &paths.run, &used) {

@@ -8,9 +8,9 @@ use berth_core::index::IndexEntry;
 use berth_core::manifest::{Manifest, MANIFEST_PATH};
 use berth_core::plan::SKELETON_DIRS;
 
-use crate::daemon::security;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::security;
 
 /// Mounts an image on a private mount point to read and check the manifest it carries.
 pub(crate) fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> Result<Manifest> {
