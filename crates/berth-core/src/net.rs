@@ -547,25 +547,29 @@ fn set(names: &[String]) -> String {
 /// berth's whole ruleset, for `nft -f -`.
 pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
     let t = &cfg.table;
-    let br = &cfg.bridge;
-    let net = format!("{}/{}", cfg.subnet.0, cfg.subnet.1);
-    let gw = cfg.gateway();
     let mut o = String::new();
-    let w = &mut o;
     // Declare (so the delete cannot fail on a first load), delete, recreate: one transaction.
     for fam in ["inet", "bridge"] {
-        let _ = writeln!(w, "table {fam} {t} {{}}\ndelete table {fam} {t}");
+        let _ = writeln!(o, "table {fam} {t} {{}}\ndelete table {fam} {t}");
     }
-    let counters = |w: &mut String| {
-        for m in members {
-            let i = index_of(cfg, m.ip);
-            let _ = writeln!(w, "  counter spoof_{i} {{}}\n  counter deny_{i} {{}}");
-        }
-    };
+    bridge_table(&mut o, cfg, members);
+    inet_table(&mut o, cfg, members);
+    o
+}
 
-    // ---- L2: pin each port to its container, keep containers apart.
+/// Each container's two counters: its spoofed frames and its denied packets.
+fn counters(w: &mut String, cfg: &NetConfig, members: &[Member]) {
+    for m in members {
+        let i = index_of(cfg, m.ip);
+        let _ = writeln!(w, "  counter spoof_{i} {{}}\n  counter deny_{i} {{}}");
+    }
+}
+
+/// L2: pin each port to its container, keep containers apart.
+fn bridge_table(w: &mut String, cfg: &NetConfig, members: &[Member]) {
+    let t = &cfg.table;
     let _ = writeln!(w, "table bridge {t} {{");
-    counters(w);
+    counters(w, cfg, members);
     let _ = writeln!(
         w,
         "  chain prerouting {{\n    type filter hook prerouting priority -200; policy accept;"
@@ -619,10 +623,28 @@ pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
         );
     }
     let _ = writeln!(w, "  }}\n}}");
+}
 
-    // ---- L3: host services, routing, NAT, published ports.
+/// What ends every chain that containers' packets reach: their own deny counter, then drop.
+fn deny(w: &mut String, cfg: &NetConfig, members: &[Member]) {
+    for m in members {
+        let _ = writeln!(
+            w,
+            "    ip saddr {} counter name deny_{} drop",
+            m.ip,
+            index_of(cfg, m.ip)
+        );
+    }
+    let _ = writeln!(w, "    drop");
+}
+
+/// L3: host services, routing between containers and out, NAT, published ports.
+fn inet_table(w: &mut String, cfg: &NetConfig, members: &[Member]) {
+    let t = &cfg.table;
+    let br = &cfg.bridge;
+    let gw = cfg.gateway();
     let _ = writeln!(w, "table inet {t} {{");
-    counters(w);
+    counters(w, cfg, members);
     let _ = writeln!(
         w,
         "  chain input {{\n    type filter hook input priority 0; policy accept;\n    iifname \"{br}\" jump from_containers\n  }}\n  chain from_containers {{\n    ct state established,related accept"
@@ -642,18 +664,7 @@ pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
             m.ip
         );
     }
-    let deny = |w: &mut String| {
-        for m in members {
-            let _ = writeln!(
-                w,
-                "    ip saddr {} counter name deny_{} drop",
-                m.ip,
-                index_of(cfg, m.ip)
-            );
-        }
-        let _ = writeln!(w, "    drop");
-    };
-    deny(w);
+    deny(w, cfg, members);
     let _ = writeln!(w, "  }}");
     let _ = writeln!(
         w,
@@ -666,7 +677,14 @@ pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
             }
         }
     }
-    deny(w);
+    deny(w, cfg, members);
+    nat(w, cfg, members);
+}
+
+/// The outbound chain, published ports (DNAT) and masquerading out.
+fn nat(w: &mut String, cfg: &NetConfig, members: &[Member]) {
+    let br = &cfg.bridge;
+    let net = format!("{}/{}", cfg.subnet.0, cfg.subnet.1);
     let _ = writeln!(w, "  }}\n  chain outbound {{");
     let out = if cfg.outbound.is_empty() {
         format!("oifname != \"{br}\"")
@@ -674,7 +692,7 @@ pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
         format!("oifname {}", set(&cfg.outbound))
     };
     let _ = writeln!(w, "    ip saddr {net} {out} accept");
-    deny(w);
+    deny(w, cfg, members);
     let _ = writeln!(w, "  }}");
     let inb = if cfg.publish_on.is_empty() {
         format!("iifname != \"{br}\"")
@@ -701,7 +719,6 @@ pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
         w,
         "  }}\n  chain postrouting {{\n    type nat hook postrouting priority 100; policy accept;\n    ip saddr {net} {out} masquerade\n  }}\n}}"
     );
-    o
 }
 
 /// Removes both tables (when no container has an address any more). Fails if they are absent.
