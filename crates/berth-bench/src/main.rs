@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
-use crate::report::SuiteResult;
+use crate::report::{SuiteOutput, SuiteResult};
 use crate::sandbox::Sandbox;
 use crate::suites::{Ctx, Suite};
 use crate::util::{bail, progress, which, Result};
@@ -266,20 +266,80 @@ fn run(o: Opts) -> Result<i32> {
     match o.suites.first().map(String::as_str) {
         Some("compare") => return compare_cmd(&o),
         Some("svg") => return svg_cmd(&o),
-        Some("clean") => {
-            if !util::is_root() {
-                bail!("berth-bench clean needs root (mounts, cgroups, namespaces)");
-            }
-            if sandbox::sweep_leftovers().is_empty() {
-                println!("nothing to clean");
-            }
-            return Ok(0);
-        }
+        Some("clean") => return clean_cmd(),
         _ => {}
     }
     let started = Instant::now();
+    let mut suites = select_suites(&o.suites)?;
+    check_tools(&suites)?;
+    let berth = find_berth(o.berth.clone())?;
+    let runs = o.runs.unwrap_or(if o.quick { 5 } else { 30 });
+    if runs == 0 {
+        bail!("--runs must be at least 1");
+    }
+    if o.events == Some(0) {
+        bail!("--events must be at least 1");
+    }
+    let warmup = if o.quick { 1 } else { 3 };
+
+    util::catch_interrupts()?;
+    let cleaned = sandbox::sweep_leftovers();
+    let env = env::collect(&berth);
+    let mut results = run_suites(&mut suites, berth, &o, runs, warmup)?;
+    let facts = Facts {
+        interrupted: util::interrupted(),
+        elapsed: started.elapsed().as_secs_f64(),
+        runs,
+        warmup,
+        cleaned,
+        args: std::env::args().skip(1).collect(),
+    };
+    let mut env_rows = env.rows.clone();
+    for s in &suites {
+        env_rows.extend(s.environment());
+    }
+    let suites_json = suites_json(&results);
+    if let Some(dir) = &o.svg {
+        for r in results.iter_mut() {
+            if let Some(p) = write_svg(dir, r.name, &suites_json[r.name])? {
+                r.svg = Some(link(&o.markdown, &p));
+            }
+        }
+    }
+    let markdown = markdown_report(&env_rows, &results, &facts);
+    write_out(&o.markdown, &markdown)?;
+    let json_text = json_report(&o, &env, &env_rows, suites_json, &facts);
+    if let Some(path) = &o.json {
+        write_out(&Some(path.clone()), &json_text)?;
+    }
+    if facts.interrupted {
+        eprintln!("berth-bench: interrupted; partial results written");
+        return Ok(130);
+    }
+    Ok(self_check(
+        &o,
+        &results,
+        &json_text,
+        &markdown,
+        facts.elapsed,
+    ))
+}
+
+/// `clean`
+fn clean_cmd() -> Result<i32> {
+    if !util::is_root() {
+        bail!("berth-bench clean needs root (mounts, cgroups, namespaces)");
+    }
+    if sandbox::sweep_leftovers().is_empty() {
+        println!("nothing to clean");
+    }
+    Ok(0)
+}
+
+/// The suites named (`all` for every one), in `all`'s order, each once.
+fn select_suites(given: &[String]) -> Result<Vec<Box<dyn Suite>>> {
     let mut names: Vec<String> = Vec::new();
-    for s in &o.suites {
+    for s in given {
         if s == "all" {
             names.extend(suites::ALL.iter().map(|s| s.to_string()));
         } else if suites::by_name(s).is_some() {
@@ -297,138 +357,162 @@ fn run(o: Opts) -> Result<i32> {
             suites::ALL.join(", ")
         );
     }
-    // In `all`'s order, each once.
     let mut ordered: Vec<&str> = suites::ALL
         .iter()
         .copied()
         .filter(|n| names.iter().any(|x| x == n))
         .collect();
     ordered.dedup();
-    let mut suites: Vec<Box<dyn Suite>> =
-        ordered.iter().filter_map(|n| suites::by_name(n)).collect();
-    check_tools(&suites)?;
-    let berth = find_berth(o.berth.clone())?;
-    let runs = o.runs.unwrap_or(if o.quick { 5 } else { 30 });
-    if runs == 0 {
-        bail!("--runs must be at least 1");
-    }
-    if o.events == Some(0) {
-        bail!("--events must be at least 1");
-    }
-    let warmup = if o.quick { 1 } else { 3 };
+    Ok(ordered.iter().filter_map(|n| suites::by_name(n)).collect())
+}
 
-    util::catch_interrupts()?;
-    let cleaned = sandbox::sweep_leftovers();
-    let env = env::collect(&berth);
-    let mut results: Vec<SuiteResult> = Vec::new();
-    let result = |name, output, error: Option<String>, interrupted| SuiteResult {
+fn suite_result(
+    name: &'static str,
+    output: Option<SuiteOutput>,
+    error: Option<String>,
+    interrupted: bool,
+) -> SuiteResult {
+    SuiteResult {
         name,
         output,
         error,
         interrupted,
         svg: None,
-    };
-    match setup(&mut suites, berth) {
-        Ok(mut sb) => {
-            for s in suites.iter_mut() {
-                let name = s.name();
-                if util::interrupted() {
-                    let why = "not run: the run was interrupted before this suite".into();
-                    results.push(result(name, None, Some(why), false));
-                    continue;
-                }
-                progress!("suite {name}");
-                let mut ctx = Ctx {
-                    sb: &mut sb,
-                    runs,
-                    runs_given: o.runs,
-                    events: o.events,
-                    warmup,
-                    quick: o.quick,
-                };
-                let r = s.run(&mut ctx);
-                let intr = util::interrupted();
-                results.push(match r {
-                    Ok(out) => result(out.name, Some(out), None, intr),
-                    Err(e) if intr => result(
-                        name,
-                        None,
-                        Some(format!("interrupted before the suite completed ({e})")),
-                        true,
-                    ),
-                    Err(e) => {
-                        eprintln!("berth-bench: suite {name} failed: {e}");
-                        result(name, None, Some(format!("the suite failed: {e}")), false)
-                    }
-                });
-            }
-            sb.stop_daemon();
-        }
+    }
+}
+
+/// Sets up the sandbox and runs every suite in it; a suite that fails is reported and the
+/// others go on. Once interrupted, the suites not begun say so.
+fn run_suites(
+    suites: &mut [Box<dyn Suite>],
+    berth: PathBuf,
+    o: &Opts,
+    runs: usize,
+    warmup: usize,
+) -> Result<Vec<SuiteResult>> {
+    let mut sb = match setup(suites, berth) {
+        Ok(sb) => sb,
         Err(e) if util::interrupted() => {
-            for s in &suites {
-                let why = format!("not run: the run was interrupted while it was set up ({e})");
-                results.push(result(s.name(), None, Some(why), false));
-            }
+            let why = format!("not run: the run was interrupted while it was set up ({e})");
+            return Ok(suites
+                .iter()
+                .map(|s| suite_result(s.name(), None, Some(why.clone()), false))
+                .collect());
         }
         Err(e) => return Err(e),
+    };
+    let mut results = Vec::new();
+    for s in suites.iter_mut() {
+        let name = s.name();
+        if util::interrupted() {
+            let why = "not run: the run was interrupted before this suite".into();
+            results.push(suite_result(name, None, Some(why), false));
+            continue;
+        }
+        progress!("suite {name}");
+        let mut ctx = Ctx {
+            sb: &mut sb,
+            runs,
+            runs_given: o.runs,
+            events: o.events,
+            warmup,
+            quick: o.quick,
+        };
+        let r = s.run(&mut ctx);
+        let intr = util::interrupted();
+        results.push(match r {
+            Ok(out) => suite_result(out.name, Some(out), None, intr),
+            Err(e) if intr => suite_result(
+                name,
+                None,
+                Some(format!("interrupted before the suite completed ({e})")),
+                true,
+            ),
+            Err(e) => {
+                eprintln!("berth-bench: suite {name} failed: {e}");
+                suite_result(name, None, Some(format!("the suite failed: {e}")), false)
+            }
+        });
     }
-    let interrupted = util::interrupted();
+    sb.stop_daemon();
+    Ok(results)
+}
 
-    let elapsed = started.elapsed().as_secs_f64();
-    let mut env_rows = env.rows.clone();
-    for s in &suites {
-        env_rows.extend(s.environment());
-    }
-    let args: Vec<String> = std::env::args().skip(1).collect();
+/// What the reports say about the run as a whole.
+struct Facts {
+    interrupted: bool,
+    elapsed: f64,
+    runs: usize,
+    warmup: usize,
+    /// What the sweep at the start removed.
+    cleaned: Vec<String>,
+    /// The command line, without the program.
+    args: Vec<String>,
+}
+
+/// Each suite's raw JSON, or its error.
+fn suites_json(results: &[SuiteResult]) -> serde_json::Map<String, Value> {
     let mut suites_json = serde_json::Map::new();
-    for r in &results {
+    for r in results {
         let v = match (&r.output, &r.error) {
             (Some(out), _) => out.raw.clone(),
             (None, e) => json!({ "error": e }),
         };
         suites_json.insert(r.name.to_string(), v);
     }
-    if let Some(dir) = &o.svg {
-        for r in results.iter_mut() {
-            if let Some(p) = write_svg(dir, r.name, &suites_json[r.name])? {
-                r.svg = Some(link(&o.markdown, &p));
-            }
-        }
-    }
+    suites_json
+}
+
+fn markdown_report(env_rows: &[(String, String)], results: &[SuiteResult], f: &Facts) -> String {
+    let elapsed = f.elapsed;
     let mut notes = Vec::new();
-    if interrupted {
+    if f.interrupted {
         notes.push(format!("**Interrupted** by a signal after {elapsed:.0} s: the tables hold what completed before it; suites and tests marked \"interrupted\" or \"not run\" are incomplete."));
     }
     notes.extend(
-        cleaned
+        f.cleaned
             .iter()
             .map(|c| format!("Before this run, berth-bench {c}.")),
     );
     let footer = format!(
-        "_`berth-bench {}`: {runs} runs, {warmup} warm-up, {elapsed:.0} s in all{}._\n",
-        args.join(" "),
-        if interrupted { ", interrupted" } else { "" }
+        "_`berth-bench {}`: {} runs, {} warm-up, {elapsed:.0} s in all{}._\n",
+        f.args.join(" "),
+        f.runs,
+        f.warmup,
+        if f.interrupted { ", interrupted" } else { "" }
     );
-    let markdown = report::render(&env_rows, &results, &notes, interrupted, &footer);
-    write_out(&o.markdown, &markdown)?;
+    report::render(env_rows, results, &notes, f.interrupted, &footer)
+}
+
+/// The run's JSON: the options, the environment (the suites' rows added) and every suite's.
+fn json_report(
+    o: &Opts,
+    env: &env::Environment,
+    env_rows: &[(String, String)],
+    suites_json: serde_json::Map<String, Value>,
+    f: &Facts,
+) -> String {
     let mut envj = env.json.clone();
     for (k, v) in env_rows.iter().skip(env.rows.len()) {
         envj[k.replace(' ', "_")] = Value::String(v.clone());
     }
     let doc = json!({
         "tool": "berth-bench", "format": compare::FORMAT, "version": env!("CARGO_PKG_VERSION"),
-        "args": args, "quick": o.quick, "runs": runs, "events": o.events, "warmup": warmup,
-        "duration_s": elapsed, "interrupted": interrupted, "cleaned_leftovers": cleaned,
+        "args": f.args, "quick": o.quick, "runs": f.runs, "events": o.events, "warmup": f.warmup,
+        "duration_s": f.elapsed, "interrupted": f.interrupted, "cleaned_leftovers": f.cleaned,
         "environment": envj, "suites": suites_json,
     });
-    let json_text = serde_json::to_string_pretty(&doc).unwrap_or_default();
-    if let Some(path) = &o.json {
-        write_out(&Some(path.clone()), &json_text)?;
-    }
-    if interrupted {
-        eprintln!("berth-bench: interrupted; partial results written");
-        return Ok(130);
-    }
+    serde_json::to_string_pretty(&doc).unwrap_or_default()
+}
+
+/// Checks what the run wrote (see [`selfcheck`]); the exit code.
+fn self_check(
+    o: &Opts,
+    results: &[SuiteResult],
+    json_text: &str,
+    markdown: &str,
+    elapsed: f64,
+) -> i32 {
     let svgs: Vec<PathBuf> = match &o.svg {
         Some(d) => results
             .iter()
@@ -437,16 +521,16 @@ fn run(o: Opts) -> Result<i32> {
             .collect(),
         None => Vec::new(),
     };
-    let (summary, problems) = selfcheck::check(&json_text, &markdown, &svgs);
+    let (summary, problems) = selfcheck::check(json_text, markdown, &svgs);
     progress!("done in {elapsed:.0} s");
     if problems.is_empty() {
         eprintln!("berth-bench: self-check: {summary}");
-        Ok(0)
+        0
     } else {
         for p in &problems {
             eprintln!("berth-bench: self-check: {p}");
         }
-        Ok(1)
+        1
     }
 }
 

@@ -30,7 +30,8 @@ pub struct PkgSpec {
 }
 
 impl PkgSpec {
-    fn to_pkg(&self) -> Pkg {
+    /// The kit's package, for keys the spec has no field for (`Pkg::table`).
+    pub fn to_pkg(&self) -> Pkg {
         let argv: Vec<&str> = self.argv.iter().map(String::as_str).collect();
         let mut p = Pkg::new(&self.name, VERSION, &argv);
         p.description = "berth-bench payload".into();
@@ -70,13 +71,6 @@ fn scope(pid: u32) -> Scope {
     s
 }
 
-/// The name of a network namespace of this run (`ip netns` style, under /run/netns): the
-/// prefix lets the next start remove it when this run is killed outright.
-#[allow(dead_code)] // for the suites that make namespaces (net)
-pub fn netns_name(what: &str) -> String {
-    scope(std::process::id()).netns(what)
-}
-
 /// The kit's sandbox (see its fields and methods) with the benchmark's errors and the
 /// loaded configuration.
 pub struct Sandbox {
@@ -97,14 +91,38 @@ impl std::ops::DerefMut for Sandbox {
     }
 }
 
+/// The benchmark's choices for a sandbox of `scope`: its own process groups, Ctrl-C checked
+/// while the daemon comes up, warnings said as berth-bench's.
+fn options(berth: PathBuf, scope: Scope, stop_timeout: &'static str, extra: String) -> Options {
+    let mut opts = Options::new(berth, scope);
+    opts.stop_timeout = stop_timeout;
+    opts.config_extra = extra;
+    opts.own_process_group = true;
+    opts.interrupted = util::interrupted;
+    opts.program = "berth-bench";
+    opts
+}
+
 impl Sandbox {
     pub fn create(berth: PathBuf) -> Result<Sandbox> {
-        let mut opts = Options::new(berth, scope(std::process::id()));
-        opts.stop_timeout = "10s";
-        opts.config_extra = UNCAPPED_POLICY.into();
-        opts.own_process_group = true;
-        opts.interrupted = util::interrupted;
-        opts.program = "berth-bench";
+        let scope = scope(std::process::id());
+        Sandbox::with(options(berth, scope, "10s", UNCAPPED_POLICY.into()))
+    }
+
+    /// A second berth of the same binary in `DIR/<what>` with cgroup parent `<parent>.<what>`
+    /// (this run's names, so the sweep of a killed run finds it), its configuration ending in
+    /// `extra`; swept when dropped.
+    pub fn nested(&self, what: &str, stop_timeout: &'static str, extra: &str) -> Result<Sandbox> {
+        let mut scope = Scope::new(
+            self.dir.join(what),
+            format!("{}.{what}", self.cgroup_parent),
+        );
+        scope.keep_dir = self.scope().keep_dir;
+        let opts = options(self.berth.clone(), scope, stop_timeout, extra.into());
+        Sandbox::with(opts)
+    }
+
+    fn with(opts: Options) -> Result<Sandbox> {
         let kit = berth_testkit::Sandbox::create(opts)?;
         let cfg = Config::from_file(std::fs::read_to_string(&kit.config), &kit.config)
             .map_err(|e| format!("sandbox config: {e}"))?;
@@ -127,7 +145,11 @@ impl Sandbox {
     }
 
     pub fn pack(&self, p: &PkgSpec) -> Result<()> {
-        self.kit.pack(&p.to_pkg())?;
+        self.pack_pkg(&p.to_pkg())
+    }
+
+    pub fn pack_pkg(&self, p: &Pkg) -> Result<()> {
+        self.kit.pack(p)?;
         Ok(())
     }
 
@@ -179,6 +201,9 @@ mod tests {
             "berth-bench-123.monitor",
             "berth-bench-123.runc",
             "berth-bench-123.net",
+            // the net suite's nested sandbox and its namespaces
+            "berth-bench-123.net.monitor",
+            "berth-bench-123.net.dev",
         ] {
             assert!(s.owns(n), "{n}");
         }

@@ -5,11 +5,13 @@ use std::fmt;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// The first `tool` on PATH: the kit's, which the end-to-end tests use too.
+pub use berth_testkit::which;
 
 /// What went wrong, said for the person running the benchmark.
 pub struct Error(pub String);
@@ -63,14 +65,6 @@ pub fn now_ns() -> i128 {
 
 pub fn ms_between(t0_ns: i128, t1_ns: i128) -> f64 {
     (t1_ns - t0_ns) as f64 / 1e6
-}
-
-pub fn which(tool: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(tool))
-        .find(|p| p.is_file())
 }
 
 fn describe(cmd: &Command) -> String {

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use berth_testkit::TempDir;
 use serde_json::Value;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_berth-bench");
@@ -36,21 +37,6 @@ fn berth_built() {
         assert!(st.success(), "cargo build -p berth failed");
     }
     assert!(next.is_file(), "no berth next to berth-bench");
-}
-
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("bbtest-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn json(p: &Path) -> Value {

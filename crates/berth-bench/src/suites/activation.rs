@@ -481,256 +481,318 @@ impl Suite for Activation {
                 bail!("{tool} is missing: install the Debian package {pkg}");
             }
         }
-        // The same image berth mounts, mounted once more by us, read-only.
-        let rootfs = sb.dir.join("rootfs");
-        std::fs::create_dir_all(&rootfs).context("create the rootfs mount point")?;
-        run(Command::new("mount")
-            .args(["-t", "squashfs", "-o", "ro,nosuid,nodev,loop"])
-            .arg(sb.package_file(PKG))
-            .arg(&rootfs))?;
-
-        let lxcpath = sb.dir.join("bare-lxc");
-        let lxc_data = sb.dir.join("bare-data");
-        std::fs::create_dir_all(lxcpath.join(BARE)).context("create the bare lxcpath")?;
-        std::fs::create_dir_all(&lxc_data).context("create the bare data dir")?;
-        let lxc_cfg = bare_lxc_config(
-            &rootfs,
-            &lxc_data,
-            &lxcpath.join(BARE).join("lxc.log"),
-            &sb.cgroup_parent,
-        );
-        std::fs::write(lxcpath.join(BARE).join("config"), &lxc_cfg)
-            .context("write the bare LXC config")?;
-
+        let rootfs = mount_rootfs(sb)?;
+        let (lxcpath, lxc_data, lxc_cfg) = bare_lxc(sb, &rootfs)?;
         let runc = match which("runc") {
             None => None,
-            Some(bin) => {
-                let root = sb.dir.join("runc-state");
-                let data = sb.dir.join("runc-data");
-                std::fs::create_dir_all(&root).context("create the runc root")?;
-                std::fs::create_dir_all(&data).context("create the runc data dir")?;
-                let mut bundles = Vec::new();
-                for mode in ["wait", "exit"] {
-                    let b = sb.dir.join(format!("runc-{mode}"));
-                    std::fs::create_dir_all(&b).context("create a runc bundle")?;
-                    run(Command::new(&bin).args(["spec", "--bundle"]).arg(&b))?;
-                    let spec: Value = serde_json::from_slice(
-                        &std::fs::read(b.join("config.json")).context("read config.json")?,
-                    )
-                    .context("parse the runc spec")?;
-                    let spec = runc_config(
-                        spec,
-                        &payload.argv("/data/t0", mode),
-                        &rootfs,
-                        &data,
-                        &format!("/{}.runc/{mode}", sb.cgroup_parent),
-                    )?;
-                    std::fs::write(
-                        b.join("config.json"),
-                        serde_json::to_vec_pretty(&spec).unwrap_or_default(),
-                    )
-                    .context("write config.json")?;
-                    bundles.push(b);
-                }
-                let bundle_exit = bundles.pop().unwrap_or_default();
-                let bundle_wait = bundles.pop().unwrap_or_default();
-                Some(Runc {
-                    bin,
-                    root,
-                    bundle_wait,
-                    bundle_exit,
-                    data,
-                })
-            }
+            Some(bin) => Some(Runc::create(sb, bin, payload, &rootfs)?),
         };
-        let runc_version = runc.is_some();
+        let with_runc = runc.is_some();
         let peers = Peers {
             sb,
             kind: payload.kind,
             berth_stamp: sb.cfg.paths.data(PKG).join("t0"),
-            lxcpath: lxcpath.clone(),
+            lxcpath,
             lxc_data,
             lxc_wait: payload.argv("/data/t0", "wait"),
             lxc_exit: payload.argv("/data/t0", "exit"),
             runc,
         };
-
-        let mut s = Series::default();
-        progress!("activation: {} warm-up rounds", ctx.warmup);
-        for _ in 0..ctx.warmup {
-            peers.round(&mut s, false)?;
-        }
-        let mut done = 0;
-        for i in 0..ctx.runs {
-            progress!("activation: round {}/{}", i + 1, ctx.runs);
-            match peers.round(&mut s, true) {
-                Ok(()) => done += 1,
-                // Interrupted: keep the rounds that completed (all peers), drop the last one.
-                Err(_) if crate::util::interrupted() && done > 0 => {
-                    s.truncate(done);
-                    break;
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        let (series, done) = rounds(&peers, ctx)?;
         let _ = berth_sys::mount::umount(&rootfs, false);
+        Ok(report(&Outcome {
+            s: series,
+            done,
+            runs: ctx.runs,
+            warmup: ctx.warmup,
+            kind: payload.kind,
+            with_runc,
+            lxc_cfg,
+        }))
+    }
+}
 
-        let base_first = summarize(&s.lxc_first);
-        let base_stop = summarize(&s.lxc_stop);
-        let base_whole = summarize(&s.lxc_whole);
-        let skipped = |x: &str| -> Option<Vec<String>> {
-            Some(vec![
-                x.into(),
-                "0".into(),
-                "skipped: runc is not installed (Debian package runc)".into(),
-                String::new(),
-                String::new(),
-                String::new(),
-            ])
+/// What the rounds came to, and how they were run.
+struct Outcome {
+    s: Series,
+    /// Measured rounds completed (fewer than `runs` when interrupted).
+    done: usize,
+    runs: usize,
+    warmup: usize,
+    kind: Kind,
+    with_runc: bool,
+    /// The bare LXC container's configuration.
+    lxc_cfg: String,
+}
+
+/// The same image berth mounts, mounted once more by us, read-only; its mount point.
+fn mount_rootfs(sb: &Sandbox) -> Result<PathBuf> {
+    let rootfs = sb.dir.join("rootfs");
+    std::fs::create_dir_all(&rootfs).context("create the rootfs mount point")?;
+    run(Command::new("mount")
+        .args(["-t", "squashfs", "-o", "ro,nosuid,nodev,loop"])
+        .arg(sb.package_file(PKG))
+        .arg(&rootfs))?;
+    Ok(rootfs)
+}
+
+/// The bare LXC container on `rootfs`: (its lxcpath, its data directory, its configuration).
+fn bare_lxc(sb: &Sandbox, rootfs: &Path) -> Result<(PathBuf, PathBuf, String)> {
+    let lxcpath = sb.dir.join("bare-lxc");
+    let lxc_data = sb.dir.join("bare-data");
+    std::fs::create_dir_all(lxcpath.join(BARE)).context("create the bare lxcpath")?;
+    std::fs::create_dir_all(&lxc_data).context("create the bare data dir")?;
+    let lxc_cfg = bare_lxc_config(
+        rootfs,
+        &lxc_data,
+        &lxcpath.join(BARE).join("lxc.log"),
+        &sb.cgroup_parent,
+    );
+    std::fs::write(lxcpath.join(BARE).join("config"), &lxc_cfg)
+        .context("write the bare LXC config")?;
+    Ok((lxcpath, lxc_data, lxc_cfg))
+}
+
+impl Runc {
+    /// The state root, the data directory and a bundle per payload mode (`wait`, `exit`)
+    /// on `rootfs`.
+    fn create(sb: &Sandbox, bin: PathBuf, payload: &Payload, rootfs: &Path) -> Result<Runc> {
+        let root = sb.dir.join("runc-state");
+        let data = sb.dir.join("runc-data");
+        std::fs::create_dir_all(&root).context("create the runc root")?;
+        std::fs::create_dir_all(&data).context("create the runc data dir")?;
+        let bundle = |mode: &str| -> Result<PathBuf> {
+            let b = sb.dir.join(format!("runc-{mode}"));
+            std::fs::create_dir_all(&b).context("create a runc bundle")?;
+            run(Command::new(&bin).args(["spec", "--bundle"]).arg(&b))?;
+            let spec: Value = serde_json::from_slice(
+                &std::fs::read(b.join("config.json")).context("read config.json")?,
+            )
+            .context("parse the runc spec")?;
+            let spec = runc_config(
+                spec,
+                &payload.argv("/data/t0", mode),
+                rootfs,
+                &data,
+                &format!("/{}.runc/{mode}", sb.cgroup_parent),
+            )?;
+            std::fs::write(
+                b.join("config.json"),
+                serde_json::to_vec_pretty(&spec).unwrap_or_default(),
+            )
+            .context("write config.json")?;
+            Ok(b)
         };
-        let runc_row = |label: &str, v: &[f64], b: Option<&Summary>| {
-            if runc_version {
-                summary_row(label, v, b)
-            } else {
-                skipped(label)
-            }
-        };
-        let first_t = table(
-            vec![
-                summary_row(
-                    "berth (`berth start`, through the daemon)",
-                    &s.berth_first,
-                    base_first.as_ref(),
-                ),
-                summary_row("lxc-execute", &s.lxc_first, base_first.as_ref()),
-                runc_row("runc (`runc run -d`)", &s.runc_first, base_first.as_ref()),
-            ],
-            "median / lxc-execute",
-        );
-        let stop_t = table(
-            vec![
-                summary_row(
-                    "berth (`berth stop`, graceful)",
-                    &s.berth_stop,
-                    base_stop.as_ref(),
-                ),
-                summary_row("lxc-stop (graceful)", &s.lxc_stop, base_stop.as_ref()),
-                runc_row(
-                    "runc kill TERM + runc delete",
-                    &s.runc_stop,
-                    base_stop.as_ref(),
-                ),
-            ],
-            "median / lxc-stop",
-        );
-        let whole_t = table(
-            vec![
-                summary_row(
-                    "lxc-execute: whole process",
-                    &s.lxc_whole,
-                    base_whole.as_ref(),
-                ),
-                runc_row(
-                    "runc run: whole process",
-                    &s.runc_whole,
-                    base_whole.as_ref(),
-                ),
-                summary_row("lxc-execute: first instruction", &s.lxc_whole_first, None),
-                runc_row("runc run: first instruction", &s.runc_whole_first, None),
-            ],
-            "median / lxc-execute",
-        );
-        let parts_t = table(
-            vec![
-                summary_row("`berth start` returns (CLI wall time)", &s.berth_cli, None),
-                summary_row(
-                    "daemon: shim spawned → RUNNING (`start_ms`)",
-                    &s.berth_daemon_start,
-                    None,
-                ),
-                summary_row("payload's first instruction", &s.berth_first, None),
-                summary_row("`berth stop` returns (CLI wall time)", &s.berth_stop, None),
-                summary_row(
-                    "daemon: shutdown → released (`stop_ms`)",
-                    &s.berth_daemon_stop,
-                    None,
-                ),
-                runc_row("`runc run -d` returns", &s.runc_cli, None),
-            ],
-            "",
-        );
-        let ratio = |a: &[f64], b: &Option<Summary>| -> Value {
-            match (summarize(a), b) {
-                (Some(a), Some(b)) => json!(a.median / b.median),
-                _ => Value::Null,
-            }
-        };
-        let sum = |v: &[f64]| serde_json::to_value(summarize(v)).unwrap_or(Value::Null);
-        let raw = json!({
-            "runs": ctx.runs, "rounds_completed": done, "warmup": ctx.warmup,
-            "payload": match payload.kind { Kind::Native => "static-c", Kind::Busybox => "busybox-touch" },
-            "order": ["berth", "lxc-execute", "runc", "lxc-execute-whole", "runc-whole"],
-            "samples_ms": {
-                "berth_first_instruction": s.berth_first, "berth_start_cli": s.berth_cli,
-                "berth_daemon_start_ms": s.berth_daemon_start, "berth_stop": s.berth_stop,
-                "berth_daemon_stop_ms": s.berth_daemon_stop,
-                "lxc_execute_first_instruction": s.lxc_first, "lxc_stop": s.lxc_stop,
-                "lxc_execute_whole_first_instruction": s.lxc_whole_first, "lxc_execute_whole": s.lxc_whole,
-                "runc_first_instruction": s.runc_first, "runc_run_detached_returns": s.runc_cli,
-                "runc_kill_delete": s.runc_stop,
-                "runc_whole_first_instruction": s.runc_whole_first, "runc_whole": s.runc_whole,
-            },
-            "summary_ms": {
-                "berth_first_instruction": sum(&s.berth_first), "lxc_execute_first_instruction": sum(&s.lxc_first),
-                "runc_first_instruction": sum(&s.runc_first), "berth_stop": sum(&s.berth_stop),
-                "lxc_stop": sum(&s.lxc_stop), "runc_kill_delete": sum(&s.runc_stop),
-                "lxc_execute_whole": sum(&s.lxc_whole), "runc_whole": sum(&s.runc_whole),
-                "berth_start_cli": sum(&s.berth_cli),
-            },
-            "ratios_of_medians": {
-                "berth_over_lxc_execute": ratio(&s.berth_first, &base_first),
-                "runc_over_lxc_execute": ratio(&s.runc_first, &base_first),
-                "berth_stop_over_lxc_stop": ratio(&s.berth_stop, &base_stop),
-                "runc_stop_over_lxc_stop": ratio(&s.runc_stop, &base_stop),
-                "runc_whole_over_lxc_execute_whole": ratio(&s.runc_whole, &base_whole),
-            },
-            "runc_skipped": if runc_version { Value::Null } else { json!("runc is not installed (Debian package runc)") },
-            "bare_lxc_config": lxc_cfg,
-        });
-        let kind_note = match payload.kind {
-            Kind::Native => "payload: a static C program that reads CLOCK_REALTIME first thing in main and writes it to /data/t0; berth-bench reads CLOCK_REALTIME just before spawning the start command",
-            Kind::Busybox => "payload: busybox touch (no gcc); the timestamp is the file's mtime, coarse (kernel timestamp granularity) and includes busybox sh start-up",
-        };
-        Ok(SuiteOutput {
-            name: "activation",
-            sections: vec![
-                Section {
-                    title: "start request → payload's first instruction".into(),
-                    table: first_t,
-                    notes: vec![
-                        kind_note.into(),
-                        format!("{done} measured rounds{} after {} warm-up round(s); peers interleaved in each round: berth, lxc-execute, runc, lxc-execute (whole), runc (whole)", if done < ctx.runs { format!(" of {} (interrupted)", ctx.runs) } else { String::new() }, ctx.warmup),
-                        "all three run the same squashfs image read-only, with /proc, /sys (ro), /dev, tmpfs /tmp and /run and a /data bind; berth additionally mounts the image (loop) and spawns its shim".into(),
-                    ],
-                },
-                Section {
-                    title: "stop".into(),
-                    table: stop_t,
-                    notes: vec!["the payload exits on SIGTERM/SIGPWR at once; each time runs until the tool returns with the container gone".into()],
-                },
-                Section {
-                    title: "whole process (payload exits at once)".into(),
-                    table: whole_t,
-                    notes: vec!["start of `lxc-execute` / `runc run` (foreground) to its exit, container removed; DESIGN.md measured lxc-execute ≈ 14 ms and runc ≈ 31 ms whole-process on this machine".into()],
-                },
-                Section {
-                    title: "berth's start and stop, broken down".into(),
-                    table: parts_t,
-                    notes: vec!["`start_ms` / `stop_ms` are the daemon's own timings from `berth --json start/stop`; the rest of the CLI wall time is the CLI process, the admin socket and the image mount".into()],
-                },
-            ],
-            raw,
+        let bundle_wait = bundle("wait")?;
+        let bundle_exit = bundle("exit")?;
+        Ok(Runc {
+            bin,
+            root,
+            bundle_wait,
+            bundle_exit,
+            data,
         })
+    }
+}
+
+/// The warm-up rounds, then the measured ones; (the series, how many rounds completed). An
+/// interruption keeps the rounds that completed (all peers) and drops the last one.
+fn rounds(peers: &Peers, ctx: &Ctx) -> Result<(Series, usize)> {
+    let mut s = Series::default();
+    progress!("activation: {} warm-up rounds", ctx.warmup);
+    for _ in 0..ctx.warmup {
+        peers.round(&mut s, false)?;
+    }
+    let mut done = 0;
+    for i in 0..ctx.runs {
+        progress!("activation: round {}/{}", i + 1, ctx.runs);
+        match peers.round(&mut s, true) {
+            Ok(()) => done += 1,
+            Err(_) if crate::util::interrupted() && done > 0 => {
+                s.truncate(done);
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((s, done))
+}
+
+/// Start to the first instruction, stop, whole process, berth's parts.
+fn tables(s: &Series, with_runc: bool) -> [Table; 4] {
+    let base_first = summarize(&s.lxc_first);
+    let base_stop = summarize(&s.lxc_stop);
+    let base_whole = summarize(&s.lxc_whole);
+    let skipped = |x: &str| -> Option<Vec<String>> {
+        Some(vec![
+            x.into(),
+            "0".into(),
+            "skipped: runc is not installed (Debian package runc)".into(),
+            String::new(),
+            String::new(),
+            String::new(),
+        ])
+    };
+    let runc_row = |label: &str, v: &[f64], b: Option<&Summary>| {
+        if with_runc {
+            summary_row(label, v, b)
+        } else {
+            skipped(label)
+        }
+    };
+    let first_t = table(
+        vec![
+            summary_row(
+                "berth (`berth start`, through the daemon)",
+                &s.berth_first,
+                base_first.as_ref(),
+            ),
+            summary_row("lxc-execute", &s.lxc_first, base_first.as_ref()),
+            runc_row("runc (`runc run -d`)", &s.runc_first, base_first.as_ref()),
+        ],
+        "median / lxc-execute",
+    );
+    let stop_t = table(
+        vec![
+            summary_row(
+                "berth (`berth stop`, graceful)",
+                &s.berth_stop,
+                base_stop.as_ref(),
+            ),
+            summary_row("lxc-stop (graceful)", &s.lxc_stop, base_stop.as_ref()),
+            runc_row(
+                "runc kill TERM + runc delete",
+                &s.runc_stop,
+                base_stop.as_ref(),
+            ),
+        ],
+        "median / lxc-stop",
+    );
+    let whole_t = table(
+        vec![
+            summary_row(
+                "lxc-execute: whole process",
+                &s.lxc_whole,
+                base_whole.as_ref(),
+            ),
+            runc_row(
+                "runc run: whole process",
+                &s.runc_whole,
+                base_whole.as_ref(),
+            ),
+            summary_row("lxc-execute: first instruction", &s.lxc_whole_first, None),
+            runc_row("runc run: first instruction", &s.runc_whole_first, None),
+        ],
+        "median / lxc-execute",
+    );
+    let parts_t = table(
+        vec![
+            summary_row("`berth start` returns (CLI wall time)", &s.berth_cli, None),
+            summary_row(
+                "daemon: shim spawned → RUNNING (`start_ms`)",
+                &s.berth_daemon_start,
+                None,
+            ),
+            summary_row("payload's first instruction", &s.berth_first, None),
+            summary_row("`berth stop` returns (CLI wall time)", &s.berth_stop, None),
+            summary_row(
+                "daemon: shutdown → released (`stop_ms`)",
+                &s.berth_daemon_stop,
+                None,
+            ),
+            runc_row("`runc run -d` returns", &s.runc_cli, None),
+        ],
+        "",
+    );
+    [first_t, stop_t, whole_t, parts_t]
+}
+
+/// Every sample, their summaries and the ratios of medians.
+fn raw_json(o: &Outcome) -> Value {
+    let s = &o.s;
+    let base_first = summarize(&s.lxc_first);
+    let base_stop = summarize(&s.lxc_stop);
+    let base_whole = summarize(&s.lxc_whole);
+    let ratio = |a: &[f64], b: &Option<Summary>| -> Value {
+        match (summarize(a), b) {
+            (Some(a), Some(b)) => json!(a.median / b.median),
+            _ => Value::Null,
+        }
+    };
+    let sum = |v: &[f64]| serde_json::to_value(summarize(v)).unwrap_or(Value::Null);
+    json!({
+        "runs": o.runs, "rounds_completed": o.done, "warmup": o.warmup,
+        "payload": match o.kind { Kind::Native => "static-c", Kind::Busybox => "busybox-touch" },
+        "order": ["berth", "lxc-execute", "runc", "lxc-execute-whole", "runc-whole"],
+        "samples_ms": {
+            "berth_first_instruction": s.berth_first, "berth_start_cli": s.berth_cli,
+            "berth_daemon_start_ms": s.berth_daemon_start, "berth_stop": s.berth_stop,
+            "berth_daemon_stop_ms": s.berth_daemon_stop,
+            "lxc_execute_first_instruction": s.lxc_first, "lxc_stop": s.lxc_stop,
+            "lxc_execute_whole_first_instruction": s.lxc_whole_first, "lxc_execute_whole": s.lxc_whole,
+            "runc_first_instruction": s.runc_first, "runc_run_detached_returns": s.runc_cli,
+            "runc_kill_delete": s.runc_stop,
+            "runc_whole_first_instruction": s.runc_whole_first, "runc_whole": s.runc_whole,
+        },
+        "summary_ms": {
+            "berth_first_instruction": sum(&s.berth_first), "lxc_execute_first_instruction": sum(&s.lxc_first),
+            "runc_first_instruction": sum(&s.runc_first), "berth_stop": sum(&s.berth_stop),
+            "lxc_stop": sum(&s.lxc_stop), "runc_kill_delete": sum(&s.runc_stop),
+            "lxc_execute_whole": sum(&s.lxc_whole), "runc_whole": sum(&s.runc_whole),
+            "berth_start_cli": sum(&s.berth_cli),
+        },
+        "ratios_of_medians": {
+            "berth_over_lxc_execute": ratio(&s.berth_first, &base_first),
+            "runc_over_lxc_execute": ratio(&s.runc_first, &base_first),
+            "berth_stop_over_lxc_stop": ratio(&s.berth_stop, &base_stop),
+            "runc_stop_over_lxc_stop": ratio(&s.runc_stop, &base_stop),
+            "runc_whole_over_lxc_execute_whole": ratio(&s.runc_whole, &base_whole),
+        },
+        "runc_skipped": if o.with_runc { Value::Null } else { json!("runc is not installed (Debian package runc)") },
+        "bare_lxc_config": o.lxc_cfg,
+    })
+}
+
+fn report(o: &Outcome) -> SuiteOutput {
+    let [first_t, stop_t, whole_t, parts_t] = tables(&o.s, o.with_runc);
+    let of = if o.done < o.runs {
+        format!(" of {} (interrupted)", o.runs)
+    } else {
+        String::new()
+    };
+    let kind_note = match o.kind {
+        Kind::Native => "payload: a static C program that reads CLOCK_REALTIME first thing in main and writes it to /data/t0; berth-bench reads CLOCK_REALTIME just before spawning the start command",
+        Kind::Busybox => "payload: busybox touch (no gcc); the timestamp is the file's mtime, coarse (kernel timestamp granularity) and includes busybox sh start-up",
+    };
+    SuiteOutput {
+        name: "activation",
+        sections: vec![
+            Section {
+                title: "start request → payload's first instruction".into(),
+                table: first_t,
+                notes: vec![
+                    kind_note.into(),
+                    format!("{} measured rounds{of} after {} warm-up round(s); peers interleaved in each round: berth, lxc-execute, runc, lxc-execute (whole), runc (whole)", o.done, o.warmup),
+                    "all three run the same squashfs image read-only, with /proc, /sys (ro), /dev, tmpfs /tmp and /run and a /data bind; berth additionally mounts the image (loop) and spawns its shim".into(),
+                ],
+            },
+            Section {
+                title: "stop".into(),
+                table: stop_t,
+                notes: vec!["the payload exits on SIGTERM/SIGPWR at once; each time runs until the tool returns with the container gone".into()],
+            },
+            Section {
+                title: "whole process (payload exits at once)".into(),
+                table: whole_t,
+                notes: vec!["start of `lxc-execute` / `runc run` (foreground) to its exit, container removed; DESIGN.md measured lxc-execute ≈ 14 ms and runc ≈ 31 ms whole-process on this machine".into()],
+            },
+            Section {
+                title: "berth's start and stop, broken down".into(),
+                table: parts_t,
+                notes: vec!["`start_ms` / `stop_ms` are the daemon's own timings from `berth --json start/stop`; the rest of the CLI wall time is the CLI process, the admin socket and the image mount".into()],
+            },
+        ],
+        raw: raw_json(o),
     }
 }
 

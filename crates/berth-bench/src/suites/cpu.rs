@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use super::hostguest::{self, abab, HostGuest, Matrix, Metric, Tool};
+use super::hostguest::{self, abab, HostGuest, Matrix, Metric, Rounds, Tool};
 use super::{Ctx, Suite};
 use crate::report::{Section, SuiteOutput};
 use crate::sandbox::{PkgSpec, Sandbox};
@@ -127,187 +127,214 @@ impl Suite for Cpu {
     }
 
     fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput> {
-        let rounds = ctx.runs_given.unwrap_or(if ctx.quick { 3 } else { 10 });
-        let warmup = 1;
-        let events: usize = ctx.events.unwrap_or(if ctx.quick { 500 } else { 2000 });
-        let seconds: usize = if ctx.quick { 1 } else { 2 };
-        let hpl_n = 1000;
+        let p = Sizes {
+            r: Rounds::of(ctx),
+            events: ctx.events.unwrap_or(if ctx.quick { 500 } else { 2000 }),
+            seconds: if ctx.quick { 1 } else { 2 },
+            hpl_n: 1000,
+        };
         let sb = &*ctx.sb;
         let hg = HostGuest::start(sb, PKG, &[SYSBENCH, STRESS_NG, HPCC])?;
-        let r = (|| -> Result<CpuResults> {
-            // sysbench, N instances in parallel.
-            let mut par: Vec<Metric> = PARALLEL_A
-                .iter()
-                .map(|(n, p)| {
-                    let m = Metric::new(
-                        format!(
-                            "sysbench cpu, {n} instance{}",
-                            if *n > 1 { "s" } else { "" }
-                        ),
-                        "s",
-                        false,
-                    )
-                    .published(p);
-                    if present(SYSBENCH) {
-                        m
-                    } else {
-                        m.skip(SYSBENCH.skipped())
-                    }
-                })
-                .collect();
-            let mut matrix = vec![Matrix::new("sysbench cpu, 1 instance", "s", false)];
-            if present(SYSBENCH) {
-                let args = |n: usize| -> Vec<String> {
-                    let mut v = vec![n.to_string()];
-                    v.extend(
-                        [
-                            "sysbench",
-                            "cpu",
-                            "--cpu-max-prime=10000",
-                            &format!("--events={events}"),
-                            "--time=0",
-                            "--threads=1",
-                            "run",
-                        ]
-                        .map(String::from),
-                    );
-                    v
-                };
-                for (k, (n, _)) in PARALLEL_A.iter().enumerate() {
-                    progress!("cpu: sysbench, {n} in parallel");
-                    abab(&mut par[k..k + 1], rounds, warmup, |side, m, rec| {
-                        let o = hg.run(side, PARALLEL_SCRIPT, &args(*n))?;
-                        if o.text.matches("total time:").count() != *n {
-                            return Err(bad("sysbench", &o.text));
-                        }
-                        if rec {
-                            m[0].push(side, o.secs, o.load);
-                        }
-                        Ok(())
-                    })?;
-                }
-                progress!("cpu: sysbench, host and guest at once");
-                hostguest::matrix_rows(&hg, &mut matrix, rounds, PARALLEL_SCRIPT, &args(1), |o| {
-                    Ok(vec![o.secs])
-                })?;
-                matrix[0].published = "(LXCBENCH has no sysbench row)".into();
-            } else {
-                matrix.clear();
-            }
-
-            // stress-ng methods.
-            let mut sng: Vec<Metric> = METHODS
-                .iter()
-                .map(|(m, like, p)| {
-                    let x = Metric::new(format!("stress-ng cpu {m} ({like})"), "bogo ops/s", true)
-                        .published(p);
-                    if present(STRESS_NG) {
-                        x
-                    } else {
-                        x.skip(STRESS_NG.skipped())
-                    }
-                })
-                .collect();
-            if present(STRESS_NG) {
-                for (k, (method, _, _)) in METHODS.iter().enumerate() {
-                    progress!("cpu: stress-ng {method}");
-                    let args: Vec<String> = [
-                        "--cpu",
-                        "1",
-                        "--cpu-method",
-                        method,
-                        "--timeout",
-                        &format!("{seconds}s"),
-                        "--metrics-brief",
-                    ]
-                    .map(String::from)
-                    .to_vec();
-                    abab(&mut sng[k..k + 1], rounds, warmup, |side, m, rec| {
-                        let o = hg.run(side, "stress-ng \"$@\"", &args)?;
-                        let v = stress_ng_rate(&o.text).ok_or_else(|| bad("stress-ng", &o.text))?;
-                        if rec {
-                            m[0].push(side, v, o.load);
-                        }
-                        Ok(())
-                    })?;
-                }
-            }
-
-            // Linpack.
-            let mut hpl =
-                vec![
-                    Metric::new(format!("Linpack (hpcc HPL, N = {hpl_n})"), "MFLOPS", true)
-                        .published("B: no relevant overhead (N = 1000)"),
-                ];
-            if present(HPCC) {
-                progress!("cpu: Linpack");
-                hpcc_setup(&hg, hpl_n)?;
-                abab(&mut hpl, rounds, warmup, |side, m, rec| {
-                    let o = hg.run(side, HPCC_SCRIPT, &[])?;
-                    let s = hpcc_summary(&o.text);
-                    let v = s.get("HPL_Tflops").ok_or_else(|| bad("hpcc", &o.text))? * 1e6;
-                    if rec {
-                        m[0].push(side, v, o.load);
-                    }
-                    Ok(())
-                })?;
-            } else {
-                hpl[0] = Metric::new(format!("Linpack (hpcc HPL, N = {hpl_n})"), "MFLOPS", true)
-                    .skip(HPCC.skipped());
-            }
+        let (r, fairness) = hg.measure_then_stop(sb, |hg| -> Result<CpuResults> {
+            let (par, matrix) = sysbench_parallel(hg, &p)?;
+            let sng = stress_ng_methods(hg, &p)?;
+            let hpl = linpack(hg, &p)?;
             Ok((par, sng, hpl, matrix))
-        })();
-        let fairness = hg.fairness.clone();
-        let stopped = hg.stop(sb);
-        let (par, sng, hpl, matrix) = r?;
-        stopped?;
-
-        let method = method_note(rounds, warmup, &fairness);
-        let mut sections = vec![
-            Section {
-                title: "sysbench cpu, instances in parallel (time to complete)".into(),
-                table: hostguest::table(&par),
-                notes: vec![
-                    format!("`sysbench cpu --cpu-max-prime=10000 --events={events} --time=0 --threads=1 run`, N started at once by one busybox sh; time from the start of the script to the last instance's exit"),
-                    "published A: nbench, N processes on a single-core MIPS board, diff % converted to (guest − host) / host; B: sysbench on MIPS/ARM boards, overhead ≤ 4 % worst case".into(),
-                ],
-            },
-            Section {
-                title: "stress-ng CPU methods (stand-in for nbench/BYTEmark)".into(),
-                table: hostguest::table(&sng),
-                notes: vec![
-                    format!("`stress-ng --cpu 1 --cpu-method M --timeout {seconds}s --metrics-brief`: bogo ops per second of real time. nbench/BYTEmark is not in Debian; stress-ng's methods stand in for it (the pairing with nbench tests is by kind of work, not the same code), so compare only the diff %"),
-                ],
-            },
-            Section {
-                title: "Linpack".into(),
-                table: hostguest::table(&hpl),
-                notes: vec!["hpcc (HPC Challenge) run as one MPI singleton, P = Q = 1, NB = 80; HPL_Tflops × 10⁶".into()],
-            },
-        ];
-        if !matrix.is_empty() {
-            sections.push(hostguest::matrix_section(
-                "host and container at once (LXCBENCH matrix)",
-                &matrix,
-                vec![format!("relative to host alone (1.00 = as fast; lower = slower); both at once: one instance on each side, started together; {rounds} rounds after one warm-up. This machine has 2 cores, so one instance each should not compete")],
-            ));
-        }
-        sections.push(method);
-        let all: Vec<&Metric> = par.iter().chain(&sng).chain(&hpl).collect();
-        Ok(SuiteOutput {
-            name: "cpu",
-            sections,
-            raw: json!({
-                "rounds": rounds, "warmup": warmup, "sysbench_events": events,
-                "stress_ng_seconds": seconds, "hpl_n": hpl_n, "fairness": fairness,
-                "metrics": all.iter().map(|m| m.json()).collect::<Vec<Value>>(),
-                "matrix": matrix.iter().map(|m| m.json()).collect::<Vec<Value>>(),
-            }),
-        })
+        })?;
+        Ok(report(&p, r, &fairness))
     }
 
     fn environment(&self) -> Vec<(String, String)> {
         tool_versions(&[SYSBENCH, STRESS_NG, HPCC])
+    }
+}
+
+/// How much work each test does.
+struct Sizes {
+    r: Rounds,
+    /// sysbench events per instance.
+    events: usize,
+    /// stress-ng's time per method.
+    seconds: usize,
+    /// Linpack's matrix size.
+    hpl_n: usize,
+}
+
+/// sysbench, N instances in parallel, and the host-and-guest-at-once matrix of one (none
+/// without sysbench).
+fn sysbench_parallel(hg: &HostGuest, p: &Sizes) -> Result<(Vec<Metric>, Vec<Matrix>)> {
+    let mut par: Vec<Metric> = PARALLEL_A
+        .iter()
+        .map(|(n, published)| {
+            let s = if *n > 1 { "s" } else { "" };
+            Metric::new(format!("sysbench cpu, {n} instance{s}"), "s", false)
+                .published(published)
+                .needs(SYSBENCH)
+        })
+        .collect();
+    if !present(SYSBENCH) {
+        return Ok((par, Vec::new()));
+    }
+    let mut matrix = vec![Matrix::new("sysbench cpu, 1 instance", "s", false)];
+    let args = |n: usize| -> Vec<String> {
+        let mut v = vec![n.to_string()];
+        v.extend(
+            [
+                "sysbench",
+                "cpu",
+                "--cpu-max-prime=10000",
+                &format!("--events={}", p.events),
+                "--time=0",
+                "--threads=1",
+                "run",
+            ]
+            .map(String::from),
+        );
+        v
+    };
+    for (k, (n, _)) in PARALLEL_A.iter().enumerate() {
+        progress!("cpu: sysbench, {n} in parallel");
+        abab(
+            &mut par[k..k + 1],
+            p.r.rounds,
+            p.r.warmup,
+            |side, m, rec| {
+                let o = hg.run(side, PARALLEL_SCRIPT, &args(*n))?;
+                if o.text.matches("total time:").count() != *n {
+                    return Err(bad("sysbench", &o.text));
+                }
+                if rec {
+                    m[0].push(side, o.secs, o.load);
+                }
+                Ok(())
+            },
+        )?;
+    }
+    progress!("cpu: sysbench, host and guest at once");
+    hostguest::matrix_rows(
+        hg,
+        &mut matrix,
+        p.r.rounds,
+        PARALLEL_SCRIPT,
+        &args(1),
+        |o| Ok(vec![o.secs]),
+    )?;
+    matrix[0].published = "(LXCBENCH has no sysbench row)".into();
+    Ok((par, matrix))
+}
+
+/// stress-ng's CPU methods, bogo ops/s.
+fn stress_ng_methods(hg: &HostGuest, p: &Sizes) -> Result<Vec<Metric>> {
+    let mut sng: Vec<Metric> = METHODS
+        .iter()
+        .map(|(m, like, published)| {
+            Metric::new(format!("stress-ng cpu {m} ({like})"), "bogo ops/s", true)
+                .published(published)
+                .needs(STRESS_NG)
+        })
+        .collect();
+    if !present(STRESS_NG) {
+        return Ok(sng);
+    }
+    for (k, (method, _, _)) in METHODS.iter().enumerate() {
+        progress!("cpu: stress-ng {method}");
+        let args: Vec<String> = [
+            "--cpu",
+            "1",
+            "--cpu-method",
+            method,
+            "--timeout",
+            &format!("{}s", p.seconds),
+            "--metrics-brief",
+        ]
+        .map(String::from)
+        .to_vec();
+        abab(
+            &mut sng[k..k + 1],
+            p.r.rounds,
+            p.r.warmup,
+            |side, m, rec| {
+                let o = hg.run(side, "stress-ng \"$@\"", &args)?;
+                let v = stress_ng_rate(&o.text).ok_or_else(|| bad("stress-ng", &o.text))?;
+                if rec {
+                    m[0].push(side, v, o.load);
+                }
+                Ok(())
+            },
+        )?;
+    }
+    Ok(sng)
+}
+
+/// hpcc's HPL, MFLOPS.
+fn linpack(hg: &HostGuest, p: &Sizes) -> Result<Vec<Metric>> {
+    let test = format!("Linpack (hpcc HPL, N = {})", p.hpl_n);
+    if !present(HPCC) {
+        return Ok(vec![Metric::new(test, "MFLOPS", true).skip(HPCC.skipped())]);
+    }
+    let mut hpl =
+        vec![Metric::new(test, "MFLOPS", true).published("B: no relevant overhead (N = 1000)")];
+    progress!("cpu: Linpack");
+    hpcc_setup(hg, p.hpl_n)?;
+    abab(&mut hpl, p.r.rounds, p.r.warmup, |side, m, rec| {
+        let o = hg.run(side, HPCC_SCRIPT, &[])?;
+        let s = hpcc_summary(&o.text);
+        let v = s.get("HPL_Tflops").ok_or_else(|| bad("hpcc", &o.text))? * 1e6;
+        if rec {
+            m[0].push(side, v, o.load);
+        }
+        Ok(())
+    })?;
+    Ok(hpl)
+}
+
+fn report(p: &Sizes, (par, sng, hpl, matrix): CpuResults, fairness: &[String]) -> SuiteOutput {
+    let Sizes {
+        r: Rounds { rounds, warmup },
+        events,
+        seconds,
+        hpl_n,
+    } = *p;
+    let mut sections = vec![
+        Section {
+            title: "sysbench cpu, instances in parallel (time to complete)".into(),
+            table: hostguest::table(&par),
+            notes: vec![
+                format!("`sysbench cpu --cpu-max-prime=10000 --events={events} --time=0 --threads=1 run`, N started at once by one busybox sh; time from the start of the script to the last instance's exit"),
+                "published A: nbench, N processes on a single-core MIPS board, diff % converted to (guest − host) / host; B: sysbench on MIPS/ARM boards, overhead ≤ 4 % worst case".into(),
+            ],
+        },
+        Section {
+            title: "stress-ng CPU methods (stand-in for nbench/BYTEmark)".into(),
+            table: hostguest::table(&sng),
+            notes: vec![
+                format!("`stress-ng --cpu 1 --cpu-method M --timeout {seconds}s --metrics-brief`: bogo ops per second of real time. nbench/BYTEmark is not in Debian; stress-ng's methods stand in for it (the pairing with nbench tests is by kind of work, not the same code), so compare only the diff %"),
+            ],
+        },
+        Section {
+            title: "Linpack".into(),
+            table: hostguest::table(&hpl),
+            notes: vec!["hpcc (HPC Challenge) run as one MPI singleton, P = Q = 1, NB = 80; HPL_Tflops × 10⁶".into()],
+        },
+    ];
+    if !matrix.is_empty() {
+        sections.push(hostguest::matrix_section(
+            "host and container at once (LXCBENCH matrix)",
+            &matrix,
+            vec![format!("relative to host alone (1.00 = as fast; lower = slower); both at once: one instance on each side, started together; {rounds} rounds after one warm-up. This machine has 2 cores, so one instance each should not compete")],
+        ));
+    }
+    sections.push(method_note(rounds, warmup, fairness));
+    let all: Vec<&Metric> = par.iter().chain(&sng).chain(&hpl).collect();
+    SuiteOutput {
+        name: "cpu",
+        sections,
+        raw: json!({
+            "rounds": rounds, "warmup": warmup, "sysbench_events": events,
+            "stress_ng_seconds": seconds, "hpl_n": hpl_n, "fairness": fairness,
+            "metrics": all.iter().map(|m| m.json()).collect::<Vec<Value>>(),
+            "matrix": matrix.iter().map(|m| m.json()).collect::<Vec<Value>>(),
+        }),
     }
 }
 

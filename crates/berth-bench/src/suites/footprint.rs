@@ -8,7 +8,7 @@
 //!   the LXC monitor (`berth-monitor`, the shim's child); the container's init (the
 //!   monitor's child) and its payload belong to the package and are shown apart.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -157,212 +157,283 @@ impl Suite for Footprint {
         let idle = procfs::mem(daemon)?;
 
         progress!("footprint: starting {DENSITY} containers");
-        let mut start_ms = Vec::new();
-        for i in 0..DENSITY {
-            crate::util::check_interrupted()?;
-            let t = Instant::now();
-            sb.ok(&["start", &pkg_name(i)])?;
-            start_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-        }
+        let start_ms = timed_all(sb, "start")?;
         sleep(settle)?;
         let busy = procfs::mem(daemon)?;
-        let lxcpath = sb.cfg.paths.lxcpath.clone();
-        let per = containers(&lxcpath)?;
-        if per.len() != DENSITY {
-            bail!(
-                "found {} berth-shim processes under {}, expected {DENSITY}",
-                per.len(),
-                lxcpath.display()
-            );
-        }
+        let per = running_containers(sb)?;
 
         progress!("footprint: stopping them");
-        let mut stop_ms = Vec::new();
-        for i in 0..DENSITY {
-            let t = Instant::now();
-            sb.ok(&["stop", &pkg_name(i)])?;
-            stop_ms.push(t.elapsed().as_secs_f64() * 1000.0);
-        }
+        let stop_ms = timed_all(sb, "stop")?;
         sleep(idle_settle)?;
         let after = procfs::mem(daemon)?;
+        Ok(report(&Measured {
+            berth: (sb.berth.clone(), berth_size, berth_stripped),
+            bench: (me, bench_size, bench_stripped),
+            daemon,
+            idle,
+            busy,
+            after,
+            per,
+            start_ms,
+            stop_ms,
+            settle,
+            idle_settle,
+        }))
+    }
+}
 
-        let cost_rss = avg(&per, |c| c.shim.rss_kib + c.monitor.rss_kib);
-        let cost_private = avg(&per, |c| c.shim.private_kib + c.monitor.private_kib);
-        let cost_pss = avg(&per, |c| c.shim.pss_kib + c.monitor.pss_kib);
+/// Everything the suite measured.
+struct Measured {
+    /// Path, size, stripped size of `berth` and of `berth-bench`.
+    berth: (PathBuf, u64, Option<u64>),
+    bench: (PathBuf, u64, Option<u64>),
+    daemon: i32,
+    /// The daemon idle, with [`DENSITY`] containers running, after they stopped.
+    idle: Mem,
+    busy: Mem,
+    after: Mem,
+    per: Vec<PerContainer>,
+    start_ms: Vec<f64>,
+    stop_ms: Vec<f64>,
+    /// How long memory settled with the containers running, and idle.
+    settle: Duration,
+    idle_settle: Duration,
+}
 
-        let mut sizes_t = Table::new(&["binary", "size", "budget", "verdict"]);
-        let berth_eff = berth_stripped.unwrap_or(berth_size);
-        sizes_t.row(vec![
-            "`berth`, stripped".into(),
-            bytes(berth_eff),
-            "≤ 1.5 MiB".into(),
-            verdict(berth_eff as f64, BUDGET_BINARY as f64).into(),
-        ]);
-        sizes_t.row(vec![
-            "`berth`, as built".into(),
-            bytes(berth_size),
-            String::new(),
-            String::new(),
-        ]);
-        sizes_t.row(vec![
-            "`berth-bench`, stripped".into(),
-            bytes(bench_stripped.unwrap_or(bench_size)),
-            "(not on the device)".into(),
-            String::new(),
-        ]);
+/// `berth start` (or `stop`) of every idle package, one after another: ms each.
+fn timed_all(sb: &Sandbox, verb: &str) -> Result<Vec<f64>> {
+    let mut times = Vec::new();
+    for i in 0..DENSITY {
+        crate::util::check_interrupted()?;
+        let t = Instant::now();
+        sb.ok(&[verb, &pkg_name(i)])?;
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    Ok(times)
+}
 
-        let mut mem_t = Table::new(&[
-            "daemon",
-            "RSS",
-            "private",
-            "private dirty",
-            "PSS",
-            "threads",
-            "budget",
-            "verdict",
-        ]);
-        let row = |label: &str, m: &Mem, budget: &str, v: &str| {
-            vec![
-                label.to_string(),
-                kib(m.rss_kib),
-                kib(m.private_kib),
-                kib(m.private_dirty_kib),
-                kib(m.pss_kib),
-                m.threads.to_string(),
-                budget.to_string(),
-                v.to_string(),
-            ]
+/// The per-container processes of the sandbox's [`DENSITY`] running containers.
+fn running_containers(sb: &Sandbox) -> Result<Vec<PerContainer>> {
+    let lxcpath = &sb.cfg.paths.lxcpath;
+    let per = containers(lxcpath)?;
+    if per.len() != DENSITY {
+        bail!(
+            "found {} berth-shim processes under {}, expected {DENSITY}",
+            per.len(),
+            lxcpath.display()
+        );
+    }
+    Ok(per)
+}
+
+fn sizes_table(m: &Measured) -> Table {
+    let (_, berth_size, berth_stripped) = m.berth;
+    let (_, bench_size, bench_stripped) = m.bench;
+    let mut sizes_t = Table::new(&["binary", "size", "budget", "verdict"]);
+    let berth_eff = berth_stripped.unwrap_or(berth_size);
+    sizes_t.row(vec![
+        "`berth`, stripped".into(),
+        bytes(berth_eff),
+        "≤ 1.5 MiB".into(),
+        verdict(berth_eff as f64, BUDGET_BINARY as f64).into(),
+    ]);
+    sizes_t.row(vec![
+        "`berth`, as built".into(),
+        bytes(berth_size),
+        String::new(),
+        String::new(),
+    ]);
+    sizes_t.row(vec![
+        "`berth-bench`, stripped".into(),
+        bytes(bench_stripped.unwrap_or(bench_size)),
+        "(not on the device)".into(),
+        String::new(),
+    ]);
+    sizes_t
+}
+
+fn memory_table(m: &Measured) -> Table {
+    let mut mem_t = Table::new(&[
+        "daemon",
+        "RSS",
+        "private",
+        "private dirty",
+        "PSS",
+        "threads",
+        "budget",
+        "verdict",
+    ]);
+    let row = |label: &str, m: &Mem, budget: &str, v: &str| {
+        vec![
+            label.to_string(),
+            kib(m.rss_kib),
+            kib(m.private_kib),
+            kib(m.private_dirty_kib),
+            kib(m.pss_kib),
+            m.threads.to_string(),
+            budget.to_string(),
+            v.to_string(),
+        ]
+    };
+    let idle = &m.idle;
+    let idle_ok =
+        if idle.private_kib <= BUDGET_IDLE_PRIVATE_KIB && idle.rss_kib <= BUDGET_IDLE_RSS_KIB {
+            "ok"
+        } else {
+            "OVER"
         };
-        let idle_ok =
-            if idle.private_kib <= BUDGET_IDLE_PRIVATE_KIB && idle.rss_kib <= BUDGET_IDLE_RSS_KIB {
-                "ok"
-            } else {
-                "OVER"
-            };
-        mem_t.row(row(
-            "idle (packages installed, nothing running)",
-            &idle,
-            "private ≤ 1 MiB, RSS ≤ 4 MiB",
-            idle_ok,
-        ));
-        mem_t.row(row(&format!("{DENSITY} containers running"), &busy, "", ""));
-        mem_t.row(row("after stopping them", &after, "", ""));
+    mem_t.row(row(
+        "idle (packages installed, nothing running)",
+        idle,
+        "private ≤ 1 MiB, RSS ≤ 4 MiB",
+        idle_ok,
+    ));
+    mem_t.row(row(
+        &format!("{DENSITY} containers running"),
+        &m.busy,
+        "",
+        "",
+    ));
+    mem_t.row(row("after stopping them", &m.after, "", ""));
+    mem_t
+}
 
-        let mut per_t = Table::new(&[
-            "per container (mean of 10)",
-            "RSS",
-            "private",
-            "PSS",
-            "budget",
-            "verdict",
-        ]);
-        per_t.row(vec![
-            "berth's cost: shim + LXC monitor".into(),
-            kib(cost_rss),
-            kib(cost_private),
-            kib(cost_pss),
-            "≤ 1 MiB (private and PSS)".into(),
-            if cost_private <= BUDGET_PER_CONTAINER_KIB && cost_pss <= BUDGET_PER_CONTAINER_KIB {
-                "ok".into()
-            } else {
-                "OVER".into()
-            },
-        ]);
-        let part = |label: &str, f: &dyn Fn(&PerContainer) -> Mem| {
-            vec![
-                label.to_string(),
-                kib(avg(&per, |c| f(c).rss_kib)),
-                kib(avg(&per, |c| f(c).private_kib)),
-                kib(avg(&per, |c| f(c).pss_kib)),
-                String::new(),
-                String::new(),
-            ]
-        };
-        per_t.row(part("  `berth-shim`", &|c| c.shim));
-        per_t.row(part(
-            "  `berth-monitor` (liblxc, forked from the shim)",
-            &|c| c.monitor,
-        ));
-        per_t.row(part(
-            "the package's own processes (init.lxc + busybox sleep), for scale",
-            &|c| c.package,
-        ));
-        per_t.row(vec![
-            format!("daemon growth with {DENSITY} running, per container"),
-            kib(busy.rss_kib.saturating_sub(idle.rss_kib) / DENSITY as u64),
-            kib(busy.private_kib.saturating_sub(idle.private_kib) / DENSITY as u64),
-            kib(busy.pss_kib.saturating_sub(idle.pss_kib) / DENSITY as u64),
+/// berth's cost per container (shim + monitor): (RSS, private, PSS) KiB, mean.
+fn berth_cost(per: &[PerContainer]) -> (u64, u64, u64) {
+    (
+        avg(per, |c| c.shim.rss_kib + c.monitor.rss_kib),
+        avg(per, |c| c.shim.private_kib + c.monitor.private_kib),
+        avg(per, |c| c.shim.pss_kib + c.monitor.pss_kib),
+    )
+}
+
+fn per_container_table(m: &Measured) -> Table {
+    let per = &m.per;
+    let (cost_rss, cost_private, cost_pss) = berth_cost(per);
+    let mut per_t = Table::new(&[
+        "per container (mean of 10)",
+        "RSS",
+        "private",
+        "PSS",
+        "budget",
+        "verdict",
+    ]);
+    per_t.row(vec![
+        "berth's cost: shim + LXC monitor".into(),
+        kib(cost_rss),
+        kib(cost_private),
+        kib(cost_pss),
+        "≤ 1 MiB (private and PSS)".into(),
+        if cost_private <= BUDGET_PER_CONTAINER_KIB && cost_pss <= BUDGET_PER_CONTAINER_KIB {
+            "ok".into()
+        } else {
+            "OVER".into()
+        },
+    ]);
+    let part = |label: &str, f: &dyn Fn(&PerContainer) -> Mem| {
+        vec![
+            label.to_string(),
+            kib(avg(per, |c| f(c).rss_kib)),
+            kib(avg(per, |c| f(c).private_kib)),
+            kib(avg(per, |c| f(c).pss_kib)),
             String::new(),
             String::new(),
-        ]);
+        ]
+    };
+    per_t.row(part("  `berth-shim`", &|c| c.shim));
+    per_t.row(part(
+        "  `berth-monitor` (liblxc, forked from the shim)",
+        &|c| c.monitor,
+    ));
+    per_t.row(part(
+        "the package's own processes (init.lxc + busybox sleep), for scale",
+        &|c| c.package,
+    ));
+    let (busy, idle) = (&m.busy, &m.idle);
+    per_t.row(vec![
+        format!("daemon growth with {DENSITY} running, per container"),
+        kib(busy.rss_kib.saturating_sub(idle.rss_kib) / DENSITY as u64),
+        kib(busy.private_kib.saturating_sub(idle.private_kib) / DENSITY as u64),
+        kib(busy.pss_kib.saturating_sub(idle.pss_kib) / DENSITY as u64),
+        String::new(),
+        String::new(),
+    ]);
+    per_t
+}
 
-        let st = summarize(&start_ms);
-        let sp = summarize(&stop_ms);
-        let mut dens_t = Table::new(&["density", "median ms", "p10", "p90", "total s"]);
-        for (label, s, v) in [
-            ("berth start (one after another)", st, &start_ms),
-            ("berth stop", sp, &stop_ms),
-        ] {
-            if let Some(s) = s {
-                dens_t.row(vec![
-                    format!("{label}, {DENSITY} containers"),
-                    ms(s.median),
-                    ms(s.p10),
-                    ms(s.p90),
-                    format!("{:.2}", v.iter().sum::<f64>() / 1000.0),
-                ]);
-            }
+fn density_table(m: &Measured) -> Table {
+    let mut dens_t = Table::new(&["density", "median ms", "p10", "p90", "total s"]);
+    for (label, v) in [
+        ("berth start (one after another)", &m.start_ms),
+        ("berth stop", &m.stop_ms),
+    ] {
+        if let Some(s) = summarize(v) {
+            dens_t.row(vec![
+                format!("{label}, {DENSITY} containers"),
+                ms(s.median),
+                ms(s.p10),
+                ms(s.p90),
+                format!("{:.2}", v.iter().sum::<f64>() / 1000.0),
+            ]);
         }
+    }
+    dens_t
+}
 
-        let raw = json!({
-            "berth": {"path": sb.berth.display().to_string(), "size": berth_size, "stripped": berth_stripped},
-            "berth_bench": {"path": me.display().to_string(), "size": bench_size, "stripped": bench_stripped},
-            "daemon": {"pid": daemon, "idle": mem_json(&idle), "running": mem_json(&busy), "after_stop": mem_json(&after)},
-            "containers": per.iter().map(|c| json!({
-                "name": c.name, "shim": mem_json(&c.shim), "monitor": mem_json(&c.monitor),
-                "package": mem_json(&c.package), "package_processes": c.package_procs,
-            })).collect::<Vec<_>>(),
-            "per_container_mean_kib": {"rss": cost_rss, "private": cost_private, "pss": cost_pss},
-            "start_ms": start_ms, "stop_ms": stop_ms,
-            "budgets": {"berth_stripped_bytes": BUDGET_BINARY, "idle_private_kib": BUDGET_IDLE_PRIVATE_KIB,
-                        "idle_rss_kib": BUDGET_IDLE_RSS_KIB, "per_container_kib": BUDGET_PER_CONTAINER_KIB},
-        });
-        Ok(SuiteOutput {
-            name: "footprint",
-            sections: vec![
-                Section {
-                    title: "binary size".into(),
-                    table: sizes_t,
-                    notes: vec!["stripped with `strip -s` (the release profile already strips: both sizes agree then)".into()],
-                },
-                Section {
-                    title: "daemon memory".into(),
-                    table: mem_t,
-                    notes: vec![
-                        "RSS = VmRSS of /proc/PID/status (counts shared library pages: libc, liblxc); private = Private_Clean + Private_Dirty of /proc/PID/smaps_rollup; PSS = shared pages divided among their users".into(),
-                        "private dirty = heap, stacks and written data; the rest of private is clean file pages no other process maps (while no shim runs, that includes the berth binary's own text)".into(),
-                        format!(
-                            "idle and after stopping: measured {} s after the daemon last did something (past the memory guard's 5 s wake-up); with containers running: {} s",
-                            idle_settle.as_secs_f64(),
-                            settle.as_secs_f64()
-                        ),
-                    ],
-                },
-                Section {
-                    title: "per-container cost".into(),
-                    table: per_t,
-                    notes: vec![
-                        format!("{DENSITY} packages each running `busybox sleep`; per container: `berth-shim` plus its child `berth-monitor` (the LXC monitor); the container's init (child of the monitor) and the payload belong to the package"),
-                        "shim and monitor share most pages (the monitor is a fork of the shim, both map the same berth binary and liblxc), so their RSS adds shared pages twice; private and PSS are the marginal cost".into(),
-                    ],
-                },
-                Section {
-                    title: "density".into(),
-                    table: dens_t,
-                    notes: Vec::new(),
-                },
-            ],
-            raw,
-        })
+fn raw_json(m: &Measured) -> Value {
+    let (cost_rss, cost_private, cost_pss) = berth_cost(&m.per);
+    let binary = |(path, size, stripped): &(PathBuf, u64, Option<u64>)| json!({"path": path.display().to_string(), "size": size, "stripped": stripped});
+    json!({
+        "berth": binary(&m.berth),
+        "berth_bench": binary(&m.bench),
+        "daemon": {"pid": m.daemon, "idle": mem_json(&m.idle), "running": mem_json(&m.busy), "after_stop": mem_json(&m.after)},
+        "containers": m.per.iter().map(|c| json!({
+            "name": c.name, "shim": mem_json(&c.shim), "monitor": mem_json(&c.monitor),
+            "package": mem_json(&c.package), "package_processes": c.package_procs,
+        })).collect::<Vec<_>>(),
+        "per_container_mean_kib": {"rss": cost_rss, "private": cost_private, "pss": cost_pss},
+        "start_ms": m.start_ms, "stop_ms": m.stop_ms,
+        "budgets": {"berth_stripped_bytes": BUDGET_BINARY, "idle_private_kib": BUDGET_IDLE_PRIVATE_KIB,
+                    "idle_rss_kib": BUDGET_IDLE_RSS_KIB, "per_container_kib": BUDGET_PER_CONTAINER_KIB},
+    })
+}
+
+fn report(m: &Measured) -> SuiteOutput {
+    SuiteOutput {
+        name: "footprint",
+        sections: vec![
+            Section {
+                title: "binary size".into(),
+                table: sizes_table(m),
+                notes: vec!["stripped with `strip -s` (the release profile already strips: both sizes agree then)".into()],
+            },
+            Section {
+                title: "daemon memory".into(),
+                table: memory_table(m),
+                notes: vec![
+                    "RSS = VmRSS of /proc/PID/status (counts shared library pages: libc, liblxc); private = Private_Clean + Private_Dirty of /proc/PID/smaps_rollup; PSS = shared pages divided among their users".into(),
+                    "private dirty = heap, stacks and written data; the rest of private is clean file pages no other process maps (while no shim runs, that includes the berth binary's own text)".into(),
+                    format!(
+                        "idle and after stopping: measured {} s after the daemon last did something (past the memory guard's 5 s wake-up); with containers running: {} s",
+                        m.idle_settle.as_secs_f64(),
+                        m.settle.as_secs_f64()
+                    ),
+                ],
+            },
+            Section {
+                title: "per-container cost".into(),
+                table: per_container_table(m),
+                notes: vec![
+                    format!("{DENSITY} packages each running `busybox sleep`; per container: `berth-shim` plus its child `berth-monitor` (the LXC monitor); the container's init (child of the monitor) and the payload belong to the package"),
+                    "shim and monitor share most pages (the monitor is a fork of the shim, both map the same berth binary and liblxc), so their RSS adds shared pages twice; private and PSS are the marginal cost".into(),
+                ],
+            },
+            Section {
+                title: "density".into(),
+                table: density_table(m),
+                notes: Vec::new(),
+            },
+        ],
+        raw: raw_json(m),
     }
 }

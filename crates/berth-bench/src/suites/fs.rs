@@ -11,7 +11,7 @@
 use serde_json::{json, Value};
 
 use super::cpu::{method_note, tool_versions};
-use super::hostguest::{self, abab, drop_caches, HostGuest, Metric, Tool};
+use super::hostguest::{self, abab, drop_caches, HostGuest, Metric, Rounds, Tool};
 use super::{Ctx, Suite};
 use crate::report::{Section, SuiteOutput};
 use crate::sandbox::{PkgSpec, Sandbox};
@@ -50,148 +50,171 @@ impl Suite for Fs {
     }
 
     fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput> {
-        let rounds = ctx.runs_given.unwrap_or(if ctx.quick { 3 } else { 10 });
-        let warmup = 1;
-        let blocks: usize = if ctx.quick { 2500 } else { 10000 };
-        let fio_mib: usize = if ctx.quick { 32 } else { 256 };
-        let fio_secs: usize = if ctx.quick { 1 } else { 2 };
+        let p = Sizes {
+            r: Rounds::of(ctx),
+            blocks: if ctx.quick { 2500 } else { 10000 },
+            fio_mib: if ctx.quick { 32 } else { 256 },
+            fio_secs: if ctx.quick { 1 } else { 2 },
+        };
         let sb = &*ctx.sb;
         let mut hg = HostGuest::start(sb, PKG, &[FIO])?;
         hg.share_data();
-        let r = (|| -> Result<(Vec<Metric>, Vec<Metric>)> {
-            let mb = (blocks * 4096) as f64 / 1e6;
-            let mut dd = vec![
-                Metric::new(format!("dd write, no sync, 4096 × {blocks}"), "MB/s", true)
-                    .published("A: 18.50 → 18.63 (+0.70 %)"),
-                Metric::new(
-                    format!("dd write, conv=fsync, 4096 × {blocks}"),
-                    "MB/s",
-                    true,
-                )
-                .published("A: 0.897 → 0.919 (+2.45 %)"),
-                Metric::new(
-                    format!("dd read, caches dropped, 4096 × {blocks}"),
-                    "MB/s",
-                    true,
-                )
-                .published("A: 7.241 → 7.207 (−0.47 %)"),
-            ];
-            progress!("fs: busybox dd");
-            let b = blocks.to_string();
-            abab(&mut dd, rounds, warmup, |side, m, rec| {
-                let phases = [
-                    "rm -f dd.img; busybox dd if=/dev/zero of=dd.img bs=4096 count=$1 2>/dev/null",
-                    "rm -f dd.img; busybox dd if=/dev/zero of=dd.img bs=4096 count=$1 conv=fsync 2>/dev/null",
-                    "busybox dd if=dd.img of=/dev/null bs=4096 2>/dev/null",
-                ];
-                for (k, script) in phases.iter().enumerate() {
-                    drop_caches()?;
-                    let o = hg.run(side, script, std::slice::from_ref(&b))?;
-                    if rec {
-                        m[k].push(side, mb / o.secs, o.load);
-                    }
-                }
-                let _ = std::fs::remove_file(hg.guest_data.join("dd.img"));
-                Ok(())
-            })?;
-
-            let mut fio: Vec<Metric> = FIO_MODES
-                .iter()
-                .map(|(_, label, p)| {
-                    let m = Metric::new(
-                        format!("fio {label}, 4k direct, {fio_mib} MiB file"),
-                        "MB/s",
-                        true,
-                    )
-                    .published(p);
-                    if FIO.host_path().is_some() {
-                        m
-                    } else {
-                        m.skip(FIO.skipped())
-                    }
-                })
-                .collect();
-            if FIO.host_path().is_some() {
-                for (k, (mode, label, _)) in FIO_MODES.iter().enumerate() {
-                    progress!("fs: fio {label}");
-                    let args: Vec<String> = [
-                        "--name=bench".to_string(),
-                        "--filename=fio.dat".into(),
-                        format!("--size={fio_mib}M"),
-                        "--bs=4k".into(),
-                        "--direct=1".into(),
-                        "--ioengine=psync".into(),
-                        format!("--rw={mode}"),
-                        format!("--runtime={fio_secs}"),
-                        "--time_based".into(),
-                        "--output-format=json".into(),
-                    ]
-                    .to_vec();
-                    let write = mode.contains("write");
-                    abab(&mut fio[k..k + 1], rounds, warmup, |side, m, rec| {
-                        drop_caches()?;
-                        let o = hg.run(side, "fio \"$@\"", &args)?;
-                        let v = fio_bw(&o.text, write).ok_or_else(|| {
-                            format!(
-                                "fio: no bandwidth in its output: {}",
-                                o.text
-                                    .trim()
-                                    .lines()
-                                    .rev()
-                                    .take(3)
-                                    .collect::<Vec<_>>()
-                                    .join(" / ")
-                            )
-                        })?;
-                        if rec {
-                            m[0].push(side, v / 1e6, o.load);
-                        }
-                        Ok(())
-                    })?;
-                }
-            }
+        let ((dd, fio), fairness) = hg.measure_then_stop(sb, |hg| {
+            let dd = dd_phases(hg, &p)?;
+            let fio = fio_modes(hg, &p)?;
             Ok((dd, fio))
-        })();
-        let fairness = hg.fairness.clone();
-        let stopped = hg.stop(sb);
-        let (dd, fio) = r?;
-        stopped?;
-
-        let fstype = fs_type(&sb.dir);
-        let sections = vec![
-            Section {
-                title: "busybox dd (the seed method)".into(),
-                table: hostguest::table(&dd),
-                notes: vec![
-                    format!("`busybox dd bs=4096 count={blocks}` from /dev/zero to a new file, then the same with `conv=fsync`, then the file to /dev/null; `sync` and `echo 3 > /proc/sys/vm/drop_caches` from the host before every phase; MB/s = bytes / time from the script's start to dd's exit"),
-                    format!("both sides work on the same files on {fstype}: the guest in /data (berth's bind of its data directory), the host in that directory (where a file sits on a virtual disk can change its speed more than a container does)"),
-                    "published A: 600 MHz MIPS router, overlayfs on squashfs + ubifs, 100 runs (host → guest); absolute MB/s not comparable".into(),
-                ],
-            },
-            Section {
-                title: "fio, 4 KiB direct I/O".into(),
-                table: hostguest::table(&fio),
-                notes: vec![
-                    format!("`fio --bs=4k --direct=1 --ioengine=psync --size={fio_mib}M --runtime={fio_secs} --time_based --rw=MODE`, one job, caches dropped before each run; the file is laid out in the warm-up round"),
-                    "published D: Jetson Nano / Raspberry Pi 4, native vs runc vs microVMs: the container–native gap is insignificant".into(),
-                ],
-            },
-            method_note(rounds, warmup, &fairness),
-        ];
-        let all: Vec<&Metric> = dd.iter().chain(&fio).collect();
-        Ok(SuiteOutput {
-            name: "fs",
-            sections,
-            raw: json!({
-                "rounds": rounds, "warmup": warmup, "dd_blocks": blocks, "fio_mib": fio_mib,
-                "fio_seconds": fio_secs, "file_system": fstype, "fairness": fairness,
-                "metrics": all.iter().map(|m| m.json()).collect::<Vec<Value>>(),
-            }),
-        })
+        })?;
+        Ok(report(&p, &dd, &fio, &fairness, &fs_type(&sb.dir)))
     }
 
     fn environment(&self) -> Vec<(String, String)> {
         tool_versions(&[FIO])
+    }
+}
+
+/// How much work each test does.
+struct Sizes {
+    r: Rounds,
+    /// busybox dd's 4096-byte blocks.
+    blocks: usize,
+    fio_mib: usize,
+    fio_secs: usize,
+}
+
+/// busybox dd: write, write with fsync, read, the caches dropped before each.
+fn dd_phases(hg: &HostGuest, p: &Sizes) -> Result<Vec<Metric>> {
+    let blocks = p.blocks;
+    let mb = (blocks * 4096) as f64 / 1e6;
+    let mut dd = vec![
+        Metric::new(format!("dd write, no sync, 4096 × {blocks}"), "MB/s", true)
+            .published("A: 18.50 → 18.63 (+0.70 %)"),
+        Metric::new(
+            format!("dd write, conv=fsync, 4096 × {blocks}"),
+            "MB/s",
+            true,
+        )
+        .published("A: 0.897 → 0.919 (+2.45 %)"),
+        Metric::new(
+            format!("dd read, caches dropped, 4096 × {blocks}"),
+            "MB/s",
+            true,
+        )
+        .published("A: 7.241 → 7.207 (−0.47 %)"),
+    ];
+    progress!("fs: busybox dd");
+    let b = blocks.to_string();
+    abab(&mut dd, p.r.rounds, p.r.warmup, |side, m, rec| {
+        let phases = [
+            "rm -f dd.img; busybox dd if=/dev/zero of=dd.img bs=4096 count=$1 2>/dev/null",
+            "rm -f dd.img; busybox dd if=/dev/zero of=dd.img bs=4096 count=$1 conv=fsync 2>/dev/null",
+            "busybox dd if=dd.img of=/dev/null bs=4096 2>/dev/null",
+        ];
+        for (k, script) in phases.iter().enumerate() {
+            drop_caches()?;
+            let o = hg.run(side, script, std::slice::from_ref(&b))?;
+            if rec {
+                m[k].push(side, mb / o.secs, o.load);
+            }
+        }
+        let _ = std::fs::remove_file(hg.guest_data.join("dd.img"));
+        Ok(())
+    })?;
+    Ok(dd)
+}
+
+/// fio in each of [`FIO_MODES`], 4 KiB direct I/O.
+fn fio_modes(hg: &HostGuest, p: &Sizes) -> Result<Vec<Metric>> {
+    let mut fio: Vec<Metric> = FIO_MODES
+        .iter()
+        .map(|(_, label, published)| {
+            let test = format!("fio {label}, 4k direct, {} MiB file", p.fio_mib);
+            Metric::new(test, "MB/s", true)
+                .published(published)
+                .needs(FIO)
+        })
+        .collect();
+    if FIO.host_path().is_none() {
+        return Ok(fio);
+    }
+    for (k, (mode, label, _)) in FIO_MODES.iter().enumerate() {
+        progress!("fs: fio {label}");
+        let args: Vec<String> = [
+            "--name=bench".to_string(),
+            "--filename=fio.dat".into(),
+            format!("--size={}M", p.fio_mib),
+            "--bs=4k".into(),
+            "--direct=1".into(),
+            "--ioengine=psync".into(),
+            format!("--rw={mode}"),
+            format!("--runtime={}", p.fio_secs),
+            "--time_based".into(),
+            "--output-format=json".into(),
+        ]
+        .to_vec();
+        let write = mode.contains("write");
+        abab(
+            &mut fio[k..k + 1],
+            p.r.rounds,
+            p.r.warmup,
+            |side, m, rec| {
+                drop_caches()?;
+                let o = hg.run(side, "fio \"$@\"", &args)?;
+                let v = fio_bw(&o.text, write).ok_or_else(|| {
+                    let tail: Vec<&str> = o.text.trim().lines().rev().take(3).collect();
+                    format!("fio: no bandwidth in its output: {}", tail.join(" / "))
+                })?;
+                if rec {
+                    m[0].push(side, v / 1e6, o.load);
+                }
+                Ok(())
+            },
+        )?;
+    }
+    Ok(fio)
+}
+
+fn report(
+    p: &Sizes,
+    dd: &[Metric],
+    fio: &[Metric],
+    fairness: &[String],
+    fstype: &str,
+) -> SuiteOutput {
+    let Sizes {
+        r: Rounds { rounds, warmup },
+        blocks,
+        fio_mib,
+        fio_secs,
+    } = *p;
+    let sections = vec![
+        Section {
+            title: "busybox dd (the seed method)".into(),
+            table: hostguest::table(dd),
+            notes: vec![
+                format!("`busybox dd bs=4096 count={blocks}` from /dev/zero to a new file, then the same with `conv=fsync`, then the file to /dev/null; `sync` and `echo 3 > /proc/sys/vm/drop_caches` from the host before every phase; MB/s = bytes / time from the script's start to dd's exit"),
+                format!("both sides work on the same files on {fstype}: the guest in /data (berth's bind of its data directory), the host in that directory (where a file sits on a virtual disk can change its speed more than a container does)"),
+                "published A: 600 MHz MIPS router, overlayfs on squashfs + ubifs, 100 runs (host → guest); absolute MB/s not comparable".into(),
+            ],
+        },
+        Section {
+            title: "fio, 4 KiB direct I/O".into(),
+            table: hostguest::table(fio),
+            notes: vec![
+                format!("`fio --bs=4k --direct=1 --ioengine=psync --size={fio_mib}M --runtime={fio_secs} --time_based --rw=MODE`, one job, caches dropped before each run; the file is laid out in the warm-up round"),
+                "published D: Jetson Nano / Raspberry Pi 4, native vs runc vs microVMs: the container–native gap is insignificant".into(),
+            ],
+        },
+        method_note(rounds, warmup, fairness),
+    ];
+    let all: Vec<&Metric> = dd.iter().chain(fio).collect();
+    SuiteOutput {
+        name: "fs",
+        sections,
+        raw: json!({
+            "rounds": rounds, "warmup": warmup, "dd_blocks": blocks, "fio_mib": fio_mib,
+            "fio_seconds": fio_secs, "file_system": fstype, "fairness": fairness,
+            "metrics": all.iter().map(|m| m.json()).collect::<Vec<Value>>(),
+        }),
     }
 }
 

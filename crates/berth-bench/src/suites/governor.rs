@@ -211,156 +211,203 @@ impl Suite for Governor {
     }
 
     fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput> {
-        let window = Duration::from_secs(if ctx.quick { 5 } else { 15 });
-        let overhead_window = Duration::from_secs(if ctx.quick { 10 } else { 30 });
+        let w = Windows {
+            case: Duration::from_secs(if ctx.quick { 5 } else { 15 }),
+            overhead: Duration::from_secs(if ctx.quick { 10 } else { 30 }),
+        };
         let sb = &mut *ctx.sb;
         let base = std::fs::read_to_string(&sb.config)
             .map_err(|e| format!("read {}: {e}", sb.config.display()))?;
         // The governor works between T_l and the device's T_u: the default 50 %, not the
         // sandbox's 100 % (which keeps the group budget out of host-vs-guest comparisons).
         let gov_base = base.replace(crate::sandbox::UNCAPPED_POLICY, "");
-        let t = Instant::now();
-        work(2_000_000);
-        let iters = ((2_000_000.0 * 0.005 / t.elapsed().as_secs_f64()) as u64).max(10_000);
-        let svc = Service::start(iters)?;
-        let section = format!(
-            "[governor]\nprobe = \"http://127.0.0.1:{}/probe\"\ninterval = \"500ms\"\ntimeout = \"300ms\"\nlearn = \"5s\"\n",
-            svc.port
-        );
-        let r = (|| -> Result<(Vec<Case>, f64, f64, Value)> {
-            progress!("governor: daemon overhead without a governor");
-            let cpu_off = daemon_cpu(sb, overhead_window)?;
-            restart_with(sb, &gov_base, &section)?;
-            let weight = if std::path::Path::new("/sys/fs/cgroup/cpu/cgroup.procs").exists() {
-                (
-                    format!("/sys/fs/cgroup/cpu/{}/cpu.shares", sb.cgroup_parent),
-                    "10240",
-                )
-            } else {
-                (
-                    format!("/sys/fs/cgroup/{}/cpu.weight", sb.cgroup_parent),
-                    "1000",
-                )
-            };
-            std::fs::write(&weight.0, weight.1).map_err(|e| format!("{}: {e}", weight.0))?;
-            progress!("governor: learning R_n");
-            let t0 = Instant::now();
-            let mut v = sb.json(&["governor"])?;
-            while !(v["mode"] == "active" && v["cap"].as_f64() == Some(50.0)) {
-                if t0.elapsed() > Duration::from_secs(120) {
-                    return Err(format!("governor: not active at T_u after 120 s: {v}").into());
-                }
-                sleep(Duration::from_millis(500))?;
-                v = sb.json(&["governor"])?;
-            }
-            progress!("governor: daemon overhead with the governor");
-            let cpu_on = daemon_cpu(sb, overhead_window)?;
-            let mut cases = Vec::new();
-            progress!("governor: idle containers");
-            cases.push(measure(&svc, "idle containers", window, cap_percent(sb))?);
-            sb.ok(&["start", PKG])?;
-            let t0 = Instant::now();
-            while cap_percent(sb).unwrap_or(50.0) > 40.0 && t0.elapsed() < Duration::from_secs(30) {
-                sleep(Duration::from_millis(500))?;
-            }
-            sleep(Duration::from_secs(3))?;
-            progress!("governor: CPU hog, governor");
-            let mut c = measure(&svc, "CPU hog, governor", window, cap_percent(sb))?;
-            c.cap = cap_percent(sb).or(c.cap);
-            cases.push(c);
-            let state = sb.json(&["governor"])?;
-            restart_with(sb, &gov_base, "")?;
-            std::fs::write(&weight.0, weight.1).map_err(|e| format!("{}: {e}", weight.0))?;
-            sleep(Duration::from_secs(2))?;
-            progress!("governor: CPU hog, no governor");
-            cases.push(measure(
-                &svc,
-                "CPU hog, no governor (static cap)",
-                window,
-                Some(50.0),
-            )?);
-            sb.ok(&["stop", "-t", "2", PKG])?;
-            Ok((cases, cpu_off, cpu_on, state))
-        })();
+        let svc = Service::start(iters_per_request())?;
+        let r = measure_cases(sb, &svc, &gov_base, &w);
         drop(svc);
         // Whatever happened, the next suites get the daemon they started with.
         if std::fs::read_to_string(&sb.config).ok().as_deref() != Some(base.as_str()) {
             let _ = sb.ok(&["stop", "-t", "2", PKG]);
             restart_with(sb, &base, "")?;
         }
-        let (cases, cpu_off, cpu_on, state) = r?;
+        Ok(report(&r?, &w))
+    }
+}
 
-        let base_case = &cases[0];
-        let sorted = |c: &Case| {
-            let mut v = c.latencies_ms.clone();
-            v.sort_by(f64::total_cmp);
-            v
-        };
-        let b = sorted(base_case);
-        let (b50, b99) = (percentile(&b, 0.5), percentile(&b, 0.99));
-        let mut t = Table::new(&[
-            "case",
-            "p50 ms",
-            "p99 ms",
-            "p50 / idle",
-            "p99 / idle",
-            "throughput req/s",
-            "/ idle",
-            "cap % of all CPUs",
-        ]);
-        let mut raw_cases = Vec::new();
-        for c in &cases {
-            let s = sorted(c);
-            let (p50, p99) = (percentile(&s, 0.5), percentile(&s, 0.99));
-            t.row(vec![
-                c.label.into(),
-                ms(p50),
-                ms(p99),
-                format!("{:.2}", p50 / b50),
-                format!("{:.2}", p99 / b99),
-                format!("{:.0}", c.throughput),
-                format!("{:.2}", c.throughput / base_case.throughput),
-                c.cap.map_or("–".into(), |x| format!("{x:.1}")),
-            ]);
-            raw_cases.push(json!({
-                "case": c.label, "p50_ms": p50, "p99_ms": p99, "throughput": c.throughput,
-                "cap": c.cap, "summary": summarize(&c.latencies_ms), "latencies_ms": c.latencies_ms,
-            }));
+/// How long each case is measured, and the daemon's CPU use.
+struct Windows {
+    case: Duration,
+    overhead: Duration,
+}
+
+/// What the cases came to.
+struct Outcome {
+    cases: Vec<Case>,
+    /// The daemon's CPU use without and with the governor, % of one CPU.
+    cpu_off: f64,
+    cpu_on: f64,
+    /// `berth --json governor` after the hog case with the governor.
+    state: Value,
+}
+
+/// The work loop's iterations for ~5 ms of CPU.
+fn iters_per_request() -> u64 {
+    let t = Instant::now();
+    work(2_000_000);
+    ((2_000_000.0 * 0.005 / t.elapsed().as_secs_f64()) as u64).max(10_000)
+}
+
+/// The sandbox's parent cgroup at 10× the default CPU weight (v1 shares, v2 weight).
+fn raise_weight(sb: &Sandbox) -> Result<()> {
+    let (file, value) = if std::path::Path::new("/sys/fs/cgroup/cpu/cgroup.procs").exists() {
+        (
+            format!("/sys/fs/cgroup/cpu/{}/cpu.shares", sb.cgroup_parent),
+            "10240",
+        )
+    } else {
+        (
+            format!("/sys/fs/cgroup/{}/cpu.weight", sb.cgroup_parent),
+            "1000",
+        )
+    };
+    std::fs::write(&file, value).map_err(|e| format!("{file}: {e}").into())
+}
+
+/// Waits until the governor has learned R_n and works at T_u (120 s at most).
+fn wait_active(sb: &Sandbox) -> Result<()> {
+    let t0 = Instant::now();
+    let mut v = sb.json(&["governor"])?;
+    while !(v["mode"] == "active" && v["cap"].as_f64() == Some(50.0)) {
+        if t0.elapsed() > Duration::from_secs(120) {
+            return Err(format!("governor: not active at T_u after 120 s: {v}").into());
         }
-        let mut o = Table::new(&["daemon", "CPU % of one CPU (idle containers)"]);
-        o.row(vec!["no governor".into(), format!("{cpu_off:.3}")]);
-        o.row(vec![
-            "governor, http probe every 500 ms".into(),
-            format!("{cpu_on:.3}"),
+        sleep(Duration::from_millis(500))?;
+        v = sb.json(&["governor"])?;
+    }
+    Ok(())
+}
+
+/// The daemon's overhead without and with the governor, then the three cases; the daemon
+/// is left without a governor (the caller restores its configuration).
+fn measure_cases(sb: &mut Sandbox, svc: &Service, gov_base: &str, w: &Windows) -> Result<Outcome> {
+    let section = format!(
+        "[governor]\nprobe = \"http://127.0.0.1:{}/probe\"\ninterval = \"500ms\"\ntimeout = \"300ms\"\nlearn = \"5s\"\n",
+        svc.port
+    );
+    progress!("governor: daemon overhead without a governor");
+    let cpu_off = daemon_cpu(sb, w.overhead)?;
+    restart_with(sb, gov_base, &section)?;
+    raise_weight(sb)?;
+    progress!("governor: learning R_n");
+    wait_active(sb)?;
+    progress!("governor: daemon overhead with the governor");
+    let cpu_on = daemon_cpu(sb, w.overhead)?;
+    let mut cases = Vec::new();
+    progress!("governor: idle containers");
+    cases.push(measure(svc, "idle containers", w.case, cap_percent(sb))?);
+    sb.ok(&["start", PKG])?;
+    let t0 = Instant::now();
+    while cap_percent(sb).unwrap_or(50.0) > 40.0 && t0.elapsed() < Duration::from_secs(30) {
+        sleep(Duration::from_millis(500))?;
+    }
+    sleep(Duration::from_secs(3))?;
+    progress!("governor: CPU hog, governor");
+    let mut c = measure(svc, "CPU hog, governor", w.case, cap_percent(sb))?;
+    c.cap = cap_percent(sb).or(c.cap);
+    cases.push(c);
+    let state = sb.json(&["governor"])?;
+    restart_with(sb, gov_base, "")?;
+    raise_weight(sb)?;
+    sleep(Duration::from_secs(2))?;
+    progress!("governor: CPU hog, no governor");
+    let label = "CPU hog, no governor (static cap)";
+    cases.push(measure(svc, label, w.case, Some(50.0))?);
+    sb.ok(&["stop", "-t", "2", PKG])?;
+    Ok(Outcome {
+        cases,
+        cpu_off,
+        cpu_on,
+        state,
+    })
+}
+
+/// Response times and throughput per case, relative to the idle case.
+fn cases_table(cases: &[Case]) -> (Table, Vec<Value>) {
+    let sorted = |c: &Case| {
+        let mut v = c.latencies_ms.clone();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let base_case = &cases[0];
+    let b = sorted(base_case);
+    let (b50, b99) = (percentile(&b, 0.5), percentile(&b, 0.99));
+    let mut t = Table::new(&[
+        "case",
+        "p50 ms",
+        "p99 ms",
+        "p50 / idle",
+        "p99 / idle",
+        "throughput req/s",
+        "/ idle",
+        "cap % of all CPUs",
+    ]);
+    let mut raw_cases = Vec::new();
+    for c in cases {
+        let s = sorted(c);
+        let (p50, p99) = (percentile(&s, 0.5), percentile(&s, 0.99));
+        t.row(vec![
+            c.label.into(),
+            ms(p50),
+            ms(p99),
+            format!("{:.2}", p50 / b50),
+            format!("{:.2}", p99 / b99),
+            format!("{:.0}", c.throughput),
+            format!("{:.2}", c.throughput / base_case.throughput),
+            c.cap.map_or("–".into(), |x| format!("{x:.1}")),
         ]);
-        Ok(SuiteOutput {
-            name: "governor",
-            sections: vec![
-                Section {
-                    title: "governor: main-service response time under a CPU hog".into(),
-                    table: t,
-                    notes: vec![
-                        format!(
-                            "Main service pinned to CPU 0, ~5 ms of CPU per request, one request always outstanding; a request every 20 ms measured over {} s per case. Hog: 2 busy loops on CPU 0, the containers' group at 10× CPU weight. Governor: http probe every 500 ms, T_l 5 %, T_u 50 %; R_n learned {:.1}/s.",
-                            window.as_secs(),
-                            state["r_n"].as_f64().unwrap_or(0.0)
-                        ),
-                    ],
-                },
-                Section {
-                    title: "governor: the daemon's own monitoring".into(),
-                    table: o,
-                    notes: vec![format!(
-                        "utime + stime of the daemon from /proc/PID/stat over {} s, containers idle.",
-                        overhead_window.as_secs()
-                    )],
-                },
-            ],
-            raw: json!({
-                "cases": raw_cases,
-                "daemon_cpu_percent": {"without": cpu_off, "with_governor": cpu_on},
-                "governor": state,
-            }),
-        })
+        raw_cases.push(json!({
+            "case": c.label, "p50_ms": p50, "p99_ms": p99, "throughput": c.throughput,
+            "cap": c.cap, "summary": summarize(&c.latencies_ms), "latencies_ms": c.latencies_ms,
+        }));
+    }
+    (t, raw_cases)
+}
+
+fn report(r: &Outcome, w: &Windows) -> SuiteOutput {
+    let (t, raw_cases) = cases_table(&r.cases);
+    let (cpu_off, cpu_on) = (r.cpu_off, r.cpu_on);
+    let mut o = Table::new(&["daemon", "CPU % of one CPU (idle containers)"]);
+    o.row(vec!["no governor".into(), format!("{cpu_off:.3}")]);
+    o.row(vec![
+        "governor, http probe every 500 ms".into(),
+        format!("{cpu_on:.3}"),
+    ]);
+    SuiteOutput {
+        name: "governor",
+        sections: vec![
+            Section {
+                title: "governor: main-service response time under a CPU hog".into(),
+                table: t,
+                notes: vec![
+                    format!(
+                        "Main service pinned to CPU 0, ~5 ms of CPU per request, one request always outstanding; a request every 20 ms measured over {} s per case. Hog: 2 busy loops on CPU 0, the containers' group at 10× CPU weight. Governor: http probe every 500 ms, T_l 5 %, T_u 50 %; R_n learned {:.1}/s.",
+                        w.case.as_secs(),
+                        r.state["r_n"].as_f64().unwrap_or(0.0)
+                    ),
+                ],
+            },
+            Section {
+                title: "governor: the daemon's own monitoring".into(),
+                table: o,
+                notes: vec![format!(
+                    "utime + stime of the daemon from /proc/PID/stat over {} s, containers idle.",
+                    w.overhead.as_secs()
+                )],
+            },
+        ],
+        raw: json!({
+            "cases": raw_cases,
+            "daemon_cpu_percent": {"without": cpu_off, "with_governor": cpu_on},
+            "governor": r.state,
+        }),
     }
 }

@@ -409,7 +409,22 @@ impl HostGuest {
         })
     }
 
-    pub fn stop(self, sb: &Sandbox) -> Result<()> {
+    /// Runs `measure`, then stops the container whatever happened; its result and what the
+    /// fairness set-up did.
+    pub fn measure_then_stop<T>(
+        self,
+        sb: &Sandbox,
+        measure: impl FnOnce(&HostGuest) -> Result<T>,
+    ) -> Result<(T, Vec<String>)> {
+        let r = measure(&self);
+        let fairness = self.fairness.clone();
+        let stopped = self.stop(sb);
+        let v = r?;
+        stopped?;
+        Ok((v, fairness))
+    }
+
+    fn stop(self, sb: &Sandbox) -> Result<()> {
         let r = sb.ok(&["stop", &self.name]).map(|_| ());
         let deadline = Instant::now() + Duration::from_secs(3);
         for cg in &self.host_cgroups {
@@ -462,6 +477,14 @@ impl Metric {
     pub fn skip(mut self, why: String) -> Metric {
         self.skipped = Some(why);
         self
+    }
+    /// Skipped, saying what to install, when `tool` is not installed.
+    pub fn needs(self, tool: Tool) -> Metric {
+        if tool.host_path().is_some() {
+            self
+        } else {
+            self.skip(tool.skipped())
+        }
     }
     pub fn push(&mut self, side: Side, v: f64, load: f64) {
         match side {
@@ -616,6 +639,23 @@ fn stopped_by(e: crate::util::Error) -> String {
         "interrupted".into()
     } else {
         e.0
+    }
+}
+
+/// How often each host-vs-guest test runs: `--runs N`, else 3 rounds quick and 10 in full,
+/// after one warm-up round.
+#[derive(Clone, Copy)]
+pub struct Rounds {
+    pub rounds: usize,
+    pub warmup: usize,
+}
+
+impl Rounds {
+    pub fn of(ctx: &super::Ctx) -> Rounds {
+        Rounds {
+            rounds: ctx.runs_given.unwrap_or(if ctx.quick { 3 } else { 10 }),
+            warmup: 1,
+        }
     }
 }
 

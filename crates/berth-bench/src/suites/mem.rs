@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 
 use super::cpu::{hpcc_setup, hpcc_summary, method_note, tool_versions, HPCC, HPCC_SCRIPT};
-use super::hostguest::{self, abab, HostGuest, Matrix, Metric, Tool};
+use super::hostguest::{self, abab, HostGuest, Matrix, Metric, Rounds, Tool};
 use super::{Ctx, Suite};
 use crate::report::{Section, SuiteOutput};
 use crate::sandbox::{PkgSpec, Sandbox};
@@ -77,146 +77,160 @@ impl Suite for Mem {
     }
 
     fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput> {
-        let rounds = ctx.runs_given.unwrap_or(if ctx.quick { 3 } else { 10 });
-        let warmup = 1;
-        // hpcc sizes STREAM's vectors from HPL's matrix (N² doubles / 3 each).
-        let hpl_n: usize = if ctx.quick { 1000 } else { 2000 };
-        let mbw_mib: usize = if ctx.quick { 64 } else { 256 };
-        let mbw_n: usize = if ctx.quick { 2 } else { 5 };
+        let p = Sizes {
+            r: Rounds::of(ctx),
+            // hpcc sizes STREAM's vectors from HPL's matrix (N² doubles / 3 each).
+            hpl_n: if ctx.quick { 1000 } else { 2000 },
+            mbw_mib: if ctx.quick { 64 } else { 256 },
+            mbw_n: if ctx.quick { 2 } else { 5 },
+        };
         let sb = &*ctx.sb;
         let hg = HostGuest::start(sb, PKG, &[HPCC, MBW])?;
-        let r = (|| -> Result<(Vec<Metric>, Vec<Metric>, Vec<Matrix>)> {
-            let mut stream: Vec<Metric> = STREAM
-                .iter()
-                .map(|(k, b, _)| {
-                    let m = Metric::new(format!("STREAM {k}"), "MB/s", true).published(b);
-                    if HPCC.host_path().is_some() {
-                        m
-                    } else {
-                        m.skip(HPCC.skipped())
-                    }
-                })
-                .collect();
-            let mut matrix: Vec<Matrix> = STREAM
-                .iter()
-                .map(|(k, _, c)| {
-                    let mut m = Matrix::new(format!("STREAM {k}"), "MB/s", true);
-                    m.published = (*c).into();
-                    m
-                })
-                .collect();
-            if HPCC.host_path().is_some() {
-                progress!("mem: STREAM (hpcc)");
-                hpcc_setup(&hg, hpl_n)?;
-                abab(&mut stream, rounds, warmup, |side, m, rec| {
-                    let o = hg.run(side, HPCC_SCRIPT, &[])?;
-                    let v = stream_values(&o.text)?;
-                    if rec {
-                        for (x, v) in m.iter_mut().zip(v) {
-                            x.push(side, v, o.load);
-                        }
-                    }
-                    Ok(())
-                })?;
-                progress!("mem: STREAM, host and guest at once");
-                hostguest::matrix_rows(&hg, &mut matrix, rounds, HPCC_SCRIPT, &[], |o| {
-                    stream_values(&o.text)
-                })?;
-            } else {
-                matrix.clear();
-            }
-
-            let mut mbw: Vec<Metric> = MBW_TESTS
-                .iter()
-                .map(|(_, label)| {
-                    let m = Metric::new(format!("mbw {label}, {mbw_mib} MiB"), "MiB/s", true);
-                    if MBW.host_path().is_some() {
-                        m
-                    } else {
-                        m.skip(MBW.skipped())
-                    }
-                })
-                .collect();
-            if MBW.host_path().is_some() {
-                progress!("mem: mbw");
-                let args: Vec<String> = [
-                    "-q",
-                    "-n",
-                    &mbw_n.to_string(),
-                    "-t0",
-                    "-t1",
-                    "-t2",
-                    &mbw_mib.to_string(),
-                ]
-                .map(String::from)
-                .to_vec();
-                abab(&mut mbw, rounds, warmup, |side, m, rec| {
-                    let o = hg.run(side, "mbw \"$@\"", &args)?;
-                    let avgs = mbw_avgs(&o.text);
-                    for (k, (method, _)) in MBW_TESTS.iter().enumerate() {
-                        let v = avgs
-                            .iter()
-                            .find(|(x, _)| x == method)
-                            .map(|(_, v)| *v)
-                            .ok_or_else(|| {
-                                format!("mbw: no AVG line for {method}: {}", o.text.trim())
-                            })?;
-                        if rec {
-                            m[k].push(side, v, o.load);
-                        }
-                    }
-                    Ok(())
-                })?;
-            }
-            Ok((stream, mbw, matrix))
-        })();
-        let fairness = hg.fairness.clone();
-        let stopped = hg.stop(sb);
-        let (stream, mbw, matrix) = r?;
-        stopped?;
-
-        let vector = hpl_n * hpl_n / 3;
-        let mut sections = vec![
-            Section {
-                title: "STREAM (hpcc)".into(),
-                table: hostguest::table(&stream),
-                notes: vec![
-                    format!("hpcc's SingleSTREAM (one process), HPL N = {hpl_n}, so STREAM vectors of about {vector} doubles ({:.0} MiB each); GB/s × 1000", vector as f64 * 8.0 / 1048576.0),
-                    "published B: % change in the container on four MIPS/ARM boards (all slower, −0.1 to −4.5 %); its absolute MB/s come from 580 MHz–1.2 GHz boards and are not comparable".into(),
-                ],
-            },
-            Section {
-                title: "mbw".into(),
-                table: hostguest::table(&mbw),
-                notes: vec![format!("`mbw -q -n {mbw_n} -t0 -t1 -t2 {mbw_mib}`: the AVG line of each method")],
-            },
-        ];
-        if !matrix.is_empty() {
-            sections.push(hostguest::matrix_section(
-                "host and container at once (LXCBENCH matrix, STREAM)",
-                &matrix,
-                vec![
-                    format!("relative to host alone; both at once: one hpcc on each side, started together; {rounds} rounds after one warm-up"),
-                    "published C: GENIVI LXCBENCH on a 2-core Cortex-A9 (host alone, guest alone, host with guest, guest with host)".into(),
-                ],
-            ));
-        }
-        sections.push(method_note(rounds, warmup, &fairness));
-        let all: Vec<&Metric> = stream.iter().chain(&mbw).collect();
-        Ok(SuiteOutput {
-            name: "mem",
-            sections,
-            raw: json!({
-                "rounds": rounds, "warmup": warmup, "hpl_n": hpl_n, "mbw_mib": mbw_mib,
-                "mbw_n": mbw_n, "fairness": fairness,
-                "metrics": all.iter().map(|m| m.json()).collect::<Vec<Value>>(),
-                "matrix": matrix.iter().map(|m| m.json()).collect::<Vec<Value>>(),
-            }),
-        })
+        let ((stream, matrix, mbw), fairness) = hg.measure_then_stop(sb, |hg| {
+            let (stream, matrix) = stream(hg, &p)?;
+            Ok((stream, matrix, mbw(hg, &p)?))
+        })?;
+        Ok(report(&p, &stream, &mbw, &matrix, &fairness))
     }
 
     fn environment(&self) -> Vec<(String, String)> {
         tool_versions(&[MBW])
+    }
+}
+
+/// How much work each test does.
+struct Sizes {
+    r: Rounds,
+    hpl_n: usize,
+    mbw_mib: usize,
+    /// mbw's runs per method.
+    mbw_n: usize,
+}
+
+/// STREAM (hpcc), and its host-and-guest-at-once matrix (none without hpcc).
+fn stream(hg: &HostGuest, p: &Sizes) -> Result<(Vec<Metric>, Vec<Matrix>)> {
+    let mut stream: Vec<Metric> = STREAM
+        .iter()
+        .map(|(k, b, _)| {
+            Metric::new(format!("STREAM {k}"), "MB/s", true)
+                .published(b)
+                .needs(HPCC)
+        })
+        .collect();
+    if HPCC.host_path().is_none() {
+        return Ok((stream, Vec::new()));
+    }
+    let mut matrix: Vec<Matrix> = STREAM
+        .iter()
+        .map(|(k, _, c)| {
+            let mut m = Matrix::new(format!("STREAM {k}"), "MB/s", true);
+            m.published = (*c).into();
+            m
+        })
+        .collect();
+    progress!("mem: STREAM (hpcc)");
+    hpcc_setup(hg, p.hpl_n)?;
+    abab(&mut stream, p.r.rounds, p.r.warmup, |side, m, rec| {
+        let o = hg.run(side, HPCC_SCRIPT, &[])?;
+        let v = stream_values(&o.text)?;
+        if rec {
+            for (x, v) in m.iter_mut().zip(v) {
+                x.push(side, v, o.load);
+            }
+        }
+        Ok(())
+    })?;
+    progress!("mem: STREAM, host and guest at once");
+    hostguest::matrix_rows(hg, &mut matrix, p.r.rounds, HPCC_SCRIPT, &[], |o| {
+        stream_values(&o.text)
+    })?;
+    Ok((stream, matrix))
+}
+
+/// mbw's methods, MiB/s.
+fn mbw(hg: &HostGuest, p: &Sizes) -> Result<Vec<Metric>> {
+    let mut mbw: Vec<Metric> = MBW_TESTS
+        .iter()
+        .map(|(_, label)| {
+            Metric::new(format!("mbw {label}, {} MiB", p.mbw_mib), "MiB/s", true).needs(MBW)
+        })
+        .collect();
+    if MBW.host_path().is_none() {
+        return Ok(mbw);
+    }
+    progress!("mem: mbw");
+    let (n, mib) = (p.mbw_n.to_string(), p.mbw_mib.to_string());
+    let args: Vec<String> = ["-q", "-n", &n, "-t0", "-t1", "-t2", &mib]
+        .map(String::from)
+        .to_vec();
+    abab(&mut mbw, p.r.rounds, p.r.warmup, |side, m, rec| {
+        let o = hg.run(side, "mbw \"$@\"", &args)?;
+        let avgs = mbw_avgs(&o.text);
+        for (k, (method, _)) in MBW_TESTS.iter().enumerate() {
+            let v = avgs
+                .iter()
+                .find(|(x, _)| x == method)
+                .map(|(_, v)| *v)
+                .ok_or_else(|| format!("mbw: no AVG line for {method}: {}", o.text.trim()))?;
+            if rec {
+                m[k].push(side, v, o.load);
+            }
+        }
+        Ok(())
+    })?;
+    Ok(mbw)
+}
+
+fn report(
+    p: &Sizes,
+    stream: &[Metric],
+    mbw: &[Metric],
+    matrix: &[Matrix],
+    fairness: &[String],
+) -> SuiteOutput {
+    let Sizes {
+        r: Rounds { rounds, warmup },
+        hpl_n,
+        mbw_mib,
+        mbw_n,
+    } = *p;
+    let vector = hpl_n * hpl_n / 3;
+    let mut sections = vec![
+        Section {
+            title: "STREAM (hpcc)".into(),
+            table: hostguest::table(stream),
+            notes: vec![
+                format!("hpcc's SingleSTREAM (one process), HPL N = {hpl_n}, so STREAM vectors of about {vector} doubles ({:.0} MiB each); GB/s × 1000", vector as f64 * 8.0 / 1048576.0),
+                "published B: % change in the container on four MIPS/ARM boards (all slower, −0.1 to −4.5 %); its absolute MB/s come from 580 MHz–1.2 GHz boards and are not comparable".into(),
+            ],
+        },
+        Section {
+            title: "mbw".into(),
+            table: hostguest::table(mbw),
+            notes: vec![format!("`mbw -q -n {mbw_n} -t0 -t1 -t2 {mbw_mib}`: the AVG line of each method")],
+        },
+    ];
+    if !matrix.is_empty() {
+        sections.push(hostguest::matrix_section(
+            "host and container at once (LXCBENCH matrix, STREAM)",
+            matrix,
+            vec![
+                format!("relative to host alone; both at once: one hpcc on each side, started together; {rounds} rounds after one warm-up"),
+                "published C: GENIVI LXCBENCH on a 2-core Cortex-A9 (host alone, guest alone, host with guest, guest with host)".into(),
+            ],
+        ));
+    }
+    sections.push(method_note(rounds, warmup, fairness));
+    let all: Vec<&Metric> = stream.iter().chain(mbw).collect();
+    SuiteOutput {
+        name: "mem",
+        sections,
+        raw: json!({
+            "rounds": rounds, "warmup": warmup, "hpl_n": hpl_n, "mbw_mib": mbw_mib,
+            "mbw_n": mbw_n, "fairness": fairness,
+            "metrics": all.iter().map(|m| m.json()).collect::<Vec<Value>>(),
+            "matrix": matrix.iter().map(|m| m.json()).collect::<Vec<Value>>(),
+        }),
     }
 }
 

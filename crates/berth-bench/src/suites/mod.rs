@@ -5,8 +5,8 @@
 //! `metrics` (host vs guest, `hostguest::Metric::json`), `matrix`, `series` (values per
 //! mode, `chart::series_json`) are charted and compared; `"skipped": "why"` marks a suite
 //! that could not run. A `Err` from `run` is reported as the suite's failure and the other
-//! suites go on. Network namespaces are named with `sandbox::netns_name` so a killed run's
-//! are removed at the next start.
+//! suites go on. Network namespaces are named by the scope of their sandbox
+//! (`berth_testkit::Scope::netns`), so a killed run's are removed at the next start.
 
 use crate::report::SuiteOutput;
 use crate::sandbox::{PkgSpec, Sandbox};
