@@ -270,8 +270,8 @@ pub fn host_base_target(rootfs: &Path, dir: &Path) -> PathBuf {
 
 /// Which of berth's mounts below `run` nothing uses any more, in the order to unmount them:
 /// per-container mounts (merged roots in `<run>/rootfs`, /data binds in `<run>/data`) not
-/// in `used` first, as they may sit on image mounts, then image mounts (`<run>/mnt`) not in
-/// `used`. Anything else below `run` is not berth's to release.
+/// in `used` first, deepest first, as they may sit on image mounts, then image mounts
+/// (`<run>/mnt`) not in `used`. Anything else below `run` is not berth's to release.
 pub fn unused_mounts(
     mounts: &[PathBuf],
     run: &Path,
@@ -279,11 +279,15 @@ pub fn unused_mounts(
 ) -> Vec<PathBuf> {
     let (roots, data, images) = (run.join("rootfs"), run.join("data"), run.join("mnt"));
     let below = |m: &Path, dir: &Path| m.starts_with(dir) && m != dir;
-    let per_container = mounts
+    let mut per_container: Vec<&PathBuf> = mounts
         .iter()
-        .filter(|m| below(m, &roots) || below(m, &data));
+        .filter(|m| below(m, &roots) || below(m, &data))
+        .collect();
+    // Deepest first: a mount on top of another goes before it (or that unmount is EBUSY).
+    per_container.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
     let image = mounts.iter().filter(|m| below(m, &images));
     per_container
+        .into_iter()
         .chain(image)
         .filter(|m| !used.contains(*m))
         .cloned()
@@ -313,9 +317,9 @@ mod tests {
         assert_eq!(
             unused_mounts(&mounts, run, &used),
             vec![
+                p("rootfs/app/proc"),
                 p("rootfs/app"),
                 p("data/app"),
-                p("rootfs/app/proc"),
                 p("mnt/aa"),
                 p("mnt/cc")
             ]

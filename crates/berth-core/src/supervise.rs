@@ -81,24 +81,28 @@ pub struct GuardKill {
     pub available: u64,
 }
 
+/// One run of a container: its init's pid (on the host). An end is only ever the end of the
+/// run it names: the end of an earlier run, reported late, changes nothing.
+pub type Run = i32;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// The daemon started and found the container running or not; `autostart` is the
-    /// operator's last word (started, not stopped); `ended` is how it ended while no daemon
-    /// watched, if it did.
+    /// The daemon started and found the container running (this run) or not; `autostart` is
+    /// the operator's last word (started, not stopped); `ended` is how it ended while no
+    /// daemon watched, if it did.
     Boot {
-        running: bool,
+        running: Option<Run>,
         autostart: bool,
         ended: Option<Exit>,
     },
     /// It runs (started by the operator or by this machine's `Start`).
-    Started,
+    Started(Run),
     /// A start failed before the payload ran.
     StartFailed,
     /// The operator is stopping it: its end is no failure and nothing restarts it.
     StopRequested,
-    /// It ended.
-    Exited(Exit),
+    /// That run ended.
+    Exited(Run, Exit),
     HealthFailed,
     GuardKilled(GuardKill),
     /// Time passed: a held restart may be due.
@@ -146,6 +150,8 @@ pub enum Phase {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Machine {
     phase: Phase,
+    /// The run this machine follows, while there is one.
+    run: Option<Run>,
     /// When it was last started, for the clean slate after a whole window of running.
     started_ms: Option<u64>,
     /// Restarts this machine made within the window, oldest first.
@@ -157,6 +163,7 @@ impl Machine {
     pub fn new(policy: &Policy) -> Machine {
         Machine {
             phase: Phase::Stopped,
+            run: None,
             started_ms: None,
             restarts: Vec::new(),
             delay_ms: policy.delay_ms,
@@ -177,18 +184,24 @@ impl Machine {
 
     pub fn on(&mut self, now_ms: u64, ev: &Event, policy: &Policy) -> Vec<Action> {
         match ev {
-            Event::Boot { running: true, .. } | Event::Started => {
-                if matches!(self.phase, Phase::GaveUp | Phase::Stopped) && *ev == Event::Started {
+            Event::Boot {
+                running: Some(run), ..
+            }
+            | Event::Started(run) => {
+                if matches!(self.phase, Phase::GaveUp | Phase::Stopped)
+                    && matches!(ev, Event::Started(_))
+                {
                     // The operator's start: a clean slate.
                     self.restarts.clear();
                     self.delay_ms = policy.delay_ms;
                 }
                 self.phase = Phase::Running;
+                self.run = Some(*run);
                 self.started_ms = Some(now_ms);
                 Vec::new()
             }
             Event::Boot {
-                running: false,
+                running: None,
                 autostart,
                 ended,
             } => match ended {
@@ -211,7 +224,12 @@ impl Machine {
                 self.phase = Phase::Stopping;
                 Vec::new()
             }
-            Event::Exited(exit) => self.ended(now_ms, Some(*exit), policy),
+            // The end of another run than this one (an earlier run's, reported late).
+            Event::Exited(run, _) if self.run != Some(*run) => Vec::new(),
+            Event::Exited(_, exit) => {
+                self.run = None;
+                self.ended(now_ms, Some(*exit), policy)
+            }
             Event::HealthFailed => vec![Action::Report(Report::HealthFailed)],
             Event::GuardKilled(k) => vec![Action::Report(Report::GuardKilled(*k))],
             Event::Tick => match self.phase {
@@ -310,12 +328,17 @@ mod tests {
         table(
             &p,
             &[
-                (0, Event::Started, vec![], Phase::Running),
-                (10, Event::Exited(OK), vec![Action::Release], Phase::Stopped),
-                (20, Event::Started, vec![], Phase::Running),
+                (0, Event::Started(7), vec![], Phase::Running),
+                (
+                    10,
+                    Event::Exited(7, OK),
+                    vec![Action::Release],
+                    Phase::Stopped,
+                ),
+                (20, Event::Started(7), vec![], Phase::Running),
                 (
                     30,
-                    Event::Exited(KILLED),
+                    Event::Exited(7, KILLED),
                     vec![
                         Action::Release,
                         Action::Report(Report::Failed(Some(KILLED))),
@@ -343,11 +366,11 @@ mod tests {
             table(
                 &policy(r),
                 &[
-                    (0, Event::Started, vec![], Phase::Running),
+                    (0, Event::Started(7), vec![], Phase::Running),
                     (5, Event::StopRequested, vec![], Phase::Stopping),
                     (
                         9,
-                        Event::Exited(KILLED),
+                        Event::Exited(7, KILLED),
                         vec![Action::Release],
                         Phase::Stopped,
                     ),
@@ -375,22 +398,27 @@ mod tests {
         table(
             &p,
             &[
-                (0, Event::Started, vec![], Phase::Running),
+                (0, Event::Started(7), vec![], Phase::Running),
                 // a clean exit: no restart under on-failure
-                (10, Event::Exited(OK), vec![Action::Release], Phase::Stopped),
-                (20, Event::Started, vec![], Phase::Running),
+                (
+                    10,
+                    Event::Exited(7, OK),
+                    vec![Action::Release],
+                    Phase::Stopped,
+                ),
+                (20, Event::Started(7), vec![], Phase::Running),
                 (
                     30,
-                    Event::Exited(FAIL),
+                    Event::Exited(7, FAIL),
                     hold(FAIL, 130),
                     Phase::Waiting { until_ms: 130 },
                 ),
                 (100, Event::Tick, vec![], Phase::Waiting { until_ms: 130 }),
                 (130, Event::Tick, vec![Action::Start], Phase::Starting),
-                (131, Event::Started, vec![], Phase::Running),
+                (131, Event::Started(7), vec![], Phase::Running),
                 (
                     140,
-                    Event::Exited(KILLED),
+                    Event::Exited(7, KILLED),
                     hold(KILLED, 340),
                     Phase::Waiting { until_ms: 340 },
                 ),
@@ -406,11 +434,11 @@ mod tests {
                     Phase::Waiting { until_ms: 641 },
                 ),
                 (641, Event::Tick, vec![Action::Start], Phase::Starting),
-                (642, Event::Started, vec![], Phase::Running),
+                (642, Event::Started(7), vec![], Phase::Running),
                 // the fourth failure within the window: a crash loop
                 (
                     650,
-                    Event::Exited(FAIL),
+                    Event::Exited(7, FAIL),
                     {
                         let mut v = failed(FAIL);
                         v.push(Action::Report(Report::CrashLoop { restarts: 3 }));
@@ -420,10 +448,10 @@ mod tests {
                 ),
                 (20_000, Event::Tick, vec![], Phase::GaveUp),
                 // the operator starts it: a clean slate, the first delay again
-                (20_001, Event::Started, vec![], Phase::Running),
+                (20_001, Event::Started(7), vec![], Phase::Running),
                 (
                     20_002,
-                    Event::Exited(FAIL),
+                    Event::Exited(7, FAIL),
                     hold(FAIL, 20_102),
                     Phase::Waiting { until_ms: 20_102 },
                 ),
@@ -443,27 +471,27 @@ mod tests {
         table(
             &p,
             &[
-                (0, Event::Started, vec![], Phase::Running),
+                (0, Event::Started(7), vec![], Phase::Running),
                 (
                     10,
-                    Event::Exited(OK),
+                    Event::Exited(7, OK),
                     vec![Action::Release, Action::Hold { until_ms: 110 }],
                     Phase::Waiting { until_ms: 110 },
                 ),
                 (110, Event::Tick, vec![Action::Start], Phase::Starting),
-                (111, Event::Started, vec![], Phase::Running),
+                (111, Event::Started(7), vec![], Phase::Running),
                 (
                     120,
-                    Event::Exited(OK),
+                    Event::Exited(7, OK),
                     vec![Action::Release, Action::Hold { until_ms: 320 }],
                     Phase::Waiting { until_ms: 320 },
                 ),
                 (320, Event::Tick, vec![Action::Start], Phase::Starting),
-                (321, Event::Started, vec![], Phase::Running),
+                (321, Event::Started(7), vec![], Phase::Running),
                 // ran for a whole window: the first delay again
                 (
                     5_000,
-                    Event::Exited(OK),
+                    Event::Exited(7, OK),
                     vec![Action::Release, Action::Hold { until_ms: 5_100 }],
                     Phase::Waiting { until_ms: 5_100 },
                 ),
@@ -472,10 +500,42 @@ mod tests {
     }
 
     #[test]
+    fn the_end_of_an_earlier_run_changes_nothing() {
+        // stop, then start again before the first run's end is reported: the late report is
+        // not the new run's end, and restarts nothing
+        table(
+            &policy(RestartPolicy::Always),
+            &[
+                (0, Event::Started(7), vec![], Phase::Running),
+                (5, Event::StopRequested, vec![], Phase::Stopping),
+                (9, Event::Started(8), vec![], Phase::Running),
+                (10, Event::Exited(7, KILLED), vec![], Phase::Running),
+                (
+                    20,
+                    Event::Exited(8, FAIL),
+                    vec![
+                        Action::Release,
+                        Action::Report(Report::Failed(Some(FAIL))),
+                        Action::Hold { until_ms: 1_020 },
+                    ],
+                    Phase::Waiting { until_ms: 1_020 },
+                ),
+                // reported twice: the second is no run's end any more
+                (
+                    21,
+                    Event::Exited(8, FAIL),
+                    vec![],
+                    Phase::Waiting { until_ms: 1_020 },
+                ),
+            ],
+        );
+    }
+
+    #[test]
     fn at_boot_the_operators_last_word_decides() {
         let p = policy(RestartPolicy::Never);
-        let boot = |running, autostart, ended| Event::Boot {
-            running,
+        let boot = |running: bool, autostart, ended| Event::Boot {
+            running: running.then_some(7),
             autostart,
             ended,
         };
@@ -531,7 +591,7 @@ mod tests {
         table(
             &p,
             &[
-                (0, Event::Started, vec![], Phase::Running),
+                (0, Event::Started(7), vec![], Phase::Running),
                 (
                     1,
                     Event::HealthFailed,

@@ -5,6 +5,7 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 
 use anyhow::{anyhow, bail, Result};
+use berth_core::api::{error, install};
 use berth_core::http;
 use serde_json::Value;
 
@@ -89,8 +90,8 @@ pub fn send(
 fn error_from(status: u16, v: &Value) -> anyhow::Error {
     anyhow!(DaemonError {
         status,
-        code: v["code"].as_str().unwrap_or("error").to_string(),
-        message: v["error"]
+        code: v[error::CODE].as_str().unwrap_or("error").to_string(),
+        message: v[error::ERROR]
             .as_str()
             .unwrap_or("the daemon reported an error")
             .to_string(),
@@ -131,10 +132,13 @@ pub fn call_stream(
         let line = line?;
         let v: Value = serde_json::from_str(&line)
             .map_err(|e| anyhow!("malformed event from the daemon: {e}"))?;
-        match v["event"].as_str() {
-            Some("done") => return Ok(v["result"].clone()),
+        match v[install::EVENT].as_str() {
+            Some("done") => return Ok(v[install::RESULT].clone()),
             Some("error") => {
-                return Err(error_from(v["status"].as_u64().unwrap_or(500) as u16, &v))
+                return Err(error_from(
+                    v[install::STATUS].as_u64().unwrap_or(500) as u16,
+                    &v,
+                ))
             }
             _ => on_event(&v),
         }

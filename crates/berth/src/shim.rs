@@ -343,6 +343,26 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd) -> i32 {
     }
 }
 
+/// How the container ended: `(code, signal, core_dumped)`. The payload's own wait status,
+/// where the kernel kept it behind its pidfd (Linux 6.15), says it all. Otherwise only the
+/// monitor's status is known: LXC's init passes a payload killed by signal N on as exit code
+/// 128 + N (and liblxc a killed init as the same), so such a code is read as that signal,
+/// and whether it dumped core is not known (null; false would claim what nobody saw).
+fn how_it_ended(
+    monitor: ExitStatus,
+    payload: Option<process::PidfdExit>,
+) -> (Option<i32>, Option<i32>, Option<bool>) {
+    match (payload, monitor) {
+        (Some(p), _) => match p.status {
+            ExitStatus::Exited(c) => (Some(c), None, Some(false)),
+            ExitStatus::Signaled(s) => (None, Some(s), Some(p.core_dumped)),
+        },
+        (None, ExitStatus::Exited(c)) if c > 128 && c < 128 + 65 => (None, Some(c - 128), None),
+        (None, ExitStatus::Exited(c)) => (Some(c), None, Some(false)),
+        (None, ExitStatus::Signaled(s)) => (None, Some(s), None),
+    }
+}
+
 /// A pidfd of the container's payload, init.lxc's one child (it appears a moment after
 /// init): through it the shim learns how the payload ended, which init does not pass on
 /// whole. None when it cannot be found within 200 ms (the payload already gone).
@@ -450,23 +470,11 @@ fn serve(
             }
         }
     }
-    let (code, signal) = match status {
-        ExitStatus::Exited(c) if c > 128 && c < 128 + 65 => (None, Some(c - 128)),
-        ExitStatus::Exited(c) => (Some(c), None),
-        ExitStatus::Signaled(s) => (None, Some(s)),
-    };
+    let payload_end = payload
+        .as_ref()
+        .and_then(|fd| process::pidfd_exit(fd).ok().flatten());
+    let (code, signal, core_dumped) = how_it_ended(status, payload_end);
     let _ = berth_sys::fsutil::write_atomic(&args.saved_log, &ring.contents(), 0o600);
-    // LXC's init turns its payload's wait status into an exit code (128 + N) and liblxc
-    // reports its own init's death without the core-dump flag: the payload's pidfd still
-    // holds its wait status where the kernel keeps it (Linux 6.15). Elsewhere null says
-    // "not known"; false would claim what nobody saw.
-    let core_dumped = match signal {
-        None => Some(false),
-        Some(_) => payload
-            .as_ref()
-            .and_then(|fd| process::pidfd_exit(fd).ok().flatten())
-            .map(|e| e.core_dumped),
-    };
     use berth_core::api::exit::{CODE, CORE_DUMPED, LOG_BYTES, SIGNAL, STARTED_AT, STOPPED_AT};
     let exit = serde_json::json!({
         CODE: code, SIGNAL: signal,
@@ -590,6 +598,47 @@ pub fn request(socket: &std::path::Path, what: &str) -> std::io::Result<UnixStre
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_payloads_own_end_wins_over_inits_exit_code() {
+        use process::PidfdExit;
+        let payload = |status, core_dumped| {
+            Some(PidfdExit {
+                status,
+                core_dumped,
+            })
+        };
+        // init's 139: a segfault, or a wrapper's plain `exit 139`; the pidfd tells which
+        let segv = payload(ExitStatus::Signaled(11), true);
+        assert_eq!(
+            how_it_ended(ExitStatus::Exited(139), segv),
+            (None, Some(11), Some(true))
+        );
+        let wrapper = payload(ExitStatus::Exited(139), false);
+        assert_eq!(
+            how_it_ended(ExitStatus::Exited(139), wrapper),
+            (Some(139), None, Some(false))
+        );
+        // without the pidfd: read as the signal, core not known
+        assert_eq!(
+            how_it_ended(ExitStatus::Exited(139), None),
+            (None, Some(11), None)
+        );
+        assert_eq!(
+            how_it_ended(ExitStatus::Exited(3), None),
+            (Some(3), None, Some(false))
+        );
+        assert_eq!(
+            how_it_ended(ExitStatus::Signaled(9), None),
+            (None, Some(9), None)
+        );
+        // a killed init: the payload went with it
+        let killed = payload(ExitStatus::Signaled(9), false);
+        assert_eq!(
+            how_it_ended(ExitStatus::Exited(137), killed),
+            (None, Some(9), Some(false))
+        );
+    }
 
     #[test]
     fn ring_keeps_the_newest_bytes() {

@@ -91,12 +91,12 @@ pub(crate) fn container_cgroup(d: &Daemon, name: &str) -> String {
 
 /// The host's cgroup version, if it has cgroups berth can use.
 pub(crate) fn cgroup_version(d: &Daemon) -> Option<CgroupVersion> {
-    d.host.cgroups.as_ref().ok().map(core_version)
+    d.resources.cgroups.as_ref().ok().map(core_version)
 }
 
 /// At daemon start: the parent cgroup every container lives in, capped by the group budget.
 pub(crate) fn apply_group_budget(d: &Daemon) {
-    let r = &d.host;
+    let r = &d.resources;
     let c = match &r.cgroups {
         Ok(c) => c,
         Err(e) => {
@@ -130,5 +130,65 @@ pub(crate) fn apply_group_budget(d: &Daemon) {
             );
         }
         Err(e) => log::error!("group budget not applied: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_core::config::Config;
+
+    /// A daemon whose kernel is a fixture tree below `root`.
+    fn daemon(root: &Path) -> Daemon {
+        let cfg = Config::parse("[containers]\ncgroup_parent = \"berth-t\"\n", "fixture").unwrap();
+        let roots = Roots {
+            proc: root.join("proc"),
+            sys: root.join("sys"),
+            dev: root.join("dev"),
+            boot: root.join("boot"),
+        };
+        let resources = Resources {
+            cgroups: Err("fixture".into()),
+            host: Host {
+                cpus: 1,
+                mem_total: 0,
+            },
+        };
+        Daemon::new(cfg, roots, resources, Default::default())
+    }
+
+    #[test]
+    fn stale_cgroups_are_found_and_reaped_in_every_hierarchy_deepest_first() {
+        let root = std::env::temp_dir().join(format!("berth-cg-{}", std::process::id()));
+        let cg = root.join("sys/fs/cgroup");
+        for dir in [
+            "cpu/berth-t/web/sub",
+            "memory/berth-t/web",
+            "memory/berth-t.monitor/web",
+            "memory/berth-t/db",
+            "unified/berth-t/web",
+            "cpu/other/web",
+        ] {
+            std::fs::create_dir_all(cg.join(dir)).unwrap();
+        }
+        let d = daemon(&root);
+        assert_eq!(
+            cgroup_names(&d).into_iter().collect::<Vec<_>>(),
+            vec!["db", "web"]
+        );
+        remove_stale_cgroups(&d, "web");
+        for gone in [
+            "cpu/berth-t/web",
+            "memory/berth-t/web",
+            "memory/berth-t.monitor/web",
+            "unified/berth-t/web",
+        ] {
+            assert!(!cg.join(gone).exists(), "{gone} still there");
+        }
+        // Another container's, and what is not below berth's parent, stay.
+        assert!(cg.join("memory/berth-t/db").is_dir());
+        assert!(cg.join("cpu/other/web").is_dir());
+        assert_eq!(cgroup_names(&d).into_iter().collect::<Vec<_>>(), vec!["db"]);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

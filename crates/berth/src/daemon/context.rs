@@ -20,7 +20,7 @@ pub struct Daemon {
     pub cfg: Config,
     pub roots: Roots,
     /// The host's cgroup layout and size (neither changes while the daemon runs).
-    pub host: Resources,
+    pub resources: Resources,
     /// The installed set, as last committed (`state.rs` is its one writer).
     pub state: Mutex<State>,
     /// Serializes operations that change the store, the state or containers.
@@ -43,11 +43,11 @@ pub struct Resources {
 }
 
 impl Daemon {
-    pub fn new(cfg: Config, roots: Roots, host: Resources, state: State) -> Daemon {
+    pub fn new(cfg: Config, roots: Roots, resources: Resources, state: State) -> Daemon {
         Daemon {
             cfg,
             roots,
-            host,
+            resources,
             state: Mutex::new(state),
             op: Mutex::new(()),
             started: Instant::now(),

@@ -72,7 +72,7 @@ fn load_clamps(d: &Daemon) -> Vec<Clamp> {
 
 pub fn spawn(d: &Arc<Daemon>) {
     let g = &d.cfg.governor;
-    let (cgroups, host) = (d.host.cgroups.as_ref().ok(), d.host.host);
+    let (cgroups, host) = (d.resources.cgroups.as_ref().ok(), d.resources.host);
     // Members a previous daemon's governor held below their own quota get it back now (the
     // group budget is T_u again); this governor clamps anew as it lowers the cap.
     let mut clamps = load_clamps(d);
@@ -127,7 +127,7 @@ pub fn spawn(d: &Arc<Daemon>) {
 fn run(d: &Daemon) {
     let g = &d.cfg.governor;
     let Some(spec) = g.probe.clone() else { return };
-    let (Ok(c), host) = (&d.host.cgroups, d.host.host) else {
+    let (Ok(c), host) = (&d.resources.cgroups, d.resources.host) else {
         return;
     };
     let rel = d.cfg.cgroup_parent.as_str();
@@ -338,7 +338,7 @@ fn command(argv: &[String], timeout: Duration) -> std::io::Result<()> {
 /// own limit, the container starts (or is limited) at the cap and gets its own back when the
 /// cap rises again. v2 caps children by itself.
 pub fn fit_container_cpu(d: &Daemon, name: &str, percent: u32) -> u32 {
-    let (Ok(c), host) = (&d.host.cgroups, d.host.host) else {
+    let (Ok(c), host) = (&d.resources.cgroups, d.resources.host) else {
         return percent;
     };
     let mut s = shared().lock().unwrap();
@@ -396,7 +396,7 @@ pub fn status(d: &Daemon) -> Value {
         field::FAILURES: failures,
         field::PROBES: s.probes,
         field::LAST_ERROR: s.last_error,
-        field::CPUS: d.host.host.cpus,
+        field::CPUS: d.resources.host.cpus,
         field::HISTORY: s.history.iter().collect::<Vec<_>>(),
     })
 }

@@ -25,6 +25,7 @@ use berth_core::supervise::{Event, GuardKill};
 use berth_sys::process;
 
 use crate::daemon::context::Daemon;
+use crate::daemon::records;
 
 const PSI_TRIGGER: &str = "some 150000 1000000";
 /// Without CAP_SYS_RESOURCE (a confined root) the kernel takes only windows that are
@@ -239,16 +240,15 @@ fn relieve(d: &Daemon, init_of: &InitOf, limit: &mut RateLimit, t0: Instant) {
                         suppressed(n)
                     );
                 }
-                d.notify(
-                    &victim.container,
-                    Event::GuardKilled(GuardKill {
-                        pid: victim.pid,
-                        init: victim.is_init,
-                        rss: victim.rss,
-                        priority: victim.priority,
-                        available: avail,
-                    }),
-                );
+                let kill = GuardKill {
+                    pid: victim.pid,
+                    init: victim.is_init,
+                    rss: victim.rss,
+                    priority: victim.priority,
+                    available: avail,
+                };
+                records::record_guard_kill(d, &victim.container, &kill);
+                d.notify(&victim.container, Event::GuardKilled(kill));
                 recent.push(RecentKill {
                     at_ms: t0.elapsed().as_millis() as u64,
                     available: avail,

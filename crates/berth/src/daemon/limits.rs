@@ -23,14 +23,14 @@ pub(crate) fn load_overrides(cfg: &Config, name: &str) -> Overrides {
 
 /// A container's limits now: manifest, overrides, policy.
 pub(crate) fn limits_of(d: &Daemon, p: &Installed, ov: &Overrides) -> Result<Limits> {
-    cg::container_limits(&p.manifest.resources, ov, &d.cfg.policy, d.host.host)
+    cg::container_limits(&p.manifest.resources, ov, &d.cfg.policy, d.resources.host)
         .map_err(|e| Error::new(Kind::BeyondPolicy, format!("{}: {e}", p.name.as_str())))
 }
 
 /// For the LXC configuration at start: the limits, in the host's cgroup version.
 pub(crate) fn start_limits(d: &Daemon, p: &Installed) -> Result<Option<(CgroupVersion, Limits)>> {
     let limits = limits_of(d, p, &load_overrides(&d.cfg, p.name.as_str()))?;
-    let Ok(c) = &d.host.cgroups else {
+    let Ok(c) = &d.resources.cgroups else {
         return Ok(None);
     };
     let (mut l, missing) = cg::enforceable(&limits, &c.available());

@@ -11,8 +11,8 @@
 //! reads (status, list, logs) do not wait for a long install.
 //!
 //! Layers, each using only those below it (ARCHITECTURE.md draws them):
-//! `api` → `supervisor` → `limits`, `store` → `runtime` → `security`, `net`, `governor`,
-//! `guard` → `cgroups`, `state` → `context`, `error`.
+//! `api` → `supervisor`, `status` → `store` → `runtime` → `limits`, `security`, `net` →
+//! `governor`, `guard` → `cgroups`, `records`, `state` → `context`, `error`.
 
 mod api;
 mod cgroups;
@@ -51,7 +51,7 @@ pub fn run(cfg: Config) -> Result<()> {
     let roots = Roots::default();
     let host = cgroups::detect(&roots);
     let d = Arc::new(Daemon::new(cfg, roots, host, state));
-    supervisor::reconcile(&d);
+    let taken_over = supervisor::reconcile(&d);
     net::restore(&d, &state::state(&d));
     let listener = api::server::bind(&d)?;
     log::info!(
@@ -60,7 +60,7 @@ pub fn run(cfg: Config) -> Result<()> {
         d.cfg.paths.admin_socket().display(),
         std::process::id()
     );
-    supervisor::spawn(&d);
+    supervisor::spawn(&d, taken_over);
     let term = berth_sys::process::termination_pipe()?;
     // Start-up code (configuration and state parsing, reconciliation) will not run again.
     berth_sys::process::trim_heap();

@@ -7,13 +7,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth_core::supervise::{Action, Event, Exit, Machine, Policy, Report};
+use berth_core::supervise::{Action, Event, Exit, Machine, Policy, Report, Run};
 
 use crate::daemon::cgroups;
 use crate::daemon::context::Daemon;
 use crate::daemon::governor;
 use crate::daemon::guard;
-use crate::daemon::records;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::runtime::start;
@@ -24,7 +23,7 @@ use crate::daemon::store::remove;
 /// Makes the world match the state after a restart or a crash of the daemon: partial
 /// downloads go, running containers are taken over, LXC directories of packages no longer
 /// installed go, unused mounts go, and packages marked autostart start after a reboot.
-pub(crate) fn reconcile(d: &Arc<Daemon>) {
+pub(crate) fn reconcile(d: &Arc<Daemon>) -> Vec<(String, Run)> {
     remove::clear_tmp(&d.cfg);
     remove::finish_purges(d);
     cgroups::apply_group_budget(d);
@@ -57,10 +56,16 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) {
     let mut running = Vec::new();
     for p in st.packages.values() {
         let n = p.name.as_str();
-        if probe::is_running(d, n) {
-            running.push(n);
-            log::info!("taking over running container {n}");
-            watch::watch(d, n);
+        if !probe::is_running(d, n) {
+            continue;
+        }
+        match probe::running_init(d, n) {
+            Some(init) => {
+                log::info!("taking over running container {n}");
+                watch::watch(d, n, init);
+                running.push((n.to_string(), init));
+            }
+            None => log::warn!("{n} runs but its init is not known: not watched"),
         }
     }
     if let Ok(entries) = std::fs::read_dir(&d.cfg.paths.lxcpath) {
@@ -73,23 +78,25 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) {
     }
     // cgroups of containers that do not run (a killed monitor leaves its own behind).
     for n in cgroups::cgroup_names(d) {
-        if !running.contains(&n.as_str()) && !probe::is_running(d, &n) {
+        if !running.iter().any(|(r, _)| *r == n) && !probe::is_running(d, &n) {
             cgroups::remove_stale_cgroups(d, &n);
         }
     }
     mounts::release_mounts(d);
+    running
 }
 
-/// Starts the peers and the supervisor thread. Runs after the admin socket is up, so the CLI
-/// sees a daemon that is starting containers, not none.
-pub(crate) fn spawn(d: &Arc<Daemon>) {
+/// Starts the peers and the supervisor thread, which knows the runs `reconcile` took over.
+/// Runs after the admin socket is up, so the CLI sees a daemon that is starting containers,
+/// not none.
+pub(crate) fn spawn(d: &Arc<Daemon>, taken_over: Vec<(String, Run)>) {
     guard::spawn(d, Box::new(probe::running_init));
     governor::spawn(d);
     let d = Arc::clone(d);
     let spawned = std::thread::Builder::new()
         .name("supervisor".into())
         .stack_size(256 * 1024)
-        .spawn(move || Supervisor::new(d).run());
+        .spawn(move || Supervisor::new(d).run(&taken_over));
     if let Err(e) = spawned {
         log::error!("cannot start the supervisor: {e}");
     }
@@ -120,8 +127,8 @@ impl Supervisor {
         self.t0.elapsed().as_millis() as u64
     }
 
-    fn run(mut self) {
-        self.boot();
+    fn run(mut self, taken_over: &[(String, Run)]) {
+        self.boot(taken_over);
         loop {
             // Asleep until something happens, or until the next held restart is due.
             let due = self.machines.iter().filter_map(|(_, m)| m.due()).min();
@@ -138,22 +145,18 @@ impl Supervisor {
         }
     }
 
-    /// What the daemon found at its start, per installed package: after a reboot /run is
+    /// What the daemon found at its start, per installed package: the runs it took over
+    /// (their ends come from their watchers, even when that is now); after a reboot /run is
     /// empty (no exit record), and what the operator had started starts again.
-    fn boot(&mut self) {
+    fn boot(&mut self, taken_over: &[(String, Run)]) {
         let st = state::state(&self.d);
         for p in st.packages.values() {
             let n = p.name.as_str();
-            let ended = self.d.cfg.paths.exit_file(n).exists().then(|| {
-                let v = probe::exit_info(&self.d, n);
-                let int = |k: &str| v[k].as_i64().map(|x| x as i32);
-                Exit {
-                    code: int("code"),
-                    signal: int("signal"),
-                }
-            });
+            let running = taken_over.iter().find(|(t, _)| t == n).map(|(_, r)| *r);
+            let ended = (running.is_none() && self.d.cfg.paths.exit_file(n).exists())
+                .then(|| probe::exit_of(&self.d, n));
             let ev = Event::Boot {
-                running: probe::is_running(&self.d, n),
+                running,
                 autostart: self.d.cfg.paths.autostart(n).exists(),
                 ended,
             };
@@ -162,7 +165,7 @@ impl Supervisor {
     }
 
     fn feed(&mut self, name: &str, ev: Event) {
-        if let Event::Exited(e) = &ev {
+        if let Event::Exited(_, e) = &ev {
             log::info!("{name} stopped: {}", describe(Some(e)));
         }
         let now = self.now_ms();
@@ -207,26 +210,31 @@ impl Supervisor {
                 }
             }
             Action::Release => {
-                let _op = d.op.lock().unwrap();
-                if !probe::is_running(d, name) {
-                    mounts::release_mounts(d);
-                    cgroups::remove_stale_cgroups(d, name);
+                {
+                    let _op = d.op.lock().unwrap();
+                    if !probe::is_running(d, name) {
+                        mounts::release_mounts(d);
+                        cgroups::remove_stale_cgroups(d, name);
+                    }
                 }
+                // Rare work: give back what it allocated and the code it ran.
+                berth_sys::process::trim_heap();
+                berth_sys::process::release_own_code(false);
             }
             Action::Hold { until_ms } => log::info!(
                 "{name}: restart in {} ms",
                 until_ms.saturating_sub(self.now_ms())
             ),
-            Action::Report(r) => report(d, name, &r),
+            Action::Report(r) => report(name, &r),
         }
     }
 }
 
-/// What a report does today: the guard's kill is kept for `berth status`; the rest is logged
-/// (crash archives are the next step).
-fn report(d: &Daemon, name: &str, r: &Report) {
+/// What a report does today: it is logged (crash archives are the next step). A guard kill
+/// was recorded and logged by the guard itself, as it happened.
+fn report(name: &str, r: &Report) {
     match r {
-        Report::GuardKilled(k) => records::record_guard_kill(d, name, k),
+        Report::GuardKilled(_) => {}
         Report::Failed(e) => log::warn!("{name} failed: {}", describe(e.as_ref())),
         Report::CrashLoop { restarts } => log::error!(
             "{name} keeps failing ({restarts} restarts): not restarted again until berth start {name}"

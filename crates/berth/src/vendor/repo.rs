@@ -114,10 +114,7 @@ pub fn build(dir: &Path, key: &Path, valid_for: Option<u64>) -> anyhow::Result<R
     let previous = std::fs::read(dir.join("index.json"))
         .ok()
         .and_then(|b| Index::parse(&b).ok());
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+    let now = berth_sys::process::now_s();
     let mut index = Index {
         format: INDEX_FORMAT,
         serial: 0,

@@ -28,7 +28,7 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
     let mut applied = false;
     if running && *newer != Overrides::default() {
         let c = d
-            .host
+            .resources
             .cgroups
             .as_ref()
             .map_err(|e| Error::new(Kind::NoCgroups, format!("cannot change limits: {e}")))?;
@@ -115,7 +115,7 @@ pub(crate) const STATS_SAMPLE: Duration = Duration::from_millis(500);
 
 pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
     let c = d
-        .host
+        .resources
         .cgroups
         .as_ref()
         .map_err(|e| Error::new(Kind::NoCgroups, format!("no stats: {e}")))?;
@@ -152,7 +152,7 @@ pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
     g[stats::CGROUP] = json!(group);
     Ok(json!({
         stats::CGROUP_VERSION: cgroups::core_version(c).name(),
-        stats::CPUS: d.host.host.cpus,
+        stats::CPUS: d.resources.host.cpus,
         stats::SAMPLE_MS: elapsed.as_millis() as u64,
         stats::GROUP: g,
         stats::CONTAINERS: containers,

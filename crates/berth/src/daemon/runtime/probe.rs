@@ -4,6 +4,8 @@ use std::io::Read;
 use std::time::{Duration, Instant};
 
 use berth_core::api::container;
+use berth_core::api::exit;
+use berth_core::supervise::Exit;
 use berth_sys::lxc::Container;
 use serde_json::Value;
 
@@ -77,4 +79,15 @@ pub(crate) fn shim_info(d: &Daemon, name: &str) -> Value {
             serde_json::from_str(&t).ok()
         })
         .unwrap_or(Value::Null)
+}
+
+/// How its last run ended, from its exit record; neither a code nor a signal when there is
+/// none (a shim killed before it could write one), which counts as a failure.
+pub(crate) fn exit_of(d: &Daemon, name: &str) -> Exit {
+    let v = exit_info(d, name);
+    let int = |k: &str| v[k].as_i64().map(|n| n as i32);
+    Exit {
+        code: int(exit::CODE),
+        signal: int(exit::SIGNAL),
+    }
 }

@@ -46,8 +46,8 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let (pid, elapsed) = spawn_shim(d, &p)?;
     mounted.1 = false;
     set_autostart(d, name, true)?;
-    d.notify(name, Event::Started);
-    watch::watch(d, name);
+    d.notify(name, Event::Started(pid));
+    watch::watch(d, name, pid);
     log::info!(
         "started {name} (init pid {pid}) in {} ms",
         elapsed.as_millis()

@@ -1,18 +1,19 @@
 //! One thread per running container, blocked on its shim until the container ends; then it
-//! tells the supervisor how it ended (the supervisor releases what it held).
+//! tells the supervisor how that run ended (the supervisor releases what it held).
 
 use std::io::Read;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth_core::supervise::{Event, Exit};
+use berth_core::supervise::{Event, Run};
 
 use crate::daemon::context::Daemon;
 use crate::daemon::runtime::probe;
 
-/// A thread that waits for the container's end (blocked on the shim, no polling) and
-/// notifies the supervisor with its exit.
-pub(crate) fn watch(d: &Arc<Daemon>, name: &str) {
+/// A thread that waits for the end of the run whose init is `init` (blocked on the shim, or
+/// on the init's pidfd when the shim is gone: no polling) and notifies the supervisor.
+pub(crate) fn watch(d: &Arc<Daemon>, name: &str, init: Run) {
     let d = Arc::clone(d);
     let name = name.to_string();
     let _ = std::thread::Builder::new()
@@ -25,30 +26,51 @@ pub(crate) fn watch(d: &Arc<Daemon>, name: &str) {
                 let _ = s.read_to_string(&mut line);
                 !line.is_empty()
             });
-            if !answered {
-                // The shim died (killed) or never answered: the container may run on; ask
-                // LXC now and then until it ends.
-                while probe::is_running(&d, &name) {
-                    std::thread::sleep(Duration::from_secs(2));
+            if answered {
+                // Give the shim a moment to finish writing its exit file.
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while sock.exists() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(20));
                 }
+            } else {
+                // The shim died (killed) or never answered: the container may run on, and
+                // nobody records how it ends.
+                wait_init_gone(&d, init);
             }
-            // Give the shim a moment to finish writing its exit file.
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while sock.exists() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            d.notify(&name, Event::Exited(exit_of(&probe::exit_info(&d, &name))));
+            d.notify(&name, Event::Exited(init, probe::exit_of(&d, &name)));
             berth_sys::process::trim_heap();
             berth_sys::process::release_own_code(false);
         });
 }
 
-/// How it ended, from its exit record; neither a code nor a signal when there is none (a
-/// shim killed before it could write one), which counts as a failure.
-fn exit_of(v: &serde_json::Value) -> Exit {
-    let int = |k: &str| v[k].as_i64().map(|n| n as i32);
-    Exit {
-        code: int("code"),
-        signal: int("signal"),
+/// Blocks until the container's init has gone: on its pidfd (readable when it exits), or,
+/// on kernels without pidfds (before 5.3), by looking every 2 s whether that pid still is the
+/// init of the same pid namespace.
+fn wait_init_gone(d: &Daemon, init: Run) {
+    let ns_link = d.proc().join(format!("{init}/ns/pid"));
+    let Ok(ns) = std::fs::read_link(&ns_link) else {
+        return;
+    };
+    // A container's init is never in the daemon's own pid namespace: anything else is a
+    // recycled pid, and the init is long gone.
+    if std::fs::read_link(d.proc().join("self/ns/pid"))
+        .ok()
+        .as_ref()
+        == Some(&ns)
+    {
+        return;
+    }
+    if let Ok(fd) = berth_sys::process::pidfd_open(init) {
+        while let Ok(rev) =
+            berth_sys::process::poll(&[(fd.as_raw_fd(), berth_sys::process::POLLIN)], -1)
+        {
+            if rev[0] != 0 {
+                return;
+            }
+        }
+        return;
+    }
+    while std::fs::read_link(&ns_link).ok().as_ref() == Some(&ns) {
+        std::thread::sleep(Duration::from_secs(2));
     }
 }
