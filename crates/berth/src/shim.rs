@@ -367,6 +367,12 @@ fn how_it_ended(
 /// init): through it the shim learns how the payload ended, which init does not pass on
 /// whole. None when it cannot be found within 200 ms (the payload already gone).
 fn payload_pidfd(init: i32) -> Option<OwnedFd> {
+    // Only kernels that keep a process's exit behind its pidfd (Linux 6.15) answer this for
+    // the shim itself (still running: Ok(None)); elsewhere the payload's pidfd would tell
+    // nothing, and looking for the payload (a scan of /proc without a children file) is
+    // work wasted on every start.
+    let own = process::pidfd_open(process::getpid()).ok()?;
+    process::pidfd_exit(&own).ok()?;
     let deadline = Instant::now() + Duration::from_millis(200);
     let mut delay = Duration::from_millis(1);
     loop {
