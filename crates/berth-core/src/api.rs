@@ -193,8 +193,23 @@ pub mod repository {
 /// One container in `GET /v1/status`.
 pub mod container {
     pub use super::common::{INIT_PID, LOG_BYTES, NAME, STARTED_AT, VERSION};
-    /// LXC's state, lowercase.
+    /// The supervisor's state: `running`, `starting`, `unhealthy`, `backoff`, `failed`,
+    /// `stopping`, `stopped`.
     pub const STATE: &str = "state";
+    /// Restarts the supervisor made since the operator last started it.
+    pub const RESTARTS: &str = "restarts";
+    /// TR-181 `RetryCount`: retries counted towards `failed` (back to 0 after a run of the
+    /// reset period).
+    pub const RETRIES: &str = "retries";
+    /// Ready for the containers that depend on it: running, and its first health check
+    /// passed (or it has none).
+    pub const READY: &str = "ready";
+    /// Milliseconds until a restart held in backoff, or null.
+    pub const RESTART_IN_MS: &str = "restart_in_ms";
+    /// Why it is failed, or why it last failed, or null.
+    pub const REASON: &str = "reason";
+    /// Its health probe's view ([`health`](super::health)), or null without `[health]`.
+    pub const HEALTH: &str = "health";
     /// The package's network mode.
     pub const NETWORK: &str = "network";
     /// Whether the daemon starts it again when it starts.
@@ -205,6 +220,25 @@ pub mod container {
     pub const GUARD_KILL: &str = "guard_kill";
     /// The sha256 of its package's image.
     pub const IMAGE: &str = "image";
+}
+
+/// `POST /v1/reset`'s answer.
+pub mod reset {
+    pub use super::common::NAME;
+    /// The container's state after the reset (`stopped`, or `running` if it runs).
+    pub const STATE: &str = "state";
+}
+
+/// A container's health checks, in `GET /v1/status`.
+pub mod health {
+    /// `starting` (no result in this run yet), `healthy`, `unhealthy`.
+    pub const STATUS: &str = "status";
+    /// Failed checks in a row.
+    pub const FAILURES: &str = "failures";
+    /// The last probe's verdict and output, or null.
+    pub const LAST: &str = "last";
+    /// When the last probe ended, in seconds since the epoch, or null.
+    pub const CHECKED_AT: &str = "checked_at";
 }
 
 /// How a container ended: the exit record its shim writes, in `status` and `stop`.

@@ -149,6 +149,12 @@ impl Paths {
     pub fn limits_file(&self, container: &str) -> PathBuf {
         self.state.join("limits").join(format!("{container}.json"))
     }
+    /// The supervisor's record of a container (retry count, `failed`; JSON, atomic).
+    pub fn supervise_file(&self, container: &str) -> PathBuf {
+        self.state
+            .join("supervise")
+            .join(format!("{container}.json"))
+    }
 }
 
 /// berth.toml as written, read from the document tree (`crate::tree`): unknown keys refused.

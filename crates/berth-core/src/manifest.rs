@@ -207,19 +207,70 @@ pub enum RestartPolicy {
     Always,
 }
 
+/// `[restart]`: TR-181's `ExecutionUnit.{i}.AutoRestart` one to one. `delay_ms` is
+/// `RetryMinimumWaitInterval`, `max_delay_ms` `RetryMaximumWaitInterval`, `multiplier_milli`
+/// `RetryIntervalMultiplier` (thousandths, as TR-181 writes it), `max_retries`
+/// `MaximumRetryCount`, `reset_period_ms` `ResetPeriod`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Restart {
     pub policy: RestartPolicy,
     pub max_retries: u32,
     pub delay_ms: u64,
+    // Defaults for state files written before these keys existed.
+    #[serde(default = "default_max_delay")]
+    pub max_delay_ms: u64,
+    #[serde(default = "default_multiplier")]
+    pub multiplier_milli: u32,
+    #[serde(default = "default_reset_period")]
+    pub reset_period_ms: u64,
 }
 
+fn default_max_delay() -> u64 {
+    DEFAULT_RESTART_MAX_DELAY_MS
+}
+fn default_multiplier() -> u32 {
+    DEFAULT_RESTART_MULTIPLIER_MILLI
+}
+fn default_reset_period() -> u64 {
+    DEFAULT_RESTART_RESET_PERIOD_MS
+}
+
+/// `[health]`: one probe (a command run inside the container, a TCP connect or an HTTP GET
+/// in its network namespace), how often, how long it may take, how many failures in a row
+/// make the container unhealthy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Health {
+    /// The command probe; empty when the probe is `tcp` or `http`.
     pub cmd: Vec<String>,
     pub interval_ms: u64,
     pub timeout_ms: u64,
     pub retries: u32,
+    /// TCP probe: a port on the container's loopback.
+    #[serde(default)]
+    pub tcp: Option<u16>,
+    /// HTTP probe: a port and path on the container's loopback (`"8080/healthz"`).
+    #[serde(default)]
+    pub http: Option<HttpProbe>,
+    /// When the container counts as ready (what `depends` waits for).
+    #[serde(default)]
+    pub ready: Ready,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HttpProbe {
+    pub port: u16,
+    pub path: String,
+}
+
+/// When a container with a `[health]` probe counts as ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Ready {
+    /// Once its first health check passed.
+    #[default]
+    Healthy,
+    /// As soon as it runs.
+    Started,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -247,6 +298,10 @@ pub const DEFAULT_RESTART_DELAY_MS: u64 = 1_000;
 pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 30_000;
 pub const DEFAULT_HEALTH_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_HEALTH_RETRIES: u32 = 3;
+pub const DEFAULT_RESTART_MAX_DELAY_MS: u64 = 300_000;
+/// TR-181's default `RetryIntervalMultiplier`: 2.000.
+pub const DEFAULT_RESTART_MULTIPLIER_MILLI: u32 = 2_000;
+pub const DEFAULT_RESTART_RESET_PERIOD_MS: u64 = 600_000;
 
 impl Manifest {
     pub fn parse(text: &str) -> Result<Manifest, ManifestError> {
@@ -503,12 +558,18 @@ impl RawManifest {
                     policy: t.str("policy")?,
                     max_retries: t.int("max_retries")?,
                     delay: t.str("delay")?,
+                    max_delay: t.str("max_delay")?,
+                    multiplier: t.take("multiplier"),
+                    reset_period: t.str("reset_period")?,
                 })
             })?
             .map(Spanned::into_inner),
             health: sub(&mut t, "health", |t| {
                 Ok(RawHealth {
                     cmd: t.strs("cmd")?,
+                    tcp: t.int("tcp")?,
+                    http: t.str("http")?,
+                    ready: t.str("ready")?,
                     interval: t.str("interval")?,
                     timeout: t.str("timeout")?,
                     retries: t.int("retries")?,
@@ -647,10 +708,17 @@ struct RawRestart {
     policy: Option<S<String>>,
     max_retries: Option<S<i64>>,
     delay: Option<S<String>>,
+    max_delay: Option<S<String>>,
+    /// An integer or a float (`2`, `1.5`).
+    multiplier: Option<S<Val>>,
+    reset_period: Option<S<String>>,
 }
 
 struct RawHealth {
     cmd: Option<S<Vec<S<String>>>>,
+    tcp: Option<S<i64>>,
+    http: Option<S<String>>,
+    ready: Option<S<String>>,
     interval: Option<S<String>>,
     timeout: Option<S<String>>,
     retries: Option<S<i64>>,
@@ -1158,6 +1226,9 @@ impl Validator<'_> {
                 policy: RestartPolicy::OnFailure,
                 max_retries: DEFAULT_MAX_RETRIES,
                 delay_ms: DEFAULT_RESTART_DELAY_MS,
+                max_delay_ms: DEFAULT_RESTART_MAX_DELAY_MS,
+                multiplier_milli: DEFAULT_RESTART_MULTIPLIER_MILLI,
+                reset_period_ms: DEFAULT_RESTART_RESET_PERIOD_MS,
             });
         };
         let policy = match r.policy.as_ref().map(|m| (m.get_ref().as_str(), m.span())) {
@@ -1172,6 +1243,45 @@ impl Validator<'_> {
                 ))
             }
         };
+        let delay_ms = self.duration(&r.delay, "restart.delay", DEFAULT_RESTART_DELAY_MS)?;
+        let max_delay_ms = self.duration(
+            &r.max_delay,
+            "restart.max_delay",
+            DEFAULT_RESTART_MAX_DELAY_MS.max(delay_ms),
+        )?;
+        if max_delay_ms < delay_ms {
+            let span = r.max_delay.as_ref().map(|v| v.span()).unwrap_or_default();
+            return Err(self.err(
+                span,
+                "restart.max_delay",
+                format!("{max_delay_ms} ms is shorter than restart.delay ({delay_ms} ms)"),
+            ));
+        }
+        let multiplier_milli = match &r.multiplier {
+            None => DEFAULT_RESTART_MULTIPLIER_MILLI,
+            Some(v) => {
+                let x = match v.get_ref() {
+                    Val::Int(n) => *n as f64,
+                    Val::Float(x) => *x,
+                    other => {
+                        return Err(self.err(
+                            v.span(),
+                            "restart.multiplier",
+                            format!("expected a number such as 2 or 1.5, found {}", other.kind()),
+                        ))
+                    }
+                };
+                // TR-181 allows 1.000 … 10.000.
+                if !(1.0..=10.0).contains(&x) {
+                    return Err(self.err(
+                        v.span(),
+                        "restart.multiplier",
+                        format!("{x} is out of range 1..=10"),
+                    ));
+                }
+                (x * 1000.0).round() as u32
+            }
+        };
         Ok(Restart {
             policy,
             max_retries: r
@@ -1180,7 +1290,14 @@ impl Validator<'_> {
                 .map_or(Ok(DEFAULT_MAX_RETRIES), |v| {
                     self.int(v, "restart.max_retries", 0, 1000)
                 })?,
-            delay_ms: self.duration(&r.delay, "restart.delay", DEFAULT_RESTART_DELAY_MS)?,
+            delay_ms,
+            max_delay_ms,
+            multiplier_milli,
+            reset_period_ms: self.duration(
+                &r.reset_period,
+                "restart.reset_period",
+                DEFAULT_RESTART_RESET_PERIOD_MS,
+            )?,
         })
     }
 
@@ -1195,15 +1312,92 @@ impl Validator<'_> {
             let span = h.interval.as_ref().map_or(table.clone(), |v| v.span());
             return Err(self.err(span, "health.interval", "must be greater than 0"));
         }
+        if timeout_ms == 0 {
+            let span = h.timeout.as_ref().map_or(table.clone(), |v| v.span());
+            return Err(self.err(span, "health.timeout", "must be greater than 0"));
+        }
+        let probes = [h.cmd.is_some(), h.tcp.is_some(), h.http.is_some()];
+        match probes.iter().filter(|p| **p).count() {
+            1 => {}
+            0 => {
+                return Err(self.err(
+                    table,
+                    "health.cmd",
+                    "required key is missing (or give tcp or http instead)",
+                ))
+            }
+            _ => {
+                return Err(self.err(
+                    table,
+                    "health",
+                    "give one probe: cmd, tcp or http, not several",
+                ))
+            }
+        }
+        let cmd = match &h.cmd {
+            Some(_) => self.command(&h.cmd, "health.cmd", table.clone())?,
+            None => Vec::new(),
+        };
+        let tcp = h
+            .tcp
+            .as_ref()
+            .map(|v| self.int::<u16>(v, "health.tcp", 1, 65535))
+            .transpose()?;
+        let http = match &h.http {
+            None => None,
+            Some(v) => Some(
+                parse_http_probe(v.get_ref()).map_err(|e| self.err(v.span(), "health.http", e))?,
+            ),
+        };
+        let ready = match h.ready.as_ref().map(|v| (v.get_ref().as_str(), v.span())) {
+            None | Some(("healthy", _)) => Ready::Healthy,
+            Some(("started", _)) => Ready::Started,
+            Some(("api", span)) => {
+                return Err(self.err(
+                    span,
+                    "health.ready",
+                    "\"api\" needs the container API, which this version does not have; use \"healthy\" or \"started\"",
+                ))
+            }
+            Some((other, span)) => {
+                return Err(self.err(
+                    span,
+                    "health.ready",
+                    format!("{other:?} is not one of \"healthy\", \"started\""),
+                ))
+            }
+        };
         Ok(Health {
-            cmd: self.command(&h.cmd, "health.cmd", table)?,
+            cmd,
             interval_ms,
             timeout_ms,
             retries: h.retries.as_ref().map_or(Ok(DEFAULT_HEALTH_RETRIES), |v| {
                 self.int(v, "health.retries", 1, 1000)
             })?,
+            tcp,
+            http,
+            ready,
         })
     }
+}
+
+/// `"8080/healthz"` or `"8080"` (path `/`): a port on the container's loopback and the path
+/// to GET there.
+fn parse_http_probe(s: &str) -> Result<HttpProbe, String> {
+    let (port, path) = match s.split_once('/') {
+        Some((p, rest)) => (p, format!("/{rest}")),
+        None => (s, "/".to_string()),
+    };
+    let port: u16 =
+        port.parse().ok().filter(|p| *p > 0).ok_or_else(|| {
+            format!("{s:?}: expected PORT or PORT/PATH, such as \"8080/healthz\"")
+        })?;
+    if path.bytes().any(|b| b <= b' ' || b == 0x7f) {
+        return Err(format!(
+            "{s:?}: the path may not contain spaces or control characters"
+        ));
+    }
+    Ok(HttpProbe { port, path })
 }
 
 #[cfg(test)]
@@ -1320,7 +1514,10 @@ cmd = ["/bin/rotate"]
             Restart {
                 policy: RestartPolicy::Always,
                 max_retries: 10,
-                delay_ms: 500
+                delay_ms: 500,
+                max_delay_ms: DEFAULT_RESTART_MAX_DELAY_MS,
+                multiplier_milli: 2_000,
+                reset_period_ms: DEFAULT_RESTART_RESET_PERIOD_MS,
             }
         );
         assert_eq!(
@@ -1329,7 +1526,10 @@ cmd = ["/bin/rotate"]
                 cmd: vec!["/bin/check".into(), "--quick".into()],
                 interval_ms: 60_000,
                 timeout_ms: 5_000,
-                retries: 2
+                retries: 2,
+                tcp: None,
+                http: None,
+                ready: Ready::Healthy,
             })
         );
         assert_eq!(m.schedules.len(), 2);
@@ -1731,6 +1931,69 @@ cmd = ["/bin/rotate"]
                 .map(|_| alphabet[(next() as usize) % alphabet.len()])
                 .collect();
             let _ = Manifest::parse(&text);
+        }
+    }
+
+    #[test]
+    fn restart_and_health_take_the_tr181_keys_and_one_probe() {
+        let base = "[package]\nname = \"a\"\nversion = \"1\"\n[entrypoint]\nargv = [\"/a\"]\n";
+        let m = Manifest::parse(&format!(
+            "{base}[restart]\ndelay = \"2s\"\nmax_delay = \"1m\"\nmultiplier = 3\nreset_period = \"5m\"\n\
+             [health]\nhttp = \"8080/healthz\"\nready = \"started\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            (
+                m.restart.delay_ms,
+                m.restart.max_delay_ms,
+                m.restart.multiplier_milli,
+                m.restart.reset_period_ms
+            ),
+            (2_000, 60_000, 3_000, 300_000)
+        );
+        let h = m.health.unwrap();
+        assert_eq!(
+            h.http,
+            Some(HttpProbe {
+                port: 8080,
+                path: "/healthz".into()
+            })
+        );
+        assert_eq!((h.ready, h.cmd.len(), h.tcp), (Ready::Started, 0, None));
+        let m = Manifest::parse(&format!("{base}[health]\ntcp = 53\n")).unwrap();
+        assert_eq!(m.health.unwrap().tcp, Some(53));
+        for (bad, want) in [
+            (
+                "[restart]\nmultiplier = 0.5\n",
+                "restart.multiplier: 0.5 is out of range 1..=10",
+            ),
+            (
+                "[restart]\nmultiplier = \"x\"\n",
+                "restart.multiplier: expected a number",
+            ),
+            (
+                "[restart]\ndelay = \"10s\"\nmax_delay = \"5s\"\n",
+                "restart.max_delay: 5000 ms is shorter",
+            ),
+            ("[health]\ntcp = 80\ncmd = [\"/c\"]\n", "give one probe"),
+            ("[health]\ntcp = 0\n", "health.tcp: 0 is out of range"),
+            (
+                "[health]\nhttp = \"x/y\"\n",
+                "health.http: \"x/y\": expected PORT",
+            ),
+            (
+                "[health]\ntcp = 1\nready = \"api\"\n",
+                "needs the container API",
+            ),
+            (
+                "[health]\ntcp = 1\ntimeout = \"0s\"\n",
+                "health.timeout: must be greater than 0",
+            ),
+        ] {
+            let e = Manifest::parse(&format!("{base}{bad}"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{bad:?}: {e}");
         }
     }
 }

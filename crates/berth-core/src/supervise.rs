@@ -1,57 +1,95 @@
 //! Supervision decisions, as a pure state machine per container: events come in (the daemon
-//! started, the container started, the operator stopped it, it ended, a health check failed,
-//! the memory guard killed in it, time passed), actions come out (start it, release what it
-//! held, hold a restart until a time, report). The daemon's supervisor thread feeds it and
-//! carries the actions out; timers, signals and mounts stay there, so every decision here is
-//! tested from tables, without root.
+//! started, the container started, the operator stopped it, it ended, a health check passed
+//! or failed, the memory guard killed in it, time passed), actions come out (start it,
+//! release what it held, hold a restart until a time, run a health check, kill an unhealthy
+//! run, report). The daemon's supervisor thread feeds it and carries the actions out; timers,
+//! signals, probes and mounts stay there, so every decision here is tested from tables,
+//! without root.
 //!
-//! Restarts back off exponentially (`delay_ms`, doubled per restart up to `delay_max_ms`);
-//! a failure after `max_retries` restarts within `window_ms` is a crash loop: the machine
-//! gives up until the operator starts the container again. A container that ran for a whole
-//! window before it ended starts from a clean slate.
+//! Restarts follow TR-181's `ExecutionUnit.{i}.AutoRestart` (and TR-069's session retry
+//! formula it borrows): the n-th retry waits a time drawn uniformly from
+//! `[m·k^(n-1), m·k^n]` (m the minimum wait, k the multiplier), capped at the maximum wait.
+//! After `MaximumRetryCount` retries the next failure leaves the container `failed` until
+//! the operator starts or resets it; a run that lasted `ResetPeriod` sets the count back to 0.
 
-use crate::manifest::{Restart, RestartPolicy};
+use crate::manifest::{Manifest, Ready, RestartPolicy};
 
-/// A container's restart policy: the manifest's `[restart]` (`policy`, `max_retries`,
-/// `delay`), plus the cap on the doubling delay and the crash-loop window.
+/// A container's supervision policy: the manifest's `[restart]` and `[health]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
     pub restart: RestartPolicy,
-    /// The first delay before a restart; doubled after each, up to `delay_max_ms`.
-    pub delay_ms: u64,
-    pub delay_max_ms: u64,
-    /// Restarts allowed within `window_ms`; one more failure is a crash loop.
+    /// TR-181 `RetryMinimumWaitInterval`.
+    pub min_wait_ms: u64,
+    /// TR-181 `RetryMaximumWaitInterval`.
+    pub max_wait_ms: u64,
+    /// TR-181 `RetryIntervalMultiplier`, thousandths (2000 = ×2).
+    pub multiplier_milli: u32,
+    /// TR-181 `MaximumRetryCount`: retries allowed before `failed`.
     pub max_retries: u32,
-    pub window_ms: u64,
+    /// TR-181 `ResetPeriod`: a run this long sets the retry count back to 0.
+    pub reset_period_ms: u64,
+    /// Draw each wait from its range (TR-181); off, the wait is the range's low end.
+    pub jitter: bool,
+    pub health: Option<HealthPolicy>,
 }
 
-/// The longest delay between restarts, whatever the doubling reaches.
-pub const DELAY_MAX_MS: u64 = 60_000;
-/// Restarts older than this no longer count towards a crash loop; a container that ran this
-/// long before it ended starts from a clean slate.
-pub const WINDOW_MS: u64 = 300_000;
+/// The `[health]` probe's schedule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthPolicy {
+    pub interval_ms: u64,
+    /// Consecutive failures that make the run unhealthy (it is then killed and restarted).
+    pub retries: u32,
+    /// Ready as soon as it runs, not at its first passed check.
+    pub ready_on_start: bool,
+}
+
+/// The first health check comes this soon after a start (or at the interval, if shorter),
+/// so that readiness, which `depends` waits for, is known early.
+pub const FIRST_CHECK_MS: u64 = 1_000;
 
 impl Policy {
-    /// No restarts: a container that ends stays stopped until the operator starts it.
+    /// No restarts, no health checks: a container that ends stays stopped.
     pub fn never() -> Policy {
         Policy {
             restart: RestartPolicy::Never,
-            delay_ms: crate::manifest::DEFAULT_RESTART_DELAY_MS,
-            delay_max_ms: DELAY_MAX_MS,
+            min_wait_ms: crate::manifest::DEFAULT_RESTART_DELAY_MS,
+            max_wait_ms: crate::manifest::DEFAULT_RESTART_MAX_DELAY_MS,
+            multiplier_milli: crate::manifest::DEFAULT_RESTART_MULTIPLIER_MILLI,
             max_retries: crate::manifest::DEFAULT_MAX_RETRIES,
-            window_ms: WINDOW_MS,
+            reset_period_ms: crate::manifest::DEFAULT_RESTART_RESET_PERIOD_MS,
+            jitter: false,
+            health: None,
         }
     }
 
-    /// The policy a manifest's `[restart]` asks for.
-    pub fn of(r: &Restart) -> Policy {
+    /// The policy a manifest's `[restart]` and `[health]` ask for.
+    pub fn of(m: &Manifest) -> Policy {
+        let r = &m.restart;
         Policy {
             restart: r.policy,
-            delay_ms: r.delay_ms,
-            delay_max_ms: DELAY_MAX_MS.max(r.delay_ms),
+            min_wait_ms: r.delay_ms,
+            max_wait_ms: r.max_delay_ms.max(r.delay_ms),
+            multiplier_milli: r.multiplier_milli.max(1_000),
             max_retries: r.max_retries,
-            window_ms: WINDOW_MS,
+            reset_period_ms: r.reset_period_ms,
+            jitter: true,
+            health: m.health.as_ref().map(|h| HealthPolicy {
+                interval_ms: h.interval_ms.max(1),
+                retries: h.retries.max(1),
+                ready_on_start: h.ready == Ready::Started,
+            }),
         }
+    }
+
+    /// The range the `n`-th retry's wait is drawn from (n ≥ 1), each end capped at the
+    /// maximum wait.
+    pub fn wait_range(&self, n: u32) -> (u64, u64) {
+        let k = self.multiplier_milli as f64 / 1000.0;
+        let m = self.min_wait_ms as f64;
+        let cap = self.max_wait_ms as f64;
+        let lo = (m * k.powi(n.saturating_sub(1) as i32)).min(cap);
+        let hi = (m * k.powi(n as i32)).min(cap);
+        (lo as u64, hi as u64)
     }
 }
 
@@ -85,27 +123,44 @@ pub struct GuardKill {
 /// run it names: the end of an earlier run, reported late, changes nothing.
 pub type Run = i32;
 
+/// What the supervisor keeps on disk per container, so that a daemon restart or a reboot
+/// neither forgets a `failed` container nor the count towards it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Record {
+    /// TR-181 `RetryCount`: retries since the count was last set back to 0.
+    pub retries: u32,
+    /// Restarts made by the supervisor since the operator last started the container.
+    pub restarts: u32,
+    /// Given up: not started again until the operator starts or resets it.
+    pub failed: bool,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
     /// The daemon started and found the container running (this run) or not; `autostart` is
     /// the operator's last word (started, not stopped); `ended` is how it ended while no
-    /// daemon watched, if it did.
+    /// daemon watched, if it did; `record` what the supervisor had kept.
     Boot {
         running: Option<Run>,
         autostart: bool,
         ended: Option<Exit>,
+        record: Record,
     },
     /// It runs (started by the operator or by this machine's `Start`).
     Started(Run),
     /// A start failed before the payload ran.
     StartFailed,
-    /// The operator is stopping it: its end is no failure and nothing restarts it.
+    /// The operator is stopping it (or asked to while nothing runs): its end is no failure,
+    /// a held restart is dropped, nothing restarts it.
     StopRequested,
     /// That run ended.
     Exited(Run, Exit),
-    HealthFailed,
+    /// A health check of that run passed (true) or failed.
+    Health(Run, bool),
     GuardKilled(GuardKill),
-    /// Time passed: a held restart may be due.
+    /// The operator's `berth reset`: out of `failed`, counts back to 0.
+    Reset,
+    /// Time passed: a held restart or a health check may be due.
     Tick,
 }
 
@@ -118,6 +173,10 @@ pub enum Action {
     Hold {
         until_ms: u64,
     },
+    /// Run the health probe in this run; answer with `Health`.
+    Check(Run),
+    /// This run is unhealthy: end it (its end then counts as a failure).
+    Kill(Run),
     Report(Report),
 }
 
@@ -125,12 +184,14 @@ pub enum Action {
 pub enum Report {
     /// Ended on its own with a failure, or failed to start (no exit).
     Failed(Option<Exit>),
-    /// Restarted `restarts` times within the window: no more restarts until the operator
-    /// starts it.
+    /// Failed again after `retries` retries: given up until the operator starts it.
     CrashLoop {
-        restarts: u32,
+        retries: u32,
     },
-    HealthFailed,
+    /// `failures` health checks in a row failed: the run is killed.
+    Unhealthy {
+        failures: u32,
+    },
     GuardKilled(GuardKill),
 }
 
@@ -140,11 +201,25 @@ pub enum Phase {
     Starting,
     Running,
     Stopping,
+    /// Unhealthy: being killed, to be restarted.
+    Killing,
+    /// A restart is held until then (backoff).
     Waiting {
         until_ms: u64,
     },
-    /// A crash loop: given up until the operator starts it.
-    GaveUp,
+    /// Given up until the operator starts or resets it.
+    Failed,
+}
+
+/// What the health checks of the current run found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthState {
+    /// No check configured.
+    None,
+    /// No result yet in this run.
+    Starting,
+    Healthy,
+    Unhealthy,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,21 +227,32 @@ pub struct Machine {
     phase: Phase,
     /// The run this machine follows, while there is one.
     run: Option<Run>,
-    /// When it was last started, for the clean slate after a whole window of running.
+    /// When the current run started, for the reset period.
     started_ms: Option<u64>,
-    /// Restarts this machine made within the window, oldest first.
-    restarts: Vec<u64>,
-    delay_ms: u64,
+    record: Record,
+    health: HealthState,
+    /// Consecutive failed checks of this run.
+    failures: u32,
+    /// When the next check is due; None while one is running or nothing runs.
+    check_due: Option<u64>,
+    ready: bool,
+    /// xorshift32 state for the waits' jitter.
+    rng: u32,
 }
 
 impl Machine {
-    pub fn new(policy: &Policy) -> Machine {
+    /// `seed` feeds the jitter of the waits (any value; 0 is replaced).
+    pub fn new(seed: u32) -> Machine {
         Machine {
             phase: Phase::Stopped,
             run: None,
             started_ms: None,
-            restarts: Vec::new(),
-            delay_ms: policy.delay_ms,
+            record: Record::default(),
+            health: HealthState::None,
+            failures: 0,
+            check_due: None,
+            ready: false,
+            rng: seed.max(1),
         }
     }
 
@@ -174,72 +260,181 @@ impl Machine {
         self.phase
     }
 
-    /// When a held restart is due, if one is.
+    pub fn record(&self) -> Record {
+        self.record
+    }
+
+    pub fn health(&self) -> (HealthState, u32) {
+        (self.health, self.failures)
+    }
+
+    /// It runs and is ready: its health check passed once (or it has none, or it is ready
+    /// at start).
+    pub fn ready(&self) -> bool {
+        self.phase == Phase::Running && self.ready
+    }
+
+    /// The state `berth status` shows.
+    pub fn state(&self) -> &'static str {
+        match self.phase {
+            Phase::Stopped => "stopped",
+            Phase::Starting => "starting",
+            Phase::Running if self.health == HealthState::Unhealthy => "unhealthy",
+            Phase::Running => "running",
+            Phase::Stopping => "stopping",
+            Phase::Killing => "unhealthy",
+            Phase::Waiting { .. } => "backoff",
+            Phase::Failed => "failed",
+        }
+    }
+
+    /// When this machine next wants a `Tick`: a held restart or a health check.
     pub fn due(&self) -> Option<u64> {
         match self.phase {
             Phase::Waiting { until_ms } => Some(until_ms),
+            Phase::Running => self.check_due,
             _ => None,
         }
     }
 
     pub fn on(&mut self, now_ms: u64, ev: &Event, policy: &Policy) -> Vec<Action> {
         match ev {
-            Event::Boot {
-                running: Some(run), ..
+            Event::Boot { record, .. } => {
+                self.record = *record;
+                self.boot(now_ms, ev, policy)
             }
-            | Event::Started(run) => {
-                if matches!(self.phase, Phase::GaveUp | Phase::Stopped)
-                    && matches!(ev, Event::Started(_))
-                {
+            Event::Started(run) => {
+                if matches!(self.phase, Phase::Failed | Phase::Stopped) {
                     // The operator's start: a clean slate.
-                    self.restarts.clear();
-                    self.delay_ms = policy.delay_ms;
+                    self.record = Record::default();
                 }
-                self.phase = Phase::Running;
-                self.run = Some(*run);
-                self.started_ms = Some(now_ms);
+                self.running(now_ms, *run, policy);
                 Vec::new()
             }
-            Event::Boot {
-                running: None,
-                autostart,
-                ended,
-            } => match ended {
-                // It ended while nobody watched: its restart policy decides, as if seen.
-                Some(exit) if *autostart => {
-                    self.phase = Phase::Running;
-                    self.ended(now_ms, Some(*exit), policy)
-                        .into_iter()
-                        .filter(|a| *a != Action::Release)
-                        .collect()
-                }
-                None if *autostart => {
-                    self.phase = Phase::Starting;
-                    vec![Action::Start]
-                }
-                _ => Vec::new(),
-            },
             Event::StartFailed => self.ended(now_ms, None, policy),
             Event::StopRequested => {
-                self.phase = Phase::Stopping;
+                self.phase = match self.phase {
+                    Phase::Waiting { .. } | Phase::Failed | Phase::Stopped => Phase::Stopped,
+                    _ => Phase::Stopping,
+                };
+                self.check_due = None;
                 Vec::new()
             }
             // The end of another run than this one (an earlier run's, reported late).
             Event::Exited(run, _) if self.run != Some(*run) => Vec::new(),
             Event::Exited(_, exit) => {
                 self.run = None;
+                self.check_due = None;
                 self.ended(now_ms, Some(*exit), policy)
             }
-            Event::HealthFailed => vec![Action::Report(Report::HealthFailed)],
+            Event::Health(run, _) if self.run != Some(*run) || self.phase != Phase::Running => {
+                Vec::new()
+            }
+            Event::Health(run, ok) => self.checked(now_ms, *run, *ok, policy),
             Event::GuardKilled(k) => vec![Action::Report(Report::GuardKilled(*k))],
+            Event::Reset => {
+                self.record = Record::default();
+                if self.phase == Phase::Failed {
+                    self.phase = Phase::Stopped;
+                }
+                Vec::new()
+            }
             Event::Tick => match self.phase {
                 Phase::Waiting { until_ms } if now_ms >= until_ms => {
                     self.phase = Phase::Starting;
                     vec![Action::Start]
                 }
+                Phase::Running => match (self.run, self.check_due) {
+                    (Some(run), Some(due)) if now_ms >= due => {
+                        self.check_due = None;
+                        vec![Action::Check(run)]
+                    }
+                    _ => Vec::new(),
+                },
                 _ => Vec::new(),
             },
         }
+    }
+
+    fn boot(&mut self, now_ms: u64, ev: &Event, policy: &Policy) -> Vec<Action> {
+        let Event::Boot {
+            running,
+            autostart,
+            ended,
+            ..
+        } = ev
+        else {
+            return Vec::new();
+        };
+        if let Some(run) = running {
+            // Taken over: whatever it was, it runs.
+            self.running(now_ms, *run, policy);
+            return Vec::new();
+        }
+        if self.record.failed {
+            self.phase = Phase::Failed;
+            return Vec::new();
+        }
+        match ended {
+            // It ended while nobody watched: its restart policy decides, as if seen.
+            Some(exit) if *autostart => {
+                self.phase = Phase::Running;
+                self.ended(now_ms, Some(*exit), policy)
+                    .into_iter()
+                    .filter(|a| *a != Action::Release)
+                    .collect()
+            }
+            None if *autostart => {
+                self.phase = Phase::Starting;
+                vec![Action::Start]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn running(&mut self, now_ms: u64, run: Run, policy: &Policy) {
+        self.phase = Phase::Running;
+        self.run = Some(run);
+        self.started_ms = Some(now_ms);
+        self.failures = 0;
+        match policy.health {
+            None => {
+                self.health = HealthState::None;
+                self.check_due = None;
+                self.ready = true;
+            }
+            Some(h) => {
+                self.health = HealthState::Starting;
+                self.check_due = Some(now_ms + h.interval_ms.min(FIRST_CHECK_MS));
+                self.ready = h.ready_on_start;
+            }
+        }
+    }
+
+    fn checked(&mut self, now_ms: u64, run: Run, ok: bool, policy: &Policy) -> Vec<Action> {
+        let Some(h) = policy.health else {
+            return Vec::new();
+        };
+        self.check_due = Some(now_ms + h.interval_ms);
+        if ok {
+            self.failures = 0;
+            self.health = HealthState::Healthy;
+            self.ready = true;
+            return Vec::new();
+        }
+        self.failures += 1;
+        self.health = HealthState::Unhealthy;
+        if self.failures < h.retries {
+            return Vec::new();
+        }
+        self.phase = Phase::Killing;
+        self.check_due = None;
+        vec![
+            Action::Report(Report::Unhealthy {
+                failures: self.failures,
+            }),
+            Action::Kill(run),
+        ]
     }
 
     /// It ended (`exit`), or a start failed (`None`).
@@ -249,17 +444,19 @@ impl Machine {
             out.push(Action::Release);
         }
         let wanted_end = self.phase == Phase::Stopping;
-        let failed = exit.is_none_or(|e| e.failed());
-        if failed && !wanted_end {
+        let unhealthy = self.phase == Phase::Killing;
+        let failed = unhealthy || exit.is_none_or(|e| e.failed());
+        // An unhealthy run was reported when it was killed.
+        if failed && !wanted_end && !unhealthy {
             out.push(Action::Report(Report::Failed(exit)));
         }
         if self
             .started_ms
-            .is_some_and(|t| now_ms.saturating_sub(t) >= policy.window_ms)
+            .is_some_and(|t| now_ms.saturating_sub(t) >= policy.reset_period_ms)
         {
-            self.restarts.clear();
-            self.delay_ms = policy.delay_ms;
+            self.record.retries = 0;
         }
+        self.started_ms = None;
         let restart = !wanted_end
             && match policy.restart {
                 RestartPolicy::Never => false,
@@ -270,21 +467,35 @@ impl Machine {
             self.phase = Phase::Stopped;
             return out;
         }
-        self.restarts
-            .retain(|t| now_ms.saturating_sub(*t) < policy.window_ms);
-        if self.restarts.len() >= policy.max_retries as usize {
-            self.phase = Phase::GaveUp;
+        if self.record.retries >= policy.max_retries {
+            self.phase = Phase::Failed;
+            self.record.failed = true;
             out.push(Action::Report(Report::CrashLoop {
-                restarts: self.restarts.len() as u32,
+                retries: self.record.retries,
             }));
             return out;
         }
-        let until_ms = now_ms + self.delay_ms;
-        self.restarts.push(now_ms);
-        self.delay_ms = (self.delay_ms * 2).min(policy.delay_max_ms);
+        self.record.retries += 1;
+        self.record.restarts = self.record.restarts.saturating_add(1);
+        let until_ms = now_ms + self.wait(self.record.retries, policy);
         self.phase = Phase::Waiting { until_ms };
         out.push(Action::Hold { until_ms });
         out
+    }
+
+    /// The wait before the `n`-th retry: drawn from its range, or its low end without jitter.
+    fn wait(&mut self, n: u32, policy: &Policy) -> u64 {
+        let (lo, hi) = policy.wait_range(n);
+        if !policy.jitter || hi <= lo {
+            return lo;
+        }
+        // xorshift32: enough to keep a fleet's restarts apart, no dependency.
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        self.rng = x;
+        lo + (x as u64) % (hi - lo + 1)
     }
 }
 
@@ -313,12 +524,22 @@ mod tests {
     }
 
     /// Runs events through a fresh machine: (time, event, expected actions, phase after).
-    fn table(p: &Policy, rows: &[(u64, Event, Vec<Action>, Phase)]) {
-        let mut m = Machine::new(p);
+    fn table(p: &Policy, rows: &[(u64, Event, Vec<Action>, Phase)]) -> Machine {
+        let mut m = Machine::new(1);
         for (i, (now, ev, want, phase)) in rows.iter().enumerate() {
             let got = m.on(*now, ev, p);
             assert_eq!(&got, want, "row {i}: {ev:?} at {now}");
             assert_eq!(m.phase(), *phase, "row {i}: {ev:?} at {now}");
+        }
+        m
+    }
+
+    fn boot(running: Option<Run>, autostart: bool, ended: Option<Exit>, record: Record) -> Event {
+        Event::Boot {
+            running,
+            autostart,
+            ended,
+            record,
         }
     }
 
@@ -381,21 +602,51 @@ mod tests {
     }
 
     #[test]
-    fn on_failure_restarts_with_a_doubling_delay_and_gives_up_on_a_crash_loop() {
-        let p = Policy {
+    fn a_stop_during_a_backoff_drops_the_held_restart() {
+        let p = policy(RestartPolicy::OnFailure);
+        table(
+            &p,
+            &[
+                (0, Event::Started(7), vec![], Phase::Running),
+                (
+                    10,
+                    Event::Exited(7, FAIL),
+                    vec![
+                        Action::Release,
+                        Action::Report(Report::Failed(Some(FAIL))),
+                        Action::Hold { until_ms: 1_010 },
+                    ],
+                    Phase::Waiting { until_ms: 1_010 },
+                ),
+                (20, Event::StopRequested, vec![], Phase::Stopped),
+                (2_000, Event::Tick, vec![], Phase::Stopped),
+            ],
+        );
+    }
+
+    fn tr181() -> Policy {
+        Policy {
             restart: RestartPolicy::OnFailure,
-            delay_ms: 100,
-            delay_max_ms: 300,
+            min_wait_ms: 100,
+            max_wait_ms: 300,
+            multiplier_milli: 2_000,
             max_retries: 3,
-            window_ms: 10_000,
-        };
+            reset_period_ms: 10_000,
+            jitter: false,
+            health: None,
+        }
+    }
+
+    #[test]
+    fn on_failure_restarts_with_growing_waits_and_fails_after_the_maximum_retry_count() {
+        let p = tr181();
         let failed = |e: Exit| vec![Action::Release, Action::Report(Report::Failed(Some(e)))];
         let hold = |e: Exit, until_ms: u64| {
             let mut v = failed(e);
             v.push(Action::Hold { until_ms });
             v
         };
-        table(
+        let m = table(
             &p,
             &[
                 (0, Event::Started(7), vec![], Phase::Running),
@@ -423,7 +674,7 @@ mod tests {
                     Phase::Waiting { until_ms: 340 },
                 ),
                 (340, Event::Tick, vec![Action::Start], Phase::Starting),
-                // a failed start counts as a failure; the delay is capped at 300
+                // a failed start counts as a failure; the wait is capped at 300
                 (
                     341,
                     Event::StartFailed,
@@ -435,38 +686,74 @@ mod tests {
                 ),
                 (641, Event::Tick, vec![Action::Start], Phase::Starting),
                 (642, Event::Started(7), vec![], Phase::Running),
-                // the fourth failure within the window: a crash loop
+                // the failure after the third retry: failed
                 (
                     650,
                     Event::Exited(7, FAIL),
                     {
                         let mut v = failed(FAIL);
-                        v.push(Action::Report(Report::CrashLoop { restarts: 3 }));
+                        v.push(Action::Report(Report::CrashLoop { retries: 3 }));
                         v
                     },
-                    Phase::GaveUp,
+                    Phase::Failed,
                 ),
-                (20_000, Event::Tick, vec![], Phase::GaveUp),
-                // the operator starts it: a clean slate, the first delay again
-                (20_001, Event::Started(7), vec![], Phase::Running),
-                (
-                    20_002,
-                    Event::Exited(7, FAIL),
-                    hold(FAIL, 20_102),
-                    Phase::Waiting { until_ms: 20_102 },
-                ),
+                (20_000, Event::Tick, vec![], Phase::Failed),
             ],
+        );
+        assert_eq!(
+            m.record(),
+            Record {
+                retries: 3,
+                restarts: 3,
+                failed: true
+            }
+        );
+        assert_eq!(m.state(), "failed");
+        // the operator starts it: a clean slate, the first wait again
+        let mut m = m;
+        assert_eq!(m.on(20_001, &Event::Started(8), &p), vec![]);
+        assert_eq!(m.record(), Record::default());
+        assert_eq!(
+            m.on(20_002, &Event::Exited(8, FAIL), &p),
+            hold(FAIL, 20_102)
         );
     }
 
     #[test]
-    fn always_restarts_after_a_clean_exit_and_a_long_run_resets_the_delay() {
+    fn a_reset_leaves_failed_without_starting_anything() {
+        let p = Policy {
+            max_retries: 0,
+            ..tr181()
+        };
+        let mut m = table(
+            &p,
+            &[
+                (0, Event::Started(7), vec![], Phase::Running),
+                (
+                    5,
+                    Event::Exited(7, FAIL),
+                    vec![
+                        Action::Release,
+                        Action::Report(Report::Failed(Some(FAIL))),
+                        Action::Report(Report::CrashLoop { retries: 0 }),
+                    ],
+                    Phase::Failed,
+                ),
+                (6, Event::Reset, vec![], Phase::Stopped),
+            ],
+        );
+        assert_eq!(m.record(), Record::default());
+        assert_eq!(m.on(7, &Event::Tick, &p), vec![]);
+    }
+
+    #[test]
+    fn always_restarts_after_a_clean_exit_and_a_run_of_the_reset_period_resets_the_count() {
         let p = Policy {
             restart: RestartPolicy::Always,
-            delay_ms: 100,
-            delay_max_ms: 1_000,
             max_retries: 5,
-            window_ms: 1_000,
+            reset_period_ms: 1_000,
+            max_wait_ms: 1_000,
+            ..tr181()
         };
         table(
             &p,
@@ -488,7 +775,7 @@ mod tests {
                 ),
                 (320, Event::Tick, vec![Action::Start], Phase::Starting),
                 (321, Event::Started(7), vec![], Phase::Running),
-                // ran for a whole window: the first delay again
+                // ran for a whole reset period: the first wait again
                 (
                     5_000,
                     Event::Exited(7, OK),
@@ -497,6 +784,35 @@ mod tests {
                 ),
             ],
         );
+    }
+
+    #[test]
+    fn waits_are_drawn_from_the_tr181_ranges() {
+        let p = Policy {
+            min_wait_ms: 1_000,
+            max_wait_ms: 20_000,
+            multiplier_milli: 2_500,
+            ..tr181()
+        };
+        assert_eq!(p.wait_range(1), (1_000, 2_500));
+        assert_eq!(p.wait_range(2), (2_500, 6_250));
+        assert_eq!(p.wait_range(4), (15_625, 20_000));
+        assert_eq!(p.wait_range(9), (20_000, 20_000));
+        let p = Policy { jitter: true, ..p };
+        let mut seen = std::collections::BTreeSet::new();
+        for seed in 1..200u32 {
+            let mut m = Machine::new(seed.wrapping_mul(2_654_435_761));
+            for n in 1..6 {
+                let w = m.wait(n, &p);
+                let (lo, hi) = p.wait_range(n);
+                assert!((lo..=hi).contains(&w), "retry {n}: {w} not in {lo}..={hi}");
+                if n == 1 {
+                    seen.insert(w / 100);
+                }
+            }
+        }
+        // spread over the range, not one value
+        assert!(seen.len() > 10, "{seen:?}");
     }
 
     #[test]
@@ -532,54 +848,166 @@ mod tests {
     }
 
     #[test]
-    fn at_boot_the_operators_last_word_decides() {
+    fn at_boot_the_operators_last_word_and_the_record_decide() {
         let p = policy(RestartPolicy::Never);
-        let boot = |running: bool, autostart, ended| Event::Boot {
-            running: running.then_some(7),
-            autostart,
-            ended,
-        };
+        let none = Record::default();
         // running: taken over
-        table(&p, &[(0, boot(true, true, None), vec![], Phase::Running)]);
+        table(
+            &p,
+            &[(0, boot(Some(7), true, None, none), vec![], Phase::Running)],
+        );
         // started before the reboot, not stopped since: started again
         table(
             &p,
             &[(
                 0,
-                boot(false, true, None),
+                boot(None, true, None, none),
                 vec![Action::Start],
                 Phase::Starting,
             )],
         );
         // stopped by the operator: left alone
-        table(&p, &[(0, boot(false, false, None), vec![], Phase::Stopped)]);
+        table(
+            &p,
+            &[(0, boot(None, false, None, none), vec![], Phase::Stopped)],
+        );
+        // failed before the reboot: still failed, not started
+        let failed = Record {
+            retries: 5,
+            restarts: 5,
+            failed: true,
+        };
+        let m = table(
+            &p,
+            &[(0, boot(None, true, None, failed), vec![], Phase::Failed)],
+        );
+        assert_eq!(m.record(), failed);
         // ended while no daemon watched: its policy decides (none here), reported as seen
         table(
             &p,
             &[(
                 0,
-                boot(false, true, Some(KILLED)),
+                boot(None, true, Some(KILLED), none),
                 vec![Action::Report(Report::Failed(Some(KILLED)))],
                 Phase::Stopped,
             )],
         );
-        let p = policy(RestartPolicy::OnFailure);
+        // the count kept on disk goes on: the second retry's wait
+        let p = tr181();
+        let once = Record {
+            retries: 1,
+            restarts: 1,
+            failed: false,
+        };
         table(
             &p,
             &[(
                 0,
-                boot(false, true, Some(FAIL)),
+                boot(None, true, Some(FAIL), once),
                 vec![
                     Action::Report(Report::Failed(Some(FAIL))),
-                    Action::Hold { until_ms: 1_000 },
+                    Action::Hold { until_ms: 200 },
                 ],
-                Phase::Waiting { until_ms: 1_000 },
+                Phase::Waiting { until_ms: 200 },
             )],
         );
     }
 
+    fn checked(retries: u32, ready_on_start: bool) -> Policy {
+        Policy {
+            health: Some(HealthPolicy {
+                interval_ms: 500,
+                retries,
+                ready_on_start,
+            }),
+            ..tr181()
+        }
+    }
+
     #[test]
-    fn health_failures_and_guard_kills_are_reported() {
+    fn health_checks_are_scheduled_and_make_the_run_ready() {
+        let p = checked(2, false);
+        let mut m = table(
+            &p,
+            &[
+                (0, Event::Started(7), vec![], Phase::Running),
+                (400, Event::Tick, vec![], Phase::Running),
+                // the first check comes early (500 ms interval, 1 s first-check bound)
+                (500, Event::Tick, vec![Action::Check(7)], Phase::Running),
+                // while it runs, no second one
+                (900, Event::Tick, vec![], Phase::Running),
+            ],
+        );
+        assert!(!m.ready());
+        assert_eq!(m.health(), (HealthState::Starting, 0));
+        assert_eq!(m.on(950, &Event::Health(7, true), &p), vec![]);
+        assert!(m.ready());
+        assert_eq!(m.due(), Some(1_450));
+        assert_eq!(m.on(1_450, &Event::Tick, &p), vec![Action::Check(7)]);
+        // a result for another run changes nothing
+        assert_eq!(m.on(1_460, &Event::Health(6, false), &p), vec![]);
+        assert_eq!(m.health(), (HealthState::Healthy, 0));
+        // ready at start: no check needed for readiness
+        let p = checked(2, true);
+        let m = table(&p, &[(0, Event::Started(7), vec![], Phase::Running)]);
+        assert!(m.ready());
+        // no health section: ready, never checked
+        let m = table(&tr181(), &[(0, Event::Started(7), vec![], Phase::Running)]);
+        assert!(m.ready() && m.due().is_none());
+    }
+
+    #[test]
+    fn retries_failed_checks_in_a_row_kill_the_run_and_restart_it() {
+        let p = checked(2, false);
+        let mut m = table(&p, &[(0, Event::Started(7), vec![], Phase::Running)]);
+        assert_eq!(m.on(500, &Event::Tick, &p), vec![Action::Check(7)]);
+        assert_eq!(m.on(510, &Event::Health(7, false), &p), vec![]);
+        assert_eq!(m.state(), "unhealthy");
+        // a pass in between starts the count again
+        assert_eq!(m.on(1_010, &Event::Tick, &p), vec![Action::Check(7)]);
+        assert_eq!(m.on(1_020, &Event::Health(7, true), &p), vec![]);
+        assert_eq!(m.state(), "running");
+        assert_eq!(m.on(1_520, &Event::Tick, &p), vec![Action::Check(7)]);
+        assert_eq!(m.on(1_530, &Event::Health(7, false), &p), vec![]);
+        assert_eq!(m.on(2_030, &Event::Tick, &p), vec![Action::Check(7)]);
+        assert_eq!(
+            m.on(2_040, &Event::Health(7, false), &p),
+            vec![
+                Action::Report(Report::Unhealthy { failures: 2 }),
+                Action::Kill(7)
+            ]
+        );
+        assert_eq!(m.phase(), Phase::Killing);
+        assert_eq!(m.due(), None);
+        // its end (by our SIGKILL, or a clean exit on SIGTERM) is a failure, reported once
+        assert_eq!(
+            m.on(2_100, &Event::Exited(7, OK), &p),
+            vec![Action::Release, Action::Hold { until_ms: 2_200 }]
+        );
+        assert_eq!(m.record().retries, 1);
+        // even under `never`, an unhealthy run is ended (and stays stopped)
+        let p = Policy {
+            restart: RestartPolicy::Never,
+            ..checked(1, false)
+        };
+        let mut m = table(&p, &[(0, Event::Started(7), vec![], Phase::Running)]);
+        m.on(500, &Event::Tick, &p);
+        assert_eq!(
+            m.on(501, &Event::Health(7, false), &p),
+            vec![
+                Action::Report(Report::Unhealthy { failures: 1 }),
+                Action::Kill(7)
+            ]
+        );
+        assert_eq!(
+            m.on(600, &Event::Exited(7, KILLED), &p),
+            vec![Action::Release]
+        );
+        assert_eq!(m.phase(), Phase::Stopped);
+    }
+
+    #[test]
+    fn guard_kills_are_reported() {
         let p = policy(RestartPolicy::Never);
         let k = GuardKill {
             pid: 42,
@@ -592,12 +1020,6 @@ mod tests {
             &p,
             &[
                 (0, Event::Started(7), vec![], Phase::Running),
-                (
-                    1,
-                    Event::HealthFailed,
-                    vec![Action::Report(Report::HealthFailed)],
-                    Phase::Running,
-                ),
                 (
                     2,
                     Event::GuardKilled(k),
@@ -612,18 +1034,31 @@ mod tests {
 #[cfg(test)]
 mod policy_tests {
     use super::*;
+    use crate::manifest::Manifest;
 
     #[test]
-    fn a_manifest_restart_section_becomes_a_policy() {
-        let p = Policy::of(&Restart {
-            policy: RestartPolicy::Always,
-            max_retries: 2,
-            delay_ms: 90_000,
-        });
+    fn a_manifest_becomes_a_policy() {
+        let m = Manifest::parse(
+            "[package]\nname = \"a\"\nversion = \"1\"\n[entrypoint]\nargv = [\"/a\"]\n\
+             [restart]\npolicy = \"always\"\nmax_retries = 2\ndelay = \"90s\"\nmultiplier = 1.5\n\
+             reset_period = \"3m\"\n[health]\ntcp = 80\ninterval = \"2s\"\nretries = 4\n",
+        )
+        .unwrap();
+        let p = Policy::of(&m);
         assert_eq!(p.restart, RestartPolicy::Always);
-        assert_eq!((p.max_retries, p.delay_ms), (2, 90_000));
-        // A first delay above the cap raises the cap: never shorter than asked.
-        assert_eq!(p.delay_max_ms, 90_000);
+        assert_eq!((p.max_retries, p.min_wait_ms), (2, 90_000));
+        // a minimum wait above the default maximum raises the maximum: never shorter
+        assert_eq!(p.max_wait_ms, 300_000);
+        assert_eq!((p.multiplier_milli, p.reset_period_ms), (1_500, 180_000));
+        assert!(p.jitter);
+        assert_eq!(
+            p.health,
+            Some(HealthPolicy {
+                interval_ms: 2_000,
+                retries: 4,
+                ready_on_start: false
+            })
+        );
         assert_eq!(Policy::never().restart, RestartPolicy::Never);
     }
 }

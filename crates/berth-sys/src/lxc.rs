@@ -66,7 +66,61 @@ pub struct lxc_container {
     get_cgroup_item: *const c_void,
     set_cgroup_item: *const c_void,
     get_config_path: Option<unsafe extern "C" fn(*mut lxc_container) -> *const c_char>,
+    set_config_path: *const c_void,
+    clone: *const c_void,
+    console_getfd: *const c_void,
+    console: *const c_void,
+    attach: Option<
+        unsafe extern "C" fn(
+            *mut lxc_container,
+            AttachExec,
+            *mut c_void,
+            *mut lxc_attach_options_t,
+            *mut libc::pid_t,
+        ) -> c_int,
+    >,
 }
+
+/// `lxc_attach_exec_t`: what the attached process runs.
+type AttachExec = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// `lxc_attach_options_t` (attach_options.h, LXC 5.0; older liblxc reads a prefix of it).
+#[repr(C)]
+#[allow(non_camel_case_types)]
+struct lxc_attach_options_t {
+    attach_flags: c_int,
+    namespaces: c_int,
+    personality: libc::c_long,
+    initial_cwd: *mut c_char,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    env_policy: c_int,
+    extra_env_vars: *mut *mut c_char,
+    extra_keep_env: *mut *mut c_char,
+    stdin_fd: c_int,
+    stdout_fd: c_int,
+    stderr_fd: c_int,
+    log_fd: c_int,
+    lsm_label: *mut c_char,
+    groups_size: libc::size_t,
+    groups_list: *mut libc::gid_t,
+}
+
+/// `lxc_attach_command_t`: the payload of `lxc_attach_run_command`.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+struct lxc_attach_command_t {
+    program: *mut c_char,
+    argv: *mut *mut c_char,
+}
+
+/// LXC_ATTACH_DEFAULT: into the cgroup, the container's capabilities, personality and LSM.
+const LXC_ATTACH_DEFAULT: c_int = 0x0000_FFFF;
+/// LXC_ATTACH_NO_NEW_PRIVS.
+const LXC_ATTACH_NO_NEW_PRIVS: c_int = 0x0004_0000;
+const LXC_ATTACH_CLEAR_ENV: c_int = 1;
+/// LXC_ATTACH_DETECT_PERSONALITY.
+const DETECT_PERSONALITY: libc::c_long = !0;
 
 /// The four liblxc entry points berth calls by name (everything else goes through the
 /// function pointers of `struct lxc_container`). liblxc is loaded with dlopen on first use, so
@@ -78,6 +132,8 @@ struct Lib {
     container_put: ContainerPut,
     get_version: GetVersion,
     get_global_config_item: GetGlobalConfigItem,
+    /// `lxc_attach_run_command`, the exec function `attach` runs commands with.
+    attach_run_command: Option<AttachExec>,
 }
 
 type ContainerNew = unsafe extern "C" fn(*const c_char, *const c_char) -> *mut lxc_container;
@@ -135,6 +191,9 @@ fn load() -> Result<Lib, String> {
             get_global_config_item: std::mem::transmute::<Sym, GetGlobalConfigItem>(sym(
                 c"lxc_get_global_config_item",
             )?),
+            attach_run_command: sym(c"lxc_attach_run_command")
+                .ok()
+                .map(|p| std::mem::transmute::<Sym, AttachExec>(p)),
         })
     }
 }
@@ -404,6 +463,78 @@ impl Container {
                 hint: self.log_hint(),
             })
         }
+    }
+
+    /// Runs `argv` inside the running container (all its namespaces, its cgroup, its
+    /// capabilities, LSM and seccomp profile, `no_new_privs`) as `uid`:`gid` of the
+    /// container, with only `env` in its environment and the given stdio. Returns the
+    /// attached process's pid, a child of the caller (liblxc clones it with CLONE_PARENT).
+    ///
+    /// liblxc forks in here: call it from a short-lived, single-threaded helper process.
+    pub fn attach(
+        &self,
+        argv: &[&str],
+        env: &[&str],
+        uid: u32,
+        gid: u32,
+        stdio: [std::os::fd::RawFd; 3],
+    ) -> Result<i32, LxcError> {
+        let run = lib()?.attach_run_command.ok_or(LxcError::Missing {
+            what: "lxc_attach_run_command",
+        })?;
+        let cstrings = |what: &str, v: &[&str]| {
+            v.iter()
+                .map(|a| self.cstring(what, a.as_bytes()))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let args = cstrings("argument", argv)?;
+        let envs = cstrings("environment", env)?;
+        let Some(first) = args.first() else {
+            return Err(LxcError::Nul {
+                name: self.name.clone(),
+                what: "empty command".into(),
+            });
+        };
+        let mut argv_ptrs: Vec<*mut c_char> =
+            args.iter().map(|c| c.as_ptr() as *mut c_char).collect();
+        argv_ptrs.push(std::ptr::null_mut());
+        let mut env_ptrs: Vec<*mut c_char> =
+            envs.iter().map(|c| c.as_ptr() as *mut c_char).collect();
+        env_ptrs.push(std::ptr::null_mut());
+        let mut command = lxc_attach_command_t {
+            program: first.as_ptr() as *mut c_char,
+            argv: argv_ptrs.as_mut_ptr(),
+        };
+        let mut options = lxc_attach_options_t {
+            attach_flags: LXC_ATTACH_DEFAULT | LXC_ATTACH_NO_NEW_PRIVS,
+            namespaces: -1,
+            personality: DETECT_PERSONALITY,
+            initial_cwd: std::ptr::null_mut(),
+            uid,
+            gid,
+            env_policy: LXC_ATTACH_CLEAR_ENV,
+            extra_env_vars: env_ptrs.as_mut_ptr(),
+            extra_keep_env: std::ptr::null_mut(),
+            stdin_fd: stdio[0],
+            stdout_fd: stdio[1],
+            stderr_fd: stdio[2],
+            log_fd: -libc::EBADF,
+            lsm_label: std::ptr::null_mut(),
+            groups_size: 0,
+            groups_list: std::ptr::null_mut(),
+        };
+        let mut pid: libc::pid_t = -1;
+        let command_ptr = (&mut command as *mut lxc_attach_command_t).cast::<c_void>();
+        // liblxc reads the command and options during the call only (the strings they point
+        // to live until the end of this function); `pid` receives the attached pid.
+        let rc = call!(self, attach, -1, run, command_ptr, &mut options, &mut pid);
+        if rc < 0 || pid <= 0 {
+            return Err(LxcError::Start {
+                name: self.name.clone(),
+                hint: format!("attach failed ({})", self.log_hint()),
+            });
+        }
+        Ok(pid)
     }
 
     /// The container's last error number; after a foreground start in execute mode, the raw

@@ -581,6 +581,19 @@ pub fn in_pid_namespace_of(
     matches!((ns(init), ns(pid)), (Ok(a), Ok(b)) if a == b)
 }
 
+/// Moves the calling thread into the network namespace of process `pid` (under
+/// `proc_root`), for a probe of a container's own loopback. Call it in a helper process:
+/// the thread stays there.
+pub fn enter_net_namespace(proc_root: &std::path::Path, pid: libc::pid_t) -> io::Result<()> {
+    let f = std::fs::File::open(proc_root.join(format!("{pid}/ns/net")))?;
+    // SAFETY: `f` is an open namespace file for the duration of the call; setns changes only
+    // this thread's namespace.
+    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
 //! `berth`: one binary for the CLI, the daemon (`berth daemon`), the per-container shim
-//! (`berth __shim`, started by the daemon) and the vendor tools (`key`, `pack`, `repo`).
+//! (`berth __shim`, started by the daemon), its health probes (`berth __health`) and the vendor tools (`key`, `pack`, `repo`).
 #![forbid(unsafe_code)]
 
 mod cli;
@@ -7,6 +7,7 @@ mod client;
 mod daemon;
 mod fault;
 mod fetch;
+mod health;
 mod logger;
 mod shim;
 #[cfg(feature = "vendor")]
@@ -35,6 +36,15 @@ fn main() {
             std::process::exit(1);
         }
         return;
+    }
+    if args.first().map(String::as_str) == Some("__health") {
+        match health::HealthArgs::from_args(&args[1..]) {
+            Ok(a) => std::process::exit(health::run(a)),
+            Err(e) => {
+                eprintln!("berth-health: {e:#}");
+                std::process::exit(2);
+            }
+        }
     }
     std::process::exit(cli::main(args));
 }

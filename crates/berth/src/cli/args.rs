@@ -184,6 +184,8 @@ pub struct Lists {
 pub enum Containers {
     Start(String),
     Restart(String),
+    /// Out of `failed` without starting it; restart counts back to 0.
+    Reset(String),
     Stop {
         name: String,
         timeout: Option<u32>,
@@ -231,6 +233,7 @@ pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
         }
         "start" => Device::Containers(C::Start(one_name(args)?)),
         "restart" => Device::Containers(C::Restart(one_name(args)?)),
+        "reset" => Device::Containers(C::Reset(one_name(args)?)),
         "stop" => Device::Containers(stop(args)?),
         "status" => Device::Containers(C::Status(
             at_most_one(bare(args)?, "status takes at most one name")?

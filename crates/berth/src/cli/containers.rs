@@ -1,4 +1,4 @@
-//! `start`, `stop`, `restart`, `status`, `logs`, `inspect`: the containers' lifecycle and
+//! `start`, `stop`, `restart`, `reset`, `status`, `logs`, `inspect`: the containers' lifecycle and
 //! what they say.
 
 use std::io::{BufRead, Read, Write};
@@ -17,6 +17,16 @@ pub fn run(json: bool, sock: &Path, cmd: Containers) -> Result<()> {
     match cmd {
         Containers::Start(name) => start(json, sock, &name, false),
         Containers::Restart(name) => start(json, sock, &name, true),
+        Containers::Reset(name) => {
+            let v = client::call(
+                sock,
+                "POST",
+                "/v1/reset",
+                Some(&json!({ request::NAME: name })),
+            )?;
+            show(json, &v, &|v| render::reset(&name, v));
+            Ok(())
+        }
         Containers::Stop { name, timeout } => {
             let body = json!({request::NAME: name, request::TIMEOUT: timeout});
             let v = client::call(sock, "POST", "/v1/stop", Some(&body))?;

@@ -35,7 +35,8 @@ device:
   install NAME...            install packages and their dependencies
   remove [--purge] NAME...   remove packages (--purge also deletes their /data)
   start NAME | stop [-t SECS] NAME | restart NAME
-  status [NAME]              containers, their state and last exit
+  reset NAME                 clear a failed container's state and restart count (no start)
+  status [NAME]              containers: state, restarts, health, last exit
   logs [-f] [--raw] NAME     a container's output (-f: follow; control characters are
                              shown escaped, as \x1b, unless --raw)
   limit NAME [--cpu P%] [--memory SIZE] [--pids N]

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 
 use berth_core::api::{
-    container, daemon, exit, gc, governor, guard_kill, hosts, install, limit, limits, list, net,
-    package, repository, start, stats, status, stop, update, upgradable,
+    container, daemon, exit, gc, governor, guard_kill, health, hosts, install, limit, limits, list,
+    net, package, repository, reset, start, stats, status, stop, update, upgradable,
 };
 use berth_core::governor::fmt1;
 use serde_json::Value;
@@ -235,6 +235,11 @@ pub fn gc(v: &Value) -> String {
     )
 }
 
+/// `berth reset`'s result.
+pub fn reset(name: &str, v: &Value) -> String {
+    format!("reset {name}: now {}\n", cell(&v[reset::STATE]))
+}
+
 /// `berth start` or `berth restart`'s result.
 pub fn started(name: &str, restart: bool, v: &Value) -> String {
     let verb = if restart { "restart" } else { "start" };
@@ -255,11 +260,29 @@ pub const STATUS_HEAD: &[&str] = &[
     "NAME",
     "VERSION",
     "STATE",
+    "RESTARTS",
     "PID",
     "UPTIME",
     "NETWORK",
     "LAST EXIT",
 ];
+
+/// The supervisor's state, with what the health checks or the backoff add to it.
+fn state_cell(c: &Value) -> String {
+    let state = cell(&c[container::STATE]);
+    match (
+        state.as_str(),
+        c[container::HEALTH][health::STATUS].as_str(),
+    ) {
+        ("running", Some("healthy")) => "running, healthy".into(),
+        ("running", Some("starting")) => "running, checking".into(),
+        ("backoff", _) => match c[container::RESTART_IN_MS].as_u64() {
+            Some(ms) => format!("backoff {}.{}s", ms / 1000, ms % 1000 / 100),
+            None => state,
+        },
+        _ => state,
+    }
+}
 
 /// How a container last ended, with the memory guard's kill if it was one.
 fn last_exit(c: &Value) -> String {
@@ -296,7 +319,8 @@ pub fn status_rows(v: &Value, now: u64) -> Vec<Vec<String>> {
         vec![
             cell(&c[container::NAME]),
             cell(&c[container::VERSION]),
-            cell(&c[container::STATE]),
+            state_cell(c),
+            cell(&c[container::RESTARTS]),
             cell(&c[container::INIT_PID]),
             up,
             cell(&c[container::NETWORK]),
@@ -318,6 +342,23 @@ pub fn status(v: &Value, now: u64) -> String {
         let _ = writeln!(out, "warning: {w}");
     }
     out.push_str(&table(STATUS_HEAD, status_rows(v, now)));
+    // Why a container is not simply running or stopped.
+    for c in v[status::CONTAINERS].as_array().into_iter().flatten() {
+        let state = c[container::STATE].as_str().unwrap_or("");
+        if let (true, Some(r)) = (
+            matches!(state, "failed" | "backoff" | "unhealthy"),
+            c[container::REASON].as_str(),
+        ) {
+            let _ = writeln!(out, "{}: {state}: {r}", cell(&c[container::NAME]));
+        }
+        if state == "failed" {
+            let n = cell(&c[container::NAME]);
+            let _ = writeln!(
+                out,
+                "  (berth start {n} to try again, berth reset {n} to clear)"
+            );
+        }
+    }
     out
 }
 

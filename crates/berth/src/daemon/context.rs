@@ -11,7 +11,7 @@ use std::time::Instant;
 use berth_core::cgroup::Host;
 use berth_core::config::Config;
 use berth_core::state::State;
-use berth_core::supervise::Event;
+use berth_core::supervise::{Event, HealthState, Record};
 use berth_sys::cgroupfs::Cgroups;
 
 pub use berth_sys::check::Roots;
@@ -31,9 +31,30 @@ pub struct Daemon {
     /// The memory guard's last kill per container (`records.rs`; also in
     /// `<run>/logs/NAME.guard`).
     pub guard_kills: Mutex<BTreeMap<String, serde_json::Value>>,
+    /// What the supervisor last decided per container, for `status` (`supervisor.rs` is
+    /// its one writer; the health probes add their last result).
+    pub supervision: Mutex<BTreeMap<String, Supervised>>,
     /// What happens to containers, for the supervisor (`notify`, `next_event`).
     inbox: Mutex<VecDeque<(String, Event)>>,
     arrived: Condvar,
+}
+
+/// One container as the supervisor sees it.
+#[derive(Debug, Clone)]
+pub struct Supervised {
+    /// `running`, `starting`, `backoff`, `failed`, `unhealthy`, `stopping`, `stopped`.
+    pub state: &'static str,
+    pub record: Record,
+    pub health: HealthState,
+    /// Failed checks in a row.
+    pub failures: u32,
+    pub ready: bool,
+    /// When a held restart is due.
+    pub next_start: Option<Instant>,
+    /// Why it is `failed` (or was last restarted).
+    pub reason: Option<String>,
+    /// The last probe's verdict line and output, and when (seconds since the epoch).
+    pub last_check: Option<(String, u64)>,
 }
 
 /// The host's cgroup layout (or why there is none berth can use) and its CPUs and memory.
@@ -55,6 +76,7 @@ impl Daemon {
             // package manager replaced the file on disk (the daemon and its shims agree).
             exe: PathBuf::from("/proc/self/exe"),
             guard_kills: Mutex::new(BTreeMap::new()),
+            supervision: Mutex::new(BTreeMap::new()),
             inbox: Mutex::new(VecDeque::new()),
             arrived: Condvar::new(),
         }

@@ -1,7 +1,8 @@
 //! `berth status`: one view over the daemon, the repository and every container (its state
 //! from the runtime, its last exit, the memory guard's last kill from the records).
 
-use berth_core::api::{container, daemon, status as field};
+use berth_core::api::{container, daemon, health as health_field, status as field};
+use berth_core::supervise::HealthState;
 use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
@@ -30,11 +31,43 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
             None => None,
         };
         let running = pid.is_some();
-        let lxc_state = if running { "RUNNING" } else { "STOPPED" };
+        let sup = d.supervision.lock().unwrap().get(n).cloned();
+        // The supervisor's word, unless what runs says otherwise (an event not handled yet).
+        let state = match &sup {
+            Some(s) if running == matches!(s.state, "running" | "unhealthy" | "stopping") => {
+                s.state
+            }
+            _ if running => "running",
+            _ => "stopped",
+        };
+        let health = sup
+            .as_ref()
+            .filter(|s| s.health != HealthState::None)
+            .map(|s| {
+                json!({
+                    health_field::STATUS: match s.health {
+                        HealthState::Healthy => "healthy",
+                        HealthState::Unhealthy => "unhealthy",
+                        _ => "starting",
+                    },
+                    health_field::FAILURES: s.failures,
+                    health_field::LAST: s.last_check.as_ref().map(|(l, _)| l),
+                    health_field::CHECKED_AT: s.last_check.as_ref().map(|(_, t)| t),
+                })
+            });
+        let record = sup.as_ref().map(|s| s.record).unwrap_or_default();
         containers.push(json!({
             container::NAME: n,
             container::VERSION: p.version.to_string(),
-            container::STATE: lxc_state.to_lowercase(),
+            container::STATE: state,
+            container::RESTARTS: record.restarts,
+            container::RETRIES: record.retries,
+            container::READY: sup.as_ref().is_some_and(|s| s.ready) && running,
+            container::RESTART_IN_MS: sup.as_ref().and_then(|s| s.next_start).map(|t| {
+                t.saturating_duration_since(std::time::Instant::now()).as_millis() as u64
+            }),
+            container::REASON: sup.as_ref().and_then(|s| s.reason.clone()),
+            container::HEALTH: health,
             container::INIT_PID: pid,
             container::STARTED_AT: info.get(container::STARTED_AT),
             container::LOG_BYTES: info.get(container::LOG_BYTES),

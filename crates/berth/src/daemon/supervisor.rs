@@ -7,15 +7,23 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use berth_core::supervise::{Action, Event, Exit, Machine, Policy, Report, Run};
+use berth_core::api::reset as reset_field;
+use berth_core::supervise::{
+    Action, Event, Exit, HealthState, Machine, Phase, Policy, Record, Report, Run,
+};
+use berth_sys::fsutil::write_atomic;
+use serde_json::{json, Value};
 
 use crate::daemon::cgroups;
-use crate::daemon::context::Daemon;
+use crate::daemon::context::{Daemon, Supervised};
+use crate::daemon::error::Result;
 use crate::daemon::governor;
 use crate::daemon::guard;
+use crate::daemon::runtime::health;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::runtime::start;
+use crate::daemon::runtime::stop;
 use crate::daemon::runtime::watch;
 use crate::daemon::state;
 use crate::daemon::store::remove;
@@ -34,6 +42,7 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) -> Vec<(String, Run)> {
         paths.state.clone(),
         paths.state.join("limits"),
         paths.state.join("net"),
+        paths.state.join("supervise"),
         paths.run.join("logs"),
     ];
     if let Ok(entries) = std::fs::read_dir(&paths.lxcpath) {
@@ -102,12 +111,40 @@ pub(crate) fn spawn(d: &Arc<Daemon>, taken_over: Vec<(String, Run)>) {
     }
 }
 
-/// The supervisor thread's own state: a machine per container and its clock.
+/// `berth reset NAME`: out of `failed`, counts back to 0, nothing started. Answered once
+/// the supervisor has taken it (it is a message to its thread), or after a second.
+pub(crate) fn reset(d: &Arc<Daemon>, name: &str) -> Result<Value> {
+    state::installed(d, name)?;
+    d.notify(name, Event::Reset);
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let state = loop {
+        let s = d
+            .supervision
+            .lock()
+            .unwrap()
+            .get(name)
+            .map(|s| (s.state, s.record));
+        match s {
+            Some((state, r)) if state != "failed" && r == Record::default() => break state,
+            _ if Instant::now() >= deadline => break s.map_or("stopped", |(st, _)| st),
+            _ => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
+    Ok(json!({ reset_field::NAME: name, reset_field::STATE: state }))
+}
+
+/// How long a start waits for the containers it `depends` on to be ready (their first
+/// health check passed); then it starts anyway, and says so.
+const READY_WAIT: Duration = Duration::from_secs(120);
+
+/// The supervisor thread's own state: a machine per container, the starts waiting for
+/// their dependencies, and its clock.
 struct Supervisor {
     d: Arc<Daemon>,
     /// One machine per container, in the order they were first seen (a handful).
     machines: Vec<(String, Machine)>,
-    policy: Policy,
+    /// Starts held until the containers they depend on are ready, with their deadlines.
+    pending: Vec<(String, u64)>,
     t0: Instant,
 }
 
@@ -116,9 +153,7 @@ impl Supervisor {
         Supervisor {
             d,
             machines: Vec::new(),
-            // Restart policies per package come with their manifest keys; until then no
-            // container is restarted by berth.
-            policy: Policy::never(),
+            pending: Vec::new(),
             t0: Instant::now(),
         }
     }
@@ -130,28 +165,65 @@ impl Supervisor {
     fn run(mut self, taken_over: &[(String, Run)]) {
         self.boot(taken_over);
         loop {
-            // Asleep until something happens, or until the next held restart is due.
-            let due = self.machines.iter().filter_map(|(_, m)| m.due()).min();
+            // Asleep until something happens, or until the next held restart, health check
+            // or dependency deadline is due.
+            let due = self
+                .machines
+                .iter()
+                .filter_map(|(_, m)| m.due())
+                .chain(self.pending.iter().map(|(_, t)| *t))
+                .min();
             let until = due.map(|t| self.t0 + Duration::from_millis(t));
             match self.d.next_event(until) {
                 Some((name, ev)) => self.feed(&name, ev),
                 None => {
-                    let names: Vec<String> = self.machines.iter().map(|(n, _)| n.clone()).collect();
+                    let now = self.now_ms();
+                    let names: Vec<String> = self
+                        .machines
+                        .iter()
+                        .filter(|(_, m)| m.due().is_some_and(|t| t <= now))
+                        .map(|(n, _)| n.clone())
+                        .collect();
                     for n in names {
                         self.feed(&n, Event::Tick);
                     }
                 }
             }
+            self.start_pending();
         }
     }
 
     /// What the daemon found at its start, per installed package: the runs it took over
     /// (their ends come from their watchers, even when that is now); after a reboot /run is
-    /// empty (no exit record), and what the operator had started starts again.
+    /// empty (no exit record), and what the operator had started starts again, unless the
+    /// supervisor's record says it had failed.
     fn boot(&mut self, taken_over: &[(String, Run)]) {
         let st = state::state(&self.d);
-        for p in st.packages.values() {
-            let n = p.name.as_str();
+        // Dependencies first, so that a start can see what it must wait for.
+        let mut order: Vec<&str> = Vec::new();
+        while order.len() < st.packages.len() {
+            let before = order.len();
+            for p in st.packages.values() {
+                let n = p.name.as_str();
+                let deps_placed = p.manifest.package.depends.iter().all(|dep| {
+                    order.contains(&dep.as_str()) || !st.packages.contains_key(dep.as_str())
+                });
+                if !order.contains(&n) && deps_placed {
+                    order.push(n);
+                }
+            }
+            if order.len() == before {
+                // A cycle (not installable, but never loop on a damaged state).
+                order.extend(
+                    st.packages
+                        .keys()
+                        .map(|k| k.as_str())
+                        .filter(|k| !order.contains(k))
+                        .collect::<Vec<_>>(),
+                );
+            }
+        }
+        for n in order {
             let running = taken_over.iter().find(|(t, _)| t == n).map(|(_, r)| *r);
             let ended = (running.is_none() && self.d.cfg.paths.exit_file(n).exists())
                 .then(|| probe::exit_of(&self.d, n));
@@ -159,6 +231,7 @@ impl Supervisor {
                 running,
                 autostart: self.d.cfg.paths.autostart(n).exists(),
                 ended,
+                record: load_record(&self.d, n),
             };
             self.feed(n, ev);
         }
@@ -168,24 +241,76 @@ impl Supervisor {
         if let Event::Exited(_, e) = &ev {
             log::info!("{name} stopped: {}", describe(Some(e)));
         }
+        let Some(policy) = policy_of(&self.d, name) else {
+            // Removed: nothing more will happen to it.
+            self.forget(name);
+            return;
+        };
         let now = self.now_ms();
-        let policy = self.policy;
         let i = match self.machines.iter().position(|(n, _)| n == name) {
             Some(i) => i,
             None => {
                 self.machines
-                    .push((name.to_string(), Machine::new(&policy)));
+                    .push((name.to_string(), Machine::new(seed(name))));
                 self.machines.len() - 1
             }
         };
         let m = &mut self.machines[i].1;
+        let before = match &ev {
+            Event::Boot { record, .. } => *record,
+            _ => m.record(),
+        };
         let actions = m.on(now, &ev, &policy);
+        let after = m.record();
+        if after != before {
+            save_record(&self.d, name, &after);
+        }
+        self.publish(name, &actions);
         for a in actions {
             self.act(name, a);
         }
-        if state::installed(&self.d, name).is_err() {
-            // Removed: nothing more will happen to it.
-            self.machines.retain(|(n, _)| n != name);
+    }
+
+    /// A removed package: its machine, its held start and its view go.
+    fn forget(&mut self, name: &str) {
+        self.machines.retain(|(n, _)| n != name);
+        self.pending.retain(|(n, _)| n != name);
+        self.d.supervision.lock().unwrap().remove(name);
+    }
+
+    /// Puts what the machine now says where `status` reads it.
+    fn publish(&self, name: &str, actions: &[Action]) {
+        let Some((_, m)) = self.machines.iter().find(|(n, _)| n == name) else {
+            return;
+        };
+        let (health, failures) = m.health();
+        let mut views = self.d.supervision.lock().unwrap();
+        let v = views.entry(name.to_string()).or_insert_with(|| Supervised {
+            state: "stopped",
+            record: Record::default(),
+            health,
+            failures,
+            ready: false,
+            next_start: None,
+            reason: None,
+            last_check: None,
+        });
+        v.state = m.state();
+        v.record = m.record();
+        v.health = health;
+        v.failures = failures;
+        v.ready = m.ready();
+        v.next_start = match m.phase() {
+            Phase::Waiting { until_ms } => Some(self.t0 + Duration::from_millis(until_ms)),
+            _ => None,
+        };
+        for a in actions {
+            if let Action::Report(r) = a {
+                v.reason = Some(reason(r));
+            }
+        }
+        if m.phase() == Phase::Running && health == HealthState::Starting {
+            v.last_check = None;
         }
     }
 
@@ -193,21 +318,13 @@ impl Supervisor {
         let d = &self.d;
         match a {
             Action::Start => {
-                let started = {
-                    let _op = d.op.lock().unwrap();
-                    // Removed or started by the operator meanwhile: nothing to do.
-                    if state::installed(d, name).is_err() || probe::is_running(d, name) {
-                        return;
+                if let Some(deadline) = self.waits_for_dependencies(name) {
+                    if !self.pending.iter().any(|(n, _)| n == name) {
+                        self.pending.push((name.to_string(), deadline));
                     }
-                    start::start_locked(d, name)
-                };
-                match started {
-                    Ok(_) => log::info!("started {name} (supervisor)"),
-                    Err(e) => {
-                        log::error!("start of {name} failed: {e}");
-                        self.feed(name, Event::StartFailed);
-                    }
+                    return;
                 }
+                self.start(name);
             }
             Action::Release => {
                 {
@@ -225,8 +342,155 @@ impl Supervisor {
                 "{name}: restart in {} ms",
                 until_ms.saturating_sub(self.now_ms())
             ),
+            Action::Check(run) => {
+                if let Ok(p) = state::installed(d, name) {
+                    health::check(d, name, run, &p.manifest);
+                }
+            }
+            Action::Kill(run) => {
+                // A stop takes up to the stop timeout: not on this thread.
+                let d = Arc::clone(d);
+                let n = name.to_string();
+                let _ = std::thread::Builder::new()
+                    .name(format!("end-{name}"))
+                    .stack_size(128 * 1024)
+                    .spawn(move || stop::end_unhealthy(&d, &n, run));
+            }
             Action::Report(r) => report(name, &r),
         }
+    }
+
+    fn start(&mut self, name: &str) {
+        let d = &self.d;
+        let started = {
+            let _op = d.op.lock().unwrap();
+            // Removed or started by the operator meanwhile: nothing to do.
+            if state::installed(d, name).is_err() || probe::is_running(d, name) {
+                return;
+            }
+            start::start_locked(d, name)
+        };
+        match started {
+            Ok(_) => log::info!("started {name} (supervisor)"),
+            Err(e) => {
+                log::error!("start of {name} failed: {e}");
+                self.feed(name, Event::StartFailed);
+            }
+        }
+    }
+
+    /// Whether `name` must wait for a dependency that is on its way up but not ready yet;
+    /// the deadline of the wait if so. Dependencies that nobody starts are not waited for.
+    fn waits_for_dependencies(&self, name: &str) -> Option<u64> {
+        let now = self.now_ms();
+        if let Some((_, deadline)) = self.pending.iter().find(|(n, _)| n == name) {
+            if now >= *deadline {
+                log::warn!(
+                    "{name}: its dependencies are not ready after {} s; starting it anyway",
+                    READY_WAIT.as_secs()
+                );
+                return None;
+            }
+        }
+        let deps = state::installed(&self.d, name)
+            .ok()?
+            .manifest
+            .package
+            .depends;
+        let waiting = deps.iter().any(|dep| {
+            self.machines.iter().any(|(n, m)| {
+                n == dep.as_str()
+                    && !m.ready()
+                    && matches!(
+                        m.phase(),
+                        Phase::Starting | Phase::Running | Phase::Waiting { .. }
+                    )
+            })
+        });
+        waiting.then(|| {
+            self.pending
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(now + READY_WAIT.as_millis() as u64, |(_, t)| *t)
+        })
+    }
+
+    /// Starts what waited for dependencies that are now ready (or waited long enough).
+    fn start_pending(&mut self) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let name = self.pending[i].0.clone();
+            if self.waits_for_dependencies(&name).is_some() {
+                i += 1;
+                continue;
+            }
+            self.pending.remove(i);
+            // Still meant to start (not stopped or removed meanwhile).
+            if self
+                .machines
+                .iter()
+                .any(|(n, m)| *n == name && m.phase() == Phase::Starting)
+            {
+                self.start(&name);
+            }
+        }
+    }
+}
+
+/// The supervision policy of an installed package; None once it is removed.
+fn policy_of(d: &Daemon, name: &str) -> Option<Policy> {
+    d.state
+        .lock()
+        .unwrap()
+        .packages
+        .get(name)
+        .map(|p| Policy::of(&p.manifest))
+}
+
+/// Jitter per container and per daemon start, so that a fleet's devices and a device's
+/// containers do not restart in step.
+fn seed(name: &str) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    name.bytes().fold(t ^ std::process::id(), |h, b| {
+        h.rotate_left(5) ^ u32::from(b)
+    })
+}
+
+fn load_record(d: &Daemon, name: &str) -> Record {
+    let path = d.cfg.paths.supervise_file(name);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            log::warn!("{}: {e}; starting from a clean record", path.display());
+            Record::default()
+        }),
+        Err(_) => Record::default(),
+    }
+}
+
+fn save_record(d: &Daemon, name: &str, r: &Record) {
+    let path = d.cfg.paths.supervise_file(name);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let written = serde_json::to_vec(r)
+        .map_err(std::io::Error::other)
+        .and_then(|b| write_atomic(&path, &b, 0o600));
+    if let Err(e) = written {
+        log::warn!("cannot write {}: {e}", path.display());
+    }
+}
+
+/// The reason `status` shows for a report.
+fn reason(r: &Report) -> String {
+    match r {
+        Report::Failed(e) => describe(e.as_ref()),
+        Report::CrashLoop { retries } => {
+            format!("failed again after {retries} restarts (berth start or berth reset)")
+        }
+        Report::Unhealthy { failures } => format!("{failures} health checks in a row failed"),
+        Report::GuardKilled(k) => format!("memory guard killed pid {}", k.pid),
     }
 }
 
@@ -236,10 +500,12 @@ fn report(name: &str, r: &Report) {
     match r {
         Report::GuardKilled(_) => {}
         Report::Failed(e) => log::warn!("{name} failed: {}", describe(e.as_ref())),
-        Report::CrashLoop { restarts } => log::error!(
-            "{name} keeps failing ({restarts} restarts): not restarted again until berth start {name}"
+        Report::CrashLoop { retries } => log::error!(
+            "{name} keeps failing ({retries} restarts): not restarted again until berth start {name} or berth reset {name}"
         ),
-        Report::HealthFailed => log::warn!("{name}: health check failed"),
+        Report::Unhealthy { failures } => {
+            log::warn!("{name}: {failures} health checks in a row failed; ending it")
+        }
     }
 }
 

@@ -66,6 +66,7 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::Start(n) => runtime::start::start(d, &n),
         Action::Stop { name, timeout } => runtime::stop::stop(d, &name, timeout),
         Action::Restart(n) => runtime::stop::restart(d, &n),
+        Action::Reset(n) => crate::daemon::supervisor::reset(d, &n),
         Action::Gc => store::remove::gc(d),
         Action::Limit { name, limits } => runtime::limit::limit(d, &name, &limits),
         Action::Stats(n) => runtime::limit::stats(d, n.as_deref()),

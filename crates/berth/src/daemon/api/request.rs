@@ -15,15 +15,31 @@ pub enum Action {
     Ping,
     Status(Option<String>),
     List,
-    Update { reset_serial: bool },
+    Update {
+        reset_serial: bool,
+    },
     Install(Vec<String>),
-    Remove { names: Vec<String>, purge: bool },
+    Remove {
+        names: Vec<String>,
+        purge: bool,
+    },
     Start(String),
-    Stop { name: String, timeout: Option<u32> },
+    Stop {
+        name: String,
+        timeout: Option<u32>,
+    },
     Restart(String),
-    Logs { name: String, follow: bool },
+    /// `berth reset`: out of `failed`, restart counts back to 0.
+    Reset(String),
+    Logs {
+        name: String,
+        follow: bool,
+    },
     Gc,
-    Limit { name: String, limits: Overrides },
+    Limit {
+        name: String,
+        limits: Overrides,
+    },
     Stats(Option<String>),
     Inspect(String),
     Net,
@@ -215,6 +231,7 @@ pub fn parse(req: &Request) -> Result<Action> {
             }
         }
         ("POST", "/v1/restart") => Action::Restart(check_name(&body::<NameBody>(req)?.name)?),
+        ("POST", "/v1/reset") => Action::Reset(check_name(&body::<NameBody>(req)?.name)?),
         ("GET", "/v1/logs") => Action::Logs {
             name: name_q()?,
             follow: req.query_flag("follow"),
@@ -241,8 +258,8 @@ pub fn parse(req: &Request) -> Result<Action> {
         (
             _,
             "/v1/ping" | "/v1/status" | "/v1/packages" | "/v1/update" | "/v1/install"
-            | "/v1/remove" | "/v1/start" | "/v1/stop" | "/v1/restart" | "/v1/logs" | "/v1/gc"
-            | "/v1/limit" | "/v1/stats" | "/v1/inspect" | "/v1/net" | "/v1/net/hosts",
+            | "/v1/remove" | "/v1/start" | "/v1/stop" | "/v1/restart" | "/v1/reset" | "/v1/logs"
+            | "/v1/gc" | "/v1/limit" | "/v1/stats" | "/v1/inspect" | "/v1/net" | "/v1/net/hosts",
         ) => {
             return Err(Error::new(
                 Kind::MethodNotAllowed,

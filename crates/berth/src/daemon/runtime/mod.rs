@@ -1,5 +1,6 @@
-//! Containers at run time: their mounts, start, stop, watch, status and logs.
+//! Containers at run time: their mounts, start, stop, watch, health probes, status and logs.
 
+pub(crate) mod health;
 pub(crate) mod limit;
 pub(crate) mod logs;
 pub(crate) mod mounts;

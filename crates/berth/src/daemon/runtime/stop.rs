@@ -22,8 +22,28 @@ pub(crate) fn stop(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> Result<
 }
 
 pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> Result<Value> {
+    end(d, name, timeout, true)
+}
+
+/// Ends run `run` of `name` for the supervisor (its health checks failed): the same stop
+/// as the operator's, but its end is a failure, so the restart policy applies.
+pub(crate) fn end_unhealthy(d: &Arc<Daemon>, name: &str, run: i32) {
+    let _op = d.op.lock().unwrap();
+    if probe::running_init(d, name) != Some(run) {
+        return;
+    }
+    if let Err(e) = end(d, name, None, false) {
+        log::warn!("{name}: cannot end the unhealthy run: {e}");
+    }
+}
+
+fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, operator: bool) -> Result<Value> {
     state::installed(d, name)?;
     if !probe::is_running(d, name) {
+        if operator {
+            // A restart held in backoff is dropped: the operator wants it stopped.
+            d.notify(name, Event::StopRequested);
+        }
         return Err(Error::new(
             Kind::NotRunning,
             format!("{name} is not running"),
@@ -37,7 +57,9 @@ pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> 
             format!("{name} is not running"),
         ));
     };
-    d.notify(name, Event::StopRequested);
+    if operator {
+        d.notify(name, Event::StopRequested);
+    }
     // Subscribed before the first signal: the shim answers once it has saved the log ring
     // and the exit status, which is when the stop is complete.
     let shim_wait = crate::shim::request(&d.cfg.paths.shim_socket(name), "wait").ok();

@@ -110,6 +110,7 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
         let _ = std::fs::remove_file(d.cfg.paths.exit_file(n));
         let _ = std::fs::remove_file(d.cfg.paths.autostart(n));
         let _ = std::fs::remove_file(d.cfg.paths.limits_file(n));
+        let _ = std::fs::remove_file(d.cfg.paths.supervise_file(n));
         records::forget(d, n);
         if purge {
             if let Err(e) = purge_data(d, n) {
