@@ -30,6 +30,11 @@ fn kernel_keeps_exit_status() -> bool {
     (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (6, 15)
 }
 
+/// These tests look at how a run ended: nothing may restart it.
+fn no_restart(p: Pkg) -> Pkg {
+    p.table("[restart]\npolicy = \"never\"")
+}
+
 fn payload_pid(sb: &Sandbox, name: &str) -> i32 {
     let init = sb.status_of(name)["init_pid"].as_i64().unwrap() as i32;
     // init.lxc's one child is the payload
@@ -40,20 +45,28 @@ fn payload_pid(sb: &Sandbox, name: &str) -> i32 {
 #[test]
 fn exit_codes_and_killing_signals_are_reported_as_they_were() {
     let mut sb = Sandbox::new("exitst");
-    sb.pack(&Pkg::script("three", "1.0", "echo up\nsleep 0.2\nexit 3\n"));
+    sb.pack(&no_restart(Pkg::script(
+        "three",
+        "1.0",
+        "echo up\nsleep 0.2\nexit 3\n",
+    )));
     // Core files go to the payload's working directory (core_pattern "core"): /tmp is
     // writable; one payload lets its core be written, the other forbids it.
-    sb.pack(&Pkg::script(
+    sb.pack(&no_restart(Pkg::script(
         "segv",
         "1.0",
         "echo up\nulimit -c unlimited\ncd /tmp\nsleep 0.2\nkill -SEGV $$\nsleep 5\n",
-    ));
-    sb.pack(&Pkg::script(
+    )));
+    sb.pack(&no_restart(Pkg::script(
         "segvnocore",
         "1.0",
         "echo up\nulimit -c 0\nsleep 0.2\nkill -SEGV $$\nsleep 5\n",
-    ));
-    sb.pack(&Pkg::script("victim", "1.0", "echo up\nexec sleep 600\n"));
+    )));
+    sb.pack(&no_restart(Pkg::script(
+        "victim",
+        "1.0",
+        "echo up\nexec sleep 600\n",
+    )));
     sb.build_repo();
     sb.start_daemon();
     sb.ok(&["update"]);

@@ -86,7 +86,7 @@ fn guard_kills_the_lowest_priority_hog_and_nothing_else() {
     sb.add(
         &Pkg::new("hog", "1", &["/bin/hog"])
             .file("bin/hog", &elf)
-            .table("[resources]\npriority = -10"),
+            .table("[resources]\npriority = -10\n[restart]\npolicy = \"never\""),
     );
     sb.add(
         &Pkg::script("quiet", "1", "echo quiet up\nwhile :; do sleep 1; done\n")

@@ -876,9 +876,15 @@ mod tests {
             "repository": {"warning": "the index expired"},
             "containers": [
                 {"name": "web", "version": "1.0", "state": "running", "init_pid": 99,
-                 "started_at": 1000, "network": "bridge", "last_exit": null},
+                 "started_at": 1000, "network": "bridge", "last_exit": null, "restarts": 2,
+                 "health": {"status": "healthy"}},
                 {"name": "job", "version": "2", "state": "stopped", "init_pid": null,
                  "network": "", "last_exit": {"code": 1}},
+                {"name": "crash", "version": "1", "state": "failed", "restarts": 5,
+                 "reason": "failed again after 5 restarts (berth start or berth reset)",
+                 "last_exit": {"code": 1}},
+                {"name": "wait", "version": "1", "state": "backoff", "restart_in_ms": 2500,
+                 "restarts": 1, "reason": "exit 3", "last_exit": {"code": 3}},
                 {"name": "hog", "version": "3", "state": "stopped",
                  "last_exit": {"signal": 9},
                  "guard_kill": {"pid": 12, "available": 5242880}},
@@ -892,8 +898,22 @@ mod tests {
         fits(STATUS_HEAD, &rows);
         assert_eq!(
             rows[0],
-            ["web", "1.0", "running", "99", "1m30s", "bridge", "-"]
+            [
+                "web",
+                "1.0",
+                "running, healthy",
+                "2",
+                "99",
+                "1m30s",
+                "bridge",
+                "-"
+            ]
         );
+        assert_eq!(at(STATUS_HEAD, &rows[3], "STATE"), "backoff 2.5s");
+        let rows: Vec<_> = rows
+            .into_iter()
+            .filter(|r| r[0] != "crash" && r[0] != "wait")
+            .collect();
         assert_eq!(at(STATUS_HEAD, &rows[1], "PID"), "-");
         assert_eq!(at(STATUS_HEAD, &rows[1], "UPTIME"), "-");
         assert_eq!(at(STATUS_HEAD, &rows[1], "NETWORK"), "-");
@@ -914,7 +934,15 @@ mod tests {
             ),
             "{text}"
         );
-        assert_eq!(text.lines().count(), 8);
+        assert!(
+            text.ends_with(
+                "crash: failed: failed again after 5 restarts (berth start or berth reset)\n  \
+                 (berth start crash to try again, berth reset crash to clear)\n\
+                 wait: backoff: exit 3\n"
+            ),
+            "{text}"
+        );
+        assert_eq!(text.lines().count(), 13);
     }
 
     #[test]
