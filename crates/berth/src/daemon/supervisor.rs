@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use berth_core::supervise::{Action, Event, Exit, Machine, Policy, Report, Run};
 
 use crate::daemon::cgroups;
-use crate::daemon::context::Daemon;
+use crate::daemon::context::{Component, Daemon};
 use crate::daemon::governor;
 use crate::daemon::guard;
 use crate::daemon::runtime::mounts;
@@ -130,11 +130,22 @@ impl Supervisor {
     fn run(mut self, taken_over: &[(String, Run)]) {
         self.boot(taken_over);
         loop {
-            // Asleep until something happens, or until the next held restart is due.
+            self.d.beat(Component::Supervisor);
+            // Asleep until something happens, or until the next held restart is due, or (for
+            // the watchdog) the next heartbeat.
             let due = self.machines.iter().filter_map(|(_, m)| m.due()).min();
-            let until = due.map(|t| self.t0 + Duration::from_millis(t));
-            match self.d.next_event(until) {
+            let due = due.map(|t| self.t0 + Duration::from_millis(t));
+            let beat = self.d.beat_every().map(|b| Instant::now() + b);
+            let until = match (due, beat) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let ev = self.d.next_event(until);
+            // Handling an event may start or stop a container: busy, not hung.
+            self.d.beat_busy(Component::Supervisor);
+            match ev {
                 Some((name, ev)) => self.feed(&name, ev),
+                None if due.is_none_or(|t| Instant::now() < t) => {}
                 None => {
                     let names: Vec<String> = self.machines.iter().map(|(n, _)| n.clone()).collect();
                     for n in names {
@@ -149,6 +160,10 @@ impl Supervisor {
     /// (their ends come from their watchers, even when that is now); after a reboot /run is
     /// empty (no exit record), and what the operator had started starts again.
     fn boot(&mut self, taken_over: &[(String, Run)]) {
+        // In safe mode nothing starts; `safe_mode::clear` sends these events later.
+        if self.d.safe_mode().is_some() {
+            return;
+        }
         let st = state::state(&self.d);
         for p in st.packages.values() {
             let n = p.name.as_str();

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::{governor, net, runtime, security, state, status, store};
+use crate::daemon::{governor, net, runtime, safe_mode, security, state, status, store};
 use request::Action;
 
 /// Who sent a request: the admin socket's peer, by its uid (checked again at accept).
@@ -51,7 +51,10 @@ fn reply(stream: &mut UnixStream, r: Result<Value>) {
 
 /// Serves one complete request on its own thread.
 pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: UnixStream) {
-    let action = match request::parse(&req).and_then(|a| authorise(caller, &a).map(|_| a)) {
+    let action = match request::parse(&req)
+        .and_then(|a| authorise(caller, &a).map(|_| a))
+        .and_then(|a| safe_mode::allowed(d, &a).map(|_| a))
+    {
         Ok(a) => a,
         Err(e) => return reply(&mut stream, Err(e)),
     };
@@ -73,8 +76,29 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::Net => net::status(d, &state::state(d)),
         Action::NetHosts => Ok(net::hosts(d)),
         Action::Governor => Ok(governor::status(d)),
+        Action::SafeModeEnter => safe_mode::enter(d),
+        Action::SafeModeClear => safe_mode::clear(d),
+        Action::TestStall { component, seconds } => test_stall(d, component, seconds),
     };
     reply(&mut stream, answer)
+}
+
+/// The test hook: absent (404, as any unknown path) unless the daemon was started with
+/// BERTH_TEST_HOOKS=1, so that no production daemon can be stalled through its API.
+fn test_stall(
+    d: &Daemon,
+    component: crate::daemon::context::Component,
+    seconds: u32,
+) -> Result<Value> {
+    use berth_core::api::request::{COMPONENT, SECONDS};
+    if !d.test_hooks {
+        return Err(Error::new(
+            Kind::NotFound,
+            "no such endpoint /v1/test/stall",
+        ));
+    }
+    d.stall(component, seconds);
+    Ok(json!({COMPONENT: component.name(), SECONDS: seconds}))
 }
 
 /// Streamed: progress events, then one result (or error) event, as JSON lines.
