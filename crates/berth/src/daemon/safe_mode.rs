@@ -1,6 +1,5 @@
-//! Safe mode, the second controller (STYLE.md, "Requests become actions"): while the device
-//! is in it, no image is mounted and no container starts, and the admin API refuses what
-//! would do either. `berth safe-mode enter` forces it (every container stopped, every mount
+//! Safe mode: while the device is in it, no image is mounted and no container starts (the
+//! admin API's second controller, `api::allowed`, refuses what would do either). `berth safe-mode enter` forces it (every container stopped, every mount
 //! released); `berth safe-mode clear` ends it at once and hands the containers marked
 //! autostart to the supervisor, as a daemon start does. The boot counter that decides safe
 //! mode at start is `boot.rs`.
@@ -11,7 +10,6 @@ use berth_core::api::safe_mode as field;
 use berth_core::supervise::Event;
 use serde_json::{json, Value};
 
-use crate::daemon::api::request::Action;
 use crate::daemon::boot;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::Result;
@@ -20,16 +18,6 @@ use crate::daemon::state;
 
 /// The reason `berth safe-mode enter` gives.
 const BY_OPERATOR: &str = "entered by the operator (berth safe-mode enter)";
-
-/// Refuses, in safe mode, the requests that would mount an image or start a container.
-pub(crate) fn allowed(d: &Daemon, action: &Action) -> Result<()> {
-    match action {
-        Action::Start(_) => boot::refuse_in_safe_mode(d, "start"),
-        Action::Restart(_) => boot::refuse_in_safe_mode(d, "restart"),
-        Action::Install(_) => boot::refuse_in_safe_mode(d, "install"),
-        _ => Ok(()),
-    }
-}
 
 /// At a start in safe mode: what still runs from before is stopped, every mount released.
 pub(crate) fn at_start(d: &Arc<Daemon>) {
