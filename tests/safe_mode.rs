@@ -146,10 +146,10 @@ fn a_start_that_stays_up_clears_the_counter_and_a_damaged_one_starts_afresh() {
     sb.start_daemon();
     assert_eq!(unconfirmed(&sb).len(), 4, "this start is counted");
     assert_eq!(daemon_status(&sb)["safe_mode"], false);
+    // The counter is written before the log line: wait for both.
     wait_until("the start confirms", Duration::from_secs(10), || {
-        unconfirmed(&sb).is_empty()
+        unconfirmed(&sb).is_empty() && sb.daemon_log_text().contains("boot counter cleared")
     });
-    assert!(sb.daemon_log_text().contains("boot counter cleared"));
     sb.kill_daemon(libc::SIGKILL);
 
     // A damaged counter is said in the log and counted afresh; never a failed start.
