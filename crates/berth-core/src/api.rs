@@ -64,6 +64,7 @@ kinds! {
     Untraversable = 409 "untraversable",
     PoolExhausted = 409 "pool_exhausted",
     PortTaken = 409 "port_taken",
+    SafeMode = 409 "safe_mode",
     // The repository.
     NoRepository = 412 "no_repository",
     NoKeys = 412 "no_keys",
@@ -154,6 +155,11 @@ pub mod request {
     pub const MEMORY: &str = "memory";
     /// limit: the process limit.
     pub const PIDS: &str = "pids";
+    /// test/stall (test hooks only): which part of the daemon to stall, `api` or
+    /// `supervisor`.
+    pub const COMPONENT: &str = "component";
+    /// test/stall (test hooks only): for how many seconds.
+    pub const SECONDS: &str = "seconds";
 }
 
 /// `GET /v1/status`: the daemon, the cached repository index and the containers.
@@ -175,6 +181,17 @@ pub mod daemon {
     pub const UPTIME_S: &str = "uptime_s";
     /// Where the containers' LXC directories are.
     pub const LXCPATH: &str = "lxcpath";
+    pub use super::safe_mode::{SAFE_MODE, SAFE_MODE_REASON};
+}
+
+/// `POST /v1/safe-mode/enter` and `/clear`; the first two are also in the daemon's status.
+pub mod safe_mode {
+    pub use super::common::CONTAINERS;
+    /// Whether the daemon is in safe mode: no image mounted, no container started.
+    pub const SAFE_MODE: &str = "safe_mode";
+    /// Why (the unconfirmed starts and the containers that ran in them, or the operator's
+    /// `berth safe-mode enter`), or null.
+    pub const SAFE_MODE_REASON: &str = "safe_mode_reason";
 }
 
 /// The cached repository index in `GET /v1/status` (read for display, not verified).

@@ -54,6 +54,32 @@ pub struct Config {
     /// `[network]`: the device's network policy (see `net`).
     pub network: crate::net::NetConfig,
     pub governor: Governor,
+    /// `[watchdog]`: the hardware watchdog the daemon keeps alive (off without a device).
+    pub watchdog: Watchdog,
+    /// `[boot]`: the boot counter and safe mode.
+    pub boot: Boot,
+}
+
+/// The hardware watchdog (`[watchdog]`): while every part of the daemon is healthy, one byte
+/// is written to `device` every `interval`; a clean stop writes the magic close `V`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watchdog {
+    /// The watchdog device (`/dev/watchdog`); None: no watchdog (the default).
+    pub device: Option<PathBuf>,
+    /// Milliseconds between keep-alives, and between the daemon's own heartbeats. Default 5 s.
+    pub interval_ms: u64,
+    /// Seconds to set the device's timeout to (WDIOC_SETTIMEOUT), if set; else the device
+    /// keeps its own.
+    pub timeout_s: Option<u32>,
+}
+
+/// The boot counter (`[boot]`): a start is unconfirmed until the daemon has stayed up and
+/// healthy for `confirm_after_ms`; `max_failed` unconfirmed starts in a row and the next one
+/// is in safe mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Boot {
+    pub confirm_after_ms: u64,
+    pub max_failed: u32,
 }
 
 /// The memory guard (`[guard]`): below `threshold` bytes of MemAvailable, container
@@ -155,6 +181,14 @@ impl Paths {
             .join("supervise")
             .join(format!("{container}.json"))
     }
+    /// The unconfirmed daemon starts (`berth_core::boot::Record`, written atomically).
+    pub fn boot_file(&self) -> PathBuf {
+        self.state.join("boot.json")
+    }
+    /// Present while the device is in safe mode (`berth_core::boot::Marker`, atomic).
+    pub fn safe_mode_file(&self) -> PathBuf {
+        self.state.join("safe-mode.json")
+    }
 }
 
 /// berth.toml as written, read from the document tree (`crate::tree`): unknown keys refused.
@@ -170,6 +204,21 @@ struct RawConfig {
     network: Option<crate::net::RawNet>,
     /// Strings only, read by hand (`governor()`).
     governor: Option<std::collections::BTreeMap<String, Spanned<String>>>,
+    watchdog: RawWatchdog,
+    boot: RawBoot,
+}
+
+#[derive(Default)]
+struct RawWatchdog {
+    device: Option<String>,
+    interval: Option<String>,
+    timeout: Option<String>,
+}
+
+#[derive(Default)]
+struct RawBoot {
+    confirm_after: Option<String>,
+    max_failed: Option<i64>,
 }
 
 /// `Some(value)` of a string key.
@@ -248,6 +297,19 @@ impl RawConfig {
             security: section(&mut t, "security", crate::security::RawSecurity::read)?,
             network: strings(&mut t, "network")?,
             governor: strings(&mut t, "governor")?,
+            watchdog: section(&mut t, "watchdog", |t| {
+                Ok(RawWatchdog {
+                    device: text(t, "device")?,
+                    interval: text(t, "interval")?,
+                    timeout: text(t, "timeout")?,
+                })
+            })?,
+            boot: section(&mut t, "boot", |t| {
+                Ok(RawBoot {
+                    confirm_after: text(t, "confirm_after")?,
+                    max_failed: t.int("max_failed")?.map(Spanned::into_inner),
+                })
+            })?,
         };
         t.finish()?;
         Ok(raw)
@@ -418,7 +480,11 @@ impl Config {
                 }
             },
         };
+        let watchdog = watchdog(raw.watchdog, &value_err)?;
+        let boot = boot(raw.boot, &value_err)?;
         Ok(Config {
+            watchdog,
+            boot,
             repository: raw.repository.map(|u| u.trim_end_matches('/').to_string()),
             index_max_age_s,
             paths: Paths {
@@ -444,6 +510,103 @@ impl Config {
                 .map_err(|(key, m)| value_err(key, m))?,
         })
     }
+}
+
+fn watchdog(
+    r: RawWatchdog,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Watchdog, ConfigError> {
+    let device = match r.device {
+        None => None,
+        Some(d) => {
+            let p = PathBuf::from(&d);
+            if !p.is_absolute() || d.contains('\n') {
+                return Err(value_err(
+                    "watchdog.device",
+                    format!("{d:?} is not an absolute path"),
+                ));
+            }
+            Some(p)
+        }
+    };
+    let interval_ms = match r.interval {
+        None => 5000,
+        Some(v) => {
+            let ms = parse_duration_ms(&v).map_err(|m| value_err("watchdog.interval", m))?;
+            if !(100..=60_000).contains(&ms) {
+                return Err(value_err(
+                    "watchdog.interval",
+                    format!("{v}: must be between 100ms and 60s"),
+                ));
+            }
+            ms
+        }
+    };
+    let timeout_s = match r.timeout {
+        None => None,
+        Some(v) => {
+            let ms = parse_duration_ms(&v).map_err(|m| value_err("watchdog.timeout", m))?;
+            if !ms.is_multiple_of(1000) || !(1000..=3_600_000).contains(&ms) {
+                return Err(value_err(
+                    "watchdog.timeout",
+                    format!("{v}: must be whole seconds between 1s and 60m"),
+                ));
+            }
+            // A keep-alive must come well within the timeout, or the device resets a healthy
+            // system between two of them.
+            if interval_ms * 2 > ms {
+                return Err(value_err(
+                    "watchdog.timeout",
+                    format!("{v}: must be at least twice watchdog.interval ({interval_ms}ms)"),
+                ));
+            }
+            Some((ms / 1000) as u32)
+        }
+    };
+    if timeout_s.is_some() && device.is_none() {
+        return Err(value_err(
+            "watchdog.timeout",
+            "needs watchdog.device".into(),
+        ));
+    }
+    Ok(Watchdog {
+        device,
+        interval_ms,
+        timeout_s,
+    })
+}
+
+fn boot(
+    r: RawBoot,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Boot, ConfigError> {
+    let confirm_after_ms = match r.confirm_after {
+        None => 120_000,
+        Some(v) => {
+            let ms = parse_duration_ms(&v).map_err(|m| value_err("boot.confirm_after", m))?;
+            if !(1000..=86_400_000).contains(&ms) {
+                return Err(value_err(
+                    "boot.confirm_after",
+                    format!("{v}: must be between 1s and 1440m"),
+                ));
+            }
+            ms
+        }
+    };
+    let max_failed = match r.max_failed {
+        None => 5,
+        Some(n) if (1..=crate::boot::MAX_KEPT as i64).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(value_err(
+                "boot.max_failed",
+                format!("{n}: must be between 1 and {}", crate::boot::MAX_KEPT),
+            ))
+        }
+    };
+    Ok(Boot {
+        confirm_after_ms,
+        max_failed,
+    })
 }
 
 fn policy(
@@ -874,6 +1037,71 @@ mod tests {
             let e = Config::parse(&format!("[guard]\n{text}"), "f")
                 .unwrap_err()
                 .to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn watchdog_and_boot_defaults_values_and_refusals() {
+        let c = Config::parse("", "t").unwrap();
+        assert_eq!(
+            c.watchdog,
+            Watchdog {
+                device: None,
+                interval_ms: 5000,
+                timeout_s: None
+            }
+        );
+        assert_eq!(
+            c.boot,
+            Boot {
+                confirm_after_ms: 120_000,
+                max_failed: 5
+            }
+        );
+        assert_eq!(
+            c.paths.boot_file(),
+            PathBuf::from("/var/lib/berth/boot.json")
+        );
+        let c = Config::parse(
+            "[watchdog]\ndevice = \"/dev/watchdog\"\ninterval = \"2s\"\ntimeout = \"30s\"\n[boot]\nconfirm_after = \"30s\"\nmax_failed = 3\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.watchdog.device, Some(PathBuf::from("/dev/watchdog")));
+        assert_eq!(
+            (c.watchdog.interval_ms, c.watchdog.timeout_s),
+            (2000, Some(30))
+        );
+        assert_eq!((c.boot.confirm_after_ms, c.boot.max_failed), (30_000, 3));
+        for (text, key) in [
+            ("[watchdog]\ndevice = \"dev/watchdog\"", "watchdog.device"),
+            ("[watchdog]\ndevice = 1", "line 2"),
+            ("[watchdog]\ninterval = \"10ms\"", "watchdog.interval"),
+            ("[watchdog]\ninterval = \"2m\"", "watchdog.interval"),
+            ("[watchdog]\ninterval = \"often\"", "watchdog.interval"),
+            (
+                "[watchdog]\ndevice = \"/d\"\ntimeout = \"1500ms\"",
+                "watchdog.timeout",
+            ),
+            (
+                "[watchdog]\ndevice = \"/d\"\ntimeout = \"0s\"",
+                "watchdog.timeout",
+            ),
+            (
+                "[watchdog]\ndevice = \"/d\"\ntimeout = \"8s\"",
+                "twice watchdog.interval",
+            ),
+            ("[watchdog]\ntimeout = \"30s\"", "needs watchdog.device"),
+            ("[watchdog]\nbogus = 1", "bogus"),
+            ("[boot]\nconfirm_after = \"500ms\"", "boot.confirm_after"),
+            ("[boot]\nconfirm_after = \"2d\"", "boot.confirm_after"),
+            ("[boot]\nmax_failed = 0", "boot.max_failed"),
+            ("[boot]\nmax_failed = 101", "boot.max_failed"),
+            ("[boot]\nmax_failed = \"5\"", "line 2"),
+            ("[boot]\nbogus = 1", "bogus"),
+        ] {
+            let e = Config::parse(text, "f").unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
         }
     }

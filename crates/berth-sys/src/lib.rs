@@ -10,3 +10,4 @@ pub mod lxc;
 pub mod mount;
 pub mod process;
 pub mod skip;
+pub mod watchdog;

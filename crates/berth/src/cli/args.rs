@@ -160,7 +160,13 @@ pub enum Device {
     Packages(Packages),
     Containers(Containers),
     Resources(Resources),
-    Net { hosts: bool },
+    Net {
+        hosts: bool,
+    },
+    /// `safe-mode enter` (true) or `safe-mode clear` (false).
+    SafeMode {
+        enter: bool,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -260,6 +266,13 @@ pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
                 [] => false,
                 [h] if h == "hosts" => true,
                 _ => return Err(usage("net takes no argument but \"hosts\"")),
+            },
+        },
+        "safe-mode" => Device::SafeMode {
+            enter: match bare(args)?.as_slice() {
+                [w] if w == "enter" => true,
+                [w] if w == "clear" => false,
+                _ => return Err(usage("usage: berth safe-mode enter|clear")),
             },
         },
         _ => return Err(usage(format!("unknown command {command:?}"))),
@@ -688,6 +701,19 @@ mod tests {
         assert_eq!(refused("inspect"), "inspect takes one name");
         assert_eq!(refused("inspect a b"), "inspect takes one name");
         assert_eq!(refused("inspect Bad_Name"), name_error("Bad_Name"));
+    }
+
+    #[test]
+    fn safe_mode_commands() {
+        assert_eq!(dev("safe-mode enter"), Ok(Device::SafeMode { enter: true }));
+        assert_eq!(
+            dev("safe-mode clear"),
+            Ok(Device::SafeMode { enter: false })
+        );
+        for bad in ["safe-mode", "safe-mode on", "safe-mode enter clear"] {
+            assert_eq!(refused(bad), "usage: berth safe-mode enter|clear", "{bad}");
+        }
+        assert_eq!(refused("safe-mode clear --now"), "unknown option --now");
     }
 
     #[test]

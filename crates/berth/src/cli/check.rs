@@ -17,6 +17,9 @@ pub fn run(g: &Global) -> Result<i32> {
     // namespace's root must be able to search every directory on the way.
     if let Ok(cfg) = load_config(g) {
         features.push(run_dir(&cfg.paths.run));
+        if let Some(dev) = &cfg.watchdog.device {
+            features.push(watchdog(dev));
+        }
     }
     let missing = check::missing_required(&features).len();
     if g.json {
@@ -30,6 +33,39 @@ pub fn run(g: &Global) -> Result<i32> {
         print!("{}", render::check(&features, missing, color));
     }
     Ok(if missing == 0 { 0 } else { 1 })
+}
+
+/// The configured watchdog device: a character device, or the daemon cannot keep it.
+fn watchdog(dev: &std::path::Path) -> Feature {
+    let (status, detail) = if berth_sys::watchdog::is_char_device(dev) {
+        (
+            Status::Present,
+            format!("{}: a character device", dev.display()),
+        )
+    } else if dev.exists() {
+        (
+            Status::Missing,
+            format!(
+                "{} is not a character device (a file or FIFO: only tests use those)",
+                dev.display()
+            ),
+        )
+    } else {
+        (
+            Status::Missing,
+            format!(
+                "{} does not exist: load the watchdog driver or fix [watchdog] device",
+                dev.display()
+            ),
+        )
+    };
+    Feature {
+        name: "watchdog device",
+        group: "configuration",
+        status,
+        required: false,
+        detail,
+    }
 }
 
 fn run_dir(run: &std::path::Path) -> Feature {

@@ -54,6 +54,18 @@ pub fn run(json: bool, sock: &Path, cmd: Containers) -> Result<()> {
     }
 }
 
+/// `berth safe-mode enter|clear`.
+pub fn safe_mode(json: bool, sock: &Path, enter: bool) -> Result<()> {
+    let path = if enter {
+        "/v1/safe-mode/enter"
+    } else {
+        "/v1/safe-mode/clear"
+    };
+    let v = client::call(sock, "POST", path, None)?;
+    show(json, &v, &render::safe_mode);
+    Ok(())
+}
+
 fn start(json: bool, sock: &Path, name: &str, restart: bool) -> Result<()> {
     let path = if restart { "/v1/restart" } else { "/v1/start" };
     let v = client::call(sock, "POST", path, Some(&json!({ request::NAME: name })))?;

@@ -48,6 +48,9 @@ device:
                              hosts: the LAN's hosts (neighbour table, DHCP leases)
   governor                   the adaptive CPU cap: R_n, R_c, the cap, its mode and history
   gc                         delete store images that nothing uses
+  safe-mode enter|clear      enter: stop every container, unmount every image, start none
+                             until cleared (kept across restarts); clear: back to normal,
+                             the containers marked autostart start again
   check                      kernel features berth uses, present or not
 
 vendor:
@@ -180,5 +183,6 @@ fn device(g: &Global, command: &str, args: &[String]) -> Result<()> {
         Device::Containers(c) => containers::run(g.json, &sock, c),
         Device::Resources(c) => resources::run(g.json, &sock, c),
         Device::Net { hosts } => net::run(g.json, &sock, hosts),
+        Device::SafeMode { enter } => containers::safe_mode(g.json, &sock, enter),
     }
 }

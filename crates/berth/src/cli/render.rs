@@ -338,6 +338,13 @@ pub fn status(v: &Value, now: u64) -> String {
         d[daemon::PID],
         dur(d[daemon::UPTIME_S].as_u64().unwrap_or(0))
     );
+    if d[daemon::SAFE_MODE] == true {
+        let _ = writeln!(
+            out,
+            "safe mode: {}\n  no image is mounted and no container starts; berth safe-mode clear returns to normal",
+            d[daemon::SAFE_MODE_REASON].as_str().unwrap_or("reason not known")
+        );
+    }
     if let Some(w) = v[status::REPOSITORY][repository::WARNING].as_str() {
         let _ = writeln!(out, "warning: {w}");
     }
@@ -360,6 +367,31 @@ pub fn status(v: &Value, now: u64) -> String {
         }
     }
     out
+}
+
+/// `berth safe-mode enter` and `clear`.
+pub fn safe_mode(v: &Value) -> String {
+    use berth_core::api::safe_mode as f;
+    let names: Vec<String> = v[f::CONTAINERS]
+        .as_array()
+        .map(|a| a.iter().map(cell).collect())
+        .unwrap_or_default();
+    let list = |what: &str| {
+        if names.is_empty() {
+            String::new()
+        } else {
+            format!("; {what}: {}", names.join(", "))
+        }
+    };
+    if v[f::SAFE_MODE] == true {
+        format!(
+            "safe mode: {}{}\n",
+            cell(&v[f::SAFE_MODE_REASON]),
+            list("stopped")
+        )
+    } else {
+        format!("safe mode cleared{}\n", list("starting"))
+    }
 }
 
 /// `berth limit`'s answer: the limits in force (null is unlimited).
@@ -943,6 +975,38 @@ mod tests {
             "{text}"
         );
         assert_eq!(text.lines().count(), 13);
+    }
+
+    #[test]
+    fn status_and_safe_mode_answers_say_safe_mode_and_why() {
+        let v = json!({
+            "daemon": {"version": "0.1.0", "pid": 7, "uptime_s": 5, "safe_mode": true,
+                       "safe_mode_reason": "5 daemon starts in a row did not stay up 30 s ([boot] confirm_after); containers running in them: web"},
+            "repository": {},
+            "containers": []
+        });
+        let text = status(&v, 0);
+        assert!(
+            text.contains("\nsafe mode: 5 daemon starts in a row did not stay up 30 s ([boot] confirm_after); containers running in them: web\n  no image is mounted and no container starts; berth safe-mode clear returns to normal\n"),
+            "{text}"
+        );
+        let v = json!({"daemon": {"version": "0.1.0", "pid": 7, "uptime_s": 5, "safe_mode": false,
+                                  "safe_mode_reason": null}});
+        assert!(!status(&v, 0).contains("safe mode"));
+        assert_eq!(
+            safe_mode(
+                &json!({"safe_mode": true, "safe_mode_reason": "why", "containers": ["web", "db"]})
+            ),
+            "safe mode: why; stopped: web, db\n"
+        );
+        assert_eq!(
+            safe_mode(&json!({"safe_mode": false, "safe_mode_reason": null, "containers": []})),
+            "safe mode cleared\n"
+        );
+        assert_eq!(
+            safe_mode(&json!({"safe_mode": false, "containers": ["web"]})),
+            "safe mode cleared; starting: web\n"
+        );
     }
 
     #[test]

@@ -5,13 +5,16 @@
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use berth_core::boot::Record;
 
 use berth_core::cgroup::Host;
 use berth_core::config::Config;
 use berth_core::state::State;
-use berth_core::supervise::{Event, HealthState, Record};
+use berth_core::supervise::{Event, HealthState};
 use berth_sys::cgroupfs::Cgroups;
 
 pub use berth_sys::check::Roots;
@@ -37,6 +40,50 @@ pub struct Daemon {
     /// What happens to containers, for the supervisor (`notify`, `next_event`).
     inbox: Mutex<VecDeque<(String, Event)>>,
     arrived: Condvar,
+    /// The boot counter and safe mode (`boot.rs` owns them).
+    pub boot: BootState,
+    /// Each component's last heartbeat, in milliseconds since `started` (wrapping: a u32,
+    /// since 32-bit MIPS has no 64-bit atomics; ages are differences, so the wrap after 49
+    /// days does not matter). The watchdog reads them.
+    beats: [AtomicU32; Component::ALL.len()],
+    /// Test hooks only: seconds a component is to sleep at its next heartbeat.
+    stalls: [AtomicU32; Component::ALL.len()],
+    /// The daemon was started with BERTH_TEST_HOOKS=1: `POST /v1/test/stall` is honoured.
+    pub test_hooks: bool,
+}
+
+/// The boot counter of this start and safe mode.
+#[derive(Default)]
+pub struct BootState {
+    /// The unconfirmed starts, this one last while it is unconfirmed.
+    pub record: Mutex<Record>,
+    /// This start has been confirmed (or needs no confirmation: safe mode).
+    pub confirmed: AtomicBool,
+    /// Why the daemon is in safe mode; None: it is not.
+    pub safe_mode: Mutex<Option<String>>,
+}
+
+/// The parts of the daemon whose heartbeats the watchdog watches. The main thread runs the
+/// admission loop of the admin socket, so its heartbeat is the API's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Component {
+    Api = 0,
+    Supervisor = 1,
+}
+
+impl Component {
+    pub const ALL: [Component; 2] = [Component::Api, Component::Supervisor];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Component::Api => "api",
+            Component::Supervisor => "supervisor",
+        }
+    }
+
+    pub fn from_name(n: &str) -> Option<Component> {
+        Component::ALL.into_iter().find(|c| c.name() == n)
+    }
 }
 
 /// One container as the supervisor sees it.
@@ -44,7 +91,7 @@ pub struct Daemon {
 pub struct Supervised {
     /// `running`, `starting`, `backoff`, `failed`, `unhealthy`, `stopping`, `stopped`.
     pub state: &'static str,
-    pub record: Record,
+    pub record: berth_core::supervise::Record,
     pub health: HealthState,
     /// Failed checks in a row.
     pub failures: u32,
@@ -79,7 +126,64 @@ impl Daemon {
             supervision: Mutex::new(BTreeMap::new()),
             inbox: Mutex::new(VecDeque::new()),
             arrived: Condvar::new(),
+            boot: BootState::default(),
+            beats: Default::default(),
+            stalls: Default::default(),
+            test_hooks: std::env::var_os("BERTH_TEST_HOOKS").is_some_and(|v| v == "1"),
         }
+    }
+
+    /// Milliseconds since the daemon started, wrapping (see `beats`).
+    pub fn clock_ms(&self) -> u32 {
+        self.started.elapsed().as_millis() as u32
+    }
+
+    /// A component says it is alive. With a stall pending (test hooks), it first sleeps
+    /// that long, as a hung loop would.
+    pub fn beat(&self, c: Component) {
+        // Now, not busy any more (`beat_busy`): a stall ages from here.
+        self.beats[c as usize].store(self.clock_ms(), Ordering::SeqCst);
+        let stall = self.stalls[c as usize].swap(0, Ordering::SeqCst);
+        if stall > 0 {
+            log::warn!("test hook: the {} stalls for {stall} s", c.name());
+            std::thread::sleep(Duration::from_secs(stall as u64));
+        }
+        self.beats[c as usize].store(self.clock_ms(), Ordering::SeqCst);
+    }
+
+    /// A component starts work that may legitimately take long (the supervisor handling an
+    /// event may start or stop a container): it counts as alive until that work's longest
+    /// time has passed, a heartbeat in the future.
+    pub fn beat_busy(&self, c: Component) {
+        // A start waits for its shim at most start_timeout + 5 s; a stop, stop_timeout, then
+        // 10 s for SIGKILL to take.
+        let grace_s = self.cfg.start_timeout_s + self.cfg.stop_timeout_s + 15;
+        let grace = grace_s.saturating_mul(1000);
+        self.beats[c as usize].store(self.clock_ms().wrapping_add(grace), Ordering::SeqCst);
+    }
+
+    /// Milliseconds since the component's last heartbeat; negative while it is busy.
+    pub fn beat_age_ms(&self, c: Component) -> i32 {
+        self.clock_ms()
+            .wrapping_sub(self.beats[c as usize].load(Ordering::SeqCst)) as i32
+    }
+
+    /// Test hooks: makes `c` sleep `seconds` at its next heartbeat.
+    pub fn stall(&self, c: Component, seconds: u32) {
+        self.stalls[c as usize].store(seconds, Ordering::SeqCst);
+    }
+
+    /// How often the loops must beat: every watchdog interval while a watchdog is kept or
+    /// this start is not confirmed yet; otherwise never (no idle wake-ups).
+    pub fn beat_every(&self) -> Option<Duration> {
+        let wanted =
+            self.cfg.watchdog.device.is_some() || !self.boot.confirmed.load(Ordering::SeqCst);
+        wanted.then(|| Duration::from_millis(self.cfg.watchdog.interval_ms))
+    }
+
+    /// Why the daemon is in safe mode, or None.
+    pub fn safe_mode(&self) -> Option<String> {
+        self.boot.safe_mode.lock().unwrap().clone()
     }
 
     /// Tells the supervisor what happened to container `name` (never blocks).

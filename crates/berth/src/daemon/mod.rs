@@ -6,15 +6,19 @@
 //! thread per admin request, one watcher per running container blocked on its shim's `wait`
 //! (no polling when idle), the memory guard (`guard.rs`: blocked on a PSI trigger, or
 //! polling meminfo without PSI), the CPU governor (`governor.rs`: one probe per interval,
-//! only when a probe is configured) and the supervisor (`supervisor.rs`: blocked on its
-//! events). Mutating operations take `Daemon::op` so they apply one at a time, in order;
+//! only when a probe is configured), the supervisor (`supervisor.rs`: blocked on its
+//! events) and the watchdog (`watchdog.rs`: only with a `[watchdog] device`, or until this
+//! start is confirmed; while it runs, the main thread and the supervisor wake every
+//! `[watchdog] interval` to record a heartbeat). Mutating operations take `Daemon::op` so they apply one at a time, in order;
 //! reads (status, list, logs) do not wait for a long install.
 //!
 //! Layers, each using only those below it (ARCHITECTURE.md draws them):
-//! `api` → `supervisor`, `status` → `store` → `runtime` → `limits`, `security`, `net` →
-//! `governor`, `guard` → `cgroups`, `records`, `state` → `context`, `error`.
+//! `api` → `supervisor`, `safe_mode`, `status` → `store` → `runtime` → `limits`, `security`,
+//! `net` → `governor`, `guard`, `watchdog` → `boot`, `cgroups`, `records`, `state` →
+//! `context`, `error`.
 
 mod api;
+mod boot;
 mod cgroups;
 mod context;
 mod error;
@@ -24,11 +28,13 @@ mod limits;
 mod net;
 mod records;
 mod runtime;
+mod safe_mode;
 mod security;
 mod state;
 mod status;
 mod store;
 mod supervisor;
+mod watchdog;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -51,7 +57,16 @@ pub fn run(cfg: Config) -> Result<()> {
     let roots = Roots::default();
     let host = cgroups::detect(&roots);
     let d = Arc::new(Daemon::new(cfg, roots, host, state));
-    let taken_over = supervisor::reconcile(&d);
+    // Before anything is mounted: in safe mode nothing will be.
+    boot::begin(&d);
+    let mut taken_over = supervisor::reconcile(&d);
+    if d.safe_mode().is_some() {
+        safe_mode::at_start(&d);
+        taken_over.clear();
+    }
+    for (n, _) in &taken_over {
+        boot::note_running(&d, n);
+    }
     net::restore(&d, &state::state(&d));
     let listener = api::server::bind(&d)?;
     log::info!(
@@ -60,12 +75,17 @@ pub fn run(cfg: Config) -> Result<()> {
         d.cfg.paths.admin_socket().display(),
         std::process::id()
     );
+    // The supervisor first hands the containers to their machines (it may start some).
+    d.beat_busy(context::Component::Supervisor);
     supervisor::spawn(&d, taken_over);
+    let watchdog = watchdog::spawn(&d);
     let term = berth_sys::process::termination_pipe()?;
     // Start-up code (configuration and state parsing, reconciliation) will not run again.
     berth_sys::process::trim_heap();
     berth_sys::process::release_own_code(true);
     api::server::serve(&d, &listener, &term)?;
+    // Only a clean stop disarms the watchdog; an error above leaves it to reset the device.
+    watchdog.close();
     // Containers keep running: a daemon restart must not touch them.
     log::info!("berth daemon stopping; containers keep running");
     let _ = std::fs::remove_file(d.cfg.paths.admin_socket());

@@ -1,9 +1,11 @@
 //! What berth keeps about a container's past for `berth status`: the memory guard's last
 //! kill, in memory and in `<run>/logs/NAME.guard` (tmpfs), so a restarted daemon still
-//! shows it. Removed with the package.
+//! shows it; and the supervisor's record of each container (its retry count and whether it
+//! failed, on flash). Removed with the package.
 
 use berth_core::api::guard_kill as field;
-use berth_core::supervise::GuardKill;
+use berth_core::supervise::{GuardKill, Record};
+use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
@@ -39,4 +41,32 @@ pub(crate) fn last_guard_kill(d: &Daemon, name: &str) -> Value {
 pub(crate) fn forget(d: &Daemon, name: &str) {
     let _ = std::fs::remove_file(d.cfg.paths.guard_file(name));
     d.guard_kills.lock().unwrap().remove(name);
+}
+
+/// The supervisor's record of a container (`<state>/supervise/NAME.json`); a clean one
+/// when there is none or it is damaged.
+pub(crate) fn load_supervised(d: &Daemon, name: &str) -> Record {
+    let path = d.cfg.paths.supervise_file(name);
+    match std::fs::read(&path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+            log::warn!("{}: {e}; starting from a clean record", path.display());
+            Record::default()
+        }),
+        Err(_) => Record::default(),
+    }
+}
+
+/// Writes the supervisor's record atomically; a failed write is logged (the record in
+/// memory stays right, only a daemon restart would forget it).
+pub(crate) fn save_supervised(d: &Daemon, name: &str, r: &Record) {
+    let path = d.cfg.paths.supervise_file(name);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let written = serde_json::to_vec(r)
+        .map_err(std::io::Error::other)
+        .and_then(|b| write_atomic(&path, &b, 0o600));
+    if let Err(e) = written {
+        log::warn!("cannot write {}: {e}", path.display());
+    }
 }

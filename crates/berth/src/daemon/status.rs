@@ -78,6 +78,7 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
             container::IMAGE: p.sha256,
         }));
     }
+    let safe = d.safe_mode();
     Ok(json!({
         field::REPOSITORY: repo::repository_status(d),
         field::DAEMON: {
@@ -85,6 +86,8 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
             daemon::VERSION: env!("CARGO_PKG_VERSION"),
             daemon::UPTIME_S: d.started.elapsed().as_secs(),
             daemon::LXCPATH: d.cfg.paths.lxcpath,
+            daemon::SAFE_MODE: safe.is_some(),
+            daemon::SAFE_MODE_REASON: safe,
         },
         field::CONTAINERS: containers,
     }))

@@ -11,14 +11,14 @@ use berth_core::api::reset as reset_field;
 use berth_core::supervise::{
     Action, Event, Exit, HealthState, Machine, Phase, Policy, Record, Report, Run,
 };
-use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
 use crate::daemon::cgroups;
-use crate::daemon::context::{Daemon, Supervised};
+use crate::daemon::context::{Component, Daemon, Supervised};
 use crate::daemon::error::Result;
 use crate::daemon::governor;
 use crate::daemon::guard;
+use crate::daemon::records;
 use crate::daemon::runtime::health;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
@@ -165,17 +165,27 @@ impl Supervisor {
     fn run(mut self, taken_over: &[(String, Run)]) {
         self.boot(taken_over);
         loop {
+            self.d.beat(Component::Supervisor);
             // Asleep until something happens, or until the next held restart, health check
-            // or dependency deadline is due.
+            // or dependency deadline is due, or (for the watchdog) the next heartbeat.
             let due = self
                 .machines
                 .iter()
                 .filter_map(|(_, m)| m.due())
                 .chain(self.pending.iter().map(|(_, t)| *t))
                 .min();
-            let until = due.map(|t| self.t0 + Duration::from_millis(t));
-            match self.d.next_event(until) {
+            let due = due.map(|t| self.t0 + Duration::from_millis(t));
+            let beat = self.d.beat_every().map(|b| Instant::now() + b);
+            let until = match (due, beat) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let ev = self.d.next_event(until);
+            // Handling an event may start or stop a container: busy, not hung.
+            self.d.beat_busy(Component::Supervisor);
+            match ev {
                 Some((name, ev)) => self.feed(&name, ev),
+                None if due.is_none_or(|t| Instant::now() < t) => {}
                 None => {
                     let now = self.now_ms();
                     let names: Vec<String> = self
@@ -198,6 +208,10 @@ impl Supervisor {
     /// empty (no exit record), and what the operator had started starts again, unless the
     /// supervisor's record says it had failed.
     fn boot(&mut self, taken_over: &[(String, Run)]) {
+        // In safe mode nothing starts; `safe_mode::clear` sends these events later.
+        if self.d.safe_mode().is_some() {
+            return;
+        }
         let st = state::state(&self.d);
         // Dependencies first, so that a start can see what it must wait for.
         let mut order: Vec<&str> = Vec::new();
@@ -231,7 +245,7 @@ impl Supervisor {
                 running,
                 autostart: self.d.cfg.paths.autostart(n).exists(),
                 ended,
-                record: load_record(&self.d, n),
+                record: records::load_supervised(&self.d, n),
             };
             self.feed(n, ev);
         }
@@ -263,7 +277,7 @@ impl Supervisor {
         let actions = m.on(now, &ev, &policy);
         let after = m.record();
         if after != before {
-            save_record(&self.d, name, &after);
+            records::save_supervised(&self.d, name, &after);
         }
         self.publish(name, &actions);
         for a in actions {
@@ -456,30 +470,6 @@ fn seed(name: &str) -> u32 {
     name.bytes().fold(t ^ std::process::id(), |h, b| {
         h.rotate_left(5) ^ u32::from(b)
     })
-}
-
-fn load_record(d: &Daemon, name: &str) -> Record {
-    let path = d.cfg.paths.supervise_file(name);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-            log::warn!("{}: {e}; starting from a clean record", path.display());
-            Record::default()
-        }),
-        Err(_) => Record::default(),
-    }
-}
-
-fn save_record(d: &Daemon, name: &str, r: &Record) {
-    let path = d.cfg.paths.supervise_file(name);
-    if let Some(dir) = path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    let written = serde_json::to_vec(r)
-        .map_err(std::io::Error::other)
-        .and_then(|b| write_atomic(&path, &b, 0o600));
-    if let Err(e) = written {
-        log::warn!("cannot write {}: {e}", path.display());
-    }
 }
 
 /// The reason `status` shows for a report.

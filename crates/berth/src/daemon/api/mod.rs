@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::{governor, net, runtime, security, state, status, store};
+use crate::daemon::{governor, net, runtime, safe_mode, security, state, status, store};
 use request::Action;
 
 /// Who sent a request: the admin socket's peer, by its uid (checked again at accept).
@@ -37,6 +37,18 @@ pub(crate) fn authorise(caller: Caller, _action: &Action) -> Result<()> {
     ))
 }
 
+/// The second controller (STYLE.md, "Requests become actions"): in safe mode, the requests
+/// that would mount an image or start a container are refused before they are routed.
+pub(crate) fn allowed(d: &Daemon, action: &Action) -> Result<()> {
+    use crate::daemon::boot::refuse_in_safe_mode;
+    match action {
+        Action::Start(_) => refuse_in_safe_mode(d, "start"),
+        Action::Restart(_) => refuse_in_safe_mode(d, "restart"),
+        Action::Install(_) => refuse_in_safe_mode(d, "install"),
+        _ => Ok(()),
+    }
+}
+
 fn reply(stream: &mut UnixStream, r: Result<Value>) {
     let (status, v) = match r {
         Ok(v) => (200, v),
@@ -51,7 +63,10 @@ fn reply(stream: &mut UnixStream, r: Result<Value>) {
 
 /// Serves one complete request on its own thread.
 pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: UnixStream) {
-    let action = match request::parse(&req).and_then(|a| authorise(caller, &a).map(|_| a)) {
+    let action = match request::parse(&req)
+        .and_then(|a| authorise(caller, &a).map(|_| a))
+        .and_then(|a| allowed(d, &a).map(|_| a))
+    {
         Ok(a) => a,
         Err(e) => return reply(&mut stream, Err(e)),
     };
@@ -74,8 +89,29 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::Net => net::status(d, &state::state(d)),
         Action::NetHosts => Ok(net::hosts(d)),
         Action::Governor => Ok(governor::status(d)),
+        Action::SafeModeEnter => safe_mode::enter(d),
+        Action::SafeModeClear => safe_mode::clear(d),
+        Action::TestStall { component, seconds } => test_stall(d, component, seconds),
     };
     reply(&mut stream, answer)
+}
+
+/// The test hook: absent (404, as any unknown path) unless the daemon was started with
+/// BERTH_TEST_HOOKS=1, so that no production daemon can be stalled through its API.
+fn test_stall(
+    d: &Daemon,
+    component: crate::daemon::context::Component,
+    seconds: u32,
+) -> Result<Value> {
+    use berth_core::api::request::{COMPONENT, SECONDS};
+    if !d.test_hooks {
+        return Err(Error::new(
+            Kind::NotFound,
+            "no such endpoint /v1/test/stall",
+        ));
+    }
+    d.stall(component, seconds);
+    Ok(json!({COMPONENT: component.name(), SECONDS: seconds}))
 }
 
 /// Streamed: progress events, then one result (or error) event, as JSON lines.
@@ -150,5 +186,51 @@ mod tests {
         let e = authorise(Caller { uid: 1000 }, &a).unwrap_err();
         assert_eq!(e.kind, Kind::Forbidden);
         assert_eq!(e.status(), 403);
+    }
+
+    #[test]
+    fn safe_mode_refuses_what_would_mount_or_start_and_nothing_else() {
+        use crate::daemon::context::{Resources, Roots};
+        let cfg = berth_core::config::Config::parse("", "t").unwrap();
+        let resources = Resources {
+            cgroups: Err("none".into()),
+            host: berth_core::cgroup::Host {
+                cpus: 1,
+                mem_total: 0,
+            },
+        };
+        let d = Daemon::new(cfg, Roots::default(), resources, Default::default());
+        let start = Action::Start("web".into());
+        assert!(allowed(&d, &start).is_ok());
+        *d.boot.safe_mode.lock().unwrap() = Some("5 daemon starts".into());
+        for a in [
+            start,
+            Action::Restart("web".into()),
+            Action::Install(vec!["web".into()]),
+        ] {
+            let e = allowed(&d, &a).unwrap_err();
+            assert_eq!((e.kind, e.status()), (Kind::SafeMode, 409), "{a:?}");
+            assert!(
+                e.message.contains("(5 daemon starts)")
+                    && e.message.contains("berth safe-mode clear"),
+                "{}",
+                e.message
+            );
+        }
+        for a in [
+            Action::Status(None),
+            Action::Stop {
+                name: "web".into(),
+                timeout: None,
+            },
+            Action::Remove {
+                names: vec!["web".into()],
+                purge: false,
+            },
+            Action::SafeModeClear,
+            Action::Gc,
+        ] {
+            assert!(allowed(&d, &a).is_ok(), "{a:?}");
+        }
     }
 }

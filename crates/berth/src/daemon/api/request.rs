@@ -8,6 +8,7 @@ use berth_core::manifest::{parse_percent, parse_size};
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::daemon::context::Component;
 use crate::daemon::error::{Error, Kind, Result};
 
 #[derive(Debug, PartialEq)]
@@ -45,6 +46,49 @@ pub enum Action {
     Net,
     NetHosts,
     Governor,
+    SafeModeEnter,
+    SafeModeClear,
+    /// Test hooks only (honoured when the daemon runs with BERTH_TEST_HOOKS=1): the
+    /// component sleeps `seconds` at its next heartbeat, as a hung loop would.
+    TestStall {
+        component: Component,
+        seconds: u32,
+    },
+}
+
+/// Pure: a stall request `{"component": "api"|"supervisor", "seconds": N}` (N ≤ 600).
+fn stall_request(req: &Request) -> Result<Action> {
+    let v: Value = body(req)?;
+    let bad = |m: String| Error::bad_request(format!("POST /v1/test/stall: {m}"));
+    let obj = v
+        .as_object()
+        .ok_or_else(|| bad("expected a JSON object".into()))?;
+    let (mut component, mut seconds) = (None, None);
+    for (k, x) in obj {
+        match (k.as_str(), x) {
+            (field::COMPONENT, Value::String(s)) => {
+                component = Some(Component::from_name(s).ok_or_else(|| {
+                    bad(format!(
+                        "component {s:?}: expected \"api\" or \"supervisor\""
+                    ))
+                })?)
+            }
+            (field::SECONDS, Value::Number(n)) => {
+                seconds = Some(
+                    n.as_u64()
+                        .filter(|n| (1..=600).contains(n))
+                        .ok_or_else(|| bad(format!("seconds: {n}: must be between 1 and 600")))?
+                        as u32,
+                )
+            }
+            (field::COMPONENT | field::SECONDS, _) => return Err(bad(format!("{k}: wrong type"))),
+            _ => return Err(bad(format!("unknown field {k:?}"))),
+        }
+    }
+    match (component, seconds) {
+        (Some(component), Some(seconds)) => Ok(Action::TestStall { component, seconds }),
+        _ => Err(bad("needs component and seconds".into())),
+    }
 }
 
 /// Pure: a limit request `{"name", "cpu": "20%", "memory": "32M", "pids": N}`, with the
@@ -249,6 +293,9 @@ pub fn parse(req: &Request) -> Result<Action> {
         }),
         ("GET", "/v1/inspect") => Action::Inspect(name_q()?),
         ("GET", "/v1/governor") => Action::Governor,
+        ("POST", "/v1/safe-mode/enter") => Action::SafeModeEnter,
+        ("POST", "/v1/safe-mode/clear") => Action::SafeModeClear,
+        ("POST", "/v1/test/stall") => stall_request(req)?,
         (_, "/v1/governor") => {
             return Err(Error::new(
                 Kind::MethodNotAllowed,
@@ -257,9 +304,26 @@ pub fn parse(req: &Request) -> Result<Action> {
         }
         (
             _,
-            "/v1/ping" | "/v1/status" | "/v1/packages" | "/v1/update" | "/v1/install"
-            | "/v1/remove" | "/v1/start" | "/v1/stop" | "/v1/restart" | "/v1/reset" | "/v1/logs"
-            | "/v1/gc" | "/v1/limit" | "/v1/stats" | "/v1/inspect" | "/v1/net" | "/v1/net/hosts",
+            "/v1/ping"
+            | "/v1/status"
+            | "/v1/packages"
+            | "/v1/update"
+            | "/v1/install"
+            | "/v1/remove"
+            | "/v1/start"
+            | "/v1/stop"
+            | "/v1/restart"
+            | "/v1/reset"
+            | "/v1/logs"
+            | "/v1/gc"
+            | "/v1/limit"
+            | "/v1/stats"
+            | "/v1/inspect"
+            | "/v1/net"
+            | "/v1/net/hosts"
+            | "/v1/safe-mode/enter"
+            | "/v1/safe-mode/clear"
+            | "/v1/test/stall",
         ) => {
             return Err(Error::new(
                 Kind::MethodNotAllowed,
@@ -390,6 +454,45 @@ mod tests {
         assert_eq!(e.status(), 404);
         let e = parse(&req("GET", "/v1/logs", "")).unwrap_err();
         assert_eq!(e.status(), 400);
+    }
+
+    #[test]
+    fn safe_mode_and_test_hook_requests() {
+        assert_eq!(
+            parse(&req("POST", "/v1/safe-mode/enter", "")).unwrap(),
+            Action::SafeModeEnter
+        );
+        assert_eq!(
+            parse(&req("POST", "/v1/safe-mode/clear", "")).unwrap(),
+            Action::SafeModeClear
+        );
+        assert_eq!(
+            parse(&req("GET", "/v1/safe-mode/clear", ""))
+                .unwrap_err()
+                .status(),
+            405
+        );
+        let stall = serde_json::json!({ field::COMPONENT: "supervisor", field::SECONDS: 3 });
+        assert_eq!(
+            parse(&req("POST", "/v1/test/stall", &stall.to_string())).unwrap(),
+            Action::TestStall {
+                component: Component::Supervisor,
+                seconds: 3
+            }
+        );
+        for (body, needle) in [
+            (r#"{"component":"gc","seconds":3}"#, "component \"gc\""),
+            (r#"{"component":"api","seconds":0}"#, "between 1 and 600"),
+            (r#"{"component":"api","seconds":601}"#, "between 1 and 600"),
+            (r#"{"component":"api"}"#, "needs component and seconds"),
+            (r#"{"component":1,"seconds":1}"#, "component: wrong type"),
+            (r#"{"component":"api","seconds":1,"x":1}"#, "unknown field"),
+            ("[]", "expected a JSON object"),
+        ] {
+            let e = parse(&req("POST", "/v1/test/stall", body)).unwrap_err();
+            assert_eq!(e.status(), 400, "{body}");
+            assert!(e.message.contains(needle), "{body}: {}", e.message);
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use berth_core::http;
 use berth_sys::process::{poll, POLLIN};
 
 use super::Caller;
-use crate::daemon::context::Daemon;
+use crate::daemon::context::{Component, Daemon};
 use crate::daemon::error::{Error, Kind};
 
 /// Admin connections still sending their request: at most this many at once; one more
@@ -49,12 +49,17 @@ pub(crate) fn serve(
         // The listener, the termination pipe, then every connection still sending its request.
         let mut fds = vec![(listener.as_raw_fd(), POLLIN), (term.as_raw_fd(), POLLIN)];
         fds.extend(admin.pending.iter().map(|p| (p.stream.as_raw_fd(), POLLIN)));
-        // Without pending connections nothing is timed: no wake-ups while idle.
-        let timeout = admin
-            .next_deadline()
-            .map(|t| t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1)
-            .unwrap_or(-1);
+        // Without pending connections nothing is timed: no wake-ups while idle, unless the
+        // watchdog wants a heartbeat every interval.
+        let beat = d.beat_every().map(|b| Instant::now() + b);
+        let timeout = match (admin.next_deadline(), beat) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(|t| t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1)
+        .unwrap_or(-1);
         let rev = poll(&fds, timeout)?;
+        d.beat(Component::Api);
         if rev[1] != 0 {
             return Ok(());
         }

@@ -66,12 +66,11 @@ pub(crate) fn release_mounts(d: &Daemon) {
     let paths = &d.cfg.paths;
     // Images of installed packages stay mounted once mounted: a later start finds their
     // pages (decompressed squashfs blocks) still cached, which halves the start time of a
-    // package whose files are large.
-    let mut used: BTreeSet<PathBuf> = st
-        .packages
-        .values()
-        .map(|p| paths.image_mount(&p.sha256))
-        .collect();
+    // package whose files are large. Not in safe mode: no package image stays mounted.
+    let mut used: BTreeSet<PathBuf> = BTreeSet::new();
+    if d.safe_mode().is_none() {
+        used.extend(st.packages.values().map(|p| paths.image_mount(&p.sha256)));
+    }
     for p in st.packages.values() {
         let n = p.name.as_str();
         if probe::is_running(d, n) {

@@ -14,6 +14,7 @@ use berth_core::supervise::Event;
 use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
+use crate::daemon::boot;
 use crate::daemon::cgroups;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
@@ -32,6 +33,8 @@ pub(crate) fn start(d: &Arc<Daemon>, name: &str) -> Result<Value> {
 
 pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let t_begin = Instant::now();
+    // Every start comes here (the operator's, the supervisor's): none in safe mode.
+    boot::refuse_in_safe_mode(d, &format!("start {name}"))?;
     let p = state::installed(d, name)?;
     refuse_if_running(d, name)?;
     security::check_start(d, &p)?;
@@ -46,6 +49,7 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let (pid, elapsed) = spawn_shim(d, &p)?;
     mounted.1 = false;
     set_autostart(d, name, true)?;
+    boot::note_running(d, name);
     d.notify(name, Event::Started(pid));
     watch::watch(d, name, pid);
     log::info!(

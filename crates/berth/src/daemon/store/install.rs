@@ -12,6 +12,7 @@ use berth_core::state::{InstallStep, Installed};
 use berth_sys::fsutil::fsync_dir;
 use serde_json::{json, Value};
 
+use crate::daemon::boot;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::runtime::mounts;
@@ -28,6 +29,9 @@ pub(crate) fn install(d: &Daemon, names: &[String], emit: &mut dyn FnMut(Value))
         return Err(Error::bad_request("install: name at least one package"));
     }
     let _op = d.op.lock().unwrap();
+    // Also checked before the stream begins; here under the lock, against a safe-mode enter
+    // that came first.
+    boot::refuse_in_safe_mode(d, "install")?;
     let (index, cache) = repo::load_index(d)?;
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let closure = index.closure(&refs).map_err(|e| match e {

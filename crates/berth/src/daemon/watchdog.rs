@@ -1,0 +1,148 @@
+//! The watchdog thread: keeps the hardware watchdog (`[watchdog] device`) alive only while
+//! every component's heartbeat is fresh, and confirms this daemon start once it has been up
+//! and healthy for `[boot] confirm_after`. A component silent for longer than 3 × the
+//! interval stops the keep-alives (and is named in the log); the device then resets the
+//! machine after its timeout. A clean stop writes the magic close `V` (`Handle::close`); a
+//! stall or a killed daemon never does.
+//!
+//! Without a device the thread lives only until the start is confirmed: no idle wake-ups.
+
+use std::fs::File;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::daemon::boot;
+use crate::daemon::context::{Component, Daemon};
+
+/// The open device, shared with the main thread for the magic close.
+pub(crate) struct Handle {
+    device: Arc<Mutex<Option<File>>>,
+}
+
+impl Handle {
+    /// The clean stop: `V`, then close, so that the device does not reset the machine while
+    /// the daemon is deliberately gone.
+    pub(crate) fn close(self) {
+        let taken = self.device.lock().unwrap().take();
+        if let Some(f) = taken {
+            match berth_sys::watchdog::magic_close(f) {
+                Ok(()) => log::info!("watchdog: magic close written"),
+                Err(e) => log::warn!("watchdog: magic close failed: {e}"),
+            }
+        }
+    }
+}
+
+pub(crate) fn spawn(d: &Arc<Daemon>) -> Handle {
+    let device = Arc::new(Mutex::new(None));
+    let handle = Handle {
+        device: Arc::clone(&device),
+    };
+    // Start-up (reconcile, safe mode's stops) is over: the main thread's clock starts now
+    // (the supervisor's started busy, with its boot).
+    d.beat(Component::Api);
+    if d.cfg.watchdog.device.is_none() && d.boot.confirmed.load(Ordering::SeqCst) {
+        return handle;
+    }
+    let d = Arc::clone(d);
+    let spawned = std::thread::Builder::new()
+        .name("watchdog".into())
+        .stack_size(128 * 1024)
+        .spawn(move || run(&d, &device));
+    if let Err(e) = spawned {
+        log::error!("cannot start the watchdog thread: {e}");
+    }
+    handle
+}
+
+fn open(d: &Daemon, device: &Mutex<Option<File>>) {
+    let Some(path) = &d.cfg.watchdog.device else {
+        return;
+    };
+    let f = match berth_sys::watchdog::open(path) {
+        Ok(f) => f,
+        Err(e) => {
+            return log::error!(
+                "watchdog: cannot open {}: {e}; it is not kept alive",
+                path.display()
+            )
+        }
+    };
+    if let Some(t) = d.cfg.watchdog.timeout_s {
+        if berth_sys::watchdog::is_char_device(path) {
+            match berth_sys::watchdog::set_timeout(&f, t) {
+                Ok(set) => log::info!("watchdog: timeout {set} s"),
+                Err(e) => log::warn!("watchdog: cannot set the timeout to {t} s: {e}"),
+            }
+        } else {
+            log::info!(
+                "watchdog: {} is not a character device: timeout not set",
+                path.display()
+            );
+        }
+    }
+    log::info!(
+        "watchdog: keeping {} alive every {} ms",
+        path.display(),
+        d.cfg.watchdog.interval_ms
+    );
+    *device.lock().unwrap() = Some(f);
+}
+
+fn run(d: &Daemon, device: &Mutex<Option<File>>) {
+    open(d, device);
+    let interval = Duration::from_millis(d.cfg.watchdog.interval_ms);
+    let bound_ms = (3 * d.cfg.watchdog.interval_ms).min(i32::MAX as u64) as i32;
+    let confirm_at = d.started + Duration::from_millis(d.cfg.boot.confirm_after_ms);
+    let mut was_stale: Vec<Component> = Vec::new();
+    let mut write_failed = false;
+    loop {
+        let stale: Vec<Component> = Component::ALL
+            .into_iter()
+            .filter(|c| d.beat_age_ms(*c) > bound_ms)
+            .collect();
+        if stale != was_stale {
+            if stale.is_empty() {
+                log::info!("watchdog: every component is healthy again; keep-alives resume");
+            } else {
+                let who: Vec<String> = stale
+                    .iter()
+                    .map(|c| format!("{} (silent {} ms)", c.name(), d.beat_age_ms(*c)))
+                    .collect();
+                log::error!(
+                    "watchdog: stalled: {}; keep-alives stopped (bound {bound_ms} ms)",
+                    who.join(", ")
+                );
+            }
+            was_stale = stale.clone();
+        }
+        if stale.is_empty() {
+            if let Some(f) = device.lock().unwrap().as_mut() {
+                match berth_sys::watchdog::keepalive(f) {
+                    Ok(()) => write_failed = false,
+                    Err(e) if !write_failed => {
+                        write_failed = true;
+                        log::error!("watchdog: keep-alive failed: {e}");
+                    }
+                    Err(_) => {}
+                }
+            }
+            if !d.boot.confirmed.load(Ordering::SeqCst) && Instant::now() >= confirm_at {
+                boot::confirm(d);
+            }
+        }
+        let confirmed = d.boot.confirmed.load(Ordering::SeqCst);
+        if d.cfg.watchdog.device.is_none() && confirmed {
+            return;
+        }
+        let mut sleep = interval;
+        if !confirmed {
+            let left = confirm_at.saturating_duration_since(Instant::now());
+            if !left.is_zero() {
+                sleep = sleep.min(left);
+            }
+        }
+        std::thread::sleep(sleep);
+    }
+}
