@@ -12,7 +12,7 @@
 //!
 //! Layers, each using only those below it (ARCHITECTURE.md draws them):
 //! `api` → `supervisor`, `status` → `store` → `runtime` → `limits`, `security`, `net` →
-//! `governor`, `guard` → `cgroups`, `records`, `state` → `context`, `error`.
+//! `governor`, `guard` → `cgroups`, `records`, `reports`, `state` → `context`, `error`.
 
 mod api;
 mod cgroups;
@@ -23,6 +23,7 @@ mod guard;
 mod limits;
 mod net;
 mod records;
+mod reports;
 mod runtime;
 mod security;
 mod state;
@@ -51,6 +52,8 @@ pub fn run(cfg: Config) -> Result<()> {
     let roots = Roots::default();
     let host = cgroups::detect(&roots);
     let d = Arc::new(Daemon::new(cfg, roots, host, state));
+    // From here a panic leaves a crash report behind before the process aborts.
+    reports::install_panic_hook(&d);
     let taken_over = supervisor::reconcile(&d);
     net::restore(&d, &state::state(&d));
     let listener = api::server::bind(&d)?;
