@@ -225,14 +225,15 @@ impl Supervisor {
                 "{name}: restart in {} ms",
                 until_ms.saturating_sub(self.now_ms())
             ),
-            Action::Report(r) => report(name, &r),
+            Action::Report(r) => report(&self.d, name, &r),
         }
     }
 }
 
-/// What a report does today: it is logged (crash archives are the next step). A guard kill
-/// was recorded and logged by the guard itself, as it happened.
-fn report(name: &str, r: &Report) {
+/// A report is logged and archived (`reports.rs`: one crash archive per event, written on
+/// a short-lived thread). A guard kill was recorded and logged by the guard itself, as it
+/// happened.
+fn report(d: &Arc<Daemon>, name: &str, r: &Report) {
     match r {
         Report::GuardKilled(_) => {}
         Report::Failed(e) => log::warn!("{name} failed: {}", describe(e.as_ref())),
@@ -241,6 +242,7 @@ fn report(name: &str, r: &Report) {
         ),
         Report::HealthFailed => log::warn!("{name}: health check failed"),
     }
+    crate::daemon::reports::collect(d, name, r);
 }
 
 fn describe(e: Option<&Exit>) -> String {
