@@ -188,14 +188,18 @@ pub struct Stored {
 /// `max_per_container`, then overall the oldest until the total fits. `keep` (the report
 /// just written) is never chosen: an event's archive deleted at once would help nobody, and
 /// the core cap keeps one archive well below the total.
+///
+/// `stored` is oldest first (ids begin with their time: sorted as strings), as the daemon's
+/// listing gives it; sorting again here would cost the device binary another sort.
 pub fn evict(stored: &[Stored], caps: &Caps, keep: &str) -> Vec<String> {
-    let mut all: Vec<&Stored> = stored.iter().collect();
-    // Ids begin with their time: sorted as strings, oldest first.
-    all.sort_by(|a, b| a.id.cmp(&b.id));
+    let all: Vec<&Stored> = stored.iter().collect();
     let mut out: Vec<String> = Vec::new();
-    let mut dirs: Vec<&str> = all.iter().map(|s| s.dir.as_str()).collect();
-    dirs.sort_unstable();
-    dirs.dedup();
+    let mut dirs: Vec<&str> = Vec::new();
+    for s in &all {
+        if !dirs.contains(&s.dir.as_str()) {
+            dirs.push(&s.dir);
+        }
+    }
     for dir in dirs {
         let mine: Vec<&&Stored> = all.iter().filter(|s| s.dir == dir).collect();
         let extra = mine.len().saturating_sub(caps.max_per_container as usize);
@@ -542,10 +546,11 @@ mod tests {
             max_total_size: total,
             ..Caps::default()
         };
+        // oldest first, as the daemon lists them
         let s = vec![
-            stored("20260101T000003Z-web-exit", "web", 10),
             stored("20260101T000001Z-web-exit", "web", 10),
             stored("20260101T000002Z-db-exit", "db", 10),
+            stored("20260101T000003Z-web-exit", "web", 10),
             stored("20260101T000004Z-web-exit", "web", 10),
             stored("20260101T000005Z-db-exit", "db", 10),
         ];

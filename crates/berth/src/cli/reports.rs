@@ -14,7 +14,7 @@ use berth_core::report::{self as rp, CoreName};
 use serde_json::{json, Value};
 
 use super::args::{CoreHandler, Reports};
-use super::render::{cell, human, size, table};
+use super::render::{cell, size, table};
 use super::{print_json, show};
 use crate::client;
 
@@ -31,7 +31,9 @@ pub fn run(json: bool, sock: &Path, cmd: Reports) -> Result<()> {
         }
         Reports::Show(id) => {
             let v = client::call(sock, "GET", &format!("/v1/reports/show?id={id}"), None)?;
-            show(json, &v, &|v| one(v));
+            // JSON for people too, as `inspect`: the summary's structure is the information,
+            // and a renderer of its own cost the device binary more than it gives.
+            print_json(&v);
             Ok(())
         }
         Reports::Export { id, out, force } => export(json, sock, &id, Path::new(&out), force),
@@ -70,35 +72,6 @@ fn list(v: &Value) -> String {
         })
         .collect();
     table(HEAD, rows)
-}
-
-fn one(v: &Value) -> String {
-    let s = &v[field::SUMMARY];
-    let mut out = format!(
-        "report {}\n  container {}  version {}\n  reason {}: {}\n  time {}\n  berth {}, kernel {}\n  archive {} ({})\n",
-        cell(&v[field::ID]),
-        cell(&v[field::NAME]),
-        cell(&s[field::VERSION]),
-        cell(&v[field::REASON]),
-        cell(&s[field::DETAIL]),
-        s[field::AT].as_u64().map(berth_core::date::utc).unwrap_or_else(|| "-".into()),
-        cell(&s[field::BERTH_VERSION]),
-        cell(&s[field::KERNEL]),
-        cell(&v[field::FORMAT]),
-        size(&v[field::SIZE]),
-    );
-    for n in s[field::NOTES].as_array().into_iter().flatten() {
-        out.push_str(&format!("  note: {}\n", cell(n)));
-    }
-    out.push_str("members:\n");
-    let rows = s[field::MEMBERS]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|m| vec![cell(&m[field::PATH]), size(&m[field::SIZE])])
-        .collect();
-    out.push_str(&table(&["PATH", "SIZE"], rows));
-    out
 }
 
 /// Writes the archive as the caller (not the daemon): a new file, or with `force` one
@@ -140,7 +113,7 @@ fn export(json: bool, sock: &Path, id: &str, out: &Path, force: bool) -> Result<
             .mode(0o600)
             .open(&tmp)
             .with_context(|| format!("create {}", tmp.display()))?;
-        let n = std::io::copy(&mut (&mut r).take(len), &mut f)?;
+        let n = berth_sys::fsutil::copy_max(&mut r, &mut f, len)?;
         if n != len {
             bail!("report {id}: the daemon sent {n} of {len} bytes");
         }
@@ -160,14 +133,10 @@ fn export(json: bool, sock: &Path, id: &str, out: &Path, force: bool) -> Result<
     if json {
         print_json(&json!({field::ID: id, field::PATH: out, field::SIZE: len}));
     } else {
-        println!("report {id}: {} written ({})", out.display(), human(len));
+        println!("report {id}: {} written ({len} bytes)", out.display());
     }
     Ok(())
 }
-
-/// Cores kept per container in the run directory (tmpfs, RAM) until an archive takes them:
-/// a crash loop must not fill the device's memory with them.
-const CORES_KEPT: usize = 2;
 
 /// `berth core-handler PID SIGNAL [COMM]`: run by the kernel for every core dump when
 /// `kernel.core_pattern` is `|/usr/bin/berth core-handler %P %s %e` (docs/reports.md), with
@@ -186,14 +155,17 @@ pub fn core_handler(cfg: &Config, a: &CoreHandler) -> Result<()> {
     let dir = cfg.paths.cores().join(&name);
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     std::fs::set_permissions(cfg.paths.cores(), std::fs::Permissions::from_mode(0o700))?;
-    // The oldest go first, so the newest (this one) is kept.
-    let mut old: Vec<_> = std::fs::read_dir(&dir)?
+    // Only the newest one stays beside this one (a maximum: no sort, which costs the
+    // device binary kilobytes per instantiation).
+    let old: Vec<_> = std::fs::read_dir(&dir)?
         .flatten()
         .filter_map(|e| Some((CoreName::parse(&e.file_name().to_string_lossy())?, e.path())))
         .collect();
-    old.sort_by_key(|(c, _)| (c.secs, c.pid));
-    for (_, p) in old.iter().take((old.len() + 1).saturating_sub(CORES_KEPT)) {
-        let _ = std::fs::remove_file(p);
+    let keep = old.iter().map(|(c, _)| (c.secs, c.pid)).max();
+    for (c, p) in &old {
+        if Some((c.secs, c.pid)) != keep {
+            let _ = std::fs::remove_file(p);
+        }
     }
     let mut c = CoreName {
         secs: berth_sys::process::now_s(),
@@ -210,7 +182,7 @@ pub fn core_handler(cfg: &Config, a: &CoreHandler) -> Result<()> {
             .open(&tmp)?;
         let mut stdin = std::io::stdin().lock();
         let cap = cfg.reports.max_core_size;
-        let n = std::io::copy(&mut (&mut stdin).take(cap), &mut f)?;
+        let n = berth_sys::fsutil::copy_max(&mut stdin, &mut f, cap)?;
         // One byte more says it was cut; the rest is not read (the dump then ends).
         c.truncated = n == cap && stdin.read(&mut [0u8; 1]).is_ok_and(|k| k > 0);
         f.flush()?;

@@ -176,12 +176,6 @@ fn write_event(d: &Daemon, name: &str, r: &Report) -> anyhow::Result<Option<Stri
     if exit_now && !exit.is_null() {
         members.push(Member::bytes("exit.json", exit.to_string()));
     }
-    if let Report::GuardKilled(_) = r {
-        members.push(Member::bytes(
-            "guard.json",
-            records::last_guard_kill(d, name).to_string(),
-        ));
-    }
     let (cgroup, cg_note) = cgroup_state(d, name);
     members.push(Member::bytes("cgroup.txt", cgroup));
     notes.extend(cg_note);
@@ -198,19 +192,18 @@ fn write_event(d: &Daemon, name: &str, r: &Report) -> anyhow::Result<Option<Stri
         _ => None,
     };
     let core = cores(d, name, caps, signal, &mut members, &mut notes);
-    let summary = json!({
-        field::ID: id,
-        field::NAME: name,
-        field::VERSION: pkg.as_ref().map(|p| p.version.to_string()),
-        field::REASON: reason.as_str(),
-        field::AT: now,
-        field::DETAIL: detail,
-        field::EXIT: if exit_now { exit } else { Value::Null },
-        field::BERTH_VERSION: env!("CARGO_PKG_VERSION"),
-        field::KERNEL: kernel(d.proc()),
-        field::CORE: core,
-        field::NOTES: notes,
-    });
+    let summary = summary(
+        &id,
+        name,
+        pkg.as_ref().map(|p| p.version.to_string()),
+        reason,
+        now,
+        detail,
+        if exit_now { exit } else { Value::Null },
+        kernel(d.proc()),
+        core,
+        notes,
+    );
     write_archive(paths, caps, name, &id, summary, members)?;
     // The cores went into the archive (or were over the cap): the next event starts clean.
     if let Ok(entries) = std::fs::read_dir(paths.cores().join(name)) {
@@ -246,21 +239,19 @@ fn log_of(d: &Daemon, name: &str) -> Vec<u8> {
     out
 }
 
-/// The cgroup files that say what a container used and hit, v1 or v2 (whichever exist).
+/// The cgroup files that say what a container used and hit, v1 or v2 (whichever exist);
+/// its limits are in `lxc.config`.
 const CGROUP_FILES: &[&str] = &[
     // v2
     "memory.current",
     "memory.max",
-    "memory.high",
     "memory.peak",
     "memory.events",
-    "memory.swap.current",
     "memory.pressure",
     "memory.stat",
     "pids.current",
     "pids.max",
     "pids.events",
-    "cpu.max",
     "cpu.stat",
     "cpu.pressure",
     // v1
@@ -269,7 +260,6 @@ const CGROUP_FILES: &[&str] = &[
     "memory.limit_in_bytes",
     "memory.failcnt",
     "memory.oom_control",
-    "cpu.cfs_quota_us",
     "cpuacct.usage",
 ];
 
@@ -349,20 +339,18 @@ fn cores(
     notes: &mut Vec<String>,
 ) -> Value {
     let dir = d.cfg.paths.cores().join(name);
-    let list = || -> Vec<(PathBuf, CoreName, u64)> {
-        let mut v: Vec<_> = std::fs::read_dir(&dir)
-            .map(|es| {
-                es.flatten()
-                    .filter_map(|e| {
-                        let c = CoreName::parse(&e.file_name().to_string_lossy())?;
-                        let size = e.metadata().ok()?.len();
-                        Some((e.path(), c, size))
-                    })
-                    .collect()
+    // The newest only: one event, one core (a crash loop's older ones are older events').
+    // (A maximum, not a sort: each sort instantiation costs the device binary kilobytes.)
+    let newest = || -> Option<(PathBuf, CoreName, u64)> {
+        std::fs::read_dir(&dir)
+            .ok()?
+            .flatten()
+            .filter_map(|e| {
+                let c = CoreName::parse(&e.file_name().to_string_lossy())?;
+                let size = e.metadata().ok()?.len();
+                Some((e.path(), c, size))
             })
-            .unwrap_or_default();
-        v.sort_by_key(|(_, c, _)| (c.secs, c.pid));
-        v
+            .max_by_key(|(_, c, _)| (c.secs, c.pid))
     };
     if !caps.cores {
         if signal.is_some_and(rp::dumps_core) {
@@ -370,19 +358,18 @@ fn cores(
         }
         return Value::Null;
     }
-    let mut found = list();
-    if found.is_empty() && signal.is_some_and(rp::dumps_core) {
+    let mut found = newest();
+    if found.is_none() && signal.is_some_and(rp::dumps_core) {
         let deadline = std::time::Instant::now() + CORE_WAIT;
-        while found.is_empty() && std::time::Instant::now() < deadline {
+        while found.is_none() && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
-            found = list();
+            found = newest();
         }
-        if found.is_empty() {
-            notes.push("no core file: the kernel's core_pattern does not pipe to berth core-handler, or the payload's dump was off".into());
+        if found.is_none() {
+            notes.push("no core file: is kernel.core_pattern berth core-handler?".into());
         }
     }
-    // The newest only: one event, one core (a crash loop's older ones are older events').
-    let Some((path, c, size)) = found.pop() else {
+    let Some((path, c, size)) = found else {
         return Value::Null;
     };
     let size = size.min(caps.max_core_size);
@@ -398,6 +385,36 @@ fn cores(
         src: Src::File(path, size),
     });
     json!({field::BYTES: size, field::TRUNCATED: truncated, "pid": c.pid, "signal": c.signal})
+}
+
+/// `summary.json` (one builder for container and panic reports: each `json!` object costs
+/// the device binary its own code).
+#[allow(clippy::too_many_arguments)]
+fn summary(
+    id: &str,
+    name: &str,
+    version: Option<String>,
+    reason: Reason,
+    at: u64,
+    detail: String,
+    exit: Value,
+    kernel: String,
+    core: Value,
+    notes: Vec<String>,
+) -> Value {
+    json!({
+        field::ID: id,
+        field::NAME: name,
+        field::VERSION: version,
+        field::REASON: reason.as_str(),
+        field::AT: at,
+        field::DETAIL: detail,
+        field::EXIT: exit,
+        field::BERTH_VERSION: env!("CARGO_PKG_VERSION"),
+        field::KERNEL: kernel,
+        field::CORE: core,
+        field::NOTES: notes,
+    })
 }
 
 fn kernel(proc: &Path) -> String {
@@ -612,7 +629,7 @@ fn scan(paths: &Paths) -> Vec<Entry> {
             });
         }
     }
-    out.sort_by(|a, b| a.id.cmp(&b.id));
+    out.sort_unstable_by(|a, b| a.id.cmp(&b.id));
     out
 }
 
@@ -748,19 +765,18 @@ pub(crate) fn install_panic_hook(d: &Daemon) {
             .unwrap_or_default();
         let thread = std::thread::current().name().unwrap_or("?").to_string();
         let text = format!("panic in thread {thread} at {location}: {message}\n");
-        let summary = json!({
-            field::ID: id,
-            field::NAME: dir_name,
-            field::VERSION: Value::Null,
-            field::REASON: Reason::Panic.as_str(),
-            field::AT: now,
-            field::DETAIL: format!("{message} ({location})"),
-            field::EXIT: Value::Null,
-            field::BERTH_VERSION: env!("CARGO_PKG_VERSION"),
-            field::KERNEL: kernel(&proc),
-            field::CORE: Value::Null,
-            field::NOTES: ["the daemon logs to stderr or syslog: no log tail kept by berth"],
-        });
+        let summary = summary(
+            &id,
+            dir_name,
+            None,
+            Reason::Panic,
+            now,
+            format!("{message} ({location})"),
+            Value::Null,
+            kernel(&proc),
+            Value::Null,
+            vec!["the daemon logs to stderr or syslog: no log tail kept by berth".into()],
+        );
         // Not under WRITING: the panic may be in a thread that holds it.
         let members = vec![Member::bytes("panic.txt", text)];
         if let Err(e) = write_archive(&paths, &caps, dir_name, &id, summary, members) {

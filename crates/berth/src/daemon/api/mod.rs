@@ -111,7 +111,7 @@ fn export(d: &Daemon, id: &str, mut stream: UnixStream) {
         "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
     );
     if stream.write_all(head.as_bytes()).is_ok() {
-        let _ = std::io::copy(&mut (&mut f).take(len), &mut stream);
+        let _ = berth_sys::fsutil::copy_max(&mut f, &mut stream, len);
     }
 }
 
