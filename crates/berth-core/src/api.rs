@@ -49,6 +49,7 @@ kinds! {
     // Packages and containers.
     NotInstalled = 404 "not_installed",
     UnknownPackage = 404 "unknown_package",
+    NoSuchReport = 404 "no_such_report",
     AlreadyRunning = 409 "already_running",
     NotRunning = 409 "not_running",
     Running = 409 "running",
@@ -160,6 +161,10 @@ pub mod request {
     pub const COMPONENT: &str = "component";
     /// test/stall (test hooks only): for how many seconds.
     pub const SECONDS: &str = "seconds";
+    /// reports: one report's id.
+    pub const ID: &str = "id";
+    /// reports remove: every report.
+    pub const ALL: &str = "all";
 }
 
 /// `GET /v1/status`: the daemon, the cached repository index and the containers.
@@ -444,6 +449,45 @@ pub mod stats {
     pub const OOM_KILLS: &str = "oom_kills";
     /// Processes in it.
     pub const PIDS_CURRENT: &str = "pids_current";
+}
+
+/// `GET /v1/reports` (and each report's summary, `GET /v1/reports/show`): crash archives.
+pub mod report {
+    pub use super::common::{NAME, SIZE, VERSION};
+    /// The reports, oldest first.
+    pub const REPORTS: &str = "reports";
+    /// A report's id, `<YYYYMMDDTHHMMSSZ>-<container>-<reason>`.
+    pub const ID: &str = "id";
+    /// exit, signal, start, crashloop, health, guard or panic.
+    pub const REASON: &str = "reason";
+    /// When it was made, in seconds since the epoch.
+    pub const AT: &str = "at";
+    /// The archive's format: tar.gz, or tar where the device has no gzip.
+    pub const FORMAT: &str = "format";
+    /// What happened, in words (`exit 1`, `signal 11 (core dumped)`, a panic's message).
+    pub const DETAIL: &str = "detail";
+    /// The container's exit record ([`exit`](super::exit)), or null.
+    pub const EXIT: &str = "exit";
+    /// The berth that wrote it.
+    pub const BERTH_VERSION: &str = "berth_version";
+    /// The kernel's release.
+    pub const KERNEL: &str = "kernel";
+    /// The core file in the archive (size, truncated, pid, signal), or null.
+    pub const CORE: &str = "core";
+    /// The core's size in the archive, in bytes.
+    pub const BYTES: &str = "bytes";
+    /// Whether the core was cut at `max_core_size`.
+    pub const TRUNCATED: &str = "truncated";
+    /// What could not be collected, and why.
+    pub const NOTES: &str = "notes";
+    /// show: the summary kept beside the archive.
+    pub const SUMMARY: &str = "summary";
+    /// The archive's members (path and size).
+    pub const MEMBERS: &str = "members";
+    /// A member's path in the archive.
+    pub const PATH: &str = "path";
+    /// remove: the ids removed.
+    pub const REMOVED: &str = "removed";
 }
 
 /// `GET /v1/inspect`: the protections a container runs with.

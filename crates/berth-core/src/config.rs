@@ -58,6 +58,8 @@ pub struct Config {
     pub watchdog: Watchdog,
     /// `[boot]`: the boot counter and safe mode.
     pub boot: Boot,
+    /// `[reports]`: the caps on crash archives (docs/reports.md).
+    pub reports: crate::report::Caps,
 }
 
 /// The hardware watchdog (`[watchdog]`): while every part of the daemon is healthy, one byte
@@ -171,6 +173,14 @@ impl Paths {
     pub fn mask_dir(&self) -> PathBuf {
         self.run.join("empty.d")
     }
+    /// Crash archives (flash): `reports/<container>/<id>.tar.gz` and `<id>.json`.
+    pub fn reports(&self) -> PathBuf {
+        self.state.join("reports")
+    }
+    /// Core files the core handler left for the daemon's next archive (tmpfs).
+    pub fn cores(&self) -> PathBuf {
+        self.run.join("cores")
+    }
     /// The operator's `berth limit` overrides of a container (JSON, written atomically).
     pub fn limits_file(&self, container: &str) -> PathBuf {
         self.state.join("limits").join(format!("{container}.json"))
@@ -200,6 +210,7 @@ struct RawConfig {
     containers: RawContainers,
     policy: RawPolicy,
     guard: RawGuard,
+    reports: RawReports,
     security: crate::security::RawSecurity,
     network: Option<crate::net::RawNet>,
     /// Strings only, read by hand (`governor()`).
@@ -294,6 +305,14 @@ impl RawConfig {
                     interval: text(t, "interval")?,
                 })
             })?,
+            reports: section(&mut t, "reports", |t| {
+                Ok(RawReports {
+                    max_per_container: t.int("max_per_container")?.map(Spanned::into_inner),
+                    max_total_size: text(t, "max_total_size")?,
+                    max_core_size: text(t, "max_core_size")?,
+                    cores: t.bool("cores")?.map(Spanned::into_inner),
+                })
+            })?,
             security: section(&mut t, "security", crate::security::RawSecurity::read)?,
             network: strings(&mut t, "network")?,
             governor: strings(&mut t, "governor")?,
@@ -320,6 +339,14 @@ impl RawConfig {
 struct RawGuard {
     threshold: Option<String>,
     interval: Option<String>,
+}
+
+#[derive(Default)]
+struct RawReports {
+    max_per_container: Option<i64>,
+    max_total_size: Option<String>,
+    max_core_size: Option<String>,
+    cores: Option<bool>,
 }
 
 #[derive(Default)]
@@ -482,9 +509,11 @@ impl Config {
         };
         let watchdog = watchdog(raw.watchdog, &value_err)?;
         let boot = boot(raw.boot, &value_err)?;
+        let reports = reports(raw.reports, &value_err)?;
         Ok(Config {
             watchdog,
             boot,
+            reports,
             repository: raw.repository.map(|u| u.trim_end_matches('/').to_string()),
             index_max_age_s,
             paths: Paths {
@@ -606,6 +635,53 @@ fn boot(
     Ok(Boot {
         confirm_after_ms,
         max_failed,
+    })
+}
+
+/// `[reports]`: every cap checked, so a typo cannot fill the flash or switch reports off.
+fn reports(
+    r: RawReports,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<crate::report::Caps, ConfigError> {
+    let d = crate::report::Caps::default();
+    let max_per_container = match r.max_per_container {
+        None => d.max_per_container,
+        Some(n) if (1..=100).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(value_err(
+                "reports.max_per_container",
+                format!("{n}: must be between 1 and 100"),
+            ))
+        }
+    };
+    let size = |key: &'static str, v: Option<String>, default: u64| match v {
+        None => Ok(default),
+        Some(v) => {
+            let b = parse_size(&v).map_err(|m| value_err(key, m))?;
+            // "4" for "4M" would make every archive too large to keep.
+            if b < 64 << 10 {
+                return Err(value_err(key, format!("{v}: at least 64K")));
+            }
+            Ok(b)
+        }
+    };
+    let max_total_size = size("reports.max_total_size", r.max_total_size, d.max_total_size)?;
+    let max_core_size = size("reports.max_core_size", r.max_core_size, d.max_core_size)?;
+    if max_core_size >= max_total_size {
+        return Err(value_err(
+            "reports.max_core_size",
+            format!(
+                "{}: must be below reports.max_total_size ({})",
+                crate::cgroup::fmt_size(max_core_size),
+                crate::cgroup::fmt_size(max_total_size)
+            ),
+        ));
+    }
+    Ok(crate::report::Caps {
+        max_per_container,
+        max_total_size,
+        max_core_size,
+        cores: r.cores.unwrap_or(d.cores),
     })
 }
 
@@ -1102,6 +1178,42 @@ mod tests {
             ("[boot]\nbogus = 1", "bogus"),
         ] {
             let e = Config::parse(text, "f").unwrap_err().to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn reports_defaults_values_and_refusals() {
+        let r = Config::parse("", "t").unwrap().reports;
+        assert_eq!(r, crate::report::Caps::default());
+        assert_eq!((r.max_per_container, r.cores), (5, false));
+        assert_eq!((r.max_total_size, r.max_core_size), (4 << 20, 1 << 20));
+        let r = Config::parse(
+            "[reports]\nmax_per_container = 2\nmax_total_size = \"8M\"\nmax_core_size = \"2M\"\ncores = true\n",
+            "t",
+        )
+        .unwrap()
+        .reports;
+        assert_eq!(r.max_per_container, 2);
+        assert_eq!(r.max_total_size, 8 << 20);
+        assert_eq!(r.max_core_size, 2 << 20);
+        assert!(r.cores);
+        for (text, key) in [
+            ("max_per_container = 0", "reports.max_per_container"),
+            ("max_per_container = 1000", "reports.max_per_container"),
+            (
+                "max_per_container = \"2\"",
+                "max_per_container: expected an integer",
+            ),
+            ("max_total_size = \"4\"", "reports.max_total_size"),
+            ("max_total_size = \"lots\"", "reports.max_total_size"),
+            ("max_core_size = \"4M\"", "reports.max_core_size"),
+            ("cores = \"yes\"", "cores: expected true or false"),
+            ("core = true", "core"),
+        ] {
+            let e = Config::parse(&format!("[reports]\n{text}"), "f")
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(key), "{text}: {e}");
         }
     }

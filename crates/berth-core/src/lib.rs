@@ -19,6 +19,7 @@ pub mod name;
 pub mod net;
 pub mod plan;
 pub mod policy;
+pub mod report;
 pub mod security;
 pub mod signify;
 pub mod state;

@@ -192,6 +192,13 @@ impl Table {
         })
     }
 
+    pub fn bool(&mut self, key: &str) -> Result<Option<Spanned<bool>>, TreeError> {
+        self.typed(key, "true or false", |v| match v {
+            Val::Bool(b) => Ok(b),
+            v => Err(v),
+        })
+    }
+
     /// An array of strings.
     pub fn strs(&mut self, key: &str) -> Result<Option<Spanned<Vec<Spanned<String>>>>, TreeError> {
         let Some(v) = self.take(key) else {

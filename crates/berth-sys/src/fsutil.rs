@@ -102,6 +102,25 @@ pub fn peer_uid(stream: &UnixStream) -> io::Result<(i32, u32)> {
     Ok((cred.pid, cred.uid))
 }
 
+/// Copies at most `limit` bytes from `r` to `w`; returns how many. A plain loop: std's
+/// `io::copy` brings its copy_file_range/sendfile/splice paths into the binary.
+pub fn copy_max(r: &mut dyn io::Read, w: &mut dyn Write, limit: u64) -> io::Result<u64> {
+    let mut buf = [0u8; 8192];
+    let mut done = 0u64;
+    while done < limit {
+        let want = buf.len().min((limit - done) as usize);
+        let n = match r.read(&mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        w.write_all(&buf[..n])?;
+        done += n as u64;
+    }
+    Ok(done)
+}
+
 /// Bytes available to unprivileged users on the file system holding `path` (statvfs f_bavail).
 pub fn free_bytes(path: &Path) -> io::Result<u64> {
     let c = cpath(path).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;

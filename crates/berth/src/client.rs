@@ -55,13 +55,23 @@ fn connect(sock: &Path) -> Result<UnixStream> {
     })
 }
 
-/// Sends a request; returns the status, the head's headers and a reader positioned at the body.
+/// Sends a request; returns the status and a reader positioned at the body.
 pub fn send(
     sock: &Path,
     method: &str,
     path: &str,
     body: Option<&Value>,
 ) -> Result<(u16, BufReader<UnixStream>)> {
+    send_head(sock, method, path, body).map(|(h, r)| (h.status, r))
+}
+
+/// Sends a request; returns the answer's head and a reader positioned at the body.
+pub fn send_head(
+    sock: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<(http::ResponseHead, BufReader<UnixStream>)> {
     let mut s = connect(sock)?;
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let req = format!(
@@ -84,10 +94,10 @@ pub fn send(
         .ok()
         .flatten()
         .ok_or_else(|| anyhow!("malformed answer from the daemon"))?;
-    Ok((answer.status, r))
+    Ok((answer, r))
 }
 
-fn error_from(status: u16, v: &Value) -> anyhow::Error {
+pub fn error_from(status: u16, v: &Value) -> anyhow::Error {
     anyhow!(DaemonError {
         status,
         code: v[error::CODE].as_str().unwrap_or("error").to_string(),

@@ -167,6 +167,21 @@ pub enum Device {
     SafeMode {
         enter: bool,
     },
+    Reports(Reports),
+}
+
+/// `berth report …`: the crash archives.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Reports {
+    List(Option<String>),
+    Show(String),
+    Export {
+        id: String,
+        out: String,
+        force: bool,
+    },
+    /// One report, or all (None).
+    Remove(Option<String>),
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -275,7 +290,79 @@ pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
                 _ => return Err(usage("usage: berth safe-mode enter|clear")),
             },
         },
+        "report" => Device::Reports(report(args)?),
         _ => return Err(usage(format!("unknown command {command:?}"))),
+    })
+}
+
+/// `report list [NAME] | show ID | export ID -o FILE [--force] | remove ID|--all`; the
+/// daemon checks ids (it says which one it does not know).
+fn report(args: &[String]) -> Result<Reports, Usage> {
+    let (mut out, mut force, mut all) = (None, false, false);
+    let pos = scan(args, &mut |o, p| match o {
+        "-o" | "--output" => first(&mut out, p, o),
+        "--force" => on(&mut force),
+        "--all" => on(&mut all),
+        _ => Ok(false),
+    })?;
+    let (sub, rest) = match pos.split_first() {
+        Some((s, r)) => (s.as_str(), r.to_vec()),
+        None => return Err(usage("report needs list, show, export or remove")),
+    };
+    let only = |what: &str, ok: bool| match ok {
+        true => Ok(()),
+        false => Err(usage(format!("report {sub}: {what}"))),
+    };
+    match sub {
+        "list" => {
+            only("takes no options", out.is_none() && !force && !all)?;
+            Ok(Reports::List(
+                at_most_one(rest, "report list takes at most one name")?
+                    .map(package_name)
+                    .transpose()?,
+            ))
+        }
+        "show" => {
+            only("takes no options", out.is_none() && !force && !all)?;
+            Ok(Reports::Show(one(rest, "report id")?))
+        }
+        "export" => {
+            only("takes -o FILE and --force only", !all)?;
+            let id = one(rest, "report id")?;
+            let out = out.ok_or_else(|| usage("report export needs -o FILE"))?;
+            Ok(Reports::Export { id, out, force })
+        }
+        "remove" => {
+            only("takes --all only", out.is_none() && !force)?;
+            match (rest.len(), all) {
+                (0, true) => Ok(Reports::Remove(None)),
+                (1, false) => Ok(Reports::Remove(Some(one(rest, "report id")?))),
+                _ => Err(usage("report remove takes one id, or --all")),
+            }
+        }
+        _ => Err(usage(format!(
+            "unknown report command {sub:?} (list, show, export, remove)"
+        ))),
+    }
+}
+
+/// `berth core-handler PID SIGNAL [COMM]`, as the kernel's core_pattern pipe runs it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CoreHandler {
+    pub pid: i32,
+    pub signal: i32,
+}
+
+pub fn core_handler(args: &[String]) -> Result<CoreHandler, Usage> {
+    let pos = bare(args)?;
+    let bad = || usage("usage: berth core-handler %P %s [%e] (for kernel.core_pattern)");
+    let (pid, signal) = match pos.as_slice() {
+        [p, s] | [p, s, _] => (p, s),
+        _ => return Err(bad()),
+    };
+    Ok(CoreHandler {
+        pid: pid.parse().map_err(|_| bad())?,
+        signal: signal.parse().map_err(|_| bad())?,
     })
 }
 
@@ -495,6 +582,60 @@ mod tests {
 
     fn name_error(n: &str) -> String {
         berth_core::name::Name::parse(n).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn report_commands() {
+        let id = "20261125T101500Z-web-exit";
+        assert_eq!(dev("report list"), Ok(Device::Reports(Reports::List(None))));
+        assert_eq!(
+            dev("report list web"),
+            Ok(Device::Reports(Reports::List(Some("web".into()))))
+        );
+        assert_eq!(
+            dev(&format!("report show {id}")),
+            Ok(Device::Reports(Reports::Show(id.into())))
+        );
+        assert_eq!(
+            dev(&format!("report export {id} -o /tmp/r.tgz --force")),
+            Ok(Device::Reports(Reports::Export {
+                id: id.into(),
+                out: "/tmp/r.tgz".into(),
+                force: true
+            }))
+        );
+        assert_eq!(
+            dev("report remove --all"),
+            Ok(Device::Reports(Reports::Remove(None)))
+        );
+        assert_eq!(
+            dev(&format!("report remove {id}")),
+            Ok(Device::Reports(Reports::Remove(Some(id.into()))))
+        );
+        for (line, needle) in [
+            ("report", "list, show, export or remove"),
+            ("report frob", "unknown report command"),
+            ("report list a b", "at most one name"),
+            ("report list Web", "invalid"),
+            ("report show", "missing report id"),
+            ("report export x", "needs -o FILE"),
+            ("report remove", "one id, or --all"),
+            ("report remove x --all", "one id, or --all"),
+            ("report list --force", "takes no options"),
+        ] {
+            let m = refused(line);
+            assert!(m.contains(needle), "{line}: {m}");
+        }
+        let w = words("4242 11 crashy");
+        assert_eq!(
+            core_handler(&w),
+            Ok(CoreHandler {
+                pid: 4242,
+                signal: 11
+            })
+        );
+        assert!(core_handler(&words("x 11")).is_err());
+        assert!(core_handler(&words("1")).is_err());
     }
 
     #[test]

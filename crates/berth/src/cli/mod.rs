@@ -11,6 +11,7 @@ mod containers;
 mod net;
 mod packages;
 mod render;
+mod reports;
 mod resources;
 #[cfg(feature = "vendor")]
 mod vendor;
@@ -47,6 +48,13 @@ device:
   net [hosts]                containers' addresses, published ports, drop counters;
                              hosts: the LAN's hosts (neighbour table, DHCP leases)
   governor                   the adaptive CPU cap: R_n, R_c, the cap, its mode and history
+  report list [NAME]         crash archives kept on the device (docs/reports.md)
+  report show ID             one report's summary and the archive's members
+  report export ID -o FILE [--force]
+                             copy the archive (.tar.gz) to FILE
+  report remove ID|--all     delete reports
+  core-handler PID SIG [COMM]
+                             for kernel.core_pattern: |/usr/bin/berth core-handler %P %s %e
   gc                         delete store images that nothing uses
   safe-mode enter|clear      enter: stop every container, unmount every image, start none
                              until cleared (kept across restarts); clear: back to normal,
@@ -149,6 +157,11 @@ fn run(g: &Global, command: &str, args: &[String]) -> Result<i32> {
             Ok(0)
         }
         "check" => check::run(g),
+        "core-handler" => {
+            let a = args::core_handler(args)?;
+            reports::core_handler(&load_config(g)?, &a)?;
+            Ok(0)
+        }
         #[cfg(feature = "vendor")]
         "key" | "pack" | "repo" => {
             vendor::run(g.json, args::vendor(command, args)?)?;
@@ -184,5 +197,6 @@ fn device(g: &Global, command: &str, args: &[String]) -> Result<()> {
         Device::Resources(c) => resources::run(g.json, &sock, c),
         Device::Net { hosts } => net::run(g.json, &sock, hosts),
         Device::SafeMode { enter } => containers::safe_mode(g.json, &sock, enter),
+        Device::Reports(c) => reports::run(g.json, &sock, c),
     }
 }

@@ -14,8 +14,8 @@
 //!
 //! Layers, each using only those below it (ARCHITECTURE.md draws them):
 //! `api` → `supervisor`, `safe_mode`, `status` → `store` → `runtime` → `limits`, `security`,
-//! `net` → `governor`, `guard`, `watchdog` → `boot`, `cgroups`, `records`, `state` →
-//! `context`, `error`.
+//! `net` → `governor`, `guard`, `watchdog` → `boot`, `cgroups`, `records`, `reports`, `state`
+//! → `context`, `error`.
 
 mod api;
 mod boot;
@@ -27,6 +27,7 @@ mod guard;
 mod limits;
 mod net;
 mod records;
+mod reports;
 mod runtime;
 mod safe_mode;
 mod security;
@@ -57,6 +58,8 @@ pub fn run(cfg: Config) -> Result<()> {
     let roots = Roots::default();
     let host = cgroups::detect(&roots);
     let d = Arc::new(Daemon::new(cfg, roots, host, state));
+    // From here a panic leaves a crash report behind before the process aborts.
+    reports::install_panic_hook(&d);
     // Before anything is mounted: in safe mode nothing will be.
     boot::begin(&d);
     let mut taken_over = supervisor::reconcile(&d);

@@ -370,7 +370,7 @@ impl Supervisor {
                     .stack_size(128 * 1024)
                     .spawn(move || stop::end_unhealthy(&d, &n, run));
             }
-            Action::Report(r) => report(name, &r),
+            Action::Report(r) => report(&self.d, name, &r),
         }
     }
 
@@ -484,9 +484,10 @@ fn reason(r: &Report) -> String {
     }
 }
 
-/// What a report does today: it is logged (crash archives are the next step). A guard kill
-/// was recorded and logged by the guard itself, as it happened.
-fn report(name: &str, r: &Report) {
+/// A report is logged and archived (`reports.rs`: one crash archive per event, written on
+/// a short-lived thread). A guard kill was recorded and logged by the guard itself, as it
+/// happened.
+fn report(d: &Arc<Daemon>, name: &str, r: &Report) {
     match r {
         Report::GuardKilled(_) => {}
         Report::Failed(e) => log::warn!("{name} failed: {}", describe(e.as_ref())),
@@ -497,6 +498,7 @@ fn report(name: &str, r: &Report) {
             log::warn!("{name}: {failures} health checks in a row failed; ending it")
         }
     }
+    crate::daemon::reports::collect(d, name, r);
 }
 
 fn describe(e: Option<&Exit>) -> String {

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::{governor, net, runtime, safe_mode, security, state, status, store};
+use crate::daemon::{governor, net, reports, runtime, safe_mode, security, state, status, store};
 use request::Action;
 
 /// Who sent a request: the admin socket's peer, by its uid (checked again at accept).
@@ -73,6 +73,7 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
     let answer = match action {
         Action::Install(names) => return install(d, &names, stream),
         Action::Logs { name, follow } => return logs(d, &name, follow, stream),
+        Action::ReportExport(id) => return export(d, &id, stream),
         Action::Ping => Ok(json!({ping::OK: true})),
         Action::Status(n) => status::status(d, n.as_deref()),
         Action::List => store::repo::list(d),
@@ -92,6 +93,9 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::SafeModeEnter => safe_mode::enter(d),
         Action::SafeModeClear => safe_mode::clear(d),
         Action::TestStall { component, seconds } => test_stall(d, component, seconds),
+        Action::Reports(n) => reports::list(d, n.as_deref()),
+        Action::ReportShow(id) => reports::show(d, &id),
+        Action::ReportRemove(id) => reports::remove(d, id.as_deref()),
     };
     reply(&mut stream, answer)
 }
@@ -131,6 +135,21 @@ fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream) {
         Err(e) => json!({EVENT: "error", STATUS: e.status(), CODE: e.code(), ERROR: e.message}),
     };
     let _ = stream.write_all(format!("{last}\n").as_bytes());
+}
+
+/// The archive's bytes with their length: the CLI writes the file itself, as the caller, and
+/// can tell a whole copy from a cut one.
+fn export(d: &Daemon, id: &str, mut stream: UnixStream) {
+    let (mut f, content_type, len) = match reports::export(d, id) {
+        Ok(x) => x,
+        Err(e) => return reply(&mut stream, Err(e)),
+    };
+    let head = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+    );
+    if stream.write_all(head.as_bytes()).is_ok() {
+        let _ = berth_sys::fsutil::copy_max(&mut f, &mut stream, len);
+    }
 }
 
 /// The ring saved when the container stopped, or the live ring from its shim; with

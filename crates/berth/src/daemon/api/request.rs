@@ -46,6 +46,11 @@ pub enum Action {
     Net,
     NetHosts,
     Governor,
+    Reports(Option<String>),
+    ReportShow(String),
+    ReportExport(String),
+    /// One report, or all (None).
+    ReportRemove(Option<String>),
     SafeModeEnter,
     SafeModeClear,
     /// Test hooks only (honoured when the daemon runs with BERTH_TEST_HOOKS=1): the
@@ -225,6 +230,36 @@ fn check_name(n: &str) -> Result<String> {
         .map_err(|e| Error::bad_request(e.to_string()))
 }
 
+/// A report id, as `berth_core::report` makes them (nothing that could name another path).
+fn check_report_id(id: &str) -> Result<String> {
+    berth_core::report::parse_id(id)
+        .map(|_| id.to_string())
+        .map_err(Error::bad_request)
+}
+
+/// Pure: a report removal `{"id": ID}` or `{"all": true}`, exactly one of them.
+fn report_remove_request(req: &Request) -> Result<Option<String>> {
+    let v: Value = body(req)?;
+    let bad = |m: String| Error::bad_request(format!("POST /v1/reports/remove: {m}"));
+    let obj = v
+        .as_object()
+        .ok_or_else(|| bad("expected a JSON object".into()))?;
+    let (mut id, mut all) = (None, false);
+    for (k, x) in obj {
+        match (k.as_str(), x) {
+            (field::ID, Value::String(s)) => id = Some(check_report_id(s)?),
+            (field::ALL, Value::Bool(b)) => all = *b,
+            (field::ID | field::ALL, _) => return Err(bad(format!("{k}: wrong type"))),
+            _ => return Err(bad(format!("unknown field {k:?}"))),
+        }
+    }
+    match (id, all) {
+        (Some(id), false) => Ok(Some(id)),
+        (None, true) => Ok(None),
+        _ => Err(bad("give either \"id\" or \"all\": true".into())),
+    }
+}
+
 /// Pure: which action a request asks for.
 pub fn parse(req: &Request) -> Result<Action> {
     let m = req.method.as_str();
@@ -296,6 +331,23 @@ pub fn parse(req: &Request) -> Result<Action> {
         ("POST", "/v1/safe-mode/enter") => Action::SafeModeEnter,
         ("POST", "/v1/safe-mode/clear") => Action::SafeModeClear,
         ("POST", "/v1/test/stall") => stall_request(req)?,
+        ("GET", "/v1/reports") => Action::Reports(match req.query.get(field::NAME) {
+            Some(n) => Some(check_name(n)?),
+            None => None,
+        }),
+        ("GET", "/v1/reports/show" | "/v1/reports/export") => {
+            let id = check_report_id(
+                req.query
+                    .get(field::ID)
+                    .ok_or_else(|| Error::bad_request("missing ?id="))?,
+            )?;
+            if path.ends_with("show") {
+                Action::ReportShow(id)
+            } else {
+                Action::ReportExport(id)
+            }
+        }
+        ("POST", "/v1/reports/remove") => Action::ReportRemove(report_remove_request(req)?),
         (_, "/v1/governor") => {
             return Err(Error::new(
                 Kind::MethodNotAllowed,
@@ -323,7 +375,11 @@ pub fn parse(req: &Request) -> Result<Action> {
             | "/v1/net/hosts"
             | "/v1/safe-mode/enter"
             | "/v1/safe-mode/clear"
-            | "/v1/test/stall",
+            | "/v1/test/stall"
+            | "/v1/reports"
+            | "/v1/reports/show"
+            | "/v1/reports/export"
+            | "/v1/reports/remove",
         ) => {
             return Err(Error::new(
                 Kind::MethodNotAllowed,
@@ -493,6 +549,70 @@ mod tests {
             assert_eq!(e.status(), 400, "{body}");
             assert!(e.message.contains(needle), "{body}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn report_requests() {
+        let id = "20261125T101500Z-web-signal";
+        assert_eq!(
+            parse(&req("GET", "/v1/reports", "")).unwrap(),
+            Action::Reports(None)
+        );
+        assert_eq!(
+            parse(&req("GET", "/v1/reports?name=web", "")).unwrap(),
+            Action::Reports(Some("web".into()))
+        );
+        assert_eq!(
+            parse(&req("GET", &format!("/v1/reports/show?id={id}"), "")).unwrap(),
+            Action::ReportShow(id.into())
+        );
+        assert_eq!(
+            parse(&req("GET", &format!("/v1/reports/export?id={id}"), "")).unwrap(),
+            Action::ReportExport(id.into())
+        );
+        let body = serde_json::json!({ field::ID: id }).to_string();
+        assert_eq!(
+            parse(&req("POST", "/v1/reports/remove", &body)).unwrap(),
+            Action::ReportRemove(Some(id.into()))
+        );
+        let body = serde_json::json!({ field::ALL: true }).to_string();
+        assert_eq!(
+            parse(&req("POST", "/v1/reports/remove", &body)).unwrap(),
+            Action::ReportRemove(None)
+        );
+        for (m, path, body, needle) in [
+            ("GET", "/v1/reports/show", "", "missing ?id="),
+            (
+                "GET",
+                "/v1/reports/show?id=../../etc/passwd",
+                "",
+                "not a report id",
+            ),
+            ("GET", "/v1/reports/export?id=x", "", "not a report id"),
+            ("POST", "/v1/reports/remove", "{}", "either"),
+            ("POST", "/v1/reports/remove", r#"{"all":false}"#, "either"),
+            (
+                "POST",
+                "/v1/reports/remove",
+                r#"{"id":"20261125T101500Z-web-exit","all":true}"#,
+                "either",
+            ),
+            (
+                "POST",
+                "/v1/reports/remove",
+                r#"{"id":3}"#,
+                "id: wrong type",
+            ),
+            ("POST", "/v1/reports/remove", r#"{"x":1}"#, "unknown field"),
+        ] {
+            let e = parse(&req(m, path, body)).unwrap_err();
+            assert_eq!(e.status(), 400, "{path} {body}");
+            assert!(e.message.contains(needle), "{path} {body}: {}", e.message);
+        }
+        assert_eq!(
+            parse(&req("POST", "/v1/reports", "")).unwrap_err().status(),
+            405
+        );
     }
 
     #[test]
