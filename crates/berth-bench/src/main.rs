@@ -46,6 +46,8 @@ suites:
   net          iperf3 and nuttcp TCP, iperf3 UDP, request-response latency (perl echo,
                sockperf ping-pong): host vs shared vs isolated vs macvlan container, in
                network namespaces of its own; start time per mode
+  supervise    payload killed → restarted; frozen payload → declared unhealthy by its
+               health probe; the size of the crash archives these leave
   governor     main-service response time under a CPU hog with and without the governor;
                the daemon's own CPU use
   all          every suite
@@ -256,9 +258,12 @@ fn setup(suites: &mut [Box<dyn Suite>], berth: PathBuf) -> Result<Sandbox> {
     sb.start_daemon()?;
     sb.ok(&["update"])?;
     let names: Vec<&str> = pkgs.iter().map(|p| p.name.as_str()).collect();
-    let mut install = vec!["install"];
-    install.extend(&names);
-    sb.ok(&install)?;
+    // Suites with a sandbox of their own (net, supervise) need nothing here.
+    if !names.is_empty() {
+        let mut install = vec!["install"];
+        install.extend(&names);
+        sb.ok(&install)?;
+    }
     Ok(sb)
 }
 

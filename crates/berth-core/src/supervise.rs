@@ -235,6 +235,9 @@ pub struct Machine {
     failures: u32,
     /// When the next check is due; None while one is running or nothing runs.
     check_due: Option<u64>,
+    /// When the running check began: the next is due an interval after it (not after its
+    /// end), so a probe that hangs to its timeout does not stretch the period.
+    check_started: u64,
     ready: bool,
     /// xorshift32 state for the waits' jitter.
     rng: u32,
@@ -251,6 +254,7 @@ impl Machine {
             health: HealthState::None,
             failures: 0,
             check_due: None,
+            check_started: 0,
             ready: false,
             rng: seed.max(1),
         }
@@ -347,6 +351,7 @@ impl Machine {
                 Phase::Running => match (self.run, self.check_due) {
                     (Some(run), Some(due)) if now_ms >= due => {
                         self.check_due = None;
+                        self.check_started = now_ms;
                         vec![Action::Check(run)]
                     }
                     _ => Vec::new(),
@@ -415,7 +420,7 @@ impl Machine {
         let Some(h) = policy.health else {
             return Vec::new();
         };
-        self.check_due = Some(now_ms + h.interval_ms);
+        self.check_due = Some(now_ms.max(self.check_started + h.interval_ms));
         if ok {
             self.failures = 0;
             self.health = HealthState::Healthy;
@@ -942,8 +947,13 @@ mod tests {
         assert_eq!(m.health(), (HealthState::Starting, 0));
         assert_eq!(m.on(950, &Event::Health(7, true), &p), vec![]);
         assert!(m.ready());
-        assert_eq!(m.due(), Some(1_450));
-        assert_eq!(m.on(1_450, &Event::Tick, &p), vec![Action::Check(7)]);
+        // an interval after the check began, not after it ended
+        assert_eq!(m.due(), Some(1_000));
+        assert_eq!(m.on(1_000, &Event::Tick, &p), vec![Action::Check(7)]);
+        // a check that took longer than the interval: the next one at once
+        assert_eq!(m.on(1_700, &Event::Health(7, true), &p), vec![]);
+        assert_eq!(m.due(), Some(1_700));
+        assert_eq!(m.on(1_700, &Event::Tick, &p), vec![Action::Check(7)]);
         // a result for another run changes nothing
         assert_eq!(m.on(1_460, &Event::Health(6, false), &p), vec![]);
         assert_eq!(m.health(), (HealthState::Healthy, 0));

@@ -21,6 +21,7 @@ pub mod hostguest;
 pub mod mem;
 pub mod net;
 pub mod security;
+pub mod supervise;
 
 /// The order `all` runs them in: footprint first, so "idle" means a daemon that has done
 /// nothing but install its packages.
@@ -32,6 +33,7 @@ pub const ALL: &[&str] = &[
     "mem",
     "fs",
     "security",
+    "supervise",
     "net",
     "governor",
 ];
@@ -71,6 +73,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "fs" => Some(Box::new(fs::Fs)),
         "security" => Some(Box::new(security::Security::default())),
         "net" => Some(Box::new(net::Net)),
+        "supervise" => Some(Box::new(supervise::Supervise)),
         "governor" => Some(Box::new(governor::Governor)),
         _ => None,
     }
