@@ -53,6 +53,7 @@ kinds! {
     AlreadyRunning = 409 "already_running",
     NotRunning = 409 "not_running",
     Running = 409 "running",
+    NoPrevious = 409 "no_previous",
     Needed = 409 "needed",
     MissingLayer = 409 "missing_layer",
     // The device policy and the kernel say no.
@@ -358,6 +359,23 @@ pub mod install {
     pub const INSTALLED: &str = "installed";
     /// The result: the packages already installed with the same image.
     pub const UNCHANGED: &str = "unchanged";
+}
+
+/// `POST /v1/upgrade` (streamed as install is: progress, fetched, switched, rollback events,
+/// then done) and `POST /v1/rollback`.
+pub mod upgrade {
+    pub use super::common::NAME;
+    pub use super::install::EVENT;
+    /// The version a package leaves.
+    pub const FROM: &str = "from";
+    /// The version a package moves to.
+    pub const TO: &str = "to";
+    /// rollback event, rolled_back: why the new version did not prove itself.
+    pub const REASON: &str = "reason";
+    /// The result: the packages upgraded and confirmed (name, from, to).
+    pub const UPGRADED: &str = "upgraded";
+    /// The result: the packages whose upgrade was rolled back (name, from, to, reason).
+    pub const ROLLED_BACK: &str = "rolled_back";
 }
 
 /// `POST /v1/remove`.

@@ -58,6 +58,8 @@ pub struct Config {
     pub watchdog: Watchdog,
     /// `[boot]`: the boot counter and safe mode.
     pub boot: Boot,
+    /// `[upgrade]`: how long an upgraded container has to prove itself.
+    pub upgrade: Upgrade,
     /// `[reports]`: the caps on crash archives (docs/reports.md).
     pub reports: crate::report::Caps,
 }
@@ -73,6 +75,15 @@ pub struct Watchdog {
     /// Seconds to set the device's timeout to (WDIOC_SETTIMEOUT), if set; else the device
     /// keeps its own.
     pub timeout_s: Option<u32>,
+}
+
+/// `[upgrade]`: an upgraded container is confirmed once it has run, ready (its first health
+/// check passed), for `settle_ms`; if that has not happened `deadline_ms` after its start,
+/// the upgrade is rolled back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Upgrade {
+    pub deadline_ms: u64,
+    pub settle_ms: u64,
 }
 
 /// The boot counter (`[boot]`): a start is unconfirmed until the daemon has stayed up and
@@ -217,6 +228,13 @@ struct RawConfig {
     governor: Option<std::collections::BTreeMap<String, Spanned<String>>>,
     watchdog: RawWatchdog,
     boot: RawBoot,
+    upgrade: RawUpgrade,
+}
+
+#[derive(Default)]
+struct RawUpgrade {
+    deadline: Option<String>,
+    settle: Option<String>,
 }
 
 #[derive(Default)]
@@ -327,6 +345,12 @@ impl RawConfig {
                 Ok(RawBoot {
                     confirm_after: text(t, "confirm_after")?,
                     max_failed: t.int("max_failed")?.map(Spanned::into_inner),
+                })
+            })?,
+            upgrade: section(&mut t, "upgrade", |t| {
+                Ok(RawUpgrade {
+                    deadline: text(t, "deadline")?,
+                    settle: text(t, "settle")?,
                 })
             })?,
         };
@@ -509,10 +533,12 @@ impl Config {
         };
         let watchdog = watchdog(raw.watchdog, &value_err)?;
         let boot = boot(raw.boot, &value_err)?;
+        let upgrade = upgrade(raw.upgrade, &value_err)?;
         let reports = reports(raw.reports, &value_err)?;
         Ok(Config {
             watchdog,
             boot,
+            upgrade,
             reports,
             repository: raw.repository.map(|u| u.trim_end_matches('/').to_string()),
             index_max_age_s,
@@ -602,6 +628,28 @@ fn watchdog(
         device,
         interval_ms,
         timeout_s,
+    })
+}
+
+fn upgrade(
+    r: RawUpgrade,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Upgrade, ConfigError> {
+    let ms = |key: &'static str, v: Option<String>, default: u64| match v {
+        None => Ok(default),
+        Some(v) => parse_duration_ms(&v).map_err(|m| value_err(key, m)),
+    };
+    let deadline_ms = ms("upgrade.deadline", r.deadline, 60_000)?;
+    let settle_ms = ms("upgrade.settle", r.settle, 5_000)?;
+    if settle_ms >= deadline_ms {
+        return Err(value_err(
+            "upgrade.settle",
+            format!("{settle_ms} ms is not shorter than upgrade.deadline ({deadline_ms} ms)"),
+        ));
+    }
+    Ok(Upgrade {
+        deadline_ms,
+        settle_ms,
     })
 }
 
@@ -1113,6 +1161,27 @@ mod tests {
             let e = Config::parse(&format!("[guard]\n{text}"), "f")
                 .unwrap_err()
                 .to_string();
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn upgrade_defaults_values_and_refusals() {
+        let u = Config::parse("", "t").unwrap().upgrade;
+        assert_eq!((u.deadline_ms, u.settle_ms), (60_000, 5_000));
+        let u = Config::parse("[upgrade]\ndeadline = \"20s\"\nsettle = \"500ms\"\n", "t")
+            .unwrap()
+            .upgrade;
+        assert_eq!((u.deadline_ms, u.settle_ms), (20_000, 500));
+        for (text, key) in [
+            (
+                "[upgrade]\nsettle = \"2m\"",
+                "upgrade.settle: 120000 ms is not shorter",
+            ),
+            ("[upgrade]\ndeadline = \"soon\"", "upgrade.deadline"),
+            ("[upgrade]\nretry = 1", "retry"),
+        ] {
+            let e = Config::parse(text, "f").unwrap_err().to_string();
             assert!(e.contains(key), "{text}: {e}");
         }
     }

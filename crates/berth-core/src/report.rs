@@ -21,6 +21,8 @@ pub enum Reason {
     Guard,
     /// The daemon itself panicked.
     Panic,
+    /// An upgrade did not prove itself and was rolled back.
+    Upgrade,
 }
 
 impl Reason {
@@ -32,6 +34,7 @@ impl Reason {
         Reason::HealthFailed,
         Reason::Guard,
         Reason::Panic,
+        Reason::Upgrade,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -43,6 +46,7 @@ impl Reason {
             Reason::HealthFailed => "health",
             Reason::Guard => "guard",
             Reason::Panic => "panic",
+            Reason::Upgrade => "upgrade",
         }
     }
 

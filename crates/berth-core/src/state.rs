@@ -41,6 +41,15 @@ pub struct Installed {
     pub manifest: Manifest,
     /// Seconds since the epoch.
     pub installed_at: u64,
+    /// The version `berth upgrade` replaced, kept (with its image) for `berth rollback`
+    /// until the next upgrade or the package's removal. Never has a `previous` itself.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<Box<Installed>>,
+    /// Set while the upgrade to this version is not confirmed (it has not yet started and
+    /// passed its health check): when it was committed, seconds since the epoch. A daemon
+    /// that starts and finds it set rolls the upgrade back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trial: Option<u64>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +99,12 @@ impl State {
 
     /// Images that installed packages use: what `berth gc` keeps.
     pub fn referenced_images(&self) -> BTreeSet<String> {
-        self.packages.values().map(|p| p.sha256.clone()).collect()
+        self.packages
+            .values()
+            .flat_map(|p| {
+                std::iter::once(p.sha256.clone()).chain(p.previous.iter().map(|q| q.sha256.clone()))
+            })
+            .collect()
     }
 
     /// What installing `names` (whose closure in the index is `closure`, in order) does to
@@ -169,6 +183,8 @@ mod tests {
             depends: m.package.depends.clone(),
             manifest: m,
             installed_at: 0,
+            previous: None,
+            trial: None,
         }
     }
 

@@ -193,6 +193,11 @@ pub enum Report {
         failures: u32,
     },
     GuardKilled(GuardKill),
+    /// An upgrade from version `from` was rolled back (not the machine's: `berth upgrade`'s).
+    UpgradeFailed {
+        from: String,
+        why: String,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -199,6 +199,54 @@ pub fn fill_random(buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Bytes of the regular files below `dir` (not following links); what a copy of it needs.
+pub fn tree_size(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.path().symlink_metadata() {
+            Ok(m) if m.is_dir() => tree_size(&e.path()),
+            Ok(m) if m.is_file() => m.len(),
+            _ => 0,
+        })
+        .sum()
+}
+
+/// Copies the tree `src` to `dst` (which must not exist): directories, regular files and
+/// symbolic links, with their modes and owners (a container's files belong to its mapped
+/// ids); fifos, sockets and device nodes are left out. Each file is fsynced.
+pub fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{lchown, MetadataExt, PermissionsExt};
+    let meta = src.symlink_metadata()?;
+    std::fs::create_dir(dst)?;
+    for e in std::fs::read_dir(src)? {
+        let e = e?;
+        let (from, to) = (e.path(), dst.join(e.file_name()));
+        let m = from.symlink_metadata()?;
+        if m.is_dir() {
+            copy_tree(&from, &to)?;
+            continue;
+        }
+        if m.file_type().is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&from)?, &to)?;
+        } else if m.is_file() {
+            std::fs::copy(&from, &to)?;
+            std::fs::File::open(&to)?.sync_all()?;
+        } else {
+            continue;
+        }
+        lchown(&to, Some(m.uid()), Some(m.gid()))?;
+        if !m.file_type().is_symlink() {
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+        }
+    }
+    lchown(dst, Some(meta.uid()), Some(meta.gid()))?;
+    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
+    fsync_dir(dst)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -186,10 +186,18 @@ pub enum Reports {
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Packages {
-    Update { reset_serial: bool },
+    Update {
+        reset_serial: bool,
+    },
     List(Lists),
     Install(Vec<String>),
-    Remove { names: Vec<String>, purge: bool },
+    /// None named: every package installed by name.
+    Upgrade(Vec<String>),
+    Rollback(String),
+    Remove {
+        names: Vec<String>,
+        purge: bool,
+    },
     Gc,
 }
 
@@ -246,6 +254,13 @@ pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
         "update" => Device::Packages(update(args)?),
         "list" => Device::Packages(P::List(list(args)?)),
         "install" => Device::Packages(install(args)?),
+        "upgrade" => Device::Packages(Packages::Upgrade(
+            bare(args)?
+                .into_iter()
+                .map(package_name)
+                .collect::<Result<_, _>>()?,
+        )),
+        "rollback" => Device::Packages(Packages::Rollback(one_name(args)?)),
         "remove" => Device::Packages(remove(args)?),
         "gc" => {
             // Positionals were never looked at.

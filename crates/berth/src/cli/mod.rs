@@ -34,6 +34,10 @@ device:
                              lower serial once, to switch to another repository)
   list [--installed|--available|--upgradable]
   install NAME...            install packages and their dependencies
+  upgrade [NAME...]          move to the newest signed versions (all packages installed by
+                             name when none is given); each running one must start and pass
+                             its health check, else it is rolled back (exit status 1)
+  rollback NAME              back to the version the last upgrade replaced
   remove [--purge] NAME...   remove packages (--purge also deletes their /data)
   start NAME | stop [-t SECS] NAME | restart NAME
   reset NAME                 clear a failed container's state and restart count (no start)

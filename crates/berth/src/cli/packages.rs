@@ -20,7 +20,17 @@ pub fn run(json: bool, sock: &Path, cmd: Packages) -> Result<()> {
             show(json, &v, &render::update);
         }
         Packages::List(which) => list(json, sock, &which)?,
-        Packages::Install(names) => install(json, sock, &names)?,
+        Packages::Install(names) => install(json, sock, &names, false)?,
+        Packages::Upgrade(names) => install(json, sock, &names, true)?,
+        Packages::Rollback(name) => {
+            let v = client::call(
+                sock,
+                "POST",
+                "/v1/rollback",
+                Some(&json!({ request::NAME: name })),
+            )?;
+            show(json, &v, &render::rolled_back);
+        }
         Packages::Remove { names, purge } => {
             let body = json!({ request::NAMES: names, request::PURGE: purge });
             let v = client::call(sock, "POST", "/v1/remove", Some(&body))?;
@@ -54,7 +64,7 @@ fn list(json: bool, sock: &Path, which: &Lists) -> Result<()> {
 }
 
 /// Installs, showing the download's progress on a terminal (never with `--json`).
-fn install(json: bool, sock: &Path, names: &[String]) -> Result<()> {
+fn install(json: bool, sock: &Path, names: &[String], upgrade: bool) -> Result<()> {
     let tty = std::io::stderr().is_terminal() && !json;
     let mut on_event = |e: &Value| {
         if let Some(line) = render::progress(e).filter(|_| tty) {
@@ -62,9 +72,26 @@ fn install(json: bool, sock: &Path, names: &[String]) -> Result<()> {
         }
     };
     let body = json!({ request::NAMES: names });
-    let r = client::call_stream(sock, "POST", "/v1/install", Some(&body), &mut on_event);
+    let path = if upgrade {
+        "/v1/upgrade"
+    } else {
+        "/v1/install"
+    };
+    let r = client::call_stream(sock, "POST", path, Some(&body), &mut on_event);
     if tty {
         eprint!("\r\x1b[K");
+    }
+    if upgrade {
+        let v = r?;
+        show(json, &v, &render::upgraded);
+        // A rollback is a failure the operator must see, in scripts too.
+        if v[berth_core::api::upgrade::ROLLED_BACK]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+        {
+            std::process::exit(1);
+        }
+        return Ok(());
     }
     show(json, &r?, &render::installed);
     Ok(())

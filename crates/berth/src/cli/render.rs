@@ -7,7 +7,7 @@ use std::io::Write as _;
 
 use berth_core::api::{
     container, daemon, exit, gc, governor, guard_kill, health, hosts, install, limit, limits, list,
-    net, package, repository, reset, start, stats, status, stop, update, upgradable,
+    net, package, repository, reset, start, stats, status, stop, update, upgradable, upgrade,
 };
 use berth_core::governor::fmt1;
 use serde_json::Value;
@@ -201,6 +201,43 @@ pub fn progress(e: &Value) -> Option<String> {
 }
 
 /// `berth install`'s result.
+/// `berth upgrade`'s result: what moved, what went back and why.
+pub fn upgraded(v: &Value) -> String {
+    let mut out = String::new();
+    for p in v[upgrade::UPGRADED].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "upgraded {} {} -> {}",
+            cell(&p[upgrade::NAME]),
+            cell(&p[upgrade::FROM]),
+            cell(&p[upgrade::TO])
+        );
+    }
+    for p in v[upgrade::ROLLED_BACK].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "rolled back {} to {}: {}",
+            cell(&p[upgrade::NAME]),
+            cell(&p[upgrade::FROM]),
+            cell(&p[upgrade::REASON])
+        );
+    }
+    if out.is_empty() {
+        out.push_str("nothing to upgrade\n");
+    }
+    out
+}
+
+/// `berth rollback`'s result.
+pub fn rolled_back(v: &Value) -> String {
+    format!(
+        "rolled back {} from {} to {}\n",
+        cell(&v[upgrade::NAME]),
+        cell(&v[upgrade::FROM]),
+        cell(&v[upgrade::TO])
+    )
+}
+
 pub fn installed(v: &Value) -> String {
     let mut out = String::new();
     for p in v[install::INSTALLED].as_array().into_iter().flatten() {

@@ -62,6 +62,8 @@ pub fn run(cfg: Config) -> Result<()> {
     reports::install_panic_hook(&d);
     // Before anything is mounted: in safe mode nothing will be.
     boot::begin(&d);
+    // An upgrade a dead daemon left on trial goes back before anything is taken over.
+    store::upgrade::recover(&d);
     let mut taken_over = supervisor::reconcile(&d);
     if d.safe_mode().is_some() {
         safe_mode::at_start(&d);

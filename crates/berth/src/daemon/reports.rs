@@ -119,6 +119,10 @@ fn what(d: &Daemon, name: &str, r: &Report) -> Option<(Reason, String)> {
                 ),
             )
         }
+        Report::UpgradeFailed { from, why } => (
+            Reason::Upgrade,
+            format!("the upgrade from {from} was rolled back: {why}"),
+        ),
         Report::GuardKilled(k) => (
             Reason::Guard,
             format!(

@@ -481,6 +481,7 @@ fn reason(r: &Report) -> String {
         }
         Report::Unhealthy { failures } => format!("{failures} health checks in a row failed"),
         Report::GuardKilled(k) => format!("memory guard killed pid {}", k.pid),
+        Report::UpgradeFailed { from, why } => format!("upgrade from {from} rolled back: {why}"),
     }
 }
 
@@ -497,6 +498,7 @@ fn report(d: &Arc<Daemon>, name: &str, r: &Report) {
         Report::Unhealthy { failures } => {
             log::warn!("{name}: {failures} health checks in a row failed; ending it")
         }
+        Report::UpgradeFailed { .. } => {}
     }
     crate::daemon::reports::collect(d, name, r);
 }

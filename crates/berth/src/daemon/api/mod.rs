@@ -45,6 +45,8 @@ pub(crate) fn allowed(d: &Daemon, action: &Action) -> Result<()> {
         Action::Start(_) => refuse_in_safe_mode(d, "start"),
         Action::Restart(_) => refuse_in_safe_mode(d, "restart"),
         Action::Install(_) => refuse_in_safe_mode(d, "install"),
+        Action::Upgrade(_) => refuse_in_safe_mode(d, "upgrade"),
+        Action::Rollback(_) => refuse_in_safe_mode(d, "rollback"),
         _ => Ok(()),
     }
 }
@@ -71,7 +73,9 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Err(e) => return reply(&mut stream, Err(e)),
     };
     let answer = match action {
-        Action::Install(names) => return install(d, &names, stream),
+        Action::Install(names) => return install(d, &names, stream, false),
+        Action::Upgrade(names) => return install(d, &names, stream, true),
+        Action::Rollback(n) => store::upgrade::rollback(d, &n),
         Action::Logs { name, follow } => return logs(d, &name, follow, stream),
         Action::ReportExport(id) => return export(d, &id, stream),
         Action::Ping => Ok(json!({ping::OK: true})),
@@ -119,7 +123,7 @@ fn test_stall(
 }
 
 /// Streamed: progress events, then one result (or error) event, as JSON lines.
-fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream) {
+fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream, upgrade: bool) {
     use berth_core::api::install::{CODE, ERROR, EVENT, RESULT, STATUS};
     if stream
         .write_all(&http::stream_head(200, "application/x-ndjson"))
@@ -130,7 +134,12 @@ fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream) {
     let mut emit = |v: Value| {
         let _ = stream.write_all(format!("{v}\n").as_bytes());
     };
-    let last = match store::install::install(d, names, &mut emit) {
+    let result = if upgrade {
+        store::upgrade::upgrade(d, names, &mut emit)
+    } else {
+        store::install::install(d, names, &mut emit)
+    };
+    let last = match result {
         Ok(v) => json!({EVENT: "done", RESULT: v}),
         Err(e) => json!({EVENT: "error", STATUS: e.status(), CODE: e.code(), ERROR: e.message}),
     };

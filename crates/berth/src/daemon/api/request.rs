@@ -30,6 +30,9 @@ pub enum Action {
         timeout: Option<u32>,
     },
     Restart(String),
+    /// `berth upgrade [NAME…]`: none is every package installed by name.
+    Upgrade(Vec<String>),
+    Rollback(String),
     /// `berth reset`: out of `failed`, restart counts back to 0.
     Reset(String),
     Logs {
@@ -311,6 +314,15 @@ pub fn parse(req: &Request) -> Result<Action> {
         }
         ("POST", "/v1/restart") => Action::Restart(check_name(&body::<NameBody>(req)?.name)?),
         ("POST", "/v1/reset") => Action::Reset(check_name(&body::<NameBody>(req)?.name)?),
+        ("POST", "/v1/rollback") => Action::Rollback(check_name(&body::<NameBody>(req)?.name)?),
+        ("POST", "/v1/upgrade") => {
+            let names = if req.body.is_empty() {
+                Vec::new()
+            } else {
+                body::<InstallBody>(req)?.names
+            };
+            Action::Upgrade(names.iter().map(|n| check_name(n)).collect::<Result<_>>()?)
+        }
         ("GET", "/v1/logs") => Action::Logs {
             name: name_q()?,
             follow: req.query_flag("follow"),
@@ -366,6 +378,8 @@ pub fn parse(req: &Request) -> Result<Action> {
             | "/v1/stop"
             | "/v1/restart"
             | "/v1/reset"
+            | "/v1/upgrade"
+            | "/v1/rollback"
             | "/v1/logs"
             | "/v1/gc"
             | "/v1/limit"

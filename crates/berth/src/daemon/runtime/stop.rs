@@ -37,6 +37,13 @@ pub(crate) fn end_unhealthy(d: &Arc<Daemon>, name: &str, run: i32) {
     }
 }
 
+/// Stops `name` with no word to the supervisor and the autostart mark left as it is: for
+/// the daemon's own work before the supervisor runs (an upgrade rolled back at start). Under
+/// the op lock.
+pub(crate) fn stop_quietly(d: &Arc<Daemon>, name: &str) -> Result<Value> {
+    end(d, name, None, false)
+}
+
 fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, operator: bool) -> Result<Value> {
     state::installed(d, name)?;
     if !probe::is_running(d, name) {
@@ -141,7 +148,11 @@ fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, operator: bool) -> Res
             );
         }
     }
-    start::set_autostart(d, name, false)?;
+    if operator {
+        // The operator's word for the next boot; the supervisor's and the upgrade's own
+        // stops leave it as it was.
+        start::set_autostart(d, name, false)?;
+    }
     mounts::release_mounts(d);
     let exit = probe::exit_info(d, name);
     Ok(json!({

@@ -98,6 +98,8 @@ pub(crate) fn install(d: &Daemon, names: &[String], emit: &mut dyn FnMut(Value))
                         depends: e.depends.clone(),
                         manifest,
                         installed_at: berth_sys::process::now_s(),
+                        previous: None,
+                        trial: None,
                     },
                 );
                 done.push(

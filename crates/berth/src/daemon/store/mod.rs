@@ -4,3 +4,4 @@ pub(crate) mod image;
 pub(crate) mod install;
 pub(crate) mod remove;
 pub(crate) mod repo;
+pub(crate) mod upgrade;

@@ -1,0 +1,453 @@
+//! `berth upgrade` and `berth rollback`: the installed set moves to the newest signed set, and
+//! back when a new version does not prove itself.
+//!
+//! An upgrade downloads and verifies every image first; only then does it switch, package by
+//! package: stop it (if it runs), snapshot its /data (when the copy fits in half the free
+//! space), commit the new version with the old one kept as `previous` and the new marked
+//! `trial`, start it (if it ran), and wait until it has been running and ready (its first
+//! health check passed) for `[upgrade] settle` within `[upgrade] deadline`. Confirmed, the
+//! trial mark and the snapshot go; otherwise the upgrade is rolled back: the new version is
+//! stopped, /data is restored from the snapshot, the old version is committed and started
+//! again, and a crash archive says why. A failed upgrade is never retried on its own.
+//!
+//! Crash safety: state.json is the commit point. A daemon that starts and finds a package in
+//! `trial` rolls it back (`recover`); snapshot renames are ordered so that `restore_data`
+//! finishes whatever a killed rollback began; `.tmp` copies are removed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use berth_core::api::upgrade as field;
+use berth_core::state::{InstallStep, Installed, State};
+use berth_core::supervise::Report;
+use serde_json::{json, Value};
+
+use crate::daemon::boot;
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::reports;
+use crate::daemon::runtime::{mounts, probe, start, stop};
+use crate::daemon::state;
+use crate::daemon::store::{install, repo};
+use crate::fault;
+
+/// Where a container's /data is kept during its upgrade, and its copy in progress.
+fn snapshot(d: &Daemon, name: &str) -> PathBuf {
+    d.cfg
+        .paths
+        .state
+        .join("data")
+        .join(format!(".upgrade-{name}"))
+}
+fn snapshot_tmp(d: &Daemon, name: &str) -> PathBuf {
+    d.cfg
+        .paths
+        .state
+        .join("data")
+        .join(format!(".upgrade-{name}.tmp"))
+}
+/// The failed version's /data while a rollback puts the snapshot back.
+fn data_failed(d: &Daemon, name: &str) -> PathBuf {
+    d.cfg
+        .paths
+        .state
+        .join("data")
+        .join(format!(".failed-{name}"))
+}
+
+/// One package's move, as the switch goes.
+struct Move {
+    name: String,
+    from: String,
+    to: String,
+    /// It ran before: it runs after (and is what the trial watches).
+    was_running: bool,
+}
+
+pub(crate) fn upgrade(
+    d: &Arc<Daemon>,
+    names: &[String],
+    emit: &mut dyn FnMut(Value),
+) -> Result<Value> {
+    let moves = {
+        let _op = d.op.lock().unwrap();
+        boot::refuse_in_safe_mode(d, "upgrade")?;
+        switch(d, names, emit)?
+    };
+    let mut upgraded = Vec::new();
+    let mut rolled_back = Vec::new();
+    for m in &moves {
+        match confirm(d, m) {
+            Ok(()) => {
+                upgraded.push(json!({field::NAME: m.name, field::FROM: m.from, field::TO: m.to}))
+            }
+            Err(why) => {
+                log::error!(
+                    "{}: upgrade to {} failed: {why}; rolling back to {}",
+                    m.name,
+                    m.to,
+                    m.from
+                );
+                emit(json!({field::EVENT: "rollback", field::NAME: m.name, field::REASON: why}));
+                let _op = d.op.lock().unwrap();
+                rollback_locked(d, &m.name, m.was_running, &why, false)?;
+                rolled_back.push(json!({
+                    field::NAME: m.name, field::FROM: m.from, field::TO: m.to, field::REASON: why,
+                }));
+            }
+        }
+    }
+    Ok(json!({ field::UPGRADED: upgraded, field::ROLLED_BACK: rolled_back }))
+}
+
+/// Downloads and verifies everything, then switches each package to its new version (as a
+/// trial when it runs). Under the op lock.
+fn switch(d: &Arc<Daemon>, names: &[String], emit: &mut dyn FnMut(Value)) -> Result<Vec<Move>> {
+    let old = state::state(d);
+    for n in names {
+        state::installed(d, n)?;
+    }
+    if let Some(p) = old.packages.values().find(|p| p.trial.is_some()) {
+        return Err(Error::new(
+            Kind::Running,
+            format!(
+                "{}: an upgrade to {} is still being confirmed",
+                p.name, p.version
+            ),
+        ));
+    }
+    let wanted: Vec<String> = if names.is_empty() {
+        old.packages
+            .values()
+            .filter(|p| p.explicit)
+            .map(|p| p.name.to_string())
+            .collect()
+    } else {
+        names.to_vec()
+    };
+    let (index, cache) = repo::load_index(d)?;
+    let refs: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    let closure = index
+        .closure(&refs)
+        .map_err(|e| Error::new(Kind::UnknownPackage, e.to_string()))?;
+    for e in &closure {
+        let asked = berth_core::manifest::Permissions {
+            capabilities: e.manifest.capabilities.clone(),
+            devices: e.manifest.devices.clone(),
+            ..Default::default()
+        };
+        crate::daemon::security::check(&d.cfg, e.name.as_str(), &asked, e.trusted)?;
+    }
+    let steps = old.install_steps(&closure, &[]);
+    // Everything first: a missing or bad image stops the upgrade before anything changed.
+    let mut fetched = Vec::new();
+    for step in &steps {
+        if let InstallStep::Fetch {
+            entry,
+            explicit,
+            replaces,
+        } = step
+        {
+            let e = closure[*entry];
+            let manifest = install::fetch_image(d, &cache.url, e, emit)?;
+            fetched.push((e, manifest, *explicit, replaces.clone()));
+        }
+    }
+    fault::point("upgrade.fetched");
+    let mut moves = Vec::new();
+    for (e, manifest, explicit, replaces) in fetched {
+        let name = e.name.to_string();
+        let mut new = state::state(d);
+        let entry = Installed {
+            name: e.name.clone(),
+            version: e.version.clone(),
+            sha256: e.sha256.clone(),
+            size: e.size,
+            trusted: e.trusted,
+            explicit,
+            depends: e.depends.clone(),
+            manifest,
+            installed_at: berth_sys::process::now_s(),
+            previous: None,
+            trial: None,
+        };
+        let Some(from) = replaces else {
+            // A new dependency: installed as `install` would.
+            new.packages.insert(name.clone(), entry);
+            state::commit_state(d, new)?;
+            continue;
+        };
+        let was_running = probe::is_running(d, &name);
+        let autostart = d.cfg.paths.autostart(&name).exists();
+        if was_running {
+            stop::stop_locked(d, &name, None)?;
+            // The stop is the upgrade's, not the operator's: it still starts after a reboot,
+            // and its end is no run's end for the supervisor to judge at the next start.
+            if autostart {
+                start::set_autostart(d, &name, true)?;
+            }
+            let _ = std::fs::remove_file(d.cfg.paths.exit_file(&name));
+        }
+        fault::point("upgrade.stopped");
+        if was_running {
+            take_snapshot(d, &name);
+        }
+        fault::point("upgrade.snapshotted");
+        let mut current = new.packages.get(&name).cloned().ok_or_else(|| {
+            Error::new(
+                Kind::NotInstalled,
+                format!("{name} was removed during the upgrade"),
+            )
+        })?;
+        current.previous = None;
+        current.trial = None;
+        let mut entry = entry;
+        entry.explicit = current.explicit || explicit;
+        entry.previous = Some(Box::new(current));
+        entry.trial = was_running.then(berth_sys::process::now_s);
+        new.packages.insert(name.clone(), entry);
+        state::commit_state(d, new)?;
+        fault::point("upgrade.committed");
+        mounts::release_mounts(d);
+        emit(
+            json!({field::EVENT: "switched", field::NAME: name, field::FROM: from.to_string(), field::TO: e.version.to_string()}),
+        );
+        let m = Move {
+            name: name.clone(),
+            from: from.to_string(),
+            to: e.version.to_string(),
+            was_running,
+        };
+        if was_running {
+            start::start_locked(d, &name)
+                .map(|_| ())
+                .unwrap_or_else(|err| {
+                    log::error!("{name}: start of {} failed: {err}", m.to);
+                });
+            fault::point("upgrade.started");
+        }
+        moves.push(m);
+    }
+    Ok(moves)
+}
+
+/// Waits for the trial of an upgraded package that ran: confirmed once it has been running
+/// and ready for the settle time, failed when it ends, fails or the deadline passes.
+fn confirm(d: &Arc<Daemon>, m: &Move) -> std::result::Result<(), String> {
+    if !m.was_running {
+        return Ok(());
+    }
+    let (deadline, settle) = (
+        Duration::from_millis(d.cfg.upgrade.deadline_ms),
+        Duration::from_millis(d.cfg.upgrade.settle_ms),
+    );
+    let t0 = Instant::now();
+    let mut ready_since: Option<Instant> = None;
+    let verdict = loop {
+        let view = d.supervision.lock().unwrap().get(&m.name).cloned();
+        let running = probe::is_running(d, &m.name);
+        match view {
+            Some(v) if running && v.state == "running" && v.ready => {
+                let since = *ready_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= settle {
+                    break Ok(());
+                }
+            }
+            Some(v)
+                if matches!(v.state, "failed" | "backoff" | "unhealthy" | "stopped")
+                    && t0.elapsed() > Duration::from_millis(300) =>
+            {
+                break Err(format!(
+                    "{} {} ({})",
+                    m.to,
+                    v.state,
+                    v.reason.unwrap_or_else(|| "no reason recorded".into())
+                ));
+            }
+            _ => ready_since = None,
+        }
+        if t0.elapsed() >= deadline {
+            break Err(format!(
+                "{} was not running and ready for {} ms within {} ms",
+                m.to,
+                settle.as_millis(),
+                deadline.as_millis()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    if verdict.is_ok() {
+        let _op = d.op.lock().unwrap();
+        let mut st = state::state(d);
+        if let Some(p) = st.packages.get_mut(&m.name) {
+            p.trial = None;
+        }
+        state::commit_state(d, st).map_err(|e| e.message)?;
+        fault::point("upgrade.confirmed");
+        let _ = std::fs::remove_dir_all(snapshot(d, &m.name));
+        log::info!("{}: upgrade to {} confirmed", m.name, m.to);
+    }
+    verdict
+}
+
+/// `berth rollback NAME`: back to the version the last upgrade replaced.
+pub(crate) fn rollback(d: &Arc<Daemon>, name: &str) -> Result<Value> {
+    let _op = d.op.lock().unwrap();
+    boot::refuse_in_safe_mode(d, "rollback")?;
+    let p = state::installed(d, name)?;
+    let Some(prev) = &p.previous else {
+        return Err(Error::new(
+            Kind::NoPrevious,
+            format!("{name} has no previous version to roll back to (only an upgrade keeps one)"),
+        ));
+    };
+    let (from, to) = (p.version.to_string(), prev.version.to_string());
+    let running = probe::is_running(d, name);
+    rollback_locked(d, name, running, "berth rollback", false)?;
+    Ok(json!({field::NAME: name, field::FROM: from, field::TO: to}))
+}
+
+/// Back to `previous`: stop, restore /data if a snapshot is there, commit, start it again
+/// if it ran; a crash archive says why. `quiet`: before the supervisor runs (no events, and
+/// no exit record left to be taken for the end of a run). Under the op lock.
+fn rollback_locked(
+    d: &Arc<Daemon>,
+    name: &str,
+    start_after: bool,
+    why: &str,
+    quiet: bool,
+) -> Result<()> {
+    let p = state::installed(d, name)?;
+    let Some(prev) = p.previous.clone() else {
+        return Ok(());
+    };
+    if probe::is_running(d, name) {
+        if quiet {
+            stop::stop_quietly(d, name)?;
+            let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
+        } else {
+            let autostart = d.cfg.paths.autostart(name).exists();
+            stop::stop_locked(d, name, None)?;
+            if autostart {
+                start::set_autostart(d, name, true)?;
+            }
+            let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
+        }
+    }
+    fault::point("rollback.stopped");
+    restore_data(d, name);
+    fault::point("rollback.restored");
+    let mut st = state::state(d);
+    let mut back = *prev;
+    back.previous = None;
+    back.trial = None;
+    st.packages.insert(name.to_string(), back);
+    state::commit_state(d, st)?;
+    fault::point("rollback.committed");
+    mounts::release_mounts(d);
+    reports::collect(
+        d,
+        name,
+        &Report::UpgradeFailed {
+            from: p.version.to_string(),
+            why: why.to_string(),
+        },
+    );
+    if start_after {
+        if let Err(e) = start::start_locked(d, name) {
+            log::error!(
+                "{name}: start of {} after the rollback failed: {e}",
+                prev_version(&state::state(d), name)
+            );
+        }
+        fault::point("rollback.started");
+    }
+    log::warn!("{name}: rolled back from {} ({why})", p.version);
+    Ok(())
+}
+
+fn prev_version(st: &State, name: &str) -> String {
+    st.packages
+        .get(name)
+        .map_or(String::new(), |p| p.version.to_string())
+}
+
+/// At daemon start, before the supervisor and before running containers are taken over:
+/// an upgrade whose trial a dead daemon left unconfirmed is rolled back (a failed upgrade
+/// never retries on its own; the supervisor then starts the old version if it is marked
+/// autostart); leftover copies go.
+pub(crate) fn recover(d: &Arc<Daemon>) {
+    let st = state::state(d);
+    for p in st.packages.values() {
+        let n = p.name.as_str();
+        if p.trial.is_some() {
+            log::warn!(
+                "{n}: the upgrade to {} was not confirmed when the daemon stopped; rolling back",
+                p.version
+            );
+            let _op = d.op.lock().unwrap();
+            let why = "the daemon stopped during the upgrade's trial";
+            if let Err(e) = rollback_locked(d, n, false, why, true) {
+                log::error!("{n}: rollback failed: {e}");
+            }
+        } else {
+            // A confirmed upgrade (or one never committed): its snapshot is not needed.
+            let _ = std::fs::remove_dir_all(snapshot(d, n));
+            let _ = std::fs::remove_dir_all(data_failed(d, n));
+        }
+        let _ = std::fs::remove_dir_all(snapshot_tmp(d, n));
+    }
+}
+
+/// Copies /data aside, when the copy fits in half the free space (flash is precious: no
+/// snapshot then, and a rollback keeps the data as the new version left it; logged).
+fn take_snapshot(d: &Daemon, name: &str) {
+    let data = d.cfg.paths.data(name);
+    if !data.is_dir() {
+        return;
+    }
+    let (tmp, snap) = (snapshot_tmp(d, name), snapshot(d, name));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let _ = std::fs::remove_dir_all(&snap);
+    let size = berth_sys::fsutil::tree_size(&data);
+    let free = berth_sys::fsutil::free_bytes(&data).unwrap_or(0);
+    if size.saturating_mul(2) > free {
+        log::warn!("{name}: /data ({size} B) is too large to snapshot in {free} B free: a rollback keeps it as it is");
+        return;
+    }
+    match berth_sys::fsutil::copy_tree(&data, &tmp).and_then(|_| std::fs::rename(&tmp, &snap)) {
+        Ok(()) => {
+            let _ = berth_sys::fsutil::fsync_dir(snap.parent().unwrap_or(Path::new("/")));
+        }
+        Err(e) => {
+            log::warn!("{name}: no snapshot of /data ({e}): a rollback keeps it as it is");
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+    }
+}
+
+/// Puts the snapshot back in place of /data. Each step can be cut short: run again, it
+/// finishes (the snapshot is only ever renamed onto a /data that is out of the way).
+fn restore_data(d: &Daemon, name: &str) {
+    let (data, snap, failed) = (
+        d.cfg.paths.data(name),
+        snapshot(d, name),
+        data_failed(d, name),
+    );
+    if snap.is_dir() {
+        if data.exists() {
+            let _ = std::fs::remove_dir_all(&failed);
+            if let Err(e) = std::fs::rename(&data, &failed) {
+                log::error!("{name}: cannot move /data aside for the rollback: {e}");
+                return;
+            }
+        }
+        if let Err(e) = std::fs::rename(&snap, &data) {
+            log::error!("{name}: cannot put the /data snapshot back: {e}");
+            return;
+        }
+        let _ = berth_sys::fsutil::fsync_dir(data.parent().unwrap_or(Path::new("/")));
+    }
+    let _ = std::fs::remove_dir_all(&failed);
+}

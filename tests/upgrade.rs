@@ -1,0 +1,275 @@
+//! Upgrades with rollback, with real containers: an upgrade that passes its health check is
+//! kept, one that fails it is rolled back (its /data restored, a crash archive says why),
+//! `berth rollback` by hand; and SIGKILL of the daemon at every step of an upgrade and of a
+//! rollback (over 200 injections) always leaves the old or the new version, never a trial
+//! nobody watches, /data intact, and the package running again.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::time::{Duration, Instant};
+
+const CONFIG: &str = "[upgrade]\ndeadline = \"6s\"\nsettle = \"200ms\"\n";
+
+/// Version `v` of app: it appends its version to /data/history and is healthy once it has
+/// made /tmp/ok, which the `bad` one never does.
+fn app(v: &str, bad: bool) -> Pkg {
+    let ok = if bad { "" } else { "echo > /tmp/ok\n" };
+    Pkg::script(
+        "app",
+        v,
+        &format!("echo {v} >> /data/history\n{ok}echo up {v}\nexec sleep 600\n"),
+    )
+    .file("check.sh", b"test -e /tmp/ok\n")
+    .table(
+        "[restart]\npolicy = \"never\"\n[health]\ncmd = [\"/bin/busybox\", \"sh\", \"/check.sh\"]\ninterval = \"100ms\"\ntimeout = \"1s\"\nretries = 100\n",
+    )
+}
+
+/// The repository offers only `v` of app from now on.
+fn offer(sb: &Sandbox, v: &str, bad: bool) {
+    for e in std::fs::read_dir(sb.repo.join("packages"))
+        .unwrap()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with("app-") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    sb.add(&app(v, bad));
+    sb.ok(&["update"]);
+}
+
+fn state_entry(sb: &Sandbox) -> Value {
+    let s: Value =
+        serde_json::from_slice(&std::fs::read(sb.state_dir().join("state.json")).unwrap()).unwrap();
+    s["packages"]["app"].clone()
+}
+
+fn wait_running(sb: &Sandbox, version: &str, secs: u64) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let c = sb.status_of("app");
+        if c["state"] == "running" && c["version"] == version && c["ready"] == true {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "app {version} not running and ready: {c}\n{}",
+            sb.daemon_log_text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn history(sb: &Sandbox) -> String {
+    std::fs::read_to_string(sb.state_dir().join("data/app/history")).unwrap_or_default()
+}
+
+#[test]
+fn an_upgrade_that_passes_is_kept_and_one_that_fails_is_rolled_back() {
+    let mut sb = Sandbox::new("upg");
+    sb.write_config(CONFIG);
+    sb.add(&app("1.0", false));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "app"]);
+    sb.ok(&["start", "app"]);
+    wait_running(&sb, "1.0", 10);
+    std::fs::write(sb.state_dir().join("data/app/keep"), b"precious").unwrap();
+
+    // nothing newer: nothing to do
+    assert!(sb.ok(&["upgrade"]).contains("nothing to upgrade"));
+
+    // 1.1 starts and passes its check: kept, /data kept, 1.0 kept as previous
+    offer(&sb, "1.1", false);
+    let v = sb.json(&["upgrade", "app"]);
+    assert_eq!(v["upgraded"][0]["to"], "1.1", "{v}");
+    assert_eq!(v["rolled_back"].as_array().unwrap().len(), 0, "{v}");
+    wait_running(&sb, "1.1", 5);
+    let e = state_entry(&sb);
+    assert!(e["trial"].is_null(), "{e}");
+    assert_eq!(e["previous"]["version"], "1.0", "{e}");
+    assert_eq!(history(&sb), "1.0\n1.1\n");
+    assert!(
+        !sb.state_dir().join("data/.upgrade-app").exists(),
+        "snapshot left behind"
+    );
+
+    // by hand: back to 1.0, and forward again
+    let r = sb.json(&["rollback", "app"]);
+    assert_eq!(
+        (r["from"].as_str(), r["to"].as_str()),
+        (Some("1.1"), Some("1.0")),
+        "{r}"
+    );
+    wait_running(&sb, "1.0", 5);
+    let (_, err) = sb.fail(&["rollback", "app"]);
+    assert!(err.contains("no previous version"), "{err}");
+    sb.json(&["upgrade"]);
+    wait_running(&sb, "1.1", 5);
+
+    // 1.2 never becomes healthy: rolled back to 1.1, /data as 1.1 left it, an archive
+    offer(&sb, "1.2", true);
+    let before = history(&sb);
+    let out = sb.output(&["upgrade"]).unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a rollback is a failure: {out:?}"
+    );
+    assert!(
+        stdout(&out).contains("rolled back app to 1.1"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("was not running and ready"),
+        "{}",
+        stdout(&out)
+    );
+    let c = wait_running(&sb, "1.1", 5);
+    assert_eq!(c["version"], "1.1");
+    // 1.2 wrote its line, the rollback put the snapshot back; 1.1 started again after it
+    assert_eq!(
+        history(&sb),
+        format!("{before}1.1\n"),
+        "the data 1.2 wrote was not rolled back"
+    );
+    assert_eq!(
+        std::fs::read(sb.state_dir().join("data/app/keep")).unwrap(),
+        b"precious"
+    );
+    let e = state_entry(&sb);
+    assert!(e["trial"].is_null() && e["previous"].is_null(), "{e}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let reports = sb.json(&["report", "list", "app"]);
+        let found = reports["reports"].as_array().unwrap().iter().any(|r| {
+            r["reason"] == "upgrade" && r["detail"].as_str().unwrap_or("").contains("1.2")
+        });
+        if found {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no upgrade crash archive: {reports}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // a failed upgrade never retries on its own
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sb.status_of("app")["version"], "1.1");
+}
+
+/// The steps an upgrade goes through (all reached by a passing one), and those a failing
+/// one adds.
+const UPGRADE_POINTS: &[&str] = &[
+    "upgrade.fetched",
+    "upgrade.stopped",
+    "upgrade.snapshotted",
+    "upgrade.committed",
+    "upgrade.started",
+    "upgrade.confirmed",
+];
+const ROLLBACK_POINTS: &[&str] = &[
+    "upgrade.committed",
+    "upgrade.started",
+    "rollback.stopped",
+    "rollback.restored",
+    "rollback.committed",
+    "rollback.started",
+];
+
+/// One injection: SIGKILL at `point` during `berth upgrade`, then a daemon start. Returns
+/// the version the package ended on.
+fn inject(sb: &mut Sandbox, point: &str, old: &str, new: &str) -> String {
+    sb.stop_daemon();
+    sb.start_daemon_env(&[("BERTH_FAULT", point)]);
+    let _ = sb.output(&["upgrade", "app"]).unwrap();
+    assert!(
+        sb.wait_daemon_exit(Duration::from_secs(20)),
+        "{point}: the daemon did not die there\n{}",
+        sb.daemon_log_text()
+    );
+    sb.start_daemon();
+    // never a trial left, the old or the new version, and it runs again
+    let e = state_entry(sb);
+    assert!(
+        e["trial"].is_null(),
+        "{point}: a trial survived the restart: {e}"
+    );
+    let v = e["version"].as_str().unwrap().to_string();
+    assert!(v == old || v == new, "{point}: version {v}");
+    wait_running(sb, &v, 15);
+    assert_eq!(
+        std::fs::read(sb.state_dir().join("data/app/keep")).unwrap(),
+        b"precious",
+        "{point}: /data lost"
+    );
+    for leftover in [".upgrade-app", ".upgrade-app.tmp", ".failed-app"] {
+        assert!(
+            !sb.state_dir().join("data").join(leftover).exists(),
+            "{point}: {leftover} left behind"
+        );
+    }
+    v
+}
+
+#[test]
+fn sigkill_at_every_step_of_an_upgrade_and_a_rollback_leaves_the_old_or_the_new_set() {
+    let rounds: usize = std::env::var("BERTH_UPGRADE_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(17);
+    let mut sb = Sandbox::new("upgkill");
+    sb.write_config(CONFIG);
+    sb.add(&app("1.0", false));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "app"]);
+    sb.ok(&["start", "app"]);
+    wait_running(&sb, "1.0", 10);
+    std::fs::write(sb.state_dir().join("data/app/keep"), b"precious").unwrap();
+    let mut injections = 0;
+    let mut ended = std::collections::BTreeMap::<String, usize>::new();
+
+    // A passing upgrade 1.0 → 1.1, cut at each step; back to 1.0 by hand when it got there.
+    offer(&sb, "1.1", false);
+    for _ in 0..rounds {
+        for point in UPGRADE_POINTS {
+            let v = inject(&mut sb, point, "1.0", "1.1");
+            injections += 1;
+            *ended.entry(format!("{point} → {v}")).or_default() += 1;
+            if v == "1.1" {
+                sb.ok(&["rollback", "app"]);
+                wait_running(&sb, "1.0", 10);
+            }
+        }
+    }
+    // A failing upgrade 1.0 → 1.2, cut at each step of its trial and of its rollback.
+    offer(&sb, "1.2", true);
+    for _ in 0..rounds {
+        for point in ROLLBACK_POINTS {
+            let v = inject(&mut sb, point, "1.0", "1.2");
+            injections += 1;
+            *ended.entry(format!("{point} → {v}")).or_default() += 1;
+            assert_eq!(v, "1.0", "{point}: a failing version survived");
+        }
+    }
+    eprintln!("{injections} injections, inconsistent states: 0; ended: {ended:?}");
+    assert!(injections >= 200 || rounds < 17, "{injections} injections");
+    // every step was reached: a passing upgrade ends on 1.1 only when cut after its commit
+    // of the confirmation
+    assert_eq!(
+        ended.get("upgrade.confirmed → 1.1"),
+        Some(&rounds),
+        "{ended:?}"
+    );
+    assert_eq!(
+        ended.get("upgrade.fetched → 1.0"),
+        Some(&rounds),
+        "{ended:?}"
+    );
+}
