@@ -168,8 +168,8 @@ fn a_plain_data_dir_moves_into_the_image_which_grows_and_never_shrinks() {
     let log = sb.wait_log("mover", "done-3");
     let kb: u64 = log
         .lines()
-        .filter_map(|l| l.split("kb=").nth(1))
-        .last()
+        .rev()
+        .find_map(|l| l.split("kb=").nth(1))
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or_else(|| panic!("no kb: {log}"));
     assert!(

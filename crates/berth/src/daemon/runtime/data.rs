@@ -65,9 +65,9 @@ pub(crate) fn plan(
 }
 
 fn human(b: u64) -> String {
-    if b % (1 << 20) == 0 {
+    if b.is_multiple_of(1 << 20) {
         format!("{}M", b >> 20)
-    } else if b % 1024 == 0 {
+    } else if b.is_multiple_of(1024) {
         format!("{}K", b >> 10)
     } else {
         format!("{b}")
