@@ -105,6 +105,16 @@ fn a_payload_filling_data_stops_at_the_cap_and_berth_keeps_working() {
     assert!(image.exists());
     sb.ok(&["remove", "--purge", "filler"]);
     assert!(!image.exists());
+    // A purge cut short leaves the image set aside: gc finishes it.
+    sb.ok(&["install", "filler"]);
+    sb.ok(&["start", "filler"]);
+    sb.wait_log("filler", "done-1");
+    sb.ok(&["stop", "filler"]);
+    sb.ok(&["remove", "filler"]);
+    let aside = sb.state_dir().join("data/.purge-filler.img");
+    std::fs::rename(&image, &aside).unwrap();
+    sb.ok(&["gc"]);
+    assert!(!aside.exists() && !image.exists());
     assert_eq!(sb.stray_mounts(), Vec::<String>::new());
 }
 
@@ -239,4 +249,7 @@ fn a_daemon_start_releases_the_image_of_a_container_that_ended_without_it() {
     sb.start_daemon();
     wait_loop_released(&image);
     assert_eq!(sb.stray_mounts(), Vec::<String>::new());
+    // remove --purge of an installed package: its image goes.
+    sb.ok(&["remove", "--purge", "gone"]);
+    assert!(!image.exists());
 }
