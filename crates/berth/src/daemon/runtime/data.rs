@@ -110,6 +110,12 @@ pub(crate) fn mount_image(d: &Daemon, p: &Installed, cap: u64, plan: Plan) -> Re
     security::own_data(d, p, &mnt)
 }
 
+/// Where an image is made (`NAME.img.tmp`) before it gets its name; a purge deletes one a
+/// crash left.
+pub(crate) fn in_making(image: &Path) -> PathBuf {
+    image.with_extension("img.tmp")
+}
+
 /// Makes the image under a temporary name, fills it (root directory owned as the plain one
 /// would be, or the plain directory's files), and names it only once that all worked: a
 /// failure leaves the plain directory as it was and no image.
@@ -121,7 +127,7 @@ fn create(d: &Daemon, p: &Installed, cap: u64, migrate: bool) -> Result<()> {
         paths.data(name),
         paths.data_mount(name),
     );
-    let tmp = image.with_extension("img.tmp");
+    let tmp = in_making(&image);
     let fail = |msg: String| {
         let _ = berth_sys::mount::umount(&mnt, true);
         let _ = std::fs::remove_file(&tmp);

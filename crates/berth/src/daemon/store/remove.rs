@@ -12,6 +12,7 @@ use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::net;
 use crate::daemon::records;
+use crate::daemon::runtime::data;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::security;
@@ -160,7 +161,13 @@ pub(crate) fn purge_data(d: &Daemon, name: &str) -> std::io::Result<()> {
             _ => {}
         }
     }
-    for image in [purging_image(&d.cfg, name), d.cfg.paths.data_image(name)] {
+    // And an image whose making a crash cut short (`runtime::data`).
+    let making = data::in_making(&d.cfg.paths.data_image(name));
+    for image in [
+        purging_image(&d.cfg, name),
+        d.cfg.paths.data_image(name),
+        making,
+    ] {
         match std::fs::remove_file(&image) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}
