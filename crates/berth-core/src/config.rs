@@ -43,6 +43,9 @@ pub struct Config {
     pub log_ring_bytes: usize,
     pub tmp_size: u64,
     pub run_size: u64,
+    /// `containers.data_size`: each container's /data is an ext4 image of this many bytes
+    /// (`Paths::data_image`) instead of a plain directory. None: no cap.
+    pub data_size: Option<u64>,
     /// Name of the cgroup under which every container lives (below each hierarchy's root).
     pub cgroup_parent: String,
     /// Seconds `berth start` waits for a container to reach RUNNING.
@@ -132,6 +135,12 @@ impl Paths {
     /// one into the container, and the bind inherits the flags.
     pub fn data_mount(&self, container: &str) -> PathBuf {
         self.run.join("data").join(container)
+    }
+    /// With `containers.data_size`: the sparse ext4 image holding the container's /data,
+    /// beside where its plain directory would be (names have no '.', so no clash). Mounted
+    /// through a loop device on `data_mount(container)` while the container runs.
+    pub fn data_image(&self, container: &str) -> PathBuf {
+        self.state.join("data").join(format!("{container}.img"))
     }
     /// Marker: the container was last started (not stopped) by the operator, so the daemon
     /// starts it again after a reboot.
@@ -301,6 +310,7 @@ impl RawConfig {
                     log_ring: text(t, "log_ring")?,
                     tmp_size: text(t, "tmp_size")?,
                     run_size: text(t, "run_size")?,
+                    data_size: text(t, "data_size")?,
                     cgroup_parent: text(t, "cgroup_parent")?,
                 })
             })?,
@@ -398,6 +408,7 @@ struct RawContainers {
     log_ring: Option<String>,
     tmp_size: Option<String>,
     run_size: Option<String>,
+    data_size: Option<String>,
     cgroup_parent: Option<String>,
 }
 
@@ -553,6 +564,7 @@ impl Config {
             log_ring_bytes: log_ring as usize,
             tmp_size: size("containers.tmp_size", c.tmp_size, 16 << 20)?,
             run_size: size("containers.run_size", c.run_size, 4 << 20)?,
+            data_size: data_size(c.data_size, &value_err)?,
             cgroup_parent,
             governor: governor(raw.governor.unwrap_or_default(), &policy, &value_err)?,
             policy,
@@ -565,6 +577,25 @@ impl Config {
                 .map_err(|(key, m)| value_err(key, m))?,
         })
     }
+}
+
+/// `containers.data_size`: at least 1M (an ext4 file system with room for a package's
+/// files; "64" for "64M" would otherwise make one no package could use), at most 1T.
+fn data_size(
+    v: Option<String>,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Option<u64>, ConfigError> {
+    let Some(v) = v else {
+        return Ok(None);
+    };
+    let b = parse_size(&v).map_err(|m| value_err("containers.data_size", m))?;
+    if !(1 << 20..=1 << 40).contains(&b) {
+        return Err(value_err(
+            "containers.data_size",
+            format!("{v}: must be between 1M and 1T"),
+        ));
+    }
+    Ok(Some(b))
 }
 
 fn watchdog(
@@ -1071,6 +1102,28 @@ mod tests {
             c.paths.image("ab"),
             PathBuf::from("/var/lib/berth/store/ab.sqfs")
         );
+    }
+
+    #[test]
+    fn data_size_caps_data_in_an_image() {
+        let c = Config::parse("", "t").unwrap();
+        assert_eq!(c.data_size, None);
+        let c = Config::parse("[containers]\ndata_size = \"64M\"\n", "t").unwrap();
+        assert_eq!(c.data_size, Some(64 << 20));
+        assert_eq!(
+            c.paths.data_image("web"),
+            PathBuf::from("/var/lib/berth/data/web.img")
+        );
+        for bad in ["64", "512K", "2T", "lots"] {
+            let e = Config::parse(&format!("[containers]\ndata_size = \"{bad}\"\n"), "t")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("containers.data_size"), "{bad}: {e}");
+        }
+        let e = Config::parse("[containers]\ndata_size = \"64\"\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 1M") || e.contains("between 1M"), "{e}");
     }
 
     #[test]

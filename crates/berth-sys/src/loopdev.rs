@@ -1,9 +1,10 @@
-//! Read-only squashfs mounts through loop devices, without losetup.
+//! Read-only squashfs mounts, and writable ext4 mounts of /data images, through loop devices,
+//! without losetup.
 //!
 //! The loop device is set up with `LOOP_CONFIGURE` (Linux ≥ 5.8) or, on older kernels, with
-//! `LOOP_SET_FD` + `LOOP_SET_STATUS64`; in both cases it is read-only (the image is opened
-//! read-only) and auto-clearing: it is released when its last user goes away, i.e. when the
-//! squashfs is unmounted. Our own fd on the device is kept open until mount(2) has returned,
+//! `LOOP_SET_FD` + `LOOP_SET_STATUS64`; in both cases it is read-only for a squashfs (the image
+//! is opened read-only) and auto-clearing: it is released when its last user goes away, i.e.
+//! when the file system is unmounted. Our own fd on the device is kept open until mount(2) has returned,
 //! since closing it earlier would free the device under us.
 
 use std::fs::{File, OpenOptions};
@@ -134,7 +135,7 @@ fn bind_legacy(dev: &File, img: &File, image: &Path, devpath: &Path) -> Result<B
         Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Ok(Bind::Busy),
         Err(e) => return Err(SysError::io("attach image to", devpath, e)),
     }
-    // READ_ONLY is not settable here; the device is read-only because the image fd is.
+    // READ_ONLY is not settable here; the device is read-only when the image fd is.
     let info = loop_info(image, LO_FLAGS_AUTOCLEAR);
     if let Err(e) = ioctl_ptr(dev.as_raw_fd(), LOOP_SET_STATUS64, &info) {
         let _ = ioctl_arg(dev.as_raw_fd(), LOOP_CLR_FD, 0);
@@ -149,13 +150,15 @@ fn bind(
     img: &File,
     image: &Path,
     devpath: &Path,
+    writable: bool,
     force_legacy: bool,
 ) -> Result<Bind, SysError> {
     if !force_legacy {
+        let ro = if writable { 0 } else { LO_FLAGS_READ_ONLY };
         let cfg = LoopConfig {
             fd: img.as_raw_fd() as u32,
             block_size: 0,
-            info: loop_info(image, LO_FLAGS_READ_ONLY | LO_FLAGS_AUTOCLEAR),
+            info: loop_info(image, ro | LO_FLAGS_AUTOCLEAR),
             reserved: [0; 8],
         };
         match ioctl_ptr(dev.as_raw_fd(), LOOP_CONFIGURE, &cfg) {
@@ -185,12 +188,33 @@ pub fn mount_squashfs_with(
     target: &Path,
     force_legacy: bool,
 ) -> Result<PathBuf, SysError> {
+    mount_loop(dev_root, image, target, "squashfs", false, force_legacy)
+}
+
+/// Mounts the ext4 file system in `image` read-write with nosuid,nodev on `target` through a
+/// free, auto-clearing loop device (a container's capped /data); unmounting `target` frees the
+/// device. Returns the loop device used.
+pub fn mount_ext4(image: &Path, target: &Path) -> Result<PathBuf, SysError> {
+    mount_loop(Path::new("/dev"), image, target, "ext4", true, false)
+}
+
+fn mount_loop(
+    dev_root: &Path,
+    image: &Path,
+    target: &Path,
+    fstype: &str,
+    writable: bool,
+    force_legacy: bool,
+) -> Result<PathBuf, SysError> {
     let img = OpenOptions::new()
         .read(true)
+        .write(writable)
         .custom_flags(libc::O_CLOEXEC)
         .open(image)
         .map_err(|e| SysError::io("open image", image, e))?;
     let t = cpath(target)?;
+    let fs = std::ffi::CString::new(fstype)
+        .map_err(|_| SysError::Invalid(format!("file system type {fstype:?}")))?;
     let ctl_path = dev_root.join("loop-control");
     let ctl = OpenOptions::new()
         .read(true)
@@ -213,7 +237,7 @@ pub fn mount_squashfs_with(
             .custom_flags(libc::O_CLOEXEC)
             .open(&devpath)
             .map_err(|e| SysError::io("open loop device", &devpath, e))?;
-        match bind(&dev, &img, image, &devpath, force_legacy)? {
+        match bind(&dev, &img, image, &devpath, writable, force_legacy)? {
             Bind::Busy => {
                 log::debug!(
                     "{} was taken by another process, retrying",
@@ -225,12 +249,14 @@ pub fn mount_squashfs_with(
             Bind::Bound => {}
         }
         let src = cpath(&devpath)?;
-        let fstype = std::ffi::CString::new("squashfs").expect("no NUL");
-        let flags = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV;
-        let r = sys_mount(Some(&src), &t, Some(&fstype), flags, None).map_err(|e| {
+        let mut flags = libc::MS_NOSUID | libc::MS_NODEV;
+        if !writable {
+            flags |= libc::MS_RDONLY;
+        }
+        let r = sys_mount(Some(&src), &t, Some(&fs), flags, None).map_err(|e| {
             SysError::io(
                 format!(
-                    "mount squashfs {} ({}) on",
+                    "mount {fstype} {} ({}) on",
                     image.display(),
                     devpath.display()
                 ),
@@ -395,6 +421,56 @@ mod tests {
     #[test]
     fn squashfs_via_legacy_set_fd() {
         check_mount(true);
+    }
+
+    #[test]
+    fn ext4_image_mounts_writable() {
+        require_root("loop device test");
+        require_fs("ext4");
+        let d = TempDir::new("loop-ext4");
+        let img = d.path().join("data.img");
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(4 << 20)
+            .unwrap();
+        let out = std::process::Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-m", "0"])
+            .arg(&img)
+            .output()
+            .expect("mkfs.ext4 (e2fsprogs) is needed to build the test image");
+        assert!(out.status.success(), "mkfs.ext4 failed: {out:?}");
+        let target = d.path().join("mnt");
+        std::fs::create_dir(&target).unwrap();
+        let dev = mount_ext4(&img, &target).unwrap();
+        let g = MountGuard(target.clone());
+        std::fs::write(target.join("f"), "kept").unwrap();
+        let ms = mounts_under(Path::new("/proc"), &target).unwrap();
+        assert_eq!(ms[0].fs_type, "ext4");
+        assert_eq!(Path::new(&ms[0].source), dev);
+        let opts: Vec<&str> = ms[0].options.split(',').collect();
+        assert!(opts.contains(&"rw") && opts.contains(&"nosuid") && opts.contains(&"nodev"));
+        let name = dev.file_name().unwrap().to_str().unwrap().to_string();
+        let l = loop_backing_files(Path::new("/sys"))
+            .unwrap()
+            .into_iter()
+            .find(|l| l.name == name)
+            .unwrap();
+        assert!(l.autoclear && !l.read_only, "{l:?}");
+        assert!(umount_waiting(&target));
+        drop(g);
+        let mut freed = false;
+        for _ in 0..100 {
+            if !loop_backing_files(Path::new("/sys"))
+                .unwrap()
+                .iter()
+                .any(|l| l.backing_file == img)
+            {
+                freed = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(freed, "{name} still bound to {}", img.display());
     }
 
     #[test]

@@ -284,7 +284,7 @@ fn load_apparmor(dir: &Path, name: &str) -> Result<String> {
 /// gets ids that own it.
 pub fn removed(d: &Daemon, name: &str, purge: bool) {
     unload_apparmor(&d.sys().join("kernel/security/apparmor"), name);
-    if purge && !d.cfg.paths.data(name).exists() {
+    if purge && !d.cfg.paths.data(name).exists() && !d.cfg.paths.data_image(name).exists() {
         let path = slots_file(&d.cfg);
         let Ok(text) = std::fs::read_to_string(&path) else {
             return;

@@ -1,5 +1,6 @@
 //! Containers at run time: their mounts, start, stop, watch, health probes, status and logs.
 
+pub(crate) mod data;
 pub(crate) mod health;
 pub(crate) mod limit;
 pub(crate) mod logs;

@@ -20,6 +20,7 @@ use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::limits;
 use crate::daemon::net;
+use crate::daemon::runtime::data;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::runtime::watch;
@@ -122,10 +123,20 @@ fn prepare_root(d: &Daemon, st: &State, p: &Installed) -> Result<Root> {
 }
 
 /// /data: made on the first start (the payload's user owns it), shifted into the
-/// container's id range, and bound where LXC binds it from.
+/// container's id range, and bound where LXC binds it from; with `containers.data_size`, an
+/// image mounted there instead (`data`).
 fn prepare_data(d: &Daemon, p: &Installed) -> Result<()> {
     let name = p.name.as_str();
     let data = d.cfg.paths.data(name);
+    let image = d.cfg.paths.data_image(name);
+    let image_len = std::fs::metadata(&image).ok().map(|m| m.len());
+    let cap = d.cfg.data_size;
+    let how = data::plan(name, &image, cap, image_len, data.is_dir())
+        .map_err(|m| Error::new(Kind::Refused, m))?;
+    // With a cap the plan is never `Dir`.
+    if let Some(cap) = cap {
+        return data::mount_image(d, p, cap, how);
+    }
     if !data.exists() {
         std::fs::create_dir_all(&data).map_err(Error::internal)?;
         std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o750))

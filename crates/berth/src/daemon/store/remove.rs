@@ -12,6 +12,7 @@ use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::net;
 use crate::daemon::records;
+use crate::daemon::runtime::data;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::security;
@@ -29,7 +30,11 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
     if purge && names.iter().all(|n| !old.packages.contains_key(n)) {
         let leftovers: Vec<&String> = names
             .iter()
-            .filter(|n| d.cfg.paths.data(n).exists() || purging_dir(&d.cfg, n).exists())
+            .filter(|n| {
+                set_aside_pairs(&d.cfg, n)
+                    .iter()
+                    .any(|(from, to)| from.exists() || to.exists())
+            })
             .collect();
         if leftovers.len() == names.len() {
             for n in &leftovers {
@@ -75,29 +80,32 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
     // A purge is made resumable before the commit: /data moves aside (one rename), so that a
     // crash before the commit puts it back (the package is still installed) and one after
     // it finishes the purge (reconcile, gc, or remove --purge again).
-    let mut set_aside: Vec<String> = Vec::new();
+    let mut set_aside: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let put_back = |set_aside: &[(PathBuf, PathBuf)]| {
+        for (from, to) in set_aside {
+            let _ = std::fs::rename(to, from);
+        }
+    };
     if purge {
         for n in names {
-            let (from, to) = (d.cfg.paths.data(n), purging_dir(&d.cfg, n));
-            if from.exists() {
-                if let Err(e) = std::fs::rename(&from, &to) {
-                    for n in &set_aside {
-                        let _ = std::fs::rename(purging_dir(&d.cfg, n), d.cfg.paths.data(n));
+            // The plain directory and, with containers.data_size, the image.
+            for (from, to) in set_aside_pairs(&d.cfg, n) {
+                if from.exists() {
+                    if let Err(e) = std::fs::rename(&from, &to) {
+                        put_back(&set_aside);
+                        return Err(Error::internal(format!(
+                            "{n}: cannot set its /data aside for the purge: {e}; nothing was changed"
+                        )));
                     }
-                    return Err(Error::internal(format!(
-                        "{n}: cannot set its /data aside for the purge: {e}; nothing was changed"
-                    )));
+                    set_aside.push((from, to));
                 }
-                set_aside.push(n.clone());
             }
         }
         let _ = fsync_dir(&d.cfg.paths.state.join("data"));
         fault::point("remove.set-aside");
     }
     if let Err(e) = state::commit_state(d, new) {
-        for n in &set_aside {
-            let _ = std::fs::rename(purging_dir(&d.cfg, n), d.cfg.paths.data(n));
-        }
+        put_back(&set_aside);
         return Err(e);
     }
     fault::point("remove.committed");
@@ -128,10 +136,39 @@ pub(crate) fn purging_dir(cfg: &Config, name: &str) -> PathBuf {
     cfg.paths.state.join("data").join(format!(".purge-{name}"))
 }
 
-/// Deletes a container's /data (set aside or not) and then frees its id range.
+/// Where a container's /data image waits while it is being purged.
+pub(crate) fn purging_image(cfg: &Config, name: &str) -> PathBuf {
+    cfg.paths
+        .state
+        .join("data")
+        .join(format!(".purge-{name}.img"))
+}
+
+/// What a purge sets aside: (where it is, where it waits).
+fn set_aside_pairs(cfg: &Config, name: &str) -> [(PathBuf, PathBuf); 2] {
+    [
+        (cfg.paths.data(name), purging_dir(cfg, name)),
+        (cfg.paths.data_image(name), purging_image(cfg, name)),
+    ]
+}
+
+/// Deletes a container's /data (set aside or not: its directory, its image) and then frees
+/// its id range.
 pub(crate) fn purge_data(d: &Daemon, name: &str) -> std::io::Result<()> {
     for dir in [purging_dir(&d.cfg, name), d.cfg.paths.data(name)] {
         match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+    }
+    // And an image whose making a crash cut short (`runtime::data`).
+    let making = data::in_making(&d.cfg.paths.data_image(name));
+    for image in [
+        purging_image(&d.cfg, name),
+        d.cfg.paths.data_image(name),
+        making,
+    ] {
+        match std::fs::remove_file(&image) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }
@@ -149,11 +186,15 @@ pub(crate) fn finish_purges(d: &Daemon) {
     };
     for e in entries.flatten() {
         let f = e.file_name();
-        let Some(name) = f.to_str().and_then(|f| f.strip_prefix(".purge-")) else {
+        let Some(aside) = f.to_str().and_then(|f| f.strip_prefix(".purge-")) else {
             continue;
         };
-        if st.packages.contains_key(name) && !d.cfg.paths.data(name).exists() {
-            match std::fs::rename(e.path(), d.cfg.paths.data(name)) {
+        let (name, home) = match aside.strip_suffix(".img") {
+            Some(n) => (n, d.cfg.paths.data_image(n)),
+            None => (aside, d.cfg.paths.data(aside)),
+        };
+        if st.packages.contains_key(name) && !home.exists() {
+            match std::fs::rename(e.path(), home) {
                 Ok(()) => {
                     log::warn!("{name}: a purge was cut short before it committed; /data is back")
                 }

@@ -1,0 +1,325 @@
+//! A container's /data with `containers.data_size`: an ext4 image of that size, made at the
+//! first capped start (a plain data directory moves into it), grown when the cap grows, and
+//! mounted through a loop device on `Paths::data_mount` while the container runs.
+//!
+//! ext4 with its journal: a router loses power, and a journal-less file system nobody checks
+//! at mount would collect damage with every cut. `-m 0`: the cap is the operator's number,
+//! no blocks held back for root (the container's root would be the one to use them).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use berth_core::state::Installed;
+use berth_sys::fsutil::fsync_dir;
+
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::security;
+
+/// What a start does with a container's /data.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// No cap and no image: the plain directory, bound (today's way).
+    Dir,
+    /// Make the image (`migrate`: copy the plain directory into it first).
+    Create { migrate: bool },
+    /// Grow the image's file system from its size to the cap, then mount it.
+    Grow { from: u64 },
+    /// Mount the image as it is.
+    Use,
+}
+
+/// The choice, from the cap, the image's size (if there is one) and whether a plain data
+/// directory exists. Removing the cap does not move data back out of the image: the start is
+/// refused, so that a package never silently starts on an empty /data beside its real one.
+pub(crate) fn plan(
+    name: &str,
+    image: &Path,
+    cap: Option<u64>,
+    image_len: Option<u64>,
+    dir_exists: bool,
+) -> std::result::Result<Plan, String> {
+    match (cap, image_len) {
+        (None, None) => Ok(Plan::Dir),
+        (None, Some(len)) => Err(format!(
+            "{name}: its /data is in {} ({} bytes) but containers.data_size is not set: set it \
+             again (at least {}), or copy the files out of the image and delete it",
+            image.display(),
+            len,
+            human(len)
+        )),
+        (Some(_), None) => Ok(Plan::Create {
+            migrate: dir_exists,
+        }),
+        (Some(cap), Some(len)) if len > cap => Err(format!(
+            "{name}: its /data image {} is {}, larger than containers.data_size ({}): berth \
+             does not shrink it; set data_size to at least {}",
+            image.display(),
+            human(len),
+            human(cap),
+            human(len)
+        )),
+        (Some(cap), Some(len)) if len < cap => Ok(Plan::Grow { from: len }),
+        (Some(_), Some(_)) => Ok(Plan::Use),
+    }
+}
+
+fn human(b: u64) -> String {
+    if b.is_multiple_of(1 << 20) {
+        format!("{}M", b >> 20)
+    } else if b.is_multiple_of(1024) {
+        format!("{}K", b >> 10)
+    } else {
+        format!("{b}")
+    }
+}
+
+/// Prepares a capped /data and mounts it on the container's data mount point; `Plan::Dir`
+/// is the caller's.
+pub(crate) fn mount_image(d: &Daemon, p: &Installed, cap: u64, plan: Plan) -> Result<()> {
+    let name = p.name.as_str();
+    let paths = &d.cfg.paths;
+    let (image, dir, mnt) = (
+        paths.data_image(name),
+        paths.data(name),
+        paths.data_mount(name),
+    );
+    // A leftover mount of a stopped container (the bind of an uncapped start, say) goes first.
+    berth_sys::mount::umount(&mnt, false)
+        .map_err(|e| Error::new(Kind::MountFailed, format!("{name}: /data: {e}")))?;
+    std::fs::create_dir_all(&mnt).map_err(Error::internal)?;
+    match plan {
+        Plan::Dir => return Err(Error::internal("data::mount_image called without a cap")),
+        Plan::Create { migrate } => create(d, p, cap, migrate)?,
+        Plan::Grow { from } => grow(name, &image, from, cap)?,
+        Plan::Use => {}
+    }
+    // The copy of a plain directory is complete once the image has its name: a directory
+    // still there is what a power cut left between the rename and its removal.
+    if dir.is_dir() {
+        log::warn!(
+            "{name}: removing {} (its files are in {})",
+            dir.display(),
+            image.display()
+        );
+        std::fs::remove_dir_all(&dir)
+            .map_err(|e| Error::internal(format!("remove {}: {e}", dir.display())))?;
+    }
+    berth_sys::loopdev::mount_ext4(&image, &mnt)
+        .map_err(|e| Error::new(Kind::MountFailed, format!("{name}: /data: {e}")))?;
+    security::own_data(d, p, &mnt)
+}
+
+/// Where an image is made (`NAME.img.tmp`) before it gets its name; a purge deletes one a
+/// crash left.
+pub(crate) fn in_making(image: &Path) -> PathBuf {
+    image.with_extension("img.tmp")
+}
+
+/// Makes the image under a temporary name, fills it (root directory owned as the plain one
+/// would be, or the plain directory's files), and names it only once that all worked: a
+/// failure leaves the plain directory as it was and no image.
+fn create(d: &Daemon, p: &Installed, cap: u64, migrate: bool) -> Result<()> {
+    let name = p.name.as_str();
+    let paths = &d.cfg.paths;
+    let (image, dir, mnt) = (
+        paths.data_image(name),
+        paths.data(name),
+        paths.data_mount(name),
+    );
+    let tmp = in_making(&image);
+    let fail = |msg: String| {
+        let _ = berth_sys::mount::umount(&mnt, true);
+        let _ = std::fs::remove_file(&tmp);
+        Error::new(Kind::MountFailed, format!("{name}: /data: {msg}"))
+    };
+    if let Some(parent) = image.parent() {
+        std::fs::create_dir_all(parent).map_err(Error::internal)?;
+    }
+    std::fs::File::create(&tmp)
+        .and_then(|f| f.set_len(cap))
+        .map_err(|e| fail(format!("cannot make {}: {e}", tmp.display())))?;
+    run(
+        "mkfs.ext4",
+        &["-q", "-F", "-m", "0", "-E", "nodiscard"],
+        &tmp,
+    )
+    .map_err(fail)?;
+    berth_sys::loopdev::mount_ext4(&tmp, &mnt).map_err(|e| fail(e.to_string()))?;
+    let fill = || -> std::result::Result<(), String> {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        // lost+found is e2fsck's; the package's /data starts empty (e2fsck makes it again
+        // when it needs it).
+        let _ = std::fs::remove_dir(mnt.join("lost+found"));
+        let (mode, uid, gid) = if migrate {
+            let md = std::fs::metadata(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            (md.mode() & 0o7777, md.uid(), md.gid())
+        } else {
+            let e = &p.manifest.entrypoint;
+            (0o750, e.user, e.group)
+        };
+        std::fs::set_permissions(&mnt, PermissionsExt::from_mode(mode))
+            .and_then(|()| std::os::unix::fs::chown(&mnt, Some(uid), Some(gid)))
+            .map_err(|e| format!("{}: {e}", mnt.display()))?;
+        if migrate {
+            let out = Command::new("cp")
+                .env("PATH", TOOL_PATH)
+                .arg("-a")
+                .arg(dir.join("."))
+                .arg(&mnt)
+                .output()
+                .map_err(|e| format!("cp: {e}"))?;
+            if !out.status.success() {
+                return Err(format!(
+                    "cannot copy {} into its image (does it fit in containers.data_size?): {}; \
+                     the directory is kept as it was",
+                    dir.display(),
+                    last_line(&out.stderr)
+                ));
+            }
+        }
+        Ok(())
+    };
+    fill().map_err(fail)?;
+    // The unmount writes everything out; only then is the image complete.
+    berth_sys::mount::umount(&mnt, false).map_err(|e| fail(e.to_string()))?;
+    std::fs::rename(&tmp, &image).map_err(|e| fail(format!("rename {}: {e}", tmp.display())))?;
+    if let Some(parent) = image.parent() {
+        let _ = fsync_dir(parent);
+    }
+    if migrate {
+        log::info!("{name}: /data moved into {}", image.display());
+    }
+    Ok(())
+}
+
+/// Grows the image file and then its file system (offline: e2fsck first, as resize2fs asks).
+fn grow(name: &str, image: &Path, from: u64, cap: u64) -> Result<()> {
+    let err = |m: String| Error::new(Kind::MountFailed, format!("{name}: /data: {m}"));
+    // Before the file changes: without resize2fs nothing is touched.
+    let resize2fs = tool("resize2fs").map_err(err)?;
+    tool("e2fsck").map_err(err)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(image)
+        .and_then(|f| f.set_len(cap))
+        .map_err(|e| err(format!("cannot grow {}: {e}", image.display())))?;
+    let undo = |m: String| {
+        // The file system still fits its old size; the file goes back to it, so the next
+        // start tries again.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .open(image)
+            .and_then(|f| f.set_len(from));
+        err(m)
+    };
+    let out = Command::new(tool("e2fsck").map_err(err)?)
+        .args(["-f", "-p"])
+        .arg(image)
+        .output()
+        .map_err(|e| undo(format!("e2fsck: {e}")))?;
+    // 0: clean, 1: errors corrected.
+    if !matches!(out.status.code(), Some(0 | 1)) {
+        return Err(undo(format!(
+            "e2fsck {} before growing it failed: {}",
+            image.display(),
+            last_line(&out.stderr)
+        )));
+    }
+    let out = Command::new(resize2fs)
+        .arg(image)
+        .output()
+        .map_err(|e| err(format!("resize2fs: {e}")))?;
+    if !out.status.success() {
+        return Err(err(format!(
+            "resize2fs {} failed: {}",
+            image.display(),
+            last_line(&out.stderr)
+        )));
+    }
+    log::info!("{name}: /data grew from {} to {}", human(from), human(cap));
+    Ok(())
+}
+
+/// Where e2fsprogs' tools are looked for (the daemon may run with a short PATH).
+const TOOL_PATH: &str = "/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// An e2fsprogs tool: found in PATH or the usual sbin directories, or an error saying which
+/// package has it.
+fn tool(name: &str) -> std::result::Result<PathBuf, String> {
+    let path = std::env::var("PATH").unwrap_or_default();
+    path.split(':')
+        .chain(TOOL_PATH.split(':'))
+        .filter(|d| !d.is_empty())
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "{name} not found: containers.data_size needs e2fsprogs (Debian: apt install \
+                 e2fsprogs; OpenWrt: opkg install e2fsprogs), or unset data_size"
+            )
+        })
+}
+
+fn run(name: &str, args: &[&str], file: &Path) -> std::result::Result<(), String> {
+    let out = Command::new(tool(name)?)
+        .args(args)
+        .arg(file)
+        .output()
+        .map_err(|e| format!("{name}: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name} {} failed: {}",
+            file.display(),
+            last_line(&out.stderr)
+        ))
+    }
+}
+
+fn last_line(b: &[u8]) -> String {
+    String::from_utf8_lossy(b)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(no message)")
+        .trim()
+        .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans() {
+        let img = Path::new("/var/lib/berth/data/web.img");
+        let p = |cap, len, dir| plan("web", img, cap, len, dir);
+        assert_eq!(p(None, None, true), Ok(Plan::Dir));
+        assert_eq!(p(None, None, false), Ok(Plan::Dir));
+        assert_eq!(
+            p(Some(8 << 20), None, true),
+            Ok(Plan::Create { migrate: true })
+        );
+        assert_eq!(
+            p(Some(8 << 20), None, false),
+            Ok(Plan::Create { migrate: false })
+        );
+        assert_eq!(p(Some(8 << 20), Some(8 << 20), false), Ok(Plan::Use));
+        assert_eq!(
+            p(Some(16 << 20), Some(8 << 20), false),
+            Ok(Plan::Grow { from: 8 << 20 })
+        );
+        let e = p(Some(4 << 20), Some(8 << 20), false).unwrap_err();
+        assert!(
+            e.contains("web.img") && e.contains("does not shrink") && e.contains("at least 8M"),
+            "{e}"
+        );
+        let e = p(None, Some(8 << 20), false).unwrap_err();
+        assert!(
+            e.contains("containers.data_size is not set") && e.contains("at least 8M"),
+            "{e}"
+        );
+    }
+}
