@@ -586,7 +586,9 @@ try loader 'busybox ls /usr/lib >/dev/null && echo listed'
     );
     // The same program without base = "host": its loader is not in the container.
     sb.add(
-        &Pkg::new("bare", "1", &["/bin/hostprog", "BERTH_PROBE=yes"]).file("bin/hostprog", &elf),
+        &Pkg::new("bare", "1", &["/bin/hostprog", "BERTH_PROBE=yes"])
+            .file("bin/hostprog", &elf)
+            .table("[restart]\npolicy = \"never\""),
     );
     sb.start_daemon();
     sb.ok(&["update"]);

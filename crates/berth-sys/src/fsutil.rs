@@ -199,6 +199,36 @@ pub fn fill_random(buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Copies a file leaving holes where `src` reads as zeros (a sparse disk image stays
+/// sparse: flash is not written for nothing), with its mode; fsynced.
+pub fn copy_sparse(src: &Path, dst: &Path) -> io::Result<()> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::unix::fs::PermissionsExt;
+    let mut from = std::fs::File::open(src)?;
+    let meta = from.metadata()?;
+    let mut to = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(dst)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = from.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        if buf[..n].iter().all(|b| *b == 0) {
+            to.seek(SeekFrom::Current(n as i64))?;
+        } else {
+            to.write_all(&buf[..n])?;
+        }
+    }
+    to.set_len(meta.len())?;
+    to.set_permissions(std::fs::Permissions::from_mode(
+        meta.permissions().mode() & 0o7777,
+    ))?;
+    to.sync_all()
+}
+
 /// Bytes of the regular files below `dir` (not following links); what a copy of it needs.
 pub fn tree_size(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else {

@@ -153,6 +153,19 @@ pub(crate) fn note_running(d: &Daemon, name: &str) {
     }
 }
 
+/// A clean stop (SIGTERM, SIGINT: an operator's restart, a shutdown) is no failed start:
+/// this start leaves the counter. A device in a boot loop never gets this far; a daemon
+/// restarted by hand five times in two minutes must not end in safe mode.
+pub(crate) fn clean_stop(d: &Daemon) {
+    if d.boot.confirmed.load(Ordering::SeqCst) || d.safe_mode().is_some() {
+        return;
+    }
+    let mut r = d.boot.record.lock().unwrap();
+    if r.unconfirmed.pop().is_some() {
+        write_record(d, &r);
+    }
+}
+
 /// This start stayed up and healthy for `[boot] confirm_after`: the counter is emptied.
 pub(crate) fn confirm(d: &Daemon) {
     let mut r = d.boot.record.lock().unwrap();

@@ -91,6 +91,7 @@ pub fn run(cfg: Config) -> Result<()> {
     api::server::serve(&d, &listener, &term)?;
     // Only a clean stop disarms the watchdog; an error above leaves it to reset the device.
     watchdog.close();
+    boot::clean_stop(&d);
     // Containers keep running: a daemon restart must not touch them.
     log::info!("berth daemon stopping; containers keep running");
     let _ = std::fs::remove_file(d.cfg.paths.admin_socket());

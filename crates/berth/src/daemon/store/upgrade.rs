@@ -255,7 +255,7 @@ fn confirm(d: &Arc<Daemon>, m: &Move) -> std::result::Result<(), String> {
                 }
             }
             Some(v)
-                if matches!(v.state, "failed" | "backoff" | "unhealthy" | "stopped")
+                if matches!(v.state, "failed" | "backoff" | "stopped")
                     && t0.elapsed() > Duration::from_millis(300) =>
             {
                 break Err(format!(
@@ -285,7 +285,7 @@ fn confirm(d: &Arc<Daemon>, m: &Move) -> std::result::Result<(), String> {
         }
         state::commit_state(d, st).map_err(|e| e.message)?;
         fault::point("upgrade.confirmed");
-        let _ = std::fs::remove_dir_all(snapshot(d, &m.name));
+        remove_any(&snapshot(d, &m.name));
         log::info!("{}: upgrade to {} confirmed", m.name, m.to);
     }
     verdict
@@ -393,36 +393,63 @@ pub(crate) fn recover(d: &Arc<Daemon>) {
             }
         } else {
             // A confirmed upgrade (or one never committed): its snapshot is not needed.
-            let _ = std::fs::remove_dir_all(snapshot(d, n));
-            let _ = std::fs::remove_dir_all(data_failed(d, n));
+            remove_any(&snapshot(d, n));
+            remove_any(&data_failed(d, n));
         }
-        let _ = std::fs::remove_dir_all(snapshot_tmp(d, n));
+        remove_any(&snapshot_tmp(d, n));
     }
 }
 
-/// Copies /data aside, when the copy fits in half the free space (flash is precious: no
-/// snapshot then, and a rollback keeps the data as the new version left it; logged).
+/// /data as it is kept: the plain directory, or (with `[containers] data_size`) its image.
+fn data_of(d: &Daemon, name: &str) -> PathBuf {
+    let image = d.cfg.paths.data_image(name);
+    if image.is_file() {
+        image
+    } else {
+        d.cfg.paths.data(name)
+    }
+}
+
+fn remove_any(p: &Path) {
+    let _ = std::fs::remove_dir_all(p);
+    let _ = std::fs::remove_file(p);
+}
+
+/// Copies /data aside (the directory, or its image sparsely), when the copy fits in half
+/// the free space (flash is precious: no snapshot then, and a rollback keeps the data as
+/// the new version left it; logged).
 fn take_snapshot(d: &Daemon, name: &str) {
-    let data = d.cfg.paths.data(name);
-    if !data.is_dir() {
+    let data = data_of(d, name);
+    if !data.exists() {
         return;
     }
     let (tmp, snap) = (snapshot_tmp(d, name), snapshot(d, name));
-    let _ = std::fs::remove_dir_all(&tmp);
-    let _ = std::fs::remove_dir_all(&snap);
-    let size = berth_sys::fsutil::tree_size(&data);
+    remove_any(&tmp);
+    remove_any(&snap);
+    let image = data.is_file();
+    let size = if image {
+        // What the image holds, not its nominal size.
+        std::fs::metadata(&data).map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
+    } else {
+        berth_sys::fsutil::tree_size(&data)
+    };
     let free = berth_sys::fsutil::free_bytes(&data).unwrap_or(0);
     if size.saturating_mul(2) > free {
         log::warn!("{name}: /data ({size} B) is too large to snapshot in {free} B free: a rollback keeps it as it is");
         return;
     }
-    match berth_sys::fsutil::copy_tree(&data, &tmp).and_then(|_| std::fs::rename(&tmp, &snap)) {
+    let copied = if image {
+        berth_sys::fsutil::copy_sparse(&data, &tmp)
+    } else {
+        berth_sys::fsutil::copy_tree(&data, &tmp)
+    };
+    match copied.and_then(|_| std::fs::rename(&tmp, &snap)) {
         Ok(()) => {
             let _ = berth_sys::fsutil::fsync_dir(snap.parent().unwrap_or(Path::new("/")));
         }
         Err(e) => {
             log::warn!("{name}: no snapshot of /data ({e}): a rollback keeps it as it is");
-            let _ = std::fs::remove_dir_all(&tmp);
+            remove_any(&tmp);
         }
     }
 }
@@ -430,14 +457,16 @@ fn take_snapshot(d: &Daemon, name: &str) {
 /// Puts the snapshot back in place of /data. Each step can be cut short: run again, it
 /// finishes (the snapshot is only ever renamed onto a /data that is out of the way).
 fn restore_data(d: &Daemon, name: &str) {
-    let (data, snap, failed) = (
-        d.cfg.paths.data(name),
-        snapshot(d, name),
-        data_failed(d, name),
-    );
-    if snap.is_dir() {
+    let (snap, failed) = (snapshot(d, name), data_failed(d, name));
+    // The snapshot is of the kind /data is kept as.
+    let data = if snap.is_file() {
+        d.cfg.paths.data_image(name)
+    } else {
+        d.cfg.paths.data(name)
+    };
+    if snap.exists() {
         if data.exists() {
-            let _ = std::fs::remove_dir_all(&failed);
+            remove_any(&failed);
             if let Err(e) = std::fs::rename(&data, &failed) {
                 log::error!("{name}: cannot move /data aside for the rollback: {e}");
                 return;
@@ -449,5 +478,5 @@ fn restore_data(d: &Daemon, name: &str) {
         }
         let _ = berth_sys::fsutil::fsync_dir(data.parent().unwrap_or(Path::new("/")));
     }
-    let _ = std::fs::remove_dir_all(&failed);
+    remove_any(&failed);
 }
