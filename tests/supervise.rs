@@ -131,6 +131,18 @@ fn a_crashing_package_is_restarted_with_growing_waits_then_failed_and_others_run
         (Some("stopped"), &c["restarts"]),
         "{c2}"
     );
+    // ... also across a daemon restart: the stop cleared its autostart mark (the next
+    // daemon's start otherwise applied the restart policy to the end it found)
+    assert_eq!(c2["autostart"], false, "{c2}");
+    sb.stop_daemon();
+    sb.start_daemon();
+    std::thread::sleep(Duration::from_millis(1500));
+    let c3 = sb.status_of("crasher");
+    assert_eq!(
+        (c3["state"].as_str(), &c3["restarts"]),
+        (Some("stopped"), &c["restarts"]),
+        "{c3}"
+    );
 }
 
 #[test]

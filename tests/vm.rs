@@ -61,6 +61,7 @@ const CHECKS: &[&str] = &[
     "guard-kill",
     "guard-before-oom",
     "guard-nothing-outside",
+    "core-in-archive",
     "remove",
     "no-cgroups-left",
 ];

@@ -4,7 +4,8 @@
 # group budget, a container's planned v2 files, a 2-thread CPU hog held to its cpu.max, a live
 # `berth limit`, a memory hog OOM-killed inside its cgroup, a fork bomb held by pids.max, the
 # CPU governor writing berth/cpu.max from a probe, the memory guard killing a hog before the
-# OOM killer, and no cgroup left behind. Every check prints one line: VMTEST PASS|FAIL NAME DETAIL.
+# OOM killer, a core dump of a crashing package in its crash archive (berth core-handler), and
+# no cgroup left behind. Every check prints one line: VMTEST PASS|FAIL NAME DETAIL.
 # Figures are read from the kernel's own files, never from berth's answers.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -284,6 +285,57 @@ result guard-before-oom "$(ok "$((ooms1 - ooms0))" = 0)" "kernel OOM kills meanw
 result guard-nothing-outside "$(ok -d /proc/$bystander -a -d /proc/$daemon)" "bystander and daemon alive"
 kill $bystander
 b stop -t 1 gmem >/dev/null 2>&1
+
+# A core dump lands in the crash archive. The daemon restarted with [reports] cores = true;
+# the kernel's core_pattern pipes cores to `berth core-handler` (set here, inside the VM
+# only, and put back after); package `crasher` (restart never) raises its core limit and
+# kills itself with SIGSEGV: its one archive must hold a `core` member and a summary saying
+# signal 11 with the core.
+kill $daemon
+wait $daemon
+cat >>/etc/berth/berth.toml <<CONF
+[reports]
+cores = true
+CONF
+pattern0=$(cat /proc/sys/kernel/core_pattern)
+limit0=$(cat /proc/sys/kernel/core_pipe_limit)
+echo 1 >/proc/sys/kernel/core_pipe_limit
+echo "|$B --config /etc/berth/berth.toml core-handler %P %s %e" >/proc/sys/kernel/core_pattern
+"$B" daemon >/tmp/daemon3.log 2>&1 &
+daemon=$!
+wait_for 60 "$B" status
+b install crasher >/dev/null 2>&1
+b start crasher >/dev/null 2>&1
+wait_for 60 sh -c "'$B' --json report list crasher | grep -q '\"id\"'"
+# JSON on one line, keeping the spaces inside values: "key":value, "key":value
+flat() { tr '\n' ' ' | sed 's/  */ /g; s/": /":/g'; }
+list=$(b --json report list crasher 2>&1 | flat)
+id=$(echo "$list" | grep -o '"id":"[^"]*"' | head -1 | cut -d'"' -f4)
+fmt=$(echo "$list" | grep -o '"format":"[^"]*"' | head -1 | cut -d'"' -f4)
+n=$(echo "$list" | grep -o '"id":' | wc -l)
+file=/tmp/crash.${fmt:-tar.gz}
+rm -f "$file"
+exported=$(b report export "$id" -o "$file" 2>&1)
+z=; [ "$fmt" = tar.gz ] && z=z
+members=$(tar -t${z}vf "$file" 2>&1)
+core_bytes=$(echo "$members" | awk -v m="$id/core" '$NF == m {print $3}')
+summary=$(tar -x${z}Of "$file" "$id/summary.json" 2>/dev/null | flat)
+detail=$(echo "$summary" | grep -o '"detail":"[^"]*"' | cut -d'"' -f4)
+core=$(echo "$summary" | grep -o '"core":{[^}]*}')
+good=0
+[ "$n" = 1 ] || good=1
+[ "${core_bytes:-0}" -gt 0 ] || good=1
+case "$detail" in "signal 11"*) ;; *) good=1 ;; esac
+echo "$core" | grep -q '"signal":11' || good=1
+echo "$core" | grep -q '"bytes":[1-9]' || good=1
+echo "$pattern0" >/proc/sys/kernel/core_pattern
+echo "$limit0" >/proc/sys/kernel/core_pipe_limit
+if [ "$good" = 0 ]; then
+    result core-in-archive 0 "$n archive ($fmt): $id; member $id/core $core_bytes B; detail \"$detail\"; summary core $core; $(echo "$members" | awk '{print $NF}' | sed "s|^$id/||" | tr '\n' ' ')"
+else
+    result core-in-archive 1 "$n archive(s) ($fmt), id ${id:-none}, core member ${core_bytes:-none} B, detail \"$detail\", summary core ${core:-none}; export: $exported; members: $(echo "$members" | tr '\n' ';'); report list: $list; cores dir: $(ls -la /run/berth/cores/* 2>&1 | tr '\n' ';'); logs: $(b logs crasher 2>&1 | tr '\n' ';'); notes: $(echo "$summary" | grep -o '"notes":\[[^]]*\]'); daemon log: $(tail -n 15 /tmp/daemon3.log | tr '\n' ';')"
+fi
+b remove crasher >/dev/null 2>&1
 
 # Removed: no container cgroup left behind.
 b remove hog mem bomb gmem >/dev/null

@@ -22,7 +22,8 @@ mkdir -p "$out/repo/packages" "$out/keys" "$out/src"
 "$B" key generate -o "$out/src/vendor" >/dev/null
 cp "$out/src/vendor.pub" "$out/keys/vendor.pub"
 
-# pkg NAME SCRIPT RESOURCES: a busybox package whose payload is `sh /run.sh`.
+# pkg NAME SCRIPT RESOURCES [TABLES]: a busybox package whose payload is `sh /run.sh`;
+# TABLES (optional) are more manifest tables, e.g. [restart].
 pkg() {
     local d="$out/src/$1"
     mkdir -p "$d/.berth" "$d/bin"
@@ -41,6 +42,7 @@ argv = ["/bin/busybox", "sh", "/run.sh"]
 
 [resources]
 $3
+${4:-}
 MANIFEST
     "$B" pack "$d" -o "$out/repo/packages/$1-1.sqfs" >/dev/null
 }
@@ -70,6 +72,16 @@ pkg gmem 'echo growing
 x=0123456789abcdef
 while :; do x="$x$x"; sleep 2; done' 'memory = "256M"
 priority = -10'
+
+# A crasher for the core handler: raises its core limit and kills itself with SIGSEGV (the
+# payload is init.lxc's child, not the namespace's init, so the signal is not ignored);
+# never restarted, so the crash makes one archive.
+pkg crasher 'ulimit -c unlimited
+echo crashing
+kill -SEGV $$
+echo still here
+sleep 5' 'memory = "32M"' '[restart]
+policy = "never"'
 
 : >"$out/repo/trusted.txt"
 "$B" repo build "$out/repo" --key "$out/src/vendor.sec" >/dev/null

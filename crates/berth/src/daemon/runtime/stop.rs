@@ -48,8 +48,10 @@ fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, operator: bool) -> Res
     state::installed(d, name)?;
     if !probe::is_running(d, name) {
         if operator {
-            // A restart held in backoff is dropped: the operator wants it stopped.
+            // A restart held in backoff is dropped: the operator wants it stopped, also
+            // after the daemon's next start (which restarts what is marked autostart).
             d.notify(name, Event::StopRequested);
+            start::set_autostart(d, name, false)?;
         }
         return Err(Error::new(
             Kind::NotRunning,
