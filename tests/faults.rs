@@ -969,6 +969,9 @@ fn crash_at_points(sb: &mut Sandbox, name: &str, expect: &[&str], points: &[(&st
 #[test]
 fn sigkill_at_each_install_step_leaves_old_or_new_state() {
     let mut sb = Sandbox::new("crash1");
+    // Every SIGKILL here is a daemon start that never confirms: this test is about the
+    // state, not safe mode (safe_mode.rs), so the boot counter may count far.
+    sb.write_config("[boot]\nmax_failed = 100\n");
     sb.pack(&service("solo"));
     sb.build_repo();
     sb.start_daemon();
@@ -991,6 +994,9 @@ fn sigkill_at_each_install_step_leaves_old_or_new_state() {
 #[test]
 fn sigkill_at_each_step_of_a_two_package_install_never_splits_them() {
     let mut sb = Sandbox::new("crash2");
+    // Every SIGKILL here is a daemon start that never confirms: this test is about the
+    // state, not safe mode (safe_mode.rs), so the boot counter may count far.
+    sb.write_config("[boot]\nmax_failed = 100\n");
     sb.pack(&service("base"));
     sb.pack(&service("top").package_key("depends = [\"base\"]"));
     sb.build_repo();
@@ -1018,6 +1024,9 @@ fn sigkill_at_each_step_of_a_two_package_install_never_splits_them() {
 #[test]
 fn sigkill_at_arbitrary_moments_of_a_slow_install_leaves_old_or_new_state() {
     let mut sb = Sandbox::new("crashtime");
+    // Every SIGKILL here is a daemon start that never confirms: this test is about the
+    // state, not safe mode (safe_mode.rs), so the boot counter may count far.
+    sb.write_config("[boot]\nmax_failed = 100\n");
     sb.pack(&service("base"));
     sb.pack(&service("top").package_key("depends = [\"base\"]"));
     sb.build_repo();

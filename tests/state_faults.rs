@@ -194,6 +194,9 @@ fn atomic_leftovers(sb: &Sandbox) -> Vec<String> {
 #[test]
 fn temporary_files_of_a_start_cut_short_are_removed() {
     let mut sb = Sandbox::new("tmpkill");
+    // Every SIGKILL here is a daemon start that never confirms: this test is about the
+    // state, not safe mode (safe_mode.rs), so the boot counter may count far.
+    sb.write_config("[boot]\nmax_failed = 100\n");
     sb.add(&Pkg::script("quiet", "1.0", "echo up\nexec sleep 600\n"));
     sb.start_daemon();
     sb.ok(&["update"]);
@@ -265,6 +268,9 @@ fn with_data(sb: &Sandbox, name: &str) {
 #[test]
 fn a_purge_cut_short_is_undone_or_finished() {
     let mut sb = Sandbox::new("purgekill");
+    // Every SIGKILL here is a daemon start that never confirms: this test is about the
+    // state, not safe mode (safe_mode.rs), so the boot counter may count far.
+    sb.write_config("[boot]\nmax_failed = 100\n");
     sb.add(&Pkg::script(
         "keeper",
         "1.0",

@@ -161,6 +161,16 @@ fn an_upgrade_that_passes_is_kept_and_one_that_fails_is_rolled_back() {
     // a failed upgrade never retries on its own
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(sb.status_of("app")["version"], "1.1");
+
+    // clean daemon restarts (an operator's, a shutdown's) are no failed starts: six of them
+    // in a row do not end in safe mode (five killed ones would: safe_mode.rs)
+    for _ in 0..6 {
+        sb.stop_daemon();
+        sb.start_daemon();
+    }
+    let st = sb.json(&["status"]);
+    assert_eq!(st["daemon"]["safe_mode"], false, "{st}");
+    wait_running(&sb, "1.1", 5);
 }
 
 /// The steps an upgrade goes through (all reached by a passing one), and those a failing
