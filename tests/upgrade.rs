@@ -63,13 +63,9 @@ fn wait_running(sb: &Sandbox, version: &str, secs: u64) -> Value {
     }
 }
 
-fn history(sb: &Sandbox) -> String {
-    std::fs::read_to_string(sb.state_dir().join("data/app/history")).unwrap_or_default()
-}
-
-#[test]
-fn an_upgrade_that_passes_is_kept_and_one_that_fails_is_rolled_back() {
-    let mut sb = Sandbox::new("upg");
+/// A sandbox whose daemon runs app 1.0, with a file of its own in /data.
+fn running_app(scope: &str) -> Sandbox {
+    let mut sb = Sandbox::new(scope);
     sb.write_config(CONFIG);
     sb.add(&app("1.0", false));
     sb.start_daemon();
@@ -78,6 +74,16 @@ fn an_upgrade_that_passes_is_kept_and_one_that_fails_is_rolled_back() {
     sb.ok(&["start", "app"]);
     wait_running(&sb, "1.0", 10);
     std::fs::write(sb.state_dir().join("data/app/keep"), b"precious").unwrap();
+    sb
+}
+
+fn history(sb: &Sandbox) -> String {
+    std::fs::read_to_string(sb.state_dir().join("data/app/history")).unwrap_or_default()
+}
+
+#[test]
+fn an_upgrade_that_passes_is_kept_and_one_that_fails_is_rolled_back() {
+    let mut sb = running_app("upg");
 
     // nothing newer: nothing to do
     assert!(sb.ok(&["upgrade"]).contains("nothing to upgrade"));
@@ -236,15 +242,7 @@ fn sigkill_at_every_step_of_an_upgrade_and_a_rollback_leaves_the_old_or_the_new_
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(17);
-    let mut sb = Sandbox::new("upgkill");
-    sb.write_config(CONFIG);
-    sb.add(&app("1.0", false));
-    sb.start_daemon();
-    sb.ok(&["update"]);
-    sb.ok(&["install", "app"]);
-    sb.ok(&["start", "app"]);
-    wait_running(&sb, "1.0", 10);
-    std::fs::write(sb.state_dir().join("data/app/keep"), b"precious").unwrap();
+    let mut sb = running_app("upgkill");
     let mut injections = 0;
     let mut ended = std::collections::BTreeMap::<String, usize>::new();
 

@@ -68,26 +68,13 @@ pub const EXT_SUMMARY: &str = ".json";
 /// UNIX seconds as `YYYYMMDDTHHMMSSZ` (ISO 8601 basic, UTC): ids sort by time as strings.
 pub fn stamp(secs: u64) -> String {
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let (y, m, d) = civil(days);
+    let (y, m, d) = crate::date::civil(days);
     format!(
         "{y:04}{m:02}{d:02}T{:02}{:02}{:02}Z",
         rem / 3600,
         rem % 3600 / 60,
         rem % 60
     )
-}
-
-/// Days since 1970-01-01 as (year, month, day) of the proleptic Gregorian calendar.
-fn civil(days: i64) -> (i64, i64, i64) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// A report's id: `<stamp>-<container>-<reason>`, and `.N` after it for the N-th report of

@@ -52,6 +52,25 @@ pub struct Installed {
     pub trial: Option<u64>,
 }
 
+impl Installed {
+    /// A package as installed from its index entry and the manifest its image carries, now.
+    pub fn from_entry(e: &IndexEntry, manifest: Manifest, explicit: bool, now: u64) -> Installed {
+        Installed {
+            name: e.name.clone(),
+            version: e.version.clone(),
+            sha256: e.sha256.clone(),
+            size: e.size,
+            trusted: e.trusted,
+            explicit,
+            depends: e.depends.clone(),
+            manifest,
+            installed_at: now,
+            previous: None,
+            trial: None,
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
     #[error("state file is damaged: {0}")]

@@ -88,19 +88,7 @@ pub(crate) fn install(d: &Daemon, names: &[String], emit: &mut dyn FnMut(Value))
                 let manifest = fetch_image(d, &cache.url, e, emit)?;
                 new.packages.insert(
                     e.name.to_string(),
-                    Installed {
-                        name: e.name.clone(),
-                        version: e.version.clone(),
-                        sha256: e.sha256.clone(),
-                        size: e.size,
-                        trusted: e.trusted,
-                        explicit,
-                        depends: e.depends.clone(),
-                        manifest,
-                        installed_at: berth_sys::process::now_s(),
-                        previous: None,
-                        trial: None,
-                    },
+                    Installed::from_entry(e, manifest, explicit, berth_sys::process::now_s()),
                 );
                 done.push(
                     json!({field::NAME: e.name.as_str(), field::VERSION: e.version.to_string()}),

@@ -159,19 +159,7 @@ fn switch(d: &Arc<Daemon>, names: &[String], emit: &mut dyn FnMut(Value)) -> Res
     for (e, manifest, explicit, replaces) in fetched {
         let name = e.name.to_string();
         let mut new = state::state(d);
-        let entry = Installed {
-            name: e.name.clone(),
-            version: e.version.clone(),
-            sha256: e.sha256.clone(),
-            size: e.size,
-            trusted: e.trusted,
-            explicit,
-            depends: e.depends.clone(),
-            manifest,
-            installed_at: berth_sys::process::now_s(),
-            previous: None,
-            trial: None,
-        };
+        let entry = Installed::from_entry(e, manifest, explicit, berth_sys::process::now_s());
         let Some(from) = replaces else {
             // A new dependency: installed as `install` would.
             new.packages.insert(name.clone(), entry);
