@@ -13,8 +13,8 @@
 //! reads (status, list, logs) do not wait for a long install.
 //!
 //! Layers, each using only those below it (ARCHITECTURE.md draws them):
-//! `api` → `supervisor`, `safe_mode`, `status` → `store` → `runtime` → `limits`, `security`,
-//! `net` → `governor`, `guard`, `watchdog` → `boot`, `cgroups`, `records`, `reports`, `state`
+//! `api` → `supervisor`, `status` → `store` → `reports`, `safe_mode` → `runtime`, `watchdog`
+//! → `guard`, `boot`, `limits`, `security` → `governor`, `cgroups`, `net`, `records`, `state`
 //! → `context`, `error`.
 
 mod api;
