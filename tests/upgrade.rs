@@ -27,8 +27,19 @@ fn app(v: &str, bad: bool) -> Pkg {
     )
 }
 
+/// Version `v` of app whose `[upgrade] migrate` runs `script` (given the old version as $1).
+fn app_migrating(v: &str, script: &str) -> Pkg {
+    app(v, false)
+        .file("migrate.sh", script.as_bytes())
+        .table("[upgrade]\nmigrate = [\"/bin/busybox\", \"sh\", \"/migrate.sh\"]\n")
+}
+
 /// The repository offers only `v` of app from now on.
 fn offer(sb: &Sandbox, v: &str, bad: bool) {
+    offer_pkg(sb, &app(v, bad));
+}
+
+fn offer_pkg(sb: &Sandbox, p: &Pkg) {
     for e in std::fs::read_dir(sb.repo.join("packages"))
         .unwrap()
         .flatten()
@@ -37,7 +48,7 @@ fn offer(sb: &Sandbox, v: &str, bad: bool) {
             std::fs::remove_file(e.path()).unwrap();
         }
     }
-    sb.add(&app(v, bad));
+    sb.add(p);
     sb.ok(&["update"]);
 }
 
@@ -168,6 +179,36 @@ fn an_upgrade_that_passes_is_kept_and_one_that_fails_is_rolled_back() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(sb.status_of("app")["version"], "1.1");
 
+    // 1.3 migrates /data before it starts (given the version it replaces): kept
+    offer_pkg(
+        &sb,
+        &app_migrating("1.3", "echo migrated from $1 >> /data/history\n"),
+    );
+    let before = history(&sb);
+    let v = sb.json(&["upgrade"]);
+    assert_eq!(v["upgraded"][0]["to"], "1.3", "{v}");
+    wait_running(&sb, "1.3", 5);
+    assert_eq!(history(&sb), format!("{before}migrated from 1.1\n1.3\n"));
+    // 1.4's migration fails half-way: rolled back before 1.4 ever ran, /data as it was
+    offer_pkg(
+        &sb,
+        &app_migrating("1.4", "echo half >> /data/history\nexit 3\n"),
+    );
+    let before = history(&sb);
+    let out = sb.output(&["upgrade"]).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stdout(&out).contains("the migration command of 1.4 exited 3"),
+        "{}",
+        stdout(&out)
+    );
+    wait_running(&sb, "1.3", 5);
+    assert_eq!(
+        history(&sb),
+        format!("{before}1.3\n"),
+        "the half-done migration was not undone"
+    );
+
     // clean daemon restarts (an operator's, a shutdown's) are no failed starts: six of them
     // in a row do not end in safe mode (five killed ones would: safe_mode.rs)
     for _ in 0..6 {
@@ -176,7 +217,7 @@ fn an_upgrade_that_passes_is_kept_and_one_that_fails_is_rolled_back() {
     }
     let st = sb.json(&["status"]);
     assert_eq!(st["daemon"]["safe_mode"], false, "{st}");
-    wait_running(&sb, "1.1", 5);
+    wait_running(&sb, "1.3", 5);
 }
 
 /// The steps an upgrade goes through (all reached by a passing one), and those a failing
@@ -186,6 +227,7 @@ const UPGRADE_POINTS: &[&str] = &[
     "upgrade.stopped",
     "upgrade.snapshotted",
     "upgrade.committed",
+    "upgrade.migrated",
     "upgrade.started",
     "upgrade.confirmed",
 ];
@@ -246,8 +288,12 @@ fn sigkill_at_every_step_of_an_upgrade_and_a_rollback_leaves_the_old_or_the_new_
     let mut injections = 0;
     let mut ended = std::collections::BTreeMap::<String, usize>::new();
 
-    // A passing upgrade 1.0 → 1.1, cut at each step; back to 1.0 by hand when it got there.
-    offer(&sb, "1.1", false);
+    // A passing upgrade 1.0 → 1.1 (with a migration), cut at each step; back to 1.0 by hand
+    // when it got there.
+    offer_pkg(
+        &sb,
+        &app_migrating("1.1", "echo migrated from $1 >> /data/history\n"),
+    );
     for _ in 0..rounds {
         for point in UPGRADE_POINTS {
             let v = inject(&mut sb, point, "1.0", "1.1");

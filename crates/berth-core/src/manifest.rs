@@ -104,6 +104,11 @@ pub struct Manifest {
     pub restart: Restart,
     pub health: Option<Health>,
     pub schedules: Vec<Schedule>,
+    /// `[upgrade] migrate`: run once in this version's container when `berth upgrade`
+    /// brings it, before it starts, with the version it replaces as one more argument; a
+    /// non-zero exit rolls the upgrade back. Empty: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub migrate: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -513,7 +518,11 @@ struct RawManifest {
     restart: Option<RawRestart>,
     health: Option<S<RawHealth>>,
     schedule: Option<Vec<S<RawSchedule>>>,
+    upgrade: Option<S<RawCommand>>,
 }
+
+/// A command as written (`migrate = [...]`), before `Validator::command` checks it.
+type RawCommand = Option<S<Vec<S<String>>>>;
 
 /// Reads a sub-table with `f`, which takes its keys; what is left is refused.
 fn sub<T>(t: &mut Table, key: &str, f: impl Fn(&mut Table) -> TreeR<T>) -> TreeR<Option<S<T>>> {
@@ -575,6 +584,7 @@ impl RawManifest {
                     retries: t.int("retries")?,
                 })
             })?,
+            upgrade: sub(&mut t, "upgrade", |t| t.strs("migrate"))?,
             schedule: match t.tables("schedule")? {
                 None => None,
                 Some(tables) => {
@@ -900,6 +910,10 @@ impl Validator<'_> {
                 cmd,
             });
         }
+        let migrate = match &raw.upgrade {
+            Some(u) => self.command(u.get_ref(), "upgrade.migrate", u.span())?,
+            None => Vec::new(),
+        };
         Ok(Manifest {
             package,
             entrypoint,
@@ -909,6 +923,7 @@ impl Validator<'_> {
             restart,
             health,
             schedules,
+            migrate,
         })
     }
 
@@ -1962,6 +1977,16 @@ cmd = ["/bin/rotate"]
             })
         );
         assert_eq!((h.ready, h.cmd.len(), h.tcp), (Ready::Started, 0, None));
+        let m = Manifest::parse(&format!(
+            "{base}[upgrade]\nmigrate = [\"/bin/migrate\", \"--db\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(m.migrate, ["/bin/migrate", "--db"]);
+        let e =
+            Manifest::parse(&format!("{base}[upgrade]\nmigrate = [\"migrate\"]\n")).unwrap_err();
+        assert!(e.to_string().contains("upgrade.migrate"), "{e}");
+        let e = Manifest::parse(&format!("{base}[upgrade]\nhook = 1\n")).unwrap_err();
+        assert!(e.to_string().contains("hook"), "{e}");
         let m = Manifest::parse(&format!("{base}[health]\ntcp = 53\n")).unwrap();
         assert_eq!(m.health.unwrap().tcp, Some(53));
         for (bad, want) in [

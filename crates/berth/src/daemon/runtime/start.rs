@@ -64,6 +64,62 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     }))
 }
 
+/// Runs `argv` once in `name`'s container, prepared as for a start (root, /data, limits,
+/// network, security), outside the supervisor (no events, no watcher, no autostart mark),
+/// and waits for its end, at most `limit` (then its init is killed, and with it everything
+/// in the container). Returns how it ended. For `berth upgrade`'s migration command. Under
+/// the op lock.
+pub(crate) fn run_once(
+    d: &Arc<Daemon>,
+    name: &str,
+    argv: Vec<String>,
+    limit: Duration,
+) -> Result<berth_core::supervise::Exit> {
+    boot::refuse_in_safe_mode(d, &format!("run {name}"))?;
+    let mut p = state::installed(d, name)?;
+    refuse_if_running(d, name)?;
+    security::check_start(d, &p)?;
+    let st = state::state(d);
+    let _mounted = Mounted(d, true);
+    let root = prepare_root(d, &st, &p)?;
+    prepare_data(d, &p)?;
+    let config = render_config(d, &st, &p, &root)?;
+    write_config(d, name, &config, &root.layers)?;
+    let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
+    p.manifest.entrypoint.argv = argv;
+    let (init, _) = spawn_shim(d, &p)?;
+    let ended = crate::shim::request(&d.cfg.paths.shim_socket(name), "wait").is_ok_and(|mut s| {
+        let _ = s.set_read_timeout(Some(limit));
+        let mut line = String::new();
+        let _ = s.read_to_string(&mut line);
+        !line.is_empty()
+    });
+    if !ended {
+        log::warn!(
+            "{name}: the run of {:?} did not end within {} s; killing it",
+            p.manifest.entrypoint.argv,
+            limit.as_secs()
+        );
+        let _ = berth_sys::process::kill(init, libc::SIGKILL);
+        let _ = probe::wait_monitor_gone(d, name, Duration::from_secs(10));
+    }
+    // The shim writes the exit record as it goes.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while d.cfg.paths.shim_socket(name).exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let exit = probe::exit_of(d, name);
+    cgroups::remove_stale_cgroups(d, name);
+    Ok(if ended {
+        exit
+    } else {
+        berth_core::supervise::Exit {
+            code: None,
+            signal: Some(libc::SIGKILL),
+        }
+    })
+}
+
 /// The one clean-up of a start cut short: while armed, dropping it releases every mount
 /// that no running container uses (this start's image, merged root and /data bind).
 struct Mounted<'a>(&'a Daemon, bool);

@@ -4,7 +4,9 @@
 //! An upgrade downloads and verifies every image first; only then does it switch, package by
 //! package: stop it (if it runs), snapshot its /data (when the copy fits in half the free
 //! space), commit the new version with the old one kept as `previous` and the new marked
-//! `trial`, start it (if it ran), and wait until it has been running and ready (its first
+//! `trial`, run its migration command if it has one (`[upgrade] migrate`: once, in its
+//! container, with the old version as last argument; a failure rolls back), start it (if it
+//! ran), and wait until it has been running and ready (its first
 //! health check passed) for `[upgrade] settle` within `[upgrade] deadline`. Confirmed, the
 //! trial mark and the snapshot go; otherwise the upgrade is rolled back: the new version is
 //! stopped, /data is restored from the snapshot, the old version is committed and started
@@ -63,6 +65,8 @@ struct Move {
     to: String,
     /// It ran before: it runs after (and is what the trial watches).
     was_running: bool,
+    /// Its migration command failed (why): it is rolled back without a start.
+    migration_failed: Option<String>,
 }
 
 pub(crate) fn upgrade(
@@ -78,7 +82,11 @@ pub(crate) fn upgrade(
     let mut upgraded = Vec::new();
     let mut rolled_back = Vec::new();
     for m in &moves {
-        match confirm(d, m) {
+        let verdict = match &m.migration_failed {
+            Some(why) => Err(why.clone()),
+            None => confirm(d, m),
+        };
+        match verdict {
             Ok(()) => {
                 upgraded.push(json!({field::NAME: m.name, field::FROM: m.from, field::TO: m.to}))
             }
@@ -178,7 +186,8 @@ fn switch(d: &Arc<Daemon>, names: &[String], emit: &mut dyn FnMut(Value)) -> Res
             let _ = std::fs::remove_file(d.cfg.paths.exit_file(&name));
         }
         fault::point("upgrade.stopped");
-        if was_running {
+        // What a trial may have to undo: a run of the new version, or its migration.
+        if was_running || !entry.manifest.migrate.is_empty() {
             take_snapshot(d, &name);
         }
         fault::point("upgrade.snapshotted");
@@ -193,7 +202,8 @@ fn switch(d: &Arc<Daemon>, names: &[String], emit: &mut dyn FnMut(Value)) -> Res
         let mut entry = entry;
         entry.explicit = current.explicit || explicit;
         entry.previous = Some(Box::new(current));
-        entry.trial = was_running.then(berth_sys::process::now_s);
+        let migrate = entry.manifest.migrate.clone();
+        entry.trial = (was_running || !migrate.is_empty()).then(berth_sys::process::now_s);
         new.packages.insert(name.clone(), entry);
         state::commit_state(d, new)?;
         fault::point("upgrade.committed");
@@ -201,12 +211,24 @@ fn switch(d: &Arc<Daemon>, names: &[String], emit: &mut dyn FnMut(Value)) -> Res
         emit(
             json!({field::EVENT: "switched", field::NAME: name, field::FROM: from.to_string(), field::TO: e.version.to_string()}),
         );
-        let m = Move {
+        let mut m = Move {
             name: name.clone(),
             from: from.to_string(),
             to: e.version.to_string(),
             was_running,
+            migration_failed: None,
         };
+        if !migrate.is_empty() {
+            m.migration_failed = migrate_data(d, &m, migrate);
+            fault::point("upgrade.migrated");
+            if m.migration_failed.is_some() {
+                moves.push(m);
+                continue;
+            }
+            if !was_running {
+                confirm_now(d, &name)?;
+            }
+        }
         if was_running {
             start::start_locked(d, &name)
                 .map(|_| ())
@@ -218,6 +240,42 @@ fn switch(d: &Arc<Daemon>, names: &[String], emit: &mut dyn FnMut(Value)) -> Res
         moves.push(m);
     }
     Ok(moves)
+}
+
+/// Runs the new version's migration command (with the version it replaces as its last
+/// argument) once in its container; why it failed, if it did.
+fn migrate_data(d: &Arc<Daemon>, m: &Move, mut argv: Vec<String>) -> Option<String> {
+    argv.push(m.from.clone());
+    let limit = Duration::from_millis(d.cfg.upgrade.deadline_ms);
+    log::info!(
+        "{}: migrating /data from {} to {}: {argv:?}",
+        m.name,
+        m.from,
+        m.to
+    );
+    match start::run_once(d, &m.name, argv, limit) {
+        Ok(e) if !e.failed() => None,
+        Ok(e) => Some(match (e.code, e.signal) {
+            (_, Some(s)) => format!("the migration command of {} was killed by signal {s}", m.to),
+            (Some(c), _) => format!("the migration command of {} exited {c}", m.to),
+            _ => format!("the migration command of {} ended unrecorded", m.to),
+        }),
+        Err(e) => Some(format!(
+            "the migration command of {} could not run: {}",
+            m.to, e.message
+        )),
+    }
+}
+
+/// The trial of a package that was not running ends with its migration: confirmed.
+fn confirm_now(d: &Daemon, name: &str) -> Result<()> {
+    let mut st = state::state(d);
+    if let Some(p) = st.packages.get_mut(name) {
+        p.trial = None;
+    }
+    state::commit_state(d, st)?;
+    remove_any(&snapshot(d, name));
+    Ok(())
 }
 
 /// Waits for the trial of an upgraded package that ran: confirmed once it has been running
