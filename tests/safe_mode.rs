@@ -170,3 +170,41 @@ fn a_start_that_stays_up_clears_the_counter_and_a_damaged_one_starts_afresh() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A container waiting for a restart when safe mode comes is no failure: it is not started
+/// (and not counted) in safe mode, and `clear` gives it back its restarts.
+#[test]
+fn safe_mode_holds_a_restart_without_failing_the_package() {
+    let mut sb = Sandbox::new("safeback");
+    sb.add(
+        &Pkg::script("flaky", "1", "echo up; sleep 0.3; exit 1")
+            .table("[restart]\ndelay = \"1s\"\nmax_retries = 3\n"),
+    );
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "flaky"]);
+    sb.ok(&["start", "flaky"]);
+    wait_state(&sb, "flaky", "backoff");
+    sb.ok(&["safe-mode", "enter"]);
+    // well past the held restart and the retries it would have used up
+    std::thread::sleep(Duration::from_secs(5));
+    let c = sb.status_of("flaky");
+    assert_eq!(c["state"], "stopped", "{c}");
+    assert!(c["retries"].as_u64() <= Some(1), "{c}");
+    assert!(
+        !sb.daemon_log_text().contains("flaky keeps failing"),
+        "{}",
+        sb.daemon_log_text()
+    );
+    sb.ok(&["safe-mode", "clear"]);
+    // back: started again (and failing again, as before safe mode)
+    wait_until(
+        "flaky restarted after clear",
+        Duration::from_secs(20),
+        || {
+            sb.status_of("flaky")["restarts"].as_u64() >= Some(1)
+                || sb.status_of("flaky")["state"] == "running"
+        },
+    );
+    assert_ne!(sb.status_of("flaky")["state"], "failed");
+}

@@ -209,6 +209,33 @@ fn an_upgrade_that_passes_is_kept_and_one_that_fails_is_rolled_back() {
         "the half-done migration was not undone"
     );
 
+    // the operator stops it during 1.5's trial: rolled back, and left stopped as asked
+    offer(&sb, "1.5", true);
+    let stopper = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while sb.status_of("app")["version"] != "1.5" {
+                assert!(Instant::now() < deadline, "1.5 never switched in");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            sb.ok(&["stop", "app"]);
+        });
+        let out = sb.cmd(&["upgrade"]).output().unwrap();
+        h.join().unwrap();
+        out
+    });
+    assert_eq!(stopper.status.code(), Some(1), "{stopper:?}");
+    let c = sb.status_of("app");
+    assert_eq!(
+        (c["version"].as_str(), c["state"].as_str()),
+        (Some("1.3"), Some("stopped")),
+        "{c}"
+    );
+    assert_eq!(c["autostart"], false, "{c}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(sb.status_of("app")["state"], "stopped");
+    sb.ok(&["start", "app"]);
+
     // clean daemon restarts (an operator's, a shutdown's) are no failed starts: six of them
     // in a row do not end in safe mode (five killed ones would: safe_mode.rs)
     for _ in 0..6 {

@@ -303,6 +303,7 @@ pub const DEFAULT_RESTART_DELAY_MS: u64 = 1_000;
 pub const DEFAULT_HEALTH_INTERVAL_MS: u64 = 30_000;
 pub const DEFAULT_HEALTH_TIMEOUT_MS: u64 = 5_000;
 pub const DEFAULT_HEALTH_RETRIES: u32 = 3;
+pub const MIN_HEALTH_INTERVAL_MS: u64 = 100;
 pub const DEFAULT_RESTART_MAX_DELAY_MS: u64 = 300_000;
 /// TR-181's default `RetryIntervalMultiplier`: 2.000.
 pub const DEFAULT_RESTART_MULTIPLIER_MILLI: u32 = 2_000;
@@ -1324,10 +1325,10 @@ impl Validator<'_> {
         let interval_ms =
             self.duration(&h.interval, "health.interval", DEFAULT_HEALTH_INTERVAL_MS)?;
         let timeout_ms = self.duration(&h.timeout, "health.timeout", DEFAULT_HEALTH_TIMEOUT_MS)?;
-        // A zero interval would spin the supervisor.
-        if interval_ms == 0 {
+        // Each check is a process the daemon starts: a tiny interval would spin it.
+        if interval_ms < MIN_HEALTH_INTERVAL_MS {
             let span = h.interval.as_ref().map_or(table.clone(), |v| v.span());
-            return Err(self.err(span, "health.interval", "must be greater than 0"));
+            return Err(self.err(span, "health.interval", "must be at least 100ms"));
         }
         if timeout_ms == 0 {
             let span = h.timeout.as_ref().map_or(table.clone(), |v| v.span());

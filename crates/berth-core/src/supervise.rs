@@ -313,8 +313,12 @@ impl Machine {
                 self.boot(now_ms, ev, policy)
             }
             Event::Started(run) => {
-                if matches!(self.phase, Phase::Failed | Phase::Stopped) {
-                    // The operator's start: a clean slate.
+                if matches!(
+                    self.phase,
+                    Phase::Failed | Phase::Stopped | Phase::Waiting { .. }
+                ) {
+                    // The operator's start (the machine's own come from `Starting`): a
+                    // clean slate.
                     self.record = Record::default();
                 }
                 self.running(now_ms, *run, policy);
@@ -323,7 +327,10 @@ impl Machine {
             Event::StartFailed => self.ended(now_ms, None, policy),
             Event::StopRequested => {
                 self.phase = match self.phase {
-                    Phase::Waiting { .. } | Phase::Failed | Phase::Stopped => Phase::Stopped,
+                    // Nothing runs: nothing to wait for.
+                    Phase::Waiting { .. } | Phase::Failed | Phase::Stopped | Phase::Starting => {
+                        Phase::Stopped
+                    }
                     _ => Phase::Stopping,
                 };
                 self.check_due = None;
@@ -609,6 +616,37 @@ mod tests {
                 ],
             );
         }
+    }
+
+    #[test]
+    fn an_operators_start_during_a_backoff_is_a_clean_slate_and_a_stop_before_a_start_ends_it() {
+        let p = tr181();
+        let mut m = table(
+            &p,
+            &[
+                (0, Event::Started(7), vec![], Phase::Running),
+                (
+                    10,
+                    Event::Exited(7, FAIL),
+                    vec![
+                        Action::Release,
+                        Action::Report(Report::Failed(Some(FAIL))),
+                        Action::Hold { until_ms: 110 },
+                    ],
+                    Phase::Waiting { until_ms: 110 },
+                ),
+                (20, Event::Started(8), vec![], Phase::Running),
+            ],
+        );
+        assert_eq!(m.record(), Record::default());
+        // a held start that is not to happen (safe mode): stopped, nothing pending
+        assert_eq!(
+            m.on(30, &Event::Exited(8, FAIL), &p).last(),
+            Some(&Action::Hold { until_ms: 130 })
+        );
+        assert_eq!(m.on(130, &Event::Tick, &p), vec![Action::Start]);
+        assert_eq!(m.on(131, &Event::StopRequested, &p), vec![]);
+        assert_eq!((m.phase(), m.due()), (Phase::Stopped, None));
     }
 
     #[test]

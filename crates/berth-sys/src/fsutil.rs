@@ -229,56 +229,192 @@ pub fn copy_sparse(src: &Path, dst: &Path) -> io::Result<()> {
     to.sync_all()
 }
 
-/// Bytes of the regular files below `dir` (not following links); what a copy of it needs.
-pub fn tree_size(dir: &Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    entries
-        .flatten()
-        .map(|e| match e.path().symlink_metadata() {
-            Ok(m) if m.is_dir() => tree_size(&e.path()),
-            Ok(m) if m.is_file() => m.len(),
-            _ => 0,
-        })
-        .sum()
+/// How deep a copied tree may nest, and how many entries it may have: a container controls
+/// its /data, and neither its nesting nor its size may take the daemon down (no recursion
+/// on the stack either: the walks below keep their own).
+pub const TREE_MAX_DEPTH: usize = 512;
+pub const TREE_MAX_ENTRIES: usize = 1_000_000;
+
+fn too_big(what: &str) -> io::Error {
+    io::Error::other(format!(
+        "tree too {what} to copy (over {TREE_MAX_DEPTH} levels or {TREE_MAX_ENTRIES} entries)"
+    ))
+}
+
+/// Bytes of the regular files below `dir` (not following links), at most the walk's caps;
+/// None past them.
+pub fn tree_size(dir: &Path) -> Option<u64> {
+    let (mut total, mut seen) = (0u64, 0usize);
+    let mut todo = vec![(dir.to_path_buf(), 0usize)];
+    while let Some((d, depth)) = todo.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            seen += 1;
+            if seen > TREE_MAX_ENTRIES {
+                return None;
+            }
+            match e.path().symlink_metadata() {
+                Ok(m) if m.is_dir() => {
+                    if depth + 1 > TREE_MAX_DEPTH {
+                        return None;
+                    }
+                    todo.push((e.path(), depth + 1));
+                }
+                Ok(m) if m.is_file() => total += m.len(),
+                _ => {}
+            }
+        }
+    }
+    Some(total)
+}
+
+/// Removes `path` and all below it without following links and without recursion on the
+/// stack (a container's /data may nest deeper than a thread's stack would survive; std's
+/// `remove_dir_all` recurses). A missing path is no error; a tree nested past PATH_MAX
+/// fails with the error (left for the next try), never a crash.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    match path.symlink_metadata() {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(m) if !m.is_dir() => return std::fs::remove_file(path),
+        Ok(_) => {}
+    }
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.last().cloned() {
+        let mut deeper = None;
+        for e in std::fs::read_dir(&dir)? {
+            let p = e?.path();
+            if p.symlink_metadata()?.is_dir() {
+                deeper = Some(p);
+                break;
+            }
+            std::fs::remove_file(&p)?;
+        }
+        match deeper {
+            Some(p) => stack.push(p),
+            None => {
+                std::fs::remove_dir(&dir)?;
+                stack.pop();
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Copies the tree `src` to `dst` (which must not exist): directories, regular files and
-/// symbolic links, with their modes and owners (a container's files belong to its mapped
-/// ids); fifos, sockets and device nodes are left out. Each file is fsynced.
+/// symbolic links (as links, never followed), with their modes and owners (a container's
+/// files belong to its mapped ids); fifos, sockets and device nodes are left out. Each file
+/// is fsynced. Refuses trees beyond `TREE_MAX_DEPTH` or `TREE_MAX_ENTRIES`.
 pub fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
     use std::os::unix::fs::{lchown, MetadataExt, PermissionsExt};
-    let meta = src.symlink_metadata()?;
+    let set = |to: &Path, m: &std::fs::Metadata| -> io::Result<()> {
+        lchown(to, Some(m.uid()), Some(m.gid()))?;
+        std::fs::set_permissions(to, std::fs::Permissions::from_mode(m.mode() & 0o7777))
+    };
     std::fs::create_dir(dst)?;
-    for e in std::fs::read_dir(src)? {
-        let e = e?;
-        let (from, to) = (e.path(), dst.join(e.file_name()));
-        let m = from.symlink_metadata()?;
-        if m.is_dir() {
-            copy_tree(&from, &to)?;
-            continue;
-        }
-        if m.file_type().is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&from)?, &to)?;
-        } else if m.is_file() {
-            std::fs::copy(&from, &to)?;
-            std::fs::File::open(&to)?.sync_all()?;
-        } else {
-            continue;
-        }
-        lchown(&to, Some(m.uid()), Some(m.gid()))?;
-        if !m.file_type().is_symlink() {
-            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(m.mode() & 0o7777))?;
+    // Directories get their owner and mode last (a read-only one must first be filled).
+    let mut dirs = vec![(src.symlink_metadata()?, dst.to_path_buf())];
+    let mut todo = vec![(src.to_path_buf(), dst.to_path_buf(), 0usize)];
+    let mut seen = 0usize;
+    while let Some((from_dir, to_dir, depth)) = todo.pop() {
+        for e in std::fs::read_dir(&from_dir)? {
+            let e = e?;
+            seen += 1;
+            if seen > TREE_MAX_ENTRIES {
+                return Err(too_big("large"));
+            }
+            let (from, to) = (e.path(), to_dir.join(e.file_name()));
+            let m = from.symlink_metadata()?;
+            if m.is_dir() {
+                if depth + 1 > TREE_MAX_DEPTH {
+                    return Err(too_big("deep"));
+                }
+                std::fs::create_dir(&to)?;
+                dirs.push((m, to.clone()));
+                todo.push((from, to, depth + 1));
+            } else if m.file_type().is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(&from)?, &to)?;
+                lchown(&to, Some(m.uid()), Some(m.gid()))?;
+            } else if m.is_file() {
+                std::fs::copy(&from, &to)?;
+                std::fs::File::open(&to)?.sync_all()?;
+                set(&to, &m)?;
+            }
         }
     }
-    lchown(dst, Some(meta.uid()), Some(meta.gid()))?;
-    std::fs::set_permissions(dst, std::fs::Permissions::from_mode(meta.mode() & 0o7777))?;
-    fsync_dir(dst)
+    for (m, to) in dirs.iter().rev() {
+        set(to, m)?;
+        fsync_dir(to)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn copy_tree_keeps_links_as_links_and_refuses_a_hostile_depth() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = std::env::temp_dir().join(format!("berth-copytree-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let src = base.join("src");
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::write(src.join("sub/f"), b"data").unwrap();
+        std::fs::set_permissions(src.join("sub/f"), std::fs::Permissions::from_mode(0o640))
+            .unwrap();
+        std::os::unix::fs::symlink("/etc/shadow", src.join("escape")).unwrap();
+        std::fs::set_permissions(src.join("sub"), std::fs::Permissions::from_mode(0o500)).unwrap();
+        let dst = base.join("dst");
+        copy_tree(&src, &dst).unwrap();
+        assert_eq!(std::fs::read(dst.join("sub/f")).unwrap(), b"data");
+        let m = std::fs::metadata(dst.join("sub/f")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o640);
+        // the read-only directory got its mode after it was filled
+        let m = std::fs::metadata(dst.join("sub")).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o500);
+        // a link is copied as the link it is, never followed
+        assert_eq!(
+            std::fs::read_link(dst.join("escape")).unwrap(),
+            Path::new("/etc/shadow")
+        );
+        assert_eq!(tree_size(&src), Some(4));
+        // nested beyond the cap, deeper than a small stack would survive by recursion
+        let deep = base.join("deep");
+        let mut p = deep.clone();
+        for _ in 0..(TREE_MAX_DEPTH + 5) {
+            p.push("d");
+        }
+        std::fs::create_dir_all(&p).unwrap();
+        let b = base.clone();
+        let small_stack = std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                let d = b.join("deep");
+                (tree_size(&d), copy_tree(&d, &b.join("deepcopy")).is_err())
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(small_stack, (None, true));
+        // removed without recursion, on a small stack too (root may remove from 0500 dirs;
+        // others first open them up)
+        std::fs::set_permissions(base.join("src/sub"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        std::fs::set_permissions(base.join("dst/sub"), std::fs::Permissions::from_mode(0o700))
+            .unwrap();
+        let b = base.clone();
+        std::thread::Builder::new()
+            .stack_size(64 * 1024)
+            .spawn(move || remove_tree(&b).unwrap())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(!base.exists());
+        remove_tree(&base).unwrap();
+    }
+
     #[test]
     fn untraversable_ancestor_names_the_first_closed_directory() {
         use std::os::unix::fs::PermissionsExt;

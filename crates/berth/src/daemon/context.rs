@@ -162,6 +162,27 @@ impl Daemon {
         self.beats[c as usize].store(self.clock_ms().wrapping_add(grace), Ordering::SeqCst);
     }
 
+    /// The op lock for a loop the watchdog watches (the supervisor): an install or upgrade
+    /// may hold it for minutes (downloads, stops, /data copies), and waiting for it is not
+    /// a hang of this loop, so the loop counts as busy while it waits, for at most ten
+    /// minutes (then it waits as anyone would, and a lock never given back shows).
+    pub fn op_lock_for(&self, c: Component) -> std::sync::MutexGuard<'_, ()> {
+        let until = Instant::now() + Duration::from_secs(600);
+        loop {
+            match self.op.try_lock() {
+                Ok(g) => return g,
+                Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
+                    self.beat_busy(c);
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    return self.op.lock().unwrap_or_else(|p| p.into_inner())
+                }
+            }
+        }
+    }
+
     /// Milliseconds since the component's last heartbeat; negative while it is busy.
     pub fn beat_age_ms(&self, c: Component) -> i32 {
         self.clock_ms()

@@ -111,7 +111,10 @@ fn what(d: &Daemon, name: &str, r: &Report) -> Option<(Reason, String)> {
                 .unwrap()
                 .get(name)
                 .and_then(|s| s.last_check.as_ref().map(|(l, _)| l.clone()))
-                .unwrap_or_default();
+                .unwrap_or_default()
+                // The probe's output is the container's: no control bytes for a terminal.
+                .escape_debug()
+                .to_string();
             (
                 Reason::HealthFailed,
                 format!(

@@ -342,7 +342,7 @@ impl Supervisor {
             }
             Action::Release => {
                 {
-                    let _op = d.op.lock().unwrap();
+                    let _op = d.op_lock_for(Component::Supervisor);
                     if !probe::is_running(d, name) {
                         mounts::release_mounts(d);
                         cgroups::remove_stale_cgroups(d, name);
@@ -376,8 +376,15 @@ impl Supervisor {
 
     fn start(&mut self, name: &str) {
         let d = &self.d;
+        if let Some(why) = d.safe_mode() {
+            // Not a failure of the package: nothing starts in safe mode, and nothing held
+            // for a restart either (`safe-mode clear` hands it back as at boot).
+            log::info!("{name}: not started: safe mode ({why})");
+            self.feed(name, Event::StopRequested);
+            return;
+        }
         let started = {
-            let _op = d.op.lock().unwrap();
+            let _op = d.op_lock_for(Component::Supervisor);
             // Removed or started by the operator meanwhile: nothing to do.
             if state::installed(d, name).is_err() || probe::is_running(d, name) {
                 return;

@@ -82,14 +82,17 @@ fn run(d: &Daemon, args: &HealthArgs, limit: Duration) -> (bool, String) {
         }
     };
     // The helper writes a bounded report and exits: its pipes hold all of it.
-    let mut out = String::new();
+    // The probe's output is the container's: any bytes, cut anywhere.
+    let mut out = Vec::new();
     if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_string(&mut out);
+        let _ = o.read_to_end(&mut out);
     }
-    let mut err = String::new();
+    let mut err = Vec::new();
     if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut err);
+        let _ = e.read_to_end(&mut err);
     }
+    let out = String::from_utf8_lossy(&out);
+    let err = String::from_utf8_lossy(&err);
     let out = out.trim_end();
     match status {
         None => (

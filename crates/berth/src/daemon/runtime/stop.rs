@@ -22,7 +22,27 @@ pub(crate) fn stop(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> Result<
 }
 
 pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> Result<Value> {
-    end(d, name, timeout, true)
+    end(d, name, timeout, Why::Operator)
+}
+
+/// Stops `name` for an upgrade or a rollback: the supervisor is told (its end is no failure
+/// and starts nothing), but the autostart mark stays: the container is meant to run again,
+/// also if the power goes before the upgrade starts it. Under the op lock.
+pub(crate) fn stop_for_switch(d: &Arc<Daemon>, name: &str) -> Result<Value> {
+    end(d, name, None, Why::Switch)
+}
+
+/// Who stops a container, which decides what the supervisor hears and whether the
+/// operator's autostart mark goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Why {
+    /// `berth stop`: told, and the mark cleared.
+    Operator,
+    /// An upgrade's switch: told, the mark kept.
+    Switch,
+    /// The supervisor's own (an unhealthy run) or the daemon's before the supervisor runs:
+    /// not told, the mark kept.
+    Quiet,
 }
 
 /// Ends run `run` of `name` for the supervisor (its health checks failed): the same stop
@@ -32,7 +52,7 @@ pub(crate) fn end_unhealthy(d: &Arc<Daemon>, name: &str, run: i32) {
     if probe::running_init(d, name) != Some(run) {
         return;
     }
-    if let Err(e) = end(d, name, None, false) {
+    if let Err(e) = end(d, name, None, Why::Quiet) {
         log::warn!("{name}: cannot end the unhealthy run: {e}");
     }
 }
@@ -41,10 +61,11 @@ pub(crate) fn end_unhealthy(d: &Arc<Daemon>, name: &str, run: i32) {
 /// the daemon's own work before the supervisor runs (an upgrade rolled back at start). Under
 /// the op lock.
 pub(crate) fn stop_quietly(d: &Arc<Daemon>, name: &str) -> Result<Value> {
-    end(d, name, None, false)
+    end(d, name, None, Why::Quiet)
 }
 
-fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, operator: bool) -> Result<Value> {
+fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, why: Why) -> Result<Value> {
+    let operator = why == Why::Operator;
     state::installed(d, name)?;
     if !probe::is_running(d, name) {
         if operator {
@@ -66,7 +87,7 @@ fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, operator: bool) -> Res
             format!("{name} is not running"),
         ));
     };
-    if operator {
+    if why != Why::Quiet {
         d.notify(name, Event::StopRequested);
     }
     // Subscribed before the first signal: the shim answers once it has saved the log ring

@@ -119,6 +119,7 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
         let _ = std::fs::remove_file(d.cfg.paths.autostart(n));
         let _ = std::fs::remove_file(d.cfg.paths.limits_file(n));
         let _ = std::fs::remove_file(d.cfg.paths.supervise_file(n));
+        crate::daemon::store::upgrade::forget(d, n);
         records::forget(d, n);
         if purge {
             if let Err(e) = purge_data(d, n) {
@@ -156,7 +157,7 @@ fn set_aside_pairs(cfg: &Config, name: &str) -> [(PathBuf, PathBuf); 2] {
 /// its id range.
 pub(crate) fn purge_data(d: &Daemon, name: &str) -> std::io::Result<()> {
     for dir in [purging_dir(&d.cfg, name), d.cfg.paths.data(name)] {
-        match std::fs::remove_dir_all(&dir) {
+        match berth_sys::fsutil::remove_tree(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }

@@ -74,11 +74,24 @@ pub(crate) fn upgrade(
     names: &[String],
     emit: &mut dyn FnMut(Value),
 ) -> Result<Value> {
-    let moves = {
+    let mut moves = Vec::new();
+    let switched = {
         let _op = d.op.lock().unwrap();
         boot::refuse_in_safe_mode(d, "upgrade")?;
-        switch(d, names, emit)?
+        switch(d, names, emit, &mut moves)
     };
+    if let Err(e) = switched {
+        // Cut short (a stop refused, a full flash): what was switched goes back.
+        let _op = d.op.lock().unwrap();
+        for m in &moves {
+            let why = format!("the upgrade stopped: {}", e.message);
+            let start_after = m.was_running && d.cfg.paths.autostart(&m.name).exists();
+            if let Err(r) = rollback_locked(d, &m.name, start_after, &why, false) {
+                log::error!("{}: rollback failed: {r}", m.name);
+            }
+        }
+        return Err(e);
+    }
     let mut upgraded = Vec::new();
     let mut rolled_back = Vec::new();
     for m in &moves {
@@ -99,7 +112,11 @@ pub(crate) fn upgrade(
                 );
                 emit(json!({field::EVENT: "rollback", field::NAME: m.name, field::REASON: why}));
                 let _op = d.op.lock().unwrap();
-                rollback_locked(d, &m.name, m.was_running, &why, false)?;
+                // Not if the operator stopped it meanwhile (the mark is theirs).
+                let start_after = m.was_running && d.cfg.paths.autostart(&m.name).exists();
+                if let Err(e) = rollback_locked(d, &m.name, start_after, &why, false) {
+                    log::error!("{}: rollback failed: {e}", m.name);
+                }
                 rolled_back.push(json!({
                     field::NAME: m.name, field::FROM: m.from, field::TO: m.to, field::REASON: why,
                 }));
@@ -111,7 +128,12 @@ pub(crate) fn upgrade(
 
 /// Downloads and verifies everything, then switches each package to its new version (as a
 /// trial when it runs). Under the op lock.
-fn switch(d: &Arc<Daemon>, names: &[String], emit: &mut dyn FnMut(Value)) -> Result<Vec<Move>> {
+fn switch(
+    d: &Arc<Daemon>,
+    names: &[String],
+    emit: &mut dyn FnMut(Value),
+    moves: &mut Vec<Move>,
+) -> Result<()> {
     let old = state::state(d);
     for n in names {
         state::installed(d, n)?;
@@ -163,7 +185,6 @@ fn switch(d: &Arc<Daemon>, names: &[String], emit: &mut dyn FnMut(Value)) -> Res
         }
     }
     fault::point("upgrade.fetched");
-    let mut moves = Vec::new();
     for (e, manifest, explicit, replaces) in fetched {
         let name = e.name.to_string();
         let mut new = state::state(d);
@@ -175,14 +196,10 @@ fn switch(d: &Arc<Daemon>, names: &[String], emit: &mut dyn FnMut(Value)) -> Res
             continue;
         };
         let was_running = probe::is_running(d, &name);
-        let autostart = d.cfg.paths.autostart(&name).exists();
         if was_running {
-            stop::stop_locked(d, &name, None)?;
             // The stop is the upgrade's, not the operator's: it still starts after a reboot,
             // and its end is no run's end for the supervisor to judge at the next start.
-            if autostart {
-                start::set_autostart(d, &name, true)?;
-            }
+            stop::stop_for_switch(d, &name)?;
             let _ = std::fs::remove_file(d.cfg.paths.exit_file(&name));
         }
         fault::point("upgrade.stopped");
@@ -205,24 +222,33 @@ fn switch(d: &Arc<Daemon>, names: &[String], emit: &mut dyn FnMut(Value)) -> Res
         let migrate = entry.manifest.migrate.clone();
         entry.trial = (was_running || !migrate.is_empty()).then(berth_sys::process::now_s);
         new.packages.insert(name.clone(), entry);
-        state::commit_state(d, new)?;
+        if let Err(err) = state::commit_state(d, new) {
+            // Not switched: the old version runs again as it did.
+            remove_any(&snapshot(d, &name));
+            if was_running {
+                let _ = start::start_locked(d, &name);
+            }
+            return Err(err);
+        }
         fault::point("upgrade.committed");
         mounts::release_mounts(d);
         emit(
             json!({field::EVENT: "switched", field::NAME: name, field::FROM: from.to_string(), field::TO: e.version.to_string()}),
         );
-        let mut m = Move {
+        // From the commit on, the caller rolls it back if anything below fails.
+        moves.push(Move {
             name: name.clone(),
             from: from.to_string(),
             to: e.version.to_string(),
             was_running,
             migration_failed: None,
-        };
+        });
+        let i = moves.len() - 1;
         if !migrate.is_empty() {
-            m.migration_failed = migrate_data(d, &m, migrate);
+            let failed = migrate_data(d, &moves[i], migrate);
             fault::point("upgrade.migrated");
-            if m.migration_failed.is_some() {
-                moves.push(m);
+            if failed.is_some() {
+                moves[i].migration_failed = failed;
                 continue;
             }
             if !was_running {
@@ -230,16 +256,14 @@ fn switch(d: &Arc<Daemon>, names: &[String], emit: &mut dyn FnMut(Value)) -> Res
             }
         }
         if was_running {
-            start::start_locked(d, &name)
-                .map(|_| ())
-                .unwrap_or_else(|err| {
-                    log::error!("{name}: start of {} failed: {err}", m.to);
-                });
+            if let Err(err) = start::start_locked(d, &name) {
+                // The trial sees it not running and rolls it back.
+                log::error!("{name}: start of {} failed: {err}", moves[i].to);
+            }
             fault::point("upgrade.started");
         }
-        moves.push(m);
     }
-    Ok(moves)
+    Ok(())
 }
 
 /// Runs the new version's migration command (with the version it replaces as its last
@@ -289,15 +313,22 @@ fn confirm(d: &Arc<Daemon>, m: &Move) -> std::result::Result<(), String> {
         Duration::from_millis(d.cfg.upgrade.settle_ms),
     );
     let t0 = Instant::now();
-    let mut ready_since: Option<Instant> = None;
+    // Since when it has been ready, in which run, after how many restarts: one run must
+    // stay ready for the settle time (a fast crash loop between two looks is no pass).
+    let mut ready_since: Option<(Instant, Option<i32>, u32)> = None;
     let verdict = loop {
         let view = d.supervision.lock().unwrap().get(&m.name).cloned();
         let running = probe::is_running(d, &m.name);
         match view {
             Some(v) if running && v.state == "running" && v.ready => {
-                let since = *ready_since.get_or_insert_with(Instant::now);
-                if since.elapsed() >= settle {
-                    break Ok(());
+                let run = (probe::running_init(d, &m.name), v.record.restarts);
+                match ready_since {
+                    Some((since, init, restarts)) if (init, restarts) == run => {
+                        if since.elapsed() >= settle {
+                            break Ok(());
+                        }
+                    }
+                    _ => ready_since = Some((Instant::now(), run.0, run.1)),
                 }
             }
             Some(v)
@@ -371,16 +402,13 @@ fn rollback_locked(
     if probe::is_running(d, name) {
         if quiet {
             stop::stop_quietly(d, name)?;
-            let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
         } else {
-            let autostart = d.cfg.paths.autostart(name).exists();
-            stop::stop_locked(d, name, None)?;
-            if autostart {
-                start::set_autostart(d, name, true)?;
-            }
-            let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
+            stop::stop_for_switch(d, name)?;
         }
     }
+    // The new version's end (by this stop, or on its own before the daemon died) is no end
+    // of the old version's for the supervisor to judge.
+    let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
     fault::point("rollback.stopped");
     restore_data(d, name);
     fault::point("rollback.restored");
@@ -417,6 +445,17 @@ fn prev_version(st: &State, name: &str) -> String {
     st.packages
         .get(name)
         .map_or(String::new(), |p| p.version.to_string())
+}
+
+/// A package removed: its upgrade copies go with it.
+pub(crate) fn forget(d: &Daemon, name: &str) {
+    for p in [
+        snapshot(d, name),
+        snapshot_tmp(d, name),
+        data_failed(d, name),
+    ] {
+        remove_any(&p);
+    }
 }
 
 /// At daemon start, before the supervisor and before running containers are taken over:
@@ -457,8 +496,7 @@ fn data_of(d: &Daemon, name: &str) -> PathBuf {
 }
 
 fn remove_any(p: &Path) {
-    let _ = std::fs::remove_dir_all(p);
-    let _ = std::fs::remove_file(p);
+    let _ = berth_sys::fsutil::remove_tree(p);
 }
 
 /// Copies /data aside (the directory, or its image sparsely), when the copy fits in half
@@ -477,7 +515,8 @@ fn take_snapshot(d: &Daemon, name: &str) {
         // What the image holds, not its nominal size.
         std::fs::metadata(&data).map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
     } else {
-        berth_sys::fsutil::tree_size(&data)
+        // Past the walk's caps (a hostile tree): no copy.
+        berth_sys::fsutil::tree_size(&data).unwrap_or(u64::MAX)
     };
     let free = berth_sys::fsutil::free_bytes(&data).unwrap_or(0);
     if size.saturating_mul(2) > free {
@@ -511,6 +550,12 @@ fn restore_data(d: &Daemon, name: &str) {
         d.cfg.paths.data(name)
     };
     if snap.exists() {
+        if snap.is_dir() {
+            // A directory copied while no cap was in force, and an image the new version's
+            // start made from it since: the image holds the new version's data; the old
+            // version's start would take it over the restored directory.
+            remove_any(&d.cfg.paths.data_image(name));
+        }
         if data.exists() {
             remove_any(&failed);
             if let Err(e) = std::fs::rename(&data, &failed) {
