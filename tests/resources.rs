@@ -241,6 +241,33 @@ fn memory_hog_is_oom_killed_inside_its_own_cgroup() {
     if cg_file("memory", &rel, "memory.oom_control").exists() {
         assert!(keyed(&read_cg("memory", &rel, "memory.oom_control"), "oom_kill ") >= 1);
     }
+    // The OOM kill, though the container runs on, leaves a crash archive that says so.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = sb.json(&["report", "list", "mem"]);
+        let oom = r["reports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["reason"] == "oom")
+            .cloned();
+        if let Some(e) = oom {
+            assert!(
+                e["detail"].as_str().unwrap().contains("OOM killer killed"),
+                "{e}"
+            );
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no oom archive: {r}\n{}",
+            sb.daemon_log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(sb
+        .daemon_log_text()
+        .contains("mem: the kernel's OOM killer killed"));
     // Nothing outside was killed: the container's init, the daemon and the bystander live.
     assert_eq!(sb.status_of("mem")["state"], "running");
     assert!(

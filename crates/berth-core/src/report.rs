@@ -23,6 +23,8 @@ pub enum Reason {
     Panic,
     /// An upgrade did not prove itself and was rolled back.
     Upgrade,
+    /// The kernel's OOM killer killed in it.
+    Oom,
 }
 
 impl Reason {
@@ -35,6 +37,7 @@ impl Reason {
         Reason::Guard,
         Reason::Panic,
         Reason::Upgrade,
+        Reason::Oom,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -47,6 +50,7 @@ impl Reason {
             Reason::Guard => "guard",
             Reason::Panic => "panic",
             Reason::Upgrade => "upgrade",
+            Reason::Oom => "oom",
         }
     }
 

@@ -43,6 +43,9 @@ pub struct HealthPolicy {
     pub ready_on_start: bool,
 }
 
+/// A SIGKILLed end this soon after an OOM kill in the run is that kill.
+pub const OOM_END_MS: u64 = 10_000;
+
 /// The first health check comes this soon after a start (or at the interval, if shorter),
 /// so that readiness, which `depends` waits for, is known early.
 pub const FIRST_CHECK_MS: u64 = 1_000;
@@ -158,6 +161,8 @@ pub enum Event {
     /// A health check of that run passed (true) or failed.
     Health(Run, bool),
     GuardKilled(GuardKill),
+    /// The kernel's OOM killer killed `kills` processes of that run (in its memory cgroup).
+    OomKilled(Run, u32),
     /// The operator's `berth reset`: out of `failed`, counts back to 0.
     Reset,
     /// Time passed: a held restart or a health check may be due.
@@ -193,6 +198,10 @@ pub enum Report {
         failures: u32,
     },
     GuardKilled(GuardKill),
+    /// The kernel's OOM killer killed `kills` processes in it (the run may go on).
+    OomKilled {
+        kills: u32,
+    },
     /// An upgrade from version `from` was rolled back (not the machine's: `berth upgrade`'s).
     UpgradeFailed {
         from: String,
@@ -244,6 +253,9 @@ pub struct Machine {
     /// end), so a probe that hangs to its timeout does not stretch the period.
     check_started: u64,
     ready: bool,
+    /// When the OOM killer last killed in this run: a SIGKILLed end soon after is that
+    /// kill, reported once.
+    last_oom_ms: Option<u64>,
     /// xorshift32 state for the waits' jitter.
     rng: u32,
 }
@@ -261,6 +273,7 @@ impl Machine {
             check_due: None,
             check_started: 0,
             ready: false,
+            last_oom_ms: None,
             rng: seed.max(1),
         }
     }
@@ -348,6 +361,11 @@ impl Machine {
             }
             Event::Health(run, ok) => self.checked(now_ms, *run, *ok, policy),
             Event::GuardKilled(k) => vec![Action::Report(Report::GuardKilled(*k))],
+            Event::OomKilled(run, _) if self.run != Some(*run) => Vec::new(),
+            Event::OomKilled(_, kills) => {
+                self.last_oom_ms = Some(now_ms);
+                vec![Action::Report(Report::OomKilled { kills: *kills })]
+            }
             Event::Reset => {
                 self.record = Record::default();
                 if self.phase == Phase::Failed {
@@ -414,6 +432,7 @@ impl Machine {
         self.run = Some(run);
         self.started_ms = Some(now_ms);
         self.failures = 0;
+        self.last_oom_ms = None;
         match policy.health {
             None => {
                 self.health = HealthState::None;
@@ -463,8 +482,13 @@ impl Machine {
         let wanted_end = self.phase == Phase::Stopping;
         let unhealthy = self.phase == Phase::Killing;
         let failed = unhealthy || exit.is_none_or(|e| e.failed());
+        // The OOM killer's SIGKILL of the init: reported as the OOM kill it is.
+        let oom_end = exit.is_some_and(|e| e.signal == Some(9))
+            && self
+                .last_oom_ms
+                .is_some_and(|t| now_ms.saturating_sub(t) < OOM_END_MS);
         // An unhealthy run was reported when it was killed.
-        if failed && !wanted_end && !unhealthy {
+        if failed && !wanted_end && !unhealthy && !oom_end {
             out.push(Action::Report(Report::Failed(exit)));
         }
         if self
@@ -1057,6 +1081,30 @@ mod tests {
             vec![Action::Release]
         );
         assert_eq!(m.phase(), Phase::Stopped);
+    }
+
+    #[test]
+    fn oom_kills_are_reported_once_and_the_init_they_kill_is_no_second_report() {
+        let p = tr181();
+        let mut m = table(&p, &[(0, Event::Started(7), vec![], Phase::Running)]);
+        assert_eq!(
+            m.on(5, &Event::OomKilled(7, 1), &p),
+            vec![Action::Report(Report::OomKilled { kills: 1 })]
+        );
+        // another run's is stale
+        assert_eq!(m.on(6, &Event::OomKilled(6, 1), &p), vec![]);
+        // the init killed by it: restarted under its policy, not reported again
+        assert_eq!(
+            m.on(100, &Event::Exited(7, KILLED), &p),
+            vec![Action::Release, Action::Hold { until_ms: 200 }]
+        );
+        // a SIGKILL long after an OOM kill is its own failure
+        let mut m = table(&p, &[(0, Event::Started(8), vec![], Phase::Running)]);
+        m.on(5, &Event::OomKilled(8, 2), &p);
+        assert_eq!(
+            m.on(5 + OOM_END_MS, &Event::Exited(8, KILLED), &p)[1],
+            Action::Report(Report::Failed(Some(KILLED)))
+        );
     }
 
     #[test]

@@ -365,6 +365,91 @@ pub fn online_cpus(sys: &Path) -> Option<u32> {
     Some(n)
 }
 
+/// Notice of the kernel's OOM kills in one memory cgroup: its fd polls readable (POLLIN)
+/// after the OOM killer acted there (v1: an eventfd registered on `memory.oom_control`; v2:
+/// inotify on `memory.events`); `kills()` then says how many so far. No polling.
+pub struct OomWatch {
+    fd: std::os::fd::OwnedFd,
+    /// v1: the `memory.oom_control` the eventfd is registered on, held open.
+    _control: Option<std::fs::File>,
+    counter: PathBuf,
+}
+
+impl Cgroups {
+    /// Watches cgroup `rel`'s OOM kills.
+    pub fn oom_watch(&self, rel: &str) -> std::io::Result<OomWatch> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let dir = self
+            .dir("memory", rel)
+            .ok_or_else(|| std::io::Error::other("no memory controller"))?;
+        match self.version {
+            Version::V1 => {
+                let counter = dir.join("memory.oom_control");
+                let control = std::fs::File::open(&counter)?;
+                // SAFETY: eventfd takes an initial value and flags and returns a new fd or -1.
+                let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+                if efd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // SAFETY: the kernel just gave us this fd; we own it.
+                let fd = unsafe { OwnedFd::from_raw_fd(efd) };
+                std::fs::write(
+                    dir.join("cgroup.event_control"),
+                    format!("{} {}", fd.as_raw_fd(), control.as_raw_fd()),
+                )?;
+                Ok(OomWatch {
+                    fd,
+                    _control: Some(control),
+                    counter,
+                })
+            }
+            Version::V2 => {
+                let counter = dir.join("memory.events");
+                // SAFETY: inotify_init1 takes flags and returns a new fd or -1.
+                let ifd = unsafe { libc::inotify_init1(libc::IN_CLOEXEC | libc::IN_NONBLOCK) };
+                if ifd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // SAFETY: the kernel just gave us this fd; we own it.
+                let fd = unsafe { OwnedFd::from_raw_fd(ifd) };
+                let path = std::ffi::CString::new(counter.as_os_str().as_encoded_bytes())
+                    .map_err(std::io::Error::other)?;
+                // SAFETY: `fd` is an inotify instance and `path` a NUL-terminated path that
+                // outlives the call.
+                if unsafe {
+                    libc::inotify_add_watch(fd.as_raw_fd(), path.as_ptr(), libc::IN_MODIFY)
+                } < 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(OomWatch {
+                    fd,
+                    _control: None,
+                    counter,
+                })
+            }
+        }
+    }
+}
+
+impl OomWatch {
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.fd)
+    }
+
+    /// Reads what woke the poll (the fd is non-blocking).
+    pub fn drain(&self) {
+        let mut buf = [0u8; 512];
+        // SAFETY: reads into a local buffer of its length from an fd we own.
+        while unsafe { libc::read(self.fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
+    }
+
+    /// The cgroup's OOM kills so far (`oom_kill`), if the kernel counts them (v1: 4.13+).
+    pub fn kills(&self) -> Option<u64> {
+        keyed(&self.counter, "oom_kill")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -122,6 +122,10 @@ fn what(d: &Daemon, name: &str, r: &Report) -> Option<(Reason, String)> {
                 ),
             )
         }
+        Report::OomKilled { kills } => (
+            Reason::Oom,
+            format!("the kernel's OOM killer killed {kills} process(es) in its memory cgroup"),
+        ),
         Report::UpgradeFailed { from, why } => (
             Reason::Upgrade,
             format!("the upgrade from {from} was rolled back: {why}"),

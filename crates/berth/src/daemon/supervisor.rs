@@ -489,6 +489,9 @@ fn reason(r: &Report) -> String {
         Report::Unhealthy { failures } => format!("{failures} health checks in a row failed"),
         Report::GuardKilled(k) => format!("memory guard killed pid {}", k.pid),
         Report::UpgradeFailed { from, why } => format!("upgrade from {from} rolled back: {why}"),
+        Report::OomKilled { kills } => {
+            format!("the kernel's OOM killer killed {kills} of its processes")
+        }
     }
 }
 
@@ -506,6 +509,9 @@ fn report(d: &Arc<Daemon>, name: &str, r: &Report) {
             log::warn!("{name}: {failures} health checks in a row failed; ending it")
         }
         Report::UpgradeFailed { .. } => {}
+        Report::OomKilled { kills } => log::warn!(
+            "{name}: the kernel's OOM killer killed {kills} of its processes (its memory limit)"
+        ),
     }
     crate::daemon::reports::collect(d, name, r);
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use berth_core::supervise::{Event, Run};
 
+use crate::daemon::cgroups;
 use crate::daemon::context::Daemon;
 use crate::daemon::runtime::probe;
 
@@ -21,11 +22,8 @@ pub(crate) fn watch(d: &Arc<Daemon>, name: &str, init: Run) {
         .stack_size(128 * 1024)
         .spawn(move || {
             let sock = d.cfg.paths.shim_socket(&name);
-            let answered = crate::shim::request(&sock, "wait").is_ok_and(|mut s| {
-                let mut line = String::new();
-                let _ = s.read_to_string(&mut line);
-                !line.is_empty()
-            });
+            let answered =
+                crate::shim::request(&sock, "wait").is_ok_and(|s| wait_end(&d, &name, init, s));
             if answered {
                 // Give the shim a moment to finish writing its exit file.
                 let deadline = Instant::now() + Duration::from_secs(2);
@@ -41,6 +39,44 @@ pub(crate) fn watch(d: &Arc<Daemon>, name: &str, init: Run) {
             berth_sys::process::trim_heap();
             berth_sys::process::release_own_code(false);
         });
+}
+
+/// Blocks until the shim answers `wait` (the container ended): whether it did. Meanwhile
+/// the kernel's OOM kills in the container's memory cgroup are told to the supervisor as
+/// they happen (one poll on both: no wake-ups of its own).
+fn wait_end(d: &Daemon, name: &str, init: Run, mut shim: std::os::unix::net::UnixStream) -> bool {
+    use berth_sys::process::POLLIN;
+    let oom = d
+        .resources
+        .cgroups
+        .as_ref()
+        .ok()
+        .and_then(|c| c.oom_watch(&cgroups::container_cgroup(d, name)).ok());
+    let mut seen = oom.as_ref().and_then(|w| w.kills()).unwrap_or(0);
+    while let Some(w) = &oom {
+        let Ok(ready) =
+            berth_sys::process::poll(&[(shim.as_raw_fd(), POLLIN), (w.fd(), POLLIN)], -1)
+        else {
+            break;
+        };
+        if ready.get(1).is_some_and(|r| *r != 0) {
+            w.drain();
+            let now = w.kills().unwrap_or(seen);
+            if now > seen {
+                d.notify(
+                    name,
+                    Event::OomKilled(init, (now - seen).min(u32::MAX as u64) as u32),
+                );
+                seen = now;
+            }
+        }
+        if ready.first().is_some_and(|r| *r != 0) {
+            break;
+        }
+    }
+    let mut line = String::new();
+    let _ = shim.read_to_string(&mut line);
+    !line.is_empty()
 }
 
 /// Blocks until the container's init has gone: on its pidfd (readable when it exits), or,
