@@ -363,7 +363,15 @@ impl Machine {
             Event::GuardKilled(k) => vec![Action::Report(Report::GuardKilled(*k))],
             Event::OomKilled(run, _) if self.run != Some(*run) => Vec::new(),
             Event::OomKilled(_, kills) => {
+                // A container can make the kernel kill again and again: one report per
+                // `OOM_END_MS` at most (crash archives are flash writes).
+                let recent = self
+                    .last_oom_ms
+                    .is_some_and(|t| now_ms.saturating_sub(t) < OOM_END_MS);
                 self.last_oom_ms = Some(now_ms);
+                if recent {
+                    return Vec::new();
+                }
                 vec![Action::Report(Report::OomKilled { kills: *kills })]
             }
             Event::Reset => {
@@ -1093,6 +1101,8 @@ mod tests {
         );
         // another run's is stale
         assert_eq!(m.on(6, &Event::OomKilled(6, 1), &p), vec![]);
+        // kill after kill: one report per window
+        assert_eq!(m.on(50, &Event::OomKilled(7, 3), &p), vec![]);
         // the init killed by it: restarted under its policy, not reported again
         assert_eq!(
             m.on(100, &Event::Exited(7, KILLED), &p),

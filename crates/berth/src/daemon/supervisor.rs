@@ -71,7 +71,7 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) -> Vec<(String, Run)> {
         match probe::running_init(d, n) {
             Some(init) => {
                 log::info!("taking over running container {n}");
-                watch::watch(d, n, init);
+                watch::watch(d, n, init, false);
                 running.push((n.to_string(), init));
             }
             None => log::warn!("{n} runs but its init is not known: not watched"),

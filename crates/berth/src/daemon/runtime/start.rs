@@ -52,7 +52,7 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     set_autostart(d, name, true)?;
     boot::note_running(d, name);
     d.notify(name, Event::Started(pid));
-    watch::watch(d, name, pid);
+    watch::watch(d, name, pid, true);
     log::info!(
         "started {name} (init pid {pid}) in {} ms",
         elapsed.as_millis()

@@ -14,7 +14,9 @@ use crate::daemon::runtime::probe;
 
 /// A thread that waits for the end of the run whose init is `init` (blocked on the shim, or
 /// on the init's pidfd when the shim is gone: no polling) and notifies the supervisor.
-pub(crate) fn watch(d: &Arc<Daemon>, name: &str, init: Run) {
+/// `fresh`: the run has just been started (its cgroup is new: every OOM kill counted there
+/// is this run's, also one that came before this thread looked), not taken over.
+pub(crate) fn watch(d: &Arc<Daemon>, name: &str, init: Run, fresh: bool) {
     let d = Arc::clone(d);
     let name = name.to_string();
     let _ = std::thread::Builder::new()
@@ -22,8 +24,8 @@ pub(crate) fn watch(d: &Arc<Daemon>, name: &str, init: Run) {
         .stack_size(128 * 1024)
         .spawn(move || {
             let sock = d.cfg.paths.shim_socket(&name);
-            let answered =
-                crate::shim::request(&sock, "wait").is_ok_and(|s| wait_end(&d, &name, init, s));
+            let answered = crate::shim::request(&sock, "wait")
+                .is_ok_and(|s| wait_end(&d, &name, init, fresh, s));
             if answered {
                 // Give the shim a moment to finish writing its exit file.
                 let deadline = Instant::now() + Duration::from_secs(2);
@@ -44,16 +46,36 @@ pub(crate) fn watch(d: &Arc<Daemon>, name: &str, init: Run) {
 /// Blocks until the shim answers `wait` (the container ended): whether it did. Meanwhile
 /// the kernel's OOM kills in the container's memory cgroup are told to the supervisor as
 /// they happen (one poll on both: no wake-ups of its own).
-fn wait_end(d: &Daemon, name: &str, init: Run, mut shim: std::os::unix::net::UnixStream) -> bool {
+fn wait_end(
+    d: &Daemon,
+    name: &str,
+    init: Run,
+    fresh: bool,
+    mut shim: std::os::unix::net::UnixStream,
+) -> bool {
     use berth_sys::process::POLLIN;
-    let oom = d
-        .resources
-        .cgroups
-        .as_ref()
-        .ok()
-        .and_then(|c| c.oom_watch(&cgroups::container_cgroup(d, name)).ok());
-    let mut seen = oom.as_ref().and_then(|w| w.kills()).unwrap_or(0);
+    let oom = d.resources.cgroups.as_ref().ok().and_then(|c| {
+        c.oom_watch(&cgroups::container_cgroup(d, name))
+            .map_err(|e| log::warn!("{name}: OOM kills will not be reported: {e}"))
+            .ok()
+    });
+    let mut seen = match &oom {
+        Some(w) if !fresh => w.kills().unwrap_or(0),
+        _ => 0,
+    };
+    let mut first = true;
     while let Some(w) = &oom {
+        // The first round looks at once: a kill before the watch was set up is still told.
+        if std::mem::take(&mut first) {
+            let now = w.kills().unwrap_or(seen);
+            if now > seen {
+                d.notify(
+                    name,
+                    Event::OomKilled(init, (now - seen).min(u32::MAX as u64) as u32),
+                );
+                seen = now;
+            }
+        }
         let Ok(ready) =
             berth_sys::process::poll(&[(shim.as_raw_fd(), POLLIN), (w.fd(), POLLIN)], -1)
         else {
@@ -61,7 +83,16 @@ fn wait_end(d: &Daemon, name: &str, init: Run, mut shim: std::os::unix::net::Uni
         };
         if ready.get(1).is_some_and(|r| *r != 0) {
             w.drain();
-            let now = w.kills().unwrap_or(seen);
+            // v1 tells when the OOM killer is invoked, before it has counted its kill:
+            // look again for a moment (only after such an event).
+            let mut now = w.kills().unwrap_or(seen);
+            for _ in 0..20 {
+                if now > seen {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+                now = w.kills().unwrap_or(seen);
+            }
             if now > seen {
                 d.notify(
                     name,
