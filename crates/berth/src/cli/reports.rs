@@ -155,6 +155,23 @@ pub fn core_handler(cfg: &Config, a: &CoreHandler) -> Result<()> {
     let dir = cfg.paths.cores().join(&name);
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     std::fs::set_permissions(cfg.paths.cores(), std::fs::Permissions::from_mode(0o700))?;
+    // One dump at a time, device-wide: a container that crashes many processes at once must
+    // not fill the run tmpfs (outside its memory limit) with cores; the others are dropped.
+    let lock_path = cfg.paths.cores().join(".lock");
+    let lock = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&lock_path)
+        .with_context(|| format!("open {}", lock_path.display()))?;
+    if !berth_sys::process::try_lock(&lock)? {
+        eprintln!(
+            "berth core-handler: another core is being written: core of pid {} of {name} dropped",
+            a.pid
+        );
+        return Ok(());
+    }
     // Only the newest one stays beside this one (a maximum: no sort, which costs the
     // device binary kilobytes per instantiation).
     let old: Vec<_> = std::fs::read_dir(&dir)?
