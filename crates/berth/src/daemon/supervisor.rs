@@ -281,7 +281,7 @@ impl Supervisor {
         }
         self.publish(name, &actions);
         for a in actions {
-            self.act(name, a);
+            self.act(name, a, now);
         }
     }
 
@@ -328,7 +328,8 @@ impl Supervisor {
         }
     }
 
-    fn act(&mut self, name: &str, a: Action) {
+    /// `now` is the machine's clock at the event that asked for `a`.
+    fn act(&mut self, name: &str, a: Action, now: u64) {
         let d = &self.d;
         match a {
             Action::Start => {
@@ -354,7 +355,7 @@ impl Supervisor {
             }
             Action::Hold { until_ms } => log::info!(
                 "{name}: restart in {} ms",
-                until_ms.saturating_sub(self.now_ms())
+                until_ms.saturating_sub(now)
             ),
             Action::Check(run) => {
                 if let Ok(p) = state::installed(d, name) {
