@@ -27,6 +27,8 @@ apt-get install -y -qq --no-install-recommends qemu-system-x86 debootstrap e2fsp
 apt-get install -y -qq apparmor >/dev/null
 # networking (issue 4): nft for berth's ruleset, dnsmasq for address = "dhcp", iperf3 for the net bench suite
 apt-get install -y -qq nftables iproute2 iperf3 dnsmasq-base >/dev/null
+# the container API (issue 16): the shell client's two transports, from inside containers
+apt-get install -y -qq netcat-openbsd >/dev/null
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 

@@ -46,6 +46,7 @@ kinds! {
     NotPermitted = 403 "not_permitted",
     NotFound = 404 "not_found",
     MethodNotAllowed = 405 "method_not_allowed",
+    RateLimited = 429 "rate_limited",
     // Packages and containers.
     NotInstalled = 404 "not_installed",
     UnknownPackage = 404 "unknown_package",
@@ -67,6 +68,7 @@ kinds! {
     PoolExhausted = 409 "pool_exhausted",
     PortTaken = 409 "port_taken",
     SafeMode = 409 "safe_mode",
+    UpdateLocked = 409 "update_locked",
     // The repository.
     NoRepository = 412 "no_repository",
     NoKeys = 412 "no_keys",
@@ -126,6 +128,31 @@ pub mod common {
     pub const PIDS_MAX: &str = "pids_max";
 }
 
+/// The container API's answers (docs/container-api.yaml).
+pub mod selfapi {
+    pub use super::common::NAME;
+    /// The operation accepted: `stop` or `restart` (it happens after the answer).
+    pub const ACCEPTED: &str = "accepted";
+    /// What the package asked for and what the device policy granted.
+    pub const PERMISSIONS: &str = "permissions";
+    /// The permissions the manifest asks for (`[permissions] api`).
+    pub const ASKED: &str = "asked";
+    /// The permissions granted of those.
+    pub const GRANTED: &str = "granted";
+    /// In a `not_permitted` error: the permission the request needs.
+    pub const PERMISSION: &str = "permission";
+    /// The container's usage (`berth stats` of it), or null without cgroups.
+    pub const USAGE: &str = "usage";
+    /// Until when upgrades of the package are held off (seconds since the epoch), or null.
+    pub const LOCKED_UNTIL: &str = "locked_until";
+    /// The keep-alive period of `[health] watchdog` in milliseconds, or null.
+    pub const WATCHDOG_MS: &str = "watchdog_ms";
+    /// The health the package reported: true (healthy) or false.
+    pub const OK: &str = "ok";
+    /// The message it reported with it, or null.
+    pub const MESSAGE: &str = "message";
+}
+
 /// `GET /v1/ping`.
 pub mod ping {
     /// Always true: the daemon answers.
@@ -162,6 +189,8 @@ pub mod request {
     pub const COMPONENT: &str = "component";
     /// test/stall (test hooks only): for how many seconds.
     pub const SECONDS: &str = "seconds";
+    /// `POST /v1/upgrade`: go past the packages' update locks.
+    pub const FORCE: &str = "force";
     /// reports: one report's id.
     pub const ID: &str = "id";
     /// reports remove: every report.
@@ -680,7 +709,11 @@ mod tests {
 
     #[test]
     fn the_openapi_file_has_every_field() {
-        let spec = include_str!("../../../docs/openapi.yaml");
+        // Both APIs' files: the admin socket's and the containers'.
+        let spec = concat!(
+            include_str!("../../../docs/openapi.yaml"),
+            include_str!("../../../docs/container-api.yaml")
+        );
         let properties: std::collections::BTreeSet<&str> = spec
             .lines()
             .filter_map(|l| l.trim_start().split_once(':').map(|(k, _)| k))
@@ -708,7 +741,7 @@ mod tests {
         assert!(n > 100, "only {n} fields read from api.rs");
         assert!(
             missing.is_empty(),
-            "docs/openapi.yaml: no property {missing:?}"
+            "docs/openapi.yaml, docs/container-api.yaml: no property {missing:?}"
         );
     }
 }

@@ -65,6 +65,8 @@ pub struct Config {
     pub upgrade: Upgrade,
     /// `[reports]`: the caps on crash archives (docs/reports.md).
     pub reports: crate::report::Caps,
+    /// `[api]`: what the container API grants and how fast it answers each container.
+    pub api: crate::container_api::ApiPolicy,
 }
 
 /// The hardware watchdog (`[watchdog]`): while every part of the daemon is healthy, one byte
@@ -167,6 +169,10 @@ impl Paths {
     pub fn rootfs(&self, container: &str) -> PathBuf {
         self.run.join("rootfs").join(container)
     }
+    /// The directory of a container's API socket (`api.sock`), bound at `/run/berth` in it.
+    pub fn api_dir(&self, container: &str) -> PathBuf {
+        self.run.join("api").join(container)
+    }
     pub fn shim_socket(&self, container: &str) -> PathBuf {
         self.run.join("shim").join(format!("{container}.sock"))
     }
@@ -238,6 +244,16 @@ struct RawConfig {
     watchdog: RawWatchdog,
     boot: RawBoot,
     upgrade: RawUpgrade,
+    api: RawApi,
+}
+
+#[derive(Default)]
+struct RawApi {
+    grant: Option<String>,
+    rate: Option<i64>,
+    burst: Option<i64>,
+    max_update_lock: Option<String>,
+    packages: Option<std::collections::BTreeMap<String, Spanned<String>>>,
 }
 
 #[derive(Default)]
@@ -361,6 +377,15 @@ impl RawConfig {
                 Ok(RawUpgrade {
                     deadline: text(t, "deadline")?,
                     settle: text(t, "settle")?,
+                })
+            })?,
+            api: section(&mut t, "api", |t| {
+                Ok(RawApi {
+                    grant: text(t, "grant")?,
+                    rate: t.int("rate")?.map(Spanned::into_inner),
+                    burst: t.int("burst")?.map(Spanned::into_inner),
+                    max_update_lock: text(t, "max_update_lock")?,
+                    packages: strings(t, "packages")?,
                 })
             })?,
         };
@@ -546,7 +571,9 @@ impl Config {
         let boot = boot(raw.boot, &value_err)?;
         let upgrade = upgrade(raw.upgrade, &value_err)?;
         let reports = reports(raw.reports, &value_err)?;
+        let api = api(raw.api, &value_err)?;
         Ok(Config {
+            api,
             watchdog,
             boot,
             upgrade,
@@ -577,6 +604,56 @@ impl Config {
                 .map_err(|(key, m)| value_err(key, m))?,
         })
     }
+}
+
+/// `[api]`: the permissions granted to every package that asks (default: what only concerns
+/// the caller), more per package in `[api.packages]`, and the per-container pace.
+fn api(
+    r: RawApi,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<crate::container_api::ApiPolicy, ConfigError> {
+    use crate::container_api::{permission_list, ApiPolicy};
+    let d = ApiPolicy::default();
+    let grant = match &r.grant {
+        None => d.grant,
+        Some(v) => permission_list(v).map_err(|m| value_err("api.grant", m))?,
+    };
+    let mut packages = std::collections::BTreeMap::new();
+    for (name, v) in r.packages.unwrap_or_default() {
+        crate::name::Name::parse(&name)
+            .map_err(|e| value_err("api.packages", format!("{name:?}: {e}")))?;
+        let list = permission_list(v.get_ref())
+            .map_err(|m| value_err("api.packages", format!("{name}: {m}")))?;
+        packages.insert(name, list);
+    }
+    let count = |key: &'static str, v: Option<i64>, default: u32| match v {
+        None => Ok(default),
+        Some(n) if (1..=10_000).contains(&n) => Ok(n as u32),
+        Some(n) => Err(value_err(key, format!("{n}: must be between 1 and 10000"))),
+    };
+    let rate = count("api.rate", r.rate, d.rate)?;
+    let burst = count("api.burst", r.burst, d.burst)?;
+    let max_update_lock_s = match &r.max_update_lock {
+        None => d.max_update_lock_s,
+        Some(v) => {
+            let s = crate::manifest::parse_duration_s(v)
+                .map_err(|m| value_err("api.max_update_lock", m))?;
+            if !(1..=7 * 86_400).contains(&s) {
+                return Err(value_err(
+                    "api.max_update_lock",
+                    format!("{v}: must be between 1s and 7d"),
+                ));
+            }
+            s
+        }
+    };
+    Ok(ApiPolicy {
+        grant,
+        packages,
+        rate,
+        burst,
+        max_update_lock_s,
+    })
 }
 
 /// `containers.data_size`: at least 1M (an ext4 file system with room for a package's
@@ -1165,6 +1242,60 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("cgroup_parent"), "{e}");
+    }
+
+    #[test]
+    fn api_defaults_values_and_refusals() {
+        use crate::container_api::Permission as P;
+        let c = Config::parse("", "t").unwrap();
+        assert_eq!(c.api, crate::container_api::ApiPolicy::default());
+        let c = Config::parse(
+            "[api]\ngrant = \"status logs\"\nrate = 5\nburst = 8\nmax_update_lock = \"2h\"\n[api.packages]\nmedia = \"lan-hosts update-lock\"\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.api.grant, [P::Status, P::Logs]);
+        assert_eq!(c.api.packages["media"], [P::LanHosts, P::UpdateLock]);
+        assert_eq!(
+            (c.api.rate, c.api.burst, c.api.max_update_lock_s),
+            (5, 8, 7200)
+        );
+        for (text, key, says) in [
+            (
+                "[api]\ngrant = \"stop reboot\"\n",
+                "api.grant",
+                "\"reboot\" is not an api permission",
+            ),
+            ("[api]\nrate = 0\n", "api.rate", "between 1 and 10000"),
+            (
+                "[api]\nmax_update_lock = \"30d\"\n",
+                "api.max_update_lock",
+                "between 1s and 7d",
+            ),
+            (
+                "[api.packages]\nmedia = \"all\"\n",
+                "api.packages",
+                "media: \"all\"",
+            ),
+            (
+                "[api.packages]\n\"Bad Name\" = \"stop\"\n",
+                "api.packages",
+                "Bad Name",
+            ),
+        ] {
+            let e = Config::parse(text, "t").unwrap_err();
+            match &e {
+                ConfigError::Value {
+                    key: k, message, ..
+                } => {
+                    assert_eq!(*k, key, "{text}: {e}");
+                    assert!(message.contains(says), "{text}: {e}");
+                }
+                _ => panic!("{text}: {e}"),
+            }
+        }
+        let e = Config::parse("[api]\nspeed = 1\n", "t").unwrap_err();
+        assert!(e.to_string().contains("speed"), "{e}");
     }
 
     #[test]

@@ -138,6 +138,7 @@ pub fn parse_head(head: &[u8]) -> Result<(Request, usize), HttpError> {
 pub fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        202 => "Accepted",
         400 => "Bad Request",
         403 => "Forbidden",
         404 => "Not Found",
@@ -146,6 +147,7 @@ pub fn reason(status: u16) -> &'static str {
         412 => "Precondition Failed",
         413 => "Payload Too Large",
         422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
         500 => "Internal Server Error",
         502 => "Bad Gateway",
         503 => "Service Unavailable",

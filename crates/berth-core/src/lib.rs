@@ -9,6 +9,7 @@ pub mod base64;
 pub mod boot;
 pub mod cgroup;
 pub mod config;
+pub mod container_api;
 pub mod date;
 pub mod governor;
 pub mod guard;

@@ -21,7 +21,15 @@ pub const MANIFEST_PATH: &str = ".berth/manifest.toml";
 pub const DESCRIPTION_MAX: usize = 512;
 
 /// Container-API operations a package may ask for.
-pub const API_OPERATIONS: &[&str] = &["status", "stop", "restart", "schedule", "lan-hosts", "logs"];
+pub const API_OPERATIONS: &[&str] = &[
+    "status",
+    "stop",
+    "restart",
+    "schedule",
+    "lan-hosts",
+    "logs",
+    "update-lock",
+];
 
 /// Linux capabilities (without `CAP_`, lowercase), as of Linux 5.9.
 pub const CAPABILITIES: &[&str] = &[
@@ -259,6 +267,18 @@ pub struct Health {
     /// When the container counts as ready (what `depends` waits for).
     #[serde(default)]
     pub ready: Ready,
+    /// The keep-alive period the package promises (`POST /v1/self/watchdog`); a run that
+    /// lets it pass is ended and counts as a failure.
+    #[serde(default)]
+    pub watchdog_ms: Option<u64>,
+}
+
+impl Health {
+    /// Whether the daemon probes it (cmd, tcp or http); without a probe the package's own
+    /// reports (readiness, health, keep-alive) are all there is.
+    pub fn has_probe(&self) -> bool {
+        !self.cmd.is_empty() || self.tcp.is_some() || self.http.is_some()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -276,6 +296,8 @@ pub enum Ready {
     Healthy,
     /// As soon as it runs.
     Started,
+    /// When the package says so through the container API (`POST /v1/self/ready`).
+    Api,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -580,6 +602,7 @@ impl RawManifest {
                     tcp: t.int("tcp")?,
                     http: t.str("http")?,
                     ready: t.str("ready")?,
+                    watchdog: t.str("watchdog")?,
                     interval: t.str("interval")?,
                     timeout: t.str("timeout")?,
                     retries: t.int("retries")?,
@@ -730,6 +753,7 @@ struct RawHealth {
     tcp: Option<S<i64>>,
     http: Option<S<String>>,
     ready: Option<S<String>>,
+    watchdog: Option<S<String>>,
     interval: Option<S<String>>,
     timeout: Option<S<String>>,
     retries: Option<S<i64>>,
@@ -1335,13 +1359,16 @@ impl Validator<'_> {
             return Err(self.err(span, "health.timeout", "must be greater than 0"));
         }
         let probes = [h.cmd.is_some(), h.tcp.is_some(), h.http.is_some()];
+        let self_reported =
+            h.watchdog.is_some() || h.ready.as_ref().is_some_and(|r| r.get_ref() == "api");
         match probes.iter().filter(|p| **p).count() {
             1 => {}
+            0 if self_reported => {}
             0 => {
                 return Err(self.err(
                     table,
                     "health.cmd",
-                    "required key is missing (or give tcp or http instead)",
+                    "required key is missing (or give tcp or http instead, or ready = \"api\" or watchdog for a package that reports through the container API)",
                 ))
             }
             _ => {
@@ -1370,19 +1397,29 @@ impl Validator<'_> {
         let ready = match h.ready.as_ref().map(|v| (v.get_ref().as_str(), v.span())) {
             None | Some(("healthy", _)) => Ready::Healthy,
             Some(("started", _)) => Ready::Started,
-            Some(("api", span)) => {
-                return Err(self.err(
-                    span,
-                    "health.ready",
-                    "\"api\" needs the container API, which this version does not have; use \"healthy\" or \"started\"",
-                ))
-            }
+            Some(("api", _)) => Ready::Api,
             Some((other, span)) => {
                 return Err(self.err(
                     span,
                     "health.ready",
-                    format!("{other:?} is not one of \"healthy\", \"started\""),
+                    format!("{other:?} is not one of \"healthy\", \"started\", \"api\""),
                 ))
+            }
+        };
+        let watchdog_ms = match &h.watchdog {
+            None => None,
+            Some(v) => {
+                let ms = parse_duration_ms(v.get_ref())
+                    .map_err(|e| self.err(v.span(), "health.watchdog", e))?;
+                // Each keep-alive is a request: a period below a second would be a flood.
+                if !(1_000..=86_400_000).contains(&ms) {
+                    return Err(self.err(
+                        v.span(),
+                        "health.watchdog",
+                        "must be between 1s and 24h",
+                    ));
+                }
+                Some(ms)
             }
         };
         Ok(Health {
@@ -1395,6 +1432,7 @@ impl Validator<'_> {
             tcp,
             http,
             ready,
+            watchdog_ms,
         })
     }
 }
@@ -1548,6 +1586,7 @@ cmd = ["/bin/rotate"]
                 tcp: None,
                 http: None,
                 ready: Ready::Healthy,
+                watchdog_ms: None,
             })
         );
         assert_eq!(m.schedules.len(), 2);
@@ -1990,6 +2029,18 @@ cmd = ["/bin/rotate"]
         assert!(e.to_string().contains("hook"), "{e}");
         let m = Manifest::parse(&format!("{base}[health]\ntcp = 53\n")).unwrap();
         assert_eq!(m.health.unwrap().tcp, Some(53));
+        // Reported through the container API alone: no probe needed.
+        let m = Manifest::parse(&format!(
+            "{base}[health]\nready = \"api\"\nwatchdog = \"30s\"\n"
+        ))
+        .unwrap();
+        let h = m.health.unwrap();
+        assert_eq!(
+            (h.ready, h.watchdog_ms, h.has_probe()),
+            (Ready::Api, Some(30_000), false)
+        );
+        let m = Manifest::parse(&format!("{base}[health]\nwatchdog = \"5s\"\n")).unwrap();
+        assert_eq!(m.health.unwrap().ready, Ready::Healthy);
         for (bad, want) in [
             (
                 "[restart]\nmultiplier = 0.5\n",
@@ -2010,9 +2061,15 @@ cmd = ["/bin/rotate"]
                 "health.http: \"x/y\": expected PORT",
             ),
             (
-                "[health]\ntcp = 1\nready = \"api\"\n",
-                "needs the container API",
+                "[health]\ntcp = 1\nready = \"later\"\n",
+                "health.ready: \"later\" is not one of",
             ),
+            (
+                "[health]\nwatchdog = \"500ms\"\n",
+                "health.watchdog: must be between 1s and 24h",
+            ),
+            ("[health]\nwatchdog = \"soon\"\n", "health.watchdog:"),
+            ("[health]\nretries = 2\n", "or ready = \"api\" or watchdog"),
             (
                 "[health]\ntcp = 1\ntimeout = \"0s\"\n",
                 "health.timeout: must be greater than 0",

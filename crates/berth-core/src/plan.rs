@@ -193,6 +193,15 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
             cfg.run_size
         ),
     )?;
+    // The container API: the directory of its socket (the daemon makes it before the start;
+    // after a daemon restart a new socket in it is seen through the same bind).
+    line(
+        "lxc.mount.entry",
+        &format!(
+            "{} run/berth none bind,create=dir,nosuid,nodev,noexec 0 0",
+            paths.api_dir(name).display()
+        ),
+    )?;
     // The source is the daemon's nosuid,nodev bind of the data directory: LXC 5.0 does not
     // remount a rw bind to apply flags, but a bind inherits the flags of the mount it copies.
     line(

@@ -41,6 +41,12 @@ pub struct HealthPolicy {
     pub retries: u32,
     /// Ready as soon as it runs, not at its first passed check.
     pub ready_on_start: bool,
+    /// Ready only when the package says so (`ready = "api"`), not at a passed check.
+    pub ready_by_api: bool,
+    /// The daemon runs a probe (cmd, tcp or http); without, only the package reports.
+    pub probe: bool,
+    /// The keep-alive period the package promised (`[health] watchdog`).
+    pub watchdog_ms: Option<u64>,
 }
 
 /// A SIGKILLed end this soon after an OOM kill in the run is that kill.
@@ -80,6 +86,9 @@ impl Policy {
                 interval_ms: h.interval_ms.max(1),
                 retries: h.retries.max(1),
                 ready_on_start: h.ready == Ready::Started,
+                ready_by_api: h.ready == Ready::Api,
+                probe: h.has_probe(),
+                watchdog_ms: h.watchdog_ms,
             }),
         }
     }
@@ -158,8 +167,13 @@ pub enum Event {
     StopRequested,
     /// That run ended.
     Exited(Run, Exit),
-    /// A health check of that run passed (true) or failed.
+    /// A health check of that run passed (true) or failed (a probe's, or the package's own
+    /// report through the container API).
     Health(Run, bool),
+    /// The package said through the container API that this run is ready.
+    Ready(Run),
+    /// The package's keep-alive (`[health] watchdog`) for this run.
+    KeepAlive(Run),
     GuardKilled(GuardKill),
     /// The kernel's OOM killer killed `kills` processes of that run (in its memory cgroup).
     OomKilled(Run, u32),
@@ -196,6 +210,10 @@ pub enum Report {
     /// `failures` health checks in a row failed: the run is killed.
     Unhealthy {
         failures: u32,
+    },
+    /// No keep-alive came within the period the package promised: the run is killed.
+    WatchdogExpired {
+        period_ms: u64,
     },
     GuardKilled(GuardKill),
     /// The kernel's OOM killer killed `kills` processes in it (the run may go on).
@@ -252,6 +270,8 @@ pub struct Machine {
     /// When the running check began: the next is due an interval after it (not after its
     /// end), so a probe that hangs to its timeout does not stretch the period.
     check_started: u64,
+    /// When the package's keep-alive is due at the latest (`[health] watchdog`).
+    keepalive_due: Option<u64>,
     ready: bool,
     /// When the OOM killer last killed in this run: a SIGKILLed end soon after is that
     /// kill, reported once.
@@ -272,6 +292,7 @@ impl Machine {
             failures: 0,
             check_due: None,
             check_started: 0,
+            keepalive_due: None,
             ready: false,
             last_oom_ms: None,
             rng: seed.max(1),
@@ -314,7 +335,10 @@ impl Machine {
     pub fn due(&self) -> Option<u64> {
         match self.phase {
             Phase::Waiting { until_ms } => Some(until_ms),
-            Phase::Running => self.check_due,
+            Phase::Running => match (self.check_due, self.keepalive_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
             _ => None,
         }
     }
@@ -347,6 +371,7 @@ impl Machine {
                     _ => Phase::Stopping,
                 };
                 self.check_due = None;
+                self.keepalive_due = None;
                 Vec::new()
             }
             // The end of another run than this one (an earlier run's, reported late).
@@ -354,12 +379,28 @@ impl Machine {
             Event::Exited(_, exit) => {
                 self.run = None;
                 self.check_due = None;
+                self.keepalive_due = None;
                 self.ended(now_ms, Some(*exit), policy)
             }
             Event::Health(run, _) if self.run != Some(*run) || self.phase != Phase::Running => {
                 Vec::new()
             }
             Event::Health(run, ok) => self.checked(now_ms, *run, *ok, policy),
+            Event::Ready(run) | Event::KeepAlive(run)
+                if self.run != Some(*run) || self.phase != Phase::Running =>
+            {
+                Vec::new()
+            }
+            Event::Ready(_) => {
+                self.ready = true;
+                Vec::new()
+            }
+            Event::KeepAlive(_) => {
+                if let Some(w) = policy.health.and_then(|h| h.watchdog_ms) {
+                    self.keepalive_due = Some(now_ms + w);
+                }
+                Vec::new()
+            }
             Event::GuardKilled(k) => vec![Action::Report(Report::GuardKilled(*k))],
             Event::OomKilled(run, _) if self.run != Some(*run) => Vec::new(),
             Event::OomKilled(_, kills) => {
@@ -387,6 +428,16 @@ impl Machine {
                     vec![Action::Start]
                 }
                 Phase::Running => match (self.run, self.check_due) {
+                    (Some(run), _) if self.keepalive_due.is_some_and(|t| now_ms >= t) => {
+                        self.phase = Phase::Killing;
+                        self.check_due = None;
+                        self.keepalive_due = None;
+                        let period_ms = policy.health.and_then(|h| h.watchdog_ms).unwrap_or(0);
+                        vec![
+                            Action::Report(Report::WatchdogExpired { period_ms }),
+                            Action::Kill(run),
+                        ]
+                    }
                     (Some(run), Some(due)) if now_ms >= due => {
                         self.check_due = None;
                         self.check_started = now_ms;
@@ -445,12 +496,16 @@ impl Machine {
             None => {
                 self.health = HealthState::None;
                 self.check_due = None;
+                self.keepalive_due = None;
                 self.ready = true;
             }
             Some(h) => {
                 self.health = HealthState::Starting;
-                self.check_due = Some(now_ms + h.interval_ms.min(FIRST_CHECK_MS));
-                self.ready = h.ready_on_start;
+                self.check_due = h.probe.then(|| now_ms + h.interval_ms.min(FIRST_CHECK_MS));
+                self.keepalive_due = h.watchdog_ms.map(|w| now_ms + w);
+                // Without a probe and without readiness by API, nothing else would ever
+                // say it is ready.
+                self.ready = h.ready_on_start || (!h.probe && !h.ready_by_api);
             }
         }
     }
@@ -459,11 +514,13 @@ impl Machine {
         let Some(h) = policy.health else {
             return Vec::new();
         };
-        self.check_due = Some(now_ms.max(self.check_started + h.interval_ms));
+        if h.probe {
+            self.check_due = Some(now_ms.max(self.check_started + h.interval_ms));
+        }
         if ok {
             self.failures = 0;
             self.health = HealthState::Healthy;
-            self.ready = true;
+            self.ready |= !h.ready_by_api;
             return Vec::new();
         }
         self.failures += 1;
@@ -473,6 +530,7 @@ impl Machine {
         }
         self.phase = Phase::Killing;
         self.check_due = None;
+        self.keepalive_due = None;
         vec![
             Action::Report(Report::Unhealthy {
                 failures: self.failures,
@@ -704,7 +762,7 @@ mod tests {
         );
     }
 
-    fn tr181() -> Policy {
+    pub(super) fn tr181() -> Policy {
         Policy {
             restart: RestartPolicy::OnFailure,
             min_wait_ms: 100,
@@ -999,6 +1057,9 @@ mod tests {
                 interval_ms: 500,
                 retries,
                 ready_on_start,
+                ready_by_api: false,
+                probe: true,
+                watchdog_ms: None,
             }),
             ..tr181()
         }
@@ -1144,6 +1205,10 @@ mod tests {
 
 #[cfg(test)]
 mod policy_tests {
+    const OK: Exit = Exit {
+        code: Some(0),
+        signal: None,
+    };
     use super::*;
     use crate::manifest::Manifest;
 
@@ -1167,9 +1232,112 @@ mod policy_tests {
             Some(HealthPolicy {
                 interval_ms: 2_000,
                 retries: 4,
-                ready_on_start: false
+                ready_on_start: false,
+                ready_by_api: false,
+                probe: true,
+                watchdog_ms: None,
             })
         );
         assert_eq!(Policy::never().restart, RestartPolicy::Never);
+    }
+
+    fn reported(ready_by_api: bool, watchdog_ms: Option<u64>) -> Policy {
+        Policy {
+            health: Some(HealthPolicy {
+                interval_ms: 30_000,
+                retries: 2,
+                ready_on_start: false,
+                ready_by_api,
+                probe: false,
+                watchdog_ms,
+            }),
+            ..super::tests::tr181()
+        }
+    }
+
+    #[test]
+    fn readiness_by_api_comes_from_the_package_alone() {
+        let p = reported(true, None);
+        let mut m = Machine::new(1);
+        m.on(0, &Event::Started(7), &p);
+        // no probe: nothing is ever due, and a passed report does not make it ready
+        assert_eq!((m.due(), m.ready()), (None, false));
+        assert!(m.on(10, &Event::Health(7, true), &p).is_empty());
+        assert!(!m.ready());
+        assert_eq!(m.due(), None, "a report must not schedule probes");
+        // another run's word counts for nothing
+        m.on(20, &Event::Ready(6), &p);
+        assert!(!m.ready());
+        m.on(30, &Event::Ready(7), &p);
+        assert!(m.ready());
+        // a new run starts unready again
+        m.on(40, &Event::Exited(7, OK), &p);
+        m.on(50, &Event::Started(8), &p);
+        assert!(!m.ready());
+        // without ready = "api" and without a probe it is ready at once
+        let mut m = Machine::new(1);
+        m.on(0, &Event::Started(7), &reported(false, Some(5_000)));
+        assert!(m.ready());
+    }
+
+    #[test]
+    fn reported_failures_end_the_run_after_retries() {
+        let p = reported(false, None);
+        let mut m = Machine::new(1);
+        m.on(0, &Event::Started(7), &p);
+        assert!(m.on(10, &Event::Health(7, false), &p).is_empty());
+        assert_eq!(m.state(), "unhealthy");
+        assert!(m.on(20, &Event::Health(7, true), &p).is_empty());
+        assert_eq!(m.state(), "running");
+        m.on(30, &Event::Health(7, false), &p);
+        assert_eq!(
+            m.on(40, &Event::Health(7, false), &p),
+            vec![
+                Action::Report(Report::Unhealthy { failures: 2 }),
+                Action::Kill(7)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missed_keep_alive_kills_the_run_and_counts_as_a_failure() {
+        let p = reported(false, Some(1_000));
+        let mut m = Machine::new(1);
+        m.on(0, &Event::Started(7), &p);
+        assert_eq!(m.due(), Some(1_000));
+        assert!(m.on(900, &Event::KeepAlive(7), &p).is_empty());
+        assert_eq!(m.due(), Some(1_900));
+        // a late keep-alive of an earlier run does not push the deadline
+        m.on(1_000, &Event::KeepAlive(6), &p);
+        assert!(m.on(1_899, &Event::Tick, &p).is_empty());
+        assert_eq!(
+            m.on(1_900, &Event::Tick, &p),
+            vec![
+                Action::Report(Report::WatchdogExpired { period_ms: 1_000 }),
+                Action::Kill(7)
+            ]
+        );
+        assert_eq!(m.state(), "unhealthy");
+        assert_eq!(m.due(), None);
+        // its end is a failure: restarted with backoff, no second report
+        let a = m.on(
+            2_000,
+            &Event::Exited(
+                7,
+                Exit {
+                    code: None,
+                    signal: Some(9),
+                },
+            ),
+            &p,
+        );
+        assert_eq!(a[0], Action::Release);
+        assert!(matches!(a[1], Action::Hold { .. }), "{a:?}");
+        assert_eq!(a.len(), 2, "{a:?}");
+        // an operator's stop clears the deadline
+        let mut m = Machine::new(1);
+        m.on(0, &Event::Started(7), &p);
+        m.on(10, &Event::StopRequested, &p);
+        assert!(m.on(5_000, &Event::Tick, &p).is_empty());
     }
 }

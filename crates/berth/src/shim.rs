@@ -569,6 +569,18 @@ fn handle(
                 mode: Mode::Follow,
             })
         }
+        // `tail N`: the ring's last N lines, then as `follow`.
+        t if t.starts_with("tail ") => {
+            let n: usize = t[5..].parse().ok()?;
+            let all = ring.contents();
+            stream
+                .write_all(berth_core::container_api::tail_lines(&all, n))
+                .ok()?;
+            Some(Client {
+                stream,
+                mode: Mode::Follow,
+            })
+        }
         "wait" => {
             stream.set_write_timeout(None).ok()?;
             Some(Client {

@@ -192,7 +192,10 @@ pub enum Packages {
     List(Lists),
     Install(Vec<String>),
     /// None named: every package installed by name.
-    Upgrade(Vec<String>),
+    Upgrade {
+        names: Vec<String>,
+        force: bool,
+    },
     Rollback(String),
     Remove {
         names: Vec<String>,
@@ -254,12 +257,20 @@ pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
         "update" => Device::Packages(update(args)?),
         "list" => Device::Packages(P::List(list(args)?)),
         "install" => Device::Packages(install(args)?),
-        "upgrade" => Device::Packages(Packages::Upgrade(
-            bare(args)?
-                .into_iter()
-                .map(package_name)
-                .collect::<Result<_, _>>()?,
-        )),
+        "upgrade" => {
+            let mut force = false;
+            let names = scan(args, &mut |o, _| match o {
+                "--force" => on(&mut force),
+                _ => Ok(false),
+            })?;
+            Device::Packages(Packages::Upgrade {
+                names: names
+                    .into_iter()
+                    .map(package_name)
+                    .collect::<Result<_, _>>()?,
+                force,
+            })
+        }
         "rollback" => Device::Packages(Packages::Rollback(one_name(args)?)),
         "remove" => Device::Packages(remove(args)?),
         "gc" => {

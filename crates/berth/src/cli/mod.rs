@@ -34,9 +34,11 @@ device:
                              lower serial once, to switch to another repository)
   list [--installed|--available|--upgradable]
   install NAME...            install packages and their dependencies
-  upgrade [NAME...]          move to the newest signed versions (all packages installed by
+  upgrade [--force] [NAME...]
+                             move to the newest signed versions (all packages installed by
                              name when none is given); each running one must start and pass
-                             its health check, else it is rolled back (exit status 1)
+                             its health check, else it is rolled back (exit status 1);
+                             refused while a package holds an update lock, unless --force
   rollback NAME              back to the version the last upgrade replaced
   remove [--purge] NAME...   remove packages (--purge also deletes their /data)
   start NAME | stop [-t SECS] NAME | restart NAME

@@ -20,8 +20,8 @@ pub fn run(json: bool, sock: &Path, cmd: Packages) -> Result<()> {
             show(json, &v, &render::update);
         }
         Packages::List(which) => list(json, sock, &which)?,
-        Packages::Install(names) => install(json, sock, &names, false)?,
-        Packages::Upgrade(names) => install(json, sock, &names, true)?,
+        Packages::Install(names) => install(json, sock, &names, None)?,
+        Packages::Upgrade { names, force } => install(json, sock, &names, Some(force))?,
         Packages::Rollback(name) => {
             let v = client::call(
                 sock,
@@ -64,15 +64,19 @@ fn list(json: bool, sock: &Path, which: &Lists) -> Result<()> {
 }
 
 /// Installs, showing the download's progress on a terminal (never with `--json`).
-fn install(json: bool, sock: &Path, names: &[String], upgrade: bool) -> Result<()> {
+/// `upgrade`: an upgrade, forced past update locks or not.
+fn install(json: bool, sock: &Path, names: &[String], upgrade: Option<bool>) -> Result<()> {
     let tty = std::io::stderr().is_terminal() && !json;
     let mut on_event = |e: &Value| {
         if let Some(line) = render::progress(e).filter(|_| tty) {
             let _ = std::io::stderr().write_all(line.as_bytes());
         }
     };
-    let body = json!({ request::NAMES: names });
-    let path = if upgrade {
+    let body = match upgrade {
+        Some(true) => json!({ request::NAMES: names, request::FORCE: true }),
+        _ => json!({ request::NAMES: names }),
+    };
+    let path = if upgrade.is_some() {
         "/v1/upgrade"
     } else {
         "/v1/install"
@@ -81,7 +85,7 @@ fn install(json: bool, sock: &Path, names: &[String], upgrade: bool) -> Result<(
     if tty {
         eprint!("\r\x1b[K");
     }
-    if upgrade {
+    if upgrade.is_some() {
         let v = r?;
         show(json, &v, &render::upgraded);
         // A rollback is a failure the operator must see, in scripts too.

@@ -50,6 +50,8 @@ pub struct Daemon {
     stalls: [AtomicU32; Component::ALL.len()],
     /// The daemon was started with BERTH_TEST_HOOKS=1: `POST /v1/test/stall` is honoured.
     pub test_hooks: bool,
+    /// The container API's sockets and the update locks (`api::container`).
+    pub capi: crate::daemon::endpoints::Registry,
 }
 
 /// The boot counter of this start and safe mode.
@@ -130,6 +132,7 @@ impl Daemon {
             beats: Default::default(),
             stalls: Default::default(),
             test_hooks: std::env::var_os("BERTH_TEST_HOOKS").is_some_and(|v| v == "1"),
+            capi: Default::default(),
         }
     }
 

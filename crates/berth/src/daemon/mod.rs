@@ -21,6 +21,7 @@ mod api;
 mod boot;
 mod cgroups;
 mod context;
+mod endpoints;
 mod error;
 mod governor;
 mod guard;
@@ -73,6 +74,8 @@ pub fn run(cfg: Config) -> Result<()> {
         boot::note_running(&d, n);
     }
     net::restore(&d, &state::state(&d));
+    let running: Vec<String> = taken_over.iter().map(|(n, _)| n.clone()).collect();
+    runtime::sockets::reopen(&d, &running);
     let listener = api::server::bind(&d)?;
     log::info!(
         "berth daemon {} ready on {} (pid {})",

@@ -122,6 +122,13 @@ fn what(d: &Daemon, name: &str, r: &Report) -> Option<(Reason, String)> {
                 ),
             )
         }
+        Report::WatchdogExpired { period_ms } => (
+            Reason::HealthFailed,
+            format!(
+                "no keep-alive on its API within {} ms ([health] watchdog): the run is ended",
+                period_ms
+            ),
+        ),
         Report::OomKilled { kills } => (
             Reason::Oom,
             format!("the kernel's OOM killer killed {kills} process(es) in its memory cgroup"),

@@ -353,10 +353,9 @@ impl Supervisor {
                 berth_sys::process::trim_heap();
                 berth_sys::process::release_own_code(false);
             }
-            Action::Hold { until_ms } => log::info!(
-                "{name}: restart in {} ms",
-                until_ms.saturating_sub(now)
-            ),
+            Action::Hold { until_ms } => {
+                log::info!("{name}: restart in {} ms", until_ms.saturating_sub(now))
+            }
             Action::Check(run) => {
                 if let Ok(p) = state::installed(d, name) {
                     health::check(d, name, run, &p.manifest);
@@ -488,6 +487,9 @@ fn reason(r: &Report) -> String {
             format!("failed again after {retries} restarts (berth start or berth reset)")
         }
         Report::Unhealthy { failures } => format!("{failures} health checks in a row failed"),
+        Report::WatchdogExpired { period_ms } => {
+            format!("no keep-alive within {period_ms} ms ([health] watchdog)")
+        }
         Report::GuardKilled(k) => format!("memory guard killed pid {}", k.pid),
         Report::UpgradeFailed { from, why } => format!("upgrade from {from} rolled back: {why}"),
         Report::OomKilled { kills } => {
@@ -508,6 +510,9 @@ fn report(d: &Arc<Daemon>, name: &str, r: &Report) {
         ),
         Report::Unhealthy { failures } => {
             log::warn!("{name}: {failures} health checks in a row failed; ending it")
+        }
+        Report::WatchdogExpired { period_ms } => {
+            log::warn!("{name}: no keep-alive within {period_ms} ms ([health] watchdog); ending it")
         }
         Report::UpgradeFailed { .. } => {}
         Report::OomKilled { kills } => log::warn!(

@@ -2,6 +2,7 @@
 //! caller is authorised for it, and the module that owns the thing acts; the answer is JSON,
 //! or a stream (install progress, followed logs). `server` is the socket's front door.
 
+pub(crate) mod container;
 pub(crate) mod request;
 pub(crate) mod server;
 
@@ -45,7 +46,7 @@ pub(crate) fn allowed(d: &Daemon, action: &Action) -> Result<()> {
         Action::Start(_) => refuse_in_safe_mode(d, "start"),
         Action::Restart(_) => refuse_in_safe_mode(d, "restart"),
         Action::Install(_) => refuse_in_safe_mode(d, "install"),
-        Action::Upgrade(_) => refuse_in_safe_mode(d, "upgrade"),
+        Action::Upgrade { .. } => refuse_in_safe_mode(d, "upgrade"),
         Action::Rollback(_) => refuse_in_safe_mode(d, "rollback"),
         _ => Ok(()),
     }
@@ -73,8 +74,8 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Err(e) => return reply(&mut stream, Err(e)),
     };
     let answer = match action {
-        Action::Install(names) => return install(d, &names, stream, false),
-        Action::Upgrade(names) => return install(d, &names, stream, true),
+        Action::Install(names) => return install(d, &names, stream, None),
+        Action::Upgrade { names, force } => return install(d, &names, stream, Some(force)),
         Action::Rollback(n) => store::upgrade::rollback(d, &n),
         Action::Logs { name, follow } => return logs(d, &name, follow, stream),
         Action::ReportExport(id) => return export(d, &id, stream),
@@ -122,8 +123,9 @@ fn test_stall(
     Ok(json!({COMPONENT: component.name(), SECONDS: seconds}))
 }
 
-/// Streamed: progress events, then one result (or error) event, as JSON lines.
-fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream, upgrade: bool) {
+/// Streamed: progress events, then one result (or error) event, as JSON lines. `upgrade`:
+/// an upgrade, forced past update locks or not.
+fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream, upgrade: Option<bool>) {
     use berth_core::api::install::{CODE, ERROR, EVENT, RESULT, STATUS};
     if stream
         .write_all(&http::stream_head(200, "application/x-ndjson"))
@@ -134,10 +136,9 @@ fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream, upgrade: b
     let mut emit = |v: Value| {
         let _ = stream.write_all(format!("{v}\n").as_bytes());
     };
-    let result = if upgrade {
-        store::upgrade::upgrade(d, names, &mut emit)
-    } else {
-        store::install::install(d, names, &mut emit)
+    let result = match upgrade {
+        Some(force) => store::upgrade::upgrade(d, names, force, &mut emit),
+        None => store::install::install(d, names, &mut emit),
     };
     let last = match result {
         Ok(v) => json!({EVENT: "done", RESULT: v}),
@@ -165,7 +166,7 @@ fn export(d: &Daemon, id: &str, mut stream: UnixStream) {
 /// `follow`, relayed until the container ends or the client goes away (a client that leaves
 /// a quiet container must not leave this thread behind).
 fn logs(d: &Daemon, name: &str, follow: bool, mut stream: UnixStream) {
-    let mut shim = match runtime::logs::logs(d, name, follow) {
+    let shim = match runtime::logs::logs(d, name, follow) {
         Err(e) => return reply(&mut stream, Err(e)),
         Ok(runtime::logs::Logs::Saved(bytes)) => {
             let _ = stream.write_all(&http::response(200, "text/plain", &bytes));
@@ -173,6 +174,12 @@ fn logs(d: &Daemon, name: &str, follow: bool, mut stream: UnixStream) {
         }
         Ok(runtime::logs::Logs::Live(shim)) => shim,
     };
+    relay(shim, stream)
+}
+
+/// A followed log, from the shim to the client, until the container ends or the client goes
+/// away (a client that leaves a quiet container must not leave this thread behind).
+pub(crate) fn relay(mut shim: UnixStream, mut stream: UnixStream) {
     if stream
         .write_all(&http::stream_head(200, "text/plain"))
         .is_err()

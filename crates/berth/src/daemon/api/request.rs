@@ -30,8 +30,12 @@ pub enum Action {
         timeout: Option<u32>,
     },
     Restart(String),
-    /// `berth upgrade [NAME…]`: none is every package installed by name.
-    Upgrade(Vec<String>),
+    /// `berth upgrade [--force] [NAME…]`: none is every package installed by name; `force`
+    /// goes past the packages' update locks.
+    Upgrade {
+        names: Vec<String>,
+        force: bool,
+    },
     Rollback(String),
     /// `berth reset`: out of `failed`, restart counts back to 0.
     Reset(String),
@@ -200,6 +204,15 @@ struct InstallBody {
     names: Vec<String>,
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct UpgradeBody {
+    #[serde(default)]
+    names: Vec<String>,
+    #[serde(default)]
+    force: bool,
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RemoveBody {
@@ -316,12 +329,19 @@ pub fn parse(req: &Request) -> Result<Action> {
         ("POST", "/v1/reset") => Action::Reset(check_name(&body::<NameBody>(req)?.name)?),
         ("POST", "/v1/rollback") => Action::Rollback(check_name(&body::<NameBody>(req)?.name)?),
         ("POST", "/v1/upgrade") => {
-            let names = if req.body.is_empty() {
-                Vec::new()
+            let b = if req.body.is_empty() {
+                UpgradeBody::default()
             } else {
-                body::<InstallBody>(req)?.names
+                body::<UpgradeBody>(req)?
             };
-            Action::Upgrade(names.iter().map(|n| check_name(n)).collect::<Result<_>>()?)
+            Action::Upgrade {
+                names: b
+                    .names
+                    .iter()
+                    .map(|n| check_name(n))
+                    .collect::<Result<_>>()?,
+                force: b.force,
+            }
         }
         ("GET", "/v1/logs") => Action::Logs {
             name: name_q()?,

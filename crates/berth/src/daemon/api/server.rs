@@ -1,6 +1,12 @@
-//! The admin socket's front door, run by the daemon's main thread: the peer is checked at
-//! accept, requests are read without blocking under one deadline each, and only a complete
-//! request gets a thread (a bounded number of them). No wake-ups while nothing is pending.
+//! The front door of the admin socket and of every container's API socket, run by the
+//! daemon's main thread: the peer is checked at accept, requests are read without blocking
+//! under one deadline each, and only a complete request gets a thread (a bounded number of
+//! them). No wake-ups while nothing is pending.
+//!
+//! A container cannot crowd out the others or the operator: its connections are paced by its
+//! own token bucket at accept, it has its own few pending and busy slots (one more closes its
+//! own oldest, or gets `503 busy`), and the container requests have a pool of workers apart
+//! from the admin socket's.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -17,6 +23,7 @@ use berth_sys::process::{poll, POLLIN};
 
 use super::Caller;
 use crate::daemon::context::{Component, Daemon};
+use crate::daemon::endpoints::{Endpoint, MAX_BUSY_PER_CONTAINER, MAX_PENDING_PER_CONTAINER};
 use crate::daemon::error::{Error, Kind};
 
 /// Admin connections still sending their request: at most this many at once; one more
@@ -27,7 +34,11 @@ const REQUEST_DEADLINE: Duration = Duration::from_secs(5);
 /// Requests being served at once (streams such as `logs -f` and install progress count);
 /// beyond that the answer is 503 `busy`.
 const MAX_WORKERS: usize = 32;
-
+/// Container requests being served at once, all containers together.
+const MAX_CONTAINER_WORKERS: usize = 16;
+/// Connections taken from one container's socket per turn of the loop: a container that
+/// connects without pause still leaves the loop to the others.
+const ACCEPTS_PER_TURN: usize = 8;
 /// The admin socket, root's alone.
 pub(crate) fn bind(d: &Daemon) -> anyhow::Result<UnixListener> {
     let sock = d.cfg.paths.admin_socket();
@@ -46,9 +57,17 @@ pub(crate) fn serve(
 ) -> anyhow::Result<()> {
     let mut admin = Admission::default();
     loop {
-        // The listener, the termination pipe, then every connection still sending its request.
-        let mut fds = vec![(listener.as_raw_fd(), POLLIN), (term.as_raw_fd(), POLLIN)];
+        // The listener, the termination pipe, the wake-up of a changed set of container
+        // sockets, every connection still sending its request, then the container sockets.
+        let wake = d.capi.wake_fd().unwrap_or(-1);
+        let mut fds = vec![
+            (listener.as_raw_fd(), POLLIN),
+            (term.as_raw_fd(), POLLIN),
+            (wake, POLLIN),
+        ];
         fds.extend(admin.pending.iter().map(|p| (p.stream.as_raw_fd(), POLLIN)));
+        let endpoints = d.capi.endpoints();
+        fds.extend(endpoints.iter().map(|e| (e.listener.as_raw_fd(), POLLIN)));
         // Without pending connections nothing is timed: no wake-ups while idle, unless the
         // watchdog wants a heartbeat every interval.
         let beat = d.beat_every().map(|b| Instant::now() + b);
@@ -63,21 +82,61 @@ pub(crate) fn serve(
         if rev[1] != 0 {
             return Ok(());
         }
+        if rev[2] != 0 {
+            d.capi.drain();
+        }
         // Readable first (in poll's order), then new connections, then the deadlines.
-        let readable: Vec<bool> = rev[2..].iter().map(|r| *r != 0).collect();
+        let n = admin.pending.len();
+        let readable: Vec<bool> = rev[3..3 + n].iter().map(|r| *r != 0).collect();
         admin.read_ready(d, &readable);
         if rev[0] != 0 {
             while let Ok((stream, _)) = listener.accept() {
                 admin.accept(stream);
             }
         }
+        for (e, r) in endpoints.iter().zip(&rev[3 + n..]) {
+            if *r != 0 {
+                admin.accept_container(d, e);
+            }
+        }
         admin.expire(Instant::now());
     }
 }
 
+/// Who is on the other end: root on the admin socket, or a container on its own socket.
+enum Peer {
+    Admin(Caller),
+    Container(Arc<Endpoint>),
+    /// Refused at accept, answered with this once its request has arrived (a client that
+    /// is still sending when the connection closes sees a broken pipe, not the answer).
+    /// `of`: the container whose pace refused it, in whose slots it waits; None: a stranger
+    /// on a container's socket, in the few slots strangers share (so that one container
+    /// cannot use up another's).
+    Refused {
+        kind: Kind,
+        why: String,
+        of: Option<Arc<Endpoint>>,
+    },
+}
+
+impl Peer {
+    /// Whether it takes one of `e`'s pending slots (None: a stranger's slot).
+    fn is(&self, e: Option<&Arc<Endpoint>>) -> bool {
+        match (self, e) {
+            (Peer::Container(x), Some(e)) => Arc::ptr_eq(x, e),
+            (Peer::Refused { of: Some(x), .. }, Some(e)) => Arc::ptr_eq(x, e),
+            (Peer::Refused { of: None, .. }, None) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Connections of strangers on the containers' sockets waiting to be refused, all together.
+const MAX_STRANGERS: usize = 4;
+
 struct Pending {
     stream: UnixStream,
-    caller: Caller,
+    peer: Peer,
     buf: Vec<u8>,
     deadline: Instant,
 }
@@ -86,6 +145,7 @@ struct Pending {
 struct Admission {
     pending: VecDeque<Pending>,
     workers: Arc<AtomicUsize>,
+    container_workers: Arc<AtomicUsize>,
 }
 
 impl Admission {
@@ -112,10 +172,65 @@ impl Admission {
         }
         self.pending.push_back(Pending {
             stream,
-            caller,
+            peer: Peer::Admin(caller),
             buf: Vec::with_capacity(512),
             deadline: Instant::now() + REQUEST_DEADLINE,
         });
+    }
+
+    /// New connections on a container's socket: paced by its bucket, and only from its own
+    /// processes.
+    fn accept_container(&mut self, d: &Daemon, e: &Arc<Endpoint>) {
+        for _ in 0..ACCEPTS_PER_TURN {
+            let Ok((stream, _)) = e.listener.accept() else {
+                return;
+            };
+            let now = d.started.elapsed().as_millis() as u64;
+            let peer = if !e.is_own(d.proc(), &d.cfg.cgroup_parent, &stream) {
+                // The path leaked to another container (or the host): it acts only as
+                // itself, and here it is not itself.
+                Peer::Refused {
+                    kind: Kind::Forbidden,
+                    why: "this API socket belongs to another container; use your own /run/berth/api.sock".into(),
+                    of: None,
+                }
+            } else if let Err(ms) = e.admit(now, d.cfg.api.rate, d.cfg.api.burst) {
+                Peer::Refused {
+                    kind: Kind::RateLimited,
+                    why: format!(
+                        "{}: more than {} requests a second ([api] rate); try again in {ms} ms",
+                        e.name, d.cfg.api.rate
+                    ),
+                    of: Some(Arc::clone(e)),
+                }
+            } else {
+                Peer::Container(Arc::clone(e))
+            };
+            if stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            // Over its slots: its own oldest goes (never another's).
+            let slot = match &peer {
+                Peer::Refused { of: None, .. } => None,
+                _ => Some(e),
+            };
+            let cap = if slot.is_some() {
+                MAX_PENDING_PER_CONTAINER
+            } else {
+                MAX_STRANGERS
+            };
+            if self.pending.iter().filter(|p| p.peer.is(slot)).count() >= cap {
+                if let Some(i) = self.pending.iter().position(|p| p.peer.is(slot)) {
+                    self.pending.remove(i);
+                }
+            }
+            self.pending.push_back(Pending {
+                stream,
+                peer,
+                buf: Vec::with_capacity(512),
+                deadline: Instant::now() + REQUEST_DEADLINE,
+            });
+        }
     }
 
     /// Reads what arrived on the connections poll found readable; complete requests go to a
@@ -129,8 +244,15 @@ impl Admission {
             }
             match read_request(&mut p) {
                 Ok(None) => keep.push_back(p),
-                Ok(Some(req)) => self.dispatch(d, p.caller, p.stream, req),
-                Err(Some(why)) => reply_now(p.stream, Error::bad_request(why)),
+                Ok(Some(req)) => match p.peer {
+                    Peer::Admin(caller) => self.dispatch(d, caller, p.stream, req),
+                    Peer::Container(e) => self.dispatch_container(d, e, p.stream, req),
+                    Peer::Refused { kind, why, .. } => reply_now(p.stream, Error::new(kind, why)),
+                },
+                Err(Some(why)) => match p.peer {
+                    Peer::Refused { kind, why, .. } => reply_now(p.stream, Error::new(kind, why)),
+                    _ => reply_now(p.stream, Error::bad_request(why)),
+                },
                 Err(None) => {}
             }
         }
@@ -161,6 +283,48 @@ impl Admission {
         if let Err(e) = spawned {
             self.workers.fetch_sub(1, Ordering::SeqCst);
             log::error!("cannot start a thread for an admin request: {e}");
+        }
+    }
+
+    fn dispatch_container(
+        &self,
+        d: &Arc<Daemon>,
+        e: Arc<Endpoint>,
+        stream: UnixStream,
+        req: http::Request,
+    ) {
+        let own = e.busy.fetch_add(1, Ordering::SeqCst);
+        let all = self.container_workers.fetch_add(1, Ordering::SeqCst);
+        let release = |e: &Endpoint, all: &AtomicUsize| {
+            e.busy.fetch_sub(1, Ordering::SeqCst);
+            all.fetch_sub(1, Ordering::SeqCst);
+        };
+        if own >= MAX_BUSY_PER_CONTAINER || all >= MAX_CONTAINER_WORKERS {
+            release(&e, &self.container_workers);
+            let why = if own >= MAX_BUSY_PER_CONTAINER {
+                format!("{}: {MAX_BUSY_PER_CONTAINER} of its requests are being served already; try again", e.name)
+            } else {
+                "the daemon is serving the containers' requests at its limit; try again".into()
+            };
+            return reply_now(stream, Error::new(Kind::Busy, why));
+        }
+        let d = Arc::clone(d);
+        let all = Arc::clone(&self.container_workers);
+        let ep = Arc::clone(&e);
+        let spawned = std::thread::Builder::new()
+            .name("api".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                if stream.set_nonblocking(false).is_ok() {
+                    super::container::route(&d, &ep, req, stream);
+                }
+                berth_sys::process::trim_heap();
+                berth_sys::process::release_own_code(false);
+                release(&ep, &all);
+            });
+        if let Err(err) = spawned {
+            release(&e, &self.container_workers);
+            log::error!("cannot start a thread for a container API request: {err}");
         }
     }
 

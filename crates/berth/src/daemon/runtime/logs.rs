@@ -12,10 +12,20 @@ pub(crate) enum Logs {
 }
 
 pub(crate) fn logs(d: &Daemon, name: &str, follow: bool) -> Result<Logs> {
+    logs_tail(d, name, follow, None)
+}
+
+/// The same; a followed log starts with the ring's last `tail` lines (all without).
+pub(crate) fn logs_tail(d: &Daemon, name: &str, follow: bool, tail: Option<usize>) -> Result<Logs> {
     state::installed(d, name)?;
     let sock = d.cfg.paths.shim_socket(name);
     if probe::is_running(d, name) {
-        if let Ok(s) = crate::shim::request(&sock, if follow { "follow" } else { "logs" }) {
+        let what = match (follow, tail) {
+            (true, Some(n)) => format!("tail {n}"),
+            (true, None) => "follow".into(),
+            (false, _) => "logs".into(),
+        };
+        if let Ok(s) = crate::shim::request(&sock, &what) {
             return Ok(Logs::Live(s));
         }
     }

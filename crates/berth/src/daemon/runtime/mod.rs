@@ -6,6 +6,7 @@ pub(crate) mod limit;
 pub(crate) mod logs;
 pub(crate) mod mounts;
 pub(crate) mod probe;
+pub(crate) mod sockets;
 pub(crate) mod start;
 pub(crate) mod stop;
 pub(crate) mod watch;

@@ -23,6 +23,7 @@ use crate::daemon::net;
 use crate::daemon::runtime::data;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
+use crate::daemon::runtime::sockets;
 use crate::daemon::runtime::watch;
 use crate::daemon::security;
 use crate::daemon::state;
@@ -46,6 +47,7 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     prepare_data(d, &p)?;
     let config = render_config(d, &st, &p, &root)?;
     write_config(d, name, &config, &root.layers)?;
+    sockets::open(d, &p)?;
     log::debug!("{name}: prepared in {:?}", t_begin.elapsed());
     let (pid, elapsed) = spawn_shim(d, &p)?;
     mounted.1 = false;
@@ -85,6 +87,7 @@ pub(crate) fn run_once(
     prepare_data(d, &p)?;
     let config = render_config(d, &st, &p, &root)?;
     write_config(d, name, &config, &root.layers)?;
+    sockets::open(d, &p)?;
     let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
     p.manifest.entrypoint.argv = argv;
     let (init, _) = spawn_shim(d, &p)?;

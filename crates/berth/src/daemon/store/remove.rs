@@ -121,6 +121,7 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
         let _ = std::fs::remove_file(d.cfg.paths.supervise_file(n));
         crate::daemon::store::upgrade::forget(d, n);
         records::forget(d, n);
+        crate::daemon::runtime::sockets::close(d, n);
         if purge {
             if let Err(e) = purge_data(d, n) {
                 log::error!("{n}: its /data is only partly deleted ({e}); berth gc finishes it");

@@ -29,7 +29,7 @@ use crate::daemon::boot;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::reports;
-use crate::daemon::runtime::{mounts, probe, start, stop};
+use crate::daemon::runtime::{mounts, probe, sockets, start, stop};
 use crate::daemon::state;
 use crate::daemon::store::{install, repo};
 use crate::fault;
@@ -72,13 +72,14 @@ struct Move {
 pub(crate) fn upgrade(
     d: &Arc<Daemon>,
     names: &[String],
+    force: bool,
     emit: &mut dyn FnMut(Value),
 ) -> Result<Value> {
     let mut moves = Vec::new();
     let switched = {
         let _op = d.op.lock().unwrap();
         boot::refuse_in_safe_mode(d, "upgrade")?;
-        switch(d, names, emit, &mut moves)
+        switch(d, names, force, emit, &mut moves)
     };
     if let Err(e) = switched {
         // Cut short (a stop refused, a full flash): what was switched goes back.
@@ -131,6 +132,7 @@ pub(crate) fn upgrade(
 fn switch(
     d: &Arc<Daemon>,
     names: &[String],
+    force: bool,
     emit: &mut dyn FnMut(Value),
     moves: &mut Vec<Move>,
 ) -> Result<()> {
@@ -170,6 +172,10 @@ fn switch(
         crate::daemon::security::check(&d.cfg, e.name.as_str(), &asked, e.trusted)?;
     }
     let steps = old.install_steps(&closure, &[]);
+    if !force {
+        let closure_names: Vec<String> = closure.iter().map(|e| e.name.to_string()).collect();
+        refuse_locked(d, &steps, &closure_names)?;
+    }
     // Everything first: a missing or bad image stops the upgrade before anything changed.
     let mut fetched = Vec::new();
     for step in &steps {
@@ -292,6 +298,41 @@ fn migrate_data(d: &Arc<Daemon>, m: &Move, mut argv: Vec<String>) -> Option<Stri
 }
 
 /// The trial of a package that was not running ends with its migration: confirmed.
+/// Upgrades of packages that hold an update lock (container API) wait until it ends, unless
+/// the operator forces them: the whole upgrade is refused, naming each lock.
+fn refuse_locked(d: &Daemon, steps: &[InstallStep], names: &[String]) -> Result<()> {
+    let now = berth_sys::process::now_s();
+    let held: Vec<String> = steps
+        .iter()
+        .filter_map(|s| match s {
+            InstallStep::Fetch {
+                entry,
+                replaces: Some(_),
+                ..
+            } => names.get(*entry),
+            _ => None,
+        })
+        .filter_map(|n| {
+            sockets::locked_until(d, n).map(|t| {
+                format!(
+                    "{n} holds an update lock for {} s more",
+                    t.saturating_sub(now)
+                )
+            })
+        })
+        .collect();
+    if held.is_empty() {
+        return Ok(());
+    }
+    Err(Error::new(
+        Kind::UpdateLocked,
+        format!(
+            "{} (through its container API); upgrade later, or now with berth upgrade --force",
+            held.join("; ")
+        ),
+    ))
+}
+
 fn confirm_now(d: &Daemon, name: &str) -> Result<()> {
     let mut st = state::state(d);
     if let Some(p) = st.packages.get_mut(name) {

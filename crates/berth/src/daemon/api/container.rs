@@ -1,0 +1,223 @@
+//! The container API's daemon side (docs/container-api.yaml, DESIGN.md decision 7): one
+//! listening socket per container, in `<run>/api/NAME/`, which the container's LXC
+//! configuration binds at `/run/berth`. The daemon knows the caller by the socket the
+//! connection came on; the peer's cgroup must say the same container, so a process of
+//! another container that got hold of the path is refused. What the request asks is then
+//! checked against the manifest's `[permissions] api` and the device policy's `[api]`.
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_core::api::{container as cfield, selfapi as field, stats as sfield};
+use berth_core::container_api::{self as capi, ApiPolicy, Op};
+use berth_core::http::{self, Request};
+use berth_core::state::Installed;
+use berth_core::supervise::Event;
+use serde_json::{json, Value};
+
+use crate::daemon::context::Daemon;
+use crate::daemon::endpoints::Endpoint;
+use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::{net, runtime, state, status};
+
+fn reply(stream: &mut UnixStream, status: u16, v: Value) {
+    let _ = stream.write_all(&http::response(
+        status,
+        "application/json",
+        v.to_string().as_bytes(),
+    ));
+}
+
+fn reply_err(stream: &mut UnixStream, e: Error) {
+    reply(stream, e.status(), e.to_json());
+}
+
+/// Serves one complete request of `ep`'s container, on its own thread.
+pub(crate) fn route(d: &Arc<Daemon>, ep: &Endpoint, req: Request, mut stream: UnixStream) {
+    let name = ep.name.as_str();
+    let op = match capi::parse(&req) {
+        Ok(op) => op,
+        Err(r) => return reply_err(&mut stream, Error::new(r.kind, r.message)),
+    };
+    let p = match state::installed(d, name) {
+        Ok(p) => p,
+        Err(e) => return reply_err(&mut stream, e),
+    };
+    let asked = &p.manifest.permissions.api;
+    let granted = d.cfg.api.granted(name, asked);
+    if let Some((perm, why)) = ApiPolicy::refusal(&op, name, asked, &granted) {
+        let mut body = Error::new(Kind::NotPermitted, why).to_json();
+        body[field::PERMISSION] = json!(perm.name());
+        return reply(&mut stream, 403, body);
+    }
+    let answer = match op {
+        Op::Status => self_status(d, &p, &granted),
+        Op::Stop | Op::Restart => {
+            let restart = op == Op::Restart;
+            // Before the answer: an end that comes at once (the payload exits as soon as
+            // it has asked) is then already the wanted one, never a failure to restart.
+            d.notify(name, Event::StopRequested);
+            reply(
+                &mut stream,
+                202,
+                json!({field::NAME: name, field::ACCEPTED: if restart { "restart" } else { "stop" }}),
+            );
+            // The client has a moment to read the answer before its processes are told to
+            // end: until it closes the connection, at most a second.
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+            let _ = std::io::Read::read(&mut stream, &mut [0u8; 64]);
+            drop(stream);
+            return act_on_self(d, name, restart);
+        }
+        Op::Schedules | Op::AddSchedule(_) | Op::DeleteSchedule(_) => Err(Error::new(
+            Kind::NotFound,
+            "schedules are not available in this build",
+        )),
+        Op::LanHosts => Ok(net::hosts(d)),
+        Op::Logs { tail, follow } => return logs(d, name, tail, follow, stream),
+        Op::Ready => with_run(d, name, Event::Ready).map(|_| json!({cfield::READY: true})),
+        Op::Health { ok, message } => health(d, name, ok, message),
+        Op::KeepAlive => with_run(d, name, Event::KeepAlive).map(
+            |_| json!({field::WATCHDOG_MS: p.manifest.health.as_ref().and_then(|h| h.watchdog_ms)}),
+        ),
+        Op::Lock { seconds } => {
+            let s = seconds
+                .unwrap_or(d.cfg.api.max_update_lock_s)
+                .min(d.cfg.api.max_update_lock_s);
+            let until = berth_sys::process::now_s() + s;
+            current_run(d, name).map(|run| {
+                d.capi.lock(name, until, run);
+                log::info!("{name}: holds off its upgrades for {s} s (update lock)");
+                json!({field::LOCKED_UNTIL: until})
+            })
+        }
+        Op::Unlock => {
+            if d.capi.unlock(name) {
+                log::info!("{name}: released its update lock");
+            }
+            Ok(json!({field::LOCKED_UNTIL: null}))
+        }
+    };
+    match answer {
+        Ok(v) => reply(&mut stream, 200, v),
+        Err(e) => reply_err(&mut stream, e),
+    }
+}
+
+/// The current run of `name`: its init pid.
+fn current_run(d: &Daemon, name: &str) -> Result<i32> {
+    runtime::probe::running_init(d, name)
+        .ok_or_else(|| Error::new(Kind::NotRunning, format!("{name} is not running")))
+}
+
+/// Tells the supervisor `ev` of the current run of `name`.
+fn with_run(d: &Daemon, name: &str, ev: impl FnOnce(i32) -> Event) -> Result<i32> {
+    let run = current_run(d, name)?;
+    d.notify(name, ev(run));
+    Ok(run)
+}
+
+/// The package's own verdict: counted as a health check of the run, shown by `status` as
+/// its last check.
+fn health(d: &Daemon, name: &str, ok: bool, message: Option<String>) -> Result<Value> {
+    let line = format!(
+        "reported {}{}",
+        if ok { "healthy" } else { "unhealthy" },
+        message
+            .as_deref()
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default()
+    );
+    if let Some(s) = d.supervision.lock().unwrap().get_mut(name) {
+        s.last_check = Some((line, berth_sys::process::now_s()));
+    }
+    with_run(d, name, |run| Event::Health(run, ok))?;
+    Ok(json!({field::OK: ok, field::MESSAGE: message}))
+}
+
+/// `GET /v1/self`: the container's status entry, its usage and its permissions.
+fn self_status(d: &Daemon, p: &Installed, granted: &[capi::Permission]) -> Result<Value> {
+    let name = p.name.as_str();
+    let all = status::status(d, Some(name))?;
+    let mut me = all[berth_core::api::common::CONTAINERS]
+        .as_array()
+        .and_then(|c| c.first())
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let usage = runtime::limit::stats(d, Some(name))
+        .ok()
+        .and_then(|s| s[sfield::CONTAINERS].as_array()?.first().cloned());
+    if let Some(o) = me.as_object_mut() {
+        o.insert(field::USAGE.into(), usage.unwrap_or(Value::Null));
+        o.insert(
+            field::PERMISSIONS.into(),
+            json!({
+                field::ASKED: p.manifest.permissions.api,
+                field::GRANTED: granted.iter().map(|g| g.name()).collect::<Vec<_>>(),
+            }),
+        );
+        o.insert(
+            field::LOCKED_UNTIL.into(),
+            json!(runtime::sockets::locked_until(d, name)),
+        );
+    }
+    Ok(me)
+}
+
+/// The stop or restart the package asked for, after its answer.
+fn act_on_self(d: &Arc<Daemon>, name: &str, restart: bool) {
+    log::info!(
+        "{name}: asked through its API to {}",
+        if restart { "restart" } else { "stop" }
+    );
+    if !restart {
+        if let Err(e) = runtime::stop::stop(d, name, None) {
+            if e.kind != Kind::NotRunning {
+                log::warn!("{name}: its own stop failed: {e}");
+            }
+        }
+        return;
+    }
+    // A payload that exits at once may still be on its way out when the restart looks:
+    // retry while its end is being recorded.
+    for _ in 0..50 {
+        match runtime::stop::restart(d, name) {
+            Err(e) if e.kind == Kind::AlreadyRunning => {
+                std::thread::sleep(Duration::from_millis(100))
+            }
+            Err(e) => return log::warn!("{name}: its own restart failed: {e}"),
+            Ok(_) => return,
+        }
+    }
+    log::warn!("{name}: its own restart failed: it did not end within 5 s");
+}
+
+/// Its own log: the last `tail` lines, then (`follow`) what comes until it ends or the
+/// client goes.
+fn logs(d: &Daemon, name: &str, tail: Option<u32>, follow: bool, mut stream: UnixStream) {
+    let tail = tail.map(|t| t as usize);
+    match runtime::logs::logs_tail(d, name, follow, tail) {
+        Err(e) => reply_err(&mut stream, e),
+        Ok(runtime::logs::Logs::Saved(bytes)) => {
+            let bytes = match tail {
+                Some(n) => capi::tail_lines(&bytes, n),
+                None => &bytes,
+            };
+            let _ = stream.write_all(&http::response(200, "text/plain", bytes));
+        }
+        Ok(runtime::logs::Logs::Live(shim)) if !follow => {
+            let mut bytes = Vec::new();
+            let _ =
+                std::io::Read::read_to_end(&mut std::io::Read::take(&shim, 16 << 20), &mut bytes);
+            let bytes = match tail {
+                Some(n) => capi::tail_lines(&bytes, n),
+                None => &bytes,
+            };
+            let _ = stream.write_all(&http::response(200, "text/plain", bytes));
+        }
+        Ok(runtime::logs::Logs::Live(shim)) => super::relay(shim, stream),
+    }
+}

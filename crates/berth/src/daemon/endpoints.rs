@@ -1,0 +1,209 @@
+//! The container API's sockets as the daemon keeps them (`api::container` opens and serves
+//! them; the admission loop in `api::server` polls them), and the update locks the packages
+//! hold through them. A leaf: what is here needs nothing else of the daemon.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+use berth_core::container_api::Bucket;
+
+/// Requests one container may have served at once; more get `503 busy`.
+pub const MAX_BUSY_PER_CONTAINER: usize = 4;
+/// Connections one container may have still sending their request; one more closes its own
+/// oldest (never another container's).
+pub const MAX_PENDING_PER_CONTAINER: usize = 4;
+
+/// One container's socket, and what paces it.
+pub struct Endpoint {
+    pub name: String,
+    pub listener: UnixListener,
+    bucket: Mutex<Bucket>,
+    /// Its requests being served now (streams count).
+    pub busy: AtomicUsize,
+}
+
+impl Endpoint {
+    pub fn new(name: &str, listener: UnixListener, burst: u32, now_ms: u64) -> Endpoint {
+        Endpoint {
+            name: name.to_string(),
+            listener,
+            bucket: Mutex::new(Bucket::new(burst, now_ms)),
+            busy: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes one of the container's request tokens; `Err(ms)` until the next one.
+    pub fn admit(&self, now_ms: u64, rate: u32, burst: u32) -> Result<(), u64> {
+        self.bucket.lock().unwrap().take(now_ms, rate, burst)
+    }
+
+    /// Whether the peer of `stream` is a process of this endpoint's container: its cgroup
+    /// (`<proc>/PID/cgroup`, read when the connection is accepted) names it below
+    /// `cgroup_parent`.
+    pub fn is_own(&self, proc: &Path, cgroup_parent: &str, stream: &UnixStream) -> bool {
+        let Ok((pid, _)) = berth_sys::fsutil::peer_uid(stream) else {
+            return false;
+        };
+        if pid <= 0 {
+            return false;
+        }
+        let cg = std::fs::read_to_string(proc.join(format!("{pid}/cgroup"))).unwrap_or_default();
+        berth_core::report::container_of_cgroup(&cg, cgroup_parent).as_deref()
+            == Some(self.name.as_str())
+    }
+}
+
+/// Every container's socket and the update locks.
+pub struct Registry {
+    endpoints: Mutex<Vec<Arc<Endpoint>>>,
+    /// Written when the set of sockets changes, so the admission loop polls the new set.
+    wake: Option<(UnixStream, UnixStream)>,
+    /// Update locks: container → (until, in seconds since the epoch; the run that took it).
+    locks: Mutex<BTreeMap<String, (u64, i32)>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            endpoints: Mutex::new(Vec::new()),
+            wake: UnixStream::pair()
+                .and_then(|(r, w)| {
+                    r.set_nonblocking(true)?;
+                    w.set_nonblocking(true)?;
+                    Ok((r, w))
+                })
+                .ok(),
+            locks: Mutex::new(BTreeMap::new()),
+        }
+    }
+}
+
+impl Registry {
+    pub fn endpoints(&self) -> Vec<Arc<Endpoint>> {
+        self.endpoints.lock().unwrap().clone()
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.endpoints
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| e.name == name)
+    }
+
+    pub fn add(&self, e: Endpoint) {
+        let mut eps = self.endpoints.lock().unwrap();
+        eps.retain(|x| x.name != e.name);
+        eps.push(Arc::new(e));
+        drop(eps);
+        self.changed();
+    }
+
+    pub fn remove(&self, name: &str) {
+        let mut eps = self.endpoints.lock().unwrap();
+        let before = eps.len();
+        eps.retain(|e| e.name != name);
+        let changed = eps.len() != before;
+        drop(eps);
+        if changed {
+            self.changed();
+        }
+    }
+
+    /// The read end the admission loop polls.
+    pub fn wake_fd(&self) -> Option<i32> {
+        self.wake.as_ref().map(|(r, _)| r.as_raw_fd())
+    }
+
+    /// Empties the wake socket (after poll found it readable).
+    pub fn drain(&self) {
+        if let Some((r, _)) = &self.wake {
+            let mut buf = [0u8; 64];
+            while std::io::Read::read(&mut &*r, &mut buf).is_ok_and(|n| n > 0) {}
+        }
+    }
+
+    fn changed(&self) {
+        if let Some((_, w)) = &self.wake {
+            let _ = (&*w).write(b"x");
+        }
+    }
+
+    /// Holds off upgrades of `name` until `until` (seconds since the epoch), for run `run`.
+    pub fn lock(&self, name: &str, until: u64, run: i32) {
+        self.locks
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), (until, run));
+    }
+
+    /// Releases `name`'s lock; whether it held one.
+    pub fn unlock(&self, name: &str) -> bool {
+        self.locks.lock().unwrap().remove(name).is_some()
+    }
+
+    /// Until when upgrades of `name` are held off, if they are at `now`: only while the
+    /// run that took the lock is the one running (`run`), so that a lock dies with its run.
+    pub fn locked_until(&self, name: &str, now: u64, run: Option<i32>) -> Option<u64> {
+        let mut locks = self.locks.lock().unwrap();
+        match locks.get(name) {
+            Some((t, r)) if *t > now && run == Some(*r) => Some(*t),
+            Some(_) => {
+                locks.remove(name);
+                None
+            }
+            None => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lock_ends_with_its_time_or_its_run() {
+        let r = Registry::default();
+        r.lock("vpn", 100, 7);
+        assert_eq!(r.locked_until("vpn", 50, Some(7)), Some(100));
+        assert_eq!(r.locked_until("other", 50, Some(7)), None);
+        // another run: the lock was the old run's
+        assert_eq!(r.locked_until("vpn", 50, Some(8)), None);
+        assert_eq!(r.locked_until("vpn", 50, Some(7)), None, "forgotten");
+        r.lock("vpn", 100, 7);
+        assert_eq!(r.locked_until("vpn", 100, Some(7)), None, "expired");
+        r.lock("vpn", 100, 7);
+        assert!(r.unlock("vpn"));
+        assert!(!r.unlock("vpn"));
+    }
+
+    #[test]
+    fn a_change_of_the_set_wakes_the_loop() {
+        let r = Registry::default();
+        let fd = r.wake_fd().unwrap();
+        let readable =
+            || berth_sys::process::poll(&[(fd, berth_sys::process::POLLIN)], 0).unwrap()[0] != 0;
+        assert!(!readable());
+        let l = UnixListener::bind(
+            std::env::temp_dir().join(format!("berth-ep-{}", std::process::id())),
+        )
+        .unwrap();
+        r.add(Endpoint::new("web", l, 4, 0));
+        assert!(readable());
+        r.drain();
+        assert!(!readable());
+        assert!(r.has("web"));
+        r.remove("nothing");
+        assert!(!readable(), "no change, no wake-up");
+        r.remove("web");
+        assert!(readable());
+        let _ = std::fs::remove_file(
+            std::env::temp_dir().join(format!("berth-ep-{}", std::process::id())),
+        );
+    }
+}

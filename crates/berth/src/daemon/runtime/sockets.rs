@@ -1,0 +1,84 @@
+//! Each container's API socket (`api::container` serves it): made before the container
+//! starts, since its LXC configuration binds the socket's directory at `/run/berth`; made
+//! again for the containers that run on when the daemon restarts; gone with the package.
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+
+use berth_core::state::Installed;
+
+use crate::daemon::context::Daemon;
+use crate::daemon::endpoints::Endpoint;
+use crate::daemon::error::{Error, Result};
+use crate::daemon::runtime::probe;
+use crate::daemon::{security, state};
+
+/// The host's ids of the container's payload user and group: what owns its socket.
+fn payload_ids(d: &Daemon, p: &Installed) -> Result<(u32, u32)> {
+    let e = &p.manifest.entrypoint;
+    Ok(match security::idmap(d, p, false)? {
+        Some((base, count)) if e.user < count && e.group < count => (base + e.user, base + e.group),
+        Some((base, _)) => (base, base),
+        None => (e.user, e.group),
+    })
+}
+
+/// Makes `name`'s socket (before its start: the LXC configuration binds its directory), or
+/// makes it again after a daemon restart (a running container sees the new socket in the
+/// directory it has bound). Only the payload user can open it: the directory is its, 0700.
+pub(crate) fn open(d: &Daemon, p: &Installed) -> Result<()> {
+    let name = p.name.as_str();
+    let dir = d.cfg.paths.api_dir(name);
+    let sock = dir.join("api.sock");
+    if d.capi.has(name) && sock.exists() {
+        return Ok(());
+    }
+    d.capi.remove(name);
+    let fail = |e: std::io::Error| {
+        Error::internal(format!(
+            "{name}: cannot make its API socket {}: {e}",
+            sock.display()
+        ))
+    };
+    let parent = dir.parent().unwrap_or(&dir);
+    std::fs::create_dir_all(parent).map_err(fail)?;
+    std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o711)).map_err(fail)?;
+    std::fs::create_dir_all(&dir).map_err(fail)?;
+    let (uid, gid) = payload_ids(d, p)?;
+    std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(fail)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock).map_err(fail)?;
+    std::os::unix::fs::chown(&sock, Some(uid), Some(gid)).map_err(fail)?;
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).map_err(fail)?;
+    listener.set_nonblocking(true).map_err(fail)?;
+    let now = d.started.elapsed().as_millis() as u64;
+    d.capi
+        .add(Endpoint::new(name, listener, d.cfg.api.burst, now));
+    Ok(())
+}
+
+/// The package is removed: its socket and directory go (it is not running).
+pub(crate) fn close(d: &Daemon, name: &str) {
+    d.capi.remove(name);
+    d.capi.unlock(name);
+    let dir = d.cfg.paths.api_dir(name);
+    let _ = std::fs::remove_file(dir.join("api.sock"));
+    let _ = std::fs::remove_dir(&dir);
+}
+
+/// At daemon start: the sockets of the containers that run on.
+pub(crate) fn reopen(d: &Daemon, running: &[String]) {
+    for name in running {
+        match state::installed(d, name).and_then(|p| open(d, &p)) {
+            Ok(()) => {}
+            Err(e) => log::warn!("{name}: its container API is not available: {e}"),
+        }
+    }
+}
+
+/// Until when upgrades of `name` are held off by its update lock, if they are.
+pub(crate) fn locked_until(d: &Daemon, name: &str) -> Option<u64> {
+    let now = berth_sys::process::now_s();
+    d.capi.locked_until(name, now, probe::running_init(d, name))
+}

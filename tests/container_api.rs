@@ -1,0 +1,664 @@
+//! The container API with real containers: each package talks to the daemon through the
+//! socket bound at /run/berth/api.sock, with the shipped shell client (dist/berth-api) over
+//! curl and over OpenBSD netcat, from inside its own container. Permissions, stop and restart
+//! of itself, readiness, health and keep-alive reports, update locks, its own logs; and what
+//! a hostile caller tries: another container's socket, malformed and oversized requests, slow
+//! connections, floods.
+//!
+//! The payloads run requests the test hands them: `/data/req.N` is a shell snippet the
+//! payload sources (with berth-api on its PATH), its output goes to `/data/out.N` and its
+//! exit status to `/data/rc.N`.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The payload: runs each request file in turn, forever.
+const RUNNER: &str = r#"echo "runner up"
+n=0
+while :; do
+    if [ -f /data/req.$n ]; then
+        echo "req $n"
+        # taken first: a request that ends the run is not run again by the next run
+        mv /data/req.$n /data/run.$n
+        ( . /data/run.$n ) > /data/out.$n.tmp 2>/data/err.$n
+        echo $? > /data/rc.$n.tmp
+        mv /data/out.$n.tmp /data/out.$n
+        mv /data/rc.$n.tmp /data/rc.$n
+        n=$((n+1))
+    fi
+    sleep 0.05
+done
+"#;
+
+const APPLETS: &[&str] = &[
+    "sh", "cat", "echo", "sleep", "ls", "id", "printf", "wc", "tr", "grep", "test", "[", "mv",
+    "rm", "head", "seq",
+];
+
+fn client_script() -> Vec<u8> {
+    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../dist/berth-api")).unwrap()
+}
+
+/// A runner package with the shell client and a real HTTP client: curl (default) or
+/// OpenBSD netcat (`nc`), each with the host's libraries (base = "host").
+fn runner(name: &str, client: &str, tables: &str) -> Pkg {
+    let mut p = Pkg::script(name, "1.0", RUNNER)
+        .package_key("base = \"host\"")
+        .file("bin/berth-api", &client_script())
+        .table(tables);
+    p.applets = APPLETS;
+    p.modes.push(("bin/berth-api".into(), 0o755));
+    if client != "nc" {
+        p = p.file("bin/curl", &std::fs::read("/usr/bin/curl").unwrap());
+    }
+    if client != "curl" {
+        p = p.file("bin/nc.openbsd", &std::fs::read(nc_openbsd()).unwrap());
+    }
+    p
+}
+
+fn nc_openbsd() -> PathBuf {
+    let p = PathBuf::from("/bin/nc.openbsd");
+    assert!(
+        p.exists(),
+        "OpenBSD netcat is missing: install netcat-openbsd (scripts/test.sh does)"
+    );
+    p
+}
+
+/// The requests a test hands one container's runner.
+struct Api {
+    data: PathBuf,
+    log: PathBuf,
+    name: String,
+    n: usize,
+}
+
+impl Api {
+    /// For the current run of `name` (whose runner counts from 0).
+    fn new(sb: &Sandbox, name: &str) -> Api {
+        let api = Api {
+            data: sb.state_dir().join("data").join(name),
+            log: sb.daemon_log.clone(),
+            name: name.into(),
+            n: 0,
+        };
+        clear_requests(&api.data());
+        api
+    }
+
+    /// Hands `snippet` to the container without waiting for it (it may end the run).
+    fn send(&mut self, snippet: &str) {
+        let n = self.n;
+        self.n += 1;
+        let tmp = self.data().join(format!(".req.{n}"));
+        std::fs::write(&tmp, format!("PATH=/bin:/usr/bin\n{snippet}\n")).unwrap();
+        std::fs::rename(&tmp, self.data().join(format!("req.{n}"))).unwrap();
+    }
+
+    fn data(&self) -> PathBuf {
+        self.data.clone()
+    }
+
+    /// Runs `snippet` in the container; its exit status and output.
+    fn run(&mut self, snippet: &str) -> (i32, String) {
+        self.run_within(snippet, 20)
+    }
+
+    fn run_within(&mut self, snippet: &str, secs: u64) -> (i32, String) {
+        let n = self.n;
+        self.send(snippet);
+        let rc = self.data().join(format!("rc.{n}"));
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        while !rc.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "{}: request {n} ({snippet}) not run within {secs} s\n{}",
+                self.name,
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let code = std::fs::read_to_string(&rc)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let out = std::fs::read_to_string(self.data().join(format!("out.{n}"))).unwrap();
+        (code, out)
+    }
+
+    /// `berth-api METHOD PATH [BODY]`: exit status and the body as JSON (or the text).
+    fn call(&mut self, method: &str, path: &str, body: Option<&str>) -> (i32, Value) {
+        let body = body.map(|b| format!(" '{b}'")).unwrap_or_default();
+        let (rc, out) = self.run(&format!("berth-api {method} '{path}'{body}"));
+        let v = serde_json::from_str(out.trim()).unwrap_or(Value::String(out));
+        (rc, v)
+    }
+
+    fn ok(&mut self, method: &str, path: &str, body: Option<&str>) -> Value {
+        let (rc, v) = self.call(method, path, body);
+        assert_eq!(rc, 0, "{method} {path}: {v}");
+        v
+    }
+
+    fn refused(&mut self, method: &str, path: &str, body: Option<&str>) -> Value {
+        let (rc, v) = self.call(method, path, body);
+        assert_eq!(rc, 1, "{method} {path} should fail: {v}");
+        v
+    }
+}
+
+fn wait_for(sb: &Sandbox, name: &str, secs: u64, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let c = sb.status_of(name);
+        if f(&c) {
+            return c;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: not {what} within {secs} s: {c}\n{}",
+            sb.daemon_log_text()
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+/// A raw exchange with a socket: what was sent, and the whole answer.
+fn raw(sock: &Path, bytes: &[u8]) -> String {
+    let mut s = UnixStream::connect(sock).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn socket_of(sb: &Sandbox, name: &str) -> PathBuf {
+    sb.run_dir().join("api").join(name).join("api.sock")
+}
+
+#[test]
+fn a_package_sees_itself_its_logs_and_only_what_it_was_granted() {
+    let mut sb = Sandbox::new("capiself");
+    sb.pack(&runner(
+        "selfy",
+        "curl",
+        "[permissions]\napi = [\"status\", \"logs\", \"lan-hosts\"]\n",
+    ));
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "selfy"]);
+    sb.ok(&["start", "selfy"]);
+    let pid = sb.status_of("selfy")["init_pid"].clone();
+    let mut api = Api::new(&sb, "selfy");
+
+    // the socket: the payload user's alone, in a directory only it can enter
+    let (_, out) = api.run("ls -ln /run/berth/; id -u");
+    assert!(out.contains("srw-------"), "{out}");
+
+    let me = api.ok("GET", "/v1/self", None);
+    assert_eq!(me["name"], "selfy", "{me}");
+    assert_eq!(me["state"], "running", "{me}");
+    assert_eq!(me["init_pid"], pid, "{me}");
+    assert_eq!(
+        me["permissions"]["asked"],
+        serde_json::json!(["status", "logs", "lan-hosts"]),
+        "{me}"
+    );
+    // lan-hosts needs the policy to name it; stop is not asked for
+    assert_eq!(
+        me["permissions"]["granted"],
+        serde_json::json!(["status", "logs"]),
+        "{me}"
+    );
+    let e = api.refused("GET", "/v1/lan/hosts", None);
+    assert_eq!(
+        (e["code"].as_str(), e["permission"].as_str()),
+        (Some("not_permitted"), Some("lan-hosts")),
+        "{e}"
+    );
+    assert!(
+        e["error"].as_str().unwrap().contains("[api.packages]"),
+        "{e}"
+    );
+    let e = api.refused("POST", "/v1/self/stop", None);
+    assert_eq!(e["permission"], "stop", "{e}");
+    assert!(
+        e["error"].as_str().unwrap().contains("[permissions] api"),
+        "{e}"
+    );
+    let e = api.refused("POST", "/v1/self/update-lock", Some(r#"{"seconds": 60}"#));
+    assert_eq!(e["permission"], "update-lock", "{e}");
+    // still running: nothing was done
+    assert_eq!(sb.status_of("selfy")["init_pid"], pid);
+
+    // its own logs (the runner logs each request's number), the last lines only
+    let (rc, out) = api.run("berth-api GET '/v1/logs'");
+    assert_eq!(rc, 0, "{out}");
+    assert!(out.starts_with("runner up\nreq 0\n"), "{out}");
+    let n = api.n;
+    let (_, out) = api.run("berth-api GET '/v1/logs?tail=2'");
+    assert_eq!(out, format!("req {}\nreq {n}\n", n - 1));
+
+    // bad requests: clear 4xx, nothing happens
+    let e = api.refused("GET", "/v1/containers/other", None);
+    assert_eq!(e["code"], "not_found", "{e}");
+    let e = api.refused("POST", "/v1/self/health", Some("{\"ok\": "));
+    assert_eq!(e["code"], "bad_request", "{e}");
+    let e = api.refused(
+        "POST",
+        "/v1/self/health",
+        Some("{\"ok\": true, \"as\": \"other\"}"),
+    );
+    assert!(
+        e["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field \"as\""),
+        "{e}"
+    );
+    let e = api.refused("DELETE", "/v1/self", None);
+    assert_eq!(e["code"], "method_not_allowed", "{e}");
+
+    // the daemon's own view of the same container is unchanged
+    let s = sb.status_of("selfy");
+    assert_eq!(
+        (s["state"].as_str(), &s["init_pid"]),
+        (Some("running"), &pid),
+        "{s}"
+    );
+}
+
+#[test]
+fn a_package_stops_and_restarts_itself_also_when_it_exits_at_once() {
+    let mut sb = Sandbox::new("capistop");
+    // restart = always: had the end not been the one it asked for, it would come back
+    sb.pack(&runner(
+        "selfy",
+        "nc",
+        "[permissions]\napi = [\"stop\", \"restart\"]\n[restart]\npolicy = \"always\"\ndelay = \"200ms\"\n",
+    ));
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "selfy"]);
+    sb.ok(&["start", "selfy"]);
+    let pid0 = sb.status_of("selfy")["init_pid"].as_i64().unwrap();
+    let mut api = Api::new(&sb, "selfy");
+
+    // restart: answered (202) before it happens, then a new run (which may end the runner
+    // before it has noted the answer: kept in /data)
+    api.send("berth-api POST /v1/self/restart > /data/restart.out");
+    let c = wait_for(&sb, "selfy", 20, "restarted", |c| {
+        c["state"] == "running" && c["init_pid"].as_i64().is_some_and(|p| p != pid0)
+    });
+    assert_eq!(c["restarts"], 0, "an asked-for restart is no failure: {c}");
+    let v: Value =
+        serde_json::from_slice(&std::fs::read(api.data().join("restart.out")).unwrap()).unwrap();
+    assert_eq!(v["accepted"], "restart", "{v}");
+    let pid1 = c["init_pid"].as_i64().unwrap();
+
+    // asks for a restart and exits at once: still restarted, once
+    let mut api = Api::new(&sb, "selfy");
+    api.send("berth-api POST /v1/self/restart >/dev/null; kill -9 $$");
+    let c = wait_for(&sb, "selfy", 20, "restarted after its exit", |c| {
+        c["state"] == "running" && c["init_pid"].as_i64().is_some_and(|p| p != pid1)
+    });
+    let pid2 = c["init_pid"].as_i64().unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    let c = sb.status_of("selfy");
+    assert_eq!(c["init_pid"].as_i64(), Some(pid2), "restarted twice? {c}");
+
+    // stop and exit at once: stays stopped, although its policy is always
+    let mut api = Api::new(&sb, "selfy");
+    api.send("berth-api POST /v1/self/stop >/dev/null; kill -9 $$");
+    let c = wait_for(&sb, "selfy", 20, "stopped", |c| c["state"] == "stopped");
+    std::thread::sleep(Duration::from_millis(1_000));
+    let c2 = sb.status_of("selfy");
+    assert_eq!(
+        c2["state"], "stopped",
+        "restarted after its own stop: {c2} (was {c})"
+    );
+    assert_eq!(c2["autostart"], false, "{c2}");
+    assert!(sb
+        .daemon_log_text()
+        .contains("selfy: asked through its API to stop"));
+}
+
+/// Removes the request files of earlier runs (the runner counts from 0 again).
+fn clear_requests(data: &Path) {
+    for e in std::fs::read_dir(data).unwrap().flatten() {
+        let n = e.file_name().to_string_lossy().to_string();
+        if ["req.", "run.", "rc.", "out.", "err."]
+            .iter()
+            .any(|p| n.starts_with(p))
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+#[test]
+fn no_container_can_act_for_another() {
+    let mut sb = Sandbox::new("capiother");
+    sb.pack(&runner(
+        "alpha",
+        "curl",
+        "[permissions]\napi = [\"stop\", \"status\"]\n",
+    ));
+    sb.pack(&runner(
+        "beta",
+        "curl",
+        "[permissions]\napi = [\"stop\", \"status\"]\n",
+    ));
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "alpha", "beta"]);
+    sb.ok(&["start", "alpha"]);
+    sb.ok(&["start", "beta"]);
+    let alpha = sb.status_of("alpha")["init_pid"].clone();
+    let beta = sb.status_of("beta")["init_pid"].as_i64().unwrap();
+
+    // beta's view: its own socket only; no path names another container
+    let mut api = Api::new(&sb, "beta");
+    let me = api.ok("GET", "/v1/self", None);
+    assert_eq!(me["name"], "beta");
+    for (m, p) in [
+        ("POST", "/v1/containers/alpha/stop"),
+        ("POST", "/v1/self/alpha/stop"),
+    ] {
+        let e = api.refused(m, p, None);
+        assert_eq!(e["code"], "not_found", "{m} {p}: {e}");
+    }
+    let (_, out) = api.run("ls /run/berth/; ls /run/berth/api/ 2>&1 || true");
+    assert!(!out.contains("alpha"), "{out}");
+
+    let sock = socket_of(&sb, "alpha");
+    // a process of beta that got hold of alpha's socket (here: a host process moved into
+    // beta's memory cgroup) still acts only as itself, and here it is not itself
+    let procs = std::fs::read_to_string(format!("/proc/{beta}/cgroup")).unwrap();
+    let memcg = procs
+        .lines()
+        .find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
+            let dir = match ctrl {
+                "memory" => "/sys/fs/cgroup/memory",
+                "" if !procs.contains(":memory:") => "/sys/fs/cgroup/unified",
+                _ => return None,
+            };
+            Some(format!("{dir}{path}/cgroup.procs"))
+        })
+        .unwrap();
+    let script = format!(
+        "echo $$ > {memcg}\nexec curl -sS --unix-socket {} -X POST http://berth/v1/self/stop",
+        sock.display()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("\"code\":\"forbidden\""),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("belongs to another container"), "{text}");
+    // and root on the host is no container either
+    let text = raw(&sock, b"POST /v1/self/stop HTTP/1.0\r\n\r\n");
+    assert!(text.starts_with("HTTP/1.1 403"), "{text}");
+    std::thread::sleep(Duration::from_millis(500));
+    let a = sb.status_of("alpha");
+    assert_eq!(
+        (a["state"].as_str(), &a["init_pid"]),
+        (Some("running"), &alpha),
+        "{a}"
+    );
+}
+
+#[test]
+fn readiness_health_and_keep_alive_come_from_the_package() {
+    let mut sb = Sandbox::new("capiready");
+    sb.pack(&runner(
+        "reporter",
+        "curl",
+        "[health]\nready = \"api\"\nwatchdog = \"2s\"\nretries = 2\n[restart]\npolicy = \"on-failure\"\ndelay = \"100ms\"\n",
+    ));
+    sb.pack(
+        &Pkg::script("after", "1.0", "echo up\nexec sleep 600\n")
+            .package_key("depends = [\"reporter\"]"),
+    );
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "reporter", "after"]);
+    sb.ok(&["start", "reporter"]);
+    let c = sb.status_of("reporter");
+    assert_eq!(
+        (c["state"].as_str(), c["ready"].as_bool()),
+        (Some("running"), Some(false)),
+        "{c}"
+    );
+    let pid0 = c["init_pid"].as_i64().unwrap();
+    let mut api = Api::new(&sb, "reporter");
+    // keep-alives keep it alive past the period
+    for _ in 0..4 {
+        let v = api.ok("POST", "/v1/self/watchdog", None);
+        assert_eq!(v["watchdog_ms"], 2000, "{v}");
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    assert_eq!(sb.status_of("reporter")["init_pid"].as_i64(), Some(pid0));
+    assert_eq!(sb.status_of("reporter")["ready"], false);
+    api.ok("POST", "/v1/self/ready", None);
+    wait_for(&sb, "reporter", 5, "ready", |c| c["ready"] == true);
+    api.ok("POST", "/v1/self/watchdog", None);
+    // its own health verdicts: two failures in a row end the run
+    let v = api.ok(
+        "POST",
+        "/v1/self/health",
+        Some(r#"{"ok": false, "message": "disk full"}"#),
+    );
+    assert_eq!(v["ok"], false);
+    let c = wait_for(&sb, "reporter", 5, "unhealthy", |c| {
+        c["state"] == "unhealthy"
+    });
+    assert!(
+        c["health"]["last"].as_str().unwrap().contains("disk full"),
+        "{c}"
+    );
+    api.ok("POST", "/v1/self/watchdog", None);
+    api.send("berth-api POST /v1/self/health '{\"ok\": false}'");
+    let c = wait_for(&sb, "reporter", 20, "restarted after failed reports", |c| {
+        c["state"] == "running" && c["init_pid"].as_i64().is_some_and(|p| p != pid0)
+    });
+    assert_eq!(c["restarts"], 1, "{c}");
+    let pid1 = c["init_pid"].as_i64().unwrap();
+    // now silent: the watchdog period passes and the run is ended
+    let c = wait_for(&sb, "reporter", 20, "restarted by its watchdog", |c| {
+        c["init_pid"].as_i64().is_some_and(|p| p != pid1) && c["restarts"] == 2
+    });
+    assert_eq!(
+        c["ready"], false,
+        "a new run is not ready until it says so: {c}"
+    );
+    assert!(
+        sb.daemon_log_text()
+            .contains("reporter: no keep-alive within 2000 ms"),
+        "{}",
+        sb.daemon_log_text()
+    );
+    let reports = sb.json(&["report", "list", "reporter"]);
+    assert!(reports.to_string().contains("keep-alive"), "{reports}");
+}
+
+#[test]
+fn an_update_lock_holds_off_upgrades_until_released_or_forced() {
+    let mut sb = Sandbox::new("capilock");
+    sb.write_config("[api]\nmax_update_lock = \"10m\"\n[api.packages]\nlocker = \"update-lock\"\n");
+    let tables = "[permissions]\napi = [\"update-lock\"]\n";
+    sb.pack(&runner("locker", "curl", tables));
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "locker"]);
+    sb.ok(&["start", "locker"]);
+    let mut api = Api::new(&sb, "locker");
+    // asks for a day, gets the policy's 10 minutes
+    let v = api.ok(
+        "POST",
+        "/v1/self/update-lock",
+        Some(r#"{"seconds": 86400}"#),
+    );
+    let until = v["locked_until"].as_u64().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!((now + 590..=now + 610).contains(&until), "{v}");
+    let mut v2 = runner("locker", "curl", tables);
+    v2.version = "2.0".into();
+    std::fs::remove_file(sb.package_file("locker", "1.0")).unwrap();
+    sb.pack(&v2);
+    sb.build_repo();
+    sb.ok(&["update"]);
+    let (code, err) = sb.fail(&["upgrade", "locker"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("locker holds an update lock") && err.contains("--force"),
+        "{err}"
+    );
+    assert_eq!(sb.status_of("locker")["state"], "running");
+    // released: the upgrade goes through
+    api.ok("DELETE", "/v1/self/update-lock", None);
+    let out = sb.ok(&["upgrade", "locker"]);
+    assert!(out.contains("2.0"), "{out}");
+    // a new run takes a new lock, which is forced through
+    wait_for(&sb, "locker", 20, "running", |c| c["state"] == "running");
+    let mut api = Api::new(&sb, "locker");
+    api.ok("POST", "/v1/self/update-lock", None);
+    let mut v3 = runner("locker", "curl", tables);
+    v3.version = "3.0".into();
+    std::fs::remove_file(sb.package_file("locker", "2.0")).unwrap();
+    sb.pack(&v3);
+    sb.build_repo();
+    sb.ok(&["update"]);
+    assert_eq!(sb.fail(&["upgrade", "locker"]).0, 1);
+    let out = sb.ok(&["upgrade", "--force", "locker"]);
+    assert!(out.contains("3.0"), "{out}");
+}
+
+#[test]
+fn floods_slow_and_broken_requests_leave_the_others_served() {
+    let mut sb = Sandbox::new("capiflood");
+    sb.write_config("[api]\nrate = 2\nburst = 6\n");
+    sb.pack(&runner(
+        "noisy",
+        "both",
+        "[permissions]\napi = [\"status\"]\n",
+    ));
+    sb.pack(&runner(
+        "quiet",
+        "curl",
+        "[permissions]\napi = [\"status\"]\n",
+    ));
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "noisy", "quiet"]);
+    sb.ok(&["start", "noisy"]);
+    sb.ok(&["start", "quiet"]);
+    let mut noisy = Api::new(&sb, "noisy");
+    let mut quiet = Api::new(&sb, "quiet");
+
+    // slow-loris from inside: connections that never finish their request
+    let (rc, out) = noisy.run(
+        "for i in 1 2 3 4 5 6 7 8; do (printf 'GET /v1/self HTTP/1.1\\r\\n'; sleep 30) | nc.openbsd -U /run/berth/api.sock >/dev/null 2>&1 & done 2>/dev/null; true",
+    );
+    assert_eq!(rc, 0, "{out}");
+    // a flood: 100 requests as fast as the container can make them, at 2 a second
+    let t0 = Instant::now();
+    let (rc, out) = noisy.run_within(
+        "ok=0; lim=0; for i in $(seq 100); do r=$(curl -s --unix-socket /run/berth/api.sock http://berth/v1/self); case $r in *rate_limited*) lim=$((lim+1));; *noisy*) ok=$((ok+1));; esac; done; echo ok=$ok limited=$lim",
+        120,
+    );
+    let secs = t0.elapsed().as_secs() + 1;
+    assert_eq!(rc, 0, "{out}");
+    let count = |k: &str| -> u64 {
+        out.split_whitespace()
+            .find_map(|w| w.strip_prefix(k)?.parse().ok())
+            .unwrap()
+    };
+    let (ok, limited) = (count("ok="), count("limited="));
+    assert!(
+        ok <= 6 + 2 * secs,
+        "the bucket let too much through in {secs} s: {out}"
+    );
+    assert!(ok >= 6 && ok + limited == 100, "{out}");
+
+    // meanwhile the other container and the operator are served
+    let t0 = Instant::now();
+    let me = quiet.ok("GET", "/v1/self", None);
+    assert_eq!(me["name"], "quiet");
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    let t0 = Instant::now();
+    sb.ok(&["status"]);
+    assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+
+    // broken HTTP and oversized bodies from the host side of the socket are refused before
+    // anything (the host is not the container); from inside they get their 4xx
+    let (_, out) = quiet.run(
+        "printf 'BLAH\\r\\n\\r\\n' | curl -s --unix-socket /run/berth/api.sock -X POST --data-binary @- http://berth/v1/self/health; echo; printf '%20000s' x > /tmp/big; curl -s --unix-socket /run/berth/api.sock -H 'Content-Type: application/json' --data-binary @/tmp/big http://berth/v1/self/health",
+    );
+    assert!(out.contains("bad JSON body"), "{out}");
+    assert!(out.contains("body larger than 16384"), "{out}");
+    let text = raw(&socket_of(&sb, "quiet"), b"GARBAGE\r\n\r\n");
+    assert!(
+        text.starts_with("HTTP/1.1 403") || text.starts_with("HTTP/1.1 400"),
+        "{text}"
+    );
+    // both still run, the daemon too
+    for n in ["noisy", "quiet"] {
+        assert_eq!(sb.status_of(n)["state"], "running");
+    }
+    assert!(sb.daemon_pid().is_some());
+}
+
+#[test]
+fn the_api_comes_back_after_a_daemon_restart() {
+    let mut sb = Sandbox::new("capirestart");
+    sb.pack(&runner(
+        "keeper",
+        "curl",
+        "[permissions]\napi = [\"status\"]\n",
+    ));
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "keeper"]);
+    sb.ok(&["start", "keeper"]);
+    let pid = sb.status_of("keeper")["init_pid"].clone();
+    let mut api = Api::new(&sb, "keeper");
+    api.ok("GET", "/v1/self", None);
+    sb.stop_daemon();
+    // no daemon: a clear failure, not a hang
+    let (rc, _) = api.call("GET", "/v1/self", None);
+    assert_eq!(rc, 1);
+    sb.start_daemon();
+    let me = api.ok("GET", "/v1/self", None);
+    assert_eq!(me["init_pid"], pid, "{me}");
+    // removed with the package
+    sb.ok(&["stop", "keeper"]);
+    sb.ok(&["remove", "keeper"]);
+    assert!(!sb.run_dir().join("api").join("keeper").exists());
+}
