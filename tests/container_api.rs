@@ -539,6 +539,11 @@ fn an_update_lock_holds_off_upgrades_until_released_or_forced() {
         "{err}"
     );
     assert_eq!(sb.status_of("locker")["state"], "running");
+    // a daemon restart keeps the lock (its run goes on)
+    sb.stop_daemon();
+    sb.start_daemon();
+    let (_, err) = sb.fail(&["upgrade", "locker"]);
+    assert!(err.contains("locker holds an update lock"), "{err}");
     // released: the upgrade goes through
     api.ok("DELETE", "/v1/self/update-lock", None);
     let out = sb.ok(&["upgrade", "locker"]);

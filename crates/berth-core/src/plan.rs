@@ -194,11 +194,13 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
         ),
     )?;
     // The container API: the directory of its socket (the daemon makes it before the start;
-    // after a daemon restart a new socket in it is seen through the same bind).
+    // after a daemon restart a new socket in it is seen through the same bind). Read-only
+    // and root's: the payload can connect to its socket, never store anything in the host's
+    // run directory.
     line(
         "lxc.mount.entry",
         &format!(
-            "{} run/berth none bind,create=dir,nosuid,nodev,noexec 0 0",
+            "{} run/berth none bind,ro,create=dir,nosuid,nodev,noexec 0 0",
             paths.api_dir(name).display()
         ),
     )?;
@@ -421,6 +423,10 @@ mod tests {
         assert!(text.contains(
             "lxc.mount.entry = /run/berth/data/web data none bind,rw,nosuid,nodev 0 0\n"
         ));
+        // the container API's socket directory, read-only, after the /run tmpfs it sits in
+        let api = "lxc.mount.entry = /run/berth/api/web run/berth none bind,ro,create=dir,nosuid,nodev,noexec 0 0\n";
+        let run = text.find("tmpfs run tmpfs").unwrap();
+        assert!(text.find(api).is_some_and(|i| i > run), "{text}");
         assert!(text.contains("lxc.cgroup.dir.container = berth/web\n"));
         assert!(text.contains("lxc.no_new_privs = 1\n"));
         assert!(!text.contains("lxc.hook"), "{text}");

@@ -88,14 +88,15 @@ pub(crate) fn route(d: &Arc<Daemon>, ep: &Endpoint, req: Request, mut stream: Un
                 .unwrap_or(d.cfg.api.max_update_lock_s)
                 .min(d.cfg.api.max_update_lock_s);
             let until = berth_sys::process::now_s() + s;
-            current_run(d, name).map(|run| {
-                d.capi.lock(name, until, run);
-                log::info!("{name}: holds off its upgrades for {s} s (update lock)");
-                json!({field::LOCKED_UNTIL: until})
-            })
+            current_run(d, name)
+                .and_then(|run| runtime::sockets::lock(d, name, until, run))
+                .map(|_| {
+                    log::info!("{name}: holds off its upgrades for {s} s (update lock)");
+                    json!({field::LOCKED_UNTIL: until})
+                })
         }
         Op::Unlock => {
-            if d.capi.unlock(name) {
+            if runtime::sockets::unlock(d, name) {
                 log::info!("{name}: released its update lock");
             }
             Ok(json!({field::LOCKED_UNTIL: null}))

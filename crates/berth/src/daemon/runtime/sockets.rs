@@ -25,7 +25,8 @@ fn payload_ids(d: &Daemon, p: &Installed) -> Result<(u32, u32)> {
 
 /// Makes `name`'s socket (before its start: the LXC configuration binds its directory), or
 /// makes it again after a daemon restart (a running container sees the new socket in the
-/// directory it has bound). Only the payload user can open it: the directory is its, 0700.
+/// directory it has bound). Only the payload user can connect: the socket is its, 0600; the
+/// directory is root's (0755, bound read-only), so nothing can be stored in it.
 pub(crate) fn open(d: &Daemon, p: &Installed) -> Result<()> {
     let name = p.name.as_str();
     let dir = d.cfg.paths.api_dir(name);
@@ -45,8 +46,8 @@ pub(crate) fn open(d: &Daemon, p: &Installed) -> Result<()> {
     std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o711)).map_err(fail)?;
     std::fs::create_dir_all(&dir).map_err(fail)?;
     let (uid, gid) = payload_ids(d, p)?;
-    std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).map_err(fail)?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
+    std::os::unix::fs::chown(&dir, Some(0), Some(0)).map_err(fail)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(fail)?;
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(fail)?;
     std::os::unix::fs::chown(&sock, Some(uid), Some(gid)).map_err(fail)?;
@@ -61,20 +62,61 @@ pub(crate) fn open(d: &Daemon, p: &Installed) -> Result<()> {
 /// The package is removed: its socket and directory go (it is not running).
 pub(crate) fn close(d: &Daemon, name: &str) {
     d.capi.remove(name);
-    d.capi.unlock(name);
+    unlock(d, name);
     let dir = d.cfg.paths.api_dir(name);
     let _ = std::fs::remove_file(dir.join("api.sock"));
     let _ = std::fs::remove_dir(&dir);
 }
 
-/// At daemon start: the sockets of the containers that run on.
+/// At daemon start: the sockets of the containers that run on, and their update locks.
 pub(crate) fn reopen(d: &Daemon, running: &[String]) {
     for name in running {
         match state::installed(d, name).and_then(|p| open(d, &p)) {
             Ok(()) => {}
             Err(e) => log::warn!("{name}: its container API is not available: {e}"),
         }
+        let lock = std::fs::read(lock_file(d, name))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<(u64, i32)>(&b).ok());
+        if let Some((until, run)) = lock {
+            d.capi.lock(name, until, run);
+        }
     }
+}
+
+/// Where an update lock is kept while the daemon is away (tmpfs: a lock is its run's, and
+/// no run outlives a reboot), root's alone.
+fn lock_file(d: &Daemon, name: &str) -> std::path::PathBuf {
+    d.cfg.paths.run.join("locks").join(format!("{name}.json"))
+}
+
+/// Holds off upgrades of `name` until `until` (seconds since the epoch), for run `run`.
+pub(crate) fn lock(d: &Daemon, name: &str, until: u64, run: i32) -> Result<()> {
+    let path = lock_file(d, name);
+    let dir = d.cfg.paths.run.join("locks");
+    std::fs::create_dir_all(&dir)
+        .and_then(|_| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)))
+        .and_then(|_| {
+            berth_sys::fsutil::write_atomic(
+                &path,
+                serde_json::json!([until, run]).to_string().as_bytes(),
+                0o600,
+            )
+        })
+        .map_err(|e| {
+            Error::internal(format!(
+                "{name}: cannot keep its update lock in {}: {e}",
+                path.display()
+            ))
+        })?;
+    d.capi.lock(name, until, run);
+    Ok(())
+}
+
+/// Releases `name`'s update lock; whether it held one.
+pub(crate) fn unlock(d: &Daemon, name: &str) -> bool {
+    let _ = std::fs::remove_file(lock_file(d, name));
+    d.capi.unlock(name)
 }
 
 /// Until when upgrades of `name` are held off by its update lock, if they are.
