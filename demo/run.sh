@@ -13,6 +13,9 @@
 #         $web_port on the device's LAN side
 #   mqtt  the Mosquitto MQTT broker from Debian (a real daemon: base = "host", its libraries
 #         are the host's, bound read-only into the container)
+#   pulse a shell payload that talks to its own container API (/run/berth/api.sock) with the
+#         shipped client dist/berth-api over curl: it says when it is ready, keeps its
+#         [health] watchdog alive, reports its health, and reads its own status
 # Everything of a run lives under demo-out/RUN/ (its own state, run dir, keys, lxcpath, cgroup
 # parent berth-demo-RUN), so the demo neither needs nor touches /etc/berth or /var/lib/berth,
 # and two runs at once do not meet (RUN is the run's pid, or $BERTH_DEMO_ID). The daemon runs
@@ -48,13 +51,13 @@ clean_run() {
     local id=$1 out="$runs/$1" ns="berth-demo-$1"
     local cfg="$out/berth.toml"
     if [ -x "$berth" ] && [ -f "$cfg" ]; then
-        for n in web mqtt; do BERTH_CONFIG="$cfg" "$berth" stop "$n" >/dev/null 2>&1 || true; done
+        for n in web mqtt pulse; do BERTH_CONFIG="$cfg" "$berth" stop "$n" >/dev/null 2>&1 || true; done
     fi
     if [ -f "$out/run/daemon.pid" ]; then
         kill "$(cat "$out/run/daemon.pid")" 2>/dev/null || true
         sleep 0.3
     fi
-    for n in web mqtt; do
+    for n in web mqtt pulse; do
         # LXC's command socket lives in the daemon's network namespace
         if [ -e "/run/netns/$ns" ]; then
             nsenter --net="/run/netns/$ns" lxc-stop -P "$out/run/lxc" -n "$n" -k >/dev/null 2>&1 || true
@@ -180,7 +183,46 @@ group = 1883
 mode = "shared"
 EOF
 
+# pulse: a shell payload speaking to its container API with berth-api (curl, host libraries)
+p="$out/src/pulse"
+mkdir -p "$p/.berth" "$p/bin"
+cp "$(command -v busybox)" "$p/bin/busybox"
+for a in sh sleep cat; do ln -s busybox "$p/bin/$a"; done
+cp /usr/bin/curl "$p/bin/curl"
+cp "$here/dist/berth-api" "$p/bin/berth-api"
+cat > "$p/run.sh" <<'PULSE'
+#!/bin/sh
+export PATH=/bin
+echo "pulse: up; telling berth I am ready"
+berth-api POST /v1/self/ready >/dev/null
+while :; do
+    berth-api POST /v1/self/watchdog >/dev/null
+    berth-api POST /v1/self/health '{"ok": true, "message": "all good"}' >/dev/null
+    berth-api GET /v1/self > /data/self.json
+    sleep 5
+done
+PULSE
+chmod 755 "$p/run.sh"
+cat > "$p/.berth/manifest.toml" <<PULSE
+[package]
+name = "pulse"
+version = "1.0.0"
+description = "a payload that reports its readiness and health through the container API"
+base = "host"
+
+[entrypoint]
+argv = ["/bin/sh", "/run.sh"]
+
+[health]
+ready = "api"         # ready once it says so
+watchdog = "30s"      # restarted if it stops sending keep-alives
+
+[permissions]
+api = ["status", "logs"]
+PULSE
+
 "$berth" pack "$w" -o "$out/repo/packages/web-1.0.0.sqfs"
+"$berth" pack "$p" -o "$out/repo/packages/pulse-1.0.0.sqfs"
 "$berth" pack "$m" -o "$out/repo/packages/mqtt-2.0.11.sqfs"
 # network = "shared" is for packages the repository marks trusted.
 printf 'mqtt\n' > "$out/repo/trusted.txt"
@@ -224,12 +266,13 @@ say "berth update && berth list"
 "$berth" update
 "$berth" list
 
-say "berth install web mqtt"
-"$berth" install web mqtt
+say "berth install web mqtt pulse"
+"$berth" install web mqtt pulse
 
-say "berth start web && berth start mqtt"
+say "berth start web && berth start mqtt && berth start pulse"
 "$berth" start web
 "$berth" start mqtt
+"$berth" start pulse
 
 say "from the LAN: curl http://192.0.2.1:$web_port/ (published port of the isolated web)"
 served=
@@ -260,6 +303,22 @@ sub=$!
 sleep 0.3
 in_dev mosquitto_pub -p "$mqtt_port" -t demo/hello -m "hello through berth"
 wait $sub
+
+say "pulse talks to its container API: ready, health, keep-alive, its own status"
+ready=
+for _ in $(seq 100); do
+    if "$berth" --json status pulse | grep -q '"ready":true' && [ -s "$out/state/data/pulse/self.json" ]; then
+        ready=1; break
+    fi
+    sleep 0.1
+done
+if [ -z "$ready" ]; then
+    echo "demo/run.sh: pulse never said it was ready (daemon log: $out/daemon.log)" >&2
+    "$berth" logs pulse >&2 || true
+    exit 1
+fi
+echo "what GET /v1/self answered inside the container:"
+cut -c1-300 "$out/state/data/pulse/self.json"; echo
 
 say "berth status"
 "$berth" status
