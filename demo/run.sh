@@ -307,7 +307,7 @@ wait $sub
 say "pulse talks to its container API: ready, health, keep-alive, its own status"
 ready=
 for _ in $(seq 100); do
-    if "$berth" --json status pulse | grep -q '"ready":true' && [ -s "$out/state/data/pulse/self.json" ]; then
+    if "$berth" --json status pulse | grep -q '"ready": *true' && [ -s "$out/state/data/pulse/self.json" ]; then
         ready=1; break
     fi
     sleep 0.1

@@ -48,6 +48,8 @@ suites:
                network namespaces of its own; start time per mode
   supervise    payload killed → restarted; frozen payload → declared unhealthy by its
                health probe; the size of the crash archives these leave
+  api          the container API: latency (p50, p99) and requests/s from inside one
+               container, and from 20 at once
   governor     main-service response time under a CPU hog with and without the governor;
                the daemon's own CPU use
   all          every suite
@@ -540,6 +542,10 @@ fn self_check(
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some(suites::api::CLIENT) {
+        std::process::exit(suites::api::client(&args[2..]));
+    }
     util::set_progress(
         std::io::stderr().is_terminal() || std::env::var_os("BERTH_BENCH_PROGRESS").is_some(),
     );

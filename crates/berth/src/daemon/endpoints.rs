@@ -128,6 +128,11 @@ impl Registry {
         }
     }
 
+    /// Wakes the admission loop (a worker ended: what waits may be served now).
+    pub fn wake(&self) {
+        self.changed();
+    }
+
     fn changed(&self) {
         if let Some((_, w)) = &self.wake {
             let _ = (&*w).write(b"x");

@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_core::api::{container as cfield, selfapi as field, stats as sfield};
+use berth_core::api::{container as cfield, selfapi as field};
 use berth_core::container_api::{self as capi, ApiPolicy, Op};
 use berth_core::http::{self, Request};
 use berth_core::state::Installed;
@@ -148,9 +148,7 @@ fn self_status(d: &Daemon, p: &Installed, granted: &[capi::Permission]) -> Resul
         .and_then(|c| c.first())
         .cloned()
         .unwrap_or_else(|| json!({}));
-    let usage = runtime::limit::stats(d, Some(name))
-        .ok()
-        .and_then(|s| s[sfield::CONTAINERS].as_array()?.first().cloned());
+    let usage = runtime::limit::snapshot(d, name);
     if let Some(o) = me.as_object_mut() {
         o.insert(field::USAGE.into(), usage.unwrap_or(Value::Null));
         o.insert(

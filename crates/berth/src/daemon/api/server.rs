@@ -84,6 +84,7 @@ pub(crate) fn serve(
         }
         if rev[2] != 0 {
             d.capi.drain();
+            admin.run_queued(d);
         }
         // Readable first (in poll's order), then new connections, then the deadlines.
         let n = admin.pending.len();
@@ -141,16 +142,29 @@ struct Pending {
     deadline: Instant,
 }
 
+/// A complete container request waiting for a worker.
+struct Queued {
+    e: Arc<Endpoint>,
+    stream: UnixStream,
+    req: http::Request,
+    deadline: Instant,
+}
+
 #[derive(Default)]
 struct Admission {
     pending: VecDeque<Pending>,
+    queued: VecDeque<Queued>,
     workers: Arc<AtomicUsize>,
     container_workers: Arc<AtomicUsize>,
 }
 
 impl Admission {
     fn next_deadline(&self) -> Option<Instant> {
-        self.pending.iter().map(|p| p.deadline).min()
+        self.pending
+            .iter()
+            .map(|p| p.deadline)
+            .chain(self.queued.iter().map(|q| q.deadline))
+            .min()
     }
 
     fn accept(&mut self, stream: UnixStream) {
@@ -246,7 +260,9 @@ impl Admission {
                 Ok(None) => keep.push_back(p),
                 Ok(Some(req)) => match p.peer {
                     Peer::Admin(caller) => self.dispatch(d, caller, p.stream, req),
-                    Peer::Container(e) => self.dispatch_container(d, e, p.stream, req),
+                    Peer::Container(e) => {
+                        self.dispatch_container(d, e, p.stream, req, p.deadline)
+                    }
                     Peer::Refused { kind, why, .. } => reply_now(p.stream, Error::new(kind, why)),
                 },
                 Err(Some(why)) => match p.peer {
@@ -286,29 +302,57 @@ impl Admission {
         }
     }
 
+    /// A complete container request: served on a worker now, or queued until one is free
+    /// (at most its container's pending share; beyond, `503 busy`).
     fn dispatch_container(
-        &self,
+        &mut self,
         d: &Arc<Daemon>,
         e: Arc<Endpoint>,
         stream: UnixStream,
         req: http::Request,
+        deadline: Instant,
     ) {
+        if self.queued.iter().any(|q| Arc::ptr_eq(&q.e, &e)) || !self.spawn_container(d, &e) {
+            let own = self.queued.iter().filter(|q| Arc::ptr_eq(&q.e, &e)).count();
+            if own >= MAX_PENDING_PER_CONTAINER {
+                let why = format!(
+                    "{}: {} of its requests are being served or waiting already; try again",
+                    e.name,
+                    MAX_BUSY_PER_CONTAINER + MAX_PENDING_PER_CONTAINER
+                );
+                return reply_now(stream, Error::new(Kind::Busy, why));
+            }
+            self.queued.push_back(Queued {
+                e,
+                stream,
+                req,
+                deadline,
+            });
+            return;
+        }
+        self.start_worker(d, e, stream, req);
+    }
+
+    /// Takes a worker slot for `e` if its container and the pool have one.
+    fn spawn_container(&self, _d: &Daemon, e: &Endpoint) -> bool {
         let own = e.busy.fetch_add(1, Ordering::SeqCst);
         let all = self.container_workers.fetch_add(1, Ordering::SeqCst);
+        if own >= MAX_BUSY_PER_CONTAINER || all >= MAX_CONTAINER_WORKERS {
+            e.busy.fetch_sub(1, Ordering::SeqCst);
+            self.container_workers.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Serves a request on a thread of its own, in the slot taken for it; when it ends the
+    /// loop is woken to serve what waits.
+    fn start_worker(&self, d: &Arc<Daemon>, e: Arc<Endpoint>, stream: UnixStream, req: http::Request) {
         let release = |e: &Endpoint, all: &AtomicUsize| {
             e.busy.fetch_sub(1, Ordering::SeqCst);
             all.fetch_sub(1, Ordering::SeqCst);
         };
-        if own >= MAX_BUSY_PER_CONTAINER || all >= MAX_CONTAINER_WORKERS {
-            release(&e, &self.container_workers);
-            let why = if own >= MAX_BUSY_PER_CONTAINER {
-                format!("{}: {MAX_BUSY_PER_CONTAINER} of its requests are being served already; try again", e.name)
-            } else {
-                "the daemon is serving the containers' requests at its limit; try again".into()
-            };
-            return reply_now(stream, Error::new(Kind::Busy, why));
-        }
-        let d = Arc::clone(d);
+        let d2 = Arc::clone(d);
         let all = Arc::clone(&self.container_workers);
         let ep = Arc::clone(&e);
         let spawned = std::thread::Builder::new()
@@ -316,11 +360,12 @@ impl Admission {
             .stack_size(256 * 1024)
             .spawn(move || {
                 if stream.set_nonblocking(false).is_ok() {
-                    super::container::route(&d, &ep, req, stream);
+                    super::container::route(&d2, &ep, req, stream);
                 }
                 berth_sys::process::trim_heap();
                 berth_sys::process::release_own_code(false);
                 release(&ep, &all);
+                d2.capi.wake();
             });
         if let Err(err) = spawned {
             release(&e, &self.container_workers);
@@ -328,9 +373,31 @@ impl Admission {
         }
     }
 
-    /// Connections that did not send a whole request in time are closed.
+    /// Serves the queued requests that have a worker slot now, oldest first.
+    fn run_queued(&mut self, d: &Arc<Daemon>) {
+        let mut keep = VecDeque::with_capacity(self.queued.len());
+        while let Some(q) = self.queued.pop_front() {
+            // Behind an older request of the same container: its order is kept.
+            if keep.iter().any(|k: &Queued| Arc::ptr_eq(&k.e, &q.e)) || !self.spawn_container(d, &q.e) {
+                keep.push_back(q);
+                continue;
+            }
+            self.start_worker(d, q.e, q.stream, q.req);
+        }
+        self.queued = keep;
+    }
+
+    /// Connections that did not send a whole request in time are closed; requests that
+    /// waited for a worker until their deadline get `503 busy`.
     fn expire(&mut self, now: Instant) {
         self.pending.retain(|p| p.deadline > now);
+        let (late, keep): (VecDeque<Queued>, VecDeque<Queued>) =
+            std::mem::take(&mut self.queued).into_iter().partition(|q| q.deadline <= now);
+        self.queued = keep;
+        for q in late {
+            let why = format!("{}: no worker was free within 5 s; try again", q.e.name);
+            reply_now(q.stream, Error::new(Kind::Busy, why));
+        }
     }
 }
 

@@ -110,6 +110,14 @@ pub(crate) fn stats_json(s0: &cgroupfs::Stats, s1: &cgroupfs::Stats, elapsed: Du
     Value::Object(m)
 }
 
+/// One container's usage now, without sampling (no CPU percentage: the counters are there):
+/// for its own `GET /v1/self`, which must answer at once. None without cgroups.
+pub(crate) fn snapshot(d: &Daemon, name: &str) -> Option<Value> {
+    let c = d.resources.cgroups.as_ref().ok()?;
+    let s = c.stats(&cgroups::container_cgroup(d, name));
+    Some(stats_json(&s, &s, Duration::ZERO))
+}
+
 /// How long `berth stats` samples CPU usage.
 pub(crate) const STATS_SAMPLE: Duration = Duration::from_millis(500);
 
