@@ -80,7 +80,9 @@ fn procs_file(init: i64) -> Result<PathBuf> {
             let mut f = l.splitn(3, ':');
             let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
             match ctrl {
-                "memory" => Some(PathBuf::from(format!("/sys/fs/cgroup/memory{path}/cgroup.procs"))),
+                "memory" => Some(PathBuf::from(format!(
+                    "/sys/fs/cgroup/memory{path}/cgroup.procs"
+                ))),
                 "" if v2 => {
                     let root = ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
                         .into_iter()
@@ -94,7 +96,13 @@ fn procs_file(init: i64) -> Result<PathBuf> {
 }
 
 /// Starts a client in `name`'s container's memory cgroup.
-fn spawn_client(sb: &Sandbox, name: &str, method: &str, path: &str, n: usize) -> Result<std::process::Child> {
+fn spawn_client(
+    sb: &Sandbox,
+    name: &str,
+    method: &str,
+    path: &str,
+    n: usize,
+) -> Result<std::process::Child> {
     let init = sb.json(&["status", name])?["containers"][0]["init_pid"]
         .as_i64()
         .ok_or_else(|| format!("{name} is not running"))?;
@@ -117,9 +125,7 @@ fn spawn_client(sb: &Sandbox, name: &str, method: &str, path: &str, n: usize) ->
 }
 
 fn collect(c: std::process::Child, what: &str) -> Result<Vec<f64>> {
-    let out = c
-        .wait_with_output()
-        .map_err(|e| format!("{what}: {e}"))?;
+    let out = c.wait_with_output().map_err(|e| format!("{what}: {e}"))?;
     if !out.status.success() {
         return Err(format!("{what}: {}", String::from_utf8_lossy(&out.stderr).trim()).into());
     }
@@ -164,7 +170,11 @@ impl Suite for Api {
             let t0 = Instant::now();
             let times = collect(spawn_client(&sb, one, method, path, n)?, path)?;
             let secs = t0.elapsed().as_secs_f64();
-            rows.push((format!("{method} {path}, 1 container"), times, n as f64 / secs));
+            rows.push((
+                format!("{method} {path}, 1 container"),
+                times,
+                n as f64 / secs,
+            ));
         }
         progress!("api: GET /v1/self, {MANY} containers at once, {n} requests each");
         let t0 = Instant::now();

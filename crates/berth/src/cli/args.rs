@@ -724,6 +724,29 @@ mod tests {
     }
 
     #[test]
+    fn upgrade_takes_force_and_names() {
+        use Packages as P;
+        assert_eq!(
+            dev("upgrade"),
+            Ok(Device::Packages(P::Upgrade {
+                names: vec![],
+                force: false
+            }))
+        );
+        assert_eq!(
+            dev("upgrade web --force db"),
+            Ok(Device::Packages(P::Upgrade {
+                names: vec!["web".into(), "db".into()],
+                force: true
+            }))
+        );
+        assert_eq!(
+            dev("upgrade --now"),
+            Err(Usage("unknown option --now".into()))
+        );
+    }
+
+    #[test]
     fn package_commands() {
         use Packages as P;
         assert_eq!(

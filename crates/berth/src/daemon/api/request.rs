@@ -469,6 +469,31 @@ mod tests {
             Action::Install(vec!["web".into(), "db".into()])
         );
         assert_eq!(
+            parse(&req("POST", "/v1/upgrade", "")).unwrap(),
+            Action::Upgrade {
+                names: vec![],
+                force: false
+            }
+        );
+        assert_eq!(
+            parse(&req(
+                "POST",
+                "/v1/upgrade",
+                r#"{"names":["web"],"force":true}"#
+            ))
+            .unwrap(),
+            Action::Upgrade {
+                names: vec!["web".into()],
+                force: true
+            }
+        );
+        assert_eq!(
+            parse(&req("POST", "/v1/upgrade", r#"{"force":"yes"}"#))
+                .unwrap_err()
+                .status(),
+            400
+        );
+        assert_eq!(
             parse(&req("POST", "/v1/stop", r#"{"name":"web","timeout":3}"#)).unwrap(),
             Action::Stop {
                 name: "web".into(),

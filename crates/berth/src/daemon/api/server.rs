@@ -260,9 +260,7 @@ impl Admission {
                 Ok(None) => keep.push_back(p),
                 Ok(Some(req)) => match p.peer {
                     Peer::Admin(caller) => self.dispatch(d, caller, p.stream, req),
-                    Peer::Container(e) => {
-                        self.dispatch_container(d, e, p.stream, req, p.deadline)
-                    }
+                    Peer::Container(e) => self.dispatch_container(d, e, p.stream, req, p.deadline),
                     Peer::Refused { kind, why, .. } => reply_now(p.stream, Error::new(kind, why)),
                 },
                 Err(Some(why)) => match p.peer {
@@ -347,7 +345,13 @@ impl Admission {
 
     /// Serves a request on a thread of its own, in the slot taken for it; when it ends the
     /// loop is woken to serve what waits.
-    fn start_worker(&self, d: &Arc<Daemon>, e: Arc<Endpoint>, stream: UnixStream, req: http::Request) {
+    fn start_worker(
+        &self,
+        d: &Arc<Daemon>,
+        e: Arc<Endpoint>,
+        stream: UnixStream,
+        req: http::Request,
+    ) {
         let release = |e: &Endpoint, all: &AtomicUsize| {
             e.busy.fetch_sub(1, Ordering::SeqCst);
             all.fetch_sub(1, Ordering::SeqCst);
@@ -378,7 +382,9 @@ impl Admission {
         let mut keep = VecDeque::with_capacity(self.queued.len());
         while let Some(q) = self.queued.pop_front() {
             // Behind an older request of the same container: its order is kept.
-            if keep.iter().any(|k: &Queued| Arc::ptr_eq(&k.e, &q.e)) || !self.spawn_container(d, &q.e) {
+            if keep.iter().any(|k: &Queued| Arc::ptr_eq(&k.e, &q.e))
+                || !self.spawn_container(d, &q.e)
+            {
                 keep.push_back(q);
                 continue;
             }
@@ -391,8 +397,9 @@ impl Admission {
     /// waited for a worker until their deadline get `503 busy`.
     fn expire(&mut self, now: Instant) {
         self.pending.retain(|p| p.deadline > now);
-        let (late, keep): (VecDeque<Queued>, VecDeque<Queued>) =
-            std::mem::take(&mut self.queued).into_iter().partition(|q| q.deadline <= now);
+        let (late, keep): (VecDeque<Queued>, VecDeque<Queued>) = std::mem::take(&mut self.queued)
+            .into_iter()
+            .partition(|q| q.deadline <= now);
         self.queued = keep;
         for q in late {
             let why = format!("{}: no worker was free within 5 s; try again", q.e.name);
