@@ -423,17 +423,14 @@ impl Default for ApiPolicy {
 
 impl ApiPolicy {
     /// What a package is granted of what its manifest asks (`asked`, names as in
-    /// `[permissions] api`), sorted.
+    /// `[permissions] api`), in the order of [`Permission::ALL`].
     pub fn granted(&self, package: &str, asked: &[String]) -> Vec<Permission> {
         let extra = self.packages.get(package);
-        let mut out: Vec<Permission> = asked
-            .iter()
-            .filter_map(|a| Permission::from_name(a))
+        Permission::ALL
+            .into_iter()
+            .filter(|p| asked.iter().any(|a| a == p.name()))
             .filter(|p| self.grant.contains(p) || extra.is_some_and(|e| e.contains(p)))
-            .collect();
-        out.sort();
-        out.dedup();
-        out
+            .collect()
     }
 
     /// Why `op` is refused to a package granted `granted`, or None.

@@ -2,7 +2,6 @@
 //! them; the admission loop in `api::server` polls them), and the update locks the packages
 //! hold through them. A leaf: what is here needs nothing else of the daemon.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -63,8 +62,9 @@ pub struct Registry {
     endpoints: Mutex<Vec<Arc<Endpoint>>>,
     /// Written when the set of sockets changes, so the admission loop polls the new set.
     wake: Option<(UnixStream, UnixStream)>,
-    /// Update locks: container → (until, in seconds since the epoch; the run that took it).
-    locks: Mutex<BTreeMap<String, (u64, i32)>>,
+    /// Update locks: (container, until in seconds since the epoch, the run that took it).
+    /// A few at most: a list (a map's removal code costs the device build kilobytes).
+    locks: Mutex<Vec<(String, u64, i32)>>,
 }
 
 impl Default for Registry {
@@ -78,7 +78,7 @@ impl Default for Registry {
                     Ok((r, w))
                 })
                 .ok(),
-            locks: Mutex::new(BTreeMap::new()),
+            locks: Mutex::new(Vec::new()),
         }
     }
 }
@@ -141,29 +141,32 @@ impl Registry {
 
     /// Holds off upgrades of `name` until `until` (seconds since the epoch), for run `run`.
     pub fn lock(&self, name: &str, until: u64, run: i32) {
-        self.locks
-            .lock()
-            .unwrap()
-            .insert(name.to_string(), (until, run));
+        let mut locks = self.locks.lock().unwrap();
+        locks.retain(|l| l.0 != name);
+        locks.push((name.to_string(), until, run));
     }
 
     /// Releases `name`'s lock; whether it held one.
     pub fn unlock(&self, name: &str) -> bool {
-        self.locks.lock().unwrap().remove(name).is_some()
+        let mut locks = self.locks.lock().unwrap();
+        let before = locks.len();
+        locks.retain(|l| l.0 != name);
+        locks.len() != before
     }
 
     /// Until when upgrades of `name` are held off, if they are at `now`: only while the
     /// run that took the lock is the one running (`run`), so that a lock dies with its run.
     pub fn locked_until(&self, name: &str, now: u64, run: Option<i32>) -> Option<u64> {
         let mut locks = self.locks.lock().unwrap();
-        match locks.get(name) {
-            Some((t, r)) if *t > now && run == Some(*r) => Some(*t),
-            Some(_) => {
-                locks.remove(name);
-                None
-            }
-            None => None,
+        let held = locks
+            .iter()
+            .find(|l| l.0 == name)
+            .filter(|l| l.1 > now && run == Some(l.2))
+            .map(|l| l.1);
+        if held.is_none() {
+            locks.retain(|l| l.0 != name);
         }
+        held
     }
 }
 

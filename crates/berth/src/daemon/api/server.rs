@@ -397,13 +397,11 @@ impl Admission {
     /// waited for a worker until their deadline get `503 busy`.
     fn expire(&mut self, now: Instant) {
         self.pending.retain(|p| p.deadline > now);
-        let (late, keep): (VecDeque<Queued>, VecDeque<Queued>) = std::mem::take(&mut self.queued)
-            .into_iter()
-            .partition(|q| q.deadline <= now);
-        self.queued = keep;
-        for q in late {
-            let why = format!("{}: no worker was free within 5 s; try again", q.e.name);
-            reply_now(q.stream, Error::new(Kind::Busy, why));
+        while let Some(i) = self.queued.iter().position(|q| q.deadline <= now) {
+            if let Some(q) = self.queued.remove(i) {
+                let why = format!("{}: no worker was free within 5 s; try again", q.e.name);
+                reply_now(q.stream, Error::new(Kind::Busy, why));
+            }
         }
     }
 }
