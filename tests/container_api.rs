@@ -249,6 +249,19 @@ fn a_package_sees_itself_its_logs_and_only_what_it_was_granted() {
     let n = api.n;
     let (_, out) = api.run("berth-api GET '/v1/logs?tail=2'");
     assert_eq!(out, format!("req {}\nreq {n}\n", n - 1));
+    // followed: what comes next arrives on the open stream
+    let k = api.n;
+    let (rc, out) = api.run(
+        "(berth-api GET '/v1/logs?tail=1&follow=1' > /data/follow.out 2>&1 &) ; sleep 0.3; true",
+    );
+    assert_eq!(rc, 0, "{out}");
+    api.run("true");
+    let follow = api.data().join("follow.out");
+    wait_until("the followed log", Duration::from_secs(10), || {
+        std::fs::read_to_string(&follow).is_ok_and(|t| t.contains(&format!("req {}", k + 1)))
+    });
+    let text = std::fs::read_to_string(&follow).unwrap();
+    assert!(text.starts_with(&format!("req {k}\n")), "{text}");
 
     // bad requests: clear 4xx, nothing happens
     let e = api.refused("GET", "/v1/containers/other", None);
