@@ -43,6 +43,7 @@ const KEYS: &[&str] = &[
     "dns",
     "lan",
     "dhcp_leases",
+    "mdns",
 ];
 
 /// Where DHCP servers keep their leases: dnsmasq's on Debian, OpenWrt's dnsmasq, odhcpd's.
@@ -79,6 +80,8 @@ pub struct NetConfig {
     pub lan: Vec<String>,
     /// DHCP servers' files that name the LAN's hosts (dnsmasq leases or hosts format).
     pub dhcp_leases: Vec<String>,
+    /// Ask hosts without a DHCP name for theirs by mDNS (needs berth's `mdns` feature).
+    pub mdns: bool,
 }
 
 fn is_ifname(s: &str) -> bool {
@@ -189,7 +192,13 @@ impl NetConfig {
                 |f| f.starts_with('/'),
                 "absolute paths",
             )?,
+            mdns: false,
         };
+        match get("mdns") {
+            None | Some("off") => {}
+            Some("on") => c.mdns = true,
+            Some(v) => return Err(bad("network.mdns", v, "on or off")),
+        }
         if let Some(l) = c.lan.iter().find(|l| **l == c.bridge || *l == "lo") {
             return Err(bad(
                 "network.lan",
@@ -823,7 +832,7 @@ mod tests {
         assert_eq!(c.gateway().to_string(), "10.87.0.1");
         assert_eq!(c.modes.len(), 4);
         // the LAN: every interface but loopback, the bridge and berth's veths
-        assert!(c.lan.is_empty());
+        assert!(c.lan.is_empty() && !c.mdns);
         assert_eq!(c.dhcp_leases.len(), 3);
         for (dev, lan) in [
             ("br-lan", true),
@@ -836,9 +845,9 @@ mod tests {
         ] {
             assert_eq!(c.is_lan(dev), lan, "{dev}");
         }
-        let c = cfg("lan = \"br-lan lan2\"\ndhcp_leases = \"/tmp/l\"");
+        let c = cfg("lan = \"br-lan lan2\"\ndhcp_leases = \"/tmp/l\"\nmdns = \"on\"");
         assert!(c.is_lan("lan2") && !c.is_lan("eth0"));
-        assert_eq!(c.dhcp_leases, ["/tmp/l"]);
+        assert_eq!((c.dhcp_leases, c.mdns), (vec!["/tmp/l".to_string()], true));
         assert!(cfg("dhcp_leases = \"\"").dhcp_leases.is_empty());
         let c = cfg("subnet = \"10.9.8.77/29\"\nhost_services = \"53/udp 80\"\nlinks = \"a:b\"");
         assert_eq!(c.subnet.0.to_string(), "10.9.8.72");
@@ -859,6 +868,7 @@ mod tests {
             ("lan = \"lo\"", "network.lan"),
             ("lan = \"br/lan\"", "network.lan"),
             ("dhcp_leases = \"leases\"", "network.dhcp_leases"),
+            ("mdns = \"yes\"", "network.mdns"),
             ("bridges = \"x\"", "network"),
             ("macvlan_pool = \"192.168.1.50/24\"", "network.macvlan_pool"),
             ("macvlan_pool = \"192.168.1.60-192.168.1.50/24\"", "network.macvlan_pool"),

@@ -451,8 +451,8 @@ pub fn status(d: &Daemon, st: &State) -> Result<Value> {
 }
 
 /// `berth net hosts` and the container API's `GET /v1/lan/hosts`: the neighbours on the
-/// LAN's interfaces (`[network] lan`), named by the DHCP servers' files, sorted by interface
-/// then address. Not inlined into the API's router, whose size it would grow by
+/// LAN's interfaces (`[network] lan`), named by the DHCP servers' files or by mDNS, sorted by
+/// interface then address. Not inlined into the API's router, whose size it would grow by
 /// more than its own (about 400 bytes more in the device build).
 #[inline(never)]
 pub fn hosts(d: &Daemon) -> Value {
@@ -464,6 +464,11 @@ pub fn hosts(d: &Daemon) -> Value {
         lan::dhcp_names(&std::fs::read_to_string(f).unwrap_or_default(), &mut names);
     }
     lan::name_from_dhcp(&mut hosts, &names);
+    #[cfg(feature = "mdns")]
+    if c.mdns {
+        super::mdns::name_hosts(&mut hosts);
+        lan::share_names(&mut hosts);
+    }
     lan::sort(&mut hosts);
     let (now, hz) = (berth_sys::process::now_s(), berth_sys::net::clock_ticks());
     let list: Vec<Value> = hosts
@@ -499,7 +504,7 @@ pub fn hosts(d: &Daemon) -> Value {
 
 /// Logs a failure of the host listing once per daemon run: containers can ask for the
 /// listing at any rate.
-fn warn_once(said: &AtomicBool, what: std::fmt::Arguments) {
+pub(super) fn warn_once(said: &AtomicBool, what: std::fmt::Arguments) {
     if !said.swap(true, Ordering::Relaxed) {
         log::warn!("{what} (said once)");
     }
