@@ -623,8 +623,17 @@ pub mod hosts {
     pub const MAC: &str = "mac";
     /// The interface it is seen on.
     pub const DEV: &str = "dev";
-    /// Its name from a DHCP lease, or null.
+    /// Its name from a DHCP lease or an mDNS answer, or null.
     pub const HOSTNAME: &str = "hostname";
+    /// Where the name came from: dhcp, mdns, or null.
+    pub const HOSTNAME_SOURCE: &str = "hostname_source";
+    /// Its neighbour state: reachable, stale, delay, probe, permanent; null when the
+    /// kernel's table was read from /proc/net/arp.
+    pub const STATE: &str = "state";
+    /// When the kernel last heard of it, in seconds since the epoch, or null.
+    pub const LAST_SEEN: &str = "last_seen";
+    /// Seconds since then, or null.
+    pub const AGE_S: &str = "age_s";
 }
 
 /// `GET /v1/governor`: the adaptive CPU governor, and its history's entries.

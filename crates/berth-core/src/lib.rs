@@ -15,6 +15,7 @@ pub mod governor;
 pub mod guard;
 pub mod http;
 pub mod index;
+pub mod lan;
 pub mod manifest;
 pub mod name;
 pub mod net;

@@ -41,7 +41,13 @@ const KEYS: &[&str] = &[
     "host_services",
     "links",
     "dns",
+    "lan",
+    "dhcp_leases",
+    "mdns",
 ];
+
+/// Where DHCP servers keep their leases: dnsmasq's on Debian, OpenWrt's dnsmasq, odhcpd's.
+const DHCP_LEASES: &str = "/var/lib/misc/dnsmasq.leases /tmp/dhcp.leases /tmp/hosts/odhcpd";
 
 /// The network policy of the device.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,6 +76,12 @@ pub struct NetConfig {
     pub links: Vec<(String, String)>,
     /// Name servers written to containers' resolv.conf; empty: the host's.
     pub dns: Vec<Ipv4Addr>,
+    /// The interfaces whose neighbours are the LAN's hosts; empty: see [`NetConfig::is_lan`].
+    pub lan: Vec<String>,
+    /// DHCP servers' files that name the LAN's hosts (dnsmasq leases or hosts format).
+    pub dhcp_leases: Vec<String>,
+    /// Ask hosts without a DHCP name for theirs by mDNS (needs berth's `mdns` feature).
+    pub mdns: bool,
 }
 
 fn is_ifname(s: &str) -> bool {
@@ -110,7 +122,9 @@ pub fn mode_name(m: NetMode) -> &'static str {
 }
 
 impl NetConfig {
-    /// Validates `[network]`; errors are (key, message).
+    /// Validates `[network]`; errors are (key, message). Not inlined: every early return
+    /// inside `Config::parse` would repeat the clean-up of all its locals.
+    #[inline(never)]
     pub fn parse(raw: Option<RawNet>) -> Result<NetConfig, (&'static str, String)> {
         type E = (&'static str, String);
         // one message shape for every value: smaller code than one format per key
@@ -130,13 +144,25 @@ impl NetConfig {
                 Err(bad(key, s, IF))
             }
         };
-        let ifnames = |key: &'static str| -> Result<Vec<String>, E> {
+        // Lists of words, each checked; one function for every list (smaller code).
+        fn words(
+            raw: &RawNet,
+            key: &'static str,
+            default: &str,
+            ok: fn(&str) -> bool,
+            want: &str,
+        ) -> Result<Vec<String>, E> {
+            let text = raw.get(&key[8..]).map_or(default, |v| v.get_ref().as_str());
             let mut v = Vec::new();
-            for w in get(&key[8..]).unwrap_or("").split_whitespace() {
-                v.push(ifname(key, w)?);
+            for w in text.split_whitespace() {
+                if !ok(w) {
+                    return Err(bad(key, w, want));
+                }
+                v.push(w.to_string());
             }
             Ok(v)
-        };
+        }
+        let ifnames = |key: &'static str| words(&raw, key, "", is_ifname, IF);
         let mut c = NetConfig {
             modes: vec![
                 NetMode::None,
@@ -158,7 +184,28 @@ impl NetConfig {
             host_services: Vec::new(),
             links: Vec::new(),
             dns: Vec::new(),
+            lan: ifnames("network.lan")?,
+            dhcp_leases: words(
+                &raw,
+                "network.dhcp_leases",
+                DHCP_LEASES,
+                |f| f.starts_with('/'),
+                "absolute paths",
+            )?,
+            mdns: false,
         };
+        match get("mdns") {
+            None | Some("off") => {}
+            Some("on") => c.mdns = true,
+            Some(v) => return Err(bad("network.mdns", v, "on or off")),
+        }
+        if let Some(l) = c.lan.iter().find(|l| **l == c.bridge || *l == "lo") {
+            return Err(bad(
+                "network.lan",
+                l,
+                "the LAN's interfaces (not loopback, not berth's bridge)",
+            ));
+        }
         if let Some(m) = get("modes") {
             c.modes.clear();
             for w in m.split_whitespace() {
@@ -284,6 +331,20 @@ impl NetConfig {
             (NetMode::Macvlan, Some((a, b, len))) => format!("{a}-{b}/{len}"),
             _ => format!("{}/{}", self.subnet.0, self.subnet.1),
         }
+    }
+
+    /// Whether `dev`'s neighbours are the LAN's hosts: one of `lan`, or without it any
+    /// interface but loopback, berth's bridge and berth's veths (`vb` + 8 hex digits; macvlan
+    /// links live in their containers).
+    pub fn is_lan(&self, dev: &str) -> bool {
+        if !self.lan.is_empty() {
+            return self.lan.iter().any(|l| l == dev);
+        }
+        let veth = dev.len() == 10
+            && dev.starts_with("vb")
+            && dev[2..].bytes().all(|b| b.is_ascii_hexdigit());
+        // (no name: an interface gone since the kernel listed its neighbours)
+        !(dev.is_empty() || dev == "lo" || dev == self.bridge || veth)
     }
 
     fn linked(&self, a: &str, b: &str) -> bool {
@@ -755,51 +816,6 @@ pub fn add_counters(v: &serde_json::Value, out: &mut Vec<(u32, u64, u64)>) {
     }
 }
 
-/// A host on the LAN: from the neighbour table and DHCP leases.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LanHost {
-    pub ip: String,
-    pub mac: String,
-    pub dev: String,
-    pub hostname: Option<String>,
-}
-
-/// LAN hosts from `/proc/net/arp` (reachable entries with a MAC) and a dnsmasq leases file
-/// (`expiry mac ip hostname client-id` per line), skipping berth's own bridge.
-pub fn lan_hosts(proc_arp: &str, leases: &str, skip_dev: &str) -> Vec<LanHost> {
-    let mut out: Vec<LanHost> = Vec::new();
-    for l in proc_arp.lines().skip(1) {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        // IP address, HW type, Flags, HW address, Mask, Device
-        if f.len() < 6 || f[2] == "0x0" || f[3] == "00:00:00:00:00:00" || f[5] == skip_dev {
-            continue;
-        }
-        out.push(LanHost {
-            ip: f[0].into(),
-            mac: f[3].to_ascii_lowercase(),
-            dev: f[5].into(),
-            hostname: None,
-        });
-    }
-    for l in leases.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if f.len() < 4 {
-            continue;
-        }
-        let name = (f[3] != "*").then(|| f[3].to_string());
-        match out.iter_mut().find(|h| h.ip == f[2]) {
-            Some(h) => h.hostname = name,
-            None => out.push(LanHost {
-                ip: f[2].into(),
-                mac: f[1].to_ascii_lowercase(),
-                dev: String::new(),
-                hostname: name,
-            }),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -815,6 +831,24 @@ mod tests {
         assert_eq!(c.subnet, ("10.87.0.0".parse().unwrap(), 24));
         assert_eq!(c.gateway().to_string(), "10.87.0.1");
         assert_eq!(c.modes.len(), 4);
+        // the LAN: every interface but loopback, the bridge and berth's veths
+        assert!(c.lan.is_empty() && !c.mdns);
+        assert_eq!(c.dhcp_leases.len(), 3);
+        for (dev, lan) in [
+            ("br-lan", true),
+            ("eth0", true),
+            ("vbtoolong12", true),
+            ("lo", false),
+            ("berth0", false),
+            ("vb0a570002", false),
+            ("", false),
+        ] {
+            assert_eq!(c.is_lan(dev), lan, "{dev}");
+        }
+        let c = cfg("lan = \"br-lan lan2\"\ndhcp_leases = \"/tmp/l\"\nmdns = \"on\"");
+        assert!(c.is_lan("lan2") && !c.is_lan("eth0"));
+        assert_eq!((c.dhcp_leases, c.mdns), (vec!["/tmp/l".to_string()], true));
+        assert!(cfg("dhcp_leases = \"\"").dhcp_leases.is_empty());
         let c = cfg("subnet = \"10.9.8.77/29\"\nhost_services = \"53/udp 80\"\nlinks = \"a:b\"");
         assert_eq!(c.subnet.0.to_string(), "10.9.8.72");
         assert_eq!(c.host_services, vec![(53, Proto::Udp), (80, Proto::Tcp)]);
@@ -830,6 +864,11 @@ mod tests {
             ("host_services = \"53/sctp\"", "network.host_services"),
             ("dns = \"x\"", "network.dns"),
             ("links = \"a\"", "network.links"),
+            ("lan = \"br-lan berth0\"", "network.lan"),
+            ("lan = \"lo\"", "network.lan"),
+            ("lan = \"br/lan\"", "network.lan"),
+            ("dhcp_leases = \"leases\"", "network.dhcp_leases"),
+            ("mdns = \"yes\"", "network.mdns"),
             ("bridges = \"x\"", "network"),
             ("macvlan_pool = \"192.168.1.50/24\"", "network.macvlan_pool"),
             ("macvlan_pool = \"192.168.1.60-192.168.1.50/24\"", "network.macvlan_pool"),
@@ -1061,17 +1100,10 @@ mod tests {
     }
 
     #[test]
-    fn counters_and_lan_hosts() {
+    fn counters() {
         let v: serde_json::Value = serde_json::from_str(r#"{"nftables":[{"metainfo":{}},{"counter":{"family":"bridge","name":"spoof_2","table":"b","handle":1,"packets":3,"bytes":9}},{"counter":{"family":"inet","name":"deny_2","table":"b","handle":2,"packets":4,"bytes":9}},{"counter":{"family":"bridge","name":"deny_2","packets":1,"bytes":1}},{"counter":{"name":"other","packets":1}}]}"#).unwrap();
         let mut c = Vec::new();
         add_counters(&v, &mut c);
         assert_eq!(c, vec![(2, 3, 5)]);
-        let arp = "IP address       HW type     Flags       HW address            Mask     Device\n192.0.2.2        0x1         0x2         aa:bb:cc:dd:ee:ff     *        lan0\n192.0.2.9        0x1         0x0         00:00:00:00:00:00     *        lan0\n10.87.0.2        0x1         0x2         02:b7:0a:57:00:02     *        berth0\n";
-        let leases = "1700000000 11:22:33:44:55:66 192.0.2.7 printer 01:11\n1700000000 aa:bb:cc:dd:ee:ff 192.0.2.2 laptop *\n";
-        let h = lan_hosts(arp, leases, "berth0");
-        assert_eq!(h.len(), 2, "{h:?}");
-        assert_eq!(h[0].hostname.as_deref(), Some("laptop"));
-        assert_eq!(h[1].ip, "192.0.2.7");
-        assert_eq!(h[1].hostname.as_deref(), Some("printer"));
     }
 }

@@ -585,7 +585,13 @@ pub fn in_pid_namespace_of(
 /// `proc_root`), for a probe of a container's own loopback. Call it in a helper process:
 /// the thread stays there.
 pub fn enter_net_namespace(proc_root: &std::path::Path, pid: libc::pid_t) -> io::Result<()> {
-    let f = std::fs::File::open(proc_root.join(format!("{pid}/ns/net")))?;
+    enter_net_namespace_at(&proc_root.join(format!("{pid}/ns/net")))
+}
+
+/// Moves the calling thread into the network namespace `ns` (a `/proc/PID/ns/net` or a
+/// `/run/netns/NAME` file); the thread stays there.
+pub fn enter_net_namespace_at(ns: &std::path::Path) -> io::Result<()> {
+    let f = std::fs::File::open(ns)?;
     // SAFETY: `f` is an open namespace file for the duration of the call; setns changes only
     // this thread's namespace.
     if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {

@@ -52,7 +52,7 @@ device:
   stats [NAME]               CPU %, memory, pids, throttling, OOM kills (group and containers)
   inspect NAME               capabilities, seccomp profile, devices, id map in force (JSON)
   net [hosts]                containers' addresses, published ports, drop counters;
-                             hosts: the LAN's hosts (neighbour table, DHCP leases)
+                             hosts: the LAN's hosts (neighbour table, DHCP, mDNS)
   governor                   the adaptive CPU cap: R_n, R_c, the cap, its mode and history
   report list [NAME]         crash archives kept on the device (docs/reports.md)
   report show ID             one report's summary and the archive's members

@@ -622,15 +622,19 @@ pub fn net(v: &Value) -> String {
     out
 }
 
-pub const HOSTS_HEAD: &[&str] = &["IP", "MAC", "DEVICE", "HOSTNAME"];
+pub const HOSTS_HEAD: &[&str] = &["IP", "MAC", "DEVICE", "STATE", "SEEN", "HOSTNAME", "SOURCE"];
 
 pub fn hosts_rows(v: &Value) -> Vec<Vec<String>> {
     rows(&v[hosts::HOSTS], |h| {
+        let seen = h[hosts::AGE_S].as_u64().map(|a| format!("{} ago", dur(a)));
         vec![
             cell(&h[hosts::IP]),
             cell(&h[hosts::MAC]),
             cell(&h[hosts::DEV]),
+            cell(&h[hosts::STATE]),
+            seen.unwrap_or_else(|| "-".into()),
             cell(&h[hosts::HOSTNAME]),
+            cell(&h[hosts::HOSTNAME_SOURCE]),
         ]
     })
 }
@@ -1140,7 +1144,12 @@ mod tests {
                  "publish": ["8080:80/tcp", "53:53/udp"], "dropped_spoofed": 0, "dropped_denied": 4},
                 {"name": "db", "mode": "none", "ipv4": null, "mac": null, "publish": []}
             ],
-            "hosts": [{"ip": "192.0.2.9", "mac": "aa:bb:cc:dd:ee:ff", "dev": "eth0", "hostname": ""}]
+            "hosts": [
+                {"ip": "192.0.2.9", "mac": "aa:bb:cc:dd:ee:ff", "dev": "eth0", "hostname": null,
+                 "hostname_source": null, "state": null, "last_seen": null, "age_s": null},
+                {"ip": "192.0.2.10", "mac": "aa:bb:cc:dd:ee:00", "dev": "eth0", "hostname": "tv",
+                 "hostname_source": "mdns", "state": "stale", "last_seen": 1700000000, "age_s": 75}
+            ]
         });
         let rows = net_rows(&v);
         fits(NET_HEAD, &rows);
@@ -1162,7 +1171,21 @@ mod tests {
         ));
         let hosts = hosts_rows(&v);
         fits(HOSTS_HEAD, &hosts);
-        assert_eq!(hosts, [["192.0.2.9", "aa:bb:cc:dd:ee:ff", "eth0", "-"]]);
+        assert_eq!(
+            hosts,
+            [
+                ["192.0.2.9", "aa:bb:cc:dd:ee:ff", "eth0", "-", "-", "-", "-"],
+                [
+                    "192.0.2.10",
+                    "aa:bb:cc:dd:ee:00",
+                    "eth0",
+                    "stale",
+                    "1m15s ago",
+                    "tv",
+                    "mdns"
+                ]
+            ]
+        );
     }
 
     #[test]

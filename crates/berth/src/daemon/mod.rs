@@ -26,6 +26,8 @@ mod error;
 mod governor;
 mod guard;
 mod limits;
+#[cfg(feature = "mdns")]
+mod mdns;
 mod net;
 mod records;
 mod reports;
@@ -50,6 +52,9 @@ use context::{Daemon, Roots};
 pub fn run(cfg: Config) -> Result<()> {
     if !is_root() {
         bail!("berth daemon must run as root (it mounts images and starts containers)");
+    }
+    if cfg.network.mdns && !cfg!(feature = "mdns") {
+        bail!("[network] mdns = \"on\": this berth is built without mDNS; build it with --features mdns or set mdns = \"off\"");
     }
     berth_sys::process::ignore_sigpipe();
     berth_sys::process::single_malloc_arena();
