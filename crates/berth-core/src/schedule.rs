@@ -70,6 +70,8 @@ pub struct Due {
     /// The time it was due (scheduler seconds).
     pub due: i64,
     pub catch_up: bool,
+    /// An `@reboot` job.
+    pub reboot: bool,
     /// Scheduler seconds it may take before it is killed.
     pub timeout_s: i64,
 }
@@ -262,6 +264,8 @@ impl Job {
 /// One container's jobs, as kept in `<state>/schedules/NAME.json`.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Table {
+    /// The container's (not kept in the file: it is the file's name).
+    pub name: String,
     /// The number of the next API job's id.
     pub next_id: u32,
     /// The manifest's jobs in its order, then the API's in the order they were added.
@@ -283,8 +287,7 @@ impl Table {
             Table {
                 next_id,
                 jobs,
-                dirty: false,
-                written: 0,
+                ..Table::default()
             },
             bad,
         )
@@ -427,6 +430,7 @@ impl Table {
                 cmd: j.cmd.clone(),
                 due,
                 catch_up,
+                reboot: j.when == Cron::Reboot,
                 timeout_s: j.timeout_s(due),
             });
         }

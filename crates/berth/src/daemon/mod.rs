@@ -30,6 +30,7 @@ mod records;
 mod reports;
 mod runtime;
 mod safe_mode;
+mod schedules;
 mod security;
 mod state;
 mod status;
@@ -83,6 +84,7 @@ pub fn run(cfg: Config) -> Result<()> {
     // The supervisor first hands the containers to their machines (it may start some).
     d.beat_busy(context::Component::Supervisor);
     supervisor::spawn(&d, taken_over);
+    schedules::start(&d);
     let watchdog = watchdog::spawn(&d);
     let term = berth_sys::process::termination_pipe()?;
     // Start-up code (configuration and state parsing, reconciliation) will not run again.
@@ -91,6 +93,7 @@ pub fn run(cfg: Config) -> Result<()> {
     api::server::serve(&d, &listener, &term)?;
     // Only a clean stop disarms the watchdog; an error above leaves it to reset the device.
     watchdog.close();
+    schedules::flush(&d);
     boot::clean_stop(&d);
     // Containers keep running: a daemon restart must not touch them.
     log::info!("berth daemon stopping; containers keep running");
