@@ -98,19 +98,18 @@ impl Clock {
         offset: 0,
     };
 
-    /// The scheduler's time (seconds) at real time `ns` (nanoseconds since the epoch).
-    pub fn at(&self, ns: i128) -> i64 {
-        (ns * self.speed as i128).div_euclid(1_000_000_000) as i64 + self.offset
+    /// The scheduler's time (seconds) at real time `ms` (milliseconds since the epoch).
+    pub fn at(&self, ms: i64) -> i64 {
+        (ms * self.speed).div_euclid(1000) + self.offset
     }
 
-    /// The first real time (ns since the epoch) at which the scheduler's clock shows `t`.
-    pub fn real_ns(&self, t: i64) -> i128 {
-        let n = (t - self.offset) as i128 * 1_000_000_000;
-        -(-n).div_euclid(self.speed as i128)
+    /// The first real time (ms since the epoch) at which the scheduler's clock shows `t`.
+    pub fn real_ms(&self, t: i64) -> i64 {
+        -(-(t - self.offset) * 1000).div_euclid(self.speed)
     }
 
     /// Scheduler seconds as real milliseconds.
-    pub fn real_ms(&self, secs: i64) -> u64 {
+    pub fn duration_ms(&self, secs: i64) -> u64 {
         (secs.max(0) as u64).saturating_mul(1000) / self.speed as u64
     }
 }
@@ -131,6 +130,15 @@ pub fn check_cmd(cmd: &[String]) -> Result<(), String> {
     Ok(())
 }
 
+/// An array of strings, or None.
+fn strings(v: &Value) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    for a in v.as_array()? {
+        out.push(a.as_str()?.to_string());
+    }
+    Some(out)
+}
+
 /// A request's body `{"cron": "…", "cmd": ["/bin/x", …]}`, unknown fields refused.
 pub fn parse_new(v: &Value) -> Result<NewJob, String> {
     let obj = v.as_object().ok_or("expected a JSON object")?;
@@ -138,13 +146,8 @@ pub fn parse_new(v: &Value) -> Result<NewJob, String> {
     for (k, x) in obj {
         match (k.as_str(), x) {
             (f::CRON, Value::String(s)) => cron_text = Some(s.clone()),
-            (f::CMD, Value::Array(a)) => {
-                cmd = Some(
-                    a.iter()
-                        .map(|s| s.as_str().map(String::from))
-                        .collect::<Option<Vec<_>>>()
-                        .ok_or("cmd: expected an array of strings")?,
-                )
+            (f::CMD, Value::Array(_)) => {
+                cmd = Some(strings(x).ok_or("cmd: expected an array of strings")?)
             }
             (f::CRON | f::CMD, _) => return Err(format!("{k}: wrong type")),
             _ => return Err(format!("unknown field {k:?}")),
@@ -159,6 +162,14 @@ pub fn parse_new(v: &Value) -> Result<NewJob, String> {
         when,
         cmd,
     })
+}
+
+/// The earlier of two times, either of which may be missing.
+pub fn min(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        _ => a.or(b),
+    }
 }
 
 /// Ids are what a request path may carry: 1-16 of `a-z 0-9 -`.
@@ -222,11 +233,7 @@ impl Job {
     /// A job as `to_json` wrote it; None if any part of it is not.
     pub fn from_json(v: &Value) -> Option<Job> {
         let cron = v[f::CRON].as_str()?.to_string();
-        let cmd: Vec<String> = v[f::CMD]
-            .as_array()?
-            .iter()
-            .map(|a| a.as_str().map(String::from))
-            .collect::<Option<_>>()?;
+        let cmd = strings(&v[f::CMD])?;
         let id = v[f::ID].as_str().filter(|id| check_id(id))?.to_string();
         check_cmd(&cmd).ok()?;
         Some(Job {
@@ -280,7 +287,10 @@ impl Table {
     /// The file's contents; jobs that do not read back are left out (and counted).
     pub fn from_json(v: &Value) -> (Table, usize) {
         let list = v[f::SCHEDULES].as_array().map_or(&[][..], |a| &a[..]);
-        let jobs: Vec<Job> = list.iter().filter_map(Job::from_json).collect();
+        let mut jobs = Vec::new();
+        for v in list {
+            jobs.extend(Job::from_json(v));
+        }
         let bad = list.len() - jobs.len();
         let next_id = v[NEXT_ID].as_u64().unwrap_or(0) as u32;
         (
@@ -302,10 +312,11 @@ impl Table {
     /// The API's answer: `{"schedules": [...]}`.
     pub fn list(&self) -> Value {
         let mut m = Map::new();
-        m.insert(
-            f::SCHEDULES.into(),
-            self.jobs.iter().map(Job::to_json).collect(),
-        );
+        let mut list = Vec::new();
+        for j in &self.jobs {
+            list.push(j.to_json());
+        }
+        m.insert(f::SCHEDULES.into(), Value::Array(list));
         Value::Object(m)
     }
 
@@ -385,11 +396,11 @@ impl Table {
 
     /// The earliest due time, of jobs not running.
     pub fn next_due(&self) -> Option<i64> {
-        self.jobs
-            .iter()
-            .filter(|j| !j.running)
-            .filter_map(|j| j.next_run)
-            .min()
+        let mut next = None;
+        for j in self.jobs.iter().filter(|j| !j.running) {
+            next = min(next, j.next_run);
+        }
+        next
     }
 
     /// The runs due at `now`, each job at most once however many of its times passed;
@@ -738,18 +749,18 @@ mod tests {
     #[test]
     fn the_test_clock() {
         let real = Clock::REAL;
-        assert_eq!(real.at(1_500_000_000_999_999_999), 1_500_000_000);
-        assert_eq!(real.real_ns(1_500_000_000), 1_500_000_000_000_000_000);
+        assert_eq!(real.at(1_500_000_000_999), 1_500_000_000);
+        assert_eq!(real.real_ms(1_500_000_000), 1_500_000_000_000);
         // A cron minute lasts one second, and an offset moves the days.
         let fast = Clock {
             speed: 60,
             offset: 86_400,
         };
-        assert_eq!(fast.at(1_000_000_000), 60 + 86_400);
-        assert_eq!(fast.real_ms(60), 1000);
+        assert_eq!(fast.at(1000), 60 + 86_400);
+        assert_eq!(fast.duration_ms(60), 1000);
         for t in [86_400 + 1, 86_400 + 59, 86_400 + 61, 123_456_789] {
-            let ns = fast.real_ns(t);
-            assert!(fast.at(ns) >= t && fast.at(ns - 1) < t, "{t}");
+            let ms = fast.real_ms(t);
+            assert!(fast.at(ms) >= t && fast.at(ms - 1) < t, "{t}");
         }
     }
 }

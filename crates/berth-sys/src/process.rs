@@ -470,21 +470,22 @@ impl WallTimer {
         Ok(WallTimer(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
-    /// Fires at `ns` nanoseconds since the epoch (at once if that has passed), or never
+    /// Fires at `ms` milliseconds since the epoch (at once if that has passed), or never
     /// (None). Any thread may arm it; the last arming counts.
-    pub fn arm(&self, ns: Option<i128>) -> io::Result<()> {
-        // 0 would disarm it: the earliest time is 1 ns.
-        let ns = ns.map_or(0, |n| {
-            n.clamp(1, i128::from(libc::time_t::MAX) * 1_000_000_000)
-        });
+    pub fn arm(&self, ms: Option<i64>) -> io::Result<()> {
+        // All zero would disarm it: a time is at least 1 ns.
+        let (sec, nsec) = match ms {
+            None => (0, 0),
+            Some(m) => (m.max(0) / 1000, m.max(0) % 1000 * 1_000_000 + 1),
+        };
         let spec = libc::itimerspec {
             it_interval: libc::timespec {
                 tv_sec: 0,
                 tv_nsec: 0,
             },
             it_value: libc::timespec {
-                tv_sec: (ns / 1_000_000_000) as libc::time_t,
-                tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+                tv_sec: sec.min(libc::time_t::MAX as i64) as libc::time_t,
+                tv_nsec: nsec as libc::c_long,
             },
         };
         // SAFETY: a valid timerfd, a valid itimerspec, no old value asked for.
@@ -659,11 +660,11 @@ mod tests {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
-                .as_nanos() as i128
+                .as_millis() as i64
         };
         let t = std::sync::Arc::new(WallTimer::new().unwrap());
         let t0 = std::time::Instant::now();
-        t.arm(Some(now() + 50_000_000)).unwrap();
+        t.arm(Some(now() + 50)).unwrap();
         t.wait();
         let took = t0.elapsed();
         assert!(took >= std::time::Duration::from_millis(45), "{took:?}");

@@ -7,7 +7,7 @@ use berth_core::api::{last_run as run, schedule as field};
 use serde_json::{json, Value};
 
 use super::args::Schedules;
-use super::render::{cell, table};
+use super::render::{cell, table, Escaper};
 use super::show;
 use crate::client;
 
@@ -44,66 +44,54 @@ const HEAD: &[&str] = &[
     "ORIGIN",
     "CRON",
     "NEXT RUN (UTC)",
-    "LAST RUN (UTC)",
-    "RESULT",
+    "LAST RUN",
     "COMMAND",
 ];
 
 fn time(v: &Value) -> String {
-    v.as_i64()
-        .filter(|t| *t >= 0)
-        .map(|t| berth_core::date::utc(t as u64))
+    v.as_u64()
+        .map(berth_core::date::utc)
         .unwrap_or_else(|| "-".into())
 }
 
-/// How a run went, in a few words (control characters escaped: they come from a container).
-pub fn result(r: &Value) -> String {
+/// How a run went, in a few words.
+fn result(r: &Value) -> String {
     let mut s = match (&r[run::SKIPPED], &r[run::CODE], &r[run::SIGNAL]) {
-        (Value::String(why), _, _) => format!("skipped: {why}"),
+        (Value::String(why), _, _) => return format!("skipped: {why}"),
         (_, Value::Number(c), _) => format!("exit {c}"),
         (_, _, Value::Number(s)) => format!("signal {s}"),
         _ => return "-".into(),
     };
-    for (key, word) in [
-        (run::TIMED_OUT, "timed out"),
-        (run::CATCH_UP, "catch-up"),
-        (run::STARTED, "started it"),
-    ] {
-        if r[key] == true {
-            s = format!("{s}, {word}");
-        }
+    if r[run::TIMED_OUT] == true {
+        s.push_str(" (timed out)");
     }
-    if let Some(ms) = r[run::DURATION_MS].as_u64() {
-        s = format!("{s} ({ms} ms)");
-    }
-    s.escape_debug().to_string()
+    s
 }
 
-/// `berth schedule list NAME`.
-pub fn list(v: &Value) -> String {
-    let rows = v[field::SCHEDULES]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|s| {
-            let cmd: Vec<String> = s[field::CMD]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|a| a.as_str().unwrap_or("").escape_debug().to_string())
-                .collect();
-            vec![
-                cell(&s[field::ID]),
-                cell(&s[field::ORIGIN]),
-                cell(&s[field::CRON]).escape_debug().to_string(),
-                time(&s[field::NEXT_RUN]),
-                time(&s[field::LAST_RUN][run::TIME]),
-                result(&s[field::LAST_RUN]),
-                cmd.join(" "),
-            ]
-        })
-        .collect();
-    table(HEAD, rows)
+/// `berth schedule list NAME`: a table, its control characters escaped (commands and
+/// reasons come from a container).
+fn list(v: &Value) -> String {
+    let mut rows = Vec::new();
+    for s in v[field::SCHEDULES].as_array().into_iter().flatten() {
+        let mut cmd = String::new();
+        for a in s[field::CMD].as_array().into_iter().flatten() {
+            cmd.push_str(a.as_str().unwrap_or(""));
+            cmd.push(' ');
+        }
+        rows.push(vec![
+            cell(&s[field::ID]),
+            cell(&s[field::ORIGIN]),
+            cell(&s[field::CRON]),
+            time(&s[field::NEXT_RUN]),
+            result(&s[field::LAST_RUN]),
+            cmd,
+        ]);
+    }
+    let mut out = Vec::new();
+    let mut esc = Escaper::default();
+    esc.feed(table(HEAD, rows).as_bytes(), &mut out);
+    esc.finish(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[cfg(test)]

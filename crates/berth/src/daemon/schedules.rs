@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use berth_core::api::last_run as run;
-use berth_core::api::schedule as field;
 use berth_core::schedule::{self, Due, NewJob, Refusal, Table};
 use serde_json::{json, Value};
 
@@ -31,10 +30,10 @@ const OUTPUT_MAX: usize = 256;
 
 /// The scheduler's time now (seconds; real UNIX time unless test hooks change it).
 fn now(d: &Daemon) -> i64 {
-    let ns = std::time::SystemTime::now()
+    let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |t| t.as_nanos() as i128);
-    d.schedules.clock.at(ns)
+        .map_or(0, |t| t.as_millis() as i64);
+    d.schedules.clock.at(ms)
 }
 
 fn boot_id(d: &Daemon) -> &str {
@@ -179,7 +178,6 @@ pub(crate) fn add_job(d: &Arc<Daemon>, container: &str, new: NewJob) -> Result<V
         t.next_id -= 1;
         return Err(e);
     }
-    log::info!("{container}: schedule {} added", job[field::ID]);
     ensure_thread(d);
     wake(d, &tables);
     Ok(job)
@@ -197,7 +195,6 @@ pub(crate) fn delete(d: &Arc<Daemon>, container: &str, id: &str) -> Result<Value
         t.jobs.insert(at, job);
         return Err(e);
     }
-    log::info!("{container}: schedule {id} removed");
     wake(d, &tables);
     Ok(job.to_json())
 }
@@ -297,10 +294,12 @@ fn scheduler(d: &Arc<Daemon>) {
                     }
                 }
                 let flush = t.dirty.then_some(t.written + schedule::FLUSH_S);
-                next = [next, t.next_due(), flush].into_iter().flatten().min();
-                runs.extend(due.into_iter().map(|r| (t.name.clone(), r)));
+                next = schedule::min(schedule::min(next, t.next_due()), flush);
+                for r in due {
+                    runs.push((t.name.clone(), r));
+                }
             }
-            let _ = timer.arm(next.map(|t| d.schedules.clock.real_ns(t)));
+            let _ = timer.arm(next.map(|t| d.schedules.clock.real_ms(t)));
         }
         for (name, r) in runs {
             spawn_run(d, name, r);
@@ -348,10 +347,9 @@ fn run_job(d: &Arc<Daemon>, name: &str, r: &Due) -> Value {
     let t0 = Instant::now();
     let at = now(d);
     let mut started = false;
-    let skip = |why: String| {
-        log::info!("{name}: schedule {} skipped: {why}", r.id);
-        json!({ run::TIME: at, run::SKIPPED: why, run::CATCH_UP: r.catch_up })
-    };
+    // Not logged (nor each run): a container's own jobs must not fill the daemon's log;
+    // `berth schedule list` shows the records.
+    let skip = |why: String| schedule::skipped(at, &why);
     if !probe::is_running(d, name) {
         if let Some(why) = d.safe_mode() {
             return skip(format!("safe mode ({why}): nothing starts"));
@@ -383,7 +381,7 @@ fn run_job(d: &Arc<Daemon>, name: &str, r: &Due) -> Value {
     let monitor = probe::shim_info(d, name)["monitor_pid"]
         .as_i64()
         .unwrap_or(0);
-    let timeout_ms = d.schedules.clock.real_ms(r.timeout_s).max(1);
+    let timeout_ms = d.schedules.clock.duration_ms(r.timeout_s).max(1);
     let args = HealthArgs {
         lxcpath: d.cfg.paths.lxcpath.clone(),
         name: name.to_string(),
@@ -413,7 +411,6 @@ fn run_job(d: &Arc<Daemon>, name: &str, r: &Due) -> Value {
     while !output.is_char_boundary(cut) {
         cut += 1;
     }
-    log::info!("{name}: schedule {} ran: {verdict}", r.id);
     json!({
         run::TIME: at,
         run::CODE: code,

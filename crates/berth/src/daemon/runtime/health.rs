@@ -126,6 +126,12 @@ pub(crate) fn run(d: &Daemon, args: &HealthArgs, limit: Duration) -> (bool, Stri
 fn rest(r: &mut dyn Read, fd: std::os::fd::RawFd) -> Vec<u8> {
     let _ = berth_sys::process::set_nonblocking(fd);
     let mut v = Vec::new();
-    let _ = r.take(8192).read_to_end(&mut v);
+    let mut buf = [0u8; 1024];
+    while let Ok(n @ 1..) = r.read(&mut buf) {
+        v.extend_from_slice(&buf[..n]);
+        if v.len() >= 8192 {
+            break;
+        }
+    }
     v
 }
