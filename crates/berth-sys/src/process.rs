@@ -484,7 +484,7 @@ impl WallTimer {
                 tv_nsec: 0,
             },
             it_value: libc::timespec {
-                tv_sec: sec.min(libc::time_t::MAX as i64) as libc::time_t,
+                tv_sec: libc::time_t::try_from(sec).unwrap_or(libc::time_t::MAX),
                 tv_nsec: nsec as libc::c_long,
             },
         };
