@@ -683,3 +683,171 @@ fn the_api_comes_back_after_a_daemon_restart() {
     sb.ok(&["remove", "keeper"]);
     assert!(!sb.run_dir().join("api").join("keeper").exists());
 }
+
+#[test]
+fn schedules_through_the_api_fire_in_the_callers_container_and_stay_its_own() {
+    let mut sb = Sandbox::new("capisched");
+    sb.pack(&runner(
+        "cronner",
+        "curl",
+        "[permissions]\napi = [\"schedule\"]\n[[schedule]]\ncron = \"@daily\"\ncmd = [\"/bin/true\"]\n",
+    ));
+    sb.pack(&runner(
+        "other",
+        "curl",
+        "[permissions]\napi = [\"status\"]\n",
+    ));
+    sb.build_repo();
+    // a cron minute lasts a second (test hooks only)
+    sb.start_daemon_env(&[("BERTH_TEST_HOOKS", "1"), ("BERTH_TEST_CRON_SECOND", "1")]);
+    sb.ok(&["update"]);
+    sb.ok(&["install", "cronner", "other"]);
+    sb.ok(&["start", "cronner"]);
+    sb.ok(&["start", "other"]);
+    let mut api = Api::new(&sb, "cronner");
+    let v = api.ok(
+        "POST",
+        "/v1/schedules",
+        Some(r#"{"cron": "* * * * *", "cmd": ["/bin/sh", "-c", "echo fired >> /data/fired"]}"#),
+    );
+    let id = v["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_string();
+    // fires in its own container, as its own user: the file is in its /data
+    let fired = api.data().join("fired");
+    wait_until("the job's first run", Duration::from_secs(15), || {
+        fired.exists()
+    });
+    let list = api.ok("GET", "/v1/schedules", None);
+    let jobs = list["schedules"].as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "{list}");
+    let manifest_job = jobs.iter().find(|j| j["origin"] == "manifest").unwrap();
+    // the manifest's own job is read-only to the API
+    let e = api.refused(
+        "DELETE",
+        &format!("/v1/schedules/{}", manifest_job["id"].as_str().unwrap()),
+        None,
+    );
+    assert_eq!(e["code"], "read_only", "{e}");
+    // bad cron: a clear 400 naming the field
+    let e = api.refused(
+        "POST",
+        "/v1/schedules",
+        Some(r#"{"cron": "61 * * * *", "cmd": ["/bin/true"]}"#),
+    );
+    assert_eq!(e["code"], "bad_request", "{e}");
+    assert!(e["error"].as_str().unwrap().contains("minute"), "{e}");
+    // another container sees none of them and cannot reach them
+    let mut other = Api::new(&sb, "other");
+    let e = other.refused("GET", "/v1/schedules", None);
+    assert_eq!(e["permission"], "schedule", "{e}");
+    let admin = sb.json(&["schedule", "list", "other"]);
+    assert_eq!(
+        admin["schedules"].as_array().map(Vec::len),
+        Some(0),
+        "{admin}"
+    );
+    // kept across a daemon restart, then removed through the API
+    sb.stop_daemon();
+    sb.start_daemon_env(&[("BERTH_TEST_HOOKS", "1"), ("BERTH_TEST_CRON_SECOND", "1")]);
+    let list = api.ok("GET", "/v1/schedules", None);
+    assert!(list.to_string().contains(&id), "{list}");
+    api.ok("DELETE", &format!("/v1/schedules/{id}"), None);
+    let e = api.refused("DELETE", &format!("/v1/schedules/{id}"), None);
+    assert_eq!(e["code"], "no_such_schedule", "{e}");
+}
+
+#[test]
+fn a_package_granted_lan_hosts_sees_the_hosts_of_the_lan() {
+    let mut sb = Sandbox::new("capilan");
+    let (dev, host) = (sb.scope().netns("dev"), sb.scope().netns("pc"));
+    struct Netns(Vec<String>);
+    impl Drop for Netns {
+        fn drop(&mut self) {
+            for ns in &self.0 {
+                let _ = std::process::Command::new("sh")
+                    .args([
+                        "-c",
+                        &format!("ip netns pids {ns} | xargs -r kill -9; ip netns del {ns}"),
+                    ])
+                    .status();
+            }
+        }
+    }
+    let _net = Netns(vec![dev.clone(), host.clone()]);
+    let sh = |c: &str| {
+        let o = std::process::Command::new("sh")
+            .args(["-c", c])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{c}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    sh(&format!(
+        "ip netns add {dev} && ip netns add {host} && ip -n {dev} link set lo up && \
+         ip -n {dev} link add lan0 type veth peer name eth0 netns {host} && \
+         ip -n {host} link set eth0 address 02:00:5e:00:01:0a && \
+         ip -n {dev} addr add 192.0.2.1/24 dev lan0 && ip -n {host} addr add 192.0.2.20/24 dev eth0 && \
+         ip -n {dev} link set lan0 up && ip -n {host} link set eth0 up"
+    ));
+    let leases = sb.dir.join("leases");
+    std::fs::write(
+        &leases,
+        "1900000000 02:00:5e:00:01:0a 192.0.2.20 media-pc *\n",
+    )
+    .unwrap();
+    sb.write_config(&format!(
+        "[network]\nlan = \"lan0\"\ndhcp_leases = \"{}\"\n[api.packages]\nbrowser = \"lan-hosts\"\n",
+        leases.display()
+    ));
+    sb.pack(&runner(
+        "browser",
+        "curl",
+        "[permissions]\napi = [\"lan-hosts\"]\n",
+    ));
+    sb.pack(&runner(
+        "nosy",
+        "curl",
+        "[permissions]\napi = [\"lan-hosts\"]\n",
+    ));
+    sb.build_repo();
+    sb.daemon_netns = Some(dev.clone());
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "browser", "nosy"]);
+    sb.ok(&["start", "browser"]);
+    sb.ok(&["start", "nosy"]);
+    sh(&format!("ip netns exec {dev} busybox ping -c 1 -W 2 192.0.2.20 && ip netns exec {host} busybox ping -c 1 -W 2 192.0.2.1"));
+    let mut api = Api::new(&sb, "browser");
+    let v = api.ok("GET", "/v1/lan/hosts", None);
+    let h = v["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["ip"] == "192.0.2.20")
+        .unwrap_or_else(|| panic!("the LAN host is not listed: {v}"));
+    assert_eq!(
+        (h["mac"].as_str(), h["hostname"].as_str()),
+        (Some("02:00:5e:00:01:0a"), Some("media-pc")),
+        "{h}"
+    );
+    assert!(h["last_seen"].is_u64(), "{h}");
+    // the same data as berth net hosts
+    let admin = sb.json(&["net", "hosts"]);
+    let ids = |v: &Value| -> Vec<String> {
+        v["hosts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| format!("{} {} {}", h["ip"], h["mac"], h["hostname"]))
+            .collect()
+    };
+    assert_eq!(ids(&admin), ids(&v));
+    // a package the policy does not name asks in vain
+    let e = Api::new(&sb, "nosy").refused("GET", "/v1/lan/hosts", None);
+    assert_eq!(e["permission"], "lan-hosts", "{e}");
+}

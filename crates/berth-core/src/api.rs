@@ -51,6 +51,9 @@ kinds! {
     NotInstalled = 404 "not_installed",
     UnknownPackage = 404 "unknown_package",
     NoSuchReport = 404 "no_such_report",
+    NoSuchSchedule = 404 "no_such_schedule",
+    ReadOnly = 403 "read_only",
+    TooManySchedules = 409 "too_many_schedules",
     AlreadyRunning = 409 "already_running",
     NotRunning = 409 "not_running",
     Running = 409 "running",
@@ -535,6 +538,49 @@ pub mod report {
     pub const PATH: &str = "path";
     /// remove: the ids removed.
     pub const REMOVED: &str = "removed";
+}
+
+/// `GET /v1/containers/{name}/schedules` (and `POST`'s answer: one schedule; the container
+/// API's `/v1/schedules`): a container's cron jobs, each with these fields.
+pub mod schedule {
+    /// The schedules, the manifest's first.
+    pub const SCHEDULES: &str = "schedules";
+    /// A schedule's id: `m…` from the manifest, `a1`, `a2`… added through the API.
+    pub const ID: &str = "id";
+    /// The cron expression, as written.
+    pub const CRON: &str = "cron";
+    /// The command run in the container (argv, an absolute path first).
+    pub const CMD: &str = "cmd";
+    /// `manifest` (read-only) or `api`.
+    pub const ORIGIN: &str = "origin";
+    /// When it was installed or added, in seconds since the epoch.
+    pub const CREATED: &str = "created";
+    /// When it runs next, in seconds since the epoch, or null (`@reboot`: at the next boot).
+    pub const NEXT_RUN: &str = "next_run";
+    /// How its last run went ([`last_run`](super::last_run)), or null.
+    pub const LAST_RUN: &str = "last_run";
+    /// `@reboot`: the boot (`/proc/sys/kernel/random/boot_id`) it last ran in, or was added in.
+    pub const BOOT_ID: &str = "boot_id";
+}
+
+/// A schedule's last run.
+pub mod last_run {
+    pub use super::exit::{CODE, SIGNAL};
+    /// When it started (or was skipped), in seconds since the epoch.
+    pub const TIME: &str = "time";
+    /// How long it took, in milliseconds.
+    pub const DURATION_MS: &str = "duration_ms";
+    /// It made up for due times that passed while the device was off or the daemon down.
+    pub const CATCH_UP: &str = "catch_up";
+    /// The container was stopped and this run started it.
+    pub const STARTED: &str = "started";
+    /// It outlived its time (until its next due time) and was killed.
+    pub const TIMED_OUT: &str = "timed_out";
+    /// Why it did not run (safe mode, a failed container, a start that failed, too many
+    /// jobs running), or absent.
+    pub const SKIPPED: &str = "skipped";
+    /// The last bytes of its output (stdout and stderr; all of it went to the container's log).
+    pub const OUTPUT: &str = "output";
 }
 
 /// `GET /v1/inspect`: the protections a container runs with.

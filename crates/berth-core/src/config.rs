@@ -217,6 +217,12 @@ impl Paths {
             .join("supervise")
             .join(format!("{container}.json"))
     }
+    /// A container's cron jobs and their last runs (`berth_core::schedule::Table`, atomic).
+    pub fn schedules_file(&self, container: &str) -> PathBuf {
+        self.state
+            .join("schedules")
+            .join(format!("{container}.json"))
+    }
     /// The unconfirmed daemon starts (`berth_core::boot::Record`, written atomically).
     pub fn boot_file(&self) -> PathBuf {
         self.state.join("boot.json")

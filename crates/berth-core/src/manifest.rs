@@ -470,36 +470,11 @@ fn check_cpuset(s: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The scheduler's own parser, so that the manifest and the scheduler never disagree.
 fn check_cron(s: &str) -> Result<(), String> {
-    const NICKNAMES: &[&str] = &[
-        "@hourly", "@daily", "@weekly", "@monthly", "@yearly", "@reboot",
-    ];
-    if s.starts_with('@') {
-        if NICKNAMES.contains(&s) {
-            return Ok(());
-        }
-        return Err(format!(
-            "invalid cron expression {s:?}: known nicknames are {}",
-            NICKNAMES.join(", ")
-        ));
-    }
-    let fields: Vec<&str> = s.split_whitespace().collect();
-    if fields.len() != 5 {
-        return Err(format!(
-            "invalid cron expression {s:?}: expected 5 fields (minute hour day month weekday)"
-        ));
-    }
-    for f in fields {
-        if !f
-            .bytes()
-            .all(|b| b.is_ascii_digit() || matches!(b, b'*' | b'/' | b',' | b'-'))
-        {
-            return Err(format!(
-                "invalid cron expression {s:?}: field {f:?} may only use 0-9 * / , -"
-            ));
-        }
-    }
-    Ok(())
+    crate::cron::parse(s)
+        .map(|_| ())
+        .map_err(|e| format!("invalid cron expression {s:?}: {e}"))
 }
 
 fn parse_publish(s: &str) -> Result<Publish, String> {
@@ -930,6 +905,14 @@ impl Validator<'_> {
                 })?;
             check_cron(cron.get_ref()).map_err(|e| self.err(cron.span(), "schedule.cron", e))?;
             let cmd = self.command(&s.get_ref().cmd, "schedule.cmd", s.span())?;
+            crate::schedule::check_cmd(&cmd).map_err(|e| self.err(s.span(), "schedule.cmd", e))?;
+            if schedules.len() == crate::schedule::MAX_SCHEDULES {
+                return Err(self.err(
+                    s.span(),
+                    "schedule",
+                    format!("at most {} schedules", crate::schedule::MAX_SCHEDULES),
+                ));
+            }
             schedules.push(Schedule {
                 cron: cron.get_ref().clone(),
                 cmd,
@@ -1834,7 +1817,7 @@ cmd = ["/bin/rotate"]
         check(
             err_with("cron", "cron = \"a * * * *\""),
             line_in_full("cron ="),
-            "may only use",
+            "minute: \"a\" is not a number",
         );
         check(
             err_with("user", "user = 70000"),

@@ -455,6 +455,62 @@ pub fn psi_memory_trigger(proc_root: &std::path::Path, trigger: &str) -> io::Res
     Ok(OwnedFd::from(f))
 }
 
+/// A timer on the wall clock (timerfd, `CLOCK_REALTIME`, Linux ≥ 3.0) that also fires when
+/// the clock is set (`TFD_TIMER_CANCEL_ON_SET`): a sleep until a time of day that stays
+/// right when NTP or the operator moves the clock, with no wake-ups before.
+pub struct WallTimer(OwnedFd);
+
+impl WallTimer {
+    pub fn new() -> io::Result<WallTimer> {
+        // SAFETY: a clock id and flags; the result is a new fd or -1.
+        let fd = cvt(unsafe {
+            libc::timerfd_create(libc::CLOCK_REALTIME, libc::TFD_CLOEXEC | libc::TFD_NONBLOCK)
+        })?;
+        // SAFETY: timerfd_create succeeded: the fd is fresh and ours.
+        Ok(WallTimer(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Fires at `ms` milliseconds since the epoch (at once if that has passed), or never
+    /// (None). Any thread may arm it; the last arming counts.
+    pub fn arm(&self, ms: Option<i64>) -> io::Result<()> {
+        // All zero would disarm it: a time is at least 1 ns.
+        let (sec, nsec) = match ms {
+            None => (0, 0),
+            Some(m) => (m.max(0) / 1000, m.max(0) % 1000 * 1_000_000 + 1),
+        };
+        let spec = libc::itimerspec {
+            it_interval: libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            },
+            it_value: libc::timespec {
+                tv_sec: libc::time_t::try_from(sec).unwrap_or(libc::time_t::MAX),
+                tv_nsec: nsec as libc::c_long,
+            },
+        };
+        // SAFETY: a valid timerfd, a valid itimerspec, no old value asked for.
+        cvt(unsafe {
+            libc::timerfd_settime(
+                self.0.as_raw_fd(),
+                libc::TFD_TIMER_ABSTIME | libc::TFD_TIMER_CANCEL_ON_SET,
+                &spec,
+                std::ptr::null_mut(),
+            )
+        })?;
+        Ok(())
+    }
+
+    /// Blocks until the timer fires or the clock is set.
+    pub fn wait(&self) {
+        let fd = self.0.as_raw_fd();
+        let _ = poll(&[(fd, POLLIN)], -1);
+        let mut buf = [0u8; 8];
+        // SAFETY: reads at most 8 bytes into buf; an error (EAGAIN, ECANCELED: the clock
+        // was set) only means there is nothing more to take.
+        unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    }
+}
+
 /// A pidfd of `pid` (Linux ≥ 5.3): signals through it never reach a recycled pid, and it
 /// polls readable when the process has exited.
 pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
@@ -603,6 +659,33 @@ pub fn enter_net_namespace_at(ns: &std::path::Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wall_timer_fires_at_its_time_and_can_be_moved_from_another_thread() {
+        let now = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as i64
+        };
+        let t = std::sync::Arc::new(WallTimer::new().unwrap());
+        let t0 = std::time::Instant::now();
+        t.arm(Some(now() + 50)).unwrap();
+        t.wait();
+        let took = t0.elapsed();
+        assert!(took >= std::time::Duration::from_millis(45), "{took:?}");
+        // Disarmed, then moved to "now" by another thread: the sleeper wakes.
+        t.arm(None).unwrap();
+        let t2 = std::sync::Arc::clone(&t);
+        let waker = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            t2.arm(Some(0)).unwrap();
+        });
+        let t0 = std::time::Instant::now();
+        t.wait();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+        waker.join().unwrap();
+    }
 
     #[test]
     fn fork_wait_and_sigchld() {

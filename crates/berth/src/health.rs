@@ -1,10 +1,13 @@
-//! `berth __health`: one health probe of one running container, in a short-lived helper
-//! process the daemon starts (liblxc forks to attach, and a probe enters the container's
-//! network namespace: neither may happen in the daemon itself).
+//! `berth __health`: one health probe of one running container, or one run of a scheduled
+//! job in it, in a short-lived helper process the daemon starts (liblxc forks to attach,
+//! and a probe enters the container's network namespace: neither may happen in the daemon
+//! itself).
 //!
 //! The probe is the manifest's `[health]`: a command run inside the container (through
 //! liblxc's attach: its namespaces, cgroup, capabilities, seccomp and `no_new_privs`, as the
-//! payload's user), a TCP connect or an HTTP GET on the container's own loopback. The helper
+//! payload's user), a TCP connect or an HTTP GET on the container's own loopback. A job
+//! (`exec`) is a command run the same way, whose output also goes to the container's log:
+//! the write end of its shim's pipe, opened through the LXC monitor's stdout. The helper
 //! enforces the timeout itself (a hung command is killed), prints one line saying what it
 //! found and at most `OUTPUT_MAX` bytes of the command's output, and exits 0 for a pass.
 
@@ -24,6 +27,9 @@ pub const OUTPUT_MAX: usize = 512;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Probe {
     Cmd(Vec<String>),
+    /// A scheduled job: its output also goes to the log of the container whose LXC monitor
+    /// has this pid (0: nowhere).
+    Exec(i32, Vec<String>),
     Tcp(u16),
     Http(u16, String),
 }
@@ -56,6 +62,10 @@ impl HealthArgs {
                 v.push("cmd".into());
                 v.extend(argv.iter().cloned());
             }
+            Probe::Exec(monitor, argv) => {
+                v.extend(["exec".into(), monitor.to_string()]);
+                v.extend(argv.iter().cloned());
+            }
             Probe::Tcp(port) => v.extend(["tcp".into(), port.to_string()]),
             Probe::Http(port, path) => v.extend(["http".into(), port.to_string(), path.clone()]),
         }
@@ -77,6 +87,10 @@ impl HealthArgs {
         }
         let probe = match (a[6].as_str(), &a[7..]) {
             ("cmd", argv) if !argv.is_empty() => Probe::Cmd(argv.to_vec()),
+            ("exec", [monitor, argv @ ..]) if !argv.is_empty() => Probe::Exec(
+                monitor.parse().context("__health: exec monitor pid")?,
+                argv.to_vec(),
+            ),
             ("tcp", [port]) => Probe::Tcp(port.parse().context("__health: tcp port")?),
             ("http", [port, path]) => {
                 Probe::Http(port.parse().context("__health: http port")?, path.clone())
@@ -99,7 +113,11 @@ impl HealthArgs {
 pub fn run(a: HealthArgs) -> i32 {
     let deadline = Instant::now() + Duration::from_millis(a.timeout_ms);
     let (verdict, output) = match &a.probe {
-        Probe::Cmd(argv) => match command(&a, argv, deadline) {
+        Probe::Cmd(argv) => match command(&a, argv, deadline, None) {
+            Ok(r) => r,
+            Err(e) => (Err(format!("{e:#}")), Vec::new()),
+        },
+        Probe::Exec(monitor, argv) => match command(&a, argv, deadline, log_pipe(*monitor)) {
             Ok(r) => r,
             Err(e) => (Err(format!("{e:#}")), Vec::new()),
         },
@@ -125,8 +143,33 @@ pub fn run(a: HealthArgs) -> i32 {
 
 type Verdict = std::result::Result<String, String>;
 
-/// The command probe: attach, collect its output until it exits or the deadline passes.
-fn command(a: &HealthArgs, argv: &[String], deadline: Instant) -> Result<(Verdict, Vec<u8>)> {
+/// The write end of a container's log pipe (its shim reads the other end into the ring): the
+/// stdout of its LXC monitor, which the payload inherited. Only if that process is still the
+/// monitor (a pid can be reused) and its stdout a pipe; non-blocking, so that a full pipe
+/// loses output instead of stalling the job.
+fn log_pipe(monitor: i32) -> Option<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let proc = PathBuf::from(format!("/proc/{monitor}"));
+    let comm = std::fs::read_to_string(proc.join("comm")).ok()?;
+    let link = std::fs::read_link(proc.join("fd/1")).ok()?;
+    if monitor <= 0 || comm.trim_end() != "berth-monitor" || !link.to_str()?.starts_with("pipe:") {
+        return None;
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(proc.join("fd/1"))
+        .ok()
+}
+
+/// The command probe: attach, collect its output (and pass it on to `log`) until it exits
+/// or the deadline passes.
+fn command(
+    a: &HealthArgs,
+    argv: &[String],
+    deadline: Instant,
+    mut log: Option<std::fs::File>,
+) -> Result<(Verdict, Vec<u8>)> {
     let c = berth_sys::lxc::Container::new(&a.name, &a.lxcpath)?;
     let (r, w) = process::pipe()?;
     let null = process::dev_null()?;
@@ -143,6 +186,8 @@ fn command(a: &HealthArgs, argv: &[String], deadline: Instant) -> Result<(Verdic
     )?;
     drop(w);
     process::set_nonblocking(r.as_raw_fd())?;
+    // Its end wakes the poll below (Linux ≥ 5.3); without, it is looked for every 20 ms.
+    let pidfd = process::pidfd_open(pid).ok();
     let mut reader = std::fs::File::from(r);
     let mut output = Vec::new();
     let mut buf = [0u8; 1024];
@@ -150,7 +195,7 @@ fn command(a: &HealthArgs, argv: &[String], deadline: Instant) -> Result<(Verdic
     loop {
         if let Some(st) = process::waitpid(pid, true)? {
             // Whatever it wrote before it exited is in the pipe.
-            drain(&mut reader, &mut output, &mut buf);
+            drain(&mut reader, &mut output, &mut buf, &mut log);
             let verdict = match st {
                 ExitStatus::Exited(0) => Ok("exit 0".to_string()),
                 ExitStatus::Exited(c) => Err(format!("exit {c}")),
@@ -162,28 +207,45 @@ fn command(a: &HealthArgs, argv: &[String], deadline: Instant) -> Result<(Verdic
         if now >= deadline {
             let _ = process::kill(pid, libc::SIGKILL);
             let _ = process::waitpid(pid, false);
-            drain(&mut reader, &mut output, &mut buf);
+            drain(&mut reader, &mut output, &mut buf, &mut log);
             return Ok((Err(format!("timed out after {} ms", a.timeout_ms)), output));
         }
-        let wait = (deadline - now).min(Duration::from_millis(20));
+        let mut wait = deadline - now;
+        let mut fds = Vec::new();
         if open {
-            let _ = process::poll(
-                &[(reader.as_raw_fd(), libc::POLLIN)],
-                wait.as_millis() as i32,
-            );
-            open = drain(&mut reader, &mut output, &mut buf);
-        } else {
+            fds.push((reader.as_raw_fd(), libc::POLLIN));
+        }
+        match &pidfd {
+            Some(p) => fds.push((p.as_raw_fd(), libc::POLLIN)),
+            None => wait = wait.min(Duration::from_millis(20)),
+        }
+        let ms = wait.as_millis().clamp(1, i32::MAX as u128) as i32;
+        if fds.is_empty() {
             std::thread::sleep(wait);
+        } else {
+            let _ = process::poll(&fds, ms);
+        }
+        if open {
+            open = drain(&mut reader, &mut output, &mut buf, &mut log);
         }
     }
 }
 
-/// Reads what is there without blocking, keeping the last `OUTPUT_MAX` bytes; false at EOF.
-fn drain(r: &mut std::fs::File, out: &mut Vec<u8>, buf: &mut [u8]) -> bool {
+/// Reads what is there without blocking, keeping the last `OUTPUT_MAX` bytes and passing
+/// every byte on to `log` (what a full log pipe does not take is lost); false at EOF.
+fn drain(
+    r: &mut std::fs::File,
+    out: &mut Vec<u8>,
+    buf: &mut [u8],
+    log: &mut Option<std::fs::File>,
+) -> bool {
     loop {
         match r.read(buf) {
             Ok(0) => return false,
             Ok(n) => {
+                if let Some(l) = log {
+                    let _ = l.write(&buf[..n]);
+                }
                 out.extend_from_slice(&buf[..n]);
                 if out.len() > 2 * OUTPUT_MAX {
                     out.drain(..out.len() - OUTPUT_MAX);
@@ -259,6 +321,7 @@ mod tests {
     fn args_round_trip() {
         for probe in [
             Probe::Cmd(vec!["/bin/check".into(), "--quick".into()]),
+            Probe::Exec(77, vec!["/bin/job".into()]),
             Probe::Tcp(53),
             Probe::Http(8080, "/healthz".into()),
         ] {

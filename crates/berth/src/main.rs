@@ -1,5 +1,5 @@
 //! `berth`: one binary for the CLI, the daemon (`berth daemon`), the per-container shim
-//! (`berth __shim`, started by the daemon), its health probes (`berth __health`) and the vendor tools (`key`, `pack`, `repo`).
+//! (`berth __shim`, started by the daemon), its health probes and scheduled jobs (`berth __health`) and the vendor tools (`key`, `pack`, `repo`).
 #![forbid(unsafe_code)]
 
 mod cli;

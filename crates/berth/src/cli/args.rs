@@ -38,7 +38,8 @@ pub enum Line {
 }
 
 /// Takes `--json` and `--config FILE` from anywhere on the line (even after the command, even
-/// where another option expects a value); `-h`, `--help` or `help` only before the command.
+/// where another option expects a value) up to a `--`, after which every word is the
+/// command's (`schedule add … -- CMD…`); `-h`, `--help` or `help` only before the command.
 /// A refusal here is printed with the whole usage text, hence a bare message.
 pub fn global(args: Vec<String>, config: PathBuf) -> Result<Line, &'static str> {
     let mut global = Global {
@@ -52,6 +53,10 @@ pub fn global(args: Vec<String>, config: PathBuf) -> Result<Line, &'static str> 
             "--json" => global.json = true,
             "--config" => global.config = it.next().ok_or("--config needs a file")?.into(),
             "-h" | "--help" | "help" if rest.is_empty() => return Ok(Line::Help),
+            "--" => {
+                rest.push(a);
+                rest.extend(it.by_ref());
+            }
             _ => rest.push(a),
         }
     }
@@ -168,6 +173,22 @@ pub enum Device {
         enter: bool,
     },
     Reports(Reports),
+    Schedules(Schedules),
+}
+
+/// `berth schedule …`: a container's cron jobs.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Schedules {
+    List(String),
+    Add {
+        name: String,
+        cron: String,
+        cmd: Vec<String>,
+    },
+    Remove {
+        name: String,
+        id: String,
+    },
 }
 
 /// `berth report …`: the crash archives.
@@ -317,6 +338,7 @@ pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
             },
         },
         "report" => Device::Reports(report(args)?),
+        "schedule" => Device::Schedules(schedule(args)?),
         _ => return Err(usage(format!("unknown command {command:?}"))),
     })
 }
@@ -368,6 +390,50 @@ fn report(args: &[String]) -> Result<Reports, Usage> {
         }
         _ => Err(usage(format!(
             "unknown report command {sub:?} (list, show, export, remove)"
+        ))),
+    }
+}
+
+/// `schedule list NAME | add NAME --cron EXPR -- CMD… | remove NAME ID`; the daemon checks
+/// the expression, the command and the id (and says what is wrong with them).
+fn schedule(args: &[String]) -> Result<Schedules, Usage> {
+    let (before, cmd) = match args.iter().position(|a| a == "--") {
+        Some(i) => (&args[..i], Some(args[i + 1..].to_vec())),
+        None => (args, None),
+    };
+    let mut cron = None;
+    let pos = scan(before, &mut |o, p| match o {
+        "--cron" => first(&mut cron, p, o),
+        _ => Ok(false),
+    })?;
+    let (sub, rest) = match pos.split_first() {
+        Some((s, r)) => (s.as_str(), r.to_vec()),
+        None => return Err(usage("schedule needs list, add or remove")),
+    };
+    if sub != "add" && (cron.is_some() || cmd.is_some()) {
+        return Err(usage(format!(
+            "schedule {sub}: takes no --cron and no -- CMD"
+        )));
+    }
+    match sub {
+        "list" => Ok(Schedules::List(package_name(one(rest, "package name")?)?)),
+        "add" => {
+            let name = package_name(one(rest, "package name")?)?;
+            let cron = cron.ok_or_else(|| usage("schedule add needs --cron EXPR"))?;
+            match cmd {
+                Some(cmd) if !cmd.is_empty() => Ok(Schedules::Add { name, cron, cmd }),
+                _ => Err(usage("schedule add needs -- and the command to run")),
+            }
+        }
+        "remove" => match <[String; 2]>::try_from(rest) {
+            Ok([name, id]) => Ok(Schedules::Remove {
+                name: package_name(name)?,
+                id,
+            }),
+            Err(_) => Err(usage("usage: berth schedule remove NAME ID")),
+        },
+        _ => Err(usage(format!(
+            "unknown schedule command {sub:?} (list, add, remove)"
         ))),
     }
 }
@@ -891,6 +957,64 @@ mod tests {
         assert_eq!(refused("inspect"), "inspect takes one name");
         assert_eq!(refused("inspect a b"), "inspect takes one name");
         assert_eq!(refused("inspect Bad_Name"), name_error("Bad_Name"));
+    }
+
+    #[test]
+    fn schedule_commands() {
+        let w = |line: &str| line.split(' ').map(String::from).collect::<Vec<_>>();
+        let sched = |line: &str| schedule(&w(line));
+        assert_eq!(sched("list web"), Ok(Schedules::List("web".into())));
+        assert_eq!(
+            sched("add web --cron */5_*_*_*_* -- /bin/job -v --cron x --"),
+            Ok(Schedules::Add {
+                name: "web".into(),
+                cron: "*/5_*_*_*_*".into(),
+                cmd: w("/bin/job -v --cron x --"),
+            })
+        );
+        assert_eq!(
+            sched("remove web a3"),
+            Ok(Schedules::Remove {
+                name: "web".into(),
+                id: "a3".into()
+            })
+        );
+        for (line, needle) in [
+            ("", "list, add or remove"),
+            ("list", "missing package name"),
+            ("list Web", "invalid"),
+            ("list web --cron x", "takes no --cron"),
+            ("add web -- /x", "needs --cron"),
+            ("add web --cron @daily", "needs -- and the command"),
+            ("add web --cron @daily --", "needs -- and the command"),
+            ("add --cron @daily -- /x", "missing package name"),
+            ("remove web", "schedule remove NAME ID"),
+            ("remove web a1 -- /x", "takes no --cron"),
+            ("frob web", "unknown schedule command"),
+            ("add web --cron", "--cron needs a value"),
+        ] {
+            match schedule(
+                &w(line)
+                    .into_iter()
+                    .filter(|s| !s.is_empty())
+                    .collect::<Vec<_>>(),
+            ) {
+                Err(Usage(m)) => assert!(m.contains(needle), "{line}: {m}"),
+                Ok(c) => panic!("{line:?} was taken as {c:?}"),
+            }
+        }
+        // Global flags after `--` are the command's.
+        let Ok(Line::Run { global, args, .. }) = global_flags(w(
+            "schedule add web --cron @daily --json -- /bin/x --json --config y",
+        )) else {
+            panic!()
+        };
+        assert!(global.json);
+        assert_eq!(args, w("add web --cron @daily -- /bin/x --json --config y"));
+    }
+
+    fn global_flags(args: Vec<String>) -> Result<Line, &'static str> {
+        global(args, "/etc/b.toml".into())
     }
 
     #[test]

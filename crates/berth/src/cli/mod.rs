@@ -13,6 +13,7 @@ mod packages;
 mod render;
 mod reports;
 mod resources;
+mod schedules;
 #[cfg(feature = "vendor")]
 mod vendor;
 
@@ -59,6 +60,12 @@ device:
   report export ID -o FILE [--force]
                              copy the archive (.tar.gz) to FILE
   report remove ID|--all     delete reports
+  schedule list NAME         a container's cron jobs: next and last runs (docs/schedules.md)
+  schedule add NAME --cron EXPR -- CMD [ARGS...]
+                             run CMD in the container at the times of EXPR (UTC; five
+                             fields or @hourly, @daily, @weekly, @monthly, @yearly, @reboot),
+                             starting it first if it is stopped
+  schedule remove NAME ID    remove a schedule added with schedule add
   core-handler PID SIG [COMM]
                              for kernel.core_pattern: |/usr/bin/berth core-handler %P %s %e
   gc                         delete store images that nothing uses
@@ -204,5 +211,6 @@ fn device(g: &Global, command: &str, args: &[String]) -> Result<()> {
         Device::Net { hosts } => net::run(g.json, &sock, hosts),
         Device::SafeMode { enter } => containers::safe_mode(g.json, &sock, enter),
         Device::Reports(c) => reports::run(g.json, &sock, c),
+        Device::Schedules(c) => schedules::run(g.json, &sock, c),
     }
 }

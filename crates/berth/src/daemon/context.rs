@@ -6,13 +6,14 @@ use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use berth_core::boot::Record;
 
 use berth_core::cgroup::Host;
 use berth_core::config::Config;
+use berth_core::schedule::{Clock, Table};
 use berth_core::state::State;
 use berth_core::supervise::{Event, HealthState};
 use berth_sys::cgroupfs::Cgroups;
@@ -52,6 +53,25 @@ pub struct Daemon {
     pub test_hooks: bool,
     /// The container API's sockets and the update locks (`api::container`).
     pub capi: crate::daemon::endpoints::Registry,
+    /// The containers' cron jobs (`schedules.rs` owns them).
+    pub schedules: Schedules,
+}
+
+/// Every container's schedules and what the scheduler thread needs to be woken.
+pub struct Schedules {
+    /// One per container (a few: a list costs the binary less than a map); changed and
+    /// written (and the timer re-armed) under this lock.
+    pub tables: Mutex<Vec<Table>>,
+    /// The scheduler thread's timer: set once the thread runs (it starts with the first
+    /// job, so a device without schedules has no such thread).
+    pub timer: OnceLock<berth_sys::process::WallTimer>,
+    /// Runs going on on the device (`berth_core::schedule::MAX_RUNNING`).
+    pub busy: Mutex<usize>,
+    /// This boot's id, for `@reboot` jobs (read at start).
+    pub boot_id: OnceLock<String>,
+    /// Real time, except with test hooks: BERTH_TEST_CRON_SECOND=1 makes a cron minute last
+    /// one second, BERTH_TEST_CLOCK_OFFSET=S moves the clock S seconds.
+    pub clock: Clock,
 }
 
 /// The boot counter of this start and safe mode.
@@ -112,8 +132,22 @@ pub struct Resources {
     pub host: Host,
 }
 
+/// The scheduler's clock under test hooks (docs/schedules.md, "Testing").
+fn test_clock() -> Clock {
+    let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<i64>().ok());
+    Clock {
+        speed: if var("BERTH_TEST_CRON_SECOND") == Some(1) {
+            60
+        } else {
+            1
+        },
+        offset: var("BERTH_TEST_CLOCK_OFFSET").unwrap_or(0),
+    }
+}
+
 impl Daemon {
     pub fn new(cfg: Config, roots: Roots, resources: Resources, state: State) -> Daemon {
+        let test_hooks = std::env::var_os("BERTH_TEST_HOOKS").is_some_and(|v| v == "1");
         Daemon {
             cfg,
             roots,
@@ -131,8 +165,19 @@ impl Daemon {
             boot: BootState::default(),
             beats: Default::default(),
             stalls: Default::default(),
-            test_hooks: std::env::var_os("BERTH_TEST_HOOKS").is_some_and(|v| v == "1"),
+            test_hooks,
             capi: Default::default(),
+            schedules: Schedules {
+                tables: Mutex::new(Vec::new()),
+                timer: OnceLock::new(),
+                busy: Mutex::new(0),
+                boot_id: OnceLock::new(),
+                clock: if test_hooks {
+                    test_clock()
+                } else {
+                    Clock::REAL
+                },
+            },
         }
     }
 

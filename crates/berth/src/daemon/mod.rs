@@ -7,13 +7,15 @@
 //! (no polling when idle), the memory guard (`guard.rs`: blocked on a PSI trigger, or
 //! polling meminfo without PSI), the CPU governor (`governor.rs`: one probe per interval,
 //! only when a probe is configured), the supervisor (`supervisor.rs`: blocked on its
-//! events) and the watchdog (`watchdog.rs`: only with a `[watchdog] device`, or until this
+//! events), the scheduler (`schedules.rs`: only once a container has a cron job; asleep on a
+//! wall-clock timer until the next due time, one short-lived thread per run) and the
+//! watchdog (`watchdog.rs`: only with a `[watchdog] device`, or until this
 //! start is confirmed; while it runs, the main thread and the supervisor wake every
 //! `[watchdog] interval` to record a heartbeat). Mutating operations take `Daemon::op` so they apply one at a time, in order;
 //! reads (status, list, logs) do not wait for a long install.
 //!
 //! Layers, each using only those below it (ARCHITECTURE.md draws them):
-//! `api` → `supervisor`, `status` → `store` → `reports`, `safe_mode` → `runtime`, `watchdog`
+//! `api` → `supervisor`, `status` → `store` → `reports`, `safe_mode`, `schedules` → `runtime`, `watchdog`
 //! → `guard`, `boot`, `limits`, `security` → `governor`, `cgroups`, `net`, `records`, `state`
 //! → `context`, `error`.
 
@@ -33,6 +35,7 @@ mod records;
 mod reports;
 mod runtime;
 mod safe_mode;
+mod schedules;
 mod security;
 mod state;
 mod status;
@@ -91,6 +94,7 @@ pub fn run(cfg: Config) -> Result<()> {
     // The supervisor first hands the containers to their machines (it may start some).
     d.beat_busy(context::Component::Supervisor);
     supervisor::spawn(&d, taken_over);
+    schedules::start(&d);
     let watchdog = watchdog::spawn(&d);
     let term = berth_sys::process::termination_pipe()?;
     // Start-up code (configuration and state parsing, reconciliation) will not run again.
@@ -99,6 +103,7 @@ pub fn run(cfg: Config) -> Result<()> {
     api::server::serve(&d, &listener, &term)?;
     // Only a clean stop disarms the watchdog; an error above leaves it to reset the device.
     watchdog.close();
+    schedules::flush(&d);
     boot::clean_stop(&d);
     // Containers keep running: a daemon restart must not touch them.
     log::info!("berth daemon stopping; containers keep running");

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::daemon::context::Daemon;
 use crate::daemon::endpoints::Endpoint;
 use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::{net, runtime, state, status};
+use crate::daemon::{net, runtime, schedules, state, status};
 
 fn reply(stream: &mut UnixStream, status: u16, v: Value) {
     let _ = stream.write_all(&http::response(
@@ -72,10 +72,9 @@ pub(crate) fn route(d: &Arc<Daemon>, ep: &Endpoint, req: Request, mut stream: Un
             drop(stream);
             return act_on_self(d, name, restart);
         }
-        Op::Schedules | Op::AddSchedule(_) | Op::DeleteSchedule(_) => Err(Error::new(
-            Kind::NotFound,
-            "schedules are not available in this build",
-        )),
+        Op::Schedules => schedules::list(d, name),
+        Op::AddSchedule(body) => schedules::add(d, name, &body),
+        Op::DeleteSchedule(id) => schedules::delete(d, name, &id),
         Op::LanHosts => Ok(net::hosts(d)),
         Op::Logs { tail, follow } => return logs(d, name, tail, follow, stream),
         Op::Ready => with_run(d, name, Event::Ready).map(|_| json!({cfield::READY: true})),

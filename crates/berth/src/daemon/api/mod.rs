@@ -16,7 +16,9 @@ use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::{governor, net, reports, runtime, safe_mode, security, state, status, store};
+use crate::daemon::{
+    governor, net, reports, runtime, safe_mode, schedules, security, state, status, store,
+};
 use request::Action;
 
 /// Who sent a request: the admin socket's peer, by its uid (checked again at accept).
@@ -97,6 +99,9 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::Governor => Ok(governor::status(d)),
         Action::SafeModeEnter => safe_mode::enter(d),
         Action::SafeModeClear => safe_mode::clear(d),
+        Action::Schedules(n) => schedules::list(d, &n),
+        Action::ScheduleAdd { name, job } => schedules::add_job(d, &name, job),
+        Action::ScheduleRemove { name, id } => schedules::delete(d, &name, &id),
         Action::TestStall { component, seconds } => test_stall(d, component, seconds),
         Action::Reports(n) => reports::list(d, n.as_deref()),
         Action::ReportShow(id) => reports::show(d, &id),

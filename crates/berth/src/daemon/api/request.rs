@@ -60,6 +60,18 @@ pub enum Action {
     ReportRemove(Option<String>),
     SafeModeEnter,
     SafeModeClear,
+    /// `GET /v1/containers/NAME/schedules`.
+    Schedules(String),
+    /// `POST /v1/containers/NAME/schedules`: a checked job.
+    ScheduleAdd {
+        name: String,
+        job: berth_core::schedule::NewJob,
+    },
+    /// `DELETE /v1/containers/NAME/schedules/ID`.
+    ScheduleRemove {
+        name: String,
+        id: String,
+    },
     /// Test hooks only (honoured when the daemon runs with BERTH_TEST_HOOKS=1): the
     /// component sleeps `seconds` at its next heartbeat, as a hung loop would.
     TestStall {
@@ -276,10 +288,57 @@ fn report_remove_request(req: &Request) -> Result<Option<String>> {
     }
 }
 
+/// Pure: a request under `/v1/containers/NAME/`: its schedules (the only thing there yet).
+fn container_request(req: &Request, rest: &str) -> Result<Action> {
+    let m = req.method.as_str();
+    let not_allowed = || {
+        Err(Error::new(
+            Kind::MethodNotAllowed,
+            format!("{m} not allowed on {}", req.path),
+        ))
+    };
+    match rest.split('/').collect::<Vec<_>>()[..] {
+        [name, "schedules"] => {
+            let name = check_name(name)?;
+            match m {
+                "GET" => Ok(Action::Schedules(name)),
+                "POST" => {
+                    let job = berth_core::schedule::parse_new(&body::<Value>(req)?)
+                        .map_err(|e| Error::bad_request(format!("POST {}: {e}", req.path)))?;
+                    Ok(Action::ScheduleAdd { name, job })
+                }
+                _ => not_allowed(),
+            }
+        }
+        [name, "schedules", id] => {
+            let name = check_name(name)?;
+            if !berth_core::schedule::check_id(id) {
+                return Err(Error::bad_request(format!(
+                    "{id:?} is not a schedule id (1-16 of a-z, 0-9, -)"
+                )));
+            }
+            match m {
+                "DELETE" => Ok(Action::ScheduleRemove {
+                    name,
+                    id: id.to_string(),
+                }),
+                _ => not_allowed(),
+            }
+        }
+        _ => Err(Error::new(
+            Kind::NotFound,
+            format!("no such endpoint {}", req.path),
+        )),
+    }
+}
+
 /// Pure: which action a request asks for.
 pub fn parse(req: &Request) -> Result<Action> {
     let m = req.method.as_str();
     let path = req.path.as_str();
+    if let Some(rest) = path.strip_prefix("/v1/containers/") {
+        return container_request(req, rest);
+    }
     let name_q = || -> Result<String> {
         check_name(
             req.query
@@ -672,6 +731,80 @@ mod tests {
             parse(&req("POST", "/v1/reports", "")).unwrap_err().status(),
             405
         );
+    }
+
+    #[test]
+    fn schedule_requests() {
+        assert_eq!(
+            parse(&req("GET", "/v1/containers/web/schedules", "")).unwrap(),
+            Action::Schedules("web".into())
+        );
+        let body = r#"{"cron":"*/5 * * * *","cmd":["/bin/job","-v"]}"#;
+        match parse(&req("POST", "/v1/containers/web/schedules", body)).unwrap() {
+            Action::ScheduleAdd { name, job } => {
+                assert_eq!((name.as_str(), job.cron.as_str()), ("web", "*/5 * * * *"));
+                assert_eq!(job.cmd, ["/bin/job", "-v"]);
+            }
+            a => panic!("{a:?}"),
+        }
+        assert_eq!(
+            parse(&req("DELETE", "/v1/containers/web/schedules/a12", "")).unwrap(),
+            Action::ScheduleRemove {
+                name: "web".into(),
+                id: "a12".into()
+            }
+        );
+        for (m, path, body, status, needle) in [
+            (
+                "POST",
+                "/v1/containers/web/schedules",
+                r#"{"cron":"* 25 * * *","cmd":["/x"]}"#,
+                400,
+                "hour: 25 is out of range 0-23",
+            ),
+            (
+                "POST",
+                "/v1/containers/web/schedules",
+                r#"{"cron":"@daily","cmd":["/x"],"user":0}"#,
+                400,
+                "unknown field",
+            ),
+            ("POST", "/v1/containers/web/schedules", "{", 400, "bad JSON"),
+            ("GET", "/v1/containers/../schedules", "", 400, "invalid"),
+            (
+                "DELETE",
+                "/v1/containers/web/schedules/..",
+                "",
+                400,
+                "not a schedule id",
+            ),
+            (
+                "DELETE",
+                "/v1/containers/web/schedules",
+                "",
+                405,
+                "not allowed",
+            ),
+            (
+                "GET",
+                "/v1/containers/web/schedules/a1",
+                "",
+                405,
+                "not allowed",
+            ),
+            ("GET", "/v1/containers/web", "", 404, "no such endpoint"),
+            (
+                "GET",
+                "/v1/containers/web/schedules/a1/x",
+                "",
+                404,
+                "no such endpoint",
+            ),
+        ] {
+            let e = parse(&req(m, path, body)).unwrap_err();
+            assert_eq!(e.status(), status, "{m} {path} {body}");
+            assert!(e.message.contains(needle), "{m} {path}: {}", e.message);
+        }
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::daemon::context::Daemon;
 use crate::health::{HealthArgs, Probe};
 
 /// How long past its own timeout a probe helper may take before it is killed.
-const GRACE: Duration = Duration::from_secs(5);
+pub(crate) const GRACE: Duration = Duration::from_secs(5);
 
 /// Runs the manifest's probe once against run `init` of `name`; the verdict arrives as
 /// `Event::Health(init, ok)`, and the verdict line is kept for `status`.
@@ -57,8 +57,11 @@ pub(crate) fn check(d: &Arc<Daemon>, name: &str, init: Run, m: &Manifest) {
     }
 }
 
-/// Runs the helper; (passed, what it said).
-fn run(d: &Daemon, args: &HealthArgs, limit: Duration) -> (bool, String) {
+/// Runs the helper (a probe, or a scheduled job's run); (passed, what it said). Blocked on
+/// the helper's report, which comes as it exits (looked at least every second, so a report
+/// pipe some leftover process keeps open cannot hold this past `limit`).
+pub(crate) fn run(d: &Daemon, args: &HealthArgs, limit: Duration) -> (bool, String) {
+    use std::os::fd::AsRawFd;
     let mut child = match Command::new(&d.exe)
         .args(args.to_args())
         .stdin(Stdio::null())
@@ -70,10 +73,19 @@ fn run(d: &Daemon, args: &HealthArgs, limit: Duration) -> (bool, String) {
         Err(e) => return (false, format!("cannot run the probe: {e}")),
     };
     let deadline = Instant::now() + limit;
+    let fd = child.stdout.as_ref().map_or(-1, |o| o.as_raw_fd());
     let status = loop {
         match child.try_wait() {
             Ok(Some(st)) => break Some(st),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) if Instant::now() < deadline => {
+                // The report comes as the helper exits: its pipe wakes this (a second at
+                // most, should a process the job left behind hold the pipe open).
+                let left = deadline.saturating_duration_since(Instant::now());
+                let ms = left.as_millis().clamp(1, 1000) as i32;
+                if berth_sys::process::poll(&[(fd, libc::POLLIN)], ms).is_ok_and(|r| r[0] != 0) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -81,16 +93,21 @@ fn run(d: &Daemon, args: &HealthArgs, limit: Duration) -> (bool, String) {
             }
         }
     };
-    // The helper writes a bounded report and exits: its pipes hold all of it.
+    // The helper writes a bounded report; what is there is taken without waiting.
+    let out = child
+        .stdout
+        .take()
+        .map(|mut o| rest(&mut o, fd))
+        .unwrap_or_default();
+    let err = child
+        .stderr
+        .take()
+        .map(|mut e| {
+            let fd = e.as_raw_fd();
+            rest(&mut e, fd)
+        })
+        .unwrap_or_default();
     // The probe's output is the container's: any bytes, cut anywhere.
-    let mut out = Vec::new();
-    if let Some(mut o) = child.stdout.take() {
-        let _ = o.read_to_end(&mut out);
-    }
-    let mut err = Vec::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_end(&mut err);
-    }
     let out = String::from_utf8_lossy(&out);
     let err = String::from_utf8_lossy(&err);
     let out = out.trim_end();
@@ -103,4 +120,18 @@ fn run(d: &Daemon, args: &HealthArgs, limit: Duration) -> (bool, String) {
         Some(st) if st.code() == Some(1) => (false, out.to_string()),
         Some(_) => (false, format!("probe error: {}", err.trim_end())),
     }
+}
+
+/// What a pipe holds now, at most 8 KiB, without waiting for more.
+fn rest(r: &mut dyn Read, fd: std::os::fd::RawFd) -> Vec<u8> {
+    let _ = berth_sys::process::set_nonblocking(fd);
+    let mut v = Vec::new();
+    let mut buf = [0u8; 1024];
+    while let Ok(n @ 1..) = r.read(&mut buf) {
+        v.extend_from_slice(&buf[..n]);
+        if v.len() >= 8192 {
+            break;
+        }
+    }
+    v
 }

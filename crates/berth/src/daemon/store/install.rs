@@ -3,6 +3,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_core::api::install as field;
@@ -17,6 +18,7 @@ use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
+use crate::daemon::schedules;
 use crate::daemon::security;
 use crate::daemon::state;
 use crate::daemon::store::image;
@@ -24,7 +26,11 @@ use crate::daemon::store::repo;
 use crate::fault;
 use crate::fetch;
 
-pub(crate) fn install(d: &Daemon, names: &[String], emit: &mut dyn FnMut(Value)) -> Result<Value> {
+pub(crate) fn install(
+    d: &Arc<Daemon>,
+    names: &[String],
+    emit: &mut dyn FnMut(Value),
+) -> Result<Value> {
     if names.is_empty() {
         return Err(Error::bad_request("install: name at least one package"));
     }
@@ -99,6 +105,8 @@ pub(crate) fn install(d: &Daemon, names: &[String], emit: &mut dyn FnMut(Value))
     fault::point("install.before-commit");
     state::commit_state(d, new)?;
     fault::point("install.committed");
+    // A new version's manifest brings its own schedules.
+    schedules::sync(d);
     // An upgrade leaves the old image unused.
     mounts::release_mounts(d);
     let skipped: Vec<&str> = closure

@@ -119,6 +119,7 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
         let _ = std::fs::remove_file(d.cfg.paths.autostart(n));
         let _ = std::fs::remove_file(d.cfg.paths.limits_file(n));
         let _ = std::fs::remove_file(d.cfg.paths.supervise_file(n));
+        crate::daemon::schedules::forget(d, n);
         crate::daemon::store::upgrade::forget(d, n);
         records::forget(d, n);
         crate::daemon::runtime::sockets::close(d, n);

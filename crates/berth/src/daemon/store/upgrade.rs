@@ -124,6 +124,8 @@ pub(crate) fn upgrade(
             }
         }
     }
+    // The versions now installed bring their manifests' schedules.
+    crate::daemon::schedules::sync(d);
     Ok(json!({ field::UPGRADED: upgraded, field::ROLLED_BACK: rolled_back }))
 }
 
@@ -423,6 +425,7 @@ pub(crate) fn rollback(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let (from, to) = (p.version.to_string(), prev.version.to_string());
     let running = probe::is_running(d, name);
     rollback_locked(d, name, running, "berth rollback", false)?;
+    crate::daemon::schedules::sync(d);
     Ok(json!({field::NAME: name, field::FROM: from, field::TO: to}))
 }
 
