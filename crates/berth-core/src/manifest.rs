@@ -109,6 +109,16 @@ pub struct Manifest {
     /// non-zero exit rolls the upgrade back. Empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub migrate: Vec<String>,
+    /// `[[bind]]`: installed packages the container sees read-only at each start.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binds: Vec<Bind>,
+}
+
+/// One `[[bind]]`: `package`, shown at `at` (`bind::default_target` unless given).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bind {
+    pub package: Name,
+    pub at: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -520,7 +530,11 @@ struct RawManifest {
     health: Option<S<RawHealth>>,
     schedule: Option<Vec<S<RawSchedule>>>,
     upgrade: Option<S<RawCommand>>,
+    bind: Option<Vec<S<RawBind>>>,
 }
+
+/// A `[[bind]]` as written: `package`, `at`.
+type RawBind = [Option<S<String>>; 2];
 
 /// A command as written (`migrate = [...]`), before `Validator::command` checks it.
 type RawCommand = Option<S<Vec<S<String>>>>;
@@ -597,6 +611,18 @@ impl RawManifest {
                         };
                         out.push(Spanned::new(s.span.clone(), raw));
                         s.finish()?;
+                    }
+                    Some(out)
+                }
+            },
+            bind: match t.tables("bind")? {
+                None => None,
+                Some(tables) => {
+                    let mut out = Vec::with_capacity(tables.len());
+                    for mut b in tables {
+                        let raw = [b.str("package")?, b.str("at")?];
+                        out.push(Spanned::new(b.span.clone(), raw));
+                        b.finish()?;
                     }
                     Some(out)
                 }
@@ -915,6 +941,28 @@ impl Validator<'_> {
             Some(u) => self.command(u.get_ref(), "upgrade.migrate", u.span())?,
             None => Vec::new(),
         };
+        let mut binds: Vec<Bind> = Vec::new();
+        for b in raw.bind.iter().flatten() {
+            let [name, at] = b.get_ref();
+            let name = name
+                .as_ref()
+                .ok_or_else(|| self.err(b.span(), "bind.package", "required key is missing"))?;
+            let span = name.span();
+            let name = Name::parse(name.get_ref())
+                .map_err(|e| self.err(span.clone(), "bind.package", e))?;
+            if name == package.name || binds.iter().any(|o| o.package == name) {
+                return Err(self.err(span, "bind.package", "bound twice, or the package itself"));
+            }
+            let (at, span) = match at {
+                Some(at) => (at.get_ref().clone(), at.span()),
+                None => (crate::bind::default_target(name.as_str()), span),
+            };
+            crate::bind::check_target(&at).map_err(|e| self.err(span.clone(), "bind.at", e))?;
+            if let Some(o) = binds.iter().find(|o| crate::bind::overlap(&o.at, &at)) {
+                return Err(self.err(span, "bind.at", format!("{at} overlaps {}", o.at)));
+            }
+            binds.push(Bind { package: name, at });
+        }
         Ok(Manifest {
             package,
             entrypoint,
@@ -925,6 +973,7 @@ impl Validator<'_> {
             health,
             schedules,
             migrate,
+            binds,
         })
     }
 
@@ -1812,6 +1861,80 @@ cmd = ["/bin/rotate"]
             line_in_full("description ="),
             "control",
         );
+    }
+
+    #[test]
+    fn bind_tables() {
+        let head = "[package]\nname = \"app\"\nversion = \"1\"\n[entrypoint]\nargv = [\"/x\"]\n";
+        let m = Manifest::parse(&format!(
+            "{head}[[bind]]\npackage = \"tools\"\n[[bind]]\npackage = \"lib\"\nat = \"/usr/share/lib\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            m.binds,
+            [
+                Bind {
+                    package: Name::parse("tools").unwrap(),
+                    at: "/opt/tools".into()
+                },
+                Bind {
+                    package: Name::parse("lib").unwrap(),
+                    at: "/usr/share/lib".into()
+                }
+            ]
+        );
+        assert!(Manifest::parse(head).unwrap().binds.is_empty());
+        // Line 6 is the first [[bind]]; errors name the key and the line of its value.
+        for (tables, line, needle) in [
+            (
+                "[[bind]]\nat = \"/opt/x\"\n",
+                6,
+                "bind.package: required key is missing",
+            ),
+            ("[[bind]]\npackage = \"Tools\"\n", 7, "bind.package:"),
+            (
+                "[[bind]]\npackage = \"app\"\n",
+                7,
+                "bind.package: bound twice, or the package itself",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\n[[bind]]\npackage = \"a\"\nat = \"/srv/a\"\n",
+                9,
+                "bind.package: bound twice",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\nat = \"/proc/a\"\n",
+                8,
+                "bind.at: /proc/a: is below /proc",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\nat = \"opt/a\"\n",
+                8,
+                "bind.at: \"opt/a\" must be an absolute path",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\nat = \"/\"\n",
+                8,
+                "bind.at: /: is the container's own",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\n[[bind]]\npackage = \"b\"\nat = \"/opt/a/b\"\n",
+                10,
+                "bind.at: /opt/a/b overlaps /opt/a",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\nmode = \"rw\"\n",
+                8,
+                "unknown key `mode` in [bind]",
+            ),
+            ("[[bind]]\npackage = 3\n", 7, "bind.package"),
+        ] {
+            check(
+                Manifest::parse(&format!("{head}{tables}")).unwrap_err(),
+                line,
+                needle,
+            );
+        }
     }
 
     #[test]
