@@ -8,6 +8,7 @@ pub mod landlock;
 pub mod loopdev;
 pub mod lxc;
 pub mod mount;
+pub mod mountns;
 pub mod process;
 pub mod skip;
 pub mod watchdog;
