@@ -50,6 +50,9 @@ pub struct Daemon {
     stalls: [AtomicU32; Component::ALL.len()],
     /// The daemon was started with BERTH_TEST_HOOKS=1: `POST /v1/test/stall` is honoured.
     pub test_hooks: bool,
+    /// BERTH_FORCE_MOUNT_FALLBACK=1: hot-binding uses mount propagation, as on a kernel
+    /// without the mount API (so that tests run the fallback).
+    pub force_mount_fallback: bool,
 }
 
 /// The boot counter of this start and safe mode.
@@ -130,6 +133,8 @@ impl Daemon {
             beats: Default::default(),
             stalls: Default::default(),
             test_hooks: std::env::var_os("BERTH_TEST_HOOKS").is_some_and(|v| v == "1"),
+            force_mount_fallback: std::env::var_os("BERTH_FORCE_MOUNT_FALLBACK")
+                .is_some_and(|v| v == "1"),
         }
     }
 

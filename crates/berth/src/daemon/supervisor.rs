@@ -353,10 +353,9 @@ impl Supervisor {
                 berth_sys::process::trim_heap();
                 berth_sys::process::release_own_code(false);
             }
-            Action::Hold { until_ms } => log::info!(
-                "{name}: restart in {} ms",
-                until_ms.saturating_sub(now)
-            ),
+            Action::Hold { until_ms } => {
+                log::info!("{name}: restart in {} ms", until_ms.saturating_sub(now))
+            }
             Action::Check(run) => {
                 if let Ok(p) = state::installed(d, name) {
                     health::check(d, name, run, &p.manifest);

@@ -30,7 +30,7 @@ pub struct PackReport {
 }
 
 /// Mount points every container needs (see DESIGN.md, file system).
-const SKELETON: &[&str] = &["proc", "sys", "dev", "tmp", "run", "data"];
+const SKELETON: &[&str] = &["proc", "sys", "dev", "tmp", "run", "data", "opt"];
 /// Extra mount points for `base = "host"`: the host's library directories are bound there.
 const HOST_SKELETON: &[&str] = &["lib", "lib64", "usr", "usr/lib"];
 

@@ -47,6 +47,7 @@ pub(crate) fn allowed(d: &Daemon, action: &Action) -> Result<()> {
         Action::Install(_) => refuse_in_safe_mode(d, "install"),
         Action::Upgrade(_) => refuse_in_safe_mode(d, "upgrade"),
         Action::Rollback(_) => refuse_in_safe_mode(d, "rollback"),
+        Action::Bind { .. } => refuse_in_safe_mode(d, "bind"),
         _ => Ok(()),
     }
 }
@@ -96,6 +97,13 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::Governor => Ok(governor::status(d)),
         Action::SafeModeEnter => safe_mode::enter(d),
         Action::SafeModeClear => safe_mode::clear(d),
+        Action::Bind {
+            package,
+            container,
+            at,
+            persist,
+        } => runtime::bind::bind(d, &package, &container, at, persist),
+        Action::Unbind { package, container } => runtime::bind::unbind(d, &package, &container),
         Action::TestStall { component, seconds } => test_stall(d, component, seconds),
         Action::Reports(n) => reports::list(d, n.as_deref()),
         Action::ReportShow(id) => reports::show(d, &id),
