@@ -109,16 +109,11 @@ pub struct Manifest {
     /// non-zero exit rolls the upgrade back. Empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub migrate: Vec<String>,
-    /// `[[bind]]`: installed packages the container sees read-only at each start.
+    /// `[[bind]]`: installed packages the container sees read-only at each start, each as
+    /// `"PACKAGE TARGET"` (both checked: neither holds a space; a list of strings costs the
+    /// device build nothing new to store in state.json). Read with [`Manifest::binds`].
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub binds: Vec<Bind>,
-}
-
-/// One `[[bind]]`: `package`, shown at `at` (`bind::default_target` unless given).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Bind {
-    pub package: Name,
-    pub at: String,
+    pub bind: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -327,6 +322,11 @@ impl Manifest {
             message: e.message,
         })?;
         Validator { text }.manifest(raw)
+    }
+
+    /// The `[[bind]]` tables: (package, target; `bind::default_target` unless given).
+    pub fn binds(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.bind.iter().filter_map(|b| b.split_once(' '))
     }
 
     pub fn summary(&self) -> ManifestSummary {
@@ -941,7 +941,7 @@ impl Validator<'_> {
             Some(u) => self.command(u.get_ref(), "upgrade.migrate", u.span())?,
             None => Vec::new(),
         };
-        let mut binds: Vec<Bind> = Vec::new();
+        let mut bind: Vec<String> = Vec::new();
         for b in raw.bind.iter().flatten() {
             let [name, at] = b.get_ref();
             let name = name
@@ -950,18 +950,23 @@ impl Validator<'_> {
             let span = name.span();
             let name = Name::parse(name.get_ref())
                 .map_err(|e| self.err(span.clone(), "bind.package", e))?;
-            if name == package.name || binds.iter().any(|o| o.package == name) {
-                return Err(self.err(span, "bind.package", "bound twice, or the package itself"));
-            }
             let (at, span) = match at {
                 Some(at) => (at.get_ref().clone(), at.span()),
                 None => (crate::bind::default_target(name.as_str()), span),
             };
-            crate::bind::check_target(&at).map_err(|e| self.err(span.clone(), "bind.at", e))?;
-            if let Some(o) = binds.iter().find(|o| crate::bind::overlap(&o.at, &at)) {
-                return Err(self.err(span, "bind.at", format!("{at} overlaps {}", o.at)));
+            let twice = |b: &String| b.split_once(' ').is_some_and(|(n, _)| n == name.as_str());
+            if name == package.name || bind.iter().any(twice) {
+                return Err(self.err(span, "bind.package", "bound twice, or the package itself"));
             }
-            binds.push(Bind { package: name, at });
+            crate::bind::check_target(&at).map_err(|e| self.err(span.clone(), "bind.at", e))?;
+            if let Some((_, o)) = bind
+                .iter()
+                .filter_map(|b| b.split_once(' '))
+                .find(|(_, o)| crate::bind::overlap(o, &at))
+            {
+                return Err(self.err(span, "bind.at", format!("{at} overlaps {o}")));
+            }
+            bind.push(format!("{name} {at}"));
         }
         Ok(Manifest {
             package,
@@ -973,7 +978,7 @@ impl Validator<'_> {
             health,
             schedules,
             migrate,
-            binds,
+            bind,
         })
     }
 
@@ -1871,19 +1876,10 @@ cmd = ["/bin/rotate"]
         ))
         .unwrap();
         assert_eq!(
-            m.binds,
-            [
-                Bind {
-                    package: Name::parse("tools").unwrap(),
-                    at: "/opt/tools".into()
-                },
-                Bind {
-                    package: Name::parse("lib").unwrap(),
-                    at: "/usr/share/lib".into()
-                }
-            ]
+            m.binds().collect::<Vec<_>>(),
+            [("tools", "/opt/tools"), ("lib", "/usr/share/lib")]
         );
-        assert!(Manifest::parse(head).unwrap().binds.is_empty());
+        assert!(Manifest::parse(head).unwrap().bind.is_empty());
         // Line 6 is the first [[bind]]; errors name the key and the line of its value.
         for (tables, line, needle) in [
             (
