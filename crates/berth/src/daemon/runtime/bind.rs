@@ -11,9 +11,7 @@
 //! or `BERTH_FORCE_MOUNT_FALLBACK=1`) the image is bound below `stage/` on the host, appears
 //! in the container by propagation, and is bound on from there inside the namespace.
 
-use std::ffi::CStr;
 use std::io;
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -22,7 +20,7 @@ use berth_core::api::bind as field;
 use berth_core::bind::{self, Binding, Method};
 use berth_core::state::{Installed, State};
 use berth_sys::fsutil::write_atomic;
-use berth_sys::mountns;
+use berth_sys::mountns::{self, Mount};
 use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
@@ -97,12 +95,10 @@ pub(crate) fn bind(
         kept.push((package.into(), run[run.len() - 1].at.clone()));
         write_persisted(d, container, &kept)?;
     }
-    let b = &run[run.len() - 1];
-    Ok(json!({
-        field::PACKAGE: package, field::VERSION: b.version, field::CONTAINER: container,
-        field::AT: b.at, field::METHOD: method.as_str(), field::PERSIST: persist,
-        field::BIND_MS: t0.elapsed().as_secs_f64() * 1000.0,
-    }))
+    let mut v = entry(&run[run.len() - 1], persist, Some(method));
+    v[field::CONTAINER] = container.into();
+    v[field::BIND_MS] = (t0.elapsed().as_secs_f64() * 1000.0).into();
+    Ok(v)
 }
 
 pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value> {
@@ -128,15 +124,10 @@ pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value
         let b = run.remove(i);
         // Only what is still the package's image goes: the container cannot mount, but the
         // path is its own.
-        let id = image_id(&d.cfg.paths.image_mount(&b.sha256));
-        mountns::in_mount_ns(d.proc(), init, || {
-            let (dir, name) = mountns::walk(Path::new(&b.at))?;
-            if id.is_none() || stat_id(&mountns::stat_at(&dir, &name)?) == id {
-                mountns::umount_at(&dir, &name)?;
-            }
-            Ok(())
-        })
-        .map_err(|e| fail(e, container, &b.at))?;
+        if let Some(id) = image_id(&d.cfg.paths.image_mount(&b.sha256)) {
+            mountns::at_target(d.proc(), init, b.at.clone().into(), Mount::Off, id)
+                .map_err(|e| fail(e, container, &b.at))?;
+        }
         remove_dirs(&d.cfg.paths.bind_anchor(container), &b.at, &b.created);
         write_run(d, container, &run)?;
         log::info!("unbound {package} from {container} at {}", b.at);
@@ -192,10 +183,6 @@ fn image_id(mnt: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(mnt).ok().map(|m| (m.dev(), m.ino()))
 }
 
-fn stat_id(st: &libc::stat) -> Option<(u64, u64)> {
-    Some((st.st_dev, st.st_ino))
-}
-
 /// Mounts `image` on `at` inside the mount namespace of `init`, by `method`; the mount API
 /// falls back to propagation where the kernel has no open_tree. Returns the method used.
 fn attach(
@@ -207,27 +194,21 @@ fn attach(
     anchor: &Path,
     package: &str,
 ) -> io::Result<Method> {
-    let id = image_id(image);
+    let id = image_id(image).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
     if method == Method::MountApi {
-        let tree = match mountns::clone_tree(image) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
-                return attach(d, init, image, at, Method::Propagation, anchor, package)
+        match mountns::clone_tree(image) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+            tree => {
+                let tree = tree?;
+                // Linux 5.2 to 5.11: no mount_setattr; the clone is remounted in place.
+                let relock = match mountns::lock_tree(&tree) {
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => true,
+                    r => r.map(|_| false)?,
+                };
+                let m = Mount::Tree(tree, relock);
+                return mountns::at_target(d.proc(), init, at.into(), m, id).map(|_| method);
             }
-            r => r?,
-        };
-        // Linux 5.2 to 5.11: no mount_setattr; the clone is remounted once in place.
-        let set = match mountns::lock_tree(&tree) {
-            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => false,
-            r => r.map(|_| true)?,
-        };
-        in_target(d, init, at, id, |dir, name| {
-            mountns::move_tree(&tree, dir, name)?;
-            if set {
-                return Ok(());
-            }
-            mountns::bind_at(None, dir, name)
-        })?;
-        return Ok(method);
+        }
     }
     // The host's bind below the anchor's stage/ appears at /run/berth/binds/PACKAGE inside.
     let stage = anchor.join("stage").join(package);
@@ -235,48 +216,13 @@ fn attach(
     let r = berth_sys::mount::bind(image, &stage, true)
         .map_err(|e| io::Error::other(e.to_string()))
         .and_then(|_| {
-            let inside = Path::new(bind::STAGE).join(package);
-            in_target(d, init, at, id, |dir, name| {
-                mountns::bind_at(Some(&inside), dir, name)
-            })
+            let inside = Mount::Bind(Path::new(bind::STAGE).join(package));
+            mountns::at_target(d.proc(), init, at.into(), inside, id)
         });
     // Leaving: its copy in the container goes with it (the binding made from it stays).
     let _ = berth_sys::mount::umount(&stage, true);
     let _ = std::fs::remove_dir(&stage);
     r.map(|_| Method::Propagation)
-}
-
-/// In the namespace of `init`: `at` must be an empty directory with nothing mounted on it,
-/// reached without a symlink; `mount` puts the image there, which must then show `id`
-/// (else it is taken off again: something else was mounted).
-fn in_target(
-    d: &Daemon,
-    init: i32,
-    at: &str,
-    id: Option<(u64, u64)>,
-    mount: impl FnOnce(&OwnedFd, &CStr) -> io::Result<()> + Send,
-) -> io::Result<()> {
-    mountns::in_mount_ns(d.proc(), init, || {
-        let (dir, name) = mountns::walk(Path::new(at))?;
-        let st = mountns::stat_at(&dir, &name)?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
-        }
-        if st.st_dev != mountns::stat_at(&dir, c".")?.st_dev {
-            return Err(io::Error::from_raw_os_error(libc::EBUSY));
-        }
-        if std::fs::read_dir(at)?.next().is_some() {
-            return Err(io::Error::from_raw_os_error(libc::ENOTEMPTY));
-        }
-        mount(&dir, &name)?;
-        if stat_id(&mountns::stat_at(&dir, &name)?) != id {
-            let _ = mountns::umount_at(&dir, &name);
-            return Err(io::Error::other(
-                "the mount there is not the package's image",
-            ));
-        }
-        Ok(())
-    })
 }
 
 /// Makes the mount point of `at` (below `/opt`) on the host side of the anchor; returns the
@@ -346,12 +292,8 @@ fn write_run(d: &Daemon, name: &str, run: &[Binding]) -> Result<()> {
 /// manifest). The operator's persistent binding of a package the manifest binds is not
 /// made twice.
 fn wanted<'a>(p: &'a Installed, kept: &'a [(String, String)]) -> Vec<(&'a str, &'a str, bool)> {
-    let mut out: Vec<(&str, &str, bool)> = p
-        .manifest
-        .binds
-        .iter()
-        .map(|b| (b.package.as_str(), b.at.as_str(), true))
-        .collect();
+    let mut out: Vec<(&str, &str, bool)> =
+        p.manifest.binds().map(|(n, at)| (n, at, true)).collect();
     for (n, at) in kept {
         if !out.iter().any(|(m, _, _)| m == n) {
             out.push((n, at, false));
@@ -463,43 +405,45 @@ fn image_dir(rootfs: &Path, at: &str) -> bool {
     empty_dir(&p)
 }
 
+/// One binding as `status` and `bind` show it; `method` None: made at the next start.
+fn entry(b: &Binding, persist: bool, method: Option<Method>) -> Value {
+    json!({
+        field::PACKAGE: b.package, field::VERSION: b.version, field::AT: b.at,
+        field::PERSIST: persist, field::METHOD: method.map(Method::as_str),
+        field::ORIGIN: if b.manifest { "manifest" } else { "operator" },
+    })
+}
+
 /// A container's bindings for `status`: this run's while it runs, else those its next
-/// start makes (method null).
+/// start makes.
 pub(crate) fn listing(d: &Daemon, st: &State, p: &Installed, running: bool) -> Value {
     let name = p.name.as_str();
     let kept = persisted(d, name);
-    let persist = |pkg: &str| kept.iter().any(|(n, _)| n == pkg);
-    let origin = |manifest| if manifest { "manifest" } else { "operator" };
-    let one = |pkg: &str, version: Option<&str>, at: &str, method: Option<Method>, m: bool| {
-        json!({
-            field::PACKAGE: pkg, field::VERSION: version, field::AT: at,
-            field::PERSIST: persist(pkg), field::METHOD: method.map(Method::as_str),
-            field::ORIGIN: origin(m),
-        })
-    };
-    let list: Vec<Value> = if running {
-        mounts::run_bindings(d, name)
-            .iter()
-            .map(|b| {
-                one(
-                    &b.package,
-                    Some(&b.version),
-                    &b.at,
-                    Some(b.method),
-                    b.manifest,
-                )
-            })
-            .collect()
-    } else {
-        wanted(p, &kept)
+    let list = match running {
+        true => mounts::run_bindings(d, name),
+        false => wanted(p, &kept)
             .into_iter()
-            .map(|(pkg, at, m)| {
-                let v = st.packages.get(pkg).map(|i| i.version.to_string());
-                one(pkg, v.as_deref(), at, None, m)
+            .map(|(pkg, at, manifest)| Binding {
+                package: pkg.into(),
+                version: st
+                    .packages
+                    .get(pkg)
+                    .map(|i| i.version.to_string())
+                    .unwrap_or_default(),
+                sha256: String::new(),
+                at: at.into(),
+                method: Method::Start,
+                manifest,
+                created: String::new(),
             })
-            .collect()
+            .collect(),
     };
-    Value::Array(list)
+    list.iter()
+        .map(|b| {
+            let persist = kept.iter().any(|(n, _)| *n == b.package);
+            entry(b, persist, running.then_some(b.method))
+        })
+        .collect()
 }
 
 /// The containers `package` is bound into (this run's bindings of running ones, persistent

@@ -78,7 +78,7 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
             return Err(Error::new(
                 Kind::Needed,
                 format!(
-                    "{n} is bound into {} (a running binding, berth bind --persist, or a manifest's [[bind]]): berth unbind {n} --from {} first",
+                    "{n} is bound into {}: berth unbind {n} --from {} first (a binding of a manifest's [[bind]] goes with its package)",
                     into.join(", "),
                     into[0]
                 ),
