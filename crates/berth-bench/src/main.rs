@@ -48,6 +48,8 @@ suites:
                network namespaces of its own; start time per mode
   supervise    payload killed → restarted; frozen payload → declared unhealthy by its
                health probe; the size of the crash archives these leave
+  bind         hot-binding a 1 MiB and a 50 MiB package into a running container and out
+               again, by the mount API and by mount propagation
   governor     main-service response time under a CPU hog with and without the governor;
                the daemon's own CPU use
   all          every suite
@@ -258,7 +260,7 @@ fn setup(suites: &mut [Box<dyn Suite>], berth: PathBuf) -> Result<Sandbox> {
     sb.start_daemon()?;
     sb.ok(&["update"])?;
     let names: Vec<&str> = pkgs.iter().map(|p| p.name.as_str()).collect();
-    // Suites with a sandbox of their own (net, supervise) need nothing here.
+    // Suites with a sandbox of their own (net, supervise, bind) need nothing here.
     if !names.is_empty() {
         let mut install = vec!["install"];
         install.extend(&names);

@@ -13,6 +13,7 @@ use crate::sandbox::{PkgSpec, Sandbox};
 use crate::util::Result;
 
 pub mod activation;
+pub mod bind;
 pub mod cpu;
 pub mod footprint;
 pub mod fs;
@@ -34,6 +35,7 @@ pub const ALL: &[&str] = &[
     "fs",
     "security",
     "supervise",
+    "bind",
     "net",
     "governor",
 ];
@@ -74,6 +76,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "security" => Some(Box::new(security::Security::default())),
         "net" => Some(Box::new(net::Net)),
         "supervise" => Some(Box::new(supervise::Supervise)),
+        "bind" => Some(Box::new(bind::Bind)),
         "governor" => Some(Box::new(governor::Governor)),
         _ => None,
     }
