@@ -127,9 +127,15 @@ fn assert_bound(sb: &Sandbox, init: i64, at: &str, version: &str) {
     // The same program outside a nosuid mount does become root: the probe works.
     let copy = sb.dir.join("euid-suid");
     if !copy.exists() {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::copy(&euid, &copy).unwrap();
-        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        // Copied by another process: a write descriptor of this one could be inherited by a
+        // child another test forks meanwhile, and the exec would fail (ETXTBSY).
+        let o = Command::new("install")
+            .args(["-m", "4755"])
+            .arg(&euid)
+            .arg(&copy)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "install: {}", stderr(&o));
     }
     let out = Command::new("setpriv")
         .args(["--reuid", "1000", "--regid", "1000", "--clear-groups"])

@@ -950,14 +950,14 @@ impl Validator<'_> {
             let span = name.span();
             let name = Name::parse(name.get_ref())
                 .map_err(|e| self.err(span.clone(), "bind.package", e))?;
-            let (at, span) = match at {
-                Some(at) => (at.get_ref().clone(), at.span()),
-                None => (crate::bind::default_target(name.as_str()), span),
-            };
             let twice = |b: &String| b.split_once(' ').is_some_and(|(n, _)| n == name.as_str());
             if name == package.name || bind.iter().any(twice) {
                 return Err(self.err(span, "bind.package", "bound twice, or the package itself"));
             }
+            let (at, span) = match at {
+                Some(at) => (at.get_ref().clone(), at.span()),
+                None => (crate::bind::default_target(name.as_str()), span),
+            };
             crate::bind::check_target(&at).map_err(|e| self.err(span.clone(), "bind.at", e))?;
             if let Some((_, o)) = bind
                 .iter()

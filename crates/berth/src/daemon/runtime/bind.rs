@@ -226,32 +226,18 @@ fn attach(
 }
 
 /// Makes the mount point of `at` (below `/opt`) on the host side of the anchor; returns the
-/// first directory it made, as the container sees it ("" if none).
+/// first directory it made, as the container sees it ("" if none): what an unbind removes.
 fn make_dirs(anchor: &Path, at: &str) -> Result<String> {
-    let mut created = String::new();
-    let mut host = anchor.to_path_buf();
-    let mut inside = String::new();
-    for c in at[1..].split('/') {
-        host.push(c);
-        inside.push('/');
-        inside.push_str(c);
-        match std::fs::symlink_metadata(&host) {
-            Ok(m) if m.is_dir() => {}
-            Ok(_) => {
-                return Err(Error::new(
-                    Kind::TargetTaken,
-                    format!("{inside} is not a directory"),
-                ))
-            }
-            Err(_) => {
-                std::fs::create_dir(&host)
-                    .map_err(|e| Error::internal(format!("cannot make {}: {e}", host.display())))?;
-                if created.is_empty() {
-                    created.clone_from(&inside);
-                }
-            }
-        }
-    }
+    let created = at
+        .match_indices('/')
+        .skip(2)
+        .map(|(i, _)| &at[..i])
+        .chain([at])
+        .find(|p| !anchor.join(&p[1..]).exists())
+        .unwrap_or_default()
+        .to_string();
+    std::fs::create_dir_all(anchor.join(&at[1..]))
+        .map_err(|e| Error::new(Kind::TargetTaken, format!("{at}: {e}")))?;
     Ok(created)
 }
 
@@ -371,16 +357,8 @@ fn clear_anchor(d: &Daemon, anchor: &Path) -> Result<()> {
     for m in left.iter().rev() {
         let _ = berth_sys::mount::umount(&m.mount_point, true);
     }
-    // Nothing of anyone else's may be deleted through a mount still there.
-    if !berth_sys::mount::mounts_under(d.proc(), anchor)
-        .unwrap_or_default()
-        .is_empty()
-    {
-        return Err(Error::new(
-            Kind::MountFailed,
-            format!("{} is still mounted", anchor.display()),
-        ));
-    }
+    // Only berth's own mounts can be there (the container's copies are slaves): an image
+    // still mounted makes this fail (read-only), the anchor's own bind is its directory.
     match std::fs::remove_dir_all(anchor) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::internal(e)),
         _ => Ok(()),
