@@ -342,10 +342,14 @@ fn hot_bind_by_propagation_forced() {
 
 #[test]
 fn persistent_bindings_survive_a_restart() {
-    let sb = sandbox("bind-persist", &[]);
+    let mut sb = sandbox("bind-persist", &[]);
     let v = sb.json(&["bind", "tools", "--into", "app", "--persist"]);
     assert_eq!(v["persist"], true);
     sb.ok(&["bind", "lib", "--into", "app"]);
+    // A new daemon finds the bindings of the container it takes over.
+    sb.stop_daemon();
+    sb.start_daemon();
+    assert_eq!(sb.status_of("app")["bindings"][1]["package"], "lib");
     let st = sb.status_of("app");
     assert_eq!(st["bindings"][0]["persist"], true, "{st}");
     assert_eq!(st["bindings"][1]["persist"], false, "{st}");
@@ -421,5 +425,35 @@ fn manifest_bindings_are_made_at_start() {
     let (_, err) = sb.fail(&["remove", "tools"]);
     assert!(err.contains("tools is bound into svc"), "{err}");
     sb.ok(&["remove", "svc", "tools", "lib"]);
+    assert!(sb.stray_mounts().is_empty(), "{:?}", sb.stray_mounts());
+}
+
+#[test]
+fn an_upgrade_leaves_a_running_binding_on_its_image() {
+    let sb = sandbox("bind-upgrade", &[]);
+    let init = init_of(&sb, "app");
+    sb.ok(&["bind", "tools", "--into", "app", "--persist"]);
+    let old = sb.status_of("tools")["image"].as_str().unwrap().to_string();
+    std::fs::remove_file(sb.package_file("tools", "1.0")).unwrap();
+    add_tools(&sb, "2.0");
+    sb.build_repo();
+    sb.ok(&["update"]);
+    sb.ok(&["upgrade", "tools"]);
+    // The container keeps the version it was given, whose image stays mounted and stored.
+    assert_bound(&sb, init, "/opt/tools", "1.0");
+    assert_eq!(sb.status_of("app")["bindings"][0]["version"], "1.0");
+    sb.ok(&["gc"]);
+    let image = sb.state_dir().join(format!("store/{old}.sqfs"));
+    assert!(image.exists(), "gc removed the bound image");
+    let mounted = || sb.mounts().iter().any(|m| m.ends_with(&old));
+    assert!(mounted(), "the bound image was unmounted");
+    // Its next start binds the new version; the old image is let go (kept in the store
+    // only for `berth rollback`).
+    sb.ok(&["restart", "app"]);
+    let init = init_of(&sb, "app");
+    assert_bound(&sb, init, "/opt/tools", "2.0");
+    assert_eq!(sb.status_of("app")["bindings"][0]["version"], "2.0");
+    assert!(!mounted(), "the old image outlived its binding");
+    sb.ok(&["stop", "app"]);
     assert!(sb.stray_mounts().is_empty(), "{:?}", sb.stray_mounts());
 }
