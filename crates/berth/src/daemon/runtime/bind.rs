@@ -123,10 +123,14 @@ pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value
     if let (Some(i), Some(init)) = (i, init) {
         let b = run.remove(i);
         // Only what is still the package's image goes: the container cannot mount, but the
-        // path is its own.
+        // path is its own (a target no longer there has nothing to unmount).
         if let Some(id) = image_id(&d.cfg.paths.image_mount(&b.sha256)) {
-            mountns::at_target(d.proc(), init, b.at.clone().into(), Mount::Off, id)
-                .map_err(|e| fail(e, container, &b.at))?;
+            match mountns::at_target(d.proc(), init, b.at.clone().into(), Mount::Off, id) {
+                Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
+                    return Err(fail(e, container, &b.at))
+                }
+                _ => {}
+            }
         }
         remove_dirs(&d.cfg.paths.bind_anchor(container), &b.at, &b.created);
         write_run(d, container, &run)?;
