@@ -50,6 +50,8 @@ suites:
                health probe; the size of the crash archives these leave
   api          the container API: latency (p50, p99) and requests/s from inside one
                container, and from 20 at once
+  bind         hot-binding a 1 MiB and a 50 MiB package into a running container and out
+               again, by the mount API and by mount propagation
   governor     main-service response time under a CPU hog with and without the governor;
                the daemon's own CPU use
   all          every suite
@@ -260,7 +262,7 @@ fn setup(suites: &mut [Box<dyn Suite>], berth: PathBuf) -> Result<Sandbox> {
     sb.start_daemon()?;
     sb.ok(&["update"])?;
     let names: Vec<&str> = pkgs.iter().map(|p| p.name.as_str()).collect();
-    // Suites with a sandbox of their own (net, supervise) need nothing here.
+    // Suites with a sandbox of their own (net, supervise, bind) need nothing here.
     if !names.is_empty() {
         let mut install = vec!["install"];
         install.extend(&names);

@@ -160,6 +160,12 @@ impl Sandbox {
     pub fn start_daemon(&mut self) -> Result<()> {
         Ok(self.kit.start_daemon()?)
     }
+
+    /// Stops the daemon (its containers keep running) and starts it again with `env`.
+    pub fn restart_daemon_env(&mut self, env: &[(&str, &str)]) -> Result<()> {
+        self.kit.stop_daemon();
+        Ok(self.kit.start_daemon_env(env)?)
+    }
 }
 
 impl Drop for Sandbox {

@@ -60,6 +60,9 @@ kinds! {
     NoPrevious = 409 "no_previous",
     Needed = 409 "needed",
     MissingLayer = 409 "missing_layer",
+    NotBound = 404 "not_bound",
+    AlreadyBound = 409 "already_bound",
+    TargetTaken = 409 "target_taken",
     // The device policy and the kernel say no.
     Refused = 409 "refused",
     BeyondPolicy = 409 "beyond_policy",
@@ -198,6 +201,7 @@ pub mod request {
     pub const ID: &str = "id";
     /// reports remove: every report.
     pub const ALL: &str = "all";
+    pub use super::bind::{AT, CONTAINER, PACKAGE, PERSIST};
 }
 
 /// `GET /v1/status`: the daemon, the cached repository index and the containers.
@@ -275,6 +279,32 @@ pub mod container {
     pub const GUARD_KILL: &str = "guard_kill";
     /// The sha256 of its package's image.
     pub const IMAGE: &str = "image";
+    /// The packages bound into it ([`bind`](super::bind)): while it runs, those of this
+    /// run; otherwise those its next start makes (persistent and manifest ones).
+    pub const BINDINGS: &str = "bindings";
+}
+
+/// `POST /v1/bind` and `/v1/unbind` (their requests too), and each binding in `status`.
+pub mod bind {
+    pub use super::common::VERSION;
+    /// The package bound.
+    pub const PACKAGE: &str = "package";
+    /// The container it is bound into.
+    pub const CONTAINER: &str = "container";
+    /// The path inside the container.
+    pub const AT: &str = "at";
+    /// Kept for the container's next starts (`--persist`).
+    pub const PERSIST: &str = "persist";
+    /// `mount-api`, `propagation` or `start`; null for a binding of the next start.
+    pub const METHOD: &str = "method";
+    /// `operator`, or `manifest` (the container's `[[bind]]`).
+    pub const ORIGIN: &str = "origin";
+    /// Milliseconds the bind took.
+    pub const BIND_MS: &str = "bind_ms";
+    /// unbind: whether a mount was removed (the container was running with it).
+    pub const UNMOUNTED: &str = "unmounted";
+    /// Milliseconds the unbind took.
+    pub const UNBIND_MS: &str = "unbind_ms";
 }
 
 /// `POST /v1/reset`'s answer.

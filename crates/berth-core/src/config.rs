@@ -187,6 +187,15 @@ impl Paths {
     pub fn lxc_dir(&self, container: &str) -> PathBuf {
         self.lxcpath.join(container)
     }
+    /// A running container's bind anchor (tmpfs): a shared mount of its own, whose `opt/`
+    /// and `stage/` LXC binds into the container (`bind::lxc_lines`).
+    pub fn bind_anchor(&self, container: &str) -> PathBuf {
+        self.run.join("binds").join(container)
+    }
+    /// The operator's persistent bindings of a container (`bind::format_persisted`, atomic).
+    pub fn binds_file(&self, container: &str) -> PathBuf {
+        self.state.join("binds").join(container)
+    }
     /// The memory guard's last kill of a container (JSON, tmpfs).
     pub fn guard_file(&self, container: &str) -> PathBuf {
         self.run.join("logs").join(format!("{container}.guard"))

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod base64;
+pub mod bind;
 pub mod boot;
 pub mod cgroup;
 pub mod config;

@@ -117,6 +117,11 @@ pub struct Manifest {
     /// non-zero exit rolls the upgrade back. Empty: none.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub migrate: Vec<String>,
+    /// `[[bind]]`: installed packages the container sees read-only at each start, each as
+    /// `"PACKAGE TARGET"` (both checked: neither holds a space; a list of strings costs the
+    /// device build nothing new to store in state.json). Read with [`Manifest::binds`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bind: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -341,6 +346,11 @@ impl Manifest {
         Validator { text }.manifest(raw)
     }
 
+    /// The `[[bind]]` tables: (package, target; `bind::default_target` unless given).
+    pub fn binds(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.bind.iter().filter_map(|b| b.split_once(' '))
+    }
+
     pub fn summary(&self) -> ManifestSummary {
         ManifestSummary {
             base: self.package.base,
@@ -517,7 +527,11 @@ struct RawManifest {
     health: Option<S<RawHealth>>,
     schedule: Option<Vec<S<RawSchedule>>>,
     upgrade: Option<S<RawCommand>>,
+    bind: Option<Vec<S<RawBind>>>,
 }
+
+/// A `[[bind]]` as written: `package`, `at`.
+type RawBind = [Option<S<String>>; 2];
 
 /// A command as written (`migrate = [...]`), before `Validator::command` checks it.
 type RawCommand = Option<S<Vec<S<String>>>>;
@@ -595,6 +609,18 @@ impl RawManifest {
                         };
                         out.push(Spanned::new(s.span.clone(), raw));
                         s.finish()?;
+                    }
+                    Some(out)
+                }
+            },
+            bind: match t.tables("bind")? {
+                None => None,
+                Some(tables) => {
+                    let mut out = Vec::with_capacity(tables.len());
+                    for mut b in tables {
+                        let raw = [b.str("package")?, b.str("at")?];
+                        out.push(Spanned::new(b.span.clone(), raw));
+                        b.finish()?;
                     }
                     Some(out)
                 }
@@ -922,6 +948,33 @@ impl Validator<'_> {
             Some(u) => self.command(u.get_ref(), "upgrade.migrate", u.span())?,
             None => Vec::new(),
         };
+        let mut bind: Vec<String> = Vec::new();
+        for b in raw.bind.iter().flatten() {
+            let [name, at] = b.get_ref();
+            let name = name
+                .as_ref()
+                .ok_or_else(|| self.err(b.span(), "bind.package", "required key is missing"))?;
+            let span = name.span();
+            let name = Name::parse(name.get_ref())
+                .map_err(|e| self.err(span.clone(), "bind.package", e))?;
+            let twice = |b: &String| b.split_once(' ').is_some_and(|(n, _)| n == name.as_str());
+            if name == package.name || bind.iter().any(twice) {
+                return Err(self.err(span, "bind.package", "bound twice, or the package itself"));
+            }
+            let (at, span) = match at {
+                Some(at) => (at.get_ref().clone(), at.span()),
+                None => (crate::bind::default_target(name.as_str()), span),
+            };
+            crate::bind::check_target(&at).map_err(|e| self.err(span.clone(), "bind.at", e))?;
+            if let Some((_, o)) = bind
+                .iter()
+                .filter_map(|b| b.split_once(' '))
+                .find(|(_, o)| crate::bind::overlap(o, &at))
+            {
+                return Err(self.err(span, "bind.at", format!("{at} overlaps {o}")));
+            }
+            bind.push(format!("{name} {at}"));
+        }
         Ok(Manifest {
             package,
             entrypoint,
@@ -932,6 +985,7 @@ impl Validator<'_> {
             health,
             schedules,
             migrate,
+            bind,
         })
     }
 
@@ -1834,6 +1888,71 @@ cmd = ["/bin/rotate"]
             line_in_full("description ="),
             "control",
         );
+    }
+
+    #[test]
+    fn bind_tables() {
+        let head = "[package]\nname = \"app\"\nversion = \"1\"\n[entrypoint]\nargv = [\"/x\"]\n";
+        let m = Manifest::parse(&format!(
+            "{head}[[bind]]\npackage = \"tools\"\n[[bind]]\npackage = \"lib\"\nat = \"/usr/share/lib\"\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            m.binds().collect::<Vec<_>>(),
+            [("tools", "/opt/tools"), ("lib", "/usr/share/lib")]
+        );
+        assert!(Manifest::parse(head).unwrap().bind.is_empty());
+        // Line 6 is the first [[bind]]; errors name the key and the line of its value.
+        for (tables, line, needle) in [
+            (
+                "[[bind]]\nat = \"/opt/x\"\n",
+                6,
+                "bind.package: required key is missing",
+            ),
+            ("[[bind]]\npackage = \"Tools\"\n", 7, "bind.package:"),
+            (
+                "[[bind]]\npackage = \"app\"\n",
+                7,
+                "bind.package: bound twice, or the package itself",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\n[[bind]]\npackage = \"a\"\nat = \"/srv/a\"\n",
+                9,
+                "bind.package: bound twice",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\nat = \"/proc/a\"\n",
+                8,
+                "bind.at: /proc/a: is below /proc",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\nat = \"opt/a\"\n",
+                8,
+                "bind.at: \"opt/a\" must be an absolute path",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\nat = \"/\"\n",
+                8,
+                "bind.at: /: is the container's own",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\n[[bind]]\npackage = \"b\"\nat = \"/opt/a/b\"\n",
+                10,
+                "bind.at: /opt/a/b overlaps /opt/a",
+            ),
+            (
+                "[[bind]]\npackage = \"a\"\nmode = \"rw\"\n",
+                8,
+                "unknown key `mode` in [bind]",
+            ),
+            ("[[bind]]\npackage = 3\n", 7, "bind.package"),
+        ] {
+            check(
+                Manifest::parse(&format!("{head}{tables}")).unwrap_err(),
+                line,
+                needle,
+            );
+        }
     }
 
     #[test]

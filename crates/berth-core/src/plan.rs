@@ -280,19 +280,21 @@ pub fn host_base_target(rootfs: &Path, dir: &Path) -> PathBuf {
 }
 
 /// Which of berth's mounts below `run` nothing uses any more, in the order to unmount them:
-/// per-container mounts (merged roots in `<run>/rootfs`, /data binds in `<run>/data`) not
-/// in `used` first, deepest first, as they may sit on image mounts, then image mounts
-/// (`<run>/mnt`) not in `used`. Anything else below `run` is not berth's to release.
+/// per-container mounts (merged roots in `<run>/rootfs`, /data binds in `<run>/data`, bind
+/// anchors in `<run>/binds` and what is staged below them) not in `used` first, deepest
+/// first, as they may sit on image mounts, then image mounts (`<run>/mnt`) not in `used`.
+/// Anything else below `run` is not berth's to release.
 pub fn unused_mounts(
     mounts: &[PathBuf],
     run: &Path,
     used: &std::collections::BTreeSet<PathBuf>,
 ) -> Vec<PathBuf> {
     let (roots, data, images) = (run.join("rootfs"), run.join("data"), run.join("mnt"));
+    let binds = run.join("binds");
     let below = |m: &Path, dir: &Path| m.starts_with(dir) && m != dir;
     let mut per_container: Vec<&PathBuf> = mounts
         .iter()
-        .filter(|m| below(m, &roots) || below(m, &data))
+        .filter(|m| below(m, &roots) || below(m, &data) || below(m, &binds))
         .collect();
     // Deepest first: a mount on top of another goes before it (or that unmount is EBUSY).
     per_container.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
@@ -322,15 +324,22 @@ mod tests {
             p("mnt/cc"),
             p("shim/web.sock"),
             p("rootfs/app/proc"),
+            p("binds/app"),
+            p("binds/app/stage/tools"),
+            p("binds/web"),
         ];
         let used: std::collections::BTreeSet<PathBuf> =
-            [p("mnt/bb"), p("data/web")].into_iter().collect();
+            [p("mnt/bb"), p("data/web"), p("binds/web")]
+                .into_iter()
+                .collect();
         assert_eq!(
             unused_mounts(&mounts, run, &used),
             vec![
+                p("binds/app/stage/tools"),
                 p("rootfs/app/proc"),
                 p("rootfs/app"),
                 p("data/app"),
+                p("binds/app"),
                 p("mnt/aa"),
                 p("mnt/cc")
             ]

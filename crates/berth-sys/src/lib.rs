@@ -9,6 +9,7 @@ pub mod loopdev;
 pub mod lxc;
 pub mod mount;
 pub mod net;
+pub mod mountns;
 pub mod process;
 pub mod skip;
 pub mod watchdog;

@@ -14,6 +14,7 @@ use crate::util::Result;
 
 pub mod activation;
 pub mod api;
+pub mod bind;
 pub mod cpu;
 pub mod footprint;
 pub mod fs;
@@ -36,6 +37,7 @@ pub const ALL: &[&str] = &[
     "security",
     "supervise",
     "api",
+    "bind",
     "net",
     "governor",
 ];
@@ -77,6 +79,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "net" => Some(Box::new(net::Net)),
         "supervise" => Some(Box::new(supervise::Supervise)),
         "api" => Some(Box::new(api::Api)),
+        "bind" => Some(Box::new(bind::Bind)),
         "governor" => Some(Box::new(governor::Governor)),
         _ => None,
     }

@@ -250,6 +250,18 @@ pub enum Containers {
         raw: bool,
     },
     Inspect(String),
+    /// `bind PACKAGE --into CONTAINER [--at PATH] [--persist]`.
+    Bind {
+        package: String,
+        container: String,
+        at: Option<String>,
+        persist: bool,
+    },
+    /// `unbind PACKAGE --from CONTAINER`.
+    Unbind {
+        package: String,
+        container: String,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -303,6 +315,7 @@ pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
         "restart" => Device::Containers(C::Restart(one_name(args)?)),
         "reset" => Device::Containers(C::Reset(one_name(args)?)),
         "stop" => Device::Containers(stop(args)?),
+        "bind" | "unbind" => Device::Containers(bind(command == "unbind", args)?),
         "status" => Device::Containers(C::Status(
             at_most_one(bare(args)?, "status takes at most one name")?
                 .map(package_name)
@@ -525,6 +538,33 @@ fn stop(args: &[String]) -> Result<Containers, Usage> {
     Ok(Containers::Stop { name, timeout })
 }
 
+/// `bind PACKAGE --into CONTAINER [--at PATH] [--persist]`, `unbind PACKAGE --from CONTAINER`.
+fn bind(unbind: bool, args: &[String]) -> Result<Containers, Usage> {
+    let (mut container, mut at, mut persist) = (None, None, false);
+    let pos = scan(args, &mut |o, p| match (o, unbind) {
+        ("--into", false) | ("--from", true) => first(&mut container, p, o),
+        ("--at", false) => first(&mut at, p, o),
+        ("--persist", false) => on(&mut persist),
+        _ => Ok(false),
+    })?;
+    let package = package_name(one(pos, "package name")?)?;
+    let opt = if unbind { "--from" } else { "--into" };
+    let container =
+        package_name(container.ok_or_else(|| usage(format!("missing {opt} CONTAINER")))?)?;
+    if let Some(at) = &at {
+        berth_core::bind::check_target(at).map_err(|e| usage(format!("--at {e}")))?;
+    }
+    Ok(match unbind {
+        true => Containers::Unbind { package, container },
+        false => Containers::Bind {
+            package,
+            container,
+            at,
+            persist,
+        },
+    })
+}
+
 fn logs(args: &[String]) -> Result<Containers, Usage> {
     let (mut follow, mut raw) = (false, false);
     let pos = scan(args, &mut |o, _| match o {
@@ -674,6 +714,59 @@ mod tests {
 
     fn name_error(n: &str) -> String {
         berth_core::name::Name::parse(n).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bind_and_unbind() {
+        assert_eq!(
+            dev("bind tools --into web").unwrap(),
+            Device::Containers(Containers::Bind {
+                package: "tools".into(),
+                container: "web".into(),
+                at: None,
+                persist: false
+            })
+        );
+        assert_eq!(
+            dev("bind --persist tools --at /srv/t --into web").unwrap(),
+            Device::Containers(Containers::Bind {
+                package: "tools".into(),
+                container: "web".into(),
+                at: Some("/srv/t".into()),
+                persist: true
+            })
+        );
+        assert_eq!(
+            dev("unbind tools --from web").unwrap(),
+            Device::Containers(Containers::Unbind {
+                package: "tools".into(),
+                container: "web".into()
+            })
+        );
+        for (line, msg) in [
+            ("bind tools", "missing --into CONTAINER"),
+            ("bind --into web", "missing package name"),
+            ("bind a b --into web", "expected one package name, got 2"),
+            ("bind tools --into", "--into needs a value"),
+            (
+                "bind tools --into web --at opt/x",
+                "--at \"opt/x\" must be an absolute path",
+            ),
+            (
+                "bind tools --into web --at /proc/x",
+                "--at /proc/x: is below /proc",
+            ),
+            ("bind tools --from web", "unknown option --from"),
+            ("unbind tools --into web", "unknown option --into"),
+            (
+                "unbind tools --from web --persist",
+                "unknown option --persist",
+            ),
+            ("unbind tools", "missing --from CONTAINER"),
+        ] {
+            assert_eq!(refused(line), msg, "{line}");
+        }
+        assert_eq!(refused("bind tools --into Web"), name_error("Web"));
     }
 
     #[test]

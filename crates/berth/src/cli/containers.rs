@@ -1,5 +1,5 @@
-//! `start`, `stop`, `restart`, `reset`, `status`, `logs`, `inspect`: the containers' lifecycle and
-//! what they say.
+//! `start`, `stop`, `restart`, `reset`, `status`, `logs`, `inspect`, `bind`, `unbind`: the
+//! containers' lifecycle, what they say, and the packages bound into them.
 
 use std::io::{BufRead, Read, Write};
 use std::path::Path;
@@ -44,6 +44,25 @@ pub fn run(json: bool, sock: &Path, cmd: Containers) -> Result<()> {
             Ok(())
         }
         Containers::Logs { name, follow, raw } => logs(json, sock, &name, follow, raw),
+        Containers::Bind {
+            package,
+            container,
+            at,
+            persist,
+        } => {
+            use berth_core::api::bind as f;
+            let body = json!({f::PACKAGE: package, f::CONTAINER: container, f::AT: at, f::PERSIST: persist});
+            let v = client::call(sock, "POST", "/v1/bind", Some(&body))?;
+            show(json, &v, &render::bound);
+            Ok(())
+        }
+        Containers::Unbind { package, container } => {
+            use berth_core::api::bind as f;
+            let body = json!({f::PACKAGE: package, f::CONTAINER: container});
+            let v = client::call(sock, "POST", "/v1/unbind", Some(&body))?;
+            show(json, &v, &render::unbound);
+            Ok(())
+        }
         Containers::Inspect(name) => {
             let v = client::call(sock, "GET", &format!("/v1/inspect?name={name}"), None)?;
             // JSON for people too: the structure is the information (and a table printer

@@ -52,6 +52,10 @@ device:
                              of one CPU); kept for the next start; no option: show them
   stats [NAME]               CPU %, memory, pids, throttling, OOM kills (group and containers)
   inspect NAME               capabilities, seccomp profile, devices, id map in force (JSON)
+  bind PACKAGE --into NAME [--at PATH] [--persist]
+                             show an installed package read-only in a running container
+                             (at /opt/PACKAGE); --persist: again at its next starts
+  unbind PACKAGE --from NAME take it away again (and its --persist)
   net [hosts]                containers' addresses, published ports, drop counters;
                              hosts: the LAN's hosts (neighbour table, DHCP, mDNS)
   governor                   the adaptive CPU cap: R_n, R_c, the cap, its mode and history

@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 
 use berth_core::api::{
-    container, daemon, exit, gc, governor, guard_kill, health, hosts, install, limit, limits, list,
-    net, package, repository, reset, start, stats, status, stop, update, upgradable, upgrade,
+    bind, container, daemon, exit, gc, governor, guard_kill, health, hosts, install, limit, limits,
+    list, net, package, repository, reset, start, stats, status, stop, update, upgradable, upgrade,
 };
 use berth_core::governor::fmt1;
 use serde_json::Value;
@@ -293,6 +293,47 @@ pub fn stopped(name: &str, v: &Value) -> String {
     format!("stopped {name}{how}\n")
 }
 
+/// One binding: `tools@1.0 at /opt/tools (mount-api, persistent)`.
+fn binding(b: &Value) -> String {
+    let mut how = vec![b[bind::METHOD].as_str().unwrap_or("at the next start")];
+    if b[bind::PERSIST] == true {
+        how.push("persistent");
+    }
+    if b[bind::ORIGIN] == "manifest" {
+        how.push("manifest");
+    }
+    format!(
+        "{}@{} at {} ({})",
+        cell(&b[bind::PACKAGE]),
+        cell(&b[bind::VERSION]),
+        cell(&b[bind::AT]),
+        how.join(", ")
+    )
+}
+
+/// `berth bind`'s result.
+pub fn bound(v: &Value) -> String {
+    format!(
+        "bound {} into {} in {} ms\n",
+        binding(v),
+        cell(&v[bind::CONTAINER]),
+        fmt1(v[bind::BIND_MS].as_f64().unwrap_or(0.0))
+    )
+}
+
+/// `berth unbind`'s result.
+pub fn unbound(v: &Value) -> String {
+    let (p, c) = (cell(&v[bind::PACKAGE]), cell(&v[bind::CONTAINER]));
+    let mut out = match v[bind::AT].as_str() {
+        Some(at) => format!("unbound {p} from {c} (was at {at})\n"),
+        None => String::new(),
+    };
+    if v[bind::PERSIST] == true {
+        let _ = writeln!(out, "{p} is no longer bound into {c} at its starts");
+    }
+    out
+}
+
 pub const STATUS_HEAD: &[&str] = &[
     "NAME",
     "VERSION",
@@ -401,6 +442,9 @@ pub fn status(v: &Value, now: u64) -> String {
                 out,
                 "  (berth start {n} to try again, berth reset {n} to clear)"
             );
+        }
+        for b in c[container::BINDINGS].as_array().into_iter().flatten() {
+            let _ = writeln!(out, "{}: bound {}", cell(&c[container::NAME]), binding(b));
         }
     }
     out

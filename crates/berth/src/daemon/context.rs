@@ -51,6 +51,9 @@ pub struct Daemon {
     stalls: [AtomicU32; Component::ALL.len()],
     /// The daemon was started with BERTH_TEST_HOOKS=1: `POST /v1/test/stall` is honoured.
     pub test_hooks: bool,
+    /// BERTH_FORCE_MOUNT_FALLBACK=1: hot-binding uses mount propagation, as on a kernel
+    /// without the mount API (so that tests run the fallback).
+    pub force_mount_fallback: bool,
     /// The container API's sockets and the update locks (`api::container`).
     pub capi: crate::daemon::endpoints::Registry,
     /// The containers' cron jobs (`schedules.rs` owns them).
@@ -178,6 +181,8 @@ impl Daemon {
                     Clock::REAL
                 },
             },
+            force_mount_fallback: std::env::var_os("BERTH_FORCE_MOUNT_FALLBACK")
+                .is_some_and(|v| v == "1"),
         }
     }
 

@@ -127,6 +127,7 @@ fn prepare_dirs(paths: &Paths) -> Result<()> {
         (paths.run.join("mnt"), 0o711),
         (paths.run.join("rootfs"), 0o711),
         (paths.run.join("data"), 0o711),
+        (paths.run.join("binds"), 0o711),
         (paths.run.join("shim"), 0o700),
         (paths.run.join("logs"), 0o700),
         (paths.lxcpath.clone(), 0o711),

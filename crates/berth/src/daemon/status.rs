@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use crate::daemon::context::Daemon;
 use crate::daemon::error::Result;
 use crate::daemon::records;
-use crate::daemon::runtime::probe;
+use crate::daemon::runtime::{self, probe};
 use crate::daemon::state;
 use crate::daemon::store::repo;
 
@@ -76,6 +76,7 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
             container::LAST_EXIT: if running { Value::Null } else { probe::exit_info(d, n) },
             container::GUARD_KILL: records::last_guard_kill(d, n),
             container::IMAGE: p.sha256,
+            container::BINDINGS: runtime::bind::listing(d, &st, p, running),
         }));
     }
     let safe = d.safe_mode();

@@ -31,6 +31,10 @@ pub struct PackReport {
 
 /// Mount points every container needs (see DESIGN.md, file system).
 const SKELETON: &[&str] = &["proc", "sys", "dev", "tmp", "run", "data"];
+/// Where the device makes hot-binding mount points (docs/hot-binding.md): added when the
+/// tree has no `opt`, left as the vendor made it otherwise (the device then uses only the
+/// image's own directories there).
+const BIND_ANCHOR: &str = "opt";
 /// Extra mount points for `base = "host"`: the host's library directories are bound there.
 const HOST_SKELETON: &[&str] = &["lib", "lib64", "usr", "usr/lib"];
 
@@ -324,6 +328,9 @@ fn skeleton(dir: &Path, base: Base) -> anyhow::Result<Vec<String>> {
             }
         }
     }
+    if fs::symlink_metadata(dir.join(BIND_ANCHOR)).is_err() {
+        pseudo.push(format!("{BIND_ANCHOR} d 755 0 0"));
+    }
     Ok(pseudo)
 }
 
@@ -460,7 +467,7 @@ pub(crate) mod tests {
         assert!(!t.0.join("a.sqfs.tmp").exists());
 
         let listing = list(&a);
-        for d in SKELETON {
+        for d in SKELETON.iter().chain([&BIND_ANCHOR]) {
             assert!(
                 listing.contains(&format!("squashfs-root/{d}\n")),
                 "{d}: {listing}"
@@ -517,6 +524,12 @@ pub(crate) mod tests {
             "{e}"
         );
         assert!(!t.0.join("p.sqfs.tmp").exists());
+        // The bind anchor is only offered: an opt of the vendor's own stays as it is.
+        fs::remove_file(src.join("data")).unwrap();
+        symlink("usr", src.join("opt")).unwrap();
+        let out = t.0.join("p.sqfs");
+        pack(&src, &out).unwrap();
+        assert!(list(&out).contains("squashfs-root/opt -> usr\n"));
     }
 
     #[test]

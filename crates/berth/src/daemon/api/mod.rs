@@ -50,6 +50,7 @@ pub(crate) fn allowed(d: &Daemon, action: &Action) -> Result<()> {
         Action::Install(_) => refuse_in_safe_mode(d, "install"),
         Action::Upgrade { .. } => refuse_in_safe_mode(d, "upgrade"),
         Action::Rollback(_) => refuse_in_safe_mode(d, "rollback"),
+        Action::Bind { .. } => refuse_in_safe_mode(d, "bind"),
         _ => Ok(()),
     }
 }
@@ -102,6 +103,13 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::Schedules(n) => schedules::list(d, &n),
         Action::ScheduleAdd { name, job } => schedules::add_job(d, &name, job),
         Action::ScheduleRemove { name, id } => schedules::delete(d, &name, &id),
+        Action::Bind {
+            package,
+            container,
+            at,
+            persist,
+        } => runtime::bind::bind(d, &package, &container, at, persist),
+        Action::Unbind { package, container } => runtime::bind::unbind(d, &package, &container),
         Action::TestStall { component, seconds } => test_stall(d, component, seconds),
         Action::Reports(n) => reports::list(d, n.as_deref()),
         Action::ReportShow(id) => reports::show(d, &id),

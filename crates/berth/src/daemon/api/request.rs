@@ -72,6 +72,18 @@ pub enum Action {
         name: String,
         id: String,
     },
+    /// `berth bind PACKAGE --into CONTAINER [--at PATH] [--persist]`.
+    Bind {
+        package: String,
+        container: String,
+        at: Option<String>,
+        persist: bool,
+    },
+    /// `berth unbind PACKAGE --from CONTAINER`.
+    Unbind {
+        package: String,
+        container: String,
+    },
     /// Test hooks only (honoured when the daemon runs with BERTH_TEST_HOOKS=1): the
     /// component sleeps `seconds` at its next heartbeat, as a hung loop would.
     TestStall {
@@ -187,6 +199,45 @@ fn limit_request(req: &Request) -> Result<(String, Overrides)> {
             pids_max: pids,
         },
     ))
+}
+
+/// Pure: a bind request `{"package", "container", "at", "persist"}` or, for unbind, one
+/// of the first two only; the target's rules are `berth_core::bind::check_target`'s.
+fn bind_request(req: &Request, unbind: bool) -> Result<Action> {
+    let v: Value = body(req)?;
+    let bad = |m: String| Error::bad_request(format!("POST {}: {m}", req.path));
+    let obj = v
+        .as_object()
+        .ok_or_else(|| bad("expected a JSON object".into()))?;
+    let (mut package, mut container, mut at, mut persist) = (None, None, None, false);
+    for (k, x) in obj {
+        match (k.as_str(), x, unbind) {
+            (field::PACKAGE, Value::String(s), _) => package = Some(check_name(s)?),
+            (field::CONTAINER, Value::String(s), _) => container = Some(check_name(s)?),
+            (field::AT, Value::String(s), false) => {
+                berth_core::bind::check_target(s).map_err(|e| bad(format!("at: {e}")))?;
+                at = Some(s.clone())
+            }
+            (field::PERSIST, Value::Bool(b), false) => persist = *b,
+            (field::AT, Value::Null, false) => {}
+            (field::PACKAGE | field::CONTAINER, _, _) | (field::AT | field::PERSIST, _, false) => {
+                return Err(bad(format!("{k}: wrong type")))
+            }
+            _ => return Err(bad(format!("unknown field {k:?}"))),
+        }
+    }
+    let (Some(package), Some(container)) = (package, container) else {
+        return Err(bad("needs package and container".into()));
+    };
+    Ok(match unbind {
+        true => Action::Unbind { package, container },
+        false => Action::Bind {
+            package,
+            container,
+            at,
+            persist,
+        },
+    })
 }
 
 /// Pure: an update request's optional body `{"reset_serial": bool}`.
@@ -421,6 +472,8 @@ pub fn parse(req: &Request) -> Result<Action> {
         ("GET", "/v1/governor") => Action::Governor,
         ("POST", "/v1/safe-mode/enter") => Action::SafeModeEnter,
         ("POST", "/v1/safe-mode/clear") => Action::SafeModeClear,
+        ("POST", "/v1/bind") => bind_request(req, false)?,
+        ("POST", "/v1/unbind") => bind_request(req, true)?,
         ("POST", "/v1/test/stall") => stall_request(req)?,
         ("GET", "/v1/reports") => Action::Reports(match req.query.get(field::NAME) {
             Some(n) => Some(check_name(n)?),
@@ -468,6 +521,8 @@ pub fn parse(req: &Request) -> Result<Action> {
             | "/v1/net/hosts"
             | "/v1/safe-mode/enter"
             | "/v1/safe-mode/clear"
+            | "/v1/bind"
+            | "/v1/unbind"
             | "/v1/test/stall"
             | "/v1/reports"
             | "/v1/reports/show"
@@ -805,6 +860,91 @@ mod tests {
             assert_eq!(e.status(), status, "{m} {path} {body}");
             assert!(e.message.contains(needle), "{m} {path}: {}", e.message);
         }
+    }
+
+    #[test]
+    fn bind_requests() {
+        let post = |path: &str, v: serde_json::Value| parse(&req("POST", path, &v.to_string()));
+        let b = serde_json::json!({
+            field::PACKAGE: "tools", field::CONTAINER: "web", field::AT: "/srv/t", field::PERSIST: true,
+        });
+        assert_eq!(
+            post("/v1/bind", b).unwrap(),
+            Action::Bind {
+                package: "tools".into(),
+                container: "web".into(),
+                at: Some("/srv/t".into()),
+                persist: true
+            }
+        );
+        let b = serde_json::json!({ field::PACKAGE: "tools", field::CONTAINER: "web" });
+        assert_eq!(
+            post("/v1/bind", b.clone()).unwrap(),
+            Action::Bind {
+                package: "tools".into(),
+                container: "web".into(),
+                at: None,
+                persist: false
+            }
+        );
+        assert_eq!(
+            post("/v1/unbind", b).unwrap(),
+            Action::Unbind {
+                package: "tools".into(),
+                container: "web".into()
+            }
+        );
+        for (path, body, needle) in [
+            (
+                "/v1/bind",
+                r#"{"package":"tools"}"#,
+                "needs package and container",
+            ),
+            (
+                "/v1/bind",
+                r#"{"package":"tools","container":"../x"}"#,
+                "../x",
+            ),
+            (
+                "/v1/bind",
+                r#"{"package":"t","container":"w","at":"/proc/x"}"#,
+                "at: /proc/x: is below /proc",
+            ),
+            (
+                "/v1/bind",
+                r#"{"package":"t","container":"w","at":"o p"}"#,
+                "absolute",
+            ),
+            (
+                "/v1/bind",
+                r#"{"package":"t","container":"w","persist":"yes"}"#,
+                "persist: wrong type",
+            ),
+            (
+                "/v1/bind",
+                r#"{"package":"t","container":"w","rw":true}"#,
+                "unknown field \"rw\"",
+            ),
+            (
+                "/v1/unbind",
+                r#"{"package":"t","container":"w","at":"/opt/t"}"#,
+                "unknown field \"at\"",
+            ),
+            (
+                "/v1/unbind",
+                r#"{"package":1,"container":"w"}"#,
+                "package: wrong type",
+            ),
+            ("/v1/unbind", "[]", "expected a JSON object"),
+        ] {
+            let e = parse(&req("POST", path, body)).unwrap_err();
+            assert_eq!(e.status(), 400, "{body}");
+            assert!(e.message.contains(needle), "{body}: {}", e.message);
+        }
+        assert_eq!(
+            parse(&req("GET", "/v1/bind", "")).unwrap_err().status(),
+            405
+        );
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! Containers at run time: their mounts, start, stop, watch, health probes, status and logs.
+//! Containers at run time: their mounts, start, stop, watch, health probes, bindings, status
+//! and logs.
 
+pub(crate) mod bind;
 pub(crate) mod data;
 pub(crate) mod health;
 pub(crate) mod limit;

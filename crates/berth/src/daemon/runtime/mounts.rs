@@ -1,4 +1,5 @@
-//! Image mounts, merged roots and /data binds: what a start needs, released when nothing uses them.
+//! Image mounts, merged roots, /data binds and bind anchors: what a start needs, released when
+//! nothing uses them.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -59,6 +60,14 @@ pub(crate) fn running_layers(d: &Daemon, st: &State, p: &Installed) -> Vec<Strin
     }
 }
 
+/// The bindings of a container's run (`runtime::bind`), as recorded at its start and by
+/// each bind and unbind since: meaningful while it runs.
+pub(crate) fn run_bindings(d: &Daemon, name: &str) -> Vec<berth_core::bind::Binding> {
+    std::fs::read_to_string(d.cfg.paths.lxc_dir(name).join("binds"))
+        .map(|t| berth_core::bind::parse_bindings(&t))
+        .unwrap_or_default()
+}
+
 /// Unmounts every merged root, /data bind and image mount that nothing uses (the choice is
 /// `plan::unused_mounts`).
 pub(crate) fn release_mounts(d: &Daemon) {
@@ -74,11 +83,17 @@ pub(crate) fn release_mounts(d: &Daemon) {
     for p in st.packages.values() {
         let n = p.name.as_str();
         if probe::is_running(d, n) {
-            used.extend([paths.rootfs(n), paths.data_mount(n)]);
+            used.extend([paths.rootfs(n), paths.data_mount(n), paths.bind_anchor(n)]);
             used.extend(
                 running_layers(d, &st, p)
                     .iter()
                     .map(|l| paths.image_mount(l)),
+            );
+            // Bound images stay mounted while bound, also one an upgrade replaced.
+            used.extend(
+                run_bindings(d, n)
+                    .iter()
+                    .map(|b| paths.image_mount(&b.sha256)),
             );
         }
     }

@@ -44,7 +44,9 @@ pub(crate) fn open(d: &Daemon, p: &Installed) -> Result<()> {
     let parent = dir.parent().unwrap_or(&dir);
     std::fs::create_dir_all(parent).map_err(fail)?;
     std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o711)).map_err(fail)?;
-    std::fs::create_dir_all(&dir).map_err(fail)?;
+    // The mount point of hot-binding's stage (`berth_core::bind::STAGE`, bound over it
+    // later in the same start): in this read-only bind LXC could not make it.
+    std::fs::create_dir_all(dir.join("binds")).map_err(fail)?;
     let (uid, gid) = payload_ids(d, p)?;
     std::os::unix::fs::chown(&dir, Some(0), Some(0)).map_err(fail)?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(fail)?;
@@ -65,6 +67,7 @@ pub(crate) fn close(d: &Daemon, name: &str) {
     unlock(d, name);
     let dir = d.cfg.paths.api_dir(name);
     let _ = std::fs::remove_file(dir.join("api.sock"));
+    let _ = std::fs::remove_dir(dir.join("binds"));
     let _ = std::fs::remove_dir(&dir);
 }
 

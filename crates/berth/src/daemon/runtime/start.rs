@@ -20,6 +20,7 @@ use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::limits;
 use crate::daemon::net;
+use crate::daemon::runtime::bind;
 use crate::daemon::runtime::data;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
@@ -214,7 +215,7 @@ fn prepare_data(d: &Daemon, p: &Installed) -> Result<()> {
 }
 
 /// The LXC configuration: the container plan (root, host base, limits), then the
-/// security lines, then the network keys.
+/// security lines, the network keys and the bindings (with the bind anchor made).
 fn render_config(d: &Daemon, st: &State, p: &Installed, root: &Root) -> Result<String> {
     // Bind what the host has and the image has a mount point for (the root is read-only:
     // LXC cannot create one). A host without /lib64 simply has nothing to bind there.
@@ -241,6 +242,7 @@ fn render_config(d: &Daemon, st: &State, p: &Installed, root: &Root) -> Result<S
     .map_err(|e| Error::new(Kind::Refused, e.to_string()))?;
     text.push_str(&security::lxc_lines(d, p, cg_version)?);
     text.push_str(&net_keys);
+    text.push_str(&bind::prepare(d, st, p, &root.rootfs)?);
     Ok(text)
 }
 

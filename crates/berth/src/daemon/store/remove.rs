@@ -12,6 +12,7 @@ use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::net;
 use crate::daemon::records;
+use crate::daemon::runtime::bind;
 use crate::daemon::runtime::data;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
@@ -72,6 +73,17 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
                 format!("{n} is needed by {}: remove those first", users.join(", ")),
             ));
         }
+        let into = bind::bound_into(d, &old, n, names);
+        if !into.is_empty() {
+            return Err(Error::new(
+                Kind::Needed,
+                format!(
+                    "{n} is bound into {}: berth unbind {n} --from {} first (a binding of a manifest's [[bind]] goes with its package)",
+                    into.join(", "),
+                    into[0]
+                ),
+            ));
+        }
     }
     let mut new = old.clone();
     for n in names {
@@ -121,6 +133,7 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
         let _ = std::fs::remove_file(d.cfg.paths.supervise_file(n));
         crate::daemon::schedules::forget(d, n);
         crate::daemon::store::upgrade::forget(d, n);
+        bind::forget(d, n);
         records::forget(d, n);
         crate::daemon::runtime::sockets::close(d, n);
         if purge {
@@ -221,6 +234,11 @@ pub(crate) fn gc(d: &Daemon) -> Result<Value> {
     for p in st.packages.values() {
         if probe::is_running(d, p.name.as_str()) {
             keep.extend(mounts::running_layers(d, &st, p));
+            keep.extend(
+                mounts::run_bindings(d, p.name.as_str())
+                    .into_iter()
+                    .map(|b| b.sha256),
+            );
         }
     }
     // And, whatever berth believes, nothing a loop device still reads.

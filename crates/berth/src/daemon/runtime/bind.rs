@@ -1,0 +1,454 @@
+//! `berth bind` and `berth unbind` (docs/hot-binding.md): an installed package's image shown
+//! read-only, nosuid, nodev inside a running container, without a restart; the bindings a
+//! start makes (the manifest's `[[bind]]`, the operator's persistent ones); what `status`
+//! and `remove` are told.
+//!
+//! Each running container has a bind anchor, `<run>/binds/NAME`: a shared mount of its own
+//! whose `opt/` is the container's `/opt` (when the image's `/opt` is empty: mount points
+//! below it are made here, on the host side) and whose `stage/` is the container's
+//! `/run/berth/binds` (the propagation method's way in). The mount API clones the image
+//! mount and moves the clone into the container's mount namespace; without it (Linux < 5.2,
+//! or `BERTH_FORCE_MOUNT_FALLBACK=1`) the image is bound below `stage/` on the host, appears
+//! in the container by propagation, and is bound on from there inside the namespace.
+
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use berth_core::api::bind as field;
+use berth_core::bind::{self, Binding, Method};
+use berth_core::state::{Installed, State};
+use berth_sys::fsutil::write_atomic;
+use berth_sys::mountns::{self, Mount};
+use serde_json::{json, Value};
+
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::runtime::mounts;
+use crate::daemon::runtime::probe;
+use crate::daemon::state;
+
+pub(crate) fn bind(
+    d: &Daemon,
+    package: &str,
+    container: &str,
+    at: Option<String>,
+    persist: bool,
+) -> Result<Value> {
+    let _op = d.op.lock().unwrap();
+    let t0 = Instant::now();
+    let p = state::installed(d, package)?;
+    state::installed(d, container)?;
+    let at = at.unwrap_or_else(|| bind::default_target(package));
+    bind::check_target(&at).map_err(|e| Error::bad_request(format!("cannot bind at {e}")))?;
+    let init = probe::running_init(d, container).ok_or_else(|| {
+        Error::new(
+            Kind::NotRunning,
+            format!("{container} is not running (berth start {container})"),
+        )
+    })?;
+    let mut run = mounts::run_bindings(d, container);
+    if let Some(b) = run.iter().find(|b| b.package == package) {
+        return Err(Error::new(
+            Kind::AlreadyBound,
+            format!(
+                "{package} is already bound into {container} at {} (berth unbind {package} --from {container})",
+                b.at
+            ),
+        ));
+    }
+    taken(&run, container, &at)?;
+    let image = mounts::ensure_image_mounted(d, &p.sha256)?;
+    let anchor = d.cfg.paths.bind_anchor(container);
+    let created = match bind::under_anchor(&at, anchor.join("opt").is_dir()) {
+        Some(_) => make_dirs(&anchor, &at)?,
+        None => String::new(),
+    };
+    let method = if d.force_mount_fallback {
+        Method::Propagation
+    } else {
+        Method::MountApi
+    };
+    let method = attach(d, init, &image, &at, method, &anchor, package).map_err(|e| {
+        remove_dirs(&anchor, &at, &created);
+        fail(e, container, &at)
+    })?;
+    log::info!(
+        "bound {package}@{} into {container} at {at} ({})",
+        p.version,
+        method.as_str()
+    );
+    run.push(Binding {
+        package: package.into(),
+        version: p.version.to_string(),
+        sha256: p.sha256,
+        at,
+        method,
+        manifest: false,
+        created,
+    });
+    write_run(d, container, &run)?;
+    if persist {
+        let mut kept = persisted(d, container);
+        kept.retain(|(n, _)| n != package);
+        kept.push((package.into(), run[run.len() - 1].at.clone()));
+        write_persisted(d, container, &kept)?;
+    }
+    let mut v = entry(&run[run.len() - 1], persist, Some(method));
+    v[field::CONTAINER] = container.into();
+    v[field::BIND_MS] = (t0.elapsed().as_secs_f64() * 1000.0).into();
+    Ok(v)
+}
+
+pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value> {
+    let _op = d.op.lock().unwrap();
+    let t0 = Instant::now();
+    state::installed(d, container)?;
+    let mut run = mounts::run_bindings(d, container);
+    let mut kept = persisted(d, container);
+    let init = probe::running_init(d, container);
+    let i = run
+        .iter()
+        .position(|b| b.package == package)
+        .filter(|_| init.is_some());
+    let persist = kept.iter().any(|(n, _)| n == package);
+    if i.is_none() && !persist {
+        return Err(Error::new(
+            Kind::NotBound,
+            format!("{package} is not bound into {container}"),
+        ));
+    }
+    let mut at = None;
+    if let (Some(i), Some(init)) = (i, init) {
+        let b = run.remove(i);
+        // Only what is still the package's image goes: the container cannot mount, but the
+        // path is its own (a target no longer there has nothing to unmount).
+        if let Some(id) = image_id(&d.cfg.paths.image_mount(&b.sha256)) {
+            match mountns::at_target(d.proc(), init, b.at.clone().into(), Mount::Off, id) {
+                Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
+                    return Err(fail(e, container, &b.at))
+                }
+                _ => {}
+            }
+        }
+        remove_dirs(&d.cfg.paths.bind_anchor(container), &b.at, &b.created);
+        write_run(d, container, &run)?;
+        log::info!("unbound {package} from {container} at {}", b.at);
+        at = Some(b.at);
+    }
+    if persist {
+        kept.retain(|(n, _)| n != package);
+        write_persisted(d, container, &kept)?;
+    }
+    // An image an upgrade replaced stayed mounted for this binding alone.
+    mounts::release_mounts(d);
+    Ok(json!({
+        field::PACKAGE: package, field::CONTAINER: container, field::AT: at,
+        field::UNMOUNTED: at.is_some(), field::PERSIST: persist,
+        field::UNBIND_MS: t0.elapsed().as_secs_f64() * 1000.0,
+    }))
+}
+
+/// Refuses a target that would stack on (or under) one of the run's bindings.
+fn taken(run: &[Binding], container: &str, at: &str) -> Result<()> {
+    match run.iter().find(|b| bind::overlap(&b.at, at)) {
+        Some(b) => Err(Error::new(
+            Kind::TargetTaken,
+            format!("{at} in {container}: {} is bound at {}", b.package, b.at),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// What a failed mount says: the target and the reason in words.
+fn fail(e: io::Error, container: &str, at: &str) -> Error {
+    let (kind, why) = match e.raw_os_error() {
+        Some(libc::ENOENT) => (
+            Kind::Refused,
+            "no such directory (berth makes one only below an empty /opt of the image)".into(),
+        ),
+        Some(libc::ENOTDIR) => (
+            Kind::Refused,
+            "not a directory, or a symlink on the way".into(),
+        ),
+        Some(libc::EBUSY) => (Kind::TargetTaken, "something is mounted there".into()),
+        Some(libc::ENOTEMPTY) => (
+            Kind::TargetTaken,
+            "not empty (a binding would hide its files)".into(),
+        ),
+        _ => (Kind::MountFailed, e.to_string()),
+    };
+    Error::new(kind, format!("{at} in {container}: {why}"))
+}
+
+/// The device and inode of a mount's root: what a binding of it shows at its target.
+fn image_id(mnt: &Path) -> Option<(u64, u64)> {
+    std::fs::metadata(mnt).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Mounts `image` on `at` inside the mount namespace of `init`, by `method`; the mount API
+/// falls back to propagation where the kernel has no open_tree. Returns the method used.
+fn attach(
+    d: &Daemon,
+    init: i32,
+    image: &Path,
+    at: &str,
+    method: Method,
+    anchor: &Path,
+    package: &str,
+) -> io::Result<Method> {
+    let id = image_id(image).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
+    if method == Method::MountApi {
+        match mountns::clone_tree(image) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+            tree => {
+                let tree = tree?;
+                // Linux 5.2 to 5.11: no mount_setattr; the clone is remounted in place.
+                let relock = match mountns::lock_tree(&tree) {
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => true,
+                    r => r.map(|_| false)?,
+                };
+                let m = Mount::Tree(tree, relock);
+                return mountns::at_target(d.proc(), init, at.into(), m, id).map(|_| method);
+            }
+        }
+    }
+    // The host's bind below the anchor's stage/ appears at /run/berth/binds/PACKAGE inside.
+    let stage = anchor.join("stage").join(package);
+    std::fs::create_dir_all(&stage)?;
+    let r = berth_sys::mount::bind(image, &stage, true)
+        .map_err(|e| io::Error::other(e.to_string()))
+        .and_then(|_| {
+            let inside = Mount::Bind(Path::new(bind::STAGE).join(package));
+            mountns::at_target(d.proc(), init, at.into(), inside, id)
+        });
+    // Leaving: its copy in the container goes with it (the binding made from it stays).
+    let _ = berth_sys::mount::umount(&stage, true);
+    let _ = std::fs::remove_dir(&stage);
+    r.map(|_| Method::Propagation)
+}
+
+/// Makes the mount point of `at` (below `/opt`) on the host side of the anchor; returns the
+/// first directory it made, as the container sees it ("" if none): what an unbind removes.
+fn make_dirs(anchor: &Path, at: &str) -> Result<String> {
+    let created = at
+        .match_indices('/')
+        .skip(2)
+        .map(|(i, _)| &at[..i])
+        .chain([at])
+        .find(|p| !anchor.join(&p[1..]).exists())
+        .unwrap_or_default()
+        .to_string();
+    std::fs::create_dir_all(anchor.join(&at[1..]))
+        .map_err(|e| Error::new(Kind::TargetTaken, format!("{at}: {e}")))?;
+    Ok(created)
+}
+
+fn remove_dirs(anchor: &Path, at: &str, created: &str) {
+    for dir in bind::made_dirs(at, created) {
+        let _ = std::fs::remove_dir(anchor.join(&dir[1..]));
+    }
+}
+
+/// The operator's persistent bindings of a container.
+pub(crate) fn persisted(d: &Daemon, name: &str) -> Vec<(String, String)> {
+    std::fs::read_to_string(d.cfg.paths.binds_file(name))
+        .map(|t| bind::parse_persisted(&t))
+        .unwrap_or_default()
+}
+
+fn write_persisted(d: &Daemon, name: &str, kept: &[(String, String)]) -> Result<()> {
+    let path = d.cfg.paths.binds_file(name);
+    if kept.is_empty() {
+        return match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::internal(e)),
+            _ => Ok(()),
+        };
+    }
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(Error::internal)?;
+    }
+    write_atomic(&path, bind::format_persisted(kept).as_bytes(), 0o600)
+        .map_err(|e| state::write_failed(&path, e, "the binding stays for this run only"))
+}
+
+fn write_run(d: &Daemon, name: &str, run: &[Binding]) -> Result<()> {
+    let path = d.cfg.paths.lxc_dir(name).join("binds");
+    write_atomic(&path, bind::format_bindings(run).as_bytes(), 0o600).map_err(Error::internal)
+}
+
+/// The bindings a start of `p` makes, manifest ones first: (package, target, from the
+/// manifest). The operator's persistent binding of a package the manifest binds is not
+/// made twice.
+fn wanted<'a>(p: &'a Installed, kept: &'a [(String, String)]) -> Vec<(&'a str, &'a str, bool)> {
+    let mut out: Vec<(&str, &str, bool)> =
+        p.manifest.binds().map(|(n, at)| (n, at, true)).collect();
+    for (n, at) in kept {
+        if !out.iter().any(|(m, _, _)| m == n) {
+            out.push((n, at, false));
+        }
+    }
+    out
+}
+
+/// At a start, before LXC's configuration is written: the container's bind anchor made
+/// afresh (a shared mount of its own, with `stage/`, and `opt/` when the image's `/opt`
+/// is an empty directory), and the LXC lines of the bindings the start makes, recorded as
+/// the run's. A package to bind that is not installed, or a target the image has no
+/// directory for, fails the start.
+pub(crate) fn prepare(d: &Daemon, st: &State, p: &Installed, rootfs: &Path) -> Result<String> {
+    let name = p.name.as_str();
+    let anchor = d.cfg.paths.bind_anchor(name);
+    clear_anchor(d, &anchor)?;
+    let opt = empty_dir(&rootfs.join("opt"));
+    std::fs::create_dir_all(anchor.join("stage"))
+        .and_then(|_| match opt {
+            true => std::fs::create_dir(anchor.join("opt")),
+            false => Ok(()),
+        })
+        .map_err(Error::internal)?;
+    mountns::bind_shared(&anchor).map_err(|e| {
+        Error::new(
+            Kind::MountFailed,
+            format!("{name}: bind anchor {}: {e}", anchor.display()),
+        )
+    })?;
+    let kept = persisted(d, name);
+    let (mut lines, mut run) = (Vec::new(), Vec::new());
+    for (pkg, at, manifest) in wanted(p, &kept) {
+        let why = if manifest {
+            "its manifest's [[bind]]"
+        } else {
+            "berth bind --persist"
+        };
+        let b = st.packages.get(pkg).ok_or_else(|| {
+            Error::new(
+                Kind::NotInstalled,
+                format!("{name}: {pkg} is to be bound at {at} ({why}) but is not installed: berth install {pkg}"),
+            )
+        })?;
+        taken(&run, name, at)?;
+        let created = match bind::under_anchor(at, opt) {
+            Some(_) => make_dirs(&anchor, at)?,
+            None if image_dir(rootfs, at) => String::new(),
+            None => {
+                return Err(Error::new(
+                    Kind::Refused,
+                    format!("{name}: cannot bind {pkg} at {at} ({why}): the image has no empty directory there, and berth makes one only below an empty /opt"),
+                ))
+            }
+        };
+        lines.push((mounts::ensure_image_mounted(d, &b.sha256)?, at));
+        run.push(Binding {
+            package: pkg.into(),
+            version: b.version.to_string(),
+            sha256: b.sha256.clone(),
+            at: at.into(),
+            method: Method::Start,
+            manifest,
+            created,
+        });
+    }
+    std::fs::create_dir_all(d.cfg.paths.lxc_dir(name)).map_err(Error::internal)?;
+    write_run(d, name, &run)?;
+    Ok(bind::lxc_lines(&anchor, opt, &lines))
+}
+
+/// Unmounts what a former run left below a container's anchor and removes it.
+fn clear_anchor(d: &Daemon, anchor: &Path) -> Result<()> {
+    let left = berth_sys::mount::mounts_under(d.proc(), anchor).unwrap_or_default();
+    for m in left.iter().rev() {
+        let _ = berth_sys::mount::umount(&m.mount_point, true);
+    }
+    // Only berth's own mounts can be there (the container's copies are slaves): an image
+    // still mounted makes this fail (read-only), the anchor's own bind is its directory.
+    match std::fs::remove_dir_all(anchor) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(Error::internal(e)),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `dir` is an empty directory (not a symlink to one).
+fn empty_dir(dir: &Path) -> bool {
+    std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir())
+        && std::fs::read_dir(dir).is_ok_and(|mut r| r.next().is_none())
+}
+
+/// Whether the image has an empty directory at `at`, reached without a symlink.
+fn image_dir(rootfs: &Path, at: &str) -> bool {
+    let mut p = PathBuf::from(rootfs);
+    for c in at[1..].split('/') {
+        p.push(c);
+        if !std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_dir()) {
+            return false;
+        }
+    }
+    empty_dir(&p)
+}
+
+/// One binding as `status` and `bind` show it; `method` None: made at the next start.
+fn entry(b: &Binding, persist: bool, method: Option<Method>) -> Value {
+    json!({
+        field::PACKAGE: b.package, field::VERSION: b.version, field::AT: b.at,
+        field::PERSIST: persist, field::METHOD: method.map(Method::as_str),
+        field::ORIGIN: if b.manifest { "manifest" } else { "operator" },
+    })
+}
+
+/// A container's bindings for `status`: this run's while it runs, else those its next
+/// start makes.
+pub(crate) fn listing(d: &Daemon, st: &State, p: &Installed, running: bool) -> Value {
+    let name = p.name.as_str();
+    let kept = persisted(d, name);
+    let list = match running {
+        true => mounts::run_bindings(d, name),
+        false => wanted(p, &kept)
+            .into_iter()
+            .map(|(pkg, at, manifest)| Binding {
+                package: pkg.into(),
+                version: st
+                    .packages
+                    .get(pkg)
+                    .map(|i| i.version.to_string())
+                    .unwrap_or_default(),
+                sha256: String::new(),
+                at: at.into(),
+                method: Method::Start,
+                manifest,
+                created: String::new(),
+            })
+            .collect(),
+    };
+    list.iter()
+        .map(|b| {
+            let persist = kept.iter().any(|(n, _)| *n == b.package);
+            entry(b, persist, running.then_some(b.method))
+        })
+        .collect()
+}
+
+/// The containers `package` is bound into (this run's bindings of running ones, persistent
+/// ones, manifests), other than `except`: what `berth remove` refuses to pull from under.
+pub(crate) fn bound_into(d: &Daemon, st: &State, package: &str, except: &[String]) -> Vec<String> {
+    st.packages
+        .values()
+        .filter(|c| !except.iter().any(|e| e == c.name.as_str()))
+        .filter(|c| {
+            let n = c.name.as_str();
+            wanted(c, &persisted(d, n))
+                .iter()
+                .any(|(p, _, _)| *p == package)
+                || probe::is_running(d, n)
+                    && mounts::run_bindings(d, n)
+                        .iter()
+                        .any(|b| b.package == package)
+        })
+        .map(|c| c.name.to_string())
+        .collect()
+}
+
+/// A removed container's persistent bindings go with it.
+pub(crate) fn forget(d: &Daemon, name: &str) {
+    let _ = std::fs::remove_file(d.cfg.paths.binds_file(name));
+}
