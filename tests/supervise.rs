@@ -8,21 +8,9 @@ use common::*;
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-/// Polls the container's status until `f` holds; panics with the last status after `secs`.
+/// Polls the container's status until `f` holds (`Sandbox::wait_status`).
 fn wait_for(sb: &Sandbox, name: &str, secs: u64, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    loop {
-        let c = sb.status_of(name);
-        if f(&c) {
-            return c;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name}: not {what} within {secs} s: {c}\n{}",
-            sb.daemon_log_text()
-        );
-        std::thread::sleep(Duration::from_millis(25));
-    }
+    sb.wait_status(name, secs, what, f)
 }
 
 /// The daemon log's lines about `name`'s restarts: "NAME: restart in N ms".

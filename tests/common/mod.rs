@@ -206,6 +206,30 @@ impl Sandbox {
         v["containers"][0].clone()
     }
 
+    /// Polls the container's status until `f` holds; panics with the last status (and the
+    /// daemon's log) after `secs`.
+    pub fn wait_status(
+        &self,
+        name: &str,
+        secs: u64,
+        what: &str,
+        f: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let c = self.status_of(name);
+            if f(&c) {
+                return c;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}: not {what} within {secs} s: {c}\n{}",
+                self.daemon_log_text()
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
     /// Files in the store's partial-download directory.
     pub fn partial_downloads(&self) -> Vec<String> {
         std::fs::read_dir(self.state_dir().join("store/.tmp"))

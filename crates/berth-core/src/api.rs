@@ -753,6 +753,24 @@ pub mod governor {
     pub const AT: &str = "at";
 }
 
+/// The operations an OpenAPI file of ours lists, as (METHOD, path template): the paths at
+/// two spaces, their methods at four. For the tests that hold the routers to the files.
+pub fn documented_operations(spec: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut path = None;
+    for l in spec.lines() {
+        if let Some(p) = l.strip_prefix("  /").and_then(|p| p.strip_suffix(':')) {
+            path = Some(format!("/{p}"));
+        } else if let (Some(p), Some(m)) = (&path, l.strip_prefix("    ")) {
+            let m = m.trim_end_matches(':');
+            if ["get", "post", "delete", "put"].contains(&m) {
+                out.push((m.to_ascii_uppercase(), p.clone()));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
