@@ -544,6 +544,10 @@ fn an_update_lock_holds_off_upgrades_until_released_or_forced() {
         "{err}"
     );
     assert_eq!(sb.status_of("locker")["state"], "running");
+    // an upgrade of everything leaves it as it is
+    let out = sb.ok(&["upgrade"]);
+    assert!(out.contains("held locker"), "{out}");
+    assert_eq!(sb.status_of("locker")["version"], "1.0");
     // a daemon restart keeps the lock (its run goes on)
     sb.stop_daemon();
     sb.start_daemon();

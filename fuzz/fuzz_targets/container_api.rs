@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
             // Nothing a request says names another container: the ids of schedules are
             // plain tokens, never paths.
             if let Op::DeleteSchedule(id) = &op {
-                assert!(id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'));
+                assert!(berth_core::schedule::check_id(id));
             }
             if let Op::Health { message: Some(m), .. } = &op {
                 assert!(m.len() <= berth_core::container_api::MAX_MESSAGE);

@@ -438,6 +438,11 @@ pub mod upgrade {
     pub const UPGRADED: &str = "upgraded";
     /// The result: the packages whose upgrade was rolled back (name, from, to, reason).
     pub const ROLLED_BACK: &str = "rolled_back";
+    /// The result (and an event), `berth upgrade` of all: the packages left as they are
+    /// because they hold an update lock (name, until).
+    pub const HELD: &str = "held";
+    /// Until when a package holds its update lock (seconds since the epoch).
+    pub const UNTIL: &str = "until";
 }
 
 /// `POST /v1/remove`.

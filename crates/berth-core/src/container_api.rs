@@ -203,30 +203,25 @@ pub fn parse(req: &Request) -> Result<Op, Refusal> {
             "GET" => logs(req),
             _ => method_not_allowed("GET"),
         },
-        _ => {
-            match path.strip_prefix("/v1/schedules/") {
-                Some(id) if m == "DELETE" => {
-                    if id.is_empty()
-                        || id.len() > 32
-                        || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-                    {
-                        return Err(refuse(
+        _ => match path.strip_prefix("/v1/schedules/") {
+            Some(id) if m == "DELETE" => {
+                if !crate::schedule::check_id(id) {
+                    return Err(refuse(
                         ErrorKind::BadRequest,
-                        format!("DELETE {path}: a schedule id is letters, digits and '-' (at most 32)"),
+                        format!("DELETE {path}: a schedule id is lowercase letters, digits and '-' (at most 16)"),
                     ));
-                    }
-                    no_body(Op::DeleteSchedule(id.to_string()))
                 }
-                Some(_) => method_not_allowed("DELETE"),
-                None => Err(refuse(
-                    ErrorKind::NotFound,
-                    format!(
-                        "no such endpoint {path} (docs/container-api.yaml lists them)",
-                        path = path.chars().take(80).collect::<String>()
-                    ),
-                )),
+                no_body(Op::DeleteSchedule(id.to_string()))
             }
-        }
+            Some(_) => method_not_allowed("DELETE"),
+            None => Err(refuse(
+                ErrorKind::NotFound,
+                format!(
+                    "no such endpoint {path} (docs/container-api.yaml lists them)",
+                    path = path.chars().take(80).collect::<String>()
+                ),
+            )),
+        },
     }
 }
 

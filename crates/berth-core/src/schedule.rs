@@ -42,6 +42,8 @@ pub struct Job {
     pub cmd: Vec<String>,
     /// From the manifest: read-only to the API, replaced at upgrade.
     pub manifest: bool,
+    /// Added by the package itself (its container API), not by the operator.
+    pub package: bool,
     pub created: i64,
     pub next_run: Option<i64>,
     /// The last run's record (`api::last_run`), or null.
@@ -60,6 +62,8 @@ pub struct NewJob {
     pub cron: String,
     pub when: Cron,
     pub cmd: Vec<String>,
+    /// Added by the package itself, through its container API (not by the operator).
+    pub package: bool,
 }
 
 /// A run to make now.
@@ -74,6 +78,9 @@ pub struct Due {
     pub reboot: bool,
     /// Scheduler seconds it may take before it is killed.
     pub timeout_s: i64,
+    /// It may start a container that was stopped: the manifest's and the operator's jobs
+    /// may, the package's own not.
+    pub may_start: bool,
 }
 
 /// Why an add or a delete is refused.
@@ -161,6 +168,7 @@ pub fn parse_new(v: &Value) -> Result<NewJob, String> {
         cron: cron_text,
         when,
         cmd,
+        package: false,
     })
 }
 
@@ -210,6 +218,7 @@ impl Job {
             when: new.when,
             cmd: new.cmd,
             manifest,
+            package: new.package,
             created: now,
             last_run: Value::Null,
             running: false,
@@ -222,7 +231,11 @@ impl Job {
             f::ID: self.id,
             f::CRON: self.cron,
             f::CMD: self.cmd,
-            f::ORIGIN: if self.manifest { "manifest" } else { "api" },
+            f::ORIGIN: match (self.manifest, self.package) {
+                (true, _) => "manifest",
+                (_, true) => "package",
+                _ => "api",
+            },
             f::CREATED: self.created,
             f::NEXT_RUN: self.next_run,
             f::LAST_RUN: self.last_run,
@@ -240,9 +253,10 @@ impl Job {
             when: cron::parse(&cron).ok()?,
             manifest: match v[f::ORIGIN].as_str()? {
                 "manifest" => true,
-                "api" => false,
+                "api" | "package" => false,
                 _ => return None,
             },
+            package: v[f::ORIGIN] == "package",
             id,
             cron,
             cmd,
@@ -342,6 +356,7 @@ impl Table {
                     // The manifest parser checked it with the same parser.
                     when: cron::parse(&s.cron).unwrap_or(Cron::Reboot),
                     cmd: s.cmd.clone(),
+                    package: false,
                 };
                 Job::new(id, new, true, now, boot)
             }));
@@ -443,6 +458,7 @@ impl Table {
                 catch_up,
                 reboot: j.when == Cron::Reboot,
                 timeout_s: j.timeout_s(due),
+                may_start: !j.package,
             });
         }
         out

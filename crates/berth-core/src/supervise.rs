@@ -167,9 +167,11 @@ pub enum Event {
     StopRequested,
     /// That run ended.
     Exited(Run, Exit),
-    /// A health check of that run passed (true) or failed (a probe's, or the package's own
-    /// report through the container API).
+    /// A health check of that run passed (true) or failed.
     Health(Run, bool),
+    /// The package's own verdict on that run's health (container API): counted apart from
+    /// the probe's, so that a report of good health cannot hide a failing probe.
+    Reported(Run, bool),
     /// The package said through the container API that this run is ready.
     Ready(Run),
     /// The package's keep-alive (`[health] watchdog`) for this run.
@@ -272,6 +274,8 @@ pub struct Machine {
     check_started: u64,
     /// When the package's keep-alive is due at the latest (`[health] watchdog`).
     keepalive_due: Option<u64>,
+    /// The package's own failed reports in a row.
+    report_failures: u32,
     ready: bool,
     /// When the OOM killer last killed in this run: a SIGKILLed end soon after is that
     /// kill, reported once.
@@ -293,6 +297,7 @@ impl Machine {
             check_due: None,
             check_started: 0,
             keepalive_due: None,
+            report_failures: 0,
             ready: false,
             last_oom_ms: None,
             rng: seed.max(1),
@@ -308,7 +313,7 @@ impl Machine {
     }
 
     pub fn health(&self) -> (HealthState, u32) {
-        (self.health, self.failures)
+        (self.health, self.failures.max(self.report_failures))
     }
 
     /// It runs and is ready: its health check passed once (or it has none, or it is ready
@@ -386,15 +391,20 @@ impl Machine {
                 Vec::new()
             }
             Event::Health(run, ok) => self.checked(now_ms, *run, *ok, policy),
-            Event::Ready(run) | Event::KeepAlive(run)
+            Event::Ready(run) | Event::KeepAlive(run) | Event::Reported(run, _)
                 if self.run != Some(*run) || self.phase != Phase::Running =>
             {
                 Vec::new()
             }
             Event::Ready(_) => {
-                self.ready = true;
+                // Only where readiness is the package's to say: with a probe deciding it,
+                // a package cannot declare itself ready before the probe passed.
+                if policy.health.is_some_and(|h| h.ready_by_api) {
+                    self.ready = true;
+                }
                 Vec::new()
             }
+            Event::Reported(run, ok) => self.reported(*run, *ok, policy),
             Event::KeepAlive(_) => {
                 if let Some(w) = policy.health.and_then(|h| h.watchdog_ms) {
                     self.keepalive_due = Some(now_ms + w);
@@ -461,8 +471,13 @@ impl Machine {
             return Vec::new();
         };
         if let Some(run) = running {
-            // Taken over: whatever it was, it runs.
+            // Taken over: whatever it was, it runs. A run that says its readiness itself
+            // said it (if ever) to the daemon before: it will not say it again, so a run
+            // taken over counts as ready rather than holding its dependents for ever.
             self.running(now_ms, *run, policy);
+            if policy.health.is_some_and(|h| h.ready_by_api) {
+                self.ready = true;
+            }
             return Vec::new();
         }
         if self.record.failed {
@@ -491,6 +506,7 @@ impl Machine {
         self.run = Some(run);
         self.started_ms = Some(now_ms);
         self.failures = 0;
+        self.report_failures = 0;
         self.last_oom_ms = None;
         match policy.health {
             None => {
@@ -534,6 +550,35 @@ impl Machine {
         vec![
             Action::Report(Report::Unhealthy {
                 failures: self.failures,
+            }),
+            Action::Kill(run),
+        ]
+    }
+
+    /// The package's own report: `retries` failures in a row end the run as the probe's do;
+    /// a good report clears only the reports' count, and schedules no probe.
+    fn reported(&mut self, run: Run, ok: bool, policy: &Policy) -> Vec<Action> {
+        let Some(h) = policy.health else {
+            return Vec::new();
+        };
+        if ok {
+            self.report_failures = 0;
+            if self.failures == 0 {
+                self.health = HealthState::Healthy;
+            }
+            return Vec::new();
+        }
+        self.report_failures += 1;
+        self.health = HealthState::Unhealthy;
+        if self.report_failures < h.retries {
+            return Vec::new();
+        }
+        self.phase = Phase::Killing;
+        self.check_due = None;
+        self.keepalive_due = None;
+        vec![
+            Action::Report(Report::Unhealthy {
+                failures: self.report_failures,
             }),
             Action::Kill(run),
         ]
@@ -1278,6 +1323,32 @@ mod policy_tests {
         let mut m = Machine::new(1);
         m.on(0, &Event::Started(7), &reported(false, Some(5_000)));
         assert!(m.ready());
+        // with a probe deciding readiness, the package's word does not count
+        let p = Policy {
+            health: Some(HealthPolicy {
+                probe: true,
+                ..reported(false, None).health.unwrap()
+            }),
+            ..reported(false, None)
+        };
+        let mut m = Machine::new(1);
+        m.on(0, &Event::Started(7), &p);
+        m.on(10, &Event::Ready(7), &p);
+        assert!(!m.ready());
+        // a run taken over by a restarted daemon said it before: ready
+        let p = reported(true, None);
+        let mut m = Machine::new(1);
+        m.on(
+            0,
+            &Event::Boot {
+                running: Some(7),
+                autostart: true,
+                ended: None,
+                record: Record::default(),
+            },
+            &p,
+        );
+        assert!(m.ready());
     }
 
     #[test]
@@ -1285,18 +1356,36 @@ mod policy_tests {
         let p = reported(false, None);
         let mut m = Machine::new(1);
         m.on(0, &Event::Started(7), &p);
-        assert!(m.on(10, &Event::Health(7, false), &p).is_empty());
+        assert!(m.on(10, &Event::Reported(7, false), &p).is_empty());
         assert_eq!(m.state(), "unhealthy");
-        assert!(m.on(20, &Event::Health(7, true), &p).is_empty());
+        assert!(m.on(20, &Event::Reported(7, true), &p).is_empty());
         assert_eq!(m.state(), "running");
-        m.on(30, &Event::Health(7, false), &p);
+        m.on(30, &Event::Reported(7, false), &p);
         assert_eq!(
-            m.on(40, &Event::Health(7, false), &p),
+            m.on(40, &Event::Reported(7, false), &p),
             vec![
                 Action::Report(Report::Unhealthy { failures: 2 }),
                 Action::Kill(7)
             ]
         );
+        // a good report does not hide a failing probe, nor schedule one
+        let p = Policy {
+            health: Some(HealthPolicy {
+                probe: true,
+                retries: 3,
+                ..reported(false, None).health.unwrap()
+            }),
+            ..reported(false, None)
+        };
+        let mut m = Machine::new(1);
+        m.on(0, &Event::Started(7), &p);
+        let due = m.due();
+        m.on(10, &Event::Health(7, false), &p);
+        let due_after_check = m.due();
+        m.on(20, &Event::Reported(7, true), &p);
+        assert_eq!((m.state(), m.health().1), ("unhealthy", 1));
+        assert_eq!(m.due(), due_after_check, "a report must not move the probe");
+        assert_ne!(due, None);
     }
 
     #[test]

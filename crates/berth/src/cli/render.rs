@@ -222,6 +222,14 @@ pub fn upgraded(v: &Value) -> String {
             cell(&p[upgrade::REASON])
         );
     }
+    for p in v[upgrade::HELD].as_array().into_iter().flatten() {
+        let _ = writeln!(
+            out,
+            "held {}: it holds an update lock (berth upgrade --force {} goes past it)",
+            cell(&p[upgrade::NAME]),
+            cell(&p[upgrade::NAME])
+        );
+    }
     if out.is_empty() {
         out.push_str("nothing to upgrade\n");
     }

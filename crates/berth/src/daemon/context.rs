@@ -262,10 +262,18 @@ impl Daemon {
 
     /// Tells the supervisor what happened to container `name` (never blocks).
     pub fn notify(&self, name: &str, event: Event) {
-        self.inbox
-            .lock()
-            .unwrap()
-            .push_back((name.to_string(), event));
+        let mut q = self.inbox.lock().unwrap();
+        // What a container says through its API (at its pace, while the supervisor may be
+        // busy with a start): the same report already waiting says it all.
+        let coalesce = matches!(
+            event,
+            Event::KeepAlive(_) | Event::Ready(_) | Event::Reported(..)
+        );
+        if coalesce && q.iter().any(|(n, e)| n == name && *e == event) {
+            return;
+        }
+        q.push_back((name.to_string(), event));
+        drop(q);
         self.arrived.notify_one();
     }
 

@@ -22,8 +22,12 @@ pub struct Endpoint {
     pub name: String,
     pub listener: UnixListener,
     bucket: Mutex<Bucket>,
-    /// Its requests being served now (streams count).
+    /// Its requests being served now (reports and followed logs apart).
     pub busy: AtomicUsize,
+    /// Its readiness, health and keep-alive reports being served now.
+    pub reports: AtomicUsize,
+    /// Its followed logs being relayed now.
+    pub streams: AtomicUsize,
 }
 
 impl Endpoint {
@@ -33,6 +37,8 @@ impl Endpoint {
             listener,
             bucket: Mutex::new(Bucket::new(burst, now_ms)),
             busy: AtomicUsize::new(0),
+            reports: AtomicUsize::new(0),
+            streams: AtomicUsize::new(0),
         }
     }
 
@@ -62,10 +68,19 @@ pub struct Registry {
     endpoints: Mutex<Vec<Arc<Endpoint>>>,
     /// Written when the set of sockets changes, so the admission loop polls the new set.
     wake: Option<(UnixStream, UnixStream)>,
-    /// Update locks: (container, until in seconds since the epoch, the run that took it).
-    /// A few at most: a list (a map's removal code costs the device build kilobytes).
-    locks: Mutex<Vec<(String, u64, i32)>>,
+    /// Update locks: (container, until in seconds since the epoch, the run that took it,
+    /// when that run first took one). A few at most: a list (a map's removal code costs the
+    /// device build kilobytes).
+    locks: Mutex<Vec<(String, u64, i32, u64)>>,
+    /// Each container's pace of schedule changes through its API (each change rewrites
+    /// its schedule file on flash).
+    changes: Mutex<Vec<(String, Bucket)>>,
 }
+
+/// Schedule changes a container may make through its API: this many at once…
+pub const CHANGES_BURST: u32 = 10;
+/// …then one every this many milliseconds (ten a minute).
+pub const CHANGE_EVERY_MS: u64 = 6_000;
 
 impl Default for Registry {
     fn default() -> Self {
@@ -79,6 +94,7 @@ impl Default for Registry {
                 })
                 .ok(),
             locks: Mutex::new(Vec::new()),
+            changes: Mutex::new(Vec::new()),
         }
     }
 }
@@ -128,6 +144,27 @@ impl Registry {
         }
     }
 
+    /// Takes one of `name`'s schedule changes; `Err(ms)`: none until then.
+    pub fn take_change(&self, name: &str, now_ms: u64) -> Result<(), u64> {
+        let mut all = self.changes.lock().unwrap();
+        let i = match all.iter().position(|(n, _)| n == name) {
+            Some(i) => i,
+            None => {
+                all.push((
+                    name.to_string(),
+                    Bucket::new(CHANGES_BURST, now_ms / CHANGE_EVERY_MS * 1000),
+                ));
+                all.len() - 1
+            }
+        };
+        // The bucket counts a token a second; its clock here runs at one "second" per
+        // CHANGE_EVERY_MS.
+        all[i]
+            .1
+            .take(now_ms * 1000 / CHANGE_EVERY_MS, 1, CHANGES_BURST)
+            .map_err(|ms| ms * CHANGE_EVERY_MS / 1000)
+    }
+
     /// Wakes the admission loop (a worker ended: what waits may be served now).
     pub fn wake(&self) {
         self.changed();
@@ -140,10 +177,26 @@ impl Registry {
     }
 
     /// Holds off upgrades of `name` until `until` (seconds since the epoch), for run `run`.
-    pub fn lock(&self, name: &str, until: u64, run: i32) {
+    /// Holds off upgrades of `name`, for run `run`, for `want_s` from `now` — but never
+    /// beyond `max_s` after this run first took a lock (renewals do not stretch it); returns
+    /// until when, and since when the run holds it.
+    pub fn lock(&self, name: &str, now: u64, want_s: u64, max_s: u64, run: i32) -> (u64, u64) {
+        let mut locks = self.locks.lock().unwrap();
+        let first = locks
+            .iter()
+            .find(|l| l.0 == name && l.2 == run)
+            .map_or(now, |l| l.3);
+        let until = (now + want_s.min(max_s)).min(first + max_s);
+        locks.retain(|l| l.0 != name);
+        locks.push((name.to_string(), until, run, first));
+        (until, first)
+    }
+
+    /// A lock kept while the daemon was away, as it was.
+    pub fn restore(&self, name: &str, until: u64, run: i32, first: u64) {
         let mut locks = self.locks.lock().unwrap();
         locks.retain(|l| l.0 != name);
-        locks.push((name.to_string(), until, run));
+        locks.push((name.to_string(), until, run, first));
     }
 
     /// Releases `name`'s lock; whether it held one.
@@ -156,17 +209,12 @@ impl Registry {
 
     /// Until when upgrades of `name` are held off, if they are at `now`: only while the
     /// run that took the lock is the one running (`run`), so that a lock dies with its run.
+    /// The record of a lock that ran out stays while its run does (a renewal cannot start
+    /// a new maximum); another run's goes.
     pub fn locked_until(&self, name: &str, now: u64, run: Option<i32>) -> Option<u64> {
         let mut locks = self.locks.lock().unwrap();
-        let held = locks
-            .iter()
-            .find(|l| l.0 == name)
-            .filter(|l| l.1 > now && run == Some(l.2))
-            .map(|l| l.1);
-        if held.is_none() {
-            locks.retain(|l| l.0 != name);
-        }
-        held
+        locks.retain(|l| l.0 != name || Some(l.2) == run);
+        locks.iter().find(|l| l.0 == name && l.1 > now).map(|l| l.1)
     }
 }
 
@@ -177,17 +225,41 @@ mod tests {
     #[test]
     fn a_lock_ends_with_its_time_or_its_run() {
         let r = Registry::default();
-        r.lock("vpn", 100, 7);
+        assert_eq!(r.lock("vpn", 0, 100, 3600, 7), (100, 0));
         assert_eq!(r.locked_until("vpn", 50, Some(7)), Some(100));
         assert_eq!(r.locked_until("other", 50, Some(7)), None);
         // another run: the lock was the old run's
         assert_eq!(r.locked_until("vpn", 50, Some(8)), None);
         assert_eq!(r.locked_until("vpn", 50, Some(7)), None, "forgotten");
-        r.lock("vpn", 100, 7);
+        r.lock("vpn", 0, 100, 3600, 7);
         assert_eq!(r.locked_until("vpn", 100, Some(7)), None, "expired");
-        r.lock("vpn", 100, 7);
+        // ran out, taken again by the same run: within the first lock's maximum
+        assert_eq!(r.lock("vpn", 200, 3600, 3600, 7), (3600, 0));
+        r.unlock("vpn");
+        // renewals never hold past the maximum after the run's first lock
+        assert_eq!(r.lock("vpn", 1000, 3600, 3600, 7), (4600, 1000));
+        assert_eq!(r.lock("vpn", 4000, 3600, 3600, 7), (4600, 1000));
+        // a new run starts a new maximum
+        assert_eq!(r.lock("vpn", 5000, 100, 3600, 8), (5100, 5000));
         assert!(r.unlock("vpn"));
         assert!(!r.unlock("vpn"));
+    }
+
+    #[test]
+    fn schedule_changes_are_paced_per_container() {
+        let r = Registry::default();
+        for _ in 0..CHANGES_BURST {
+            assert_eq!(r.take_change("web", 0), Ok(()));
+        }
+        let wait = r.take_change("web", 0).unwrap_err();
+        assert!((1..=CHANGE_EVERY_MS).contains(&wait), "{wait}");
+        assert_eq!(
+            r.take_change("db", 0),
+            Ok(()),
+            "another container's own pace"
+        );
+        assert_eq!(r.take_change("web", CHANGE_EVERY_MS), Ok(()));
+        assert!(r.take_change("web", CHANGE_EVERY_MS).is_err());
     }
 
     #[test]

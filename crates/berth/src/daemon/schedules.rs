@@ -156,8 +156,10 @@ pub(crate) fn list(d: &Daemon, container: &str) -> Result<Value> {
 /// `POST …/schedules` with `{"cron", "cmd"}` (unknown fields refused): the schedule added.
 /// (The admin API parses the body in `api::request` and calls [`add_job`].)
 #[cfg_attr(not(test), allow(dead_code))]
+/// A job the package adds itself (its container API).
 pub(crate) fn add(d: &Arc<Daemon>, container: &str, body: &Value) -> Result<Value> {
-    let new = schedule::parse_new(body).map_err(Error::bad_request)?;
+    let mut new = schedule::parse_new(body).map_err(Error::bad_request)?;
+    new.package = true;
     add_job(d, container, new)
 }
 
@@ -353,6 +355,14 @@ fn run_job(d: &Arc<Daemon>, name: &str, r: &Due) -> Value {
     if !probe::is_running(d, name) {
         if let Some(why) = d.safe_mode() {
             return skip(format!("safe mode ({why}): nothing starts"));
+        }
+        // A stop (the operator's, or the package's own through its API) is not undone by a
+        // job the package added itself: the manifest's and the operator's jobs start a
+        // stopped container, the package's own only one meant to run (its autostart mark).
+        if !r.may_start && !d.cfg.paths.autostart(name).exists() {
+            return skip(format!(
+                "{name} was stopped: a job the package added itself does not start it (berth start {name})"
+            ));
         }
         let state = d.supervision.lock().unwrap().get(name).map(|s| s.state);
         match state {

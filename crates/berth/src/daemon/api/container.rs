@@ -73,8 +73,8 @@ pub(crate) fn route(d: &Arc<Daemon>, ep: &Endpoint, req: Request, mut stream: Un
             return act_on_self(d, name, restart);
         }
         Op::Schedules => schedules::list(d, name),
-        Op::AddSchedule(body) => schedules::add(d, name, &body),
-        Op::DeleteSchedule(id) => schedules::delete(d, name, &id),
+        Op::AddSchedule(body) => change(d, name).and_then(|_| schedules::add(d, name, &body)),
+        Op::DeleteSchedule(id) => change(d, name).and_then(|_| schedules::delete(d, name, &id)),
         Op::LanHosts => Ok(net::hosts(d)),
         Op::Logs { tail, follow } => return logs(d, name, tail, follow, stream),
         Op::Ready => with_run(d, name, Event::Ready).map(|_| json!({cfield::READY: true})),
@@ -83,20 +83,21 @@ pub(crate) fn route(d: &Arc<Daemon>, ep: &Endpoint, req: Request, mut stream: Un
             |_| json!({field::WATCHDOG_MS: p.manifest.health.as_ref().and_then(|h| h.watchdog_ms)}),
         ),
         Op::Lock { seconds } => {
-            let s = seconds
-                .unwrap_or(d.cfg.api.max_update_lock_s)
-                .min(d.cfg.api.max_update_lock_s);
-            let until = berth_sys::process::now_s() + s;
+            let s = seconds.unwrap_or(d.cfg.api.max_update_lock_s);
             current_run(d, name)
-                .and_then(|run| runtime::sockets::lock(d, name, until, run))
-                .map(|_| {
-                    log::info!("{name}: holds off its upgrades for {s} s (update lock)");
+                .and_then(|run| runtime::sockets::lock(d, name, s, run))
+                .map(|(until, new)| {
+                    // At debug level only, and not renewals: a package may lock and unlock as
+                    // often as its pace lets it (an upgrade refused names the lock anyway).
+                    if new {
+                        log::debug!("{name}: holds off its upgrades (update lock, until {until})");
+                    }
                     json!({field::LOCKED_UNTIL: until})
                 })
         }
         Op::Unlock => {
             if runtime::sockets::unlock(d, name) {
-                log::info!("{name}: released its update lock");
+                log::debug!("{name}: released its update lock");
             }
             Ok(json!({field::LOCKED_UNTIL: null}))
         }
@@ -105,6 +106,22 @@ pub(crate) fn route(d: &Arc<Daemon>, ep: &Endpoint, req: Request, mut stream: Un
         Ok(v) => reply(&mut stream, 200, v),
         Err(e) => reply_err(&mut stream, e),
     }
+}
+
+/// One of the container's schedule changes (each rewrites its schedule file on flash: a
+/// package must not wear the flash out), or `429 rate_limited`.
+fn change(d: &Daemon, name: &str) -> Result<()> {
+    let now = d.started.elapsed().as_millis() as u64;
+    d.capi.take_change(name, now).map_err(|ms| {
+        Error::new(
+            Kind::RateLimited,
+            format!(
+                "{name}: at most {} schedule changes at once, then one every {} s; try again in {ms} ms",
+                crate::daemon::endpoints::CHANGES_BURST,
+                crate::daemon::endpoints::CHANGE_EVERY_MS / 1000
+            ),
+        )
+    })
 }
 
 /// The current run of `name`: its init pid.
@@ -134,7 +151,7 @@ fn health(d: &Daemon, name: &str, ok: bool, message: Option<String>) -> Result<V
     if let Some(s) = d.supervision.lock().unwrap().get_mut(name) {
         s.last_check = Some((line, berth_sys::process::now_s()));
     }
-    with_run(d, name, |run| Event::Health(run, ok))?;
+    with_run(d, name, |run| Event::Reported(run, ok))?;
     Ok(json!({field::OK: ok, field::MESSAGE: message}))
 }
 

@@ -199,14 +199,13 @@ pub(crate) fn relay(mut shim: UnixStream, mut stream: UnixStream) {
     {
         return;
     }
-    use berth_sys::process::{poll, POLLHUP, POLLIN, POLLRDHUP};
+    use berth_sys::process::{poll, POLLERR, POLLHUP, POLLIN};
     use std::os::fd::AsRawFd;
     let mut buf = [0u8; 8192];
-    while let Ok(rev) = poll(
-        &[(shim.as_raw_fd(), POLLIN), (stream.as_raw_fd(), POLLRDHUP)],
-        -1,
-    ) {
-        if rev[1] & (POLLRDHUP | POLLHUP) != 0 {
+    // The client is gone when its socket is closed (POLLHUP, reported unasked), not when it
+    // only shut down its sending side, as socat and ncat do once their stdin ends.
+    while let Ok(rev) = poll(&[(shim.as_raw_fd(), POLLIN), (stream.as_raw_fd(), 0)], -1) {
+        if rev[1] & (POLLHUP | POLLERR) != 0 {
             break;
         }
         if rev[0] == 0 {

@@ -145,6 +145,7 @@ struct Pending {
 /// A complete container request waiting for a worker.
 struct Queued {
     e: Arc<Endpoint>,
+    class: Class,
     stream: UnixStream,
     req: http::Request,
     deadline: Instant,
@@ -156,7 +157,39 @@ struct Admission {
     queued: VecDeque<Queued>,
     workers: Arc<AtomicUsize>,
     container_workers: Arc<AtomicUsize>,
+    /// Followed logs being relayed, all containers together.
+    streams: Arc<AtomicUsize>,
 }
+
+/// What a container request holds a worker for, and so which slots it takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    /// Most requests: short, in the container's and the pool's slots.
+    Regular,
+    /// Readiness, health and keep-alive reports: short, and never to wait behind the
+    /// container's other requests (a missed keep-alive ends its run).
+    Report,
+    /// A followed log: held until the run ends or the client goes.
+    Stream,
+}
+
+impl Class {
+    fn of(req: &http::Request) -> Class {
+        use berth_core::container_api::Op;
+        match berth_core::container_api::parse(req) {
+            Ok(Op::Logs { follow: true, .. }) => Class::Stream,
+            Ok(Op::Ready | Op::Health { .. } | Op::KeepAlive) => Class::Report,
+            _ => Class::Regular,
+        }
+    }
+}
+
+/// Followed logs at once on the device (one per container).
+const MAX_STREAMS: usize = 8;
+/// Reports one container may have served at once.
+const MAX_REPORTS_PER_CONTAINER: usize = 2;
+/// Workers kept for reports beyond the pool's.
+const REPORT_RESERVE: usize = 8;
 
 impl Admission {
     fn next_deadline(&self) -> Option<Instant> {
@@ -301,7 +334,8 @@ impl Admission {
     }
 
     /// A complete container request: served on a worker now, or queued until one is free
-    /// (at most its container's pending share; beyond, `503 busy`).
+    /// (at most its container's pending share; beyond, `503 busy`). A followed log has a
+    /// budget of its own and never waits.
     fn dispatch_container(
         &mut self,
         d: &Arc<Daemon>,
@@ -310,7 +344,18 @@ impl Admission {
         req: http::Request,
         deadline: Instant,
     ) {
-        if self.queued.iter().any(|q| Arc::ptr_eq(&q.e, &e)) || !self.spawn_container(d, &e) {
+        let class = Class::of(&req);
+        if class == Class::Stream {
+            if !self.take(&e, class) {
+                let why = format!(
+                    "{}: one followed log per container, {MAX_STREAMS} on the device, at a time; try again",
+                    e.name
+                );
+                return reply_now(stream, Error::new(Kind::Busy, why));
+            }
+            return self.start_worker(d, e, class, stream, req);
+        }
+        if self.queued.iter().any(|q| Arc::ptr_eq(&q.e, &e)) || !self.take(&e, class) {
             let own = self.queued.iter().filter(|q| Arc::ptr_eq(&q.e, &e)).count();
             if own >= MAX_PENDING_PER_CONTAINER {
                 let why = format!(
@@ -322,42 +367,72 @@ impl Admission {
             }
             self.queued.push_back(Queued {
                 e,
+                class,
                 stream,
                 req,
                 deadline,
             });
             return;
         }
-        self.start_worker(d, e, stream, req);
+        self.start_worker(d, e, class, stream, req);
     }
 
-    /// Takes a worker slot for `e` if its container and the pool have one.
-    fn spawn_container(&self, _d: &Daemon, e: &Endpoint) -> bool {
-        let own = e.busy.fetch_add(1, Ordering::SeqCst);
-        let all = self.container_workers.fetch_add(1, Ordering::SeqCst);
-        if own >= MAX_BUSY_PER_CONTAINER || all >= MAX_CONTAINER_WORKERS {
-            e.busy.fetch_sub(1, Ordering::SeqCst);
-            self.container_workers.fetch_sub(1, Ordering::SeqCst);
+    /// Takes a slot of `class` for `e` if there is one: a regular request one of its
+    /// container's and of the pool's; a report (ready, health, keep-alive) one of the pool
+    /// or of the few kept for reports, whatever its container's others do, so that a
+    /// container's keep-alive is never stuck behind the others' work; a stream one of the
+    /// streams'.
+    fn take(&self, e: &Endpoint, class: Class) -> bool {
+        let (own, own_cap, all, all_cap) = match class {
+            Class::Regular => (
+                &e.busy,
+                MAX_BUSY_PER_CONTAINER,
+                &self.container_workers,
+                MAX_CONTAINER_WORKERS,
+            ),
+            Class::Report => (
+                &e.reports,
+                MAX_REPORTS_PER_CONTAINER,
+                &self.container_workers,
+                MAX_CONTAINER_WORKERS + REPORT_RESERVE,
+            ),
+            Class::Stream => (&e.streams, 1, &self.streams, MAX_STREAMS),
+        };
+        let o = own.fetch_add(1, Ordering::SeqCst);
+        let a = all.fetch_add(1, Ordering::SeqCst);
+        if o >= own_cap || a >= all_cap {
+            own.fetch_sub(1, Ordering::SeqCst);
+            all.fetch_sub(1, Ordering::SeqCst);
             return false;
         }
         true
     }
 
     /// Serves a request on a thread of its own, in the slot taken for it; when it ends the
-    /// loop is woken to serve what waits.
+    /// loop is woken to serve what waits. The last worker to end gives back the heap and the
+    /// code pages the requests touched (not every request: keep-alives come often).
     fn start_worker(
         &self,
         d: &Arc<Daemon>,
         e: Arc<Endpoint>,
+        class: Class,
         stream: UnixStream,
         req: http::Request,
     ) {
-        let release = |e: &Endpoint, all: &AtomicUsize| {
-            e.busy.fetch_sub(1, Ordering::SeqCst);
-            all.fetch_sub(1, Ordering::SeqCst);
+        let (pool, streams) = (
+            Arc::clone(&self.container_workers),
+            Arc::clone(&self.streams),
+        );
+        let release = move |e: &Endpoint| {
+            let (own, all) = match class {
+                Class::Regular => (&e.busy, &pool),
+                Class::Report => (&e.reports, &pool),
+                Class::Stream => (&e.streams, &streams),
+            };
+            own.fetch_sub(1, Ordering::SeqCst);
+            all.fetch_sub(1, Ordering::SeqCst) == 1
         };
         let d2 = Arc::clone(d);
-        let all = Arc::clone(&self.container_workers);
         let ep = Arc::clone(&e);
         let spawned = std::thread::Builder::new()
             .name("api".into())
@@ -366,13 +441,20 @@ impl Admission {
                 if stream.set_nonblocking(false).is_ok() {
                     super::container::route(&d2, &ep, req, stream);
                 }
-                berth_sys::process::trim_heap();
-                berth_sys::process::release_own_code(false);
-                release(&ep, &all);
+                if release(&ep) {
+                    berth_sys::process::trim_heap();
+                    berth_sys::process::release_own_code(false);
+                }
                 d2.capi.wake();
             });
         if let Err(err) = spawned {
-            release(&e, &self.container_workers);
+            let (own, all) = match class {
+                Class::Regular => (&e.busy, &self.container_workers),
+                Class::Report => (&e.reports, &self.container_workers),
+                Class::Stream => (&e.streams, &self.streams),
+            };
+            own.fetch_sub(1, Ordering::SeqCst);
+            all.fetch_sub(1, Ordering::SeqCst);
             log::error!("cannot start a thread for a container API request: {err}");
         }
     }
@@ -382,13 +464,11 @@ impl Admission {
         let mut keep = VecDeque::with_capacity(self.queued.len());
         while let Some(q) = self.queued.pop_front() {
             // Behind an older request of the same container: its order is kept.
-            if keep.iter().any(|k: &Queued| Arc::ptr_eq(&k.e, &q.e))
-                || !self.spawn_container(d, &q.e)
-            {
+            if keep.iter().any(|k: &Queued| Arc::ptr_eq(&k.e, &q.e)) || !self.take(&q.e, q.class) {
                 keep.push_back(q);
                 continue;
             }
-            self.start_worker(d, q.e, q.stream, q.req);
+            self.start_worker(d, q.e, q.class, q.stream, q.req);
         }
         self.queued = keep;
     }

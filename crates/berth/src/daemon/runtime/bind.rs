@@ -451,4 +451,11 @@ pub(crate) fn bound_into(d: &Daemon, st: &State, package: &str, except: &[String
 /// A removed container's persistent bindings go with it.
 pub(crate) fn forget(d: &Daemon, name: &str) {
     let _ = std::fs::remove_file(d.cfg.paths.binds_file(name));
+    // Its anchor's empty directories (its mounts went with its last run); remove_dir, never
+    // a recursive removal: something still mounted there stays, and says so by staying.
+    let anchor = d.cfg.paths.bind_anchor(name);
+    for sub in ["opt", "stage"] {
+        let _ = std::fs::remove_dir(anchor.join(sub));
+    }
+    let _ = std::fs::remove_dir(&anchor);
 }

@@ -32,7 +32,14 @@ pub(crate) fn open(d: &Daemon, p: &Installed) -> Result<()> {
     let dir = d.cfg.paths.api_dir(name);
     let sock = dir.join("api.sock");
     if d.capi.has(name) && sock.exists() {
-        return Ok(());
+        // Kept (a running container's bind sees it), but owned by this version's payload
+        // user: an upgrade may have changed it.
+        let (uid, gid) = payload_ids(d, p)?;
+        return std::os::unix::fs::chown(&sock, Some(uid), Some(gid))
+            .and_then(|_| std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)))
+            .map_err(|e| {
+                Error::internal(format!("{name}: its API socket {}: {e}", sock.display()))
+            });
     }
     d.capi.remove(name);
     let fail = |e: std::io::Error| {
@@ -80,9 +87,9 @@ pub(crate) fn reopen(d: &Daemon, running: &[String]) {
         }
         let lock = std::fs::read(lock_file(d, name))
             .ok()
-            .and_then(|b| serde_json::from_slice::<(u64, i32)>(&b).ok());
-        if let Some((until, run)) = lock {
-            d.capi.lock(name, until, run);
+            .and_then(|b| serde_json::from_slice::<(u64, i32, u64)>(&b).ok());
+        if let Some((until, run, first)) = lock {
+            d.capi.restore(name, until, run, first);
         }
     }
 }
@@ -93,8 +100,16 @@ fn lock_file(d: &Daemon, name: &str) -> std::path::PathBuf {
     d.cfg.paths.run.join("locks").join(format!("{name}.json"))
 }
 
-/// Holds off upgrades of `name` until `until` (seconds since the epoch), for run `run`.
-pub(crate) fn lock(d: &Daemon, name: &str, until: u64, run: i32) -> Result<()> {
+/// Holds off upgrades of `name` for `want_s` seconds, for run `run`, within the policy's
+/// maximum counted from the run's first lock; returns until when, and whether the run held
+/// no lock before (what is worth a log line).
+pub(crate) fn lock(d: &Daemon, name: &str, want_s: u64, run: i32) -> Result<(u64, bool)> {
+    let now = berth_sys::process::now_s();
+    let had = d.capi.locked_until(name, now, Some(run)).is_some();
+    // (a record of this run's earlier lock stays: the maximum counts from it)
+    let (until, first) = d
+        .capi
+        .lock(name, now, want_s, d.cfg.api.max_update_lock_s, run);
     let path = lock_file(d, name);
     let dir = d.cfg.paths.run.join("locks");
     std::fs::create_dir_all(&dir)
@@ -102,18 +117,20 @@ pub(crate) fn lock(d: &Daemon, name: &str, until: u64, run: i32) -> Result<()> {
         .and_then(|_| {
             berth_sys::fsutil::write_atomic(
                 &path,
-                serde_json::json!([until, run]).to_string().as_bytes(),
+                serde_json::json!([until, run, first])
+                    .to_string()
+                    .as_bytes(),
                 0o600,
             )
         })
         .map_err(|e| {
+            d.capi.unlock(name);
             Error::internal(format!(
                 "{name}: cannot keep its update lock in {}: {e}",
                 path.display()
             ))
         })?;
-    d.capi.lock(name, until, run);
-    Ok(())
+    Ok((until, !had))
 }
 
 /// Releases `name`'s update lock; whether it held one.

@@ -188,7 +188,13 @@ pub(crate) fn restart(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let _op = d.op.lock().unwrap();
     state::installed(d, name)?;
     if probe::is_running(d, name) {
-        stop_locked(d, name, None)?;
+        match stop_locked(d, name, None) {
+            // Ended on its own meanwhile (LXC still tearing down): stopped all the same.
+            Err(e) if e.kind == Kind::NotRunning => {}
+            r => {
+                r?;
+            }
+        }
     }
     start::start_locked(d, name)
 }

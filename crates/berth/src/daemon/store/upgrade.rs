@@ -76,10 +76,11 @@ pub(crate) fn upgrade(
     emit: &mut dyn FnMut(Value),
 ) -> Result<Value> {
     let mut moves = Vec::new();
+    let mut held = Vec::new();
     let switched = {
         let _op = d.op.lock().unwrap();
         boot::refuse_in_safe_mode(d, "upgrade")?;
-        switch(d, names, force, emit, &mut moves)
+        switch(d, names, force, emit, &mut moves, &mut held)
     };
     if let Err(e) = switched {
         // Cut short (a stop refused, a full flash): what was switched goes back.
@@ -126,7 +127,7 @@ pub(crate) fn upgrade(
     }
     // The versions now installed bring their manifests' schedules.
     crate::daemon::schedules::sync(d);
-    Ok(json!({ field::UPGRADED: upgraded, field::ROLLED_BACK: rolled_back }))
+    Ok(json!({ field::UPGRADED: upgraded, field::ROLLED_BACK: rolled_back, field::HELD: held }))
 }
 
 /// Downloads and verifies everything, then switches each package to its new version (as a
@@ -137,6 +138,7 @@ fn switch(
     force: bool,
     emit: &mut dyn FnMut(Value),
     moves: &mut Vec<Move>,
+    held: &mut Vec<Value>,
 ) -> Result<()> {
     let old = state::state(d);
     for n in names {
@@ -152,10 +154,20 @@ fn switch(
         ));
     }
     let wanted: Vec<String> = if names.is_empty() {
+        // Every package installed by name, but those that hold an update lock: they wait,
+        // the others go on (a lock is the package's own word, not the device's).
         old.packages
             .values()
             .filter(|p| p.explicit)
             .map(|p| p.name.to_string())
+            .filter(|n| {
+                let until = (!force).then(|| sockets::locked_until(d, n)).flatten();
+                if let Some(t) = until {
+                    emit(json!({field::EVENT: "held", field::NAME: n, field::UNTIL: t}));
+                    held.push(json!({field::NAME: n, field::UNTIL: t}));
+                }
+                until.is_none()
+            })
             .collect()
     } else {
         names.to_vec()
@@ -301,7 +313,8 @@ fn migrate_data(d: &Arc<Daemon>, m: &Move, mut argv: Vec<String>) -> Option<Stri
 
 /// The trial of a package that was not running ends with its migration: confirmed.
 /// Upgrades of packages that hold an update lock (container API) wait until it ends, unless
-/// the operator forces them: the whole upgrade is refused, naming each lock.
+/// the operator forces them: an upgrade that names one (or needs one as a dependency) is
+/// refused, naming each lock.
 fn refuse_locked(d: &Daemon, steps: &[InstallStep], names: &[String]) -> Result<()> {
     let now = berth_sys::process::now_s();
     let held: Vec<String> = steps
