@@ -25,7 +25,7 @@ pub const MAX_RUN_S: i64 = 86_400;
 /// the daemon's clean stop), so a job every minute does not write flash every minute.
 pub const FLUSH_S: i64 = 600;
 /// Jobs running at once, per container and on the device; a due job beyond is skipped.
-pub const MAX_RUNNING_PER_CONTAINER: usize = 4;
+pub const MAX_RUNNING_PER_CONTAINER: usize = 3;
 pub const MAX_RUNNING: usize = 16;
 
 /// The table's own key in the file (not in the API's answers).
@@ -394,7 +394,19 @@ impl Table {
     /// device was off, or the daemon down) is due now, once, as a catch-up; one due later
     /// than its cron says from now on (the clock was set back) is due at that time instead;
     /// an `@reboot` job is due now if it has not run in this boot.
+    ///
+    /// A clock behind the newest time the table knows (a job's creation or last run) by
+    /// more than a minute is not set yet (a device without a real-time clock boots with an
+    /// old time until NTP answers): the recorded times are kept as they are, nothing is
+    /// caught up, and the jobs wait for the clock to reach them.
     pub fn at_start(&mut self, now: i64, boot: &str) {
+        let newest = self
+            .jobs
+            .iter()
+            .map(|j| j.created.max(j.last_run[run::TIME].as_i64().unwrap_or(0)))
+            .max()
+            .unwrap_or(0);
+        let unset = now + 60 < newest;
         for j in &mut self.jobs {
             if j.when == Cron::Reboot {
                 j.next_run = (j.boot_id.as_deref() != Some(boot)).then_some(now);
@@ -402,9 +414,21 @@ impl Table {
             }
             let next = j.when.next_after(now);
             match j.next_run {
+                Some(_) if unset => {}
                 Some(t) if t <= now => j.catch_up = true,
                 Some(t) => j.next_run = next.map_or(Some(t), |n| Some(n.min(t))),
                 None => j.next_run = next,
+            }
+        }
+    }
+
+    /// The clock was set back while the daemon ran (to `now`): a recorded next run later
+    /// than the expression's next time from now is moved to that time, as at a start, so no
+    /// job waits out the jump.
+    pub fn clock_went_back(&mut self, now: i64) {
+        for j in self.jobs.iter_mut().filter(|j| j.when != Cron::Reboot) {
+            if let (Some(t), Some(n)) = (j.next_run, j.when.next_after(now)) {
+                j.next_run = Some(n.min(t));
             }
         }
     }
@@ -689,15 +713,35 @@ mod tests {
         }
         let mut busy = 0;
         let d = t.due(T0 + 60, BOOT, &mut busy);
-        assert_eq!((d.len(), busy), (MAX_RUNNING_PER_CONTAINER, 4));
+        assert_eq!((d.len(), busy), (MAX_RUNNING_PER_CONTAINER, 3));
         let why = t.jobs[5].last_run["skipped"].as_str().unwrap();
-        assert!(why.contains("4 jobs were running"), "{why}");
+        assert!(why.contains("3 jobs were running"), "{why}");
         let mut other = Table::default();
         other.add(new("* * * * *", &["/bin/a"]), T0, BOOT).unwrap();
         let mut busy = MAX_RUNNING;
         assert!(other.due(T0 + 60, BOOT, &mut busy).is_empty());
         assert!(other.jobs[0].last_run["skipped"].is_string());
         assert_eq!(other.jobs[0].next_run, Some(T0 + 120));
+    }
+
+    #[test]
+    fn a_clock_not_set_yet_keeps_the_times_and_a_clock_set_back_moves_them() {
+        let mut t = Table::default();
+        t.add(new("0 0 * * *", &["/bin/daily"]), T0, BOOT).unwrap();
+        let next = t.jobs[0].next_run;
+        let saved = t.to_json();
+        // The device boots in 1970 (no real-time clock) and NTP has not answered yet.
+        let (mut t, _) = Table::from_json(&saved);
+        t.at_start(1_000, "b2");
+        assert_eq!(t.jobs[0].next_run, next, "kept until the clock reaches it");
+        assert!(!t.jobs[0].catch_up);
+        assert!(t.due(1_000, "b2", &mut 0).is_empty());
+        // Set back by a day while running: the next run comes a day earlier.
+        let (mut t, _) = Table::from_json(&saved);
+        t.at_start(T0 + 10, "b2");
+        assert_eq!(t.jobs[0].next_run, Some(T0 + 86_400));
+        t.clock_went_back(T0 - 86_400 + 10);
+        assert_eq!(t.jobs[0].next_run, Some(T0));
     }
 
     #[test]
@@ -740,8 +784,12 @@ mod tests {
         t.at_start(now + 60, "b2");
         assert!(t.due(now + 60, "b2", &mut 0).is_empty());
         assert_eq!(t.next_due(), Some(T0 + 3 * 86_400 + 3600));
-        // The clock was set back a year: the due times follow it.
+        // A start with the clock a year behind what the table knows: not set yet (no
+        // real-time clock, NTP not answered): the due times stay for the clock to reach.
         t.at_start(now - 365 * 86_400, "b2");
+        assert_eq!(t.jobs[2].next_run, Some(T0 + 3 * 86_400 + 3600));
+        // Set back a year while the daemon runs: they follow it.
+        t.clock_went_back(now - 365 * 86_400);
         assert_eq!(t.jobs[2].next_run, Some(now - 365 * 86_400 + 1800));
         // A restart just after a due time (the daemon was down across it): caught up too.
         let mut t2 = Table::default();

@@ -279,14 +279,22 @@ fn scheduler(d: &Arc<Daemon>) {
     let Some(timer) = d.schedules.timer.get() else {
         return;
     };
+    let mut last = now(d);
     loop {
         let now = now(d);
+        // Set back by more than a minute while asleep (the timer also wakes when the clock
+        // is set): the jobs' times move back with it.
+        let went_back = now + 60 < last;
+        last = now;
         let mut runs = Vec::new();
         {
             let mut tables = d.schedules.tables.lock().unwrap();
             let mut busy = d.schedules.busy.lock().unwrap();
             let mut next: Option<i64> = None;
             for t in tables.iter_mut() {
+                if went_back {
+                    t.clock_went_back(now);
+                }
                 let due = t.due(now, boot_id(d), &mut busy);
                 // A catch-up or an @reboot run is written before it runs: a daemon killed
                 // during it must not run it again.
