@@ -600,10 +600,11 @@ fn floods_slow_and_broken_requests_leave_the_others_served() {
         "for i in 1 2 3 4 5 6 7 8; do (printf 'GET /v1/self HTTP/1.1\\r\\n'; sleep 30) | nc.openbsd -U /run/berth/api.sock >/dev/null 2>&1 & done 2>/dev/null; true",
     );
     assert_eq!(rc, 0, "{out}");
-    // a flood: 100 requests as fast as the container can make them, at 2 a second
+    // a flood: 40 requests as fast as the container can make them, at 2 a second: paced
+    // (the daemon stops accepting its connections while its bucket is empty) or refused
     let t0 = Instant::now();
     let (rc, out) = noisy.run_within(
-        "ok=0; lim=0; for i in $(seq 100); do r=$(curl -s --unix-socket /run/berth/api.sock http://berth/v1/self); case $r in *rate_limited*) lim=$((lim+1));; *noisy*) ok=$((ok+1));; esac; done; echo ok=$ok limited=$lim",
+        "ok=0; lim=0; for i in $(seq 40); do r=$(curl -s --unix-socket /run/berth/api.sock http://berth/v1/self); case $r in *rate_limited*) lim=$((lim+1));; *noisy*) ok=$((ok+1));; esac; done; echo ok=$ok limited=$lim",
         120,
     );
     let secs = t0.elapsed().as_secs() + 1;
@@ -618,9 +619,7 @@ fn floods_slow_and_broken_requests_leave_the_others_served() {
         ok <= 6 + 2 * secs,
         "the bucket let too much through in {secs} s: {out}"
     );
-    // (the slow connections took most of the burst already; how many were refused depends
-    // on how fast the container made them, the bound above does not)
-    assert!(limited >= 1 && ok + limited == 100, "{out}");
+    assert_eq!(ok + limited, 40, "{out}");
 
     // meanwhile the other container and the operator are served
     let t0 = Instant::now();

@@ -488,6 +488,16 @@ impl Bucket {
         }
     }
 
+    /// Milliseconds until a token is there (0: now), without taking one.
+    pub fn wait_ms(&self, now_ms: u64, rate: u32, burst: u32) -> u64 {
+        let elapsed = now_ms.saturating_sub(self.last_ms);
+        let milli = (self.milli + elapsed * rate as u64).min(burst as u64 * 1000);
+        if milli >= 1000 {
+            return 0;
+        }
+        (1000 - milli).div_ceil((rate as u64).max(1))
+    }
+
     /// Takes a token if there is one. `Err(ms)`: none; the next comes in `ms`.
     pub fn take(&mut self, now_ms: u64, rate: u32, burst: u32) -> Result<(), u64> {
         let elapsed = now_ms.saturating_sub(self.last_ms);
@@ -855,6 +865,14 @@ mod tests {
         assert!(b.take(60_000, 10, 3).is_err());
         // a clock that goes back does not mint tokens
         assert!(b.take(1_000, 10, 3).is_err());
+        // waiting says the same as taking, without taking
+        let mut b = Bucket::new(1, 0);
+        assert_eq!(b.wait_ms(0, 10, 1), 0);
+        assert_eq!(b.wait_ms(0, 10, 1), 0);
+        b.take(0, 10, 1).unwrap();
+        assert_eq!(b.wait_ms(0, 10, 1), 100);
+        assert_eq!(b.wait_ms(60, 10, 1), 40);
+        assert_eq!(b.take(60, 10, 1), Err(40));
         // over any window, at most burst + rate·t requests pass
         let mut b = Bucket::new(40, 0);
         let passed = (0..10_000u64)

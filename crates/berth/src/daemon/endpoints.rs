@@ -42,6 +42,11 @@ impl Endpoint {
         }
     }
 
+    /// Milliseconds until the container may make a request again (0: now).
+    pub fn wait_ms(&self, now_ms: u64, rate: u32, burst: u32) -> u64 {
+        self.bucket.lock().unwrap().wait_ms(now_ms, rate, burst)
+    }
+
     /// Takes one of the container's request tokens; `Err(ms)` until the next one.
     pub fn admit(&self, now_ms: u64, rate: u32, burst: u32) -> Result<(), u64> {
         self.bucket.lock().unwrap().take(now_ms, rate, burst)

@@ -66,17 +66,35 @@ pub(crate) fn serve(
             (wake, POLLIN),
         ];
         fds.extend(admin.pending.iter().map(|p| (p.stream.as_raw_fd(), POLLIN)));
-        let endpoints = d.capi.endpoints();
+        // A container whose pace is spent is not listened to until its next token: its
+        // connections wait in the kernel's backlog, at its cost, not the daemon's.
+        let now_ms = d.started.elapsed().as_millis() as u64;
+        let mut paced: Option<u64> = None;
+        let endpoints: Vec<_> = d
+            .capi
+            .endpoints()
+            .into_iter()
+            .filter(
+                |e| match e.wait_ms(now_ms, d.cfg.api.rate, d.cfg.api.burst) {
+                    0 => true,
+                    ms => {
+                        paced = Some(paced.map_or(ms, |p| p.min(ms)));
+                        false
+                    }
+                },
+            )
+            .collect();
         fds.extend(endpoints.iter().map(|e| (e.listener.as_raw_fd(), POLLIN)));
+        let paced = paced.map(|ms| Instant::now() + Duration::from_millis(ms));
         // Without pending connections nothing is timed: no wake-ups while idle, unless the
         // watchdog wants a heartbeat every interval.
         let beat = d.beat_every().map(|b| Instant::now() + b);
-        let timeout = match (admin.next_deadline(), beat) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-        .map(|t| t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1)
-        .unwrap_or(-1);
+        let timeout = [admin.next_deadline(), beat, paced]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|t| t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1)
+            .unwrap_or(-1);
         let rev = poll(&fds, timeout)?;
         d.beat(Component::Api);
         if rev[1] != 0 {
