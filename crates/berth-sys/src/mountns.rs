@@ -85,9 +85,9 @@ pub fn at_target(
             let (mounted, relock) = match m {
                 Mount::Tree(tree, relock) => (move_tree(&tree, &dir, &name), relock),
                 Mount::Bind(src) => (
-                    cpath(&src).map_err(io::Error::other).and_then(|s| {
-                        crate::mount::sys_mount(Some(&s), &name, None, libc::MS_BIND, None)
-                    }),
+                    cpath(&src)
+                        .map_err(io::Error::other)
+                        .and_then(|s| bind_onto(&s, &dir, &name, (st.st_dev, st.st_ino))),
                     true,
                 ),
                 Mount::Off => (Ok(()), false),
@@ -110,6 +110,35 @@ pub fn at_target(
         })?
         .join()
         .unwrap_or_else(|_| Err(io::Error::other("mount namespace thread panicked")))
+}
+
+/// Binds `src` onto the directory `name` in `dir` (the working directory) that was checked
+/// as `id`, without following a symlink there: mount(2) follows one in its target's last
+/// component, and the container may swap the directory for one after the check. So the
+/// directory is opened without following (`O_NOFOLLOW`), checked to be the one seen, made
+/// the working directory and mounted on as "."; then the working directory is `dir` again.
+fn bind_onto(
+    src: &CString,
+    dir: &OwnedFd,
+    name: &CStr,
+    id: (libc::dev_t, libc::ino_t),
+) -> io::Result<()> {
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    let target = open_at(dir.as_raw_fd(), name.as_ptr(), flags)?;
+    // SAFETY: an all-zero stat is a valid value for the kernel to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor and a valid out pointer.
+    check(unsafe { libc::fstat(target.as_raw_fd(), &mut st) } as libc::c_long)?;
+    if (st.st_dev, st.st_ino) != id {
+        return Err(io::Error::from_raw_os_error(libc::ESTALE));
+    }
+    // SAFETY: fchdir on an open descriptor; it changes this thread's own fs context.
+    check(unsafe { libc::fchdir(target.as_raw_fd()) } as libc::c_long)?;
+    let here = CString::new(".").map_err(io::Error::other)?;
+    let bound = crate::mount::sys_mount(Some(src), &here, None, libc::MS_BIND, None);
+    // SAFETY: as above, back to the parent (the name below it now leads to the mount).
+    check(unsafe { libc::fchdir(dir.as_raw_fd()) } as libc::c_long)?;
+    bound
 }
 
 /// Remounts the mount on `name` (in the working directory) read-only, nosuid, nodev and
