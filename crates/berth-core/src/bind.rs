@@ -25,7 +25,7 @@ pub fn default_target(package: &str) -> String {
 /// and `/._-+@` only (LXC's mount entries are split at spaces), never one of the container's
 /// own mount points, nor below the kernel's file systems or berth's own `/run/berth`.
 pub fn check_target(at: &str) -> Result<(), String> {
-    crate::manifest::check_abs_path(at)?;
+    crate::path::check_abs_path(at)?;
     if at.len() > TARGET_MAX
         || !at
             .bytes()

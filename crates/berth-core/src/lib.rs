@@ -21,6 +21,7 @@ pub mod lan;
 pub mod manifest;
 pub mod name;
 pub mod net;
+pub mod path;
 pub mod plan;
 pub mod policy;
 pub mod report;

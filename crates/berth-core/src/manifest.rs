@@ -5,6 +5,8 @@
 //! clean public types. Every error names the manifest line, the key and the reason, because the manifest is written by
 //! hand by vendors and checked on the device from untrusted input.
 
+pub use crate::path::check_abs_path;
+pub use crate::schedule::Schedule;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
@@ -305,12 +307,6 @@ pub enum Ready {
     Api,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Schedule {
-    pub cron: String,
-    pub cmd: Vec<String>,
-}
-
 /// What the repository index carries about each package's manifest: enough for `berth search`
 /// and for policy checks before download, nothing more.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -432,32 +428,6 @@ fn parse_decimal(s: &str) -> Option<u64> {
         return None;
     }
     s.parse().ok()
-}
-
-/// Checks an absolute path is in normal form, so that later prefix checks (is it under /dev?)
-/// and bind-mount targets cannot be fooled by `..`, `.` or doubled slashes.
-pub fn check_abs_path(p: &str) -> Result<(), String> {
-    if p.contains('\0') || p.contains('\n') {
-        return Err(format!("{p:?} must not contain NUL or newline"));
-    }
-    if !p.starts_with('/') {
-        return Err(format!("{p:?} must be an absolute path"));
-    }
-    if p == "/" {
-        return Ok(());
-    }
-    if p.ends_with('/') {
-        return Err(format!("{p:?} must not end with '/'"));
-    }
-    for c in p[1..].split('/') {
-        match c {
-            "" => return Err(format!("{p:?} must not contain \"//\"")),
-            "." => return Err(format!("{p:?} must not contain \"/./\"")),
-            ".." => return Err(format!("{p:?} must not contain \"..\"")),
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 fn check_cpuset(s: &str) -> Result<(), String> {

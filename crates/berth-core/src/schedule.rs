@@ -9,7 +9,14 @@ use serde_json::{json, Map, Value};
 use crate::api::last_run as run;
 use crate::api::schedule as f;
 use crate::cron::{self, Cron};
-use crate::manifest::{check_abs_path, Schedule};
+use crate::path::check_abs_path;
+
+/// One `[[schedule]]` entry of a manifest: a cron expression and the command it runs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Schedule {
+    pub cron: String,
+    pub cmd: Vec<String>,
+}
 
 /// Schedules per container, the manifest's included (`POST` beyond: 409
 /// `too_many_schedules`; a manifest may have at most as many).

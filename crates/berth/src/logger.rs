@@ -37,3 +37,11 @@ pub fn init(name: &'static str) {
         log::set_max_level(level);
     }
 }
+
+/// Logs a warning once per daemon run (`said` is the caller's flag): for failures that
+/// containers can make the daemon meet at any rate (the LAN's host listing).
+pub(crate) fn warn_once(said: &std::sync::atomic::AtomicBool, what: std::fmt::Arguments) {
+    if !said.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        log::warn!("{what} (said once)");
+    }
+}

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use berth_core::lan;
 
-use super::net::warn_once;
+use crate::logger::warn_once;
 
 /// mDNS answers by address: the name (None: no answer) and when it was asked.
 type Cache = Vec<(Ipv4Addr, Option<String>, Instant)>;

@@ -10,7 +10,9 @@ use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
+
+use crate::logger::warn_once;
 
 use berth_core::api::{hosts as host_field, net as field};
 use berth_core::lan;
@@ -500,14 +502,6 @@ pub fn hosts(d: &Daemon) -> Value {
     let mut m = serde_json::Map::new();
     m.insert(host_field::HOSTS.into(), Value::Array(list));
     Value::Object(m)
-}
-
-/// Logs a failure of the host listing once per daemon run: containers can ask for the
-/// listing at any rate.
-pub(super) fn warn_once(said: &AtomicBool, what: std::fmt::Arguments) {
-    if !said.swap(true, Ordering::Relaxed) {
-        log::warn!("{what} (said once)");
-    }
 }
 
 /// The kernel's neighbour table by rtnetlink, or from /proc/net/arp where that fails (old
