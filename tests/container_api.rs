@@ -199,6 +199,11 @@ fn a_package_sees_itself_its_logs_and_only_what_it_was_granted() {
     assert_eq!(me["name"], "selfy", "{me}");
     assert_eq!(me["state"], "running", "{me}");
     assert_eq!(me["init_pid"], pid, "{me}");
+    assert_eq!(me["addresses"]["mode"], "none", "{me}");
+    assert!(
+        me["usage"]["pids_current"].as_u64().is_some_and(|n| n >= 1),
+        "{me}"
+    );
     assert_eq!(
         me["permissions"]["asked"],
         serde_json::json!(["status", "logs", "lan-hosts"]),
@@ -672,6 +677,11 @@ fn the_api_comes_back_after_a_daemon_restart() {
     sb.start_daemon();
     let me = api.ok("GET", "/v1/self", None);
     assert_eq!(me["init_pid"], pid, "{me}");
+    assert_eq!(me["addresses"]["mode"], "none", "{me}");
+    assert!(
+        me["usage"]["pids_current"].as_u64().is_some_and(|n| n >= 1),
+        "{me}"
+    );
     // removed with the package
     sb.ok(&["stop", "keeper"]);
     sb.ok(&["remove", "keeper"]);

@@ -149,6 +149,8 @@ pub mod selfapi {
     pub const PERMISSION: &str = "permission";
     /// The container's usage (`berth stats` of it), or null without cgroups.
     pub const USAGE: &str = "usage";
+    /// Its network: mode, published ports, address and MAC (`berth net` of it).
+    pub const ADDRESSES: &str = "addresses";
     /// Until when upgrades of the package are held off (seconds since the epoch), or null.
     pub const LOCKED_UNTIL: &str = "locked_until";
     /// The keep-alive period of `[health] watchdog` in milliseconds, or null.

@@ -390,6 +390,49 @@ pub fn restore(d: &Daemon, st: &State) {
 }
 
 /// `berth net`: each container's mode, address, MAC, ports and drop counters.
+/// One container's network: its mode, published ports, address and MAC (and with `counts`,
+/// its veth and drop counters).
+fn entry(
+    d: &Daemon,
+    leases: &Vec<(String, std::net::Ipv4Addr)>,
+    p: &berth_core::state::Installed,
+    counts: Option<&[(u32, u64, u64)]>,
+) -> Value {
+    let c = &d.cfg.network;
+    let n = p.name.as_str();
+    let mode = p.manifest.network.mode;
+    let mut v = json!({field::NAME: n, field::MODE: net::mode_name(mode),
+        field::PUBLISH: p.manifest.network.publish.iter().map(|q| format!("{}:{}/{}", q.host_port, q.container_port, net::proto_name(q.proto))).collect::<Vec<_>>()});
+    if let (NetMode::Macvlan, Some(ip), Some((_, _, len))) =
+        (mode, net::lease_of(leases, n), c.macvlan_pool)
+    {
+        v[field::IPV4] = json!(format!("{ip}/{len}"));
+        v[field::MAC] = json!(net::mac_of(ip));
+    }
+    if let (NetMode::Isolated, Some(ip)) = (mode, net::lease_of(leases, n)) {
+        v[field::IPV4] = json!(format!("{ip}/{}", c.subnet.1));
+        v[field::MAC] = json!(net::mac_of(ip));
+        if let Some(counts) = counts {
+            let (_, s, dn) = counts
+                .iter()
+                .find(|e| e.0 == net::index_of(c, ip))
+                .copied()
+                .unwrap_or_default();
+            v[field::VETH] = json!(net::veth_of(ip));
+            v[field::DHCP] = json!(p.manifest.network.dhcp);
+            v[field::DROPPED_SPOOFED] = json!(s);
+            v[field::DROPPED_DENIED] = json!(dn);
+        }
+    }
+    v
+}
+
+/// One container's network as its own `GET /v1/self` shows it: mode, published ports,
+/// address and MAC (no counters: nothing is asked of nft).
+pub fn of(d: &Daemon, p: &berth_core::state::Installed) -> Value {
+    entry(d, &load_leases(d), p, None)
+}
+
 pub fn status(d: &Daemon, st: &State) -> Result<Value> {
     let c = &d.cfg.network;
     let leases = load_leases(d);
@@ -413,33 +456,7 @@ pub fn status(d: &Daemon, st: &State) -> Result<Value> {
     let list: Vec<Value> = st
         .packages
         .values()
-        .map(|p| {
-            let n = p.name.as_str();
-            let mode = p.manifest.network.mode;
-            let mut v = json!({field::NAME: n, field::MODE: net::mode_name(mode),
-                field::PUBLISH: p.manifest.network.publish.iter().map(|q| format!("{}:{}/{}", q.host_port, q.container_port, net::proto_name(q.proto))).collect::<Vec<_>>()});
-            if let (NetMode::Macvlan, Some(ip), Some((_, _, len))) =
-                (mode, net::lease_of(&leases, n), c.macvlan_pool)
-            {
-                v[field::IPV4] = json!(format!("{ip}/{len}"));
-                v[field::MAC] = json!(net::mac_of(ip));
-            }
-            if let (NetMode::Isolated, Some(ip)) = (mode, net::lease_of(&leases, n)) {
-                let ip = &ip;
-                let (_, s, dn) = counts
-                    .iter()
-                    .find(|e| e.0 == net::index_of(c, *ip))
-                    .copied()
-                    .unwrap_or_default();
-                v[field::IPV4] = json!(format!("{ip}/{}", c.subnet.1));
-                v[field::MAC] = json!(net::mac_of(*ip));
-                v[field::VETH] = json!(net::veth_of(*ip));
-                v[field::DHCP] = json!(p.manifest.network.dhcp);
-                v[field::DROPPED_SPOOFED] = json!(s);
-                v[field::DROPPED_DENIED] = json!(dn);
-            }
-            v
-        })
+        .map(|p| entry(d, &leases, p, Some(&counts)))
         .collect();
     Ok(json!({
         field::BRIDGE: c.bridge,

@@ -167,6 +167,7 @@ fn self_status(d: &Daemon, p: &Installed, granted: &[capi::Permission]) -> Resul
     let usage = runtime::limit::snapshot(d, name);
     if let Some(o) = me.as_object_mut() {
         o.insert(field::USAGE.into(), usage.unwrap_or(Value::Null));
+        o.insert(field::ADDRESSES.into(), net::of(d, p));
         o.insert(
             field::PERMISSIONS.into(),
             json!({
