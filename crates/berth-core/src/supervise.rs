@@ -439,14 +439,8 @@ impl Machine {
                 }
                 Phase::Running => match (self.run, self.check_due) {
                     (Some(run), _) if self.keepalive_due.is_some_and(|t| now_ms >= t) => {
-                        self.phase = Phase::Killing;
-                        self.check_due = None;
-                        self.keepalive_due = None;
                         let period_ms = policy.health.and_then(|h| h.watchdog_ms).unwrap_or(0);
-                        vec![
-                            Action::Report(Report::WatchdogExpired { period_ms }),
-                            Action::Kill(run),
-                        ]
+                        self.end_run(run, Report::WatchdogExpired { period_ms })
                     }
                     (Some(run), Some(due)) if now_ms >= due => {
                         self.check_due = None;
@@ -544,15 +538,12 @@ impl Machine {
         if self.failures < h.retries {
             return Vec::new();
         }
-        self.phase = Phase::Killing;
-        self.check_due = None;
-        self.keepalive_due = None;
-        vec![
-            Action::Report(Report::Unhealthy {
+        self.end_run(
+            run,
+            Report::Unhealthy {
                 failures: self.failures,
-            }),
-            Action::Kill(run),
-        ]
+            },
+        )
     }
 
     /// The package's own report: `retries` failures in a row end the run as the probe's do;
@@ -573,15 +564,20 @@ impl Machine {
         if self.report_failures < h.retries {
             return Vec::new();
         }
+        self.end_run(
+            run,
+            Report::Unhealthy {
+                failures: self.report_failures,
+            },
+        )
+    }
+
+    /// This run is to be ended (and its end counted as a failure), for `why`.
+    fn end_run(&mut self, run: Run, why: Report) -> Vec<Action> {
         self.phase = Phase::Killing;
         self.check_due = None;
         self.keepalive_due = None;
-        vec![
-            Action::Report(Report::Unhealthy {
-                failures: self.report_failures,
-            }),
-            Action::Kill(run),
-        ]
+        vec![Action::Report(why), Action::Kill(run)]
     }
 
     /// It ended (`exit`), or a start failed (`None`).
