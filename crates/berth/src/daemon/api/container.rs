@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use berth_core::api::{container as cfield, selfapi as field};
 use berth_core::container_api::{self as capi, ApiPolicy, Op};
-use berth_core::http::{self, Request};
+use berth_core::http;
 use berth_core::state::Installed;
 use berth_core::supervise::Event;
 use serde_json::{json, Value};
@@ -34,13 +34,9 @@ fn reply_err(stream: &mut UnixStream, e: Error) {
     reply(stream, e.status(), e.to_json());
 }
 
-/// Serves one complete request of `ep`'s container, on its own thread.
-pub(crate) fn route(d: &Arc<Daemon>, ep: &Endpoint, req: Request, mut stream: UnixStream) {
+/// Serves one request of `ep`'s container (parsed by the admission loop), on its own thread.
+pub(crate) fn route(d: &Arc<Daemon>, ep: &Endpoint, op: Op, mut stream: UnixStream) {
     let name = ep.name.as_str();
-    let op = match capi::parse(&req) {
-        Ok(op) => op,
-        Err(r) => return reply_err(&mut stream, Error::new(r.kind, r.message)),
-    };
     let p = match state::installed(d, name) {
         Ok(p) => p,
         Err(e) => return reply_err(&mut stream, e),

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use berth_core::container_api::Op;
 use berth_core::http;
 use berth_sys::process::{poll, POLLIN};
 
@@ -165,7 +166,7 @@ struct Queued {
     e: Arc<Endpoint>,
     class: Class,
     stream: UnixStream,
-    req: http::Request,
+    op: Op,
     deadline: Instant,
 }
 
@@ -192,11 +193,10 @@ enum Class {
 }
 
 impl Class {
-    fn of(req: &http::Request) -> Class {
-        use berth_core::container_api::Op;
-        match berth_core::container_api::parse(req) {
-            Ok(Op::Logs { follow: true, .. }) => Class::Stream,
-            Ok(Op::Ready | Op::Health { .. } | Op::KeepAlive) => Class::Report,
+    fn of(op: &Op) -> Class {
+        match op {
+            Op::Logs { follow: true, .. } => Class::Stream,
+            Op::Ready | Op::Health { .. } | Op::KeepAlive => Class::Report,
             _ => Class::Regular,
         }
     }
@@ -362,7 +362,12 @@ impl Admission {
         req: http::Request,
         deadline: Instant,
     ) {
-        let class = Class::of(&req);
+        // Parsed here, once (pure and bounded): a bad request is answered without a worker.
+        let op = match berth_core::container_api::parse(&req) {
+            Ok(op) => op,
+            Err(r) => return reply_now(stream, Error::new(r.kind, r.message)),
+        };
+        let class = Class::of(&op);
         if class == Class::Stream {
             if !self.take(&e, class) {
                 let why = format!(
@@ -371,7 +376,7 @@ impl Admission {
                 );
                 return reply_now(stream, Error::new(Kind::Busy, why));
             }
-            return self.start_worker(d, e, class, stream, req);
+            return self.start_worker(d, e, class, stream, op);
         }
         if self.queued.iter().any(|q| Arc::ptr_eq(&q.e, &e)) || !self.take(&e, class) {
             let own = self.queued.iter().filter(|q| Arc::ptr_eq(&q.e, &e)).count();
@@ -387,12 +392,12 @@ impl Admission {
                 e,
                 class,
                 stream,
-                req,
+                op,
                 deadline,
             });
             return;
         }
-        self.start_worker(d, e, class, stream, req);
+        self.start_worker(d, e, class, stream, op);
     }
 
     /// Takes a slot of `class` for `e` if there is one: a regular request one of its
@@ -435,7 +440,7 @@ impl Admission {
         e: Arc<Endpoint>,
         class: Class,
         stream: UnixStream,
-        req: http::Request,
+        op: Op,
     ) {
         let (pool, streams) = (
             Arc::clone(&self.container_workers),
@@ -457,7 +462,7 @@ impl Admission {
             .stack_size(256 * 1024)
             .spawn(move || {
                 if stream.set_nonblocking(false).is_ok() {
-                    super::container::route(&d2, &ep, req, stream);
+                    super::container::route(&d2, &ep, op, stream);
                 }
                 if release(&ep) {
                     berth_sys::process::trim_heap();
@@ -486,7 +491,7 @@ impl Admission {
                 keep.push_back(q);
                 continue;
             }
-            self.start_worker(d, q.e, q.class, q.stream, q.req);
+            self.start_worker(d, q.e, q.class, q.stream, q.op);
         }
         self.queued = keep;
     }
