@@ -2,7 +2,7 @@
 # berth demo: on a fresh Debian 12 machine, as root.
 #
 #   bash demo/run.sh          install what is needed, build berth, build a signed demo
-#                             repository from real programs, install and start two packages
+#                             repository from real programs, install and start three packages
 #                             through the daemon, and show them running
 #   bash demo/run.sh clean    stop the demo's containers and daemon, remove everything it made
 #   bash demo/run.sh clean RUN   the same for one run only (RUN: its pid or $BERTH_DEMO_ID)
