@@ -127,7 +127,7 @@ if [ -e "/run/netns/$ns" ] || [ -d "$out" ]; then
 fi
 mkdir -p "$out/src" "$out/repo/packages" "$out/keys"
 
-say "vendor side: a signing key, two packages, a signed repository"
+say "vendor side: a signing key, three packages, a signed repository"
 "$berth" key generate -o "$out/vendor" --comment "berth demo vendor"
 
 # web: busybox httpd and a page
