@@ -506,7 +506,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             (job["id"].as_str(), job["origin"].as_str()),
-            (Some("a1"), Some("api"))
+            (Some("a1"), Some("package"))
         );
         assert!(job["next_run"].as_i64().unwrap() > now(&d));
         let on_disk: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
