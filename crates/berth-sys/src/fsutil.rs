@@ -6,7 +6,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::mount::cpath;
 
@@ -15,7 +15,8 @@ use crate::mount::cpath;
 /// the directory is fsynced. The file gets exactly `mode` (the umask does not apply). The
 /// temporary file is removed on error.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
+    // usize, not u64: MIPS32 and ARMv5 have no 64-bit atomics.
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
     let name = path.file_name().ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidInput,

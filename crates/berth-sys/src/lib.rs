@@ -13,3 +13,13 @@ pub mod net;
 pub mod process;
 pub mod skip;
 pub mod watchdog;
+
+// liblxc is loaded with dlopen at run time (lxc.rs), and a static binary cannot dlopen (musl:
+// "Dynamic loading not supported"): such a build could run `check` and the daemon but never
+// start a container. Refuse it here rather than ship it (scripts/cross.sh, docs/device.md).
+#[cfg(target_feature = "crt-static")]
+compile_error!(
+    "berth cannot be linked statically: it loads liblxc with dlopen at run time, which a static \
+     binary cannot do. Build with RUSTFLAGS=\"-C target-feature=-crt-static\" (dynamic against \
+     the device's libc), as scripts/cross.sh does."
+);

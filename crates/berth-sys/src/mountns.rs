@@ -15,6 +15,13 @@ use std::path::{Path, PathBuf};
 
 use crate::mount::cpath;
 
+// 32-bit glibc's `stat` has 32-bit device and inode numbers (EOVERFLOW on large ones): the
+// 64-bit calls there; musl's and 64-bit glibc's `stat` is already 64-bit.
+#[cfg(not(all(target_env = "gnu", target_pointer_width = "32")))]
+use libc::{fstat, fstatat, stat as Stat};
+#[cfg(all(target_env = "gnu", target_pointer_width = "32"))]
+use libc::{fstat64 as fstat, fstatat64 as fstatat, stat64 as Stat};
+
 fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
     if rc < 0 {
         Err(io::Error::last_os_error())
@@ -64,7 +71,7 @@ pub fn at_target(
             // This thread's working directory: the calls below take the name.
             // SAFETY: fchdir on an open descriptor; it changes this thread's own fs context.
             check(unsafe { libc::fchdir(dir.as_raw_fd()) } as libc::c_long)?;
-            let shows = || stat_at(&dir, &name).map(|st| (st.st_dev, st.st_ino) == id);
+            let shows = || stat_at(&dir, &name).map(|st| file_id(&st) == id);
             if let Mount::Off = m {
                 return match shows()? {
                     true => umount_here(&name),
@@ -76,7 +83,7 @@ pub fn at_target(
                 return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
             }
             // Something is mounted there: another file system, or the image already.
-            if st.st_dev != stat_at(&dir, c".")?.st_dev || (st.st_dev, st.st_ino) == id {
+            if st.st_dev != stat_at(&dir, c".")?.st_dev || file_id(&st) == id {
                 return Err(io::Error::from_raw_os_error(libc::EBUSY));
             }
             if std::fs::read_dir(&at)?.next().is_some() {
@@ -87,7 +94,7 @@ pub fn at_target(
                 Mount::Bind(src) => (
                     cpath(&src)
                         .map_err(io::Error::other)
-                        .and_then(|s| bind_onto(&s, &dir, &name, (st.st_dev, st.st_ino))),
+                        .and_then(|s| bind_onto(&s, &dir, &name, file_id(&st))),
                     true,
                 ),
                 Mount::Off => (Ok(()), false),
@@ -117,19 +124,14 @@ pub fn at_target(
 /// component, and the container may swap the directory for one after the check. So the
 /// directory is opened without following (`O_NOFOLLOW`), checked to be the one seen, made
 /// the working directory and mounted on as "."; then the working directory is `dir` again.
-fn bind_onto(
-    src: &CString,
-    dir: &OwnedFd,
-    name: &CStr,
-    id: (libc::dev_t, libc::ino_t),
-) -> io::Result<()> {
+fn bind_onto(src: &CString, dir: &OwnedFd, name: &CStr, id: (u64, u64)) -> io::Result<()> {
     let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW;
     let target = open_at(dir.as_raw_fd(), name.as_ptr(), flags)?;
     // SAFETY: an all-zero stat is a valid value for the kernel to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let mut st: Stat = unsafe { std::mem::zeroed() };
     // SAFETY: an open descriptor and a valid out pointer.
-    check(unsafe { libc::fstat(target.as_raw_fd(), &mut st) } as libc::c_long)?;
-    if (st.st_dev, st.st_ino) != id {
+    check(unsafe { fstat(target.as_raw_fd(), &mut st) } as libc::c_long)?;
+    if file_id(&st) != id {
         return Err(io::Error::from_raw_os_error(libc::ESTALE));
     }
     // SAFETY: fchdir on an open descriptor; it changes this thread's own fs context.
@@ -187,12 +189,19 @@ fn walk(path: &Path) -> io::Result<(OwnedFd, CString)> {
 }
 
 /// `stat` of `name` in `dir`, not following a symlink (but crossing into a mount on it).
-fn stat_at(dir: &OwnedFd, name: &CStr) -> io::Result<libc::stat> {
+/// A file's (device, inode): their C types differ between architectures (MIPS o32's
+/// `stat64` has a 32-bit `st_dev`).
+#[allow(clippy::unnecessary_cast)]
+fn file_id(st: &Stat) -> (u64, u64) {
+    (st.st_dev as u64, st.st_ino as u64)
+}
+
+fn stat_at(dir: &OwnedFd, name: &CStr) -> io::Result<Stat> {
     // SAFETY: an all-zero stat is a valid value for the kernel to overwrite.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let mut st: Stat = unsafe { std::mem::zeroed() };
     // SAFETY: `name` is NUL-terminated, `st` is a valid out pointer; both outlive the call.
     let rc = unsafe {
-        libc::fstatat(
+        fstatat(
             dir.as_raw_fd(),
             name.as_ptr(),
             &mut st,

@@ -20,7 +20,7 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -64,7 +64,7 @@ fn pin_to_cpu0() -> Result<()> {
 /// The main service and its traffic; stopped on drop.
 struct Service {
     port: u16,
-    done: Arc<AtomicU64>,
+    done: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
 }
 
@@ -95,7 +95,7 @@ impl Service {
                 let _ = c.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok");
             }
         });
-        let done = Arc::new(AtomicU64::new(0));
+        let done = Arc::new(AtomicUsize::new(0));
         let (d, s) = (done.clone(), stop.clone());
         std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {

@@ -1,0 +1,360 @@
+#!/usr/bin/env bash
+# Cross builds of berth for the device class (issue 17; docs/device.md).
+#
+#   bash scripts/cross.sh mipsel|armv7|aarch64|mipsel-gnu|all   build, strip, check size
+#   bash scripts/cross.sh smoke mipsel|armv7|aarch64|all        run a built musl binary under
+#                             qemu-user: --version, check, a daemon and `status`
+#   bash scripts/cross.sh static                                prove that a static build is
+#                             refused at compile time, with berth's message
+#
+# Each build leaves the stripped binary at target/cross/<arch>/berth and its size in
+# target/cross/<arch>/size. The musl builds are dynamic, as OpenWrt ships them (interpreter
+# /lib/ld-musl-<arch>.so.1; soft-float "mipsel-sf" for mipsel), so that liblxc is loaded at
+# run time; mipsel-gnu is the glibc build that the emulated router (scripts/vm/router.sh) runs
+# on Debian's mipsel packages. Every binary is the device build (--no-default-features).
+#
+# Toolchain, all from the registries: the pinned Rust nightly with rust-src (the std is rebuilt
+# for size: -Zbuild-std, panic=immediate-abort, optimize_for_size), and zig as the C linker and
+# libc provider through cargo-zigbuild (both from PyPI, in a venv under $BERTH_CROSS_CACHE,
+# default /var/cache/berth-cross). The qemu-user smoke test takes the musl loaders from
+# Debian's musl packages (armhf, arm64) and, for soft-float mipsel, which Debian does not
+# build, from Debian's musl source built with zig.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+# The nightly is pinned: rustc 1.97.0-nightly (e50aa6fba 2026-05-19), channel date 2026-05-20.
+NIGHTLY=${BERTH_NIGHTLY:-nightly-2026-05-20}
+NIGHTLY_COMMIT=e50aa6fba
+ZIG_VERSION=0.15.2
+ZIGBUILD_VERSION=0.24.1
+CACHE=${BERTH_CROSS_CACHE:-/var/cache/berth-cross}
+# DESIGN.md decision 1 for the device class: the stripped binary of every target.
+BUDGET=${BERTH_CROSS_BUDGET:-1572864}
+# MIPS o32 position-independent code (every call through $gp and the GOT) is about 20 %
+# larger than ARM's; mipsel's own budget, and why, in SPECIFICATION.md (Size).
+BUDGET_MIPSEL=${BERTH_CROSS_BUDGET_MIPSEL:-1835008}
+
+die() { echo "scripts/cross.sh: $*" >&2; exit 1; }
+log() { echo "cross: $*" >&2; }
+
+# arch -> Rust target, zig's target for cargo-zigbuild (glibc version suffix), interpreter
+rust_target() {
+    case $1 in
+        mipsel) echo mipsel-unknown-linux-musl ;;
+        armv7) echo armv7-unknown-linux-musleabihf ;;
+        aarch64) echo aarch64-unknown-linux-musl ;;
+        mipsel-gnu) echo mipsel-unknown-linux-gnu ;;
+        *) die "unknown target '$1': one of mipsel, armv7, aarch64, mipsel-gnu" ;;
+    esac
+}
+interpreter() {
+    case $1 in
+        mipsel) echo /lib/ld-musl-mipsel-sf.so.1 ;;
+        armv7) echo /lib/ld-musl-armhf.so.1 ;;
+        aarch64) echo /lib/ld-musl-aarch64.so.1 ;;
+        mipsel-gnu) echo /lib/ld.so.1 ;;
+    esac
+}
+qemu_arch() {
+    case $1 in
+        mipsel | mipsel-gnu) echo mipsel ;;
+        armv7) echo arm ;;
+        aarch64) echo aarch64 ;;
+    esac
+}
+
+toolchain() {
+    [ -x "$HOME/.cargo/bin/rustup" ] && export PATH="$HOME/.cargo/bin:$PATH"
+    command -v rustup >/dev/null || die "rustup is needed (the pinned nightly and rust-src come through it)"
+    # The machine's own "nightly" serves when it is the pinned one.
+    if [ -z "${BERTH_NIGHTLY:-}" ] && rustup run nightly rustc -V 2>/dev/null | grep -q "$NIGHTLY_COMMIT"; then
+        NIGHTLY=nightly
+    fi
+    if ! rustup run "$NIGHTLY" rustc -V >/dev/null 2>&1; then
+        log "installing Rust $NIGHTLY"
+        rustup toolchain install "$NIGHTLY" --profile minimal -c rust-src >&2
+    fi
+    if ! rustup component list --toolchain "$NIGHTLY" --installed 2>/dev/null | grep -q '^rust-src'; then
+        rustup component add rust-src --toolchain "$NIGHTLY" >&2
+    fi
+    local venv=$CACHE/venv-$ZIG_VERSION-$ZIGBUILD_VERSION
+    if [ ! -x "$venv/bin/cargo-zigbuild" ]; then
+        log "installing zig $ZIG_VERSION and cargo-zigbuild $ZIGBUILD_VERSION (PyPI) in $venv"
+        mkdir -p "$CACHE"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install -q "ziglang==$ZIG_VERSION" "cargo-zigbuild==$ZIGBUILD_VERSION" >&2
+    fi
+    # cargo-zigbuild finds zig as `python3 -m ziglang` in the venv.
+    export PATH="$venv/bin:$PATH"
+    sysroot=$(rustup run "$NIGHTLY" rustc --print sysroot)
+    objcopy_bin="$sysroot/lib/rustlib/x86_64-unknown-linux-gnu/bin/rust-objcopy"
+    [ -x "$objcopy_bin" ] || die "$NIGHTLY has no rust-objcopy at $objcopy_bin"
+}
+
+objcopy() { LD_LIBRARY_PATH="$sysroot/lib" "$objcopy_bin" "$@"; }
+
+build() {
+    local arch=$1 target zt flags out
+    target=$(rust_target "$arch")
+    zt=$target
+    # size first: no unwinding anywhere, no panic locations, a size-optimised std
+    flags="-Zunstable-options -Cpanic=immediate-abort -Zlocation-detail=none -Cforce-unwind-tables=no"
+    case $arch in
+        mipsel-gnu)
+            # glibc 2.36: Debian 12's, which the emulated router runs
+            zt=$target.2.36
+            ;;
+        *)
+            # zig links musl targets statically unless told otherwise; berth needs dlopen
+            flags="$flags -Ctarget-feature=-crt-static -Clink-arg=-dynamic"
+            ;;
+    esac
+    log "building $arch ($target)"
+    local t0=$SECONDS
+    RUSTFLAGS="$flags" CARGO_TARGET_DIR="$root/target/cross/build" \
+        cargo "+$NIGHTLY" zigbuild --release -q -p berth --no-default-features --target "$zt" \
+        -Zbuild-std=std,panic_abort -Zbuild-std-features=optimize_for_size
+    out="$root/target/cross/$arch"
+    mkdir -p "$out"
+    # MIPS's .pdr (procedure descriptors for debuggers) and the linkers' .comment are not
+    # loaded; the release profile has already stripped symbols.
+    objcopy --remove-section .pdr --remove-section .comment \
+        "$root/target/cross/build/$target/release/berth" "$out/berth.tmp"
+    mv "$out/berth.tmp" "$out/berth"
+    check_binary "$arch" "$out/berth"
+    log "$arch: $(cat "$out/size") bytes, built in $((SECONDS - t0)) s"
+}
+
+check_binary() {
+    local arch=$1 bin=$2 interp want size budget
+    interp=$(readelf_interp "$bin")
+    want=$(interpreter "$arch")
+    [ "$interp" = "$want" ] || die "$arch: $bin asks for interpreter '$interp', not $want (a static or wrongly linked build)"
+    size=$(stat -c %s "$bin")
+    echo "$size" > "$(dirname "$bin")/size"
+    budget=$BUDGET
+    case $arch in mipsel | mipsel-gnu) budget=$BUDGET_MIPSEL ;; esac
+    if [ "$size" -gt "$budget" ]; then
+        die "$arch: stripped berth is $size bytes, over its budget of $budget bytes"
+    fi
+}
+
+# The PT_INTERP of an ELF file, read with od (binutils' readelf reads the host's arch only).
+readelf_interp() {
+    python3 - "$1" <<'PYEOF'
+import struct, sys
+d = open(sys.argv[1], 'rb').read()
+if d[:4] != b'\x7fELF':
+    sys.exit(sys.argv[1] + ': not an ELF file')
+c64, le = d[4] == 2, d[5] == 1
+e = '<' if le else '>'
+if c64:
+    phoff, = struct.unpack_from(e + 'Q', d, 0x20)
+    phentsize, phnum = struct.unpack_from(e + 'HH', d, 0x36)
+else:
+    phoff, = struct.unpack_from(e + 'I', d, 0x1c)
+    phentsize, phnum = struct.unpack_from(e + 'HH', d, 0x2a)
+for i in range(phnum):
+    o = phoff + i * phentsize
+    if c64:
+        ptype, = struct.unpack_from(e + 'I', d, o)
+        off, = struct.unpack_from(e + 'Q', d, o + 8)
+        size, = struct.unpack_from(e + 'Q', d, o + 32)
+    else:
+        ptype, off = struct.unpack_from(e + 'II', d, o)
+        size, = struct.unpack_from(e + 'I', d, o + 16)
+    if ptype == 3:
+        print(d[off:off + size].rstrip(b'\0').decode())
+        break
+PYEOF
+}
+
+# A static build must be refused at compile time (berth-sys: compile_error!), not produce a
+# binary that can never load liblxc.
+static_refused() {
+    local log_file
+    log_file=$(mktemp)
+    log "a static build (aarch64 musl, +crt-static) must fail with berth's message"
+    if RUSTFLAGS="-Ctarget-feature=+crt-static" CARGO_TARGET_DIR="$root/target/cross/static" \
+        cargo "+$NIGHTLY" zigbuild --release -q -p berth --no-default-features \
+        --target aarch64-unknown-linux-musl -Zbuild-std=std,panic_abort >"$log_file" 2>&1; then
+        rm -f "$log_file"
+        die "a static build succeeded: berth-sys must refuse crt-static"
+    fi
+    if ! grep -q "berth cannot be linked statically" "$log_file"; then
+        cat "$log_file" >&2
+        rm -f "$log_file"
+        die "the static build failed, but not with berth's message"
+    fi
+    grep -m1 -A2 "berth cannot be linked statically" "$log_file" >&2
+    rm -f "$log_file"
+    log "static build refused, as it must be"
+}
+
+# --- qemu-user smoke test of the musl builds -------------------------------------------------
+
+apt_foreign() {
+    # Debian packages of other architectures, with a private apt state: the machine's dpkg
+    # architectures and package lists stay as they are.
+    local d=$CACHE/apt
+    mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/etc"
+    : > "$d/status"
+    local mirror=${BERTH_VM_MIRROR:-}
+    [ -n "$mirror" ] || mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
+    [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $2 !~ /^\[/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+    [ -n "$mirror" ] || die "no Debian mirror in the apt sources: set BERTH_VM_MIRROR"
+    cat > "$d/etc/sources.list" <<EOF
+deb [arch=mipsel,armhf,arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm main
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm main
+EOF
+    APT_OPTS=(-o "Dir::Etc::SourceList=$d/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        -o "Dir::State::Lists=$d/lists" -o "Dir::Cache=$d/cache" -o "Dir::State::status=$d/status"
+        -o APT::Architecture=mipsel -o APT::Architectures::=mipsel -o APT::Architectures::=armhf
+        -o APT::Architectures::=arm64 -o APT::Sandbox::User=root)
+    if [ ! -f "$d/updated" ] || [ -n "$(find "$d/updated" -mmin +720)" ]; then
+        apt-get "${APT_OPTS[@]}" update -qq >&2 || die "apt-get update for the foreign architectures failed"
+        touch "$d/updated"
+    fi
+}
+
+musl_sysroot() {
+    local arch=$1 sr=$CACHE/sysroot-$1
+    if [ -e "$sr$(interpreter "$arch")" ]; then
+        echo "$sr"
+        return
+    fi
+    apt_foreign
+    local work
+    work=$(mktemp -d)
+    case $arch in
+        armv7 | aarch64)
+            local da=armhf
+            [ "$arch" = aarch64 ] && da=arm64
+            (cd "$work" && apt-get "${APT_OPTS[@]}" download -qq "musl:$da" >&2)
+            rm -rf "$sr.tmp"
+            dpkg-deb -x "$work"/musl_*.deb "$sr.tmp"
+            ;;
+        mipsel)
+            # Debian's mipsel musl is hard-float; OpenWrt's is soft-float (ld-musl-mipsel-sf),
+            # and qemu refuses to mix the two. Build Debian's musl source soft-float with zig.
+            (cd "$work" && apt-get "${APT_OPTS[@]}" source --download-only -qq musl >&2)
+            tar -xzf "$work"/musl_*.orig.tar.gz -C "$work"
+            local src
+            src=$(ls -d "$work"/musl-*/ | head -1)
+            printf '#!/bin/sh\nexec python3 -m ziglang cc -target mipsel-linux-musleabi -msoft-float -rtlib=none "$@"\n' > "$work/cc"
+            chmod +x "$work/cc"
+            # zig's compiler-rt stands in for libgcc; its memcpy/memset/... are weak and
+            # hidden, and would hide musl's own from libc.so's exports, so they are made local.
+            local zlib
+            zlib=$(python3 -c 'import ziglang, os; print(os.path.dirname(ziglang.__file__))')/lib
+            python3 -m ziglang build-obj -fPIC -target mipsel-linux-musleabi -mcpu=mips32r2+soft_float \
+                -O ReleaseSmall "$zlib/compiler_rt.zig" -femit-bin="$work/crt.o" >&2
+            objcopy -L memcpy -L memset -L memmove -L memcmp -L bcmp -L strlen "$work/crt.o" "$work/crt-local.o"
+            (cd "$src" && ./configure -q --target=mipsel-linux-muslsf CC="$work/cc" \
+                AR="python3 -m ziglang ar" RANLIB="python3 -m ziglang ranlib" >&2 &&
+                make -s -j"$(nproc)" lib/libc.so LIBCC="$work/crt-local.o" >/dev/null 2>&1) ||
+                die "building musl (soft-float mipsel) failed"
+            rm -rf "$sr.tmp"
+            mkdir -p "$sr.tmp/lib"
+            cp "$src/lib/libc.so" "$sr.tmp/lib/libc.so"
+            ln -s libc.so "$sr.tmp/lib/ld-musl-mipsel-sf.so.1"
+            ;;
+    esac
+    rm -rf "$work" "$sr"
+    mv "$sr.tmp" "$sr"
+    [ -e "$sr$(interpreter "$arch")" ] || die "$arch: no $(interpreter "$arch") in $sr"
+    echo "$sr"
+}
+
+smoke() {
+    local arch=$1 bin=$root/target/cross/$1/berth sr q
+    [ -x "$bin" ] || die "$arch: build it first (bash scripts/cross.sh $arch)"
+    command -v "qemu-$(qemu_arch "$arch")" >/dev/null || die "qemu-$(qemu_arch "$arch") missing: apt-get install qemu-user"
+    sr=$(musl_sysroot "$arch")
+    q=(qemu-"$(qemu_arch "$arch")" -L "$sr")
+    local dir
+    dir=$(mktemp -d /tmp/berth-cross-smoke.XXXXXX)
+    local id=${dir##*.}
+    smoke_dirs+=("$dir")
+    mkdir -p "$dir/state" "$dir/run" "$dir/keys"
+    cat > "$dir/berth.toml" <<EOF
+repository = "file://$dir/repo"
+[paths]
+state = "$dir/state"
+run = "$dir/run"
+keys = "$dir/keys"
+[containers]
+cgroup_parent = "berth-cross-$id"
+EOF
+    export BERTH_CONFIG=$dir/berth.toml
+    log "$arch smoke: --version"
+    "${q[@]}" "$bin" --version | tee "$dir/version" >&2
+    grep -q "^berth " "$dir/version" || die "$arch: --version printed no version"
+    log "$arch smoke: check"
+    # liblxc is not in the sysroot: check must say so with the loader's own words, and
+    # still report the rest.
+    "${q[@]}" "$bin" check >"$dir/check" 2>&1 || true
+    grep -q "^squashfs" "$dir/check" || { cat "$dir/check" >&2; die "$arch: check printed no report"; }
+    grep "^liblxc" "$dir/check" >&2 || true
+    log "$arch smoke: daemon and status"
+    "${q[@]}" "$bin" daemon >"$dir/daemon.log" 2>&1 &
+    local pid=$! ok=
+    for _ in $(seq 200); do
+        if "${q[@]}" "$bin" status >"$dir/status" 2>&1; then
+            ok=1
+            break
+        fi
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if [ -z "$ok" ]; then
+        cat "$dir/daemon.log" "$dir/status" >&2
+        kill "$pid" 2>/dev/null || true
+        die "$arch: the daemon did not answer status"
+    fi
+    "${q[@]}" "$bin" --json status >"$dir/status.json"
+    python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$dir/status.json" ||
+        die "$arch: status --json is not JSON"
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    log "$arch smoke: passed"
+}
+
+# Removes what the smoke tests made (run at exit, whatever the outcome): daemons, cgroups, files.
+smoke_dirs=()
+smoke_cleanup() {
+    local dir id h
+    for dir in "${smoke_dirs[@]}"; do
+        id=${dir##*.}
+        if [ -f "$dir/run/daemon.pid" ]; then kill "$(cat "$dir/run/daemon.pid")" 2>/dev/null || true; fi
+        sleep 0.2
+        for h in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
+            if [ -d "${h}berth-cross-$id" ]; then
+                find "${h}berth-cross-$id" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+            fi
+        done
+        rm -rf "$dir"
+    done
+}
+trap smoke_cleanup EXIT
+
+[ $# -ge 1 ] || die "usage: scripts/cross.sh mipsel|armv7|aarch64|mipsel-gnu|all | smoke ARCH|all | static"
+toolchain
+case $1 in
+    smoke)
+        shift
+        [ $# -ge 1 ] || die "usage: scripts/cross.sh smoke mipsel|armv7|aarch64|all"
+        [ "$1" = all ] && set -- mipsel armv7 aarch64
+        for a in "$@"; do
+            case $a in mipsel | armv7 | aarch64) smoke "$a" ;; *) die "smoke: '$a' is not a musl target (mipsel, armv7, aarch64)" ;; esac
+        done
+        ;;
+    static) static_refused ;;
+    *)
+        [ "$1" = all ] && set -- mipsel armv7 aarch64 mipsel-gnu
+        for a in "$@"; do rust_target "$a" >/dev/null; done
+        for a in "$@"; do build "$a"; done
+        for a in "$@"; do printf '%-11s %9s bytes  target/cross/%s/berth\n' "$a" "$(cat "target/cross/$a/size")" "$a"; done
+        ;;
+esac
