@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # Cross builds of berth for the device class (issue 17; docs/device.md).
 #
-#   bash scripts/cross.sh mipsel|armv7|aarch64|mipsel-gnu|all   build, strip, check size
-#   bash scripts/cross.sh smoke mipsel|armv7|aarch64|all        run a built musl binary under
-#                             qemu-user: --version, check, a daemon and `status`
-#   bash scripts/cross.sh static                                prove that a static build is
-#                             refused at compile time, with berth's message
+#   bash scripts/cross.sh mipsel|mips|armv7|aarch64|mipsel-gnu|all   build, strip, check size
+#   bash scripts/cross.sh smoke mipsel|mips|armv7|aarch64|all        run a built musl binary
+#                             under qemu-user: --version, check, a daemon and `status`
+#   bash scripts/cross.sh static                                     prove that a static build
+#                             is refused at compile time, with berth's message
+#   bash scripts/cross.sh test-core mipsel|mips|armv7|aarch64        berth-core's unit tests,
+#                             built for the target and run under qemu-user
 #
 # Each build leaves the stripped binary at target/cross/<arch>/berth and its size in
 # target/cross/<arch>/size. The musl builds are dynamic, as OpenWrt ships them (interpreter
-# /lib/ld-musl-<arch>.so.1; soft-float "mipsel-sf" for mipsel), so that liblxc is loaded at
-# run time; mipsel-gnu is the glibc build that the emulated router (scripts/vm/router.sh) runs
+# /lib/ld-musl-<arch>.so.1; soft-float "-sf" for MIPS), so that liblxc is loaded at run time.
+# mips is big-endian MIPS (OpenWrt's ath79 routers), built so that byte-order mistakes show;
+# mipsel-gnu is the glibc build that the emulated router (scripts/vm/router.sh) runs
 # on Debian's mipsel packages. Every binary is the device build (--no-default-features).
 #
 # Toolchain, all from the registries: the pinned Rust nightly with rust-src (the std is rebuilt
 # for size: -Zbuild-std, panic=immediate-abort, optimize_for_size), and zig as the C linker and
 # libc provider through cargo-zigbuild (both from PyPI, in a venv under $BERTH_CROSS_CACHE,
 # default /var/cache/berth-cross). The qemu-user smoke test takes the musl loaders from
-# Debian's musl packages (armhf, arm64) and, for soft-float mipsel, which Debian does not
-# build, from Debian's musl source built with zig.
+# Debian's musl packages (armhf, arm64) and, for soft-float MIPS, which Debian does not build,
+# from Debian's musl source built with zig.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -42,15 +45,17 @@ log() { echo "cross: $*" >&2; }
 rust_target() {
     case $1 in
         mipsel) echo mipsel-unknown-linux-musl ;;
+        mips) echo mips-unknown-linux-musl ;;
         armv7) echo armv7-unknown-linux-musleabihf ;;
         aarch64) echo aarch64-unknown-linux-musl ;;
         mipsel-gnu) echo mipsel-unknown-linux-gnu ;;
-        *) die "unknown target '$1': one of mipsel, armv7, aarch64, mipsel-gnu" ;;
+        *) die "unknown target '$1': one of mipsel, mips, armv7, aarch64, mipsel-gnu" ;;
     esac
 }
 interpreter() {
     case $1 in
         mipsel) echo /lib/ld-musl-mipsel-sf.so.1 ;;
+        mips) echo /lib/ld-musl-mips-sf.so.1 ;;
         armv7) echo /lib/ld-musl-armhf.so.1 ;;
         aarch64) echo /lib/ld-musl-aarch64.so.1 ;;
         mipsel-gnu) echo /lib/ld.so.1 ;;
@@ -59,6 +64,7 @@ interpreter() {
 qemu_arch() {
     case $1 in
         mipsel | mipsel-gnu) echo mipsel ;;
+        mips) echo mips ;;
         armv7) echo arm ;;
         aarch64) echo aarch64 ;;
     esac
@@ -134,7 +140,7 @@ check_binary() {
     size=$(stat -c %s "$bin")
     echo "$size" > "$(dirname "$bin")/size"
     budget=$BUDGET
-    case $arch in mipsel | mipsel-gnu) budget=$BUDGET_MIPSEL ;; esac
+    case $arch in mips*) budget=$BUDGET_MIPSEL ;; esac
     if [ "$size" -gt "$budget" ]; then
         die "$arch: stripped berth is $size bytes, over its budget of $budget bytes"
     fi
@@ -235,30 +241,31 @@ musl_sysroot() {
             rm -rf "$sr.tmp"
             dpkg-deb -x "$work"/musl_*.deb "$sr.tmp"
             ;;
-        mipsel)
-            # Debian's mipsel musl is hard-float; OpenWrt's is soft-float (ld-musl-mipsel-sf),
-            # and qemu refuses to mix the two. Build Debian's musl source soft-float with zig.
+        mipsel | mips)
+            # OpenWrt's MIPS musl is soft-float (ld-musl-mips[el]-sf); Debian builds none for
+            # big-endian MIPS and only hard-float for mipsel, and qemu refuses to mix the two.
+            # So Debian's musl source is built soft-float with zig.
             (cd "$work" && apt-get "${APT_OPTS[@]}" source --download-only -qq musl >&2)
             tar -xzf "$work"/musl_*.orig.tar.gz -C "$work"
             local src
             src=$(ls -d "$work"/musl-*/ | head -1)
-            printf '#!/bin/sh\nexec python3 -m ziglang cc -target mipsel-linux-musleabi -msoft-float -rtlib=none "$@"\n' > "$work/cc"
+            printf '#!/bin/sh\nexec python3 -m ziglang cc -target %s-linux-musleabi -msoft-float -rtlib=none "$@"\n' "$arch" > "$work/cc"
             chmod +x "$work/cc"
             # zig's compiler-rt stands in for libgcc; its memcpy/memset/... are weak and
             # hidden, and would hide musl's own from libc.so's exports, so they are made local.
             local zlib
             zlib=$(python3 -c 'import ziglang, os; print(os.path.dirname(ziglang.__file__))')/lib
-            python3 -m ziglang build-obj -fPIC -target mipsel-linux-musleabi -mcpu=mips32r2+soft_float \
+            python3 -m ziglang build-obj -fPIC -target "$arch-linux-musleabi" -mcpu=mips32r2+soft_float \
                 -O ReleaseSmall "$zlib/compiler_rt.zig" -femit-bin="$work/crt.o" >&2
             objcopy -L memcpy -L memset -L memmove -L memcmp -L bcmp -L strlen "$work/crt.o" "$work/crt-local.o"
-            (cd "$src" && ./configure -q --target=mipsel-linux-muslsf CC="$work/cc" \
-                AR="python3 -m ziglang ar" RANLIB="python3 -m ziglang ranlib" >&2 &&
+            (cd "$src" && ./configure --target="$arch-linux-muslsf" CC="$work/cc" \
+                AR="python3 -m ziglang ar" RANLIB="python3 -m ziglang ranlib" >/dev/null &&
                 make -s -j"$(nproc)" lib/libc.so LIBCC="$work/crt-local.o" >/dev/null 2>&1) ||
-                die "building musl (soft-float mipsel) failed"
+                die "building musl (soft-float $arch) failed"
             rm -rf "$sr.tmp"
             mkdir -p "$sr.tmp/lib"
             cp "$src/lib/libc.so" "$sr.tmp/lib/libc.so"
-            ln -s libc.so "$sr.tmp/lib/ld-musl-mipsel-sf.so.1"
+            ln -s libc.so "$sr.tmp$(interpreter "$arch")"
             ;;
     esac
     rm -rf "$work" "$sr"
@@ -321,6 +328,23 @@ EOF
     log "$arch smoke: passed"
 }
 
+# berth-core's unit tests (the pure logic: parsers, netlink and DNS wire formats, state
+# machines) built for a target and run under qemu-user: on big-endian 32-bit MIPS they catch
+# byte-order and word-size mistakes that the x86_64 run cannot.
+test_core() {
+    local arch=$1 target sr bin
+    target=$(rust_target "$arch")
+    case $arch in mipsel | mips | armv7 | aarch64) ;; *) die "test-core: '$arch' is not a musl target" ;; esac
+    sr=$(musl_sysroot "$arch")
+    log "$arch: berth-core's unit tests under qemu-$(qemu_arch "$arch")"
+    RUSTFLAGS="-Ctarget-feature=-crt-static -Clink-arg=-dynamic" CARGO_TARGET_DIR="$root/target/cross/test" \
+        cargo "+$NIGHTLY" zigbuild --tests -q -p berth-core --target "$target" -Zbuild-std
+    bin=$(find "$root/target/cross/test/$target/debug/deps" -maxdepth 1 -type f -executable -name 'berth_core-*' -printf '%T@ %p\n' |
+        sort -rn | head -1 | cut -d' ' -f2)
+    [ -n "$bin" ] || die "$arch: no berth-core test binary was built"
+    "qemu-$(qemu_arch "$arch")" -L "$sr" "$bin" -q
+}
+
 # Removes what the smoke tests made (run at exit, whatever the outcome): daemons, cgroups, files.
 smoke_dirs=()
 smoke_cleanup() {
@@ -339,20 +363,24 @@ smoke_cleanup() {
 }
 trap smoke_cleanup EXIT
 
-[ $# -ge 1 ] || die "usage: scripts/cross.sh mipsel|armv7|aarch64|mipsel-gnu|all | smoke ARCH|all | static"
+[ $# -ge 1 ] || die "usage: scripts/cross.sh mipsel|mips|armv7|aarch64|mipsel-gnu|all | smoke ARCH|all | static | test-core ARCH"
 toolchain
 case $1 in
     smoke)
         shift
-        [ $# -ge 1 ] || die "usage: scripts/cross.sh smoke mipsel|armv7|aarch64|all"
-        [ "$1" = all ] && set -- mipsel armv7 aarch64
+        [ $# -ge 1 ] || die "usage: scripts/cross.sh smoke mipsel|mips|armv7|aarch64|all"
+        [ "$1" = all ] && set -- mipsel mips armv7 aarch64
         for a in "$@"; do
-            case $a in mipsel | armv7 | aarch64) smoke "$a" ;; *) die "smoke: '$a' is not a musl target (mipsel, armv7, aarch64)" ;; esac
+            case $a in mipsel | mips | armv7 | aarch64) smoke "$a" ;; *) die "smoke: '$a' is not a musl target (mipsel, mips, armv7, aarch64)" ;; esac
         done
         ;;
     static) static_refused ;;
+    test-core)
+        [ $# = 2 ] || die "usage: scripts/cross.sh test-core mipsel|mips|armv7|aarch64"
+        test_core "$2"
+        ;;
     *)
-        [ "$1" = all ] && set -- mipsel armv7 aarch64 mipsel-gnu
+        [ "$1" = all ] && set -- mipsel mips armv7 aarch64 mipsel-gnu
         for a in "$@"; do rust_target "$a" >/dev/null; done
         for a in "$@"; do build "$a"; done
         for a in "$@"; do printf '%-11s %9s bytes  target/cross/%s/berth\n' "$a" "$(cat "target/cross/$a/size")" "$a"; done

@@ -29,6 +29,9 @@ apt-get install -y -qq apparmor >/dev/null
 apt-get install -y -qq nftables iproute2 iperf3 dnsmasq-base >/dev/null
 # the container API (issue 16): the shell client's two transports, from inside containers
 apt-get install -y -qq netcat-openbsd >/dev/null
+# the device class (issue 17): qemu-user for the cross builds' smoke test, the emulated MIPS
+# router (scripts/vm/router.sh), and a venv for the cross toolchain's zig (scripts/cross.sh)
+apt-get install -y -qq --no-install-recommends qemu-user qemu-system-mips python3-venv >/dev/null
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 
@@ -69,6 +72,15 @@ if [ "$stated" != "$measured" ]; then
     echo "README.md states sizes $stated(MiB, full then device), the builds are $measured: update README's Building section" >&2
     exit 1
 fi
+
+step "cross builds for the device class: mipsel, mips, armv7, aarch64 (musl), mipsel (glibc); budgets in SPECIFICATION.md, Size"
+bash scripts/cross.sh all
+# a static build is refused at compile time with berth's message
+bash scripts/cross.sh static
+# each musl build under qemu-user: --version, check, a daemon and status
+bash scripts/cross.sh smoke all
+# the pure logic on big-endian 32-bit MIPS
+bash scripts/cross.sh test-core mips
 
 step "berth-bench --quick all"
 target/release/berth-bench --quick all --markdown /tmp/berth-bench-quick.md --json /tmp/berth-bench-quick.json --svg /tmp/berth-bench-svg
