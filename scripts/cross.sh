@@ -34,9 +34,11 @@ ZIGBUILD_VERSION=0.24.1
 CACHE=${BERTH_CROSS_CACHE:-/var/cache/berth-cross}
 # DESIGN.md decision 1 for the device class: the stripped binary of every target.
 BUDGET=${BERTH_CROSS_BUDGET:-1572864}
-# MIPS o32 position-independent code (every call through $gp and the GOT) is about 20 %
-# larger than ARM's; mipsel's own budget, and why, in SPECIFICATION.md (Size).
-BUDGET_MIPSEL=${BERTH_CROSS_BUDGET_MIPSEL:-1835008}
+# MIPS o32 position-independent code (every call through $gp and the GOT) is about 17 %
+# larger than position-dependent code: the PIE builds of MIPS have their own budget (1.75
+# MiB); the -nopie builds, for small-flash devices, are held to the 1.5 MiB of every target.
+# Why, in SPECIFICATION.md (Size) and docs/device.md.
+BUDGET_MIPS_PIE=${BERTH_CROSS_BUDGET_MIPS_PIE:-1835008}
 
 die() { echo "scripts/cross.sh: $*" >&2; exit 1; }
 log() { echo "cross: $*" >&2; }
@@ -44,16 +46,16 @@ log() { echo "cross: $*" >&2; }
 # arch -> Rust target, zig's target for cargo-zigbuild (glibc version suffix), interpreter
 rust_target() {
     case $1 in
-        mipsel) echo mipsel-unknown-linux-musl ;;
-        mips) echo mips-unknown-linux-musl ;;
+        mipsel | mipsel-nopie) echo mipsel-unknown-linux-musl ;;
+        mips | mips-nopie) echo mips-unknown-linux-musl ;;
         armv7) echo armv7-unknown-linux-musleabihf ;;
         aarch64) echo aarch64-unknown-linux-musl ;;
         mipsel-gnu) echo mipsel-unknown-linux-gnu ;;
-        *) die "unknown target '$1': one of mipsel, mips, armv7, aarch64, mipsel-gnu" ;;
+        *) die "unknown target '$1': one of mipsel, mipsel-nopie, mips, mips-nopie, armv7, aarch64, mipsel-gnu" ;;
     esac
 }
 interpreter() {
-    case $1 in
+    case ${1%-nopie} in
         mipsel) echo /lib/ld-musl-mipsel-sf.so.1 ;;
         mips) echo /lib/ld-musl-mips-sf.so.1 ;;
         armv7) echo /lib/ld-musl-armhf.so.1 ;;
@@ -62,7 +64,7 @@ interpreter() {
     esac
 }
 qemu_arch() {
-    case $1 in
+    case ${1%-nopie} in
         mipsel | mipsel-gnu) echo mipsel ;;
         mips) echo mips ;;
         armv7) echo arm ;;
@@ -116,9 +118,23 @@ build() {
             flags="$flags -Ctarget-feature=-crt-static -Clink-arg=-dynamic"
             ;;
     esac
+    local build_dir=$root/target/cross/build
+    case $arch in
+        *-nopie)
+            # Position-dependent code: MIPS o32's PIC calls everything through $gp and the
+            # GOT, and dropping that saves about 250 KB. The executable then reaches libc's
+            # data (environ) by copy relocation, and zig's libc.so stub puts environ, tzname,
+            # timezone, daylight and optarg at one address, so the linker would make them one
+            # object (tzset() then overwrites environ): link against the real musl instead.
+            local sr
+            sr=$(musl_sysroot "${arch%-nopie}")
+            flags="$flags -Crelocation-model=static -Clink-arg=$sr/lib/libc.so"
+            build_dir=$root/target/cross/build-nopie
+            ;;
+    esac
     log "building $arch ($target)"
     local t0=$SECONDS
-    RUSTFLAGS="$flags" CARGO_TARGET_DIR="$root/target/cross/build" \
+    RUSTFLAGS="$flags" CARGO_TARGET_DIR="$build_dir" \
         cargo "+$NIGHTLY" zigbuild --release -q -p berth --no-default-features --target "$zt" \
         -Zbuild-std=std,panic_abort -Zbuild-std-features=optimize_for_size
     out="$root/target/cross/$arch"
@@ -126,7 +142,7 @@ build() {
     # MIPS's .pdr (procedure descriptors for debuggers) and the linkers' .comment are not
     # loaded; the release profile has already stripped symbols.
     objcopy --remove-section .pdr --remove-section .comment \
-        "$root/target/cross/build/$target/release/berth" "$out/berth.tmp"
+        "$build_dir/$target/release/berth" "$out/berth.tmp"
     mv "$out/berth.tmp" "$out/berth"
     check_binary "$arch" "$out/berth"
     log "$arch: $(cat "$out/size") bytes, built in $((SECONDS - t0)) s"
@@ -137,14 +153,21 @@ check_binary() {
     interp=$(readelf_interp "$bin")
     want=$(interpreter "$arch")
     [ "$interp" = "$want" ] || die "$arch: $bin asks for interpreter '$interp', not $want (a static or wrongly linked build)"
+    # PIE (ET_DYN, ASLR for the executable too) except where asked otherwise
+    local type want_type=3
+    case $arch in *-nopie) want_type=2 ;; esac
+    type=$(od -An -tu2 -j16 -N2 --endian="$(elf_endian "$bin")" "$bin" | tr -d ' ')
+    [ "$type" = "$want_type" ] || die "$arch: $bin has ELF type $type, not $want_type (2: position-dependent, 3: PIE)"
     size=$(stat -c %s "$bin")
     echo "$size" > "$(dirname "$bin")/size"
     budget=$BUDGET
-    case $arch in mips*) budget=$BUDGET_MIPSEL ;; esac
+    case $arch in mips | mipsel | mipsel-gnu) budget=$BUDGET_MIPS_PIE ;; esac
     if [ "$size" -gt "$budget" ]; then
         die "$arch: stripped berth is $size bytes, over its budget of $budget bytes"
     fi
 }
+
+elf_endian() { [ "$(od -An -tu1 -j5 -N1 "$1" | tr -d ' ')" = 2 ] && echo big || echo little; }
 
 # The PT_INTERP of an ELF file, read with od (binutils' readelf reads the host's arch only).
 readelf_interp() {
@@ -225,7 +248,7 @@ EOF
 }
 
 musl_sysroot() {
-    local arch=$1 sr=$CACHE/sysroot-$1
+    local arch=$1 sr=$CACHE/sysroot-$1-v2
     if [ -e "$sr$(interpreter "$arch")" ]; then
         echo "$sr"
         return
@@ -260,7 +283,7 @@ musl_sysroot() {
             objcopy -L memcpy -L memset -L memmove -L memcmp -L bcmp -L strlen "$work/crt.o" "$work/crt-local.o"
             (cd "$src" && ./configure --target="$arch-linux-muslsf" CC="$work/cc" \
                 AR="python3 -m ziglang ar" RANLIB="python3 -m ziglang ranlib" >/dev/null &&
-                make -s -j"$(nproc)" lib/libc.so LIBCC="$work/crt-local.o" >/dev/null 2>&1) ||
+                make -s -j"$(nproc)" lib/libc.so LIBCC="$work/crt-local.o" LDFLAGS=-Wl,-soname,libc.so >/dev/null 2>&1) ||
                 die "building musl (soft-float $arch) failed"
             rm -rf "$sr.tmp"
             mkdir -p "$sr.tmp/lib"
@@ -278,7 +301,7 @@ smoke() {
     local arch=$1 bin=$root/target/cross/$1/berth sr q
     [ -x "$bin" ] || die "$arch: build it first (bash scripts/cross.sh $arch)"
     command -v "qemu-$(qemu_arch "$arch")" >/dev/null || die "qemu-$(qemu_arch "$arch") missing: apt-get install qemu-user"
-    sr=$(musl_sysroot "$arch")
+    sr=$(musl_sysroot "${arch%-nopie}")
     q=(qemu-"$(qemu_arch "$arch")" -L "$sr")
     local dir
     dir=$(mktemp -d /tmp/berth-cross-smoke.XXXXXX)
@@ -363,15 +386,15 @@ smoke_cleanup() {
 }
 trap smoke_cleanup EXIT
 
-[ $# -ge 1 ] || die "usage: scripts/cross.sh mipsel|mips|armv7|aarch64|mipsel-gnu|all | smoke ARCH|all | static | test-core ARCH"
+[ $# -ge 1 ] || die "usage: scripts/cross.sh ARCH...|all | smoke ARCH...|all | static | test-core ARCH (ARCH: mipsel, mipsel-nopie, mips, mips-nopie, armv7, aarch64, mipsel-gnu)"
 toolchain
 case $1 in
     smoke)
         shift
-        [ $# -ge 1 ] || die "usage: scripts/cross.sh smoke mipsel|mips|armv7|aarch64|all"
-        [ "$1" = all ] && set -- mipsel mips armv7 aarch64
+        [ $# -ge 1 ] || die "usage: scripts/cross.sh smoke ARCH...|all"
+        [ "$1" = all ] && set -- mipsel mipsel-nopie mips armv7 aarch64
         for a in "$@"; do
-            case $a in mipsel | mips | armv7 | aarch64) smoke "$a" ;; *) die "smoke: '$a' is not a musl target (mipsel, mips, armv7, aarch64)" ;; esac
+            case $a in mipsel | mipsel-nopie | mips | mips-nopie | armv7 | aarch64) smoke "$a" ;; *) die "smoke: '$a' is not a musl target (mipsel, mipsel-nopie, mips, mips-nopie, armv7, aarch64)" ;; esac
         done
         ;;
     static) static_refused ;;
@@ -380,7 +403,7 @@ case $1 in
         test_core "$2"
         ;;
     *)
-        [ "$1" = all ] && set -- mipsel mips armv7 aarch64 mipsel-gnu
+        [ "$1" = all ] && set -- mipsel mipsel-nopie mips armv7 aarch64 mipsel-gnu
         for a in "$@"; do rust_target "$a" >/dev/null; done
         for a in "$@"; do build "$a"; done
         for a in "$@"; do printf '%-11s %9s bytes  target/cross/%s/berth\n' "$a" "$(cat "target/cross/$a/size")" "$a"; done
