@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Cross builds of berth for the device class (issue 17; docs/device.md).
 #
-#   bash scripts/cross.sh mipsel|mips|armv7|aarch64|mipsel-gnu|all   build, strip, check size
-#   bash scripts/cross.sh smoke mipsel|mips|armv7|aarch64|all        run a built musl binary
-#                             under qemu-user: --version, check, a daemon and `status`
+#   bash scripts/cross.sh ARCH...|all        build, strip, check size and ELF type; ARCH is
+#                             mipsel, mipsel-nopie, mips, mips-nopie, armv7, aarch64, mipsel-gnu
+#   bash scripts/cross.sh smoke ARCH...|all  run a built musl binary under qemu-user:
+#                             --version, check, a daemon and `status`
 #   bash scripts/cross.sh static                                     prove that a static build
 #                             is refused at compile time, with berth's message
 #   bash scripts/cross.sh test-core mipsel|mips|armv7|aarch64        berth-core's unit tests,
