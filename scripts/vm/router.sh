@@ -12,7 +12,9 @@
 #
 # Writes target/router/report.json and target/router/console.log; exits non-zero if any step
 # failed, the guest did not finish within $BERTH_ROUTER_TIMEOUT seconds (default 420), or the
-# image could not be built.
+# image could not be built. $BERTH_ROUTER_APPEND replaces the kernel arguments after
+# "console=ttyS0 panic=-1 quiet" (default "apparmor=0": OpenWrt's kernels have no AppArmor,
+# Debian's malta kernel enforces it, and the router root has no securityfs mount or parser).
 #
 # The kernel and root file system are cached in $BERTH_ROUTER_CACHE (default
 # /var/cache/berth-router), keyed by the kernel package version and the hash of this script:
@@ -381,7 +383,7 @@ console="$OUT/console.log"
 set +e
 qemu-system-mipsel -M malta -m "$MEM_MB" -nographic -no-reboot -nodefaults -serial "file:$console" \
     -kernel "$image/vmlinux" -initrd "$image/initrd.cpio" \
-    -append "console=ttyS0 panic=-1 quiet apparmor=0" \
+    -append "console=ttyS0 panic=-1 quiet ${BERTH_ROUTER_APPEND-apparmor=0}" \
     -drive id=root,file="$image/rootfs.ext4",format=raw,if=none,snapshot=on \
     -device virtio-blk-pci,drive=root \
     -drive id=payload,file="$tmp/payload.ext4",format=raw,if=none,readonly=on \

@@ -177,11 +177,13 @@ figure hog_pct "${hog:-0}"
 # before its cgroup limit or the kernel's OOM killer does; the daemon and the VM survive.
 t=$(now_ms)
 ooms0=$(keyed /proc/vmstat oom_kill)
-b start mem >/dev/null 2>&1
+mem_start=$(b start mem 2>&1)
+mem_rc=$?
 # Until the guard's kill shows in `berth status` (at most 120 s); the highest memory.current
 # of the container's cgroup on the way.
 peak=0
 n=600
+[ "$mem_rc" = 0 ] || n=0
 while [ "$n" -gt 0 ]; do
     c=$(cat $CG/berth/mem/memory.current 2>/dev/null || echo 0)
     [ "$c" -gt "$peak" ] && peak=$c
@@ -196,7 +198,7 @@ b stop mem >/dev/null 2>&1
 alive=$(ok -d /proc/$daemon)
 b status >/dev/null 2>&1
 answers=$?
-step memory-guard "$(ok -n "$gk" -a "$alive" = 0 -a "$answers" = 0 -a "$((ooms1 - ooms0))" = 0)" "$t" "threshold ${thr}M (MemAvailable at daemon start ${avail} MiB); ${killed:-no guard kill logged}; ${gk:-no guard_kill in status}; highest memory.current seen $((peak / 1024)) KiB (limit 64M); kernel OOM kills meanwhile $((ooms1 - ooms0)); daemon alive and answering: $([ "$alive$answers" = 00 ] && echo yes || echo no); MemAvailable now $(meminfo MemAvailable) kB"
+step memory-guard "$(ok "$mem_rc" = 0 -a -n "$gk" -a "$alive" = 0 -a "$answers" = 0 -a "$((ooms1 - ooms0))" = 0)" "$t" "start: $(echo "$mem_start" | flat) threshold ${thr}M (MemAvailable at daemon start ${avail} MiB); ${killed:-no guard kill logged}; ${gk:-no guard_kill in status}; highest memory.current seen $((peak / 1024)) KiB (limit 64M); kernel OOM kills meanwhile $((ooms1 - ooms0)); daemon alive and answering: $([ "$alive$answers" = 00 ] && echo yes || echo no); MemAvailable now $(meminfo MemAvailable) kB"
 figure guard_killed "$([ -n "$gk" ] && echo 1 || echo 0)"
 
 t=$(now_ms)
