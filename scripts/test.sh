@@ -3,7 +3,7 @@
 #   1. installs the Debian packages the tests drive for real (LXC, squashfs-tools, signify…)
 #   2. format and lint checks
 #   3. unit tests and end-to-end tests (real daemon, real LXC, loop mounts, cgroups)
-#   4. the size budget of the release binary, and berth-bench --quick
+#   4. the size budget of the release binary, the emulated MIPS router, berth-bench --quick
 #   5. the demo (README's first command), then its clean-up
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,8 @@ apt-get install -y -qq lxc squashfs-tools signify-openbsd busybox-static curl ru
     sysbench stress-ng hpcc mbw fio nuttcp sockperf >/dev/null
 # The cgroup v2 VM test (tests/vm.rs, docs/vm.md): QEMU, and what builds the VM's Debian image.
 apt-get install -y -qq --no-install-recommends qemu-system-x86 debootstrap e2fsprogs xz-utils zstd >/dev/null
+# The emulated MIPS router (scripts/vm/router.sh, docs/router.md).
+apt-get install -y -qq --no-install-recommends qemu-system-mips debian-archive-keyring >/dev/null
 # security (issue 5): apparmor_parser compiles the generated AppArmor profile in a unit test
 apt-get install -y -qq apparmor >/dev/null
 # networking (issue 4): nft for berth's ruleset, dnsmasq for address = "dhcp", iperf3 for the net bench suite
@@ -69,6 +71,10 @@ if [ "$stated" != "$measured" ]; then
     echo "README.md states sizes $stated(MiB, full then device), the builds are $measured: update README's Building section" >&2
     exit 1
 fi
+
+step "the emulated 128 MB MIPS router (docs/router.md): the glibc mipsel build, boot, scenario"
+bash scripts/vm/router.sh
+cat target/router/report.json
 
 step "berth-bench --quick all"
 target/release/berth-bench --quick all --markdown /tmp/berth-bench-quick.md --json /tmp/berth-bench-quick.json --svg /tmp/berth-bench-svg
