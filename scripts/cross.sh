@@ -224,29 +224,9 @@ static_refused() {
 
 # --- qemu-user smoke test of the musl builds -------------------------------------------------
 
-apt_foreign() {
-    # Debian packages of other architectures, with a private apt state: the machine's dpkg
-    # architectures and package lists stay as they are.
-    local d=$CACHE/apt
-    mkdir -p "$d/lists/partial" "$d/cache/archives/partial" "$d/etc"
-    : > "$d/status"
-    local mirror=${BERTH_VM_MIRROR:-}
-    [ -n "$mirror" ] || mirror=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-    [ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $2 !~ /^\[/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-    [ -n "$mirror" ] || die "no Debian mirror in the apt sources: set BERTH_VM_MIRROR"
-    cat > "$d/etc/sources.list" <<EOF
-deb [arch=mipsel,armhf,arm64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm main
-deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror bookworm main
-EOF
-    APT_OPTS=(-o "Dir::Etc::SourceList=$d/etc/sources.list" -o Dir::Etc::SourceParts=/dev/null
-        -o "Dir::State::Lists=$d/lists" -o "Dir::Cache=$d/cache" -o "Dir::State::status=$d/status"
-        -o APT::Architecture=mipsel -o APT::Architectures::=mipsel -o APT::Architectures::=armhf
-        -o APT::Architectures::=arm64 -o APT::Sandbox::User=root)
-    if [ ! -f "$d/updated" ] || [ -n "$(find "$d/updated" -mmin +720)" ]; then
-        apt-get "${APT_OPTS[@]}" update -qq >&2 || die "apt-get update for the foreign architectures failed"
-        touch "$d/updated"
-    fi
-}
+# Debian packages of other architectures with a private apt state (APT_OPTS).
+# shellcheck source=scripts/vm/apt-foreign.sh
+. "$root/scripts/vm/apt-foreign.sh"
 
 musl_sysroot() {
     local arch=$1 sr=$CACHE/sysroot-$1-v2
@@ -254,7 +234,7 @@ musl_sysroot() {
         echo "$sr"
         return
     fi
-    apt_foreign
+    apt_foreign "$CACHE/apt" || die "cannot read the Debian package lists"
     local work
     work=$(mktemp -d)
     case $arch in

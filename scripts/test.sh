@@ -3,7 +3,7 @@
 #   1. installs the Debian packages the tests drive for real (LXC, squashfs-tools, signify…)
 #   2. format and lint checks
 #   3. unit tests and end-to-end tests (real daemon, real LXC, loop mounts, cgroups)
-#   4. the size budget of the release binary, and berth-bench --quick
+#   4. the size budget of the release binary, the emulated MIPS router, berth-bench --quick
 #   5. the demo (README's first command), then its clean-up
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,15 +23,17 @@ apt-get install -y -qq lxc squashfs-tools signify-openbsd busybox-static curl ru
     sysbench stress-ng hpcc mbw fio nuttcp sockperf >/dev/null
 # The cgroup v2 VM test (tests/vm.rs, docs/vm.md): QEMU, and what builds the VM's Debian image.
 apt-get install -y -qq --no-install-recommends qemu-system-x86 debootstrap e2fsprogs xz-utils zstd >/dev/null
+# The emulated MIPS router (scripts/vm/router.sh, docs/router.md).
+apt-get install -y -qq --no-install-recommends qemu-system-mips debian-archive-keyring >/dev/null
 # security (issue 5): apparmor_parser compiles the generated AppArmor profile in a unit test
 apt-get install -y -qq apparmor >/dev/null
 # networking (issue 4): nft for berth's ruleset, dnsmasq for address = "dhcp", iperf3 for the net bench suite
 apt-get install -y -qq nftables iproute2 iperf3 dnsmasq-base >/dev/null
 # the container API (issue 16): the shell client's two transports, from inside containers
 apt-get install -y -qq netcat-openbsd >/dev/null
-# the device class (issue 17): qemu-user for the cross builds' smoke test, the emulated MIPS
-# router (scripts/vm/router.sh), and a venv for the cross toolchain's zig (scripts/cross.sh)
-apt-get install -y -qq --no-install-recommends qemu-user qemu-system-mips python3-venv >/dev/null
+# the device class (issue 17): qemu-user for the cross builds' smoke test, and a venv for the
+# cross toolchain's zig (scripts/cross.sh)
+apt-get install -y -qq --no-install-recommends qemu-user python3-venv >/dev/null
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 
@@ -81,6 +83,10 @@ bash scripts/cross.sh static
 bash scripts/cross.sh smoke all
 # the pure logic on big-endian 32-bit MIPS
 bash scripts/cross.sh test-core mips
+
+step "the emulated 128 MB MIPS router (docs/router.md): the glibc mipsel build, boot, scenario"
+bash scripts/vm/router.sh
+cat target/router/report.json
 
 step "berth-bench --quick all"
 target/release/berth-bench --quick all --markdown /tmp/berth-bench-quick.md --json /tmp/berth-bench-quick.json --svg /tmp/berth-bench-svg

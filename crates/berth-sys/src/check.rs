@@ -445,12 +445,22 @@ fn security(roots: &Roots, out: &mut Vec<Feature>) {
         },
     ));
     let aa = read(&roots.sys.join("module/apparmor/parameters/enabled"));
+    let enabled = aa.as_deref().map(str::trim) == Some("Y");
+    let fs = roots.sys.join("kernel/security/apparmor");
+    // Enabled without securityfs: no profile can be loaded and liblxc refuses every start
+    // ("Incomplete AppArmor support"), so then it is required.
+    let usable = !enabled || fs.exists();
     out.push(feature(
         "security",
         "apparmor",
-        false,
-        present(aa.as_deref().map(str::trim) == Some("Y")),
+        !usable,
+        present(enabled && usable),
         match aa {
+            Some(_) if !usable => format!(
+                "enabled = Y, but {} is missing (securityfs not mounted): no container can start; \
+                 mount -t securityfs securityfs /sys/kernel/security, or boot with apparmor=0",
+                fs.display()
+            ),
             Some(v) => format!("enabled = {}", v.trim()),
             None => "not built in: no AppArmor profiles".to_string(),
         },
@@ -884,7 +894,15 @@ hugetlb\t0\t5\t0
         let fx = Fx::new(&with_devices);
         fx.write("proc/sys/user/max_user_namespaces", "0\n");
         fx.write("sys/module/apparmor/parameters/enabled", "Y\n");
+        // AppArmor enabled without securityfs: required, missing, and no profile
         let fs = fx.run();
+        let a = get(&fs, "apparmor");
+        assert!(a.required && a.status == Status::Missing, "{a:?}");
+        assert!(a.detail.contains("securityfs"), "{}", a.detail);
+        assert_eq!(get(&fs, "apparmor profile").status, Status::Missing);
+        fx.write("sys/kernel/security/apparmor/profiles", "");
+        let fs = fx.run();
+        assert!(missing_required(&fs).is_empty());
         let d = get(&fs, "device allowlist");
         assert_eq!(d.status, Status::Present);
         assert!(d.detail.contains("v1"), "{}", d.detail);

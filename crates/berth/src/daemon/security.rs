@@ -225,6 +225,19 @@ pub fn lxc_lines(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Re
     let path = profile.display().to_string();
     let apparmor = if apparmor_enabled(d.sys()) {
         Some(load_apparmor(&dir, p.name.as_str())?)
+    } else if apparmor_without_securityfs(d.sys()) {
+        // liblxc sees the module's "Y" too and refuses every start ("Incomplete AppArmor
+        // support in your kernel"); no profile can be loaded, so the start fails here, saying
+        // what to do.
+        return Err(Error::new(
+            Kind::Apparmor,
+            format!(
+                "{}: the kernel enforces AppArmor but securityfs is not mounted ({} is missing): \
+                 mount -t securityfs securityfs /sys/kernel/security, or boot with apparmor=0",
+                p.name,
+                d.sys().join("kernel/security/apparmor").display()
+            ),
+        ));
     } else {
         None
     };
@@ -243,6 +256,14 @@ pub fn apparmor_enabled(sys: &Path) -> bool {
     std::fs::read_to_string(sys.join("module/apparmor/parameters/enabled"))
         .is_ok_and(|v| v.trim() == "Y")
         && sys.join("kernel/security/apparmor").exists()
+}
+
+/// The kernel enforces AppArmor, but securityfs is not mounted (a root without AppArmor's
+/// userspace, e.g. a router's): no profile can be loaded, and liblxc refuses to start.
+pub fn apparmor_without_securityfs(sys: &Path) -> bool {
+    std::fs::read_to_string(sys.join("module/apparmor/parameters/enabled"))
+        .is_ok_and(|v| v.trim() == "Y")
+        && !sys.join("kernel/security/apparmor").exists()
 }
 
 /// Writes the container's AppArmor profile next to its LXC configuration and loads (or
@@ -416,11 +437,17 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert!(!apparmor_enabled(&dir));
         std::fs::create_dir_all(dir.join("module/apparmor/parameters")).unwrap();
+        std::fs::write(dir.join("module/apparmor/parameters/enabled"), "Y\n").unwrap();
+        // enabled, but securityfs not mounted: not usable, and said so
+        assert!(!apparmor_enabled(&dir));
+        assert!(apparmor_without_securityfs(&dir));
         std::fs::create_dir_all(dir.join("kernel/security/apparmor")).unwrap();
         std::fs::write(dir.join("module/apparmor/parameters/enabled"), "N\n").unwrap();
         assert!(!apparmor_enabled(&dir));
+        assert!(!apparmor_without_securityfs(&dir));
         std::fs::write(dir.join("module/apparmor/parameters/enabled"), "Y\n").unwrap();
         assert!(apparmor_enabled(&dir));
+        assert!(!apparmor_without_securityfs(&dir));
         // Unloading writes the profile's name to securityfs's .remove, only where it exists
         // (the real kernel is exercised in the VM: scripts/vm/apparmor/).
         let aa = dir.join("kernel/security/apparmor");
