@@ -338,26 +338,13 @@ bb="$image/busybox"
 cp "$tmp/src/vendor.pub" "$pl/keys/vendor.pub"
 
 # pkg NAME SCRIPT [RESOURCES]: a busybox package (base = "none") running `sh /run.sh`.
+# shellcheck source=scripts/vm/busybox-pkg.sh
+. "$here/busybox-pkg.sh"
+PKG_BERTH=$hbin PKG_BUSYBOX=$bb PKG_SRC=$tmp/src PKG_OUT=$pl/repo/packages
+PKG_WHAT="router test package" PKG_LINKS="sh cat echo sleep httpd"
 pkg() {
-    local d="$tmp/src/$1"
-    mkdir -p "$d/.berth" "$d/bin"
-    cp "$bb" "$d/bin/busybox"
-    for l in sh cat echo sleep httpd; do ln -s busybox "$d/bin/$l"; done
-    printf '%s\n' "$2" >"$d/run.sh"
-    chmod 755 "$d/run.sh"
-    cat >"$d/.berth/manifest.toml" <<MANIFEST
-[package]
-name = "$1"
-version = "1"
-description = "router test package $1 (mipsel busybox)"
-
-[entrypoint]
-argv = ["/bin/busybox", "sh", "/run.sh"]
-
-[resources]
-${3:-}
-MANIFEST
-    "$hbin" pack "$d" -o "$pl/repo/packages/$1-1.sqfs" >/dev/null
+    busybox_pkg "$1" "$2" "[resources]
+${3:-}"
 }
 # web: a busybox httpd; it leaves a mark in /data first (the start time is measured to it).
 pkg web 'echo up >/data/up

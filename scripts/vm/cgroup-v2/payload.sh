@@ -24,27 +24,14 @@ cp "$out/src/vendor.pub" "$out/keys/vendor.pub"
 
 # pkg NAME SCRIPT RESOURCES [TABLES]: a busybox package whose payload is `sh /run.sh`;
 # TABLES (optional) are more manifest tables, e.g. [restart].
+# shellcheck source=scripts/vm/busybox-pkg.sh
+. "$repo/scripts/vm/busybox-pkg.sh"
+PKG_BERTH=$B PKG_BUSYBOX=$bb PKG_SRC=$out/src PKG_OUT=$out/repo/packages
+PKG_WHAT="cgroup v2 VM test package" PKG_LINKS="sh cat echo sleep ls"
 pkg() {
-    local d="$out/src/$1"
-    mkdir -p "$d/.berth" "$d/bin"
-    cp "$bb" "$d/bin/busybox"
-    for l in sh cat echo sleep ls; do ln -s busybox "$d/bin/$l"; done
-    printf '%s\n' "$2" >"$d/run.sh"
-    chmod 755 "$d/run.sh"
-    cat >"$d/.berth/manifest.toml" <<MANIFEST
-[package]
-name = "$1"
-version = "1"
-description = "cgroup v2 VM test package $1"
-
-[entrypoint]
-argv = ["/bin/busybox", "sh", "/run.sh"]
-
-[resources]
+    busybox_pkg "$1" "$2" "[resources]
 $3
-${4:-}
-MANIFEST
-    "$B" pack "$d" -o "$out/repo/packages/$1-1.sqfs" >/dev/null
+${4:-}"
 }
 
 # Two busy loops (a 2-CPU hog) with every limit berth plans on v2.
