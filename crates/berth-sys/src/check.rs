@@ -72,6 +72,8 @@ pub struct Probes {
     pub mount_setattr: (Status, String),
     /// Result of the pidfd_open syscall probe.
     pub pidfd: (Status, String),
+    /// Result of the close_range syscall probe.
+    pub close_range: (Status, String),
     /// The kernel's Landlock ABI version (None: no Landlock).
     pub landlock: Option<u32>,
 }
@@ -85,6 +87,7 @@ impl Probes {
             open_tree: probe_open_tree(),
             mount_setattr: probe_mount_setattr(),
             pidfd: probe_pidfd(),
+            close_range: probe_close_range(),
             landlock: crate::landlock::abi_version(),
         }
     }
@@ -174,6 +177,22 @@ pub fn probe_pidfd() -> (Status, String) {
             Status::Unknown,
             format!("pidfd_open: {e}: the memory guard kills by pid after checking the start time"),
         ),
+    }
+}
+
+/// Calls close_range(2) on a range no descriptor can be in: 0 means the syscall exists
+/// (Linux ≥ 5.9), ENOSYS that it does not. berth never calls it; liblxc does.
+pub fn probe_close_range() -> (Status, String) {
+    // SAFETY: closes descriptors ~0 .. ~0, which cannot exist: nothing is closed.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, u32::MAX, u32::MAX, 0u32) };
+    let e = std::io::Error::last_os_error();
+    match (rc, e.raw_os_error()) {
+        (0.., _) => (Status::Present, "close_range available (Linux ≥ 5.9)".into()),
+        (_, Some(libc::ENOSYS)) => (
+            Status::Missing,
+            "ENOSYS (Linux < 5.9): berth does not need it, but liblxc 5.0.2 (Debian 12) cannot start a container without it; use a liblxc that falls back to closing descriptors one by one".into(),
+        ),
+        _ => (Status::Unknown, format!("close_range probe: unexpected {e}")),
     }
 }
 
@@ -707,6 +726,13 @@ pub fn check_with(roots: &Roots, probes: &Probes) -> Vec<Feature> {
         probes.mount_setattr.0,
         probes.mount_setattr.1.clone(),
     ));
+    out.push(feature(
+        NEWER,
+        "close_range",
+        false,
+        probes.close_range.0,
+        probes.close_range.1.clone(),
+    ));
     protections(roots, &mut out);
     let scoped = probes
         .landlock
@@ -865,6 +891,7 @@ hugetlb\t0\t5\t0
                 open_tree: (Status::Present, "fixture".into()),
                 mount_setattr: (Status::Present, "fixture".into()),
                 pidfd: (Status::Present, "fixture".into()),
+                close_range: (Status::Present, "fixture".into()),
                 landlock: Some(6),
             };
             check_with(&self.roots(), &probes)
@@ -996,6 +1023,7 @@ hugetlb\t0\t5\t0
                 open_tree: (Status::Present, "fixture".into()),
                 mount_setattr: (Status::Present, "fixture".into()),
                 pidfd: (Status::Present, "fixture".into()),
+                close_range: (Status::Present, "fixture".into()),
                 landlock: abi,
             };
             let fs = check_with(&fx.roots(), &probes);
@@ -1093,6 +1121,7 @@ hugetlb\t0\t5\t0
                 "ENOSYS (kernel < 5.3): the memory guard kills by pid after checking the start time"
                     .into(),
             ),
+            close_range: (Status::Present, "fixture".into()),
             landlock: None,
         };
         let fs = check_with(&fx.roots(), &probes);
@@ -1139,6 +1168,8 @@ hugetlb\t0\t5\t0
         let (st, detail) = probe_mount_setattr();
         assert_ne!(st, Status::Unknown, "{detail}");
         let (st, detail) = probe_open_tree();
+        assert_ne!(st, Status::Unknown, "{detail}");
+        let (st, detail) = probe_close_range();
         assert_ne!(st, Status::Unknown, "{detail}");
     }
 

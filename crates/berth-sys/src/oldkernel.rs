@@ -1,8 +1,9 @@
 //! The old-kernel test mode (docs/kernels.md): a process made to look like it runs on Linux
-//! 4.14, as crun's tests force ENOSYS. A seccomp filter answers ENOSYS for every syscall
-//! newer than 4.14 that berth, Rust's std, glibc or liblxc may call ([`NEWER_SYSCALLS`]), and
-//! a mount namespace of its own hides `/proc/pressure` under an empty read-only tmpfs (no
-//! PSI, as without CONFIG_PSI; berth then takes cgroup `*.pressure` files as absent too, as
+//! 4.14, as crun's tests force ENOSYS. A seccomp filter answers ENOSYS for the syscalls
+//! newer than 4.14 that berth, Rust's std, glibc or liblxc may call ([`NEWER_SYSCALLS`];
+//! by default all but `close_range`, see [`chosen`]), and
+//! a mount namespace of its own hides what `/proc/pressure` holds (no `memory`, `cpu`, `io`:
+//! as without CONFIG_PSI; berth then takes cgroup `*.pressure` files as absent too, as
 //! the kernel hides them when PSI is off). Both are inherited by everything the process
 //! starts: the daemon, its shims, LXC's monitors and the containers.
 //!
@@ -29,6 +30,22 @@ pub const NEWER_SYSCALLS: &[(&str, libc::c_long, &str)] = &[
     ("close_range", libc::SYS_close_range, "5.9"),
     ("faccessat2", libc::SYS_faccessat2, "5.8"),
 ];
+
+/// The syscalls the filter answers ENOSYS for: `spec` "all", or names separated by commas
+/// (to find which one a failure needs); None: all but `close_range`, which liblxc 5.0.2
+/// (Debian 12) needs to start a container at all (its start fails when `close_range(3, ~0,
+/// CLOSE_RANGE_UNSHARE)` answers ENOSYS; berth itself never calls it, docs/kernels.md).
+pub fn chosen(spec: Option<&str>) -> Vec<libc::c_long> {
+    NEWER_SYSCALLS
+        .iter()
+        .filter(|s| match spec {
+            None => s.0 != "close_range",
+            Some("all") => true,
+            Some(list) => list.split(',').any(|n| n.trim() == s.0),
+        })
+        .map(|s| s.1)
+        .collect()
+}
 
 /// The audit architecture of this build: the filter leaves other ABIs alone.
 #[cfg(target_arch = "x86_64")]
@@ -112,15 +129,20 @@ fn enter(filter: &[libc::sock_filter], hide_psi: bool) -> io::Result<()> {
                 std::ptr::null(),
             )
         };
-        let data = c"mode=0555,size=4k";
-        // SAFETY: NUL-terminated literals; tmpfs takes its options as a C string.
+        // Over /proc/pressure goes a whole proc instance of its own, not an empty tmpfs:
+        // the kernel lets a user namespace (an unprivileged container) mount proc only
+        // while some proc mount of its mount namespace is fully visible (no mount on a
+        // directory that has entries: mount_too_revealing), and a tmpfs there would hide
+        // part of /proc. This one has nothing mounted below it; what berth looks up there,
+        // "memory", is no entry of a proc root.
+        // SAFETY: NUL-terminated literals; proc takes no data.
         let rc = unsafe {
             libc::mount(
-                c"none".as_ptr(),
+                c"proc".as_ptr(),
                 pressure.as_ptr(),
-                c"tmpfs".as_ptr(),
-                libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                data.as_ptr().cast(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                std::ptr::null(),
             )
         };
         // No /proc/pressure at all: the kernel has no PSI already.
@@ -154,11 +176,11 @@ fn enter(filter: &[libc::sock_filter], hide_psi: bool) -> io::Result<()> {
 }
 
 /// Makes `cmd` run as on an old kernel: [`NEWER_SYSCALLS`] answer ENOSYS, and with
-/// `hide_psi` `/proc/pressure` is empty in a mount namespace of its own (a copy of the
+/// `hide_psi` `/proc/pressure` holds no pressure file in a mount namespace of its own (a copy of the
 /// caller's: mounts below a shared mount of the caller still reach it both ways).
 pub fn command(cmd: &mut Command, hide_psi: bool) {
     use std::os::unix::process::CommandExt;
-    let nrs: Vec<libc::c_long> = NEWER_SYSCALLS.iter().map(|s| s.1).collect();
+    let nrs = chosen(std::env::var("BERTH_OLDKERNEL_SYSCALLS").ok().as_deref());
     let filter = enosys_filter(&nrs);
     // SAFETY: the hook runs in the forked child before exec and only makes raw syscalls
     // (unshare, mount, prctl) on data prepared before the fork; it allocates nothing.
@@ -218,7 +240,7 @@ mod tests {
             "probe: mount_setattr {:?}",
             crate::check::probe_mount_setattr().0
         );
-        for (name, nr, _) in NEWER_SYSCALLS {
+        for (name, nr, _) in NEWER_SYSCALLS.iter().filter(|s| s.0 != "close_range") {
             // SAFETY: every argument zero: each of these fails at once (EBADF, EFAULT,
             // EINVAL) when present; under the filter it never reaches the kernel. clone3
             // with a NULL argument fails with EFAULT/EINVAL, creating nothing.
@@ -233,6 +255,19 @@ mod tests {
             } else {
                 "bad"
             }
+        );
+    }
+
+    #[test]
+    fn the_default_leaves_close_range_to_liblxc() {
+        let all = chosen(Some("all"));
+        assert_eq!(all.len(), NEWER_SYSCALLS.len());
+        let default = chosen(None);
+        assert_eq!(default.len(), NEWER_SYSCALLS.len() - 1);
+        assert!(!default.contains(&libc::SYS_close_range));
+        assert_eq!(
+            chosen(Some("clone3, close_range")),
+            vec![libc::SYS_clone3, libc::SYS_close_range]
         );
     }
 
