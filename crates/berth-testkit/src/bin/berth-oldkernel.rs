@@ -1,7 +1,9 @@
 //! `berth-oldkernel [--keep-psi] [--] CMD [ARG…]`: runs CMD as on an old kernel
 //! (docs/kernels.md): the syscalls newer than Linux 4.14 answer ENOSYS and `/proc/pressure`
-//! is empty (no PSI), for CMD and everything it starts. `scripts/oldkernel.sh` builds and
-//! calls it. Root only (a mount namespace; a seccomp filter without no_new_privs).
+//! holds no PSI file, for CMD and everything it starts. `close_range` is left alone unless
+//! `BERTH_OLDKERNEL_SYSCALLS` says otherwise (`berth_sys::oldkernel::chosen`).
+//! `scripts/oldkernel.sh` builds and calls it. Root (a mount namespace; as root the filter
+//! needs no no_new_privs).
 
 use std::os::unix::process::CommandExt;
 use std::process::Command;
