@@ -9,8 +9,8 @@
 #   scripts/oldkernel.sh target/debug/berth check
 #   scripts/oldkernel.sh target/debug/berth daemon
 #
-# The whole end-to-end suite with every sandbox's berths (daemon, CLI and all they start)
-# under the filter:  BERTH_TEST_OLDKERNEL=1 cargo test --workspace
+# The whole suite under the filter (docs/kernels.md):
+#   scripts/oldkernel.sh cargo test --workspace
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 if [ "$#" = 0 ]; then
