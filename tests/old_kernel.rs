@@ -201,6 +201,28 @@ fn containers_supervision_and_health_probes_work_without_pidfds() {
         st.lines().any(|l| l.starts_with("Seccomp:\t2")),
         "the container runs without the filter"
     );
+    // berth's own profile stacks on the inherited filter (LXC skips it under a filter
+    // unless lxc.seccomp.allow_nesting): the payload has more filters than the daemon.
+    let filters = |pid: i64| {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("Seccomp_filters:")?
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    let payload = berth_sys::process::children(Path::new("/proc"), init as i32)[0];
+    let daemon = sb.daemon_pid().unwrap() as i64;
+    assert!(
+        filters(payload as i64) > filters(daemon),
+        "berth's seccomp profile is not loaded: payload {} filters, daemon {}",
+        filters(payload as i64),
+        filters(daemon)
+    );
 
     // Health: healthy, then two failed probes end the run and it is started again.
     sb.ok(&["start", "svc"]);

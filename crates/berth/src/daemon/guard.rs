@@ -13,8 +13,9 @@
 //! (never anything outside berth's containers), waits for it to exit (at most 1 s), reads
 //! MemAvailable again and repeats until it is above. The kill goes through a pidfd (Linux ≥
 //! 5.3), so a recycled pid is never hit; without pidfds it goes to the pid after the start
-//! time is read again just before the signal, as procd and runc do. MemAvailable lags the freeing by up to a second, so the RSS of kills
-//! of the last 1.5 s not yet visible in it counts as available (`guard::pending`): one hog
+//! time is read again just before the signal, as procd and runc do (docs/kernels.md).
+//! MemAvailable lags the freeing by up to a second, so the RSS of kills of the last 1.5 s
+//! not yet visible in it counts as available (`guard::pending`): one hog
 //! costs one kill, not a bystander too. Each kill is logged (at most 3 lines a second) and kept as the
 //! container's `guard_kill` (in memory and in `<run>/logs/NAME.guard`) for `berth status`.
 
@@ -312,7 +313,8 @@ fn kill(proc: &Path, pid: i32, ns: &Path, start: u64) -> std::io::Result<process
     }
     let now = std::fs::read_link(proc.join(pid.to_string()).join("ns/pid"))?;
     if now != ns {
-        return Err(std::io::Error::other("no longer in the container"));
+        // No longer the container's: as good as gone.
+        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
     }
     pinned.signal(libc::SIGKILL)?;
     Ok(pinned)
