@@ -10,7 +10,7 @@
 #   scripts/oldkernel.sh target/debug/berth daemon
 #
 # The whole suite under the filter (docs/kernels.md):
-#   scripts/oldkernel.sh cargo test --workspace
+#   scripts/oldkernel.sh cargo test --workspace --no-fail-fast
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 if [ "$#" = 0 ]; then
