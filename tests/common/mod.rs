@@ -90,6 +90,17 @@ impl Sandbox {
     /// A sandbox in `$TMPDIR/berth-test-<tag>-<pid>-<n>` with the cgroup parent
     /// `berth-t-<tag>-<pid>-<n>`; BERTH_KEEP_TEST_DIRS keeps the directory after the test.
     pub fn new(tag: &str) -> Sandbox {
+        Sandbox::with(tag, berth_testkit::sandbox::old_kernel_from_env())
+    }
+
+    /// A sandbox whose berths (daemon and CLI) run as on an old kernel: the syscalls newer
+    /// than Linux 4.14 answer ENOSYS and PSI is hidden (docs/kernels.md). Every sandbox is
+    /// one with BERTH_TEST_OLDKERNEL=1.
+    pub fn old_kernel(tag: &str) -> Sandbox {
+        Sandbox::with(tag, true)
+    }
+
+    fn with(tag: &str, old_kernel: bool) -> Sandbox {
         require_root_and_tools();
         let id = berth_testkit::unique_id(tag);
         let mut scope = Scope::new(
@@ -99,6 +110,7 @@ impl Sandbox {
         scope.keep_dir = std::env::var_os("BERTH_KEEP_TEST_DIRS").is_some();
         let mut opts = Options::new(BERTH.into(), scope);
         opts.program = "berth test";
+        opts.old_kernel = old_kernel;
         Sandbox(check(berth_testkit::Sandbox::create(opts)))
     }
 

@@ -406,6 +406,10 @@ pub fn lxc_lines(p: &SecurityPlan) -> String {
     };
     line("lxc.cap.keep", &p.grants.capabilities.join(" "));
     line("lxc.seccomp.profile", p.seccomp_path);
+    // LXC skips the profile when the monitor is already under a seccomp filter (a daemon
+    // started by procd or systemd with a syscall filter, or the old-kernel test mode)
+    // unless nesting is allowed: the filter then stacks on the inherited one.
+    line("lxc.seccomp.allow_nesting", "1");
     if let Some(v) = p.devices_cgroup {
         let prefix = match v {
             CgroupVersion::V1 => "lxc.cgroup.devices",
@@ -719,6 +723,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("lxc.seccomp.profile = /run/berth/lxc/web/seccomp\n"));
+        assert!(text.contains("lxc.seccomp.allow_nesting = 1\n"));
         assert!(text.contains("lxc.cgroup.devices.deny = a\n"));
         assert!(text.contains("lxc.cgroup.devices.allow = c 1:3 rwm\n"));
         assert!(text.contains("lxc.cgroup.devices.allow = c 136:* rwm\n"));

@@ -1,8 +1,10 @@
 //! `berth check`: which kernel features berth uses are present, like `lxc-checkconfig`.
 //!
 //! Everything is read below [`Roots`] (so tests run on fixture trees); the few probes that
-//! cannot be read from files (liblxc's version, tools on PATH, the open_tree syscall) are
-//! gathered in [`Probes`].
+//! cannot be read from files (liblxc's version, tools on PATH, the pidfd and mount API
+//! syscalls) are gathered in [`Probes`]. The group [`NEWER`] lists the interfaces newer
+//! than Linux 4.14 that berth uses where it finds them, each with its fallback
+//! ([`fallbacks`]: the ones in use; docs/kernels.md).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -60,12 +62,18 @@ impl Default for Roots {
 /// The answers that do not come from files below [`Roots`].
 #[derive(Debug, Clone)]
 pub struct Probes {
-    /// liblxc's version, empty if unknown.
-    pub lxc_version: String,
+    /// liblxc's version, or why it cannot be loaded (the loader's own words).
+    pub lxc_version: Result<String, String>,
     /// The PATH searched for tools (nft, ip, mksquashfs, zcat).
     pub path: Option<OsString>,
     /// Result of the open_tree syscall probe.
     pub open_tree: (Status, String),
+    /// Result of the mount_setattr syscall probe.
+    pub mount_setattr: (Status, String),
+    /// Result of the pidfd_open syscall probe.
+    pub pidfd: (Status, String),
+    /// Result of the close_range syscall probe.
+    pub close_range: (Status, String),
     /// The kernel's Landlock ABI version (None: no Landlock).
     pub landlock: Option<u32>,
 }
@@ -74,9 +82,12 @@ impl Probes {
     /// The real machine: liblxc, `$PATH`, the running kernel.
     pub fn real() -> Probes {
         Probes {
-            lxc_version: crate::lxc::version(),
+            lxc_version: crate::lxc::version_or_error(),
             path: std::env::var_os("PATH"),
             open_tree: probe_open_tree(),
+            mount_setattr: probe_mount_setattr(),
+            pidfd: probe_pidfd(),
+            close_range: probe_close_range(),
             landlock: crate::landlock::abi_version(),
         }
     }
@@ -104,10 +115,13 @@ pub fn probe_open_tree() -> (Status, String) {
     }
     let e = std::io::Error::last_os_error();
     match e.raw_os_error() {
-        Some(libc::EBADF) => (Status::Present, "open_tree available (Linux ≥ 5.2)".into()),
+        Some(libc::EBADF) => (
+            Status::Present,
+            "open_tree available (Linux ≥ 5.2): hot-binding clones the image's mount".into(),
+        ),
         Some(libc::ENOSYS) => (
             Status::Missing,
-            "open_tree: ENOSYS (Linux < 5.2): hot-binding falls back to mount propagation".into(),
+            "ENOSYS (Linux < 5.2): hot-binding binds the image below the container's bind anchor and lets mount propagation carry it in".into(),
         ),
         Some(libc::EPERM) => (
             Status::Unknown,
@@ -115,6 +129,84 @@ pub fn probe_open_tree() -> (Status, String) {
         ),
         _ => (Status::Unknown, format!("open_tree probe: unexpected {e}")),
     }
+}
+
+/// Calls mount_setattr(2) with a zero-sized attribute: EINVAL means the syscall exists
+/// (Linux ≥ 5.12), ENOSYS that it does not.
+pub fn probe_mount_setattr() -> (Status, String) {
+    let empty = b"\0";
+    // SAFETY: mount_setattr reads the NUL-terminated path (alive across the call) and, with
+    // size 0, no attribute at all: it fails with EINVAL before touching any mount.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            -1 as libc::c_int,
+            empty.as_ptr().cast::<libc::c_char>(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            std::ptr::null_mut::<libc::c_void>(),
+            0usize,
+        )
+    };
+    let e = std::io::Error::last_os_error();
+    match (rc, e.raw_os_error()) {
+        (0.., _) | (_, Some(libc::EINVAL | libc::EBADF)) => (
+            Status::Present,
+            "mount_setattr available (Linux ≥ 5.12): a hot-bound clone is made read-only before it is attached".into(),
+        ),
+        (_, Some(libc::ENOSYS)) => (
+            Status::Missing,
+            "ENOSYS (Linux < 5.12): a hot-bound image is remounted read-only, nosuid, nodev in place once attached".into(),
+        ),
+        _ => (Status::Unknown, format!("mount_setattr probe: unexpected {e}")),
+    }
+}
+
+/// Opens a pidfd of this process: the memory guard, the supervisor's watchers, health
+/// probes and the governor use pidfds where the kernel has them (Linux ≥ 5.3).
+pub fn probe_pidfd() -> (Status, String) {
+    match crate::process::pidfd_open(crate::process::getpid()) {
+        Ok(_) => (
+            Status::Present,
+            "pidfd_open available (Linux ≥ 5.3): the memory guard kills through pidfds".into(),
+        ),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => (
+            Status::Missing,
+            "ENOSYS (kernel < 5.3): the memory guard kills by pid after checking the start time and pid namespace; process ends are seen by reading /proc".into(),
+        ),
+        Err(e) => (
+            Status::Unknown,
+            format!("pidfd_open: {e}: the memory guard kills by pid after checking the start time"),
+        ),
+    }
+}
+
+/// Calls close_range(2) on a range no descriptor can be in: 0 means the syscall exists
+/// (Linux ≥ 5.9), ENOSYS that it does not. berth never calls it; liblxc does.
+pub fn probe_close_range() -> (Status, String) {
+    // SAFETY: closes descriptors ~0 .. ~0, which cannot exist: nothing is closed.
+    let rc = unsafe { libc::syscall(libc::SYS_close_range, u32::MAX, u32::MAX, 0u32) };
+    let e = std::io::Error::last_os_error();
+    match (rc, e.raw_os_error()) {
+        (0.., _) => (Status::Present, "close_range available (Linux ≥ 5.9)".into()),
+        (_, Some(libc::ENOSYS)) => (
+            Status::Missing,
+            "ENOSYS (Linux < 5.9): berth does not need it, but liblxc 5.0.2 (Debian 12) cannot start a container without it; use a liblxc that falls back to closing descriptors one by one".into(),
+        ),
+        _ => (Status::Unknown, format!("close_range probe: unexpected {e}")),
+    }
+}
+
+/// The group of the interfaces newer than Linux 4.14 that berth uses where it finds them.
+pub const NEWER: &str = "newer kernel interfaces";
+
+/// The fallbacks in use: one line per newer interface this kernel lacks, saying what berth
+/// does instead ("pidfd missing: ENOSYS (kernel < 5.3): the memory guard kills by pid …").
+pub fn fallbacks(features: &[Feature]) -> Vec<String> {
+    features
+        .iter()
+        .filter(|f| f.group == NEWER && f.status != Status::Present)
+        .map(|f| format!("{} {}: {}", f.name, f.status.as_str(), f.detail))
+        .collect()
 }
 
 /// The checks on the real machine.
@@ -470,17 +562,20 @@ fn security(roots: &Roots, out: &mut Vec<Feature>) {
 fn pressure(roots: &Roots, out: &mut Vec<Feature>) {
     let p = roots.proc.join("pressure/memory");
     let (status, detail) = match std::fs::read_to_string(&p) {
-        Ok(_) => (Status::Present, p.display().to_string()),
+        Ok(_) => (
+            Status::Present,
+            format!("{}: the memory guard sleeps on a PSI trigger", p.display()),
+        ),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => (
             Status::Missing,
-            "no PSI (CONFIG_PSI): the memory guard polls MemAvailable".to_string(),
+            "no PSI (Linux < 4.20 or CONFIG_PSI off): the memory guard reads MemAvailable every [guard] interval; crash reports carry no pressure files".to_string(),
         ),
         Err(e) => (
             Status::Missing,
-            format!("{}: {e} (PSI disabled? boot with psi=1)", p.display()),
+            format!("{}: {e} (PSI disabled? boot with psi=1): the memory guard reads MemAvailable every [guard] interval", p.display()),
         ),
     };
-    out.push(feature("pressure", "PSI memory", false, status, detail));
+    out.push(feature(NEWER, "PSI memory", false, status, detail));
 }
 
 /// The kernel configuration text: `<boot>/config-<release>`, else `<proc>/config.gz` through
@@ -568,17 +663,16 @@ fn kconfig(roots: &Roots, probes: &Probes, release: Option<&str>, out: &mut Vec<
 }
 
 fn tools(probes: &Probes, out: &mut Vec<Feature>) {
-    out.push(feature(
-        "tools",
-        "liblxc",
-        true,
-        present(!probes.lxc_version.is_empty()),
-        if probes.lxc_version.is_empty() {
-            "liblxc did not report a version".to_string()
-        } else {
-            format!("version {}", probes.lxc_version)
-        },
-    ));
+    out.push(match &probes.lxc_version {
+        Ok(v) => feature(
+            "tools",
+            "liblxc",
+            true,
+            Status::Present,
+            format!("version {v}"),
+        ),
+        Err(e) => feature("tools", "liblxc", true, Status::Missing, e.clone()),
+    });
     for (tool, why) in [
         ("nft", "network isolation rules"),
         ("ip", "network setup"),
@@ -618,15 +712,36 @@ pub fn check_with(roots: &Roots, probes: &Probes) -> Vec<Feature> {
     filesystems(roots, &mut out);
     loop_devices(roots, &mut out);
     security(roots, &mut out);
-    pressure(roots, &mut out);
     kconfig(roots, probes, release.as_deref(), &mut out);
     tools(probes, &mut out);
     out.push(feature(
-        "mount API",
+        NEWER,
+        "pidfd",
+        false,
+        probes.pidfd.0,
+        probes.pidfd.1.clone(),
+    ));
+    pressure(roots, &mut out);
+    out.push(feature(
+        NEWER,
         "open_tree",
         false,
         probes.open_tree.0,
         probes.open_tree.1.clone(),
+    ));
+    out.push(feature(
+        NEWER,
+        "mount_setattr",
+        false,
+        probes.mount_setattr.0,
+        probes.mount_setattr.1.clone(),
+    ));
+    out.push(feature(
+        NEWER,
+        "close_range",
+        false,
+        probes.close_range.0,
+        probes.close_range.1.clone(),
     ));
     protections(roots, &mut out);
     let scoped = probes
@@ -781,9 +896,12 @@ hugetlb\t0\t5\t0
         }
         fn run(&self) -> Vec<Feature> {
             let probes = Probes {
-                lxc_version: "5.0.2".into(),
+                lxc_version: Ok("5.0.2".into()),
                 path: Some(OsString::from(self.dir.path().join("bin"))),
                 open_tree: (Status::Present, "fixture".into()),
+                mount_setattr: (Status::Present, "fixture".into()),
+                pidfd: (Status::Present, "fixture".into()),
+                close_range: (Status::Present, "fixture".into()),
                 landlock: Some(6),
             };
             check_with(&self.roots(), &probes)
@@ -918,9 +1036,12 @@ hugetlb\t0\t5\t0
         assert_eq!(get(&fs, "shared network scoping").status, Status::Present);
         for abi in [Some(5), None] {
             let probes = Probes {
-                lxc_version: "5.0.2".into(),
+                lxc_version: Ok("5.0.2".into()),
                 path: None,
                 open_tree: (Status::Present, "fixture".into()),
+                mount_setattr: (Status::Present, "fixture".into()),
+                pidfd: (Status::Present, "fixture".into()),
+                close_range: (Status::Present, "fixture".into()),
                 landlock: abi,
             };
             let fs = check_with(&fx.roots(), &probes);
@@ -1002,6 +1123,72 @@ hugetlb\t0\t5\t0
         assert_eq!(Status::Present.as_str(), "present");
         assert_eq!(Status::Missing.as_str(), "missing");
         assert_eq!(Status::Unknown.as_str(), "unknown");
+    }
+
+    #[test]
+    fn fallbacks_name_each_missing_newer_interface_and_what_berth_does_instead() {
+        let fx = Fx::new("");
+        // The fixture has no pressure/memory: PSI is missing.
+        let probes = Probes {
+            lxc_version: Err("cannot load liblxc.so.1: Dynamic loading not supported".into()),
+            path: None,
+            open_tree: (Status::Present, "fixture".into()),
+            mount_setattr: (Status::Present, "fixture".into()),
+            pidfd: (
+                Status::Missing,
+                "ENOSYS (kernel < 5.3): the memory guard kills by pid after checking the start time"
+                    .into(),
+            ),
+            close_range: (Status::Present, "fixture".into()),
+            landlock: None,
+        };
+        let fs = check_with(&fx.roots(), &probes);
+        let lxc = get(&fs, "liblxc");
+        assert_eq!(lxc.status, Status::Missing);
+        assert!(
+            lxc.detail.contains("Dynamic loading not supported"),
+            "{}",
+            lxc.detail
+        );
+        let fb = fallbacks(&fs);
+        assert_eq!(fb.len(), 2, "{fb:?}");
+        assert!(
+            fb[0]
+                .starts_with("pidfd missing: ENOSYS (kernel < 5.3): the memory guard kills by pid"),
+            "{fb:?}"
+        );
+        assert!(fb[1].starts_with("PSI memory missing: no PSI"), "{fb:?}");
+        assert!(
+            fb[1].contains("reads MemAvailable every [guard] interval"),
+            "{fb:?}"
+        );
+        fx.write(
+            "proc/pressure/memory",
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+        );
+        let probes = Probes {
+            pidfd: (Status::Present, "fixture".into()),
+            ..probes
+        };
+        assert!(fallbacks(&check_with(&fx.roots(), &probes)).is_empty());
+    }
+
+    #[test]
+    fn the_probes_of_this_kernel_agree_with_the_process_layer() {
+        // This test binary runs without a filter: the answer follows the kernel (or the
+        // old-kernel wrapper the whole test run was started under).
+        let (st, detail) = probe_pidfd();
+        assert_eq!(
+            st == Status::Present,
+            crate::process::pidfd_supported(),
+            "{detail}"
+        );
+        let (st, detail) = probe_mount_setattr();
+        assert_ne!(st, Status::Unknown, "{detail}");
+        let (st, detail) = probe_open_tree();
+        assert_ne!(st, Status::Unknown, "{detail}");
+        let (st, detail) = probe_close_range();
+        assert_ne!(st, Status::Unknown, "{detail}");
     }
 
     #[test]

@@ -152,24 +152,28 @@ fn lib() -> Result<&'static Lib, LxcError> {
 
 fn load() -> Result<Lib, String> {
     let mut handle = std::ptr::null_mut();
+    // The loader's words for the first name (liblxc.so.1, the library's own soname): a
+    // missing dependency, a wrong architecture, "Dynamic loading not supported" (a static
+    // musl build). liblxc.so (a development link) is only a second try.
+    let mut first_error: Option<String> = None;
     for name in [c"liblxc.so.1", c"liblxc.so"] {
         // SAFETY: dlopen with a NUL-terminated name; liblxc's constructors are safe to run.
         handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
         if !handle.is_null() {
             break;
         }
+        // SAFETY: dlerror returns a thread-local, NUL-terminated message or NULL; it is
+        // read right after the failed dlopen, on the same thread.
+        let e = unsafe { libc::dlerror() };
+        if first_error.is_none() && !e.is_null() {
+            // SAFETY: non-null and NUL-terminated (see above); copied at once.
+            first_error = Some(unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned());
+        }
     }
     if handle.is_null() {
-        // SAFETY: dlerror returns a thread-local, NUL-terminated message or NULL.
-        let e = unsafe { libc::dlerror() };
-        let msg = if e.is_null() {
-            "unknown error".to_string()
-        } else {
-            // SAFETY: non-null and NUL-terminated (see above); copied at once.
-            unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned()
-        };
+        let msg = first_error.unwrap_or_else(|| "the loader gave no reason".to_string());
         return Err(format!(
-            "cannot load liblxc.so.1 ({msg}): install LXC (Debian: liblxc1)"
+            "cannot load liblxc.so.1: {msg} (install LXC, Debian: liblxc1; a static build cannot load it)"
         ));
     }
     let sym = |name: &CStr| {
@@ -230,16 +234,23 @@ pub enum LxcError {
 
 /// liblxc's version string ("5.0.2"); empty when liblxc cannot be loaded.
 pub fn version() -> String {
-    let Ok(lib) = lib() else {
-        return String::new();
-    };
+    version_or_error().unwrap_or_default()
+}
+
+/// liblxc's version string, or why there is none: the loader's error (dlerror) when liblxc
+/// cannot be loaded.
+pub fn version_or_error() -> Result<String, String> {
+    let lib = lib().map_err(|e| match e {
+        LxcError::Unavailable(m) => m,
+        e => e.to_string(),
+    })?;
     // SAFETY: lxc_get_version takes no arguments and returns a pointer to a static string.
     let p = unsafe { (lib.get_version)() };
     if p.is_null() {
-        return String::new();
+        return Err("liblxc loaded, but lxc_get_version returned nothing".to_string());
     }
     // SAFETY: non-null, NUL-terminated and static (owned by liblxc).
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+    Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
 /// A global liblxc setting ("lxc.lxcpath", "lxc.cgroup.pattern", …), if set.

@@ -541,6 +541,148 @@ pub fn pidfd_kill(pidfd: &OwnedFd, sig: libc::c_int) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether this kernel has pidfds (`pidfd_open`, Linux 5.3): asked once, of our own pid.
+/// False also where a seccomp filter answers ENOSYS (the old-kernel test mode).
+pub fn pidfd_supported() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| pidfd_open(getpid()).is_ok())
+}
+
+/// The state letter (field 3) and start time (field 22, clock ticks after boot) of `pid`
+/// from `<proc_root>/PID/stat`. A pid and its start time name one process for as long as
+/// the machine runs: a recycled pid has a later start (procd and runc check the same).
+pub fn stat_start(proc_root: &std::path::Path, pid: libc::pid_t) -> io::Result<(char, u64)> {
+    let text = std::fs::read_to_string(proc_root.join(format!("{pid}/stat")))?;
+    parse_stat_start(&text).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// [`stat_start`] of the text of a stat file: "PID (comm) STATE PPID …", where comm may
+/// hold spaces and parentheses; the last ')' ends it.
+pub fn parse_stat_start(text: &str) -> Option<(char, u64)> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut f = rest.split_whitespace();
+    let state = f.next()?.chars().next()?;
+    // Fields 4..=21 lie between the state (3) and the start time (22).
+    let start = f.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// One process, pinned so that a recycled pid is never signalled in its place: through a
+/// pidfd where the kernel has them (Linux ≥ 5.3); elsewhere by its start time, read again
+/// just before each signal (the way procd and runc kill by pid).
+pub struct Pinned {
+    pid: libc::pid_t,
+    start: u64,
+    pidfd: Option<OwnedFd>,
+    proc_root: std::path::PathBuf,
+}
+
+impl Pinned {
+    /// Pins `pid` as it is now. ESRCH (or ENOENT) when there is no such process.
+    pub fn open(proc_root: &std::path::Path, pid: libc::pid_t) -> io::Result<Pinned> {
+        let pidfd = match pidfd_open(pid) {
+            Ok(fd) => Some(fd),
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Err(e),
+            // ENOSYS: Linux < 5.3 (or a filter that says so); anything else: no pidfd either.
+            Err(_) => None,
+        };
+        // Read after the pidfd is held: with one, this is surely the pinned process.
+        let (_, start) = stat_start(proc_root, pid)?;
+        Ok(Pinned {
+            pid,
+            start,
+            pidfd,
+            proc_root: proc_root.to_path_buf(),
+        })
+    }
+
+    /// Pins `pid` by its start time only, as on a kernel without pidfds (the fallback
+    /// alone: its tests, and callers that already know pidfds are missing).
+    pub fn open_without_pidfd(proc_root: &std::path::Path, pid: libc::pid_t) -> io::Result<Pinned> {
+        let (_, start) = stat_start(proc_root, pid)?;
+        Ok(Pinned {
+            pid,
+            start,
+            pidfd: None,
+            proc_root: proc_root.to_path_buf(),
+        })
+    }
+
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Its start time (field 22 of stat) when pinned.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Whether it is held by a pidfd (else by its start time).
+    pub fn has_pidfd(&self) -> bool {
+        self.pidfd.is_some()
+    }
+
+    /// Sends `sig`: through the pidfd, or to the pid after checking it still has the start
+    /// time it had (ESRCH if not: the process is gone and its pid may be another's).
+    pub fn signal(&self, sig: libc::c_int) -> io::Result<()> {
+        if let Some(fd) = &self.pidfd {
+            return pidfd_kill(fd, sig);
+        }
+        match stat_start(&self.proc_root, self.pid) {
+            Ok((_, s)) if s == self.start => kill(self.pid, sig),
+            _ => Err(io::Error::from_raw_os_error(libc::ESRCH)),
+        }
+    }
+
+    /// Whether it has exited (a zombie has: its memory is freed).
+    pub fn exited(&self) -> bool {
+        if let Some(fd) = &self.pidfd {
+            return poll(&[(fd.as_raw_fd(), POLLIN)], 0).is_ok_and(|r| r[0] != 0);
+        }
+        match stat_start(&self.proc_root, self.pid) {
+            Ok((state, s)) => s != self.start || state == 'Z' || state == 'X',
+            Err(_) => true,
+        }
+    }
+
+    /// Waits until it has exited, at most `timeout` (None: no limit); whether it has. With a
+    /// pidfd it sleeps in poll(); without, it looks every `every`.
+    pub fn wait_exit(
+        &self,
+        timeout: Option<std::time::Duration>,
+        every: std::time::Duration,
+    ) -> bool {
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            match &self.pidfd {
+                Some(fd) => {
+                    let ms = left.map_or(-1, |l| l.as_millis().min(i32::MAX as u128) as i32);
+                    match poll(&[(fd.as_raw_fd(), POLLIN)], ms) {
+                        Ok(r) if r[0] != 0 => return true,
+                        Ok(_) => {}
+                        Err(_) => return self.exited(),
+                    }
+                }
+                None => {
+                    if self.exited() {
+                        return true;
+                    }
+                    std::thread::sleep(left.map_or(every, |l| l.min(every)));
+                }
+            }
+            if left.is_some_and(|l| l.is_zero()) {
+                return self.exited();
+            }
+        }
+    }
+
+    /// The pidfd, for a poll of one's own (None without pidfds).
+    pub fn pidfd(&self) -> Option<&OwnedFd> {
+        self.pidfd.as_ref()
+    }
+}
+
 /// How a process ended, read through its pidfd (no need to be its parent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PidfdExit {
@@ -688,6 +830,76 @@ mod tests {
     }
 
     #[test]
+    fn stat_start_reads_state_and_field_22_past_a_comm_with_parentheses() {
+        let line = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100 18446744073709551615";
+        assert_eq!(parse_stat_start(line), Some(('S', 987654)));
+        assert_eq!(parse_stat_start("1 (x) Z 0"), None);
+        let (state, start) = stat_start(std::path::Path::new("/proc"), getpid()).unwrap();
+        assert!(state == 'R' || state == 'S', "{state}");
+        assert!(start > 0);
+    }
+
+    #[test]
+    fn without_a_pidfd_a_process_is_killed_only_while_its_start_time_matches() {
+        let proc = std::path::Path::new("/proc");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        let p = Pinned::open_without_pidfd(proc, pid).unwrap();
+        assert!(!p.has_pidfd());
+        assert!(!p.exited());
+        // Another start time is another process behind the same pid: never signalled.
+        let other = Pinned {
+            start: p.start() + 1,
+            ..Pinned::open_without_pidfd(proc, pid).unwrap()
+        };
+        assert_eq!(
+            other.signal(libc::SIGKILL).unwrap_err().raw_os_error(),
+            Some(libc::ESRCH)
+        );
+        assert!(other.exited(), "a different start time counts as gone");
+        assert!(!p.exited(), "the process must have survived");
+        p.signal(libc::SIGKILL).unwrap();
+        // Not reaped yet: a zombie has exited.
+        let t0 = std::time::Instant::now();
+        assert!(p.wait_exit(
+            Some(std::time::Duration::from_secs(5)),
+            std::time::Duration::from_millis(5)
+        ));
+        assert!(t0.elapsed() < std::time::Duration::from_secs(5));
+        let st = child.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&st), Some(9));
+        // Gone and reaped: still exited, and a signal finds nothing.
+        assert!(p.exited());
+        assert!(p.signal(libc::SIGKILL).is_err());
+    }
+
+    #[test]
+    fn a_pinned_process_times_out_while_it_runs() {
+        let proc = std::path::Path::new("/proc");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        for p in [
+            Pinned::open(proc, pid).unwrap(),
+            Pinned::open_without_pidfd(proc, pid).unwrap(),
+        ] {
+            let t0 = std::time::Instant::now();
+            assert!(!p.wait_exit(
+                Some(std::time::Duration::from_millis(60)),
+                std::time::Duration::from_millis(10)
+            ));
+            assert!(t0.elapsed() >= std::time::Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
+    #[test]
     fn fork_wait_and_sigchld() {
         let sig = sigchld_pipe().unwrap();
         // The test harness has threads, so fork() refuses (tested below); the child only
@@ -713,6 +925,14 @@ mod tests {
 
     #[test]
     fn a_process_end_is_read_through_its_pidfd_and_children_are_found() {
+        if !pidfd_supported() {
+            // A kernel before 5.3, or the whole run under scripts/oldkernel.sh.
+            crate::skip::record(
+                "kernel pidfd",
+                "process::a_process_end_is_read_through_its_pidfd: no pidfd_open (Linux 5.3)",
+            );
+            return;
+        }
         // The test harness has threads: a plain process, not fork(). It may dump core (a file
         // in its own directory, removed below).
         let dir = std::env::temp_dir().join(format!("berth-core-{}", getpid()));

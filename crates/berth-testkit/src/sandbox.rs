@@ -97,6 +97,15 @@ pub struct Options {
     pub interrupted: fn() -> bool,
     /// Who says the warnings of the sweep ("berth-bench: warning: …").
     pub program: &'static str,
+    /// Runs every berth of the sandbox (daemon and CLI) as on an old kernel: the syscalls
+    /// newer than Linux 4.14 answer ENOSYS and PSI is hidden (`berth_sys::oldkernel`,
+    /// docs/kernels.md). [`Options::new`] sets it when `BERTH_TEST_OLDKERNEL=1`.
+    pub old_kernel: bool,
+}
+
+/// Whether `BERTH_TEST_OLDKERNEL=1` asks for every sandbox to run as on an old kernel.
+pub fn old_kernel_from_env() -> bool {
+    std::env::var_os("BERTH_TEST_OLDKERNEL").is_some_and(|v| v == "1")
 }
 
 impl Options {
@@ -110,6 +119,7 @@ impl Options {
             own_process_group: false,
             interrupted: || false,
             program: "berth-testkit",
+            old_kernel: old_kernel_from_env(),
         }
     }
 }
@@ -146,6 +156,7 @@ pub struct Sandbox {
     own_process_group: bool,
     interrupted: fn() -> bool,
     program: &'static str,
+    old_kernel: bool,
 }
 
 impl Sandbox {
@@ -171,10 +182,17 @@ impl Sandbox {
             own_process_group: opts.own_process_group,
             interrupted: opts.interrupted,
             program: opts.program,
+            old_kernel: opts.old_kernel,
             dir,
         };
         for d in [sb.repo.join("packages"), sb.dir.join("keys")] {
             std::fs::create_dir_all(&d).map_err(io_err("create", &d))?;
+        }
+        if sb.old_kernel {
+            // The daemon gets a mount namespace of its own (to hide PSI): with the sandbox a
+            // shared mount, what it mounts below reaches the tests' namespace and the next
+            // daemon's, as if it shared ours. The sweep unmounts it last.
+            berth_sys::mountns::bind_shared(&sb.dir).map_err(io_err("bind", &sb.dir))?;
         }
         sb.write_config(&opts.config_extra)?;
         sb.ok(&[
@@ -230,6 +248,19 @@ impl Sandbox {
         if self.own_process_group {
             c.process_group(0);
         }
+        if self.old_kernel {
+            berth_sys::oldkernel::command(c, true);
+        }
+    }
+
+    /// Whether its berths run as on an old kernel ([`Options::old_kernel`]).
+    pub fn old_kernel(&self) -> bool {
+        self.old_kernel
+    }
+
+    /// The sandbox's own mount point (old-kernel mode) is no mount of berth's.
+    fn berths(&self, mounts: Vec<PathBuf>) -> Vec<PathBuf> {
+        mounts.into_iter().filter(|m| *m != self.dir).collect()
     }
 
     /// Runs berth to completion, whatever its exit status.
@@ -435,7 +466,8 @@ impl Sandbox {
 
     /// Mount points below the sandbox.
     pub fn mounts(&self) -> Result<Vec<String>, SandboxError> {
-        Ok(crate::mounts::mounts_under(&self.dir)?
+        Ok(self
+            .berths(crate::mounts::mounts_under(&self.dir)?)
             .iter()
             .map(|m| m.display().to_string())
             .collect())
@@ -445,7 +477,7 @@ impl Sandbox {
     /// [`crate::mounts::stray`]).
     pub fn stray_mounts(&self) -> Result<Vec<String>, SandboxError> {
         let installed = crate::mounts::installed_images(&self.state_dir());
-        let all = crate::mounts::mounts_under(&self.dir)?;
+        let all = self.berths(crate::mounts::mounts_under(&self.dir)?);
         Ok(
             crate::mounts::stray(all, &self.run_dir().join("mnt"), &installed)
                 .iter()

@@ -22,15 +22,17 @@ pub fn run(g: &Global) -> Result<i32> {
         }
     }
     let missing = check::missing_required(&features).len();
+    let fallbacks = check::fallbacks(&features);
     if g.json {
         let v: Vec<Value> = features
             .iter()
             .map(|f| json!({"name": f.name, "group": f.group, "status": f.status.as_str(), "required": f.required, "detail": f.detail}))
             .collect();
-        print_json(&json!({"features": v, "ok": missing == 0}));
+        print_json(&json!({"features": v, "fallbacks": fallbacks, "ok": missing == 0}));
     } else {
         let color = std::io::stdout().is_terminal();
         print!("{}", render::check(&features, missing, color));
+        print!("{}", render::fallbacks(&fallbacks));
     }
     Ok(if missing == 0 { 0 } else { 1 })
 }

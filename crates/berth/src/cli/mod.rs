@@ -195,11 +195,15 @@ fn run(g: &Global, command: &str, args: &[String]) -> Result<i32> {
 }
 
 fn version(json: bool) {
-    let (v, lxc) = (env!("CARGO_PKG_VERSION"), berth_sys::lxc::version());
-    if json {
-        print_json(&json!({"version": v, "liblxc": lxc}));
-    } else {
-        println!("berth {v} (liblxc {lxc})");
+    let (v, lxc) = (
+        env!("CARGO_PKG_VERSION"),
+        berth_sys::lxc::version_or_error(),
+    );
+    match (json, lxc) {
+        (true, Ok(l)) => print_json(&json!({"version": v, "liblxc": l})),
+        (true, Err(e)) => print_json(&json!({"version": v, "liblxc": "", "liblxc_error": e})),
+        (false, Ok(l)) => println!("berth {v} (liblxc {l})"),
+        (false, Err(e)) => println!("berth {v} (no liblxc: {e})"),
     }
 }
 

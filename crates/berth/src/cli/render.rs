@@ -729,6 +729,18 @@ pub fn check(features: &[berth_sys::check::Feature], missing: usize, color: bool
     out
 }
 
+/// `berth check`: the fallbacks in use for interfaces this kernel lacks (none: nothing).
+pub fn fallbacks(lines: &[String]) -> String {
+    if lines.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nfallbacks in use (older kernel, docs/kernels.md):\n");
+    for l in lines {
+        let _ = writeln!(out, "  {l}");
+    }
+    out
+}
+
 /// Makes a container's output safe for a terminal, as a stream: `\n` and `\t` and printable
 /// UTF-8 pass; other C0 controls, DEL and invalid bytes become `\xNN`, C1 controls `\u{NN}`.
 /// A UTF-8 sequence cut by a chunk boundary waits for the next chunk.
@@ -1237,6 +1249,16 @@ mod tests {
                     "mdns"
                 ]
             ]
+        );
+    }
+
+    #[test]
+    fn check_lists_the_fallbacks_in_use_only_when_there_are_some() {
+        assert_eq!(fallbacks(&[]), "");
+        let text = fallbacks(&["pidfd missing: ENOSYS (kernel < 5.3): by pid".to_string()]);
+        assert_eq!(
+            text,
+            "\nfallbacks in use (older kernel, docs/kernels.md):\n  pidfd missing: ENOSYS (kernel < 5.3): by pid\n"
         );
     }
 

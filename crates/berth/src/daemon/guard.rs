@@ -8,11 +8,14 @@
 //! trigger cannot be written) it reads `<proc>/meminfo` every `guard.interval`.
 //!
 //! Below the threshold it SIGKILLs one process of a running container (`berth_core::guard::pick`:
-//! lowest priority, payload before init, largest RSS), through a pidfd after checking the
-//! process is still in that container's pid namespace (never anything outside berth's
-//! containers), waits for it to exit (at most 1 s), reads MemAvailable again and repeats
-//! until it is above. MemAvailable lags the freeing by up to a second, so the RSS of kills
-//! of the last 1.5 s not yet visible in it counts as available (`guard::pending`): one hog
+//! lowest priority, payload before init, largest RSS), after checking the process is still
+//! the one listed (same start time, field 22 of its stat) in that container's pid namespace
+//! (never anything outside berth's containers), waits for it to exit (at most 1 s), reads
+//! MemAvailable again and repeats until it is above. The kill goes through a pidfd (Linux ≥
+//! 5.3), so a recycled pid is never hit; without pidfds it goes to the pid after the start
+//! time is read again just before the signal, as procd and runc do (docs/kernels.md).
+//! MemAvailable lags the freeing by up to a second, so the RSS of kills of the last 1.5 s
+//! not yet visible in it counts as available (`guard::pending`): one hog
 //! costs one kill, not a bystander too. Each kill is logged (at most 3 lines a second) and kept as the
 //! container's `guard_kill` (in memory and in `<run>/logs/NAME.guard`) for `berth status`.
 
@@ -81,6 +84,11 @@ fn run(d: &Daemon, init_of: &InitOf) {
             None
         }
     };
+    if !process::pidfd_supported() {
+        log::info!(
+            "memory guard: no pidfd (Linux < 5.3): kills by pid after checking the start time and pid namespace"
+        );
+    }
     let mut limit = RateLimit::default();
     let t0 = Instant::now();
     let mut released = t0;
@@ -142,6 +150,8 @@ fn run(d: &Daemon, init_of: &InitOf) {
 struct Found {
     c: Candidate,
     ns: PathBuf,
+    /// Its start time when listed: a pid with another is another process.
+    start: u64,
 }
 
 fn candidates(d: &Daemon, init_of: &InitOf) -> Vec<Found> {
@@ -176,6 +186,9 @@ fn candidates(d: &Daemon, init_of: &InitOf) -> Vec<Found> {
             else {
                 continue;
             };
+            let Ok((_, start)) = process::stat_start(proc, pid) else {
+                continue;
+            };
             out.push(Found {
                 c: Candidate {
                     container: name.clone(),
@@ -185,6 +198,7 @@ fn candidates(d: &Daemon, init_of: &InitOf) -> Vec<Found> {
                     is_init: pid == init,
                 },
                 ns: ns.clone(),
+                start,
             });
         }
     }
@@ -224,9 +238,9 @@ fn relieve(d: &Daemon, init_of: &InitOf, limit: &mut RateLimit, t0: Instant) {
             }
             return;
         };
-        let ns = &found.iter().find(|f| f.c.pid == victim.pid).unwrap().ns;
-        match kill(proc, victim.pid, ns) {
-            Ok(pidfd) => {
+        let f = found.iter().find(|f| f.c.pid == victim.pid).unwrap();
+        match kill(proc, victim.pid, &f.ns, f.start) {
+            Ok(pinned) => {
                 if let Some(n) = limit.allow(t0.elapsed().as_millis() as u64, LOG_LINES_PER_S) {
                     log::warn!(
                         "memory guard: killed {} pid {}{} (RSS {} MiB, priority {}): {} MiB available, below {} MiB{}",
@@ -254,12 +268,25 @@ fn relieve(d: &Daemon, init_of: &InitOf, limit: &mut RateLimit, t0: Instant) {
                     available: avail,
                     rss: victim.rss,
                 });
-                // Its memory is freed as it exits: wait for that (pidfd readable), briefly.
-                use std::os::fd::AsRawFd;
-                let _ = process::poll(&[(pidfd.as_raw_fd(), process::POLLIN)], 1000);
+                // Its memory is freed as it exits: wait for that, briefly.
+                pinned.wait_exit(Some(Duration::from_secs(1)), Duration::from_millis(10));
+            }
+            // Gone by itself meanwhile (or its pid is another's now): nothing to say.
+            Err(e)
+                if e.raw_os_error() == Some(libc::ESRCH)
+                    || e.kind() == std::io::ErrorKind::NotFound =>
+            {
+                log::debug!("memory guard: pid {} not killed: {e}", victim.pid);
             }
             Err(e) => {
-                log::debug!("memory guard: pid {} not killed: {e}", victim.pid);
+                if let Some(n) = limit.allow(t0.elapsed().as_millis() as u64, LOG_LINES_PER_S) {
+                    log::warn!(
+                        "memory guard: cannot kill {} pid {}: {e}{}",
+                        victim.container,
+                        victim.pid,
+                        suppressed(n)
+                    );
+                }
             }
         }
         // Killed or gone or not ours any more: never pick it again in this round.
@@ -275,14 +302,20 @@ fn suppressed(n: u32) -> String {
     }
 }
 
-/// SIGKILL through a pidfd, after checking (with the pidfd held, so the pid cannot be
-/// recycled in between) that the process is still in the container's pid namespace.
-fn kill(proc: &Path, pid: i32, ns: &Path) -> std::io::Result<std::os::fd::OwnedFd> {
-    let pidfd = process::pidfd_open(pid)?;
+/// SIGKILL to the process listed as (`pid`, `start`), after checking that it still is that
+/// process (its start time) in the container's pid namespace. With a pidfd the pid cannot be
+/// recycled between the checks and the signal; without one ([`process::Pinned`]) the start
+/// time is read again just before the signal, which leaves a window of two syscalls.
+fn kill(proc: &Path, pid: i32, ns: &Path, start: u64) -> std::io::Result<process::Pinned> {
+    let pinned = process::Pinned::open(proc, pid)?;
+    if pinned.start() != start {
+        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+    }
     let now = std::fs::read_link(proc.join(pid.to_string()).join("ns/pid"))?;
     if now != ns {
-        return Err(std::io::Error::other("no longer in the container"));
+        // No longer the container's: as good as gone.
+        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
     }
-    process::pidfd_kill(&pidfd, libc::SIGKILL)?;
-    Ok(pidfd)
+    pinned.signal(libc::SIGKILL)?;
+    Ok(pinned)
 }

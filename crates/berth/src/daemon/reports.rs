@@ -311,6 +311,10 @@ fn cgroup_state(d: &Daemon, name: &str) -> (Vec<u8>, Option<String>) {
     let parent = &d.cfg.cgroup_parent;
     let mut out = Vec::new();
     let mut container_seen = false;
+    // Without the host's PSI (Linux < 4.20, CONFIG_PSI off, psi=0) a cgroup's *.pressure
+    // files are absent, or (psi=0 on kernels before 5.x) present but answer EOPNOTSUPP:
+    // either way, none of them.
+    let psi = d.proc().join("pressure/memory").exists();
     for rel in [format!("{parent}/{name}"), parent.clone()] {
         for h in &hierarchies {
             let dir = h.join(&rel);
@@ -319,6 +323,9 @@ fn cgroup_state(d: &Daemon, name: &str) -> (Vec<u8>, Option<String>) {
             }
             container_seen |= rel != *parent;
             for f in CGROUP_FILES {
+                if !psi && f.ends_with(".pressure") {
+                    continue;
+                }
                 if let Ok(text) = std::fs::read(dir.join(f)) {
                     let _ = writeln!(out, "== {}", dir.join(f).display());
                     out.extend_from_slice(&text);

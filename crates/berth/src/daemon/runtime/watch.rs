@@ -111,11 +111,10 @@ fn wait_end(
 }
 
 /// Blocks until the container's init has gone: on its pidfd (readable when it exits), or,
-/// on kernels without pidfds (before 5.3), by looking every 2 s whether that pid still is the
-/// init of the same pid namespace.
+/// on kernels without pidfds (before 5.3), by reading its start time every second
+/// ([`berth_sys::process::Pinned`]: a recycled pid has another).
 fn wait_init_gone(d: &Daemon, init: Run) {
-    let ns_link = d.proc().join(format!("{init}/ns/pid"));
-    let Ok(ns) = std::fs::read_link(&ns_link) else {
+    let Ok(ns) = std::fs::read_link(d.proc().join(format!("{init}/ns/pid"))) else {
         return;
     };
     // A container's init is never in the daemon's own pid namespace: anything else is a
@@ -127,17 +126,7 @@ fn wait_init_gone(d: &Daemon, init: Run) {
     {
         return;
     }
-    if let Ok(fd) = berth_sys::process::pidfd_open(init) {
-        while let Ok(rev) =
-            berth_sys::process::poll(&[(fd.as_raw_fd(), berth_sys::process::POLLIN)], -1)
-        {
-            if rev[0] != 0 {
-                return;
-            }
-        }
-        return;
-    }
-    while std::fs::read_link(&ns_link).ok().as_ref() == Some(&ns) {
-        std::thread::sleep(Duration::from_secs(2));
+    if let Ok(p) = berth_sys::process::Pinned::open(d.proc(), init) {
+        p.wait_exit(None, Duration::from_secs(1));
     }
 }
