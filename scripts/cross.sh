@@ -236,7 +236,11 @@ musl_sysroot() {
     fi
     apt_foreign "$CACHE/apt" || die "cannot read the Debian package lists"
     local work
-    work=$(mktemp -d)
+    # in the cache, so that a failed build (this runs in a subshell) leaves nothing in /tmp;
+    # the next run removes it
+    rm -rf "$CACHE/.work-$arch"
+    work=$CACHE/.work-$arch
+    mkdir -p "$work"
     case $arch in
         armv7 | aarch64)
             local da=armhf
@@ -262,10 +266,14 @@ musl_sysroot() {
             python3 -m ziglang build-obj -fPIC -target "$arch-linux-musleabi" -mcpu=mips32r2+soft_float \
                 -O ReleaseSmall "$zlib/compiler_rt.zig" -femit-bin="$work/crt.o" >&2
             objcopy -L memcpy -L memset -L memmove -L memcmp -L bcmp -L strlen "$work/crt.o" "$work/crt-local.o"
-            (cd "$src" && ./configure --target="$arch-linux-muslsf" CC="$work/cc" \
-                AR="python3 -m ziglang ar" RANLIB="python3 -m ziglang ranlib" >/dev/null &&
-                make -s -j"$(nproc)" lib/libc.so LIBCC="$work/crt-local.o" LDFLAGS=-Wl,-soname,libc.so >/dev/null 2>&1) ||
-                die "building musl (soft-float $arch) failed"
+            command -v make >/dev/null || die "building musl needs make: apt-get install make"
+            if ! (cd "$src" && ./configure --target="$arch-linux-muslsf" CC="$work/cc" \
+                AR="python3 -m ziglang ar" RANLIB="python3 -m ziglang ranlib" &&
+                make -s -j"$(nproc)" lib/libc.so LIBCC="$work/crt-local.o" LDFLAGS=-Wl,-soname,libc.so) \
+                >"$work/build.log" 2>&1; then
+                tail -n 30 "$work/build.log" >&2
+                die "building musl (soft-float $arch) failed (the last lines of its log are above)"
+            fi
             rm -rf "$sr.tmp"
             mkdir -p "$sr.tmp/lib"
             cp "$src/lib/libc.so" "$sr.tmp/lib/libc.so"
@@ -303,11 +311,15 @@ EOF
     "${q[@]}" "$bin" --version | tee "$dir/version" >&2
     grep -q "^berth " "$dir/version" || die "$arch: --version printed no version"
     log "$arch smoke: check"
-    # liblxc is not in the sysroot: check must say so with the loader's own words, and
-    # still report the rest.
+    # liblxc is not in the sysroot: check must say so with the loader's own words (musl's
+    # "Error loading shared library liblxc.so.1"), and still report the rest.
     "${q[@]}" "$bin" check >"$dir/check" 2>&1 || true
     grep -q "^squashfs" "$dir/check" || { cat "$dir/check" >&2; die "$arch: check printed no report"; }
     grep "^liblxc" "$dir/check" >&2 || true
+    grep -q "^liblxc .*missing.*Error loading shared library liblxc.so" "$dir/check" ||
+        die "$arch: check does not show the loader's error for liblxc"
+    grep -q "no liblxc: cannot load liblxc.so.1: Error loading shared library" "$dir/version" ||
+        die "$arch: --version does not show the loader's error for liblxc"
     log "$arch smoke: daemon and status"
     "${q[@]}" "$bin" daemon >"$dir/daemon.log" 2>&1 &
     local pid=$! ok=
@@ -366,14 +378,19 @@ smoke_cleanup() {
     done
 }
 trap smoke_cleanup EXIT
+trap 'exit 130' INT TERM
 
 [ $# -ge 1 ] || die "usage: scripts/cross.sh ARCH...|all | smoke ARCH...|all | static | test-core ARCH (ARCH: mipsel, mipsel-nopie, mips, mips-nopie, armv7, aarch64, mipsel-gnu)"
+mkdir -p "$CACHE"
+# one run at a time per cache (toolchain, sysroots); builds have their own target directories
+exec 8>"$CACHE/.lock"
+flock 8
 toolchain
 case $1 in
     smoke)
         shift
         [ $# -ge 1 ] || die "usage: scripts/cross.sh smoke ARCH...|all"
-        [ "$1" = all ] && set -- mipsel mipsel-nopie mips armv7 aarch64
+        [ "$1" = all ] && set -- mipsel mipsel-nopie mips mips-nopie armv7 aarch64
         for a in "$@"; do
             case $a in mipsel | mipsel-nopie | mips | mips-nopie | armv7 | aarch64) smoke "$a" ;; *) die "smoke: '$a' is not a musl target (mipsel, mipsel-nopie, mips, mips-nopie, armv7, aarch64)" ;; esac
         done
@@ -384,7 +401,7 @@ case $1 in
         test_core "$2"
         ;;
     *)
-        [ "$1" = all ] && set -- mipsel mipsel-nopie mips armv7 aarch64 mipsel-gnu
+        [ "$1" = all ] && set -- mipsel mipsel-nopie mips mips-nopie armv7 aarch64 mipsel-gnu
         for a in "$@"; do rust_target "$a" >/dev/null; done
         for a in "$@"; do build "$a"; done
         for a in "$@"; do printf '%-11s %9s bytes  target/cross/%s/berth\n' "$a" "$(cat "target/cross/$a/size")" "$a"; done

@@ -31,9 +31,10 @@ apt-get install -y -qq apparmor >/dev/null
 apt-get install -y -qq nftables iproute2 iperf3 dnsmasq-base >/dev/null
 # the container API (issue 16): the shell client's two transports, from inside containers
 apt-get install -y -qq netcat-openbsd >/dev/null
-# the device class (issue 17): qemu-user for the cross builds' smoke test, and a venv for the
-# cross toolchain's zig (scripts/cross.sh)
-apt-get install -y -qq --no-install-recommends qemu-user python3-venv >/dev/null
+# the device class (issue 17): qemu-user for the cross builds' smoke test, a venv for the cross
+# toolchain's zig, make for the soft-float MIPS musl (scripts/cross.sh; its Rust nightly comes
+# through rustup, which this machine's Rust is installed with)
+apt-get install -y -qq --no-install-recommends qemu-user python3-venv make >/dev/null
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 

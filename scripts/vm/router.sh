@@ -18,12 +18,11 @@
 #
 # The kernel and root file system are cached in $BERTH_ROUTER_CACHE (default
 # /var/cache/berth-router), keyed by the kernel package version and the hash of this script:
-# <cache>/<kernel version>-<hash>/{vmlinux,initrd.cpio,rootfs.ext4,manifest.txt}; the Debian
+# <cache>/img-<kernel version>-<hash>/{vmlinux,initrd.cpio,rootfs.ext4,manifest.txt}; the Debian
 # package lists and downloads in <cache>/apt (a private apt state: scripts/vm/apt-foreign.sh).
-# The mipsel berth is target/cross/mipsel-gnu/berth (built by scripts/cross.sh mipsel-gnu if
-# missing), the host's berth (for the vendor side: key, pack, repo build) target/release/berth
-# (or target/debug/berth, or $BERTH_BIN; built with cargo if none exists; $CARGO_TARGET_DIR is
-# honoured).
+# The mipsel berth is target/cross/mipsel-gnu/berth and the host's berth (for the vendor side:
+# key, pack, repo build) target/release/berth (or $BERTH_BIN; $CARGO_TARGET_DIR is honoured):
+# both are built from this tree on every run (a no-op when current).
 #
 # Needs root (files owned by root in the images), network to the Debian mirror for a cold
 # build, and these Debian packages: qemu-system-mips, e2fsprogs, squashfs-tools, busybox (or
@@ -86,7 +85,7 @@ kpkg=${kpkg%:mipsel}
 [ -n "$kpkg" ] || die "apt-cache finds no linux-image-4kc-malta dependency for mipsel"
 kver=${kpkg#linux-image-}
 hash=$(cat "$self" "$here/apt-foreign.sh" | sha256sum | cut -c1-12)
-image="$CACHE/$kver-$hash"
+image="$CACHE/img-$kver-$hash"
 
 build_image() {
     local work=$tmp/build root
@@ -284,7 +283,7 @@ INIT
     rm -rf "$work"
     # Older images (another kernel or another version of this script) are not used any more.
     local old
-    for old in "$CACHE"/*-*; do
+    for old in "$CACHE"/img-*; do
         [ "$old" = "$image" ] || rm -rf "$old"
     done
 }
@@ -303,22 +302,15 @@ t_image=$((SECONDS - t_all))
 
 # --- berth: the mipsel binary and the host's vendor tools -------------------------------------
 
+# Both are (re)built from this tree: cargo makes that a no-op when they are current, and a
+# stale binary would test old code.
 mbin="$repo/target/cross/mipsel-gnu/berth"
-if [ ! -x "$mbin" ]; then
-    log "building the mipsel berth (scripts/cross.sh mipsel-gnu)"
-    bash "$repo/scripts/cross.sh" mipsel-gnu >&2
-fi
-# The vendor side needs any host build of berth: $BERTH_BIN, else a release or debug build
-# that exists, else a release build is made.
+log "the mipsel berth (scripts/cross.sh mipsel-gnu)"
+bash "$repo/scripts/cross.sh" mipsel-gnu >&2
+# The vendor side (key, pack, repo build): $BERTH_BIN, else this tree's release build.
 tdir=${CARGO_TARGET_DIR:-$repo/target}
 hbin=${BERTH_BIN:-}
 if [ -z "$hbin" ]; then
-    for hbin in "$tdir/release/berth" "$tdir/debug/berth" ""; do
-        [ -x "$hbin" ] && break
-    done
-fi
-if [ -z "$hbin" ]; then
-    log "building the host's berth (cargo build --release -p berth)"
     (cd "$repo" && cargo build --release -q -p berth)
     hbin=$tdir/release/berth
 fi
@@ -417,6 +409,19 @@ if timed_out == '1':
 elif exit_code is None:
     steps.append({"name": "guest-exit", "ok": False, "ms": None,
                   "detail": "the guest did not report VMTEST EXIT (crash or panic? console: target/router/console.log)"})
+else:
+    # A scenario that died part-way (a shell error, the OOM killer taking its shell) has
+    # reported only its first steps: every step must be there, and the guest's exit clean.
+    expected = ["check", "daemon", "update", "install", "start", "status", "container-cost",
+                "http", "bind", "cpu-cap", "memory-guard", "stop", "remove"]
+    seen = {s["name"] for s in steps}
+    for name in expected:
+        if name not in seen:
+            steps.append({"name": name, "ok": False, "ms": None,
+                          "detail": "missing: the scenario never reported this step (console: target/router/console.log)"})
+    if exit_code != 0 and all(s["ok"] for s in steps):
+        steps.append({"name": "guest-exit", "ok": False, "ms": None,
+                      "detail": f"the guest's scenario exited {exit_code} (console: target/router/console.log)"})
 report = {"arch": "mipsel", "memory_mb": int(mem), "kernel": kver,
           "steps": steps,
           "daemon_rss_kib": fig.get("daemon_rss_kib"),

@@ -135,6 +135,21 @@ t=$(now_ms)
 page=$(nsenter -n -t "${pid:-0}" wget -q -O - http://127.0.0.1:8080/ 2>&1)
 step http "$(ok "$page" = hello)" "$t" "wget in the container's netns (init pid ${pid:-none}): ${page:-nothing}"
 
+# Hot-binding on 32-bit MIPS: the installed package hog's tree appears in the running web
+# container (read-only) and goes again; web's payload keeps its pid.
+t=$(now_ms)
+bout=$(b bind hog --into web 2>&1)
+brc=$?
+seen=1
+[ -f "/proc/${pid:-0}/root/opt/hog/run.sh" ] && seen=0
+ro=$(awk '$2 == "/opt/hog" {print $4}' "/proc/${pid:-0}/mounts" 2>/dev/null | cut -d, -f1)
+uout=$(b unbind hog --from web 2>&1)
+urc=$?
+gone=1
+[ ! -e "/proc/${pid:-0}/root/opt/hog/run.sh" ] && gone=0
+pid2=$(b --json status web | tr -d ' \n' | sed -n 's/.*"init_pid":\([0-9]*\).*/\1/p')
+step bind "$(ok "$brc" = 0 -a "$seen" = 0 -a "$ro" = ro -a "$urc" = 0 -a "$gone" = 0 -a "${pid2:-x}" = "${pid:-y}")" "$t" "bind: $(echo "$bout" | flat) seen in web: $([ "$seen" = 0 ] && echo yes || echo no) (${ro:-no mount}); unbind: $(echo "$uout" | flat) gone: $([ "$gone" = 0 ] && echo yes || echo no); web's init pid ${pid:-none} -> ${pid2:-none}"
+
 # The CPU cap. The main job is a busy loop outside berth (its own cgroup, /main); its CPU
 # share (cpu.stat usage_usec over wall time, one CPU) is measured alone, then beside the hog
 # package (two busy loops, cpu_max 25 %). Without the cap CFS would split the CPU evenly
