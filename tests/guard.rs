@@ -8,64 +8,8 @@
 mod common;
 
 use common::*;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
-
-fn mem_available() -> u64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("MemAvailable:")?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .unwrap()
-        * 1024
-}
-
-/// Alive and not a zombie.
-fn alive(pid: i64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .map(|s| {
-            !s.lines()
-                .any(|l| l.starts_with("State:") && l.contains('Z'))
-        })
-        .unwrap_or(false)
-}
-
-fn hog_binary(dir: &Path) -> Vec<u8> {
-    let src = dir.join("hog.c");
-    std::fs::write(
-        &src,
-        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n\
-         int main(void) {\n\
-           setvbuf(stdout, 0, _IONBF, 0);\n\
-           for (int i = 1; i <= 32; i++) {\n\
-             char *p = malloc(8 << 20);\n\
-             if (!p) return 1;\n\
-             memset(p, i, 8 << 20);\n\
-             printf(\"hog %d MiB\\n\", i * 8);\n\
-             usleep(100000);\n\
-           }\n\
-           printf(\"hog holding\\n\");\n\
-           for (;;) pause();\n\
-         }\n",
-    )
-    .unwrap();
-    let bin = dir.join("hog");
-    let out = Command::new("cc")
-        .args(["-static", "-O2", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "cc: {}", stderr(&out));
-    std::fs::read(&bin).unwrap()
-}
 
 /// The payload of a running container: the one member of its pid namespace besides init.
 fn payload_pid(init: i64) -> Option<i64> {
@@ -82,7 +26,7 @@ fn payload_pid(init: i64) -> Option<i64> {
 fn guard_kills_the_lowest_priority_hog_and_nothing_else() {
     let mut sb = Sandbox::new("guard");
     let tmp = TempDir::new("guard-hog");
-    let elf = hog_binary(&tmp.0);
+    let elf = hog_binary(&tmp.0, 32, 8, 100);
     sb.add(
         &Pkg::new("hog", "1", &["/bin/hog"])
             .file("bin/hog", &elf)

@@ -14,21 +14,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn mem_available() -> u64 {
-    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix("MemAvailable:")?
-                .trim()
-                .strip_suffix("kB")?
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .unwrap()
-        * 1024
-}
-
 /// Whether this test process sees PSI (not when the whole run is under
 /// scripts/oldkernel.sh): the daemon's hiding must not change it.
 fn own_psi() -> bool {
@@ -291,44 +276,6 @@ fn containers_supervision_and_health_probes_work_without_pidfds() {
     assert!(sb.stray_mounts().is_empty(), "{:?}", sb.stray_mounts());
 }
 
-fn hog_binary(dir: &Path) -> Vec<u8> {
-    let src = dir.join("hog.c");
-    std::fs::write(
-        &src,
-        "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n\
-         int main(void) {\n\
-           setvbuf(stdout, 0, _IONBF, 0);\n\
-           for (int i = 1; i <= 64; i++) {\n\
-             char *p = malloc(16 << 20);\n\
-             if (!p) return 1;\n\
-             memset(p, i, 16 << 20);\n\
-             printf(\"hog %d MiB\\n\", i * 16);\n\
-             usleep(50000);\n\
-           }\n\
-           printf(\"hog holding\\n\");\n\
-           for (;;) pause();\n\
-         }\n",
-    )
-    .unwrap();
-    let bin = dir.join("hog");
-    let out = Command::new("cc")
-        .args(["-static", "-O2", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("cc");
-    assert!(out.status.success(), "cc: {}", stderr(&out));
-    std::fs::read(&bin).unwrap()
-}
-
-/// Alive and not a zombie.
-fn alive(pid: i64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| berth_sys::process::parse_stat_start(&s))
-        .is_some_and(|(state, _)| state != 'Z' && state != 'X')
-}
-
 #[test]
 fn the_memory_guard_kills_a_hog_by_pid_without_pidfds_or_psi() {
     let psi = own_psi();
@@ -336,7 +283,7 @@ fn the_memory_guard_kills_a_hog_by_pid_without_pidfds_or_psi() {
     let tmp = TempDir::new("ok-guard-hog");
     sb.add(
         &Pkg::new("hog", "1", &["/bin/hog"])
-            .file("bin/hog", &hog_binary(&tmp.0))
+            .file("bin/hog", &hog_binary(&tmp.0, 64, 16, 50))
             .table("[resources]\npriority = -10\n[restart]\npolicy = \"never\""),
     );
     sb.add(

@@ -305,3 +305,64 @@ pub fn signify_sign(sb: &Sandbox, key: &Path) {
         .unwrap_or_else(|e| panic!("{SIGNIFY}: {e} (install signify-openbsd)"));
     assert!(out.status.success(), "signify -S: {}", stderr(&out));
 }
+
+/// The host's MemAvailable, in bytes.
+pub fn mem_available() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap();
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("MemAvailable:")?
+                .trim()
+                .strip_suffix("kB")?
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap()
+        * 1024
+}
+
+/// Alive and not a zombie.
+pub fn alive(pid: i64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map(|s| {
+            !s.lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// A static memory hog, compiled in `dir`: it takes `steps` blocks of `block_mib` MiB, one
+/// every `pause_ms`, printing its total after each, then says "hog holding" and waits.
+pub fn hog_binary(dir: &Path, steps: u32, block_mib: u32, pause_ms: u32) -> Vec<u8> {
+    let src = dir.join("hog.c");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <unistd.h>\n\
+             int main(void) {{\n\
+               setvbuf(stdout, 0, _IONBF, 0);\n\
+               for (int i = 1; i <= {steps}; i++) {{\n\
+                 char *p = malloc({block_mib} << 20);\n\
+                 if (!p) return 1;\n\
+                 memset(p, i, {block_mib} << 20);\n\
+                 printf(\"hog %d MiB\\n\", i * {block_mib});\n\
+                 usleep({pause_us});\n\
+               }}\n\
+               printf(\"hog holding\\n\");\n\
+               for (;;) pause();\n\
+             }}\n",
+            pause_us = pause_ms * 1000
+        ),
+    )
+    .unwrap();
+    let bin = dir.join("hog");
+    let out = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("cc");
+    assert!(out.status.success(), "cc: {}", stderr(&out));
+    std::fs::read(&bin).unwrap()
+}
