@@ -44,16 +44,8 @@ fn guard_kills_the_lowest_priority_hog_and_nothing_else() {
     sb.wait_log("quiet", "quiet up");
     let quiet_init = sb.status_of("quiet")["init_pid"].as_i64().unwrap();
 
-    // The threshold is measured now, just before the hog starts, so that what the host did
-    // meanwhile (a build freeing its memory) does not move it: the daemon restarts with it
-    // (containers keep running across a daemon restart).
-    sb.kill_daemon(15);
-    let threshold = mem_available() - (96 << 20);
-    sb.write_config(&format!(
-        "\n[guard]\nthreshold = \"{}K\"\ninterval = \"200ms\"\n",
-        threshold >> 10
-    ));
-    sb.start_daemon();
+    // The threshold is measured now, just before the hog starts.
+    let threshold = sb.restart_with_guard_below_available();
     let daemon_pid = sb.daemon.as_ref().unwrap().id();
     sb.ok(&["start", "hog"]);
     let hog_init = sb.status_of("hog")["init_pid"].as_i64().unwrap();

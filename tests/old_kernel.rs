@@ -299,13 +299,7 @@ fn the_memory_guard_kills_a_hog_by_pid_without_pidfds_or_psi() {
     // The threshold just below what is available now (as tests/guard.rs); the hog takes up
     // to 1 GiB, so that what the other tests of this file free meanwhile cannot keep
     // MemAvailable above it.
-    sb.kill_daemon(15);
-    let threshold = mem_available() - (96 << 20);
-    sb.write_config(&format!(
-        "\n[guard]\nthreshold = \"{}K\"\ninterval = \"200ms\"\n",
-        threshold >> 10
-    ));
-    sb.start_daemon();
+    let threshold = sb.restart_with_guard_below_available();
     assert_daemon_is_old_kernel(&sb, psi);
     let daemon_pid = sb.daemon_pid().unwrap();
     sb.ok(&["start", "hog"]);

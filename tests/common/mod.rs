@@ -150,6 +150,20 @@ impl Sandbox {
         (out.status.code().unwrap_or(-1), stderr(&out))
     }
 
+    /// Restarts the daemon with the memory guard's threshold 96 MiB below what is available
+    /// now (containers keep running across a daemon restart), so that what the host did
+    /// meanwhile (a build freeing its memory) does not move it. Returns the threshold.
+    pub fn restart_with_guard_below_available(&mut self) -> u64 {
+        self.kill_daemon(15);
+        let threshold = mem_available() - (96 << 20);
+        self.write_config(&format!(
+            "\n[guard]\nthreshold = \"{}K\"\ninterval = \"200ms\"\n",
+            threshold >> 10
+        ));
+        self.start_daemon();
+        threshold
+    }
+
     pub fn start_daemon(&mut self) {
         check(self.0.start_daemon())
     }
