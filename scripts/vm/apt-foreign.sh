@@ -36,10 +36,16 @@ EOF
         -o APT::Architectures::=arm64 -o APT::Sandbox::User=root -o Debug::NoLocking=1
         -o APT::Install-Recommends=false)
     if [ ! -f "$d/updated" ] || [ -n "$(find "$d/updated" -mmin +720)" ]; then
-        if ! apt-get "${APT_OPTS[@]}" update -qq >&2; then
-            echo "apt-foreign: apt-get update for the foreign architectures failed" >&2
-            return 1
-        fi
+        # a mirror in the middle of a sync answers with lists of the wrong size: try again
+        local try
+        for try in 1 2 3; do
+            apt-get "${APT_OPTS[@]}" update -qq >&2 && break
+            if [ "$try" = 3 ]; then
+                echo "apt-foreign: apt-get update for the foreign architectures failed" >&2
+                return 1
+            fi
+            sleep 10
+        done
         touch "$d/updated"
     fi
 }
