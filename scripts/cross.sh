@@ -229,7 +229,8 @@ static_refused() {
 . "$root/scripts/vm/apt-foreign.sh"
 
 musl_sysroot() {
-    local arch=$1 sr=$CACHE/sysroot-$1-v2
+    # keyed by the zig that builds the MIPS musl (a new zig: a new sysroot)
+    local arch=$1 sr=$CACHE/sysroot-$1-zig$ZIG_VERSION
     if [ -e "$sr$(interpreter "$arch")" ]; then
         echo "$sr"
         return
