@@ -15,6 +15,19 @@ use crate::mount::cpath;
 /// the directory is fsynced. The file gets exactly `mode` (the umask does not apply). The
 /// temporary file is removed on error.
 pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    replace(path, data, mode, true)
+}
+
+/// Writes `data` to `path` whole (a temporary file renamed over it, exactly `mode`), without
+/// the fsyncs: for files on the run directory (tmpfs on a device), which never outlive a
+/// power cut, so that only a crash in the middle of the write must not leave half a file.
+/// On the start path the two fsyncs of each of its files cost about a millisecond where the
+/// run directory sits on a disk (tests, benchmarks) and nothing on tmpfs.
+pub fn write_volatile(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
+    replace(path, data, mode, false)
+}
+
+fn replace(path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Result<()> {
     // usize, not u64: MIPS32 and ARMv5 have no 64-bit atomics.
     static SEQ: AtomicUsize = AtomicUsize::new(0);
     let name = path.file_name().ok_or_else(|| {
@@ -45,7 +58,9 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
             .open(&tmp)?;
         f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         f.write_all(data)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         drop(f);
         std::fs::rename(&tmp, path)?;
         Ok(())
@@ -53,6 +68,9 @@ pub fn write_atomic(path: &Path, data: &[u8], mode: u32) -> io::Result<()> {
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
+    }
+    if !durable {
+        return Ok(());
     }
     // The rename is done: the new content is what every reader now sees. A failing directory
     // fsync only means it may not survive a power cut yet; reporting an error here would make

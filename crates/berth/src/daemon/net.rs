@@ -259,7 +259,7 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> Result<S
             }
             let script = d.cfg.paths.run.join("net/veth-up");
             let _ = std::fs::create_dir_all(d.cfg.paths.run.join("net"));
-            write_atomic(&script, net::veth_up_script(c).as_bytes(), 0o755)
+            berth_sys::fsutil::write_volatile(&script, net::veth_up_script(c).as_bytes(), 0o755)
                 .map_err(|e| Error::internal(format!("{}: {e}", script.display())))?;
             net::lxc_isolated(c, ip, &script.display().to_string())
         }
@@ -274,7 +274,7 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> Result<S
             .map(|s| format!("nameserver {s}\n"))
             .collect();
         let _ = std::fs::create_dir_all(f.parent().unwrap_or(Path::new("/")));
-        write_atomic(&f, text.as_bytes(), 0o644).map_err(Error::internal)?;
+        berth_sys::fsutil::write_volatile(&f, text.as_bytes(), 0o644).map_err(Error::internal)?;
         out.push_str(&format!(
             "lxc.mount.entry = {} etc/resolv.conf none bind,ro,nosuid,nodev 0 0\n",
             f.display()

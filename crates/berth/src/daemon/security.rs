@@ -216,7 +216,7 @@ pub fn lxc_lines(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Re
     let dir = d.cfg.paths.lxc_dir(p.name.as_str());
     std::fs::create_dir_all(&dir).map_err(Error::internal)?;
     let profile = dir.join("seccomp");
-    berth_sys::fsutil::write_atomic(
+    berth_sys::fsutil::write_volatile(
         &profile,
         sec::seccomp_profile(&e.grants.syscalls).as_bytes(),
         0o644,
@@ -272,7 +272,7 @@ pub fn apparmor_without_securityfs(sys: &Path) -> bool {
 fn load_apparmor(dir: &Path, name: &str) -> Result<String> {
     let (profile, text) = sec::apparmor_profile(name);
     let file = dir.join("apparmor");
-    berth_sys::fsutil::write_atomic(&file, text.as_bytes(), 0o644)
+    berth_sys::fsutil::write_volatile(&file, text.as_bytes(), 0o644)
         .map_err(|e| Error::internal(format!("write {}: {e}", file.display())))?;
     // The parser's complaints go to the daemon's log (inherited stderr).
     let st = std::process::Command::new("apparmor_parser")

@@ -275,7 +275,8 @@ fn write_persisted(d: &Daemon, name: &str, kept: &[(String, String)]) -> Result<
 
 fn write_run(d: &Daemon, name: &str, run: &[Binding]) -> Result<()> {
     let path = d.cfg.paths.lxc_dir(name).join("binds");
-    write_atomic(&path, bind::format_bindings(run).as_bytes(), 0o600).map_err(Error::internal)
+    berth_sys::fsutil::write_volatile(&path, bind::format_bindings(run).as_bytes(), 0o600)
+        .map_err(Error::internal)
 }
 
 /// The bindings a start of `p` makes, manifest ones first: (package, target, from the

@@ -115,7 +115,7 @@ pub(crate) fn lock(d: &Daemon, name: &str, want_s: u64, run: i32) -> Result<(u64
     std::fs::create_dir_all(&dir)
         .and_then(|_| std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)))
         .and_then(|_| {
-            berth_sys::fsutil::write_atomic(
+            berth_sys::fsutil::write_volatile(
                 &path,
                 serde_json::json!([until, run, first])
                     .to_string()

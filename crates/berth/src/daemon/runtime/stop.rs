@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use berth_core::api::{exit as exit_field, stop as field};
 use berth_core::supervise::Event;
-use berth_sys::fsutil::write_atomic;
+use berth_sys::fsutil::write_volatile;
 use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
@@ -164,7 +164,7 @@ fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, why: Why) -> Result<Va
                 exit_field::KILLED.into(),
                 json!(format!("did not stop within {timeout} s")),
             );
-            let _ = write_atomic(
+            let _ = write_volatile(
                 &d.cfg.paths.exit_file(name),
                 exit.to_string().as_bytes(),
                 0o600,
