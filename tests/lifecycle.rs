@@ -219,6 +219,86 @@ fn daemon_restart_takes_over_running_containers() {
 }
 
 #[test]
+fn a_traced_start_reports_every_step_in_order() {
+    let mut sb = Sandbox::new("trace");
+    sb.add(&Pkg::script("traced", "1", "sleep 30"));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "traced"]);
+    let pid = sb.daemon_pid().expect("daemon pid");
+    let cgroup = || std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let before = cgroup();
+    let t0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let v = sb.json(&["start", "--trace", "traced"]);
+    let t1 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    let steps: Vec<(String, u64)> = v["trace"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no trace: {v}"))
+        .iter()
+        .map(|s| (s[0].as_str().unwrap().to_string(), s[1].as_u64().unwrap()))
+        .collect();
+    let names: Vec<&str> = steps.iter().map(|(n, _)| n.as_str()).collect();
+    for want in [
+        "received",
+        "locked",
+        "checked",
+        "mounted",
+        "configured",
+        "spawn",
+        "shim",
+        "lxc_loaded",
+        "fork",
+        "monitor_loaded",
+        "lxc_start",
+        "running",
+        "reported",
+    ] {
+        assert!(names.contains(&want), "{want} missing from {names:?}");
+    }
+    // In the order of a start, within the CLI's own wall time.
+    let pos = |n: &str| names.iter().position(|x| *x == n).unwrap();
+    for w in [
+        "received",
+        "locked",
+        "checked",
+        "mounted",
+        "configured",
+        "spawn",
+        "shim",
+        "fork",
+        "monitor_loaded",
+        "lxc_start",
+        "running",
+        "reported",
+    ]
+    .windows(2)
+    {
+        assert!(pos(w[0]) < pos(w[1]), "{} after {}: {names:?}", w[0], w[1]);
+    }
+    assert!(steps.windows(2).all(|w| w[0].1 <= w[1].1), "{steps:?}");
+    assert!(
+        steps[0].1 >= t0 && steps.last().unwrap().1 <= t1,
+        "{steps:?} not in [{t0}, {t1}]"
+    );
+    // The CLI says them too; an untraced start says none.
+    sb.ok(&["stop", "traced"]);
+    let text = sb.ok(&["start", "--trace", "traced"]);
+    assert!(text.contains("lxc_start") && text.contains(" ms"), "{text}");
+    sb.ok(&["stop", "traced"]);
+    assert!(sb.json(&["start", "traced"])["trace"].is_null());
+    // The warm-up move of every start leaves the daemon where it was.
+    assert_eq!(cgroup(), before);
+    // The monitor's trace file is read and removed.
+    assert!(!sb.lxcpath().join("traced/trace").exists());
+}
+
+#[test]
 fn a_container_that_exits_is_noticed_and_cleaned_up() {
     let mut sb = Sandbox::new("exit");
     // Its restart policy would start it again (supervise.rs tests that): here only the end.

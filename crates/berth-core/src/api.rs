@@ -203,6 +203,8 @@ pub mod request {
     pub const ID: &str = "id";
     /// reports remove: every report.
     pub const ALL: &str = "all";
+    /// start: answer with when each step of the start happened ([`start::TRACE`]).
+    pub const TRACE: &str = "trace";
     pub use super::bind::{AT, CONTAINER, PACKAGE, PERSIST};
 }
 
@@ -470,6 +472,9 @@ pub mod start {
     pub use super::common::{INIT_PID, NAME};
     /// Milliseconds from spawning the shim to its report.
     pub const START_MS: &str = "start_ms";
+    /// With `trace` asked: `[[step, ns], …]`, when each step of the start began, in
+    /// CLOCK_REALTIME nanoseconds (docs/benchmarks/README.md, "The start path").
+    pub const TRACE: &str = "trace";
 }
 
 /// `POST /v1/stop`.

@@ -186,6 +186,22 @@ impl Cgroups {
             .map(|(_, p)| p.as_path())
     }
 
+    /// The `cgroup.procs` file of the cgroup that process `pid` ("self" for this one) is in,
+    /// in one of the hierarchies berth uses, from `<proc>/<pid>/cgroup`.
+    pub fn procs_file_of(&self, proc: &Path, pid: &str) -> Option<PathBuf> {
+        let text = std::fs::read_to_string(proc.join(pid).join("cgroup")).ok()?;
+        text.lines().find_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            let root = match self.version {
+                Version::V2 if controllers.is_empty() => self.roots.first()?.1.as_path(),
+                Version::V1 => controllers.split(',').find_map(|c| self.root(c))?,
+                Version::V2 => return None,
+            };
+            Some(root.join(path.trim_start_matches('/')).join("cgroup.procs"))
+        })
+    }
+
     /// The directory of cgroup `rel` (e.g. "berth/web") for a controller.
     pub fn dir(&self, controller: &str, rel: &str) -> Option<PathBuf> {
         self.root(controller).map(|r| r.join(rel))
@@ -524,6 +540,35 @@ mod tests {
         assert_eq!(cg.version, Version::V2);
         assert_eq!(cg.root("memory").unwrap(), d.0.join("cg"));
         assert_eq!(cg.root("cpuacct").unwrap(), d.0.join("cg"));
+    }
+
+    #[test]
+    fn the_procs_file_of_a_process() {
+        let (d, proc) = fixture("cg-procs-v1", V1_MOUNTS);
+        put(&d.0.join("cg/unified/cgroup.controllers"), "\n");
+        // The first line whose hierarchy berth uses: not name=systemd's.
+        put(
+            &proc.join("self/cgroup"),
+            "9:name=systemd:/\n4:memory:/svc/berth\n1:cpu:/\n0::/\n",
+        );
+        let cg = Cgroups::detect(&proc).unwrap();
+        assert_eq!(
+            cg.procs_file_of(&proc, "self").unwrap(),
+            d.0.join("cg/memory/svc/berth/cgroup.procs")
+        );
+        assert_eq!(cg.procs_file_of(&proc, "4242"), None);
+
+        let (d, proc) = fixture("cg-procs-v2", &[("", "cgroup2", "rw,nsdelegate")]);
+        put(&d.0.join("cg/cgroup.controllers"), "cpu memory pids\n");
+        put(
+            &proc.join("self/cgroup"),
+            "0::/system.slice/berth.service\n",
+        );
+        let cg = Cgroups::detect(&proc).unwrap();
+        assert_eq!(
+            cg.procs_file_of(&proc, "self").unwrap(),
+            d.0.join("cg/system.slice/berth.service/cgroup.procs")
+        );
     }
 
     #[test]

@@ -118,6 +118,18 @@ pub fn now_s() -> u64 {
         .unwrap_or(0)
 }
 
+/// CLOCK_MONOTONIC in nanoseconds: the clock of `perf record -k mono`, which berth-bench
+/// lines up with the CLOCK_REALTIME stamps of a traced start.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitStatus {
     Exited(i32),

@@ -27,6 +27,35 @@ use anyhow::{bail, Context, Result};
 use berth_sys::lxc::Container;
 use berth_sys::process::{self, ExitStatus, Fork, POLLHUP, POLLIN, POLLRDHUP};
 
+/// Set (to 1) by the daemon for a traced start (`berth start --trace`): the shim reports
+/// when its steps began after its `ok PID`, as `step=NS` words, and the monitor writes its
+/// own into [`TRACE_FILE`] in the container's LXC directory.
+pub const TRACE_ENV: &str = "BERTH_START_TRACE";
+pub const TRACE_FILE: &str = "trace";
+
+/// CLOCK_REALTIME in nanoseconds, the clock of the daemon's stamps.
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// The steps of a traced start, as the shim and the monitor see them.
+#[derive(Default)]
+struct Trace {
+    on: bool,
+    words: String,
+}
+
+impl Trace {
+    fn mark(&mut self, step: &str) {
+        if self.on {
+            self.words.push_str(&format!(" {step}={}", now_ns()));
+        }
+    }
+}
+
 pub struct ShimArgs {
     pub name: String,
     pub lxcpath: PathBuf,
@@ -107,6 +136,11 @@ impl Ring {
 /// Entry point of `berth __shim …`. Stdout is the daemon's pipe: one line `ok INIT_PID` or
 /// `error: …`, then it is closed.
 pub fn run(args: ShimArgs) -> Result<()> {
+    let mut trace = Trace {
+        on: std::env::var_os(TRACE_ENV).is_some(),
+        ..Trace::default()
+    };
+    trace.mark("shim");
     // Detach: the daemon reaps this first process at once; the shim proper is re-parented
     // (to init or a subreaper) and outlives the daemon.
     // The parent only exits.
@@ -116,9 +150,9 @@ pub fn run(args: ShimArgs) -> Result<()> {
     process::setsid().ok();
     process::set_process_name("berth-shim");
     let mut report = std::fs::File::from(std::io::stdout().as_fd_owned()?);
-    match start(&args) {
+    match start(&args, &mut trace) {
         Ok((monitor, listener, log_r, sigchld, init_pid)) => {
-            let _ = writeln!(report, "ok {init_pid}");
+            let _ = writeln!(report, "ok {init_pid}{}", trace.words);
             drop(report);
             // Nothing more goes to the daemon's pipe: it must see EOF.
             let null = process::dev_null()?;
@@ -149,7 +183,7 @@ impl AsFdOwned for std::io::Stdout {
 
 type Started = (libc::pid_t, UnixListener, OwnedFd, OwnedFd, i32);
 
-fn start(args: &ShimArgs) -> Result<Started> {
+fn start(args: &ShimArgs, trace: &mut Trace) -> Result<Started> {
     if let Some(dir) = args.socket.parent() {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
     }
@@ -162,8 +196,10 @@ fn start(args: &ShimArgs) -> Result<Started> {
     // Load liblxc once, before the fork, so the monitor inherits it instead of loading (and
     // relocating) it again on the start path.
     berth_sys::lxc::available().map_err(anyhow::Error::msg)?;
+    trace.mark("lxc_loaded");
     // Stale results of an earlier run must not be mistaken for this one's.
     let _ = std::fs::remove_file(&args.exit_file);
+    trace.mark("fork");
 
     // The child calls liblxc and exits.
     match process::fork()? {
@@ -171,7 +207,7 @@ fn start(args: &ShimArgs) -> Result<Started> {
             drop(listener);
             drop(log_r);
             process::default_signals();
-            let code = monitor(args, log_w);
+            let code = monitor(args, log_w, trace.on);
             process::exit_now(code);
         }
         Fork::Parent(monitor_pid) => {
@@ -183,6 +219,7 @@ fn start(args: &ShimArgs) -> Result<Started> {
             loop {
                 if c.is_running() {
                     if let Some(pid) = c.init_pid() {
+                        trace.mark("running");
                         log::debug!(
                             "{}: running {:?} after the fork",
                             args.name,
@@ -194,8 +231,11 @@ fn start(args: &ShimArgs) -> Result<Started> {
                 if let Some(st) = process::waitpid(monitor_pid, true)? {
                     // What the payload (or init.lxc, failing to exec it) printed says most.
                     let output = pending_output(&log_r);
-                    let _ =
-                        berth_sys::fsutil::write_atomic(&args.saved_log, output.as_bytes(), 0o600);
+                    let _ = berth_sys::fsutil::write_volatile(
+                        &args.saved_log,
+                        output.as_bytes(),
+                        0o600,
+                    );
                     let output = output.trim();
                     bail!(
                         "container {} did not start (monitor {}){}{}",
@@ -281,7 +321,7 @@ fn lxc_log_tail(args: &ShimArgs) -> String {
 }
 
 /// The LXC monitor: runs the container in the foreground and returns its exit code.
-fn monitor(args: &ShimArgs, log_w: OwnedFd) -> i32 {
+fn monitor(args: &ShimArgs, log_w: OwnedFd, traced: bool) -> i32 {
     let null = match process::dev_null() {
         Ok(n) => n,
         Err(_) => return 125,
@@ -302,6 +342,11 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd) -> i32 {
         Ok(c) => c,
         Err(_) => return 125,
     };
+    let mut trace = Trace {
+        on: traced,
+        ..Trace::default()
+    };
+    trace.mark("monitor_loaded");
     // liblxc daemonizes by default; in the foreground this process is the monitor, the
     // payload inherits the log pipe, and the start returns with the container's end.
     // lxc_container_new already loaded <lxcpath>/<name>/config: loading it again would
@@ -322,6 +367,10 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd) -> i32 {
         }
     }
     let argv: Vec<&str> = args.argv.iter().map(String::as_str).collect();
+    if trace.on {
+        trace.mark("lxc_start");
+        let _ = std::fs::write(args.lxcpath.join(&args.name).join(TRACE_FILE), &trace.words);
+    }
     let ok = c.start(true, &argv).is_ok();
     let status = c.error_num();
     if !ok && status == 0 {
@@ -480,7 +529,7 @@ fn serve(
         .as_ref()
         .and_then(|fd| process::pidfd_exit(fd).ok().flatten());
     let (code, signal, core_dumped) = how_it_ended(status, payload_end);
-    let _ = berth_sys::fsutil::write_atomic(&args.saved_log, &ring.contents(), 0o600);
+    let _ = berth_sys::fsutil::write_volatile(&args.saved_log, &ring.contents(), 0o600);
     use berth_core::api::exit::{CODE, CORE_DUMPED, LOG_BYTES, SIGNAL, STARTED_AT, STOPPED_AT};
     let exit = serde_json::json!({
         CODE: code, SIGNAL: signal,
@@ -488,7 +537,7 @@ fn serve(
         STARTED_AT: started_at, STOPPED_AT: process::now_s(),
         LOG_BYTES: ring.total(),
     });
-    let _ = berth_sys::fsutil::write_atomic(&args.exit_file, exit.to_string().as_bytes(), 0o600);
+    let _ = berth_sys::fsutil::write_volatile(&args.exit_file, exit.to_string().as_bytes(), 0o600);
     let line = match (code, signal) {
         (_, Some(s)) => format!("signal {s}\n"),
         (Some(c), None) => format!("exit {c}\n"),

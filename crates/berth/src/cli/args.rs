@@ -235,7 +235,11 @@ pub struct Lists {
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Containers {
-    Start(String),
+    /// With `--trace`: when each step of the start began.
+    Start {
+        name: String,
+        trace: bool,
+    },
     Restart(String),
     /// Out of `failed` without starting it; restart counts back to 0.
     Reset(String),
@@ -311,7 +315,7 @@ pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
             bare(args)?;
             Device::Packages(P::Gc)
         }
-        "start" => Device::Containers(C::Start(one_name(args)?)),
+        "start" => Device::Containers(start(args)?),
         "restart" => Device::Containers(C::Restart(one_name(args)?)),
         "reset" => Device::Containers(C::Reset(one_name(args)?)),
         "stop" => Device::Containers(stop(args)?),
@@ -536,6 +540,17 @@ fn stop(args: &[String]) -> Result<Containers, Usage> {
         None => None,
     };
     Ok(Containers::Stop { name, timeout })
+}
+
+/// `start [--trace] NAME`
+fn start(args: &[String]) -> Result<Containers, Usage> {
+    let mut trace = false;
+    let pos = scan(args, &mut |o, _| match o {
+        "--trace" => on(&mut trace),
+        _ => Ok(false),
+    })?;
+    let name = package_name(one(pos, "package name")?)?;
+    Ok(Containers::Start { name, trace })
 }
 
 /// `bind PACKAGE --into CONTAINER [--at PATH] [--persist]`, `unbind PACKAGE --from CONTAINER`.
@@ -976,8 +991,19 @@ mod tests {
         use Containers as C;
         assert_eq!(
             dev("start web"),
-            Ok(Device::Containers(C::Start("web".into())))
+            Ok(Device::Containers(C::Start {
+                name: "web".into(),
+                trace: false
+            }))
         );
+        assert_eq!(
+            dev("start --trace web"),
+            Ok(Device::Containers(C::Start {
+                name: "web".into(),
+                trace: true
+            }))
+        );
+        assert_eq!(refused("start --trace"), "missing package name");
         assert_eq!(
             dev("restart web"),
             Ok(Device::Containers(C::Restart("web".into())))

@@ -15,8 +15,8 @@ use crate::client::{self, DaemonError};
 
 pub fn run(json: bool, sock: &Path, cmd: Containers) -> Result<()> {
     match cmd {
-        Containers::Start(name) => start(json, sock, &name, false),
-        Containers::Restart(name) => start(json, sock, &name, true),
+        Containers::Start { name, trace } => start(json, sock, &name, false, trace),
+        Containers::Restart(name) => start(json, sock, &name, true, false),
         Containers::Reset(name) => {
             let v = client::call(
                 sock,
@@ -85,9 +85,14 @@ pub fn safe_mode(json: bool, sock: &Path, enter: bool) -> Result<()> {
     Ok(())
 }
 
-fn start(json: bool, sock: &Path, name: &str, restart: bool) -> Result<()> {
+fn start(json: bool, sock: &Path, name: &str, restart: bool, trace: bool) -> Result<()> {
     let path = if restart { "/v1/restart" } else { "/v1/start" };
-    let v = client::call(sock, "POST", path, Some(&json!({ request::NAME: name })))?;
+    let body = if trace {
+        json!({ request::NAME: name, request::TRACE: true })
+    } else {
+        json!({ request::NAME: name })
+    };
+    let v = client::call(sock, "POST", path, Some(&body))?;
     show(json, &v, &|v| render::started(name, restart, v));
     Ok(())
 }

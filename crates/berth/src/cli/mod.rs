@@ -42,7 +42,8 @@ device:
                              refused while a package holds an update lock, unless --force
   rollback NAME              back to the version the last upgrade replaced
   remove [--purge] NAME...   remove packages (--purge also deletes their /data)
-  start NAME | stop [-t SECS] NAME | restart NAME
+  start [--trace] NAME       start a container (--trace: when each step of the start began)
+  stop [-t SECS] NAME | restart NAME
   reset NAME                 clear a failed container's state and restart count (no start)
   status [NAME]              containers: state, restarts, health, last exit
   logs [-f] [--raw] NAME     a container's output (-f: follow; control characters are

@@ -288,7 +288,30 @@ pub fn reset(name: &str, v: &Value) -> String {
 /// `berth start` or `berth restart`'s result.
 pub fn started(name: &str, restart: bool, v: &Value) -> String {
     let verb = if restart { "restart" } else { "start" };
-    format!("{verb}ed {name} (init pid {})\n", v[start::INIT_PID])
+    let mut s = format!("{verb}ed {name} (init pid {})\n", v[start::INIT_PID]);
+    // `--trace`: each step, when it began after the request was read and how long it ran.
+    let steps: Vec<(&str, u64)> = v[start::TRACE]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| Some((x[0].as_str()?, x[1].as_u64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(&(_, first)) = steps.first() {
+        let ms = |ns: u64| ns as f64 / 1e6;
+        for (i, (step, at)) in steps.iter().enumerate() {
+            let took = match steps.get(i + 1) {
+                Some((_, next)) => format!("{:8.3} ms", ms(next.saturating_sub(*at))),
+                None => String::new(),
+            };
+            s.push_str(&format!(
+                "  {step:<16} +{:8.3} ms {took}\n",
+                ms(at.saturating_sub(first))
+            ));
+        }
+    }
+    s
 }
 
 /// `berth stop`'s result.
@@ -999,6 +1022,13 @@ mod tests {
         let v = json!({"init_pid": 42});
         assert_eq!(started("web", false, &v), "started web (init pid 42)\n");
         assert_eq!(started("web", true, &v), "restarted web (init pid 42)\n");
+        let traced = json!({"init_pid": 42, "trace": [["received", 1_000_000_000u64],
+            ["locked", 1_000_250_000u64], ["reported", 1_009_250_000u64]]});
+        assert_eq!(
+            started("web", false, &traced),
+            "started web (init pid 42)\n  received         +   0.000 ms    0.250 ms\n  \
+             locked           +   0.250 ms    9.000 ms\n  reported         +   9.250 ms \n"
+        );
         assert_eq!(stopped("web", &json!({"graceful": true})), "stopped web\n");
         assert_eq!(
             stopped("web", &json!({"graceful": false})),

@@ -2,6 +2,9 @@
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use berth_core::cgroup::{self as cg, CgroupVersion, Host};
 use berth_sys::cgroupfs::{self, Cgroups};
@@ -31,6 +34,52 @@ pub(crate) fn remove_stale_cgroups(d: &Daemon, name: &str) {
             }
         }
     }
+}
+
+/// Keeps the kernel's lock for cgroup moves warm while a start runs; dropped when the start
+/// has reported.
+pub(crate) struct WarmMoves(Arc<AtomicBool>);
+
+impl Drop for WarmMoves {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Early in every start, LXC's monitor moves itself into its cgroup and then the container's
+/// init into the container's, by writing to `cgroup.procs`. Every such write takes the
+/// kernel's lock for cgroup moves (`cgroup_threadgroup_rwsem`, a per-CPU rwsem): the first
+/// writer after a quiet spell waits for an RCU grace period, any writer within a grace
+/// period of the last one does not. On the development machine that wait is 7–8 ms, a third
+/// of the whole start, and it came after everything the daemon and the shim do. So, as a
+/// start begins, a thread of the daemon moves the daemon into the cgroup it is already in (a
+/// move that changes nothing): the grace period runs while the start is prepared, and the
+/// same move again every 2 ms (at most 60 ms) keeps it passed until the start reports. A
+/// kernel whose cgroups favour dynamic changes (`favordynmods`, Linux 6.0) never waits, and
+/// the moves then cost a few microseconds each (docs/benchmarks/README.md, "The start
+/// path"). None when the host's layout or the daemon's own cgroup is not known.
+pub(crate) fn warm_moves(d: &Daemon) -> Option<WarmMoves> {
+    let cg = d.resources.cgroups.as_ref().ok()?.clone();
+    let proc = d.proc().to_path_buf();
+    let done = Arc::new(AtomicBool::new(false));
+    let seen = done.clone();
+    std::thread::Builder::new()
+        .name("warm-moves".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let Some(procs) = cg.procs_file_of(&proc, "self") else {
+                return;
+            };
+            let pid = std::process::id().to_string();
+            for _ in 0..30 {
+                if std::fs::write(&procs, &pid).is_err() || seen.load(Ordering::Relaxed) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+        .ok()?;
+    Some(WarmMoves(done))
 }
 
 /// Names with a cgroup below berth's parent (or its monitors' parent) in any hierarchy.

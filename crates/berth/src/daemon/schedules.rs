@@ -384,7 +384,7 @@ fn run_job(d: &Arc<Daemon>, name: &str, r: &Due) -> Value {
             }
             _ => {}
         }
-        match start::start(d, name) {
+        match start::start(d, name, None) {
             Ok(_) => {
                 log::info!("{name}: started by schedule {}", r.id);
                 started = true;

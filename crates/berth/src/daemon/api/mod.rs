@@ -45,7 +45,7 @@ pub(crate) fn authorise(caller: Caller, _action: &Action) -> Result<()> {
 pub(crate) fn allowed(d: &Daemon, action: &Action) -> Result<()> {
     use crate::daemon::boot::refuse_in_safe_mode;
     match action {
-        Action::Start(_) => refuse_in_safe_mode(d, "start"),
+        Action::Start { .. } => refuse_in_safe_mode(d, "start"),
         Action::Restart(_) => refuse_in_safe_mode(d, "restart"),
         Action::Install(_) => refuse_in_safe_mode(d, "install"),
         Action::Upgrade { .. } => refuse_in_safe_mode(d, "upgrade"),
@@ -69,6 +69,7 @@ fn reply(stream: &mut UnixStream, r: Result<Value>) {
 
 /// Serves one complete request on its own thread.
 pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: UnixStream) {
+    let received = runtime::start::Stamps::now();
     let action = match request::parse(&req)
         .and_then(|a| authorise(caller, &a).map(|_| a))
         .and_then(|a| allowed(d, &a).map(|_| a))
@@ -87,7 +88,11 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::List => store::repo::list(d),
         Action::Update { reset_serial } => store::repo::update(d, reset_serial),
         Action::Remove { names, purge } => store::remove::remove(d, &names, purge),
-        Action::Start(n) => runtime::start::start(d, &n),
+        Action::Start { name, trace } => runtime::start::start(
+            d,
+            &name,
+            trace.then(|| runtime::start::Stamps::from(received)),
+        ),
         Action::Stop { name, timeout } => runtime::stop::stop(d, &name, timeout),
         Action::Restart(n) => runtime::stop::restart(d, &n),
         Action::Reset(n) => crate::daemon::supervisor::reset(d, &n),
@@ -247,7 +252,10 @@ mod tests {
             },
         };
         let d = Daemon::new(cfg, Roots::default(), resources, Default::default());
-        let start = Action::Start("web".into());
+        let start = Action::Start {
+            name: "web".into(),
+            trace: false,
+        };
         assert!(allowed(&d, &start).is_ok());
         *d.boot.safe_mode.lock().unwrap() = Some("5 daemon starts".into());
         for a in [

@@ -24,7 +24,10 @@ pub enum Action {
         names: Vec<String>,
         purge: bool,
     },
-    Start(String),
+    Start {
+        name: String,
+        trace: bool,
+    },
     Stop {
         name: String,
         timeout: Option<u32>,
@@ -292,6 +295,14 @@ struct NameBody {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct StartBody {
+    name: String,
+    #[serde(default)]
+    trace: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct StopBody {
     name: String,
     #[serde(default)]
@@ -427,7 +438,13 @@ pub fn parse(req: &Request) -> Result<Action> {
                 purge: b.purge,
             }
         }
-        ("POST", "/v1/start") => Action::Start(check_name(&body::<NameBody>(req)?.name)?),
+        ("POST", "/v1/start") => {
+            let b: StartBody = body(req)?;
+            Action::Start {
+                name: check_name(&b.name)?,
+                trace: b.trace,
+            }
+        }
         ("POST", "/v1/stop") => {
             let b: StopBody = body(req)?;
             Action::Stop {
@@ -673,8 +690,21 @@ mod tests {
         let start = serde_json::json!({ field::NAME: "web" });
         assert_eq!(
             post("/v1/start", start).unwrap(),
-            Action::Start("web".into())
+            Action::Start {
+                name: "web".into(),
+                trace: false
+            }
         );
+        let traced = serde_json::json!({ field::NAME: "web", field::TRACE: true });
+        assert_eq!(
+            post("/v1/start", traced).unwrap(),
+            Action::Start {
+                name: "web".into(),
+                trace: true
+            }
+        );
+        let bad = serde_json::json!({ field::NAME: "web", field::TRACE: "yes" });
+        assert!(post("/v1/start", bad).is_err());
         let install = serde_json::json!({ field::NAMES: ["web"] });
         assert_eq!(
             post("/v1/install", install).unwrap(),

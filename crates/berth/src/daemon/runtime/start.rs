@@ -11,7 +11,7 @@ use berth_core::api::start as field;
 use berth_core::plan::{self, ContainerPlan, HOST_BASE_DIRS};
 use berth_core::state::{Installed, State};
 use berth_core::supervise::Event;
-use berth_sys::fsutil::write_atomic;
+use berth_sys::fsutil::write_volatile;
 use serde_json::{json, Value};
 
 use crate::daemon::boot;
@@ -29,12 +29,55 @@ use crate::daemon::runtime::watch;
 use crate::daemon::security;
 use crate::daemon::state;
 
-pub(crate) fn start(d: &Arc<Daemon>, name: &str) -> Result<Value> {
+/// When each step of a start began, in CLOCK_REALTIME nanoseconds: the clock a payload
+/// reads, so that `berth-bench activation --trace` lines the steps up with the payload's
+/// first instruction. Kept only for a start that asks (`berth start --trace`).
+pub(crate) struct Stamps(Vec<(String, u64)>);
+
+impl Stamps {
+    pub(crate) fn now() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    }
+
+    /// Begins with the step `received` (the request read whole), at `at`.
+    pub(crate) fn from(at: u64) -> Stamps {
+        Stamps(vec![("received".into(), at)])
+    }
+
+    fn mark(t: &mut Option<Stamps>, step: &str) {
+        if let Some(s) = t {
+            s.0.push((step.to_string(), Stamps::now()));
+        }
+    }
+
+    /// Adds the `step=NS` words of the shim's report (the shim's and the monitor's steps).
+    fn add_words(t: &mut Option<Stamps>, words: &str) {
+        if let Some(s) = t {
+            for (k, v) in words.split_whitespace().filter_map(|w| w.split_once('=')) {
+                if let Ok(ns) = v.parse() {
+                    s.0.push((k.to_string(), ns));
+                }
+            }
+        }
+    }
+}
+
+pub(crate) fn start(d: &Arc<Daemon>, name: &str, mut trace: Option<Stamps>) -> Result<Value> {
     let _op = d.op.lock().unwrap();
-    start_locked(d, name)
+    start_traced(d, name, &mut trace)
 }
 
 pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
+    start_traced(d, name, &mut None)
+}
+
+fn start_traced(d: &Arc<Daemon>, name: &str, trace: &mut Option<Stamps>) -> Result<Value> {
+    Stamps::mark(trace, "locked");
+    // Its grace period runs while the start is prepared (cgroups::warm_moves).
+    let warm = cgroups::warm_moves(d);
     let t_begin = Instant::now();
     // Every start comes here (the operator's, the supervisor's): none in safe mode.
     boot::refuse_in_safe_mode(d, &format!("start {name}"))?;
@@ -44,13 +87,17 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let st = state::state(d);
     // From the first mount on, a start that fails gives back what it mounted.
     let mut mounted = Mounted(d, true);
+    Stamps::mark(trace, "checked");
     let root = prepare_root(d, &st, &p)?;
     prepare_data(d, &p)?;
+    Stamps::mark(trace, "mounted");
     let config = render_config(d, &st, &p, &root)?;
     write_config(d, name, &config, &root.layers)?;
     sockets::open(d, &p)?;
+    Stamps::mark(trace, "configured");
     log::debug!("{name}: prepared in {:?}", t_begin.elapsed());
-    let (pid, elapsed) = spawn_shim(d, &p)?;
+    let (pid, elapsed) = spawn_shim(d, &p, trace)?;
+    drop(warm);
     mounted.1 = false;
     set_autostart(d, name, true)?;
     boot::note_running(d, name);
@@ -60,11 +107,15 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
         "started {name} (init pid {pid}) in {} ms",
         elapsed.as_millis()
     );
-    Ok(json!({
+    let mut v = json!({
         field::NAME: name,
         field::INIT_PID: pid,
         field::START_MS: elapsed.as_secs_f64() * 1000.0,
-    }))
+    });
+    if let Some(t) = trace.take() {
+        v[field::TRACE] = json!(t.0);
+    }
+    Ok(v)
 }
 
 /// Runs `argv` once in `name`'s container, prepared as for a start (root, /data, limits,
@@ -91,7 +142,7 @@ pub(crate) fn run_once(
     sockets::open(d, &p)?;
     let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
     p.manifest.entrypoint.argv = argv;
-    let (init, _) = spawn_shim(d, &p)?;
+    let (init, _) = spawn_shim(d, &p, &mut None)?;
     let ended = crate::shim::request(&d.cfg.paths.shim_socket(name), "wait").is_ok_and(|mut s| {
         let _ = s.set_read_timeout(Some(limit));
         let mut line = String::new();
@@ -255,18 +306,19 @@ fn write_config(d: &Daemon, name: &str, config: &str, layers: &[String]) -> Resu
     // Its configuration, seccomp profile and LXC's log are root's alone.
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .map_err(Error::internal)?;
-    write_atomic(&dir.join("config"), config.as_bytes(), 0o640).map_err(Error::internal)?;
+    write_volatile(&dir.join("config"), config.as_bytes(), 0o640).map_err(Error::internal)?;
     // The images this run is made of: an upgrade of a dependency while it runs changes the
     // state, not the layers under its root; mounts and gc keep these until it stops.
-    write_atomic(&dir.join("layers"), layers.join("\n").as_bytes(), 0o600)
+    write_volatile(&dir.join("layers"), layers.join("\n").as_bytes(), 0o600)
         .map_err(Error::internal)?;
     cgroups::remove_stale_cgroups(d, name);
     Ok(())
 }
 
-/// Starts the shim and waits for its one line: `ok PID` (the init pid) or `error: …`.
-/// Returns the init pid and how long the start took.
-fn spawn_shim(d: &Daemon, p: &Installed) -> Result<(i32, Duration)> {
+/// Starts the shim and waits for its one line: `ok PID` (the init pid; traced, then the
+/// shim's steps as `step=NS` words) or `error: …`. Returns the init pid and how long the
+/// start took.
+fn spawn_shim(d: &Daemon, p: &Installed, trace: &mut Option<Stamps>) -> Result<(i32, Duration)> {
     let name = p.name.as_str();
     let paths = &d.cfg.paths;
     let args = crate::shim::ShimArgs {
@@ -285,13 +337,20 @@ fn spawn_shim(d: &Daemon, p: &Installed) -> Result<(i32, Duration)> {
         .append(true)
         .open(paths.lxc_dir(name).join("shim.log"))
         .map_err(Error::internal)?;
+    let trace_file = paths.lxc_dir(name).join(crate::shim::TRACE_FILE);
+    let _ = std::fs::remove_file(&trace_file);
     let t0 = Instant::now();
-    let mut child = Command::new(&d.exe)
-        .args(args.to_args())
+    let mut cmd = Command::new(&d.exe);
+    cmd.args(args.to_args())
         .env("PATH", security::shim_path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(shim_log)
+        .stderr(shim_log);
+    if trace.is_some() {
+        cmd.env(crate::shim::TRACE_ENV, "1");
+    }
+    Stamps::mark(trace, "spawn");
+    let mut child = cmd
         .spawn()
         .map_err(|e| Error::internal(format!("spawn shim for {name}: {e}")))?;
     // The shim has its own start timeout; this one guards against a shim wedged in liblxc,
@@ -308,7 +367,8 @@ fn spawn_shim(d: &Daemon, p: &Installed) -> Result<(i32, Duration)> {
     };
     let _ = child.wait();
     let elapsed = t0.elapsed();
-    let Some(pid) = out.strip_prefix("ok ") else {
+    Stamps::mark(trace, "reported");
+    let Some(ok) = out.strip_prefix("ok ") else {
         let msg = out.strip_prefix("error: ").unwrap_or(&out).to_string();
         return Err(Error::new(
             Kind::StartFailed,
@@ -319,6 +379,19 @@ fn spawn_shim(d: &Daemon, p: &Installed) -> Result<(i32, Duration)> {
             },
         ));
     };
+    let (pid, words) = ok.split_once(' ').unwrap_or((ok, ""));
+    Stamps::add_words(trace, words);
+    if trace.is_some() {
+        // The monitor's steps: it cannot write to the daemon's pipe (it closes every fd).
+        Stamps::add_words(
+            trace,
+            &std::fs::read_to_string(&trace_file).unwrap_or_default(),
+        );
+        let _ = std::fs::remove_file(&trace_file);
+        if let Some(t) = trace {
+            t.0.sort_by_key(|(_, ns)| *ns);
+        }
+    }
     Ok((pid.trim().parse().unwrap_or(0), elapsed))
 }
 
