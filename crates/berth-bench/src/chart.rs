@@ -403,6 +403,162 @@ pub fn svg(title: &str, panels: &[Panel]) -> String {
     )
 }
 
+/// One horizontal bar of a stacked chart: its label and its segments (name, value).
+pub type StackRow = (String, Vec<(String, f64)>);
+
+/// A stacked bar chart: one bar per row, one colour per segment name (the legend lists them
+/// in the order they first appear), each segment's value written on it when it is wide
+/// enough, the row's total after it.
+pub fn stacked(title: &str, unit: &str, note: &str, rows: &[StackRow]) -> String {
+    const PALETTE: &[&str] = &[
+        "#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1", "#edc948", "#ff9da7",
+        "#9c755f", "#bab0ac", "#1b9e77", "#7570b3", "#d95f02", "#66a61e",
+    ];
+    let mut names: Vec<&str> = Vec::new();
+    for (_, segs) in rows {
+        for (n, _) in segs {
+            if !names.contains(&n.as_str()) {
+                names.push(n);
+            }
+        }
+    }
+    let colour = |n: &str| PALETTE[names.iter().position(|x| *x == n).unwrap_or(0) % PALETTE.len()];
+    let total = |segs: &[(String, f64)]| segs.iter().map(|(_, v)| v.max(0.0)).sum::<f64>();
+    let max = rows.iter().map(|(_, s)| total(s)).fold(0.0, f64::max);
+    let (end, step) = axis(max);
+    let x = |v: f64| X0 + (v.max(0.0) / end) * (X1 - X0);
+    let mut b = String::new();
+    let mut y = 48.0;
+    let _ = writeln!(
+        b,
+        r#"<text x="10" y="{y}" font-size="12">{}</text>"#,
+        esc(note)
+    );
+    // Legend: four to a line.
+    y += 22.0;
+    for (i, n) in names.iter().enumerate() {
+        let lx = 10.0 + (i % 4) as f64 * 235.0;
+        if i > 0 && i % 4 == 0 {
+            y += 18.0;
+        }
+        let _ = writeln!(
+            b,
+            r#"<rect x="{lx}" y="{}" width="12" height="12" fill="{}"/><text x="{}" y="{y}" font-size="12">{}</text>"#,
+            y - 11.0,
+            colour(n),
+            lx + 16.0,
+            esc(&short(n, 30))
+        );
+    }
+    y += 18.0;
+    let top = y;
+    const ROW: f64 = 26.0;
+    for (label, segs) in rows {
+        let _ = writeln!(
+            b,
+            r#"<text x="{}" y="{:.1}" font-size="12" text-anchor="end">{}</text>"#,
+            X0 - 8.0,
+            y + ROW / 2.0 + 4.0,
+            esc(&short(label, 52))
+        );
+        let mut acc = 0.0;
+        for (n, v) in segs {
+            let v = v.max(0.0);
+            let (a, c) = (x(acc), x(acc + v));
+            let _ = writeln!(
+                b,
+                r#"<rect class="bar" x="{a:.2}" y="{y:.1}" width="{:.3}" height="{ROW}" fill="{}" data-value="{v}"><title>{}: {}</title></rect>"#,
+                c - a,
+                colour(n),
+                esc(n),
+                crate::suites::hostguest::num(v)
+            );
+            if c - a > 26.0 {
+                let _ = writeln!(
+                    b,
+                    r#"<text x="{:.1}" y="{:.1}" font-size="10" text-anchor="middle" fill="white">{}</text>"#,
+                    (a + c) / 2.0,
+                    y + ROW / 2.0 + 3.5,
+                    esc(&crate::suites::hostguest::num(v))
+                );
+            }
+            acc += v;
+        }
+        let _ = writeln!(
+            b,
+            r#"<text x="{:.1}" y="{:.1}" font-size="11">{}</text>"#,
+            x(acc) + 4.0,
+            y + ROW / 2.0 + 4.0,
+            esc(&crate::suites::hostguest::num(acc))
+        );
+        y += ROW + 8.0;
+    }
+    let _ = writeln!(
+        b,
+        r##"<path d="M{X0} {top}V{y}H{X1}" stroke="#444" fill="none"/>"##
+    );
+    let mut v = 0.0;
+    while v <= end + step / 2.0 {
+        let tx = x(v);
+        let _ = writeln!(
+            b,
+            r##"<path d="M{tx:.1} {y}v4" stroke="#444"/><text x="{tx:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"##,
+            y + 15.0,
+            esc(&tick(v, step))
+        );
+        v += step;
+    }
+    let _ = writeln!(
+        b,
+        r#"<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>"#,
+        (X0 + X1) / 2.0,
+        y + 31.0,
+        esc(unit)
+    );
+    let h = y + 50.0;
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\" font-family=\"sans-serif\">\n<rect width=\"{W}\" height=\"{h}\" fill=\"white\"/>\n<text x=\"10\" y=\"22\" font-size=\"17\" font-weight=\"bold\">{}</text>\n{b}</svg>\n",
+        esc(title)
+    )
+}
+
+/// The charts of a suite beyond its panels: (file stem, SVG). activation with `--trace`:
+/// where the start's time goes, phase by phase (`activation-phases.svg`).
+pub fn extra(suite: &str, raw: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if suite == "activation" {
+        let t = &raw["trace"];
+        let rows: Vec<StackRow> = t["peers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                let segs: Vec<(String, f64)> = p["phases"]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|ph| {
+                        let m = summarize(&samples(&ph["samples_ms"]))?.mean;
+                        Some((s(&ph["phase"]).to_string(), m))
+                    })
+                    .collect();
+                (!segs.is_empty()).then(|| (s(&p["peer"]).to_string(), segs))
+            })
+            .collect();
+        if !rows.is_empty() {
+            let note = format!(
+                "mean of {} traced starts per peer, start request to the payload's first instruction{}",
+                t["runs"],
+                if t["split"] == true { "; liblxc's phases from perf" } else { "" }
+            );
+            out.push((
+                "activation-phases".to_string(),
+                stacked("berth-bench: where a start's time goes", "ms", &note, &rows),
+            ));
+        }
+    }
+    out
+}
+
 /// A small well-formedness check of XML as [`svg`] writes it: one root, tags nested and
 /// closed, attributes quoted, `&` only in the five entities (no DTD, CDATA or comments).
 pub fn well_formed(x: &str) -> std::result::Result<(), String> {
@@ -562,6 +718,51 @@ mod tests {
         assert_eq!(out.matches(r#"class="whisker""#).count(), 2);
         // The longest whisker fits on the axis.
         assert!(b.iter().all(|(w, _)| *w <= X1 - X0));
+    }
+
+    #[test]
+    fn stacked_segments_sum_to_the_row() {
+        let raw = json!({"trace": {"runs": 3, "split": true, "peers": [
+            {"peer": "berth", "phases": [
+                {"phase": "request", "samples_ms": [1.0, 1.0, 1.0]},
+                {"phase": "cgroup set-up", "samples_ms": [8.0, 10.0, 12.0]},
+            ]},
+            {"peer": "lxc-execute", "phases": [
+                {"phase": "process start", "samples_ms": [3.0, 3.0, 3.0]},
+                {"phase": "cgroup set-up", "samples_ms": [9.0, 9.0, 9.0]},
+                {"phase": "<none> & \"x\"", "samples_ms": []},
+            ]},
+        ]}});
+        let charts = extra("activation", &raw);
+        assert_eq!(charts.len(), 1);
+        let (stem, out) = &charts[0];
+        assert_eq!(stem, "activation-phases");
+        well_formed(out).unwrap();
+        let b = bars(out);
+        assert_eq!(b.len(), 4, "a phase without samples has no segment");
+        // widths proportional to the means; berth's row: 1 + 10, lxc-execute's: 3 + 9
+        let k = b[0].0 / b[0].1;
+        for (w, v) in &b {
+            assert!((w / v - k).abs() < 1e-3, "{w} / {v} against {k}");
+        }
+        assert_eq!(b[1].1, 10.0);
+        assert!(
+            out.contains(">11.0</text>") && out.contains(">12.0</text>"),
+            "{out}"
+        );
+        // one colour per phase, shared by both rows
+        let fill = |n: usize| {
+            let l = out
+                .lines()
+                .filter(|l| l.contains(r#"class="bar""#))
+                .nth(n)
+                .unwrap();
+            l[l.find("fill=").unwrap()..][..14].to_string()
+        };
+        assert_eq!(fill(1), fill(3));
+        assert_ne!(fill(0), fill(1));
+        assert!(extra("activation", &json!({})).is_empty());
+        assert!(extra("cpu", &raw).is_empty());
     }
 
     #[test]

@@ -13,6 +13,7 @@ mod sandbox;
 mod selfcheck;
 mod stats;
 mod suites;
+mod trace;
 mod util;
 
 use std::io::{IsTerminal, Write};
@@ -27,7 +28,7 @@ use crate::suites::{Ctx, Suite};
 use crate::util::{bail, progress, which, Result};
 
 const USAGE: &str = "\
-usage: berth-bench [--quick] [--runs N] [--events N] [--json FILE] [--markdown FILE] [--svg DIR] [--berth PATH] SUITE...
+usage: berth-bench [--quick] [--runs N] [--events N] [--trace] [--json FILE] [--markdown FILE] [--svg DIR] [--berth PATH] SUITE...
        berth-bench compare A.json B.json [--markdown FILE]
        berth-bench svg RUN.json DIR
        berth-bench clean
@@ -63,6 +64,9 @@ options:
   --events N       sysbench events per instance (default 2000, --quick 500; the seed: 10000)
   --json FILE      every raw sample and the environment, as JSON
   --markdown FILE  the report (default: stdout)
+  --trace          activation: also trace starts phase by phase (berth's own steps from
+                   `berth start --trace`, liblxc's from `perf record`, package linux-perf),
+                   berth beside lxc-execute; chart DIR/activation-phases.svg
   --svg DIR        one chart per suite, DIR/SUITE.svg (the report links them)
   --berth PATH     the berth binary (default: next to berth-bench, else on PATH)
 
@@ -85,6 +89,7 @@ struct Opts {
     markdown: Option<PathBuf>,
     svg: Option<PathBuf>,
     berth: Option<PathBuf>,
+    trace: bool,
     suites: Vec<String>,
 }
 
@@ -98,6 +103,7 @@ fn parse_args() -> std::result::Result<Opts, lexopt::Error> {
         markdown: None,
         svg: None,
         berth: None,
+        trace: false,
         suites: Vec::new(),
     };
     let mut p = lexopt::Parser::from_env();
@@ -110,6 +116,7 @@ fn parse_args() -> std::result::Result<Opts, lexopt::Error> {
             Long("markdown") => o.markdown = Some(p.value()?.into()),
             Long("svg") => o.svg = Some(p.value()?.into()),
             Long("berth") => o.berth = Some(p.value()?.into()),
+            Long("trace") => o.trace = true,
             Short('h') | Long("help") => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -210,26 +217,33 @@ fn svg_cmd(o: &Opts) -> Result<i32> {
         .map(|o| o.keys().cloned().collect())
         .unwrap_or_default();
     for n in names {
-        if let Some(p) = write_svg(std::path::Path::new(dir), &n, &doc["suites"][n.as_str()])? {
+        for p in write_svg(std::path::Path::new(dir), &n, &doc["suites"][n.as_str()])? {
             println!("{}", p.display());
         }
     }
     Ok(0)
 }
 
-/// Writes DIR/SUITE.svg when the suite has numbers to chart.
-fn write_svg(dir: &std::path::Path, name: &str, raw: &Value) -> Result<Option<PathBuf>> {
+/// Writes DIR/SUITE.svg when the suite has numbers to chart, and its other charts
+/// (`chart::extra`); the files written.
+fn write_svg(dir: &std::path::Path, name: &str, raw: &Value) -> Result<Vec<PathBuf>> {
+    let mut files: Vec<(String, String)> = Vec::new();
     let panels = chart::panels(name, raw);
-    if panels.is_empty() {
-        return Ok(None);
+    if !panels.is_empty() {
+        files.push((
+            name.to_string(),
+            chart::svg(&format!("berth-bench: {name}"), &panels),
+        ));
     }
-    std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    let path = dir.join(format!("{name}.svg"));
-    write_out(
-        &Some(path.clone()),
-        &chart::svg(&format!("berth-bench: {name}"), &panels),
-    )?;
-    Ok(Some(path))
+    files.extend(chart::extra(name, raw));
+    let mut written = Vec::new();
+    for (stem, svg) in files {
+        std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+        let path = dir.join(format!("{stem}.svg"));
+        write_out(&Some(path.clone()), &svg)?;
+        written.push(path);
+    }
+    Ok(written)
 }
 
 /// How the Markdown file at `md` refers to `file`: relative when below its directory.
@@ -310,8 +324,8 @@ fn run(o: Opts) -> Result<i32> {
     let suites_json = suites_json(&results);
     if let Some(dir) = &o.svg {
         for r in results.iter_mut() {
-            if let Some(p) = write_svg(dir, r.name, &suites_json[r.name])? {
-                r.svg = Some(link(&o.markdown, &p));
+            for p in write_svg(dir, r.name, &suites_json[r.name])? {
+                r.svgs.push((link(&o.markdown, &p), p));
             }
         }
     }
@@ -325,13 +339,7 @@ fn run(o: Opts) -> Result<i32> {
         eprintln!("berth-bench: interrupted; partial results written");
         return Ok(130);
     }
-    Ok(self_check(
-        &o,
-        &results,
-        &json_text,
-        &markdown,
-        facts.elapsed,
-    ))
+    Ok(self_check(&results, &json_text, &markdown, facts.elapsed))
 }
 
 /// `clean`
@@ -386,7 +394,7 @@ fn suite_result(
         output,
         error,
         interrupted,
-        svg: None,
+        svgs: Vec::new(),
     }
 }
 
@@ -426,6 +434,7 @@ fn run_suites(
             events: o.events,
             warmup,
             quick: o.quick,
+            trace: o.trace,
         };
         let r = s.run(&mut ctx);
         let intr = util::interrupted();
@@ -515,21 +524,11 @@ fn json_report(
 }
 
 /// Checks what the run wrote (see [`selfcheck`]); the exit code.
-fn self_check(
-    o: &Opts,
-    results: &[SuiteResult],
-    json_text: &str,
-    markdown: &str,
-    elapsed: f64,
-) -> i32 {
-    let svgs: Vec<PathBuf> = match &o.svg {
-        Some(d) => results
-            .iter()
-            .filter(|r| r.svg.is_some())
-            .map(|r| d.join(format!("{}.svg", r.name)))
-            .collect(),
-        None => Vec::new(),
-    };
+fn self_check(results: &[SuiteResult], json_text: &str, markdown: &str, elapsed: f64) -> i32 {
+    let svgs: Vec<PathBuf> = results
+        .iter()
+        .flat_map(|r| r.svgs.iter().map(|(_, p)| p.clone()))
+        .collect();
     let (summary, problems) = selfcheck::check(json_text, markdown, &svgs);
     progress!("done in {elapsed:.0} s");
     if problems.is_empty() {

@@ -100,8 +100,8 @@ pub struct SuiteResult {
     pub error: Option<String>,
     /// The run was interrupted while this suite ran: its numbers are what completed.
     pub interrupted: bool,
-    /// Where its chart is, as the report links it.
-    pub svg: Option<String>,
+    /// Its charts: (as the report links it, the file).
+    pub svgs: Vec<(String, std::path::PathBuf)>,
 }
 
 /// The report: the environment, `notes` (interruption, leftovers cleaned), every suite.
@@ -133,8 +133,9 @@ pub fn render(
         if let Some(e) = &r.error {
             let _ = writeln!(s, "**{e}**\n");
         }
-        if let Some(svg) = &r.svg {
-            let _ = writeln!(s, "![{} chart]({svg})\n", r.name);
+        for (link, file) in &r.svgs {
+            let stem = file.file_stem().and_then(|f| f.to_str()).unwrap_or(r.name);
+            let _ = writeln!(s, "![{stem} chart]({link})\n");
         }
         for sec in r.output.iter().flat_map(|o| &o.sections) {
             let _ = writeln!(s, "### {}\n", sec.title);

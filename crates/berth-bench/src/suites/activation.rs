@@ -26,6 +26,7 @@ use crate::procfs;
 use crate::report::{mean_ci, ms, Section, SuiteOutput, Table};
 use crate::sandbox::{PkgSpec, Sandbox};
 use crate::stats::{summarize, Summary};
+use crate::trace;
 use crate::util::{
     bail, ms_between, now_ns, poll, progress, run, run_quiet, which, Context, Result,
 };
@@ -341,6 +342,312 @@ impl Peers<'_> {
     }
 }
 
+/// One traced start: when it was asked for, its payload's first instruction, and berth's
+/// own steps (none for lxc-execute), CLOCK_REALTIME ns.
+struct Traced {
+    t0: u64,
+    first: u64,
+    stamps: Vec<(String, u64)>,
+}
+
+impl Peers<'_> {
+    fn berth_traced(&self) -> Result<Traced> {
+        remove(&self.berth_stamp);
+        let t0 = now_ns() as u64;
+        let v = self.sb.json(&["start", "--trace", PKG])?;
+        let first = wait_stamp(self.kind, &self.berth_stamp, None, "berth")? as u64;
+        self.sb.json(&["stop", PKG])?;
+        let stamps = v["trace"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| Some((s[0].as_str()?.to_string(), s[1].as_u64()?)))
+            .collect();
+        Ok(Traced { t0, first, stamps })
+    }
+
+    fn lxc_traced(&self) -> Result<Traced> {
+        let stamp_file = self.lxc_data.join("t0");
+        remove(&stamp_file);
+        let t0 = now_ns() as u64;
+        let mut child = self
+            .lxc_execute(&self.lxc_wait)
+            .spawn()
+            .context("run lxc-execute")?;
+        let first = wait_stamp(self.kind, &stamp_file, Some(&mut child), "lxc-execute");
+        let stopped = run(Command::new("lxc-stop")
+            .arg("-P")
+            .arg(&self.lxcpath)
+            .args(["-n", BARE, "-t", "10"])
+            .process_group(0));
+        wait_child(child, "lxc-execute")?;
+        stopped?;
+        Ok(Traced {
+            t0,
+            first: first? as u64,
+            stamps: Vec::new(),
+        })
+    }
+}
+
+/// `--trace`: more starts of berth and of lxc-execute, interleaved, each split into the
+/// phases of [`trace::PHASES`] (with perf, liblxc's too). runc's start is not split: its
+/// bar is its first instruction in the measured rounds. A run whose steps cannot be found
+/// is left out and said why.
+fn traced(peers: &Peers, ctx: &Ctx, payload: &str, s: &Series) -> Result<Value> {
+    let n = ctx.runs.clamp(3, 10);
+    let (perf, why_not) = match trace::unavailable() {
+        Some(why) => (None, Some(why)),
+        None => match trace::Perf::start(&peers.sb.dir.join("trace")) {
+            Ok(p) => (Some(p), None),
+            Err(e) => (None, Some(format!("perf did not start: {e}"))),
+        },
+    };
+    progress!(
+        "activation: {n} traced rounds{}",
+        if why_not.is_none() { " under perf" } else { "" }
+    );
+    let mut runs = Vec::new();
+    let mut failed = None;
+    for _ in 0..n {
+        if let Err(e) = crate::util::check_interrupted() {
+            failed = Some(e);
+            break;
+        }
+        std::thread::sleep(SETTLE);
+        let b = peers.berth_traced();
+        std::thread::sleep(SETTLE);
+        let l = peers.lxc_traced();
+        match (b, l) {
+            (Ok(b), Ok(l)) => runs.push((b, l)),
+            (Err(e), _) | (_, Err(e)) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    let events = perf.map(|p| p.stop());
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let (events, why_not) = match events {
+        Some(Ok(ev)) => (Some(ev), why_not),
+        Some(Err(e)) => (None, Some(format!("perf failed: {e}"))),
+        None => (None, why_not),
+    };
+    Ok(trace_json(&runs, events.as_ref(), why_not, payload, s, n))
+}
+
+/// The phases of every traced run, by peer (see [`traced`]).
+fn trace_json(
+    runs: &[(Traced, Traced)],
+    events: Option<&(Vec<trace::Event>, i64)>,
+    why_not: Option<String>,
+    payload: &str,
+    s: &Series,
+    n: usize,
+) -> Value {
+    let mut errors = Vec::new();
+    let mut berth: Vec<Vec<(String, f64)>> = Vec::new();
+    let mut lxc: Vec<Vec<(String, f64)>> = Vec::new();
+    let (mut warm, mut berth_move, mut lxc_move) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, (b, l)) in runs.iter().enumerate() {
+        let steps = |t: &Traced, from: u64| {
+            events.map(|(ev, off)| trace::lxc_steps(ev, *off, payload, from, t.first))
+        };
+        let lxc_start = b
+            .stamps
+            .iter()
+            .find(|(s, _)| s == "lxc_start")
+            .map_or(b.t0, |(_, ns)| *ns);
+        let bs = steps(b, lxc_start);
+        let b_steps = match &bs {
+            Some(Ok(st)) => {
+                berth_move.push(st.monitor_move as f64 / 1e6);
+                Some(st)
+            }
+            Some(Err(e)) => {
+                errors.push(format!("run {}, berth: {e}", i + 1));
+                None
+            }
+            None => None,
+        };
+        if events.is_none() || b_steps.is_some() {
+            match trace::berth_phases(b.t0, &b.stamps, b_steps, b.first) {
+                Ok(p) => berth.push(p),
+                Err(e) => errors.push(format!("run {}, berth: {e}", i + 1)),
+            }
+        }
+        if let Some((ev, off)) = events {
+            if let Some((_, d)) = trace::first_write(ev, *off, "warm-moves", b.t0, b.first) {
+                warm.push(d as f64 / 1e6);
+            }
+        }
+        match steps(l, l.t0) {
+            Some(Ok(st)) => {
+                lxc_move.push(st.monitor_move as f64 / 1e6);
+                lxc.push(trace::lxc_execute_phases(l.t0, &st, l.first));
+            }
+            Some(Err(e)) => errors.push(format!("run {}, lxc-execute: {e}", i + 1)),
+            None => lxc.push(vec![(
+                "LXC start (not split)".to_string(),
+                (l.first as f64 - l.t0 as f64) / 1e6,
+            )]),
+        }
+    }
+    let by_phase = |runs: &[Vec<(String, f64)>]| -> Vec<Value> {
+        let mut names: Vec<String> = Vec::new();
+        for r in runs {
+            for (p, _) in r {
+                if !names.contains(p) {
+                    names.push(p.clone());
+                }
+            }
+        }
+        names
+            .iter()
+            .map(|p| {
+                let v: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| r.iter().find(|(q, _)| q == p).map(|(_, v)| *v))
+                    .collect();
+                json!({"phase": p, "samples_ms": v})
+            })
+            .collect()
+    };
+    let total = |runs: &[Vec<(String, f64)>]| -> Vec<f64> {
+        runs.iter()
+            .map(|r| r.iter().map(|(_, v)| v).sum())
+            .collect()
+    };
+    let mut peers = vec![
+        json!({"peer": "berth", "phases": by_phase(&berth), "total_ms": total(&berth),
+               "grace_period_ms": warm, "monitor_move_ms": berth_move}),
+        json!({"peer": "lxc-execute", "phases": by_phase(&lxc), "total_ms": total(&lxc),
+               "monitor_move_ms": lxc_move}),
+    ];
+    if !s.runc_first.is_empty() {
+        peers.push(json!({"peer": "runc (not split)", "phases": [
+            {"phase": "runc run -d, from the measured rounds", "samples_ms": s.runc_first}
+        ], "total_ms": s.runc_first}));
+    }
+    // Each berth start's own steps, relative to its request (ms), for a closer look.
+    let steps: Vec<Value> = runs
+        .iter()
+        .map(|(b, _)| {
+            json!(b
+                .stamps
+                .iter()
+                .map(|(st, ns)| json!([st, (*ns as f64 - b.t0 as f64) / 1e6]))
+                .chain([json!([
+                    "first instruction",
+                    (b.first as f64 - b.t0 as f64) / 1e6
+                ])])
+                .collect::<Vec<_>>())
+        })
+        .collect();
+    json!({
+        "runs": n, "split": events.is_some(), "not_split": why_not,
+        "peers": peers, "errors": errors, "berth_steps_ms": steps,
+        "phase_descriptions": trace::PHASES.iter().map(|(p, d)| json!([p, d])).collect::<Vec<_>>(),
+    })
+}
+
+/// The report's section of the traced starts: each phase's mean ± 95 % CI, berth beside
+/// lxc-execute.
+fn trace_section(t: &Value) -> Section {
+    let peer = |name: &str| {
+        t["peers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["peer"] == name)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let (b, l) = (peer("berth"), peer("lxc-execute"));
+    let samples = |p: &Value, phase: &str| -> Vec<f64> {
+        p["phases"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|x| x["phase"] == phase)
+            .and_then(|x| serde_json::from_value(x["samples_ms"].clone()).ok())
+            .unwrap_or_default()
+    };
+    let cell = |v: &[f64]| summarize(v).map(|x| mean_ci(&x)).unwrap_or_default();
+    let mut tab = Table::new(&["phase", "what", "berth ms", "lxc-execute ms"]);
+    let mut names: Vec<String> = Vec::new();
+    for p in [&b, &l] {
+        for x in p["phases"].as_array().into_iter().flatten() {
+            let n = x["phase"].as_str().unwrap_or("").to_string();
+            if !names.contains(&n) {
+                names.push(n);
+            }
+        }
+    }
+    // In the order of the start.
+    names.sort_by_key(|n| {
+        trace::PHASES
+            .iter()
+            .position(|(p, _)| p == n)
+            .unwrap_or(usize::MAX)
+    });
+    for n in &names {
+        let what = trace::PHASES
+            .iter()
+            .find(|(p, _)| p == n)
+            .map_or("not split: liblxc's steps need perf", |(_, d)| *d);
+        tab.row(vec![
+            n.clone(),
+            what.into(),
+            cell(&samples(&b, n)),
+            cell(&samples(&l, n)),
+        ]);
+    }
+    let totals = |p: &Value| -> Vec<f64> {
+        serde_json::from_value(p["total_ms"].clone()).unwrap_or_default()
+    };
+    tab.row(vec![
+        "**total**".into(),
+        "start request → payload's first instruction".into(),
+        cell(&totals(&b)),
+        cell(&totals(&l)),
+    ]);
+    let ms_of = |p: &Value, k: &str| -> Vec<f64> {
+        serde_json::from_value(p[k].clone()).unwrap_or_default()
+    };
+    let mut notes = vec![format!(
+        "{} traced starts of each, interleaved, after the measured rounds; mean ± 95 % CI; the phases of each start add up to its total",
+        t["runs"]
+    )];
+    match t["not_split"].as_str() {
+        Some(why) => notes.push(format!("liblxc's phases are not split: {why}")),
+        None => notes.push("berth's own phases from `berth start --trace` (the daemon's, the shim's and the monitor's stamps), liblxc's from a system-wide `perf record` of fork/exec and a few system calls (in a mount namespace of its own, tracefs mounted there); the recording slows every start a little".into()),
+    }
+    let (gp, bm, lm) = (
+        ms_of(&b, "grace_period_ms"),
+        ms_of(&b, "monitor_move_ms"),
+        ms_of(&l, "monitor_move_ms"),
+    );
+    if !gp.is_empty() {
+        notes.push(format!(
+            "the kernel's RCU grace period before a cgroup move: {} ms (berth's warm-up move, begun as the request arrives); the monitor's own move then waited {} ms in berth, {} ms in lxc-execute",
+            cell(&gp),
+            cell(&bm),
+            cell(&lm)
+        ));
+    }
+    for e in t["errors"].as_array().into_iter().flatten() {
+        notes.push(format!("left out: {}", e.as_str().unwrap_or("")));
+    }
+    Section {
+        title: "where a start's time goes (`--trace`)".into(),
+        table: tab,
+        notes,
+    }
+}
+
 /// Pause before each measured start (see `round`).
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(150);
 
@@ -499,8 +806,18 @@ impl Suite for Activation {
             runc,
         };
         let (series, done) = rounds(&peers, ctx)?;
+        let traced = if ctx.trace {
+            Some(traced(
+                &peers,
+                ctx,
+                &payload.argv("/data/t0", "wait")[0],
+                &series,
+            )?)
+        } else {
+            None
+        };
         let _ = berth_sys::mount::umount(&rootfs, false);
-        Ok(report(&Outcome {
+        let mut out = report(&Outcome {
             s: series,
             done,
             runs: ctx.runs,
@@ -508,7 +825,12 @@ impl Suite for Activation {
             kind: payload.kind,
             with_runc,
             lxc_cfg,
-        }))
+        });
+        if let Some(t) = traced {
+            out.sections.push(trace_section(&t));
+            out.raw["trace"] = t;
+        }
+        Ok(out)
     }
 }
 

@@ -54,6 +54,8 @@ pub struct Ctx<'a> {
     /// Unrecorded repetitions before the measured ones.
     pub warmup: usize,
     pub quick: bool,
+    /// `--trace`: activation also traces starts phase by phase.
+    pub trace: bool,
 }
 
 pub trait Suite {
