@@ -1,132 +1,325 @@
-//! One thread per running container, blocked on its shim until the container ends; then it
-//! tells the supervisor how that run ended (the supervisor releases what it held).
+//! One thread watches every running container: a `poll()` over each one's shim (it answers
+//! `wait` when the container ends) and its memory cgroup's OOM events; when a run ends, it
+//! tells the supervisor how (the supervisor releases what it held). The thread is started
+//! with the first container and sleeps in `poll()` without a timeout while nothing ends:
+//! no wake-ups of its own. (Before, each running container had a thread of its own: a
+//! 128 KiB stack each, and glibc's cache of those stacks after they ended.)
 
-use std::io::Read;
-use std::os::fd::AsRawFd;
-use std::sync::Arc;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use berth_core::supervise::{Event, Run};
+use berth_sys::cgroupfs::OomWatch;
+use berth_sys::process::{Pinned, POLLIN};
 
 use crate::daemon::cgroups;
 use crate::daemon::context::Daemon;
 use crate::daemon::runtime::probe;
 
-/// A thread that waits for the end of the run whose init is `init` (blocked on the shim, or
-/// on the init's pidfd when the shim is gone: no polling) and notifies the supervisor.
-/// `fresh`: the run has just been started (its cgroup is new: every OOM kill counted there
-/// is this run's, also one that came before this thread looked), not taken over.
-pub(crate) fn watch(d: &Arc<Daemon>, name: &str, init: Run, fresh: bool) {
-    let d = Arc::clone(d);
-    let name = name.to_string();
-    let _ = std::thread::Builder::new()
-        .name(format!("watch-{name}"))
-        .stack_size(128 * 1024)
-        .spawn(move || {
-            let sock = d.cfg.paths.shim_socket(&name);
-            let answered = crate::shim::request(&sock, "wait")
-                .is_ok_and(|s| wait_end(&d, &name, init, fresh, s));
-            if answered {
-                // Give the shim a moment to finish writing its exit file.
-                let deadline = Instant::now() + Duration::from_secs(2);
-                while sock.exists() && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            } else {
-                // The shim died (killed) or never answered: the container may run on, and
-                // nobody records how it ends.
-                wait_init_gone(&d, init);
-            }
-            d.notify(&name, Event::Exited(init, probe::exit_of(&d, &name)));
-            berth_sys::process::trim_heap();
-            berth_sys::process::release_own_code(false);
-        });
+/// After the shim answered: how long it may take to remove its socket (its exit file is
+/// written by then).
+const SHIM_EXIT: Duration = Duration::from_secs(2);
+/// Without a pidfd (Linux < 5.3): how often an orphaned init is looked at.
+const INIT_LOOK: Duration = Duration::from_secs(1);
+/// cgroup v1 tells when the OOM killer is invoked, before it has counted its kill: after
+/// such an event the count is read again this often, this many times.
+const OOM_LOOK: Duration = Duration::from_millis(50);
+const OOM_LOOKS: u32 = 20;
+
+/// What ends a watched run.
+enum Until {
+    /// The shim's answer to `wait` (the container ended), or its end.
+    Shim(UnixStream),
+    /// The shim answered; done when its socket is gone (it wrote the exit file first), at
+    /// the latest at `until`.
+    ShimGone { sock: PathBuf, until: Instant },
+    /// No shim (killed, or never answered): the container may run on, and nobody records
+    /// how it ends. Done when its init is gone: by its pidfd, or by its start time looked
+    /// at every [`INIT_LOOK`].
+    Init { init: Pinned, next: Instant },
+    /// Over: tell the supervisor.
+    Ended,
 }
 
-/// Blocks until the shim answers `wait` (the container ended): whether it did. Meanwhile
-/// the kernel's OOM kills in the container's memory cgroup are told to the supervisor as
-/// they happen (one poll on both: no wake-ups of its own).
-fn wait_end(
-    d: &Daemon,
-    name: &str,
+struct Watched {
+    name: String,
     init: Run,
-    fresh: bool,
-    mut shim: std::os::unix::net::UnixStream,
-) -> bool {
-    use berth_sys::process::POLLIN;
-    let oom = d.resources.cgroups.as_ref().ok().and_then(|c| {
-        c.oom_watch(&cgroups::container_cgroup(d, name))
-            .map_err(|e| log::warn!("{name}: OOM kills will not be reported: {e}"))
-            .ok()
-    });
-    let mut seen = match &oom {
+    until: Until,
+    oom: Option<OomWatch>,
+    /// OOM kills counted so far.
+    seen: u64,
+    /// Not looked at yet: a kill before the watch was set up is still told.
+    first: bool,
+    /// v1, after an OOM event: (next look, looks left).
+    oom_again: Option<(Instant, u32)>,
+}
+
+/// The watcher's inbox: runs to watch, and a pipe that wakes its `poll()`.
+struct Inbox {
+    new: Mutex<Vec<Watched>>,
+    wake: Mutex<std::fs::File>,
+}
+
+static INBOX: OnceLock<Inbox> = OnceLock::new();
+
+/// Watches the run whose init is `init` until it ends, then notifies the supervisor.
+/// `fresh`: the run has just been started (its cgroup is new: every OOM kill counted there
+/// is this run's, also one that came before the watch was set up), not taken over.
+pub(crate) fn watch(d: &Arc<Daemon>, name: &str, init: Run, fresh: bool) {
+    let until = match crate::shim::request(&d.cfg.paths.shim_socket(name), "wait") {
+        Ok(s) if s.set_nonblocking(true).is_ok() => Until::Shim(s),
+        _ => orphan(d, init),
+    };
+    let oom = match &until {
+        Until::Shim(_) => d.resources.cgroups.as_ref().ok().and_then(|c| {
+            c.oom_watch(&cgroups::container_cgroup(d, name))
+                .map_err(|e| log::warn!("{name}: OOM kills will not be reported: {e}"))
+                .ok()
+        }),
+        _ => None,
+    };
+    let seen = match &oom {
         Some(w) if !fresh => w.kills().unwrap_or(0),
         _ => 0,
     };
-    let mut first = true;
-    while let Some(w) = &oom {
-        // The first round looks at once: a kill before the watch was set up is still told.
-        if std::mem::take(&mut first) {
-            let now = w.kills().unwrap_or(seen);
-            if now > seen {
-                d.notify(
-                    name,
-                    Event::OomKilled(init, (now - seen).min(u32::MAX as u64) as u32),
-                );
-                seen = now;
-            }
-        }
-        let Ok(ready) =
-            berth_sys::process::poll(&[(shim.as_raw_fd(), POLLIN), (w.fd(), POLLIN)], -1)
-        else {
-            break;
-        };
-        if ready.get(1).is_some_and(|r| *r != 0) {
-            w.drain();
-            // v1 tells when the OOM killer is invoked, before it has counted its kill:
-            // look again for a moment (only after such an event).
-            let mut now = w.kills().unwrap_or(seen);
-            for _ in 0..20 {
-                if now > seen {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-                now = w.kills().unwrap_or(seen);
-            }
-            if now > seen {
-                d.notify(
-                    name,
-                    Event::OomKilled(init, (now - seen).min(u32::MAX as u64) as u32),
-                );
-                seen = now;
-            }
-        }
-        if ready.first().is_some_and(|r| *r != 0) {
-            break;
-        }
-    }
-    let mut line = String::new();
-    let _ = shim.read_to_string(&mut line);
-    !line.is_empty()
+    let w = Watched {
+        name: name.to_string(),
+        init,
+        until,
+        oom,
+        seen,
+        first: true,
+        oom_again: None,
+    };
+    let inbox = INBOX.get_or_init(|| start(d));
+    inbox.new.lock().unwrap().push(w);
+    let _ = inbox.wake.lock().unwrap().write_all(b"w");
 }
 
-/// Blocks until the container's init has gone: on its pidfd (readable when it exits), or,
-/// on kernels without pidfds (before 5.3), by reading its start time every second
-/// ([`berth_sys::process::Pinned`]: a recycled pid has another).
-fn wait_init_gone(d: &Daemon, init: Run) {
-    let Ok(ns) = std::fs::read_link(d.proc().join(format!("{init}/ns/pid"))) else {
-        return;
+/// Until the init of a run without a shim is gone; Ended at once when it already is.
+fn orphan(d: &Daemon, init: Run) -> Until {
+    let ns = |p: String| std::fs::read_link(d.proc().join(p)).ok();
+    let Some(theirs) = ns(format!("{init}/ns/pid")) else {
+        return Until::Ended;
     };
     // A container's init is never in the daemon's own pid namespace: anything else is a
     // recycled pid, and the init is long gone.
-    if std::fs::read_link(d.proc().join("self/ns/pid"))
-        .ok()
-        .as_ref()
-        == Some(&ns)
-    {
-        return;
+    if ns("self/ns/pid".into()).as_ref() == Some(&theirs) {
+        return Until::Ended;
     }
-    if let Ok(p) = berth_sys::process::Pinned::open(d.proc(), init) {
-        p.wait_exit(None, Duration::from_secs(1));
+    match Pinned::open(d.proc(), init) {
+        Ok(init) => Until::Init {
+            init,
+            next: Instant::now() + INIT_LOOK,
+        },
+        Err(_) => Until::Ended,
+    }
+}
+
+/// Starts the watcher's thread; its inbox.
+fn start(d: &Arc<Daemon>) -> Inbox {
+    let (r, w) = berth_sys::process::pipe().expect("a pipe for the container watcher");
+    let _ = berth_sys::process::set_nonblocking(r.as_raw_fd());
+    let d = Arc::clone(d);
+    std::thread::Builder::new()
+        .name("watch".into())
+        .stack_size(128 * 1024)
+        .spawn(move || run(&d, r))
+        .expect("the container watcher's thread");
+    Inbox {
+        new: Mutex::new(Vec::new()),
+        wake: Mutex::new(std::fs::File::from(w)),
+    }
+}
+
+/// What a slot of the poll set belongs to.
+enum Slot {
+    Wake,
+    Until(usize),
+    Oom(usize),
+}
+
+fn run(d: &Daemon, wake: OwnedFd) {
+    let mut runs: Vec<Watched> = Vec::new();
+    let mut wake = std::fs::File::from(wake);
+    loop {
+        if let Some(inbox) = INBOX.get() {
+            runs.append(&mut inbox.new.lock().unwrap());
+        }
+        for w in runs.iter_mut() {
+            if std::mem::take(&mut w.first) {
+                look_for_oom_kills(d, w);
+            }
+        }
+        let mut fds: Vec<(RawFd, i16)> = vec![(wake.as_raw_fd(), POLLIN)];
+        let mut slots = vec![Slot::Wake];
+        for (i, w) in runs.iter().enumerate() {
+            let fd = match &w.until {
+                Until::Shim(s) => Some(s.as_raw_fd()),
+                Until::Init { init, .. } => init.pidfd().map(|f| f.as_raw_fd()),
+                _ => None,
+            };
+            if let Some(fd) = fd {
+                fds.push((fd, POLLIN));
+                slots.push(Slot::Until(i));
+            }
+            if let (Some(o), Until::Shim(_)) = (&w.oom, &w.until) {
+                fds.push((o.fd(), POLLIN));
+                slots.push(Slot::Oom(i));
+            }
+        }
+        let timeout = next_look(&runs).map_or(-1, |t| {
+            t.saturating_duration_since(Instant::now()).as_millis() as i32 + 1
+        });
+        let ready = match berth_sys::process::poll(&fds, timeout) {
+            Ok(r) => r,
+            Err(e) => {
+                log::error!("container watcher: poll: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+        };
+        // OOM events first: a kill that ended the run is told before its end.
+        for (slot, r) in slots.iter().zip(&ready) {
+            match (slot, *r != 0) {
+                (Slot::Wake, true) => {
+                    let mut b = [0u8; 64];
+                    while matches!(wake.read(&mut b), Ok(n) if n > 0) {}
+                }
+                (Slot::Oom(i), true) => {
+                    if let Some(o) = &runs[*i].oom {
+                        o.drain();
+                    }
+                    let w = &mut runs[*i];
+                    if !look_for_oom_kills(d, w) {
+                        w.oom_again = Some((Instant::now() + OOM_LOOK, OOM_LOOKS));
+                    }
+                }
+                _ => {}
+            }
+        }
+        for (slot, r) in slots.iter().zip(&ready) {
+            if let (Slot::Until(i), true) = (slot, *r != 0) {
+                let w = &mut runs[*i];
+                w.until = match std::mem::replace(&mut w.until, Until::Ended) {
+                    Until::Shim(s) => shim_answered(d, &w.name, w.init, s),
+                    // The init's pidfd is readable: it exited.
+                    _ => Until::Ended,
+                };
+            }
+        }
+        looks(d, &mut runs);
+        let before = runs.len();
+        runs.retain(|w| {
+            let over = matches!(w.until, Until::Ended);
+            if over {
+                d.notify(&w.name, Event::Exited(w.init, probe::exit_of(d, &w.name)));
+            }
+            !over
+        });
+        if runs.len() < before {
+            berth_sys::process::trim_heap();
+            berth_sys::process::release_own_code(false);
+        }
+    }
+}
+
+/// The shim's socket said something or closed: the container ended (a whole answer), or
+/// the shim died without one (the container may still run).
+fn shim_answered(d: &Daemon, name: &str, init: Run, mut s: UnixStream) -> Until {
+    let mut line = Vec::new();
+    let mut b = [0u8; 64];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => break,
+            Ok(n) => {
+                line.extend_from_slice(&b[..n]);
+                if line.ends_with(b"\n") {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if line.is_empty() {
+                    // Woken for nothing yet: keep waiting.
+                    return Until::Shim(s);
+                }
+                // Half a line: the rest follows at once.
+                let _ = s.set_nonblocking(false);
+                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+            }
+            Err(_) => break,
+        }
+    }
+    if line.is_empty() {
+        return orphan(d, init);
+    }
+    Until::ShimGone {
+        sock: d.cfg.paths.shim_socket(name),
+        until: Instant::now() + SHIM_EXIT,
+    }
+}
+
+/// Reads the run's OOM kill count; tells the supervisor of new ones. Whether there were.
+fn look_for_oom_kills(d: &Daemon, w: &mut Watched) -> bool {
+    let Some(o) = &w.oom else { return false };
+    let now = o.kills().unwrap_or(w.seen);
+    if now <= w.seen {
+        return false;
+    }
+    d.notify(
+        &w.name,
+        Event::OomKilled(w.init, (now - w.seen).min(u32::MAX as u64) as u32),
+    );
+    w.seen = now;
+    w.oom_again = None;
+    true
+}
+
+/// The earliest moment something must be looked at without an fd to wake the loop.
+fn next_look(runs: &[Watched]) -> Option<Instant> {
+    let mut next: Option<Instant> = None;
+    let mut at = |t: Instant| next = Some(next.map_or(t, |n: Instant| n.min(t)));
+    for w in runs {
+        match &w.until {
+            // The socket's removal has no fd: every 20 ms, as the thread did before.
+            Until::ShimGone { until, .. } => {
+                at((Instant::now() + Duration::from_millis(20)).min(*until))
+            }
+            Until::Init { init, next } if init.pidfd().is_none() => at(*next),
+            Until::Ended => at(Instant::now()),
+            _ => {}
+        }
+        if let Some((t, _)) = w.oom_again {
+            at(t);
+        }
+    }
+    next
+}
+
+/// What is due without an fd: a shim's socket gone, an orphaned init without a pidfd, the
+/// OOM count again.
+fn looks(d: &Daemon, runs: &mut [Watched]) {
+    let now = Instant::now();
+    for w in runs.iter_mut() {
+        if let Some((t, left)) = w.oom_again {
+            if t <= now && !look_for_oom_kills(d, w) {
+                w.oom_again = (left > 1).then(|| (now + OOM_LOOK, left - 1));
+            }
+        }
+        let done = match &mut w.until {
+            Until::ShimGone { sock, until } => !sock.exists() || *until <= now,
+            Until::Init { init, next } if init.pidfd().is_none() && *next <= now => {
+                *next = now + INIT_LOOK;
+                init.exited()
+            }
+            _ => false,
+        };
+        if done {
+            w.until = Until::Ended;
+        }
     }
 }
