@@ -358,27 +358,37 @@ pub fn trim_heap() {
     }
 }
 
-/// Hands the pages of this executable's own code and read-only data back to the kernel, so
-/// code that ran once does not stay resident in a daemon that is idle almost all the time.
-/// With `evict` (after start-up: configuration and state parsing, reconciliation will not run
-/// again) the pages are paged out (MADV_PAGEOUT, Linux ≥ 5.4; MADV_DONTNEED before); without
-/// (after a request) only the daemon's mappings are dropped (MADV_DONTNEED) and the pages stay
-/// in the page cache, so the next request faults them back in cheaply. Returns the bytes
-/// advised.
+/// Hands back the pages of code and read-only data that the process maps but does not use
+/// while idle, so that code which ran once does not stay resident in a daemon that is idle
+/// almost all the time. Two kinds of mappings, both read-only and never written:
+/// - this executable's own: with `evict` (after start-up: configuration and state parsing,
+///   reconciliation will not run again) its pages are paged out (MADV_PAGEOUT, Linux ≥ 5.4;
+///   MADV_DONTNEED before); without (after a request) only the process's mappings are dropped
+///   (MADV_DONTNEED) and the pages stay in the page cache, so the next request faults them
+///   back in cheaply;
+/// - the shared libraries' (libc, the dynamic loader, libgcc_s): only the process's mappings
+///   are dropped (MADV_DONTNEED), never the pages, which other processes use. The kernel
+///   maps library code 64 KiB around each fault (fault-around), so a daemon that touched a
+///   little of libc in many places maps most of it: its RSS counts 1.2 MiB of libc that is
+///   the page cache's anyway. Dropped, RSS says what the daemon uses since it last woke;
+///   pages only it used become reclaimable like any unmapped page-cache page.
+///
+/// Returns the bytes advised.
 pub fn release_own_code(evict: bool) -> usize {
     const MADV_PAGEOUT: libc::c_int = 21;
     let mut total = 0;
-    for &(a, b) in own_code_ranges() {
+    for &(a, b, own) in code_ranges() {
         let addr = a as *mut libc::c_void;
         let mut done = false;
-        if evict {
+        if evict && own {
             // SAFETY: [a, b) is a never-written, read-only mapping of our executable; paging
             // it out only makes later accesses fault the unchanged file pages back in.
             done = unsafe { libc::madvise(addr, b - a, MADV_PAGEOUT) } == 0;
         }
         if !done {
-            // SAFETY: as above; MADV_DONTNEED on a never-written private file mapping drops
-            // our page-table entries, and the pages (still in the page cache) fault back in.
+            // SAFETY: as above, or a never-written read-only mapping of a shared library;
+            // MADV_DONTNEED on a never-written private file mapping drops our page-table
+            // entries, and the pages (still in the page cache) fault back in unchanged.
             unsafe { libc::madvise(addr, b - a, libc::MADV_DONTNEED) };
         }
         total += b - a;
@@ -386,11 +396,11 @@ pub fn release_own_code(evict: bool) -> usize {
     total
 }
 
-/// The read-only, never-written mappings of our own executable, found once in
-/// /proc/self/smaps (they do not change after load) so that releasing them again costs
-/// only the madvise calls.
-fn own_code_ranges() -> &'static [(usize, usize)] {
-    static RANGES: std::sync::OnceLock<Vec<(usize, usize)>> = std::sync::OnceLock::new();
+/// The read-only, never-written file mappings (start, end, of our own executable), found
+/// once in /proc/self/smaps (they do not change after load) so that releasing them again
+/// costs only the madvise calls.
+fn code_ranges() -> &'static [(usize, usize, bool)] {
+    static RANGES: std::sync::OnceLock<Vec<(usize, usize, bool)>> = std::sync::OnceLock::new();
     RANGES.get_or_init(|| {
         let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
             return Vec::new();
@@ -398,41 +408,40 @@ fn own_code_ranges() -> &'static [(usize, usize)] {
         let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
             return Vec::new();
         };
-        // (start, end, perms, path, anonymous kB) of every mapping.
-        let mut maps: Vec<(usize, usize, String, String, u64)> = Vec::new();
-        for line in smaps.lines() {
-            let mut f = line.split_whitespace();
-            let Some(first) = f.next() else { continue };
-            if let Some((a, b)) = first.split_once('-') {
-                if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
-                {
-                    let perms = f.next().unwrap_or("").to_string();
-                    let path = f.nth(3).unwrap_or("").to_string();
-                    maps.push((a, b, perms, path, 0));
-                    continue;
-                }
-            }
-            if first == "Anonymous:" {
-                if let (Some(m), Some(kb)) =
-                    (maps.last_mut(), f.next().and_then(|v| v.parse().ok()))
-                {
-                    m.4 = kb;
-                }
+        code_ranges_of(&smaps, &exe)
+    })
+}
+
+/// [`code_ranges`] of an smaps text, for the executable at `exe`.
+fn code_ranges_of(smaps: &str, exe: &std::path::Path) -> Vec<(usize, usize, bool)> {
+    // (start, end, perms, path, anonymous kB) of every mapping.
+    let mut maps: Vec<(usize, usize, String, String, u64)> = Vec::new();
+    for line in smaps.lines() {
+        let mut f = line.split_whitespace();
+        let Some(first) = f.next() else { continue };
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) {
+                let perms = f.next().unwrap_or("").to_string();
+                let path = f.nth(3).unwrap_or("").to_string();
+                maps.push((a, b, perms, path, 0));
+                continue;
             }
         }
-        maps.into_iter()
-            // Only read-only, private mappings of our own file with no page ever written:
-            // code, and read-only data other than RELRO (the GOT and .data.rel.ro hold
-            // relocations written at load time: dropping those pages would bring back
-            // unrelocated bytes).
-            .filter(|(_, _, perms, path, anon)| {
-                (perms == "r-xp" || perms == "r--p")
-                    && *anon == 0
-                    && std::path::Path::new(path) == exe
-            })
-            .map(|(a, b, ..)| (a, b))
-            .collect()
-    })
+        if first == "Anonymous:" {
+            if let (Some(m), Some(kb)) = (maps.last_mut(), f.next().and_then(|v| v.parse().ok())) {
+                m.4 = kb;
+            }
+        }
+    }
+    maps.into_iter()
+        // Only read-only, private file mappings with no page ever written: code, and
+        // read-only data other than RELRO (the GOT and .data.rel.ro hold relocations
+        // written at load time: dropping those pages would bring back unrelocated bytes).
+        .filter(|(_, _, perms, path, anon)| {
+            (perms == "r-xp" || perms == "r--p") && *anon == 0 && path.starts_with('/')
+        })
+        .map(|(a, b, _, path, _)| (a, b, std::path::Path::new(&path) == exe))
+        .collect()
 }
 
 /// Urgent data: a PSI trigger fired (Linux ≥ 5.2).
@@ -813,6 +822,41 @@ pub fn enter_net_namespace_at(ns: &std::path::Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn code_ranges_are_the_never_written_read_only_file_mappings() {
+        let smaps = "\
+55d0a0000000-55d0a0010000 r--p 00000000 fe:01 10 /usr/bin/berth
+Anonymous:             0 kB
+55d0a0010000-55d0a0100000 r-xp 00010000 fe:01 10 /usr/bin/berth
+Anonymous:             0 kB
+55d0a0100000-55d0a0110000 r--p 00100000 fe:01 10 /usr/bin/berth
+Anonymous:            52 kB
+55d0a0110000-55d0a0112000 rw-p 00110000 fe:01 10 /usr/bin/berth
+Anonymous:             8 kB
+7f0000000000-7f0000028000 r--p 00000000 fe:01 20 /usr/lib/x86_64-linux-gnu/libc.so.6
+Anonymous:             0 kB
+7f0000028000-7f000019d000 r-xp 00028000 fe:01 20 /usr/lib/x86_64-linux-gnu/libc.so.6
+Anonymous:             0 kB
+7f00001f1000-7f00001f5000 r--p 001f0000 fe:01 20 /usr/lib/x86_64-linux-gnu/libc.so.6
+Anonymous:            16 kB
+7f0000200000-7f0000201000 r--s 00000000 00:05 30 /dev/shm/x
+Anonymous:             0 kB
+7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0 [vdso]
+Anonymous:             0 kB
+";
+        let r = code_ranges_of(smaps, std::path::Path::new("/usr/bin/berth"));
+        assert_eq!(
+            r,
+            vec![
+                (0x55d0a0000000, 0x55d0a0010000, true),
+                (0x55d0a0010000, 0x55d0a0100000, true),
+                (0x7f0000000000, 0x7f0000028000, false),
+                (0x7f0000028000, 0x7f000019d000, false),
+            ],
+            "RELRO (written), rw, shared and [vdso] mappings are never released"
+        );
+    }
 
     #[test]
     fn the_wall_timer_fires_at_its_time_and_can_be_moved_from_another_thread() {

@@ -49,6 +49,8 @@ pub struct Daemon {
     beats: [AtomicU32; Component::ALL.len()],
     /// Test hooks only: seconds a component is to sleep at its next heartbeat.
     stalls: [AtomicU32; Component::ALL.len()],
+    /// Set by the watchdog thread to have the supervisor beat now ([`Daemon::ask_beats`]).
+    beat_asked: std::sync::atomic::AtomicBool,
     /// The daemon was started with BERTH_TEST_HOOKS=1: `POST /v1/test/stall` is honoured.
     pub test_hooks: bool,
     /// BERTH_FORCE_MOUNT_FALLBACK=1: hot-binding uses mount propagation, as on a kernel
@@ -165,6 +167,7 @@ impl Daemon {
             supervision: Mutex::new(BTreeMap::new()),
             inbox: Mutex::new(VecDeque::new()),
             arrived: Condvar::new(),
+            beat_asked: Default::default(),
             boot: BootState::default(),
             beats: Default::default(),
             stalls: Default::default(),
@@ -247,12 +250,28 @@ impl Daemon {
         self.stalls[c as usize].store(seconds, Ordering::SeqCst);
     }
 
-    /// How often the loops must beat: every watchdog interval while a watchdog is kept or
-    /// this start is not confirmed yet; otherwise never (no idle wake-ups).
+    /// Has the admin loop and the supervisor beat once, now: how the watchdog thread learns
+    /// that they are alive when no device needs their heartbeats every interval.
+    pub fn ask_beats(&self) {
+        self.beat_asked.store(true, Ordering::SeqCst);
+        {
+            // Under the inbox's lock: the supervisor either sees the flag before it waits, or
+            // is waiting and gets the notification.
+            let _q = self.inbox.lock().unwrap();
+            self.arrived.notify_all();
+        }
+        self.capi.wake();
+    }
+
+    /// How often the loops must beat: every watchdog interval while a watchdog device is
+    /// kept; otherwise never (no idle wake-ups): the confirmation of a start asks them once
+    /// ([`Daemon::ask_beats`]).
     pub fn beat_every(&self) -> Option<Duration> {
-        let wanted =
-            self.cfg.watchdog.device.is_some() || !self.boot.confirmed.load(Ordering::SeqCst);
-        wanted.then(|| Duration::from_millis(self.cfg.watchdog.interval_ms))
+        self.cfg
+            .watchdog
+            .device
+            .is_some()
+            .then(|| Duration::from_millis(self.cfg.watchdog.interval_ms))
     }
 
     /// Why the daemon is in safe mode, or None.
@@ -285,6 +304,9 @@ impl Daemon {
         loop {
             if let Some(ev) = q.pop_front() {
                 return Some(ev);
+            }
+            if self.beat_asked.swap(false, Ordering::SeqCst) {
+                return None;
             }
             q = match until {
                 None => self.arrived.wait(q).unwrap(),

@@ -36,6 +36,9 @@ const PSI_TRIGGER: &str = "some 150000 1000000";
 const PSI_TRIGGER_UNPRIVILEGED: &str = "some 150000 2000000";
 /// With PSI, how often MemAvailable is read anyway when far above the threshold.
 const SAFETY_NET_MS: i32 = 5000;
+/// At most one hand-back of code pages per this long (wake-ups close together, at the
+/// polling interval near the threshold, fault the same pages back in).
+const RELEASE_GAP: Duration = Duration::from_secs(1);
 const LOG_LINES_PER_S: u32 = 3;
 
 /// How the guard learns a container's init pid: the runtime knows; the guard only asks.
@@ -107,10 +110,12 @@ fn run(d: &Daemon, init_of: &InitOf) {
             continue;
         }
         let near = avail < g.threshold.saturating_mul(2);
-        if !near && released.elapsed() >= Duration::from_millis(SAFETY_NET_MS as u64) {
+        if !near && released.elapsed() >= RELEASE_GAP {
             // Before a long sleep: the wake-ups (and whatever code requests ran on other
             // threads) faulted pages of berth's code back in, by fault-around windows of up
-            // to 64 KiB; hand them back, so a daemon left alone stays small.
+            // to 64 KiB; hand them back, so a daemon left alone stays small. Also after a
+            // PSI event (a memory stall anywhere on the machine), not only every 5 s: what
+            // that wake-up faulted in would otherwise stay until the next safety-net wake.
             process::trim_heap();
             process::release_own_code(false);
             released = Instant::now();

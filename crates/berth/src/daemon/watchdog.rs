@@ -5,7 +5,10 @@
 //! machine after its timeout. A clean stop writes the magic close `V` (`Handle::close`); a
 //! stall or a killed daemon never does.
 //!
-//! Without a device the thread lives only until the start is confirmed: no idle wake-ups.
+//! Without a device the thread lives only until the start is confirmed, and the loops do not
+//! beat every interval: at `confirm_after` the thread asks each loop for one heartbeat and
+//! confirms once every one has answered (no wake-ups while idle, so no code faulted back in
+//! every interval).
 
 use std::fs::File;
 use std::sync::atomic::Ordering;
@@ -56,6 +59,44 @@ pub(crate) fn spawn(d: &Arc<Daemon>) -> Handle {
     handle
 }
 
+/// Without a device: at `confirm_after`, asks the loops for a heartbeat each and confirms
+/// this start once every one has beaten (or is busy) since; a loop that does not answer
+/// within 3 × the interval is named, and it is asked again an interval later.
+fn confirm_on_demand(d: &Daemon) {
+    let interval = Duration::from_millis(d.cfg.watchdog.interval_ms);
+    let confirm_at = d.started + Duration::from_millis(d.cfg.boot.confirm_after_ms);
+    std::thread::sleep(confirm_at.saturating_duration_since(Instant::now()));
+    loop {
+        let asked = Instant::now();
+        d.ask_beats();
+        let deadline = asked + 3 * interval;
+        let silent = loop {
+            // Beaten since asked, or busy (a heartbeat in the future: a negative age).
+            let since = asked.elapsed().as_millis() as i32;
+            let silent: Vec<Component> = Component::ALL
+                .into_iter()
+                .filter(|c| d.beat_age_ms(*c) > since)
+                .collect();
+            if silent.is_empty() || Instant::now() >= deadline {
+                break silent;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        if silent.is_empty() {
+            boot::confirm(d);
+            berth_sys::process::release_own_code(false);
+            return;
+        }
+        let who: Vec<&str> = silent.iter().map(|c| c.name()).collect();
+        log::error!(
+            "watchdog: {} did not answer within {} ms; this start is not confirmed yet",
+            who.join(", "),
+            3 * interval.as_millis()
+        );
+        std::thread::sleep(interval);
+    }
+}
+
 fn open(d: &Daemon, device: &Mutex<Option<File>>) {
     let Some(path) = &d.cfg.watchdog.device else {
         return;
@@ -91,6 +132,9 @@ fn open(d: &Daemon, device: &Mutex<Option<File>>) {
 }
 
 fn run(d: &Daemon, device: &Mutex<Option<File>>) {
+    if d.cfg.watchdog.device.is_none() {
+        return confirm_on_demand(d);
+    }
     open(d, device);
     let interval = Duration::from_millis(d.cfg.watchdog.interval_ms);
     let bound_ms = (3 * d.cfg.watchdog.interval_ms).min(i32::MAX as u64) as i32;
@@ -143,6 +187,9 @@ fn run(d: &Daemon, device: &Mutex<Option<File>>) {
                 sleep = sleep.min(left);
             }
         }
+        // The loops' heartbeats fault a little code back in every interval: hand it back, as
+        // the memory guard does before its own long sleep.
+        berth_sys::process::release_own_code(false);
         std::thread::sleep(sleep);
     }
 }
