@@ -4,6 +4,7 @@
 #   2. format and lint checks
 #   3. unit tests and end-to-end tests (real daemon, real LXC, loop mounts, cgroups)
 #   4. the size budget of the release binary, the emulated MIPS router, berth-bench --quick
+#      (every suite, the microVM and cgroup v1/v2 ones in the test VM) and its paper report
 #   5. the demo (README's first command), then its clean-up
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,8 @@ apt-get install -y -qq apparmor >/dev/null
 apt-get install -y -qq nftables iproute2 iperf3 dnsmasq-base >/dev/null
 # the container API (issue 16): the shell client's two transports, from inside containers
 apt-get install -y -qq netcat-openbsd >/dev/null
+# the evaluation (issue 18): perf for berth-bench --trace (liblxc's phases of a start)
+apt-get install -y -qq --no-install-recommends linux-perf >/dev/null
 # the device class (issue 17): qemu-user for the cross builds' smoke test, a venv for the cross
 # toolchain's zig, make for the soft-float MIPS musl (scripts/cross.sh; its Rust nightly comes
 # through rustup, which this machine's Rust is installed with)
@@ -89,11 +92,14 @@ step "the emulated 128 MB MIPS router (docs/router.md): the glibc mipsel build, 
 bash scripts/vm/router.sh
 cat target/router/report.json
 
-step "berth-bench --quick all"
-target/release/berth-bench --quick all --markdown /tmp/berth-bench-quick.md --json /tmp/berth-bench-quick.json --svg /tmp/berth-bench-svg
+step "berth-bench --quick --trace all (microvm and cgroups boot the test VM: emulated under TCG here)"
+target/release/berth-bench --quick --trace all --markdown /tmp/berth-bench-quick.md --json /tmp/berth-bench-quick.json --svg /tmp/berth-bench-svg
 cat /tmp/berth-bench-quick.md
 # compare smoke test: the run against itself (every change within noise)
 target/release/berth-bench compare /tmp/berth-bench-quick.json /tmp/berth-bench-quick.json >/tmp/berth-bench-compare.md
+step "berth-bench paper --quick: the published evaluations beside this run"
+target/release/berth-bench paper --quick --from /tmp/berth-bench-quick.json --markdown /tmp/berth-bench-paper.md --svg /tmp/berth-bench-svg
+cat /tmp/berth-bench-paper.md
 
 step "demo (README's first command)"
 bash demo/run.sh

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the cgroup-v2 test VM: Debian 12's kernel (uncompressed vmlinux, PVH boot on QEMU's
-# microvm), an initramfs that loads the virtio/ext4 modules and switches to the root disk,
-# and a Debian 12 root file system image (ext4) with LXC and what berth needs at run time,
-# whose init mounts cgroup2 only (a pure cgroup v2 host) and runs the payload disk's run.sh.
+# Builds the test VM: Debian 12's kernel (uncompressed vmlinux, PVH boot on QEMU's microvm),
+# an initramfs that loads the virtio/ext4 modules and switches to the root disk, and a Debian
+# 12 root file system image (ext4) with LXC and what berth needs at run time, whose init
+# mounts cgroup2 only (a pure cgroup v2 host; `berth.cgroup=v1` on the kernel command line:
+# the v1 hierarchies instead) and runs the payload disk's run.sh. berth-bench's microvm and
+# cgroups suites run their workloads in it too (fio, iperf3, sockperf, perf).
 #
 #   scripts/vm/build.sh            builds (or finds) the image; prints its directory last
 #
@@ -16,11 +18,11 @@ set -euo pipefail
 CACHE=${BERTH_VM_CACHE:-/var/cache/berth-vm}
 SUITE=bookworm
 # What berth needs in the guest at run time (LXC, squashfs tools, a static busybox for
-# payloads, ip/nft for networking), tools of the init (kmod), and AppArmor's userspace for
-# the security tests.
-PACKAGES=lxc,squashfs-tools,busybox-static,kmod,iproute2,nftables,apparmor,procps,ca-certificates
+# payloads, ip/nft for networking), tools of the init (kmod), AppArmor's userspace for
+# the security tests, and the benchmark tools of berth-bench's microvm and cgroups suites.
+PACKAGES=lxc,squashfs-tools,busybox-static,kmod,iproute2,nftables,apparmor,procps,ca-certificates,fio,iperf3,sockperf,linux-perf
 # Kernel modules of the root file system (with their dependencies).
-ROOT_MODULES="loop squashfs overlay veth bridge macvlan br_netfilter nf_tables nft_chain_nat nft_ct nft_masq nft_nat nft_reject_inet nft_fib_inet nft_redir tun"
+ROOT_MODULES="loop squashfs overlay veth bridge macvlan br_netfilter nf_tables nft_chain_nat nft_ct nft_masq nft_nat nft_reject_inet nft_fib_inet nft_redir nft_objref nft_meta_bridge nf_conntrack_bridge nft_limit nft_log tun virtio_net"
 # Modules the initramfs loads to reach the root disk.
 INITRD_MODULES="virtio_mmio virtio_blk ext4"
 
@@ -167,7 +169,10 @@ chmod 755 "$ird/init"
 (cd "$ird" && find . | "$root/bin/busybox" cpio -o -H newc 2>/dev/null) >"$work/initrd.cpio"
 
 # The root's init: a pure cgroup v2 host (cgroup2 on /sys/fs/cgroup, no v1 hierarchy; the
-# kernel also gets cgroup_no_v1=all), no service manager; runs the payload and powers off.
+# kernel also gets cgroup_no_v1=all), or with `berth.cgroup=v1` every v1 hierarchy the kernel
+# has (cpu and cpuacct, net_cls and net_prio mounted together, as systemd does) and no
+# cgroup2; `berth.cgroup2_opts=OPTS` adds mount options to cgroup2 (e.g. favordynmods). No
+# service manager; runs the payload and powers off.
 cat >"$root/sbin/berth-vm-init" <<'INIT'
 #!/bin/sh
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root
@@ -180,7 +185,32 @@ mount -t tmpfs -o mode=1777 shm /dev/shm
 mount -t tmpfs -o mode=755 run /run
 mount -t tmpfs -o mode=1777 tmp /tmp
 mount -o remount,rw /
-mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
+cg=v2
+cg2opts=nsdelegate
+for a in $(cat /proc/cmdline); do
+    case $a in
+        berth.cgroup=v1) cg=v1 ;;
+        berth.cgroup2_opts=*) cg2opts="$cg2opts,${a#berth.cgroup2_opts=}" ;;
+    esac
+done
+if [ $cg = v1 ]; then
+    mount -t tmpfs -o mode=755 cgroup /sys/fs/cgroup
+    for c in $(awk 'NR > 1 && $4 == 1 {print $1}' /proc/cgroups); do
+        case $c in
+            cpu|cpuacct) d=cpu,cpuacct ;;
+            net_cls|net_prio) d=net_cls,net_prio ;;
+            *) d=$c ;;
+        esac
+        [ -d /sys/fs/cgroup/$d ] && continue
+        mkdir -p /sys/fs/cgroup/$d
+        mount -t cgroup -o $d cgroup /sys/fs/cgroup/$d
+    done
+    for l in cpu cpuacct; do [ -e /sys/fs/cgroup/$l ] || ln -s cpu,cpuacct /sys/fs/cgroup/$l; done
+    controllers="v1: $(ls /sys/fs/cgroup | tr '\n' ' ')"
+else
+    mount -t cgroup2 -o $cg2opts cgroup2 /sys/fs/cgroup
+    controllers=$(cat /sys/fs/cgroup/cgroup.controllers)
+fi
 mountpoint -q /sys/kernel/security || mount -t securityfs securityfs /sys/kernel/security 2>/dev/null
 hostname berth-vm
 ip link set lo up
@@ -197,7 +227,7 @@ for d in /dev/vd?; do
         umount /mnt/payload
     fi
 done
-echo "VMTEST BOOTED $(cut -d' ' -f1 /proc/uptime)s kernel $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup), controllers: $(cat /sys/fs/cgroup/cgroup.controllers)"
+echo "VMTEST BOOTED $(cut -d' ' -f1 /proc/uptime)s kernel $(uname -r), cgroup $(stat -fc %T /sys/fs/cgroup), controllers: $controllers"
 if [ -f /mnt/payload/run.sh ]; then
     (cd /mnt/payload && sh ./run.sh)
     rc=$?

@@ -13,7 +13,10 @@
 #
 # Other settings: BERTH_VM_ACCEL (default tcg: software emulation; kvm where it works),
 # BERTH_VM_CPUS (2), BERTH_VM_MEM (1024 MiB), BERTH_VM_APPEND (extra kernel arguments, e.g.
-# "apparmor=0"), BERTH_VM_IMAGE (a built image directory; default: build.sh's).
+# "apparmor=0"), BERTH_VM_IMAGE (a built image directory; default: build.sh's),
+# BERTH_VM_CGROUP (v2, the default: a pure cgroup v2 host; v1: the v1 hierarchies, no
+# cgroup2), BERTH_VM_TAP (a tap device of the current network namespace: the guest's virtio
+# network card, eth0), BERTH_VM_PAYLOAD_MB (free space on the payload disk, default 64).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -39,21 +42,31 @@ mkdir "$tmp/payload"
 cp -a "$payload_src/." "$tmp/payload/"
 cp "$berth" "$tmp/payload/berth"
 touch "$tmp/payload/berth-payload"
-size_mb=$(( $(du -sm "$tmp/payload" | cut -f1) * 2 + 64 ))
+size_mb=$(( $(du -sm "$tmp/payload" | cut -f1) * 2 + ${BERTH_VM_PAYLOAD_MB:-64} ))
 mkfs.ext4 -q -F -L berth-payload -d "$tmp/payload" "$tmp/payload.ext4" "${size_mb}M"
 
 accel=${BERTH_VM_ACCEL:-tcg}
+case ${BERTH_VM_CGROUP:-v2} in
+    v2) cgroup="cgroup_no_v1=all" ;;
+    v1) cgroup="berth.cgroup=v1" ;;
+    *) die "BERTH_VM_CGROUP=${BERTH_VM_CGROUP}: v1 or v2" ;;
+esac
+net=()
+if [ -n "${BERTH_VM_TAP:-}" ]; then
+    net=(-netdev "tap,id=net0,ifname=$BERTH_VM_TAP,script=no,downscript=no" -device virtio-net-device,netdev=net0)
+fi
 start=$(date +%s.%N)
 set +e
 timeout --foreground -k 10 "${BERTH_VM_TIMEOUT:-900}" qemu-system-x86_64 \
     -M microvm -accel "$accel" -cpu "${BERTH_VM_CPU:-max}" -smp "${BERTH_VM_CPUS:-2}" -m "${BERTH_VM_MEM:-1024}" \
     -nographic -no-reboot -nodefaults -serial stdio \
     -kernel "$image/vmlinux" -initrd "$image/initrd.cpio" \
-    -append "console=ttyS0 panic=-1 tsc_early_khz=2500000 cgroup_no_v1=all quiet ${BERTH_VM_APPEND:-}" \
+    -append "console=ttyS0 panic=-1 tsc_early_khz=2500000 $cgroup quiet ${BERTH_VM_APPEND:-}" \
     -drive id=root,file="$image/rootfs.ext4",format=raw,if=none,snapshot=on \
     -device virtio-blk-device,drive=root \
     -drive id=payload,file="$tmp/payload.ext4",format=raw,if=none \
     -device virtio-blk-device,drive=payload \
+    "${net[@]}" \
     </dev/null | tee "$tmp/console.log"
 qemu_rc=${PIPESTATUS[0]}
 set -e

@@ -6,6 +6,7 @@
 mod chart;
 mod compare;
 mod env;
+mod paper;
 mod payload;
 mod procfs;
 mod report;
@@ -15,6 +16,7 @@ mod stats;
 mod suites;
 mod trace;
 mod util;
+mod vm;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
@@ -29,6 +31,7 @@ use crate::util::{bail, progress, which, Result};
 
 const USAGE: &str = "\
 usage: berth-bench [--quick] [--runs N] [--events N] [--trace] [--json FILE] [--markdown FILE] [--svg DIR] [--berth PATH] SUITE...
+       berth-bench paper [--quick] [--runs N] [--from RUN.json]... [--json FILE] [--markdown FILE] [--svg DIR]
        berth-bench compare A.json B.json [--markdown FILE]
        berth-bench svg RUN.json DIR
        berth-bench clean
@@ -55,6 +58,14 @@ suites:
                again, by the mount API and by mount propagation
   governor     main-service response time under a CPU hog with and without the governor;
                the daemon's own CPU use
+  microvm      the published containers-vs-microVMs matrix: fio reads and writes at 256 B to
+               64 KiB, TCP stream and request-response at 64 B to 4 KiB, on the host, in a
+               berth container, in runc and in a QEMU microVM (KVM where it works, else
+               TCG, labelled emulated)
+  cgroups      cgroup v1 vs v2 in the same VM kernel booted each way: sockperf ping-pong into
+               a CPU-capped berth container at a fixed rate and as fast as possible (p50,
+               p99, p99.9, max, context switches, migrations, instructions), and berth
+               start
   all          every suite
 
 options:
@@ -70,6 +81,13 @@ options:
   --svg DIR        one chart per suite, DIR/SUITE.svg (the report links them)
   --berth PATH     the berth binary (default: next to berth-bench, else on PATH)
 
+paper writes one report whose sections mirror the published evaluations (LXC on MIPS and
+ARM routers, LXCBENCH, containers vs microVMs, cgroup v1 vs v2, start time): the published
+figures beside this run's counterparts, as ratios with their 95 % CI and a verdict, and a
+chart (DIR/paper.svg). It runs footprint, activation, cpu, mem, fs, net, microvm and cgroups
+(their own report goes to FILE's name with -suites), or reads the JSON of earlier runs
+(--from, repeatable: later runs' suites replace earlier ones').
+
 compare sets two runs' JSON side by side (environment differences, then per test both
 ratios, the change and whether it is beyond both runs' noise); svg charts a run's JSON
 again; clean removes what killed runs left behind (also done at every start).
@@ -81,6 +99,7 @@ a failed test or suite is reported and the others go on (exit 1); the output is 
 Needs root, lxc, squashfs-tools and busybox-static; runc and gcc are used when present;
 cpu, mem, fs use sysbench, stress-ng, hpcc, mbw, fio (a missing one is reported as skipped).";
 
+#[derive(Clone)]
 struct Opts {
     quick: bool,
     runs: Option<usize>,
@@ -90,6 +109,8 @@ struct Opts {
     svg: Option<PathBuf>,
     berth: Option<PathBuf>,
     trace: bool,
+    /// paper: runs' JSON to read instead of running the suites.
+    from: Vec<PathBuf>,
     suites: Vec<String>,
 }
 
@@ -104,6 +125,7 @@ fn parse_args() -> std::result::Result<Opts, lexopt::Error> {
         svg: None,
         berth: None,
         trace: false,
+        from: Vec::new(),
         suites: Vec::new(),
     };
     let mut p = lexopt::Parser::from_env();
@@ -117,6 +139,7 @@ fn parse_args() -> std::result::Result<Opts, lexopt::Error> {
             Long("svg") => o.svg = Some(p.value()?.into()),
             Long("berth") => o.berth = Some(p.value()?.into()),
             Long("trace") => o.trace = true,
+            Long("from") => o.from.push(p.value()?.into()),
             Short('h') | Long("help") => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -206,6 +229,88 @@ fn compare_cmd(o: &Opts) -> Result<i32> {
     Ok(0)
 }
 
+/// The suites `paper` runs: those with a published counterpart.
+const PAPER_SUITES: &[&str] = &[
+    "footprint",
+    "activation",
+    "cpu",
+    "mem",
+    "fs",
+    "net",
+    "microvm",
+    "cgroups",
+];
+
+/// `paper`: the published evaluations beside this run's (or earlier runs') counterparts.
+fn paper_cmd(o: Opts) -> Result<i32> {
+    if o.suites.len() > 1 {
+        bail!(
+            "paper takes no suite names (it runs {}); --from reads earlier runs",
+            PAPER_SUITES.join(", ")
+        );
+    }
+    let mut code = 0;
+    let doc = if o.from.is_empty() {
+        // Run the suites with their own report beside the paper's.
+        let mut inner = o.clone();
+        inner.suites = PAPER_SUITES.iter().map(|s| s.to_string()).collect();
+        let tmp =
+            std::env::temp_dir().join(format!("berth-bench-paper-{}.json", std::process::id()));
+        inner.json = Some(o.json.clone().unwrap_or_else(|| tmp.clone()));
+        inner.markdown = Some(match &o.markdown {
+            Some(m) => m.with_file_name(format!(
+                "{}-suites.md",
+                m.file_stem().and_then(|s| s.to_str()).unwrap_or("paper")
+            )),
+            None => {
+                std::env::temp_dir().join(format!("berth-bench-paper-{}.md", std::process::id()))
+            }
+        });
+        code = run(inner.clone())?;
+        if code == 130 {
+            return Ok(code);
+        }
+        let d = compare::load(inner.json.as_deref().unwrap_or(&tmp))?;
+        let _ = std::fs::remove_file(&tmp);
+        d
+    } else {
+        let docs = o
+            .from
+            .iter()
+            .map(|f| compare::load(f))
+            .collect::<Result<Vec<_>>>()?;
+        let d = paper::merge(docs);
+        if let Some(j) = &o.json {
+            write_out(
+                &Some(j.clone()),
+                &serde_json::to_string_pretty(&d).unwrap_or_default(),
+            )?;
+        }
+        d
+    };
+    let svg = match &o.svg {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
+            // It must exist for its link to be made relative to the report.
+            let p = dir.join("paper.svg");
+            write_out(&Some(p.clone()), "")?;
+            Some(p)
+        }
+        None => None,
+    };
+    let (md, panels) = paper::render(&doc, svg.as_ref().map(|p| link(&o.markdown, p)).as_deref());
+    if let Some(p) = &svg {
+        let text = chart::svg(
+            "berth-bench: this run's ratios beside the published ones",
+            &panels,
+        );
+        chart::well_formed(&text).map_err(|e| format!("paper.svg is not well-formed: {e}"))?;
+        write_out(&Some(p.clone()), &text)?;
+    }
+    write_out(&o.markdown, &md)?;
+    Ok(code)
+}
+
 /// `svg RUN.json DIR`
 fn svg_cmd(o: &Opts) -> Result<i32> {
     let [file, dir] = &o.suites[1..] else {
@@ -289,6 +394,7 @@ fn run(o: Opts) -> Result<i32> {
     match o.suites.first().map(String::as_str) {
         Some("compare") => return compare_cmd(&o),
         Some("svg") => return svg_cmd(&o),
+        Some("paper") => return paper_cmd(o),
         Some("clean") => return clean_cmd(),
         _ => {}
     }

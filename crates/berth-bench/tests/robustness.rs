@@ -359,6 +359,41 @@ fn every_tool_names_its_debian_package() {
             pairs.push((bin.into(), deb.into()));
         }
     }
+    // The suites' and modules' own lists: `const NEEDED: … = &[("tool", "package"), …]` and
+    // `for (tool, pkg) in [("tool", "package"), …]`.
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(src)
+        .unwrap()
+        .chain(std::fs::read_dir(format!("{src}/suites")).unwrap())
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
+        .collect();
+    files.sort();
+    let mut listed = 0;
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for marker in ["const NEEDED", "for (tool, pkg) in ["] {
+            for block in text.split(marker).skip(1) {
+                let end = [block.find("];"), block.find("] {")]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .unwrap_or(block.len());
+                let block = &block[..end];
+                for part in block.split("(\"").skip(1) {
+                    let mut q = part.split('"');
+                    if let (Some(t), Some(", "), Some(p)) = (q.next(), q.next(), q.next()) {
+                        pairs.push((t.into(), p.into()));
+                        listed += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        listed >= 15,
+        "the suites' tool lists were not found: {pairs:?}"
+    );
     pairs.push(("runc".into(), "runc".into()));
     pairs.push(("gcc".into(), "gcc".into()));
     assert!(pairs.len() >= 12, "{pairs:?}");

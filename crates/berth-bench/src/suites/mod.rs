@@ -15,12 +15,14 @@ use crate::util::Result;
 pub mod activation;
 pub mod api;
 pub mod bind;
+pub mod cgroups;
 pub mod cpu;
 pub mod footprint;
 pub mod fs;
 pub mod governor;
 pub mod hostguest;
 pub mod mem;
+pub mod microvm;
 pub mod net;
 pub mod security;
 pub mod supervise;
@@ -40,6 +42,8 @@ pub const ALL: &[&str] = &[
     "bind",
     "net",
     "governor",
+    "microvm",
+    "cgroups",
 ];
 
 /// What every suite gets.
@@ -83,6 +87,8 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "api" => Some(Box::new(api::Api)),
         "bind" => Some(Box::new(bind::Bind)),
         "governor" => Some(Box::new(governor::Governor)),
+        "microvm" => Some(Box::new(microvm::MicroVm)),
+        "cgroups" => Some(Box::new(cgroups::Cgroups)),
         _ => None,
     }
 }

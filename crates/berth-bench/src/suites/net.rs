@@ -116,7 +116,7 @@ struct World {
     procs: Vec<Child>,
 }
 
-fn sh(cmd: &str) -> Result<String> {
+pub(crate) fn sh(cmd: &str) -> Result<String> {
     let o = Command::new("sh")
         .args(["-c", cmd])
         .stdin(Stdio::null())
@@ -242,7 +242,7 @@ impl Drop for World {
 
 /// A package of the suite: `script` run by busybox sh with the host's libraries, `network`
 /// its [network] table; with the servers' tools and the echo server when `with_tools`.
-fn package(name: &str, script: &str, network: &str, with_tools: bool) -> Result<Pkg> {
+pub(crate) fn package(name: &str, script: &str, network: &str, with_tools: bool) -> Result<Pkg> {
     let mut files = vec![("run.sh".to_string(), script.as_bytes().to_vec(), 0o644)];
     if with_tools {
         // nuttcp and sockperf where installed: their rows say "skipped" otherwise
@@ -334,7 +334,7 @@ fn sockperf_rr(w: &World, t: &Target, tcp: bool, secs: u32) -> Result<(f64, f64)
 }
 
 /// From sockperf's summary: `avg-rtt=47.180 (std-dev=…)` and `---> percentile 99.000 = 59.1`.
-fn sockperf_parse(text: &str) -> Option<(f64, f64)> {
+pub(crate) fn sockperf_parse(text: &str) -> Option<(f64, f64)> {
     let num = |s: &str| -> Option<f64> {
         let s: String = s
             .trim_start()
