@@ -410,6 +410,27 @@ fn cgroups(roots: &Roots, out: &mut Vec<Feature>) {
         layout,
     ));
 
+    // Every cgroup move takes one kernel lock (cgroup_threadgroup_rwsem): the first after a
+    // quiet spell waits for an RCU grace period unless the kernel favours dynamic changes.
+    // LXC's monitor moves itself on every start (docs/benchmarks/README.md, "The start path").
+    let dynmods = mounts
+        .iter()
+        .filter(|m| m.fs_type == "cgroup" || m.fs_type == "cgroup2")
+        .any(|m| m.super_options.split(',').any(|o| o == "favordynmods"));
+    if !v1.is_empty() || v2.is_some() {
+        out.push(feature(
+            "cgroups",
+            "fast cgroup moves",
+            false,
+            present(dynmods),
+            if dynmods {
+                "favordynmods: no cgroup move waits for an RCU grace period".to_string()
+            } else {
+                "every container start waits once for an RCU grace period (several ms) while LXC's monitor joins its cgroup; berth overlaps it with the start's preparation; Linux ≥ 6.0 removes it: mount cgroup2 (or a v1 hierarchy) with -o favordynmods, or CONFIG_CGROUP_FAVOR_DYNMODS=y".to_string()
+            },
+        ));
+    }
+
     for (ctrl, name) in [
         ("cpu", "cpu controller"),
         ("memory", "memory controller"),
@@ -938,6 +959,20 @@ hugetlb\t0\t5\t0
         assert_eq!(get(&fs, "veth").status, Status::Unknown);
         assert_eq!(get(&fs, "kernel release").detail, "5.10.0-test");
         assert_eq!(get(&fs, "nft").status, Status::Missing);
+    }
+
+    #[test]
+    fn favordynmods_is_seen_on_any_cgroup_mount() {
+        let fx = Fx::new(V2_ONLY_MOUNTS);
+        let fs = fx.run();
+        let f = get(&fs, "fast cgroup moves");
+        assert_eq!(f.status, Status::Missing);
+        assert!(f.detail.contains("-o favordynmods"), "{}", f.detail);
+        let fx = Fx::new(&V2_ONLY_MOUNTS.replace("rw,nsdelegate", "rw,nsdelegate,favordynmods"));
+        assert!(V2_ONLY_MOUNTS.contains("rw,nsdelegate"), "{V2_ONLY_MOUNTS}");
+        let fs = fx.run();
+        assert_eq!(get(&fs, "fast cgroup moves").status, Status::Present);
+        assert!(missing_required(&fs).is_empty());
     }
 
     #[test]
