@@ -94,10 +94,10 @@ impl Plan {
         } else {
             Plan {
                 fio_sizes: vec![256, 1024, 4096, 16384, 65536],
-                fio_secs: 3,
+                fio_secs: 2,
                 fio_mib: 128,
                 net_sizes: vec![64, 256, 1024, 4096],
-                net_secs: 5,
+                net_secs: 3,
                 rounds: runs_given.unwrap_or(3),
             }
         }
