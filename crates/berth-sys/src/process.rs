@@ -118,6 +118,15 @@ pub fn now_s() -> u64 {
         .unwrap_or(0)
 }
 
+/// CLOCK_REALTIME in nanoseconds since the epoch (0 for a clock before 1970): the clock a
+/// container's payload reads, so the steps of a traced start line up with it.
+pub fn realtime_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `perf record -k mono`, which berth-bench
 /// lines up with the CLOCK_REALTIME stamps of a traced start.
 pub fn monotonic_ns() -> u64 {
@@ -412,6 +421,12 @@ fn code_ranges() -> &'static [(usize, usize, bool)] {
     })
 }
 
+/// `libc.so.6`, `ld-linux-x86-64.so.2`, `liblxc.so`: a shared object's file name.
+fn is_shared_object(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or("");
+    name.ends_with(".so") || name.contains(".so.")
+}
+
 /// [`code_ranges`] of an smaps text, for the executable at `exe`.
 fn code_ranges_of(smaps: &str, exe: &std::path::Path) -> Vec<(usize, usize, bool)> {
     // (start, end, perms, path, anonymous kB) of every mapping.
@@ -440,7 +455,13 @@ fn code_ranges_of(smaps: &str, exe: &std::path::Path) -> Vec<(usize, usize, bool
         .filter(|(_, _, perms, path, anon)| {
             (perms == "r-xp" || perms == "r--p") && *anon == 0 && path.starts_with('/')
         })
-        .map(|(a, b, _, path, _)| (a, b, std::path::Path::new(&path) == exe))
+        .map(|(a, b, _, path, _)| (a, b, std::path::Path::new(&path) == exe, path))
+        // Our executable and shared objects only: they stay mapped for the process's life.
+        // A data file someone maps for a moment (liblxc reads configurations through mmap)
+        // is gone later, and its addresses may hold a heap or a stack by then: dropping
+        // those pages would zero live memory.
+        .filter(|(_, _, own, path)| *own || is_shared_object(path))
+        .map(|(a, b, own, _)| (a, b, own))
         .collect()
 }
 
@@ -844,6 +865,10 @@ Anonymous:            16 kB
 Anonymous:             0 kB
 7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0 [vdso]
 Anonymous:             0 kB
+7f0000300000-7f0000301000 r--p 00000000 fe:01 40 /run/berth/lxc/web/config
+Anonymous:             0 kB
+7f0000400000-7f0000401000 r--p 00000000 fe:01 41 /usr/lib/x86_64-linux-gnu/libsocket.so.notalib/x
+Anonymous:             0 kB
 ";
         let r = code_ranges_of(smaps, std::path::Path::new("/usr/bin/berth"));
         assert_eq!(
@@ -854,8 +879,11 @@ Anonymous:             0 kB
                 (0x7f0000000000, 0x7f0000028000, false),
                 (0x7f0000028000, 0x7f000019d000, false),
             ],
-            "RELRO (written), rw, shared and [vdso] mappings are never released"
+            "RELRO (written), rw, shared, [vdso] and data-file mappings are never released"
         );
+        assert!(is_shared_object("/lib/ld-musl-mipsel-sf.so.1"));
+        assert!(is_shared_object("/usr/lib/liblxc.so"));
+        assert!(!is_shared_object("/run/berth/lxc/web/config"));
     }
 
     #[test]

@@ -33,14 +33,6 @@ use berth_sys::process::{self, ExitStatus, Fork, POLLHUP, POLLIN, POLLRDHUP};
 pub const TRACE_ENV: &str = "BERTH_START_TRACE";
 pub const TRACE_FILE: &str = "trace";
 
-/// CLOCK_REALTIME in nanoseconds, the clock of the daemon's stamps.
-fn now_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
-
 /// The steps of a traced start, as the shim and the monitor see them.
 #[derive(Default)]
 struct Trace {
@@ -51,7 +43,8 @@ struct Trace {
 impl Trace {
     fn mark(&mut self, step: &str) {
         if self.on {
-            self.words.push_str(&format!(" {step}={}", now_ns()));
+            self.words
+                .push_str(&format!(" {step}={}", berth_sys::process::realtime_ns()));
         }
     }
 }

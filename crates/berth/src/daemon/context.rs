@@ -239,6 +239,11 @@ impl Daemon {
         }
     }
 
+    /// When the component last beat (`clock_ms`; in the future while it is busy).
+    pub fn beat_ms(&self, c: Component) -> u32 {
+        self.beats[c as usize].load(Ordering::SeqCst)
+    }
+
     /// Milliseconds since the component's last heartbeat; negative while it is busy.
     pub fn beat_age_ms(&self, c: Component) -> i32 {
         self.clock_ms()

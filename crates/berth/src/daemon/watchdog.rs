@@ -60,22 +60,29 @@ pub(crate) fn spawn(d: &Arc<Daemon>) -> Handle {
 }
 
 /// Without a device: at `confirm_after`, asks the loops for a heartbeat each and confirms
-/// this start once every one has beaten (or is busy) since; a loop that does not answer
-/// within 3 × the interval is named, and it is asked again an interval later.
+/// this start once every one has beaten since. A loop that is busy (a start or a stop in
+/// hand: a heartbeat in the future) or silent is waited for, at most 3 × the interval; then
+/// it is named and asked again an interval later.
 fn confirm_on_demand(d: &Daemon) {
     let interval = Duration::from_millis(d.cfg.watchdog.interval_ms);
     let confirm_at = d.started + Duration::from_millis(d.cfg.boot.confirm_after_ms);
     std::thread::sleep(confirm_at.saturating_duration_since(Instant::now()));
     loop {
-        let asked = Instant::now();
+        // A heartbeat stamped after this millisecond came after the question.
+        let asked = d.clock_ms();
+        std::thread::sleep(Duration::from_millis(1));
         d.ask_beats();
-        let deadline = asked + 3 * interval;
+        let deadline = Instant::now() + 3 * interval;
         let silent = loop {
-            // Beaten since asked, or busy (a heartbeat in the future: a negative age).
-            let since = asked.elapsed().as_millis() as i32;
+            let now = d.clock_ms();
             let silent: Vec<Component> = Component::ALL
                 .into_iter()
-                .filter(|c| d.beat_age_ms(*c) > since)
+                .filter(|c| {
+                    let at = d.beat_ms(*c);
+                    let after_ask = (at.wrapping_sub(asked) as i32) > 0;
+                    let not_busy = (now.wrapping_sub(at) as i32) >= 0;
+                    !(after_ask && not_busy)
+                })
                 .collect();
             if silent.is_empty() || Instant::now() >= deadline {
                 break silent;
@@ -88,8 +95,8 @@ fn confirm_on_demand(d: &Daemon) {
             return;
         }
         let who: Vec<&str> = silent.iter().map(|c| c.name()).collect();
-        log::error!(
-            "watchdog: {} did not answer within {} ms; this start is not confirmed yet",
+        log::warn!(
+            "watchdog: {} busy or silent for {} ms after being asked; this start is not confirmed yet",
             who.join(", "),
             3 * interval.as_millis()
         );

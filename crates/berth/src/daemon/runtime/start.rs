@@ -36,10 +36,7 @@ pub(crate) struct Stamps(Vec<(String, u64)>);
 
 impl Stamps {
     pub(crate) fn now() -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
+        berth_sys::process::realtime_ns()
     }
 
     /// Begins with the step `received` (the request read whole), at `at`.
@@ -89,14 +86,14 @@ pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
 
 fn start_traced(d: &Arc<Daemon>, name: &str, trace: &mut Option<Stamps>) -> Result<Value> {
     Stamps::mark(trace, "locked");
-    // Its grace period runs while the start is prepared (cgroups::warm_moves).
-    let warm = cgroups::warm_moves(d);
     let t_begin = Instant::now();
     // Every start comes here (the operator's, the supervisor's): none in safe mode.
     boot::refuse_in_safe_mode(d, &format!("start {name}"))?;
     let p = state::installed(d, name)?;
     refuse_if_running(d, name)?;
     security::check_start(d, &p)?;
+    // A start that goes ahead: its grace period runs while it is prepared (warm_moves).
+    let warm = cgroups::warm_moves(d);
     let st = state::state(d);
     // From the first mount on, a start that fails gives back what it mounted.
     let mut mounted = Mounted(d, true);

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use berth_core::supervise::{Event, Run};
@@ -54,17 +54,20 @@ struct Watched {
     seen: u64,
     /// Not looked at yet: a kill before the watch was set up is still told.
     first: bool,
-    /// v1, after an OOM event: (next look, looks left).
+    /// v1, after an OOM event: (next look, looks left). A run that ended meanwhile is told
+    /// only after these looks, so that a kill the kernel counts late is still its own.
     oom_again: Option<(Instant, u32)>,
+    /// What the shim has answered so far (its line comes whole, but a read may split it).
+    answer: Vec<u8>,
 }
 
 /// The watcher's inbox: runs to watch, and a pipe that wakes its `poll()`.
 struct Inbox {
-    new: Mutex<Vec<Watched>>,
+    new: Arc<Mutex<Vec<Watched>>>,
     wake: Mutex<std::fs::File>,
 }
 
-static INBOX: OnceLock<Inbox> = OnceLock::new();
+static INBOX: Mutex<Option<Inbox>> = Mutex::new(None);
 
 /// Watches the run whose init is `init` until it ends, then notifies the supervisor.
 /// `fresh`: the run has just been started (its cgroup is new: every OOM kill counted there
@@ -94,10 +97,23 @@ pub(crate) fn watch(d: &Arc<Daemon>, name: &str, init: Run, fresh: bool) {
         seen,
         first: true,
         oom_again: None,
+        answer: Vec::new(),
     };
-    let inbox = INBOX.get_or_init(|| start(d));
-    inbox.new.lock().unwrap().push(w);
-    let _ = inbox.wake.lock().unwrap().write_all(b"w");
+    let mut inbox = INBOX.lock().unwrap();
+    if inbox.is_none() {
+        match start(d) {
+            Ok(i) => *inbox = Some(i),
+            Err(e) => {
+                // Out of descriptors or threads: the container runs on unwatched; the next
+                // start tries again, a daemon restart takes it over.
+                return log::error!("{name}: cannot start the container watcher ({e}): its end will not be noticed until the daemon restarts");
+            }
+        }
+    }
+    if let Some(i) = inbox.as_ref() {
+        i.new.lock().unwrap().push(w);
+        let _ = i.wake.lock().unwrap().write_all(b"w");
+    }
 }
 
 /// Until the init of a run without a shim is gone; Ended at once when it already is.
@@ -121,19 +137,20 @@ fn orphan(d: &Daemon, init: Run) -> Until {
 }
 
 /// Starts the watcher's thread; its inbox.
-fn start(d: &Arc<Daemon>) -> Inbox {
-    let (r, w) = berth_sys::process::pipe().expect("a pipe for the container watcher");
-    let _ = berth_sys::process::set_nonblocking(r.as_raw_fd());
+fn start(d: &Arc<Daemon>) -> std::io::Result<Inbox> {
+    let (r, w) = berth_sys::process::pipe()?;
+    berth_sys::process::set_nonblocking(r.as_raw_fd())?;
+    let new = Arc::new(Mutex::new(Vec::new()));
+    let queue = Arc::clone(&new);
     let d = Arc::clone(d);
     std::thread::Builder::new()
         .name("watch".into())
         .stack_size(128 * 1024)
-        .spawn(move || run(&d, r))
-        .expect("the container watcher's thread");
-    Inbox {
-        new: Mutex::new(Vec::new()),
+        .spawn(move || run(&d, r, &queue))?;
+    Ok(Inbox {
+        new,
         wake: Mutex::new(std::fs::File::from(w)),
-    }
+    })
 }
 
 /// What a slot of the poll set belongs to.
@@ -143,13 +160,11 @@ enum Slot {
     Oom(usize),
 }
 
-fn run(d: &Daemon, wake: OwnedFd) {
+fn run(d: &Daemon, wake: OwnedFd, queue: &Mutex<Vec<Watched>>) {
     let mut runs: Vec<Watched> = Vec::new();
     let mut wake = std::fs::File::from(wake);
     loop {
-        if let Some(inbox) = INBOX.get() {
-            runs.append(&mut inbox.new.lock().unwrap());
-        }
+        runs.append(&mut queue.lock().unwrap());
         for w in runs.iter_mut() {
             if std::mem::take(&mut w.first) {
                 look_for_oom_kills(d, w);
@@ -206,7 +221,7 @@ fn run(d: &Daemon, wake: OwnedFd) {
             if let (Slot::Until(i), true) = (slot, *r != 0) {
                 let w = &mut runs[*i];
                 w.until = match std::mem::replace(&mut w.until, Until::Ended) {
-                    Until::Shim(s) => shim_answered(d, &w.name, w.init, s),
+                    Until::Shim(s) => shim_answered(d, w, s),
                     // The init's pidfd is readable: it exited.
                     _ => Until::Ended,
                 };
@@ -214,9 +229,11 @@ fn run(d: &Daemon, wake: OwnedFd) {
         }
         looks(d, &mut runs);
         let before = runs.len();
-        runs.retain(|w| {
-            let over = matches!(w.until, Until::Ended);
+        runs.retain_mut(|w| {
+            // After the OOM kills the kernel may still count (v1), never before.
+            let over = matches!(w.until, Until::Ended) && w.oom_again.is_none();
             if over {
+                look_for_oom_kills(d, w);
                 d.notify(&w.name, Event::Exited(w.init, probe::exit_of(d, &w.name)));
             }
             !over
@@ -229,36 +246,29 @@ fn run(d: &Daemon, wake: OwnedFd) {
 }
 
 /// The shim's socket said something or closed: the container ended (a whole answer), or
-/// the shim died without one (the container may still run).
-fn shim_answered(d: &Daemon, name: &str, init: Run, mut s: UnixStream) -> Until {
-    let mut line = Vec::new();
+/// the shim died without one (the container may still run). Never blocks: a part of the
+/// answer waits in `w.answer` for the rest.
+fn shim_answered(d: &Daemon, w: &mut Watched, mut s: UnixStream) -> Until {
     let mut b = [0u8; 64];
     loop {
         match s.read(&mut b) {
             Ok(0) => break,
             Ok(n) => {
-                line.extend_from_slice(&b[..n]);
-                if line.ends_with(b"\n") {
+                w.answer.extend_from_slice(&b[..n]);
+                if w.answer.ends_with(b"\n") || w.answer.len() > 4096 {
                     break;
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if line.is_empty() {
-                    // Woken for nothing yet: keep waiting.
-                    return Until::Shim(s);
-                }
-                // Half a line: the rest follows at once.
-                let _ = s.set_nonblocking(false);
-                let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-            }
+            // Woken for nothing yet, or half an answer: keep waiting.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Until::Shim(s),
             Err(_) => break,
         }
     }
-    if line.is_empty() {
-        return orphan(d, init);
+    if w.answer.is_empty() {
+        return orphan(d, w.init);
     }
     Until::ShimGone {
-        sock: d.cfg.paths.shim_socket(name),
+        sock: d.cfg.paths.shim_socket(&w.name),
         until: Instant::now() + SHIM_EXIT,
     }
 }
@@ -290,7 +300,7 @@ fn next_look(runs: &[Watched]) -> Option<Instant> {
                 at((Instant::now() + Duration::from_millis(20)).min(*until))
             }
             Until::Init { init, next } if init.pidfd().is_none() => at(*next),
-            Until::Ended => at(Instant::now()),
+            Until::Ended if w.oom_again.is_none() => at(Instant::now()),
             _ => {}
         }
         if let Some((t, _)) = w.oom_again {
