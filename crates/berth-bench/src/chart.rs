@@ -248,6 +248,40 @@ pub fn axis(max: f64) -> (f64, f64) {
     ((max / step).ceil() * step, step)
 }
 
+/// The horizontal value axis under a chart's bars: the frame from `top` down to `y`, a tick
+/// and label every `step` up to `end`, and the unit centred below.
+fn draw_axis(
+    b: &mut String,
+    top: f64,
+    y: f64,
+    (end, step): (f64, f64),
+    x: &dyn Fn(f64) -> f64,
+    unit: &str,
+) {
+    let _ = writeln!(
+        b,
+        r##"<path d="M{X0} {top}V{y}H{X1}" stroke="#444" fill="none"/>"##
+    );
+    let mut v = 0.0;
+    while v <= end + step / 2.0 {
+        let tx = x(v);
+        let _ = writeln!(
+            b,
+            r##"<path d="M{tx:.1} {y}v4" stroke="#444"/><text x="{tx:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"##,
+            y + 15.0,
+            esc(&tick(v, step))
+        );
+        v += step;
+    }
+    let _ = writeln!(
+        b,
+        r#"<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>"#,
+        (X0 + X1) / 2.0,
+        y + 31.0,
+        esc(unit)
+    );
+}
+
 /// An axis label with the decimals its step needs.
 fn tick(v: f64, step: f64) -> String {
     let d = if step >= 1.0 {
@@ -371,29 +405,7 @@ pub fn svg(title: &str, panels: &[Panel]) -> String {
             }
             y += 8.0;
         }
-        // Axis: line, ticks, labels, unit.
-        let _ = writeln!(
-            b,
-            r##"<path d="M{X0} {top}V{y}H{X1}" stroke="#444" fill="none"/>"##
-        );
-        let mut v = 0.0;
-        while v <= end + step / 2.0 {
-            let tx = x(v);
-            let _ = writeln!(
-                b,
-                r##"<path d="M{tx:.1} {y}v4" stroke="#444"/><text x="{tx:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"##,
-                y + 15.0,
-                esc(&tick(v, step))
-            );
-            v += step;
-        }
-        let _ = writeln!(
-            b,
-            r#"<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>"#,
-            (X0 + X1) / 2.0,
-            y + 31.0,
-            esc(&p.unit)
-        );
+        draw_axis(&mut b, top, y, (end, step), &x, &p.unit);
         y += 40.0;
     }
     let h = y + 10.0;
@@ -493,28 +505,7 @@ pub fn stacked(title: &str, unit: &str, note: &str, rows: &[StackRow]) -> String
         );
         y += ROW + 8.0;
     }
-    let _ = writeln!(
-        b,
-        r##"<path d="M{X0} {top}V{y}H{X1}" stroke="#444" fill="none"/>"##
-    );
-    let mut v = 0.0;
-    while v <= end + step / 2.0 {
-        let tx = x(v);
-        let _ = writeln!(
-            b,
-            r##"<path d="M{tx:.1} {y}v4" stroke="#444"/><text x="{tx:.1}" y="{}" font-size="11" text-anchor="middle">{}</text>"##,
-            y + 15.0,
-            esc(&tick(v, step))
-        );
-        v += step;
-    }
-    let _ = writeln!(
-        b,
-        r#"<text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>"#,
-        (X0 + X1) / 2.0,
-        y + 31.0,
-        esc(unit)
-    );
+    draw_axis(&mut b, top, y, (end, step), &x, unit);
     let h = y + 50.0;
     format!(
         "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{W}\" height=\"{h}\" viewBox=\"0 0 {W} {h}\" font-family=\"sans-serif\">\n<rect width=\"{W}\" height=\"{h}\" fill=\"white\"/>\n<text x=\"10\" y=\"22\" font-size=\"17\" font-weight=\"bold\">{}</text>\n{b}</svg>\n",

@@ -19,6 +19,7 @@ mod util;
 mod vm;
 
 use std::io::{IsTerminal, Write};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -254,25 +255,35 @@ fn paper_cmd(o: Opts) -> Result<i32> {
         // Run the suites with their own report beside the paper's.
         let mut inner = o.clone();
         inner.suites = PAPER_SUITES.iter().map(|s| s.to_string()).collect();
-        let tmp =
-            std::env::temp_dir().join(format!("berth-bench-paper-{}.json", std::process::id()));
-        inner.json = Some(o.json.clone().unwrap_or_else(|| tmp.clone()));
+        // Where nothing was named: a directory of our own (0700, made here, so not one a
+        // symbolic link points elsewhere), removed afterwards.
+        let tmp = std::env::temp_dir().join(format!(
+            "berth-bench-paper-{}-{}",
+            std::process::id(),
+            util::now_ns()
+        ));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&tmp)
+            .map_err(|e| format!("create {}: {e}", tmp.display()))?;
+        inner.json = Some(o.json.clone().unwrap_or_else(|| tmp.join("run.json")));
         inner.markdown = Some(match &o.markdown {
             Some(m) => m.with_file_name(format!(
                 "{}-suites.md",
                 m.file_stem().and_then(|s| s.to_str()).unwrap_or("paper")
             )),
-            None => {
-                std::env::temp_dir().join(format!("berth-bench-paper-{}.md", std::process::id()))
-            }
+            None => tmp.join("suites.md"),
         });
-        code = run(inner.clone())?;
+        let ran = run(inner.clone());
+        let d = ran.and_then(|c| {
+            code = c;
+            compare::load(inner.json.as_deref().unwrap_or(&tmp))
+        });
+        let _ = std::fs::remove_dir_all(&tmp);
         if code == 130 {
             return Ok(code);
         }
-        let d = compare::load(inner.json.as_deref().unwrap_or(&tmp))?;
-        let _ = std::fs::remove_file(&tmp);
-        d
+        d?
     } else {
         let docs = o
             .from

@@ -324,25 +324,7 @@ pub fn samples(doc: &Value, ours: Ours) -> Result<Vec<f64>, String> {
                 per_round(&with, &a)
             })
         }
-        Ours::Cgroups(field, rate) => {
-            let cg = suite_of("cgroups")?;
-            let of = |side: &str| -> Vec<f64> {
-                cg["rr"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|x| x["cgroup"] == side && x["rate"] == rate)
-                    .filter_map(|x| x["values"][field].as_f64())
-                    .collect()
-            };
-            let (v1, v2) = (of("v1"), of("v2"));
-            if v1.is_empty() || v2.is_empty() {
-                return Err(format!("{field} not counted here"));
-            }
-            // Runs of the two boots are not paired: each v1 run over v2's mean.
-            let m2 = v2.iter().sum::<f64>() / v2.len() as f64;
-            Ok(v1.iter().map(|x| x / m2).collect())
-        }
+        Ours::Cgroups(..) => Err("the two boots' runs are not paired: see estimate()".into()),
         Ours::Start(peer) => {
             let a = suite_of("activation")?;
             let key = if peer == "runc" {
@@ -358,9 +340,53 @@ pub fn samples(doc: &Value, ours: Ours) -> Result<Vec<f64>, String> {
     }
 }
 
+/// A ratio as this run measured it: mean and the half-width of its 95 % CI (NaN: one
+/// sample).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Est {
+    pub mean: f64,
+    pub ci95: f64,
+}
+
+/// A row's ratio: the mean of its per-round ratios, or, for cgroup v1 over v2 (two boots'
+/// runs, not paired), the ratio of the two sides' means with both sides' spread.
+pub fn estimate(doc: &Value, ours: Ours) -> Result<Est, String> {
+    if let Ours::Cgroups(field, rate) = ours {
+        let cg = &doc["suites"]["cgroups"];
+        if cg.is_null() {
+            return Err("suite cgroups not in this run".into());
+        }
+        if let Some(why) = cg["skipped"].as_str().or(cg["error"].as_str()) {
+            return Err(format!("cgroups: {why}"));
+        }
+        let of = |side: &str| -> Vec<f64> {
+            cg["rr"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|x| x["cgroup"] == side && x["rate"] == rate)
+                .filter_map(|x| x["values"][field].as_f64())
+                .collect()
+        };
+        let (v1, v2) = (of("v1"), of("v2"));
+        if v1.is_empty() || v2.is_empty() {
+            return Err(format!("{field} not counted here"));
+        }
+        return crate::suites::cgroups::ratio_of_means(&v1, &v2)
+            .map(|(mean, ci95)| Est { mean, ci95 })
+            .ok_or_else(|| format!("{field}: v2's mean is 0"));
+    }
+    let s = samples(doc, ours)?;
+    let x = summarize(&s).ok_or("no samples")?;
+    Ok(Est {
+        mean: x.mean,
+        ci95: x.ci95,
+    })
+}
+
 /// `0.98 ± 0.02`, and whether the interval holds 1 (or, for start times, the target).
-pub fn verdict(s: &[f64], ours: Ours, published: Option<f64>) -> (String, String) {
-    let Some(x) = summarize(s) else {
+pub fn verdict(x: Option<Est>, ours: Ours, published: Option<f64>) -> (String, String) {
+    let Some(x) = x else {
         return ("–".into(), "not measured".into());
     };
     let cell = if x.ci95.is_finite() {
@@ -513,9 +539,9 @@ pub fn render(doc: &Value, svg: Option<&str>) -> (String, Vec<Panel>) {
         );
         let mut groups = Vec::new();
         for row in t.rows {
-            let s = samples(doc, row.ours);
-            let (cell, v) = match &s {
-                Ok(s) => verdict(s, row.ours, row.ratio),
+            let e = estimate(doc, row.ours);
+            let (cell, v) = match &e {
+                Ok(e) => verdict(Some(*e), row.ours, row.ratio),
                 Err(why) => ("–".into(), why.clone()),
             };
             let _ = writeln!(
@@ -535,8 +561,13 @@ pub fn render(doc: &Value, svg: Option<&str>) -> (String, Vec<Panel>) {
                     hi: f64::NAN,
                 });
             }
-            if let Some(b) = s.ok().and_then(|s| Bar::of("this run", &s)) {
-                bars.push(b);
+            if let Ok(e) = e {
+                bars.push(Bar {
+                    series: "this run".into(),
+                    value: e.mean,
+                    lo: e.mean - e.ci95,
+                    hi: e.mean + e.ci95,
+                });
             }
             if !bars.is_empty() {
                 groups.push(Group {
@@ -649,7 +680,9 @@ mod tests {
         let s = samples(&d, Ours::Metric("cpu", "sysbench cpu, 1 instance")).unwrap();
         assert!((s[1] - 1.0 / 1.02).abs() < 1e-12);
         let s = samples(&d, Ours::Metric("cpu", "stress-ng cpu bitops")).unwrap();
-        let (cell, v) = verdict(&s, Ours::Metric("cpu", ""), None);
+        let _ = s;
+        let e = estimate(&d, Ours::Metric("cpu", "stress-ng cpu bitops")).ok();
+        let (cell, v) = verdict(e, Ours::Metric("cpu", ""), None);
         assert!(cell.starts_with("0.900 ± "), "{cell}");
         assert_eq!(v, "container 10.0 % worse");
         assert_eq!(
@@ -663,32 +696,40 @@ mod tests {
         )
         .unwrap();
         assert_eq!(m, vec![0.5, 0.5]);
+        // v1 over v2: one v2 run, so no CI; the ratio of the means
+        let e = estimate(&d, Ours::Cgroups("p999_us", "max")).unwrap();
+        assert!((e.mean - 1.2).abs() < 1e-12 && e.ci95.is_nan(), "{e:?}");
+        let tight = Est {
+            mean: 1.2,
+            ci95: 0.01,
+        };
         assert_eq!(
-            samples(&d, Ours::Cgroups("p999_us", "max")).unwrap(),
-            vec![1.2, 1.2]
-        );
-        assert_eq!(
-            verdict(&[1.2, 1.2], Ours::Cgroups("", ""), None).1,
+            verdict(Some(tight), Ours::Cgroups("", ""), None).1,
             "v1 20 % higher"
         );
-        assert!(samples(&d, Ours::Cgroups("instructions", "max"))
+        assert!(estimate(&d, Ours::Cgroups("instructions", "max"))
             .unwrap_err()
             .contains("not counted"));
         assert_eq!(
             samples(&d, Ours::Start("lxc-execute")).unwrap(),
             vec![0.5, 0.6]
         );
+        let est = |v: &[f64]| {
+            let s = summarize(v).unwrap();
+            Some(Est {
+                mean: s.mean,
+                ci95: s.ci95,
+            })
+        };
         let fast = [0.5, 0.6, 0.55, 0.52, 0.58];
+        let start = Ours::Start("lxc-execute");
+        assert_eq!(verdict(est(&fast), start, Some(0.8)).1, "at or below 0.8 ✓");
         assert_eq!(
-            verdict(&fast, Ours::Start("lxc-execute"), Some(0.8)).1,
-            "at or below 0.8 ✓"
-        );
-        assert_eq!(
-            verdict(&[0.5, 0.6], Ours::Start("lxc-execute"), Some(0.8)).1,
+            verdict(est(&[0.5, 0.6]), start, Some(0.8)).1,
             "0.8 within the interval"
         );
         assert_eq!(
-            verdict(&[0.9, 0.9], Ours::Start("runc"), Some(0.5)).1,
+            verdict(est(&[0.9, 0.9]), Ours::Start("runc"), Some(0.5)).1,
             "above 0.5 ✗"
         );
         assert_eq!(
@@ -699,7 +740,7 @@ mod tests {
             samples(&d, Ours::Metric("mem", "STREAM")).unwrap_err(),
             "suite mem not in this run"
         );
-        assert_eq!(verdict(&[], Ours::None(""), None).1, "not measured");
+        assert_eq!(verdict(None, Ours::None(""), None).1, "not measured");
     }
 
     #[test]

@@ -561,6 +561,17 @@ impl Perf {
     }
 }
 
+impl Drop for Perf {
+    /// A run that ends early (an error, Ctrl-C) must not leave a system-wide recording
+    /// running; a killed berth-bench's is ended by the next run's sweep (its command line
+    /// names the sandbox).
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.kill();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

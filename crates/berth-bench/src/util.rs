@@ -8,7 +8,7 @@ use std::os::fd::AsRawFd;
 use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// The first `tool` on PATH: the kit's, which the end-to-end tests use too.
 pub use berth_testkit::which;
@@ -57,10 +57,7 @@ impl<T, E: fmt::Display> Context<T> for std::result::Result<T, E> {
 /// CLOCK_REALTIME in nanoseconds: the clock the payload reads inside the container, so both
 /// ends of an activation measurement use the same one.
 pub fn now_ns() -> i128 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as i128)
-        .unwrap_or(0)
+    berth_sys::process::realtime_ns() as i128
 }
 
 pub fn ms_between(t0_ns: i128, t1_ns: i128) -> f64 {

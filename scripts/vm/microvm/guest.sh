@@ -24,7 +24,11 @@ while read -r name run args; do
     [ -n "$name" ] || continue
     # shellcheck disable=SC2086
     out=$(fio $args --output-format=json 2>/tmp/fio.err | tr -d '\n')
-    [ -n "$out" ] || fail "fio-$name" "$(tail -3 /tmp/fio.err | tr '\n' ' ')"
+    # fio may say something ("Laying out IO file", notes) before its JSON.
+    case $out in
+        *\{*) out="{${out#*\{}" ;;
+        *) fail "fio-$name" "no JSON from fio: $(tail -3 /tmp/fio.err | tr '\n' ' ')" ;;
+    esac
     echo "VMBENCH fio $name $run $out"
 done <fio-jobs
 rm -f fio.dat*

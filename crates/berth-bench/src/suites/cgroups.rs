@@ -91,6 +91,8 @@ pub const FIELDS: &[(&str, &str, &str)] = &[
 pub struct Results {
     pub rr: Vec<(String, String, Value)>,
     pub start: Vec<(String, Value)>,
+    /// Boots that failed, and lines that did not parse.
+    pub errors: Vec<String>,
 }
 
 impl Results {
@@ -117,7 +119,11 @@ impl Results {
             match vm::bench_line(l) {
                 Some((k, rate, _, v)) if k == "rr" => self.rr.push((side.into(), rate, v)),
                 Some((k, _, _, v)) if k == "start" => self.start.push((side.into(), v)),
-                _ => {}
+                Some(_) => {}
+                None => self.errors.push(format!(
+                    "cgroup {side}: a result line that does not parse: {}",
+                    l.chars().take(120).collect::<String>()
+                )),
             }
         }
     }
@@ -167,38 +173,59 @@ impl Suite for Cgroups {
             let budget = 120
                 + (rates * p.runs) as u32 * (p.secs + 3) * slow
                 + p.start_runs as u32 * 5 * slow;
-            let mut boot = Boot::start(
-                &format!("cgroups {side}"),
-                &scripts,
-                &image,
-                &accel,
-                &ctx.sb.berth,
-                &payload,
-                &BootOpts {
-                    cgroup: if side == "v1" { "v1" } else { "v2" },
-                    append: if side == DYNMODS {
-                        "berth.cgroup2_opts=favordynmods"
-                    } else {
-                        ""
-                    },
-                    timeout_s: budget * 3,
-                    ..BootOpts::default()
-                },
-            )?;
-            let mut lines = Vec::new();
-            boot.until("VMTEST PASS", Duration::from_secs(budget as u64 * 2), |l| {
-                if l.starts_with("VMBENCH ") {
-                    lines.push(l.to_string());
+            // A boot that fails (a kernel without favordynmods, a guest that breaks off)
+            // leaves the other sides' figures standing; the report says why.
+            match boot_side(ctx.sb, &scripts, &image, &accel, &payload, side, budget) {
+                Ok(lines) => res.take(side, &lines),
+                Err(e) => {
+                    crate::util::check_interrupted()?;
+                    res.errors.push(format!("cgroup {side}: {e}"));
                 }
-            })?;
-            let rc = boot.finish(Duration::from_secs(60))?;
-            if rc != 0 {
-                return Err(format!("the cgroup {side} boot exited with {rc}").into());
             }
-            res.take(side, &lines);
         }
         Ok(report(&p, &accel, &res))
     }
+}
+
+/// One boot: its `VMBENCH` lines.
+fn boot_side(
+    sb: &Sandbox,
+    scripts: &Path,
+    image: &Path,
+    accel: &Accel,
+    payload: &Path,
+    side: &str,
+    budget: u32,
+) -> Result<Vec<String>> {
+    let mut boot = Boot::start(
+        &format!("cgroups {side}"),
+        scripts,
+        image,
+        accel,
+        &sb.berth,
+        payload,
+        &BootOpts {
+            cgroup: if side == "v1" { "v1" } else { "v2" },
+            append: if side == DYNMODS {
+                "berth.cgroup2_opts=favordynmods"
+            } else {
+                ""
+            },
+            timeout_s: budget * 3,
+            ..BootOpts::default()
+        },
+    )?;
+    let mut lines = Vec::new();
+    boot.until("VMTEST PASS", Duration::from_secs(budget as u64 * 2), |l| {
+        if l.starts_with("VMBENCH ") {
+            lines.push(l.to_string());
+        }
+    })?;
+    let rc = boot.finish(Duration::from_secs(60))?;
+    if rc != 0 {
+        return Err(format!("the boot exited with {rc}").into());
+    }
+    Ok(lines)
 }
 
 /// The guest's settings for one side.
@@ -261,17 +288,14 @@ fn payload(main: &Sandbox, scripts: &Path, p: &Plan) -> Result<std::path::PathBu
     Ok(out)
 }
 
-/// `1.07 ± 0.03 (v1 7 % higher)`, or within noise; over v2, per run (runs are independent:
-/// the ratio of the means, its CI from both sides' spread).
-pub fn v1_over_v2(v1: &[f64], v2: &[f64]) -> String {
-    let (Some(a), Some(b)) = (summarize(v1), summarize(v2)) else {
-        return "–".into();
-    };
+/// The ratio of two independent samples' means and its 95 % CI (first-order: the relative
+/// errors add in quadrature; NaN with a single sample on either side).
+pub fn ratio_of_means(a: &[f64], b: &[f64]) -> Option<(f64, f64)> {
+    let (a, b) = (summarize(a)?, summarize(b)?);
     if b.mean == 0.0 {
-        return "–".into();
+        return None;
     }
     let r = a.mean / b.mean;
-    // First-order error of a ratio of independent means.
     let rel = |s: &crate::stats::Summary| {
         if s.mean != 0.0 {
             s.ci95 / s.mean
@@ -279,7 +303,15 @@ pub fn v1_over_v2(v1: &[f64], v2: &[f64]) -> String {
             f64::NAN
         }
     };
-    let ci = r * (rel(&a).powi(2) + rel(&b).powi(2)).sqrt();
+    Some((r, r * (rel(&a).powi(2) + rel(&b).powi(2)).sqrt()))
+}
+
+/// `1.07 ± 0.03 (v1 7 % higher)`, or within noise; over v2, per run (runs are independent:
+/// the ratio of the means, its CI from both sides' spread).
+pub fn v1_over_v2(v1: &[f64], v2: &[f64]) -> String {
+    let Some((r, ci)) = ratio_of_means(v1, v2) else {
+        return "–".into();
+    };
     if !ci.is_finite() {
         return format!("{r:.3} (one run: no CI)");
     }
@@ -369,6 +401,11 @@ fn report(p: &Plan, accel: &Accel, res: &Results) -> SuiteOutput {
             fav,
         ]);
     }
+    if let Some(first) = sections.first_mut() {
+        first
+            .notes
+            .extend(res.errors.iter().map(|e| format!("error: {e}")));
+    }
     sections.push(Section {
         title: "berth start of an idle package, each side".into(),
         table: st,
@@ -417,7 +454,7 @@ fn report(p: &Plan, accel: &Accel, res: &Results) -> SuiteOutput {
             "accel_reason": match accel { Accel::Tcg(w) => json!(w), Accel::Kvm => Value::Null },
             "plan": {"rates": p.rates, "runs": p.runs, "secs": p.secs, "start_runs": p.start_runs,
                      "message_bytes": MSG, "cpu_max": CPU_MAX},
-            "rr": rr, "start": start, "series": series,
+            "rr": rr, "start": start, "series": series, "errors": res.errors,
         }),
     }
 }

@@ -150,6 +150,12 @@ impl Row {
         }
     }
 
+    /// Platform `i` could not measure this round: a NaN keeps the later rounds paired.
+    fn failed(&mut self, i: usize, e: crate::util::Error) {
+        self.samples[i].push(f64::NAN);
+        self.errors.push(format!("{}: {e}", PLATFORMS[i]));
+    }
+
     /// Platform `i` over the host, round by round.
     pub fn ratios(&self, i: usize) -> Vec<f64> {
         self.samples[0]
@@ -205,6 +211,7 @@ const NEEDED: &[(&str, &str)] = &[
     ("iperf3", "iperf3"),
     ("sockperf", "sockperf"),
     ("runc", "runc"),
+    ("nc.openbsd", "netcat-openbsd"),
     ("ip", "iproute2"),
     ("nsenter", "util-linux"),
     ("perl", "perl-base"),
@@ -271,7 +278,7 @@ impl Suite for MicroVm {
                         });
                         match bw {
                             Ok(v) => row.samples[i].push(v / 1048576.0),
-                            Err(e) => row.errors.push(format!("{}: {e}", PLATFORMS[i])),
+                            Err(e) => row.failed(i, e),
                         }
                     }
                     let bw = world.runc.fio(&args).and_then(|t| {
@@ -280,7 +287,7 @@ impl Suite for MicroVm {
                     });
                     match bw {
                         Ok(v) => row.samples[2].push(v / 1048576.0),
-                        Err(e) => row.errors.push(format!("runc: {e}")),
+                        Err(e) => row.failed(2, e),
                     }
                 }
             }
@@ -290,16 +297,24 @@ impl Suite for MicroVm {
                     crate::util::check_interrupted()?;
                     match world.client(row, t, p.net_secs) {
                         Ok(v) => row.samples[i].push(v),
-                        Err(e) => row.errors.push(format!("{}: {e}", PLATFORMS[i])),
+                        Err(e) => row.failed(i, e),
                     }
                 }
             }
         }
         drop(hg);
         let _ = sb.ok(&["stop", PKG]);
-        vm_phase(
+        // A microVM that fails (does not boot, breaks off) leaves the other platforms'
+        // figures standing; its rows say why.
+        let vm = vm_phase(
             &mut world, &scripts, &image, &accel, sb, &p, &mut fio, &mut net,
-        )?;
+        );
+        if let Err(e) = vm {
+            crate::util::check_interrupted()?;
+            for row in fio.iter_mut().chain(net.iter_mut()) {
+                row.errors.push(format!("microvm: {e}"));
+            }
+        }
         Ok(report(&p, &accel, &fio, &net))
     }
 }
@@ -394,22 +409,31 @@ fn vm_phase(
             }
         },
     )?;
+    // Each job's round has its place: a job without a result stays NaN, with its reason.
+    for row in fio.iter_mut() {
+        row.samples[3] = vec![f64::NAN; p.rounds];
+    }
     for l in &lines {
-        let Some((kind, name, _run, v)) = vm::bench_line(l) else {
-            continue;
-        };
-        if kind != "fio" {
-            continue;
-        }
-        let Some(k) = fio_index(p, &name) else {
-            continue;
-        };
-        let write = name.starts_with("write") || name.starts_with("randwrite");
-        match v["jobs"][0][if write { "write" } else { "read" }]["bw_bytes"].as_f64() {
-            Some(b) => fio[k].samples[3].push(b / 1048576.0),
-            None => fio[k]
-                .errors
-                .push(format!("microvm: no bandwidth for {name}")),
+        match vm::bench_line(l) {
+            Some((kind, name, run, v)) if kind == "fio" => {
+                let (Some(k), true) = (fio_index(p, &name), run < p.rounds) else {
+                    continue;
+                };
+                let write = name.starts_with("write") || name.starts_with("randwrite");
+                match fio_bw(&v.to_string(), write) {
+                    Some(b) => fio[k].samples[3][run] = b / 1048576.0,
+                    None => fio[k]
+                        .errors
+                        .push(format!("microvm: no bandwidth for {name} (round {run})")),
+                }
+            }
+            Some(_) => {}
+            None => {
+                let what = l.split(' ').take(3).collect::<Vec<_>>().join(" ");
+                fio[0].errors.push(format!(
+                    "microvm: a result line that does not parse: {what} …"
+                ));
+            }
         }
     }
     let t = w.targets()[3].clone();
@@ -419,12 +443,12 @@ fn vm_phase(
             crate::util::check_interrupted()?;
             match w.client(row, &t, p.net_secs) {
                 Ok(v) => row.samples[3].push(v),
-                Err(e) => row.errors.push(format!("microvm: {e}")),
+                Err(e) => row.failed(3, e),
             }
         }
     }
     // Done: the guest powers off after this connection.
-    let _ = w.tm(&format!("sh -c 'echo done | nc -N -w 5 {GUEST_ADDR} {CTL_PORT} || echo done | nc -w 5 {GUEST_ADDR} {CTL_PORT}'"));
+    let _ = w.tm(&format!("sh -c 'echo done | nc.openbsd -N -w 5 {GUEST_ADDR} {CTL_PORT}'"));
     boot.until("VMTEST PASS", Duration::from_secs(120), |_| {})?;
     let rc = boot.finish(Duration::from_secs(120))?;
     if rc != 0 {
