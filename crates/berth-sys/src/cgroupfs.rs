@@ -460,6 +460,12 @@ impl OomWatch {
         while unsafe { libc::read(self.fd(), buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
     }
 
+    /// v1's eventfd fires when an OOM begins, before its kill is chosen and counted; v2's
+    /// `memory.events` changes with the count itself (and with every other event).
+    pub fn fires_before_the_kill(&self) -> bool {
+        self._control.is_some()
+    }
+
     /// The cgroup's OOM kills so far (`oom_kill`), if the kernel counts them (v1: 4.13+).
     pub fn kills(&self) -> Option<u64> {
         keyed(&self.counter, "oom_kill")

@@ -405,8 +405,16 @@ pub fn release_own_code(evict: bool) -> usize {
     total
 }
 
-/// The read-only, never-written file mappings (start, end, of our own executable), found
-/// once in /proc/self/smaps (they do not change after load) so that releasing them again
+/// Finds the ranges [`release_own_code`] releases, once: call it while no other thread can
+/// be loading a library (a mapping seen half-way through `dlopen` may later hold a
+/// library's data). Libraries loaded after it are not released.
+pub fn find_code_ranges() {
+    code_ranges();
+}
+
+/// The read-only, never-written file mappings (start, end, of our own executable) of the
+/// executable and the shared objects loaded when first called, from /proc/self/smaps (they
+/// stay as they are while mapped: no library is unloaded) so that releasing them again
 /// costs only the madvise calls.
 fn code_ranges() -> &'static [(usize, usize, bool)] {
     static RANGES: std::sync::OnceLock<Vec<(usize, usize, bool)>> = std::sync::OnceLock::new();
@@ -448,6 +456,14 @@ fn code_ranges_of(smaps: &str, exe: &std::path::Path) -> Vec<(usize, usize, bool
             }
         }
     }
+    // Files with code mapped (r-xp): the executable and loaded shared objects, not a data
+    // file that happens to be named like one (ld.so.cache, which the loader maps only for
+    // a dlopen's while).
+    let loaded: std::collections::BTreeSet<String> = maps
+        .iter()
+        .filter(|m| m.2 == "r-xp")
+        .map(|m| m.3.clone())
+        .collect();
     maps.into_iter()
         // Only read-only, private file mappings with no page ever written: code, and
         // read-only data other than RELRO (the GOT and .data.rel.ro hold relocations
@@ -460,7 +476,7 @@ fn code_ranges_of(smaps: &str, exe: &std::path::Path) -> Vec<(usize, usize, bool
         // A data file someone maps for a moment (liblxc reads configurations through mmap)
         // is gone later, and its addresses may hold a heap or a stack by then: dropping
         // those pages would zero live memory.
-        .filter(|(_, _, own, path)| *own || is_shared_object(path))
+        .filter(|(_, _, own, path)| *own || (is_shared_object(path) && loaded.contains(path)))
         .map(|(a, b, own, _)| (a, b, own))
         .collect()
 }
@@ -869,6 +885,8 @@ Anonymous:             0 kB
 Anonymous:             0 kB
 7f0000400000-7f0000401000 r--p 00000000 fe:01 41 /usr/lib/x86_64-linux-gnu/libsocket.so.notalib/x
 Anonymous:             0 kB
+7f0000500000-7f0000510000 r--p 00000000 fe:01 42 /etc/ld.so.cache
+Anonymous:             0 kB
 ";
         let r = code_ranges_of(smaps, std::path::Path::new("/usr/bin/berth"));
         assert_eq!(
@@ -879,7 +897,7 @@ Anonymous:             0 kB
                 (0x7f0000000000, 0x7f0000028000, false),
                 (0x7f0000028000, 0x7f000019d000, false),
             ],
-            "RELRO (written), rw, shared, [vdso] and data-file mappings are never released"
+            "RELRO (written), rw, shared, [vdso], data files and a shared-object name without code mapped (ld.so.cache) are never released"
         );
         assert!(is_shared_object("/lib/ld-musl-mipsel-sf.so.1"));
         assert!(is_shared_object("/usr/lib/liblxc.so"));

@@ -47,6 +47,9 @@ pub struct Daemon {
     /// since 32-bit MIPS has no 64-bit atomics; ages are differences, so the wrap after 49
     /// days does not matter). The watchdog reads them.
     beats: [AtomicU32; Component::ALL.len()],
+    /// Each component's last heartbeat proper (same clock): not a busy mark, and after any
+    /// stall. The confirmation of a start needs one after it asked.
+    alive: [AtomicU32; Component::ALL.len()],
     /// Test hooks only: seconds a component is to sleep at its next heartbeat.
     stalls: [AtomicU32; Component::ALL.len()],
     /// Set by the watchdog thread to have the supervisor beat now ([`Daemon::ask_beats`]).
@@ -170,6 +173,7 @@ impl Daemon {
             beat_asked: Default::default(),
             boot: BootState::default(),
             beats: Default::default(),
+            alive: Default::default(),
             stalls: Default::default(),
             test_hooks,
             capi: Default::default(),
@@ -204,7 +208,9 @@ impl Daemon {
             log::warn!("test hook: the {} stalls for {stall} s", c.name());
             std::thread::sleep(Duration::from_secs(stall as u64));
         }
-        self.beats[c as usize].store(self.clock_ms(), Ordering::SeqCst);
+        let now = self.clock_ms();
+        self.beats[c as usize].store(now, Ordering::SeqCst);
+        self.alive[c as usize].store(now, Ordering::SeqCst);
     }
 
     /// A component starts work that may legitimately take long (the supervisor handling an
@@ -239,9 +245,10 @@ impl Daemon {
         }
     }
 
-    /// When the component last beat (`clock_ms`; in the future while it is busy).
-    pub fn beat_ms(&self, c: Component) -> u32 {
-        self.beats[c as usize].load(Ordering::SeqCst)
+    /// When the component last beat for real (`clock_ms`): a busy mark
+    /// ([`Daemon::beat_busy`]) does not count, and a stalled beat counts when the stall ends.
+    pub fn alive_ms(&self, c: Component) -> u32 {
+        self.alive[c as usize].load(Ordering::SeqCst)
     }
 
     /// Milliseconds since the component's last heartbeat; negative while it is busy.

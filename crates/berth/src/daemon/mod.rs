@@ -91,6 +91,9 @@ pub fn run(cfg: Config) -> Result<()> {
         d.cfg.paths.admin_socket().display(),
         std::process::id()
     );
+    // The code the daemon hands back when idle, found while this is its only thread that
+    // loads libraries (the supervisor may load liblxc).
+    berth_sys::process::find_code_ranges();
     // The supervisor first hands the containers to their machines (it may start some).
     d.beat_busy(context::Component::Supervisor);
     supervisor::spawn(&d, taken_over);

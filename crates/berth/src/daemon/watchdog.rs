@@ -60,9 +60,10 @@ pub(crate) fn spawn(d: &Arc<Daemon>) -> Handle {
 }
 
 /// Without a device: at `confirm_after`, asks the loops for a heartbeat each and confirms
-/// this start once every one has beaten since. A loop that is busy (a start or a stop in
-/// hand: a heartbeat in the future) or silent is waited for, at most 3 × the interval; then
-/// it is named and asked again an interval later.
+/// this start once every one has beaten since (a heartbeat proper: being busy with a start or
+/// a stop, a heartbeat in the future for the device's sake, does not count, nor a stalled
+/// one before its stall ends). A loop that has not is waited for, at most 3 × the interval;
+/// then it is named and asked again an interval later.
 fn confirm_on_demand(d: &Daemon) {
     let interval = Duration::from_millis(d.cfg.watchdog.interval_ms);
     let confirm_at = d.started + Duration::from_millis(d.cfg.boot.confirm_after_ms);
@@ -74,15 +75,9 @@ fn confirm_on_demand(d: &Daemon) {
         d.ask_beats();
         let deadline = Instant::now() + 3 * interval;
         let silent = loop {
-            let now = d.clock_ms();
             let silent: Vec<Component> = Component::ALL
                 .into_iter()
-                .filter(|c| {
-                    let at = d.beat_ms(*c);
-                    let after_ask = (at.wrapping_sub(asked) as i32) > 0;
-                    let not_busy = (now.wrapping_sub(at) as i32) >= 0;
-                    !(after_ask && not_busy)
-                })
+                .filter(|c| (d.alive_ms(*c).wrapping_sub(asked) as i32) <= 0)
                 .collect();
             if silent.is_empty() || Instant::now() >= deadline {
                 break silent;

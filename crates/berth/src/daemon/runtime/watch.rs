@@ -206,11 +206,15 @@ fn run(d: &Daemon, wake: OwnedFd, queue: &Mutex<Vec<Watched>>) {
                     while matches!(wake.read(&mut b), Ok(n) if n > 0) {}
                 }
                 (Slot::Oom(i), true) => {
-                    if let Some(o) = &runs[*i].oom {
-                        o.drain();
-                    }
                     let w = &mut runs[*i];
-                    if !look_for_oom_kills(d, w) {
+                    // v1 tells of an OOM before its kill is counted: look again a few times.
+                    // v2's file changes with the count (and with memory.high's events,
+                    // which need no looks).
+                    let again = w.oom.as_ref().is_some_and(|o| {
+                        o.drain();
+                        o.fires_before_the_kill() && o.kills().is_some()
+                    });
+                    if !look_for_oom_kills(d, w) && again {
                         w.oom_again = Some((Instant::now() + OOM_LOOK, OOM_LOOKS));
                     }
                 }
