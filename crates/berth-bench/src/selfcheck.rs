@@ -53,6 +53,17 @@ pub fn check(
                 ));
             }
         }
+        // Failed runs a suite recorded and went on without (microvm, cgroups): the suite's
+        // own list and its rows'.
+        let rows = raw.as_object().into_iter().flat_map(|o| o.values());
+        let lists = std::iter::once(&raw["errors"]).chain(
+            rows.filter_map(Value::as_array)
+                .flatten()
+                .map(|r| &r["errors"]),
+        );
+        for e in lists.filter_map(Value::as_array).flatten() {
+            problems.push(format!("{name}: {}", e.as_str().unwrap_or("an error")));
+        }
         let n: usize = chart::panels(name, raw)
             .iter()
             .flat_map(|p| &p.groups)
@@ -105,18 +116,23 @@ mod tests {
             "net": {"skipped": "iperf3 is not installed"},
             "fs": {"metrics": [{"test": "d", "host": [], "guest": [], "error": "fio failed"}]},
             "footprint": {"error": "the suite failed: boom"},
+            "cgroups": {"errors": ["cgroup v1: the boot exited with 1"], "rr": [{"x": [1.0]}]},
+            "microvm": {"fio": [{"host": [1.0], "errors": ["microvm: read-4k (round 0): no JSON"]},
+                                {"host": [2.0], "errors": []}]},
             "activation": {"order": []},
         }});
-        let md = "# r\n## cpu\n## mem\n## net\n## fs\n## footprint\n";
+        let md = "# r\n## cpu\n## mem\n## net\n## fs\n## footprint\n## cgroups\n## microvm\n";
         let (_, p) = check(&doc.to_string(), md, &[]);
         assert_eq!(
             p,
             [
                 "activation: not in the report",
                 "activation: no numbers, and no reason why",
+                "cgroups: cgroup v1: the boot exited with 1",
                 "footprint: the suite failed: boom",
                 "fs: d: fio failed",
                 "fs: no numbers, and no reason why",
+                "microvm: microvm: read-4k (round 0): no JSON",
             ]
         );
         let good = json!({"suites": {"cpu": doc["suites"]["cpu"].clone(), "net": doc["suites"]["net"].clone()}});

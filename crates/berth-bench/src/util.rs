@@ -95,6 +95,32 @@ pub fn run(cmd: &mut Command) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).to_string())
 }
 
+/// `runc run -d --bundle BUNDLE ID` (`runc` is runc with its global options), its stderr
+/// in `BUNDLE/run-d.stderr`; returns [`now_ns`] just before runc is spawned and just after
+/// it returned. Not `output()`: the detached container keeps runc's stdio open for its
+/// lifetime.
+pub fn runc_run_detached(
+    mut runc: Command,
+    bundle: &std::path::Path,
+    id: &str,
+) -> Result<(i128, i128)> {
+    let err_file = bundle.join("run-d.stderr");
+    let err = File::create(&err_file).context("create runc's stderr file")?;
+    runc.args(["run", "-d", "--bundle"])
+        .arg(bundle)
+        .arg(id)
+        .stdout(Stdio::null())
+        .stderr(err);
+    let t0 = now_ns();
+    let st = runc.status().context("run runc")?;
+    let t_ret = now_ns();
+    if !st.success() {
+        let msg = std::fs::read_to_string(&err_file).unwrap_or_default();
+        bail!("runc run -d failed ({st}): {}", msg.trim());
+    }
+    Ok((t0, t_ret))
+}
+
 /// Runs a command for its side effect only; failures are ignored (cleanup).
 pub fn run_quiet(cmd: &mut Command) {
     let _ = cmd

@@ -9,8 +9,8 @@
 # server's context switches and migrations from /proc. Then the time of `berth start` of an
 # idle package, START_RUNS times (the cgroup moves of LXC's monitor are on its path). With
 # RATES empty (the boot with cgroup2's favordynmods) only the start times.
-# Output, one line each: VMBENCH rr RATE RUN {JSON}, VMBENCH start idle RUN {JSON},
-# VMTEST PASS|FAIL NAME DETAIL.
+# Output, one line each: VMBENCH rr RATE RUN {JSON}, VMBENCH start idle RUN {JSON} (a run
+# that failed: {"error": WHY}, and the others go on), VMTEST PASS|FAIL NAME DETAIL.
 set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 here=$(pwd)
@@ -24,6 +24,8 @@ wait_for() { # SECONDS COMMAND...: polls until the command succeeds
     while [ "$n" -gt 0 ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; n=$((n - 1)); done
     return 1
 }
+# A run that failed, as a result line of its own (the other runs go on): KIND NAME RUN WHY.
+run_error() { echo "VMBENCH $1 $2 $3 {\"error\":\"$(echo "$4" | tr '\n\t' '  ' | tr -cd '[:print:]' | tr -d '"\\' | cut -c1-300)\"}"; }
 # The sum of FIELD over every thread of process PID's /proc/PID/task/*/FILE ("key: value").
 per_task() {
     cat /proc/"$1"/task/*/"$2" 2>/dev/null | awk -v k="$3" '$1 == k || $1 == k":" {s += $NF} END {print s + 0}'
@@ -91,7 +93,10 @@ for rate in $RATES; do
         m1=$(per_task "$srv" sched se.nr_migrations)
         stat=$(cat /tmp/perf.csv 2>/dev/null)
         p50=$(pct "$out" "percentile 50.000")
-        [ "$p50" != null ] || fail "rr-$rate" "no percentiles: $(echo "$out" | tail -3 | tr '\n' ' ')"
+        if [ "$p50" = null ]; then
+            run_error rr "$rate" "$r" "no percentiles from sockperf: $(echo "$out" | tail -3)"
+            continue
+        fi
         echo "VMBENCH rr $rate $r {\"p50_us\":$p50,\"p99_us\":$(pct "$out" "percentile 99.000"),\"p999_us\":$(pct "$out" "percentile 99.900"),\"max_us\":$(pct "$out" "<MAX> observation"),\"avg_us\":$(kv "$out" avg-rtt),\"messages\":$(kv "$out" SentMessages),\"server_voluntary_switches\":$((v1 - v0)),\"server_involuntary_switches\":$((n1 - n0)),\"server_migrations\":$((m1 - m0)),\"instructions\":$(ev "$stat" instructions),\"context_switches\":$(ev "$stat" context-switches),\"cpu_migrations\":$(ev "$stat" cpu-migrations)}"
     done
 done
@@ -101,7 +106,11 @@ r=0
 while [ "$r" -lt "$START_RUNS" ]; do
     r=$((r + 1))
     t0=$(date +%s%N)
-    out=$(b --json start idle 2>&1) || fail start-idle "$out"
+    if ! out=$(b --json start idle 2>&1); then
+        run_error start idle "$r" "berth start idle: $out"
+        b stop idle >/dev/null 2>&1
+        continue
+    fi
     t1=$(date +%s%N)
     ms=$(echo "$out" | tr -d ' \n' | grep -o '"start_ms":[0-9.]*' | cut -d: -f2)
     echo "VMBENCH start idle $r {\"cli_us\":$(((t1 - t0) / 1000)),\"start_ms\":${ms:-null}}"

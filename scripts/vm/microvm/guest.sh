@@ -3,7 +3,8 @@
 # run.sh; berth-bench writes bench.conf and fio-jobs next to it). The same fio jobs the host,
 # the berth container and runc run, on the payload disk (virtio-blk), then the network
 # servers on the virtio-net card, until the host has run its clients against them.
-# Output, one line each: VMBENCH fio NAME RUN {fio's JSON on one line}; VMTEST READY (the
+# Output, one line each: VMBENCH fio NAME RUN {fio's JSON on one line, or {"error": WHY}:
+# the other jobs go on}; VMTEST READY (the
 # servers listen); VMTEST PASS|FAIL NAME DETAIL; the guest powers off after the host's
 # "done" (a connection to CTL_PORT).
 set -u
@@ -27,7 +28,7 @@ while read -r name run args; do
     # fio may say something ("Laying out IO file", notes) before its JSON.
     case $out in
         *\{*) out="{${out#*\{}" ;;
-        *) fail "fio-$name" "no JSON from fio: $(tail -3 /tmp/fio.err | tr '\n' ' ')" ;;
+        *) out="{\"error\":\"no JSON from fio: $(tail -3 /tmp/fio.err | tr '\n\t' '  ' | tr -cd '[:print:]' | tr -d '"\\' | cut -c1-300)\"}" ;;
     esac
     echo "VMBENCH fio $name $run $out"
 done <fio-jobs

@@ -254,24 +254,7 @@ impl Peers<'_> {
         let Some(r) = &self.runc else { return Ok(()) };
         let stamp_file = r.data.join("t0");
         remove(&stamp_file);
-        // Not `output()`: the detached container keeps runc's stdout open for its lifetime.
-        let err_file = r.bundle_wait.join("run-d.stderr");
-        let err = std::fs::File::create(&err_file).context("create runc's stderr file")?;
-        let t0 = now_ns();
-        let st = r
-            .cmd()
-            .args(["run", "-d", "--bundle"])
-            .arg(&r.bundle_wait)
-            .arg(RUNC_ID)
-            .stdout(Stdio::null())
-            .stderr(err)
-            .status()
-            .context("run runc")?;
-        let t_ret = now_ns();
-        if !st.success() {
-            let msg = std::fs::read_to_string(&err_file).unwrap_or_default();
-            bail!("runc run -d failed ({st}): {}", msg.trim());
-        }
+        let (t0, t_ret) = crate::util::runc_run_detached(r.cmd(), &r.bundle_wait, RUNC_ID)?;
         let stamp = wait_stamp(self.kind, &stamp_file, None, "runc")?;
         let state: Value =
             serde_json::from_str(&run(r.cmd().args(["state", RUNC_ID]))?).context("runc state")?;

@@ -117,6 +117,11 @@ impl Results {
     pub fn take(&mut self, side: &str, lines: &[String]) {
         for l in lines {
             match vm::bench_line(l) {
+                // A run that failed in the guest (the others went on).
+                Some((k, what, run, v)) if v.get("error").is_some() => self.errors.push(format!(
+                    "cgroup {side}: {k} {what} run {run}: {}",
+                    v["error"].as_str().unwrap_or("failed")
+                )),
                 Some((k, rate, _, v)) if k == "rr" => self.rr.push((side.into(), rate, v)),
                 Some((k, _, _, v)) if k == "start" => self.start.push((side.into(), v)),
                 Some(_) => {}
@@ -175,19 +180,23 @@ impl Suite for Cgroups {
                 + p.start_runs as u32 * 5 * slow;
             // A boot that fails (a kernel without favordynmods, a guest that breaks off)
             // leaves the other sides' figures standing; the report says why.
-            match boot_side(ctx.sb, &scripts, &image, &accel, &payload, side, budget) {
-                Ok(lines) => res.take(side, &lines),
-                Err(e) => {
-                    crate::util::check_interrupted()?;
-                    res.errors.push(format!("cgroup {side}: {e}"));
-                }
+            // What a boot that broke off said before is kept.
+            let mut lines = Vec::new();
+            let booted = boot_side(
+                ctx.sb, &scripts, &image, &accel, &payload, side, budget, &mut lines,
+            );
+            res.take(side, &lines);
+            if let Err(e) = booted {
+                crate::util::check_interrupted()?;
+                res.errors.push(format!("cgroup {side}: {e}"));
             }
         }
         Ok(report(&p, &accel, &res))
     }
 }
 
-/// One boot: its `VMBENCH` lines.
+/// One boot: its `VMBENCH` lines go to `lines` as they come.
+#[allow(clippy::too_many_arguments)]
 fn boot_side(
     sb: &Sandbox,
     scripts: &Path,
@@ -196,7 +205,8 @@ fn boot_side(
     payload: &Path,
     side: &str,
     budget: u32,
-) -> Result<Vec<String>> {
+    lines: &mut Vec<String>,
+) -> Result<()> {
     let mut boot = Boot::start(
         &format!("cgroups {side}"),
         scripts,
@@ -215,7 +225,6 @@ fn boot_side(
             ..BootOpts::default()
         },
     )?;
-    let mut lines = Vec::new();
     boot.until("VMTEST PASS", Duration::from_secs(budget as u64 * 2), |l| {
         if l.starts_with("VMBENCH ") {
             lines.push(l.to_string());
@@ -225,7 +234,7 @@ fn boot_side(
     if rc != 0 {
         return Err(format!("the boot exited with {rc}").into());
     }
-    Ok(lines)
+    Ok(())
 }
 
 /// The guest's settings for one side.
@@ -401,11 +410,6 @@ fn report(p: &Plan, accel: &Accel, res: &Results) -> SuiteOutput {
             fav,
         ]);
     }
-    if let Some(first) = sections.first_mut() {
-        first
-            .notes
-            .extend(res.errors.iter().map(|e| format!("error: {e}")));
-    }
     sections.push(Section {
         title: "berth start of an idle package, each side".into(),
         table: st,
@@ -414,6 +418,12 @@ fn report(p: &Plan, accel: &Accel, res: &Results) -> SuiteOutput {
             p.start_runs
         )],
     });
+    // The errors under the first table (there is always one: the start times').
+    if let Some(first) = sections.first_mut() {
+        first
+            .notes
+            .extend(res.errors.iter().map(|e| format!("error: {e}")));
+    }
     let mut rr = Vec::new();
     for (side, rate, v) in &res.rr {
         rr.push(json!({"cgroup": side, "rate": rate, "values": v}));

@@ -400,7 +400,7 @@ fn vm_phase(
         },
     )?;
     let mut lines = Vec::new();
-    boot.until(
+    let ready = boot.until(
         "VMTEST READY",
         Duration::from_secs(budget as u64 * 2),
         |l| {
@@ -408,8 +408,9 @@ fn vm_phase(
                 lines.push(l.to_string());
             }
         },
-    )?;
+    );
     // Each job's round has its place: a job without a result stays NaN, with its reason.
+    // The results of a guest that broke off later are kept.
     for row in fio.iter_mut() {
         row.samples[3] = vec![f64::NAN; p.rounds];
     }
@@ -417,8 +418,18 @@ fn vm_phase(
         match vm::bench_line(l) {
             Some((kind, name, run, v)) if kind == "fio" => {
                 let (Some(k), true) = (fio_index(p, &name), run < p.rounds) else {
+                    fio[0].errors.push(format!(
+                        "microvm: a result for a job not asked for: {name} (round {run})"
+                    ));
                     continue;
                 };
+                if let Some(e) = v.get("error") {
+                    let e = e.as_str().unwrap_or("failed");
+                    fio[k]
+                        .errors
+                        .push(format!("microvm: {name} (round {run}): {e}"));
+                    continue;
+                }
                 let write = name.starts_with("write") || name.starts_with("randwrite");
                 match fio_bw(&v.to_string(), write) {
                     Some(b) => fio[k].samples[3][run] = b / 1048576.0,
@@ -436,6 +447,7 @@ fn vm_phase(
             }
         }
     }
+    ready?;
     let t = w.targets()[3].clone();
     for _ in 0..p.rounds {
         progress!("microvm: network to the microVM");
@@ -448,7 +460,9 @@ fn vm_phase(
         }
     }
     // Done: the guest powers off after this connection.
-    let _ = w.tm(&format!("sh -c 'echo done | nc.openbsd -N -w 5 {GUEST_ADDR} {CTL_PORT}'"));
+    let _ = w.tm(&format!(
+        "sh -c 'echo done | nc.openbsd -N -w 5 {GUEST_ADDR} {CTL_PORT}'"
+    ));
     boot.until("VMTEST PASS", Duration::from_secs(120), |_| {})?;
     let rc = boot.finish(Duration::from_secs(120))?;
     if rc != 0 {
@@ -694,26 +708,7 @@ impl RuncBox {
         )
         .context("write config.json")?;
         let b = RuncBox { bin, root, bundle };
-        // Not `output()`: the detached container keeps runc's stdio open for its lifetime.
-        let err_file = b.bundle.join("run-d.stderr");
-        let err = std::fs::File::create(&err_file).context("create runc's stderr file")?;
-        let st = b
-            .cmd()
-            .args(["run", "-d", "--bundle"])
-            .arg(&b.bundle)
-            .arg(RUNC_ID)
-            .stdout(Stdio::null())
-            .stderr(err)
-            .status()
-            .context("runc run")?;
-        if !st.success() {
-            bail!(
-                "runc run -d failed ({st}): {}",
-                std::fs::read_to_string(&err_file)
-                    .unwrap_or_default()
-                    .trim()
-            );
-        }
+        crate::util::runc_run_detached(b.cmd(), &b.bundle, RUNC_ID)?;
         Ok(b)
     }
 
