@@ -362,16 +362,31 @@ fn write_svg(dir: &std::path::Path, name: &str, raw: &Value) -> Result<Vec<PathB
     Ok(written)
 }
 
-/// How the Markdown file at `md` refers to `file`: relative when below its directory.
+/// How the Markdown file at `md` refers to `file`: relative to its directory (with `..` where
+/// the file is not below it), so that a report and its charts can move together.
 fn link(md: &Option<PathBuf>, file: &std::path::Path) -> String {
     let base = md
         .as_ref()
         .and_then(|m| std::fs::canonicalize(m.parent()?.join(".")).ok());
     let abs = std::fs::canonicalize(file).unwrap_or_else(|_| file.to_path_buf());
-    match base.as_ref().and_then(|b| abs.strip_prefix(b).ok()) {
-        Some(rel) => rel.display().to_string(),
+    match base {
+        Some(b) => relative(&b, &abs).display().to_string(),
         None => abs.display().to_string(),
     }
+}
+
+/// `to` as seen from the directory `from` (both absolute).
+fn relative(from: &std::path::Path, to: &std::path::Path) -> PathBuf {
+    let (a, b): (Vec<_>, Vec<_>) = (from.components().collect(), to.components().collect());
+    let common = a.iter().zip(&b).take_while(|(x, y)| x == y).count();
+    let mut out = PathBuf::new();
+    for _ in common..a.len() {
+        out.push("..");
+    }
+    for c in &b[common..] {
+        out.push(c);
+    }
+    out
 }
 
 /// Builds the sandbox, packs and installs every suite's packages, starts the daemon.
@@ -680,5 +695,22 @@ fn main() {
             eprintln!("berth-bench: error: {e}");
             std::process::exit(if util::interrupted() { 130 } else { 1 });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::relative;
+    use std::path::Path;
+
+    #[test]
+    fn links_are_relative_to_the_report_even_outside_its_directory() {
+        let r = |a: &str, b: &str| relative(Path::new(a), Path::new(b)).display().to_string();
+        assert_eq!(r("/w/docs/results", "/w/docs/results/x.svg"), "x.svg");
+        assert_eq!(
+            r("/w/docs/results", "/w/docs/charts/run/a.svg"),
+            "../charts/run/a.svg"
+        );
+        assert_eq!(r("/w/a/b", "/x/y.svg"), "../../../x/y.svg");
     }
 }
