@@ -3,7 +3,8 @@
 #   1. installs the Debian packages the tests drive for real (LXC, squashfs-tools, signify…)
 #   2. format and lint checks
 #   3. unit tests and end-to-end tests (real daemon, real LXC, loop mounts, cgroups)
-#   4. the size budget of the release binary, the emulated MIPS router, berth-bench --quick
+#   4. the size budget of the release binary, the packages (.deb, OpenWrt, Yocto), the cross
+#      builds, the emulated MIPS router, berth-bench --quick
 #      (every suite, the microVM and cgroup v1/v2 ones in the test VM) and its paper report
 #   5. the demo (README's first command), then its clean-up
 set -euo pipefail
@@ -38,6 +39,19 @@ apt-get install -y -qq --no-install-recommends linux-perf >/dev/null
 # toolchain's zig, make for the soft-float MIPS musl (scripts/cross.sh; its Rust nightly comes
 # through rustup, which this machine's Rust is installed with)
 apt-get install -y -qq --no-install-recommends qemu-user python3-venv make >/dev/null
+# packaging (issue 19, docs/packaging.md): the .deb's checks (lintian, systemd-analyze), the
+# completions' shells, groff for the man page
+apt-get install -y -qq --no-install-recommends lintian systemd zsh fish groff-base binutils dpkg-dev >/dev/null
+# berth import's tests make OCI images with umoci and docker-archives with skopeo
+apt-get install -y -qq --no-install-recommends umoci skopeo >/dev/null
+# promtool lints the metrics (tests/metrics.rs): unpacked from Debian's prometheus package, not
+# installed (installing it would start a Prometheus server on this machine)
+promdir=/var/cache/berth-package/prometheus
+if [ ! -x "$promdir/usr/bin/promtool" ]; then
+    mkdir -p "$promdir"
+    (cd /var/cache/berth-package && apt-get download -qq prometheus 2>/dev/null && dpkg-deb -x prometheus_*.deb "$promdir" && rm -f prometheus_*.deb)
+fi
+export BERTH_PROMTOOL=$promdir/usr/bin/promtool
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 
@@ -78,6 +92,12 @@ if [ "$stated" != "$measured" ]; then
     echo "README.md states sizes $stated(MiB, full then device), the builds are $measured: update README's Building section" >&2
     exit 1
 fi
+
+step "packages (docs/packaging.md): the .deb installed, run and purged; the OpenWrt feeds package; the Yocto layer"
+bash scripts/package.sh deb
+bash scripts/package.sh deb-test
+bash scripts/package.sh openwrt
+bash scripts/package.sh yocto
 
 step "cross builds for the device class: mipsel, mips, armv7, aarch64 (musl), mipsel (glibc); budgets in SPECIFICATION.md, Size"
 bash scripts/cross.sh all

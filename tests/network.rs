@@ -418,6 +418,30 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
         in_ct(&sb, "att", &wan_get)
     });
     assert!(out.contains("198.51.100.1]"), "{out}");
+    // The metrics see the same: bytes through att's veth both ways, its spoofed packets
+    // dropped, as many as `berth net` counts (docs/metrics.md).
+    let (spoofed, _) = drops(&sb, "att");
+    let m = sb.ok(&["metrics"]);
+    let val = |metric: &str| -> f64 {
+        let prefix = format!("{metric}{{container=\"att\"}} ");
+        m.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {metric} for att in:\n{m}"))
+    };
+    assert!(
+        val("berth_container_network_receive_bytes_total") > 0.0,
+        "{m}"
+    );
+    assert!(
+        val("berth_container_network_transmit_bytes_total") > 0.0,
+        "{m}"
+    );
+    assert!(spoofed > 0, "att's attacks dropped nothing");
+    assert!(
+        val("berth_container_spoofed_packets_dropped_total") >= spoofed as f64,
+        "metrics count fewer spoofed packets than berth net ({spoofed}):\n{m}"
+    );
     let text = sb.ok(&["net"]);
     assert!(
         text.contains("att") && text.contains("10.87.0.3/24"),

@@ -361,6 +361,8 @@ pub mod guard_kill {
     pub const AVAILABLE: &str = "available";
     /// The guard's threshold, in bytes.
     pub const THRESHOLD: &str = "threshold";
+    /// The guard's kills in this container since the device booted (this one included).
+    pub const COUNT: &str = "count";
 }
 
 /// `GET /v1/packages`.

@@ -67,6 +67,15 @@ pub struct Config {
     pub reports: crate::report::Caps,
     /// `[api]`: what the container API grants and how fast it answers each container.
     pub api: crate::container_api::ApiPolicy,
+    /// `[metrics]`: Prometheus metrics on a TCP address too (docs/metrics.md).
+    pub metrics: Metrics,
+}
+
+/// `[metrics] listen = "127.0.0.1:9101"`: where the daemon also serves `GET /metrics` (the
+/// admin socket always does). None: no TCP listener.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Metrics {
+    pub listen: Option<String>,
 }
 
 /// The hardware watchdog (`[watchdog]`): while every part of the daemon is healthy, one byte
@@ -260,6 +269,7 @@ struct RawConfig {
     boot: RawBoot,
     upgrade: RawUpgrade,
     api: RawApi,
+    metrics_listen: Option<String>,
 }
 
 #[derive(Default)]
@@ -394,6 +404,7 @@ impl RawConfig {
                     settle: text(t, "settle")?,
                 })
             })?,
+            metrics_listen: section(&mut t, "metrics", |t| text(t, "listen"))?,
             api: section(&mut t, "api", |t| {
                 Ok(RawApi {
                     grant: text(t, "grant")?,
@@ -587,8 +598,23 @@ impl Config {
         let upgrade = upgrade(raw.upgrade, &value_err)?;
         let reports = reports(raw.reports, &value_err)?;
         let api = api(raw.api, &value_err)?;
+        let metrics = Metrics {
+            listen: match raw.metrics_listen {
+                None => None,
+                Some(a) => match a.parse::<std::net::SocketAddr>() {
+                    Ok(_) => Some(a),
+                    Err(_) => {
+                        return Err(value_err(
+                            "metrics.listen",
+                            format!("{a:?}: expected ADDRESS:PORT, e.g. \"127.0.0.1:9101\""),
+                        ))
+                    }
+                },
+            },
+        };
         Ok(Config {
             api,
+            metrics,
             watchdog,
             boot,
             upgrade,
@@ -1180,6 +1206,33 @@ mod tests {
         assert!(e.contains("/etc/berth/berth.toml"), "{e}");
         let c = Config::from_file(Ok("[containers]\ncgroup_parent = \"x\"\n".into()), path);
         assert_eq!(c.unwrap().cgroup_parent, "x");
+    }
+
+    /// The configuration the packages install (dist/berth.toml) is valid as shipped and with
+    /// every commented key switched on: its comments are true to the parser.
+    #[test]
+    fn the_packaged_configuration_parses_as_shipped_and_uncommented() {
+        let text = include_str!("../../../dist/berth.toml");
+        let shipped = Config::parse(text, "dist/berth.toml").unwrap();
+        assert_eq!(shipped.repository, None);
+        let on: String = text
+            .lines()
+            .map(|l| {
+                l.strip_prefix('#')
+                    .filter(|r| r.contains(" = "))
+                    .unwrap_or(l)
+            })
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let all = Config::parse(&on, "dist/berth.toml, uncommented").unwrap();
+        assert_eq!(
+            all.repository.as_deref(),
+            Some("http://updates.example.net/berth")
+        );
+        assert_eq!(all.guard.threshold, 30 << 20);
+        assert_eq!(all.stop_timeout_s, shipped.stop_timeout_s);
+        assert_eq!(all.data_size, Some(32 << 20));
+        assert!(all.watchdog.device.is_some());
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod lxc;
 pub mod mount;
 pub mod mountns;
 pub mod net;
+pub mod notify;
 pub mod oldkernel;
 pub mod process;
 pub mod skip;

@@ -152,6 +152,21 @@ fn at_most_one(pos: Vec<String>, msg: &str) -> Result<Option<String>, Usage> {
 }
 
 /// `berth daemon`.
+/// A command's one word (`completions bash`).
+#[cfg(feature = "vendor")]
+pub fn one_word(args: &[String], what: &str) -> Result<String, Usage> {
+    one(bare(args)?, what)
+}
+
+/// A command that takes nothing.
+#[cfg(feature = "vendor")]
+pub fn none(args: &[String], command: &str) -> Result<(), Usage> {
+    match bare(args)?.is_empty() {
+        true => Ok(()),
+        false => Err(usage(format!("{command} takes no arguments"))),
+    }
+}
+
 pub fn daemon(args: &[String]) -> Result<(), Usage> {
     match bare(args)?.is_empty() {
         true => Ok(()),
@@ -174,6 +189,10 @@ pub enum Device {
     },
     Reports(Reports),
     Schedules(Schedules),
+    /// `berth metrics`: Prometheus's text, as `GET /metrics` gives it.
+    Metrics,
+    /// `berth tr181`: `Device.SoftwareModules.` as TR-181 parameters.
+    Tr181,
 }
 
 /// `berth schedule …`: a container's cron jobs.
@@ -245,6 +264,10 @@ pub enum Containers {
     Reset(String),
     Stop {
         name: String,
+        timeout: Option<u32>,
+    },
+    /// `stop --all`: every container that is not stopped or failed, one after another.
+    StopAll {
         timeout: Option<u32>,
     },
     Status(Option<String>),
@@ -355,6 +378,17 @@ pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
             },
         },
         "report" => Device::Reports(report(args)?),
+        "tr181" => match bare(args)?.is_empty() {
+            true => Device::Tr181,
+            false => return Err(usage("tr181 takes no arguments")),
+        },
+        "metrics" => {
+            bare(args)?
+                .is_empty()
+                .then_some(())
+                .ok_or_else(|| usage("metrics takes no arguments"))?;
+            Device::Metrics
+        }
         "schedule" => Device::Schedules(schedule(args)?),
         _ => return Err(usage(format!("unknown command {command:?}"))),
     })
@@ -526,12 +560,18 @@ fn remove(args: &[String]) -> Result<Packages, Usage> {
 }
 
 fn stop(args: &[String]) -> Result<Containers, Usage> {
-    let mut timeout = None;
+    let (mut timeout, mut all) = (None, false);
     let pos = scan(args, &mut |o, p| match o {
         "-t" | "--timeout" => first(&mut timeout, p, o),
+        "--all" => on(&mut all),
         _ => Ok(false),
     })?;
-    let name = package_name(one(pos, "package name")?)?;
+    // The name is checked before the timeout.
+    let name = match (all, pos.is_empty()) {
+        (true, true) => None,
+        (true, false) => return Err(usage("stop --all takes no package name")),
+        (false, _) => Some(package_name(one(pos, "package name")?)?),
+    };
     let timeout = match timeout {
         Some(t) => Some(
             t.parse()
@@ -539,7 +579,10 @@ fn stop(args: &[String]) -> Result<Containers, Usage> {
         ),
         None => None,
     };
-    Ok(Containers::Stop { name, timeout })
+    Ok(match name {
+        Some(name) => Containers::Stop { name, timeout },
+        None => Containers::StopAll { timeout },
+    })
 }
 
 /// `start [--trace] NAME`
@@ -632,6 +675,13 @@ pub enum Vendor {
         key: String,
         valid_for_s: Option<u64>,
     },
+    /// `import oci:LAYOUT[:TAG]|docker-archive:FILE -o FILE [--name N] [--version V]`.
+    Import {
+        source: String,
+        out: String,
+        name: Option<String>,
+        version: Option<String>,
+    },
 }
 
 /// `key`, `pack` or `repo` and their arguments.
@@ -641,6 +691,7 @@ pub fn vendor(command: &str, args: &[String]) -> Result<Vendor, Usage> {
         "key" => key(args),
         "pack" => pack(args),
         "repo" => repo(args),
+        "import" => import(args),
         _ => Err(usage(format!("unknown command {command:?}"))),
     }
 }
@@ -660,6 +711,28 @@ fn key(args: &[String]) -> Result<Vendor, Usage> {
     }
     let prefix = prefix.ok_or_else(|| usage("key generate needs -o PREFIX"))?;
     Ok(Vendor::Key { prefix, comment })
+}
+
+#[cfg(feature = "vendor")]
+fn import(args: &[String]) -> Result<Vendor, Usage> {
+    let (mut out, mut name, mut version) = (None, None, None);
+    let pos = scan(args, &mut |o, p| match o {
+        "-o" | "--output" => first(&mut out, p, o),
+        "--name" => first(&mut name, p, o),
+        "--version" => first(&mut version, p, o),
+        _ => Ok(false),
+    })?;
+    let source = one(pos, "image (oci:LAYOUT[:TAG] or docker-archive:FILE)")?;
+    let out = out.ok_or_else(|| usage("import needs -o FILE"))?;
+    if let Some(n) = &name {
+        berth_core::name::Name::parse(n).map_err(|e| usage(format!("--name {n}: {e}")))?;
+    }
+    Ok(Vendor::Import {
+        source,
+        out,
+        name,
+        version,
+    })
 }
 
 #[cfg(feature = "vendor")]
@@ -1045,6 +1118,16 @@ mod tests {
         assert_eq!(refused("stop -- web"), "unknown option --");
         // The name is checked before the timeout.
         assert_eq!(refused("stop -t soon"), "missing package name");
+        assert_eq!(
+            dev("stop --all -t 3"),
+            Ok(Device::Containers(C::StopAll { timeout: Some(3) }))
+        );
+        assert_eq!(
+            refused("stop --all web"),
+            "stop --all takes no package name"
+        );
+        assert_eq!(dev("metrics"), Ok(Device::Metrics));
+        assert_eq!(refused("metrics now"), "metrics takes no arguments");
 
         assert_eq!(dev("status"), Ok(Device::Containers(C::Status(None))));
         assert_eq!(

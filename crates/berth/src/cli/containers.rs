@@ -33,6 +33,7 @@ pub fn run(json: bool, sock: &Path, cmd: Containers) -> Result<()> {
             show(json, &v, &|v| render::stopped(&name, v));
             Ok(())
         }
+        Containers::StopAll { timeout } => stop_all(json, sock, timeout),
         Containers::Status(name) => {
             let path = match name {
                 None => "/v1/status".to_string(),
@@ -70,6 +71,45 @@ pub fn run(json: bool, sock: &Path, cmd: Containers) -> Result<()> {
             print_json(&v);
             Ok(())
         }
+    }
+}
+
+/// `berth stop --all`: each container that is not stopped or failed, one after another (a
+/// backoff's pending restart is cancelled too). Every one is tried; the first error is
+/// reported after the others were stopped.
+fn stop_all(json: bool, sock: &Path, timeout: Option<u32>) -> Result<()> {
+    use berth_core::api::{container, status};
+    let v = client::call(sock, "GET", "/v1/status", None)?;
+    let names: Vec<String> = v[status::CONTAINERS]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| !matches!(c[container::STATE].as_str(), Some("stopped" | "failed")))
+        .filter_map(|c| c[container::NAME].as_str().map(String::from))
+        .collect();
+    let mut stopped = Vec::new();
+    let mut first_error = None;
+    for name in names {
+        let body = json!({request::NAME: name, request::TIMEOUT: timeout});
+        match client::call(sock, "POST", "/v1/stop", Some(&body)) {
+            Ok(v) => {
+                if !json {
+                    print!("{}", render::stopped(&name, &v));
+                }
+                stopped.push(json!({"name": name, "result": v}));
+            }
+            Err(e) => {
+                eprintln!("berth: stop {name}: {e:#}");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if json {
+        print_json(&json!({ "stopped": stopped }));
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
     }
 }
 

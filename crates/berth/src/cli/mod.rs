@@ -8,12 +8,15 @@
 mod args;
 mod check;
 mod containers;
+#[cfg(feature = "vendor")]
+mod docs;
 mod net;
 mod packages;
 mod render;
 mod reports;
 mod resources;
 mod schedules;
+mod spec;
 #[cfg(feature = "vendor")]
 mod vendor;
 
@@ -26,68 +29,10 @@ use serde_json::{json, Value};
 use crate::client::{DaemonError, NoDaemon, EXIT_NO_DAEMON};
 use args::{Device, Global, Line, Usage};
 
-const USAGE: &str = "\
-usage: berth [--config FILE] [--json] COMMAND [ARGS]
-
-device:
-  daemon                     run the supervisor (root; keeps containers across restarts)
-  update [--reset-serial]    fetch and verify the repository index (--reset-serial: accept a
-                             lower serial once, to switch to another repository)
-  list [--installed|--available|--upgradable]
-  install NAME...            install packages and their dependencies
-  upgrade [--force] [NAME...]
-                             move to the newest signed versions (all packages installed by
-                             name when none is given); each running one must start and pass
-                             its health check, else it is rolled back (exit status 1);
-                             refused while a package holds an update lock, unless --force
-  rollback NAME              back to the version the last upgrade replaced
-  remove [--purge] NAME...   remove packages (--purge also deletes their /data)
-  start [--trace] NAME       start a container (--trace: when each step of the start began)
-  stop [-t SECS] NAME | restart NAME
-  reset NAME                 clear a failed container's state and restart count (no start)
-  status [NAME]              containers: state, restarts, health, last exit
-  logs [-f] [--raw] NAME     a container's output (-f: follow; control characters are
-                             shown escaped, as \x1b, unless --raw)
-  limit NAME [--cpu P%] [--memory SIZE] [--pids N]
-                             change a container's limits, running or not (--cpu: percent
-                             of one CPU); kept for the next start; no option: show them
-  stats [NAME]               CPU %, memory, pids, throttling, OOM kills (group and containers)
-  inspect NAME               capabilities, seccomp profile, devices, id map in force (JSON)
-  bind PACKAGE --into NAME [--at PATH] [--persist]
-                             show an installed package read-only in a running container
-                             (at /opt/PACKAGE); --persist: again at its next starts
-  unbind PACKAGE --from NAME take it away again (and its --persist)
-  net [hosts]                containers' addresses, published ports, drop counters;
-                             hosts: the LAN's hosts (neighbour table, DHCP, mDNS)
-  governor                   the adaptive CPU cap: R_n, R_c, the cap, its mode and history
-  report list [NAME]         crash archives kept on the device (docs/reports.md)
-  report show ID             one report's summary and the archive's members
-  report export ID -o FILE [--force]
-                             copy the archive (.tar.gz) to FILE
-  report remove ID|--all     delete reports
-  schedule list NAME         a container's cron jobs: next and last runs (docs/schedules.md)
-  schedule add NAME --cron EXPR -- CMD [ARGS...]
-                             run CMD in the container at the times of EXPR (UTC; five
-                             fields or @hourly, @daily, @weekly, @monthly, @yearly, @reboot),
-                             starting it first if it is stopped
-  schedule remove NAME ID    remove a schedule added with schedule add
-  core-handler PID SIG [COMM]
-                             for kernel.core_pattern: |/usr/bin/berth core-handler %P %s %e
-  gc                         delete store images that nothing uses
-  safe-mode enter|clear      enter: stop every container, unmount every image, start none
-                             until cleared (kept across restarts); clear: back to normal,
-                             the containers marked autostart start again
-  check                      kernel features berth uses, present or not
-
-vendor:
-  key generate -o PREFIX [--comment TEXT]   ed25519 key pair (signify/usign format)
-  pack DIR -o FILE                          build a package image with mksquashfs
-  repo build DIR --key SECKEY [--valid-for DURATION]
-                                            write and sign DIR/index.json (valid for
-                                            DURATION: 90m, 12h, 30d; default: no expiry)
-
---config defaults to $BERTH_CONFIG or /etc/berth/berth.toml.
-exit status: 0 ok, 1 error, 2 usage, 3 daemon not running.";
+/// `--help`: the command table's, with the vendor tools' part in the builds that have them.
+fn usage_text() -> String {
+    spec::usage(cfg!(feature = "vendor"))
+}
 
 pub fn main(args: Vec<String>) -> i32 {
     let config = std::env::var_os("BERTH_CONFIG")
@@ -95,7 +40,7 @@ pub fn main(args: Vec<String>) -> i32 {
         .unwrap_or_else(|| DEFAULT_CONFIG_PATH.into());
     let (g, command, args) = match args::global(args, config) {
         Ok(Line::Help) => {
-            println!("{USAGE}");
+            println!("{}", usage_text());
             return 0;
         }
         Ok(Line::Run {
@@ -104,7 +49,7 @@ pub fn main(args: Vec<String>) -> i32 {
             args,
         }) => (global, command, args),
         Err(msg) => {
-            eprintln!("berth: {msg}\n{USAGE}");
+            eprintln!("berth: {msg}\n{}", usage_text());
             return 2;
         }
     };
@@ -181,13 +126,25 @@ fn run(g: &Global, command: &str, args: &[String]) -> Result<i32> {
             Ok(0)
         }
         #[cfg(feature = "vendor")]
-        "key" | "pack" | "repo" => {
+        "key" | "pack" | "repo" | "import" => {
             vendor::run(g.json, args::vendor(command, args)?)?;
+            Ok(0)
+        }
+        #[cfg(feature = "vendor")]
+        "completions" => {
+            let shell = args::one_word(args, "shell (bash, zsh or fish)")?;
+            print!("{}", docs::completions(&shell)?);
+            Ok(0)
+        }
+        #[cfg(feature = "vendor")]
+        "manpage" => {
+            args::none(args, "manpage")?;
+            print!("{}", docs::manpage());
             Ok(0)
         }
         // Devices install packages, they do not make them.
         #[cfg(not(feature = "vendor"))]
-        "key" | "pack" | "repo" => anyhow::bail!("berth {command}: this berth is a device build without the vendor tools; use a build with the default features (cargo build -p berth) on the vendor's machine"),
+        "key" | "pack" | "repo" | "import" | "completions" | "manpage" => anyhow::bail!("berth {command}: this berth is a device build without the vendor tools; use a build with the default features (cargo build -p berth) on the vendor's machine"),
         _ => {
             device(g, command, args)?;
             Ok(0)
@@ -221,5 +178,26 @@ fn device(g: &Global, command: &str, args: &[String]) -> Result<()> {
         Device::SafeMode { enter } => containers::safe_mode(g.json, &sock, enter),
         Device::Reports(c) => reports::run(g.json, &sock, c),
         Device::Schedules(c) => schedules::run(g.json, &sock, c),
+        Device::Tr181 => {
+            let v = crate::client::call(&sock, "GET", "/v1/tr181", None)?;
+            if g.json {
+                print_json(&v["parameters"]);
+            } else {
+                print!("{}", render::tr181(&v));
+            }
+            Ok(())
+        }
+        Device::Metrics => {
+            // The text as it is: Prometheus's format is the machine-readable one.
+            let (status, mut r) = crate::client::send(&sock, "GET", "/metrics", None)?;
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut r, &mut text)?;
+            if status != 200 {
+                let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                return Err(crate::client::error_from(status, &v));
+            }
+            print!("{text}");
+            Ok(())
+        }
     }
 }

@@ -838,6 +838,22 @@ impl Escaper {
     }
 }
 
+/// `berth tr181`: one `PATH => VALUE` line per parameter, in the data model's order (strings
+/// as they are, an empty one as nothing after the arrow).
+pub fn tr181(v: &Value) -> String {
+    let mut out = String::new();
+    for k in v["order"].as_array().into_iter().flatten() {
+        let Some(k) = k.as_str() else { continue };
+        let val = &v["parameters"][k];
+        let shown = match val {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        let _ = writeln!(out, "{k} => {shown}");
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,4 @@
-//! `key generate`, `pack`, `repo build`: the vendor's tools. A device build leaves them out
+//! `key generate`, `pack`, `repo build`, `import`: the vendor's tools. A device build leaves them out
 //! (`--no-default-features`): devices install packages, they do not make them.
 
 use anyhow::Result;
@@ -57,6 +57,36 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
                     r.packages.len(),
                     r.signature.display(),
                     r.keynum
+                );
+            }
+        }
+        Vendor::Import {
+            source,
+            out,
+            name,
+            version,
+        } => {
+            let r = crate::vendor::import::import(
+                &source,
+                out.as_ref(),
+                name.as_deref(),
+                version.as_deref(),
+            )?;
+            if json {
+                print_json(&serde_json::to_value(&r)?);
+            } else {
+                for w in r.import_warnings.iter().chain(&r.pack.warnings) {
+                    eprintln!("warning: {w}");
+                }
+                println!(
+                    "imported {} ({} layers) as {}@{} into {} ({} bytes, sha256 {})",
+                    r.image,
+                    r.layers,
+                    r.pack.name,
+                    r.pack.version,
+                    r.pack.file.display(),
+                    r.pack.size,
+                    r.pack.sha256
                 );
             }
         }

@@ -23,6 +23,8 @@ mod api;
 mod boot;
 mod cgroups;
 mod context;
+#[cfg(any(feature = "metrics", feature = "tr181"))]
+mod disk;
 mod endpoints;
 mod error;
 mod governor;
@@ -30,6 +32,8 @@ mod guard;
 mod limits;
 #[cfg(feature = "mdns")]
 mod mdns;
+#[cfg(feature = "metrics")]
+mod metrics;
 mod net;
 mod records;
 mod reports;
@@ -41,6 +45,8 @@ mod state;
 mod status;
 mod store;
 mod supervisor;
+#[cfg(feature = "tr181")]
+mod tr181;
 mod watchdog;
 
 use std::io::{Read, Write};
@@ -59,8 +65,13 @@ pub fn run(cfg: Config) -> Result<()> {
     if cfg.network.mdns && !cfg!(feature = "mdns") {
         bail!("[network] mdns = \"on\": this berth is built without mDNS; build it with --features mdns or set mdns = \"off\"");
     }
+    if cfg.metrics.listen.is_some() && !cfg!(feature = "metrics") {
+        bail!("[metrics] listen: this berth is built without metrics; build it with --features metrics or remove the key");
+    }
     berth_sys::process::ignore_sigpipe();
     berth_sys::process::single_malloc_arena();
+    // While this is the only thread: the service manager's socket, kept from the children.
+    berth_sys::notify::take_socket();
     prepare_dirs(&cfg.paths)?;
     let lock = single_instance(&cfg)?;
     let state = state::load_state(&cfg)?;
@@ -91,6 +102,12 @@ pub fn run(cfg: Config) -> Result<()> {
         d.cfg.paths.admin_socket().display(),
         std::process::id()
     );
+    // systemd's Type=notify: ready once the admin socket answers (it is bound and listening).
+    notify(&format!(
+        "READY=1\nMAINPID={}\nSTATUS=serving {}",
+        std::process::id(),
+        d.cfg.paths.admin_socket().display()
+    ));
     // The code the daemon hands back when idle, found while this is its only thread that
     // loads libraries (the supervisor may load liblxc).
     berth_sys::process::find_code_ranges();
@@ -98,12 +115,15 @@ pub fn run(cfg: Config) -> Result<()> {
     d.beat_busy(context::Component::Supervisor);
     supervisor::spawn(&d, taken_over);
     schedules::start(&d);
+    #[cfg(feature = "metrics")]
+    metrics::spawn_listener(&d);
     let watchdog = watchdog::spawn(&d);
     let term = berth_sys::process::termination_pipe()?;
     // Start-up code (configuration and state parsing, reconciliation) will not run again.
     berth_sys::process::trim_heap();
     berth_sys::process::release_own_code(true);
     api::server::serve(&d, &listener, &term)?;
+    notify("STOPPING=1");
     // Only a clean stop disarms the watchdog; an error above leaves it to reset the device.
     watchdog.close();
     schedules::flush(&d);
@@ -113,6 +133,13 @@ pub fn run(cfg: Config) -> Result<()> {
     let _ = std::fs::remove_file(d.cfg.paths.admin_socket());
     drop(lock);
     Ok(())
+}
+
+/// Tells the service manager, if one asked (`$NOTIFY_SOCKET`); a failure is logged only.
+fn notify(state: &str) {
+    if let Err(e) = berth_sys::notify::notify(state) {
+        log::warn!("cannot notify the service manager: {e}");
+    }
 }
 
 /// Modes (docs/security.md, "Host side"): what containers write (data/, through their binds)

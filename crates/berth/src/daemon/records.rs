@@ -11,7 +11,10 @@ use serde_json::{json, Value};
 use crate::daemon::context::Daemon;
 
 pub(crate) fn record_guard_kill(d: &Daemon, name: &str, k: &GuardKill) {
+    // The count lives with the last kill, on tmpfs: since boot, across daemon restarts.
+    let count = last_guard_kill(d, name)[field::COUNT].as_u64().unwrap_or(0) + 1;
     let v = json!({
+        field::COUNT: count,
         field::AT: berth_sys::process::now_s(),
         field::PID: k.pid,
         field::INIT: k.init,

@@ -55,6 +55,17 @@ pub(crate) fn allowed(d: &Daemon, action: &Action) -> Result<()> {
     }
 }
 
+/// A part of the admin API this build leaves out (a cargo feature of berth).
+#[cfg(not(all(feature = "metrics", feature = "tr181")))]
+fn not_built(feature: &str) -> Error {
+    Error::new(
+        Kind::NotFound,
+        format!(
+            "this berth is built without {feature} (cargo build -p berth --features {feature})"
+        ),
+    )
+}
+
 fn reply(stream: &mut UnixStream, r: Result<Value>) {
     let (status, v) = match r {
         Ok(v) => (200, v),
@@ -84,7 +95,23 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::Logs { name, follow } => return logs(d, &name, follow, stream),
         Action::ReportExport(id) => return export(d, &id, stream),
         Action::Ping => Ok(json!({ping::OK: true})),
+        #[cfg(not(feature = "metrics"))]
+        Action::Metrics => Err(not_built("metrics")),
+        #[cfg(feature = "metrics")]
+        Action::Metrics => {
+            let text = crate::daemon::metrics::text(d);
+            let _ = stream.write_all(&http::response(
+                200,
+                berth_core::metrics::CONTENT_TYPE,
+                text.as_bytes(),
+            ));
+            return;
+        }
         Action::Status(n) => status::status(d, n.as_deref()),
+        #[cfg(feature = "tr181")]
+        Action::Tr181 => crate::daemon::tr181::tr181(d),
+        #[cfg(not(feature = "tr181"))]
+        Action::Tr181 => Err(not_built("tr181")),
         Action::List => store::repo::list(d),
         Action::Update { reset_serial } => store::repo::update(d, reset_serial),
         Action::Remove { names, purge } => store::remove::remove(d, &names, purge),

@@ -14,6 +14,10 @@ use crate::daemon::error::{Error, Kind, Result};
 #[derive(Debug, PartialEq)]
 pub enum Action {
     Ping,
+    /// `GET /metrics`: Prometheus's text format, not JSON.
+    Metrics,
+    /// `GET /v1/tr181`: `Device.SoftwareModules.` as TR-181 parameters.
+    Tr181,
     Status(Option<String>),
     List,
     Update {
@@ -410,6 +414,9 @@ pub fn parse(req: &Request) -> Result<Action> {
     };
     Ok(match (m, path) {
         ("GET", "/v1/ping") => Action::Ping,
+        // Prometheus's conventional path (docs/metrics.md).
+        ("GET", "/metrics") => Action::Metrics,
+        ("GET", "/v1/tr181") => Action::Tr181,
         ("GET", "/v1/status") => Action::Status(match req.query.get(field::NAME) {
             Some(n) => Some(check_name(n)?),
             None => None,

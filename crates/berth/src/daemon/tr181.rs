@@ -1,0 +1,345 @@
+//! `GET /v1/tr181`: the device's `Device.SoftwareModules.` as TR-181 (Issue 2 Amendment 19)
+//! defines it, so that a USP or TR-069 agent exposes berth with a thin adapter (docs/tr181.md):
+//! berth is the one ExecEnv, each installed package a DeploymentUnit, its container an
+//! ExecutionUnit with the same instance number, and the crash archives
+//! `Device.DeviceInfo.VendorLogFile.` rows the units' `VendorLogList` refers to. Read-only: the
+//! operations map onto the admin API (docs/tr181.md).
+
+use std::time::{Duration, Instant};
+
+use berth_core::api::{container, report as rfield, status as sfield};
+use berth_core::tr181::{self, Instances, Params};
+use serde_json::{json, Value};
+
+use crate::daemon::context::Daemon;
+use crate::daemon::error::Result;
+use crate::daemon::{cgroups, reports, state, status};
+
+/// How long CPU use is sampled for `CPUPercentInUse`.
+const CPU_SAMPLE: Duration = Duration::from_millis(250);
+
+fn instances_file(d: &Daemon) -> std::path::PathBuf {
+    d.cfg.paths.state.join("tr181.json")
+}
+
+/// The DeploymentUnits' vendor domain (TR-181 Annex C names a DU by NAME.VENDOR.): the
+/// repository's host, or `localhost` without one.
+fn vendor(d: &Daemon) -> String {
+    d.cfg
+        .repository
+        .as_deref()
+        .and_then(|u| u.split_once("://"))
+        .map(|(_, rest)| rest.split(['/', ':']).next().unwrap_or("").to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
+    let st = state::state(d);
+    let safe_mode = d.safe_mode().is_some();
+    let vendor = vendor(d);
+    // Stable instance numbers (and UUIDs), kept across daemon restarts.
+    let file = instances_file(d);
+    let mut inst: Instances = std::fs::read(&file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let names: Vec<(&str, String)> = st
+        .packages
+        .keys()
+        .map(|n| (n.as_str(), tr181::du_uuid(n, &vendor)))
+        .collect();
+    if inst.assign(&names) {
+        let text = serde_json::to_vec(&inst).unwrap_or_default();
+        if let Err(e) = berth_sys::fsutil::write_atomic(&file, &text, 0o600) {
+            log::warn!("tr181: {}: {e}", file.display());
+        }
+    }
+    let status = status::status(d, None)?;
+    let by_name = |n: &str| -> Value {
+        status[sfield::CONTAINERS]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c[container::NAME] == n)
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    let index = crate::daemon::store::repo::load_index(d)
+        .ok()
+        .map(|(i, _)| i);
+    let reports = reports::list(d, None).unwrap_or(Value::Null);
+    let report_list: Vec<&Value> = reports[rfield::REPORTS]
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+
+    // CPU in use: two readings of each running container's counter.
+    let cg = d.resources.cgroups.as_ref().ok();
+    let running: Vec<String> = st
+        .packages
+        .keys()
+        .filter(|n| crate::daemon::runtime::probe::is_running(d, n))
+        .cloned()
+        .collect();
+    let read = |n: &str| cg.map(|c| c.stats(&cgroups::container_cgroup(d, n)));
+    let first: Vec<_> = running.iter().map(|n| read(n)).collect();
+    let t0 = Instant::now();
+    if !running.is_empty() {
+        std::thread::sleep(CPU_SAMPLE);
+    }
+    let elapsed = t0.elapsed().as_micros().max(1) as f64;
+    let cpus = d.resources.host.cpus.max(1) as f64;
+    let second: Vec<_> = running.iter().map(|n| read(n)).collect();
+    let sample = |n: &str| -> Option<(i64, Option<berth_sys::cgroupfs::Stats>)> {
+        let i = running.iter().position(|r| r == n)?;
+        let a = first[i].as_ref()?.cpu_usage_usec?;
+        let s = second[i].clone()?;
+        let b = s.cpu_usage_usec?;
+        let pct = (b.saturating_sub(a) as f64 * 100.0 / elapsed / cpus).round() as i64;
+        Some((pct.clamp(0, 100), Some(s)))
+    };
+
+    let mut p = Params::default();
+    let root = tr181::ROOT;
+    p.set(root, "ExecEnvNumberOfEntries", 1);
+    p.set(root, "DeploymentUnitNumberOfEntries", st.packages.len());
+    p.set(root, "ExecutionUnitNumberOfEntries", st.packages.len());
+
+    // The ExecEnv: berth.
+    let ee = format!("{}.", tr181::EXEC_ENV);
+    let eu_ref = |n: &str| {
+        format!(
+            "{root}ExecutionUnit.{}",
+            inst.numbers.get(n).copied().unwrap_or(0)
+        )
+    };
+    p.set(&ee, "Enable", !safe_mode);
+    p.set(
+        &ee,
+        "Status",
+        if safe_mode {
+            "Disabled"
+        } else if d.resources.cgroups.is_err() {
+            "Error"
+        } else {
+            "Up"
+        },
+    );
+    p.set(&ee, "Alias", "cpe-berth");
+    p.set(&ee, "Name", "berth");
+    p.set(&ee, "Type", "LXC");
+    p.set(&ee, "InitialRunLevel", 0);
+    // berth has no run levels: -1 as the data model says for none.
+    p.set(&ee, "CurrentRunLevel", -1);
+    p.set(&ee, "InitialExecutionUnitRunLevel", -1);
+    p.set(&ee, "Vendor", "berth");
+    p.set(&ee, "Version", env!("CARGO_PKG_VERSION"));
+    p.set(&ee, "ParentExecEnv", "");
+    let group = cg.map(|c| c.stats(&d.cfg.cgroup_parent));
+    let kib = |b: Option<u64>| b.map(|x| (x / 1024) as i64).unwrap_or(-1);
+    let budget = group.as_ref().and_then(|g| g.memory_max);
+    p.set(&ee, "AllocatedDiskSpace", -1);
+    p.set(&ee, "AllocatedMemory", kib(budget));
+    p.set(
+        &ee,
+        "AllocatedCPUPercent",
+        d.cfg.policy.cpu_max_percent as i64,
+    );
+    p.set(
+        &ee,
+        "AvailableDiskSpace",
+        kib(free_bytes(&d.cfg.paths.state)),
+    );
+    let used = group.as_ref().and_then(|g| g.memory_current);
+    p.set(
+        &ee,
+        "AvailableMemory",
+        match (budget, used) {
+            (Some(b), Some(u)) => (b.saturating_sub(u) / 1024) as i64,
+            _ => -1,
+        },
+    );
+    let active: Vec<String> = running.iter().map(|n| eu_ref(n)).collect();
+    p.set(&ee, "ActiveExecutionUnits", active.join(","));
+
+    // Crash archives: DeviceInfo.VendorLogFile rows, numbered in listing order.
+    let log_prefix = "Device.DeviceInfo.VendorLogFile.";
+    let mut logs_of: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for (i, r) in report_list.iter().enumerate() {
+        let row = format!("{log_prefix}{}.", i + 1);
+        p.set(&row, "Alias", format!("cpe-report-{}", i + 1));
+        // The report's id: what `berth report export ID` (and the admin API) takes.
+        p.set(&row, "Name", r[rfield::ID].as_str().unwrap_or(""));
+        p.set(&row, "MaximumSize", d.cfg.reports.max_total_size);
+        p.set(&row, "Persistent", true);
+        if let Some(c) = r[rfield::NAME].as_str() {
+            logs_of
+                .entry(c.to_string())
+                .or_default()
+                .push(format!("{log_prefix}{}", i + 1));
+        }
+    }
+
+    for (name, pkg) in &st.packages {
+        let n = inst.numbers.get(name.as_str()).copied().unwrap_or(0);
+        let c = by_name(name);
+        let m = &pkg.manifest;
+        let du = format!("{root}DeploymentUnit.{n}.");
+        let eu = format!("{root}ExecutionUnit.{n}.");
+        let uuid = inst.uuids.get(name.as_str()).cloned().unwrap_or_default();
+        let url = match (&d.cfg.repository, &index) {
+            (Some(repo), Some(ix)) => ix
+                .packages
+                .iter()
+                .find(|e| e.name == pkg.name && e.version == pkg.version)
+                .map(|e| format!("{repo}/{}", e.file))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        let resolved = pkg
+            .depends
+            .iter()
+            .all(|dep| st.packages.contains_key(dep.as_str()));
+        let logs = logs_of
+            .get(name.as_str())
+            .cloned()
+            .unwrap_or_default()
+            .join(",");
+        p.set(&du, "UUID", uuid);
+        p.set(&du, "DUID", name.as_str());
+        p.set(&du, "Alias", format!("cpe-{name}"));
+        p.set(&du, "Name", name.as_str());
+        p.set(&du, "Status", "Installed");
+        p.set(&du, "Resolved", resolved);
+        p.set(&du, "URL", url);
+        p.set(&du, "Description", m.package.description.as_str());
+        p.set(&du, "Vendor", vendor.as_str());
+        p.set(&du, "Version", pkg.version.to_string());
+        p.set(&du, "VendorLogList", logs.as_str());
+        p.set(&du, "VendorConfigList", "");
+        p.set(&du, "ExecutionUnitList", eu_ref(name));
+        p.set(&du, "ExecutionEnvRef", tr181::EXEC_ENV);
+        let first_install = pkg
+            .previous
+            .as_ref()
+            .map(|p| p.installed_at)
+            .unwrap_or(pkg.installed_at);
+        p.set(&du, "Installed", tr181::datetime(first_install));
+        p.set(
+            &du,
+            "LastUpdate",
+            tr181::datetime(if pkg.previous.is_some() {
+                pkg.installed_at
+            } else {
+                0
+            }),
+        );
+
+        let state = c[container::STATE].as_str().unwrap_or("stopped");
+        let ran =
+            !c[container::LAST_EXIT].is_null() || c[container::RESTARTS].as_u64().unwrap_or(0) > 0;
+        let reason = c[container::REASON].as_str();
+        let fault = tr181::fault_code(state, ran, reason, safe_mode);
+        p.set(&eu, "EUID", name.as_str());
+        p.set(&eu, "Alias", format!("cpe-{name}"));
+        p.set(&eu, "Name", name.as_str());
+        p.set(&eu, "ExecEnvLabel", name.as_str());
+        p.set(&eu, "Status", tr181::eu_status(state));
+        p.set(&eu, "ExecutionFaultCode", fault);
+        let message: String = match fault {
+            "NoFault" => String::new(),
+            "UnStartable" => d.safe_mode().unwrap_or_default(),
+            _ => reason.unwrap_or("").to_string(),
+        };
+        p.set(
+            &eu,
+            "ExecutionFaultMessage",
+            message.chars().take(256).collect::<String>(),
+        );
+        p.set(&eu, "AutoStart", c[container::AUTOSTART] == true);
+        p.set(&eu, "RunLevel", 0);
+        p.set(&eu, "Vendor", vendor.as_str());
+        p.set(&eu, "Version", pkg.version.to_string());
+        p.set(&eu, "Description", m.package.description.as_str());
+        p.set(&eu, "Privileged", pkg.trusted);
+        p.set(&eu, "AllocatedDiskSpace", kib(d.cfg.data_size));
+        p.set(
+            &eu,
+            "DiskSpaceInUse",
+            kib(Some(crate::daemon::disk::data_bytes(d, name))),
+        );
+        let (cpu_now, stats) = sample(name).unwrap_or((-1, None));
+        let mem_limit = m
+            .resources
+            .memory
+            .or_else(|| stats.as_ref().and_then(|s| s.memory_max));
+        p.set(&eu, "AllocatedMemory", kib(mem_limit));
+        p.set(
+            &eu,
+            "MemoryInUse",
+            kib(stats.as_ref().and_then(|s| s.memory_current)),
+        );
+        p.set(
+            &eu,
+            "AllocatedCPUPercent",
+            m.resources
+                .cpu_max_percent
+                .map(|c| ((c as f64 / cpus).round() as i64).clamp(1, 100))
+                .unwrap_or(-1),
+        );
+        p.set(&eu, "CPUPercentInUse", cpu_now);
+        p.set(&eu, "CreationTime", tr181::datetime(first_install));
+        let now = berth_sys::process::now_s();
+        p.set(
+            &eu,
+            "Uptime",
+            c[container::STARTED_AT]
+                .as_u64()
+                .filter(|_| tr181::eu_status(state) == "Active")
+                .map(|t| now.saturating_sub(t))
+                .unwrap_or(0),
+        );
+        p.set(&eu, "References", "");
+        p.set(&eu, "AssociatedProcessList", "");
+        p.set(&eu, "VendorLogList", logs.as_str());
+        p.set(&eu, "VendorConfigList", "");
+        p.set(&eu, "ExecutionEnvRef", tr181::EXEC_ENV);
+        let ar = format!("{eu}AutoRestart.");
+        let r = &m.restart;
+        p.set(
+            &ar,
+            "Enable",
+            r.policy != berth_core::manifest::RestartPolicy::Never,
+        );
+        p.set(&ar, "RetryMinimumWaitInterval", r.delay_ms / 1000);
+        p.set(&ar, "RetryMaximumWaitInterval", r.max_delay_ms / 1000);
+        p.set(&ar, "RetryIntervalMultiplier", r.multiplier_milli);
+        p.set(&ar, "MaximumRetryCount", r.max_retries);
+        p.set(&ar, "ResetPeriod", r.reset_period_ms / 1000);
+        p.set(
+            &ar,
+            "RetryCount",
+            c[container::RETRIES].as_u64().unwrap_or(0),
+        );
+        p.set(
+            &ar,
+            "NextRestart",
+            match c[container::RESTART_IN_MS].as_u64() {
+                Some(ms) => tr181::datetime(now + ms.div_ceil(1000)),
+                None => tr181::NO_RESTART.into(),
+            },
+        );
+    }
+    let mut out = serde_json::Map::new();
+    let order: Vec<Value> = p.0.iter().map(|(k, _)| json!(k)).collect();
+    for (k, v) in p.0 {
+        out.insert(k, v);
+    }
+    Ok(json!({ "parameters": out, "order": order }))
+}
+
+/// Bytes free to unprivileged use on the file system holding `p`.
+fn free_bytes(p: &std::path::Path) -> Option<u64> {
+    berth_sys::fsutil::free_bytes(p).ok()
+}
