@@ -105,7 +105,12 @@ fn after_the_shim_is_killed_stop_releases_everything_and_start_works() {
 #[test]
 fn cgroups_left_by_a_killed_monitor_are_reaped() {
     let mut sb = Sandbox::new("monkill");
-    sb.add(&Pkg::script("quiet", "1.0", "echo up\nexec sleep 600\n"));
+    // No restart: the end the kill causes must stay an end, for the watcher's reaping to be
+    // seen (with the default on-failure policy the supervisor starts it again at once).
+    sb.add(
+        &Pkg::script("quiet", "1.0", "echo up\nexec sleep 600\n")
+            .table("[restart]\npolicy = \"never\"\n"),
+    );
     sb.start_daemon();
     sb.ok(&["update"]);
     sb.ok(&["install", "quiet"]);
