@@ -293,3 +293,179 @@ fn update_on_a_full_disk_is_a_clean_error_and_changes_nothing() {
     sb.ok(&["update"]);
     assert_eq!(sb.listed("available").len(), 21);
 }
+
+/// A real static server (busybox httpd, which answers ETags with 304 and ranges with 206) on
+/// loopback, behind a relay that cuts the first download of an image after `cut` bytes.
+struct Served {
+    httpd: std::process::Child,
+    port: u16,
+    relay: u16,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.httpd.kill();
+        let _ = self.httpd.wait();
+    }
+}
+
+fn serve_repo(dir: &Path, cut: usize) -> Served {
+    let port = free_port();
+    let httpd = Command::new(busybox())
+        .args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"])
+        .arg(dir)
+        .spawn()
+        .expect("busybox httpd");
+    wait_until("busybox httpd listens", Duration::from_secs(5), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let relay = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut cut_done = false;
+        for client in listener.incoming().flatten() {
+            let mut client = client;
+            let mut up = match std::net::TcpStream::connect(("127.0.0.1", port)) {
+                Ok(u) => u,
+                Err(_) => continue,
+            };
+            // The request head, passed on whole.
+            let mut head = Vec::new();
+            let mut b = [0u8];
+            while !head.ends_with(b"\r\n\r\n") && client.read(&mut b).unwrap_or(0) == 1 {
+                head.push(b[0]);
+            }
+            let image = String::from_utf8_lossy(&head).contains(".sqfs");
+            let _ = up.write_all(&head);
+            let mut budget = if image && !cut_done {
+                cut_done = true;
+                cut
+            } else {
+                usize::MAX
+            };
+            let mut buf = [0u8; 16384];
+            loop {
+                let n = match up.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n.min(budget),
+                };
+                if client.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+                budget -= n;
+                if budget == 0 {
+                    break;
+                }
+            }
+            // Dropping both ends mid-body is the failure under test.
+        }
+    });
+    Served { httpd, port, relay }
+}
+
+/// Sets `repository` (and `mirrors`) in the sandbox's configuration.
+fn set_sources(sb: &Sandbox, repository: &str, mirrors: &[String]) {
+    let text = std::fs::read_to_string(&sb.config).unwrap();
+    let rest: String = text
+        .lines()
+        .filter(|l| !l.starts_with("repository =") && !l.starts_with("mirrors ="))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let list: Vec<String> = mirrors.iter().map(|m| format!("\"{m}\"")).collect();
+    std::fs::write(
+        &sb.config,
+        format!(
+            "repository = \"{repository}\"\nmirrors = [{}]\n{rest}",
+            list.join(", ")
+        ),
+    )
+    .unwrap();
+}
+
+/// A fleet's repository over plain HTTP: an index that did not change is not sent again (304
+/// to If-None-Match), a download cut in the middle resumes from the bytes received (Range)
+/// instead of starting over, and a source that cannot be reached is passed over for the next
+/// mirror; every copy is checked against the signed index as always.
+#[test]
+fn unchanged_indexes_cut_downloads_and_dead_mirrors() {
+    let mut sb = Sandbox::new("mirrors");
+    // An image of about 2 MB that does not compress: random bytes.
+    let mut noise = vec![0u8; 2 << 20];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for b in noise.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    sb.add(&service("big").file("noise.bin", &noise));
+    let image = std::fs::metadata(sb.package_file("big", "1"))
+        .unwrap()
+        .len();
+    let served = serve_repo(&sb.repo, (image / 2) as usize);
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let relay = format!("http://127.0.0.1:{}", served.relay);
+    let direct = format!("http://127.0.0.1:{}", served.port);
+
+    // The repository cannot be reached: its mirror serves the index.
+    set_sources(&sb, &dead, std::slice::from_ref(&relay));
+    sb.start_daemon();
+    let v = sb.json(&["update"]);
+    assert_eq!(v["repository"], relay.as_str(), "{v}");
+    assert_eq!(v["unchanged"], false);
+    // Nothing changed on the server: 304 for both files, the cached index stays in use.
+    let v = sb.json(&["update"]);
+    assert_eq!(v["unchanged"], true, "{v}");
+    assert_eq!(v["packages"], 1);
+
+    // Only the relay: its first image download is cut half way; the install fails, keeping
+    // what it received, and the next resumes from there.
+    set_sources(&sb, &relay, &[]);
+    sb.kill_daemon(15);
+    sb.start_daemon();
+    let (code, err) = sb.fail(&["install", "big"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("bytes kept: the next install resumes from there"),
+        "{err}"
+    );
+    let partial = sb.state_dir().join("store/.tmp");
+    let held: u64 = std::fs::read_dir(&partial)
+        .unwrap()
+        .flatten()
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
+    assert!(held > 0 && held < image, "held {held} of {image}");
+    // Kept across a daemon restart too.
+    sb.kill_daemon(15);
+    sb.start_daemon();
+    sb.ok(&["install", "big"]);
+    let log = std::fs::read_to_string(&sb.daemon_log).unwrap();
+    assert!(
+        log.contains(&format!("big@1: resumed from byte {held} of {image}")),
+        "{log}"
+    );
+    sb.ok(&["start", "big"]);
+    sb.wait_log("big", "up");
+    sb.ok(&["stop", "big"]);
+    sb.ok(&["remove", "big"]);
+
+    // A cut download with a mirror behind: the mirror completes it at once.
+    set_sources(&sb, &relay, std::slice::from_ref(&direct));
+    let served2 = serve_repo(&sb.repo, (image / 3) as usize);
+    set_sources(
+        &sb,
+        &format!("http://127.0.0.1:{}", served2.relay),
+        std::slice::from_ref(&direct),
+    );
+    sb.kill_daemon(15);
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["gc"]);
+    sb.ok(&["install", "big"]);
+    let log = std::fs::read_to_string(&sb.daemon_log).unwrap();
+    assert!(log.matches("resumed from byte").count() >= 2, "{log}");
+    drop(served2);
+    drop(served);
+}

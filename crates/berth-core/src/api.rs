@@ -405,6 +405,9 @@ pub mod update {
     pub const REPOSITORY: &str = "repository";
     /// The number of packages in the index.
     pub const PACKAGES: &str = "packages";
+    /// The source said index.json and its signature are unchanged since the cached copy
+    /// (304 Not Modified to `If-None-Match`).
+    pub const UNCHANGED: &str = "unchanged";
 }
 
 /// `POST /v1/install`: the stream's events and, in its `done` event, the result.

@@ -33,6 +33,9 @@ pub enum ConfigError {
 pub struct Config {
     /// Base URL of the single repository (`http://…` or `file://…`); None until configured.
     pub repository: Option<String>,
+    /// `mirrors`: more base URLs serving the same repository, tried in order when the one
+    /// before fails (docs/repository.md, "Mirrors"); every copy is checked the same way.
+    pub mirrors: Vec<String>,
     /// `berth status` warns when the cached index was fetched longer ago than this (seconds;
     /// `index_max_age = "7d"`). None: no warning.
     pub index_max_age_s: Option<u64>,
@@ -255,6 +258,7 @@ impl Paths {
 #[derive(Default)]
 struct RawConfig {
     repository: Option<String>,
+    mirrors: Vec<String>,
     index_max_age: Option<String>,
     paths: RawPaths,
     containers: RawContainers,
@@ -334,6 +338,10 @@ impl RawConfig {
     fn read(mut t: Table) -> Result<RawConfig, TreeError> {
         let raw = RawConfig {
             repository: text(&mut t, "repository")?,
+            mirrors: t
+                .strs("mirrors")?
+                .map(|v| v.into_inner().into_iter().map(|s| s.into_inner()).collect())
+                .unwrap_or_default(),
             index_max_age: text(&mut t, "index_max_age")?,
             paths: section(&mut t, "paths", |t| {
                 let mut path = |k| Ok::<_, TreeError>(text(t, k)?.map(PathBuf::from));
@@ -505,6 +513,20 @@ impl Config {
                 ));
             }
         }
+        for url in &raw.mirrors {
+            if !(url.starts_with("http://") || url.starts_with("file://")) {
+                return Err(value_err(
+                    "mirrors",
+                    format!("{url:?}: berth fetches http:// and file:// URLs"),
+                ));
+            }
+        }
+        if !raw.mirrors.is_empty() && raw.repository.is_none() {
+            return Err(value_err(
+                "mirrors",
+                "mirrors of no repository: set repository first".into(),
+            ));
+        }
         let index_max_age_s = match &raw.index_max_age {
             None => None,
             Some(v) => match crate::manifest::parse_duration_s(v) {
@@ -620,6 +642,11 @@ impl Config {
             upgrade,
             reports,
             repository: raw.repository.map(|u| u.trim_end_matches('/').to_string()),
+            mirrors: raw
+                .mirrors
+                .iter()
+                .map(|u| u.trim_end_matches('/').to_string())
+                .collect(),
             index_max_age_s,
             paths: Paths {
                 state,
@@ -1233,6 +1260,24 @@ mod tests {
         assert_eq!(all.stop_timeout_s, shipped.stop_timeout_s);
         assert_eq!(all.data_size, Some(32 << 20));
         assert!(all.watchdog.device.is_some());
+    }
+
+    #[test]
+    fn mirrors_are_urls_of_a_repository() {
+        let c = Config::parse(
+            "repository = \"http://a/r/\"\nmirrors = [\"http://b/r/\", \"file:///srv/r\"]\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.mirrors, ["http://b/r", "file:///srv/r"]);
+        let e = Config::parse("repository = \"http://a\"\nmirrors = [\"ftp://b\"]\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("mirrors") && e.contains("ftp://b"), "{e}");
+        let e = Config::parse("mirrors = [\"http://b\"]\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("set repository first"), "{e}");
     }
 
     #[test]

@@ -233,6 +233,35 @@ pub struct ResponseHead {
     pub framing: Framing,
     /// The `Location` header, for redirects.
     pub location: Option<String>,
+    /// The `ETag` header, as sent (quotes and a weak `W/` included), for `If-None-Match` and
+    /// `If-Range`.
+    pub etag: Option<String>,
+    /// `Content-Range: bytes FIRST-LAST/TOTAL` of a 206 answer (TOTAL `*`: unknown).
+    pub content_range: Option<ContentRange>,
+}
+
+/// The part of a resource a 206 answer carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContentRange {
+    pub first: u64,
+    pub last: u64,
+    pub total: Option<u64>,
+}
+
+/// `bytes FIRST-LAST/TOTAL` (RFC 9110 §14.4), FIRST ≤ LAST < TOTAL; None otherwise.
+pub fn parse_content_range(v: &str) -> Option<ContentRange> {
+    let rest = v.trim().strip_prefix("bytes ")?;
+    let (range, total) = rest.split_once('/')?;
+    let (first, last) = range.split_once('-')?;
+    let (first, last): (u64, u64) = (first.trim().parse().ok()?, last.trim().parse().ok()?);
+    let total = match total.trim() {
+        "*" => None,
+        t => Some(t.parse::<u64>().ok()?),
+    };
+    if first > last || total.is_some_and(|t| last >= t) {
+        return None;
+    }
+    Some(ContentRange { first, last, total })
 }
 
 /// A response head from what has arrived so far: `Ok(None)` while it is incomplete, else the
@@ -289,6 +318,13 @@ pub fn parse_response_head(buf: &[u8]) -> Result<Option<(ResponseHead, usize)>, 
             chunked = true;
         } else if name.eq_ignore_ascii_case("location") {
             head.location = Some(value.to_owned());
+        } else if name.eq_ignore_ascii_case("etag") {
+            head.etag = Some(value.to_owned());
+        } else if name.eq_ignore_ascii_case("content-range") {
+            head.content_range = Some(
+                parse_content_range(value)
+                    .ok_or_else(|| ResponseError::BadHeader(line.to_owned()))?,
+            );
         } else if name.eq_ignore_ascii_case("content-encoding")
             && !value.eq_ignore_ascii_case("identity")
         {
@@ -319,6 +355,8 @@ fn parse_status_line(line: &str) -> Result<ResponseHead, ResponseError> {
         reason: parts.next().unwrap_or("").trim().to_owned(),
         framing: Framing::Close,
         location: None,
+        etag: None,
+        content_range: None,
     })
 }
 
@@ -452,6 +490,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn etag_and_content_range_are_read() {
+        let (h, _) = parse_response_head(
+            b"HTTP/1.1 206 Partial Content\r\nETag: \"6b0a-186a0\"\r\nContent-Range: bytes 99990-99999/100000\r\nContent-Length: 10\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(h.etag.as_deref(), Some("\"6b0a-186a0\""));
+        assert_eq!(
+            h.content_range,
+            Some(ContentRange {
+                first: 99990,
+                last: 99999,
+                total: Some(100000)
+            })
+        );
+        assert_eq!(parse_content_range("bytes 0-9/*").unwrap().total, None);
+        for bad in [
+            "bytes 9-0/10",
+            "bytes 0-10/10",
+            "items 0-1/2",
+            "bytes 0-1",
+            "bytes x-1/2",
+        ] {
+            assert_eq!(parse_content_range(bad), None, "{bad}");
+        }
+        assert!(
+            parse_response_head(b"HTTP/1.1 206 x\r\nContent-Range: bytes 5-1/9\r\n\r\n").is_err()
+        );
+    }
+
+    #[test]
     fn parses_a_request() {
         let raw =
             b"POST /v1/install?follow=1&x HTTP/1.1\r\nHost: berth\r\nContent-Length: 5\r\n\r\n";
@@ -543,6 +612,8 @@ mod tests {
                 reason: "Moved  Permanently".into(),
                 framing: Framing::Length(0),
                 location: Some("/new".into()),
+                etag: None,
+                content_range: None,
             }
         );
         assert_eq!(&raw[len..], "body");

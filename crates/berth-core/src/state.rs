@@ -172,10 +172,16 @@ pub enum InstallStep {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepoCache {
+    /// The source it came from: the repository or one of its mirrors.
     pub url: String,
     pub fetched_at: u64,
     pub index: String,
     pub signature: String,
+    /// The server's entity tags for the two files, for the next update's `If-None-Match`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index_etag: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature_etag: Option<String>,
 }
 
 #[cfg(test)]

@@ -97,6 +97,26 @@ pub enum FetchError {
 
 impl FetchError {
     /// The destination's file system is full: the caller can say so and suggest `berth gc`.
+    /// A failure of the source (it cannot be reached, does not answer in time, answers with an
+    /// error or cuts the body short), after which another source of the same repository may do
+    /// better; not a failure of the bytes or of this device.
+    pub fn is_source_failure(&self) -> bool {
+        matches!(
+            self,
+            FetchError::Resolve { .. }
+                | FetchError::Connect { .. }
+                | FetchError::Timeout { .. }
+                | FetchError::TooSlow { .. }
+                | FetchError::Network { .. }
+                | FetchError::Protocol { .. }
+                | FetchError::Status { .. }
+                | FetchError::TooManyRedirects { .. }
+                | FetchError::RedirectRefused { .. }
+                | FetchError::Truncated { .. }
+                | FetchError::ReadFile { .. }
+        )
+    }
+
     pub fn is_no_space(&self) -> bool {
         match self {
             FetchError::Write { error, .. } => {
@@ -183,6 +203,7 @@ pub fn join_url(base: &str, rel: &str) -> Result<String, FetchError> {
 }
 
 /// Fetch a whole small resource into memory (index.json and .sig), at most `limit` bytes.
+#[cfg(test)]
 pub fn fetch_bytes(url: &str, limit: u64) -> Result<Vec<u8>, FetchError> {
     Fetcher::default().fetch_bytes(url, limit)
 }
@@ -190,6 +211,7 @@ pub fn fetch_bytes(url: &str, limit: u64) -> Result<Vec<u8>, FetchError> {
 /// Stream a resource into `dest` (an already-open file), calling `progress` at most ~10 times a
 /// second; returns the byte count. Computes sha256 on the fly and returns it (lowercase hex) so
 /// the caller does not re-read the file.
+#[cfg(test)]
 pub fn fetch_to(
     url: &str,
     dest: &mut File,
@@ -199,16 +221,137 @@ pub fn fetch_to(
     Fetcher::default().fetch_to(url, dest, limit, progress)
 }
 
+/// What a GET asks beyond the resource itself.
+#[derive(Debug, Default, Clone, Copy)]
+struct Ask<'a> {
+    /// `If-None-Match`: the entity tag of the copy already held.
+    if_none_match: Option<&'a str>,
+    /// `Range: bytes=FROM-`: the first FROM bytes are already held.
+    from: u64,
+}
+
+/// How a fetch ended, beyond its bytes.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// The server said the copy named by `If-None-Match` is current (304): no body.
+    pub not_modified: bool,
+    /// The server's entity tag for what it sent (or confirmed).
+    pub etag: Option<String>,
+    /// The bytes already held were kept and the rest appended (206).
+    pub resumed: bool,
+}
+
+/// The body's bytes, or the news that what was received so far must be dropped (a server
+/// that ignored a range request sends the whole resource from its first byte).
+enum Piece<'a> {
+    Data(&'a [u8]),
+    Restart,
+}
+
+/// A small resource unless it is unchanged since `etag` (`If-None-Match`): `Ok((None, …))`
+/// when the server answered 304 Not Modified.
+pub fn fetch_bytes_if(
+    url: &str,
+    limit: u64,
+    etag: Option<&str>,
+) -> Result<(Option<Vec<u8>>, Answer), FetchError> {
+    Fetcher::default().fetch_bytes_if(url, limit, etag)
+}
+
+/// [`fetch_to`], resuming after the first `have` bytes already in `dest` (a `Range` request):
+/// they are hashed from `dest` first and kept if the server answers 206 for exactly that
+/// range; a server that sends the whole resource instead (200), or refuses the range (416),
+/// has `dest` emptied and written from its start. The sha256 is of the whole file either way.
+pub fn fetch_resume(
+    url: &str,
+    dest: &mut File,
+    have: u64,
+    limit: u64,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<(u64, String, Answer), FetchError> {
+    Fetcher::default().fetch_resume(url, dest, have, limit, progress)
+}
+
 impl Fetcher {
     pub fn fetch_bytes(&self, url: &str, limit: u64) -> Result<Vec<u8>, FetchError> {
-        let mut out = Vec::new();
-        self.fetch(url, limit, &mut |_| {}, &mut |data| {
-            out.extend_from_slice(data);
-            Ok(())
-        })?;
-        Ok(out)
+        Ok(self.fetch_bytes_if(url, limit, None)?.0.unwrap_or_default())
     }
 
+    pub fn fetch_bytes_if(
+        &self,
+        url: &str,
+        limit: u64,
+        etag: Option<&str>,
+    ) -> Result<(Option<Vec<u8>>, Answer), FetchError> {
+        let mut out = Vec::new();
+        let ask = Ask {
+            if_none_match: etag,
+            from: 0,
+        };
+        let (_, answer) = self.fetch(url, limit, ask, &mut |_| {}, &mut |piece| {
+            match piece {
+                Piece::Data(data) => out.extend_from_slice(data),
+                Piece::Restart => out.clear(),
+            }
+            Ok(())
+        })?;
+        Ok(((!answer.not_modified).then_some(out), answer))
+    }
+
+    pub fn fetch_resume(
+        &self,
+        url: &str,
+        dest: &mut File,
+        have: u64,
+        limit: u64,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(u64, String, Answer), FetchError> {
+        use std::io::{Seek, SeekFrom};
+        let write_err = |dest: &File, error: io::Error| FetchError::Write {
+            path: fd_path(dest),
+            url: url.to_owned(),
+            error,
+        };
+        let mut hasher = Sha256::new();
+        if have > 0 {
+            dest.seek(SeekFrom::Start(0))
+                .map_err(|e| write_err(dest, e))?;
+            let mut held = (&mut *dest).take(have);
+            let copied = io::copy(&mut held, &mut HashWriter(&mut hasher))
+                .map_err(|e| write_err(dest, e))?;
+            if copied != have {
+                return Err(write_err(
+                    dest,
+                    io::Error::other(format!("held {copied} bytes, expected {have}")),
+                ));
+            }
+        }
+        dest.seek(SeekFrom::Start(have))
+            .map_err(|e| write_err(dest, e))?;
+        let ask = Ask {
+            if_none_match: None,
+            from: have,
+        };
+        let (count, answer) = self.fetch(url, limit, ask, progress, &mut |piece| match piece {
+            Piece::Data(data) => {
+                hasher.update(data);
+                dest.write_all(data).map_err(|e| write_err(dest, e))
+            }
+            Piece::Restart => {
+                hasher = Sha256::new();
+                dest.set_len(0)
+                    .and_then(|()| dest.seek(SeekFrom::Start(0)).map(|_| ()))
+                    .map_err(|e| write_err(dest, e))
+            }
+        })?;
+        let mut hex = String::with_capacity(64);
+        for b in hasher.finalize() {
+            let _ = write!(hex, "{b:02x}");
+        }
+        Ok((count, hex, answer))
+    }
+
+    #[cfg(test)]
     /// Writes from `dest`'s current position and does not sync: the caller decides when the
     /// file is complete (fsync, rename into the store).
     pub fn fetch_to(
@@ -219,7 +362,11 @@ impl Fetcher {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<(u64, String), FetchError> {
         let mut hasher = Sha256::new();
-        let count = self.fetch(url, limit, progress, &mut |data| {
+        let (count, _) = self.fetch(url, limit, Ask::default(), progress, &mut |piece| {
+            // A plain GET asks for no range: nothing ever restarts.
+            let Piece::Data(data) = piece else {
+                return Ok(());
+            };
             hasher.update(data);
             dest.write_all(data).map_err(|error| FetchError::Write {
                 path: fd_path(dest),
@@ -238,13 +385,15 @@ impl Fetcher {
         &self,
         url: &str,
         limit: u64,
+        mut ask: Ask,
         progress: &mut dyn FnMut(Progress),
-        sink: &mut dyn FnMut(&[u8]) -> Result<(), FetchError>,
-    ) -> Result<u64, FetchError> {
+        sink: &mut dyn FnMut(Piece) -> Result<(), FetchError>,
+    ) -> Result<(u64, Answer), FetchError> {
         let mut current = url.to_owned();
         let allowed = Duration::from_secs(limit / MIN_RATE).max(self.min_total);
         let deadline = (Instant::now() + allowed, allowed);
-        for _ in 0..=MAX_REDIRECTS {
+        let mut hops = 0;
+        while hops <= MAX_REDIRECTS {
             let mut body = Body {
                 url: &current,
                 limit,
@@ -256,15 +405,36 @@ impl Fetcher {
                 last_report: None,
             };
             let outcome = match parse_url(&current)? {
-                Url::File(path) => read_file(&path, &mut body).map(|()| None),
-                Url::Http(http) => self.get(&http, &mut body),
+                Url::File(path) => read_file(&path, &mut body, ask.from).map(|resumed| {
+                    Got::Done(Answer {
+                        resumed,
+                        ..Answer::default()
+                    })
+                }),
+                Url::Http(http) => self.get(&http, &mut body, ask),
             };
             match outcome? {
-                None => {
+                Got::Done(answer) => {
                     body.report(true);
-                    return Ok(body.done);
+                    return Ok((body.done, answer));
                 }
-                Some(location) => current = location,
+                Got::Redirect(location) => {
+                    current = location;
+                    hops += 1;
+                }
+                // 416: the range is not there (the resource shrank or was replaced): the
+                // bytes held are dropped and it is asked for whole, once.
+                Got::RangeRefused if ask.from > 0 => {
+                    (body.sink)(Piece::Restart)?;
+                    ask.from = 0;
+                }
+                Got::RangeRefused => {
+                    return Err(FetchError::Status {
+                        url: current.clone(),
+                        status: 416,
+                        reason: "Range Not Satisfiable".into(),
+                    })
+                }
             }
         }
         Err(FetchError::TooManyRedirects {
@@ -273,7 +443,7 @@ impl Fetcher {
     }
 
     /// One GET; returns the redirect target, if the server sent one.
-    fn get(&self, url: &HttpUrl, body: &mut Body) -> Result<Option<String>, FetchError> {
+    fn get(&self, url: &HttpUrl, body: &mut Body, ask: Ask) -> Result<Got, FetchError> {
         let full = body.url.to_owned();
         let stream = self.connect(url, &full)?;
         let net_err = |e: io::Error| self.net_error(&full, e);
@@ -283,9 +453,16 @@ impl Fetcher {
         stream
             .set_write_timeout(Some(self.read_timeout))
             .map_err(net_err)?;
+        let mut extra = String::new();
+        if let Some(tag) = ask.if_none_match {
+            let _ = write!(extra, "If-None-Match: {tag}\r\n");
+        }
+        if ask.from > 0 {
+            let _ = write!(extra, "Range: bytes={}-\r\n", ask.from);
+        }
         let request = format!(
             "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {USER_AGENT}\r\n\
-             Accept-Encoding: identity\r\nConnection: close\r\n\r\n",
+             Accept-Encoding: identity\r\n{extra}Connection: close\r\n\r\n",
             url.target, url.host_header
         );
         (&stream).write_all(request.as_bytes()).map_err(net_err)?;
@@ -321,8 +498,45 @@ impl Fetcher {
                     }),
                 };
             }
-            return Ok(Some(target));
+            return Ok(Got::Redirect(target));
         }
+        if head.status == 304 && ask.if_none_match.is_some() {
+            return Ok(Got::Done(Answer {
+                not_modified: true,
+                etag: head.etag.or_else(|| ask.if_none_match.map(String::from)),
+                resumed: false,
+            }));
+        }
+        if head.status == 416 {
+            return Ok(Got::RangeRefused);
+        }
+        let mut resumed = false;
+        if head.status == 206 {
+            // Only the range asked for is taken: from the first byte not held to the end.
+            match head.content_range {
+                Some(r) if ask.from > 0 && r.first == ask.from => {
+                    body.done = ask.from;
+                    resumed = true;
+                }
+                other => {
+                    return Err(FetchError::Protocol {
+                        url: full,
+                        reason: format!(
+                            "206 for a range not asked for ({other:?}; asked from byte {})",
+                            ask.from
+                        ),
+                    })
+                }
+            }
+        } else if ask.from > 0 && (200..300).contains(&head.status) {
+            // The server ignored the range: the whole resource follows.
+            (body.sink)(Piece::Restart)?;
+        }
+        let answer = Answer {
+            not_modified: false,
+            etag: head.etag.clone(),
+            resumed,
+        };
         if !(200..300).contains(&head.status) {
             return Err(FetchError::Status {
                 url: full,
@@ -331,21 +545,23 @@ impl Fetcher {
             });
         }
         if head.status == 204 {
-            return Ok(None);
+            return Ok(Got::Done(answer));
         }
         match head.framing {
             Framing::Chunked => self.read_chunked(&mut reader, body),
             Framing::Length(len) => {
-                if len > body.limit {
+                // A resumed body's length is what remains after the bytes held.
+                let whole = body.done.saturating_add(len);
+                if whole > body.limit {
                     return Err(body.too_large());
                 }
-                body.total = Some(len);
+                body.total = Some(whole);
                 body.report(false);
-                self.read_plain(&mut reader, body, Some(len))
+                self.read_plain(&mut reader, body, Some(whole))
             }
             Framing::Close => self.read_plain(&mut reader, body, None),
         }
-        .map(|()| None)
+        .map(|()| Got::Done(answer))
     }
 
     fn connect(&self, url: &HttpUrl, full: &str) -> Result<TcpStream, FetchError> {
@@ -516,7 +732,10 @@ fn is_timeout(e: &io::Error) -> bool {
     )
 }
 
-fn read_file(path: &Path, body: &mut Body) -> Result<(), FetchError> {
+/// A `file://` resource, from byte `from` when that many are held (and the file still has
+/// them); whether the bytes held were kept.
+fn read_file(path: &Path, body: &mut Body, from: u64) -> Result<bool, FetchError> {
+    use std::io::{Seek, SeekFrom};
     let read_err = |error| FetchError::ReadFile {
         path: path.to_owned(),
         url: body.url.to_owned(),
@@ -527,16 +746,44 @@ fn read_file(path: &Path, body: &mut Body) -> Result<(), FetchError> {
     if len > body.limit {
         return Err(body.too_large());
     }
+    let resumed = from > 0 && from <= len;
+    if resumed {
+        file.seek(SeekFrom::Start(from)).map_err(read_err)?;
+        body.done = from;
+    } else if from > 0 {
+        (body.sink)(Piece::Restart)?;
+    }
     body.total = Some(len);
     body.report(false);
     let mut buf = vec![0u8; BUF_SIZE];
     loop {
         let n = read_some(&mut file, &mut buf).map_err(read_err)?;
         if n == 0 {
-            return Ok(());
+            return Ok(resumed);
         }
         // push() re-checks the limit: the file may grow while we read it.
         body.push(&buf[..n])?;
+    }
+}
+
+/// What one GET came to.
+enum Got {
+    Done(Answer),
+    Redirect(String),
+    /// 416: the range asked for is not in the resource.
+    RangeRefused,
+}
+
+/// Feeds a hasher through `io::copy`.
+struct HashWriter<'a>(&'a mut Sha256);
+
+impl Write for HashWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 
@@ -555,7 +802,7 @@ struct Body<'a> {
     deadline: (Instant, Duration),
     done: u64,
     total: Option<u64>,
-    sink: &'a mut dyn FnMut(&[u8]) -> Result<(), FetchError>,
+    sink: &'a mut dyn FnMut(Piece) -> Result<(), FetchError>,
     progress: &'a mut dyn FnMut(Progress),
     last_report: Option<Instant>,
 }
@@ -576,7 +823,7 @@ impl Body<'_> {
             return Err(self.too_large());
         }
         self.check_deadline()?;
-        (self.sink)(data)?;
+        (self.sink)(Piece::Data(data))?;
         self.done += data.len() as u64;
         self.report(false);
         Ok(())
@@ -1010,6 +1257,108 @@ mod tests {
         );
         // A fast local transfer takes well under a second: a handful of reports, not one per read.
         assert!(reports.len() <= 4, "{reports:?}");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    fn sha_hex(data: &[u8]) -> String {
+        Sha256::digest(data)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    #[test]
+    fn an_unchanged_resource_is_not_sent_again() {
+        let tagged = b"HTTP/1.1 200 OK\r\nETag: \"v1\"\r\nContent-Length: 2\r\n\r\n{}".to_vec();
+        let not_modified = b"HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n\r\n".to_vec();
+        let (base, server) = serve(vec![tagged, not_modified]);
+        let url = format!("{base}/index.json");
+        let (body, a) = fetch_bytes_if(&url, 100, None).unwrap();
+        assert_eq!(
+            (body.as_deref(), a.etag.as_deref()),
+            (Some(&b"{}"[..]), Some("\"v1\""))
+        );
+        let (body, a) = fetch_bytes_if(&url, 100, a.etag.as_deref()).unwrap();
+        assert!(body.is_none() && a.not_modified, "{a:?}");
+        let requests = server.join().unwrap();
+        assert!(!requests[0].contains("If-None-Match"), "{}", requests[0]);
+        assert!(
+            requests[1].contains("If-None-Match: \"v1\"\r\n"),
+            "{}",
+            requests[1]
+        );
+        // A 304 nobody asked for is an error, not an empty body.
+        let (base, server) = serve(vec![b"HTTP/1.1 304 Not Modified\r\n\r\n".to_vec()]);
+        assert!(fetch_bytes(&format!("{base}/x"), 100).is_err());
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn a_download_resumes_after_the_bytes_held_or_starts_over() {
+        let whole = b"0123456789".to_vec();
+        let partial = b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 4-9/10\r\nContent-Length: 6\r\n\r\n456789".to_vec();
+        let path = temp_path("resume");
+        // 206 for exactly the bytes not held: appended, the hash of the whole.
+        let (base, server) = serve(vec![partial]);
+        std::fs::write(&path, b"0123").unwrap();
+        let mut f = File::options().read(true).write(true).open(&path).unwrap();
+        let mut seen = Vec::new();
+        let (count, sha, a) =
+            fetch_resume(&format!("{base}/a"), &mut f, 4, 11, &mut |p| seen.push(p)).unwrap();
+        assert!(a.resumed);
+        assert_eq!((count, sha), (10, sha_hex(&whole)));
+        assert_eq!(std::fs::read(&path).unwrap(), whole);
+        assert_eq!(seen.last().unwrap().total, Some(10));
+        assert!(server.join().unwrap()[0].contains("Range: bytes=4-\r\n"));
+        // A server that ignores the range: the whole file from its first byte.
+        let (base, server) = serve(vec![ok(&whole)]);
+        std::fs::write(&path, b"XXXX").unwrap();
+        let mut f = File::options().read(true).write(true).open(&path).unwrap();
+        let (count, sha, a) =
+            fetch_resume(&format!("{base}/a"), &mut f, 4, 11, &mut |_| {}).unwrap();
+        assert!(!a.resumed);
+        assert_eq!((count, sha), (10, sha_hex(&whole)));
+        assert_eq!(std::fs::read(&path).unwrap(), whole);
+        server.join().unwrap();
+        // 416 (the resource is shorter than what is held): asked again whole, once.
+        let refused = b"HTTP/1.1 416 Range Not Satisfiable\r\nContent-Length: 0\r\n\r\n".to_vec();
+        let (base, server) = serve(vec![refused, ok(b"abc")]);
+        std::fs::write(&path, b"0123").unwrap();
+        let mut f = File::options().read(true).write(true).open(&path).unwrap();
+        let (count, sha, _) =
+            fetch_resume(&format!("{base}/a"), &mut f, 4, 11, &mut |_| {}).unwrap();
+        assert_eq!((count, sha), (3, sha_hex(b"abc")));
+        assert_eq!(std::fs::read(&path).unwrap(), b"abc");
+        let requests = server.join().unwrap();
+        assert!(requests[0].contains("Range:") && !requests[1].contains("Range:"));
+        // A 206 for another range is refused.
+        let wrong = b"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-9/10\r\nContent-Length: 10\r\n\r\n0123456789".to_vec();
+        let (base, server) = serve(vec![wrong]);
+        std::fs::write(&path, b"0123").unwrap();
+        let mut f = File::options().read(true).write(true).open(&path).unwrap();
+        let err = fetch_resume(&format!("{base}/a"), &mut f, 4, 11, &mut |_| {}).unwrap_err();
+        assert!(
+            err.to_string().contains("206 for a range not asked for"),
+            "{err}"
+        );
+        assert!(err.is_source_failure());
+        server.join().unwrap();
+        // file:// resumes too.
+        let src = temp_path("resume-src");
+        std::fs::write(&src, &whole).unwrap();
+        std::fs::write(&path, b"012345").unwrap();
+        let mut f = File::options().read(true).write(true).open(&path).unwrap();
+        let (count, sha, a) = fetch_resume(
+            &format!("file://{}", src.display()),
+            &mut f,
+            6,
+            11,
+            &mut |_| {},
+        )
+        .unwrap();
+        assert!(a.resumed);
+        assert_eq!((count, sha), (10, sha_hex(&whole)));
+        std::fs::remove_file(&src).unwrap();
         std::fs::remove_file(&path).unwrap();
     }
 

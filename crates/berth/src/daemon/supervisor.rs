@@ -32,7 +32,7 @@ use crate::daemon::store::remove;
 /// downloads go, running containers are taken over, LXC directories of packages no longer
 /// installed go, unused mounts go, and packages marked autostart start after a reboot.
 pub(crate) fn reconcile(d: &Arc<Daemon>) -> Vec<(String, Run)> {
-    remove::clear_tmp(&d.cfg);
+    remove::clear_tmp_but_partial_images(&d.cfg);
     remove::finish_purges(d);
     cgroups::apply_group_budget(d);
     // Temporary files of atomic writes cut short (".state.json.tmp.PID.N"), wherever the

@@ -141,14 +141,20 @@ pub(crate) fn fetch_image(
             image.display()
         );
     }
-    let url = fetch::join_url(base, &e.file).map_err(repo::fetch_err)?;
+    // A partial download of this very image (named by its sha256) is resumed: kept across
+    // failures and daemon restarts, checked as a whole at the end like any download.
     let tmp = paths.store_tmp().join(format!("{}.part", e.sha256));
-    let _ = std::fs::remove_file(&tmp);
+    // One longer than the image cannot be a part of it.
+    if std::fs::metadata(&tmp).is_ok_and(|m| m.len() > e.size) {
+        let _ = std::fs::remove_file(&tmp);
+    }
     let mut f = File::options()
+        .read(true)
         .write(true)
-        .create_new(true)
+        .create(true)
+        .truncate(false)
         .open(&tmp)
-        .map_err(|err| Error::internal(format!("create {}: {err}", tmp.display())))?;
+        .map_err(|err| Error::internal(format!("open {}: {err}", tmp.display())))?;
     let name = e.name.as_str();
     let total = e.size;
     let mut last = Instant::now() - Duration::from_secs(1);
@@ -167,21 +173,60 @@ pub(crate) fn fetch_image(
         let _ = std::fs::remove_file(&tmp);
         err
     };
-    // One byte more than announced is enough to notice an image larger than the index says.
-    let (size, sha) = fetch::fetch_to(&url, &mut f, e.size.saturating_add(1), &mut progress).map_err(|err| {
-        cleanup(if err.is_no_space() {
-            Error::new(
-                Kind::NoSpace,
-                format!(
-                    "store full: no room for {label} ({} bytes) in {}; nothing was changed (free space with berth gc or berth remove)",
-                    e.size,
-                    paths.store().display()
-                ),
-            )
-        } else {
-            repo::fetch_err(err)
-        })
-    })?;
+    // The source the index came from first, then the repository's others (the image is
+    // checked against the signed index whichever serves it).
+    let mut bases = vec![base.to_string()];
+    for b in repo::sources(d).unwrap_or_default() {
+        if !bases.contains(&b) {
+            bases.push(b);
+        }
+    }
+    let mut outcome = None;
+    let mut failed = Vec::new();
+    for b in &bases {
+        let url = fetch::join_url(b, &e.file).map_err(repo::fetch_err)?;
+        let held = f.metadata().map(|m| m.len()).unwrap_or(0).min(e.size);
+        // One byte more than announced is enough to notice an image larger than the index says.
+        match fetch::fetch_resume(&url, &mut f, held, e.size.saturating_add(1), &mut progress) {
+            Ok((size, sha, answer)) => {
+                if answer.resumed {
+                    log::info!("{label}: resumed from byte {held} of {}", e.size);
+                }
+                outcome = Some((size, sha));
+                break;
+            }
+            Err(err) if err.is_source_failure() => {
+                log::warn!("{label}: {err}");
+                failed.push(err);
+            }
+            Err(err) if err.is_no_space() => {
+                return Err(cleanup(Error::new(
+                    Kind::NoSpace,
+                    format!(
+                        "store full: no room for {label} ({} bytes) in {}; nothing was changed (free space with berth gc or berth remove)",
+                        e.size,
+                        paths.store().display()
+                    ),
+                )))
+            }
+            Err(err) => return Err(cleanup(repo::fetch_err(err))),
+        }
+    }
+    let (size, sha) = match outcome {
+        Some(o) => o,
+        None => {
+            // The bytes received stay for the next attempt, which resumes from them.
+            let held = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let mut err = repo::fetch_err(failed.pop().expect("at least one source tried"));
+            if held > 0 {
+                err.message.push_str(&format!(
+                    "; {held} of {} bytes kept: the next install resumes from there",
+                    e.size
+                ));
+            }
+            return Err(err);
+        }
+    };
     fault::point("install.fetched");
     if size != e.size {
         return Err(cleanup(Error::new(

@@ -279,3 +279,26 @@ pub(crate) fn clear_tmp(cfg: &Config) {
         }
     }
 }
+
+/// At daemon start: what an interrupted operation left in the store's partial downloads,
+/// except the partial images (`SHA256.part`), which the next install of the same image
+/// resumes (its sha256 is checked whole at the end, so a damaged one is refused then).
+pub(crate) fn clear_tmp_but_partial_images(cfg: &Config) {
+    let Ok(entries) = std::fs::read_dir(cfg.paths.store_tmp()) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let keep = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".part"))
+            .is_some_and(|h| {
+                h.len() == 64
+                    && h.bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            });
+        if !keep {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}

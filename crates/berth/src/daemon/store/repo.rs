@@ -156,16 +156,127 @@ pub(crate) fn read_serial_floor(cfg: &Config) -> Option<u64> {
 
 pub(crate) const INDEX_KEPT: &str = "the previous repository index stays in use";
 
+/// The sources of the repository, in the order they are tried: `repository`, then `mirrors`.
+pub(crate) fn sources(d: &Daemon) -> Result<Vec<String>> {
+    let first = repository_url(d)?;
+    let mut all = vec![first];
+    for m in &d.cfg.mirrors {
+        if !all.contains(m) {
+            all.push(m.clone());
+        }
+    }
+    Ok(all)
+}
+
+/// The index and its signature from one source, each with its entity tag; what the server
+/// says is unchanged since the cached copy (304, asked with `If-None-Match` when the cache
+/// came from this same source) is taken from the cache.
+/// What a source gave: index.json, its signature, their entity tags, whether both were 304.
+struct Fetched {
+    index: Vec<u8>,
+    sig: String,
+    index_etag: Option<String>,
+    signature_etag: Option<String>,
+    unchanged: bool,
+}
+
+fn fetch_index(base: &str, cached: Option<&RepoCache>) -> Result<Fetched> {
+    let same = cached.filter(|c| c.url == base);
+    let index_url = fetch::join_url(base, "index.json").map_err(fetch_err)?;
+    let sig_url = fetch::join_url(base, "index.json.sig").map_err(fetch_err)?;
+    let (index, ia) = fetch::fetch_bytes_if(
+        &index_url,
+        INDEX_LIMIT,
+        same.and_then(|c| c.index_etag.as_deref()),
+    )
+    .map_err(fetch_err)?;
+    let (sig, sa) = fetch::fetch_bytes_if(
+        &sig_url,
+        SIG_LIMIT,
+        same.and_then(|c| c.signature_etag.as_deref()),
+    )
+    .map_err(fetch_err)?;
+    let unchanged = index.is_none() && sig.is_none();
+    let index = match (index, same) {
+        (Some(b), _) => b,
+        (None, Some(c)) => c.index.clone().into_bytes(),
+        (None, None) => {
+            return Err(Error::new(
+                Kind::BadIndex,
+                "304 for index.json without a cached copy",
+            ))
+        }
+    };
+    let sig = match (sig, same) {
+        (Some(b), _) => String::from_utf8(b)
+            .map_err(|_| Error::new(Kind::BadSignature, "index.json.sig is not text"))?,
+        (None, Some(c)) => c.signature.clone(),
+        (None, None) => {
+            return Err(Error::new(
+                Kind::BadSignature,
+                "304 for index.json.sig without a cached copy",
+            ))
+        }
+    };
+    Ok(Fetched {
+        index,
+        sig,
+        index_etag: ia.etag,
+        signature_etag: sa.etag,
+        unchanged,
+    })
+}
+
 pub(crate) fn update(d: &Daemon, reset_serial: bool) -> Result<Value> {
     let _op = d.op.lock().unwrap();
-    let base = repository_url(d)?;
-    let index_url = fetch::join_url(&base, "index.json").map_err(fetch_err)?;
-    let sig_url = fetch::join_url(&base, "index.json.sig").map_err(fetch_err)?;
-    let index = fetch::fetch_bytes(&index_url, INDEX_LIMIT).map_err(fetch_err)?;
-    let sig = fetch::fetch_bytes(&sig_url, SIG_LIMIT).map_err(fetch_err)?;
-    let sig = String::from_utf8(sig)
-        .map_err(|_| Error::new(Kind::BadSignature, "index.json.sig is not text"))?;
-    let parsed = verify_index(&d.cfg, &index, &sig)?;
+    let sources = sources(d)?;
+    let cached: Option<RepoCache> = std::fs::read(d.cfg.paths.repository_file())
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    // Each source in turn until one gives an index that verifies: a mirror that cannot be
+    // reached, or serves a bad copy, is passed over (the signature decides, not the mirror);
+    // every failure is said if none works.
+    let mut failures = Vec::new();
+    let mut got = None;
+    for base in &sources {
+        match fetch_index(base, cached.as_ref()).and_then(|f| {
+            let parsed = verify_index(&d.cfg, &f.index, &f.sig)?;
+            Ok((base.clone(), f, parsed))
+        }) {
+            Ok(g) => {
+                got = Some(g);
+                break;
+            }
+            Err(e) => {
+                if sources.len() > 1 {
+                    log::warn!("repository source {base}: {}", e.message);
+                }
+                failures.push((base.clone(), e));
+            }
+        }
+    }
+    let (base, fetched, parsed) = match got {
+        Some(g) => g,
+        None if failures.len() == 1 => return Err(failures.remove(0).1),
+        None => {
+            let kind = failures[0].1.kind;
+            let all: Vec<String> = failures
+                .iter()
+                .map(|(b, e)| format!("{b}: {}", e.message))
+                .collect();
+            return Err(Error::new(
+                kind,
+                format!("no source of the repository worked ({})", all.join("; ")),
+            ));
+        }
+    };
+    let Fetched {
+        index,
+        sig,
+        index_etag,
+        signature_etag,
+        unchanged,
+    } = fetched;
     let now = berth_sys::process::now_s();
     if parsed.expired(now) {
         let e = parsed.expires.unwrap_or(0);
@@ -203,6 +314,8 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> Result<Value> {
         fetched_at: now,
         index: index_text,
         signature: sig,
+        index_etag,
+        signature_etag,
     };
     // The floor first: a crash between the two writes leaves it raised, never lowered.
     let sf = serial_file(&d.cfg);
@@ -227,6 +340,7 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> Result<Value> {
     let upgradable = upgradable(&st, &parsed);
     Ok(json!({
         update_field::REPOSITORY: base,
+        update_field::UNCHANGED: unchanged,
         update_field::PACKAGES: parsed.packages.len(),
         update_field::SERIAL: parsed.serial,
         update_field::EXPIRES: parsed.expires,
