@@ -219,7 +219,7 @@ EOF
     if grep -qE " /(run|var/lib)/berth" /proc/self/mounts; then die "mounts left after the purge: $(grep -E ' /(run|var/lib)/berth' /proc/self/mounts)"; fi
     if losetup -n -O BACK-FILE 2>/dev/null | grep -q "/var/lib/berth/"; then die "loop devices left after the purge"; fi
     for p in /usr/bin/berth /etc/berth /var/lib/berth /run/berth /lib/systemd/system/berth.service \
-        /sys/fs/cgroup/berth /sys/fs/cgroup/*/berth; do
+        /sys/fs/cgroup/berth /sys/fs/cgroup/*/berth /sys/fs/cgroup/berth.monitor /sys/fs/cgroup/*/berth.monitor; do
         [ ! -e "$p" ] || die "$p is left after the purge"
     done
     if dpkg -s berth >/dev/null 2>&1; then die "dpkg still knows berth after the purge"; fi
