@@ -2,8 +2,45 @@
 //! view: a container's /data and the store.
 
 use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::daemon::context::Daemon;
+
+/// What the store and each installed package's /data use, in bytes.
+#[derive(Clone, Default)]
+pub(crate) struct Usage {
+    pub store: u64,
+    pub data: Vec<(String, u64)>,
+}
+
+impl Usage {
+    pub(crate) fn data_of(&self, name: &str) -> Option<u64> {
+        self.data.iter().find(|(n, _)| n == name).map(|(_, b)| *b)
+    }
+}
+
+/// The usage, walked at most once a minute whoever asks (a scraper every few seconds, a
+/// management agent's polls): every container's /data is not walked at each request.
+pub(crate) fn usage(d: &Daemon) -> Usage {
+    static CACHE: Mutex<Option<(Instant, Usage)>> = Mutex::new(None);
+    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((t, u)) = cache.as_ref() {
+        if t.elapsed() < Duration::from_secs(60) {
+            return u.clone();
+        }
+    }
+    let u = Usage {
+        store: dir_bytes(&d.cfg.paths.store(), 1),
+        data: crate::daemon::state::state(d)
+            .packages
+            .keys()
+            .map(|p| (p.to_string(), data_bytes(d, p)))
+            .collect(),
+    };
+    *cache = Some((Instant::now(), u.clone()));
+    u
+}
 
 /// Disk used by a container's /data: its image with `containers.data_size`, else its tree.
 pub(crate) fn data_bytes(d: &Daemon, name: &str) -> u64 {

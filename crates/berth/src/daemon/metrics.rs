@@ -7,8 +7,8 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use berth_core::api::{container, governor as gov, net as netf, status as statusf};
 use berth_core::metrics::{Exposition, Kind};
@@ -88,7 +88,13 @@ pub(crate) fn text(d: &Daemon) -> String {
         };
         e.sample(&[("container", n)], count);
     }
-    cgroup_part(d, &names, &mut e);
+    // Running: what the status answer found (its init pid), without asking each shim again.
+    let running: Vec<&str> = containers
+        .iter()
+        .filter(|c| !c[container::INIT_PID].is_null())
+        .filter_map(|c| c[container::NAME].as_str())
+        .collect();
+    cgroup_part(d, &running, &mut e);
     network_part(d, &st, &mut e);
     governor_part(d, &mut e);
     storage_part(d, &mut e);
@@ -150,7 +156,6 @@ fn cgroup_part(d: &Daemon, names: &[&str], e: &mut Exposition) {
     };
     let running: Vec<(&str, berth_sys::cgroupfs::Stats)> = names
         .iter()
-        .filter(|n| crate::daemon::runtime::probe::is_running(d, n))
         .map(|n| (*n, c.stats(&cgroups::container_cgroup(d, n))))
         .collect();
     let group = c.stats(&d.cfg.cgroup_parent);
@@ -342,37 +347,21 @@ fn governor_part(d: &Daemon, e: &mut Exposition) {
 
 /// Store and data usage, walked at most once a minute (a scrape every few seconds must not
 /// walk every container's /data each time).
-/// When the sizes were walked, each container's /data, the store.
-type Sizes = (Instant, Vec<(String, u64)>, u64);
-
+/// Store and data usage (walked at most once a minute, `disk::usage`).
 fn storage_part(d: &Daemon, e: &mut Exposition) {
-    static CACHE: Mutex<Option<Sizes>> = Mutex::new(None);
-    let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    let fresh = matches!(&*cache, Some((t, _, _)) if t.elapsed() < Duration::from_secs(60));
-    if !fresh {
-        let store = disk::dir_bytes(&d.cfg.paths.store(), 1);
-        let data = state::state(d)
-            .packages
-            .keys()
-            .map(|p| (p.to_string(), disk::data_bytes(d, p)))
-            .collect();
-        *cache = Some((Instant::now(), data, store));
-    }
-    let Some((_, data, store)) = cache.as_ref() else {
-        return;
-    };
+    let u = disk::usage(d);
     e.family(
         "berth_store_bytes",
         Kind::Gauge,
         "Disk space used by the package images in the store.",
     );
-    e.sample(&[], Some(*store as f64));
+    e.sample(&[], Some(u.store as f64));
     e.family(
         "berth_container_data_bytes",
         Kind::Gauge,
         "Disk space used by the container's /data (its image, with containers.data_size).",
     );
-    for (n, b) in data {
+    for (n, b) in &u.data {
         e.sample(&[("container", n.as_str())], Some(*b as f64));
     }
 }

@@ -76,12 +76,14 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
 
     // CPU in use: two readings of each running container's counter.
     let cg = d.resources.cgroups.as_ref().ok();
+    // Running: what the status answer found (its init pid), without asking each shim again.
     let running: Vec<String> = st
         .packages
         .keys()
-        .filter(|n| crate::daemon::runtime::probe::is_running(d, n))
+        .filter(|n| !by_name(n)[container::INIT_PID].is_null())
         .cloned()
         .collect();
+    let usage = crate::daemon::disk::usage(d);
     let read = |n: &str| cg.map(|c| c.stats(&cgroups::container_cgroup(d, n)));
     let first: Vec<_> = running.iter().map(|n| read(n)).collect();
     let t0 = Instant::now();
@@ -264,11 +266,7 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
         p.set(&eu, "Description", m.package.description.as_str());
         p.set(&eu, "Privileged", pkg.trusted);
         p.set(&eu, "AllocatedDiskSpace", kib(d.cfg.data_size));
-        p.set(
-            &eu,
-            "DiskSpaceInUse",
-            kib(Some(crate::daemon::disk::data_bytes(d, name))),
-        );
+        p.set(&eu, "DiskSpaceInUse", kib(usage.data_of(name)));
         let (cpu_now, stats) = sample(name).unwrap_or((-1, None));
         let mem_limit = m
             .resources
