@@ -72,6 +72,18 @@ pub struct Config {
     pub api: crate::container_api::ApiPolicy,
     /// `[metrics]`: Prometheus metrics on a TCP address too (docs/metrics.md).
     pub metrics: Metrics,
+    /// `[web]`: the device's web page (docs/web.md).
+    pub web: Web,
+}
+
+/// `[web] listen = "192.168.1.1:8080"`: where the daemon serves its web page and the part of
+/// the admin API the page uses, behind a bearer token read from `token_file` (made, 0600,
+/// at the daemon's start when missing). None: no web page (the default).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Web {
+    pub listen: Option<String>,
+    /// Default `<state>/web.token`.
+    pub token_file: Option<PathBuf>,
 }
 
 /// `[metrics] listen = "127.0.0.1:9101"`: where the daemon also serves `GET /metrics` (the
@@ -274,6 +286,7 @@ struct RawConfig {
     upgrade: RawUpgrade,
     api: RawApi,
     metrics_listen: Option<String>,
+    web: (Option<String>, Option<String>),
 }
 
 #[derive(Default)]
@@ -413,6 +426,9 @@ impl RawConfig {
                 })
             })?,
             metrics_listen: section(&mut t, "metrics", |t| text(t, "listen"))?,
+            web: section(&mut t, "web", |t| {
+                Ok((text(t, "listen")?, text(t, "token_file")?))
+            })?,
             api: section(&mut t, "api", |t| {
                 Ok(RawApi {
                     grant: text(t, "grant")?,
@@ -620,23 +636,35 @@ impl Config {
         let upgrade = upgrade(raw.upgrade, &value_err)?;
         let reports = reports(raw.reports, &value_err)?;
         let api = api(raw.api, &value_err)?;
+        let listen = |key: &'static str, v: Option<String>, eg: &str| match v {
+            None => Ok(None),
+            Some(a) => match a.parse::<std::net::SocketAddr>() {
+                Ok(_) => Ok(Some(a)),
+                Err(_) => Err(value_err(
+                    key,
+                    format!("{a:?}: expected ADDRESS:PORT, e.g. \"{eg}\""),
+                )),
+            },
+        };
         let metrics = Metrics {
-            listen: match raw.metrics_listen {
-                None => None,
-                Some(a) => match a.parse::<std::net::SocketAddr>() {
-                    Ok(_) => Some(a),
-                    Err(_) => {
-                        return Err(value_err(
-                            "metrics.listen",
-                            format!("{a:?}: expected ADDRESS:PORT, e.g. \"127.0.0.1:9101\""),
-                        ))
-                    }
-                },
+            listen: listen("metrics.listen", raw.metrics_listen, "127.0.0.1:9101")?,
+        };
+        let web = Web {
+            listen: listen("web.listen", raw.web.0, "192.168.1.1:8080")?,
+            token_file: match raw.web.1 {
+                Some(f) if !f.starts_with('/') => {
+                    return Err(value_err(
+                        "web.token_file",
+                        format!("{f:?}: must be an absolute path"),
+                    ))
+                }
+                f => f.map(PathBuf::from),
             },
         };
         Ok(Config {
             api,
             metrics,
+            web,
             watchdog,
             boot,
             upgrade,
@@ -1260,6 +1288,43 @@ mod tests {
         assert_eq!(all.stop_timeout_s, shipped.stop_timeout_s);
         assert_eq!(all.data_size, Some(32 << 20));
         assert!(all.watchdog.device.is_some());
+        assert_eq!(all.web.listen.as_deref(), Some("192.168.1.1:8080"));
+        assert_eq!(shipped.web, Web::default());
+    }
+
+    #[test]
+    fn the_web_page_needs_an_address_and_an_absolute_token_file() {
+        let c = Config::parse(
+            "[web]\nlisten = \"[::1]:8080\"\ntoken_file = \"/etc/berth/web.token\"\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(c.web.listen.as_deref(), Some("[::1]:8080"));
+        assert_eq!(
+            c.web.token_file,
+            Some(PathBuf::from("/etc/berth/web.token"))
+        );
+        let e = Config::parse("[web]\nlisten = \"8080\"\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("web.listen") && e.contains("ADDRESS:PORT"),
+            "{e}"
+        );
+        let e = Config::parse(
+            "[web]\nlisten = \"0.0.0.0:80\"\ntoken_file = \"web.token\"\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("web.token_file") && e.contains("absolute"),
+            "{e}"
+        );
+        let e = Config::parse("[web]\nport = 80\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("port"), "{e}");
     }
 
     #[test]

@@ -8,8 +8,9 @@
 //! polling meminfo without PSI), the CPU governor (`governor.rs`: one probe per interval,
 //! only when a probe is configured), the supervisor (`supervisor.rs`: blocked on its
 //! events), the scheduler (`schedules.rs`: only once a container has a cron job; asleep on a
-//! wall-clock timer until the next due time, one short-lived thread per run) and the
-//! watchdog (`watchdog.rs`: only with a `[watchdog] device`, or until this
+//! wall-clock timer until the next due time, one short-lived thread per run), the listeners
+//! of `[metrics] listen` and `[web] listen` (`metrics.rs`, `web.rs`: only when set; blocked
+//! in accept) and the watchdog (`watchdog.rs`: only with a `[watchdog] device`, or until this
 //! start is confirmed; while it runs, the main thread and the supervisor wake every
 //! `[watchdog] interval` to record a heartbeat). Mutating operations take `Daemon::op` so they apply one at a time, in order;
 //! reads (status, list, logs) do not wait for a long install.
@@ -48,6 +49,8 @@ mod supervisor;
 #[cfg(feature = "tr181")]
 mod tr181;
 mod watchdog;
+#[cfg(feature = "web")]
+mod web;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -67,6 +70,9 @@ pub fn run(cfg: Config) -> Result<()> {
     }
     if cfg.metrics.listen.is_some() && !cfg!(feature = "metrics") {
         bail!("[metrics] listen: this berth is built without metrics; build it with --features metrics or remove the key");
+    }
+    if cfg.web.listen.is_some() && !cfg!(feature = "web") {
+        bail!("[web] listen: this berth is built without its web page; build it with --features web or remove the key");
     }
     berth_sys::process::ignore_sigpipe();
     berth_sys::process::single_malloc_arena();
@@ -117,6 +123,8 @@ pub fn run(cfg: Config) -> Result<()> {
     schedules::start(&d);
     #[cfg(feature = "metrics")]
     metrics::spawn_listener(&d);
+    #[cfg(feature = "web")]
+    web::spawn(&d);
     let watchdog = watchdog::spawn(&d);
     let term = berth_sys::process::termination_pipe()?;
     // Start-up code (configuration and state parsing, reconciliation) will not run again.

@@ -25,8 +25,9 @@ inherit cargo cargo-update-recipe-crates systemd update-rc.d
 
 CARGO_SRC_DIR = "crates/berth"
 # The device build: no vendor tools (key, pack, repo, import), with Prometheus metrics and
-# the TR-181 view (a distribution without them drops the --features).
-CARGO_BUILD_FLAGS += "--no-default-features --features metrics,tr181"
+# the TR-181 view and the web page (off until [web] listen is set; a distribution without
+# them drops the --features).
+CARGO_BUILD_FLAGS += "--no-default-features --features metrics,tr181,web"
 
 SYSTEMD_SERVICE:${PN} = "berth.service"
 INITSCRIPT_NAME = "berth"
