@@ -44,6 +44,9 @@ apt-get install -y -qq --no-install-recommends qemu-user python3-venv make >/dev
 apt-get install -y -qq --no-install-recommends lintian systemd zsh fish groff-base binutils dpkg-dev >/dev/null
 # berth import's tests make OCI images with umoci and docker-archives with skopeo
 apt-get install -y -qq --no-install-recommends umoci skopeo >/dev/null
+# delta images (tests/delta.rs; berth-bench delta compares zstd with bsdiff and xdelta3 on real
+# Debian package upgrades, fetched with apt-get download, and times them with GNU time)
+apt-get install -y -qq --no-install-recommends zstd bsdiff xdelta3 time >/dev/null
 # the web page is rendered by headless Chromium (tests/web.rs)
 apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 # promtool lints the metrics (tests/metrics.rs): unpacked from Debian's prometheus package, not

@@ -430,6 +430,11 @@ pub mod install {
     pub const INSTALLED: &str = "installed";
     /// The result: the packages already installed with the same image.
     pub const UNCHANGED: &str = "unchanged";
+    /// fetched: the bytes the download took (a delta's size when the image was rebuilt from
+    /// one, else the image's).
+    pub const BYTES: &str = "bytes";
+    /// fetched: the version whose image a delta rebuilt this one from, or absent.
+    pub const DELTA_FROM: &str = "delta_from";
 }
 
 /// `POST /v1/upgrade` (streamed as install is: progress, fetched, switched, rollback events,

@@ -25,6 +25,12 @@ pub enum IndexError {
     Duplicate(String),
     #[error("invalid index: package {package}: sha256 {sha256:?} is not 64 lowercase hex digits")]
     BadSha256 { package: String, sha256: String },
+    #[error("invalid index: package {package}: delta {file:?}: {reason}")]
+    BadDelta {
+        package: String,
+        file: String,
+        reason: String,
+    },
     #[error("invalid index: package {package}: file {file:?} {reason}")]
     BadFile {
         package: String,
@@ -82,6 +88,62 @@ pub struct IndexEntry {
     #[serde(default)]
     pub trusted: bool,
     pub manifest: ManifestSummary,
+    /// Binary deltas that rebuild this image from an older one (`berth repo build
+    /// --deltas-from`): a device holding `from` may fetch one of these instead of the image.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "deltas_from_json"
+    )]
+    pub deltas: Vec<Delta>,
+}
+
+/// The one delta format: `zstd --patch-from=OLD_IMAGE` (a zstd frame whose window reaches
+/// into the old image; decoded with `zstd -d --long=31 --patch-from=OLD_IMAGE`).
+pub const DELTA_ZSTD_PATCH: &str = "zstd-patch";
+
+/// One binary delta in the signed index. The device checks the delta's own sha256 before it
+/// decodes a byte of it, and the rebuilt image against the entry's sha256 before it uses it;
+/// on any failure it fetches the whole image.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Delta {
+    /// The sha256 of the image it applies to (an older version's, held in the store).
+    pub from: String,
+    /// That image's version, for people.
+    pub from_version: Version,
+    /// How it was made; a device skips a format it does not know ([`DELTA_ZSTD_PATCH`]).
+    pub format: String,
+    /// Path relative to the index's location, as an image's.
+    pub file: String,
+    pub sha256: String,
+    pub size: u64,
+}
+
+/// `deltas` read through `serde_json::Value`, which devices parse anyway: a derived
+/// deserializer for one more struct costs the device build 5 KB. As strict as the derived
+/// one: every key known and present, with its type.
+fn deltas_from_json<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Delta>, D::Error> {
+    const KEYS: [&str; 6] = ["from", "from_version", "format", "file", "sha256", "size"];
+    let list = Vec::<serde_json::Value>::deserialize(d)?;
+    list.iter()
+        .map(|v| {
+            let o = v.as_object().filter(|o| o.keys().all(|k| KEYS.contains(&k.as_str())));
+            let text = |k: &str| Some(o?.get(k)?.as_str()?.to_string());
+            Some(Delta {
+                from: text("from")?,
+                from_version: Version::parse(&text("from_version")?).ok()?,
+                format: text("format")?,
+                file: text("file")?,
+                sha256: text("sha256")?,
+                size: o?.get("size")?.as_u64()?,
+            })
+        })
+        .collect::<Option<Vec<_>>>()
+        .ok_or_else(|| {
+            serde::de::Error::custom(
+                "a delta is {from, from_version, format, file, sha256: strings; size: an integer} and nothing else",
+            )
+        })
 }
 
 fn check_sha256(s: &str) -> bool {
@@ -176,6 +238,28 @@ impl Index {
                 file: p.file.clone(),
                 reason,
             })?;
+            for (i, d) in p.deltas.iter().enumerate() {
+                let bad = |reason: String| IndexError::BadDelta {
+                    package: p.name.to_string(),
+                    file: d.file.clone(),
+                    reason,
+                };
+                check_file(&d.file).map_err(|r| bad(format!("file {r}")))?;
+                for (what, h) in [("from", &d.from), ("sha256", &d.sha256)] {
+                    if !check_sha256(h) {
+                        return Err(bad(format!("{what} {h:?} is not 64 lowercase hex digits")));
+                    }
+                }
+                if d.from == p.sha256 {
+                    return Err(bad("applies to the image it makes".into()));
+                }
+                if p.deltas[..i]
+                    .iter()
+                    .any(|x| x.from == d.from && x.format == d.format)
+                {
+                    return Err(bad(format!("a second delta from {}", d.from)));
+                }
+            }
         }
         for p in &self.packages {
             for d in &p.depends {
@@ -294,7 +378,64 @@ mod tests {
                 capabilities: vec![],
                 devices: vec![],
             },
+            deltas: vec![],
         }
+    }
+
+    fn delta(from: &str) -> Delta {
+        Delta {
+            from: from.repeat(32),
+            from_version: Version::parse("0.9").unwrap(),
+            format: DELTA_ZSTD_PATCH.into(),
+            file: "deltas/a.zst".into(),
+            sha256: "cd".repeat(32),
+            size: 100,
+        }
+    }
+
+    #[test]
+    fn deltas_are_checked_like_images_and_round_trip() {
+        let mut e = entry("a", &[]);
+        e.deltas.push(delta("01"));
+        let ok = index(vec![e.clone()]);
+        let back = Index::parse(ok.to_json().as_bytes()).unwrap();
+        assert_eq!(back.packages[0].deltas, e.deltas);
+        // An index without deltas does not name the field (devices before them read it).
+        assert!(!index(vec![entry("b", &[])]).to_json().contains("deltas"));
+        for (change, want) in [
+            (
+                Box::new(|d: &mut Delta| d.file = "../x".into()) as Box<dyn Fn(&mut Delta)>,
+                "file must not contain",
+            ),
+            (
+                Box::new(|d: &mut Delta| d.from = "AB".repeat(32)),
+                "from \"ABAB",
+            ),
+            (
+                Box::new(|d: &mut Delta| d.sha256 = "x".into()),
+                "sha256 \"x\"",
+            ),
+            (
+                Box::new(|d: &mut Delta| d.from = "ab".repeat(32)),
+                "applies to the image it makes",
+            ),
+        ] {
+            let mut bad = e.clone();
+            change(&mut bad.deltas[0]);
+            let err = index(vec![bad]).validate().unwrap_err().to_string();
+            assert!(
+                err.contains("package a: delta") && err.contains(want),
+                "{err}"
+            );
+        }
+        let mut twice = e.clone();
+        twice.deltas.push(delta("01"));
+        let err = index(vec![twice]).validate().unwrap_err().to_string();
+        assert!(err.contains("a second delta from"), "{err}");
+        let text = ok
+            .to_json()
+            .replace("\"size\": 100", "\"size\": 100, \"extra\": 1");
+        assert!(Index::parse(text.as_bytes()).is_err());
     }
 
     fn index(entries: Vec<IndexEntry>) -> Index {

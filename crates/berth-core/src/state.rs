@@ -224,6 +224,7 @@ mod tests {
             depends: p.depends.clone(),
             trusted: false,
             manifest: p.manifest.summary(),
+            deltas: Vec::new(),
         }
     }
 

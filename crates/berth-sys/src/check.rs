@@ -251,7 +251,8 @@ fn present(yes: bool) -> Status {
 }
 
 /// Finds an executable named `tool` in `path`.
-fn which(path: Option<&OsString>, tool: &str) -> Option<PathBuf> {
+/// An executable `tool` in one of `path`'s directories.
+pub fn which(path: Option<&OsString>, tool: &str) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     let path = path?;
     std::env::split_paths(path).map(|d| d.join(tool)).find(|p| {
@@ -698,6 +699,10 @@ fn tools(probes: &Probes, out: &mut Vec<Feature>) {
         ("nft", "network isolation rules"),
         ("ip", "network setup"),
         ("mksquashfs", "building packages on the device"),
+        (
+            "zstd",
+            "delta images: without it, upgrades fetch whole images",
+        ),
     ] {
         let found = which(probes.path.as_ref(), tool);
         out.push(feature(

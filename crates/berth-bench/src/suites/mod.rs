@@ -17,6 +17,7 @@ pub mod api;
 pub mod bind;
 pub mod cgroups;
 pub mod cpu;
+pub mod delta;
 pub mod footprint;
 pub mod fs;
 pub mod governor;
@@ -40,6 +41,7 @@ pub const ALL: &[&str] = &[
     "supervise",
     "api",
     "bind",
+    "delta",
     "net",
     "governor",
     "microvm",
@@ -86,6 +88,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "supervise" => Some(Box::new(supervise::Supervise)),
         "api" => Some(Box::new(api::Api)),
         "bind" => Some(Box::new(bind::Bind)),
+        "delta" => Some(Box::new(delta::Delta)),
         "governor" => Some(Box::new(governor::Governor)),
         "microvm" => Some(Box::new(microvm::MicroVm)),
         "cgroups" => Some(Box::new(cgroups::Cgroups)),

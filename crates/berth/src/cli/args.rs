@@ -674,6 +674,8 @@ pub enum Vendor {
         dir: String,
         key: String,
         valid_for_s: Option<u64>,
+        /// `--deltas-from OLD_REPO`: publish deltas from its images to this one's.
+        deltas_from: Option<String>,
     },
     /// `import oci:LAYOUT[:TAG]|docker-archive:FILE -o FILE [--name N] [--version V]`.
     Import {
@@ -749,17 +751,18 @@ fn pack(args: &[String]) -> Result<Vendor, Usage> {
 
 #[cfg(feature = "vendor")]
 fn repo(args: &[String]) -> Result<Vendor, Usage> {
-    let (mut key, mut valid_for) = (None, None);
+    let (mut key, mut valid_for, mut deltas_from) = (None, None, None);
     let pos = scan(args, &mut |o, p| match o {
         "--key" | "-k" => first(&mut key, p, o),
         "--valid-for" => first(&mut valid_for, p, o),
+        "--deltas-from" => first(&mut deltas_from, p, o),
         _ => Ok(false),
     })?;
     let dir = match <[String; 2]>::try_from(pos) {
         Ok([build, dir]) if build == "build" => dir,
         _ => {
             return Err(usage(
-                "usage: berth repo build DIR --key SECKEY [--valid-for DURATION]",
+                "usage: berth repo build DIR --key SECKEY [--valid-for DURATION] [--deltas-from OLD_REPO]",
             ))
         }
     };
@@ -776,6 +779,7 @@ fn repo(args: &[String]) -> Result<Vendor, Usage> {
         dir,
         key,
         valid_for_s,
+        deltas_from,
     })
 }
 
@@ -1339,19 +1343,24 @@ mod tests {
         assert_eq!(refused("pack pkg/"), "pack needs -o FILE");
         assert_eq!(refused("pack pkg/ --out x"), "unknown option --out");
 
-        let repo = |valid_for_s| {
+        let repo = |valid_for_s, deltas_from: Option<&str>| {
             Ok(Vendor::Repo {
                 dir: "r".into(),
                 key: "k.sec".into(),
                 valid_for_s,
+                deltas_from: deltas_from.map(String::from),
             })
         };
-        assert_eq!(ven("repo build r --key k.sec"), repo(None));
+        assert_eq!(ven("repo build r --key k.sec"), repo(None, None));
         assert_eq!(
             ven("repo build r -k k.sec --valid-for 2h"),
-            repo(Some(7200))
+            repo(Some(7200), None)
         );
-        let repo_usage = "usage: berth repo build DIR --key SECKEY [--valid-for DURATION]";
+        assert_eq!(
+            ven("repo build r -k k.sec --deltas-from old/"),
+            repo(None, Some("old/"))
+        );
+        let repo_usage = "usage: berth repo build DIR --key SECKEY [--valid-for DURATION] [--deltas-from OLD_REPO]";
         for bad in [
             "repo",
             "repo build",

@@ -192,9 +192,17 @@ pub fn progress(e: &Value) -> Option<String> {
             ))
         }
         Some("fetched") => Some(format!(
-            "\r\x1b[Kfetched {} {}\n",
+            "\r\x1b[Kfetched {} {}{}\n",
             cell(&e[install::PACKAGE]),
-            cell(&e[install::VERSION])
+            cell(&e[install::VERSION]),
+            match e[install::DELTA_FROM].as_str() {
+                Some(from) => format!(
+                    " as a delta from {from} ({} instead of {})",
+                    human(e[install::BYTES].as_u64().unwrap_or(0)),
+                    human(e[install::SIZE].as_u64().unwrap_or(0)),
+                ),
+                None => String::new(),
+            }
         )),
         _ => None,
     }
@@ -1018,6 +1026,23 @@ mod tests {
         assert_eq!(
             progress(&json!({"event": "fetched", "package": "web", "version": "1.0"})),
             Some("\r\x1b[Kfetched web 1.0\n".into())
+        );
+        assert_eq!(
+            progress(
+                &json!({"event": "fetched", "package": "web", "version": "1.1",
+                "size": 4 << 20, "bytes": 40960, "delta_from": "1.0"})
+            ),
+            Some(
+                "\r\x1b[Kfetched web 1.1 as a delta from 1.0 (40.0 KiB instead of 4.0 MiB)\n"
+                    .into()
+            )
+        );
+        assert_eq!(
+            progress(
+                &json!({"event": "delta_failed", "package": "web", "error": "zstd is not installed"})
+            ),
+            // Said in the daemon's log; the whole image's download follows.
+            None
         );
         assert_eq!(progress(&json!({"event": "verifying"})), None);
         let v = json!({"installed": [{"name": "web", "version": "1.0"}], "unchanged": ["db"]});

@@ -330,11 +330,17 @@ pub const COMMANDS: &[Cmd] = &[
     ),
     vendor(
         "repo build",
-        "DIR --key SECKEY [--valid-for DURATION]",
+        "DIR --key SECKEY [--valid-for DURATION] [--deltas-from OLD_REPO]",
         O::Dir,
         &[
             opt("--key", "-k", "SECKEY", "the secret key that signs the index"),
             opt("--valid-for", "", "DURATION", "90m, 12h, 30d (default: no expiry)"),
+            opt(
+                "--deltas-from",
+                "",
+                "OLD_REPO",
+                "publish zstd deltas from that repository's images",
+            ),
         ],
         "write and sign DIR/index.json",
     ),

@@ -43,13 +43,31 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
             dir,
             key,
             valid_for_s,
+            deltas_from,
         } => {
-            let r = crate::vendor::repo::build(dir.as_ref(), key.as_ref(), valid_for_s)?;
+            let r = crate::vendor::repo::build(
+                dir.as_ref(),
+                key.as_ref(),
+                valid_for_s,
+                deltas_from.as_deref().map(std::path::Path::new),
+            )?;
             if json {
                 print_json(&serde_json::to_value(&r)?);
             } else {
                 for p in &r.packages {
                     println!("  {}@{}  {}", p.name, p.version, p.file);
+                    for d in &p.deltas {
+                        println!(
+                            "    delta from {}: {} ({} bytes, {:.1}x smaller)",
+                            d.from_version,
+                            d.file,
+                            d.size,
+                            p.size as f64 / d.size.max(1) as f64
+                        );
+                    }
+                }
+                for s in &r.skipped_deltas {
+                    println!("  no delta: {s}");
                 }
                 println!(
                     "wrote {} ({} packages) and {} (key {})",

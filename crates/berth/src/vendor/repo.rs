@@ -6,7 +6,11 @@
 //! - `trusted.txt` (optional): package names the repository owner marks trusted, one per line;
 //!   blank lines and lines starting with '#' are ignored. Trusted packages may run privileged
 //!   on the device, so an unknown name there is an error rather than a silent no-op;
-//! - written: `index.json` and `index.json.sig` (signify format, usable with `signify -V`).
+//! - written: `index.json` and `index.json.sig` (signify format, usable with `signify -V`);
+//! - with `--deltas-from OLD_REPO`, written too: `deltas/NAME-OLD-NEW.zst`, one per package
+//!   whose image changed, made with `zstd --patch-from` from OLD_REPO's image of it and listed
+//!   (signed) in the index; a rebuild keeps the deltas the index already lists for images
+//!   that did not change, while their files are there.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -16,7 +20,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use anyhow::{bail, Context};
-use berth_core::index::{Index, IndexEntry, INDEX_FORMAT};
+use berth_core::index::{Delta, Index, IndexEntry, DELTA_ZSTD_PATCH, INDEX_FORMAT};
 use berth_core::manifest::{Manifest, MANIFEST_PATH};
 use berth_core::name::{Name, Version};
 use berth_core::signify;
@@ -38,6 +42,8 @@ pub struct RepoReport {
     /// UNIX seconds, with `--valid-for`.
     pub expires: Option<u64>,
     pub packages: Vec<RepoPackage>,
+    /// Why a package got no delta from `--deltas-from` (not older, not smaller, …).
+    pub skipped_deltas: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -48,10 +54,20 @@ pub struct RepoPackage {
     pub sha256: String,
     pub size: u64,
     pub trusted: bool,
+    pub deltas: Vec<Delta>,
 }
 
-/// Builds and signs `dir/index.json`; `valid_for` (seconds) sets the index's expiry.
-pub fn build(dir: &Path, key: &Path, valid_for: Option<u64>) -> anyhow::Result<RepoReport> {
+/// Where deltas go, relative to the repository.
+pub const DELTAS_DIR: &str = "deltas";
+
+/// Builds and signs `dir/index.json`; `valid_for` (seconds) sets the index's expiry;
+/// `deltas_from` names an older repository to publish deltas from.
+pub fn build(
+    dir: &Path,
+    key: &Path,
+    valid_for: Option<u64>,
+    deltas_from: Option<&Path>,
+) -> anyhow::Result<RepoReport> {
     // Read the key first: a wrong key file should fail before minutes of hashing.
     let key_text = fs::read_to_string(key)
         .with_context(|| format!("cannot read secret key {}", key.display()))?;
@@ -85,6 +101,7 @@ pub fn build(dir: &Path, key: &Path, valid_for: Option<u64>) -> anyhow::Result<R
             depends: manifest.package.depends.clone(),
             trusted: false,
             manifest: manifest.summary(),
+            deltas: Vec::new(),
         });
     }
 
@@ -109,11 +126,17 @@ pub fn build(dir: &Path, key: &Path, valid_for: Option<u64>) -> anyhow::Result<R
         }
     }
 
-    // Serials only grow: the time, or one more than the index this directory already has. A
-    // rebuild that changes nothing keeps the serial, so it gives byte-identical files.
     let previous = std::fs::read(dir.join("index.json"))
         .ok()
         .and_then(|b| Index::parse(&b).ok());
+    keep_deltas(dir, previous.as_ref(), &mut entries);
+    let mut skipped_deltas = Vec::new();
+    if let Some(old) = deltas_from {
+        skipped_deltas = make_deltas(dir, old, &mut entries)?;
+    }
+
+    // Serials only grow: the time, or one more than the index this directory already has. A
+    // rebuild that changes nothing keeps the serial, so it gives byte-identical files.
     let now = berth_sys::process::now_s();
     let mut index = Index {
         format: INDEX_FORMAT,
@@ -166,9 +189,131 @@ pub fn build(dir: &Path, key: &Path, valid_for: Option<u64>) -> anyhow::Result<R
                 sha256: e.sha256,
                 size: e.size,
                 trusted: e.trusted,
+                deltas: e.deltas,
             })
             .collect(),
+        skipped_deltas,
     })
+}
+
+/// The deltas the directory's index lists for images that did not change, while each file is
+/// there with its size (a rebuild without `--deltas-from` keeps what an earlier one made).
+fn keep_deltas(dir: &Path, previous: Option<&Index>, entries: &mut [IndexEntry]) {
+    let Some(previous) = previous else { return };
+    for e in entries.iter_mut() {
+        if let Some(p) = previous
+            .get(e.name.as_str())
+            .filter(|p| p.sha256 == e.sha256)
+        {
+            e.deltas = p
+                .deltas
+                .iter()
+                .filter(|d| fs::metadata(dir.join(&d.file)).is_ok_and(|m| m.len() == d.size))
+                .cloned()
+                .collect();
+        }
+    }
+}
+
+/// A delta is published only when it is at most this share of the image (in percent): a
+/// device that can use it should gain more than the cost of decoding it.
+const DELTA_MAX_PERCENT: u64 = 90;
+
+/// One `zstd --patch-from` delta per package whose image differs from `old`'s older version
+/// of it. Returns why packages got none.
+fn make_deltas(dir: &Path, old: &Path, entries: &mut [IndexEntry]) -> anyhow::Result<Vec<String>> {
+    let old_index_path = old.join(INDEX_FILE);
+    let bytes = fs::read(&old_index_path)
+        .with_context(|| format!("--deltas-from: cannot read {}", old_index_path.display()))?;
+    let old_index = Index::parse(&bytes)
+        .with_context(|| format!("--deltas-from: {}", old_index_path.display()))?;
+    let mut skipped = Vec::new();
+    fs::create_dir_all(dir.join(DELTAS_DIR))
+        .with_context(|| format!("cannot create {}", dir.join(DELTAS_DIR).display()))?;
+    for e in entries.iter_mut() {
+        let Some(o) = old_index.get(e.name.as_str()) else {
+            continue;
+        };
+        let label = format!("{}@{}", e.name, e.version);
+        if o.sha256 == e.sha256 || e.deltas.iter().any(|d| d.from == o.sha256) {
+            continue;
+        }
+        if o.version >= e.version {
+            skipped.push(format!(
+                "{label}: {} has version {}, not an older one",
+                old.display(),
+                o.version
+            ));
+            continue;
+        }
+        let old_image = old.join(&o.file);
+        match hash_file(&old_image) {
+            Ok((sha, _)) if sha == o.sha256 => {}
+            Ok(_) => bail!(
+                "--deltas-from: {} does not match its index's sha256 for {}@{}",
+                old_image.display(),
+                o.name,
+                o.version
+            ),
+            Err(err) => return Err(err.context("--deltas-from: the old image")),
+        }
+        let file = format!(
+            "{DELTAS_DIR}/{}-{}-{}.zst",
+            e.name,
+            &o.sha256[..12],
+            &e.sha256[..12]
+        );
+        let path = dir.join(&file);
+        zstd_patch(&old_image, &dir.join(&e.file), &path)?;
+        let (sha256, size) = hash_file(&path)?;
+        if size * 100 > e.size * DELTA_MAX_PERCENT {
+            let _ = fs::remove_file(&path);
+            skipped.push(format!(
+                "{label}: the delta from {} is {size} bytes of the image's {}: not published",
+                o.version, e.size
+            ));
+            continue;
+        }
+        e.deltas.push(Delta {
+            from: o.sha256.clone(),
+            from_version: o.version.clone(),
+            format: DELTA_ZSTD_PATCH.into(),
+            file,
+            sha256,
+            size,
+        });
+    }
+    Ok(skipped)
+}
+
+/// `zstd -19 --long=31 --patch-from=OLD NEW -o OUT`, single-threaded so that the same images
+/// always give the same delta; written beside OUT and renamed.
+fn zstd_patch(old: &Path, new: &Path, out: &Path) -> anyhow::Result<()> {
+    let tmp = out.with_extension("zst.tmp");
+    let output = Command::new("zstd")
+        .args(["-q", "-f", "-19", "-T1", "--long=31", "--no-progress"])
+        .arg(format!("--patch-from={}", old.display()))
+        .arg(new)
+        .arg("-o")
+        .arg(&tmp)
+        .output()
+        .map_err(|e| {
+            if e.kind() == io::ErrorKind::NotFound {
+                anyhow::anyhow!("--deltas-from: cannot run zstd: not found (install zstd)")
+            } else {
+                anyhow::anyhow!("--deltas-from: cannot run zstd: {e}")
+            }
+        })?;
+    if !output.status.success() {
+        let _ = fs::remove_file(&tmp);
+        bail!(
+            "zstd --patch-from={} {} failed: {}",
+            old.display(),
+            new.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    fs::rename(&tmp, out).with_context(|| format!("cannot write {}", out.display()))
 }
 
 /// signify names the public key in the signature's comment: `foo.sec` → `foo.pub`.
@@ -372,7 +517,7 @@ mod tests {
         fs::write(repo.join(TRUSTED_FILE), "# trusted\n\napp\n").unwrap();
         fs::write(repo.join("notes.txt"), "ignored").unwrap();
 
-        let r = build(&repo, &key, None).unwrap();
+        let r = build(&repo, &key, None, None).unwrap();
         assert_eq!(r.packages.len(), 2);
         assert_eq!(r.keynum, public.keynum_hex());
 
@@ -408,7 +553,7 @@ mod tests {
         assert!(signify::verify(&public, &tampered, &sig).is_err());
 
         // Rebuilding the same images gives byte-identical files.
-        build(&repo, &key, None).unwrap();
+        build(&repo, &key, None, None).unwrap();
         assert_eq!(fs::read(repo.join(INDEX_FILE)).unwrap(), json);
         assert_eq!(
             fs::read_to_string(repo.join(SIGNATURE_FILE)).unwrap(),
@@ -429,7 +574,7 @@ mod tests {
         fs::create_dir(&repo).unwrap();
         let (key, _) = write_key(&t.0);
         add(&t, &repo, "app", "depends = [\"libfoo\"]", "app.sqfs");
-        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None, None).unwrap_err());
         assert!(
             e.contains("package app (app.sqfs) depends on libfoo"),
             "{e}"
@@ -445,7 +590,7 @@ mod tests {
         let (key, _) = write_key(&t.0);
         add(&t, &repo, "app", "", "app-1.sqfs");
         add(&t, &repo, "app", "", "packages/app-2.sqfs");
-        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None, None).unwrap_err());
         assert!(
             e.contains("package app is in both app-1.sqfs and packages/app-2.sqfs"),
             "{e}"
@@ -461,13 +606,13 @@ mod tests {
         add(&t, &repo, "app", "", "app.sqfs");
 
         fs::write(repo.join(TRUSTED_FILE), "app\nnope\n").unwrap();
-        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None, None).unwrap_err());
         assert!(
             e.contains("trusted.txt line 2: package nope is not in the repository"),
             "{e}"
         );
         fs::write(repo.join(TRUSTED_FILE), "Bad\n").unwrap();
-        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None, None).unwrap_err());
         assert!(
             e.contains("trusted.txt line 1") && e.contains("invalid package name"),
             "{e}"
@@ -485,19 +630,19 @@ mod tests {
             .unwrap()
             .success();
         assert!(ok);
-        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None, None).unwrap_err());
         assert!(e.contains("plain.sqfs has no .berth/manifest.toml"), "{e}");
         fs::remove_file(repo.join("plain.sqfs")).unwrap();
 
         // Not an image at all.
         fs::write(repo.join("junk.sqfs"), "not squashfs").unwrap();
-        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None, None).unwrap_err());
         assert!(e.contains("junk.sqfs"), "{e}");
         fs::remove_file(repo.join("junk.sqfs")).unwrap();
 
         // A file name the index cannot carry.
         fs::copy(repo.join("app.sqfs"), repo.join("my app.sqfs")).unwrap();
-        let e = format!("{:#}", build(&repo, &key, None).unwrap_err());
+        let e = format!("{:#}", build(&repo, &key, None, None).unwrap_err());
         assert!(e.contains("rename it"), "{e}");
         fs::remove_file(repo.join("my app.sqfs")).unwrap();
 
@@ -505,18 +650,18 @@ mod tests {
         fs::write(t.0.join("bad.sec"), "nonsense").unwrap();
         let e = format!(
             "{:#}",
-            build(&repo, &t.0.join("bad.sec"), None).unwrap_err()
+            build(&repo, &t.0.join("bad.sec"), None, None).unwrap_err()
         );
         assert!(e.contains("invalid secret key"), "{e}");
 
-        build(&repo, &key, None).unwrap();
+        build(&repo, &key, None, None).unwrap();
     }
 
     #[test]
     fn empty_repository_is_valid() {
         let t = TempDir::new("repo-empty");
         let (key, _) = write_key(&t.0);
-        let r = build(&t.0, &key, None).unwrap();
+        let r = build(&t.0, &key, None, None).unwrap();
         assert!(r.packages.is_empty());
         let index = Index::parse(&fs::read(t.0.join(INDEX_FILE)).unwrap()).unwrap();
         assert!(index.packages.is_empty());

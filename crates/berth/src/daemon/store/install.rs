@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -141,11 +141,84 @@ pub(crate) fn fetch_image(
             image.display()
         );
     }
-    // A partial download of this very image (named by its sha256) is resumed: kept across
+    // The source the index came from first, then the repository's others (the image is
+    // checked against the signed index whichever serves it).
+    let mut bases = vec![base.to_string()];
+    for b in repo::sources(d).unwrap_or_default() {
+        if !bases.contains(&b) {
+            bases.push(b);
+        }
+    }
+    let (tmp, bytes, delta_from) = match super::delta::rebuild(d, &bases, e, emit) {
+        Some(r) => (r.path, r.delta.size, Some(r.delta.from_version.to_string())),
+        None => {
+            let label = format!("{}@{}", e.name, e.version);
+            let want = Want {
+                label: &label,
+                what: "image",
+                package: e.name.as_str(),
+                file: &e.file,
+                size: e.size,
+                sha256: &e.sha256,
+            };
+            (download(d, &bases, &want, emit)?, e.size, None)
+        }
+    };
+    let cleanup = |err: Error| {
+        let _ = std::fs::remove_file(&tmp);
+        err
+    };
+    let manifest = image::read_manifest(d, &tmp, e).map_err(cleanup)?;
+    fault::point("install.verified");
+    std::fs::rename(&tmp, &image).map_err(|err| {
+        cleanup(Error::internal(format!(
+            "rename {} to {}: {err}",
+            tmp.display(),
+            image.display()
+        )))
+    })?;
+    let _ = fsync_dir(&paths.store());
+    fault::point("install.stored");
+    emit(json!({
+        field::EVENT: "fetched",
+        field::PACKAGE: e.name.as_str(),
+        field::VERSION: e.version.to_string(),
+        field::SIZE: e.size,
+        field::BYTES: bytes,
+        field::DELTA_FROM: delta_from,
+    }));
+    Ok(manifest)
+}
+
+/// A file the signed index names, to download: an image or a delta.
+pub(crate) struct Want<'a> {
+    /// For messages: `app@2`.
+    pub label: &'a str,
+    /// `image` or `delta`.
+    pub what: &'a str,
+    /// For progress events.
+    pub package: &'a str,
+    pub file: &'a str,
+    pub size: u64,
+    pub sha256: &'a str,
+}
+
+/// Downloads what `want` names into the store's `.tmp` (resuming a part held), checks its
+/// size and sha256 against the signed index and syncs it; its path.
+pub(crate) fn download(
+    d: &Daemon,
+    bases: &[String],
+    want: &Want,
+    emit: &mut dyn FnMut(Value),
+) -> Result<PathBuf> {
+    let paths = &d.cfg.paths;
+    let label = want.label;
+    let what = want.what;
+    // A partial download of this very file (named by its sha256) is resumed: kept across
     // failures and daemon restarts, checked as a whole at the end like any download.
-    let tmp = paths.store_tmp().join(format!("{}.part", e.sha256));
-    // One longer than the image cannot be a part of it.
-    if std::fs::metadata(&tmp).is_ok_and(|m| m.len() > e.size) {
+    let tmp = paths.store_tmp().join(format!("{}.part", want.sha256));
+    // One longer than the file cannot be a part of it.
+    if std::fs::metadata(&tmp).is_ok_and(|m| m.len() > want.size) {
         let _ = std::fs::remove_file(&tmp);
     }
     let mut f = File::options()
@@ -155,8 +228,8 @@ pub(crate) fn fetch_image(
         .truncate(false)
         .open(&tmp)
         .map_err(|err| Error::internal(format!("open {}: {err}", tmp.display())))?;
-    let name = e.name.as_str();
-    let total = e.size;
+    let name = want.package;
+    let total = want.size;
     let mut last = Instant::now() - Duration::from_secs(1);
     let mut progress = |p: fetch::Progress| {
         if last.elapsed() >= Duration::from_millis(100) || p.done == total {
@@ -173,24 +246,16 @@ pub(crate) fn fetch_image(
         let _ = std::fs::remove_file(&tmp);
         err
     };
-    // The source the index came from first, then the repository's others (the image is
-    // checked against the signed index whichever serves it).
-    let mut bases = vec![base.to_string()];
-    for b in repo::sources(d).unwrap_or_default() {
-        if !bases.contains(&b) {
-            bases.push(b);
-        }
-    }
     let mut outcome = None;
     let mut failed = Vec::new();
-    for b in &bases {
-        let url = fetch::join_url(b, &e.file).map_err(repo::fetch_err)?;
-        let held = f.metadata().map(|m| m.len()).unwrap_or(0).min(e.size);
-        // One byte more than announced is enough to notice an image larger than the index says.
-        match fetch::fetch_resume(&url, &mut f, held, e.size.saturating_add(1), &mut progress) {
+    for b in bases {
+        let url = fetch::join_url(b, want.file).map_err(repo::fetch_err)?;
+        let held = f.metadata().map(|m| m.len()).unwrap_or(0).min(want.size);
+        // One byte more than announced is enough to notice a file larger than the index says.
+        match fetch::fetch_resume(&url, &mut f, held, want.size.saturating_add(1), &mut progress) {
             Ok((size, sha, answer)) => {
                 if answer.resumed {
-                    log::info!("{label}: resumed from byte {held} of {}", e.size);
+                    log::info!("{label}: resumed from byte {held} of {}", want.size);
                 }
                 outcome = Some((size, sha));
                 break;
@@ -204,7 +269,7 @@ pub(crate) fn fetch_image(
                     Kind::NoSpace,
                     format!(
                         "store full: no room for {label} ({} bytes) in {}; nothing was changed (free space with berth gc or berth remove)",
-                        e.size,
+                        want.size,
                         paths.store().display()
                     ),
                 )))
@@ -221,23 +286,23 @@ pub(crate) fn fetch_image(
             if held > 0 {
                 err.message.push_str(&format!(
                     "; {held} of {} bytes kept: the next install resumes from there",
-                    e.size
+                    want.size
                 ));
             }
             return Err(err);
         }
     };
     fault::point("install.fetched");
-    if size != e.size {
+    if size != want.size {
         return Err(cleanup(Error::new(
             Kind::BadImage,
-            format!("{label}: image is {size} bytes, the index says {}: truncated or replaced download; nothing was changed", e.size),
+            format!("{label}: {what} is {size} bytes, the index says {}: truncated or replaced download; nothing was changed", want.size),
         )));
     }
-    if sha != e.sha256 {
+    if sha != want.sha256 {
         return Err(cleanup(Error::new(
             Kind::BadImage,
-            format!("{label}: image sha256 is {sha}, the signed index says {}: refusing it; nothing was changed", e.sha256),
+            format!("{label}: {what} sha256 is {sha}, the signed index says {}: refusing it; nothing was changed", want.sha256),
         )));
     }
     f.sync_all().map_err(|err| {
@@ -248,24 +313,7 @@ pub(crate) fn fetch_image(
         })
     })?;
     drop(f);
-    let manifest = image::read_manifest(d, &tmp, e).map_err(cleanup)?;
-    fault::point("install.verified");
-    std::fs::rename(&tmp, &image).map_err(|err| {
-        cleanup(Error::internal(format!(
-            "rename {} to {}: {err}",
-            tmp.display(),
-            image.display()
-        )))
-    })?;
-    let _ = fsync_dir(&paths.store());
-    fault::point("install.stored");
-    emit(json!({
-        field::EVENT: "fetched",
-        field::PACKAGE: name,
-        field::VERSION: e.version.to_string(),
-        field::SIZE: size,
-    }));
-    Ok(manifest)
+    Ok(tmp)
 }
 
 pub(crate) fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {

@@ -1,5 +1,6 @@
 //! The store: the repository index, installed images, their removal.
 
+pub(crate) mod delta;
 pub(crate) mod image;
 pub(crate) mod install;
 pub(crate) mod remove;
