@@ -57,6 +57,25 @@ if [ ! -x "$promdir/usr/bin/promtool" ]; then
     (cd /var/cache/berth-package && apt-get download -qq prometheus 2>/dev/null && dpkg-deb -x prometheus_*.deb "$promdir" && rm -f prometheus_*.deb)
 fi
 export BERTH_PROMTOOL=$promdir/usr/bin/promtool
+# a 32-bit zstd decodes deltas as a MIPS device does (tests/delta.rs): Debian's zstd:mipsel and
+# its libraries (a private apt state: the machine's dpkg architectures stay as they are) under
+# qemu-user
+zdir=/var/cache/berth-package/zstd-mipsel
+if [ ! -x "$zdir/root/usr/bin/zstd" ]; then
+    # shellcheck source=scripts/vm/apt-foreign.sh
+    . scripts/vm/apt-foreign.sh
+    apt_foreign /var/cache/berth-cross/apt >/dev/null
+    rm -rf "$zdir" && mkdir -p "$zdir/debs" "$zdir/root"
+    (cd "$zdir/debs" && for p in zstd libzstd1 libc6 liblz4-1 liblzma5 zlib1g libgcc-s1 libstdc++6; do
+        apt-get "${APT_OPTS[@]}" download -qq "$p:mipsel" 2>/dev/null
+    done)
+    for d in "$zdir"/debs/*.deb; do dpkg-deb -x "$d" "$zdir/root"; done
+    rm -rf "$zdir/debs"
+fi
+printf '#!/bin/sh\nexec qemu-mipsel -L %s/root %s/root/usr/bin/zstd "$@"\n' "$zdir" "$zdir" > "$zdir/zstd32"
+chmod 755 "$zdir/zstd32"
+"$zdir/zstd32" --version | grep -q "32-bit" || { echo "the 32-bit zstd does not run under qemu-mipsel" >&2; exit 1; }
+export BERTH_ZSTD32=$zdir/zstd32
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 

@@ -13,7 +13,6 @@ use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 const CONFIG: &str = "[upgrade]\ndeadline = \"10s\"\nsettle = \"200ms\"\n";
 
@@ -40,16 +39,9 @@ fn app(v: &str) -> Pkg {
 /// busybox httpd on loopback behind a relay that records each request's path and the
 /// bytes of its answer.
 struct Served {
-    httpd: std::process::Child,
+    _httpd: Httpd,
     relay: u16,
     log: Arc<Mutex<Vec<(String, usize)>>>,
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.httpd.kill();
-        let _ = self.httpd.wait();
-    }
 }
 
 impl Served {
@@ -67,15 +59,8 @@ impl Served {
 }
 
 fn serve(dir: &Path) -> Served {
-    let port = free_port();
-    let httpd = Command::new(busybox())
-        .args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"])
-        .arg(dir)
-        .spawn()
-        .expect("busybox httpd");
-    wait_until("busybox httpd listens", Duration::from_secs(5), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    let httpd = busybox_httpd(dir);
+    let port = httpd.port;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let relay = listener.local_addr().unwrap().port();
     let log = Arc::new(Mutex::new(Vec::new()));
@@ -85,11 +70,7 @@ fn serve(dir: &Path) -> Served {
             let Ok(mut up) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
                 continue;
             };
-            let mut head = Vec::new();
-            let mut b = [0u8];
-            while !head.ends_with(b"\r\n\r\n") && client.read(&mut b).unwrap_or(0) == 1 {
-                head.push(b[0]);
-            }
+            let head = read_request_head(&mut client);
             let text = String::from_utf8_lossy(&head).into_owned();
             let path = text.split(' ').nth(1).unwrap_or("").to_string();
             let _ = up.write_all(&head);
@@ -109,7 +90,11 @@ fn serve(dir: &Path) -> Served {
             record.lock().unwrap().push((path, n));
         }
     });
-    Served { httpd, relay, log }
+    Served {
+        _httpd: httpd,
+        relay,
+        log,
+    }
 }
 
 /// The repository offers `v` only; with `deltas_from`, deltas from that copy of it.
@@ -141,6 +126,26 @@ fn publish(sb: &Sandbox, v: &str, deltas_from: Option<&Path>) -> serde_json::Val
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `POST /v1/upgrade` on the admin socket: the stream's events.
+fn upgrade_stream(sb: &Sandbox) -> Vec<serde_json::Value> {
+    let sock = sb.dir.join("run/admin.sock");
+    let out = Command::new("curl")
+        .args(["-sS", "--unix-socket"])
+        .arg(&sock)
+        .args(["-X", "POST", "-d", "{}", "http://berth/v1/upgrade"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "curl: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
 }
 
 /// A copy of the repository as it is now (what `--deltas-from` reads next).
@@ -205,11 +210,21 @@ fn deltas_save_the_bytes_that_did_not_change_and_never_break_an_upgrade() {
         "{index}"
     );
 
-    // The device holds 1: it fetches the delta, not the image, and runs 2.
+    // The device holds 1: it fetches the delta, not the image, and runs 2. The admin API's
+    // stream says so in its `fetched` event.
     sb.ok(&["update"]);
-    let out = sb.ok(&["upgrade"]);
+    let events = upgrade_stream(&sb);
     running(&sb, "2");
-    assert!(out.contains("upgraded app 1 -> 2"), "{out}");
+    let fetched = events
+        .iter()
+        .find(|e| e["event"] == "fetched")
+        .unwrap_or_else(|| panic!("no fetched event: {events:?}"));
+    assert_eq!(fetched["delta_from"], "1", "{fetched}");
+    assert_eq!(fetched["bytes"].as_u64(), Some(delta_size), "{fetched}");
+    assert_eq!(fetched["size"].as_u64(), Some(image_size), "{fetched}");
+    let done = events.last().unwrap();
+    assert_eq!(done["event"], "done", "{events:?}");
+    assert_eq!(done["result"]["upgraded"][0]["to"], "2", "{done}");
     assert_eq!(served.take(".sqfs"), 0, "the image was fetched");
     let on_wire = served.take("/deltas/");
     assert!(
@@ -294,11 +309,59 @@ fn deltas_save_the_bytes_that_did_not_change_and_never_break_an_upgrade() {
         "{log}"
     );
 
-    // A device that does not hold the old image never asks for the delta.
+    // 5: the index lists a delta that no source serves: the whole image.
     sb.kill_daemon(15);
     sb.start_daemon();
     let old = snapshot(&sb, "repo-4");
-    publish(&sb, "5", Some(&old));
+    let report = publish(&sb, "5", Some(&old));
+    let file = sb
+        .repo
+        .join(report["packages"][0]["deltas"][0]["file"].as_str().unwrap());
+    std::fs::remove_file(&file).unwrap();
+    sb.ok(&["update"]);
+    let events = upgrade_stream(&sb);
+    running(&sb, "5");
+    let failed = events.iter().find(|e| e["event"] == "delta_failed");
+    assert!(
+        failed.is_some_and(
+            |e| e["package"] == "app" && e["error"].as_str().unwrap_or("").contains("404")
+        ),
+        "{events:?}"
+    );
+    let fetched = events.iter().find(|e| e["event"] == "fetched").unwrap();
+    assert!(fetched["delta_from"].is_null(), "{fetched}");
+    assert!(served.take(".sqfs") as u64 >= image_size);
+
+    // 6: a 32-bit zstd, as the MIPS and ARM devices have (Debian's mipsel zstd under
+    // qemu-user, which scripts/test.sh prepares): the delta is used.
+    match std::env::var_os("BERTH_ZSTD32") {
+        Some(wrapper) => {
+            let bin = sb.dir.join("zstd32-bin");
+            std::fs::create_dir_all(&bin).unwrap();
+            std::os::unix::fs::symlink(&wrapper, bin.join("zstd")).unwrap();
+            let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
+            let old = snapshot(&sb, "repo-5");
+            publish(&sb, "6", Some(&old));
+            sb.kill_daemon(15);
+            sb.start_daemon_env(&[("PATH", &path)]);
+            sb.ok(&["update"]);
+            sb.ok(&["upgrade"]);
+            running(&sb, "6");
+            assert_eq!(served.take(".sqfs"), 0, "the 32-bit zstd did not rebuild the image");
+            let log = sb.daemon_log_text();
+            assert!(log.contains("app@6: rebuilt from the delta from 5"), "{log}");
+            sb.kill_daemon(15);
+            sb.start_daemon();
+        }
+        None => berth_sys::skip::record(
+            "package qemu-user",
+            "delta: no 32-bit zstd (BERTH_ZSTD32, made by scripts/test.sh from Debian's zstd:mipsel and qemu-user): deltas are not decoded as a MIPS device would",
+        ),
+    }
+
+    // A device that does not hold the old image never asks for the delta.
+    let old = snapshot(&sb, "repo-6");
+    publish(&sb, "7", Some(&old));
     sb.ok(&["stop", "app"]);
     sb.ok(&["remove", "app"]);
     sb.ok(&["gc"]);

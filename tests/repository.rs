@@ -297,28 +297,14 @@ fn update_on_a_full_disk_is_a_clean_error_and_changes_nothing() {
 /// A real static server (busybox httpd, which answers ETags with 304 and ranges with 206) on
 /// loopback, behind a relay that cuts the first download of an image after `cut` bytes.
 struct Served {
-    httpd: std::process::Child,
+    _httpd: Httpd,
     port: u16,
     relay: u16,
 }
 
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.httpd.kill();
-        let _ = self.httpd.wait();
-    }
-}
-
 fn serve_repo(dir: &Path, cut: usize) -> Served {
-    let port = free_port();
-    let httpd = Command::new(busybox())
-        .args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"])
-        .arg(dir)
-        .spawn()
-        .expect("busybox httpd");
-    wait_until("busybox httpd listens", Duration::from_secs(5), || {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
+    let httpd = busybox_httpd(dir);
+    let port = httpd.port;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let relay = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -331,11 +317,7 @@ fn serve_repo(dir: &Path, cut: usize) -> Served {
                 Err(_) => continue,
             };
             // The request head, passed on whole.
-            let mut head = Vec::new();
-            let mut b = [0u8];
-            while !head.ends_with(b"\r\n\r\n") && client.read(&mut b).unwrap_or(0) == 1 {
-                head.push(b[0]);
-            }
+            let head = read_request_head(&mut client);
             let image = String::from_utf8_lossy(&head).contains(".sqfs");
             let _ = up.write_all(&head);
             let mut budget = if image && !cut_done {
@@ -361,7 +343,11 @@ fn serve_repo(dir: &Path, cut: usize) -> Served {
             // Dropping both ends mid-body is the failure under test.
         }
     });
-    Served { httpd, port, relay }
+    Served {
+        _httpd: httpd,
+        port,
+        relay,
+    }
 }
 
 /// Sets `repository` (and `mirrors`) in the sandbox's configuration.

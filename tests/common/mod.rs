@@ -380,3 +380,43 @@ pub fn hog_binary(dir: &Path, steps: u32, block_mib: u32, pause_ms: u32) -> Vec<
     assert!(out.status.success(), "cc: {}", stderr(&out));
     std::fs::read(&bin).unwrap()
 }
+
+/// busybox httpd serving `dir` on a free loopback port (it answers ETags with 304 and
+/// ranges with 206); killed when dropped.
+pub struct Httpd {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl Drop for Httpd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn busybox_httpd(dir: &Path) -> Httpd {
+    let port = free_port();
+    let child = Command::new(busybox())
+        .args(["httpd", "-f", "-p", &format!("127.0.0.1:{port}"), "-h"])
+        .arg(dir)
+        .spawn()
+        .expect("busybox httpd");
+    let httpd = Httpd { child, port };
+    wait_until("busybox httpd listens", Duration::from_secs(5), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    httpd
+}
+
+/// A relay's helper: the request head `client` sends (up to the blank line), byte by byte
+/// so that nothing of the body is taken.
+pub fn read_request_head(client: &mut std::net::TcpStream) -> Vec<u8> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    let mut b = [0u8];
+    while !head.ends_with(b"\r\n\r\n") && client.read(&mut b).unwrap_or(0) == 1 {
+        head.push(b[0]);
+    }
+    head
+}

@@ -99,7 +99,8 @@ pub struct IndexEntry {
 }
 
 /// The one delta format: `zstd --patch-from=OLD_IMAGE` (a zstd frame whose window reaches
-/// into the old image; decoded with `zstd -d --long=31 --patch-from=OLD_IMAGE`).
+/// into the old image), decoded with `zstd -d --patch-from=OLD_IMAGE`, which allows the
+/// window the old image needs by itself (never `--long=31`: a 32-bit zstd refuses it).
 pub const DELTA_ZSTD_PATCH: &str = "zstd-patch";
 
 /// One binary delta in the signed index. The device checks the delta's own sha256 before it
@@ -126,8 +127,13 @@ fn deltas_from_json<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Delta>
     const KEYS: [&str; 6] = ["from", "from_version", "format", "file", "sha256", "size"];
     let list = Vec::<serde_json::Value>::deserialize(d)?;
     list.iter()
+        // A format this berth does not know may have keys of its own: skipped, not refused,
+        // so that a repository can publish a new format beside this one.
+        .filter(|v| v.get("format").and_then(|f| f.as_str()) == Some(DELTA_ZSTD_PATCH))
         .map(|v| {
-            let o = v.as_object().filter(|o| o.keys().all(|k| KEYS.contains(&k.as_str())));
+            let o = v
+                .as_object()
+                .filter(|o| o.keys().all(|k| KEYS.contains(&k.as_str())));
             let text = |k: &str| Some(o?.get(k)?.as_str()?.to_string());
             Some(Delta {
                 from: text("from")?,
@@ -141,7 +147,7 @@ fn deltas_from_json<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Delta>
         .collect::<Option<Vec<_>>>()
         .ok_or_else(|| {
             serde::de::Error::custom(
-                "a delta is {from, from_version, format, file, sha256: strings; size: an integer} and nothing else",
+                "a zstd-patch delta is {from, from_version, format, file, sha256: strings; size: an integer} and nothing else",
             )
         })
 }

@@ -384,24 +384,14 @@ impl Suite for Delta {
             let image = size(&new_img);
             let delta = &report["packages"][0]["deltas"][0];
             let zstd_size = delta["size"].as_u64();
-            // Applying it as the device does (zstd -d --long=31 --patch-from).
+            // Applying it as the device does (zstd -d --patch-from).
             let (zstd_apply, zstd_kib) = match delta["file"].as_str() {
                 Some(f) => {
                     let back = work.join("rebuilt.zstd");
                     let old_arg = format!("--patch-from={}", old_img.display());
                     let d = new_repo.join(f).to_string_lossy().into_owned();
                     let b = back.to_string_lossy().into_owned();
-                    let r = timed(&[
-                        "zstd",
-                        "-d",
-                        "-q",
-                        "-f",
-                        "--long=31",
-                        &old_arg,
-                        &d,
-                        "-o",
-                        &b,
-                    ])?;
+                    let r = timed(&["zstd", "-d", "-q", "-f", &old_arg, &d, "-o", &b])?;
                     if !same(&back, &new_img) {
                         return Err("zstd: the rebuilt image differs from the new one".into());
                     }
@@ -458,7 +448,7 @@ impl Suite for Delta {
             }
         }
         notes.push("images are `berth pack`'s (squashfs, xz): a file that changed is compressed anew, so each changed file costs about its compressed size whatever the tool; files that did not change cost nearly nothing".into());
-        notes.push("make: berth's `repo build --deltas-from` (zstd -19 --long=31, one thread; it also hashes and signs); apply: as the device runs it; max RSS from GNU time".into());
+        notes.push("make: berth's `repo build --deltas-from` (zstd -19 --patch-from, one thread; it also hashes and signs); apply: as the device runs it; max RSS from GNU time".into());
         notes.push("device fetched: what a daemon holding the old version fetched to upgrade (its log), the delta checked and the rebuilt image checked against the signed index".into());
         notes.push(
             "balena reports deltas 10–70× smaller than its images (container layers, uncompressed)"

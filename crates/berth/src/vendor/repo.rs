@@ -197,7 +197,8 @@ pub fn build(
 }
 
 /// The deltas the directory's index lists for images that did not change, while each file is
-/// there with its size (a rebuild without `--deltas-from` keeps what an earlier one made).
+/// there as listed (hashed again: a rebuild without `--deltas-from` keeps what an earlier one
+/// made, never a file changed since).
 fn keep_deltas(dir: &Path, previous: Option<&Index>, entries: &mut [IndexEntry]) {
     let Some(previous) = previous else { return };
     for e in entries.iter_mut() {
@@ -208,7 +209,10 @@ fn keep_deltas(dir: &Path, previous: Option<&Index>, entries: &mut [IndexEntry])
             e.deltas = p
                 .deltas
                 .iter()
-                .filter(|d| fs::metadata(dir.join(&d.file)).is_ok_and(|m| m.len() == d.size))
+                .filter(|d| {
+                    hash_file(&dir.join(&d.file))
+                        .is_ok_and(|(sha, size)| sha == d.sha256 && size == d.size)
+                })
                 .cloned()
                 .collect();
         }
@@ -286,12 +290,12 @@ fn make_deltas(dir: &Path, old: &Path, entries: &mut [IndexEntry]) -> anyhow::Re
     Ok(skipped)
 }
 
-/// `zstd -19 --long=31 --patch-from=OLD NEW -o OUT`, single-threaded so that the same images
+/// `zstd -19 --patch-from=OLD NEW -o OUT`, single-threaded so that the same images
 /// always give the same delta; written beside OUT and renamed.
 fn zstd_patch(old: &Path, new: &Path, out: &Path) -> anyhow::Result<()> {
     let tmp = out.with_extension("zst.tmp");
     let output = Command::new("zstd")
-        .args(["-q", "-f", "-19", "-T1", "--long=31", "--no-progress"])
+        .args(["-q", "-f", "-19", "-T1", "--no-progress"])
         .arg(format!("--patch-from={}", old.display()))
         .arg(new)
         .arg("-o")

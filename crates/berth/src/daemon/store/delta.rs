@@ -15,12 +15,12 @@ use berth_core::index::{Delta, IndexEntry, DELTA_ZSTD_PATCH};
 use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
-use crate::daemon::store::install::{download, hash_file, Want};
+use crate::daemon::store::download::{download, hash_file, Want};
 
 /// A rebuilt image, checked: where it is and what it cost to fetch.
-pub(crate) struct Rebuilt {
+pub(crate) struct Rebuilt<'a> {
     pub path: PathBuf,
-    pub delta: Delta,
+    pub delta: &'a Delta,
 }
 
 /// The delta to use for `e`: the first of a known format whose old image the store holds.
@@ -37,14 +37,21 @@ fn zstd() -> Option<PathBuf> {
 
 /// Tries the delta route for `e`; None when there is none or it failed (said in the log and
 /// as an event), and the whole image is to be fetched.
-pub(crate) fn rebuild(
+pub(crate) fn rebuild<'a>(
     d: &Daemon,
     bases: &[String],
-    e: &IndexEntry,
+    e: &'a IndexEntry,
     emit: &mut dyn FnMut(Value),
-) -> Option<Rebuilt> {
+) -> Option<Rebuilt<'a>> {
     let delta = usable(d, e)?;
     let label = format!("{}@{}", e.name, e.version);
+    // A part of the image held already (a cut download) may leave less to fetch than the
+    // delta: then the image's download resumes instead.
+    let part = d.cfg.paths.store_tmp().join(format!("{}.part", e.sha256));
+    let held = std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0);
+    if e.size.saturating_sub(held) <= delta.size {
+        return None;
+    }
     let out = d
         .cfg
         .paths
@@ -52,16 +59,14 @@ pub(crate) fn rebuild(
         .join(format!("{}.from-delta", e.sha256));
     match try_rebuild(d, bases, e, delta, &label, &out, emit) {
         Ok(()) => {
+            let _ = std::fs::remove_file(&part);
             log::info!(
                 "{label}: rebuilt from the delta from {} ({} bytes instead of {})",
                 delta.from_version,
                 delta.size,
                 e.size
             );
-            Some(Rebuilt {
-                path: out,
-                delta: delta.clone(),
-            })
+            Some(Rebuilt { path: out, delta })
         }
         Err(why) => {
             let _ = std::fs::remove_file(&out);
@@ -108,7 +113,7 @@ fn try_rebuild(
     })?;
     let old = d.cfg.paths.image(&delta.from);
     let decoded = Command::new(&zstd)
-        .args(["-d", "-q", "-f", "--long=31", "--no-progress"])
+        .args(["-d", "-q", "-f", "--no-progress"])
         .arg(format!("--patch-from={}", old.display()))
         .arg(&part)
         .arg("-o")

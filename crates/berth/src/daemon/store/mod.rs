@@ -1,6 +1,7 @@
 //! The store: the repository index, installed images, their removal.
 
 pub(crate) mod delta;
+pub(crate) mod download;
 pub(crate) mod image;
 pub(crate) mod install;
 pub(crate) mod remove;
