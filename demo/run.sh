@@ -240,6 +240,8 @@ keys = "$out/keys"
 cgroup_parent = "$cgroup_parent"
 [network]
 publish_on = "lan0"     # published ports are reachable from the LAN side
+[web]
+listen = "192.0.2.1:8099"   # the device's web page, on the LAN side (docs/web.md)
 EOF
 "$berth" check >/dev/null || { "$berth" check; exit 1; }
 if ! "$berth" --json check | grep -A2 '"shared network scoping"' | grep -q '"present"'; then
@@ -284,6 +286,14 @@ if [ -z "$served" ]; then
     echo "demo/run.sh: the web container's page never came (daemon log: $out/daemon.log)" >&2
     exit 1
 fi
+
+say "the device's web page from the LAN: http://192.0.2.1:8099/ (its API needs the token)"
+ip netns exec "$lan" curl -fsS -o /dev/null -w 'GET / -> %{http_code}\n' http://192.0.2.1:8099/
+ip netns exec "$lan" curl -sS -o /dev/null -w 'GET /api/v1/status without the token -> %{http_code}\n' \
+    http://192.0.2.1:8099/api/v1/status
+status=$(ip netns exec "$lan" curl -fsS -H "Authorization: Bearer $(cat "$out/state/web.token")" \
+    http://192.0.2.1:8099/api/v1/status)
+echo "GET /api/v1/status with the token -> ${status:0:200} …"
 
 say "berth net"
 "$berth" net
@@ -340,6 +350,7 @@ The containers keep running. Try:
   $berth logs -f mqtt
   $berth net                      # addresses, published ports, drop counters
   ip netns exec $lan curl http://192.0.2.1:$web_port/
+  ip netns exec $lan curl -H "Authorization: Bearer \$(cat $out/state/web.token)" http://192.0.2.1:8099/api/v1/status
   $berth stop web
 Clean up with: bash demo/run.sh clean   (this run is demo-out/$id)
 EOF
