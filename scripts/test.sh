@@ -76,6 +76,16 @@ printf '#!/bin/sh\nexec qemu-mipsel -L %s/root %s/root/usr/bin/zstd "$@"\n' "$zd
 chmod 755 "$zdir/zstd32"
 "$zdir/zstd32" --version | grep -q "32-bit" || { echo "the 32-bit zstd does not run under qemu-mipsel" >&2; exit 1; }
 export BERTH_ZSTD32=$zdir/zstd32
+# the simulated fleet (tests/fleet.rs, berth-bench fleet; docs/fleet.md): gooseBit, a hawkBit
+# DDI server from PyPI, in a venv of its own, pinned (its DDI and management APIs are what the
+# tests drive)
+gbdir=/var/cache/berth-package/goosebit-venv
+if ! "$gbdir/bin/pip" show goosebit 2>/dev/null | grep -qx "Version: 0.2.12" || [ ! -x "$gbdir/bin/aerich" ]; then
+    rm -rf "$gbdir"
+    python3 -m venv "$gbdir"
+    "$gbdir/bin/pip" install -q --disable-pip-version-check goosebit==0.2.12
+fi
+export BERTH_GOOSEBIT=$gbdir
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 command -v cargo >/dev/null || apt-get install -y -qq cargo >/dev/null
 

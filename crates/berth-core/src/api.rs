@@ -215,6 +215,36 @@ pub mod status {
     pub const REPOSITORY: &str = "repository";
     /// The daemon itself ([`daemon`](super::daemon)).
     pub const DAEMON: &str = "daemon";
+    /// The fleet client ([`fleet`](super::fleet)), null without `[fleet]`.
+    pub const FLEET: &str = "fleet";
+}
+
+/// The fleet client in `GET /v1/status` (docs/fleet.md).
+pub mod fleet {
+    pub use super::common::VERSION;
+    /// The DDI server and tenant polled.
+    pub const SERVER: &str = "server";
+    pub const TENANT: &str = "tenant";
+    /// This device's controller id.
+    pub const CONTROLLER_ID: &str = "controller_id";
+    /// When the last poll succeeded / when the next one is due (UNIX s).
+    pub const LAST_POLL: &str = "last_poll";
+    pub const NEXT_POLL: &str = "next_poll";
+    /// Polls since the daemon started.
+    pub const POLLS: &str = "polls";
+    /// Why the last poll failed, or null.
+    pub const LAST_ERROR: &str = "last_error";
+    /// The version of the last bundle applied with success (what the server sees as
+    /// `sw_version`).
+    pub const SW_VERSION: &str = "sw_version";
+    /// The action in hand or last finished: id, version, phase (downloading, downloaded,
+    /// applying, finished), success, reported, details.
+    pub const ACTION: &str = "action";
+    pub const ID: &str = "id";
+    pub const PHASE: &str = "phase";
+    pub const SUCCESS: &str = "success";
+    pub const REPORTED: &str = "reported";
+    pub const DETAILS: &str = "details";
 }
 
 /// The daemon in `GET /v1/status`.

@@ -74,6 +74,34 @@ pub struct Config {
     pub metrics: Metrics,
     /// `[web]`: the device's web page (docs/web.md).
     pub web: Web,
+    /// `[fleet]`: the hawkBit DDI client (docs/fleet.md); None: no fleet server. Only builds
+    /// with the fleet client have it (the others refuse the section).
+    #[cfg(feature = "fleet")]
+    pub fleet: Option<Fleet>,
+}
+
+/// `[fleet]`: the device polls a hawkBit DDI server (Eclipse hawkBit, gooseBit) for
+/// deployments of signed berth bundles (docs/fleet.md).
+#[cfg(feature = "fleet")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fleet {
+    /// `http://host:port` (no trailing slash).
+    pub server: String,
+    /// The tenant in every DDI path; default `DEFAULT`.
+    pub tenant: String,
+    /// None: derived from the machine id when the daemon starts (`ddi::controller_id`).
+    pub controller_id: Option<String>,
+    /// The target's security token (`Authorization: TargetToken …`), read from this file.
+    pub token_file: Option<PathBuf>,
+    /// Or the tenant's gateway token (`Authorization: GatewayToken …`).
+    pub gateway_token_file: Option<PathBuf>,
+    /// Reported as `hw_boardname` and `hw_revision` (what servers match bundles against).
+    pub board: String,
+    pub revision: String,
+    /// Milliseconds between polls until the server sets its own (`config.polling.sleep`).
+    pub poll_ms: u64,
+    /// The longest wait between polls while the server cannot be reached.
+    pub max_backoff_ms: u64,
 }
 
 /// `[web] listen = "192.168.1.1:8080"`: where the daemon serves its web page and the part of
@@ -287,6 +315,8 @@ struct RawConfig {
     api: RawApi,
     metrics_listen: Option<String>,
     web: (Option<String>, Option<String>),
+    #[cfg(feature = "fleet")]
+    fleet: Option<std::collections::BTreeMap<String, Spanned<String>>>,
 }
 
 #[derive(Default)]
@@ -429,6 +459,8 @@ impl RawConfig {
             web: section(&mut t, "web", |t| {
                 Ok((text(t, "listen")?, text(t, "token_file")?))
             })?,
+            #[cfg(feature = "fleet")]
+            fleet: strings(&mut t, "fleet")?,
             api: section(&mut t, "api", |t| {
                 Ok(RawApi {
                     grant: text(t, "grant")?,
@@ -439,6 +471,7 @@ impl RawConfig {
                 })
             })?,
         };
+        // Without the fleet client, `[fleet]` is an unknown key like any other.
         t.finish()?;
         Ok(raw)
     }
@@ -661,10 +694,17 @@ impl Config {
                 f => f.map(PathBuf::from),
             },
         };
+        #[cfg(feature = "fleet")]
+        let fleet = match raw.fleet {
+            None => None,
+            Some(f) => Some(fleet(f, &value_err)?),
+        };
         Ok(Config {
             api,
             metrics,
             web,
+            #[cfg(feature = "fleet")]
+            fleet,
             watchdog,
             boot,
             upgrade,
@@ -832,6 +872,106 @@ fn watchdog(
         device,
         interval_ms,
         timeout_s,
+    })
+}
+
+/// `[fleet]`, checked: an http:// server, a tenant and controller id DDI paths can carry,
+/// absolute token files, sane poll times.
+#[cfg(feature = "fleet")]
+fn fleet(
+    mut raw: std::collections::BTreeMap<String, Spanned<String>>,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Fleet, ConfigError> {
+    let mut take = |k: &str| raw.remove(k).map(Spanned::into_inner);
+    let server = take("server").ok_or_else(|| {
+        value_err(
+            "fleet.server",
+            "missing: the DDI server's base URL, e.g. \"http://fleet.example.net:8080\"".into(),
+        )
+    })?;
+    if !server.starts_with("http://") || server.len() <= 7 || server.contains(char::is_whitespace) {
+        return Err(value_err(
+            "fleet.server",
+            format!(
+                "{server:?}: berth speaks plain http:// (put TLS in a local proxy: docs/fleet.md)"
+            ),
+        ));
+    }
+    let segment = |key: &'static str, v: String| {
+        if v.is_empty()
+            || v.len() > 64
+            || !v
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+        {
+            return Err(value_err(
+                key,
+                format!("{v:?}: 1 to 64 letters, digits, '-', '_', '.' or ':'"),
+            ));
+        }
+        Ok(v)
+    };
+    let tenant = segment(
+        "fleet.tenant",
+        take("tenant").unwrap_or_else(|| "DEFAULT".into()),
+    )?;
+    let controller_id = take("controller_id")
+        .map(|v| segment("fleet.controller_id", v))
+        .transpose()?;
+    let file = |key: &'static str, v: Option<String>| match v {
+        Some(f) if !f.starts_with('/') => {
+            Err(value_err(key, format!("{f:?}: must be an absolute path")))
+        }
+        f => Ok(f.map(PathBuf::from)),
+    };
+    let token_file = file("fleet.token_file", take("token_file"))?;
+    let gateway_token_file = file("fleet.gateway_token_file", take("gateway_token_file"))?;
+    if token_file.is_some() && gateway_token_file.is_some() {
+        return Err(value_err(
+            "fleet.gateway_token_file",
+            "set token_file or gateway_token_file, not both".into(),
+        ));
+    }
+    let attr = |key: &'static str, v: Option<String>| {
+        let v = v.unwrap_or_else(|| "default".into());
+        if v.is_empty() || v.len() > 128 || v.chars().any(char::is_control) {
+            return Err(value_err(
+                key,
+                format!("{v:?}: 1 to 128 printable characters"),
+            ));
+        }
+        Ok(v)
+    };
+    let board = attr("fleet.board", take("board"))?;
+    let revision = attr("fleet.revision", take("revision"))?;
+    let ms = |key: &'static str, v: Option<String>, default: u64| match v {
+        None => Ok(default),
+        Some(v) => {
+            let ms = parse_duration_ms(&v).map_err(|m| value_err(key, m))?;
+            if !(1000..=86_400_000).contains(&ms) {
+                return Err(value_err(key, format!("{v}: must be between 1s and 24h")));
+            }
+            Ok(ms)
+        }
+    };
+    let poll_ms = ms("fleet.poll", take("poll"), 300_000)?;
+    let max_backoff_ms = ms("fleet.max_backoff", take("max_backoff"), 3_600_000)?;
+    if let Some(k) = raw.keys().next() {
+        return Err(value_err(
+            "fleet",
+            format!("unknown key {k:?} (known: server, tenant, controller_id, token_file, gateway_token_file, board, revision, poll, max_backoff)"),
+        ));
+    }
+    Ok(Fleet {
+        server: server.trim_end_matches('/').to_string(),
+        tenant,
+        controller_id,
+        token_file,
+        gateway_token_file,
+        board,
+        revision,
+        poll_ms,
+        max_backoff_ms,
     })
 }
 
@@ -1290,6 +1430,59 @@ mod tests {
         assert!(all.watchdog.device.is_some());
         assert_eq!(all.web.listen.as_deref(), Some("192.168.1.1:8080"));
         assert_eq!(shipped.web, Web::default());
+    }
+
+    #[cfg(feature = "fleet")]
+    #[test]
+    fn the_fleet_section() {
+        let c = Config::parse(
+            "[fleet]\nserver = \"http://fleet.example:8080/\"\ntoken_file = \"/etc/berth/fleet.token\"\nboard = \"rt-ax58\"\npoll = \"30s\"\n",
+            "t",
+        )
+        .unwrap();
+        let f = c.fleet.unwrap();
+        assert_eq!(
+            (
+                f.server.as_str(),
+                f.tenant.as_str(),
+                f.controller_id,
+                f.poll_ms,
+                f.max_backoff_ms
+            ),
+            (
+                "http://fleet.example:8080",
+                "DEFAULT",
+                None,
+                30_000,
+                3_600_000
+            )
+        );
+        assert_eq!(
+            (f.board.as_str(), f.revision.as_str()),
+            ("rt-ax58", "default")
+        );
+        assert_eq!(Config::parse("", "t").unwrap().fleet, None);
+        for (text, says) in [
+            ("[fleet]\ntenant = \"x\"\n", "fleet.server"),
+            ("[fleet]\nserver = \"https://h\"\n", "plain http://"),
+            ("[fleet]\nserver = \"http://h\"\ncontroller_id = \"a/b\"\n", "fleet.controller_id"),
+            ("[fleet]\nserver = \"http://h\"\ntoken_file = \"t\"\n", "absolute"),
+            ("[fleet]\nserver = \"http://h\"\ntoken_file = \"/a\"\ngateway_token_file = \"/b\"\n", "not both"),
+            ("[fleet]\nserver = \"http://h\"\npoll = \"100ms\"\n", "between 1s and 24h"),
+            ("[fleet]\nserver = \"http://h\"\nsrever = \"x\"\n", "unknown key \"srever\""),
+        ] {
+            let e = Config::parse(text, "t").unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[cfg(not(feature = "fleet"))]
+    #[test]
+    fn a_build_without_the_fleet_client_refuses_its_section() {
+        let e = Config::parse("[fleet]\nserver = \"http://h\"\n", "t")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown key `fleet`"), "{e}");
     }
 
     #[test]

@@ -228,6 +228,22 @@ struct Ask<'a> {
     if_none_match: Option<&'a str>,
     /// `Range: bytes=FROM-`: the first FROM bytes are already held.
     from: u64,
+    /// The fleet client's requests: a method other than GET with a JSON body, and an
+    /// `Authorization` header (docs/fleet.md).
+    #[cfg(feature = "fleet")]
+    call: Option<Call<'a>>,
+}
+
+/// A DDI request beyond a plain GET.
+#[cfg(feature = "fleet")]
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// `GET`, `PUT` or `POST`.
+    pub method: &'a str,
+    /// The `Authorization` header's value, if any.
+    pub auth: Option<&'a str>,
+    /// A JSON body (PUT and POST).
+    pub json: Option<&'a [u8]>,
 }
 
 /// How a fetch ended, beyond its bytes.
@@ -277,6 +293,8 @@ impl Fetcher {
         Ok(self.fetch_bytes_if(url, limit, None)?.0.unwrap_or_default())
     }
 
+    // Without the fleet client, `Ask` has no field beyond those named.
+    #[cfg_attr(not(feature = "fleet"), allow(clippy::needless_update))]
     pub fn fetch_bytes_if(
         &self,
         url: &str,
@@ -287,6 +305,7 @@ impl Fetcher {
         let ask = Ask {
             if_none_match: etag,
             from: 0,
+            ..Ask::default()
         };
         let (_, answer) = self.fetch(url, limit, ask, &mut |_| {}, &mut |piece| {
             match piece {
@@ -305,6 +324,65 @@ impl Fetcher {
         have: u64,
         limit: u64,
         progress: &mut dyn FnMut(Progress),
+    ) -> Result<(u64, String, Answer), FetchError> {
+        self.resume(
+            url,
+            dest,
+            have,
+            limit,
+            progress,
+            #[cfg(feature = "fleet")]
+            None,
+        )
+    }
+
+    /// A DDI request: `call`'s method, authorization and JSON body; the answer's body, at
+    /// most `limit` bytes. Redirects are followed for GET only.
+    #[cfg(feature = "fleet")]
+    pub fn call(&self, url: &str, call: Call, limit: u64) -> Result<Vec<u8>, FetchError> {
+        let mut out = Vec::new();
+        let ask = Ask {
+            call: Some(call),
+            ..Ask::default()
+        };
+        self.fetch(url, limit, ask, &mut |_| {}, &mut |piece| {
+            match piece {
+                Piece::Data(data) => out.extend_from_slice(data),
+                Piece::Restart => out.clear(),
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// [`Fetcher::fetch_resume`] with an `Authorization` header (a DDI artifact).
+    #[cfg(feature = "fleet")]
+    pub fn fetch_resume_auth(
+        &self,
+        url: &str,
+        auth: Option<&str>,
+        dest: &mut File,
+        have: u64,
+        limit: u64,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<(u64, String, Answer), FetchError> {
+        let call = Call {
+            method: "GET",
+            auth,
+            json: None,
+        };
+        self.resume(url, dest, have, limit, progress, Some(call))
+    }
+
+    #[cfg_attr(not(feature = "fleet"), allow(clippy::needless_update))]
+    fn resume(
+        &self,
+        url: &str,
+        dest: &mut File,
+        have: u64,
+        limit: u64,
+        progress: &mut dyn FnMut(Progress),
+        #[cfg(feature = "fleet")] call: Option<Call>,
     ) -> Result<(u64, String, Answer), FetchError> {
         use std::io::{Seek, SeekFrom};
         let write_err = |dest: &File, error: io::Error| FetchError::Write {
@@ -328,10 +406,16 @@ impl Fetcher {
         }
         dest.seek(SeekFrom::Start(have))
             .map_err(|e| write_err(dest, e))?;
-        let ask = Ask {
+        #[allow(unused_mut)]
+        let mut ask = Ask {
             if_none_match: None,
             from: have,
+            ..Ask::default()
         };
+        #[cfg(feature = "fleet")]
+        {
+            ask.call = call;
+        }
         let (count, answer) = self.fetch(url, limit, ask, progress, &mut |piece| match piece {
             Piece::Data(data) => {
                 hasher.update(data);
@@ -460,12 +544,38 @@ impl Fetcher {
         if ask.from > 0 {
             let _ = write!(extra, "Range: bytes={}-\r\n", ask.from);
         }
+        #[cfg(feature = "fleet")]
+        let (method, json) = match ask.call {
+            Some(c) => {
+                if let Some(a) = c.auth {
+                    let _ = write!(extra, "Authorization: {a}\r\n");
+                }
+                if let Some(j) = c.json {
+                    let _ = write!(
+                        extra,
+                        "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                        j.len()
+                    );
+                }
+                if c.method != "GET" || c.json.is_some() {
+                    extra.push_str("Accept: application/json\r\n");
+                }
+                (c.method, c.json.unwrap_or_default())
+            }
+            None => ("GET", &[][..]),
+        };
+        #[cfg(not(feature = "fleet"))]
+        let method = "GET";
         let request = format!(
-            "GET {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {USER_AGENT}\r\n\
+            "{method} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {USER_AGENT}\r\n\
              Accept-Encoding: identity\r\n{extra}Connection: close\r\n\r\n",
             url.target, url.host_header
         );
         (&stream).write_all(request.as_bytes()).map_err(net_err)?;
+        #[cfg(feature = "fleet")]
+        if !json.is_empty() {
+            (&stream).write_all(json).map_err(net_err)?;
+        }
         let mut reader = BufReader::with_capacity(BUF_SIZE, stream);
         let mut interim = 0;
         let head = loop {
@@ -489,6 +599,13 @@ impl Fetcher {
                 reason: format!("redirect {} without a Location header", head.status),
             })?;
             let target = resolve_location(url, &location);
+            #[cfg(feature = "fleet")]
+            if method != "GET" {
+                return Err(FetchError::RedirectRefused {
+                    url: full,
+                    location: target,
+                });
+            }
             if !target.to_ascii_lowercase().starts_with("http://") {
                 return match parse_url(&target) {
                     Err(e @ FetchError::Scheme { .. }) => Err(e),

@@ -677,6 +677,15 @@ pub enum Vendor {
         /// `--deltas-from OLD_REPO`: publish deltas from its images to this one's.
         deltas_from: Option<String>,
     },
+    /// `repo bundle DIR -o FILE [--version V] [--install N,…] [--board B[:REV,…]] [--index-only]`.
+    Bundle {
+        dir: String,
+        out: String,
+        version: Option<String>,
+        install: Vec<String>,
+        board: Option<(String, Vec<String>)>,
+        index_only: bool,
+    },
     /// `import oci:LAYOUT[:TAG]|docker-archive:FILE -o FILE [--name N] [--version V]`.
     Import {
         source: String,
@@ -751,6 +760,9 @@ fn pack(args: &[String]) -> Result<Vendor, Usage> {
 
 #[cfg(feature = "vendor")]
 fn repo(args: &[String]) -> Result<Vendor, Usage> {
+    if args.first().is_some_and(|w| w == "bundle") {
+        return bundle(args);
+    }
     let (mut key, mut valid_for, mut deltas_from) = (None, None, None);
     let pos = scan(args, &mut |o, p| match o {
         "--key" | "-k" => first(&mut key, p, o),
@@ -780,6 +792,67 @@ fn repo(args: &[String]) -> Result<Vendor, Usage> {
         key,
         valid_for_s,
         deltas_from,
+    })
+}
+
+#[cfg(feature = "vendor")]
+const BUNDLE_USAGE: &str = "usage: berth repo bundle DIR -o FILE [--version V] [--install NAME,…] [--board BOARD[:REV,…]] [--index-only]";
+
+#[cfg(feature = "vendor")]
+fn bundle(args: &[String]) -> Result<Vendor, Usage> {
+    let (mut out, mut version, mut install, mut board) = (None, None, None, None);
+    let mut index_only = false;
+    let pos = scan(args, &mut |o, p| match o {
+        "-o" | "--output" => first(&mut out, p, o),
+        "--version" => first(&mut version, p, o),
+        "--install" => first(&mut install, p, o),
+        "--board" => first(&mut board, p, o),
+        "--index-only" => {
+            index_only = true;
+            Ok(true)
+        }
+        _ => Ok(false),
+    })?;
+    let dir = match <[String; 2]>::try_from(pos) {
+        Ok([b, dir]) if b == "bundle" => dir,
+        _ => return Err(usage(BUNDLE_USAGE)),
+    };
+    let out = out.ok_or_else(|| usage("repo bundle needs -o FILE"))?;
+    let install: Vec<String> = install
+        .map(|l| {
+            l.split(',')
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    for n in &install {
+        berth_core::name::Name::parse(n).map_err(|e| usage(format!("--install {n}: {e}")))?;
+    }
+    let board = board.map(|b| match b.split_once(':') {
+        Some((name, revs)) => (
+            name.to_string(),
+            revs.split(',')
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+        ),
+        None => (b, Vec::new()),
+    });
+    if let Some((b, revs)) = &board {
+        if !berth_core::bundle::valid_board(b) || revs.is_empty() {
+            return Err(usage(format!(
+                "--board {b}: BOARD:REV[,REV…], a board name (a letter, then letters, digits, '-', '_') and its revisions"
+            )));
+        }
+    }
+    Ok(Vendor::Bundle {
+        dir,
+        out,
+        version,
+        install,
+        board,
+        index_only,
     })
 }
 
@@ -1360,6 +1433,21 @@ mod tests {
             ven("repo build r -k k.sec --deltas-from old/"),
             repo(None, Some("old/"))
         );
+        assert_eq!(
+            ven("repo bundle r -o b.berth --install web,mqtt --board rt:1,2 --index-only"),
+            Ok(Vendor::Bundle {
+                dir: "r".into(),
+                out: "b.berth".into(),
+                version: None,
+                install: vec!["web".into(), "mqtt".into()],
+                board: Some(("rt".into(), vec!["1".into(), "2".into()])),
+                index_only: true,
+            })
+        );
+        assert_eq!(refused("repo bundle r"), "repo bundle needs -o FILE");
+        assert!(refused("repo bundle -o x").starts_with("usage: berth repo bundle"));
+        assert!(refused("repo bundle r -o x --install 'Bad'").contains("--install"));
+        assert!(refused("repo bundle r -o x --board rt").contains("BOARD:REV"));
         let repo_usage = "usage: berth repo build DIR --key SECKEY [--valid-for DURATION] [--deltas-from OLD_REPO]";
         for bad in [
             "repo",

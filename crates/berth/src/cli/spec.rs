@@ -82,6 +82,7 @@ const fn cmd(
     }
 }
 
+#[cfg(feature = "vendor")]
 const fn vendor(
     name: &'static str,
     synopsis: &'static str,
@@ -94,6 +95,26 @@ const fn vendor(
         synopsis,
         help,
         options,
+        operand,
+        part: Part::Vendor,
+    }
+}
+
+/// A device build neither lists nor runs the vendor tools: their names stay (to say so),
+/// their help does not take the device's flash.
+#[cfg(not(feature = "vendor"))]
+const fn vendor(
+    name: &'static str,
+    _synopsis: &'static str,
+    operand: Operand,
+    _options: &'static [Opt],
+    _help: &'static str,
+) -> Cmd {
+    Cmd {
+        name,
+        synopsis: "",
+        help: "",
+        options: &[],
         operand,
         part: Part::Vendor,
     }
@@ -345,6 +366,19 @@ pub const COMMANDS: &[Cmd] = &[
         "write and sign DIR/index.json",
     ),
     vendor(
+        "repo bundle",
+        "DIR -o FILE [--version V] [--install N,…] [--board B:REV,…] [--index-only]",
+        O::Dir,
+        &[
+            opt("--output", "-o", "FILE", "the bundle (a .swu-layout cpio archive)"),
+            opt("--version", "", "V", "the bundle's version (default: the index's serial)"),
+            opt("--install", "", "NAME,…", "packages the devices install (and only their images)"),
+            opt("--board", "", "BOARD:REV,…", "the board and revisions it fits (default: all)"),
+            opt("--index-only", "", "", "no images: the devices fetch them from their repository"),
+        ],
+        "a signed bundle for a fleet server (docs/fleet.md)",
+    ),
+    vendor(
         "import",
         "SOURCE -o FILE [--name N] [--version V]",
         O::Any,
@@ -543,7 +577,11 @@ mod tests {
     #[test]
     fn usage_lists_every_command_within_the_width() {
         let u = usage(true);
-        for c in COMMANDS {
+        // A device build keeps no help for the vendor tools.
+        let listed = COMMANDS
+            .iter()
+            .filter(|c| cfg!(feature = "vendor") || !matches!(c.part, Part::Vendor));
+        for c in listed {
             assert!(u.contains(&format!("  {}", c.name)), "{} missing", c.name);
         }
         for l in u.lines() {

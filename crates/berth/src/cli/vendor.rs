@@ -39,6 +39,42 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
                 );
             }
         }
+        Vendor::Bundle {
+            dir,
+            out,
+            version,
+            install,
+            board,
+            index_only,
+        } => {
+            let r = crate::vendor::bundle::build(
+                dir.as_ref(),
+                &crate::vendor::bundle::Options {
+                    out: out.as_ref(),
+                    version,
+                    install,
+                    boards: board.into_iter().collect(),
+                    index_only,
+                },
+            )?;
+            if json {
+                print_json(&serde_json::to_value(&r)?);
+            } else {
+                println!(
+                    "{}: bundle {} (repository serial {}), {} bytes, {} images{}",
+                    r.file,
+                    r.version,
+                    r.serial,
+                    r.size,
+                    r.images.len(),
+                    if r.install.is_empty() {
+                        String::new()
+                    } else {
+                        format!(", installs {}", r.install.join(", "))
+                    }
+                );
+            }
+        }
         Vendor::Repo {
             dir,
             key,

@@ -28,6 +28,8 @@ mod context;
 mod disk;
 mod endpoints;
 mod error;
+#[cfg(feature = "fleet")]
+mod fleet;
 mod governor;
 mod guard;
 mod limits;
@@ -125,6 +127,8 @@ pub fn run(cfg: Config) -> Result<()> {
     metrics::spawn_listener(&d);
     #[cfg(feature = "web")]
     web::spawn(&d);
+    #[cfg(feature = "fleet")]
+    fleet::spawn(&d);
     let watchdog = watchdog::spawn(&d);
     let term = berth_sys::process::termination_pipe()?;
     // Start-up code (configuration and state parsing, reconciliation) will not run again.

@@ -80,7 +80,8 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
         }));
     }
     let safe = d.safe_mode();
-    Ok(json!({
+    #[allow(unused_mut)]
+    let mut v = json!({
         field::REPOSITORY: repo::repository_status(d),
         field::DAEMON: {
             daemon::PID: std::process::id(),
@@ -91,5 +92,10 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
             daemon::SAFE_MODE_REASON: safe,
         },
         field::CONTAINERS: containers,
-    }))
+    });
+    #[cfg(feature = "fleet")]
+    {
+        v[field::FLEET] = crate::daemon::fleet::status(d);
+    }
+    Ok(v)
 }

@@ -1,4 +1,5 @@
 //! Vendor-side tools: key generation, packing, repository building.
+pub mod bundle;
 pub mod import;
 pub mod key;
 pub mod pack;

@@ -24,10 +24,10 @@ S = "${UNPACKDIR}/git"
 inherit cargo cargo-update-recipe-crates systemd update-rc.d
 
 CARGO_SRC_DIR = "crates/berth"
-# The device build: no vendor tools (key, pack, repo, import), with Prometheus metrics and
-# the TR-181 view and the web page (off until [web] listen is set; a distribution without
-# them drops the --features).
-CARGO_BUILD_FLAGS += "--no-default-features --features metrics,tr181,web"
+# The device build: no vendor tools (key, pack, repo, import), with Prometheus metrics, the
+# TR-181 view, the web page (off until [web] listen is set) and the hawkBit DDI client (off
+# without [fleet]); a distribution without them drops the --features.
+CARGO_BUILD_FLAGS += "--no-default-features --features metrics,tr181,web,fleet"
 
 SYSTEMD_SERVICE:${PN} = "berth.service"
 INITSCRIPT_NAME = "berth"

@@ -270,6 +270,36 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> Result<Value> {
             ));
         }
     };
+    commit_index(d, &base, fetched, parsed, reset_serial)
+}
+
+/// A signed index the fleet server deployed in a bundle (docs/fleet.md): checked as `berth
+/// update` checks one (signature against the device's keys, expiry, the serial floor; no
+/// way around the floor) and cached as if `base` had served it.
+#[cfg(feature = "fleet")]
+pub(crate) fn accept(d: &Daemon, base: &str, index: Vec<u8>, sig: String) -> Result<Index> {
+    let _op = d.op.lock().unwrap();
+    let parsed = verify_index(&d.cfg, &index, &sig)?;
+    let fetched = Fetched {
+        index,
+        sig,
+        index_etag: None,
+        signature_etag: None,
+        unchanged: false,
+    };
+    commit_index(d, base, fetched, parsed.clone(), false)?;
+    Ok(parsed)
+}
+
+/// Expiry, serial floor, then the floor record and the cache, atomically each. Under the
+/// op lock.
+fn commit_index(
+    d: &Daemon,
+    base: &str,
+    fetched: Fetched,
+    parsed: Index,
+    reset_serial: bool,
+) -> Result<Value> {
     let Fetched {
         index,
         sig,
@@ -310,7 +340,7 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> Result<Value> {
     let index_text = String::from_utf8(index)
         .map_err(|_| Error::new(Kind::BadIndex, "index.json is not UTF-8"))?;
     let cache = RepoCache {
-        url: base.clone(),
+        url: base.to_string(),
         fetched_at: now,
         index: index_text,
         signature: sig,

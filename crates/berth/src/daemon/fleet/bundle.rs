@@ -1,0 +1,249 @@
+//! A deployed bundle (`berth_core::bundle`) on the device: read member by member from the
+//! downloaded file, its signed index checked with the device's own keys, its images checked
+//! against that index and moved into the store, the index accepted (serial floor), then the
+//! packages it names installed and every installed package upgraded through the health-gated
+//! upgrade.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use berth_core::bundle::{self as b, Descriptor};
+use berth_core::index::Index;
+use serde_json::Value;
+
+use crate::daemon::context::Daemon;
+use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::runtime::start;
+use crate::daemon::state;
+use crate::daemon::store::{install, repo, upgrade};
+use crate::fault;
+
+fn bad(m: impl Into<String>) -> Error {
+    Error::new(Kind::BadIndex, format!("bundle: {}", m.into()))
+}
+
+/// What a bundle did: its descriptor and the upgrade's answer (`upgraded`, `rolled_back`,
+/// `held`), with `installed` for the packages it added.
+pub(crate) struct Applied {
+    pub descriptor: Descriptor,
+    pub installed: Vec<String>,
+    pub result: Value,
+}
+
+/// Reads a small member whole.
+fn small(r: &mut impl Read, size: u64, limit: u64, name: &str) -> Result<Vec<u8>> {
+    if size > limit {
+        return Err(bad(format!("{name} is {size} bytes, more than {limit}")));
+    }
+    let mut v = vec![0; size as usize];
+    r.read_exact(&mut v)
+        .map_err(|e| bad(format!("{name}: the file ends early ({e})")))?;
+    Ok(v)
+}
+
+/// Checks the bundle and brings its images into the store; the descriptor and the index.
+/// Nothing of the device's state changes here but images in the store, each checked.
+pub(crate) fn open(d: &Daemon, path: &Path) -> Result<(Descriptor, Index, Vec<u8>, String)> {
+    let f =
+        File::open(path).map_err(|e| Error::internal(format!("open {}: {e}", path.display())))?;
+    let mut r = BufReader::with_capacity(16 * 1024, f);
+    let mut first = true;
+    let mut descriptor = None;
+    let (mut index_bytes, mut sig) = (None::<Vec<u8>>, None::<String>);
+    let mut index: Option<Index> = None;
+    loop {
+        let mut h = [0u8; b::HEADER];
+        r.read_exact(&mut h)
+            .map_err(|_| bad("the archive ends without its trailer (a cut download?)"))?;
+        let head = b::parse_header(&h).map_err(|e| bad(e.0))?;
+        let mut name = vec![0; head.name_size];
+        r.read_exact(&mut name)
+            .map_err(|_| bad("the archive ends inside a member name"))?;
+        let name = b::parse_name(&name).map_err(|e| bad(e.0))?;
+        let name_pad = b::pad4((b::HEADER + head.name_size) as u64);
+        r.seek_relative(name_pad as i64)
+            .map_err(|e| bad(e.to_string()))?;
+        let size = head.file_size;
+        if name == b::TRAILER {
+            break;
+        }
+        if first && name != b::SW_DESCRIPTION {
+            return Err(bad(format!(
+                "the first member is {name:?}, not {}: not a bundle",
+                b::SW_DESCRIPTION
+            )));
+        }
+        first = false;
+        match name.as_str() {
+            b::SW_DESCRIPTION => {
+                r.seek_relative(size as i64)
+                    .map_err(|e| bad(e.to_string()))?;
+            }
+            b::DESCRIPTOR => {
+                let v = small(&mut r, size, 64 * 1024, &name)?;
+                descriptor = Some(Descriptor::parse(&v).map_err(|e| bad(e.0))?);
+            }
+            b::INDEX => index_bytes = Some(small(&mut r, size, repo::INDEX_LIMIT, &name)?),
+            b::SIGNATURE => {
+                let v = small(&mut r, size, repo::SIG_LIMIT, &name)?;
+                sig = Some(String::from_utf8(v).map_err(|_| bad("index.json.sig is not text"))?);
+            }
+            file => {
+                // An image: after the index, named by it, its sha256 checked as it is copied.
+                let Some(ix) = index.as_ref() else {
+                    return Err(bad(format!("{file:?} comes before the signed index")));
+                };
+                let Some(e) = ix.packages.iter().find(|e| e.file == file) else {
+                    return Err(bad(format!(
+                        "{file:?} is not an image the signed index names"
+                    )));
+                };
+                if e.size != size {
+                    return Err(bad(format!(
+                        "{file:?} is {size} bytes; the signed index says {}",
+                        e.size
+                    )));
+                }
+                seed_image(d, &mut r, e, file)?;
+            }
+        }
+        let pad = b::pad4(size);
+        r.seek_relative(pad as i64)
+            .map_err(|e| bad(e.to_string()))?;
+        if index.is_none() {
+            if let (Some(i), Some(s)) = (&index_bytes, &sig) {
+                // The signature decides before any image is read.
+                index = Some(repo::verify_index(&d.cfg, i, s)?);
+            }
+        }
+    }
+    let descriptor = descriptor.ok_or_else(|| bad(format!("no {}", b::DESCRIPTOR)))?;
+    let (Some(index), Some(bytes), Some(sig)) = (index, index_bytes, sig) else {
+        return Err(bad("no signed index (index.json and index.json.sig)"));
+    };
+    if descriptor.serial != index.serial {
+        return Err(bad(format!(
+            "berth.json names serial {}, the signed index has {}",
+            descriptor.serial, index.serial
+        )));
+    }
+    for n in &descriptor.install {
+        if !index.packages.iter().any(|e| e.name == *n) {
+            return Err(bad(format!(
+                "berth.json installs {n}, which the signed index does not list"
+            )));
+        }
+    }
+    Ok((descriptor, index, bytes, sig))
+}
+
+/// Copies one image member into the store's `.tmp`, checks its sha256 against the signed
+/// index, syncs it and renames it into the store (unless the store holds it already).
+fn seed_image(
+    d: &Daemon,
+    r: &mut impl Read,
+    e: &berth_core::index::IndexEntry,
+    file: &str,
+) -> Result<()> {
+    use sha2::{Digest, Sha256};
+    let paths = &d.cfg.paths;
+    let image = paths.image(&e.sha256);
+    if image.exists() {
+        let mut sink = std::io::sink();
+        std::io::copy(&mut r.take(e.size), &mut sink).map_err(|x| bad(x.to_string()))?;
+        return Ok(());
+    }
+    let tmp = paths.store_tmp().join(format!("{}.bundle", e.sha256));
+    let mut out = File::create(&tmp)
+        .map_err(|x| Error::internal(format!("create {}: {x}", tmp.display())))?;
+    let cleanup = |err: Error| {
+        let _ = std::fs::remove_file(&tmp);
+        err
+    };
+    let mut h = Sha256::new();
+    let mut left = e.size;
+    let mut buf = vec![0u8; 64 * 1024];
+    while left > 0 {
+        let n = (left as usize).min(buf.len());
+        r.read_exact(&mut buf[..n])
+            .map_err(|x| cleanup(bad(format!("{file}: {x}"))))?;
+        h.update(&buf[..n]);
+        out.write_all(&buf[..n]).map_err(|x| {
+            cleanup(if x.raw_os_error() == Some(libc::ENOSPC) {
+                Error::new(
+                    Kind::NoSpace,
+                    format!("{}: no space left on the device", tmp.display()),
+                )
+            } else {
+                Error::internal(format!("write {}: {x}", tmp.display()))
+            })
+        })?;
+        left -= n as u64;
+    }
+    let sha: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
+    if sha != e.sha256 {
+        return Err(cleanup(bad(format!(
+            "{file}: sha256 {sha}, the signed index says {}",
+            e.sha256
+        ))));
+    }
+    out.sync_all()
+        .map_err(|x| cleanup(Error::internal(x.to_string())))?;
+    std::fs::rename(&tmp, &image).map_err(|x| cleanup(Error::internal(x.to_string())))?;
+    let _ = File::open(paths.store()).and_then(|f| f.sync_all());
+    Ok(())
+}
+
+/// Opens, checks and applies a bundle: its index becomes the device's (served, for what the
+/// bundle does not carry, by the configured repository), the packages it names are
+/// installed, and every installed package moves to the index's version through the
+/// health-gated upgrade (`force` passes update locks).
+pub(crate) fn apply(
+    d: &Arc<Daemon>,
+    path: &Path,
+    force: bool,
+    emit: &mut dyn FnMut(Value),
+) -> Result<Applied> {
+    let (descriptor, _index, bytes, sig) = open(d, path)?;
+    fault::point("fleet.opened");
+    let base = d
+        .cfg
+        .repository
+        .clone()
+        .unwrap_or_else(|| format!("file://{}", d.cfg.paths.state.join("fleet").display()));
+    repo::accept(d, &base, bytes, sig)?;
+    let st = state::state(d);
+    let missing: Vec<String> = descriptor
+        .install
+        .iter()
+        .map(|n| n.to_string())
+        .filter(|n| !st.packages.contains_key(n.as_str()))
+        .collect();
+    if !missing.is_empty() {
+        install::install(d, &missing, emit)?;
+    }
+    fault::point("fleet.installed");
+    // What a deployment adds runs, and starts again after a reboot (as `berth start`).
+    for n in &missing {
+        start::start(d, n, None).map_err(|e| {
+            Error::new(
+                e.kind,
+                format!("{n} was installed but did not start: {}", e.message),
+            )
+        })?;
+    }
+    let result = upgrade::upgrade(d, &[], force, emit)?;
+    Ok(Applied {
+        descriptor,
+        installed: missing,
+        result,
+    })
+}
+
+/// The bundle's size on disk, if it is there.
+pub(crate) fn held(path: &Path) -> Option<u64> {
+    let mut f = File::open(path).ok()?;
+    f.seek(SeekFrom::End(0)).ok()
+}

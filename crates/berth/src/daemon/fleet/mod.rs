@@ -1,0 +1,829 @@
+//! The hawkBit DDI client (`[fleet]`, docs/fleet.md): one thread that polls the server's
+//! controller base resource at the interval the server sets (with jitter, and backoff while
+//! it cannot be reached), reports the device's attributes (configData), and carries out
+//! deployments of signed bundles (`bundle.rs`) with DDI feedback as it goes. The server
+//! chooses what to deploy; the device's keys decide whether it is installed.
+//!
+//! What the client has promised the server is kept in `<state>/fleet.json` (atomically): the
+//! action in hand and its phase, the result not yet reported, the bundle version installed.
+//! A daemon killed while applying finds the phase `applying` at its next start: the upgrade's
+//! own recovery has rolled back any trial by then; the action is applied once more if the
+//! server still offers it (`resumed`), and a second interruption fails it. Nothing else of
+//! berth waits on the server: an unreachable server leaves the installed set running.
+
+mod bundle;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
+
+use berth_core::api::{fleet as field, upgrade as up};
+use berth_core::config::Fleet;
+use berth_core::ddi::{self, Deployment, Execution, Finished, Step};
+use berth_sys::fsutil::write_atomic;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::daemon::context::Daemon;
+use crate::daemon::state;
+use crate::daemon::store::repo;
+use crate::fault;
+use crate::fetch::{self, Call, Fetcher};
+
+/// The largest DDI answer read (a deploymentBase with many artifacts is a few KiB).
+const ANSWER_LIMIT: u64 = 1 << 20;
+/// The largest bundle downloaded when the server does not say its size.
+const BUNDLE_LIMIT: u64 = 2 << 30;
+/// Applies of one action interrupted by a restart before it fails.
+const MAX_ATTEMPTS: u32 = 2;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Phase {
+    Downloading,
+    Downloaded,
+    Applying,
+    Finished,
+}
+
+/// The action in hand.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Action {
+    id: String,
+    version: Option<String>,
+    phase: Phase,
+    /// Applies begun (a restart while applying leaves this at 1).
+    attempts: u32,
+    /// The last `Wait` reason said in a feedback (said once).
+    said: Option<String>,
+    /// `downloaded` said (an `update: skip` action).
+    downloaded_said: bool,
+    /// When a lock first deferred an `attempt` update (UNIX s).
+    deferred_since: Option<u64>,
+    /// Finished: success or failure, and the details.
+    success: Option<bool>,
+    details: Vec<String>,
+    /// The final feedback was accepted by the server.
+    reported: bool,
+}
+
+impl Action {
+    fn new(id: &str, version: Option<String>) -> Action {
+        Action {
+            id: id.to_string(),
+            version,
+            phase: Phase::Downloading,
+            attempts: 0,
+            said: None,
+            downloaded_said: false,
+            deferred_since: None,
+            success: None,
+            details: Vec::new(),
+            reported: false,
+        }
+    }
+}
+
+/// `<state>/fleet.json`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct Record {
+    /// The version of the last bundle applied with success (`sw_version`).
+    sw_version: Option<String>,
+    action: Option<Action>,
+    /// The configData body the server last accepted.
+    attributes_sent: Option<String>,
+}
+
+/// What `berth status` shows of the client (memory only).
+#[derive(Debug, Clone, Default)]
+struct View {
+    controller_id: String,
+    last_poll: Option<u64>,
+    last_error: Option<String>,
+    next_poll: Option<u64>,
+    polls: u64,
+}
+
+struct Shared {
+    view: Mutex<View>,
+    /// What wakes the thread before its time (nothing yet but a spurious wake-up).
+    wake: (Mutex<bool>, Condvar),
+}
+
+static SHARED: OnceLock<Shared> = OnceLock::new();
+
+fn record_path(d: &Daemon) -> PathBuf {
+    d.cfg.paths.state.join("fleet.json")
+}
+
+fn bundle_path(d: &Daemon) -> PathBuf {
+    d.cfg.paths.state.join("fleet").join("bundle.part")
+}
+
+fn load(d: &Daemon) -> Record {
+    match std::fs::read(record_path(d)) {
+        Ok(b) => serde_json::from_slice(&b).unwrap_or_else(|e| {
+            log::error!(
+                "{}: damaged ({e}); starting afresh",
+                record_path(d).display()
+            );
+            Record::default()
+        }),
+        Err(_) => Record::default(),
+    }
+}
+
+fn save(d: &Daemon, r: &Record) {
+    let p = record_path(d);
+    if let Err(e) = write_atomic(&p, &serde_json::to_vec(r).expect("serializes"), 0o600) {
+        log::error!("cannot write {}: {e}", p.display());
+    }
+}
+
+/// The DDI endpoints of this device, with its authorization.
+struct Client {
+    base: String,
+    auth: Option<String>,
+    http: Fetcher,
+}
+
+impl Client {
+    fn url(&self, rel: &str) -> String {
+        if rel.is_empty() {
+            self.base.clone()
+        } else {
+            format!("{}/{rel}", self.base)
+        }
+    }
+
+    fn call(&self, method: &str, url: &str, body: Option<&str>) -> Result<Vec<u8>, String> {
+        let call = Call {
+            method,
+            auth: self.auth.as_deref(),
+            json: body.map(str::as_bytes),
+        };
+        self.http
+            .call(url, call, ANSWER_LIMIT)
+            .map_err(|e| e.to_string())
+    }
+
+    fn feedback(&self, id: &str, body: &str) -> Result<(), String> {
+        let url = self.url(&format!("deploymentBase/{id}/feedback"));
+        self.call("POST", &url, Some(body)).map(|_| ())
+    }
+}
+
+/// The token header from the configured file, read at each poll (a rotated token is used at
+/// the next one).
+fn auth(cfg: &Fleet) -> Result<Option<String>, String> {
+    let (file, scheme) = match (&cfg.token_file, &cfg.gateway_token_file) {
+        (Some(f), _) => (f, "TargetToken"),
+        (None, Some(f)) => (f, "GatewayToken"),
+        (None, None) => return Ok(None),
+    };
+    let t = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let t = t.trim();
+    if t.is_empty() || t.len() > 512 || !t.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(format!(
+            "{}: not a token (1 to 512 printable characters)",
+            file.display()
+        ));
+    }
+    Ok(Some(format!("{scheme} {t}")))
+}
+
+/// The controller id: configured, or derived from the machine id.
+fn controller_id(cfg: &Fleet) -> Option<String> {
+    cfg.controller_id.clone().or_else(|| {
+        ["/etc/machine-id", "/var/lib/dbus/machine-id"]
+            .iter()
+            .find_map(|p| std::fs::read_to_string(p).ok())
+            .and_then(|m| ddi::controller_id(&m))
+    })
+}
+
+/// Starts the client if `[fleet]` is set.
+pub(crate) fn spawn(d: &Arc<Daemon>) {
+    let Some(cfg) = d.cfg.fleet.clone() else {
+        return;
+    };
+    let Some(id) = controller_id(&cfg) else {
+        log::error!("[fleet]: no controller_id and no machine id (/etc/machine-id) to derive one from; the fleet client is off");
+        return;
+    };
+    let shared = SHARED.get_or_init(|| Shared {
+        view: Mutex::new(View::default()),
+        wake: (Mutex::new(false), Condvar::new()),
+    });
+    shared.view.lock().unwrap().controller_id = id.clone();
+    std::fs::create_dir_all(d.cfg.paths.state.join("fleet")).ok();
+    let d = Arc::clone(d);
+    let spawned = std::thread::Builder::new()
+        .name("fleet".into())
+        .stack_size(256 * 1024)
+        .spawn(move || run(&d, &cfg, &id, shared));
+    if let Err(e) = spawned {
+        log::error!("cannot start the fleet client: {e}");
+    }
+}
+
+fn run(d: &Arc<Daemon>, cfg: &Fleet, id: &str, shared: &Shared) {
+    let mut rec = load(d);
+    let base = format!("{}/{}/controller/v1/{id}", cfg.server, cfg.tenant);
+    log::info!("fleet: polling {base}");
+    let mut seed = [0u8; 8];
+    let _ = berth_sys::fsutil::fill_random(&mut seed);
+    let mut seed = u64::from_le_bytes(seed) | 1;
+    let mut sleep_ms = cfg.poll_ms;
+    let mut failures = 0u32;
+    loop {
+        let outcome = auth(cfg).and_then(|auth| {
+            let client = Client {
+                base: base.clone(),
+                auth,
+                http: Fetcher::default(),
+            };
+            poll(d, cfg, &client, &mut rec, &mut sleep_ms)
+        });
+        let now = berth_sys::process::now_s();
+        {
+            let mut v = shared.view.lock().unwrap();
+            v.polls += 1;
+            match &outcome {
+                Ok(()) => {
+                    v.last_poll = Some(now);
+                    v.last_error = None;
+                }
+                Err(e) => v.last_error = Some(e.clone()),
+            }
+        }
+        match outcome {
+            Ok(()) => failures = 0,
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                log::warn!("fleet: {e} (poll {failures} in a row to fail)");
+            }
+        }
+        // xorshift: each device's own jitter.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let wait = ddi::next_poll_ms(sleep_ms, failures, cfg.max_backoff_ms, seed);
+        shared.view.lock().unwrap().next_poll = Some(now + wait / 1000);
+        let (lock, cv) = &shared.wake;
+        let woken = lock.lock().unwrap();
+        let (mut woken, _) = cv
+            .wait_timeout_while(woken, Duration::from_millis(wait), |w| !*w)
+            .unwrap();
+        *woken = false;
+    }
+}
+
+/// One poll: the base resource, a pending report, configData, then a cancel or a deployment.
+fn poll(
+    d: &Arc<Daemon>,
+    cfg: &Fleet,
+    client: &Client,
+    rec: &mut Record,
+    sleep_ms: &mut u64,
+) -> Result<(), String> {
+    let body = client.call("GET", &client.url(""), None)?;
+    let base = ddi::parse_base(&body).map_err(|e| e.to_string())?;
+    if let Some(s) = base.sleep_s {
+        *sleep_ms = (s * 1000).max(1000);
+    }
+    report(client, rec, d)?;
+    let attrs = ddi::config_data(&attributes(d, cfg, rec));
+    if base.config_data.is_some() || rec.attributes_sent.as_deref() != Some(attrs.as_str()) {
+        let url = base
+            .config_data
+            .clone()
+            .unwrap_or_else(|| client.url("configData"));
+        client.call("PUT", &url, Some(&attrs))?;
+        rec.attributes_sent = Some(attrs);
+        save(d, rec);
+    }
+    if let Some(href) = &base.cancel {
+        return cancel(d, client, rec, href);
+    }
+    if let Some(href) = &base.deployment {
+        let body = client.call("GET", href, None)?;
+        let dep = ddi::parse_deployment(&body).map_err(|e| e.to_string())?;
+        deploy(d, client, rec, &dep)?;
+        // What the deployment changed, said at once.
+        let attrs = ddi::config_data(&attributes(d, cfg, rec));
+        if rec.attributes_sent.as_deref() != Some(attrs.as_str()) {
+            client.call("PUT", &client.url("configData"), Some(&attrs))?;
+            rec.attributes_sent = Some(attrs);
+            save(d, rec);
+        }
+    }
+    Ok(())
+}
+
+/// The final feedback of a finished action, if the server has not taken it yet.
+fn report(client: &Client, rec: &mut Record, d: &Daemon) -> Result<(), String> {
+    let Some(a) = rec.action.as_mut() else {
+        return Ok(());
+    };
+    if a.phase != Phase::Finished || a.reported {
+        return Ok(());
+    }
+    let finished = if a.success == Some(true) {
+        Finished::Success
+    } else {
+        Finished::Failure
+    };
+    client.feedback(
+        &a.id,
+        &ddi::feedback(Execution::Closed, finished, None, &a.details),
+    )?;
+    a.reported = true;
+    log::info!("fleet: action {} reported: {}", a.id, finished.as_str());
+    save(d, rec);
+    Ok(())
+}
+
+/// A `proceeding` (or other) feedback that may be lost: logged, never fatal.
+fn tell(
+    client: &Client,
+    id: &str,
+    exec: Execution,
+    progress: Option<(u32, u32)>,
+    details: &[String],
+) {
+    let body = ddi::feedback(exec, Finished::None, progress, details);
+    if let Err(e) = client.feedback(id, &body) {
+        log::warn!("fleet: feedback {} for action {id}: {e}", exec.as_str());
+    }
+}
+
+/// The attributes the server sees (configData).
+fn attributes(d: &Daemon, cfg: &Fleet, rec: &Record) -> BTreeMap<String, String> {
+    let mut a = BTreeMap::new();
+    let mut put = |k: &str, v: String| {
+        a.insert(k.to_string(), v);
+    };
+    put("hw_boardname", cfg.board.clone());
+    put("hw_revision", cfg.revision.clone());
+    if let Some(v) = &rec.sw_version {
+        put("sw_version", v.clone());
+    }
+    put("berth_version", env!("CARGO_PKG_VERSION").to_string());
+    put("arch", std::env::consts::ARCH.to_string());
+    if let Ok(k) = std::fs::read_to_string(d.roots.proc.join("sys/kernel/osrelease")) {
+        put("kernel", k.trim().to_string());
+    }
+    put(
+        "cgroup",
+        match crate::daemon::cgroups::cgroup_version(d) {
+            Some(berth_core::cgroup::CgroupVersion::V1) => "v1",
+            Some(berth_core::cgroup::CgroupVersion::V2) => "v2",
+            None => "none",
+        }
+        .to_string(),
+    );
+    if let Ok((ix, _)) = repo::load_index(d) {
+        put("repository_serial", ix.serial.to_string());
+    }
+    put(
+        "safe_mode",
+        d.safe_mode().unwrap_or_else(|| "off".to_string()),
+    );
+    let st = state::state(d);
+    for p in st.packages.values() {
+        put(&format!("package.{}", p.name), p.version.to_string());
+    }
+    a
+}
+
+/// `cancelAction`: an action not yet applying is dropped (`closed` + `success`); one being
+/// or already applied cannot be taken back (`rejected`).
+fn cancel(d: &Daemon, client: &Client, rec: &mut Record, href: &str) -> Result<(), String> {
+    let body = client.call("GET", href, None)?;
+    let (cancel_id, stop) = ddi::parse_cancel(&body).map_err(|e| e.to_string())?;
+    let url = client.url(&format!("cancelAction/{cancel_id}/feedback"));
+    let ours = rec.action.as_ref().filter(|a| a.id == stop);
+    let (exec, finished, why) = match ours.map(|a| a.phase) {
+        Some(Phase::Applying) | Some(Phase::Finished) => (
+            Execution::Rejected,
+            Finished::Success,
+            format!("action {stop} is already applied or being applied: it cannot be cancelled"),
+        ),
+        _ => (
+            Execution::Closed,
+            Finished::Success,
+            format!("action {stop} cancelled before it was applied; nothing changed"),
+        ),
+    };
+    if exec == Execution::Closed {
+        if rec.action.as_ref().is_some_and(|a| a.id == stop) {
+            rec.action = None;
+            let _ = std::fs::remove_file(bundle_path(d));
+            save(d, rec);
+        }
+        log::info!("fleet: {why}");
+    } else {
+        log::warn!("fleet: {why}");
+    }
+    let body = ddi::feedback(exec, finished, None, &[why]);
+    client.call("POST", &url, Some(&body)).map(|_| ())
+}
+
+/// Which installed packages hold update locks (their names and how long), if any.
+fn locks(d: &Daemon) -> Option<String> {
+    let now = berth_sys::process::now_s();
+    let held: Vec<String> = state::state(d)
+        .packages
+        .values()
+        .filter_map(|p| {
+            crate::daemon::runtime::sockets::locked_until(d, p.name.as_str()).map(|t| {
+                format!(
+                    "{} holds an update lock for {} s",
+                    p.name,
+                    t.saturating_sub(now)
+                )
+            })
+        })
+        .collect();
+    (!held.is_empty()).then(|| held.join("; "))
+}
+
+fn deploy(
+    d: &Arc<Daemon>,
+    client: &Client,
+    rec: &mut Record,
+    dep: &Deployment,
+) -> Result<(), String> {
+    let same = rec.action.as_ref().is_some_and(|a| a.id == dep.id);
+    match rec.action.as_ref() {
+        // Failed, reported, and offered again: the operator asks for another try (gooseBit's
+        // force_update offers the same action again).
+        Some(a) if same && a.phase == Phase::Finished && a.reported && a.success != Some(true) => {
+            log::info!(
+                "fleet: action {} offered again after its failure: trying again",
+                dep.id
+            );
+            rec.action = Some(Action::new(&dep.id, dep.version.clone()));
+            let _ = std::fs::remove_file(bundle_path(d));
+        }
+        // Done and offered again: the server did not take the report; it is sent again.
+        Some(a) if same && a.phase == Phase::Finished => {
+            if a.reported {
+                log::warn!("fleet: action {} offered again after its success was reported: reporting it again", dep.id);
+                rec.action.as_mut().unwrap().reported = false;
+            }
+            return report(client, rec, d);
+        }
+        Some(_) if same => {}
+        _ => {
+            if let Some(old) = &rec.action {
+                if old.phase != Phase::Finished {
+                    log::warn!(
+                        "fleet: action {} replaced by {} before it finished",
+                        old.id,
+                        dep.id
+                    );
+                }
+            }
+            log::info!(
+                "fleet: action {} offered (version {})",
+                dep.id,
+                dep.version.as_deref().unwrap_or("?")
+            );
+            rec.action = Some(Action::new(&dep.id, dep.version.clone()));
+            let _ = std::fs::remove_file(bundle_path(d));
+        }
+    }
+    save(d, rec);
+    let id = dep.id.clone();
+    // A restart while applying: once more, or failed.
+    if rec
+        .action
+        .as_ref()
+        .is_some_and(|a| a.phase == Phase::Applying)
+    {
+        let a = rec.action.as_mut().unwrap();
+        if a.attempts >= MAX_ATTEMPTS {
+            let why = format!(
+                "the device restarted while applying this action {} times; the installed set is what the upgrade's recovery kept",
+                a.attempts
+            );
+            return finish(d, client, rec, false, vec![why]);
+        }
+        tell(
+            client,
+            &id,
+            Execution::Resumed,
+            None,
+            &[format!(
+                "the device restarted while applying (attempt {}): any upgrade on trial was rolled back at start; applying again",
+                a.attempts
+            )],
+        );
+        return apply(d, client, rec, true);
+    }
+    for _ in 0..2 {
+        let a = rec.action.as_ref().unwrap();
+        let downloaded = a.phase == Phase::Downloaded && bundle::held(&bundle_path(d)).is_some();
+        let now = berth_sys::process::now_s();
+        let locked = locks(d);
+        let deferred_ms = a.deferred_since.map_or(0, |t| now.saturating_sub(t) * 1000);
+        let max_defer = d.cfg.api.max_update_lock_s * 1000;
+        match ddi::step(dep, downloaded, locked.as_deref(), deferred_ms, max_defer) {
+            Step::Wait(why) => {
+                let a = rec.action.as_mut().unwrap();
+                // The policy's bound counts from the first wait for a lock, not for the
+                // window or the download.
+                let for_lock = downloaded
+                    && locked.is_some()
+                    && dep.window != Some(false)
+                    && dep.update == ddi::Handling::Attempt;
+                if for_lock && a.deferred_since.is_none() {
+                    a.deferred_since = Some(now);
+                }
+                if a.said.as_deref() != Some(why.as_str()) {
+                    log::info!("fleet: action {id}: {why}");
+                    tell(
+                        client,
+                        &id,
+                        Execution::Scheduled,
+                        None,
+                        std::slice::from_ref(&why),
+                    );
+                    rec.action.as_mut().unwrap().said = Some(why);
+                }
+                save(d, rec);
+                return Ok(());
+            }
+            Step::Download => {
+                download(d, client, rec, dep)?;
+                continue;
+            }
+            Step::Downloaded => {
+                if !rec.action.as_ref().unwrap().downloaded_said {
+                    let body = ddi::feedback(
+                        Execution::Downloaded,
+                        Finished::None,
+                        None,
+                        &["downloaded; the server asks for no update now".into()],
+                    );
+                    client.feedback(&id, &body)?;
+                    rec.action.as_mut().unwrap().downloaded_said = true;
+                    save(d, rec);
+                }
+                return Ok(());
+            }
+            Step::Apply { force } => return apply(d, client, rec, force),
+        }
+    }
+    Ok(())
+}
+
+/// Downloads the bundle (resuming a part held for this action).
+fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> Result<(), String> {
+    let id = dep.id.clone();
+    let art = match ddi::bundle_artifact(dep) {
+        Ok(a) => a,
+        Err(e) => return finish(d, client, rec, false, vec![e.to_string()]),
+    };
+    let path = bundle_path(d);
+    let mut f = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| format!("open {}: {e}", path.display()))?;
+    let limit = art.size.unwrap_or(BUNDLE_LIMIT);
+    let held = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let held = if held > limit { 0 } else { held };
+    tell(
+        client,
+        &id,
+        Execution::Proceeding,
+        Some((1, 3)),
+        &[format!(
+            "downloading {} ({} bytes{})",
+            art.filename,
+            art.size.map_or("?".into(), |s| s.to_string()),
+            if held > 0 {
+                format!(", resuming after {held}")
+            } else {
+                String::new()
+            }
+        )],
+    );
+    let mut last = 0u64;
+    let mut progress = |p: fetch::Progress| {
+        // A quarter at a time, never more often.
+        if let Some(t) = p.total.filter(|t| *t > 0) {
+            let q = p.done * 4 / t;
+            if q > last && q < 4 {
+                last = q;
+                tell(
+                    client,
+                    &id,
+                    Execution::Proceeding,
+                    Some((1, 3)),
+                    &[format!("downloaded {} of {t} bytes", p.done)],
+                );
+            }
+        }
+    };
+    let got = client.http.fetch_resume_auth(
+        &art.href,
+        client.auth.as_deref(),
+        &mut f,
+        held,
+        limit.saturating_add(u64::from(art.size.is_some())),
+        &mut progress,
+    );
+    fault::point("fleet.downloaded");
+    let (size, sha, _) = match got {
+        Ok(g) => g,
+        Err(e) if e.is_no_space() => {
+            let _ = std::fs::remove_file(&path);
+            return finish(d, client, rec, false, vec![format!("download: {e}")]);
+        }
+        // Kept: the next poll resumes it.
+        Err(e) => return Err(format!("download of {}: {e}", art.filename)),
+    };
+    if art.size.is_some_and(|s| s != size) || art.sha256.as_ref().is_some_and(|h| *h != sha) {
+        let _ = std::fs::remove_file(&path);
+        return finish(
+            d,
+            client,
+            rec,
+            false,
+            vec![format!(
+                "{}: {size} bytes with sha256 {sha}; the server announced {:?} bytes, sha256 {:?}",
+                art.filename, art.size, art.sha256
+            )],
+        );
+    }
+    let _ = f.sync_all();
+    let a = rec.action.as_mut().unwrap();
+    a.phase = Phase::Downloaded;
+    save(d, rec);
+    log::info!("fleet: action {id}: bundle downloaded ({size} bytes)");
+    Ok(())
+}
+
+fn apply(d: &Arc<Daemon>, client: &Client, rec: &mut Record, force: bool) -> Result<(), String> {
+    let a = rec.action.as_mut().unwrap();
+    let id = a.id.clone();
+    a.phase = Phase::Applying;
+    a.attempts += 1;
+    save(d, rec);
+    fault::point("fleet.applying");
+    tell(
+        client,
+        &id,
+        Execution::Proceeding,
+        Some((2, 3)),
+        &["applying the bundle".into()],
+    );
+    let mut emit = |e: Value| {
+        let line = match e[up::EVENT].as_str() {
+            Some("switched") => format!(
+                "{}: switched {} -> {}",
+                e[up::NAME].as_str().unwrap_or("?"),
+                e[up::FROM],
+                e[up::TO]
+            ),
+            Some("rollback") => format!(
+                "{}: rolling back: {}",
+                e[up::NAME].as_str().unwrap_or("?"),
+                e[up::REASON].as_str().unwrap_or("?")
+            ),
+            _ => return,
+        };
+        tell(client, &id, Execution::Proceeding, Some((3, 3)), &[line]);
+    };
+    let outcome = bundle::apply(d, &bundle_path(d), force, &mut emit);
+    let _ = std::fs::remove_file(bundle_path(d));
+    let (success, details) = match outcome {
+        Ok(applied) => {
+            let r = &applied.result;
+            let list = |k: &str| r[k].as_array().cloned().unwrap_or_default();
+            let (ok, back, held) = (list(up::UPGRADED), list(up::ROLLED_BACK), list(up::HELD));
+            let mut details = vec![format!(
+                "bundle {} (repository serial {}): {} installed, {} upgraded, {} rolled back, {} held",
+                applied.descriptor.version,
+                applied.descriptor.serial,
+                applied.installed.len(),
+                ok.len(),
+                back.len(),
+                held.len()
+            )];
+            for u in &ok {
+                details.push(format!(
+                    "{} {} -> {}",
+                    u[up::NAME].as_str().unwrap_or("?"),
+                    u[up::FROM].as_str().unwrap_or("?"),
+                    u[up::TO].as_str().unwrap_or("?")
+                ));
+            }
+            for b in &back {
+                let n = b[up::NAME].as_str().unwrap_or("?");
+                details.push(format!(
+                    "{n} {} rolled back to {}: {}; {}",
+                    b[up::TO].as_str().unwrap_or("?"),
+                    b[up::FROM].as_str().unwrap_or("?"),
+                    b[up::REASON].as_str().unwrap_or("?"),
+                    crash_archive(d, n),
+                ));
+            }
+            for h in &held {
+                details.push(format!(
+                    "{} held by its update lock",
+                    h[up::NAME].as_str().unwrap_or("?")
+                ));
+            }
+            let success = back.is_empty() && held.is_empty();
+            if success {
+                rec.sw_version = Some(applied.descriptor.version.clone());
+            }
+            (success, details)
+        }
+        Err(e) => (false, vec![format!("{} ({})", e.message, e.kind.code())]),
+    };
+    finish(d, client, rec, success, details)
+}
+
+/// Where the crash archive of a rolled-back upgrade is: the newest of the container's, once
+/// the report thread has written it (it is collected as the rollback begins).
+fn crash_archive(d: &Daemon, name: &str) -> String {
+    use berth_core::api::report as rf;
+    let newest = || {
+        crate::daemon::reports::list(d, Some(name))
+            .ok()
+            .and_then(|v| {
+                v[rf::REPORTS]
+                    .as_array()?
+                    .iter()
+                    .filter_map(|r| r[rf::ID].as_str().map(String::from))
+                    .filter(|id| id.ends_with("-upgrade"))
+                    .max()
+            })
+    };
+    for _ in 0..20 {
+        if let Some(id) = newest() {
+            return format!("crash archive {id} (berth report show {id})");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    format!("crash archive: berth report list {name}")
+}
+
+/// The action is over: recorded first (the report may have to wait for the server).
+fn finish(
+    d: &Daemon,
+    client: &Client,
+    rec: &mut Record,
+    success: bool,
+    details: Vec<String>,
+) -> Result<(), String> {
+    let a = rec.action.as_mut().unwrap();
+    a.phase = Phase::Finished;
+    a.success = Some(success);
+    if success {
+        log::info!("fleet: action {}: success: {}", a.id, details.join("; "));
+    } else {
+        log::error!("fleet: action {}: failure: {}", a.id, details.join("; "));
+    }
+    a.details = details;
+    a.reported = false;
+    save(d, rec);
+    fault::point("fleet.finished");
+    report(client, rec, d)
+}
+
+/// For `berth status`: the client's view, or null without `[fleet]`.
+pub(crate) fn status(d: &Daemon) -> Value {
+    let (Some(cfg), Some(s)) = (&d.cfg.fleet, SHARED.get()) else {
+        return Value::Null;
+    };
+    let v = s.view.lock().unwrap().clone();
+    let rec = load(d);
+    json!({
+        field::SERVER: cfg.server,
+        field::TENANT: cfg.tenant,
+        field::CONTROLLER_ID: v.controller_id,
+        field::LAST_POLL: v.last_poll,
+        field::NEXT_POLL: v.next_poll,
+        field::POLLS: v.polls,
+        field::LAST_ERROR: v.last_error,
+        field::SW_VERSION: rec.sw_version,
+        field::ACTION: rec.action.map(|a| json!({
+            field::ID: a.id,
+            field::VERSION: a.version,
+            field::PHASE: a.phase,
+            field::SUCCESS: a.success,
+            field::REPORTED: a.reported,
+            field::DETAILS: a.details,
+        })),
+    })
+}

@@ -1,0 +1,1022 @@
+//! berth as a hawkBit DDI device (docs/fleet.md), against gooseBit (PyPI `goosebit`, its
+//! database made by its own migrations) in a network namespace of its own, and N berth
+//! daemons (BERTH_FLEET_DEVICES, 50 by default), each with its own state directory and
+//! network namespace on the server's bridge: a first bundle installs and starts a package
+//! everywhere; a second, whose new version fails its health check, goes to the canary group
+//! only: the canaries roll back and report failure, and the rollout stops before the main
+//! group; a third, good, goes to all. Every device's final state is checked from both sides
+//! (the server's records, and `berth status`).
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where scripts/test.sh installs gooseBit (a venv); BERTH_GOOSEBIT names another.
+fn goosebit_venv() -> Option<PathBuf> {
+    let p = std::env::var_os("BERTH_GOOSEBIT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/cache/berth-package/goosebit-venv"));
+    p.join("bin/aerich").exists().then_some(p)
+}
+
+/// The package: version `v` appends to /data/history and is healthy once it made /tmp/ok,
+/// which a bad version never does.
+fn app(v: &str, bad: bool) -> Pkg {
+    let ok = if bad { "" } else { "echo > /tmp/ok\n" };
+    Pkg::script(
+        "app",
+        v,
+        &format!("echo {v} >> /data/history\n{ok}echo up {v}\nexec sleep 600\n"),
+    )
+    .file("check.sh", b"test -e /tmp/ok\n")
+    .table(
+        "[restart]\npolicy = \"never\"\n[health]\ncmd = [\"/bin/busybox\", \"sh\", \"/check.sh\"]\ninterval = \"100ms\"\ntimeout = \"1s\"\nretries = 100\n",
+    )
+}
+
+/// Runs `sh -c` and asserts success; stdout.
+fn sh(c: &str) -> String {
+    let o = Command::new("sh").args(["-c", c]).output().unwrap();
+    assert!(
+        o.status.success(),
+        "{c}: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The namespaces of a run, deleted (their processes killed) whatever happens.
+struct Net {
+    server: String,
+    devices: Vec<String>,
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for ns in self.devices.iter().chain(std::iter::once(&self.server)) {
+            let _ = Command::new("sh")
+                .args([
+                    "-c",
+                    &format!("ip netns pids {ns} 2>/dev/null | xargs -r kill -9; ip netns del {ns} 2>/dev/null"),
+                ])
+                .status();
+        }
+    }
+}
+
+/// The server's namespace with a bridge at 10.77.0.1/16, and `n` device namespaces, each
+/// with eth0 at 10.77.1.x (10.77.2.x, …) on it.
+fn network(tag: &str, n: usize) -> Net {
+    let net = Net {
+        server: format!("{tag}s"),
+        devices: (0..n).map(|i| format!("{tag}d{i}")).collect(),
+    };
+    sh(&format!(
+        "ip netns add {s} && ip -n {s} link set lo up && ip -n {s} link add br0 type bridge && \
+         ip -n {s} addr add 10.77.0.1/16 dev br0 && ip -n {s} link set br0 up",
+        s = net.server
+    ));
+    for (i, d) in net.devices.iter().enumerate() {
+        sh(&format!(
+            "ip netns add {d} && ip -n {d} link set lo up && \
+             ip -n {d} link add eth0 type veth peer name p{i} netns {s} && \
+             ip -n {s} link set p{i} master br0 && ip -n {s} link set p{i} up && \
+             ip -n {d} addr add 10.77.{}.{}/16 dev eth0 && ip -n {d} link set eth0 up",
+            1 + i / 250,
+            1 + i % 250,
+            s = net.server
+        ));
+    }
+    net
+}
+
+/// gooseBit in the server's namespace, on a fresh sqlite database made by its migrations.
+struct Goosebit {
+    child: Child,
+    ns: String,
+    port: u16,
+    dir: PathBuf,
+    token: String,
+}
+
+impl Drop for Goosebit {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Goosebit {
+    fn start(venv: &Path, ns: &str, dir: &Path) -> Goosebit {
+        std::fs::create_dir_all(dir).unwrap();
+        let site = sh(&format!(
+            "{}/bin/python -c 'import goosebit,os;print(os.path.dirname(goosebit.__file__))'",
+            venv.display()
+        ));
+        std::fs::write(
+            dir.join("pyproject.toml"),
+            format!(
+                "[tool.aerich]\ntortoise_orm = \"goosebit.db.config.TORTOISE_CONF\"\nlocation = \"{}/db/migrations\"\nsrc_folder = \"./.\"\n",
+                site.trim()
+            ),
+        )
+        .unwrap();
+        let port = 60053;
+        let env = |c: &mut Command| {
+            c.current_dir(dir)
+                .env(
+                    "GOOSEBIT_DB_URI",
+                    format!("sqlite://{}/db.sqlite3", dir.display()),
+                )
+                .env("GOOSEBIT_ARTIFACTS_DIR", dir.join("artifacts"))
+                .env("GOOSEBIT_POLL_TIME", "00:00:02")
+                .env("GOOSEBIT_PORT", port.to_string())
+                // Devices register their TargetToken at first contact, then must show it.
+                .env("GOOSEBIT_DEVICE_AUTH__ENABLE", "true")
+                .env("GOOSEBIT_DEVICE_AUTH__MODE", "setup")
+                .env(
+                    "GOOSEBIT_SECRET_KEY",
+                    "bXktdGVzdC1zZWNyZXQta2V5LW9mLTMyLWJ5dGVzISE",
+                )
+                .env("GOOSEBIT_TRACK_DEVICE_IP", "false");
+        };
+        let mut m = Command::new(venv.join("bin/aerich"));
+        m.arg("upgrade");
+        env(&mut m);
+        let o = m.output().unwrap();
+        assert!(
+            o.status.success() && dir.join("db.sqlite3").exists(),
+            "aerich upgrade: {}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let log = std::fs::File::create(dir.join("goosebit.log")).unwrap();
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns])
+            .arg(venv.join("bin/python"))
+            .args([
+                "-m",
+                "uvicorn",
+                "goosebit:app",
+                "--host",
+                "10.77.0.1",
+                "--port",
+            ])
+            .arg(port.to_string())
+            .args(["--log-level", "warning"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        env(&mut c);
+        let child = c.spawn().unwrap();
+        let mut g = Goosebit {
+            child,
+            ns: ns.to_string(),
+            port,
+            dir: dir.to_path_buf(),
+            token: String::new(),
+        };
+        wait_until("gooseBit answers", Duration::from_secs(60), || {
+            // Any answer (before its first user, gooseBit sends everything to /setup).
+            g.try_curl(&["-o", "/dev/null", &g.url("/login")]).is_ok()
+        });
+        let v: Value = serde_json::from_str(&g.curl(&[
+            "-X",
+            "POST",
+            "-d",
+            "username=admin@fleet.test&password=fleet-test-pw",
+            &g.url("/setup"),
+        ]))
+        .unwrap();
+        g.token = v["access_token"]
+            .as_str()
+            .expect("a token from /setup")
+            .to_string();
+        g
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://10.77.0.1:{}{path}", self.port)
+    }
+
+    fn try_curl(&self, args: &[&str]) -> Result<String, String> {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &self.ns, "curl", "-sS", "--max-time", "30"])
+            .args(args)
+            .output()
+            .unwrap();
+        if !o.status.success() {
+            return Err(format!(
+                "curl {args:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    }
+
+    fn curl(&self, args: &[&str]) -> String {
+        self.try_curl(args)
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.log()))
+    }
+
+    /// A management API call with the admin's token.
+    fn api(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let auth = format!("Authorization: Bearer {}", self.token);
+        let url = self.url(path);
+        let mut args = vec!["-X", method, "-H", &auth, "-w", "\n%{http_code}"];
+        let body = body.map(|b| b.to_string());
+        if let Some(b) = &body {
+            args.extend(["-H", "Content-Type: application/json", "--data-binary", b]);
+        }
+        args.push(&url);
+        let out = self.curl(&args);
+        let (text, code) = out.rsplit_once('\n').unwrap();
+        assert!(
+            code.starts_with('2'),
+            "{method} {path}: {code} {text}\n{}",
+            self.log()
+        );
+        serde_json::from_str(text).unwrap_or(Value::Null)
+    }
+
+    /// Uploads a bundle; the software's id.
+    fn upload(&self, file: &Path) -> u64 {
+        let auth = format!("Authorization: Bearer {}", self.token);
+        let form = format!("file=@{}", file.display());
+        let out = self.curl(&[
+            "-X",
+            "PUT",
+            "-H",
+            &auth,
+            "-F",
+            &form,
+            "-w",
+            "\n%{http_code}",
+            &self.url("/api/v1/software"),
+        ]);
+        let (text, code) = out.rsplit_once('\n').unwrap();
+        assert!(code == "200", "upload {}: {code} {text}", file.display());
+        serde_json::from_str::<Value>(text).unwrap()["id"]
+            .as_u64()
+            .unwrap()
+    }
+
+    fn devices(&self) -> Vec<Value> {
+        self.api("GET", "/api/v1/devices", None)["devices"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn rollout(&self, name: &str, feed: &str, software: u64) -> u64 {
+        self.api(
+            "PUT",
+            "/api/v1/rollouts",
+            Some(json!({"name": name, "feed": feed, "software_id": software})),
+        )["id"]
+            .as_u64()
+            .unwrap()
+    }
+
+    fn rollout_counts(&self, id: u64) -> (u64, u64) {
+        let all = self.api("GET", "/api/v1/rollouts", None);
+        let r = all["rollouts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == id)
+            .cloned()
+            .unwrap_or_else(|| panic!("rollout {id} not listed: {all}"));
+        (
+            r["success_count"].as_u64().unwrap(),
+            r["failure_count"].as_u64().unwrap(),
+        )
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("goosebit.log")).unwrap_or_default()
+    }
+}
+
+/// The number of devices: BERTH_FLEET_DEVICES, else 50.
+fn fleet_size() -> usize {
+    std::env::var("BERTH_FLEET_DEVICES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|n| (1..=2000).contains(n))
+        .unwrap_or(50)
+}
+
+/// `app`'s entry in `berth status`, and the fleet client's view.
+fn device_view(sb: &Sandbox) -> (Value, Value) {
+    let s = sb.json(&["status"]);
+    let app = s["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "app")
+        .cloned()
+        .unwrap_or(Value::Null);
+    (app, s["fleet"].clone())
+}
+
+#[test]
+fn a_staged_rollout_over_a_simulated_fleet() {
+    let Some(venv) = goosebit_venv() else {
+        berth_sys::skip::record(
+            "package goosebit (PyPI)",
+            "a_staged_rollout_over_a_simulated_fleet: gooseBit is not installed (scripts/test.sh installs it into /var/cache/berth-package/goosebit-venv; BERTH_GOOSEBIT names another venv)",
+        );
+        return;
+    };
+    let n = fleet_size();
+    let canaries = (n / 10).max(1);
+    let tag = format!("bf{}", std::process::id());
+    let net = network(&tag, n);
+    // The vendor: a repository and three bundles.
+    let vendor = Sandbox::new("fleet-vendor");
+    let bundle = |v: &str, bad: bool| -> PathBuf {
+        for e in std::fs::read_dir(vendor.repo.join("packages"))
+            .unwrap()
+            .flatten()
+        {
+            if e.file_name().to_string_lossy().starts_with("app-") {
+                std::fs::remove_file(e.path()).unwrap();
+            }
+        }
+        vendor.add(&app(v, bad));
+        let out = vendor.dir.join(format!("app-{v}.berth"));
+        vendor.ok(&[
+            "repo",
+            "bundle",
+            vendor.repo.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--version",
+            v,
+            "--install",
+            "app",
+            "--board",
+            "berth-test:1",
+        ]);
+        out
+    };
+    let b1 = bundle("1", false);
+    let b2 = bundle("2", true);
+    let b3 = bundle("3", false);
+    let server = Goosebit::start(&venv, &net.server, &vendor.dir.join("goosebit"));
+    // The devices: own state, own namespace, the vendor's key, the same [fleet] but their id.
+    let mut devices = Vec::new();
+    for (i, ns) in net.devices.iter().enumerate() {
+        let mut sb = Sandbox::new(&format!("fleet{i}"));
+        std::fs::copy(
+            vendor.dir.join("keys/vendor.pub"),
+            sb.dir.join("keys/vendor.pub"),
+        )
+        .unwrap();
+        let token = sb.dir.join("fleet.token");
+        std::fs::write(&token, format!("token-of-device-{i}\n")).unwrap();
+        sb.write_config(&format!(
+            "[upgrade]\ndeadline = \"10s\"\nsettle = \"500ms\"\n[fleet]\nserver = \"{}\"\ncontroller_id = \"dev-{i}\"\ntoken_file = \"{}\"\nboard = \"berth-test\"\nrevision = \"1\"\npoll = \"2s\"\n",
+            server.url(""),
+            token.display()
+        ));
+        sb.daemon_netns = Some(ns.clone());
+        sb.start_daemon();
+        devices.push(sb);
+    }
+    let ids: Vec<String> = (0..n).map(|i| format!("dev-{i}")).collect();
+    wait_until("every device registered", Duration::from_secs(120), || {
+        let d = server.devices();
+        ids.iter().all(|id| {
+            d.iter()
+                .any(|x| x["id"] == *id && x["last_state"] == "Registered")
+        })
+    });
+    let (canary, main) = ids.split_at(canaries);
+    server.api(
+        "PATCH",
+        "/api/v1/devices",
+        Some(json!({"devices": canary, "feed": "canary"})),
+    );
+    server.api(
+        "PATCH",
+        "/api/v1/devices",
+        Some(json!({"devices": main, "feed": "main"})),
+    );
+
+    // Round 1: app 1 everywhere (the bundle installs and starts it).
+    let t0 = Instant::now();
+    let s1 = server.upload(&b1);
+    for feed in ["canary", "main"] {
+        server.rollout(&format!("app-1-{feed}"), feed, s1);
+    }
+    let settled = |version: &str, ids: &[String]| {
+        let d = server.devices();
+        ids.iter().all(|id| {
+            d.iter().any(|x| {
+                x["id"] == *id && x["last_state"] == "Finished" && x["sw_version"] == version
+            })
+        })
+    };
+    wait_fleet("app 1 on every device", &server, &devices, || {
+        settled("1", &ids)
+    });
+    eprintln!("app 1 on {n} devices in {:?}", t0.elapsed());
+    for sb in &devices {
+        let (c, _) = device_view(sb);
+        assert_eq!(
+            (c["version"].as_str(), c["state"].as_str()),
+            (Some("1"), Some("running")),
+            "{c}"
+        );
+    }
+
+    // Round 2: app 2, which fails its health check, to the canaries only.
+    let s2 = server.upload(&b2);
+    let r2 = server.rollout("app-2-canary", "canary", s2);
+    // The driver counts the devices' records: gooseBit's per-rollout counters are read,
+    // added to and written back by concurrent requests, and lose updates (20 of 45 at once).
+    let states = |ids: &[String]| -> Vec<String> {
+        let d = server.devices();
+        ids.iter()
+            .map(|id| {
+                let x = d
+                    .iter()
+                    .find(|x| x["id"] == *id)
+                    .cloned()
+                    .unwrap_or_default();
+                format!(
+                    "{} {}",
+                    x["last_state"].as_str().unwrap_or("?"),
+                    x["sw_version"].as_str().unwrap_or("?")
+                )
+            })
+            .collect()
+    };
+    wait_fleet("every canary reported app 2", &server, &devices, || {
+        states(canary)
+            .iter()
+            .all(|s| s.starts_with("Error") || s == "Finished 2")
+    });
+    assert!(
+        states(canary).iter().all(|s| s == "Error 1"),
+        "{:?}",
+        states(canary)
+    );
+    let (ok, _) = server.rollout_counts(r2);
+    assert_eq!(ok, 0);
+    // The operator's rule: a canary failed, so the rollout stops before the main group.
+    server.api(
+        "PATCH",
+        "/api/v1/rollouts",
+        Some(json!({"ids": [r2], "paused": true})),
+    );
+    let d = server.devices();
+    for (i, sb) in devices.iter().enumerate() {
+        let rec = d.iter().find(|x| x["id"] == ids[i]).unwrap();
+        let (c, fleet) = device_view(sb);
+        assert_eq!(c["version"], "1", "device {i} {c}");
+        if i < canaries {
+            assert_eq!(rec["last_state"], "Error", "{rec}");
+            let a = &fleet["action"];
+            assert_eq!(
+                (a["success"].as_bool(), a["reported"].as_bool()),
+                (Some(false), Some(true)),
+                "{fleet}"
+            );
+            let details = a["details"].to_string();
+            assert!(
+                details.contains("rolled back")
+                    && details.contains("-app-upgrade (berth report show"),
+                "{details}"
+            );
+            wait_state(sb, "app", "running");
+        } else {
+            assert_eq!(
+                (rec["last_state"].as_str(), rec["sw_version"].as_str()),
+                (Some("Finished"), Some("1")),
+                "{rec}"
+            );
+            assert_ne!(
+                fleet["action"]["version"], "2",
+                "device {i} was offered the canary's bundle: {fleet}"
+            );
+        }
+    }
+    // The canaries kept a crash archive of the failed trial.
+    let reports = devices[0].json(&["report", "list", "app"]);
+    assert!(
+        !reports["reports"].as_array().unwrap().is_empty(),
+        "{reports}"
+    );
+
+    // Round 3: app 3 to everyone; the canaries in error are told to try again.
+    let t3 = Instant::now();
+    let s3 = server.upload(&b3);
+    server.api(
+        "PATCH",
+        "/api/v1/devices",
+        Some(json!({"devices": canary, "force_update": true})),
+    );
+    for feed in ["canary", "main"] {
+        server.rollout(&format!("app-3-{feed}"), feed, s3);
+    }
+    wait_fleet("app 3 on every device", &server, &devices, || {
+        settled("3", &ids)
+    });
+    eprintln!("app 3 on {n} devices in {:?}", t3.elapsed());
+    let d = server.devices();
+    for (i, sb) in devices.iter().enumerate() {
+        let rec = d.iter().find(|x| x["id"] == ids[i]).unwrap();
+        assert_eq!(
+            (rec["last_state"].as_str(), rec["sw_version"].as_str()),
+            (Some("Finished"), Some("3")),
+            "{rec}"
+        );
+        let (c, fleet) = device_view(sb);
+        assert_eq!(
+            (
+                c["version"].as_str(),
+                c["state"].as_str(),
+                c["ready"].as_bool()
+            ),
+            (Some("3"), Some("running"), Some(true)),
+            "device {i}: {c}"
+        );
+        assert_eq!(fleet["sw_version"], "3", "{fleet}");
+        assert_eq!(fleet["action"]["success"], true, "{fleet}");
+        assert_eq!(fleet["last_error"], Value::Null, "{fleet}");
+        let hist =
+            std::fs::read_to_string(sb.state_dir().join("data/app/history")).unwrap_or_default();
+        let want = if i < canaries { "1\n1\n3\n" } else { "1\n3\n" };
+        assert_eq!(hist, want, "device {i}'s /data/history");
+    }
+    for mut sb in devices {
+        sb.stop_daemon();
+    }
+    drop(server);
+    drop(net);
+}
+
+/// Waits up to 5 minutes for `cond`; on a timeout, the server's records and the first
+/// device's log say why.
+fn wait_fleet(what: &str, server: &Goosebit, devices: &[Sandbox], mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !cond() {
+        if Instant::now() > deadline {
+            panic!(
+                "not within 300 s: {what}\nserver: {:?}\ndevice 0: {}\n{}\nserver log:\n{}",
+                server.devices(),
+                devices[0].json(&["status"]),
+                devices[0].daemon_log_text(),
+                server.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn wait_state(sb: &Sandbox, name: &str, state: &str) {
+    wait_until(&format!("{name} {state}"), Duration::from_secs(30), || {
+        sb.status_of(name)["state"] == state
+    });
+}
+
+// ---------------------------------------------------------------------------------------
+// hawkBit's semantics that gooseBit does not implement (attempt, skip, maintenanceWindow,
+// cancelAction), and a power cut while applying: a scripted DDI server on loopback answers
+// with the JSON shapes of Eclipse hawkBit's DDI API and records every request.
+
+/// One request the device made.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: String,
+    path: String,
+    auth: Option<String>,
+    body: String,
+}
+
+/// What the scripted server offers.
+#[derive(Default)]
+struct Script {
+    /// (action id, download, update, maintenanceWindow, bundle file)
+    offer: Option<(
+        String,
+        &'static str,
+        &'static str,
+        Option<&'static str>,
+        PathBuf,
+    )>,
+    /// (cancel id, stop id)
+    cancel: Option<(String, String)>,
+    seen: Vec<Seen>,
+}
+
+struct Ddi {
+    port: u16,
+    script: std::sync::Arc<std::sync::Mutex<Script>>,
+}
+
+impl Ddi {
+    fn start() -> Ddi {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let script = std::sync::Arc::new(std::sync::Mutex::new(Script::default()));
+        let s = script.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut c) = conn else { continue };
+                let head = String::from_utf8_lossy(&read_request_head(&mut c)).into_owned();
+                let mut lines = head.lines();
+                let mut first = lines.next().unwrap_or("").split(' ');
+                let (method, path) = (
+                    first.next().unwrap_or("").to_string(),
+                    first.next().unwrap_or("").to_string(),
+                );
+                let mut auth = None;
+                let mut len = 0;
+                for l in lines {
+                    if let Some((k, v)) = l.split_once(':') {
+                        match k.to_ascii_lowercase().as_str() {
+                            "authorization" => auth = Some(v.trim().to_string()),
+                            "content-length" => len = v.trim().parse().unwrap_or(0),
+                            _ => {}
+                        }
+                    }
+                }
+                let mut body = vec![0; len];
+                let _ = c.read_exact(&mut body);
+                let mut sc = s.lock().unwrap();
+                sc.seen.push(Seen {
+                    method: method.clone(),
+                    path: path.clone(),
+                    auth,
+                    body: String::from_utf8_lossy(&body).into(),
+                });
+                let base = format!("http://127.0.0.1:{port}/DEFAULT/controller/v1/dev");
+                let (code, ctype, out): (u16, &str, Vec<u8>) = match (
+                    method.as_str(),
+                    path.as_str(),
+                ) {
+                    ("GET", "/DEFAULT/controller/v1/dev") => {
+                        let mut links = serde_json::Map::new();
+                        if let Some((id, ..)) = &sc.offer {
+                            links.insert(
+                                "deploymentBase".into(),
+                                json!({"href": format!("{base}/deploymentBase/{id}?c=-17")}),
+                            );
+                        }
+                        if let Some((id, _)) = &sc.cancel {
+                            links.insert(
+                                "cancelAction".into(),
+                                json!({"href": format!("{base}/cancelAction/{id}")}),
+                            );
+                        }
+                        (
+                            200,
+                            "application/hal+json",
+                            json!({"config": {"polling": {"sleep": "00:00:01"}}, "_links": links})
+                                .to_string()
+                                .into_bytes(),
+                        )
+                    }
+                    ("GET", p) if p.starts_with("/DEFAULT/controller/v1/dev/deploymentBase/") => {
+                        match &sc.offer {
+                            Some((id, download, update, window, file)) => {
+                                let bytes = std::fs::read(file).unwrap();
+                                let sha = sh(&format!("sha256sum {}", file.display()));
+                                let mut dep = json!({"download": download, "update": update, "chunks": [{
+                                "part": "os", "version": id, "name": "bundle",
+                                "artifacts": [{"filename": "site.berth", "size": bytes.len(),
+                                  "hashes": {"sha1": "00", "md5": "00", "sha256": sha.split(' ').next().unwrap()},
+                                  "_links": {"download": {"href": "https://127.0.0.1:1/none"},
+                                             "download-http": {"href": format!("http://127.0.0.1:{port}/artifact/{id}")}}}]}]});
+                                if let Some(w) = window {
+                                    dep["maintenanceWindow"] = json!(w);
+                                }
+                                (
+                                    200,
+                                    "application/hal+json",
+                                    json!({"id": id, "deployment": dep})
+                                        .to_string()
+                                        .into_bytes(),
+                                )
+                            }
+                            None => (404, "text/plain", b"no action".to_vec()),
+                        }
+                    }
+                    ("GET", p) if p.starts_with("/artifact/") => match &sc.offer {
+                        Some((.., file)) => (
+                            200,
+                            "application/octet-stream",
+                            std::fs::read(file).unwrap(),
+                        ),
+                        None => (404, "text/plain", Vec::new()),
+                    },
+                    ("GET", p) if p.starts_with("/DEFAULT/controller/v1/dev/cancelAction/") => {
+                        match &sc.cancel {
+                            Some((id, stop)) => (
+                                200,
+                                "application/hal+json",
+                                json!({"id": id, "cancelAction": {"stopId": stop}})
+                                    .to_string()
+                                    .into_bytes(),
+                            ),
+                            None => (404, "text/plain", Vec::new()),
+                        }
+                    }
+                    ("POST", p) if p.ends_with("/feedback") => (200, "text/plain", Vec::new()),
+                    ("PUT", "/DEFAULT/controller/v1/dev/configData") => {
+                        (200, "text/plain", Vec::new())
+                    }
+                    _ => (404, "text/plain", Vec::new()),
+                };
+                drop(sc);
+                let _ = c.write_all(format!("HTTP/1.1 {code} X\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", out.len()).as_bytes());
+                let _ = c.write_all(&out);
+            }
+        });
+        Ddi { port, script }
+    }
+
+    fn offer(
+        &self,
+        id: &str,
+        download: &'static str,
+        update: &'static str,
+        window: Option<&'static str>,
+        file: &Path,
+    ) {
+        self.script.lock().unwrap().offer =
+            Some((id.into(), download, update, window, file.to_path_buf()));
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.script.lock().unwrap().seen.clone()
+    }
+
+    /// The feedback bodies sent for `path` (…/deploymentBase/ID/feedback).
+    fn feedback(&self, id: &str) -> Vec<Value> {
+        self.seen()
+            .iter()
+            .filter(|s| {
+                s.method == "POST"
+                    && s.path == format!("/DEFAULT/controller/v1/dev/deploymentBase/{id}/feedback")
+            })
+            .map(|s| serde_json::from_str(&s.body).unwrap())
+            .collect()
+    }
+
+    fn wait_feedback(&self, sb: &Sandbox, id: &str, execution: &str, detail: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(f) = self.feedback(id).into_iter().find(|f| {
+                f["status"]["execution"] == execution
+                    && f["status"]["details"].to_string().contains(detail)
+            }) {
+                return f;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no {execution} feedback for action {id} saying {detail:?}: {:?}\n{}",
+                self.feedback(id),
+                sb.daemon_log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// Version `v` of app: once /data/take-lock exists, it holds an update lock (through the
+/// container API) and renews it every second (the policy ends it `max_update_lock` after
+/// the first).
+fn locking_app(v: &str) -> Pkg {
+    Pkg::script(
+        "app",
+        v,
+        &format!(
+            "echo {v} >> /data/history\nwhile true; do test -e /data/take-lock && /bin/curl -sS --unix-socket /run/berth/api.sock -X POST -d '{{\"seconds\": 5}}' http://berth/v1/self/update-lock > /data/lock.json 2>&1; sleep 1; done\n"
+        ),
+    )
+    .package_key("base = \"host\"")
+    .file("bin/curl", &std::fs::read("/usr/bin/curl").unwrap())
+    .table("[restart]\npolicy = \"never\"\n[permissions]\napi = [\"update-lock\"]\n")
+}
+
+fn bundle_of(vendor: &Sandbox, p: &Pkg) -> PathBuf {
+    for e in std::fs::read_dir(vendor.repo.join("packages"))
+        .unwrap()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with("app-") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    vendor.add(p);
+    let out = vendor.dir.join(format!("app-{}.berth", p.version));
+    vendor.ok(&[
+        "repo",
+        "bundle",
+        vendor.repo.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--install",
+        "app",
+    ]);
+    out
+}
+
+fn ddi_device(tag: &str, vendor: &Sandbox, ddi: &Ddi, extra: &str) -> Sandbox {
+    let sb = Sandbox::new(tag);
+    std::fs::copy(
+        vendor.dir.join("keys/vendor.pub"),
+        sb.dir.join("keys/vendor.pub"),
+    )
+    .unwrap();
+    let token = sb.dir.join("fleet.token");
+    std::fs::write(&token, "s3cret-target-token\n").unwrap();
+    sb.write_config(&format!(
+        "[upgrade]\ndeadline = \"10s\"\nsettle = \"300ms\"\n{extra}[fleet]\nserver = \"http://127.0.0.1:{}\"\ncontroller_id = \"dev\"\ntoken_file = \"{}\"\npoll = \"1s\"\n",
+        ddi.port,
+        token.display()
+    ));
+    sb
+}
+
+fn app_version(sb: &Sandbox) -> Value {
+    device_view(sb).0["version"].clone()
+}
+
+#[test]
+fn hawkbit_attempt_skip_window_lock_and_cancel() {
+    let vendor = Sandbox::new("ddi-vendor");
+    let b1 = bundle_of(&vendor, &locking_app("1"));
+    let b2 = bundle_of(&vendor, &locking_app("2"));
+    let ddi = Ddi::start();
+    let mut sb = ddi_device(
+        "ddi",
+        &vendor,
+        &ddi,
+        "[api]\nmax_update_lock = \"6s\"\n[api.packages]\napp = \"update-lock\"\n",
+    );
+    sb.start_daemon();
+    // A forced action: applied at once; progress, then closed + success.
+    ddi.offer("11", "forced", "forced", None, &b1);
+    let f = ddi.wait_feedback(&sb, "11", "closed", "1 installed");
+    assert_eq!(f["status"]["result"]["finished"], "success", "{f}");
+    let progress: Vec<Value> = ddi
+        .feedback("11")
+        .into_iter()
+        .filter(|f| f["status"]["execution"] == "proceeding")
+        .collect();
+    assert!(
+        progress
+            .iter()
+            .any(|f| f["status"]["result"]["progress"]["of"] == 3),
+        "{progress:?}"
+    );
+    wait_state(&sb, "app", "running");
+    // Every request carried the target token; configData says what is installed.
+    let seen = ddi.seen();
+    assert!(
+        seen.iter()
+            .all(|s| s.auth.as_deref() == Some("TargetToken s3cret-target-token")),
+        "{seen:?}"
+    );
+    wait_until("configData with app 1", Duration::from_secs(10), || {
+        ddi.seen()
+            .iter()
+            .any(|s| s.method == "PUT" && s.body.contains("\"package.app\":\"1\""))
+    });
+    let cd = ddi
+        .seen()
+        .into_iter()
+        .rev()
+        .find(|s| s.method == "PUT")
+        .unwrap();
+    let cd: Value = serde_json::from_str(&cd.body).unwrap();
+    for k in [
+        "berth_version",
+        "arch",
+        "kernel",
+        "cgroup",
+        "repository_serial",
+        "safe_mode",
+        "sw_version",
+    ] {
+        assert!(cd["data"][k].is_string(), "{k} missing: {cd}");
+    }
+    ddi.script.lock().unwrap().offer = None;
+
+    // Outside the maintenance window (hawkBit: update skip, window unavailable): downloaded,
+    // not applied.
+    ddi.offer("12", "forced", "skip", Some("unavailable"), &b2);
+    ddi.wait_feedback(&sb, "12", "scheduled", "maintenance window");
+    assert_eq!(device_view(&sb).1["action"]["phase"], "downloaded");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(app_version(&sb), "1");
+    // The window opens, as a soft (attempt) update: app holds an update lock, renewed every
+    // second, so the update waits, but not past the policy's bound (max_update_lock, 6 s).
+    let lock = sb.state_dir().join("data/app/lock.json");
+    std::fs::write(sb.state_dir().join("data/app/take-lock"), "").unwrap();
+    wait_until("app holds an update lock", Duration::from_secs(20), || {
+        std::fs::read_to_string(&lock).is_ok_and(|l| l.contains("locked_until"))
+    });
+    ddi.offer("12", "forced", "attempt", Some("available"), &b2);
+    ddi.wait_feedback(&sb, "12", "scheduled", "app holds an update lock");
+    let deferred = Instant::now();
+    let f = ddi.wait_feedback(&sb, "12", "closed", "1 upgraded");
+    assert_eq!(f["status"]["result"]["finished"], "success", "{f}");
+    assert!(
+        deferred.elapsed() >= Duration::from_secs(4),
+        "applied {:?} after the deferral began",
+        deferred.elapsed()
+    );
+    assert_eq!(app_version(&sb), "2");
+    ddi.script.lock().unwrap().offer = None;
+    // A cancel of an action already applied is refused.
+    ddi.script.lock().unwrap().cancel = Some(("15".into(), "12".into()));
+    wait_until("the cancel is rejected", Duration::from_secs(20), || {
+        ddi.seen().iter().any(|s| {
+            s.path.ends_with("/cancelAction/15/feedback") && s.body.contains("\"rejected\"")
+        })
+    });
+    ddi.script.lock().unwrap().cancel = None;
+    assert_eq!(app_version(&sb), "2");
+
+    // A download-only action (update skip, no window): `downloaded` once, nothing applied.
+    let b3 = bundle_of(&vendor, &locking_app("3"));
+    ddi.offer("13", "forced", "skip", None, &b3);
+    ddi.wait_feedback(&sb, "13", "downloaded", "downloaded");
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        ddi.feedback("13")
+            .iter()
+            .filter(|f| f["status"]["execution"] == "downloaded")
+            .count(),
+        1
+    );
+    assert_eq!(app_version(&sb), "2");
+    // Cancelled before it was applied: closed + success, the bundle dropped.
+    ddi.script.lock().unwrap().cancel = Some(("14".into(), "13".into()));
+    wait_until("the cancel is confirmed", Duration::from_secs(20), || {
+        ddi.seen()
+            .iter()
+            .any(|s| s.path.ends_with("/cancelAction/14/feedback") && s.body.contains("\"closed\""))
+    });
+    ddi.script.lock().unwrap().offer = None;
+    assert!(!sb.state_dir().join("fleet/bundle.part").exists());
+    assert_eq!(device_view(&sb).1["action"], Value::Null);
+    sb.stop_daemon();
+    drop(sb);
+}
+
+#[test]
+fn a_power_cut_while_applying_resumes_and_reports() {
+    let vendor = Sandbox::new("ddi-cut-vendor");
+    let b1 = bundle_of(&vendor, &app("1", false));
+    let b2 = bundle_of(&vendor, &app("2", false));
+    let ddi = Ddi::start();
+    let mut sb = ddi_device("ddi-cut", &vendor, &ddi, "");
+    sb.start_daemon();
+    ddi.offer("21", "forced", "forced", None, &b1);
+    ddi.wait_feedback(&sb, "21", "closed", "1 installed");
+    wait_state(&sb, "app", "running");
+    // The daemon dies (SIGKILL, as a power cut) once the new version started on trial.
+    sb.kill_daemon(libc::SIGKILL);
+    sb.start_daemon_env(&[("BERTH_FAULT", "upgrade.started")]);
+    ddi.offer("22", "forced", "forced", None, &b2);
+    wait_until(
+        "the daemon died in the upgrade",
+        Duration::from_secs(60),
+        || {
+            sb.daemon_log_text()
+                .contains("fault injection: SIGKILL at upgrade.started")
+        },
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let rec: Value =
+        serde_json::from_slice(&std::fs::read(sb.state_dir().join("fleet.json")).unwrap()).unwrap();
+    assert_eq!(rec["action"]["phase"], "applying", "{rec}");
+    // The next start rolls the trial back, then the client resumes the action and reports.
+    sb.kill_daemon(libc::SIGKILL);
+    sb.start_daemon();
+    ddi.wait_feedback(&sb, "22", "resumed", "restarted while applying");
+    let f = ddi.wait_feedback(&sb, "22", "closed", "1 upgraded");
+    assert_eq!(f["status"]["result"]["finished"], "success", "{f}");
+    wait_until("app 2 running", Duration::from_secs(30), || {
+        let (c, _) = device_view(&sb);
+        c["version"] == "2" && c["state"] == "running"
+    });
+    // A server that cannot be reached changes nothing on the device.
+    ddi.script.lock().unwrap().offer = None;
+    sb.stop_daemon();
+    drop(sb);
+}
