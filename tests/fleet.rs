@@ -9,19 +9,11 @@
 
 mod common;
 
+use berth_testkit::fleet::{self, Goosebit};
 use common::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// Where scripts/test.sh installs gooseBit (a venv); BERTH_GOOSEBIT names another.
-fn goosebit_venv() -> Option<PathBuf> {
-    let p = std::env::var_os("BERTH_GOOSEBIT")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/var/cache/berth-package/goosebit-venv"));
-    p.join("bin/aerich").exists().then_some(p)
-}
 
 /// The package: version `v` appends to /data/history and is healthy once it made /tmp/ok,
 /// which a bad version never does.
@@ -40,267 +32,7 @@ fn app(v: &str, bad: bool) -> Pkg {
 
 /// Runs `sh -c` and asserts success; stdout.
 fn sh(c: &str) -> String {
-    let o = Command::new("sh").args(["-c", c]).output().unwrap();
-    assert!(
-        o.status.success(),
-        "{c}: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-/// The namespaces of a run, deleted (their processes killed) whatever happens.
-struct Net {
-    server: String,
-    devices: Vec<String>,
-}
-
-impl Drop for Net {
-    fn drop(&mut self) {
-        for ns in self.devices.iter().chain(std::iter::once(&self.server)) {
-            let _ = Command::new("sh")
-                .args([
-                    "-c",
-                    &format!("ip netns pids {ns} 2>/dev/null | xargs -r kill -9; ip netns del {ns} 2>/dev/null"),
-                ])
-                .status();
-        }
-    }
-}
-
-/// The server's namespace with a bridge at 10.77.0.1/16, and `n` device namespaces, each
-/// with eth0 at 10.77.1.x (10.77.2.x, …) on it.
-fn network(tag: &str, n: usize) -> Net {
-    let net = Net {
-        server: format!("{tag}s"),
-        devices: (0..n).map(|i| format!("{tag}d{i}")).collect(),
-    };
-    sh(&format!(
-        "ip netns add {s} && ip -n {s} link set lo up && ip -n {s} link add br0 type bridge && \
-         ip -n {s} addr add 10.77.0.1/16 dev br0 && ip -n {s} link set br0 up",
-        s = net.server
-    ));
-    for (i, d) in net.devices.iter().enumerate() {
-        sh(&format!(
-            "ip netns add {d} && ip -n {d} link set lo up && \
-             ip -n {d} link add eth0 type veth peer name p{i} netns {s} && \
-             ip -n {s} link set p{i} master br0 && ip -n {s} link set p{i} up && \
-             ip -n {d} addr add 10.77.{}.{}/16 dev eth0 && ip -n {d} link set eth0 up",
-            1 + i / 250,
-            1 + i % 250,
-            s = net.server
-        ));
-    }
-    net
-}
-
-/// gooseBit in the server's namespace, on a fresh sqlite database made by its migrations.
-struct Goosebit {
-    child: Child,
-    ns: String,
-    port: u16,
-    dir: PathBuf,
-    token: String,
-}
-
-impl Drop for Goosebit {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Goosebit {
-    fn start(venv: &Path, ns: &str, dir: &Path) -> Goosebit {
-        std::fs::create_dir_all(dir).unwrap();
-        let site = sh(&format!(
-            "{}/bin/python -c 'import goosebit,os;print(os.path.dirname(goosebit.__file__))'",
-            venv.display()
-        ));
-        std::fs::write(
-            dir.join("pyproject.toml"),
-            format!(
-                "[tool.aerich]\ntortoise_orm = \"goosebit.db.config.TORTOISE_CONF\"\nlocation = \"{}/db/migrations\"\nsrc_folder = \"./.\"\n",
-                site.trim()
-            ),
-        )
-        .unwrap();
-        let port = 60053;
-        let env = |c: &mut Command| {
-            c.current_dir(dir)
-                .env(
-                    "GOOSEBIT_DB_URI",
-                    format!("sqlite://{}/db.sqlite3", dir.display()),
-                )
-                .env("GOOSEBIT_ARTIFACTS_DIR", dir.join("artifacts"))
-                .env("GOOSEBIT_POLL_TIME", "00:00:02")
-                .env("GOOSEBIT_PORT", port.to_string())
-                // Devices register their TargetToken at first contact, then must show it.
-                .env("GOOSEBIT_DEVICE_AUTH__ENABLE", "true")
-                .env("GOOSEBIT_DEVICE_AUTH__MODE", "setup")
-                .env(
-                    "GOOSEBIT_SECRET_KEY",
-                    "bXktdGVzdC1zZWNyZXQta2V5LW9mLTMyLWJ5dGVzISE",
-                )
-                .env("GOOSEBIT_TRACK_DEVICE_IP", "false");
-        };
-        let mut m = Command::new(venv.join("bin/aerich"));
-        m.arg("upgrade");
-        env(&mut m);
-        let o = m.output().unwrap();
-        assert!(
-            o.status.success() && dir.join("db.sqlite3").exists(),
-            "aerich upgrade: {}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let log = std::fs::File::create(dir.join("goosebit.log")).unwrap();
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", ns])
-            .arg(venv.join("bin/python"))
-            .args([
-                "-m",
-                "uvicorn",
-                "goosebit:app",
-                "--host",
-                "10.77.0.1",
-                "--port",
-            ])
-            .arg(port.to_string())
-            .args(["--log-level", "warning"])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
-        env(&mut c);
-        let child = c.spawn().unwrap();
-        let mut g = Goosebit {
-            child,
-            ns: ns.to_string(),
-            port,
-            dir: dir.to_path_buf(),
-            token: String::new(),
-        };
-        wait_until("gooseBit answers", Duration::from_secs(60), || {
-            // Any answer (before its first user, gooseBit sends everything to /setup).
-            g.try_curl(&["-o", "/dev/null", &g.url("/login")]).is_ok()
-        });
-        let v: Value = serde_json::from_str(&g.curl(&[
-            "-X",
-            "POST",
-            "-d",
-            "username=admin@fleet.test&password=fleet-test-pw",
-            &g.url("/setup"),
-        ]))
-        .unwrap();
-        g.token = v["access_token"]
-            .as_str()
-            .expect("a token from /setup")
-            .to_string();
-        g
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://10.77.0.1:{}{path}", self.port)
-    }
-
-    fn try_curl(&self, args: &[&str]) -> Result<String, String> {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "curl", "-sS", "--max-time", "30"])
-            .args(args)
-            .output()
-            .unwrap();
-        if !o.status.success() {
-            return Err(format!(
-                "curl {args:?}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            ));
-        }
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-    }
-
-    fn curl(&self, args: &[&str]) -> String {
-        self.try_curl(args)
-            .unwrap_or_else(|e| panic!("{e}\n{}", self.log()))
-    }
-
-    /// A management API call with the admin's token.
-    fn api(&self, method: &str, path: &str, body: Option<Value>) -> Value {
-        let auth = format!("Authorization: Bearer {}", self.token);
-        let url = self.url(path);
-        let mut args = vec!["-X", method, "-H", &auth, "-w", "\n%{http_code}"];
-        let body = body.map(|b| b.to_string());
-        if let Some(b) = &body {
-            args.extend(["-H", "Content-Type: application/json", "--data-binary", b]);
-        }
-        args.push(&url);
-        let out = self.curl(&args);
-        let (text, code) = out.rsplit_once('\n').unwrap();
-        assert!(
-            code.starts_with('2'),
-            "{method} {path}: {code} {text}\n{}",
-            self.log()
-        );
-        serde_json::from_str(text).unwrap_or(Value::Null)
-    }
-
-    /// Uploads a bundle; the software's id.
-    fn upload(&self, file: &Path) -> u64 {
-        let auth = format!("Authorization: Bearer {}", self.token);
-        let form = format!("file=@{}", file.display());
-        let out = self.curl(&[
-            "-X",
-            "PUT",
-            "-H",
-            &auth,
-            "-F",
-            &form,
-            "-w",
-            "\n%{http_code}",
-            &self.url("/api/v1/software"),
-        ]);
-        let (text, code) = out.rsplit_once('\n').unwrap();
-        assert!(code == "200", "upload {}: {code} {text}", file.display());
-        serde_json::from_str::<Value>(text).unwrap()["id"]
-            .as_u64()
-            .unwrap()
-    }
-
-    fn devices(&self) -> Vec<Value> {
-        self.api("GET", "/api/v1/devices", None)["devices"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-
-    fn rollout(&self, name: &str, feed: &str, software: u64) -> u64 {
-        self.api(
-            "PUT",
-            "/api/v1/rollouts",
-            Some(json!({"name": name, "feed": feed, "software_id": software})),
-        )["id"]
-            .as_u64()
-            .unwrap()
-    }
-
-    fn rollout_counts(&self, id: u64) -> (u64, u64) {
-        let all = self.api("GET", "/api/v1/rollouts", None);
-        let r = all["rollouts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["id"] == id)
-            .cloned()
-            .unwrap_or_else(|| panic!("rollout {id} not listed: {all}"));
-        (
-            r["success_count"].as_u64().unwrap(),
-            r["failure_count"].as_u64().unwrap(),
-        )
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("goosebit.log")).unwrap_or_default()
-    }
+    fleet::sh(c).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The number of devices: BERTH_FLEET_DEVICES, else 50.
@@ -327,7 +59,7 @@ fn device_view(sb: &Sandbox) -> (Value, Value) {
 
 #[test]
 fn a_staged_rollout_over_a_simulated_fleet() {
-    let Some(venv) = goosebit_venv() else {
+    let Some(venv) = fleet::goosebit_venv() else {
         berth_sys::skip::record(
             "package goosebit (PyPI)",
             "a_staged_rollout_over_a_simulated_fleet: gooseBit is not installed (scripts/test.sh installs it into /var/cache/berth-package/goosebit-venv; BERTH_GOOSEBIT names another venv)",
@@ -336,10 +68,15 @@ fn a_staged_rollout_over_a_simulated_fleet() {
     };
     let n = fleet_size();
     let canaries = (n / 10).max(1);
-    let tag = format!("bf{}", std::process::id());
-    let net = network(&tag, n);
-    // The vendor: a repository and three bundles.
+    // The vendor: a repository and three bundles; the namespaces are named after its sandbox.
     let vendor = Sandbox::new("fleet-vendor");
+    let net = fleet::network(
+        &vendor.scope().netns("fs"),
+        (0..n)
+            .map(|i| vendor.scope().netns(&format!("fd{i}")))
+            .collect(),
+    )
+    .unwrap();
     let bundle = |v: &str, bad: bool| -> PathBuf {
         for e in std::fs::read_dir(vendor.repo.join("packages"))
             .unwrap()
@@ -369,7 +106,8 @@ fn a_staged_rollout_over_a_simulated_fleet() {
     let b1 = bundle("1", false);
     let b2 = bundle("2", true);
     let b3 = bundle("3", false);
-    let server = Goosebit::start(&venv, &net.server, &vendor.dir.join("goosebit"));
+    let server = Goosebit::start(&venv, &net.server, &vendor.dir.join("goosebit"), "00:00:02")
+        .unwrap_or_else(|e| panic!("gooseBit: {e}"));
     // The devices: own state, own namespace, the vendor's key, the same [fleet] but their id.
     let mut devices = Vec::new();
     for (i, ns) in net.devices.iter().enumerate() {
@@ -392,37 +130,25 @@ fn a_staged_rollout_over_a_simulated_fleet() {
     }
     let ids: Vec<String> = (0..n).map(|i| format!("dev-{i}")).collect();
     wait_until("every device registered", Duration::from_secs(120), || {
-        let d = server.devices();
-        ids.iter().all(|id| {
-            d.iter()
-                .any(|x| x["id"] == *id && x["last_state"] == "Registered")
-        })
+        fleet::states(&server.devices().unwrap(), &ids)
+            .iter()
+            .all(|s| s.starts_with("Registered"))
     });
     let (canary, main) = ids.split_at(canaries);
-    server.api(
-        "PATCH",
-        "/api/v1/devices",
-        Some(json!({"devices": canary, "feed": "canary"})),
-    );
-    server.api(
-        "PATCH",
-        "/api/v1/devices",
-        Some(json!({"devices": main, "feed": "main"})),
-    );
+    server.feed(canary, "canary").unwrap();
+    server.feed(main, "main").unwrap();
 
     // Round 1: app 1 everywhere (the bundle installs and starts it).
     let t0 = Instant::now();
-    let s1 = server.upload(&b1);
+    let s1 = server.upload(&b1).unwrap();
     for feed in ["canary", "main"] {
-        server.rollout(&format!("app-1-{feed}"), feed, s1);
+        server.rollout(&format!("app-1-{feed}"), feed, s1).unwrap();
     }
     let settled = |version: &str, ids: &[String]| {
-        let d = server.devices();
-        ids.iter().all(|id| {
-            d.iter().any(|x| {
-                x["id"] == *id && x["last_state"] == "Finished" && x["sw_version"] == version
-            })
-        })
+        let want = format!("Finished {version}");
+        fleet::states(&server.devices().unwrap(), ids)
+            .iter()
+            .all(|s| *s == want)
     };
     wait_fleet("app 1 on every device", &server, &devices, || {
         settled("1", &ids)
@@ -438,27 +164,11 @@ fn a_staged_rollout_over_a_simulated_fleet() {
     }
 
     // Round 2: app 2, which fails its health check, to the canaries only.
-    let s2 = server.upload(&b2);
-    let r2 = server.rollout("app-2-canary", "canary", s2);
+    let s2 = server.upload(&b2).unwrap();
+    let r2 = server.rollout("app-2-canary", "canary", s2).unwrap();
     // The driver counts the devices' records: gooseBit's per-rollout counters are read,
     // added to and written back by concurrent requests, and lose updates (20 of 45 at once).
-    let states = |ids: &[String]| -> Vec<String> {
-        let d = server.devices();
-        ids.iter()
-            .map(|id| {
-                let x = d
-                    .iter()
-                    .find(|x| x["id"] == *id)
-                    .cloned()
-                    .unwrap_or_default();
-                format!(
-                    "{} {}",
-                    x["last_state"].as_str().unwrap_or("?"),
-                    x["sw_version"].as_str().unwrap_or("?")
-                )
-            })
-            .collect()
-    };
+    let states = |ids: &[String]| fleet::states(&server.devices().unwrap(), ids);
     wait_fleet("every canary reported app 2", &server, &devices, || {
         states(canary)
             .iter()
@@ -469,15 +179,15 @@ fn a_staged_rollout_over_a_simulated_fleet() {
         "{:?}",
         states(canary)
     );
-    let (ok, _) = server.rollout_counts(r2);
-    assert_eq!(ok, 0);
     // The operator's rule: a canary failed, so the rollout stops before the main group.
-    server.api(
-        "PATCH",
-        "/api/v1/rollouts",
-        Some(json!({"ids": [r2], "paused": true})),
-    );
-    let d = server.devices();
+    server
+        .api(
+            "PATCH",
+            "/api/v1/rollouts",
+            Some(json!({"ids": [r2], "paused": true})),
+        )
+        .unwrap();
+    let d = server.devices().unwrap();
     for (i, sb) in devices.iter().enumerate() {
         let rec = d.iter().find(|x| x["id"] == ids[i]).unwrap();
         let (c, fleet) = device_view(sb);
@@ -518,20 +228,22 @@ fn a_staged_rollout_over_a_simulated_fleet() {
 
     // Round 3: app 3 to everyone; the canaries in error are told to try again.
     let t3 = Instant::now();
-    let s3 = server.upload(&b3);
-    server.api(
-        "PATCH",
-        "/api/v1/devices",
-        Some(json!({"devices": canary, "force_update": true})),
-    );
+    let s3 = server.upload(&b3).unwrap();
+    server
+        .api(
+            "PATCH",
+            "/api/v1/devices",
+            Some(json!({"devices": canary, "force_update": true})),
+        )
+        .unwrap();
     for feed in ["canary", "main"] {
-        server.rollout(&format!("app-3-{feed}"), feed, s3);
+        server.rollout(&format!("app-3-{feed}"), feed, s3).unwrap();
     }
     wait_fleet("app 3 on every device", &server, &devices, || {
         settled("3", &ids)
     });
     eprintln!("app 3 on {n} devices in {:?}", t3.elapsed());
-    let d = server.devices();
+    let d = server.devices().unwrap();
     for (i, sb) in devices.iter().enumerate() {
         let rec = d.iter().find(|x| x["id"] == ids[i]).unwrap();
         assert_eq!(

@@ -8,6 +8,7 @@
 //! Everything here returns `Result`: the tests' layer turns errors into panics, berth-bench's
 //! into its report. Never a dependency of the berth binary.
 
+pub mod fleet;
 pub mod mounts;
 pub mod package;
 pub mod procs;
