@@ -26,7 +26,7 @@ fn app(v: &str, bad: bool) -> Pkg {
     )
     .file("check.sh", b"test -e /tmp/ok\n")
     .table(
-        "[restart]\npolicy = \"never\"\n[health]\ncmd = [\"/bin/busybox\", \"sh\", \"/check.sh\"]\ninterval = \"100ms\"\ntimeout = \"1s\"\nretries = 100\n",
+        "[restart]\npolicy = \"never\"\n[health]\ncmd = [\"/bin/busybox\", \"sh\", \"/check.sh\"]\ninterval = \"2s\"\ntimeout = \"2s\"\nretries = 100\n",
     )
 }
 
@@ -77,31 +77,12 @@ fn a_staged_rollout_over_a_simulated_fleet() {
             .collect(),
     )
     .unwrap();
-    let bundle = |v: &str, bad: bool| -> PathBuf {
-        for e in std::fs::read_dir(vendor.repo.join("packages"))
-            .unwrap()
-            .flatten()
-        {
-            if e.file_name().to_string_lossy().starts_with("app-") {
-                std::fs::remove_file(e.path()).unwrap();
-            }
-        }
-        vendor.add(&app(v, bad));
-        let out = vendor.dir.join(format!("app-{v}.berth"));
-        vendor.ok(&[
-            "repo",
-            "bundle",
-            vendor.repo.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "--version",
-            v,
-            "--install",
-            "app",
-            "--board",
-            "berth-test:1",
-        ]);
-        out
+    let bundle = |v: &str, bad: bool| {
+        bundle_of(
+            &vendor,
+            &app(v, bad),
+            &["--version", v, "--board", "berth-test:1"],
+        )
     };
     let b1 = bundle("1", false);
     let b2 = bundle("2", true);
@@ -327,6 +308,10 @@ struct Script {
     )>,
     /// (cancel id, stop id)
     cancel: Option<(String, String)>,
+    /// The server is away: every connection is closed unanswered.
+    down: bool,
+    /// The deploymentBase link names another host (a hostile or broken server).
+    foreign: bool,
     seen: Vec<Seen>,
 }
 
@@ -345,6 +330,10 @@ impl Ddi {
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(mut c) = conn else { continue };
+                if s.lock().unwrap().down {
+                    drop(c);
+                    continue;
+                }
                 let head = String::from_utf8_lossy(&read_request_head(&mut c)).into_owned();
                 let mut lines = head.lines();
                 let mut first = lines.next().unwrap_or("").split(' ');
@@ -380,6 +369,11 @@ impl Ddi {
                     ("GET", "/DEFAULT/controller/v1/dev") => {
                         let mut links = serde_json::Map::new();
                         if let Some((id, ..)) = &sc.offer {
+                            let base = if sc.foreign {
+                                base.replace("127.0.0.1", "127.0.0.2")
+                            } else {
+                                base.clone()
+                            };
                             links.insert(
                                 "deploymentBase".into(),
                                 json!({"href": format!("{base}/deploymentBase/{id}?c=-17")}),
@@ -522,7 +516,9 @@ fn locking_app(v: &str) -> Pkg {
     .table("[restart]\npolicy = \"never\"\n[permissions]\napi = [\"update-lock\"]\n")
 }
 
-fn bundle_of(vendor: &Sandbox, p: &Pkg) -> PathBuf {
+/// A bundle that installs `p` (the vendor's repository then holds only that version of
+/// app); `extra`: more options of `berth repo bundle`.
+fn bundle_of(vendor: &Sandbox, p: &Pkg, extra: &[&str]) -> PathBuf {
     for e in std::fs::read_dir(vendor.repo.join("packages"))
         .unwrap()
         .flatten()
@@ -533,15 +529,10 @@ fn bundle_of(vendor: &Sandbox, p: &Pkg) -> PathBuf {
     }
     vendor.add(p);
     let out = vendor.dir.join(format!("app-{}.berth", p.version));
-    vendor.ok(&[
-        "repo",
-        "bundle",
-        vendor.repo.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--install",
-        "app",
-    ]);
+    let (repo, file) = (vendor.repo.to_str().unwrap(), out.to_str().unwrap());
+    let mut args = vec!["repo", "bundle", repo, "-o", file, "--install", "app"];
+    args.extend_from_slice(extra);
+    vendor.ok(&args);
     out
 }
 
@@ -569,8 +560,8 @@ fn app_version(sb: &Sandbox) -> Value {
 #[test]
 fn hawkbit_attempt_skip_window_lock_and_cancel() {
     let vendor = Sandbox::new("ddi-vendor");
-    let b1 = bundle_of(&vendor, &locking_app("1"));
-    let b2 = bundle_of(&vendor, &locking_app("2"));
+    let b1 = bundle_of(&vendor, &locking_app("1"), &[]);
+    let b2 = bundle_of(&vendor, &locking_app("2"), &[]);
     let ddi = Ddi::start();
     let mut sb = ddi_device(
         "ddi",
@@ -664,7 +655,7 @@ fn hawkbit_attempt_skip_window_lock_and_cancel() {
     assert_eq!(app_version(&sb), "2");
 
     // A download-only action (update skip, no window): `downloaded` once, nothing applied.
-    let b3 = bundle_of(&vendor, &locking_app("3"));
+    let b3 = bundle_of(&vendor, &locking_app("3"), &[]);
     ddi.offer("13", "forced", "skip", None, &b3);
     ddi.wait_feedback(&sb, "13", "downloaded", "downloaded");
     std::thread::sleep(Duration::from_secs(2));
@@ -686,6 +677,40 @@ fn hawkbit_attempt_skip_window_lock_and_cancel() {
     ddi.script.lock().unwrap().offer = None;
     assert!(!sb.state_dir().join("fleet/bundle.part").exists());
     assert_eq!(device_view(&sb).1["action"], Value::Null);
+    ddi.script.lock().unwrap().cancel = None;
+
+    // A replayed old bundle (signed, but older than the index in use) is refused before any
+    // of its images reaches the store.
+    let store = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(sb.state_dir().join("store"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    let before = store();
+    ddi.offer("16", "forced", "forced", None, &b1);
+    let f = ddi.wait_feedback(&sb, "16", "closed", "older than");
+    assert_eq!(f["status"]["result"]["finished"], "failure", "{f}");
+    assert_eq!(store(), before);
+    assert_eq!(app_version(&sb), "2");
+    ddi.script.lock().unwrap().offer = None;
+    // A link to another host is not followed: the poll fails and says why.
+    ddi.script.lock().unwrap().foreign = true;
+    ddi.offer("17", "forced", "forced", None, &b3);
+    wait_until(
+        "the foreign link is refused",
+        Duration::from_secs(20),
+        || {
+            device_view(&sb).1["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("is not on the server"))
+        },
+    );
+    assert!(ddi.feedback("17").is_empty());
+    assert_eq!(app_version(&sb), "2");
     sb.stop_daemon();
     drop(sb);
 }
@@ -693,8 +718,8 @@ fn hawkbit_attempt_skip_window_lock_and_cancel() {
 #[test]
 fn a_power_cut_while_applying_resumes_and_reports() {
     let vendor = Sandbox::new("ddi-cut-vendor");
-    let b1 = bundle_of(&vendor, &app("1", false));
-    let b2 = bundle_of(&vendor, &app("2", false));
+    let b1 = bundle_of(&vendor, &app("1", false), &[]);
+    let b2 = bundle_of(&vendor, &app("2", false), &[]);
     let ddi = Ddi::start();
     let mut sb = ddi_device("ddi-cut", &vendor, &ddi, "");
     sb.start_daemon();
@@ -727,8 +752,32 @@ fn a_power_cut_while_applying_resumes_and_reports() {
         let (c, _) = device_view(&sb);
         c["version"] == "2" && c["state"] == "running"
     });
-    // A server that cannot be reached changes nothing on the device.
+    // A server that cannot be reached changes nothing on the device: the package runs on,
+    // the operator's commands work, the client says why and backs off (30 s, then more).
     ddi.script.lock().unwrap().offer = None;
+    ddi.script.lock().unwrap().down = true;
+    wait_until(
+        "the client notices the server is away",
+        Duration::from_secs(20),
+        || device_view(&sb).1["last_error"].is_string(),
+    );
+    let (c, f) = device_view(&sb);
+    assert_eq!(
+        (c["version"].as_str(), c["state"].as_str()),
+        (Some("2"), Some("running")),
+        "{c}"
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let wait = f["next_poll"].as_u64().unwrap_or(0).saturating_sub(now);
+    assert!(
+        (20..=40).contains(&wait),
+        "the next poll in {wait} s after a failure: {f}"
+    );
+    sb.ok(&["restart", "app"]);
+    wait_state(&sb, "app", "running");
     sb.stop_daemon();
     drop(sb);
 }

@@ -503,6 +503,13 @@ impl Fetcher {
                     return Ok((body.done, answer));
                 }
                 Got::Redirect(location) => {
+                    // The token goes to its own server only, never to a host a redirect names.
+                    #[cfg(feature = "fleet")]
+                    if let Some(c) = ask.call.as_mut() {
+                        if origin(&location) != origin(&current) {
+                            c.auth = None;
+                        }
+                    }
                     current = location;
                     hops += 1;
                 }
@@ -981,6 +988,15 @@ struct HttpUrl {
     host_header: String,
     /// Path and query, never empty.
     target: String,
+}
+
+/// `(host, port)` of an http:// URL; None for anything else.
+#[cfg(feature = "fleet")]
+pub fn origin(url: &str) -> Option<(String, u16)> {
+    match parse_url(url) {
+        Ok(Url::Http(h)) => Some((h.host.to_ascii_lowercase(), h.port)),
+        _ => None,
+    }
 }
 
 fn parse_url(url: &str) -> Result<Url, FetchError> {

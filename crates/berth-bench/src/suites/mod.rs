@@ -18,6 +18,7 @@ pub mod bind;
 pub mod cgroups;
 pub mod cpu;
 pub mod delta;
+pub mod fleet;
 pub mod footprint;
 pub mod fs;
 pub mod governor;
@@ -42,6 +43,7 @@ pub const ALL: &[&str] = &[
     "api",
     "bind",
     "delta",
+    "fleet",
     "net",
     "governor",
     "microvm",
@@ -89,6 +91,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "api" => Some(Box::new(api::Api)),
         "bind" => Some(Box::new(bind::Bind)),
         "delta" => Some(Box::new(delta::Delta)),
+        "fleet" => Some(Box::new(fleet::Fleet)),
         "governor" => Some(Box::new(governor::Governor)),
         "microvm" => Some(Box::new(microvm::MicroVm)),
         "cgroups" => Some(Box::new(cgroups::Cgroups)),

@@ -10,13 +10,14 @@
 //! events), the scheduler (`schedules.rs`: only once a container has a cron job; asleep on a
 //! wall-clock timer until the next due time, one short-lived thread per run), the listeners
 //! of `[metrics] listen` and `[web] listen` (`metrics.rs`, `web.rs`: only when set; blocked
-//! in accept) and the watchdog (`watchdog.rs`: only with a `[watchdog] device`, or until this
+//! in accept), the fleet client (`fleet/`: only with `[fleet]`; asleep until its next poll)
+//! and the watchdog (`watchdog.rs`: only with a `[watchdog] device`, or until this
 //! start is confirmed; while it runs, the main thread and the supervisor wake every
 //! `[watchdog] interval` to record a heartbeat). Mutating operations take `Daemon::op` so they apply one at a time, in order;
 //! reads (status, list, logs) do not wait for a long install.
 //!
 //! Layers, each using only those below it (ARCHITECTURE.md draws them):
-//! `api` → `supervisor`, `status` → `store` → `reports`, `safe_mode`, `schedules` → `runtime`, `watchdog`
+//! `api` → `supervisor`, `status` → `fleet` (the DDI client, feature `fleet`) → `store` → `reports`, `safe_mode`, `schedules` → `runtime`, `watchdog`
 //! → `guard`, `boot`, `limits`, `security` → `governor`, `cgroups`, `net`, `records`, `state`
 //! → `context`, `error`.
 

@@ -44,12 +44,14 @@ fn small(r: &mut impl Read, size: u64, limit: u64, name: &str) -> Result<Vec<u8>
 }
 
 /// Checks the bundle and brings its images into the store; the descriptor and the index.
-/// Nothing of the device's state changes here but images in the store, each checked.
+/// Nothing of the device's state changes here but images in the store, each checked. Under
+/// the op lock (a `gc` must not take the images it puts in the store).
 pub(crate) fn open(d: &Daemon, path: &Path) -> Result<(Descriptor, Index, Vec<u8>, String)> {
     let f =
         File::open(path).map_err(|e| Error::internal(format!("open {}: {e}", path.display())))?;
     let mut r = BufReader::with_capacity(16 * 1024, f);
     let mut first = true;
+    let mut seen = std::collections::BTreeSet::new();
     let mut descriptor = None;
     let (mut index_bytes, mut sig) = (None::<Vec<u8>>, None::<String>);
     let mut index: Option<Index> = None;
@@ -68,6 +70,9 @@ pub(crate) fn open(d: &Daemon, path: &Path) -> Result<(Descriptor, Index, Vec<u8
         let size = head.file_size;
         if name == b::TRAILER {
             break;
+        }
+        if !seen.insert(name.clone()) {
+            return Err(bad(format!("{name:?} is in the archive twice")));
         }
         if first && name != b::SW_DESCRIPTION {
             return Err(bad(format!(
@@ -114,8 +119,11 @@ pub(crate) fn open(d: &Daemon, path: &Path) -> Result<(Descriptor, Index, Vec<u8
             .map_err(|e| bad(e.to_string()))?;
         if index.is_none() {
             if let (Some(i), Some(s)) = (&index_bytes, &sig) {
-                // The signature decides before any image is read.
-                index = Some(repo::verify_index(&d.cfg, i, s)?);
+                // The signature, the expiry and the serial floor decide before any image is
+                // read or stored: a replayed old bundle leaves nothing behind.
+                let ix = repo::verify_index(&d.cfg, i, s)?;
+                repo::admissible(d, &ix)?;
+                index = Some(ix);
             }
         }
     }
@@ -206,14 +214,18 @@ pub(crate) fn apply(
     force: bool,
     emit: &mut dyn FnMut(Value),
 ) -> Result<Applied> {
-    let (descriptor, _index, bytes, sig) = open(d, path)?;
-    fault::point("fleet.opened");
     let base = d
         .cfg
         .repository
         .clone()
         .unwrap_or_else(|| format!("file://{}", d.cfg.paths.state.join("fleet").display()));
-    repo::accept(d, &base, bytes, sig)?;
+    let descriptor = {
+        let _op = d.op.lock().unwrap();
+        let (descriptor, _index, bytes, sig) = open(d, path)?;
+        fault::point("fleet.opened");
+        repo::accept_locked(d, &base, bytes, sig)?;
+        descriptor
+    };
     let st = state::state(d);
     let missing: Vec<String> = descriptor
         .install
@@ -225,8 +237,13 @@ pub(crate) fn apply(
         install::install(d, &missing, emit)?;
     }
     fault::point("fleet.installed");
-    // What a deployment adds runs, and starts again after a reboot (as `berth start`).
-    for n in &missing {
+    // What a deployment adds runs, and starts again after a reboot (as `berth start`); also
+    // what an interrupted apply installed but had not started yet.
+    for n in &descriptor.install {
+        let n = n.as_str();
+        if crate::daemon::runtime::probe::is_running(d, n) {
+            continue;
+        }
         start::start(d, n, None).map_err(|e| {
             Error::new(
                 e.kind,

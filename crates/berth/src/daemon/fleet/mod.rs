@@ -32,11 +32,13 @@ use crate::fault;
 use crate::fetch::{self, Call, Fetcher};
 
 /// The largest DDI answer read (a deploymentBase with many artifacts is a few KiB).
-const ANSWER_LIMIT: u64 = 1 << 20;
-/// The largest bundle downloaded when the server does not say its size.
-const BUNDLE_LIMIT: u64 = 2 << 30;
+const ANSWER_LIMIT: u64 = 256 << 10;
+/// The largest bundle downloaded (whatever size the server announces).
+const BUNDLE_LIMIT: u64 = 1 << 30;
 /// Applies of one action interrupted by a restart before it fails.
 const MAX_ATTEMPTS: u32 = 2;
+/// Times a failed action offered again is tried again (gooseBit's `force_update`).
+const MAX_RETRIES: u32 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -66,6 +68,13 @@ struct Action {
     details: Vec<String>,
     /// The final feedback was accepted by the server.
     reported: bool,
+    /// Tries of this action after it failed (offered again).
+    #[serde(default)]
+    retries: u32,
+    /// The sha256 of the bundle downloaded for it: a later action with the same artifact (a
+    /// download-only action staged it) takes it as it is.
+    #[serde(default)]
+    bundle_sha256: Option<String>,
 }
 
 impl Action {
@@ -81,6 +90,8 @@ impl Action {
             success: None,
             details: Vec::new(),
             reported: false,
+            retries: 0,
+            bundle_sha256: None,
         }
     }
 }
@@ -158,20 +169,46 @@ impl Client {
     }
 
     fn call(&self, method: &str, url: &str, body: Option<&str>) -> Result<Vec<u8>, String> {
+        self.try_call(method, url, body).map_err(|e| e.to_string())
+    }
+
+    fn try_call(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<&str>,
+    ) -> Result<Vec<u8>, fetch::FetchError> {
         let call = Call {
             method,
             auth: self.auth.as_deref(),
             json: body.map(str::as_bytes),
         };
-        self.http
-            .call(url, call, ANSWER_LIMIT)
-            .map_err(|e| e.to_string())
+        self.http.call(url, call, ANSWER_LIMIT)
     }
 
     fn feedback(&self, id: &str, body: &str) -> Result<(), String> {
         let url = self.url(&format!("deploymentBase/{id}/feedback"));
         self.call("POST", &url, Some(body)).map(|_| ())
     }
+
+    /// A link the server gave for its own DDI resources: only on the server itself (same
+    /// scheme, host and port as `[fleet] server`), so that no answer sends the device, its
+    /// token, or its requests anywhere else (a file://, another host on the LAN).
+    fn own(&self, href: &str) -> Result<String, String> {
+        match (fetch::origin(href), fetch::origin(&self.base)) {
+            (Some(a), Some(b)) if a == b => Ok(href.to_string()),
+            _ => Err(format!(
+                "the server's link {href:?} is not on the server ({})",
+                self.base
+            )),
+        }
+    }
+}
+
+/// A 4xx answer (but 408 and 429, which ask for later): the server will not take this.
+fn refused(e: &fetch::FetchError) -> bool {
+    matches!(e, fetch::FetchError::Status { status, .. }
+        if (400..500).contains(status) && !matches!(status, 408 | 429))
 }
 
 /// The token header from the configured file, read at each poll (a rotated token is used at
@@ -237,6 +274,12 @@ fn run(d: &Arc<Daemon>, cfg: &Fleet, id: &str, shared: &Shared) {
     let mut seed = u64::from_le_bytes(seed) | 1;
     let mut sleep_ms = cfg.poll_ms;
     let mut failures = 0u32;
+    // A fleet that boots together (a district's power comes back) does not poll together:
+    // the first poll waits up to a tenth of the poll time, at most 30 s.
+    let first = (cfg.poll_ms / 10).min(30_000);
+    if first > 0 {
+        std::thread::sleep(Duration::from_millis(seed % first));
+    }
     loop {
         let outcome = auth(cfg).and_then(|auth| {
             let client = Client {
@@ -247,18 +290,7 @@ fn run(d: &Arc<Daemon>, cfg: &Fleet, id: &str, shared: &Shared) {
             poll(d, cfg, &client, &mut rec, &mut sleep_ms)
         });
         let now = berth_sys::process::now_s();
-        {
-            let mut v = shared.view.lock().unwrap();
-            v.polls += 1;
-            match &outcome {
-                Ok(()) => {
-                    v.last_poll = Some(now);
-                    v.last_error = None;
-                }
-                Err(e) => v.last_error = Some(e.clone()),
-            }
-        }
-        match outcome {
+        match &outcome {
             Ok(()) => failures = 0,
             Err(e) => {
                 failures = failures.saturating_add(1);
@@ -270,7 +302,21 @@ fn run(d: &Arc<Daemon>, cfg: &Fleet, id: &str, shared: &Shared) {
         seed ^= seed >> 7;
         seed ^= seed << 17;
         let wait = ddi::next_poll_ms(sleep_ms, failures, cfg.max_backoff_ms, seed);
-        shared.view.lock().unwrap().next_poll = Some(now + wait / 1000);
+        {
+            // One update: a reader sees the error with the wait it causes.
+            let mut v = shared.view.lock().unwrap();
+            v.polls += 1;
+            match outcome {
+                Ok(()) => {
+                    v.last_poll = Some(now);
+                    v.last_error = None;
+                }
+                Err(e) => v.last_error = Some(e),
+            }
+            v.next_poll = Some(now + wait / 1000);
+        }
+        // What a poll (or a deployment) allocated goes back before the long sleep.
+        berth_sys::process::trim_heap();
         let (lock, cv) = &shared.wake;
         let woken = lock.lock().unwrap();
         let (mut woken, _) = cv
@@ -294,32 +340,38 @@ fn poll(
         *sleep_ms = (s * 1000).max(1000);
     }
     report(client, rec, d)?;
-    let attrs = ddi::config_data(&attributes(d, cfg, rec));
-    if base.config_data.is_some() || rec.attributes_sent.as_deref() != Some(attrs.as_str()) {
-        let url = base
-            .config_data
-            .clone()
-            .unwrap_or_else(|| client.url("configData"));
-        client.call("PUT", &url, Some(&attrs))?;
-        rec.attributes_sent = Some(attrs);
-        save(d, rec);
-    }
+    config_data(d, cfg, client, rec, base.config_data.is_some());
     if let Some(href) = &base.cancel {
-        return cancel(d, client, rec, href);
+        return cancel(d, client, rec, &client.own(href)?);
     }
     if let Some(href) = &base.deployment {
-        let body = client.call("GET", href, None)?;
+        let href = client.own(href)?;
+        let body = client.call("GET", &href, None)?;
         let dep = ddi::parse_deployment(&body).map_err(|e| e.to_string())?;
         deploy(d, client, rec, &dep)?;
         // What the deployment changed, said at once.
-        let attrs = ddi::config_data(&attributes(d, cfg, rec));
-        if rec.attributes_sent.as_deref() != Some(attrs.as_str()) {
-            client.call("PUT", &client.url("configData"), Some(&attrs))?;
-            rec.attributes_sent = Some(attrs);
-            save(d, rec);
-        }
+        config_data(d, cfg, client, rec, false);
     }
     Ok(())
+}
+
+/// The attributes, when the server asks for them or they changed. A refusal is the
+/// server's business and a failure is retried at the next poll: neither stops the poll.
+fn config_data(d: &Daemon, cfg: &Fleet, client: &Client, rec: &mut Record, asked: bool) {
+    let attrs = ddi::config_data(&attributes(d, cfg, rec));
+    if !asked && rec.attributes_sent.as_deref() == Some(attrs.as_str()) {
+        return;
+    }
+    match client.try_call("PUT", &client.url("configData"), Some(&attrs)) {
+        Ok(_) => {}
+        Err(e) if refused(&e) => log::warn!("fleet: the server refused configData: {e}"),
+        Err(e) => {
+            log::warn!("fleet: configData: {e}");
+            return;
+        }
+    }
+    rec.attributes_sent = Some(attrs);
+    save(d, rec);
 }
 
 /// The final feedback of a finished action, if the server has not taken it yet.
@@ -335,10 +387,17 @@ fn report(client: &Client, rec: &mut Record, d: &Daemon) -> Result<(), String> {
     } else {
         Finished::Failure
     };
-    client.feedback(
-        &a.id,
-        &ddi::feedback(Execution::Closed, finished, None, &a.details),
-    )?;
+    let url = client.url(&format!("deploymentBase/{}/feedback", a.id));
+    let body = ddi::feedback(Execution::Closed, finished, None, &a.details);
+    match client.try_call("POST", &url, Some(&body)) {
+        Ok(_) => {}
+        // The action is gone on the server (deleted, closed): nothing to wait for.
+        Err(e) if refused(&e) => log::warn!(
+            "fleet: the server refused the report of action {}: {e}",
+            a.id
+        ),
+        Err(e) => return Err(e.to_string()),
+    }
     a.reported = true;
     log::info!("fleet: action {} reported: {}", a.id, finished.as_str());
     save(d, rec);
@@ -384,8 +443,10 @@ fn attributes(d: &Daemon, cfg: &Fleet, rec: &Record) -> BTreeMap<String, String>
         }
         .to_string(),
     );
-    if let Ok((ix, _)) = repo::load_index(d) {
-        put("repository_serial", ix.serial.to_string());
+    // The newest serial accepted (a small file): verifying the cached index at every poll
+    // would cost a signature check and the index's size in memory.
+    if let Some(serial) = repo::read_serial_floor(&d.cfg) {
+        put("repository_serial", serial.to_string());
     }
     put(
         "safe_mode",
@@ -433,19 +494,12 @@ fn cancel(d: &Daemon, client: &Client, rec: &mut Record, href: &str) -> Result<(
 
 /// Which installed packages hold update locks (their names and how long), if any.
 fn locks(d: &Daemon) -> Option<String> {
-    let now = berth_sys::process::now_s();
+    // Names only: the reason is said once, not again each second a lock runs down.
     let held: Vec<String> = state::state(d)
         .packages
         .values()
-        .filter_map(|p| {
-            crate::daemon::runtime::sockets::locked_until(d, p.name.as_str()).map(|t| {
-                format!(
-                    "{} holds an update lock for {} s",
-                    p.name,
-                    t.saturating_sub(now)
-                )
-            })
-        })
+        .filter(|p| crate::daemon::runtime::sockets::locked_until(d, p.name.as_str()).is_some())
+        .map(|p| format!("{} holds an update lock", p.name))
         .collect();
     (!held.is_empty()).then(|| held.join("; "))
 }
@@ -457,16 +511,24 @@ fn deploy(
     dep: &Deployment,
 ) -> Result<(), String> {
     let same = rec.action.as_ref().is_some_and(|a| a.id == dep.id);
+    let mut changed = false;
     match rec.action.as_ref() {
         // Failed, reported, and offered again: the operator asks for another try (gooseBit's
-        // force_update offers the same action again).
+        // force_update offers the same action again), a few times, not at every poll.
         Some(a) if same && a.phase == Phase::Finished && a.reported && a.success != Some(true) => {
+            if a.retries >= MAX_RETRIES {
+                return Ok(());
+            }
+            let retries = a.retries + 1;
             log::info!(
-                "fleet: action {} offered again after its failure: trying again",
+                "fleet: action {} offered again after its failure: trying again ({retries} of {MAX_RETRIES})",
                 dep.id
             );
-            rec.action = Some(Action::new(&dep.id, dep.version.clone()));
+            let mut fresh = Action::new(&dep.id, dep.version.clone());
+            fresh.retries = retries;
+            rec.action = Some(fresh);
             let _ = std::fs::remove_file(bundle_path(d));
+            changed = true;
         }
         // Done and offered again: the server did not take the report; it is sent again.
         Some(a) if same && a.phase == Phase::Finished => {
@@ -477,9 +539,15 @@ fn deploy(
             return report(client, rec, d);
         }
         Some(_) if same => {}
-        _ => {
-            if let Some(old) = &rec.action {
-                if old.phase != Phase::Finished {
+        old => {
+            let mut fresh = Action::new(&dep.id, dep.version.clone());
+            // A bundle staged by an earlier action (download-only) for the same artifact.
+            let staged = old.and_then(|o| o.bundle_sha256.clone()).filter(|h| {
+                ddi::bundle_artifact(dep).is_ok_and(|a| a.sha256.as_ref() == Some(h))
+                    && bundle::held(&bundle_path(d)).is_some()
+            });
+            if let Some(old) = old {
+                if old.phase != Phase::Finished && staged.is_none() {
                     log::warn!(
                         "fleet: action {} replaced by {} before it finished",
                         old.id,
@@ -492,13 +560,18 @@ fn deploy(
                 dep.id,
                 dep.version.as_deref().unwrap_or("?")
             );
-            rec.action = Some(Action::new(&dep.id, dep.version.clone()));
-            let _ = std::fs::remove_file(bundle_path(d));
+            if staged.is_some() {
+                fresh.phase = Phase::Downloaded;
+                fresh.bundle_sha256 = staged;
+            } else {
+                let _ = std::fs::remove_file(bundle_path(d));
+            }
+            rec.action = Some(fresh);
+            changed = true;
         }
     }
-    save(d, rec);
     let id = dep.id.clone();
-    // A restart while applying: once more, or failed.
+    // A restart while applying: once more (as the action says: window, locks), or failed.
     if rec
         .action
         .as_ref()
@@ -522,14 +595,27 @@ fn deploy(
                 a.attempts
             )],
         );
-        return apply(d, client, rec, true);
+        a.phase = if bundle::held(&bundle_path(d)).is_some() {
+            Phase::Downloaded
+        } else {
+            Phase::Downloading
+        };
+        changed = true;
+    }
+    if changed {
+        save(d, rec);
     }
     for _ in 0..2 {
         let a = rec.action.as_ref().unwrap();
+        if a.phase == Phase::Finished {
+            return Ok(());
+        }
         let downloaded = a.phase == Phase::Downloaded && bundle::held(&bundle_path(d)).is_some();
         let now = berth_sys::process::now_s();
         let locked = locks(d);
-        let deferred_ms = a.deferred_since.map_or(0, |t| now.saturating_sub(t) * 1000);
+        // A clock set back (a device without a real-time clock, then NTP) restarts the count.
+        let since = a.deferred_since.filter(|t| *t <= now);
+        let deferred_ms = since.map_or(0, |t| (now - t) * 1000);
         let max_defer = d.cfg.api.max_update_lock_s * 1000;
         match ddi::step(dep, downloaded, locked.as_deref(), deferred_ms, max_defer) {
             Step::Wait(why) => {
@@ -540,9 +626,11 @@ fn deploy(
                     && locked.is_some()
                     && dep.window != Some(false)
                     && dep.update == ddi::Handling::Attempt;
-                if for_lock && a.deferred_since.is_none() {
+                if for_lock && since.is_none() {
                     a.deferred_since = Some(now);
+                    changed = true;
                 }
+                // Said once, and written once, however many polls the wait lasts.
                 if a.said.as_deref() != Some(why.as_str()) {
                     log::info!("fleet: action {id}: {why}");
                     tell(
@@ -553,8 +641,11 @@ fn deploy(
                         std::slice::from_ref(&why),
                     );
                     rec.action.as_mut().unwrap().said = Some(why);
+                    changed = true;
                 }
-                save(d, rec);
+                if changed {
+                    save(d, rec);
+                }
                 return Ok(());
             }
             Step::Download => {
@@ -588,6 +679,24 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
         Ok(a) => a,
         Err(e) => return finish(d, client, rec, false, vec![e.to_string()]),
     };
+    // Plain http only (a file:// link would have the daemon read its own files); the token
+    // goes to the server's own host only.
+    let Some(origin) = fetch::origin(&art.href) else {
+        let why = format!("the artifact's link {:?} is not an http:// URL", art.href);
+        return finish(d, client, rec, false, vec![why]);
+    };
+    let auth = client
+        .auth
+        .as_deref()
+        .filter(|_| fetch::origin(&client.base) == Some(origin));
+    if art.size.is_some_and(|s| s > BUNDLE_LIMIT) {
+        let why = format!(
+            "{}: {} bytes, more than the {BUNDLE_LIMIT} bytes a bundle may have",
+            art.filename,
+            art.size.unwrap_or(0)
+        );
+        return finish(d, client, rec, false, vec![why]);
+    }
     let path = bundle_path(d);
     let mut f = std::fs::File::options()
         .read(true)
@@ -598,7 +707,12 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
         .map_err(|e| format!("open {}: {e}", path.display()))?;
     let limit = art.size.unwrap_or(BUNDLE_LIMIT);
     let held = f.metadata().map(|m| m.len()).unwrap_or(0);
-    let held = if held > limit { 0 } else { held };
+    let held = if held > limit {
+        let _ = f.set_len(0);
+        0
+    } else {
+        held
+    };
     tell(
         client,
         &id,
@@ -634,7 +748,7 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
     };
     let got = client.http.fetch_resume_auth(
         &art.href,
-        client.auth.as_deref(),
+        auth,
         &mut f,
         held,
         limit.saturating_add(u64::from(art.size.is_some())),
@@ -643,7 +757,12 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
     fault::point("fleet.downloaded");
     let (size, sha, _) = match got {
         Ok(g) => g,
-        Err(e) if e.is_no_space() => {
+        // No room, no such artifact, one larger than announced: no later poll does better.
+        Err(e)
+            if e.is_no_space()
+                || refused(&e)
+                || matches!(e, fetch::FetchError::TooLarge { .. }) =>
+        {
             let _ = std::fs::remove_file(&path);
             return finish(d, client, rec, false, vec![format!("download: {e}")]);
         }
@@ -666,6 +785,7 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
     let _ = f.sync_all();
     let a = rec.action.as_mut().unwrap();
     a.phase = Phase::Downloaded;
+    a.bundle_sha256 = Some(sha);
     save(d, rec);
     log::info!("fleet: action {id}: bundle downloaded ({size} bytes)");
     Ok(())
@@ -703,12 +823,21 @@ fn apply(d: &Arc<Daemon>, client: &Client, rec: &mut Record, force: bool) -> Res
         tell(client, &id, Execution::Proceeding, Some((3, 3)), &[line]);
     };
     let outcome = bundle::apply(d, &bundle_path(d), force, &mut emit);
-    let _ = std::fs::remove_file(bundle_path(d));
     let (success, details) = match outcome {
         Ok(applied) => {
             let r = &applied.result;
             let list = |k: &str| r[k].as_array().cloned().unwrap_or_default();
             let (ok, back, held) = (list(up::UPGRADED), list(up::ROLLED_BACK), list(up::HELD));
+            // A lock taken while this `attempt` applied: the rest went on, the locked ones
+            // wait as a lock before the apply would have made them (the bundle is kept).
+            if !held.is_empty() && back.is_empty() && !force {
+                let a = rec.action.as_mut().unwrap();
+                a.phase = Phase::Downloaded;
+                a.said = None;
+                save(d, rec);
+                log::info!("fleet: action {id}: a package took an update lock during the apply; waiting for it");
+                return Ok(());
+            }
             let mut details = vec![format!(
                 "bundle {} (repository serial {}): {} installed, {} upgraded, {} rolled back, {} held",
                 applied.descriptor.version,
@@ -750,6 +879,7 @@ fn apply(d: &Arc<Daemon>, client: &Client, rec: &mut Record, force: bool) -> Res
         }
         Err(e) => (false, vec![format!("{} ({})", e.message, e.kind.code())]),
     };
+    let _ = std::fs::remove_file(bundle_path(d));
     finish(d, client, rec, success, details)
 }
 

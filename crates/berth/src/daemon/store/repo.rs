@@ -273,12 +273,38 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> Result<Value> {
     commit_index(d, &base, fetched, parsed, reset_serial)
 }
 
+/// Whether a verified index may replace the cached one: not expired, its serial not older
+/// than the newest this device has accepted (no way around the floor: the fleet's bundles).
+#[cfg(feature = "fleet")]
+pub(crate) fn admissible(d: &Daemon, parsed: &Index) -> Result<()> {
+    if parsed.expired(berth_sys::process::now_s()) {
+        return Err(Error::new(
+            Kind::Expired,
+            format!(
+                "repository index rejected: it expired at {}",
+                berth_core::date::utc(parsed.expires.unwrap_or(0))
+            ),
+        ));
+    }
+    let cached = load_index(d).ok().map(|(i, _)| i.serial);
+    let floor = read_serial_floor(&d.cfg).into_iter().chain(cached).max();
+    if let Some(floor) = floor.filter(|f| parsed.serial < *f) {
+        return Err(Error::new(
+            Kind::Rollback,
+            format!(
+                "repository index rejected: its serial {} is older than {floor}, the newest this device has accepted",
+                parsed.serial
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A signed index the fleet server deployed in a bundle (docs/fleet.md): checked as `berth
 /// update` checks one (signature against the device's keys, expiry, the serial floor; no
-/// way around the floor) and cached as if `base` had served it.
+/// way around the floor) and cached as if `base` had served it. Under the op lock.
 #[cfg(feature = "fleet")]
-pub(crate) fn accept(d: &Daemon, base: &str, index: Vec<u8>, sig: String) -> Result<Index> {
-    let _op = d.op.lock().unwrap();
+pub(crate) fn accept_locked(d: &Daemon, base: &str, index: Vec<u8>, sig: String) -> Result<Index> {
     let parsed = verify_index(&d.cfg, &index, &sig)?;
     let fetched = Fetched {
         index,

@@ -1,0 +1,532 @@
+//! fleet: berth as a hawkBit DDI device in a simulated fleet (docs/fleet.md). gooseBit (PyPI,
+//! a DDI server) runs in a network namespace with a bridge, and N berth daemons (200; 10 with
+//! `--quick`), each in a namespace of its own with its own state, poll it. Measured, with
+//! nftables counters in the server's namespace (every packet between devices and server):
+//!
+//! - the time to roll a bundle out to every device: a first bundle that installs and starts a
+//!   package, an upgrade as a whole bundle, and the same kind of upgrade as an index-only
+//!   bundle whose image comes as a delta from the repository (docs/repository.md);
+//! - bytes per device for each of the three (both directions, IP level);
+//! - requests per device per idle poll, and so per hour at the default 5-minute poll;
+//! - the daemon's RSS with the client polling, beside the same daemon without `[fleet]`;
+//! - gooseBit's RSS and its CPU time per DDI request (how many polls one core answers).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use berth_testkit::fleet::{self, Goosebit, SERVER_IP};
+use berth_testkit::Pkg;
+use serde_json::{json, Value};
+
+use super::{Ctx, Suite};
+use crate::report::{bytes, Section, SuiteOutput, Table};
+use crate::sandbox::{PkgSpec, Sandbox};
+use crate::stats::percentile;
+use crate::util::{poll, progress, run, Result};
+
+pub struct Fleet;
+
+/// The poll time the server gives while measuring (gooseBit's `poll_time`).
+const POLL_S: u64 = 5;
+/// The default poll time of a device (`[fleet] poll`, and hawkBit's usual).
+const DEFAULT_POLL_S: u64 = 300;
+
+/// Version `v` of the payload: busybox (the bulk of the image, the same in every version)
+/// and a script; healthy once up. Checked every 30 s (the first check 1 s after the start
+/// confirms an upgrade): 200 containers checked every 200 ms kept two cores busy with
+/// liblxc attaches alone.
+fn app(v: &str) -> Pkg {
+    Pkg::script(
+        "fleetapp",
+        v,
+        &format!("echo {v} >> /data/history\necho > /tmp/ok\nexec sleep 100000\n"),
+    )
+    .file("check.sh", b"test -e /tmp/ok\n")
+    .table("[restart]\npolicy = \"never\"\n[health]\ncmd = [\"/bin/busybox\", \"sh\", \"/check.sh\"]\ninterval = \"30s\"\ntimeout = \"10s\"\nretries = 3\n")
+}
+
+/// Bytes and packets the server's namespace saw from and to the devices, and connections
+/// opened to the DDI port and the repository's.
+#[derive(Debug, Clone, Copy, Default)]
+struct Count {
+    bytes: u64,
+    ddi_syn: u64,
+    repo_syn: u64,
+}
+
+fn counters(ns: &str) -> Result<Count> {
+    let out = run(Command::new("ip").args([
+        "netns",
+        "exec",
+        ns,
+        "nft",
+        "-j",
+        "list",
+        "table",
+        "inet",
+        "fleetbench",
+    ]))?;
+    let v: Value = serde_json::from_str(&out).map_err(|e| format!("nft -j: {e}"))?;
+    let mut c = Count::default();
+    for item in v["nftables"].as_array().into_iter().flatten() {
+        let Some(rule) = item.get("rule") else {
+            continue;
+        };
+        let comment = rule["comment"].as_str().unwrap_or("");
+        for e in rule["expr"].as_array().into_iter().flatten() {
+            if let Some(k) = e.get("counter") {
+                let (b, p) = (
+                    k["bytes"].as_u64().unwrap_or(0),
+                    k["packets"].as_u64().unwrap_or(0),
+                );
+                match comment {
+                    "bytes" => c.bytes += b,
+                    "ddi" => c.ddi_syn += p,
+                    "repo" => c.repo_syn += p,
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(c)
+}
+
+fn minus(a: Count, b: Count) -> Count {
+    Count {
+        bytes: a.bytes - b.bytes,
+        ddi_syn: a.ddi_syn - b.ddi_syn,
+        repo_syn: a.repo_syn - b.repo_syn,
+    }
+}
+
+/// CPU seconds a process has used (utime + stime).
+fn cpu_s(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |x| x.1);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let t = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    // Fields 14 and 15 of stat(5), counted after the name.
+    (t(11) + t(12)) / 100.0
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    crate::procfs::mem(pid as i32)
+        .map(|m| m.rss_kib)
+        .unwrap_or(0)
+}
+
+/// Private_Clean + Private_Dirty: what the process alone holds (no shared library pages).
+fn private_kib(pid: u32) -> u64 {
+    crate::procfs::mem(pid as i32)
+        .map(|m| m.private_kib)
+        .unwrap_or(0)
+}
+
+/// The python process of gooseBit (`ip netns exec` execs it: the same pid).
+fn daemon_pid(sb: &Sandbox) -> Option<u32> {
+    std::fs::read_to_string(sb.cfg.paths.daemon_pid())
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+}
+
+struct Httpd(Child);
+
+impl Drop for Httpd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Suite for Fleet {
+    fn name(&self) -> &'static str {
+        "fleet"
+    }
+
+    fn prepare(&mut self, _sb: &Sandbox) -> Result<Vec<PkgSpec>> {
+        Ok(Vec::new())
+    }
+
+    fn environment(&self) -> Vec<(String, String)> {
+        vec![("gooseBit".into(), fleet::GOOSEBIT_VERSION.into())]
+    }
+
+    fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput> {
+        let Some(venv) = fleet::goosebit_venv() else {
+            let why = "gooseBit is not installed (PyPI goosebit; scripts/test.sh puts it in /var/cache/berth-package/goosebit-venv, BERTH_GOOSEBIT names another venv)";
+            return Ok(SuiteOutput {
+                name: "fleet",
+                sections: Vec::new(),
+                raw: json!({ "skipped": why }),
+            });
+        };
+        for (tool, pkg) in [
+            ("nft", "nftables"),
+            ("curl", "curl"),
+            ("busybox", "busybox-static"),
+        ] {
+            if berth_testkit::which(tool).is_none() {
+                return Err(format!("{tool} is missing: install the Debian package {pkg}").into());
+            }
+        }
+        let n: usize = std::env::var("BERTH_BENCH_FLEET_DEVICES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|n| (1..=1000).contains(n))
+            .unwrap_or(if ctx.quick { 10 } else { 200 });
+        let vendor = ctx
+            .sb
+            .nested("fleet-vendor", "2s", crate::sandbox::UNCAPPED_POLICY)?;
+        let scope = vendor.scope().clone();
+        let net = fleet::network(
+            &scope.netns("fs"),
+            (0..n).map(|i| scope.netns(&format!("fd{i}"))).collect(),
+        )?;
+        // Counters: every byte between the devices and the server, and connections opened.
+        let rules = "table inet fleetbench {\n chain i { type filter hook input priority 0; ip saddr 10.77.0.0/16 counter comment \"bytes\"; tcp dport 60053 tcp flags syn counter comment \"ddi\"; tcp dport 8080 tcp flags syn counter comment \"repo\"; }\n chain o { type filter hook output priority 0; ip daddr 10.77.0.0/16 counter comment \"bytes\"; }\n}\n";
+        let mut nft = Command::new("ip")
+            .args(["netns", "exec", &net.server, "nft", "-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("nft: {e}"))?;
+        std::io::Write::write_all(nft.stdin.as_mut().unwrap(), rules.as_bytes())
+            .map_err(|e| e.to_string())?;
+        drop(nft.stdin.take());
+        if !nft.wait().map_err(|e| e.to_string())?.success() {
+            return Err("nft -f: the counters' table was refused".into());
+        }
+
+        // The vendor's three bundles: 1 (installs), 2 (whole), 3 (index only, a delta from 2
+        // in the repository the devices use).
+        progress!("fleet: bundles");
+        let repo2 = vendor.dir.join("repo-2");
+        let served = vendor.dir.join("served");
+        let key = vendor.key.to_string_lossy().into_owned();
+        let bundle = |v: &str, extra: &[&str]| -> Result<PathBuf> {
+            for e in std::fs::read_dir(vendor.repo.join("packages"))
+                .map_err(|e| e.to_string())?
+                .flatten()
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+            vendor.pack_pkg(&app(v))?;
+            let out = vendor.dir.join(format!("fleetapp-{v}.berth"));
+            let repo = vendor.repo.to_string_lossy().into_owned();
+            let mut args = vec!["repo", "build", &repo, "--key", &key];
+            let old = repo2.to_string_lossy().into_owned();
+            if v == "3" {
+                args.extend(["--deltas-from", &old]);
+            }
+            vendor.ok(&args)?;
+            let o = out.to_string_lossy().into_owned();
+            let mut b = vec![
+                "repo",
+                "bundle",
+                &repo,
+                "-o",
+                &o,
+                "--version",
+                v,
+                "--install",
+                "fleetapp",
+            ];
+            b.extend_from_slice(extra);
+            vendor.ok(&b)?;
+            Ok(out)
+        };
+        let b1 = bundle("1", &[])?;
+        let b2 = bundle("2", &[])?;
+        run(Command::new("cp")
+            .args(["-a"])
+            .arg(&vendor.repo)
+            .arg(&repo2))?;
+        let b3 = bundle("3", &["--index-only"])?;
+        run(Command::new("cp")
+            .args(["-a"])
+            .arg(&vendor.repo)
+            .arg(&served))?;
+        let _httpd = Httpd(
+            Command::new("ip")
+                .args(["netns", "exec", &net.server])
+                .arg(berth_testkit::busybox().map_err(|e| e.to_string())?)
+                .args(["httpd", "-f", "-p", &format!("{SERVER_IP}:8080"), "-h"])
+                .arg(&served)
+                .spawn()
+                .map_err(|e| format!("busybox httpd: {e}"))?,
+        );
+        let server = Goosebit::start(
+            &venv,
+            &net.server,
+            &vendor.dir.join("goosebit"),
+            &format!("00:00:{POLL_S:02}"),
+        )?;
+
+        // The devices.
+        progress!("fleet: {n} devices");
+        let t_start = Instant::now();
+        let mut devices = Vec::new();
+        let extra = "[upgrade]\ndeadline = \"30s\"\nsettle = \"500ms\"\n";
+        for (i, ns) in net.devices.iter().enumerate() {
+            let mut sb = ctx
+                .sb
+                .nested(&format!("fd{i}"), "2s", crate::sandbox::UNCAPPED_POLICY)?;
+            std::fs::copy(
+                vendor.dir.join("keys/vendor.pub"),
+                sb.dir.join("keys/vendor.pub"),
+            )
+            .map_err(|e| e.to_string())?;
+            let token = sb.dir.join("fleet.token");
+            std::fs::write(&token, format!("bench-token-{i}\n")).map_err(|e| e.to_string())?;
+            sb.write_config(&format!(
+                "{}{extra}[fleet]\nserver = \"{}\"\ncontroller_id = \"fd{i}\"\ntoken_file = \"{}\"\n",
+                crate::sandbox::UNCAPPED_POLICY,
+                server.url(""),
+                token.display()
+            ))?;
+            sb.set_repository(&format!("http://{SERVER_IP}:8080"))?;
+            sb.daemon_netns = Some(ns.clone());
+            sb.start_daemon()?;
+            devices.push(sb);
+        }
+        let ids: Vec<String> = (0..n).map(|i| format!("fd{i}")).collect();
+        poll(
+            Duration::from_secs(300),
+            Duration::from_millis(500),
+            "every device registered",
+            || {
+                let d = server.devices().ok()?;
+                fleet::states(&d, &ids)
+                    .iter()
+                    .all(|s| s.starts_with("Registered"))
+                    .then_some(())
+            },
+        )?;
+        let started_s = t_start.elapsed().as_secs_f64();
+        server.feed(&ids, "all")?;
+
+        // The same daemon without [fleet], up as long as the devices, for the RSS beside theirs.
+        let mut plain = ctx
+            .sb
+            .nested("fleet-plain", "2s", crate::sandbox::UNCAPPED_POLICY)?;
+        plain.start_daemon()?;
+        // Idle: requests per device per poll.
+        progress!("fleet: idle polls");
+        std::thread::sleep(Duration::from_secs(POLL_S * 2));
+        let (c0, cpu0, t0) = (counters(&net.server)?, cpu_s(server.pid()), Instant::now());
+        let idle_window = Duration::from_secs(if ctx.quick { POLL_S * 4 } else { POLL_S * 12 });
+        std::thread::sleep(idle_window);
+        let idle = minus(counters(&net.server)?, c0);
+        let idle_cpu = cpu_s(server.pid()) - cpu0;
+        let window_s = t0.elapsed().as_secs_f64();
+        let polls_expected = n as f64 * window_s / POLL_S as f64;
+        let req_per_poll = idle.ddi_syn as f64 / polls_expected;
+        let req_per_hour = req_per_poll * 3600.0 / DEFAULT_POLL_S as f64;
+        let bytes_per_poll = idle.bytes as f64 / polls_expected;
+        let cpu_per_req_ms = idle_cpu * 1000.0 / idle.ddi_syn.max(1) as f64;
+        let rss_fleet: Vec<f64> = devices
+            .iter()
+            .filter_map(daemon_pid)
+            .map(|p| rss_kib(p) as f64)
+            .collect();
+        let private_fleet: Vec<f64> = devices
+            .iter()
+            .filter_map(daemon_pid)
+            .map(|p| private_kib(p) as f64)
+            .collect();
+        let rss_plain = daemon_pid(&plain).map_or(0, rss_kib);
+        let private_plain = daemon_pid(&plain).map_or(0, private_kib);
+        drop(plain);
+
+        // Three rounds.
+        let mut rounds = Vec::new();
+        for (v, file, what) in [
+            (
+                "1",
+                &b1,
+                "install: a bundle with the image (installs and starts)",
+            ),
+            ("2", &b2, "upgrade: the whole bundle (index and image)"),
+            (
+                "3",
+                &b3,
+                "upgrade: an index-only bundle, the image as a delta from the repository",
+            ),
+        ] {
+            progress!("fleet: rollout of {v} to {n} devices");
+            let sw = server.upload(file)?;
+            let c0 = counters(&net.server)?;
+            let t0 = Instant::now();
+            server.rollout(&format!("fleetapp-{v}"), "all", sw)?;
+            let want = format!("Finished {v}");
+            let mut done_at: Vec<Option<f64>> = vec![None; n];
+            poll(
+                Duration::from_secs(900),
+                Duration::from_millis(250),
+                &format!("bundle {v} on every device"),
+                || {
+                    let d = server.devices().ok()?;
+                    let st = fleet::states(&d, &ids);
+                    for (i, s) in st.iter().enumerate() {
+                        if done_at[i].is_none() && *s == want {
+                            done_at[i] = Some(t0.elapsed().as_secs_f64());
+                        }
+                        if s.starts_with("Error") {
+                            return Some(());
+                        }
+                    }
+                    done_at.iter().all(Option::is_some).then_some(())
+                },
+            )?;
+            let failed: Vec<&String> = ids
+                .iter()
+                .zip(&done_at)
+                .filter(|(_, t)| t.is_none())
+                .map(|(id, _)| id)
+                .collect();
+            if !failed.is_empty() {
+                return Err(format!(
+                    "bundle {v} failed on {failed:?}: {}",
+                    devices[0].daemon_log_text()
+                )
+                .into());
+            }
+            let total_s = t0.elapsed().as_secs_f64();
+            // The counters after the last report: wait for the configData that follows.
+            std::thread::sleep(Duration::from_secs(1));
+            let c = minus(counters(&net.server)?, c0);
+            let mut times: Vec<f64> = done_at.into_iter().flatten().collect();
+            times.sort_by(f64::total_cmp);
+            // Each device says what it runs.
+            for sb in &devices {
+                let s = sb.json(&["status"])?;
+                let ok = s["containers"].as_array().into_iter().flatten().any(|c| {
+                    c["name"] == "fleetapp" && c["version"] == v && c["state"] == "running"
+                });
+                if !ok {
+                    return Err(
+                        format!("{}: fleetapp {v} is not running: {s}", sb.dir.display()).into(),
+                    );
+                }
+            }
+            rounds.push(json!({
+                "version": v, "what": what, "bundle_bytes": std::fs::metadata(file).map(|m| m.len()).unwrap_or(0),
+                "rollout_s": total_s, "device_done_s_p50": percentile(&times, 0.5), "device_done_s_p95": percentile(&times, 0.95),
+                "bytes_per_device": c.bytes as f64 / n as f64,
+                "ddi_requests_per_device": c.ddi_syn as f64 / n as f64,
+                "repository_requests_per_device": c.repo_syn as f64 / n as f64,
+            }));
+        }
+        let server_rss = rss_kib(server.pid());
+        for sb in &mut devices {
+            sb.stop_daemon();
+        }
+        drop(devices);
+        drop(server);
+        drop(net);
+
+        let mut t = Table::new(&[
+            "rollout",
+            "bundle",
+            "to all devices",
+            "device done p50 / p95",
+            "bytes per device",
+            "DDI requests per device",
+            "repository requests per device",
+        ]);
+        for r in &rounds {
+            t.row(vec![
+                r["what"].as_str().unwrap_or("").to_string(),
+                bytes(r["bundle_bytes"].as_u64().unwrap_or(0)),
+                format!("{:.1} s", r["rollout_s"].as_f64().unwrap_or(0.0)),
+                format!(
+                    "{:.1} / {:.1} s",
+                    r["device_done_s_p50"].as_f64().unwrap_or(0.0),
+                    r["device_done_s_p95"].as_f64().unwrap_or(0.0)
+                ),
+                bytes(r["bytes_per_device"].as_f64().unwrap_or(0.0) as u64),
+                format!(
+                    "{:.1}",
+                    r["ddi_requests_per_device"].as_f64().unwrap_or(0.0)
+                ),
+                format!(
+                    "{:.1}",
+                    r["repository_requests_per_device"].as_f64().unwrap_or(0.0)
+                ),
+            ]);
+        }
+        let mut idle_t = Table::new(&["idle", "value"]);
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let rows = [
+            (
+                "DDI requests per device per poll",
+                format!("{req_per_poll:.2}"),
+            ),
+            (
+                &*format!(
+                    "… per hour at the default {}-minute poll",
+                    DEFAULT_POLL_S / 60
+                ),
+                format!("{req_per_hour:.1}"),
+            ),
+            (
+                "bytes per device per poll (both ways, IP)",
+                format!("{bytes_per_poll:.0}"),
+            ),
+            (
+                "daemon RSS with [fleet] polling (mean of the devices)",
+                format!("{:.0} KiB", mean(&rss_fleet)),
+            ),
+            (
+                "the same daemon without [fleet]",
+                format!("{rss_plain} KiB"),
+            ),
+            (
+                "… private memory with [fleet] / without",
+                format!("{:.0} / {private_plain} KiB", mean(&private_fleet)),
+            ),
+            ("gooseBit RSS", format!("{server_rss} KiB")),
+            (
+                "gooseBit CPU per DDI request",
+                format!(
+                    "{cpu_per_req_ms:.2} ms (≈ {:.0} polls/s per core)",
+                    1000.0 / cpu_per_req_ms.max(0.001)
+                ),
+            ),
+        ];
+        for (k, v) in rows {
+            idle_t.row(vec![k.to_string(), v]);
+        }
+        let notes = vec![
+            format!("{n} berth daemons, each in a network namespace of its own on a bridge to gooseBit {} (one Python process, SQLite) in another; the server's polling time {POLL_S} s while measuring; {started_s:.0} s to start them all and see them registered", fleet::GOOSEBIT_VERSION),
+            "bytes and requests: nftables counters in the server's namespace (every IP byte both ways between the devices and the server; TCP connections opened: berth opens one per request)".into(),
+            "to all devices: from the rollout's creation to the last device's `closed` + `success` in gooseBit's records (each device polls, downloads, installs or upgrades on trial until healthy, reports); p50/p95 of each device's own time".into(),
+            "the index-only round: the devices fetch the bundle (the signed index) from gooseBit and the image as a zstd delta from their repository (busybox httpd in the server's namespace)".into(),
+        ];
+        Ok(SuiteOutput {
+            name: "fleet",
+            sections: vec![
+                Section {
+                    title: format!("fleet: rollouts to {n} devices through gooseBit"),
+                    table: t,
+                    notes,
+                },
+                Section {
+                    title: "fleet: the idle cost".into(),
+                    table: idle_t,
+                    notes: Vec::new(),
+                },
+            ],
+            raw: json!({
+                "devices": n, "poll_s": POLL_S, "rounds": rounds,
+                "idle": {"window_s": window_s, "ddi_requests": idle.ddi_syn, "bytes": idle.bytes,
+                         "requests_per_device_per_poll": req_per_poll, "requests_per_device_per_hour_at_default_poll": req_per_hour,
+                         "bytes_per_device_per_poll": bytes_per_poll},
+                "daemon_rss_kib": {"fleet": rss_fleet, "plain": rss_plain},
+                "daemon_private_kib": {"fleet": private_fleet, "plain": private_plain},
+                "server": {"rss_kib": server_rss, "cpu_ms_per_request": cpu_per_req_ms},
+                "rollout_s": rounds.iter().map(|r| r["rollout_s"].clone()).collect::<Vec<_>>(),
+            }),
+        })
+    }
+}
