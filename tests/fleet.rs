@@ -87,8 +87,14 @@ fn a_staged_rollout_over_a_simulated_fleet() {
     let b1 = bundle("1", false);
     let b2 = bundle("2", true);
     let b3 = bundle("3", false);
-    let server = Goosebit::start(&venv, &net.server, &vendor.dir.join("goosebit"), "00:00:02")
-        .unwrap_or_else(|e| panic!("gooseBit: {e}"));
+    let server = Goosebit::start(
+        &venv,
+        &net.server,
+        &vendor.dir.join("goosebit"),
+        "00:00:02",
+        &[("berth-test", "1")],
+    )
+    .unwrap_or_else(|e| panic!("gooseBit: {e}"));
     // The devices: own state, own namespace, the vendor's key, the same [fleet] but their id.
     let mut devices = Vec::new();
     for (i, ns) in net.devices.iter().enumerate() {

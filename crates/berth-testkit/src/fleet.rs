@@ -105,8 +105,18 @@ impl Drop for Goosebit {
 
 impl Goosebit {
     /// Starts it in `ns` on [`SERVER_IP`], polling time `poll` (`HH:MM:SS`), devices
-    /// registering their TargetToken at first contact; makes the admin.
-    pub fn start(venv: &Path, ns: &str, dir: &Path, poll: &str) -> Result<Goosebit, String> {
+    /// registering their TargetToken at first contact; makes the admin. `hardware`: the
+    /// boards (model, revision) the devices will report, recorded before any registers:
+    /// gooseBit's `get_or_create` of a board races when many devices register at once,
+    /// records it twice, and then answers 500 to every configData naming it (the migrations
+    /// record `default`/`default` themselves).
+    pub fn start(
+        venv: &Path,
+        ns: &str,
+        dir: &Path,
+        poll: &str,
+        hardware: &[(&str, &str)],
+    ) -> Result<Goosebit, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let site = sh(&format!(
             "{}/bin/python -c 'import goosebit,os;print(os.path.dirname(goosebit.__file__))'",
@@ -148,6 +158,22 @@ impl Goosebit {
                 String::from_utf8_lossy(&o.stdout),
                 String::from_utf8_lossy(&o.stderr)
             ));
+        }
+        for (model, revision) in hardware {
+            let ok = |v: &str| {
+                v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            };
+            if !ok(model) || !ok(revision) {
+                return Err(format!(
+                    "hardware {model:?} {revision:?}: letters, digits, -_. only"
+                ));
+            }
+            sh(&format!(
+                "{}/bin/python -c \"import sqlite3; c = sqlite3.connect('{}/db.sqlite3'); c.execute('insert into hardware (model, revision) values (?, ?)', ('{model}', '{revision}')); c.commit()\"",
+                venv.display(),
+                dir.display()
+            ))?;
         }
         let log = std::fs::File::create(dir.join("goosebit.log")).map_err(|e| e.to_string())?;
         let mut c = Command::new("ip");

@@ -260,6 +260,7 @@ impl Suite for Fleet {
             &net.server,
             &vendor.dir.join("goosebit"),
             &format!("00:00:{POLL_S:02}"),
+            &[],
         )?;
 
         // The devices.
