@@ -367,13 +367,13 @@ pub const COMMANDS: &[Cmd] = &[
     ),
     vendor(
         "repo bundle",
-        "DIR -o FILE [--version V] [--install N,…] [--board B:REV,…] [--index-only]",
+        "DIR -o FILE [--version V] [--install N,...] [--board B:REV,...] [--index-only]",
         O::Dir,
         &[
             opt("--output", "-o", "FILE", "the bundle (a .swu-layout cpio archive)"),
             opt("--version", "", "V", "the bundle's version (default: the index's serial)"),
-            opt("--install", "", "NAME,…", "packages the devices install (and only their images)"),
-            opt("--board", "", "BOARD:REV,…", "the board and revisions it fits (default: all)"),
+            opt("--install", "", "NAME,...", "packages the devices install (and only their images)"),
+            opt("--board", "", "BOARD:REV,...", "the board and revisions it fits (default: all)"),
             opt("--index-only", "", "", "no images: the devices fetch them from their repository"),
         ],
         "a signed bundle for a fleet server (docs/fleet.md)",
