@@ -85,8 +85,10 @@ pub struct Config {
 #[cfg(feature = "fleet")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fleet {
-    /// `http://host:port` (no trailing slash).
+    /// `http://host:port` or `https://host:port` (no trailing slash).
     pub server: String,
+    /// How an https:// server is reached and checked; None for http://.
+    pub tls: Option<FleetTls>,
     /// The tenant in every DDI path; default `DEFAULT`.
     pub tenant: String,
     /// None: derived from the machine id when the daemon starts (`ddi::controller_id`).
@@ -102,6 +104,22 @@ pub struct Fleet {
     pub poll_ms: u64,
     /// The longest wait between polls while the server cannot be reached.
     pub max_backoff_ms: u64,
+}
+
+/// `[fleet]`'s TLS options. The session is the system's `openssl s_client` (berth carries no
+/// TLS stack of its own): the server's certificate is verified against `ca_file` (or the
+/// system's store) and its name, and `cert_file` + `key_file` identify the device to servers
+/// that ask for a client certificate.
+#[cfg(feature = "fleet")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetTls {
+    /// The `openssl` program; default `openssl`, found on PATH.
+    pub openssl: PathBuf,
+    /// PEM certificates the server's chain must end in; None: the system's trust store.
+    pub ca_file: Option<PathBuf>,
+    /// The device's certificate (PEM) and its key, for mutual TLS.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
 }
 
 /// `[web] listen = "192.168.1.1:8080"`: where the daemon serves its web page and the part of
@@ -875,7 +893,7 @@ fn watchdog(
     })
 }
 
-/// `[fleet]`, checked: an http:// server, a tenant and controller id DDI paths can carry,
+/// `[fleet]`, checked: an http:// or https:// server (TLS options with https:// only), a tenant and controller id DDI paths can carry,
 /// absolute token files, sane poll times.
 #[cfg(feature = "fleet")]
 fn fleet(
@@ -889,12 +907,15 @@ fn fleet(
             "missing: the DDI server's base URL, e.g. \"http://fleet.example.net:8080\"".into(),
         )
     })?;
-    if !server.starts_with("http://") || server.len() <= 7 || server.contains(char::is_whitespace) {
+    let https = server.starts_with("https://");
+    let scheme = if https { 8 } else { 7 };
+    if !(https || server.starts_with("http://"))
+        || server.len() <= scheme
+        || server.contains(char::is_whitespace)
+    {
         return Err(value_err(
             "fleet.server",
-            format!(
-                "{server:?}: berth speaks plain http:// (put TLS in a local proxy: docs/fleet.md)"
-            ),
+            format!("{server:?}: expected http://HOST[:PORT] or https://HOST[:PORT]"),
         ));
     }
     let segment = |key: &'static str, v: String| {
@@ -925,6 +946,33 @@ fn fleet(
         f => Ok(f.map(PathBuf::from)),
     };
     let token_file = file("fleet.token_file", take("token_file"))?;
+    let ca_file = file("fleet.ca_file", take("ca_file"))?;
+    let cert_file = file("fleet.cert_file", take("cert_file"))?;
+    let key_file = file("fleet.key_file", take("key_file"))?;
+    let openssl = take("openssl");
+    if cert_file.is_some() != key_file.is_some() {
+        return Err(value_err(
+            "fleet.key_file",
+            "cert_file and key_file go together (the device's certificate and its key)".into(),
+        ));
+    }
+    let tls = if https {
+        Some(FleetTls {
+            openssl: PathBuf::from(openssl.unwrap_or_else(|| "openssl".into())),
+            ca_file,
+            cert_file,
+            key_file,
+        })
+    } else if ca_file.is_some() || cert_file.is_some() || openssl.is_some() {
+        return Err(value_err(
+            "fleet.server",
+            format!(
+                "{server:?}: ca_file, cert_file, key_file and openssl apply to an https:// server"
+            ),
+        ));
+    } else {
+        None
+    };
     let gateway_token_file = file("fleet.gateway_token_file", take("gateway_token_file"))?;
     if token_file.is_some() && gateway_token_file.is_some() {
         return Err(value_err(
@@ -959,11 +1007,12 @@ fn fleet(
     if let Some(k) = raw.keys().next() {
         return Err(value_err(
             "fleet",
-            format!("unknown key {k:?} (known: server, tenant, controller_id, token_file, gateway_token_file, board, revision, poll, max_backoff)"),
+            format!("unknown key {k:?} (known: server, tenant, controller_id, token_file, gateway_token_file, ca_file, cert_file, key_file, openssl, board, revision, poll, max_backoff)"),
         ));
     }
     Ok(Fleet {
         server: server.trim_end_matches('/').to_string(),
+        tls,
         tenant,
         controller_id,
         token_file,
@@ -1461,10 +1510,41 @@ mod tests {
             (f.board.as_str(), f.revision.as_str()),
             ("rt-ax58", "default")
         );
+        assert_eq!(f.tls, None);
         assert_eq!(Config::parse("", "t").unwrap().fleet, None);
+        let tls = |text: &str| {
+            Config::parse(text, "t")
+                .unwrap()
+                .fleet
+                .unwrap()
+                .tls
+                .unwrap()
+        };
+        assert_eq!(
+            tls("[fleet]\nserver = \"https://h:8443\"\n"),
+            FleetTls {
+                openssl: "openssl".into(),
+                ca_file: None,
+                cert_file: None,
+                key_file: None
+            }
+        );
+        assert_eq!(
+            tls("[fleet]\nserver = \"https://h\"\nca_file = \"/c\"\ncert_file = \"/d\"\nkey_file = \"/k\"\nopenssl = \"/usr/bin/openssl\"\n"),
+            FleetTls {
+                openssl: "/usr/bin/openssl".into(),
+                ca_file: Some("/c".into()),
+                cert_file: Some("/d".into()),
+                key_file: Some("/k".into())
+            }
+        );
         for (text, says) in [
             ("[fleet]\ntenant = \"x\"\n", "fleet.server"),
-            ("[fleet]\nserver = \"https://h\"\n", "plain http://"),
+            ("[fleet]\nserver = \"ftp://h\"\n", "expected http://HOST"),
+            ("[fleet]\nserver = \"https://\"\n", "expected http://HOST"),
+            ("[fleet]\nserver = \"http://h\"\nca_file = \"/c\"\n", "apply to an https:// server"),
+            ("[fleet]\nserver = \"https://h\"\ncert_file = \"/c\"\n", "go together"),
+            ("[fleet]\nserver = \"https://h\"\nca_file = \"c.pem\"\n", "fleet.ca_file"),
             ("[fleet]\nserver = \"http://h\"\ncontroller_id = \"a/b\"\n", "fleet.controller_id"),
             ("[fleet]\nserver = \"http://h\"\ntoken_file = \"t\"\n", "absolute"),
             ("[fleet]\nserver = \"http://h\"\ntoken_file = \"/a\"\ngateway_token_file = \"/b\"\n", "not both"),

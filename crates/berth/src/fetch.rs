@@ -4,6 +4,11 @@
 //! because `index.json` is signed and lists each image's sha256, not because of the transport.
 //! A hand-written client keeps the binary small; it speaks just enough HTTP/1.1 for static file
 //! servers: one GET per connection, Content-Length, chunked or read-to-close bodies, redirects.
+//! The fleet client's requests (`Call`) may also go to an https:// server, through the
+//! system's `openssl` program (`tls`).
+
+#[cfg(feature = "fleet")]
+mod tls;
 
 use std::fmt::Write as _;
 use std::fs::File;
@@ -61,6 +66,9 @@ pub enum FetchError {
     TooSlow { url: String, after: Duration },
     #[error("{url}: connection lost: {reason}")]
     Network { url: String, reason: String },
+    #[cfg(feature = "fleet")]
+    #[error("{url}: TLS: {reason}")]
+    Tls { url: String, reason: String },
     #[error("{url}: bad HTTP response: {reason}")]
     Protocol { url: String, reason: String },
     #[error("{url}: server answered {status} {reason}")]
@@ -71,7 +79,10 @@ pub enum FetchError {
     },
     #[error("{url}: too many redirects (more than {MAX_REDIRECTS})")]
     TooManyRedirects { url: String },
-    #[error("{url}: redirect to {location} refused: berth follows only http:// redirects")]
+    #[error(
+        "{url}: redirect to {location} refused: berth follows redirects to http:// (and, with \
+         [fleet] TLS, to https://; from https://, to https:// only)"
+    )]
     RedirectRefused { url: String, location: String },
     #[error("{url}: truncated: {}", truncation(*.got, *.expected))]
     Truncated {
@@ -101,6 +112,10 @@ impl FetchError {
     /// error or cuts the body short), after which another source of the same repository may do
     /// better; not a failure of the bytes or of this device.
     pub fn is_source_failure(&self) -> bool {
+        #[cfg(feature = "fleet")]
+        if let FetchError::Tls { .. } = self {
+            return true;
+        }
         matches!(
             self,
             FetchError::Resolve { .. }
@@ -244,6 +259,8 @@ pub struct Call<'a> {
     pub auth: Option<&'a str>,
     /// A JSON body (PUT and POST).
     pub json: Option<&'a [u8]>,
+    /// How https:// URLs are reached; None: http:// only.
+    pub tls: Option<&'a berth_core::config::FleetTls>,
 }
 
 /// How a fetch ended, beyond its bytes.
@@ -355,22 +372,18 @@ impl Fetcher {
         Ok(out)
     }
 
-    /// [`Fetcher::fetch_resume`] with an `Authorization` header (a DDI artifact).
+    /// [`Fetcher::fetch_resume`] as a DDI call (a DDI artifact: GET, with the server's
+    /// `Authorization` and TLS options).
     #[cfg(feature = "fleet")]
-    pub fn fetch_resume_auth(
+    pub fn fetch_resume_call(
         &self,
         url: &str,
-        auth: Option<&str>,
+        call: Call,
         dest: &mut File,
         have: u64,
         limit: u64,
         progress: &mut dyn FnMut(Progress),
     ) -> Result<(u64, String, Answer), FetchError> {
-        let call = Call {
-            method: "GET",
-            auth,
-            json: None,
-        };
         self.resume(url, dest, have, limit, progress, Some(call))
     }
 
@@ -488,7 +501,11 @@ impl Fetcher {
                 progress: &mut *progress,
                 last_report: None,
             };
-            let outcome = match parse_url(&current)? {
+            #[cfg(feature = "fleet")]
+            let parsed = parse(&current, ask.call.is_some_and(|c| c.tls.is_some()))?;
+            #[cfg(not(feature = "fleet"))]
+            let parsed = parse_url(&current)?;
+            let outcome = match parsed {
                 Url::File(path) => read_file(&path, &mut body, ask.from).map(|resumed| {
                     Got::Done(Answer {
                         resumed,
@@ -536,14 +553,8 @@ impl Fetcher {
     /// One GET; returns the redirect target, if the server sent one.
     fn get(&self, url: &HttpUrl, body: &mut Body, ask: Ask) -> Result<Got, FetchError> {
         let full = body.url.to_owned();
-        let stream = self.connect(url, &full)?;
         let net_err = |e: io::Error| self.net_error(&full, e);
-        stream
-            .set_read_timeout(Some(self.read_timeout))
-            .map_err(net_err)?;
-        stream
-            .set_write_timeout(Some(self.read_timeout))
-            .map_err(net_err)?;
+        let mut conn = self.connect(url, &full, ask)?;
         let mut extra = String::new();
         if let Some(tag) = ask.if_none_match {
             let _ = write!(extra, "If-None-Match: {tag}\r\n");
@@ -578,15 +589,50 @@ impl Fetcher {
              Accept-Encoding: identity\r\n{extra}Connection: close\r\n\r\n",
             url.target, url.host_header
         );
-        (&stream).write_all(request.as_bytes()).map_err(net_err)?;
+        conn.write_all(request.as_bytes()).map_err(net_err)?;
         #[cfg(feature = "fleet")]
         if !json.is_empty() {
-            (&stream).write_all(json).map_err(net_err)?;
+            conn.write_all(json).map_err(net_err)?;
         }
-        let mut reader = BufReader::with_capacity(BUF_SIZE, stream);
+        #[cfg(feature = "fleet")]
+        if let Conn::Tls(t) = &mut conn {
+            t.end_request();
+        }
+        let mut reader = BufReader::with_capacity(BUF_SIZE, conn);
+        let answer = self.answer(url, &mut reader, body, ask, &full);
+        // A TLS session that ended early: the program says why (a certificate, an alert).
+        #[cfg(feature = "fleet")]
+        if let (
+            Err(
+                FetchError::Protocol { .. }
+                | FetchError::Network { .. }
+                | FetchError::Truncated { .. },
+            ),
+            Conn::Tls(t),
+        ) = (&answer, reader.get_mut())
+        {
+            if let Some(reason) = t.failure() {
+                return Err(FetchError::Tls { url: full, reason });
+            }
+        }
+        answer
+    }
+
+    /// The answer to the request just sent on `reader`'s connection.
+    fn answer(
+        &self,
+        url: &HttpUrl,
+        reader: &mut BufReader<Conn>,
+        body: &mut Body,
+        ask: Ask,
+        full: &str,
+    ) -> Result<Got, FetchError> {
+        let full = full.to_owned();
+        #[cfg(feature = "fleet")]
+        let method = ask.call.map_or("GET", |c| c.method);
         let mut interim = 0;
         let head = loop {
-            let head = self.read_head(&mut reader, &full)?;
+            let head = self.read_head(reader, &full)?;
             // 1xx are interim answers (100 Continue); the real one follows.
             if !(100..200).contains(&head.status) {
                 break head;
@@ -613,7 +659,18 @@ impl Fetcher {
                     location: target,
                 });
             }
-            if !target.to_ascii_lowercase().starts_with("http://") {
+            let to = target.to_ascii_lowercase();
+            // From https:// only to https://; to https:// only with TLS (the fleet client).
+            #[cfg(feature = "fleet")]
+            let allowed = if url.tls {
+                to.starts_with("https://")
+            } else {
+                to.starts_with("http://")
+                    || (to.starts_with("https://") && ask.call.is_some_and(|c| c.tls.is_some()))
+            };
+            #[cfg(not(feature = "fleet"))]
+            let allowed = to.starts_with("http://");
+            if !allowed {
                 return match parse_url(&target) {
                     Err(e @ FetchError::Scheme { .. }) => Err(e),
                     _ => Err(FetchError::RedirectRefused {
@@ -672,7 +729,7 @@ impl Fetcher {
             return Ok(Got::Done(answer));
         }
         match head.framing {
-            Framing::Chunked => self.read_chunked(&mut reader, body),
+            Framing::Chunked => self.read_chunked(reader, body),
             Framing::Length(len) => {
                 // A resumed body's length is what remains after the bytes held.
                 let whole = body.done.saturating_add(len);
@@ -681,14 +738,44 @@ impl Fetcher {
                 }
                 body.total = Some(whole);
                 body.report(false);
-                self.read_plain(&mut reader, body, Some(whole))
+                self.read_plain(reader, body, Some(whole))
             }
-            Framing::Close => self.read_plain(&mut reader, body, None),
+            Framing::Close => self.read_plain(reader, body, None),
         }
         .map(|()| Got::Done(answer))
     }
 
-    fn connect(&self, url: &HttpUrl, full: &str) -> Result<TcpStream, FetchError> {
+    /// A connection to `url`'s server: TCP, or a TLS session for https:// (the fleet
+    /// client's calls only: the repository is fetched over http:// and file://).
+    #[cfg_attr(not(feature = "fleet"), allow(unused_variables))]
+    fn connect(&self, url: &HttpUrl, full: &str, ask: Ask) -> Result<Conn, FetchError> {
+        #[cfg(feature = "fleet")]
+        if url.tls {
+            let Some(tls) = ask.call.and_then(|c| c.tls) else {
+                return Err(FetchError::Scheme {
+                    scheme: "https".into(),
+                    url: full.to_owned(),
+                });
+            };
+            return tls::Tunnel::open(tls, &url.host, url.port, self.read_timeout)
+                .map(Conn::Tls)
+                .map_err(|reason| FetchError::Tls {
+                    url: full.to_owned(),
+                    reason,
+                });
+        }
+        let stream = self.tcp(url, full)?;
+        let net_err = |e: io::Error| self.net_error(full, e);
+        stream
+            .set_read_timeout(Some(self.read_timeout))
+            .map_err(net_err)?;
+        stream
+            .set_write_timeout(Some(self.read_timeout))
+            .map_err(net_err)?;
+        Ok(Conn::Tcp(stream))
+    }
+
+    fn tcp(&self, url: &HttpUrl, full: &str) -> Result<TcpStream, FetchError> {
         let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port)
             .to_socket_addrs()
             .map_err(|e| FetchError::Resolve {
@@ -979,8 +1066,41 @@ enum Url {
     File(PathBuf),
 }
 
+/// A connection to a server.
+enum Conn {
+    Tcp(TcpStream),
+    #[cfg(feature = "fleet")]
+    Tls(tls::Tunnel),
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.read(buf),
+            #[cfg(feature = "fleet")]
+            Conn::Tls(t) => t.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.write(buf),
+            #[cfg(feature = "fleet")]
+            Conn::Tls(t) => t.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 #[derive(Debug, PartialEq, Eq)]
 struct HttpUrl {
+    /// https:// (the fleet client's calls only).
+    tls: bool,
     /// Without brackets, as the resolver wants it.
     host: String,
     port: u16,
@@ -990,16 +1110,21 @@ struct HttpUrl {
     target: String,
 }
 
-/// `(host, port)` of an http:// URL; None for anything else.
+/// `(https, host, port)` of an http:// or https:// URL; None for anything else.
 #[cfg(feature = "fleet")]
-pub fn origin(url: &str) -> Option<(String, u16)> {
-    match parse_url(url) {
-        Ok(Url::Http(h)) => Some((h.host.to_ascii_lowercase(), h.port)),
+pub fn origin(url: &str) -> Option<(bool, String, u16)> {
+    match parse(url, true) {
+        Ok(Url::Http(h)) => Some((h.tls, h.host.to_ascii_lowercase(), h.port)),
         _ => None,
     }
 }
 
 fn parse_url(url: &str) -> Result<Url, FetchError> {
+    parse(url, false)
+}
+
+/// `https`: https:// URLs are taken too (the fleet client's calls with TLS options).
+fn parse(url: &str, https: bool) -> Result<Url, FetchError> {
     let bad = |reason| FetchError::BadUrl {
         url: url.to_owned(),
         reason,
@@ -1026,12 +1151,14 @@ fn parse_url(url: &str) -> Result<Url, FetchError> {
             percent_decode(path).ok_or_else(|| bad("bad percent-encoding"))?,
         )));
     }
-    if !scheme.eq_ignore_ascii_case("http") {
+    let tls = https && scheme.eq_ignore_ascii_case("https");
+    if !tls && !scheme.eq_ignore_ascii_case("http") {
         return Err(FetchError::Scheme {
             scheme: scheme.to_owned(),
             url: url.to_owned(),
         });
     }
+    let default_port = if tls { 443 } else { 80 };
     let split = rest.find(['/', '?']).unwrap_or(rest.len());
     let (authority, target) = rest.split_at(split);
     if authority.contains('@') {
@@ -1064,13 +1191,18 @@ fn parse_url(url: &str) -> Result<Url, FetchError> {
     if host.is_empty() {
         return Err(bad("missing host"));
     }
+    // A host is also a program's argument (the TLS session's): never one that reads as an
+    // option.
+    if host.starts_with('-') {
+        return Err(bad("a host may not start with '-'"));
+    }
     if host.contains(':') && !authority.starts_with('[') {
         return Err(bad(
             "IPv6 addresses must be in brackets: http://[::1]:8080/",
         ));
     }
     let port = match port {
-        None | Some("") => 80,
+        None | Some("") => default_port,
         Some(p) => p
             .parse::<u16>()
             .ok()
@@ -1082,7 +1214,7 @@ fn parse_url(url: &str) -> Result<Url, FetchError> {
     } else {
         host.to_owned()
     };
-    let host_header = if port == 80 {
+    let host_header = if port == default_port {
         bracketed
     } else {
         format!("{bracketed}:{port}")
@@ -1093,6 +1225,7 @@ fn parse_url(url: &str) -> Result<Url, FetchError> {
         format!("/{target}")
     };
     Ok(Url::Http(HttpUrl {
+        tls,
         host: host.to_owned(),
         port,
         host_header,
@@ -1119,16 +1252,17 @@ fn percent_decode(s: &str) -> Option<String> {
 
 /// Resolves a Location header against the URL that answered with it (RFC 9110 §10.2.2).
 fn resolve_location(base: &HttpUrl, location: &str) -> String {
+    let scheme = if base.tls { "https" } else { "http" };
     if location.contains("://") {
         location.to_owned()
     } else if let Some(rest) = location.strip_prefix("//") {
-        format!("http://{rest}")
+        format!("{scheme}://{rest}")
     } else if location.starts_with('/') {
-        format!("http://{}{location}", base.host_header)
+        format!("{scheme}://{}{location}", base.host_header)
     } else {
         let path = base.target.split('?').next().unwrap_or("/");
         let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-        format!("http://{}{dir}{location}", base.host_header)
+        format!("{scheme}://{}{dir}{location}", base.host_header)
     }
 }
 
@@ -1589,6 +1723,7 @@ mod tests {
             "http://h/a b",
             "http://h/a\r\nX: y",
             "http://[::1/",
+            "http://-connect/",
             "file://relative",
             "no-scheme",
         ] {
@@ -1612,6 +1747,70 @@ mod tests {
         assert_eq!(resolve_location(&base, "/c"), "http://h:81/c");
         assert_eq!(resolve_location(&base, "//o/c"), "http://o/c");
         assert_eq!(resolve_location(&base, "http://o:9/c"), "http://o:9/c");
+    }
+
+    #[cfg(feature = "fleet")]
+    #[test]
+    fn https_urls_for_the_fleet_client_only() {
+        assert!(matches!(
+            parse_url("https://h/x"),
+            Err(FetchError::Scheme { .. })
+        ));
+        let Url::Http(u) = parse("HTTPS://h/a/b", true).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!((u.tls, u.port, u.host_header.as_str()), (true, 443, "h"));
+        let Url::Http(u) = parse("https://h:8443/", true).unwrap() else {
+            unreachable!()
+        };
+        assert_eq!((u.port, u.host_header.as_str()), (8443, "h:8443"));
+        assert_eq!(resolve_location(&u, "/c"), "https://h:8443/c");
+        assert_eq!(resolve_location(&u, "//o/c"), "https://o/c");
+        // The scheme is part of the origin: a token for https://h never goes to http://h.
+        assert_eq!(origin("https://H/x"), Some((true, "h".into(), 443)));
+        assert_ne!(origin("https://h:80/x"), origin("http://h:80/x"));
+        assert_eq!(origin("file:///x"), None);
+    }
+
+    #[cfg(feature = "fleet")]
+    #[test]
+    fn https_redirects_stay_https_and_need_tls() {
+        let tls = berth_core::config::FleetTls {
+            openssl: "openssl".into(),
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+        };
+        let (base, server) = serve(vec![
+            b"HTTP/1.1 302 Found\r\nLocation: https://127.0.0.1:1/x\r\n\r\n".to_vec(),
+        ]);
+        let call = Call {
+            method: "GET",
+            auth: Some("TargetToken t"),
+            json: None,
+            tls: None,
+        };
+        let err = quick().call(&format!("{base}/a"), call, 100).unwrap_err();
+        assert!(matches!(err, FetchError::Scheme { .. }), "{err}");
+        server.join().unwrap();
+        // With TLS options, http:// may move to https:// (the connection then fails here:
+        // nothing listens on port 1), but never to file://.
+        let (base, server) = serve(vec![
+            b"HTTP/1.1 302 Found\r\nLocation: https://127.0.0.1:1/x\r\n\r\n".to_vec(),
+            b"HTTP/1.1 302 Found\r\nLocation: file:///etc/shadow\r\n\r\n".to_vec(),
+        ]);
+        let call = Call {
+            tls: Some(&tls),
+            ..call
+        };
+        let err = quick().call(&format!("{base}/a"), call, 100).unwrap_err();
+        assert!(
+            matches!(&err, FetchError::Tls { url, .. } if url == "https://127.0.0.1:1/x"),
+            "{err}"
+        );
+        let err = quick().call(&format!("{base}/b"), call, 100).unwrap_err();
+        assert!(matches!(err, FetchError::RedirectRefused { .. }), "{err}");
+        server.join().unwrap();
     }
 
     #[test]

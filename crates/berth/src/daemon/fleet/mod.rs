@@ -19,7 +19,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use berth_core::api::{fleet as field, upgrade as up};
-use berth_core::config::Fleet;
+use berth_core::config::{Fleet, FleetTls};
 use berth_core::ddi::{self, Deployment, Execution, Finished, Step};
 use berth_sys::fsutil::write_atomic;
 use serde::{Deserialize, Serialize};
@@ -153,13 +153,15 @@ fn save(d: &Daemon, r: &Record) {
 }
 
 /// The DDI endpoints of this device, with its authorization.
-struct Client {
+struct Client<'a> {
     base: String,
     auth: Option<String>,
+    /// An https:// server's TLS options.
+    tls: Option<&'a FleetTls>,
     http: Fetcher,
 }
 
-impl Client {
+impl Client<'_> {
     fn url(&self, rel: &str) -> String {
         if rel.is_empty() {
             self.base.clone()
@@ -182,6 +184,7 @@ impl Client {
             method,
             auth: self.auth.as_deref(),
             json: body.map(str::as_bytes),
+            tls: self.tls,
         };
         self.http.call(url, call, ANSWER_LIMIT)
     }
@@ -285,6 +288,7 @@ fn run(d: &Arc<Daemon>, cfg: &Fleet, id: &str, shared: &Shared) {
             let client = Client {
                 base: base.clone(),
                 auth,
+                tls: cfg.tls.as_ref(),
                 http: Fetcher::default(),
             };
             poll(d, cfg, &client, &mut rec, &mut sleep_ms)
@@ -679,10 +683,13 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
         Ok(a) => a,
         Err(e) => return finish(d, client, rec, false, vec![e.to_string()]),
     };
-    // Plain http only (a file:// link would have the daemon read its own files); the token
-    // goes to the server's own host only.
+    // http:// or https:// only (a file:// link would have the daemon read its own files);
+    // the token goes to the server's own origin only.
     let Some(origin) = fetch::origin(&art.href) else {
-        let why = format!("the artifact's link {:?} is not an http:// URL", art.href);
+        let why = format!(
+            "the artifact's link {:?} is not an http:// or https:// URL",
+            art.href
+        );
         return finish(d, client, rec, false, vec![why]);
     };
     let auth = client
@@ -746,9 +753,15 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
             }
         }
     };
-    let got = client.http.fetch_resume_auth(
-        &art.href,
+    let call = Call {
+        method: "GET",
         auth,
+        json: None,
+        tls: client.tls,
+    };
+    let got = client.http.fetch_resume_call(
+        &art.href,
+        call,
         &mut f,
         held,
         limit.saturating_add(u64::from(art.size.is_some())),
