@@ -114,6 +114,9 @@ struct View {
     last_error: Option<String>,
     next_poll: Option<u64>,
     polls: u64,
+    /// The record's parts `berth status` shows, as last saved (status does not read flash).
+    sw_version: Option<String>,
+    action: Option<Action>,
 }
 
 struct Shared {
@@ -146,9 +149,19 @@ fn load(d: &Daemon) -> Record {
 }
 
 fn save(d: &Daemon, r: &Record) {
+    show(r);
     let p = record_path(d);
     if let Err(e) = write_atomic(&p, &serde_json::to_vec(r).expect("serializes"), 0o600) {
         log::error!("cannot write {}: {e}", p.display());
+    }
+}
+
+/// What `berth status` shows of the record.
+fn show(r: &Record) {
+    if let Some(s) = SHARED.get() {
+        let mut v = s.view.lock().unwrap();
+        v.sw_version.clone_from(&r.sw_version);
+        v.action.clone_from(&r.action);
     }
 }
 
@@ -270,6 +283,7 @@ pub(crate) fn spawn(d: &Arc<Daemon>) {
 
 fn run(d: &Arc<Daemon>, cfg: &Fleet, id: &str, shared: &Shared) {
     let mut rec = load(d);
+    show(&rec);
     let base = format!("{}/{}/controller/v1/{id}", cfg.server, cfg.tenant);
     log::info!("fleet: polling {base}");
     let mut seed = [0u8; 8];
@@ -950,7 +964,6 @@ pub(crate) fn status(d: &Daemon) -> Value {
         return Value::Null;
     };
     let v = s.view.lock().unwrap().clone();
-    let rec = load(d);
     json!({
         field::SERVER: cfg.server,
         field::TENANT: cfg.tenant,
@@ -959,8 +972,8 @@ pub(crate) fn status(d: &Daemon) -> Value {
         field::NEXT_POLL: v.next_poll,
         field::POLLS: v.polls,
         field::LAST_ERROR: v.last_error,
-        field::SW_VERSION: rec.sw_version,
-        field::ACTION: rec.action.map(|a| json!({
+        field::SW_VERSION: v.sw_version,
+        field::ACTION: v.action.map(|a| json!({
             field::ID: a.id,
             field::VERSION: a.version,
             field::PHASE: a.phase,
