@@ -277,25 +277,40 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> Result<Value> {
 /// than the newest this device has accepted (no way around the floor: the fleet's bundles).
 #[cfg(feature = "fleet")]
 pub(crate) fn admissible(d: &Daemon, parsed: &Index) -> Result<()> {
+    gate(d, "a fleet bundle", parsed, false)
+}
+
+/// Expiry, then the serial floor: the newest serial accepted, from its own record and from
+/// the cached index (an index cached by an older berth, which kept no record).
+/// `reset_serial`: the operator's `berth update --reset-serial` lets an older serial of
+/// `base` through, logged.
+fn gate(d: &Daemon, base: &str, parsed: &Index, reset_serial: bool) -> Result<()> {
     if parsed.expired(berth_sys::process::now_s()) {
+        let e = parsed.expires.unwrap_or(0);
         return Err(Error::new(
             Kind::Expired,
             format!(
-                "repository index rejected: it expired at {}",
-                berth_core::date::utc(parsed.expires.unwrap_or(0))
+                "repository index rejected: it expired at {} (expires {e}); an expired index may be a replay that freezes this device on old packages: the repository owner must rebuild and re-sign it (berth repo build --valid-for …)",
+                berth_core::date::utc(e)
             ),
         ));
     }
     let cached = load_index(d).ok().map(|(i, _)| i.serial);
     let floor = read_serial_floor(&d.cfg).into_iter().chain(cached).max();
     if let Some(floor) = floor.filter(|f| parsed.serial < *f) {
-        return Err(Error::new(
-            Kind::Rollback,
-            format!(
-                "repository index rejected: its serial {} is older than {floor}, the newest this device has accepted",
-                parsed.serial
-            ),
-        ));
+        if !reset_serial {
+            return Err(Error::new(
+                Kind::Rollback,
+                format!(
+                    "repository index rejected: its serial {} is older than {floor}, the newest this device has accepted; refusing a rollback (an old index is being replayed, or a mirror is out of date). To move to another repository on purpose, run berth update --reset-serial",
+                    parsed.serial
+                ),
+            ));
+        }
+        log::warn!(
+            "repository {base}: serial {} accepted below the newest accepted ({floor}) on the operator's request (--reset-serial)",
+            parsed.serial
+        );
     }
     Ok(())
 }
@@ -317,8 +332,8 @@ pub(crate) fn accept_locked(d: &Daemon, base: &str, index: Vec<u8>, sig: String)
     Ok(parsed)
 }
 
-/// Expiry, serial floor, then the floor record and the cache, atomically each. Under the
-/// op lock.
+/// The gate (expiry, serial floor), then the floor record and the cache, atomically each.
+/// Under the op lock.
 fn commit_index(
     d: &Daemon,
     base: &str,
@@ -333,36 +348,8 @@ fn commit_index(
         signature_etag,
         unchanged,
     } = fetched;
+    gate(d, base, &parsed, reset_serial)?;
     let now = berth_sys::process::now_s();
-    if parsed.expired(now) {
-        let e = parsed.expires.unwrap_or(0);
-        return Err(Error::new(
-            Kind::Expired,
-            format!(
-                "repository index rejected: it expired at {} (expires {e}); an expired index may be a replay that freezes this device on old packages: the repository owner must rebuild and re-sign it (berth repo build --valid-for …)",
-                berth_core::date::utc(e)
-            ),
-        ));
-    }
-    // The floor: the newest serial accepted, from its own record and from the cached index
-    // (an index cached by an older berth, which kept no record).
-    let cached = load_index(d).ok().map(|(i, _)| i.serial);
-    let floor = read_serial_floor(&d.cfg).into_iter().chain(cached).max();
-    if let Some(floor) = floor.filter(|f| parsed.serial < *f) {
-        if !reset_serial {
-            return Err(Error::new(
-                Kind::Rollback,
-                format!(
-                    "repository index rejected: its serial {} is older than {floor}, the newest this device has accepted; refusing a rollback (an old index is being replayed, or a mirror is out of date). To move to another repository on purpose, run berth update --reset-serial",
-                    parsed.serial
-                ),
-            ));
-        }
-        log::warn!(
-            "repository {base}: serial {} accepted below the newest accepted ({floor}) on the operator's request (--reset-serial)",
-            parsed.serial
-        );
-    }
     let index_text = String::from_utf8(index)
         .map_err(|_| Error::new(Kind::BadIndex, "index.json is not UTF-8"))?;
     let cache = RepoCache {
