@@ -263,6 +263,147 @@ fn a_staged_rollout_over_a_simulated_fleet() {
     drop(net);
 }
 
+/// An https:// fleet server that asks for client certificates (uvicorn's TLS in front of
+/// gooseBit, a test CA made with openssl): a device with the CA and its certificate registers
+/// and installs a bundle, its artifact fetched over TLS too; one trusting another CA and one
+/// without a certificate never reach the server, and `berth status` says why.
+#[test]
+fn a_tls_fleet_server_with_client_certificates() {
+    let Some(venv) = fleet::goosebit_venv() else {
+        berth_sys::skip::record(
+            "package goosebit (PyPI)",
+            "a_tls_fleet_server_with_client_certificates: gooseBit is not installed (scripts/test.sh installs it into /var/cache/berth-package/goosebit-venv; BERTH_GOOSEBIT names another venv)",
+        );
+        return;
+    };
+    let vendor = Sandbox::new("fleet-tls");
+    let net = fleet::network(
+        &vendor.scope().netns("ts"),
+        (0..3)
+            .map(|i| vendor.scope().netns(&format!("td{i}")))
+            .collect(),
+    )
+    .unwrap();
+    let pki = vendor.dir.join("pki");
+    fleet::make_pki(&pki).unwrap();
+    let b1 = bundle_of(
+        &vendor,
+        &app("1", false),
+        &["--version", "1", "--board", "berth-test:1"],
+    );
+    let server = Goosebit::start_tls(
+        &venv,
+        &net.server,
+        &vendor.dir.join("goosebit"),
+        "00:00:02",
+        &[("berth-test", "1")],
+        Some(fleet::ServerTls {
+            cert: pki.join("srv.pem"),
+            key: pki.join("srv.key"),
+            ca: pki.join("ca.pem"),
+            client_ca: Some(pki.join("ca.pem")),
+            client: Some((pki.join("dev.pem"), pki.join("dev.key"))),
+        }),
+    )
+    .unwrap_or_else(|e| panic!("gooseBit over TLS: {e}"));
+    assert!(server.url("").starts_with("https://"));
+    // 0: the right CA and a certificate; 1: another CA; 2: no certificate.
+    let tls = [
+        format!(
+            "ca_file = \"{0}/ca.pem\"\ncert_file = \"{0}/dev.pem\"\nkey_file = \"{0}/dev.key\"\n",
+            pki.display()
+        ),
+        format!(
+            "ca_file = \"{0}/other.pem\"\ncert_file = \"{0}/dev.pem\"\nkey_file = \"{0}/dev.key\"\n",
+            pki.display()
+        ),
+        format!("ca_file = \"{}/ca.pem\"\n", pki.display()),
+    ];
+    let mut devices = Vec::new();
+    for (i, ns) in net.devices.iter().enumerate() {
+        let mut sb = Sandbox::new(&format!("fleet-tls{i}"));
+        std::fs::copy(
+            vendor.dir.join("keys/vendor.pub"),
+            sb.dir.join("keys/vendor.pub"),
+        )
+        .unwrap();
+        let token = sb.dir.join("fleet.token");
+        std::fs::write(&token, format!("tls-device-{i}\n")).unwrap();
+        sb.write_config(&format!(
+            "[upgrade]\ndeadline = \"10s\"\nsettle = \"500ms\"\n[fleet]\nserver = \"{}\"\ncontroller_id = \"tls-{i}\"\ntoken_file = \"{}\"\nboard = \"berth-test\"\nrevision = \"1\"\npoll = \"2s\"\n{}",
+            server.url(""),
+            token.display(),
+            tls[i]
+        ));
+        sb.daemon_netns = Some(ns.clone());
+        sb.start_daemon();
+        devices.push(sb);
+    }
+    let ids = ["tls-0".to_string()];
+    wait_fleet("tls-0 registered over TLS", &server, &devices, || {
+        fleet::states(&server.devices().unwrap(), &ids)[0].starts_with("Registered")
+    });
+    server.feed(&ids, "tls").unwrap();
+    let s1 = server.upload(&b1).unwrap();
+    server.rollout("app-1-tls", "tls", s1).unwrap();
+    wait_fleet("app 1 on tls-0", &server, &devices, || {
+        fleet::states(&server.devices().unwrap(), &ids)[0] == "Finished 1"
+    });
+    let (app, view) = device_view(&devices[0]);
+    assert_eq!(
+        (app["version"].as_str(), app["state"].as_str()),
+        (Some("1"), Some("running")),
+        "{app}"
+    );
+    assert!(
+        view["server"].as_str().unwrap().starts_with("https://"),
+        "{view}"
+    );
+    assert_eq!(view["last_error"], Value::Null, "{view}");
+    // The refused ones: each has tried (and failed) more than once by now.
+    for (i, says) in [
+        (
+            1,
+            &["TLS: the server's certificate failed verification: "][..],
+        ),
+        // uvicorn closes the session without the alert (which s_server sends: fetch/tls.rs).
+        (
+            2,
+            &[
+                "TLS: the server closed the session without answering",
+                "cert_file",
+            ][..],
+        ),
+    ] {
+        wait_until(
+            &format!("tls-{i} tried twice"),
+            Duration::from_secs(120),
+            || devices[i].json(&["status"])["fleet"]["polls"].as_u64() >= Some(2),
+        );
+        let (app, view) = device_view(&devices[i]);
+        let e = view["last_error"].as_str().unwrap_or_default();
+        assert!(says.iter().all(|s| e.contains(s)), "tls-{i}: {view}");
+        assert_eq!(view["last_poll"], Value::Null, "tls-{i}: {view}");
+        assert_eq!(app, Value::Null, "tls-{i}");
+    }
+    let known: Vec<String> = server
+        .devices()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert_eq!(
+        known,
+        ["tls-0"],
+        "only the device that passed TLS reached gooseBit"
+    );
+    for d in &mut devices {
+        d.stop_daemon();
+    }
+    drop(server);
+    drop(net);
+}
+
 /// Waits up to 5 minutes for `cond`; on a timeout, the server's records and the first
 /// device's log say why.
 fn wait_fleet(what: &str, server: &Goosebit, devices: &[Sandbox], mut cond: impl FnMut() -> bool) {

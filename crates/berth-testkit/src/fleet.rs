@@ -87,6 +87,30 @@ pub fn network(server: &str, devices: Vec<String>) -> Result<FleetNet, String> {
     Ok(net)
 }
 
+/// A test PKI made with the openssl program in `dir`: `ca.pem` (and `ca.key`), `srv.pem` +
+/// `srv.key` for [`SERVER_IP`], `dev.pem` + `dev.key` (a device's client certificate, from
+/// the same CA), and `other.pem`, a CA that signed none of them.
+pub fn make_pki(dir: &Path) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+    sh(&format!(
+        "cd {d} && for ca in ca other; do openssl req -x509 {key} -days 2 -keyout $ca.key          -out $ca.pem -subj /CN=berth-test-$ca 2>&1 || exit 1; done &&          echo subjectAltName=IP:{SERVER_IP} > srv.ext && echo subjectAltName=DNS:dev > dev.ext &&          for who in srv dev; do openssl req {key} -keyout $who.key -out $who.csr          -subj /CN=$who 2>&1 && openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key          -CAcreateserial -days 2 -extfile $who.ext -out $who.pem 2>&1 || exit 1; done",
+        d = dir.display()
+    ))
+    .map(|_| ())
+}
+
+/// gooseBit over TLS: its certificate and key, and the CA client certificates must come
+/// from (None: none asked for).
+pub struct ServerTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+    pub client_ca: Option<PathBuf>,
+    /// The client certificate and key the harness's own calls use when one is asked for.
+    pub client: Option<(PathBuf, PathBuf)>,
+}
+
 /// gooseBit in a namespace, on a fresh SQLite database made by its migrations.
 pub struct Goosebit {
     child: Child,
@@ -94,6 +118,7 @@ pub struct Goosebit {
     pub port: u16,
     pub dir: PathBuf,
     token: String,
+    tls: Option<ServerTls>,
 }
 
 impl Drop for Goosebit {
@@ -116,6 +141,18 @@ impl Goosebit {
         dir: &Path,
         poll: &str,
         hardware: &[(&str, &str)],
+    ) -> Result<Goosebit, String> {
+        Goosebit::start_tls(venv, ns, dir, poll, hardware, None)
+    }
+
+    /// [`Goosebit::start`], serving https:// when `tls` is set (uvicorn's TLS).
+    pub fn start_tls(
+        venv: &Path,
+        ns: &str,
+        dir: &Path,
+        poll: &str,
+        hardware: &[(&str, &str)],
+        tls: Option<ServerTls>,
     ) -> Result<Goosebit, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let site = sh(&format!(
@@ -188,8 +225,20 @@ impl Goosebit {
                 "--port",
             ])
             .arg(port.to_string())
-            .args(["--log-level", "warning"])
-            .stdin(Stdio::null())
+            .args(["--log-level", "warning"]);
+        if let Some(t) = &tls {
+            c.arg("--ssl-certfile")
+                .arg(&t.cert)
+                .arg("--ssl-keyfile")
+                .arg(&t.key);
+            if let Some(ca) = &t.client_ca {
+                // 2: ssl.CERT_REQUIRED.
+                c.arg("--ssl-ca-certs")
+                    .arg(ca)
+                    .args(["--ssl-cert-reqs", "2"]);
+            }
+        }
+        c.stdin(Stdio::null())
             .stdout(log.try_clone().map_err(|e| e.to_string())?)
             .stderr(log);
         env(&mut c);
@@ -200,6 +249,7 @@ impl Goosebit {
             port,
             dir: dir.to_path_buf(),
             token: String::new(),
+            tls,
         };
         let t0 = Instant::now();
         // Any answer: before its first user, gooseBit sends everything to /setup.
@@ -230,15 +280,20 @@ impl Goosebit {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{SERVER_IP}:{}{path}", self.port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://{SERVER_IP}:{}{path}", self.port)
     }
 
     fn try_curl(&self, args: &[&str]) -> Result<String, String> {
-        let o = Command::new("ip")
-            .args(["netns", "exec", &self.ns, "curl", "-sS", "--max-time", "60"])
-            .args(args)
-            .output()
-            .map_err(|e| e.to_string())?;
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.ns, "curl", "-sS", "--max-time", "60"]);
+        if let Some(t) = &self.tls {
+            c.arg("--cacert").arg(&t.ca);
+            if let Some((cert, key)) = &t.client {
+                c.arg("--cert").arg(cert).arg("--key").arg(key);
+            }
+        }
+        let o = c.args(args).output().map_err(|e| e.to_string())?;
         if !o.status.success() {
             return Err(format!(
                 "curl {args:?}: {}",
