@@ -9,7 +9,10 @@
 //! - bytes per device for each of the three (both directions, IP level);
 //! - requests per device per idle poll, and so per hour at the default 5-minute poll;
 //! - the daemon's RSS with the client polling, beside the same daemon without `[fleet]`;
-//! - gooseBit's RSS and its CPU time per DDI request (how many polls one core answers).
+//! - gooseBit's RSS and its CPU time per DDI request (how many polls one core answers);
+//! - the same idle polls over https:// (uvicorn's TLS in front of gooseBit, client
+//!   certificates asked for): bytes and CPU per poll, the daemon's and its `openssl
+//!   s_client`'s, and that program's peak RSS.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -108,6 +111,45 @@ fn cpu_s(pid: u32) -> f64 {
     let t = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
     // Fields 14 and 15 of stat(5), counted after the name.
     (t(11) + t(12)) / 100.0
+}
+
+/// CPU seconds of a process itself and of its waited-for children (cutime + cstime).
+fn cpu_split(pid: u32) -> (f64, f64) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let rest = stat.rsplit_once(')').map_or("", |x| x.1);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let t = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
+    ((t(11) + t(12)) / 100.0, (t(13) + t(14)) / 100.0)
+}
+
+fn cpu_of(devices: &[Sandbox]) -> Vec<(f64, f64)> {
+    devices
+        .iter()
+        .map(|sb| daemon_pid(sb).map_or((0.0, 0.0), cpu_split))
+        .collect()
+}
+
+/// Mean CPU milliseconds per poll, the daemons' own and their children's, between two
+/// samples `window_s` apart; and the resolution (one clock tick over all the polls).
+fn cpu_per_poll(before: &[(f64, f64)], after: &[(f64, f64)], window_s: f64) -> (f64, f64, f64) {
+    let polls = window_s / POLL_S as f64 * before.len().max(1) as f64;
+    let sum = |f: fn(&(f64, f64)) -> f64| {
+        after.iter().map(f).sum::<f64>() - before.iter().map(f).sum::<f64>()
+    };
+    (
+        sum(|c| c.0) * 1000.0 / polls,
+        sum(|c| c.1) * 1000.0 / polls,
+        10.0 / polls,
+    )
+}
+
+/// CPU ms, or "< resolution" when no clock tick was counted.
+fn cpu_ms(v: f64, resolution: f64) -> String {
+    if v < resolution / 2.0 {
+        format!("< {resolution:.2} ms")
+    } else {
+        format!("{v:.2} ms")
+    }
 }
 
 fn rss_kib(pid: u32) -> u64 {
@@ -315,11 +357,13 @@ impl Suite for Fleet {
         progress!("fleet: idle polls");
         std::thread::sleep(Duration::from_secs(POLL_S * 2));
         let (c0, cpu0, t0) = (counters(&net.server)?, cpu_s(server.pid()), Instant::now());
+        let dev_cpu0 = cpu_of(&devices);
         let idle_window = Duration::from_secs(if ctx.quick { POLL_S * 4 } else { POLL_S * 12 });
         std::thread::sleep(idle_window);
         let idle = minus(counters(&net.server)?, c0);
         let idle_cpu = cpu_s(server.pid()) - cpu0;
         let window_s = t0.elapsed().as_secs_f64();
+        let http_cpu = cpu_per_poll(&dev_cpu0, &cpu_of(&devices), window_s);
         let polls_expected = n as f64 * window_s / POLL_S as f64;
         let req_per_poll = idle.ddi_syn as f64 / polls_expected;
         let req_per_hour = req_per_poll * 3600.0 / DEFAULT_POLL_S as f64;
@@ -424,6 +468,9 @@ impl Suite for Fleet {
         }
         drop(devices);
         drop(server);
+        let k = n.min(10);
+        progress!("fleet: idle polls over TLS, {k} devices");
+        let tls = tls_idle(ctx, &venv, &vendor, &net, k, idle_window)?;
         drop(net);
 
         let mut t = Table::new(&[
@@ -486,6 +533,10 @@ impl Suite for Fleet {
                 "… private memory with [fleet] / without",
                 format!("{:.0} / {private_plain} KiB", mean(&private_fleet)),
             ),
+            (
+                "daemon CPU per poll (its own)",
+                cpu_ms(http_cpu.0, http_cpu.2),
+            ),
             ("gooseBit RSS", format!("{server_rss} KiB")),
             (
                 "gooseBit CPU per DDI request",
@@ -517,6 +568,7 @@ impl Suite for Fleet {
                     table: idle_t,
                     notes: Vec::new(),
                 },
+                tls.section(bytes_per_poll, http_cpu),
             ],
             raw: json!({
                 "devices": n, "poll_s": POLL_S, "rounds": rounds,
@@ -525,9 +577,202 @@ impl Suite for Fleet {
                          "bytes_per_device_per_poll": bytes_per_poll},
                 "daemon_rss_kib": {"fleet": rss_fleet, "plain": rss_plain},
                 "daemon_private_kib": {"fleet": private_fleet, "plain": private_plain},
+                "daemon_cpu_ms_per_poll": http_cpu.0,
+                "tls": tls.raw(),
                 "server": {"rss_kib": server_rss, "cpu_ms_per_request": cpu_per_req_ms},
                 "rollout_s": rounds.iter().map(|r| r["rollout_s"].clone()).collect::<Vec<_>>(),
             }),
         })
     }
+}
+
+/// The idle polls over https://.
+struct TlsIdle {
+    devices: usize,
+    window_s: f64,
+    requests_per_poll: f64,
+    bytes_per_poll: f64,
+    /// The daemons' own CPU and their openssl children's, ms per poll, and the resolution.
+    cpu_ms: (f64, f64, f64),
+    openssl_peak_rss_kib: u64,
+}
+
+impl TlsIdle {
+    fn raw(&self) -> Value {
+        json!({
+            "devices": self.devices, "window_s": self.window_s,
+            "requests_per_device_per_poll": self.requests_per_poll,
+            "bytes_per_device_per_poll": self.bytes_per_poll,
+            "daemon_cpu_ms_per_poll": self.cpu_ms.0, "openssl_cpu_ms_per_poll": self.cpu_ms.1,
+            "openssl_peak_rss_kib": self.openssl_peak_rss_kib,
+        })
+    }
+
+    fn section(&self, http_bytes: f64, http_cpu: (f64, f64, f64)) -> Section {
+        let mut t = Table::new(&["per idle poll", "http://", "https:// (client certificate)"]);
+        t.row(vec![
+            "bytes (both ways, IP)".into(),
+            format!("{http_bytes:.0}"),
+            format!("{:.0}", self.bytes_per_poll),
+        ]);
+        t.row(vec![
+            "requests".into(),
+            "1".into(),
+            format!("{:.2}", self.requests_per_poll),
+        ]);
+        t.row(vec![
+            "daemon CPU (its own)".into(),
+            cpu_ms(http_cpu.0, http_cpu.2),
+            cpu_ms(self.cpu_ms.0, self.cpu_ms.2),
+        ]);
+        t.row(vec![
+            "openssl s_client CPU".into(),
+            "-".into(),
+            cpu_ms(self.cpu_ms.1, self.cpu_ms.2),
+        ]);
+        t.row(vec![
+            "openssl s_client peak RSS (one request)".into(),
+            "-".into(),
+            format!("{} KiB", self.openssl_peak_rss_kib),
+        ]);
+        Section {
+            title: format!("fleet: idle polls over TLS ({} devices)", self.devices),
+            table: t,
+            notes: vec![format!(
+                "gooseBit behind uvicorn's TLS asking for client certificates (a test CA made with openssl; P-256 keys), the devices with `ca_file`, `cert_file`, `key_file`; each request is one `openssl s_client` session (a full handshake: berth keeps no session); CPU from the daemons' /proc stat (utime+stime, and cutime+cstime for the openssl children they waited for) over {:.0} s; the peak RSS from GNU time around one request",
+                self.window_s
+            )],
+        }
+    }
+}
+
+/// `k` devices polling an https:// gooseBit (client certificates asked for) for `window`.
+fn tls_idle(
+    ctx: &mut Ctx,
+    venv: &std::path::Path,
+    vendor: &Sandbox,
+    net: &fleet::FleetNet,
+    k: usize,
+    window: Duration,
+) -> Result<TlsIdle> {
+    let pki = vendor.dir.join("pki");
+    fleet::make_pki(&pki)?;
+    let server = Goosebit::start_tls(
+        venv,
+        &net.server,
+        &vendor.dir.join("goosebit-tls"),
+        &format!("00:00:{POLL_S:02}"),
+        &[],
+        Some(fleet::ServerTls {
+            cert: pki.join("srv.pem"),
+            key: pki.join("srv.key"),
+            ca: pki.join("ca.pem"),
+            client_ca: Some(pki.join("ca.pem")),
+            client: Some((pki.join("dev.pem"), pki.join("dev.key"))),
+        }),
+    )?;
+    let tls = format!(
+        "ca_file = \"{0}/ca.pem\"\ncert_file = \"{0}/dev.pem\"\nkey_file = \"{0}/dev.key\"\n",
+        pki.display()
+    );
+    let mut devices = Vec::new();
+    for (i, ns) in net.devices.iter().take(k).enumerate() {
+        let mut sb = ctx
+            .sb
+            .nested(&format!("ft{i}"), "2s", crate::sandbox::UNCAPPED_POLICY)?;
+        let token = sb.dir.join("fleet.token");
+        std::fs::write(&token, format!("bench-tls-token-{i}\n")).map_err(|e| e.to_string())?;
+        sb.write_config(&format!(
+            "{}[fleet]\nserver = \"{}\"\ncontroller_id = \"ft{i}\"\ntoken_file = \"{}\"\n{tls}",
+            crate::sandbox::UNCAPPED_POLICY,
+            server.url(""),
+            token.display()
+        ))?;
+        sb.daemon_netns = Some(ns.clone());
+        sb.start_daemon()?;
+        devices.push(sb);
+    }
+    let ids: Vec<String> = (0..k).map(|i| format!("ft{i}")).collect();
+    poll(
+        Duration::from_secs(300),
+        Duration::from_millis(500),
+        "every TLS device registered",
+        || {
+            let d = server.devices().ok()?;
+            fleet::states(&d, &ids)
+                .iter()
+                .all(|s| s.starts_with("Registered"))
+                .then_some(())
+        },
+    )?;
+    std::thread::sleep(Duration::from_secs(POLL_S * 2));
+    let (c0, cpu0, t0) = (counters(&net.server)?, cpu_of(&devices), Instant::now());
+    std::thread::sleep(window);
+    let c = minus(counters(&net.server)?, c0);
+    let cpu1 = cpu_of(&devices);
+    let window_s = t0.elapsed().as_secs_f64();
+    let polls = k as f64 * window_s / POLL_S as f64;
+    // One session as the daemon runs it, under GNU time.
+    let rss_file = vendor.dir.join("openssl-rss");
+    let request = format!(
+        "GET /DEFAULT/controller/v1/ft0 HTTP/1.1\r\nHost: {SERVER_IP}:{port}\r\nAuthorization: TargetToken bench-tls-token-0\r\nConnection: close\r\n\r\n",
+        port = server.port
+    );
+    let mut time = Command::new("ip");
+    time.args([
+        "netns",
+        "exec",
+        &net.devices[0],
+        "/usr/bin/time",
+        "-f",
+        "%M",
+        "-o",
+    ])
+    .arg(&rss_file)
+    .args([
+        "openssl",
+        "s_client",
+        "-quiet",
+        "-verify_return_error",
+        "-connect",
+    ])
+    .arg(format!("{SERVER_IP}:{}", server.port))
+    .args(["-verify_ip", SERVER_IP, "-CAfile"])
+    .arg(pki.join("ca.pem"))
+    .arg("-cert")
+    .arg(pki.join("dev.pem"))
+    .arg("-key")
+    .arg(pki.join("dev.key"))
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    let mut child = time
+        .spawn()
+        .map_err(|e| format!("/usr/bin/time (Debian package time): {e}"))?;
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), request.as_bytes())
+        .map_err(|e| e.to_string())?;
+    drop(child.stdin.take());
+    let out = child.wait_with_output().map_err(|e| e.to_string())?;
+    if !String::from_utf8_lossy(&out.stdout).starts_with("HTTP/1.1 200") {
+        return Err(format!(
+            "openssl s_client to gooseBit: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+        .into());
+    }
+    let openssl_peak_rss_kib = std::fs::read_to_string(&rss_file)
+        .ok()
+        .and_then(|s| s.lines().last().and_then(|l| l.trim().parse().ok()))
+        .ok_or("GNU time gave no peak RSS for openssl s_client")?;
+    for sb in &mut devices {
+        sb.stop_daemon();
+    }
+    Ok(TlsIdle {
+        devices: k,
+        window_s,
+        requests_per_poll: c.ddi_syn as f64 / polls,
+        bytes_per_poll: c.bytes as f64 / polls,
+        cpu_ms: cpu_per_poll(&cpu0, &cpu1, window_s),
+        openssl_peak_rss_kib,
+    })
 }
