@@ -116,7 +116,7 @@ Architecture: ${arch}
 Maintainer: berth maintainers <maintainers@users.noreply.a-seed-d5e7bddf.example>
 Installed-Size: ${size}
 Depends: libc6 (>= ${glibc}), libgcc-s1, lxc, squashfs-tools, nftables, iproute2
-Recommends: e2fsprogs, dnsmasq-base, zstd
+Recommends: e2fsprogs, dnsmasq-base, zstd, openssl
 Suggests: signify-openbsd
 Section: admin
 Priority: optional

@@ -52,5 +52,6 @@ CONFFILES:${PN} = "${sysconfdir}/berth/berth.toml"
 
 # liblxc is loaded at run time; nft and ip serve the network modes other than "none".
 RDEPENDS:${PN} = "iproute2 lxc nftables"
+# openssl-bin: the TLS session to an https:// [fleet] server (docs/fleet.md).
 RRECOMMENDS:${PN} = "kernel-module-bridge kernel-module-loop kernel-module-nf-tables \
-    kernel-module-overlay kernel-module-squashfs kernel-module-veth"
+    kernel-module-overlay kernel-module-squashfs kernel-module-veth openssl-bin"
