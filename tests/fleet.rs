@@ -117,9 +117,7 @@ fn a_staged_rollout_over_a_simulated_fleet() {
     }
     let ids: Vec<String> = (0..n).map(|i| format!("dev-{i}")).collect();
     wait_until("every device registered", Duration::from_secs(120), || {
-        fleet::states(&server.devices().unwrap(), &ids)
-            .iter()
-            .all(|s| s.starts_with("Registered"))
+        server.registered(&ids).is_some()
     });
     let (canary, main) = ids.split_at(canaries);
     server.feed(canary, "canary").unwrap();
@@ -297,13 +295,7 @@ fn a_tls_fleet_server_with_client_certificates() {
         &vendor.dir.join("goosebit"),
         "00:00:02",
         &[("berth-test", "1")],
-        Some(fleet::ServerTls {
-            cert: pki.join("srv.pem"),
-            key: pki.join("srv.key"),
-            ca: pki.join("ca.pem"),
-            client_ca: Some(pki.join("ca.pem")),
-            client: Some((pki.join("dev.pem"), pki.join("dev.key"))),
-        }),
+        Some(fleet::ServerTls::mutual(&pki)),
     )
     .unwrap_or_else(|e| panic!("gooseBit over TLS: {e}"));
     assert!(server.url("").starts_with("https://"));

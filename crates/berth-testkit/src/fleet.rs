@@ -111,6 +111,20 @@ pub struct ServerTls {
     pub client: Option<(PathBuf, PathBuf)>,
 }
 
+impl ServerTls {
+    /// The server of [`make_pki`]'s `dir`, asking for client certificates from its CA; the
+    /// harness shows the device certificate.
+    pub fn mutual(pki: &Path) -> ServerTls {
+        ServerTls {
+            cert: pki.join("srv.pem"),
+            key: pki.join("srv.key"),
+            ca: pki.join("ca.pem"),
+            client_ca: Some(pki.join("ca.pem")),
+            client: Some((pki.join("dev.pem"), pki.join("dev.key"))),
+        }
+    }
+}
+
 /// gooseBit in a namespace, on a fresh SQLite database made by its migrations.
 pub struct Goosebit {
     child: Child,
@@ -357,6 +371,15 @@ impl Goosebit {
             .as_array()
             .cloned()
             .unwrap_or_default())
+    }
+
+    /// Whether every one of `ids` has registered (for a poll loop: None while not).
+    pub fn registered(&self, ids: &[String]) -> Option<()> {
+        let d = self.devices().ok()?;
+        states(&d, ids)
+            .iter()
+            .all(|s| s.starts_with("Registered"))
+            .then_some(())
     }
 
     /// Puts `ids` in `feed` (gooseBit's groups).

@@ -337,13 +337,7 @@ impl Suite for Fleet {
             Duration::from_secs(300),
             Duration::from_millis(500),
             "every device registered",
-            || {
-                let d = server.devices().ok()?;
-                fleet::states(&d, &ids)
-                    .iter()
-                    .all(|s| s.starts_with("Registered"))
-                    .then_some(())
-            },
+            || server.registered(&ids),
         )?;
         let started_s = t_start.elapsed().as_secs_f64();
         server.feed(&ids, "all")?;
@@ -663,13 +657,7 @@ fn tls_idle(
         &vendor.dir.join("goosebit-tls"),
         &format!("00:00:{POLL_S:02}"),
         &[],
-        Some(fleet::ServerTls {
-            cert: pki.join("srv.pem"),
-            key: pki.join("srv.key"),
-            ca: pki.join("ca.pem"),
-            client_ca: Some(pki.join("ca.pem")),
-            client: Some((pki.join("dev.pem"), pki.join("dev.key"))),
-        }),
+        Some(fleet::ServerTls::mutual(&pki)),
     )?;
     let tls = format!(
         "ca_file = \"{0}/ca.pem\"\ncert_file = \"{0}/dev.pem\"\nkey_file = \"{0}/dev.key\"\n",
@@ -697,13 +685,7 @@ fn tls_idle(
         Duration::from_secs(300),
         Duration::from_millis(500),
         "every TLS device registered",
-        || {
-            let d = server.devices().ok()?;
-            fleet::states(&d, &ids)
-                .iter()
-                .all(|s| s.starts_with("Registered"))
-                .then_some(())
-        },
+        || server.registered(&ids),
     )?;
     std::thread::sleep(Duration::from_secs(POLL_S * 2));
     let (c0, cpu0, t0) = (counters(&net.server)?, cpu_of(&devices), Instant::now());
