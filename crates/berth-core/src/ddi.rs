@@ -138,7 +138,11 @@ pub struct Artifact {
     /// When the server gives one (hawkBit does; gooseBit gives sha1 only): checked after the
     /// download. Trust never rests on it: the bundle's signature decides.
     pub sha256: Option<String>,
+    /// hawkBit's `download-http` (plain), else `download`.
     pub href: String,
+    /// hawkBit's `download` (its https:// link) when it also gave `download-http`: what a
+    /// device talking to an https:// server fetches.
+    pub secure_href: Option<String>,
 }
 
 /// A `deploymentBase` action.
@@ -212,9 +216,16 @@ pub fn parse_deployment(body: &[u8]) -> Result<Deployment, DdiError> {
                 .to_string();
             let links = a.get("_links").cloned().unwrap_or(Value::Null);
             // hawkBit: download-http (plain) and download (https); gooseBit: download.
-            let href = href(&links, "download-http")
-                .or_else(|| href(&links, "download"))
-                .ok_or_else(|| bad(W, format!("artifact {filename:?} has no download link")))?;
+            let secure = href(&links, "download");
+            let (href, secure_href) = match href(&links, "download-http") {
+                Some(plain) => (plain, secure),
+                None => (
+                    secure.ok_or_else(|| {
+                        bad(W, format!("artifact {filename:?} has no download link"))
+                    })?,
+                    None,
+                ),
+            };
             let sha256 = a
                 .pointer("/hashes/sha256")
                 .and_then(Value::as_str)
@@ -232,6 +243,7 @@ pub fn parse_deployment(body: &[u8]) -> Result<Deployment, DdiError> {
                 size: a.get("size").and_then(Value::as_u64),
                 sha256,
                 href,
+                secure_href,
             });
         }
     }
@@ -522,6 +534,7 @@ mod tests {
         assert_eq!(d.version.as_deref(), Some("42"));
         let a = bundle_artifact(&d).unwrap();
         assert_eq!(a.href, "http://h/a");
+        assert_eq!(a.secure_href.as_deref(), Some("https://h/a"));
         assert_eq!(a.size, Some(3));
         assert!(a.sha256.as_deref().unwrap().starts_with("abcdef"));
         // gooseBit's shape: numeric-looking string id, sha1 only, a `download` link.

@@ -192,6 +192,21 @@ pub fn poll(fds: &[(RawFd, i16)], timeout_ms: i32) -> io::Result<Vec<i16>> {
     Ok(p.iter().map(|p| p.revents).collect())
 }
 
+/// `cmd`'s process gets SIGKILL when the thread that spawns it dies (the daemon killed
+/// mid-request): a helper never outlives the daemon that waits for it.
+pub fn kill_with_parent(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the forked child before exec and makes one raw syscall.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 pub const POLLIN: i16 = libc::POLLIN;
 pub const POLLOUT: i16 = libc::POLLOUT;
 pub const POLLHUP: i16 = libc::POLLHUP;

@@ -79,9 +79,16 @@ pub enum FetchError {
     },
     #[error("{url}: too many redirects (more than {MAX_REDIRECTS})")]
     TooManyRedirects { url: String },
-    #[error(
-        "{url}: redirect to {location} refused: berth follows redirects to http:// (and, with \
-         [fleet] TLS, to https://; from https://, to https:// only)"
+    #[cfg_attr(
+        feature = "fleet",
+        error(
+            "{url}: redirect to {location} refused: berth follows redirects to http:// (and, \
+             with [fleet] TLS, to https://; from https://, to https:// only)"
+        )
+    )]
+    #[cfg_attr(
+        not(feature = "fleet"),
+        error("{url}: redirect to {location} refused: berth follows only http:// redirects")
     )]
     RedirectRefused { url: String, location: String },
     #[error("{url}: truncated: {}", truncation(*.got, *.expected))]
@@ -632,7 +639,7 @@ impl Fetcher {
         let method = ask.call.map_or("GET", |c| c.method);
         let mut interim = 0;
         let head = loop {
-            let head = self.read_head(reader, &full)?;
+            let head = self.read_head(reader, &full, body)?;
             // 1xx are interim answers (100 Continue); the real one follows.
             if !(100..200).contains(&head.status) {
                 break head;
@@ -740,7 +747,27 @@ impl Fetcher {
                 body.report(false);
                 self.read_plain(reader, body, Some(whole))
             }
-            Framing::Close => self.read_plain(reader, body, None),
+            Framing::Close => {
+                let read = self.read_plain(reader, body, None);
+                // Over TLS the body is whole only if the session ended properly: a cut
+                // connection is not the server's end of the answer.
+                #[cfg(feature = "fleet")]
+                let read = read.and_then(|()| {
+                    let cut = match reader.get_mut() {
+                        Conn::Tls(t) => !t.closed_cleanly(),
+                        Conn::Tcp(_) => false,
+                    };
+                    match cut {
+                        true => Err(FetchError::Truncated {
+                            url: full.clone(),
+                            got: body.done,
+                            expected: None,
+                        }),
+                        false => Ok(()),
+                    }
+                });
+                read
+            }
         }
         .map(|()| Got::Done(answer))
     }
@@ -824,13 +851,20 @@ impl Fetcher {
     }
 
     /// Reads one response head and not a byte more: what follows stays in `reader`.
-    fn read_head(&self, reader: &mut impl BufRead, url: &str) -> Result<ResponseHead, FetchError> {
+    /// Bounded by the whole fetch's deadline too: a head sent a byte at a time is given up.
+    fn read_head(
+        &self,
+        reader: &mut impl BufRead,
+        url: &str,
+        body: &Body,
+    ) -> Result<ResponseHead, FetchError> {
         let protocol = |reason: String| FetchError::Protocol {
             url: url.to_owned(),
             reason,
         };
         let mut head = Vec::new();
         loop {
+            body.check_deadline()?;
             let buf = fill(reader).map_err(|e| self.net_error(url, e))?;
             if buf.is_empty() {
                 return Err(protocol(if head.contains(&b'\n') {
@@ -1191,9 +1225,9 @@ fn parse(url: &str, https: bool) -> Result<Url, FetchError> {
     if host.is_empty() {
         return Err(bad("missing host"));
     }
-    // A host is also a program's argument (the TLS session's): never one that reads as an
-    // option.
-    if host.starts_with('-') {
+    // A host is also a program's argument (the fleet client's TLS session): never one that
+    // reads as an option.
+    if cfg!(feature = "fleet") && host.starts_with('-') {
         return Err(bad("a host may not start with '-'"));
     }
     if host.contains(':') && !authority.starts_with('[') {
@@ -1723,6 +1757,7 @@ mod tests {
             "http://h/a b",
             "http://h/a\r\nX: y",
             "http://[::1/",
+            #[cfg(feature = "fleet")]
             "http://-connect/",
             "file://relative",
             "no-scheme",

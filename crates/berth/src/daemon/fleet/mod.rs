@@ -697,15 +697,24 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
         Ok(a) => a,
         Err(e) => return finish(d, client, rec, false, vec![e.to_string()]),
     };
+    // Over TLS, hawkBit's https:// link (it gives a plain one too, which would carry no token
+    // and no privacy).
+    let href = match (client.tls, &art.secure_href) {
+        (Some(_), Some(secure)) => secure,
+        _ => &art.href,
+    };
     // http:// or https:// only (a file:// link would have the daemon read its own files);
     // the token goes to the server's own origin only.
-    let Some(origin) = fetch::origin(&art.href) else {
-        let why = format!(
-            "the artifact's link {:?} is not an http:// or https:// URL",
-            art.href
-        );
+    let Some(origin) = fetch::origin(href) else {
+        let why = format!("the artifact's link {href:?} is not an http:// or https:// URL");
         return finish(d, client, rec, false, vec![why]);
     };
+    if origin.0 && client.tls.is_none() {
+        let why = format!(
+            "the artifact's link {href:?} is https:// but the server is plain http:// (no TLS options to reach it)"
+        );
+        return finish(d, client, rec, false, vec![why]);
+    }
     let auth = client
         .auth
         .as_deref()
@@ -774,7 +783,7 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
         tls: client.tls,
     };
     let got = client.http.fetch_resume_call(
-        &art.href,
+        href,
         call,
         &mut f,
         held,

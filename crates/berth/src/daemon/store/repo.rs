@@ -277,14 +277,14 @@ pub(crate) fn update(d: &Daemon, reset_serial: bool) -> Result<Value> {
 /// than the newest this device has accepted (no way around the floor: the fleet's bundles).
 #[cfg(feature = "fleet")]
 pub(crate) fn admissible(d: &Daemon, parsed: &Index) -> Result<()> {
-    gate(d, "a fleet bundle", parsed, false)
+    gate(d, "a fleet bundle", parsed, None)
 }
 
 /// Expiry, then the serial floor: the newest serial accepted, from its own record and from
 /// the cached index (an index cached by an older berth, which kept no record).
-/// `reset_serial`: the operator's `berth update --reset-serial` lets an older serial of
-/// `base` through, logged.
-fn gate(d: &Daemon, base: &str, parsed: &Index, reset_serial: bool) -> Result<()> {
+/// `reset_serial`: Some for `berth update`, whose `--reset-serial` (Some(true)) lets an older
+/// serial of `base` through, logged; None for a fleet bundle, which nothing lets through.
+fn gate(d: &Daemon, base: &str, parsed: &Index, reset_serial: Option<bool>) -> Result<()> {
     if parsed.expired(berth_sys::process::now_s()) {
         let e = parsed.expires.unwrap_or(0);
         return Err(Error::new(
@@ -298,11 +298,16 @@ fn gate(d: &Daemon, base: &str, parsed: &Index, reset_serial: bool) -> Result<()
     let cached = load_index(d).ok().map(|(i, _)| i.serial);
     let floor = read_serial_floor(&d.cfg).into_iter().chain(cached).max();
     if let Some(floor) = floor.filter(|f| parsed.serial < *f) {
-        if !reset_serial {
+        if reset_serial != Some(true) {
+            let advice = if reset_serial.is_some() {
+                ". To move to another repository on purpose, run berth update --reset-serial"
+            } else {
+                ""
+            };
             return Err(Error::new(
                 Kind::Rollback,
                 format!(
-                    "repository index rejected: its serial {} is older than {floor}, the newest this device has accepted; refusing a rollback (an old index is being replayed, or a mirror is out of date). To move to another repository on purpose, run berth update --reset-serial",
+                    "repository index rejected: its serial {} is older than {floor}, the newest this device has accepted; refusing a rollback (an old index is being replayed, or a mirror is out of date){advice}",
                     parsed.serial
                 ),
             ));
@@ -348,7 +353,7 @@ fn commit_index(
         signature_etag,
         unchanged,
     } = fetched;
-    gate(d, base, &parsed, reset_serial)?;
+    gate(d, base, &parsed, Some(reset_serial))?;
     let now = berth_sys::process::now_s();
     let index_text = String::from_utf8(index)
         .map_err(|_| Error::new(Kind::BadIndex, "index.json is not UTF-8"))?;
