@@ -136,6 +136,25 @@ const APPARMOR_CHECKS: &[&str] = &[
     "trusted-unloaded",
 ];
 
+/// The slab reserve module (issue 20, kmod/berth-slab), built on the host against the VM
+/// kernel's headers: loaded, configured, its bad requests refused, cleared, unloaded.
+const SLAB_CHECKS: &[&str] = &[
+    "slab-insmod",
+    "slab-set",
+    "slab-skbuff-rise",
+    "slab-kmalloc-rise",
+    "slab-refuse-unknown",
+    "slab-refuse-cap",
+    "slab-refuse-page",
+    "slab-refuse-syntax",
+    "slab-refuse-number",
+    "slab-refuse-twice",
+    "slab-state-read-only",
+    "slab-clear",
+    "slab-rmmod",
+    "slab-no-kernel-warning",
+];
+
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../..")
@@ -171,6 +190,8 @@ fn cgroup_v2_for_real_in_a_vm() {
         ("zstd", "zstd"),
         ("mksquashfs", "squashfs-tools"),
         ("busybox", "busybox-static"),
+        ("gcc", "gcc"),
+        ("make", "make"),
     ] {
         if which(tool).is_none() {
             return unavailable(&format!("missing {tool}: apt-get install {pkg}"));
@@ -244,6 +265,28 @@ fn cgroup_v2_for_real_in_a_vm() {
         stderr(&out)
     );
     boot(&scripts, &payload, &image, "", APPARMOR_CHECKS);
+
+    // The module for the image's own kernel (build.sh's manifest names it).
+    // "kernel linux-image-6.1.0-56-amd64 (6.1.0-56-amd64)"
+    let kver = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("kernel "))
+        .and_then(|k| k.split_once('(')?.1.strip_suffix(')'))
+        .map(str::to_string);
+    let payload = tmp.path("slab");
+    let mut cmd = Command::new("bash");
+    cmd.arg(scripts.join("slab/payload.sh")).arg(&payload);
+    if let Some(k) = &kver {
+        cmd.arg(k);
+    }
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "slab/payload.sh (the module built against the VM kernel's headers): {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    boot(&scripts, &payload, &image, "", SLAB_CHECKS);
     println!("image build (scripts/vm/build.sh): {build_time:.1?}");
 }
 

@@ -1,0 +1,355 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * berth-slab: free objects kept in chosen slab caches ("slab injection").
+ *
+ * A driver that allocates in atomic context (a Wi-Fi driver's socket buffers) cannot make the
+ * kernel reclaim memory for a slab cache; if a container has made the kernel use up that
+ * cache's free objects, the allocation fails and the driver may loop until the watchdog
+ * reboots the device. This module keeps a reserve of free objects in each cache named: it
+ * allocates objects until their slab pages hold the reserve, then frees every object but one
+ * per page, so the pages stay in the cache (a slab with one object in use is never given back)
+ * with their free objects ready for anyone, atomic context included.
+ *
+ * Control (root only, process context only):
+ *   /sys/module/berth_slab/parameters/caches   "NAME:OBJECTS ..." (write: replace; "" clears)
+ *   /sys/module/berth_slab/parameters/state    one line per cache:
+ *                                               NAME OBJECTS HELD PAGES OBJECT_SIZE
+ *   max_reserve (load time only)               the most objects one cache may be asked for
+ *
+ * Caches are found by name on the kernel's list of caches; a cache whose objects are larger
+ * than half a page is refused (a slab of one object holds no free object when it stays).
+ * Name only caches that live as long as the kernel (built-in ones: skbuff_head_cache,
+ * kmalloc-N): a cache a module destroys while objects are kept would be reported leaking.
+ */
+
+#include <linux/module.h>
+#include <linux/moduleparam.h>
+#include <linux/slab.h>
+/*
+ * struct kmem_cache is in slub_def.h, which slab.h does not include; its last inline helpers
+ * use mm/slab.h's struct slab, which the headers package does not ship. They are never
+ * called here: a declaration is enough for them to compile.
+ */
+struct slab {
+	unsigned int objects;
+};
+static inline void *slab_address(const struct slab *slab)
+{
+	return NULL;
+}
+#include <linux/slub_def.h>
+#include <linux/kprobes.h>
+#include <linux/mm.h>
+#include <linux/mutex.h>
+#include <linux/list.h>
+#include <linux/sort.h>
+#include <linux/string.h>
+
+#define MAX_CACHES 16
+#define NAME_LEN 64
+
+static unsigned int max_reserve = 16384;
+module_param(max_reserve, uint, 0444);
+MODULE_PARM_DESC(max_reserve, "the most free objects one cache may be asked to keep");
+
+struct reserve {
+	char name[NAME_LEN];
+	struct kmem_cache *cache;
+	unsigned int want;
+	unsigned int held;
+	unsigned int npages;
+	void **kept; /* one object on each slab page kept */
+};
+
+static struct reserve reserves[MAX_CACHES];
+static int nreserves;
+static DEFINE_MUTEX(lock);
+
+static struct list_head *caches_list;
+static struct mutex *caches_mutex;
+
+/* The kernel's list of caches and its lock: not exported, found through kallsyms (itself
+ * found with a kprobe, the one way a module can since 5.7). */
+static int resolve(void)
+{
+	typedef unsigned long (*lookup_t)(const char *);
+	struct kprobe kp = { .symbol_name = "kallsyms_lookup_name" };
+	lookup_t lookup;
+
+	if (caches_list)
+		return 0;
+	if (register_kprobe(&kp) < 0) {
+		pr_err("berth_slab: no kprobes: cannot find the kernel's slab caches\n");
+		return -ENOSYS;
+	}
+	lookup = (lookup_t)kp.addr;
+	unregister_kprobe(&kp);
+	if (!lookup)
+		return -ENOSYS;
+	caches_mutex = (struct mutex *)lookup("slab_mutex");
+	caches_list = (struct list_head *)lookup("slab_caches");
+	if (!caches_list || !caches_mutex) {
+		caches_list = NULL;
+		pr_err("berth_slab: slab_caches or slab_mutex not in kallsyms\n");
+		return -ENOSYS;
+	}
+	return 0;
+}
+
+static struct kmem_cache *find(const char *name)
+{
+	struct kmem_cache *s, *found = NULL;
+
+	mutex_lock(caches_mutex);
+	list_for_each_entry(s, caches_list, list) {
+		if (!strcmp(s->name, name)) {
+			found = s;
+			break;
+		}
+	}
+	mutex_unlock(caches_mutex);
+	return found;
+}
+
+static unsigned int objects_per_slab(struct kmem_cache *s)
+{
+	/* The low 16 bits of `oo` (order and objects) are the objects of a slab. */
+	return s->oo.x & 0xffff;
+}
+
+static int by_page(const void *a, const void *b)
+{
+	unsigned long pa = (unsigned long)virt_to_head_page(*(void *const *)a);
+	unsigned long pb = (unsigned long)virt_to_head_page(*(void *const *)b);
+
+	return pa < pb ? -1 : pa > pb;
+}
+
+static void release(struct reserve *r)
+{
+	unsigned int i;
+
+	for (i = 0; i < r->npages; i++)
+		kmem_cache_free(r->cache, r->kept[i]);
+	kvfree(r->kept);
+	r->kept = NULL;
+	r->npages = 0;
+	r->held = 0;
+}
+
+/*
+ * Allocates enough objects to fill the slab pages that will hold the reserve, sorts them by
+ * page, and on each page keeps one and frees the others: those are the free objects held.
+ * Pages past the reserve are freed whole. Process context (GFP_KERNEL): it may sleep.
+ */
+static int fill(struct reserve *r)
+{
+	unsigned int per = objects_per_slab(r->cache);
+	unsigned long total, n, i, start;
+	void **objs;
+
+	might_sleep();
+	/* Enough pages for the reserve, one more for a page others already use. */
+	total = ((unsigned long)r->want / (per - 1) + 2) * per;
+	objs = kvmalloc_array(total, sizeof(void *), GFP_KERNEL);
+	r->kept = kvmalloc_array(total / per + 1, sizeof(void *), GFP_KERNEL);
+	if (!objs || !r->kept) {
+		kvfree(objs);
+		kvfree(r->kept);
+		r->kept = NULL;
+		return -ENOMEM;
+	}
+	for (n = 0; n < total; n++) {
+		objs[n] = kmem_cache_alloc(r->cache, GFP_KERNEL | __GFP_NOWARN);
+		if (!objs[n])
+			break;
+	}
+	sort(objs, n, sizeof(void *), by_page, NULL);
+	for (start = 0; start < n; start = i) {
+		struct page *page = virt_to_head_page(objs[start]);
+		unsigned long j;
+
+		for (i = start + 1; i < n && virt_to_head_page(objs[i]) == page; i++)
+			;
+		if (r->held >= r->want || i - start < 2 || r->npages > total / per) {
+			for (j = start; j < i; j++)
+				kmem_cache_free(r->cache, objs[j]);
+			continue;
+		}
+		r->kept[r->npages++] = objs[start];
+		for (j = start + 1; j < i; j++)
+			kmem_cache_free(r->cache, objs[j]);
+		r->held += i - start - 1;
+	}
+	kvfree(objs);
+	/*
+	 * The CPUs' own slabs into the node's lists: their free objects then show in
+	 * /proc/slabinfo (which counts a CPU slab's as in use) and are there for every CPU.
+	 * Empty slabs are discarded; the pages kept are not empty.
+	 */
+	kmem_cache_shrink(r->cache);
+	pr_info("berth_slab: %s: %u free objects held on %u pages (asked %u)\n", r->name,
+		r->held, r->npages, r->want);
+	return r->held >= r->want ? 0 : -ENOMEM;
+}
+
+static void release_all(void)
+{
+	int i;
+
+	for (i = 0; i < nreserves; i++)
+		release(&reserves[i]);
+	nreserves = 0;
+}
+
+/* "NAME:OBJECTS" separated by spaces, commas or newlines; every entry is checked before any
+ * reserve changes. */
+static int set_caches(const char *val, const struct kernel_param *kp)
+{
+	struct reserve next[MAX_CACHES];
+	char *buf, *cur, *tok;
+	int n = 0, i, err;
+
+	err = resolve();
+	if (err)
+		return err;
+	buf = kstrdup(val, GFP_KERNEL);
+	if (!buf)
+		return -ENOMEM;
+	memset(next, 0, sizeof(next));
+	cur = buf;
+	err = 0;
+	while ((tok = strsep(&cur, " ,\n\t")) != NULL) {
+		char *colon;
+		struct reserve *r;
+		unsigned int size;
+
+		if (!*tok)
+			continue;
+		if (n == MAX_CACHES) {
+			pr_err("berth_slab: more than %d caches\n", MAX_CACHES);
+			err = -E2BIG;
+			break;
+		}
+		r = &next[n];
+		colon = strrchr(tok, ':');
+		if (!colon || colon == tok || strlen(tok) - strlen(colon) >= NAME_LEN) {
+			pr_err("berth_slab: %s: expected NAME:OBJECTS\n", tok);
+			err = -EINVAL;
+			break;
+		}
+		*colon = '\0';
+		strscpy(r->name, tok, NAME_LEN);
+		if (kstrtouint(colon + 1, 10, &r->want) || r->want == 0) {
+			pr_err("berth_slab: %s: %s is not a number of objects\n", r->name, colon + 1);
+			err = -EINVAL;
+			break;
+		}
+		if (r->want > max_reserve) {
+			pr_err("berth_slab: %s: %u objects is above max_reserve (%u)\n", r->name,
+			       r->want, max_reserve);
+			err = -E2BIG;
+			break;
+		}
+		for (i = 0; i < n; i++) {
+			if (!strcmp(next[i].name, r->name)) {
+				pr_err("berth_slab: %s named twice\n", r->name);
+				err = -EINVAL;
+				break;
+			}
+		}
+		if (err)
+			break;
+		r->cache = find(r->name);
+		if (!r->cache) {
+			pr_err("berth_slab: %s: no such slab cache\n", r->name);
+			err = -ENOENT;
+			break;
+		}
+		size = kmem_cache_size(r->cache);
+		if (size > PAGE_SIZE / 2 || objects_per_slab(r->cache) < 2) {
+			pr_err("berth_slab: %s: objects of %u bytes are too close to a page to keep free\n",
+			       r->name, size);
+			err = -EINVAL;
+			break;
+		}
+		n++;
+	}
+	kfree(buf);
+	if (err)
+		return err;
+	mutex_lock(&lock);
+	release_all();
+	for (i = 0; i < n; i++) {
+		reserves[i] = next[i];
+		nreserves = i + 1;
+		err = fill(&reserves[i]);
+		if (err)
+			break;
+	}
+	mutex_unlock(&lock);
+	return err;
+}
+
+static int get_caches(char *buf, const struct kernel_param *kp)
+{
+	int i, len = 0;
+
+	mutex_lock(&lock);
+	for (i = 0; i < nreserves; i++)
+		len += scnprintf(buf + len, PAGE_SIZE - len, "%s%s:%u", i ? " " : "",
+				 reserves[i].name, reserves[i].want);
+	mutex_unlock(&lock);
+	len += scnprintf(buf + len, PAGE_SIZE - len, "\n");
+	return len;
+}
+
+static int get_state(char *buf, const struct kernel_param *kp)
+{
+	int i, len = 0;
+
+	mutex_lock(&lock);
+	for (i = 0; i < nreserves; i++) {
+		struct reserve *r = &reserves[i];
+
+		len += scnprintf(buf + len, PAGE_SIZE - len, "%s %u %u %u %u\n", r->name, r->want,
+				 r->held, r->npages, kmem_cache_size(r->cache));
+	}
+	mutex_unlock(&lock);
+	return len;
+}
+
+static int refuse(const char *val, const struct kernel_param *kp)
+{
+	return -EPERM;
+}
+
+static const struct kernel_param_ops caches_ops = {
+	.set = set_caches,
+	.get = get_caches,
+};
+static const struct kernel_param_ops state_ops = {
+	.set = refuse,
+	.get = get_state,
+};
+module_param_cb(caches, &caches_ops, NULL, 0644);
+MODULE_PARM_DESC(caches, "NAME:OBJECTS ...: the caches and the free objects each keeps");
+module_param_cb(state, &state_ops, NULL, 0444);
+MODULE_PARM_DESC(state, "NAME OBJECTS HELD PAGES OBJECT_SIZE per cache");
+
+static int __init berth_slab_init(void)
+{
+	return resolve();
+}
+
+static void __exit berth_slab_exit(void)
+{
+	mutex_lock(&lock);
+	release_all();
+	mutex_unlock(&lock);
+}
+
+module_init(berth_slab_init);
+module_exit(berth_slab_exit);
+MODULE_LICENSE("GPL");
+MODULE_DESCRIPTION("berth: free objects kept in chosen slab caches for atomic allocations");
