@@ -16,10 +16,13 @@
  *                                               NAME OBJECTS HELD PAGES OBJECT_SIZE
  *   max_reserve (load time only)               the most objects one cache may be asked for
  *
- * Caches are found by name on the kernel's list of caches; a cache whose objects are larger
- * than half a page is refused (a slab of one object holds no free object when it stays).
- * Name only caches that live as long as the kernel (built-in ones: skbuff_head_cache,
- * kmalloc-N): a cache a module destroys while objects are kept would be reported leaking.
+ * Caches are found by name on the kernel's list of caches. Only caches that live as long as
+ * the kernel are taken (the kmalloc-N families and the socket buffers' caches): a cache a
+ * module destroys while objects are kept would leak. A cache whose objects are larger than
+ * half a page is refused (a slab of one object holds no free object when it stays).
+ * A write is checked whole before anything changes; a fill that fails (no memory) leaves no
+ * reserve at all. `caches=` given to insmod is applied by the module's init, so a load that
+ * fails keeps nothing.
  */
 
 #include <linux/module.h>
@@ -47,6 +50,8 @@ static inline void *slab_address(const struct slab *slab)
 
 #define MAX_CACHES 16
 #define NAME_LEN 64
+/* The largest max_reserve accepted at load: 1M objects (256 MiB of kmalloc-256). */
+#define RESERVE_LIMIT (1U << 20)
 
 static unsigned int max_reserve = 16384;
 module_param(max_reserve, uint, 0444);
@@ -64,6 +69,9 @@ struct reserve {
 static struct reserve reserves[MAX_CACHES];
 static int nreserves;
 static DEFINE_MUTEX(lock);
+/* Before init: `caches=` from insmod, kept for init. After exit began: writes refused. */
+static bool live, exiting;
+static char *pending;
 
 static struct list_head *caches_list;
 static struct mutex *caches_mutex;
@@ -111,6 +119,13 @@ static struct kmem_cache *find(const char *name)
 	return found;
 }
 
+/* Caches built into the kernel, which are never destroyed. */
+static bool lasting(const char *name)
+{
+	return !strncmp(name, "kmalloc-", 8) || !strncmp(name, "dma-kmalloc-", 12) ||
+	       !strcmp(name, "skbuff_head_cache") || !strcmp(name, "skbuff_fclone_cache");
+}
+
 static unsigned int objects_per_slab(struct kmem_cache *s)
 {
 	/* The low 16 bits of `oo` (order and objects) are the objects of a slab. */
@@ -142,17 +157,19 @@ static void release(struct reserve *r)
  * page, and on each page keeps one and frees the others: those are the free objects held.
  * Pages past the reserve are freed whole. Process context (GFP_KERNEL): it may sleep.
  */
-static int fill(struct reserve *r)
+static noinline int fill(struct reserve *r)
 {
 	unsigned int per = objects_per_slab(r->cache);
 	unsigned long total, n, i, start;
 	void **objs;
 
 	might_sleep();
+	if (per < 2)
+		return -EINVAL;
 	/* Enough pages for the reserve, one more for a page others already use. */
 	total = ((unsigned long)r->want / (per - 1) + 2) * per;
-	objs = kvmalloc_array(total, sizeof(void *), GFP_KERNEL);
-	r->kept = kvmalloc_array(total / per + 1, sizeof(void *), GFP_KERNEL);
+	objs = kvmalloc_array(total, sizeof(void *), GFP_KERNEL | __GFP_NOWARN);
+	r->kept = kvmalloc_array(total / per + 1, sizeof(void *), GFP_KERNEL | __GFP_NOWARN);
 	if (!objs || !r->kept) {
 		kvfree(objs);
 		kvfree(r->kept);
@@ -160,7 +177,8 @@ static int fill(struct reserve *r)
 		return -ENOMEM;
 	}
 	for (n = 0; n < total; n++) {
-		objs[n] = kmem_cache_alloc(r->cache, GFP_KERNEL | __GFP_NOWARN);
+		/* No OOM kill for a reserve: it fails instead. */
+		objs[n] = kmem_cache_alloc(r->cache, GFP_KERNEL | __GFP_NOWARN | __GFP_NORETRY);
 		if (!objs[n])
 			break;
 	}
@@ -204,9 +222,9 @@ static void release_all(void)
 
 /* "NAME:OBJECTS" separated by spaces, commas or newlines; every entry is checked before any
  * reserve changes. */
-static int set_caches(const char *val, const struct kernel_param *kp)
+static int apply(const char *val)
 {
-	struct reserve next[MAX_CACHES];
+	struct reserve *next;
 	char *buf, *cur, *tok;
 	int n = 0, i, err;
 
@@ -214,9 +232,12 @@ static int set_caches(const char *val, const struct kernel_param *kp)
 	if (err)
 		return err;
 	buf = kstrdup(val, GFP_KERNEL);
-	if (!buf)
+	next = kcalloc(MAX_CACHES, sizeof(*next), GFP_KERNEL);
+	if (!buf || !next) {
+		kfree(buf);
+		kfree(next);
 		return -ENOMEM;
-	memset(next, 0, sizeof(next));
+	}
 	cur = buf;
 	err = 0;
 	while ((tok = strsep(&cur, " ,\n\t")) != NULL) {
@@ -260,6 +281,12 @@ static int set_caches(const char *val, const struct kernel_param *kp)
 		}
 		if (err)
 			break;
+		if (!lasting(r->name)) {
+			pr_err("berth_slab: %s: not a cache built into the kernel (kmalloc-N, skbuff_head_cache, skbuff_fclone_cache)\n",
+			       r->name);
+			err = -EPERM;
+			break;
+		}
 		r->cache = find(r->name);
 		if (!r->cache) {
 			pr_err("berth_slab: %s: no such slab cache\n", r->name);
@@ -276,19 +303,42 @@ static int set_caches(const char *val, const struct kernel_param *kp)
 		n++;
 	}
 	kfree(buf);
-	if (err)
+	if (err) {
+		kfree(next);
 		return err;
+	}
 	mutex_lock(&lock);
-	release_all();
-	for (i = 0; i < n; i++) {
-		reserves[i] = next[i];
-		nreserves = i + 1;
-		err = fill(&reserves[i]);
+	if (exiting) {
+		err = -ENODEV;
+	} else {
+		release_all();
+		for (i = 0; i < n && !err; i++) {
+			reserves[i] = next[i];
+			nreserves = i + 1;
+			err = fill(&reserves[i]);
+		}
+		/* All or nothing: a reserve half made is none. */
 		if (err)
-			break;
+			release_all();
 	}
 	mutex_unlock(&lock);
+	kfree(next);
 	return err;
+}
+
+static int set_caches(const char *val, const struct kernel_param *kp)
+{
+	/* From insmod, before init: kept for init, which also knows the final max_reserve. */
+	if (!live) {
+		char *copy = kstrdup(val, GFP_KERNEL);
+
+		if (!copy)
+			return -ENOMEM;
+		kfree(pending);
+		pending = copy;
+		return 0;
+	}
+	return apply(val);
 }
 
 static int get_caches(char *buf, const struct kernel_param *kp)
@@ -296,6 +346,8 @@ static int get_caches(char *buf, const struct kernel_param *kp)
 	int i, len = 0;
 
 	mutex_lock(&lock);
+	if (!live && pending)
+		len += scnprintf(buf + len, PAGE_SIZE - len, "%s", pending);
 	for (i = 0; i < nreserves; i++)
 		len += scnprintf(buf + len, PAGE_SIZE - len, "%s%s:%u", i ? " " : "",
 				 reserves[i].name, reserves[i].want);
@@ -339,12 +391,34 @@ MODULE_PARM_DESC(state, "NAME OBJECTS HELD PAGES OBJECT_SIZE per cache");
 
 static int __init berth_slab_init(void)
 {
-	return resolve();
+	int err;
+
+	if (max_reserve > RESERVE_LIMIT) {
+		pr_err("berth_slab: max_reserve %u is above %u\n", max_reserve, RESERVE_LIMIT);
+		err = -EINVAL;
+		goto out;
+	}
+	err = resolve();
+	if (err)
+		goto out;
+	live = true;
+	if (pending)
+		err = apply(pending);
+out:
+	kfree(pending);
+	pending = NULL;
+	if (err) {
+		mutex_lock(&lock);
+		release_all();
+		mutex_unlock(&lock);
+	}
+	return err;
 }
 
 static void __exit berth_slab_exit(void)
 {
 	mutex_lock(&lock);
+	exiting = true;
 	release_all();
 	mutex_unlock(&lock);
 }
