@@ -752,20 +752,15 @@ impl Fetcher {
                 // Over TLS the body is whole only if the session ended properly: a cut
                 // connection is not the server's end of the answer.
                 #[cfg(feature = "fleet")]
-                let read = read.and_then(|()| {
-                    let cut = match reader.get_mut() {
-                        Conn::Tls(t) => !t.closed_cleanly(),
-                        Conn::Tcp(_) => false,
-                    };
-                    match cut {
-                        true => Err(FetchError::Truncated {
+                if let (Ok(()), Conn::Tls(t)) = (&read, reader.get_mut()) {
+                    if !t.closed_cleanly() {
+                        return Err(FetchError::Truncated {
                             url: full.clone(),
                             got: body.done,
                             expected: None,
-                        }),
-                        false => Ok(()),
+                        });
                     }
-                });
+                }
                 read
             }
         }

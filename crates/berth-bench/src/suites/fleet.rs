@@ -103,23 +103,19 @@ fn minus(a: Count, b: Count) -> Count {
     }
 }
 
-/// CPU seconds a process has used (utime + stime).
-fn cpu_s(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let rest = stat.rsplit_once(')').map_or("", |x| x.1);
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let t = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
-    // Fields 14 and 15 of stat(5), counted after the name.
-    (t(11) + t(12)) / 100.0
-}
-
-/// CPU seconds of a process itself and of its waited-for children (cutime + cstime).
+/// CPU seconds of a process itself (utime + stime) and of its waited-for children (cutime +
+/// cstime): fields 14 to 17 of stat(5), counted after the name.
 fn cpu_split(pid: u32) -> (f64, f64) {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let rest = stat.rsplit_once(')').map_or("", |x| x.1);
     let f: Vec<&str> = rest.split_whitespace().collect();
     let t = |i: usize| f.get(i).and_then(|x| x.parse::<f64>().ok()).unwrap_or(0.0);
     ((t(11) + t(12)) / 100.0, (t(13) + t(14)) / 100.0)
+}
+
+/// CPU seconds a process has used (utime + stime).
+fn cpu_s(pid: u32) -> f64 {
+    cpu_split(pid).0
 }
 
 fn cpu_of(devices: &[Sandbox]) -> Vec<(f64, f64)> {

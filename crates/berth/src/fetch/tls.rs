@@ -85,25 +85,23 @@ fn checked(tls: &FleetTls) -> Result<u32, String> {
 
 /// The program's major version, from `openssl version`.
 fn version(tls: &FleetTls) -> Result<u32, String> {
-    {
-        let out = Command::new(&tls.openssl)
-            .arg("version")
-            .stdin(Stdio::null())
-            .stderr(Stdio::null())
-            .output()
-            .map_err(|e| {
-                format!(
-                    "cannot run {}: {e} (https:// servers need the openssl program, OpenSSL 1.1.1 or later: [fleet] openssl)",
-                    tls.openssl.display()
-                )
-            })?;
-        major(&String::from_utf8_lossy(&out.stdout)).map_err(|e| {
+    let out = Command::new(&tls.openssl)
+        .arg("version")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .map_err(|e| {
             format!(
-                "{}: {e}; https:// needs OpenSSL 1.1.1 or later ([fleet] openssl)",
+                "cannot run {}: {e} (https:// servers need the openssl program, OpenSSL 1.1.1 or later: [fleet] openssl)",
                 tls.openssl.display()
             )
-        })
-    }
+        })?;
+    major(&String::from_utf8_lossy(&out.stdout)).map_err(|e| {
+        format!(
+            "{}: {e}; https:// needs OpenSSL 1.1.1 or later ([fleet] openssl)",
+            tls.openssl.display()
+        )
+    })
 }
 
 /// The arguments for a session to `host:port` with OpenSSL `major`: the peer is verified

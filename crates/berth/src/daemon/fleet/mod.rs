@@ -193,13 +193,23 @@ impl Client<'_> {
         url: &str,
         body: Option<&str>,
     ) -> Result<Vec<u8>, fetch::FetchError> {
-        let call = Call {
+        let call = self.request(method, self.auth.as_deref(), body);
+        self.http.call(url, call, ANSWER_LIMIT)
+    }
+
+    /// A request with this server's TLS options; `auth` only for the server's own origin.
+    fn request<'c>(
+        &'c self,
+        method: &'c str,
+        auth: Option<&'c str>,
+        body: Option<&'c str>,
+    ) -> Call<'c> {
+        Call {
             method,
-            auth: self.auth.as_deref(),
+            auth,
             json: body.map(str::as_bytes),
             tls: self.tls,
-        };
-        self.http.call(url, call, ANSWER_LIMIT)
+        }
     }
 
     fn feedback(&self, id: &str, body: &str) -> Result<(), String> {
@@ -776,12 +786,7 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
             }
         }
     };
-    let call = Call {
-        method: "GET",
-        auth,
-        json: None,
-        tls: client.tls,
-    };
+    let call = client.request("GET", auth, None);
     let got = client.http.fetch_resume_call(
         href,
         call,
