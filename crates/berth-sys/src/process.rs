@@ -326,16 +326,24 @@ pub fn close_fds_except(keep: &[RawFd]) {
     }
 }
 
-/// Takes an exclusive advisory lock on `f` without waiting; false if another process holds it.
-/// Released when the file is closed (also when the holder dies).
+/// Takes an exclusive advisory lock on all of `f` (open for writing) without waiting; false if
+/// another process holds it. A POSIX record lock, the process's own: released when the
+/// process closes any descriptor of the file or dies, and never inherited by a child it
+/// forks (a `flock` lock is the open file's, and a child forked just before the holder was
+/// killed, not yet at its exec, would keep it and refuse the next daemon).
 pub fn try_lock(f: &std::fs::File) -> io::Result<bool> {
-    // SAFETY: flock on an fd owned by `f`, which outlives the call.
-    let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    // SAFETY: all-zero is a valid `struct flock`; the fields set below make it a write lock
+    // from offset 0 to the end, whatever the file's size.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_WRLCK as _;
+    l.l_whence = libc::SEEK_SET as _;
+    // SAFETY: fcntl on an fd owned by `f`, which outlives the call, with a valid `flock`.
+    let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETLK, &l) };
     if r == 0 {
         return Ok(true);
     }
     let e = io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+    if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EACCES)) {
         Ok(false)
     } else {
         Err(e)
@@ -874,6 +882,80 @@ pub fn enter_net_namespace_at(ns: &std::path::Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pipe() -> (RawFd, RawFd) {
+        let mut p = [0; 2];
+        // SAFETY: `p` has room for the two descriptors pipe(2) writes.
+        assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+        (p[0], p[1])
+    }
+
+    /// The lock is its holder's: another process cannot take it while the holder lives, and
+    /// it is free once the holder is gone though a child the holder forked lives on with the
+    /// descriptor (a daemon killed while a fork of it had not yet reached its exec).
+    #[test]
+    fn a_lock_goes_with_its_holder_not_with_the_holders_forked_child() {
+        let path = std::env::temp_dir().join(format!("berth-lock-{}", std::process::id()));
+        let f = std::fs::File::create(&path).unwrap();
+        let (keep_r, keep_w) = pipe();
+        let (quit_r, quit_w) = pipe();
+        let (ready_r, ready_w) = pipe();
+        // SAFETY: the child makes only async-signal-safe calls (close, fcntl, fork, read,
+        // write, _exit) before it exits: the test harness has other threads.
+        let holder = unsafe { libc::fork() };
+        assert!(holder >= 0);
+        if holder == 0 {
+            // SAFETY: as above; every descriptor is the child's own copy.
+            unsafe {
+                libc::close(keep_w);
+                libc::close(quit_w);
+                libc::close(ready_r);
+                let locked = u8::from(try_lock(&f).unwrap_or(false));
+                if libc::fork() == 0 {
+                    // The forked child: keeps `f` until the test closes `keep_w`.
+                    let mut b = 0u8;
+                    libc::read(keep_r, (&mut b as *mut u8).cast(), 1);
+                    libc::_exit(0);
+                }
+                libc::write(ready_w, (&locked as *const u8).cast(), 1);
+                let mut b = 0u8;
+                libc::read(quit_r, (&mut b as *mut u8).cast(), 1);
+                libc::_exit(0);
+            }
+        }
+        // SAFETY: the parent's copies of the child's ends.
+        unsafe {
+            libc::close(keep_r);
+            libc::close(quit_r);
+            libc::close(ready_w);
+        }
+        let mut locked = 0u8;
+        // SAFETY: reads one byte into `locked`.
+        let n = unsafe { libc::read(ready_r, (&mut locked as *mut u8).cast(), 1) };
+        assert_eq!((n, locked), (1, 1), "the holder took the lock");
+        let open = || std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let other = open();
+        assert!(!try_lock(&other).unwrap(), "taken while its holder lives");
+        drop(other);
+        // SAFETY: closing our write end lets the holder exit; waitpid reaps it.
+        unsafe {
+            libc::close(quit_w);
+            let mut status = 0;
+            assert_eq!(libc::waitpid(holder, &mut status, 0), holder);
+        }
+        let after = open();
+        let free = try_lock(&after).unwrap();
+        // SAFETY: lets the forked child exit (it reads end of file).
+        unsafe {
+            libc::close(keep_w);
+            libc::close(ready_r);
+        }
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            free,
+            "still held after its holder died, by the child it forked"
+        );
+    }
 
     #[test]
     fn code_ranges_are_the_never_written_read_only_file_mappings() {
