@@ -1,5 +1,6 @@
 //! A tiny logger: `LEVEL name: message` lines on stderr (the init system adds time stamps,
-//! or syslog does). `BERTH_LOG=debug|info|warn|error` sets the level (default info).
+//! or syslog does). `BERTH_LOG=debug|info|warn|error` sets the level (default info). Also
+//! where `warnln!`'s plain lines go.
 
 use std::io::Write;
 
@@ -44,4 +45,9 @@ pub(crate) fn warn_once(said: &std::sync::atomic::AtomicBool, what: std::fmt::Ar
     if !said.swap(true, std::sync::atomic::Ordering::Relaxed) {
         log::warn!("{what} (said once)");
     }
+}
+
+/// Where `warnln!` writes: what cannot be written is dropped.
+pub fn warn_line(text: std::fmt::Arguments) {
+    let _ = std::io::stderr().lock().write_fmt(text);
 }

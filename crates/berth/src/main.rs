@@ -2,6 +2,13 @@
 //! (`berth __shim`, started by the daemon), its health probes and scheduled jobs (`berth __health`) and the vendor tools (`key`, `pack`, `repo`).
 #![forbid(unsafe_code)]
 
+/// `eprintln!` that cannot panic: a standard error that has gone (`2>&1 | grep -q`) or is
+/// full loses the line, never the command's exit status (and std's panicking `eprintln!` is
+/// left out of the binary).
+macro_rules! warnln {
+    ($($t:tt)*) => { $crate::logger::warn_line(format_args!("{}\n", format_args!($($t)*))) };
+}
+
 mod cli;
 mod client;
 mod daemon;
@@ -21,7 +28,7 @@ fn main() {
         match a.into_string() {
             Ok(s) => args.push(s),
             Err(bad) => {
-                eprintln!(
+                warnln!(
                     "berth: argument {} ({bad:?}) is not valid UTF-8: names, options and paths must be\n(berth --help lists the commands)",
                     i + 1
                 );
@@ -32,7 +39,7 @@ fn main() {
     if args.first().map(String::as_str) == Some("__shim") {
         logger::init("berth-shim");
         if let Err(e) = shim::ShimArgs::from_args(&args[1..]).and_then(shim::run) {
-            eprintln!("berth-shim: {e:#}");
+            warnln!("berth-shim: {e:#}");
             std::process::exit(1);
         }
         return;
@@ -41,7 +48,7 @@ fn main() {
         match health::HealthArgs::from_args(&args[1..]) {
             Ok(a) => std::process::exit(health::run(a)),
             Err(e) => {
-                eprintln!("berth-health: {e:#}");
+                warnln!("berth-health: {e:#}");
                 std::process::exit(2);
             }
         }

@@ -355,7 +355,7 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd, traced: bool) -> i32 {
     if berth_sys::landlock::can_scope_abstract_sockets() && !crate::fault::active("landlock.absent")
     {
         if let Err(e) = berth_sys::landlock::scope_abstract_sockets() {
-            eprintln!("berth: cannot scope abstract sockets with Landlock: {e}");
+            warnln!("berth: cannot scope abstract sockets with Landlock: {e}");
             return 125;
         }
     }

@@ -94,12 +94,12 @@ fn stop_all(json: bool, sock: &Path, timeout: Option<u32>) -> Result<()> {
         match client::call(sock, "POST", "/v1/stop", Some(&body)) {
             Ok(v) => {
                 if !json {
-                    print!("{}", render::stopped(&name, &v));
+                    say!("{}", render::stopped(&name, &v));
                 }
                 stopped.push(json!({"name": name, "result": v}));
             }
             Err(e) => {
-                eprintln!("berth: stop {name}: {e:#}");
+                warnln!("berth: stop {name}: {e:#}");
                 first_error.get_or_insert(e);
             }
         }
@@ -171,10 +171,14 @@ fn json_lines(name: &str, r: &mut impl BufRead) -> Result<()> {
         }
         let text = String::from_utf8_lossy(&line);
         let v = json!({"name": name, "line": text.trim_end_matches(['\n', '\r'])});
-        if writeln!(out, "{v}").is_err() {
+        if let Err(e) = writeln!(out, "{v}") {
+            super::unwritten(e);
             return Ok(());
         }
-        let _ = out.flush();
+        if let Err(e) = out.flush() {
+            super::unwritten(e);
+            return Ok(());
+        }
     }
 }
 
@@ -198,9 +202,13 @@ fn escaped(r: &mut impl Read, raw: bool) -> Result<()> {
             }
             &shown
         };
-        if out.write_all(chunk).is_err() || n == 0 {
+        // Flushed each time, the last chunk too: a full disk is named, never lost at exit.
+        if let Err(e) = out.write_all(chunk).and_then(|()| out.flush()) {
+            super::unwritten(e);
             return Ok(());
         }
-        let _ = out.flush();
+        if n == 0 {
+            return Ok(());
+        }
     }
 }

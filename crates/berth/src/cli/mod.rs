@@ -5,6 +5,19 @@
 //! Each family reads its arguments ([`args`]), asks the daemon ([`crate::client`]), builds
 //! the text ([`render`]) and prints it.
 
+/// `print!` for the command line's answers, where `print!` would panic. A reader that has
+/// gone (`berth --json status x | grep -q running`, `| head -1`) took what it wanted: the
+/// rest is dropped and the command's own exit status stands. Any other write error (stdout
+/// on a full disk) is named and ends the command with status 1.
+macro_rules! say {
+    ($($t:tt)*) => { $crate::cli::out(format_args!($($t)*)) };
+}
+
+/// `println!`, as [`say!`] is `print!`.
+macro_rules! sayln {
+    ($($t:tt)*) => { $crate::cli::out(format_args!("{}\n", format_args!($($t)*))) };
+}
+
 mod args;
 mod check;
 mod containers;
@@ -40,7 +53,7 @@ pub fn main(args: Vec<String>) -> i32 {
         .unwrap_or_else(|| DEFAULT_CONFIG_PATH.into());
     let (g, command, args) = match args::global(args, config) {
         Ok(Line::Help) => {
-            println!("{}", usage_text());
+            sayln!("{}", usage_text());
             return 0;
         }
         Ok(Line::Run {
@@ -49,7 +62,7 @@ pub fn main(args: Vec<String>) -> i32 {
             args,
         }) => (global, command, args),
         Err(msg) => {
-            eprintln!("berth: {msg}\n{}", usage_text());
+            warnln!("berth: {msg}\n{}", usage_text());
             return 2;
         }
     };
@@ -68,6 +81,11 @@ fn report(g: &Global, e: &anyhow::Error) -> i32 {
     } else {
         1
     };
+    // Standard error first: a full standard output ends the command at the JSON.
+    warnln!("berth: error: {e:#}");
+    if code == 2 {
+        warnln!("(berth --help lists the commands)");
+    }
     if g.json {
         let (status, kind) = match e.downcast_ref::<DaemonError>() {
             Some(d) => (d.status, d.code.clone()),
@@ -75,16 +93,30 @@ fn report(g: &Global, e: &anyhow::Error) -> i32 {
             None if code == 2 => (0, "usage".to_string()),
             None => (0, "error".to_string()),
         };
-        println!(
+        sayln!(
             "{}",
             json!({"error": format!("{e:#}"), "code": kind, "status": status})
         );
     }
-    eprintln!("berth: error: {e:#}");
-    if code == 2 {
-        eprintln!("(berth --help lists the commands)");
-    }
     code
+}
+
+/// Where [`say!`] writes.
+pub(crate) fn out(text: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut o = std::io::stdout().lock();
+    if let Err(e) = o.write_fmt(text).and_then(|()| o.flush()) {
+        unwritten(e);
+    }
+}
+
+/// A write to stdout failed: a reader that has gone is no error (the caller stops writing);
+/// anything else (a full disk) ends the command with status 1, named.
+pub(crate) fn unwritten(e: std::io::Error) {
+    if e.kind() != std::io::ErrorKind::BrokenPipe {
+        warnln!("berth: cannot write to standard output: {e}");
+        std::process::exit(1);
+    }
 }
 
 fn load_config(g: &Global) -> Result<Config> {
@@ -95,7 +127,7 @@ fn load_config(g: &Global) -> Result<Config> {
 }
 
 fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    sayln!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
 }
 
 /// The daemon's answer as it is with `--json`, else as `human` words it.
@@ -103,7 +135,7 @@ fn show(json: bool, v: &Value, human: &dyn Fn(&Value) -> String) {
     if json {
         print_json(v);
     } else {
-        print!("{}", human(v));
+        say!("{}", human(v));
     }
 }
 
@@ -133,13 +165,13 @@ fn run(g: &Global, command: &str, args: &[String]) -> Result<i32> {
         #[cfg(feature = "vendor")]
         "completions" => {
             let shell = args::one_word(args, "shell (bash, zsh or fish)")?;
-            print!("{}", docs::completions(&shell)?);
+            say!("{}", docs::completions(&shell)?);
             Ok(0)
         }
         #[cfg(feature = "vendor")]
         "manpage" => {
             args::none(args, "manpage")?;
-            print!("{}", docs::manpage());
+            say!("{}", docs::manpage());
             Ok(0)
         }
         // Devices install packages, they do not make them.
@@ -160,8 +192,8 @@ fn version(json: bool) {
     match (json, lxc) {
         (true, Ok(l)) => print_json(&json!({"version": v, "liblxc": l})),
         (true, Err(e)) => print_json(&json!({"version": v, "liblxc": "", "liblxc_error": e})),
-        (false, Ok(l)) => println!("berth {v} (liblxc {l})"),
-        (false, Err(e)) => println!("berth {v} (no liblxc: {e})"),
+        (false, Ok(l)) => sayln!("berth {v} (liblxc {l})"),
+        (false, Err(e)) => sayln!("berth {v} (no liblxc: {e})"),
     }
 }
 
@@ -183,7 +215,7 @@ fn device(g: &Global, command: &str, args: &[String]) -> Result<()> {
             if g.json {
                 print_json(&v["parameters"]);
             } else {
-                print!("{}", render::tr181(&v));
+                say!("{}", render::tr181(&v));
             }
             Ok(())
         }
@@ -196,7 +228,7 @@ fn device(g: &Global, command: &str, args: &[String]) -> Result<()> {
                 let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
                 return Err(crate::client::error_from(status, &v));
             }
-            print!("{text}");
+            say!("{text}");
             Ok(())
         }
     }

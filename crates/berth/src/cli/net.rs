@@ -14,14 +14,14 @@ pub fn run(json: bool, sock: &Path, hosts: bool) -> Result<()> {
     if json {
         print_json(&v);
     } else if hosts {
-        print!(
+        say!(
             "{}",
             render::table(render::HOSTS_HEAD, render::hosts_rows(&v))
         );
     } else {
-        print!("{}", render::net(&v));
+        say!("{}", render::net(&v));
         for e in v[ERRORS].as_array().into_iter().flatten() {
-            eprintln!("warning: {}", render::cell(e));
+            warnln!("warning: {}", render::cell(e));
         }
     }
     Ok(())

@@ -58,7 +58,7 @@ fn list(json: bool, sock: &Path, which: &Lists) -> Result<()> {
         }
         print_json(&Value::Object(out));
     } else {
-        print!("{}", render::list(&v, which));
+        say!("{}", render::list(&v, which));
     }
     Ok(())
 }
@@ -83,7 +83,7 @@ fn install(json: bool, sock: &Path, names: &[String], upgrade: Option<bool>) -> 
     };
     let r = client::call_stream(sock, "POST", path, Some(&body), &mut on_event);
     if tty {
-        eprint!("\r\x1b[K");
+        crate::logger::warn_line(format_args!("\r\x1b[K"));
     }
     if upgrade.is_some() {
         let v = r?;

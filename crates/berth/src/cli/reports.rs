@@ -133,7 +133,7 @@ fn export(json: bool, sock: &Path, id: &str, out: &Path, force: bool) -> Result<
     if json {
         print_json(&json!({field::ID: id, field::PATH: out, field::SIZE: len}));
     } else {
-        println!("report {id}: {} written ({len} bytes)", out.display());
+        sayln!("report {id}: {} written ({len} bytes)", out.display());
     }
     Ok(())
 }
@@ -166,7 +166,7 @@ pub fn core_handler(cfg: &Config, a: &CoreHandler) -> Result<()> {
         .open(&lock_path)
         .with_context(|| format!("open {}", lock_path.display()))?;
     if !berth_sys::process::try_lock(&lock)? {
-        eprintln!(
+        warnln!(
             "berth core-handler: another core is being written: core of pid {} of {name} dropped",
             a.pid
         );

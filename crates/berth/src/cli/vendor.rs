@@ -13,7 +13,7 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
             if json {
                 print_json(&serde_json::to_value(&r)?);
             } else {
-                println!(
+                sayln!(
                     "wrote {} and {} (keynum {})\nkeep the .sec file secret; put the .pub file in the device's /etc/berth/keys/",
                     r.public.display(),
                     r.secret.display(),
@@ -27,9 +27,9 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
                 print_json(&serde_json::to_value(&r)?);
             } else {
                 for w in &r.warnings {
-                    eprintln!("warning: {w}");
+                    warnln!("warning: {w}");
                 }
-                println!(
+                sayln!(
                     "packed {}@{} into {} ({} bytes, sha256 {})",
                     r.name,
                     r.version,
@@ -60,7 +60,7 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
             if json {
                 print_json(&serde_json::to_value(&r)?);
             } else {
-                println!(
+                sayln!(
                     "{}: bundle {} (repository serial {}), {} bytes, {} images{}",
                     r.file,
                     r.version,
@@ -91,9 +91,9 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
                 print_json(&serde_json::to_value(&r)?);
             } else {
                 for p in &r.packages {
-                    println!("  {}@{}  {}", p.name, p.version, p.file);
+                    sayln!("  {}@{}  {}", p.name, p.version, p.file);
                     for d in &p.deltas {
-                        println!(
+                        sayln!(
                             "    delta from {}: {} ({} bytes, {:.1}x smaller)",
                             d.from_version,
                             d.file,
@@ -103,9 +103,9 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
                     }
                 }
                 for s in &r.skipped_deltas {
-                    println!("  no delta: {s}");
+                    sayln!("  no delta: {s}");
                 }
-                println!(
+                sayln!(
                     "wrote {} ({} packages) and {} (key {})",
                     r.index.display(),
                     r.packages.len(),
@@ -130,9 +130,9 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
                 print_json(&serde_json::to_value(&r)?);
             } else {
                 for w in r.import_warnings.iter().chain(&r.pack.warnings) {
-                    eprintln!("warning: {w}");
+                    warnln!("warning: {w}");
                 }
-                println!(
+                sayln!(
                     "imported {} ({} layers) as {}@{} into {} ({} bytes, sha256 {})",
                     r.image,
                     r.layers,

@@ -819,7 +819,7 @@ pub(crate) fn install_panic_hook(d: &Daemon) {
         // Not under WRITING: the panic may be in a thread that holds it.
         let members = vec![Member::bytes("panic.txt", text)];
         if let Err(e) = write_archive(&paths, &caps, dir_name, &id, summary, members) {
-            eprintln!("berth: no crash report of the panic: {e:#}");
+            warnln!("berth: no crash report of the panic: {e:#}");
         }
     }));
 }

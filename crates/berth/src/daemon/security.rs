@@ -315,7 +315,7 @@ pub fn removed(d: &Daemon, name: &str, purge: bool) {
         if let Err(e) =
             berth_sys::fsutil::write_atomic(&path, sec::format_slots(&slots).as_bytes(), 0o644)
         {
-            eprintln!(
+            warnln!(
                 "berth: {name}: cannot free its id range in {}: {e}",
                 path.display()
             );
@@ -331,7 +331,7 @@ fn unload_apparmor(securityfs: &Path, name: &str) {
     let profile = sec::apparmor_profile(name).0;
     match std::fs::write(&f, &profile) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            eprintln!("berth: {name}: cannot unload AppArmor profile {profile}: {e}")
+            warnln!("berth: {name}: cannot unload AppArmor profile {profile}: {e}")
         }
         _ => {}
     }

@@ -158,11 +158,17 @@ pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
     }
     let mut g = stats_json(&first[0], &second[0], elapsed);
     g[stats::CGROUP] = json!(group);
-    Ok(json!({
+    #[allow(unused_mut)]
+    let mut v = json!({
         stats::CGROUP_VERSION: cgroups::core_version(c).name(),
         stats::CPUS: d.resources.host.cpus,
         stats::SAMPLE_MS: elapsed.as_millis() as u64,
         stats::GROUP: g,
         stats::CONTAINERS: containers,
-    }))
+    });
+    #[cfg(feature = "slab")]
+    if let Some(s) = crate::daemon::slab::stats(d) {
+        v[stats::SLAB] = s;
+    }
+    Ok(v)
 }
