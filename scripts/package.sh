@@ -242,7 +242,7 @@ openwrt() {
     grep -q '^Depends: libc, liblxc, ' "$work/info" || die "the OpenWrt package does not depend on liblxc"
     # Build/Compile as the feed runs it (cargo install --locked, the device build), with a
     # target directory of its own that later runs reuse.
-    log "Build/Prepare and Build/Compile (cargo install --locked --no-default-features --features metrics,tr181,web,fleet)"
+    log "Build/Prepare and Build/Compile (cargo install --locked --no-default-features --features metrics,tr181,web,fleet,slab)"
     CARGO_TARGET_DIR=$root/target/openwrt/cargo "${mk[@]}" compile > "$work/compile.log" 2>&1 ||
         { tail -n 30 "$work/compile.log" >&2; die "Build/Compile failed"; }
     rm -f "$root"/target/openwrt/berth_*.ipk
@@ -266,11 +266,12 @@ openwrt() {
     grep -q "device build" <<< "$refusal" ||
         die "$ipk: /usr/bin/berth is not the device build (it does not refuse pack): $refusal"
     # With the features the Makefile asks for: the TR-181 view, the metrics, the web page, the
-    # fleet client.
+    # fleet client, the slab reserve.
     grep -qa "Device.SoftwareModules.ExecEnv" "$d/usr/bin/berth" || die "$ipk: berth is built without tr181"
     grep -qa "frame-ancestors 'none'" "$d/usr/bin/berth" || die "$ipk: berth is built without its web page"
     grep -qa "berth_container_state" "$d/usr/bin/berth" || die "$ipk: berth is built without metrics"
     grep -qa "/controller/v1/" "$d/usr/bin/berth" || die "$ipk: berth is built without the fleet client"
+    grep -qa "not a cache the reserve can hold" "$d/usr/bin/berth" || die "$ipk: berth is built without the slab reserve"
     log "$(basename "$ipk"): $(stat -c %s "$ipk") bytes; berth $(stat -c %s "$d/usr/bin/berth") bytes"
     # The procd init script: parses under busybox ash, and under a stand-in procd asks for
     # the daemon, respawn, and a restart when berth.toml changes.

@@ -581,6 +581,36 @@ pub mod stats {
     pub const OOM_KILLS: &str = "oom_kills";
     /// Processes in it.
     pub const PIDS_CURRENT: &str = "pids_current";
+    /// The slab reserve (`[slab]`, builds with the `slab` feature): [`super::slab`].
+    pub const SLAB: &str = "slab";
+}
+
+/// `GET /v1/stats`' `slab`: the reserve module and each configured cache.
+pub mod slab {
+    pub use super::common::NAME;
+    /// The berth_slab module is loaded.
+    pub const LOADED: &str = "loaded";
+    /// Why the reserve is not in place (the module could not be loaded or configured); null
+    /// when it is.
+    pub const ERROR: &str = "error";
+    pub const CACHES: &str = "caches";
+    /// Objects in use, from /proc/slabinfo (null: the kernel has no such cache).
+    pub const ACTIVE_OBJS: &str = "active_objs";
+    /// Objects on the cache's slabs.
+    pub const TOTAL_OBJS: &str = "total_objs";
+    /// Objects handed out without a new page: total - active.
+    pub const FREE_OBJS: &str = "free_objs";
+    /// Bytes per object.
+    pub const OBJECT_SIZE: &str = "object_size";
+    /// The reserve, in objects.
+    pub const RESERVE: &str = "reserve";
+    /// Free objects the module left on the slabs it keeps, when it filled the reserve
+    /// (anyone's since: `free_objs` is what is free now).
+    pub const HELD: &str = "held";
+    /// The pages of the slabs it keeps.
+    pub const PAGES: &str = "pages";
+    /// `held` is at least `reserve`: the reserve was made.
+    pub const HOLDS: &str = "holds";
 }
 
 /// `GET /v1/reports` (and each report's summary, `GET /v1/reports/show`): crash archives.

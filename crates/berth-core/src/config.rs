@@ -78,6 +78,10 @@ pub struct Config {
     /// with the fleet client have it (the others refuse the section).
     #[cfg(feature = "fleet")]
     pub fleet: Option<Fleet>,
+    /// `[slab]`: the slab reserve the daemon has the kernel module keep (docs/resources.md,
+    /// "Slab reserve"); None: none. Only builds with the `slab` feature read it.
+    #[cfg(feature = "slab")]
+    pub slab: Option<crate::slab::SlabPolicy>,
 }
 
 /// `[fleet]`: the device polls a hawkBit DDI server (Eclipse hawkBit, gooseBit) for
@@ -335,6 +339,18 @@ struct RawConfig {
     web: (Option<String>, Option<String>),
     #[cfg(feature = "fleet")]
     fleet: Option<std::collections::BTreeMap<String, Spanned<String>>>,
+    #[cfg(feature = "slab")]
+    slab: Option<RawSlab>,
+}
+
+/// `[slab]` as written: `reserve` is objects (an integer) or a size (a string).
+#[cfg(feature = "slab")]
+#[derive(Default)]
+struct RawSlab {
+    caches: Option<Vec<String>>,
+    reserve: Option<String>,
+    module: Option<String>,
+    max_reserve: Option<i64>,
 }
 
 #[derive(Default)]
@@ -479,6 +495,41 @@ impl RawConfig {
             })?,
             #[cfg(feature = "fleet")]
             fleet: strings(&mut t, "fleet")?,
+            #[cfg(feature = "slab")]
+            slab: match t.table("slab")? {
+                None => None,
+                Some(mut sub) => {
+                    let reserve = match sub.take("reserve") {
+                        None => None,
+                        Some(v) => match (v.span().start, v.into_inner()) {
+                            (_, tree::Val::Int(n)) => Some(n.to_string()),
+                            (_, tree::Val::Str(s)) => Some(s),
+                            (offset, other) => {
+                                return Err(TreeError {
+                                    offset,
+                                    message: format!(
+                                        "slab.reserve: expected objects (an integer) or a size (a string), found {}",
+                                        other.kind()
+                                    ),
+                                })
+                            }
+                        },
+                    };
+                    let raw = RawSlab {
+                        caches: sub.strs("caches")?.map(|v| {
+                            v.into_inner()
+                                .into_iter()
+                                .map(Spanned::into_inner)
+                                .collect()
+                        }),
+                        reserve,
+                        module: text(&mut sub, "module")?,
+                        max_reserve: sub.int("max_reserve")?.map(Spanned::into_inner),
+                    };
+                    sub.finish()?;
+                    Some(raw)
+                }
+            },
             api: section(&mut t, "api", |t| {
                 Ok(RawApi {
                     grant: text(t, "grant")?,
@@ -717,7 +768,11 @@ impl Config {
             None => None,
             Some(f) => Some(fleet(f, &value_err)?),
         };
+        #[cfg(feature = "slab")]
+        let slab = raw.slab.map(|s| slab(s, &value_err)).transpose()?;
         Ok(Config {
+            #[cfg(feature = "slab")]
+            slab,
             api,
             metrics,
             web,
@@ -890,6 +945,79 @@ fn watchdog(
         device,
         interval_ms,
         timeout_s,
+    })
+}
+
+/// `[slab]`, checked: caches the module can hold, each named once, reserves within
+/// `max_reserve` (default 4096 objects, at most the module's own limit), an absolute module path.
+#[cfg(feature = "slab")]
+fn slab(
+    raw: RawSlab,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<crate::slab::SlabPolicy, ConfigError> {
+    use crate::slab::{cache_entry, Amount, RESERVE_LIMIT};
+    let max_reserve = match raw.max_reserve {
+        None => 4096,
+        Some(n) if (1..=i64::from(RESERVE_LIMIT)).contains(&n) => n as u32,
+        Some(n) => {
+            return Err(value_err(
+                "slab.max_reserve",
+                format!("{n}: between 1 and {RESERVE_LIMIT} objects"),
+            ))
+        }
+    };
+    let reserve = match raw.reserve {
+        None => Amount::Objects(512),
+        Some(r) => Amount::parse(&r).map_err(|m| value_err("slab.reserve", m))?,
+    };
+    let entries = raw.caches.unwrap_or_default();
+    if entries.is_empty() {
+        return Err(value_err(
+            "slab.caches",
+            "missing or empty: the caches to keep free objects in, e.g. [\"skbuff_head_cache\", \"kmalloc-256\"]".into(),
+        ));
+    }
+    if entries.len() > crate::slab::MAX_CACHES {
+        return Err(value_err(
+            "slab.caches",
+            format!(
+                "{} caches: the module keeps at most {}",
+                entries.len(),
+                crate::slab::MAX_CACHES
+            ),
+        ));
+    }
+    let mut caches: Vec<(String, Amount)> = Vec::with_capacity(entries.len());
+    for e in &entries {
+        let (name, amount) = cache_entry(e, reserve).map_err(|m| value_err("slab.caches", m))?;
+        if caches.iter().any(|(n, _)| *n == name) {
+            return Err(value_err("slab.caches", format!("{name:?} named twice")));
+        }
+        if let Amount::Objects(n) = amount {
+            if n > max_reserve {
+                return Err(value_err(
+                    "slab.caches",
+                    format!(
+                        "{name}: a reserve of {n} objects is above max_reserve ({max_reserve})"
+                    ),
+                ));
+            }
+        }
+        caches.push((name, amount));
+    }
+    let module = match raw.module {
+        Some(m) if !m.starts_with('/') => {
+            return Err(value_err(
+                "slab.module",
+                format!("{m:?}: must be an absolute path"),
+            ))
+        }
+        m => m.map(PathBuf::from),
+    };
+    Ok(crate::slab::SlabPolicy {
+        caches,
+        module,
+        max_reserve,
     })
 }
 
@@ -1479,6 +1607,86 @@ mod tests {
         assert!(all.watchdog.device.is_some());
         assert_eq!(all.web.listen.as_deref(), Some("192.168.1.1:8080"));
         assert_eq!(shipped.web, Web::default());
+    }
+
+    #[cfg(feature = "slab")]
+    #[test]
+    fn the_slab_section() {
+        use crate::slab::Amount;
+        let c = Config::parse(
+            "[slab]\ncaches = [\"skbuff_head_cache\", \"kmalloc-256:64K\"]\nreserve = 512\nmodule = \"/opt/berth_slab.ko\"\n",
+            "t",
+        )
+        .unwrap();
+        let s = c.slab.unwrap();
+        assert_eq!(
+            s.caches,
+            vec![
+                ("skbuff_head_cache".to_string(), Amount::Objects(512)),
+                ("kmalloc-256".to_string(), Amount::Bytes(64 << 10)),
+            ]
+        );
+        assert_eq!(s.module.as_deref(), Some(Path::new("/opt/berth_slab.ko")));
+        assert_eq!(s.max_reserve, 4096);
+        assert_eq!(Config::parse("", "t").unwrap().slab, None);
+        let sized = Config::parse(
+            "[slab]\ncaches = [\"kmalloc-64\"]\nreserve = \"32K\"\nmax_reserve = 600\n",
+            "t",
+        )
+        .unwrap();
+        let sized = sized.slab.unwrap();
+        assert_eq!(sized.caches[0].1, Amount::Bytes(32 << 10));
+        assert_eq!(sized.max_reserve, 600);
+        for (text, want) in [
+            ("[slab]\n", "t: slab.caches: missing or empty"),
+            ("[slab]\ncaches = []\n", "t: slab.caches: missing or empty"),
+            (
+                "[slab]\ncaches = [\"dentry\"]\n",
+                "t: slab.caches: \"dentry\": not a cache the reserve can hold",
+            ),
+            (
+                "[slab]\ncaches = [\"kmalloc-64\", \"kmalloc-64:3\"]\n",
+                "t: slab.caches: \"kmalloc-64\" named twice",
+            ),
+            (
+                "[slab]\ncaches = [\"kmalloc-64\"]\nreserve = 5000\n",
+                "t: slab.caches: kmalloc-64: a reserve of 5000 objects is above max_reserve (4096)",
+            ),
+            (
+                "[slab]\ncaches = [\"kmalloc-64:x\"]\n",
+                "t: slab.caches: kmalloc-64: invalid size \"x\"",
+            ),
+            (
+                "[slab]\ncaches = [\"kmalloc-64\"]\nreserve = 0\n",
+                "t: slab.reserve: \"0\": a reserve is 1 or more objects",
+            ),
+            (
+                "[slab]\ncaches = [\"kmalloc-64\"]\nreserve = true\n",
+                "slab.reserve: expected objects (an integer) or a size (a string), found a boolean",
+            ),
+            (
+                "[slab]\ncaches = [\"kmalloc-64\"]\nmax_reserve = 0\n",
+                "t: slab.max_reserve: 0: between 1 and 1048576 objects",
+            ),
+            (
+                "[slab]\ncaches = [\"kmalloc-64\"]\nmodule = \"x.ko\"\n",
+                "t: slab.module: \"x.ko\": must be an absolute path",
+            ),
+            (
+                "[slab]\ncaches = [\"kmalloc-64\"]\nreserves = 5\n",
+                "unknown key `reserves` in [slab]",
+            ),
+        ] {
+            let e = Config::parse(text, "t").unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+        let many: Vec<String> = (0..17).map(|i| format!("\"kmalloc-{}\"", 8 << i)).collect();
+        let text = format!("[slab]\ncaches = [{}]\n", many.join(", "));
+        let e = Config::parse(&text, "t").unwrap_err().to_string();
+        assert!(
+            e.contains("t: slab.caches: 17 caches: the module keeps at most 16"),
+            "{e}"
+        );
     }
 
     #[cfg(feature = "fleet")]

@@ -31,6 +31,7 @@ pub mod report;
 pub mod schedule;
 pub mod security;
 pub mod signify;
+pub mod slab;
 pub mod state;
 pub mod supervise;
 pub mod tr181;

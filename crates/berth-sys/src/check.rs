@@ -427,7 +427,7 @@ fn cgroups(roots: &Roots, out: &mut Vec<Feature>) {
             if dynmods {
                 "favordynmods: no cgroup move waits for an RCU grace period".to_string()
             } else {
-                "every container start waits once for an RCU grace period (several ms) while LXC's monitor joins its cgroup; berth overlaps it with the start's preparation; Linux ≥ 6.0 removes it: mount cgroup2 (or a v1 hierarchy) with -o favordynmods, or CONFIG_CGROUP_FAVOR_DYNMODS=y".to_string()
+                "every container start waits once for an RCU grace period (several ms, overlapped by berth): mount cgroups with -o favordynmods (Linux ≥ 6.0)".to_string()
             },
         ));
     }
@@ -455,6 +455,30 @@ fn cgroups(roots: &Roots, out: &mut Vec<Feature>) {
             ),
         };
         out.push(feature("cgroups", name, false, status, detail));
+        if ctrl == "memory" {
+            // A container's kernel memory (slab: dentries, inodes, sockets; kernel stacks)
+            // charged to its memory limit: flooding the kernel hits its own limit. Not seen
+            // here: a kernel booted with cgroup.memory=nokmem, and Linux < 4.6, which counts
+            // a v1 group's only once its memory.kmem.limit_in_bytes is set.
+            let kmem = in_v1.map(|(_, m)| {
+                under_sys(roots, &m.mount_point)
+                    .join("memory.kmem.usage_in_bytes")
+                    .exists()
+            });
+            let (yes, detail) = match kmem {
+                Some(true) => (true, "v1: memory.kmem.usage_in_bytes"),
+                Some(false) => (false, "v1: no memory.kmem.*"),
+                None if in_v2 => (true, "v2: memory.stat slab, sock"),
+                None => (false, "no memory controller"),
+            };
+            out.push(feature(
+                "cgroups",
+                "kmem accounting",
+                false,
+                present(yes),
+                detail,
+            ));
+        }
     }
 }
 
@@ -964,6 +988,16 @@ hugetlb\t0\t5\t0
         assert_eq!(get(&fs, "veth").status, Status::Unknown);
         assert_eq!(get(&fs, "kernel release").detail, "5.10.0-test");
         assert_eq!(get(&fs, "nft").status, Status::Missing);
+        let k = get(&fs, "kmem accounting");
+        assert_eq!(k.status, Status::Missing);
+        assert_eq!(k.detail, "v1: no memory.kmem.*");
+        fx.write(
+            "sys/fs/cgroup/memory/memory.kmem.usage_in_bytes",
+            "259579904\n",
+        );
+        let k = get(&fx.run(), "kmem accounting").clone();
+        assert_eq!(k.status, Status::Present);
+        assert_eq!(k.detail, "v1: memory.kmem.usage_in_bytes");
     }
 
     #[test]
@@ -998,6 +1032,15 @@ hugetlb\t0\t5\t0
         assert!(get(&fs, "cgroup hierarchy").detail.starts_with("unified"));
         assert_eq!(get(&fs, "memory controller").detail, "v2");
         assert!(missing_required(&fs).is_empty());
+        let k = get(&fs, "kmem accounting");
+        assert_eq!(k.status, Status::Present);
+        assert!(k.detail.starts_with("v2: "), "{}", k.detail);
+        fx.write("sys/fs/cgroup/cgroup.controllers", "cpu pids\n");
+        let k = get(&fx.run(), "kmem accounting").clone();
+        assert_eq!(
+            (k.status, k.detail.as_str()),
+            (Status::Missing, "no memory controller")
+        );
     }
 
     #[test]

@@ -12,13 +12,18 @@ use super::args::Global;
 use super::{load_config, print_json, render};
 
 pub fn run(g: &Global) -> Result<i32> {
-    let mut features = check::check(&check::Roots::default());
+    let roots = check::Roots::default();
+    let mut features = check::check(&roots);
     // Where this device's configuration puts containers' roots and /data binds: a user
     // namespace's root must be able to search every directory on the way.
     if let Ok(cfg) = load_config(g) {
         features.push(run_dir(&cfg.paths.run));
         if let Some(dev) = &cfg.watchdog.device {
             features.push(watchdog(dev));
+        }
+        #[cfg(feature = "slab")]
+        if let Some(p) = &cfg.slab {
+            features.push(slab(p, &roots));
         }
     }
     let missing = check::missing_required(&features).len();
@@ -31,8 +36,8 @@ pub fn run(g: &Global) -> Result<i32> {
         print_json(&json!({"features": v, "fallbacks": fallbacks, "ok": missing == 0}));
     } else {
         let color = std::io::stdout().is_terminal();
-        print!("{}", render::check(&features, missing, color));
-        print!("{}", render::fallbacks(&fallbacks));
+        say!("{}", render::check(&features, missing, color));
+        say!("{}", render::fallbacks(&fallbacks));
     }
     Ok(if missing == 0 { 0 } else { 1 })
 }
@@ -65,6 +70,45 @@ fn watchdog(dev: &std::path::Path) -> Feature {
         name: "watchdog device",
         group: "configuration",
         status,
+        required: false,
+        detail,
+    }
+}
+
+/// The slab reserve of `[slab]`: the module loaded and every cache's reserve held.
+#[cfg(feature = "slab")]
+fn slab(p: &berth_core::slab::SlabPolicy, roots: &check::Roots) -> Feature {
+    use berth_core::slab::{self, MODULE};
+    use berth_sys::kmod;
+    let (ok, detail) = if kmod::loaded(&roots.sys, MODULE) {
+        let info = roots.proc.join("slabinfo");
+        match std::fs::read_to_string(&info) {
+            Ok(text) => {
+                let state = kmod::param(&roots.sys, MODULE, "state").unwrap_or_default();
+                let r = slab::report(p, &text, &state);
+                (
+                    r.iter().all(|c| c.holds()),
+                    r.iter().map(slab::describe).collect::<Vec<_>>().join("; "),
+                )
+            }
+            // 0400: root's only.
+            Err(e) => (
+                false,
+                format!("{MODULE} is loaded; {}: {e}", info.display()),
+            ),
+        }
+    } else {
+        let path = std::fs::read_to_string(roots.proc.join("sys/kernel/osrelease"))
+            .map(|r| p.module_file(&r).display().to_string())
+            .unwrap_or_default();
+        let why = kmod::refusal(&roots.proc)
+            .unwrap_or_else(|| format!("the daemon loads it at its start from {path}"));
+        (false, format!("{MODULE} is not loaded: {why}"))
+    };
+    Feature {
+        name: "slab reserve",
+        group: "configuration",
+        status: if ok { Status::Present } else { Status::Missing },
         required: false,
         detail,
     }

@@ -590,6 +590,46 @@ pub fn stats(v: &Value) -> String {
         v[stats::SAMPLE_MS]
     );
     out.push_str(&table(STATS_HEAD, stats_rows(v)));
+    #[cfg(feature = "slab")]
+    if v[stats::SLAB].is_object() {
+        out.push_str(&slab(&v[stats::SLAB]));
+    }
+    out
+}
+
+#[cfg(feature = "slab")]
+pub const SLAB_HEAD: &[&str] = &[
+    "SLAB CACHE",
+    "OBJECT",
+    "IN USE / TOTAL",
+    "FREE",
+    "RESERVE",
+    "HELD",
+    "PAGES",
+    "HOLDS",
+];
+
+/// `berth stats`' slab reserve: one row per configured cache.
+#[cfg(feature = "slab")]
+pub fn slab(s: &Value) -> String {
+    use berth_core::api::slab as f;
+    let mut out = match s[f::ERROR].as_str() {
+        Some(e) => format!("\nslab reserve: {e}\n"),
+        None => "\nslab reserve (berth_slab):\n".to_string(),
+    };
+    let rows = rows(&s[f::CACHES], |c| {
+        vec![
+            cell(&c[f::NAME]),
+            size(&c[f::OBJECT_SIZE]),
+            format!("{} / {}", cell(&c[f::ACTIVE_OBJS]), cell(&c[f::TOTAL_OBJS])),
+            cell(&c[f::FREE_OBJS]),
+            cell(&c[f::RESERVE]),
+            cell(&c[f::HELD]),
+            cell(&c[f::PAGES]),
+            if c[f::HOLDS] == true { "yes" } else { "NO" }.to_string(),
+        ]
+    });
+    out.push_str(&table(SLAB_HEAD, rows));
     out
 }
 
@@ -1231,6 +1271,50 @@ mod tests {
         assert_eq!(col(1, "OOM KILLS"), "2");
         assert!(stats(&v)
             .starts_with("cgroup v1, 2 CPUs; CPU % is of one CPU, sampled over 500 ms\n  NAME"));
+        assert!(!stats(&v).contains("slab"));
+    }
+
+    #[cfg(feature = "slab")]
+    #[test]
+    fn the_slab_reserve_in_stats() {
+        let mut v = json!({"cgroup_version": "v2", "cpus": 2, "sample_ms": 500, "group": {}, "containers": []});
+        v["slab"] = json!({"loaded": true, "error": null, "caches": [
+            {"name": "skbuff_head_cache", "active_objs": 640, "total_objs": 1169, "free_objs": 529,
+             "object_size": 256, "reserve": 512, "held": 525, "pages": 35, "holds": true},
+            {"name": "kmalloc-8k", "active_objs": null, "total_objs": null, "free_objs": null,
+             "object_size": null, "reserve": null, "held": 0, "pages": 0, "holds": false}]});
+        let out = stats(&v);
+        let lines: Vec<&str> = out.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| *l == "slab reserve (berth_slab):")
+            .unwrap();
+        assert!(
+            lines[at + 1].trim_start().starts_with("SLAB CACHE"),
+            "{out}"
+        );
+        let row: Vec<&str> = lines[at + 2].split_whitespace().collect();
+        assert_eq!(
+            row,
+            [
+                "skbuff_head_cache",
+                "256",
+                "B",
+                "640",
+                "/",
+                "1169",
+                "529",
+                "512",
+                "525",
+                "35",
+                "yes"
+            ]
+        );
+        assert!(lines[at + 3].trim_end().ends_with("NO"), "{out}");
+        v["slab"]["error"] =
+            json!("cannot load berth_slab: the kernel has no module support (no /proc/modules)");
+        assert!(stats(&v)
+            .contains("\nslab reserve: cannot load berth_slab: the kernel has no module support"));
     }
 
     #[test]

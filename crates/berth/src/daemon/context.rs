@@ -63,6 +63,9 @@ pub struct Daemon {
     pub capi: crate::daemon::endpoints::Registry,
     /// The containers' cron jobs (`schedules.rs` owns them).
     pub schedules: Schedules,
+    /// Why the slab reserve is not in place (`slab.rs`, set once at start).
+    #[cfg(feature = "slab")]
+    pub slab_error: OnceLock<String>,
 }
 
 /// Every container's schedules and what the scheduler thread needs to be woken.
@@ -190,6 +193,8 @@ impl Daemon {
             },
             force_mount_fallback: std::env::var_os("BERTH_FORCE_MOUNT_FALLBACK")
                 .is_some_and(|v| v == "1"),
+            #[cfg(feature = "slab")]
+            slab_error: OnceLock::new(),
         }
     }
 

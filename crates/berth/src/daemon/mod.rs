@@ -19,7 +19,7 @@
 //! Layers, each using only those below it (ARCHITECTURE.md draws them):
 //! `api` → `supervisor`, `status` → `fleet` (the DDI client, feature `fleet`) → `store` → `reports`, `safe_mode`, `schedules` → `runtime`, `watchdog`
 //! → `guard`, `boot`, `limits`, `security` → `governor`, `cgroups`, `net`, `records`, `state`
-//! → `context`, `error`.
+//! → `slab` (feature `slab`) → `context`, `error`.
 
 mod api;
 mod boot;
@@ -45,6 +45,8 @@ mod runtime;
 mod safe_mode;
 mod schedules;
 mod security;
+#[cfg(feature = "slab")]
+mod slab;
 mod state;
 mod status;
 mod store;
@@ -89,6 +91,9 @@ pub fn run(cfg: Config) -> Result<()> {
     let d = Arc::new(Daemon::new(cfg, roots, host, state));
     // From here a panic leaves a crash report behind before the process aborts.
     reports::install_panic_hook(&d);
+    // The kernel's reserve before any container can use the caches up.
+    #[cfg(feature = "slab")]
+    slab::apply(&d);
     // Before anything is mounted: in safe mode nothing will be.
     boot::begin(&d);
     // An upgrade a dead daemon left on trial goes back before anything is taken over.
@@ -198,7 +203,9 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// One daemon per state directory: a lock file held for the daemon's lifetime.
+/// One daemon per state directory: a lock file held for the daemon's lifetime. A POSIX
+/// record lock: closing any other descriptor of this file in the daemon would release it, so
+/// nothing else in the daemon opens it.
 fn single_instance(cfg: &Config) -> Result<std::fs::File> {
     let path = cfg.paths.daemon_pid();
     let mut f = std::fs::OpenOptions::new()

@@ -25,9 +25,10 @@ inherit cargo cargo-update-recipe-crates systemd update-rc.d
 
 CARGO_SRC_DIR = "crates/berth"
 # The device build: no vendor tools (key, pack, repo, import), with Prometheus metrics, the
-# TR-181 view, the web page (off until [web] listen is set) and the hawkBit DDI client (off
-# without [fleet]); a distribution without them drops the --features.
-CARGO_BUILD_FLAGS += "--no-default-features --features metrics,tr181,web,fleet"
+# TR-181 view, the web page (off until [web] listen is set), the hawkBit DDI client (off
+# without [fleet]) and the slab reserve (off without [slab]); a distribution without them
+# drops the --features.
+CARGO_BUILD_FLAGS += "--no-default-features --features metrics,tr181,web,fleet,slab"
 
 SYSTEMD_SERVICE:${PN} = "berth.service"
 INITSCRIPT_NAME = "berth"
