@@ -132,6 +132,12 @@ static unsigned int objects_per_slab(struct kmem_cache *s)
 	return s->oo.x & 0xffff;
 }
 
+/* Pages in one slab of the cache (the high bits of `oo` are its order). */
+static unsigned int pages_per_slab(struct kmem_cache *s)
+{
+	return 1U << (s->oo.x >> 16);
+}
+
 static int by_page(const void *a, const void *b)
 {
 	unsigned long pa = (unsigned long)virt_to_head_page(*(void *const *)a);
@@ -166,8 +172,11 @@ static noinline int fill(struct reserve *r)
 	might_sleep();
 	if (per < 2)
 		return -EINVAL;
-	/* Enough pages for the reserve, one more for a page others already use. */
-	total = ((unsigned long)r->want / (per - 1) + 2) * per;
+	/*
+	 * Enough pages for the reserve, twice over: the first objects fill the free slots of
+	 * slabs others already use (a busy cache has many), where few may land per page.
+	 */
+	total = ((unsigned long)r->want / (per - 1) + 2) * per * 2;
 	objs = kvmalloc_array(total, sizeof(void *), GFP_KERNEL | __GFP_NOWARN);
 	r->kept = kvmalloc_array(total / per + 1, sizeof(void *), GFP_KERNEL | __GFP_NOWARN);
 	if (!objs || !r->kept) {
@@ -189,7 +198,11 @@ static noinline int fill(struct reserve *r)
 
 		for (i = start + 1; i < n && virt_to_head_page(objs[i]) == page; i++)
 			;
-		if (r->held >= r->want || i - start < 2 || r->npages > total / per) {
+		/*
+		 * One slab's objects over the reserve: the first objects may have been free
+		 * already (slots of slabs others use), and the reserve is what it adds.
+		 */
+		if (r->held >= r->want + per || i - start < 2 || r->npages > total / per) {
 			for (j = start; j < i; j++)
 				kmem_cache_free(r->cache, objs[j]);
 			continue;
@@ -206,7 +219,7 @@ static noinline int fill(struct reserve *r)
 	 * Empty slabs are discarded; the pages kept are not empty.
 	 */
 	kmem_cache_shrink(r->cache);
-	pr_info("berth_slab: %s: %u free objects held on %u pages (asked %u)\n", r->name,
+	pr_info("berth_slab: %s: %u free objects held on %u slabs (asked %u)\n", r->name,
 		r->held, r->npages, r->want);
 	return r->held >= r->want ? 0 : -ENOMEM;
 }
@@ -365,7 +378,8 @@ static int get_state(char *buf, const struct kernel_param *kp)
 		struct reserve *r = &reserves[i];
 
 		len += scnprintf(buf + len, PAGE_SIZE - len, "%s %u %u %u %u\n", r->name, r->want,
-				 r->held, r->npages, kmem_cache_size(r->cache));
+				 r->held, r->npages * pages_per_slab(r->cache),
+				 kmem_cache_size(r->cache));
 	}
 	mutex_unlock(&lock);
 	return len;

@@ -9,8 +9,9 @@
 #   scripts/vm/build.sh            builds (or finds) the image; prints its directory last
 #
 # Everything is cached outside the repository, in $BERTH_VM_CACHE (default
-# /var/cache/berth-vm), keyed by the kernel package version and the hash of this script:
-# <cache>/<kernel version>-<hash>/{vmlinux,initrd.cpio,rootfs.ext4,manifest.txt}.
+# /var/cache/berth-vm), keyed by the kernel (its ABI name, and its package version with the
+# hash of this script):
+# <cache>/<kernel ABI name>-<hash>/{vmlinux,initrd.cpio,rootfs.ext4,manifest.txt}.
 # Needs root, apt (an updated package list), debootstrap, e2fsprogs, xz-utils, zstd.
 # Mirror: $BERTH_VM_MIRROR, else the first URI of the host's Debian apt sources.
 set -euo pipefail
@@ -37,7 +38,10 @@ done
 pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
 [ -n "$pkg" ] || die "apt-cache finds no linux-image-amd64 dependency: run apt-get update first"
 kver=${pkg#linux-image-}
-hash=$(sha256sum "$0" | cut -c1-12)
+# The package's version is in the key too: Debian ships new builds under the same ABI name,
+# and the slab test builds its module against the headers apt has now (scripts/kmod.sh).
+pver=$(apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2; exit}')
+hash=$( (sha256sum "$0" | cut -d' ' -f1; echo "$pver") | sha256sum | cut -c1-12)
 out="$CACHE/$kver-$hash"
 if [ -f "$out/manifest.txt" ]; then
     log "cached: $out"
@@ -257,6 +261,7 @@ mkfs.ext4 -q -F -L berth-root -d "$root" "$work/rootfs.ext4" "${size_mb}M"
 
 {
     echo "kernel $pkg ($kver)"
+    echo "kernel-package-version $pver"
     echo "suite $SUITE from $mirror"
     echo "packages $PACKAGES"
     echo "root modules $ROOT_MODULES"

@@ -9,6 +9,7 @@
 #   PKG_LINKS=…    the applets linked in /bin, e.g. "sh cat echo sleep"
 #   busybox_pkg NAME SCRIPT [MANIFEST_TAIL]     writes $PKG_OUT/NAME-1.sqfs; MANIFEST_TAIL is
 #                                               more manifest text (e.g. a [resources] table)
+#   PKG_BUSYBOX=$(static_busybox) || exit 1     the host's busybox, refused unless static
 
 busybox_pkg() {
     local d="$PKG_SRC/$1" l
@@ -28,4 +29,14 @@ argv = ["/bin/busybox", "sh", "/run.sh"]
 ${3:-}
 MANIFEST
     "$PKG_BERTH" pack "$d" -o "$PKG_OUT/$1-1.sqfs" >/dev/null
+}
+
+static_busybox() {
+    local bb
+    bb=$(command -v busybox) || { echo "$0: missing busybox: apt-get install busybox-static" >&2; return 1; }
+    if file "$bb" 2>/dev/null | grep -q dynamically; then
+        echo "$0: $bb is dynamically linked: apt-get install busybox-static" >&2
+        return 1
+    fi
+    echo "$bb"
 }

@@ -13,11 +13,9 @@ repo=$(cd "$here/../../.." && pwd)
 out=$1
 B=${BERTH_BIN:-$repo/target/debug/berth}
 [ -x "$B" ] || { echo "$0: no berth binary at $B (cargo build -p berth)" >&2; exit 1; }
-bb=$(command -v busybox) || { echo "$0: missing busybox: apt-get install busybox-static" >&2; exit 1; }
-if file "$bb" 2>/dev/null | grep -q dynamically; then
-    echo "$0: $bb is dynamically linked: apt-get install busybox-static" >&2
-    exit 1
-fi
+# shellcheck source=scripts/vm/busybox-pkg.sh
+. "$repo/scripts/vm/busybox-pkg.sh"
+bb=$(static_busybox) || exit 1
 
 rm -rf "$out"
 mkdir -p "$out/repo/packages" "$out/keys" "$out/src"

@@ -11,11 +11,9 @@ repo=$(cd "$here/../../.." && pwd)
 out=$1
 B=${BERTH_BIN:-$repo/target/debug/berth}
 [ -x "$B" ] || { echo "$0: no berth binary at $B (cargo build -p berth)" >&2; exit 1; }
-bb=$(command -v busybox) || { echo "$0: missing busybox: apt-get install busybox-static" >&2; exit 1; }
-if file "$bb" 2>/dev/null | grep -q dynamically; then
-    echo "$0: $bb is dynamically linked: apt-get install busybox-static" >&2
-    exit 1
-fi
+# shellcheck source=scripts/vm/busybox-pkg.sh
+. "$repo/scripts/vm/busybox-pkg.sh"
+bb=$(static_busybox) || exit 1
 
 rm -rf "$out"
 mkdir -p "$out/repo/packages" "$out/keys" "$out/src"
@@ -24,8 +22,6 @@ cp "$out/src/vendor.pub" "$out/keys/vendor.pub"
 
 # pkg NAME SCRIPT RESOURCES [TABLES]: a busybox package whose payload is `sh /run.sh`;
 # TABLES (optional) are more manifest tables, e.g. [restart].
-# shellcheck source=scripts/vm/busybox-pkg.sh
-. "$repo/scripts/vm/busybox-pkg.sh"
 PKG_BERTH=$B PKG_BUSYBOX=$bb PKG_SRC=$out/src PKG_OUT=$out/repo/packages
 PKG_WHAT="cgroup v2 VM test package" PKG_LINKS="sh cat echo sleep ls"
 pkg() {
