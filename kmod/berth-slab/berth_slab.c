@@ -158,59 +158,80 @@ static void release(struct reserve *r)
 	r->held = 0;
 }
 
+/* Sorts objs[0..n) by slab page and returns how many slabs are whole: every object of the
+ * slab is in objs. */
+static unsigned long whole_slabs(void **objs, unsigned long n, unsigned int per)
+{
+	unsigned long start, i, whole = 0;
+
+	sort(objs, n, sizeof(void *), by_page, NULL);
+	for (start = 0; start < n; start = i) {
+		struct page *page = virt_to_head_page(objs[start]);
+
+		for (i = start + 1; i < n && virt_to_head_page(objs[i]) == page; i++)
+			;
+		whole += i - start == per;
+	}
+	return whole;
+}
+
 /*
- * Allocates enough objects to fill the slab pages that will hold the reserve, sorts them by
- * page, and on each page keeps one and frees the others: those are the free objects held.
- * Pages past the reserve are freed whole. Process context (GFP_KERNEL): it may sleep.
+ * Allocates objects until enough slabs are wholly the module's, keeps one object on each of
+ * the slabs the reserve needs (and one slab more) and frees every other object: the free
+ * objects held are new free objects in the cache. Only whole slabs are kept: the free slots
+ * of a slab others use were free before. The cache's empty slabs are discarded first, so a
+ * whole slab is a new one. Objects are asked in rounds (a busy cache's free slots take the
+ * first ones), at most ROUNDS. Process context (GFP_KERNEL): it may sleep.
  */
+#define ROUNDS 4
 static noinline int fill(struct reserve *r)
 {
 	unsigned int per = objects_per_slab(r->cache);
-	unsigned long total, n, i, start;
+	unsigned long round, n = 0, i, start, whole = 0;
+	bool failed = false;
+	int k;
 	void **objs;
 
 	might_sleep();
 	if (per < 2)
 		return -EINVAL;
-	/*
-	 * Enough pages for the reserve, twice over: the first objects fill the free slots of
-	 * slabs others already use (a busy cache has many), where few may land per page.
-	 */
-	total = ((unsigned long)r->want / (per - 1) + 2) * per * 2;
-	objs = kvmalloc_array(total, sizeof(void *), GFP_KERNEL | __GFP_NOWARN);
-	r->kept = kvmalloc_array(total / per + 1, sizeof(void *), GFP_KERNEL | __GFP_NOWARN);
+	/* The reserve's slabs and one more, if no object went to a slab others use. */
+	round = ((unsigned long)r->want / (per - 1) + 2) * per;
+	objs = kvmalloc_array(round * ROUNDS, sizeof(void *), GFP_KERNEL | __GFP_NOWARN);
+	r->kept = kvmalloc_array(round * ROUNDS / per + 1, sizeof(void *), GFP_KERNEL | __GFP_NOWARN);
 	if (!objs || !r->kept) {
 		kvfree(objs);
 		kvfree(r->kept);
 		r->kept = NULL;
 		return -ENOMEM;
 	}
-	for (n = 0; n < total; n++) {
-		/* No OOM kill for a reserve: it fails instead. */
-		objs[n] = kmem_cache_alloc(r->cache, GFP_KERNEL | __GFP_NOWARN | __GFP_NORETRY);
-		if (!objs[n])
-			break;
+	kmem_cache_shrink(r->cache);
+	for (k = 0; k < ROUNDS && !failed && whole * (per - 1) < r->want + per; k++) {
+		unsigned long end = n + round;
+
+		for (; n < end; n++) {
+			/* No OOM kill for a reserve: it fails instead. */
+			objs[n] = kmem_cache_alloc(r->cache, GFP_KERNEL | __GFP_NOWARN | __GFP_NORETRY);
+			if (!objs[n]) {
+				failed = true;
+				break;
+			}
+		}
+		whole = whole_slabs(objs, n, per);
 	}
-	sort(objs, n, sizeof(void *), by_page, NULL);
+	/* objs is sorted by page: each run of one page's objects in turn. */
 	for (start = 0; start < n; start = i) {
 		struct page *page = virt_to_head_page(objs[start]);
-		unsigned long j;
+		unsigned long j = start;
 
 		for (i = start + 1; i < n && virt_to_head_page(objs[i]) == page; i++)
 			;
-		/*
-		 * One slab's objects over the reserve: the first objects may have been free
-		 * already (slots of slabs others use), and the reserve is what it adds.
-		 */
-		if (r->held >= r->want + per || i - start < 2 || r->npages > total / per) {
-			for (j = start; j < i; j++)
-				kmem_cache_free(r->cache, objs[j]);
-			continue;
+		if (i - start == per && r->held < r->want + per) {
+			r->kept[r->npages++] = objs[j++];
+			r->held += per - 1;
 		}
-		r->kept[r->npages++] = objs[start];
-		for (j = start + 1; j < i; j++)
+		for (; j < i; j++)
 			kmem_cache_free(r->cache, objs[j]);
-		r->held += i - start - 1;
 	}
 	kvfree(objs);
 	/*
