@@ -522,6 +522,141 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
     assert!(!left.contains(&dev), "{left}");
 }
 
+/// A listener on the WAN host that never accepts: the kernel completes each handshake and
+/// the connection stays established in its queue (up to 128) until the listener dies.
+fn holder(net: &mut Net, port: u16) -> usize {
+    let c = Command::new("ip")
+        .args(["netns", "exec", &net.wan, "python3", "-c"])
+        .arg(format!(
+            "import socket, time\ns = socket.socket()\ns.bind(('0.0.0.0', {port}))\ns.listen(128)\nprint('up', flush=True)\ntime.sleep(600)"
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("python3 (the WAN host's listener)");
+    net.procs.push(c);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(net.procs.last_mut().unwrap().stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "up\n", "the WAN host's listener did not start");
+    net.procs.len() - 1
+}
+
+/// Connections established at the WAN host's `port`.
+fn established(net: &Net, port: u16) -> usize {
+    must(&format!(
+        "ip netns exec {} ss -Htn state established '( sport = :{port} )'",
+        net.wan
+    ))
+    .lines()
+    .count()
+}
+
+/// A hostile container opens connection after connection to a WAN host that keeps them
+/// open, to fill the device's connection-tracking table: it gets `max_connections` and no
+/// more (the others' SYNs dropped and counted as denied), and a slot is free again once its
+/// connection has closed.
+#[test]
+fn a_containers_tracked_connections_are_capped() {
+    let mut net = Net::new();
+    let first = holder(&mut net, 9000);
+    let sb = &mut sandbox(&net, "netcap", "max_connections = \"5\"");
+    let _stop = stopper(&net, sb);
+    sb.add(
+        &Pkg::script("many", "1", "exec /bin/busybox sleep 100000\n")
+            .table("[network]\nmode = \"isolated\""),
+    );
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "many"]);
+    sb.ok(&["start", "many"]);
+    let rules = ruleset_of(&net);
+    assert!(
+        rules.contains(
+            "ip saddr 10.87.0.2 ct state new ct count over 5 counter name \"deny_2\" drop"
+        ),
+        "{rules}"
+    );
+    let open = |n: u32| {
+        let (ok, out) = in_ct(
+            sb,
+            "many",
+            &format!(
+                "for i in $(/bin/busybox seq {n}); do (/bin/busybox sleep 120 </dev/null 2>/dev/null | /bin/busybox nc 198.51.100.2 9000 >/dev/null 2>&1 &); done"
+            ),
+        );
+        assert!(ok, "{out}");
+    };
+    open(12);
+    // The five get through at once; the seven retry their SYNs meanwhile.
+    retry("5 connections established", || {
+        let n = established(&net, 9000);
+        (n == 5, format!("{n} established"))
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(established(&net, 9000), 5, "more than the cap got through");
+    let (_, denied) = drops(sb, "many");
+    assert!(
+        denied >= 7,
+        "the SYNs over the cap are counted as denied: {denied}"
+    );
+
+    // Every connection closed (the listener gone resets them, the container's clients
+    // killed): the slots are free again.
+    let (ok, out) = in_ct(sb, "many", "/bin/busybox killall nc; true");
+    assert!(ok, "{out}");
+    let mut c = net.procs.remove(first);
+    let _ = c.kill();
+    let _ = c.wait();
+    holder(&mut net, 9000);
+    open(3);
+    retry("3 new connections established", || {
+        let n = established(&net, 9000);
+        (n == 3, format!("{n} established"))
+    });
+    let (ok, out) = in_ct(sb, "many", "/bin/busybox killall nc; true");
+    assert!(ok, "{out}");
+
+    // A kernel without nft `ct count` (before 4.18): the ruleset goes in without the caps,
+    // and the log says why.
+    sb.ok(&["stop", "many"]);
+    sb.kill_daemon(15);
+    let bin = TempDir::new("old-nft");
+    let real = common::which("nft").unwrap();
+    std::fs::write(
+        bin.path("nft"),
+        format!(
+            "#!/bin/sh\n[ \"$*\" = '-f -' ] || exec {nft} \"$@\"\nt=$(cat)\ncase \"$t\" in *'ct count'*) echo 'Error: Could not process rule: No such file or directory' >&2; exit 1;; esac\nprintf '%s\\n' \"$t\" | exec {nft} -f -\n",
+            nft = real.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        bin.path("nft"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.0.display());
+    sb.start_daemon_env(&[("PATH", &path)]);
+    sb.ok(&["start", "many"]);
+    let rules = ruleset_of(&net);
+    assert!(
+        !rules.contains("ct count")
+            && rules.contains("ip saddr 10.87.0.2 counter name \"deny_2\" drop"),
+        "{rules}"
+    );
+    let log = sb.daemon_log_text();
+    assert!(
+        log.contains("network: no cap on containers' connections: nft -f - failed")
+            && log.contains("Could not process rule"),
+        "{log}"
+    );
+}
+
 fn ruleset_of(net: &Net) -> String {
     net.nft("-s list ruleset")
 }

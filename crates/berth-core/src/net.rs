@@ -10,7 +10,9 @@
 //!   `spoof_<n>` and `deny_<n>` (n: the container's pool index).
 //! - `inet T`: containers reach no host service but the listed ones (input), nothing routed
 //!   between containers but links (forward), outbound masqueraded from the subnet, published
-//!   ports DNATed from the configured interfaces.
+//!   ports DNATed from the configured interfaces; each container's new tracked connections
+//!   capped (`max_connections`, nft `ct count`), so that no container fills the device's
+//!   connection-tracking table.
 //!
 //! Each load first declares then deletes both tables, then recreates them: a failed load
 //! changes nothing, a good one replaces everything at once. No other table is touched.
@@ -44,6 +46,7 @@ const KEYS: &[&str] = &[
     "lan",
     "dhcp_leases",
     "mdns",
+    "max_connections",
 ];
 
 /// Where DHCP servers keep their leases: dnsmasq's on Debian, OpenWrt's dnsmasq, odhcpd's.
@@ -82,6 +85,9 @@ pub struct NetConfig {
     pub dhcp_leases: Vec<String>,
     /// Ask hosts without a DHCP name for theirs by mDNS (needs berth's `mdns` feature).
     pub mdns: bool,
+    /// The most connections one isolated container may have tracked at once: a number, or
+    /// (true) a percentage of the kernel's table (`nf_conntrack_max`); None: no cap.
+    pub max_connections: Option<(u32, bool)>,
 }
 
 fn is_ifname(s: &str) -> bool {
@@ -193,6 +199,7 @@ impl NetConfig {
                 "absolute paths",
             )?,
             mdns: false,
+            max_connections: Some((25, true)),
         };
         match get("mdns") {
             None | Some("off") => {}
@@ -289,6 +296,20 @@ impl NetConfig {
                 Ok(n) if n > 0 => c.host_services.push((n, proto)),
                 _ => return Err(bad("network.host_services", w, "PORT[/tcp|/udp]")),
             }
+        }
+        if let Some(v) = get("max_connections") {
+            let (n, pct) = v.strip_suffix('%').map_or((v, false), |n| (n, true));
+            c.max_connections = match n.parse::<u32>() {
+                _ if v == "off" => None,
+                Ok(n) if n > 0 && (!pct || n <= 100) => Some((n, pct)),
+                _ => {
+                    return Err(bad(
+                        "network.max_connections",
+                        v,
+                        "N, P% (of nf_conntrack_max) or off",
+                    ))
+                }
+            };
         }
         for w in get("dns").unwrap_or("").split_whitespace() {
             c.dns.push(
@@ -605,8 +626,19 @@ fn set(names: &[String]) -> String {
     format!("{{ {} }}", q.join(", "))
 }
 
-/// berth's whole ruleset, for `nft -f -`.
-pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
+/// The cap on each container's tracked connections for a kernel whose table holds `table`
+/// entries (`nf_conntrack_max`; None: unknown, connection tracking not loaded yet); 0: none.
+pub fn connection_cap(cfg: &NetConfig, table: Option<u32>) -> u32 {
+    match (cfg.max_connections, table) {
+        (Some((n, false)), _) => n,
+        // p% of t without overflow (p <= 100), in 32 bits: no 64-bit division on MIPS.
+        (Some((p, true)), Some(t)) => (t / 100 * p + t % 100 * p / 100).max(1),
+        _ => 0,
+    }
+}
+
+/// berth's whole ruleset, for `nft -f -`; `cap`: [`connection_cap`].
+pub fn ruleset(cfg: &NetConfig, members: &[Member], cap: u32) -> String {
     let t = &cfg.table;
     let mut o = String::new();
     // Declare (so the delete cannot fail on a first load), delete, recreate: one transaction.
@@ -614,7 +646,7 @@ pub fn ruleset(cfg: &NetConfig, members: &[Member]) -> String {
         let _ = writeln!(o, "table {fam} {t} {{}}\ndelete table {fam} {t}");
     }
     bridge_table(&mut o, cfg, members);
-    inet_table(&mut o, cfg, members);
+    inet_table(&mut o, cfg, members, cap);
     o
 }
 
@@ -700,12 +732,29 @@ fn deny(w: &mut String, cfg: &NetConfig, members: &[Member]) {
 }
 
 /// L3: host services, routing between containers and out, NAT, published ports.
-fn inet_table(w: &mut String, cfg: &NetConfig, members: &[Member]) {
+fn inet_table(w: &mut String, cfg: &NetConfig, members: &[Member], cap: u32) {
     let t = &cfg.table;
     let br = &cfg.bridge;
     let gw = cfg.gateway();
     let _ = writeln!(w, "table inet {t} {{");
     counters(w, cfg, members);
+    // A container's new connections over its cap are dropped before conntrack confirms them
+    // (-150: after conntrack's lookup, before NAT): the table keeps room for the device's.
+    if cap > 0 {
+        let _ = writeln!(
+            w,
+            "  chain conns {{\n    type filter hook prerouting priority -150; policy accept;"
+        );
+        for m in members {
+            let _ = writeln!(
+                w,
+                "    iifname \"{br}\" ip saddr {} ct state new ct count over {cap} counter name deny_{} drop",
+                m.ip,
+                index_of(cfg, m.ip)
+            );
+        }
+        let _ = writeln!(w, "  }}");
+    }
     let _ = writeln!(
         w,
         "  chain input {{\n    type filter hook input priority 0; policy accept;\n    iifname \"{br}\" jump from_containers\n  }}\n  chain from_containers {{\n    ct state established,related accept"
@@ -822,6 +871,39 @@ mod tests {
 
     fn cfg(toml_text: &str) -> NetConfig {
         NetConfig::parse(Some(toml::from_str(toml_text).unwrap())).unwrap()
+    }
+
+    #[test]
+    fn connection_caps() {
+        // Default: a quarter of the kernel's table; none while the table is unknown.
+        let c = cfg("");
+        assert_eq!(c.max_connections, Some((25, true)));
+        assert_eq!(connection_cap(&c, Some(8192)), 2048);
+        assert_eq!(connection_cap(&c, Some(3)), 1);
+        assert_eq!(connection_cap(&c, Some(2047)), 511);
+        assert_eq!(connection_cap(&c, Some(u32::MAX)), 1_073_741_823);
+        assert_eq!(connection_cap(&c, None), 0);
+        let c = cfg("max_connections = \"500\"");
+        assert_eq!(connection_cap(&c, None), 500);
+        assert_eq!(connection_cap(&c, Some(100)), 500);
+        assert_eq!(
+            cfg("max_connections = \"100%\"").max_connections,
+            Some((100, true))
+        );
+        let c = cfg("max_connections = \"off\"");
+        assert_eq!(connection_cap(&c, Some(8192)), 0);
+        for bad in ["0", "101%", "0%", "-1", "x", "5 %", "%", ""] {
+            let e = NetConfig::parse(Some(
+                toml::from_str(&format!("max_connections = \"{bad}\"")).unwrap(),
+            ))
+            .unwrap_err();
+            assert_eq!(e.0, "network.max_connections", "{bad}");
+            assert!(
+                e.1.contains("N, P% (of nf_conntrack_max) or off"),
+                "{}",
+                e.1
+            );
+        }
     }
 
     #[test]
@@ -1049,7 +1131,7 @@ mod tests {
                 dhcp: false,
             },
         ];
-        let r = ruleset(&c, &m);
+        let r = ruleset(&c, &m, 0);
         // atomic replace: declare + delete before the new tables
         assert!(r.starts_with(
             "table inet bt {}\ndelete table inet bt\ntable bridge bt {}\ndelete table bridge bt\ntable bridge bt {\n"
@@ -1077,6 +1159,11 @@ mod tests {
         }
         // b did not: a DHCP request from 0.0.0.0 is a spoofed source
         assert_eq!(r.matches("udp sport 68").count(), 2, "{r}");
+        // No cap: no chain of caps.
+        assert!(!r.contains("ct count"), "{r}");
+        let r = ruleset(&c, &m, 300);
+        assert!(r.contains("  chain conns {\n    type filter hook prerouting priority -150; policy accept;\n    iifname \"berth0\" ip saddr 10.87.0.2 ct state new ct count over 300 counter name deny_2 drop\n"), "{r}");
+        assert_eq!(r.matches("ct count over 300").count(), 3, "{r}");
         let a = dnsmasq_args(&c, &m, "/run/p", &["192.0.2.53".into()]);
         assert_eq!(
             a.iter().filter(|x| x.starts_with("--dhcp-host=")).count(),
