@@ -525,10 +525,14 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
 /// A listener on the WAN host that never accepts: the kernel completes each handshake and
 /// the connection stays established in its queue (up to 128) until the listener dies.
 fn holder(net: &mut Net, port: u16) -> usize {
+    assert!(
+        common::which("python3").is_some(),
+        "missing python3 (the WAN host's listener): apt-get install python3"
+    );
     let c = Command::new("ip")
         .args(["netns", "exec", &net.wan, "python3", "-c"])
         .arg(format!(
-            "import socket, time\ns = socket.socket()\ns.bind(('0.0.0.0', {port}))\ns.listen(128)\nprint('up', flush=True)\ntime.sleep(600)"
+            "import socket, time\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', {port}))\ns.listen(128)\nprint('up', flush=True)\ntime.sleep(600)"
         ))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -597,6 +601,21 @@ fn a_containers_tracked_connections_are_capped() {
         let n = established(&net, 9000);
         (n == 5, format!("{n} established"))
     });
+    // The seven's SYNs never reach the table: the device's holds the container's five alone.
+    let dev = net.dev.clone();
+    let table = format!("ip netns exec {dev} cat /proc/net/nf_conntrack");
+    assert!(
+        sh(&table).status.success(),
+        "no /proc/net/nf_conntrack (CONFIG_NF_CONNTRACK_PROCFS): the table cannot be read"
+    );
+    retry(
+        "the device's table holds the 5 connections of the container",
+        || {
+            let t = must(&table);
+            let n = t.lines().filter(|l| l.contains(" src=10.87.0.2 ")).count();
+            (n == 5, format!("{n} entries from 10.87.0.2:\n{t}"))
+        },
+    );
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(established(&net, 9000), 5, "more than the cap got through");
     let (_, denied) = drops(sb, "many");
@@ -625,22 +644,11 @@ fn a_containers_tracked_connections_are_capped() {
     // and the log says why.
     sb.ok(&["stop", "many"]);
     sb.kill_daemon(15);
-    let bin = TempDir::new("old-nft");
     let real = common::which("nft").unwrap();
-    std::fs::write(
-        bin.path("nft"),
-        format!(
-            "#!/bin/sh\n[ \"$*\" = '-f -' ] || exec {nft} \"$@\"\nt=$(cat)\ncase \"$t\" in *'ct count'*) echo 'Error: Could not process rule: No such file or directory' >&2; exit 1;; esac\nprintf '%s\\n' \"$t\" | exec {nft} -f -\n",
-            nft = real.display()
-        ),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        bin.path("nft"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.0.display());
+    let (_bin, path) = fake_nft(&format!(
+        "[ \"$*\" = '-f -' ] || exec {nft} \"$@\"\nt=$(cat)\ncase \"$t\" in *'ct count'*) echo 'Error: Could not process rule: No such file or directory' >&2; exit 1;; esac\nprintf '%s\\n' \"$t\" | exec {nft} -f -\n",
+        nft = real.display()
+    ));
     sb.start_daemon_env(&[("PATH", &path)]);
     sb.ok(&["start", "many"]);
     let rules = ruleset_of(&net);
@@ -655,6 +663,20 @@ fn a_containers_tracked_connections_are_capped() {
             && log.contains("Could not process rule"),
         "{log}"
     );
+}
+
+/// An `nft` that runs `body` (a shell script's), first on a PATH it returns with the system's
+/// directories after it; the directory goes with the TempDir.
+fn fake_nft(body: &str) -> (TempDir, String) {
+    let bin = TempDir::new("fake-nft");
+    std::fs::write(bin.path("nft"), format!("#!/bin/sh\n{body}")).unwrap();
+    std::fs::set_permissions(
+        bin.path("nft"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.0.display());
+    (bin, path)
 }
 
 fn ruleset_of(net: &Net) -> String {
@@ -746,18 +768,7 @@ fn bad_input_is_refused_and_the_previous_ruleset_stays() {
     // nft failing, then missing: a clear error, and the rules in force stay.
     sb.ok(&["stop", "a"]);
     sb.kill_daemon(15);
-    let bin = TempDir::new("fake-nft");
-    std::fs::write(
-        bin.path("nft"),
-        "#!/bin/sh\necho 'Error: syntax error, unexpected junk' >&2\nexit 1\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        bin.path("nft"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.0.display());
+    let (_bin, path) = fake_nft("echo 'Error: syntax error, unexpected junk' >&2\nexit 1\n");
     sb.start_daemon_env(&[("PATH", &path)]);
     let (_, e) = sb.fail(&["start", "a"]);
     assert!(

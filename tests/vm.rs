@@ -314,7 +314,7 @@ fn cgroup_v2_for_real_in_a_vm() {
 
 /// Boots the VM with `append` on the kernel command line, runs the payload, and asserts that
 /// exactly `checks` reported, all passed. `timeout`: seconds from boot to power-off
-/// (`BERTH_VM_TIMEOUT` overrides it).
+/// (`BERTH_VM_TIMEOUT` raises it).
 fn boot(scripts: &Path, payload: &Path, image: &str, append: &str, checks: &[&str], timeout: u32) {
     let run = || {
         let t = Instant::now();
@@ -326,7 +326,11 @@ fn boot(scripts: &Path, payload: &Path, image: &str, append: &str, checks: &[&st
             .env("BERTH_VM_APPEND", append)
             .env(
                 "BERTH_VM_TIMEOUT",
-                std::env::var("BERTH_VM_TIMEOUT").unwrap_or(timeout.to_string()),
+                std::env::var("BERTH_VM_TIMEOUT")
+                    .ok()
+                    .and_then(|t| t.parse().ok())
+                    .map_or(timeout, |t: u32| t.max(timeout))
+                    .to_string(),
             )
             .stdin(Stdio::null())
             .output()

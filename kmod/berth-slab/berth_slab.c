@@ -44,6 +44,7 @@ static inline void *slab_address(const struct slab *slab)
 #include <linux/kprobes.h>
 #include <linux/mm.h>
 #include <linux/mutex.h>
+#include <linux/sched.h>
 #include <linux/list.h>
 #include <linux/sort.h>
 #include <linux/string.h>
@@ -210,6 +211,9 @@ static noinline int fill(struct reserve *r)
 		unsigned long end = n + round;
 
 		for (; n < end; n++) {
+			/* A big reserve on a kernel without preemption: let others run. */
+			if (!(n % 1024))
+				cond_resched();
 			/* No OOM kill for a reserve: it fails instead. */
 			objs[n] = kmem_cache_alloc(r->cache, GFP_KERNEL | __GFP_NOWARN | __GFP_NORETRY);
 			if (!objs[n]) {
@@ -232,6 +236,7 @@ static noinline int fill(struct reserve *r)
 		}
 		for (; j < i; j++)
 			kmem_cache_free(r->cache, objs[j]);
+		cond_resched();
 	}
 	kvfree(objs);
 	/*

@@ -627,12 +627,13 @@ fn set(names: &[String]) -> String {
 }
 
 /// The cap on each container's tracked connections for a kernel whose table holds `table`
-/// entries (`nf_conntrack_max`; None: unknown, connection tracking not loaded yet); 0: none.
+/// entries (`nf_conntrack_max`; None: unknown, connection tracking not loaded yet; 0: no
+/// limit, to the kernel); 0: none.
 pub fn connection_cap(cfg: &NetConfig, table: Option<u32>) -> u32 {
     match (cfg.max_connections, table) {
         (Some((n, false)), _) => n,
         // p% of t without overflow (p <= 100), in 32 bits: no 64-bit division on MIPS.
-        (Some((p, true)), Some(t)) => (t / 100 * p + t % 100 * p / 100).max(1),
+        (Some((p, true)), Some(t)) if t > 0 => (t / 100 * p + t % 100 * p / 100).max(1),
         _ => 0,
     }
 }
@@ -883,6 +884,7 @@ mod tests {
         assert_eq!(connection_cap(&c, Some(2047)), 511);
         assert_eq!(connection_cap(&c, Some(u32::MAX)), 1_073_741_823);
         assert_eq!(connection_cap(&c, None), 0);
+        assert_eq!(connection_cap(&c, Some(0)), 0, "a table without a limit");
         let c = cfg("max_connections = \"500\"");
         assert_eq!(connection_cap(&c, None), 500);
         assert_eq!(connection_cap(&c, Some(100)), 500);

@@ -883,10 +883,11 @@ pub fn enter_net_namespace_at(ns: &std::path::Path) -> io::Result<()> {
 mod tests {
     use super::*;
 
+    /// Close-on-exec, so that no process another test spawns meanwhile keeps an end open.
     fn pipe() -> (RawFd, RawFd) {
         let mut p = [0; 2];
-        // SAFETY: `p` has room for the two descriptors pipe(2) writes.
-        assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
+        // SAFETY: `p` has room for the two descriptors pipe2(2) writes.
+        assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
         (p[0], p[1])
     }
 

@@ -160,16 +160,16 @@ fn members<'a>(st: &'a State, leases: &Leases) -> Vec<Member<'a>> {
 /// already in force skips the reload (and keeps its counters).
 static LOADED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
 
-/// Said once: the kernel refused the connection caps (no nft `ct count`, before Linux 4.18).
+/// Said once: the kernel refused the connection caps (no nft `ct count`: no nft_connlimit).
 static NO_CAP: AtomicBool = AtomicBool::new(false);
 
 /// Loads the whole ruleset for `leases` in one nft transaction: on failure the previous
-/// ruleset stays in force. A kernel without nft `ct count` gets it without the containers'
-/// connection caps, said once; a percentage cap whose table was unknown (connection tracking
-/// loaded by this very ruleset) is resolved and loaded again at once.
+/// ruleset stays in force. Where the kernel refuses the containers' connection caps (no
+/// nft `ct count`) it goes in without them, said once; every load tries the caps again, so
+/// that a passing failure does not leave them off. A percentage cap whose table was unknown
+/// (connection tracking loaded by this very ruleset) is resolved and loaded again at once.
 fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     use std::hash::{Hash, Hasher};
-    use std::sync::atomic::Ordering::Relaxed;
     let c = &d.cfg.network;
     let m = members(st, leases);
     let table = || {
@@ -184,36 +184,34 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
             net::ruleset(c, &m, cap)
         }
     };
-    let mut loaded = LOADED.lock().unwrap();
-    loop {
-        let cap = if NO_CAP.load(Relaxed) {
-            0
-        } else {
-            net::connection_cap(c, table())
-        };
-        let t = text(cap);
+    let hash = |t: &str| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         t.hash(&mut h);
-        let h = h.finish();
-        if *loaded == h {
+        h.finish()
+    };
+    let mut loaded = LOADED.lock().unwrap();
+    loop {
+        let size = table();
+        let cap = net::connection_cap(c, size);
+        let mut t = text(cap);
+        if *loaded == hash(&t) {
             return Ok(());
         }
         *loaded = 0;
         if let Err(e) = run("nft", &["-f", "-"], Some(&t)) {
-            // Loaded without the caps, the next change loads it again (`loaded` unknown).
-            if cap == 0 || run("nft", &["-f", "-"], Some(&text(0))).is_err() {
+            t = text(0);
+            if cap == 0 || run("nft", &["-f", "-"], Some(&t)).is_err() {
                 return Err(e);
             }
             warn_once(
                 &NO_CAP,
                 format_args!("network: no cap on containers' connections: {e}"),
             );
-            return Ok(());
         }
-        *loaded = h;
-        // A percentage of a table not there before this load (connection tracking loaded
-        // by it): now there, the caps go in at once.
-        if cap > 0 || c.max_connections.is_none() || table().is_none() {
+        *loaded = hash(&t);
+        // A table not there before this load (connection tracking loaded by it): now there,
+        // a percentage cap goes in at once.
+        if size.is_some() || c.max_connections.is_none() || table().is_none() {
             return Ok(());
         }
     }
