@@ -215,6 +215,12 @@ pub fn poll<T>(
     }
 }
 
+/// The last `n` lines of `s`, joined by `sep`.
+pub fn last_lines(s: &str, n: usize, sep: &str) -> String {
+    let l: Vec<&str> = s.lines().collect();
+    l[l.len().saturating_sub(n)..].join(sep)
+}
+
 /// Whether we run as root (real LXC, loop mounts and cgroups need it).
 pub fn is_root() -> bool {
     std::fs::metadata("/proc/self")

@@ -26,7 +26,7 @@ use super::{Ctx, Suite};
 use crate::report::{bytes, Section, SuiteOutput, Table};
 use crate::sandbox::{PkgSpec, Sandbox};
 use crate::stats::percentile;
-use crate::util::{poll, progress, run, Result};
+use crate::util::{last_lines, poll, progress, run, Result};
 
 pub struct Fleet;
 
@@ -34,6 +34,48 @@ pub struct Fleet;
 const POLL_S: u64 = 5;
 /// The default poll time of a device (`[fleet] poll`, and hawkBit's usual).
 const DEFAULT_POLL_S: u64 = 300;
+
+/// The devices' own poll time, until the server's (POLL_S) comes with the first answer: the
+/// first poll waits up to a tenth of it (a fleet that starts together is spread over 6 s),
+/// and a failed one is tried again after it (the default, 5 minutes, would outlast the wait
+/// for registration after one failed first poll).
+const FIRST_POLL: &str = "poll = \"60s\"\n";
+
+/// Waits up to 300 s for every device in `ids` registered on the server; on time-out, says
+/// which are not, with each one's state on the server and its daemon's view of its polls.
+fn registered(server: &Goosebit, ids: &[String], devices: &[Sandbox], what: &str) -> Result<()> {
+    let waited = poll(
+        Duration::from_secs(300),
+        Duration::from_millis(500),
+        what,
+        || server.registered(ids),
+    );
+    let Err(e) = waited else {
+        return Ok(());
+    };
+    let states = server
+        .devices()
+        .map(|d| fleet::states(&d, ids))
+        .unwrap_or_else(|e| vec![format!("(the server's device list: {e})"); ids.len()]);
+    let mut why = format!("{e}:");
+    for ((id, st), sb) in ids.iter().zip(&states).zip(devices) {
+        if st.starts_with("Registered") {
+            continue;
+        }
+        let view = sb
+            .json(&["status"])
+            .map(|v| v["fleet"].to_string())
+            .unwrap_or_else(|e| format!("berth status: {e}"));
+        why.push_str(&format!(
+            "\n  {id}: on the server {st:?}; the daemon's fleet view {view}"
+        ));
+    }
+    why.push_str(&format!(
+        "\n  gooseBit's log ends:\n{}",
+        last_lines(&server.log(), 20, "\n")
+    ));
+    Err(why.into())
+}
 
 /// Version `v` of the payload: busybox (the bulk of the image, the same in every version)
 /// and a script; healthy once up. Checked every 30 s (the first check 1 s after the start
@@ -318,7 +360,7 @@ impl Suite for Fleet {
             let token = sb.dir.join("fleet.token");
             std::fs::write(&token, format!("bench-token-{i}\n")).map_err(|e| e.to_string())?;
             sb.write_config(&format!(
-                "{}{extra}[fleet]\nserver = \"{}\"\ncontroller_id = \"fd{i}\"\ntoken_file = \"{}\"\n",
+                "{}{extra}[fleet]\nserver = \"{}\"\ncontroller_id = \"fd{i}\"\ntoken_file = \"{}\"\n{FIRST_POLL}",
                 crate::sandbox::UNCAPPED_POLICY,
                 server.url(""),
                 token.display()
@@ -329,12 +371,7 @@ impl Suite for Fleet {
             devices.push(sb);
         }
         let ids: Vec<String> = (0..n).map(|i| format!("fd{i}")).collect();
-        poll(
-            Duration::from_secs(300),
-            Duration::from_millis(500),
-            "every device registered",
-            || server.registered(&ids),
-        )?;
+        registered(&server, &ids, &devices, "every device registered")?;
         let started_s = t_start.elapsed().as_secs_f64();
         server.feed(&ids, "all")?;
 
@@ -667,7 +704,7 @@ fn tls_idle(
         let token = sb.dir.join("fleet.token");
         std::fs::write(&token, format!("bench-tls-token-{i}\n")).map_err(|e| e.to_string())?;
         sb.write_config(&format!(
-            "{}[fleet]\nserver = \"{}\"\ncontroller_id = \"ft{i}\"\ntoken_file = \"{}\"\n{tls}",
+            "{}[fleet]\nserver = \"{}\"\ncontroller_id = \"ft{i}\"\ntoken_file = \"{}\"\n{FIRST_POLL}{tls}",
             crate::sandbox::UNCAPPED_POLICY,
             server.url(""),
             token.display()
@@ -677,12 +714,7 @@ fn tls_idle(
         devices.push(sb);
     }
     let ids: Vec<String> = (0..k).map(|i| format!("ft{i}")).collect();
-    poll(
-        Duration::from_secs(300),
-        Duration::from_millis(500),
-        "every TLS device registered",
-        || server.registered(&ids),
-    )?;
+    registered(&server, &ids, &devices, "every TLS device registered")?;
     std::thread::sleep(Duration::from_secs(POLL_S * 2));
     let (c0, cpu0, t0) = (counters(&net.server)?, cpu_of(&devices), Instant::now());
     std::thread::sleep(window);

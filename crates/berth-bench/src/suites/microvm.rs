@@ -320,8 +320,7 @@ impl Suite for MicroVm {
 }
 
 fn tail(t: &str) -> String {
-    let l: Vec<&str> = t.lines().collect();
-    l[l.len().saturating_sub(3)..].join(" / ")
+    crate::util::last_lines(t, 3, " / ")
 }
 
 fn skipped(why: &str) -> SuiteOutput {
