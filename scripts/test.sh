@@ -15,7 +15,8 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
-step() { printf '\n=== %s\n' "$*"; }
+# Each step says when it began (seconds since the script started): where CI's time went.
+step() { printf '\n=== %s (at %d s)\n' "$*" "$SECONDS"; }
 
 step "Debian packages"
 export DEBIAN_FRONTEND=noninteractive
@@ -185,5 +186,5 @@ if grep -q '^package ' "$BERTH_SKIP_LOG"; then
     echo "a test skipped for a Debian package this script installs: the installation above failed" >&2
     exit 1
 fi
-echo "all checks passed"
+echo "all checks passed in $SECONDS s"
 echo "tests: $passed passed, $failed failed, $skipped skipped"

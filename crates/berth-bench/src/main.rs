@@ -568,7 +568,13 @@ fn run_suites(
             quick: o.quick,
             trace: o.trace,
         };
+        let t0 = Instant::now();
         let r = s.run(&mut ctx);
+        // Always said (one line a suite): where a run's time went.
+        eprintln!(
+            "berth-bench: suite {name}: {:.0} s",
+            t0.elapsed().as_secs_f64()
+        );
         let intr = util::interrupted();
         results.push(match r {
             Ok(out) => suite_result(out.name, Some(out), None, intr),
