@@ -8,6 +8,7 @@ mod common;
 
 use common::*;
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const CONFIG: &str = "[upgrade]\ndeadline = \"6s\"\nsettle = \"200ms\"\n";
@@ -305,15 +306,12 @@ fn inject(sb: &mut Sandbox, point: &str, old: &str, new: &str) -> String {
     v
 }
 
-#[test]
-fn sigkill_at_every_step_of_an_upgrade_and_a_rollback_leaves_the_old_or_the_new_set() {
-    let rounds: usize = std::env::var("BERTH_UPGRADE_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(17);
-    let mut sb = running_app("upgkill");
+/// `rounds` of kills at every step in a sandbox of its own: the injections made, and how
+/// many ended on which version after which step.
+fn kill_rounds(scope: &str, rounds: usize) -> (usize, BTreeMap<String, usize>) {
+    let mut sb = running_app(scope);
     let mut injections = 0;
-    let mut ended = std::collections::BTreeMap::<String, usize>::new();
+    let mut ended = BTreeMap::<String, usize>::new();
 
     // A passing upgrade 1.0 → 1.1 (with a migration), cut at each step; back to 1.0 by hand
     // when it got there.
@@ -339,9 +337,37 @@ fn sigkill_at_every_step_of_an_upgrade_and_a_rollback_leaves_the_old_or_the_new_
             let v = inject(&mut sb, point, "1.0", "1.2");
             injections += 1;
             *ended.entry(format!("{point} → {v}")).or_default() += 1;
-            assert_eq!(v, "1.0", "{point}: a failing version survived");
+            assert_eq!(v, "1.0", "{scope} {point}: a failing version survived");
         }
     }
+    (injections, ended)
+}
+
+#[test]
+fn sigkill_at_every_step_of_an_upgrade_and_a_rollback_leaves_the_old_or_the_new_set() {
+    let rounds: usize = std::env::var("BERTH_UPGRADE_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(17);
+    // The rounds shared by three daemons at once, each with its own sandbox: an injection
+    // waits on its daemon far more than it computes.
+    const DAEMONS: usize = 3;
+    let (mut injections, mut ended) = (0, BTreeMap::<String, usize>::new());
+    std::thread::scope(|s| {
+        let each: Vec<_> = (0..DAEMONS)
+            .map(|k| rounds / DAEMONS + usize::from(k < rounds % DAEMONS))
+            .filter(|r| *r > 0)
+            .enumerate()
+            .map(|(k, r)| s.spawn(move || kill_rounds(&format!("upgkill{k}"), r)))
+            .collect();
+        for h in each {
+            let (n, e) = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            injections += n;
+            for (k, v) in e {
+                *ended.entry(k).or_default() += v;
+            }
+        }
+    });
     eprintln!("{injections} injections, inconsistent states: 0; ended: {ended:?}");
     assert!(injections >= 200 || rounds < 17, "{injections} injections");
     // every step was reached: a passing upgrade ends on 1.1 only when cut after its commit
