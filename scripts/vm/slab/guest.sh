@@ -137,8 +137,8 @@ check slab-berth-rmmod $? ""
 # asserted (a trace buffer that overflowed makes it a lower bound: said in the run's line and
 # the summary). Runs of each: BERTH_SLAB_FLOOD_RUNS (the namespace's) and
 # BERTH_SLAB_CONTAINER_RUNS (the container's, longer) in the guest.
-RUNS=${BERTH_SLAB_FLOOD_RUNS:-4}
-CONTAINER_RUNS=${BERTH_SLAB_CONTAINER_RUNS:-2}
+RUNS=${BERTH_SLAB_FLOOD_RUNS:-2}
+CONTAINER_RUNS=${BERTH_SLAB_CONTAINER_RUNS:-1}
 T=/sys/kernel/tracing
 mount -t tracefs nodev $T 2>/dev/null
 echo 'ptr == 0 && gfp_flags & 0x20' > $T/events/kmem/kmem_cache_alloc/filter \
