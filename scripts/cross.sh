@@ -119,7 +119,8 @@ build() {
             flags="$flags -Ctarget-feature=-crt-static -Clink-arg=-dynamic"
             ;;
     esac
-    local build_dir=$root/target/cross/build
+    # a target directory per build, so that builds can run at once (build_all)
+    local build_dir=$root/target/cross/build-$arch
     case $arch in
         *-nopie)
             # Position-dependent code: MIPS o32's PIC calls everything through $gp and the
@@ -130,7 +131,6 @@ build() {
             local sr
             sr=$(musl_sysroot "${arch%-nopie}")
             flags="$flags -Crelocation-model=static -Clink-arg=$sr/lib/libc.so"
-            build_dir=$root/target/cross/build-nopie
             ;;
     esac
     log "building $arch ($target)"
@@ -147,6 +147,36 @@ build() {
     mv "$out/berth.tmp" "$out/berth"
     check_binary "$arch" "$out/berth"
     log "$arch: $(cat "$out/size") bytes, built in $((SECONDS - t0)) s"
+}
+
+# Builds ARCH..., BERTH_CROSS_JOBS at once (default: the CPUs, at most 4): a build keeps
+# about 1.4 cores busy, its last step (one codegen unit, LTO) one. Each build's output is
+# shown when it ends; any failure fails the whole, after every build has ended.
+build_all() {
+    local jobs=${BERTH_CROSS_JOBS:-$(nproc)} logs a rc failed="" t0=$SECONDS
+    [ "$jobs" -ge 1 ] 2>/dev/null || die "BERTH_CROSS_JOBS must be a positive number"
+    [ "$jobs" -le 4 ] || jobs=4
+    # the soft-float musl sysroots the -nopie builds link against, made before the builds
+    # start (two builds must not make one at once)
+    for a in "$@"; do case $a in *-nopie) musl_sysroot "${a%-nopie}" >/dev/null ;; esac; done
+    logs=$(mktemp -d)
+    for a in "$@"; do
+        while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 1; done
+        (
+            set +e
+            (build "$a") >"$logs/$a" 2>&1
+            echo $? >"$logs/$a.rc"
+        ) &
+    done
+    wait
+    for a in "$@"; do
+        rc=$(cat "$logs/$a.rc" 2>/dev/null || echo 1)
+        cat "$logs/$a" >&2
+        [ "$rc" = 0 ] || failed="$failed $a"
+    done
+    rm -rf "$logs"
+    [ -z "$failed" ] || die "build failed:$failed"
+    log "$# builds in $((SECONDS - t0)) s, $jobs at once"
 }
 
 check_binary() {
@@ -404,7 +434,7 @@ case $1 in
     *)
         [ "$1" = all ] && set -- mipsel mipsel-nopie mips mips-nopie armv7 aarch64 mipsel-gnu
         for a in "$@"; do rust_target "$a" >/dev/null; done
-        for a in "$@"; do build "$a"; done
+        build_all "$@"
         for a in "$@"; do printf '%-11s %9s bytes  target/cross/%s/berth\n' "$a" "$(cat "target/cross/$a/size")" "$a"; done
         ;;
 esac
