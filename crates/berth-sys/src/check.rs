@@ -456,21 +456,12 @@ fn cgroups(roots: &Roots, out: &mut Vec<Feature>) {
         };
         out.push(feature("cgroups", name, false, status, detail));
         if ctrl == "memory" {
-            // A container's kernel memory (slab: dentries, inodes, sockets; kernel stacks)
-            // charged to its memory limit: flooding the kernel hits its own limit. Not seen
-            // here: a kernel booted with cgroup.memory=nokmem, and Linux < 4.6, which counts
-            // a v1 group's only once its memory.kmem.limit_in_bytes is set.
             let kmem = in_v1.map(|(_, m)| {
                 under_sys(roots, &m.mount_point)
                     .join("memory.kmem.usage_in_bytes")
                     .exists()
             });
-            let (yes, detail) = match kmem {
-                Some(true) => (true, "v1: memory.kmem.usage_in_bytes"),
-                Some(false) => (false, "v1: no memory.kmem.*"),
-                None if in_v2 => (true, "v2: memory.stat slab, sock"),
-                None => (false, "no memory controller"),
-            };
+            let (yes, detail) = kmem_accounting(roots, kmem, in_v2);
             out.push(feature(
                 "cgroups",
                 "kmem accounting",
@@ -480,6 +471,54 @@ fn cgroups(roots: &Roots, out: &mut Vec<Feature>) {
             ));
         }
     }
+}
+
+/// Whether a container's kernel memory (slab: dentries, inodes, sockets; kernel stacks) is
+/// charged to its memory limit, so that flooding the kernel hits its own limit; and why.
+/// `v1`: the memory controller on v1, and whether its groups have memory.kmem.*; `v2`: on v2.
+/// Not in force: a kernel booted with `cgroup.memory=nokmem`, and v1 before Linux 4.6, which
+/// charges a group only once its memory.kmem.limit_in_bytes is set, before the group has a
+/// task (berth sets none).
+/// `cgroup.memory=nosocket` leaves sockets' buffers out.
+fn kmem_accounting(roots: &Roots, v1: Option<bool>, v2: bool) -> (bool, String) {
+    let cmdline = read(&roots.proc.join("cmdline")).unwrap_or_default();
+    let off = |what: &str| {
+        cmdline
+            .split_whitespace()
+            .filter_map(|w| w.strip_prefix("cgroup.memory="))
+            .any(|v| v.split(',').any(|x| x == what))
+    };
+    let release = read(&roots.proc.join("sys/kernel/osrelease")).unwrap_or_default();
+    let mut n = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|x| x.parse::<u32>().ok());
+    let before_4_6 =
+        matches!((n.next(), n.next()), (Some(Some(a)), Some(Some(b))) if (a, b) < (4, 6));
+    let (yes, mut detail) = match (v1, v2) {
+        (Some(true), _) if before_4_6 => (
+            false,
+            format!(
+                "v1 on Linux {} (before 4.6): kernel memory is charged only to groups with memory.kmem.limit_in_bytes set, and berth's have none",
+                release.trim()
+            ),
+        ),
+        (Some(true), _) => (true, "v1: memory.kmem.usage_in_bytes".to_string()),
+        (Some(false), _) => (false, "v1: no memory.kmem.*".to_string()),
+        (None, true) => (true, "v2: memory.stat slab, sock".to_string()),
+        (None, false) => return (false, "no memory controller".to_string()),
+    };
+    if off("nokmem") {
+        return (
+            false,
+            "the kernel was booted with cgroup.memory=nokmem: no slab is charged to a group"
+                .to_string(),
+        );
+    }
+    if yes && off("nosocket") {
+        detail.push_str("; sockets' buffers are not charged (cgroup.memory=nosocket)");
+    }
+    (yes, detail)
 }
 
 fn filesystems(roots: &Roots, out: &mut Vec<Feature>) {
@@ -998,6 +1037,40 @@ hugetlb\t0\t5\t0
         let k = get(&fx.run(), "kmem accounting").clone();
         assert_eq!(k.status, Status::Present);
         assert_eq!(k.detail, "v1: memory.kmem.usage_in_bytes");
+        // v1 before 4.6: charged only where a kmem limit was set
+        fx.write("proc/sys/kernel/osrelease", "4.4.198-vendor\n");
+        let k = get(&fx.run(), "kmem accounting").clone();
+        assert_eq!(k.status, Status::Missing);
+        assert!(
+            k.detail
+                .starts_with("v1 on Linux 4.4.198-vendor (before 4.6)"),
+            "{}",
+            k.detail
+        );
+        fx.write("proc/sys/kernel/osrelease", "4.6.0\n");
+        assert_eq!(get(&fx.run(), "kmem accounting").status, Status::Present);
+        // booted without kmem accounting, or without the sockets'
+        fx.write(
+            "proc/cmdline",
+            "console=ttyS0 cgroup.memory=nosocket,nokmem quiet\n",
+        );
+        let k = get(&fx.run(), "kmem accounting").clone();
+        assert_eq!(k.status, Status::Missing);
+        assert!(k.detail.contains("cgroup.memory=nokmem"), "{}", k.detail);
+        fx.write("proc/cmdline", "root=/dev/sda1 cgroup.memory=nosocket\n");
+        let k = get(&fx.run(), "kmem accounting").clone();
+        assert_eq!(k.status, Status::Present);
+        assert!(
+            k.detail.ends_with("not charged (cgroup.memory=nosocket)"),
+            "{}",
+            k.detail
+        );
+        fx.write("proc/cmdline", "root=/dev/sda1 cgroup_memory=nokmem\n");
+        assert_eq!(
+            get(&fx.run(), "kmem accounting").status,
+            Status::Present,
+            "only cgroup.memory= is the kernel's parameter"
+        );
     }
 
     #[test]
@@ -1035,6 +1108,10 @@ hugetlb\t0\t5\t0
         let k = get(&fs, "kmem accounting");
         assert_eq!(k.status, Status::Present);
         assert!(k.detail.starts_with("v2: "), "{}", k.detail);
+        fx.write("proc/cmdline", "cgroup.memory=nokmem\n");
+        let k = get(&fx.run(), "kmem accounting").clone();
+        assert_eq!(k.status, Status::Missing, "{}", k.detail);
+        fx.write("proc/cmdline", "\n");
         fx.write("sys/fs/cgroup/cgroup.controllers", "cpu pids\n");
         let k = get(&fx.run(), "kmem accounting").clone();
         assert_eq!(
