@@ -63,8 +63,9 @@ struct reserve {
 	struct kmem_cache *cache;
 	unsigned int want;
 	unsigned int held;
-	unsigned int npages;
-	void **kept; /* one object on each slab page kept */
+	unsigned int npages; /* slabs kept */
+	unsigned int pages; /* their pages */
+	void **kept; /* one object on each slab kept */
 };
 
 static struct reserve reserves[MAX_CACHES];
@@ -133,10 +134,21 @@ static unsigned int objects_per_slab(struct kmem_cache *s)
 	return s->oo.x & 0xffff;
 }
 
-/* Pages in one slab of the cache (the high bits of `oo` are its order). */
-static unsigned int pages_per_slab(struct kmem_cache *s)
+/* Objects in a slab of the cache's minimum order (`min`), at least 2 (objects larger than
+ * half a page are refused). */
+static unsigned int min_objects_per_slab(struct kmem_cache *s)
 {
-	return 1U << (s->oo.x >> 16);
+	return max(s->min.x & 0xffff, 2U);
+}
+
+/*
+ * Objects in the slab whose head page is `page`: SLUB makes a slab of the cache's order, or
+ * of its smaller minimum order (`min`) when memory is too fragmented for that, and a slab of
+ * order k holds (PAGE_SIZE << k) / size objects.
+ */
+static unsigned int slab_objects(struct kmem_cache *s, struct page *page)
+{
+	return (PAGE_SIZE << compound_order(page)) / s->size;
 }
 
 static int by_page(const void *a, const void *b)
@@ -156,24 +168,27 @@ static void release(struct reserve *r)
 	kvfree(r->kept);
 	r->kept = NULL;
 	r->npages = 0;
+	r->pages = 0;
 	r->held = 0;
 }
 
-/* Sorts objs[0..n) by slab page and returns how many slabs are whole: every object of the
- * slab is in objs. */
-static unsigned long whole_slabs(void **objs, unsigned long n, unsigned int per)
+/* Sorts objs[0..n) by slab and returns the free objects that the whole slabs (every object
+ * of the slab is in objs) would hold, one object kept on each. */
+static unsigned long whole_slabs(struct kmem_cache *s, void **objs, unsigned long n)
 {
-	unsigned long start, i, whole = 0;
+	unsigned long start, i, free = 0;
 
 	sort(objs, n, sizeof(void *), by_page, NULL);
 	for (start = 0; start < n; start = i) {
 		struct page *page = virt_to_head_page(objs[start]);
+		unsigned int per = slab_objects(s, page);
 
 		for (i = start + 1; i < n && virt_to_head_page(objs[i]) == page; i++)
 			;
-		whole += i - start == per;
+		if (i - start == per)
+			free += per - 1;
 	}
-	return whole;
+	return free;
 }
 
 /*
@@ -182,13 +197,15 @@ static unsigned long whole_slabs(void **objs, unsigned long n, unsigned int per)
  * objects held are new free objects in the cache. Only whole slabs are kept: the free slots
  * of a slab others use were free before. The cache's empty slabs are discarded first, so a
  * whole slab is a new one. Objects are asked in rounds (a busy cache's free slots take the
- * first ones), at most ROUNDS. Process context (GFP_KERNEL): it may sleep.
+ * first ones), at most ROUNDS. A slab of the cache's minimum order (fragmented memory) holds
+ * fewer objects than one of its usual order, and is whole when all of its own are here.
+ * Process context (GFP_KERNEL): it may sleep.
  */
 #define ROUNDS 4
 static noinline int fill(struct reserve *r)
 {
 	unsigned int per = objects_per_slab(r->cache);
-	unsigned long round, n = 0, i, start, whole = 0;
+	unsigned long round, n = 0, i, start, free = 0, slabs;
 	bool failed = false;
 	int k;
 	void **objs;
@@ -199,7 +216,9 @@ static noinline int fill(struct reserve *r)
 	/* The reserve's slabs and one more, if no object went to a slab others use. */
 	round = ((unsigned long)r->want / (per - 1) + 2) * per;
 	objs = kvmalloc_array(round * ROUNDS, sizeof(void *), GFP_KERNEL | __GFP_NOWARN);
-	r->kept = kvmalloc_array(round * ROUNDS / per + 1, sizeof(void *), GFP_KERNEL | __GFP_NOWARN);
+	/* The most whole slabs the objects can make: all of the smallest kind. */
+	slabs = round * ROUNDS / min_objects_per_slab(r->cache) + 1;
+	r->kept = kvmalloc_array(slabs, sizeof(void *), GFP_KERNEL | __GFP_NOWARN);
 	if (!objs || !r->kept) {
 		kvfree(objs);
 		kvfree(r->kept);
@@ -207,7 +226,7 @@ static noinline int fill(struct reserve *r)
 		return -ENOMEM;
 	}
 	kmem_cache_shrink(r->cache);
-	for (k = 0; k < ROUNDS && !failed && whole * (per - 1) < r->want + per; k++) {
+	for (k = 0; k < ROUNDS && !failed && free < r->want + per; k++) {
 		unsigned long end = n + round;
 
 		for (; n < end; n++) {
@@ -221,18 +240,20 @@ static noinline int fill(struct reserve *r)
 				break;
 			}
 		}
-		whole = whole_slabs(objs, n, per);
+		free = whole_slabs(r->cache, objs, n);
 	}
 	/* objs is sorted by page: each run of one page's objects in turn. */
 	for (start = 0; start < n; start = i) {
 		struct page *page = virt_to_head_page(objs[start]);
+		unsigned int objects = slab_objects(r->cache, page);
 		unsigned long j = start;
 
 		for (i = start + 1; i < n && virt_to_head_page(objs[i]) == page; i++)
 			;
-		if (i - start == per && r->held < r->want + per) {
+		if (i - start == objects && r->held < r->want + per && r->npages < slabs) {
 			r->kept[r->npages++] = objs[j++];
-			r->held += per - 1;
+			r->held += objects - 1;
+			r->pages += 1U << compound_order(page);
 		}
 		for (; j < i; j++)
 			kmem_cache_free(r->cache, objs[j]);
@@ -404,7 +425,7 @@ static int get_state(char *buf, const struct kernel_param *kp)
 		struct reserve *r = &reserves[i];
 
 		len += scnprintf(buf + len, PAGE_SIZE - len, "%s %u %u %u %u\n", r->name, r->want,
-				 r->held, r->npages * pages_per_slab(r->cache),
+				 r->held, r->pages,
 				 kmem_cache_size(r->cache));
 	}
 	mutex_unlock(&lock);
