@@ -3,13 +3,19 @@
 //! `kmod/berth-slab` holds them; this is the pure part: the policy, what the module is told,
 //! and what `/proc/slabinfo` and the module's `state` say about whether each reserve holds.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The module's name (`/sys/module/berth_slab`).
 pub const MODULE: &str = "berth_slab";
-/// Where `[slab] module` is looked for when not set: `make modules_install`'s place for a
-/// module built out of the kernel's tree (`{}` is the kernel's release).
-pub const DEFAULT_MODULE: &str = "/lib/modules/{}/extra/berth_slab.ko";
+/// Where the module is looked for when `[slab] module` is not set, in turn (`{}` is the
+/// kernel's release): `make modules_install`'s place for a module built out of the kernel's
+/// tree (Yocto's module class too), DKMS's (Debian's berth-slab-dkms), and OpenWrt's (its
+/// kmod-berth-slab package: every module in the release's own directory).
+pub const DEFAULT_MODULES: [&str; 3] = [
+    "/lib/modules/{}/extra/berth_slab.ko",
+    "/lib/modules/{}/updates/dkms/berth_slab.ko",
+    "/lib/modules/{}/berth_slab.ko",
+];
 /// The module refuses a cap above this (`RESERVE_LIMIT` in berth_slab.c).
 pub const RESERVE_LIMIT: u32 = 1 << 20;
 /// The module keeps at most this many caches (`MAX_CACHES`).
@@ -53,18 +59,35 @@ impl Amount {
 pub struct SlabPolicy {
     /// Each cache and its reserve, in the order written.
     pub caches: Vec<(String, Amount)>,
-    /// The module file; None: [`DEFAULT_MODULE`] for the running kernel.
+    /// The module file; None: the first of [`DEFAULT_MODULES`] there for the running kernel.
     pub module: Option<PathBuf>,
     /// The cap the module is loaded with (its `max_reserve`): no reserve may be above it.
     pub max_reserve: u32,
 }
 
 impl SlabPolicy {
-    /// The module file to load on a kernel of this release.
-    pub fn module_file(&self, release: &str) -> PathBuf {
-        self.module
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(DEFAULT_MODULE.replace("{}", release.trim())))
+    /// The module file to load on a kernel of this release: `[slab] module`, or the first
+    /// of [`DEFAULT_MODULES`] that `exists`; Err names every place looked at.
+    pub fn module_file(
+        &self,
+        release: &str,
+        exists: impl Fn(&Path) -> bool,
+    ) -> Result<PathBuf, String> {
+        if let Some(m) = &self.module {
+            return Ok(m.clone());
+        }
+        let places: Vec<PathBuf> = DEFAULT_MODULES
+            .iter()
+            .map(|p| PathBuf::from(p.replace("{}", release.trim())))
+            .collect();
+        if let Some(p) = places.iter().find(|p| exists(p)) {
+            return Ok(p.clone());
+        }
+        let names: Vec<String> = places.iter().map(|p| p.display().to_string()).collect();
+        Err(format!(
+            "no {MODULE}.ko for this kernel at {} (install the module built for it, or set [slab] module)",
+            names.join(", ")
+        ))
     }
 }
 
@@ -301,9 +324,35 @@ mod tests {
             cache_entry("kmalloc-256", Amount::Objects(5)),
             Ok(("kmalloc-256".into(), Amount::Objects(5)))
         );
+        // The first place that has it, in turn; none: every place named.
+        let p = policy(&[]);
+        let at = |there: &'static str| move |f: &Path| f == Path::new(there) || there == "*";
         assert_eq!(
-            policy(&[]).module_file("6.1.0-56-amd64\n"),
-            Path::new("/lib/modules/6.1.0-56-amd64/extra/berth_slab.ko")
+            p.module_file("6.1.0-56-amd64\n", at("*")),
+            Ok(PathBuf::from(
+                "/lib/modules/6.1.0-56-amd64/extra/berth_slab.ko"
+            ))
+        );
+        for place in [
+            "/lib/modules/6.1.0-56-amd64/updates/dkms/berth_slab.ko",
+            "/lib/modules/6.1.0-56-amd64/berth_slab.ko",
+        ] {
+            assert_eq!(
+                p.module_file("6.1.0-56-amd64", at(place)),
+                Ok(PathBuf::from(place))
+            );
+        }
+        let e = p.module_file("5.15.0", at("")).unwrap_err();
+        assert!(
+            e.starts_with("no berth_slab.ko for this kernel at /lib/modules/5.15.0/extra/berth_slab.ko, /lib/modules/5.15.0/updates/dkms/berth_slab.ko, /lib/modules/5.15.0/berth_slab.ko"),
+            "{e}"
+        );
+        let mut own = policy(&[]);
+        own.module = Some(PathBuf::from("/opt/berth_slab.ko"));
+        assert_eq!(
+            own.module_file("5.15.0", at("")),
+            Ok(PathBuf::from("/opt/berth_slab.ko")),
+            "[slab] module is taken as it is (its load says what is wrong with it)"
         );
         let e = cache_entry("dentry", Amount::Objects(5)).unwrap_err();
         assert!(

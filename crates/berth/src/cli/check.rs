@@ -99,10 +99,12 @@ fn slab(p: &berth_core::slab::SlabPolicy, roots: &check::Roots) -> Feature {
         }
     } else {
         let path = std::fs::read_to_string(roots.proc.join("sys/kernel/osrelease"))
-            .map(|r| p.module_file(&r).display().to_string())
-            .unwrap_or_default();
-        let why = kmod::refusal(&roots.proc)
-            .unwrap_or_else(|| format!("the daemon loads it at its start from {path}"));
+            .map_err(|e| format!("the kernel's release: {e}"))
+            .and_then(|r| p.module_file(&r, std::path::Path::exists));
+        let why = kmod::refusal(&roots.proc).unwrap_or_else(|| match path {
+            Ok(f) => format!("the daemon loads it at its start from {}", f.display()),
+            Err(e) => e,
+        });
         (false, format!("{MODULE} is not loaded: {why}"))
     };
     Feature {

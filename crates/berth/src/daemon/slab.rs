@@ -35,7 +35,7 @@ fn configure(p: &SlabPolicy, proc: &Path, sys: &Path) -> Result<String, String> 
         let release = std::fs::read_to_string(proc.join("sys/kernel/osrelease"))
             .map_err(|e| format!("the kernel's release: {e}"))?;
         kmod::load(
-            &p.module_file(&release),
+            &p.module_file(&release, Path::exists)?,
             &format!("max_reserve={}", p.max_reserve),
         )?;
     }
