@@ -4,6 +4,7 @@
 #
 #   scripts/kmod.sh [KVER]    KVER: e.g. 6.1.0-56-amd64 (default: the test VM's kernel,
 #                             the one linux-image-amd64 depends on, as scripts/vm/build.sh)
+#   scripts/kmod.sh --headers [KVER]   only fetch the headers; print their build tree
 #
 # The headers are cached in $BERTH_KMOD_CACHE (default /var/cache/berth-kmod/<KVER>); the
 # module is built out of tree in target/kmod/<KVER>/ and its path printed. Needs gcc and
@@ -14,6 +15,8 @@ die() { echo "kmod: $*" >&2; exit 1; }
 for t in apt-get apt-cache dpkg-deb make gcc; do
     command -v "$t" >/dev/null || die "$t is missing"
 done
+headers_only=
+if [ "${1:-}" = --headers ]; then headers_only=1; shift; fi
 kver=${1:-}
 if [ -z "$kver" ]; then
     pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
@@ -35,10 +38,12 @@ if [ ! -f "$cache/done" ]; then
     sed -i "s|^include /usr/src/|include $cache/root/usr/src/|" "$headers/Makefile"
     touch "$cache/done"
 fi
+if [ -n "$headers_only" ]; then echo "$headers"; exit 0; fi
 out=$PWD/target/kmod/$kver
 rm -rf "$out" && mkdir -p "$out"
-cp kmod/berth-slab/berth_slab.c kmod/berth-slab/Kbuild "$out/"
-make -s -C "$headers" M="$out" modules >"$out/build.log" 2>&1 || { cat "$out/build.log" >&2; die "the module did not build"; }
+cp kmod/berth-slab/berth_slab.c kmod/berth-slab/Kbuild kmod/berth-slab/Makefile "$out/"
+# through the module's own Makefile, as Yocto and DKMS build it
+make -s -C "$out" KERNEL_SRC="$headers" modules >"$out/build.log" 2>&1 || { cat "$out/build.log" >&2; die "the module did not build"; }
 # Warnings fail the build: the module runs in the kernel.
 if grep -q "warning:" "$out/build.log"; then cat "$out/build.log" >&2; die "the module built with warnings"; fi
 echo "$out/berth_slab.ko"

@@ -4,6 +4,10 @@
 #   bash scripts/package.sh deb        target/debian/berth_<version>_<arch>.deb (lintian-checked)
 #   bash scripts/package.sh deb-test   install that .deb with apt, run a package through the
 #                                      installed daemon, purge it, and check nothing is left
+#   bash scripts/package.sh deb-dkms   target/debian/berth-slab-dkms_<version>_all.deb: the slab
+#                                      reserve's kernel module as DKMS source (lintian-checked)
+#   bash scripts/package.sh deb-dkms-test  install it, have DKMS build it for the test VM's
+#                                      Debian kernel (its headers), purge it, nothing left
 #   bash scripts/package.sh openwrt    check dist/openwrt/berth/Makefile with the SDK's
 #                                      conventions: its metadata, Build/Prepare, Build/Compile
 #                                      (cargo, as the packages feed runs it), install recipe and
@@ -15,7 +19,7 @@
 #   bash scripts/package.sh crates     regenerate dist/meta-berth/.../berth-crates.inc
 #   bash scripts/package.sh docs       shell completions and the man page from the CLI's
 #                                      definitions -> target/dist/
-#   bash scripts/package.sh all        docs, deb, openwrt, yocto
+#   bash scripts/package.sh all        docs, deb, deb-dkms, openwrt, yocto
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -138,6 +142,105 @@ EOF
         # Errors fail the build; warnings are shown.
         lintian --fail-on error --allow-root --tag-display-limit 0 "$deb_file"
     fi
+}
+
+dkms_file=target/debian/berth-slab-dkms_${version}-${deb_revision}_all.deb
+
+# berth-slab-dkms: the module's source for DKMS, which builds it for each kernel with headers.
+deb_dkms() {
+    local stage=target/debian/stage-dkms src
+    src=$stage/usr/src/berth-slab-$version
+    rm -rf "$stage" && mkdir -p "$stage/DEBIAN" "$src"
+    install -m 0644 kmod/berth-slab/berth_slab.c kmod/berth-slab/Kbuild kmod/berth-slab/Makefile "$src/"
+    sed "s/@VERSION@/$version/" dist/debian/berth-slab-dkms/dkms.conf > "$src/dkms.conf"
+    chmod 0644 "$src/dkms.conf"
+    for s in postinst prerm; do
+        sed "s/@VERSION@/$version/" "dist/debian/berth-slab-dkms/$s" > "$stage/DEBIAN/$s"
+        chmod 0755 "$stage/DEBIAN/$s"
+    done
+    install -d "$stage/usr/share/doc/berth-slab-dkms"
+    # The module is GPL-2.0 (its SPDX line); the copyright file says so.
+    printf '%s\n' "Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/" \
+        "Upstream-Name: berth" "Source: the berth source tree this package was built from" "" \
+        "Files: *" "Copyright: 2026 the berth authors" "License: GPL-2" \
+        " On Debian systems, the complete text of the GNU General Public License" \
+        " version 2 can be found in /usr/share/common-licenses/GPL-2." \
+        > "$stage/usr/share/doc/berth-slab-dkms/copyright"
+    local date
+    date=$(date -R -d "@$(git log -1 --format=%ct 2>/dev/null || date +%s)")
+    printf '%s\n' "berth-slab-dkms (${version}-${deb_revision}) unstable; urgency=medium" "" \
+        "  * Built from the berth source tree (scripts/package.sh deb-dkms)." "" \
+        " -- berth maintainers <maintainers@users.noreply.a-seed-d5e7bddf.example>  $date" |
+        gzip -9n > "$stage/usr/share/doc/berth-slab-dkms/changelog.Debian.gz"
+    chmod 0644 "$stage/usr/share/doc/berth-slab-dkms/"*
+    cat > "$stage/DEBIAN/control" <<EOF
+Package: berth-slab-dkms
+Version: ${version}-${deb_revision}
+Architecture: all
+Maintainer: berth maintainers <maintainers@users.noreply.a-seed-d5e7bddf.example>
+Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
+Depends: dkms
+Enhances: berth
+Section: kernel
+Priority: optional
+Description: kernel module behind berth's slab reserve (DKMS source)
+ berth_slab keeps free objects in the slab caches that berth's [slab] policy
+ names (skbuff_head_cache, kmalloc-N), so that the device's drivers still find
+ objects in atomic context when a container has made the kernel use up the
+ others. berth loads it at its start.
+ .
+ This package holds the module's source: DKMS builds it for each installed
+ kernel that has its headers (linux-headers-*). The kernel needs kprobes,
+ kallsyms and SLUB.
+EOF
+    mkdir -p target/debian
+    rm -f target/debian/berth-slab-dkms_*.deb
+    dpkg-deb --root-owner-group -Zxz --build "$stage" "$dkms_file" >/dev/null
+    log "built $dkms_file ($(stat -c %s "$dkms_file") bytes)"
+    if command -v lintian >/dev/null; then
+        lintian --fail-on error --allow-root --tag-display-limit 0 "$dkms_file"
+    fi
+}
+
+# berth-slab-dkms installed with apt (DKMS adds the source; this machine's kernel has no
+# headers, so nothing is built at install), then built by DKMS for the test VM's Debian kernel
+# against its headers (scripts/kmod.sh fetches them), and purged: nothing left.
+deb_dkms_test() {
+    [ -f "$dkms_file" ] || die "$dkms_file is missing: run bash scripts/package.sh deb-dkms first"
+    command -v dkms >/dev/null || die "dkms is missing (Debian package dkms)"
+    if dpkg -s berth-slab-dkms >/dev/null 2>&1; then
+        die "berth-slab-dkms is already installed here: deb-dkms-test installs and purges it"
+    fi
+    local headers kver tree=/var/lib/dkms/berth-slab
+    headers=$(bash scripts/kmod.sh --headers)
+    kver=${headers##*/linux-headers-}
+    dkms_cleanup() {
+        set +e
+        if dpkg -s berth-slab-dkms >/dev/null 2>&1; then apt-get purge -y -qq berth-slab-dkms >/dev/null 2>&1; fi
+        return 0
+    }
+    trap dkms_cleanup EXIT
+    log "apt-get install ./$dkms_file"
+    apt-get install -y -qq "./$dkms_file" >/dev/null
+    [ -f "/usr/src/berth-slab-$version/dkms.conf" ] || die "no /usr/src/berth-slab-$version/dkms.conf"
+    dkms status -m berth-slab | grep -q "berth-slab/$version" ||
+        die "DKMS does not know berth-slab after the install: $(dkms status 2>&1)"
+    log "dkms build for $kver (the test VM's kernel) against its headers"
+    dkms build -m berth-slab -v "$version" -k "$kver" --kernelsourcedir "$headers" >"$tree.build.log" 2>&1 ||
+        { cat "$tree.build.log" "$tree/$version/build/make.log" >&2 2>/dev/null; rm -f "$tree.build.log"; die "dkms build failed for $kver"; }
+    rm -f "$tree.build.log"
+    local ko vermagic
+    ko=$(find "$tree/$version/$kver" -name 'berth_slab.ko*' | head -n 1)
+    [ -n "$ko" ] || die "dkms build left no berth_slab.ko for $kver"
+    vermagic=$(strings -a "$ko" | sed -n 's/^vermagic=//p')
+    [ "${vermagic%% *}" = "$kver" ] || die "DKMS built the module for '$vermagic', not $kver"
+    log "dkms: $(basename "$ko") built for $kver; purging"
+    apt-get purge -y -qq berth-slab-dkms >/dev/null
+    for p in "/usr/src/berth-slab-$version" "$tree"; do
+        [ ! -e "$p" ] || die "$p is left after the purge"
+    done
+    trap - EXIT
+    log "deb-dkms-test: installed, built by DKMS for $kver, purged: nothing left"
 }
 
 deb_test() {
@@ -289,6 +392,38 @@ openwrt() {
         grep -qxF "$want" <<< "$calls" || die "/etc/init.d/berth: expected \"$want\" from start_service, got: $calls"
     done
     log "openwrt: Makefile, build, .ipk and init script checked"
+    openwrt_kmod "$work"
+}
+
+# kmod-berth-slab (dist/openwrt/berth-slab): built against a Debian kernel's headers in place
+# of an image's kernel (scripts/kmod.sh fetches them), its .ipk holding the module where berth
+# looks for it, built for that kernel.
+openwrt_kmod() {
+    local work=$1 headers kver ipk
+    headers=$(bash scripts/kmod.sh --headers)
+    kver=${headers##*/linux-headers-}
+    local mk=(make --no-print-directory -C "$root/dist/openwrt/berth-slab" "TOPDIR=$work"
+        "BUILD_DIR=$work/build_dir" "BIN_DIR=$root/target/openwrt" "LINUX_DIR=$headers"
+        "LINUX_VERSION=$kver")
+    "${mk[@]}" info > "$work/kmod-info"
+    cat "$work/kmod-info" >&2
+    grep -qx "Package: kmod-berth-slab" "$work/kmod-info" || die "the kernel package is not kmod-berth-slab"
+    grep -qx "License: GPL-2.0-only" "$work/kmod-info" || die "kmod-berth-slab is not GPL-2.0-only, as the module says"
+    "${mk[@]}" compile > "$work/kmod-compile.log" 2>&1 ||
+        { tail -n 30 "$work/kmod-compile.log" >&2; die "kmod-berth-slab: Build/Compile failed"; }
+    if grep -q "warning:" "$work/kmod-compile.log"; then cat "$work/kmod-compile.log" >&2; die "kmod-berth-slab built with warnings"; fi
+    rm -f "$root"/target/openwrt/kmod-berth-slab_*.ipk
+    "${mk[@]}" ipk > "$work/kmod-ipk.log" 2>&1 || { cat "$work/kmod-ipk.log" >&2; die "kmod-berth-slab: the install recipe or the .ipk failed"; }
+    ipk=$(ls "$root"/target/openwrt/kmod-berth-slab_*.ipk)
+    rm -rf "$work/kipk" && mkdir -p "$work/kipk/data"
+    tar -xzf "$ipk" -C "$work/kipk" && tar -xzf "$work/kipk/data.tar.gz" -C "$work/kipk/data"
+    local ko=$work/kipk/data/lib/modules/$kver/berth_slab.ko
+    [ -f "$ko" ] || die "$ipk: no /lib/modules/$kver/berth_slab.ko (where berth looks for it on OpenWrt)"
+    local vermagic
+    vermagic=$(strings -a "$ko" | sed -n 's/^vermagic=//p')
+    [ "${vermagic%% *}" = "$kver" ] || die "$ipk: the module is built for '$vermagic', not $kver"
+    strings -a "$ko" | grep -x "license=GPL" >/dev/null || die "$ipk: the module does not say it is GPL"
+    log "$(basename "$ipk"): $(stat -c %s "$ipk") bytes; berth_slab.ko for $kver"
 }
 
 yocto() {
@@ -301,6 +436,17 @@ yocto() {
     want=$(sed -n 's/.*file:\/\/LICENSE;md5=\([0-9a-f]*\)".*/\1/p' "$layer/recipes-containers/berth/berth_git.bb")
     got=$(md5sum LICENSE | cut -d' ' -f1)
     [ "$want" = "$got" ] || die "berth_git.bb: LIC_FILES_CHKSUM md5 $want, LICENSE's is $got"
+    # The module's recipe: its license is the SPDX line of the module's source.
+    local kmod_bb=$layer/recipes-kernel/berth-slab/berth-slab_git.bb
+    want=$(sed -n 's/.*file:\/\/berth_slab.c;beginline=1;endline=1;md5=\([0-9a-f]*\)".*/\1/p' "$kmod_bb")
+    got=$(head -n 1 kmod/berth-slab/berth_slab.c | md5sum | cut -d' ' -f1)
+    [ "$want" = "$got" ] || die "berth-slab_git.bb: LIC_FILES_CHKSUM md5 $want, berth_slab.c's first line's is $got"
+    head -n 1 kmod/berth-slab/berth_slab.c | grep -q "SPDX-License-Identifier: GPL-2.0$" ||
+        die "berth_slab.c's SPDX line is not GPL-2.0, which berth-slab_git.bb says (GPL-2.0-only)"
+    grep -q '^S = "${UNPACKDIR}/git/kmod/berth-slab"' "$kmod_bb" && [ -f kmod/berth-slab/Makefile ] ||
+        die "berth-slab_git.bb: S is not kmod/berth-slab, or it has no Makefile for the module class"
+    grep -q '^KERNEL_SRC ?= ' kmod/berth-slab/Makefile && grep -q '^modules modules_install' kmod/berth-slab/Makefile ||
+        die "kmod/berth-slab/Makefile: no KERNEL_SRC or modules_install (what Yocto's module class calls)"
     grep -q '^BBFILE_COLLECTIONS += "berth"' "$layer/conf/layer.conf" || die "layer.conf: no berth collection"
     # Every file the recipe installs from the source exists.
     for f in $(grep -o '\${S}/[^ ]*' "$layer/recipes-containers/berth/berth_git.bb" | sed 's,\${S}/,,' | sort -u); do
@@ -329,10 +475,12 @@ yocto() {
 case "${1:-}" in
 deb) deb ;;
 deb-test) deb_test ;;
+deb-dkms) deb_dkms ;;
+deb-dkms-test) deb_dkms_test ;;
 openwrt) openwrt ;;
 yocto) yocto ;;
 crates) crates_text > "$crates_inc"; log "wrote $crates_inc" ;;
 docs) docs ;;
-all) deb; openwrt; yocto ;;
+all) deb; deb_dkms; openwrt; yocto ;;
 *) die "usage: bash scripts/package.sh deb|deb-test|openwrt|yocto|crates|docs|all" ;;
 esac

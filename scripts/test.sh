@@ -41,8 +41,8 @@ apt-get install -y -qq --no-install-recommends linux-perf >/dev/null
 # through rustup, which this machine's Rust is installed with)
 apt-get install -y -qq --no-install-recommends qemu-user python3-venv make >/dev/null
 # packaging (issue 19, docs/packaging.md): the .deb's checks (lintian, systemd-analyze), the
-# completions' shells, groff for the man page
-apt-get install -y -qq --no-install-recommends lintian systemd zsh fish groff-base binutils dpkg-dev >/dev/null
+# completions' shells, groff for the man page; dkms builds the slab module's DKMS package
+apt-get install -y -qq --no-install-recommends lintian systemd zsh fish groff-base binutils dpkg-dev dkms >/dev/null
 # berth import's tests make OCI images with umoci and docker-archives with skopeo
 apt-get install -y -qq --no-install-recommends umoci skopeo >/dev/null
 # delta images (tests/delta.rs; berth-bench delta compares zstd with bsdiff and xdelta3 on real
@@ -131,9 +131,11 @@ if [ "$stated" != "$measured" ]; then
     exit 1
 fi
 
-step "packages (docs/packaging.md): the .deb installed, run and purged; the OpenWrt feeds package; the Yocto layer"
+step "packages (docs/packaging.md): the .deb installed, run and purged; the slab module's DKMS .deb built by DKMS; the OpenWrt feeds packages; the Yocto layer"
 bash scripts/package.sh deb
 bash scripts/package.sh deb-test
+bash scripts/package.sh deb-dkms
+bash scripts/package.sh deb-dkms-test
 bash scripts/package.sh openwrt
 bash scripts/package.sh yocto
 
