@@ -525,6 +525,27 @@ fn isolated_nat_published_ports_and_anti_spoofing() {
 /// A listener on the WAN host that never accepts: the kernel completes each handshake and
 /// the connection stays established in its queue (up to 128) until the listener dies.
 fn holder(net: &mut Net, port: u16) -> usize {
+    listener(
+        net,
+        port,
+        "s.listen(128)\nprint('up', flush=True)\ntime.sleep(600)",
+    )
+}
+
+/// A WAN host's listener on `port` that accepts each connection and closes it at once: a
+/// peer that answers, so that the connections end (their entries stay in the device's table,
+/// TIME_WAIT, without counting against the cap).
+fn closer(net: &mut Net, port: u16) -> usize {
+    listener(
+        net,
+        port,
+        "s.listen(1024)\nprint('up', flush=True)\nwhile True:\n    c, _ = s.accept()\n    c.close()",
+    )
+}
+
+/// A python3 listener on `port` in the WAN host, running `body` after its bind; its index
+/// in the namespaces' processes once it has said "up".
+fn listener(net: &mut Net, port: u16, body: &str) -> usize {
     assert!(
         common::which("python3").is_some(),
         "missing python3 (the WAN host's listener): apt-get install python3"
@@ -532,7 +553,7 @@ fn holder(net: &mut Net, port: u16) -> usize {
     let c = Command::new("ip")
         .args(["netns", "exec", &net.wan, "python3", "-c"])
         .arg(format!(
-            "import socket, time\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', {port}))\ns.listen(128)\nprint('up', flush=True)\ntime.sleep(600)"
+            "import socket, time\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('0.0.0.0', {port}))\n{body}"
         ))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -582,8 +603,8 @@ fn a_containers_tracked_connections_are_capped() {
     assert!(
         rules.contains(
             "ip saddr 10.87.0.2 ct state new ct count over 5 counter name \"deny_2\" drop"
-        ),
-        "{rules}"
+        ) && rules.contains("ip saddr 10.87.0.2 ct state new limit rate over 1/second counter name \"deny_2\" drop"),
+        "the cap, and the rate derived from it (1 a second, a burst of 5: nft's default, not listed): {rules}"
     );
     let open = |n: u32| {
         let (ok, out) = in_ct(
@@ -641,7 +662,7 @@ fn a_containers_tracked_connections_are_capped() {
     assert!(ok, "{out}");
 
     // A kernel without nft `ct count` (before 4.18): the ruleset goes in without the caps,
-    // and the log says why.
+    // their rate kept, and the log says why.
     sb.ok(&["stop", "many"]);
     sb.kill_daemon(15);
     let real = common::which("nft").unwrap();
@@ -654,15 +675,89 @@ fn a_containers_tracked_connections_are_capped() {
     let rules = ruleset_of(&net);
     assert!(
         !rules.contains("ct count")
-            && rules.contains("ip saddr 10.87.0.2 counter name \"deny_2\" drop"),
+            && rules.contains("ip saddr 10.87.0.2 counter name \"deny_2\" drop")
+            && rules.contains("limit rate over 1/second counter"),
         "{rules}"
     );
     let log = sb.daemon_log_text();
     assert!(
-        log.contains("network: no cap on containers' connections: nft -f - failed")
-            && log.contains("Could not process rule"),
+        log.contains(
+            "network: no cap on containers' connections (their rate is limited): nft -f - failed"
+        ) && log.contains("Could not process rule"),
         "{log}"
     );
+}
+
+/// What the cap cannot bound: a container that opens connections and has them closed at
+/// once (by a peer that answers) never holds many, but each leaves an entry in the device's
+/// table for two minutes (TIME_WAIT). Its rate of new connections is limited: 30 at once at
+/// 2 a second with a burst of 6 get about 8 through, the others' SYNs dropped and denied.
+#[test]
+fn a_containers_new_connections_are_rate_limited() {
+    let mut net = Net::new();
+    closer(&mut net, 9001);
+    let sb = &mut sandbox(
+        &net,
+        "netrate",
+        "max_connections = \"1000\"\nconnection_rate = \"2/s burst 6\"",
+    );
+    let _stop = stopper(&net, sb);
+    sb.add(
+        &Pkg::script("churn", "1", "exec /bin/busybox sleep 100000\n")
+            .table("[network]\nmode = \"isolated\""),
+    );
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "churn"]);
+    sb.ok(&["start", "churn"]);
+    let rules = ruleset_of(&net);
+    assert!(
+        rules.contains("ip saddr 10.87.0.2 ct state new limit rate over 2/second burst 6 packets counter name \"deny_2\" drop"),
+        "{rules}"
+    );
+    // The connections that got through: their entries in the device's table (a dropped SYN
+    // never makes one), which stay there two minutes once closed.
+    let dev = net.dev.clone();
+    let closed = || {
+        must(&format!("ip netns exec {dev} cat /proc/net/nf_conntrack"))
+            .lines()
+            .filter(|l| l.contains(" src=10.87.0.2 ") && l.contains(" dport=9001 "))
+            .count()
+    };
+    assert_eq!(closed(), 0);
+    let (_, denied0) = drops(sb, "churn");
+    // 30 clients at once, each giving up after 2 s (its SYN sent again after 1 s).
+    let t0 = Instant::now();
+    let (ok, out) = in_ct(
+        sb,
+        "churn",
+        "for i in $(/bin/busybox seq 30); do /bin/busybox nc -w 2 198.51.100.2 9001 </dev/null >/dev/null 2>&1 & done; wait",
+    );
+    assert!(ok, "{out}");
+    let secs = t0.elapsed().as_secs_f64();
+    let n = closed();
+    // The burst, and 2 a second after it (the clients' second SYNs, 1 s in).
+    let most = 6 + (2.0 * secs).ceil() as usize + 1;
+    eprintln!("{n} of 30 through in {secs:.1} s");
+    assert!(
+        (6..=most).contains(&n),
+        "{n} of 30 connections got through in {secs:.1} s (burst 6, 2 a second: at most {most})"
+    );
+    let (_, denied) = drops(sb, "churn");
+    assert!(
+        denied - denied0 >= (30 - n) as u64,
+        "each SYN over the rate is denied: {} denied, {n} through",
+        denied - denied0
+    );
+    // The bucket fills again: a client later gets through at once.
+    std::thread::sleep(Duration::from_secs(3));
+    let (ok, out) = in_ct(
+        sb,
+        "churn",
+        "/bin/busybox nc -w 2 198.51.100.2 9001 </dev/null >/dev/null 2>&1",
+    );
+    assert!(ok, "a connection after the burst refilled: {out}");
+    assert_eq!(closed(), n + 1);
 }
 
 /// An `nft` that runs `body` (a shell script's), first on a PATH it returns with the system's

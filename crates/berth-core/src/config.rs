@@ -1607,6 +1607,8 @@ mod tests {
         assert!(all.watchdog.device.is_some());
         assert_eq!(all.web.listen.as_deref(), Some("192.168.1.1:8080"));
         assert_eq!(shipped.web, Web::default());
+        // [network]'s keys are shown at their defaults
+        assert_eq!(all.network, shipped.network);
     }
 
     #[cfg(feature = "slab")]

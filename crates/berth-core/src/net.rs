@@ -47,6 +47,7 @@ const KEYS: &[&str] = &[
     "dhcp_leases",
     "mdns",
     "max_connections",
+    "connection_rate",
 ];
 
 /// Where DHCP servers keep their leases: dnsmasq's on Debian, OpenWrt's dnsmasq, odhcpd's.
@@ -88,6 +89,32 @@ pub struct NetConfig {
     /// The most connections one isolated container may have tracked at once: a number, or
     /// (true) a percentage of the kernel's table (`nf_conntrack_max`); None: no cap.
     pub max_connections: Option<(u32, bool)>,
+    /// The new connections one isolated container may open: derived from the cap (`auto`),
+    /// given, or none.
+    pub connection_rate: RateConfig,
+}
+
+/// `[network] connection_rate`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateConfig {
+    /// From the cap: a 240th of it a second (the connections that closed stay in the table
+    /// 120 s, so at most half a cap of them), a burst of a quarter of it; none without a cap.
+    Auto,
+    /// `N/s` or `N/m`, and a burst (None: a quarter of the cap, at least 5).
+    Given(Rate, Option<u32>),
+    Off,
+}
+
+/// A rate of new connections: so many a second, or (true) a minute.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate(pub u32, pub bool);
+
+/// What the `conns` chain holds for each isolated container: its cap on tracked connections
+/// (0: none) and its rate of new ones, with the burst (None: no rate).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnLimits {
+    pub cap: u32,
+    pub rate: Option<(Rate, u32)>,
 }
 
 fn is_ifname(s: &str) -> bool {
@@ -200,6 +227,7 @@ impl NetConfig {
             )?,
             mdns: false,
             max_connections: Some((25, true)),
+            connection_rate: RateConfig::Auto,
         };
         match get("mdns") {
             None | Some("off") => {}
@@ -310,6 +338,15 @@ impl NetConfig {
                     ))
                 }
             };
+        }
+        if let Some(v) = get("connection_rate") {
+            c.connection_rate = parse_rate(v).ok_or_else(|| {
+                bad(
+                    "network.connection_rate",
+                    v,
+                    "auto, off, N/s or N/m, optionally followed by burst B",
+                )
+            })?;
         }
         for w in get("dns").unwrap_or("").split_whitespace() {
             c.dns.push(
@@ -626,6 +663,42 @@ fn set(names: &[String]) -> String {
     format!("{{ {} }}", q.join(", "))
 }
 
+/// `auto`, `off`, or `N/s` / `N/m` (N ≥ 1) optionally followed by `burst B` (B ≥ 1).
+fn parse_rate(v: &str) -> Option<RateConfig> {
+    match v {
+        "auto" => return Some(RateConfig::Auto),
+        "off" => return Some(RateConfig::Off),
+        _ => {}
+    }
+    let w: Vec<&str> = v.split_whitespace().collect();
+    let burst = match w[..] {
+        [_] => None,
+        [_, "burst", b] => Some(b.parse::<u32>().ok().filter(|b| *b > 0)?),
+        _ => return None,
+    };
+    let (n, unit) = w.first()?.split_once('/')?;
+    let minute = match unit {
+        "s" | "second" => false,
+        "m" | "minute" => true,
+        _ => return None,
+    };
+    let n = n.parse::<u32>().ok().filter(|n| *n > 0)?;
+    Some(RateConfig::Given(Rate(n, minute), burst))
+}
+
+/// The limits on each container's connections for a kernel whose table holds `table`
+/// entries (None: unknown): its cap ([`connection_cap`]) and its rate of new connections.
+pub fn connection_limits(cfg: &NetConfig, table: Option<u32>) -> ConnLimits {
+    let cap = connection_cap(cfg, table);
+    let burst = (cap / 4).max(5);
+    let rate = match cfg.connection_rate {
+        RateConfig::Auto if cap > 0 => Some((Rate((cap / 240).max(1), false), burst)),
+        RateConfig::Given(r, b) => Some((r, b.unwrap_or(burst))),
+        RateConfig::Auto | RateConfig::Off => None,
+    };
+    ConnLimits { cap, rate }
+}
+
 /// The cap on each container's tracked connections for a kernel whose table holds `table`
 /// entries (`nf_conntrack_max`; None: unknown, connection tracking not loaded yet; 0: no
 /// limit, to the kernel); 0: none.
@@ -639,7 +712,7 @@ pub fn connection_cap(cfg: &NetConfig, table: Option<u32>) -> u32 {
 }
 
 /// berth's whole ruleset, for `nft -f -`; `cap`: [`connection_cap`].
-pub fn ruleset(cfg: &NetConfig, members: &[Member], cap: u32) -> String {
+pub fn ruleset(cfg: &NetConfig, members: &[Member], limits: ConnLimits) -> String {
     let t = &cfg.table;
     let mut o = String::new();
     // Declare (so the delete cannot fail on a first load), delete, recreate: one transaction.
@@ -647,7 +720,7 @@ pub fn ruleset(cfg: &NetConfig, members: &[Member], cap: u32) -> String {
         let _ = writeln!(o, "table {fam} {t} {{}}\ndelete table {fam} {t}");
     }
     bridge_table(&mut o, cfg, members);
-    inet_table(&mut o, cfg, members, cap);
+    inet_table(&mut o, cfg, members, limits);
     o
 }
 
@@ -733,26 +806,39 @@ fn deny(w: &mut String, cfg: &NetConfig, members: &[Member]) {
 }
 
 /// L3: host services, routing between containers and out, NAT, published ports.
-fn inet_table(w: &mut String, cfg: &NetConfig, members: &[Member], cap: u32) {
+fn inet_table(w: &mut String, cfg: &NetConfig, members: &[Member], limits: ConnLimits) {
     let t = &cfg.table;
     let br = &cfg.bridge;
     let gw = cfg.gateway();
     let _ = writeln!(w, "table inet {t} {{");
     counters(w, cfg, members);
-    // A container's new connections over its cap are dropped before conntrack confirms them
-    // (-150: after conntrack's lookup, before NAT): the table keeps room for the device's.
-    if cap > 0 {
+    // A container's new connections over its cap, or over its rate, are dropped before
+    // conntrack confirms them (-150: after conntrack's lookup, before NAT): the table keeps
+    // room for the device's. The rate bounds what the cap cannot: the entries of closed
+    // connections, which stay (TIME_WAIT) without counting. Each rule's limit is its own: one
+    // bucket per container.
+    if limits != ConnLimits::default() {
         let _ = writeln!(
             w,
             "  chain conns {{\n    type filter hook prerouting priority -150; policy accept;"
         );
         for m in members {
-            let _ = writeln!(
-                w,
-                "    iifname \"{br}\" ip saddr {} ct state new ct count over {cap} counter name deny_{} drop",
-                m.ip,
-                index_of(cfg, m.ip)
-            );
+            let i = index_of(cfg, m.ip);
+            let from = format!("iifname \"{br}\" ip saddr {} ct state new", m.ip);
+            if limits.cap > 0 {
+                let cap = limits.cap;
+                let _ = writeln!(
+                    w,
+                    "    {from} ct count over {cap} counter name deny_{i} drop"
+                );
+            }
+            if let Some((Rate(n, minute), burst)) = limits.rate {
+                let unit = if minute { "minute" } else { "second" };
+                let _ = writeln!(
+                    w,
+                    "    {from} limit rate over {n}/{unit} burst {burst} packets counter name deny_{i} drop"
+                );
+            }
         }
         let _ = writeln!(w, "  }}");
     }
@@ -905,6 +991,69 @@ mod tests {
                 "{}",
                 e.1
             );
+        }
+    }
+
+    #[test]
+    fn connection_rates() {
+        // Default: from the cap, a 240th of it a second (at least 1), a burst of a quarter
+        // (at least 5); none without a cap.
+        let c = cfg("");
+        assert_eq!(c.connection_rate, RateConfig::Auto);
+        assert_eq!(
+            connection_limits(&c, Some(16384)),
+            ConnLimits {
+                cap: 4096,
+                rate: Some((Rate(17, false), 1024))
+            }
+        );
+        assert_eq!(
+            connection_limits(&c, Some(100)).rate,
+            Some((Rate(1, false), 6))
+        );
+        assert_eq!(connection_limits(&c, None), ConnLimits::default());
+        let c = cfg("max_connections = \"5\"");
+        assert_eq!(connection_limits(&c, None).rate, Some((Rate(1, false), 5)));
+        let off = cfg("max_connections = \"off\"");
+        assert_eq!(connection_limits(&off, Some(8192)), ConnLimits::default());
+        // Given: its own, the burst given or from the cap.
+        let c = cfg("max_connections = \"400\"\nconnection_rate = \"20/s\"");
+        assert_eq!(
+            connection_limits(&c, None).rate,
+            Some((Rate(20, false), 100))
+        );
+        let c = cfg("max_connections = \"off\"\nconnection_rate = \"600/minute burst 30\"");
+        assert_eq!(
+            connection_limits(&c, None),
+            ConnLimits {
+                cap: 0,
+                rate: Some((Rate(600, true), 30))
+            }
+        );
+        assert_eq!(
+            cfg("connection_rate = \"3/m\"").connection_rate,
+            RateConfig::Given(Rate(3, true), None)
+        );
+        let c = cfg("connection_rate = \"off\"");
+        assert_eq!(connection_limits(&c, Some(8192)).rate, None);
+        assert_eq!(connection_limits(&c, Some(8192)).cap, 2048);
+        for bad in [
+            "0/s",
+            "5",
+            "5/h",
+            "/s",
+            "x/s",
+            "5/s burst",
+            "5/s burst 0",
+            "5/s bust 3",
+            "5/s burst 3 4",
+            "",
+        ] {
+            let e = NetConfig::parse(Some(
+                toml::from_str(&format!("connection_rate = \"{bad}\"")).unwrap(),
+            ))
+            .unwrap_err();
+            assert_eq!(e.0, "network.connection_rate", "{bad}");
         }
     }
 
@@ -1133,7 +1282,7 @@ mod tests {
                 dhcp: false,
             },
         ];
-        let r = ruleset(&c, &m, 0);
+        let r = ruleset(&c, &m, ConnLimits::default());
         // atomic replace: declare + delete before the new tables
         assert!(r.starts_with(
             "table inet bt {}\ndelete table inet bt\ntable bridge bt {}\ndelete table bridge bt\ntable bridge bt {\n"
@@ -1161,11 +1310,27 @@ mod tests {
         }
         // b did not: a DHCP request from 0.0.0.0 is a spoofed source
         assert_eq!(r.matches("udp sport 68").count(), 2, "{r}");
-        // No cap: no chain of caps.
-        assert!(!r.contains("ct count"), "{r}");
-        let r = ruleset(&c, &m, 300);
+        // No limits: no chain of them.
+        assert!(!r.contains("ct count") && !r.contains("chain conns"), "{r}");
+        let cap = |cap| ConnLimits { cap, rate: None };
+        let r = ruleset(&c, &m, cap(300));
         assert!(r.contains("  chain conns {\n    type filter hook prerouting priority -150; policy accept;\n    iifname \"berth0\" ip saddr 10.87.0.2 ct state new ct count over 300 counter name deny_2 drop\n"), "{r}");
         assert_eq!(r.matches("ct count over 300").count(), 3, "{r}");
+        assert!(!r.contains("limit rate"), "{r}");
+        // The cap, then the rate: a SYN over the cap takes none of the rate's tokens.
+        let both = ConnLimits {
+            cap: 300,
+            rate: Some((Rate(2, false), 75)),
+        };
+        let r = ruleset(&c, &m, both);
+        assert!(r.contains("    iifname \"berth0\" ip saddr 10.87.0.3 ct state new ct count over 300 counter name deny_3 drop\n    iifname \"berth0\" ip saddr 10.87.0.3 ct state new limit rate over 2/second burst 75 packets counter name deny_3 drop\n"), "{r}");
+        assert_eq!(r.matches("limit rate over 2/second").count(), 3, "{r}");
+        // A rate alone (a kernel without `ct count`).
+        let r = ruleset(&c, &m, ConnLimits { cap: 0, ..both });
+        assert!(
+            !r.contains("ct count") && r.matches("limit rate over").count() == 3,
+            "{r}"
+        );
         let a = dnsmasq_args(&c, &m, "/run/p", &["192.0.2.53".into()]);
         assert_eq!(
             a.iter().filter(|x| x.starts_with("--dhcp-host=")).count(),

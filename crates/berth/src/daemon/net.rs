@@ -17,7 +17,7 @@ use crate::logger::warn_once;
 use berth_core::api::{hosts as host_field, net as field};
 use berth_core::lan;
 use berth_core::manifest::NetMode;
-use berth_core::net::{self, Leases, Member, NetConfig};
+use berth_core::net::{self, ConnLimits, Leases, Member, NetConfig};
 use berth_core::state::{Installed, State};
 use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
@@ -160,14 +160,16 @@ fn members<'a>(st: &'a State, leases: &Leases) -> Vec<Member<'a>> {
 /// already in force skips the reload (and keeps its counters).
 static LOADED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
 
-/// Said once: the kernel refused the connection caps (no nft `ct count`: no nft_connlimit).
+/// Said once: the kernel refused the connection limits (no nft `ct count`: no
+/// nft_connlimit; or no `limit` either).
 static NO_CAP: AtomicBool = AtomicBool::new(false);
 
 /// Loads the whole ruleset for `leases` in one nft transaction: on failure the previous
 /// ruleset stays in force. Where the kernel refuses the containers' connection caps (no
-/// nft `ct count`) it goes in without them, said once; every load tries the caps again, so
-/// that a passing failure does not leave them off. A percentage cap whose table was unknown
-/// (connection tracking loaded by this very ruleset) is resolved and loaded again at once.
+/// nft `ct count`) it goes in without them, then without their rate too, said once; every
+/// load tries them again, so that a passing failure does not leave them off. A percentage
+/// cap whose table was unknown (connection tracking loaded by this very ruleset) is
+/// resolved and loaded again at once.
 fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     use std::hash::{Hash, Hasher};
     let c = &d.cfg.network;
@@ -177,11 +179,11 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
             .ok()
             .and_then(|t| t.trim().parse().ok())
     };
-    let text = |cap| {
+    let text = |limits| {
         if m.is_empty() {
             net::teardown(c)
         } else {
-            net::ruleset(c, &m, cap)
+            net::ruleset(c, &m, limits)
         }
     };
     let hash = |t: &str| {
@@ -192,21 +194,37 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     let mut loaded = LOADED.lock().unwrap();
     loop {
         let size = table();
-        let cap = net::connection_cap(c, size);
-        let mut t = text(cap);
+        let limits = net::connection_limits(c, size);
+        let mut t = text(limits);
         if *loaded == hash(&t) {
             return Ok(());
         }
         *loaded = 0;
         if let Err(e) = run("nft", &["-f", "-"], Some(&t)) {
-            t = text(0);
-            if cap == 0 || run("nft", &["-f", "-"], Some(&t)).is_err() {
-                return Err(e);
+            // Without the caps (no `ct count`: nft_connlimit, Linux 4.18), then without any
+            // limit (no nft_limit either); nothing to leave out: the failure is the error.
+            let mut tried = vec![limits];
+            let mut fell_back = None;
+            for f in [ConnLimits { cap: 0, ..limits }, ConnLimits::default()] {
+                if tried.contains(&f) {
+                    continue;
+                }
+                tried.push(f);
+                t = text(f);
+                if run("nft", &["-f", "-"], Some(&t)).is_ok() {
+                    fell_back = Some(f);
+                    break;
+                }
             }
-            warn_once(
-                &NO_CAP,
-                format_args!("network: no cap on containers' connections: {e}"),
-            );
+            let Some(f) = fell_back else {
+                return Err(e);
+            };
+            let what = if f.rate.is_some() {
+                "no cap on containers' connections (their rate is limited)"
+            } else {
+                "no cap or rate limit on containers' connections"
+            };
+            warn_once(&NO_CAP, format_args!("network: {what}: {e}"));
         }
         *loaded = hash(&t);
         // A table not there before this load (connection tracking loaded by it): now there,
