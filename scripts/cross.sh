@@ -150,22 +150,33 @@ build() {
 }
 
 # Builds ARCH..., BERTH_CROSS_JOBS at once (default: the CPUs, at most 4): a build keeps
-# about 1.4 cores busy, its last step (one codegen unit, LTO) one. Each build's output is
-# shown when it ends; any failure fails the whole, after every build has ended.
+# about 1.4 cores busy, its last step (one codegen unit, LTO) one. The builds of one Rust
+# target (mipsel and mipsel-nopie) run one after the other: cargo-zigbuild keeps one linker
+# wrapper per target, which a second build of it would rewrite under the first. Each build's
+# output is shown when it ends; any failure fails the whole, after every build has ended.
 build_all() {
-    local jobs=${BERTH_CROSS_JOBS:-$(nproc)} logs a rc failed="" t0=$SECONDS
+    local jobs=${BERTH_CROSS_JOBS:-$(nproc)} logs a t rc failed="" t0=$SECONDS targets=()
     [ "$jobs" -ge 1 ] 2>/dev/null || die "BERTH_CROSS_JOBS must be a positive number"
     [ "$jobs" -le 4 ] || jobs=4
     # the soft-float musl sysroots the -nopie builds link against, made before the builds
     # start (two builds must not make one at once)
     for a in "$@"; do case $a in *-nopie) musl_sysroot "${a%-nopie}" >/dev/null ;; esac; done
-    logs=$(mktemp -d)
     for a in "$@"; do
+        t=$(rust_target "$a")
+        case " ${targets[*]} " in *" $t "*) ;; *) targets+=("$t") ;; esac
+    done
+    logs=$(mktemp -d)
+    for t in "${targets[@]}"; do
         while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 1; done
         (
-            set +e
-            (build "$a") >"$logs/$a" 2>&1
-            echo $? >"$logs/$a.rc"
+            for a in "$@"; do
+                [ "$(rust_target "$a")" = "$t" ] || continue
+                # errexit inside the build: a failed step ends it (not in a condition, where
+                # bash would turn errexit off)
+                set +e
+                (set -e; build "$a") >"$logs/$a" 2>&1
+                echo $? >"$logs/$a.rc"
+            done
         ) &
     done
     wait

@@ -666,10 +666,18 @@ fn a_containers_tracked_connections_are_capped() {
     sb.ok(&["stop", "many"]);
     sb.kill_daemon(15);
     let real = common::which("nft").unwrap();
+    let loads = TempDir::new("nft-loads");
     let (_bin, path) = fake_nft(&format!(
-        "[ \"$*\" = '-f -' ] || exec {nft} \"$@\"\nt=$(cat)\ncase \"$t\" in *'ct count'*) echo 'Error: Could not process rule: No such file or directory' >&2; exit 1;; esac\nprintf '%s\\n' \"$t\" | exec {nft} -f -\n",
-        nft = real.display()
+        "[ \"$*\" = '-f -' ] || exec {nft} \"$@\"\necho load >> {log}\nt=$(cat)\ncase \"$t\" in *'ct count'*) echo 'Error: Could not process rule: No such file or directory' >&2; exit 1;; esac\nprintf '%s\\n' \"$t\" | exec {nft} -f -\n",
+        nft = real.display(),
+        log = loads.path("log").display()
     ));
+    let load_count = || {
+        std::fs::read_to_string(loads.path("log"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
     sb.start_daemon_env(&[("PATH", &path)]);
     sb.ok(&["start", "many"]);
     let rules = ruleset_of(&net);
@@ -686,6 +694,15 @@ fn a_containers_tracked_connections_are_capped() {
         ) && log.contains("Could not process rule"),
         "{log}"
     );
+    // The same ruleset asked for again (a restart of the container) is not loaded again, on
+    // such a kernel too: its counters and its rate's bucket stay.
+    let before = load_count();
+    assert!(
+        before >= 2,
+        "the refused load and the one without the caps: {before}"
+    );
+    sb.ok(&["restart", "many"]);
+    assert_eq!(load_count(), before, "a restart reloaded the ruleset");
 }
 
 /// What the cap cannot bound: a container that opens connections and has them closed at

@@ -307,7 +307,7 @@ fn cgroup_v2_for_real_in_a_vm() {
         stdout(&out),
         stderr(&out)
     );
-    // The long boot: 6½ to 11 minutes under TCG, as the host is loaded.
+    // The long boot: about 7 minutes under TCG, more as the host is loaded.
     boot(&scripts, &payload, &image, "", SLAB_CHECKS, 900);
     println!("image build (scripts/vm/build.sh): {build_time:.1?}");
 }

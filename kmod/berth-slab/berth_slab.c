@@ -28,6 +28,21 @@
 #include <linux/module.h>
 #include <linux/moduleparam.h>
 #include <linux/slab.h>
+#include <linux/version.h>
+
+/* What the module needs of the kernel, said at build time rather than at load. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 8, 0)
+#error "berth_slab reads SLUB's cache layout from <linux/slub_def.h>, which Linux 6.8 made private: kernels before 6.8 only"
+#endif
+#ifndef CONFIG_SLUB
+#error "berth_slab needs the SLUB allocator (CONFIG_SLUB)"
+#endif
+#ifndef CONFIG_KPROBES
+#error "berth_slab finds kallsyms_lookup_name with a kprobe: it needs CONFIG_KPROBES"
+#endif
+#ifndef CONFIG_KALLSYMS_ALL
+#error "berth_slab looks up the kernel's cache list (slab_caches, a data symbol) in kallsyms: it needs CONFIG_KALLSYMS_ALL"
+#endif
 /*
  * struct kmem_cache is in slub_def.h, which slab.h does not include; its last inline helpers
  * use mm/slab.h's struct slab, which the headers package does not ship. They are never
@@ -100,7 +115,7 @@ static int resolve(void)
 	caches_list = (struct list_head *)lookup("slab_caches");
 	if (!caches_list || !caches_mutex) {
 		caches_list = NULL;
-		pr_err("berth_slab: slab_caches or slab_mutex not in kallsyms\n");
+		pr_err("berth_slab: slab_caches or slab_mutex not in kallsyms (CONFIG_KALLSYMS_ALL)\n");
 		return -ENOSYS;
 	}
 	return 0;

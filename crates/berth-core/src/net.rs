@@ -344,7 +344,7 @@ impl NetConfig {
                 bad(
                     "network.connection_rate",
                     v,
-                    "auto, off, N/s or N/m, optionally followed by burst B",
+                    "auto, off, N/s or N/m, optionally followed by burst B (N and B from 1 to 1000000)",
                 )
             })?;
         }
@@ -663,8 +663,12 @@ fn set(names: &[String]) -> String {
     format!("{{ {} }}", q.join(", "))
 }
 
-/// `auto`, `off`, or `N/s` / `N/m` (N ≥ 1) optionally followed by `burst B` (B ≥ 1).
+/// The most a rate or a burst may be: a million (nft's bucket is sized from both).
+const RATE_MAX: u32 = 1_000_000;
+
+/// `auto`, `off`, or `N/s` / `N/m` optionally followed by `burst B` (N, B in 1..=RATE_MAX).
 fn parse_rate(v: &str) -> Option<RateConfig> {
+    let within = |x: &u32| (1..=RATE_MAX).contains(x);
     match v {
         "auto" => return Some(RateConfig::Auto),
         "off" => return Some(RateConfig::Off),
@@ -673,7 +677,7 @@ fn parse_rate(v: &str) -> Option<RateConfig> {
     let w: Vec<&str> = v.split_whitespace().collect();
     let burst = match w[..] {
         [_] => None,
-        [_, "burst", b] => Some(b.parse::<u32>().ok().filter(|b| *b > 0)?),
+        [_, "burst", b] => Some(b.parse::<u32>().ok().filter(within)?),
         _ => return None,
     };
     let (n, unit) = w.first()?.split_once('/')?;
@@ -682,7 +686,7 @@ fn parse_rate(v: &str) -> Option<RateConfig> {
         "m" | "minute" => true,
         _ => return None,
     };
-    let n = n.parse::<u32>().ok().filter(|n| *n > 0)?;
+    let n = n.parse::<u32>().ok().filter(within)?;
     Some(RateConfig::Given(Rate(n, minute), burst))
 }
 
@@ -690,9 +694,9 @@ fn parse_rate(v: &str) -> Option<RateConfig> {
 /// entries (None: unknown): its cap ([`connection_cap`]) and its rate of new connections.
 pub fn connection_limits(cfg: &NetConfig, table: Option<u32>) -> ConnLimits {
     let cap = connection_cap(cfg, table);
-    let burst = (cap / 4).max(5);
+    let burst = (cap / 4).clamp(5, RATE_MAX);
     let rate = match cfg.connection_rate {
-        RateConfig::Auto if cap > 0 => Some((Rate((cap / 240).max(1), false), burst)),
+        RateConfig::Auto if cap > 0 => Some((Rate((cap / 240).clamp(1, RATE_MAX), false), burst)),
         RateConfig::Given(r, b) => Some((r, b.unwrap_or(burst))),
         RateConfig::Auto | RateConfig::Off => None,
     };
@@ -1012,6 +1016,11 @@ mod tests {
             Some((Rate(1, false), 6))
         );
         assert_eq!(connection_limits(&c, None), ConnLimits::default());
+        assert_eq!(
+            connection_limits(&c, Some(u32::MAX)).rate,
+            Some((Rate(1_000_000, false), 1_000_000)),
+            "within what can be written"
+        );
         let c = cfg("max_connections = \"5\"");
         assert_eq!(connection_limits(&c, None).rate, Some((Rate(1, false), 5)));
         let off = cfg("max_connections = \"off\"");
@@ -1048,6 +1057,8 @@ mod tests {
             "5/s bust 3",
             "5/s burst 3 4",
             "",
+            "1000001/s",
+            "5/s burst 1000001",
         ] {
             let e = NetConfig::parse(Some(
                 toml::from_str(&format!("connection_rate = \"{bad}\"")).unwrap(),

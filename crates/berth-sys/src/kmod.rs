@@ -47,8 +47,9 @@ pub fn load(file: &Path, params: &str) -> Result<(), String> {
             "the kernel wants signed modules (module.sig_enforce) and this one's signature is not trusted"
         }
         Some(libc::EPERM) => "refused (modules disabled, lockdown, or no CAP_SYS_MODULE)",
-        // The module's init gives its own errors; berth_slab's ENOSYS: no kprobes or kallsyms.
-        Some(libc::ENOSYS) => "its init found what it needs missing (kprobes, kallsyms: see the kernel log)",
+        // The module's init gives its own errors; berth_slab's ENOSYS: no kprobes, or the
+        // cache list not in kallsyms (a data symbol: CONFIG_KALLSYMS_ALL).
+        Some(libc::ENOSYS) => "its init found what it needs missing (kprobes, or kallsyms with CONFIG_KALLSYMS_ALL: see the kernel log)",
         _ => "",
     };
     Err(if why.is_empty() {

@@ -156,8 +156,9 @@ fn members<'a>(st: &'a State, leases: &Leases) -> Vec<Member<'a>> {
         .collect()
 }
 
-/// A hash of the ruleset this daemon loaded last: a restart of a container whose rules are
-/// already in force skips the reload (and keeps its counters).
+/// A hash of the ruleset this daemon asked for last, and got (or, where the kernel refused
+/// the connection limits, got without them): a restart of a container whose rules are
+/// already in force skips the reload (and keeps its counters and its rate's bucket).
 static LOADED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
 
 /// Said once: the kernel refused the connection limits (no nft `ct count`: no
@@ -165,11 +166,11 @@ static LOADED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
 static NO_CAP: AtomicBool = AtomicBool::new(false);
 
 /// Loads the whole ruleset for `leases` in one nft transaction: on failure the previous
-/// ruleset stays in force. Where the kernel refuses the containers' connection caps (no
-/// nft `ct count`) it goes in without them, then without their rate too, said once; every
-/// load tries them again, so that a passing failure does not leave them off. A percentage
-/// cap whose table was unknown (connection tracking loaded by this very ruleset) is
-/// resolved and loaded again at once.
+/// ruleset stays in force. Where the kernel refuses the containers' connection limits it
+/// goes in without the caps (no nft `ct count`), else without the rate (no `limit`), else
+/// without either, said once; every change of the ruleset tries them again, so that a
+/// passing failure does not leave them off. A percentage cap whose table was unknown
+/// (connection tracking loaded by this very ruleset) is resolved and loaded again at once.
 fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     use std::hash::{Hash, Hasher};
     let c = &d.cfg.network;
@@ -195,23 +196,30 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     loop {
         let size = table();
         let limits = net::connection_limits(c, size);
-        let mut t = text(limits);
-        if *loaded == hash(&t) {
+        let t = text(limits);
+        let want = hash(&t);
+        if *loaded == want {
             return Ok(());
         }
         *loaded = 0;
         if let Err(e) = run("nft", &["-f", "-"], Some(&t)) {
-            // Without the caps (no `ct count`: nft_connlimit, Linux 4.18), then without any
-            // limit (no nft_limit either); nothing to leave out: the failure is the error.
+            // Without the caps (no `ct count`: nft_connlimit, Linux 4.18), without the rate
+            // (no `limit`), without either; nothing to leave out: the failure is the error.
             let mut tried = vec![limits];
             let mut fell_back = None;
-            for f in [ConnLimits { cap: 0, ..limits }, ConnLimits::default()] {
+            for f in [
+                ConnLimits { cap: 0, ..limits },
+                ConnLimits {
+                    rate: None,
+                    ..limits
+                },
+                ConnLimits::default(),
+            ] {
                 if tried.contains(&f) {
                     continue;
                 }
                 tried.push(f);
-                t = text(f);
-                if run("nft", &["-f", "-"], Some(&t)).is_ok() {
+                if run("nft", &["-f", "-"], Some(&text(f))).is_ok() {
                     fell_back = Some(f);
                     break;
                 }
@@ -219,14 +227,18 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
             let Some(f) = fell_back else {
                 return Err(e);
             };
-            let what = if f.rate.is_some() {
-                "no cap on containers' connections (their rate is limited)"
-            } else {
-                "no cap or rate limit on containers' connections"
+            let what = match (f.cap, f.rate) {
+                (0, Some(_)) => "no cap on containers' connections (their rate is limited)",
+                (_, None) if f.cap > 0 => {
+                    "no rate limit on containers' new connections (their number is capped)"
+                }
+                _ => "no cap or rate limit on containers' connections",
             };
             warn_once(&NO_CAP, format_args!("network: {what}: {e}"));
         }
-        *loaded = hash(&t);
+        // What was asked for, whether it went in whole or without the limits the kernel
+        // refused: the same ruleset asked for again is not reloaded.
+        *loaded = want;
         // A table not there before this load (connection tracking loaded by it): now there,
         // a percentage cap goes in at once.
         if size.is_some() || c.max_connections.is_none() || table().is_none() {

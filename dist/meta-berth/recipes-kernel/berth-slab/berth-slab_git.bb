@@ -2,7 +2,8 @@ SUMMARY = "The kernel module behind berth's slab reserve"
 DESCRIPTION = "berth_slab keeps free objects in the slab caches that berth's [slab] policy \
 names (skbuff_head_cache, kmalloc-N), so that the device's drivers still find objects in \
 atomic context when a container has made the kernel use up the others. berth loads it at \
-its start. The kernel needs kprobes, kallsyms and SLUB."
+its start. The kernel needs kprobes, CONFIG_KALLSYMS_ALL and SLUB, and must be older than \
+6.8; on anything else the build stops with the reason."
 SECTION = "kernel/modules"
 # No HOMEPAGE: berth has no public home page yet (a distribution sets it in a bbappend).
 # The module's own SPDX line is its license statement (the tree's LICENSE is berth's).
