@@ -152,8 +152,8 @@ build() {
 # Builds ARCH..., BERTH_CROSS_JOBS at once (default: the CPUs, at most 4): a build keeps
 # about 1.4 cores busy, its last step (one codegen unit, LTO) one. The builds of one Rust
 # target (mipsel and mipsel-nopie) run one after the other: cargo-zigbuild keeps one linker
-# wrapper per target, which a second build of it would rewrite under the first. Each build's
-# output is shown when it ends; any failure fails the whole, after every build has ended.
+# wrapper per target, which a second build of it would rewrite under the first. Every build's
+# output is shown once all have ended; any failure fails the whole.
 build_all() {
     local jobs=${BERTH_CROSS_JOBS:-$(nproc)} logs a t rc failed="" t0=$SECONDS targets=()
     [ "$jobs" -ge 1 ] 2>/dev/null || die "BERTH_CROSS_JOBS must be a positive number"

@@ -211,13 +211,17 @@ deb_dkms_test() {
     if dpkg -s berth-slab-dkms >/dev/null 2>&1; then
         die "berth-slab-dkms is already installed here: deb-dkms-test installs and purges it"
     fi
-    local headers kver tree=/var/lib/dkms/berth-slab rc mok_before=
-    [ -e /var/lib/dkms/mok.key ] && mok_before=1
+    local headers kver tree=/var/lib/dkms/berth-slab rc
+    # DKMS makes a signing key for the modules it builds where the kernel's sign-file is
+    # there: a key this test made goes with it, however the test ends.
+    mok_made=()
+    for f in /var/lib/dkms/mok.key /var/lib/dkms/mok.pub; do [ -e "$f" ] || mok_made+=("$f"); done
     headers=$(bash scripts/kmod.sh --headers)
     kver=${headers##*/linux-headers-}
     dkms_cleanup() {
         set +e
         if dpkg -s berth-slab-dkms >/dev/null 2>&1; then apt-get purge -y -qq berth-slab-dkms >/dev/null 2>&1; fi
+        rm -f "${mok_made[@]}"
         return 0
     }
     trap dkms_cleanup EXIT
@@ -246,9 +250,7 @@ deb_dkms_test() {
     for p in "/usr/src/berth-slab-$version" "$tree"; do
         [ ! -e "$p" ] || die "$p is left after the purge"
     done
-    # DKMS makes a signing key for the modules it builds where the kernel's sign-file is
-    # there: made by this test, it goes too.
-    if [ -z "$mok_before" ]; then rm -f /var/lib/dkms/mok.key /var/lib/dkms/mok.pub; fi
+    dkms_cleanup
     trap - EXIT
     log "deb-dkms-test: installed, built by DKMS for $kver, purged: nothing left"
 }

@@ -703,6 +703,26 @@ fn a_containers_tracked_connections_are_capped() {
     );
     sb.ok(&["restart", "many"]);
     assert_eq!(load_count(), before, "a restart reloaded the ruleset");
+
+    // A kernel that refuses the rate (no `limit`) keeps the caps.
+    sb.ok(&["stop", "many"]);
+    sb.kill_daemon(15);
+    let (_bin2, path) = fake_nft(&format!(
+        "[ \"$*\" = '-f -' ] || exec {nft} \"$@\"\nt=$(cat)\ncase \"$t\" in *'limit rate'*) echo 'Error: Could not process rule: No such file or directory' >&2; exit 1;; esac\nprintf '%s\\n' \"$t\" | exec {nft} -f -\n",
+        nft = real.display()
+    ));
+    sb.start_daemon_env(&[("PATH", &path)]);
+    sb.ok(&["start", "many"]);
+    let rules = ruleset_of(&net);
+    assert!(
+        rules.contains("ct count over 5") && !rules.contains("limit rate"),
+        "{rules}"
+    );
+    let log = sb.daemon_log_text();
+    assert!(
+        log.contains("network: no rate limit on containers' new connections (their number is capped): nft -f - failed"),
+        "{log}"
+    );
 }
 
 /// What the cap cannot bound: a container that opens connections and has them closed at

@@ -161,9 +161,13 @@ fn members<'a>(st: &'a State, leases: &Leases) -> Vec<Member<'a>> {
 /// already in force skips the reload (and keeps its counters and its rate's bucket).
 static LOADED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
 
-/// Said once: the kernel refused the connection limits (no nft `ct count`: no
-/// nft_connlimit; or no `limit` either).
-static NO_CAP: AtomicBool = AtomicBool::new(false);
+/// Said once each: the kernel refused the containers' caps (no nft `ct count`: no
+/// nft_connlimit), their rate (no `limit`), or both.
+static NO_CAP: [AtomicBool; 3] = [
+    AtomicBool::new(false),
+    AtomicBool::new(false),
+    AtomicBool::new(false),
+];
 
 /// Loads the whole ruleset for `leases` in one nft transaction: on failure the previous
 /// ruleset stays in force. Where the kernel refuses the containers' connection limits it
@@ -202,6 +206,8 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
             return Ok(());
         }
         *loaded = 0;
+        // Whether the ruleset went in without some limit, and whether the kernel refused it.
+        let (mut partial, mut refused) = (false, false);
         if let Err(e) = run("nft", &["-f", "-"], Some(&t)) {
             // Without the caps (no `ct count`: nft_connlimit, Linux 4.18), without the rate
             // (no `limit`), without either; nothing to leave out: the failure is the error.
@@ -227,18 +233,37 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
             let Some(f) = fell_back else {
                 return Err(e);
             };
-            let what = match (f.cap, f.rate) {
-                (0, Some(_)) => "no cap on containers' connections (their rate is limited)",
-                (_, None) if f.cap > 0 => {
-                    "no rate limit on containers' new connections (their number is capped)"
-                }
-                _ => "no cap or rate limit on containers' connections",
+            partial = true;
+            // What was asked for and did not go in.
+            let no_cap = limits.cap > 0 && f.cap == 0;
+            let no_rate = limits.rate.is_some() && f.rate.is_none();
+            let (kind, what) = match (no_cap, no_rate) {
+                (true, false) if f.rate.is_some() => (
+                    0,
+                    "no cap on containers' connections (their rate is limited)",
+                ),
+                (true, false) => (0, "no cap on containers' connections"),
+                (false, true) if f.cap > 0 => (
+                    1,
+                    "no rate limit on containers' new connections (their number is capped)",
+                ),
+                (false, true) => (1, "no rate limit on containers' new connections"),
+                _ => (2, "no cap or rate limit on containers' connections"),
             };
-            warn_once(&NO_CAP, format_args!("network: {what}: {e}"));
+            // nft's words for an expression the kernel has not (no such module, or not
+            // supported): that stays so, and is said once. Anything else (memory, netlink)
+            // may pass: said each time, and the whole ruleset is tried again next time.
+            refused = e.contains("No such file or directory") || e.contains("not supported");
+            if refused {
+                warn_once(&NO_CAP[kind], format_args!("network: {what}: {e}"));
+            } else {
+                log::warn!("network: {what} for now: {e}");
+            }
         }
         // What was asked for, whether it went in whole or without the limits the kernel
-        // refused: the same ruleset asked for again is not reloaded.
-        *loaded = want;
+        // refused: the same ruleset asked for again is not reloaded. A fallback for another
+        // failure is not kept: the next load tries the whole again.
+        *loaded = if partial && !refused { 0 } else { want };
         // A table not there before this load (connection tracking loaded by it): now there,
         // a percentage cap goes in at once.
         if size.is_some() || c.max_connections.is_none() || table().is_none() {
