@@ -667,11 +667,7 @@ fn a_containers_tracked_connections_are_capped() {
     sb.kill_daemon(15);
     let real = common::which("nft").unwrap();
     let loads = TempDir::new("nft-loads");
-    let (_bin, path) = fake_nft(&format!(
-        "[ \"$*\" = '-f -' ] || exec {nft} \"$@\"\necho load >> {log}\nt=$(cat)\ncase \"$t\" in *'ct count'*) echo 'Error: Could not process rule: No such file or directory' >&2; exit 1;; esac\nprintf '%s\\n' \"$t\" | exec {nft} -f -\n",
-        nft = real.display(),
-        log = loads.path("log").display()
-    ));
+    let (_bin, path) = refusing_nft(&real, "ct count", &loads.path("log"));
     let load_count = || {
         std::fs::read_to_string(loads.path("log"))
             .unwrap_or_default()
@@ -707,10 +703,7 @@ fn a_containers_tracked_connections_are_capped() {
     // A kernel that refuses the rate (no `limit`) keeps the caps.
     sb.ok(&["stop", "many"]);
     sb.kill_daemon(15);
-    let (_bin2, path) = fake_nft(&format!(
-        "[ \"$*\" = '-f -' ] || exec {nft} \"$@\"\nt=$(cat)\ncase \"$t\" in *'limit rate'*) echo 'Error: Could not process rule: No such file or directory' >&2; exit 1;; esac\nprintf '%s\\n' \"$t\" | exec {nft} -f -\n",
-        nft = real.display()
-    ));
+    let (_bin2, path) = refusing_nft(&real, "limit rate", &loads.path("log"));
     sb.start_daemon_env(&[("PATH", &path)]);
     sb.ok(&["start", "many"]);
     let rules = ruleset_of(&net);
@@ -809,6 +802,17 @@ fn fake_nft(body: &str) -> (TempDir, String) {
     .unwrap();
     let path = format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin.0.display());
     (bin, path)
+}
+
+/// An `nft` (see [`fake_nft`]) for a kernel without an expression: a ruleset that holds
+/// `words` is refused as such a kernel refuses it, any other goes to the `real` one. Each
+/// load (`-f -`) adds a line to `log`.
+fn refusing_nft(real: &std::path::Path, words: &str, log: &std::path::Path) -> (TempDir, String) {
+    fake_nft(&format!(
+        "[ \"$*\" = '-f -' ] || exec {nft} \"$@\"\necho load >> {log}\nt=$(cat)\ncase \"$t\" in *'{words}'*) echo 'Error: Could not process rule: No such file or directory' >&2; exit 1;; esac\nprintf '%s\\n' \"$t\" | exec {nft} -f -\n",
+        nft = real.display(),
+        log = log.display()
+    ))
 }
 
 fn ruleset_of(net: &Net) -> String {
