@@ -9,6 +9,7 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Instant;
 
 /// Whether a tool is here; without it the test says so, naming the Debian package.
 fn have(tool: &str, package: &str) -> bool {
@@ -358,4 +359,516 @@ fn damaged_or_ambiguous_images_are_refused_and_nothing_is_written() {
         .filter(|e| e.file_name().to_string_lossy().starts_with(".berth-import"))
         .collect();
     assert!(left.is_empty(), "staging left: {left:?}");
+}
+
+/// A tree outside the staging directory that no import may change: every entry's path,
+/// type, mode, owner and content (or link target).
+struct Canary(PathBuf);
+
+impl Canary {
+    fn new(dir: &Path) -> Canary {
+        use std::os::unix::fs::PermissionsExt;
+        let c = dir.join("canary");
+        std::fs::create_dir_all(c.join("sub/deeper")).unwrap();
+        std::fs::create_dir_all(c.join("cron.d")).unwrap();
+        std::fs::write(c.join("precious"), "precious").unwrap();
+        std::fs::write(c.join("sub/file"), "file").unwrap();
+        std::fs::write(c.join("sub/deeper/x"), "x").unwrap();
+        std::fs::write(c.join("su"), "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(c.join("su"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+        Canary(c)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().unwrap()
+    }
+
+    fn state(&self) -> Vec<String> {
+        use std::os::unix::fs::MetadataExt;
+        let mut out = Vec::new();
+        let mut todo = vec![self.0.clone()];
+        while let Some(p) = todo.pop() {
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let what = if m.file_type().is_symlink() {
+                format!("-> {}", std::fs::read_link(&p).unwrap().display())
+            } else if m.is_file() {
+                String::from_utf8_lossy(&std::fs::read(&p).unwrap()).into_owned()
+            } else {
+                for e in std::fs::read_dir(&p).unwrap() {
+                    todo.push(e.unwrap().path());
+                }
+                "dir".into()
+            };
+            out.push(format!(
+                "{} {:o} {}:{} {what}",
+                p.display(),
+                m.mode(),
+                m.uid(),
+                m.gid()
+            ));
+        }
+        out.sort();
+        out
+    }
+}
+
+use berth_testkit::image::{self as img, Entry};
+
+/// The hostile layers of the corpus: (what, its layers, what the refusal must say). The
+/// canary's path stands in every link out of the image.
+fn hostile_layers(canary: &str) -> Vec<(&'static str, Vec<Vec<Entry>>, String)> {
+    let bin = || Entry::file("bin/true", b"#!/bin/sh\n").mode(0o755);
+    vec![
+        (
+            "a whiteout under a lower layer's link",
+            vec![
+                vec![bin(), Entry::symlink("evil", canary)],
+                vec![Entry::file("evil/.wh.precious", b"")],
+            ],
+            "/evil/.wh.precious: /evil is a symbolic link".into(),
+        ),
+        (
+            "an opaque whiteout under a lower layer's link",
+            vec![
+                vec![bin(), Entry::symlink("evil", canary)],
+                vec![Entry::file("evil/sub/.wh..wh..opq", b"")],
+            ],
+            "/evil/sub/.wh..wh..opq: /evil is a symbolic link".into(),
+        ),
+        (
+            "an opaque whiteout under a relative link out",
+            vec![
+                vec![
+                    bin(),
+                    Entry::dir("a"),
+                    Entry::symlink("a/up", "../../../../../../../../.."),
+                ],
+                vec![Entry::file("a/up/tmp/.wh..wh..opq", b"")],
+            ],
+            "/a/up/tmp/.wh..wh..opq: /a/up is a symbolic link".into(),
+        ),
+        (
+            "a hard link through a lower layer's link",
+            vec![
+                vec![bin(), Entry::symlink("e", canary)],
+                vec![Entry::hard_link("shadow", "e/precious")],
+            ],
+            "/shadow: a hard link to /e/precious: /e is a symbolic link".into(),
+        ),
+        (
+            "a hard link through this layer's link",
+            vec![vec![
+                bin(),
+                Entry::symlink("e", canary),
+                Entry::hard_link("su", "e/su"),
+            ]],
+            "/su: a hard link to /e/su: /e is a symbolic link".into(),
+        ),
+        (
+            "a hard link to an absolute path",
+            vec![vec![
+                bin(),
+                Entry::hard_link("shadow", &format!("{canary}/precious")),
+            ]],
+            format!("/shadow: a hard link to {canary}/precious: an absolute name"),
+        ),
+        (
+            "a hard link to what the image does not hold",
+            vec![vec![bin(), Entry::hard_link("passwd", "etc/passwd")]],
+            "/passwd: a hard link to /etc/passwd, which the image does not hold".into(),
+        ),
+        (
+            "a hard link to a directory",
+            vec![vec![bin(), Entry::dir("d"), Entry::hard_link("l", "d")]],
+            "/l: a hard link to /d, a directory".into(),
+        ),
+        (
+            "a file planted through this layer's link",
+            vec![vec![
+                bin(),
+                Entry::symlink("d", &format!("{canary}/cron.d")),
+                Entry::file("d/job", b"* * * * * root id\n"),
+            ]],
+            "/d/job: /d is a symbolic link".into(),
+        ),
+        (
+            "a hard link planted through a lower layer's link",
+            vec![
+                vec![
+                    bin(),
+                    Entry::file("payload", b"x"),
+                    Entry::symlink("d", &format!("{canary}/cron.d")),
+                ],
+                vec![Entry::dir("d2"), Entry::hard_link("d/planted", "payload")],
+            ],
+            "/d/planted: /d is a symbolic link".into(),
+        ),
+        (
+            "files below a lower layer's link, without a directory of their own",
+            vec![
+                vec![bin(), Entry::symlink("bin2", canary)],
+                vec![Entry::file("bin2/new", b"new")],
+            ],
+            "/bin2/new: /bin2 is a symbolic link of a lower layer".into(),
+        ),
+        (
+            "a name that climbs out",
+            vec![vec![bin(), Entry::file("../../escape", b"x")]],
+            "/../../escape: leaves the image".into(),
+        ),
+        (
+            "an absolute name",
+            vec![vec![bin(), Entry::file(&format!("{canary}/new"), b"x")]],
+            format!("{canary}/new: an absolute name"),
+        ),
+        (
+            "a name that is not UTF-8",
+            vec![vec![bin(), Entry::raw(b'0', b"bad\xffname", 0o644)]],
+            "/bad\u{fffd}name: the name is not UTF-8".into(),
+        ),
+        (
+            "a path 200 levels deep",
+            vec![vec![
+                bin(),
+                Entry::file(&"d/".repeat(200).to_string().add("f"), b"x"),
+            ]],
+            "nests 201 levels deep, more than 128".into(),
+        ),
+        (
+            "a huge sparse file",
+            vec![vec![
+                bin(),
+                Entry::raw(b'S', b"sparse", 0o644).stated_size(1 << 40),
+            ]],
+            "/sparse: 1099511627776 bytes, more than the 2147483648 the image may unpack to".into(),
+        ),
+        (
+            "a header stating 3 GiB",
+            vec![vec![bin(), Entry::file("big", b"").stated_size(3 << 30)]],
+            "/big: 3221225472 bytes, more than the 2147483648".into(),
+        ),
+    ]
+}
+
+trait Add {
+    fn add(self, s: &str) -> String;
+}
+
+impl Add for String {
+    fn add(mut self, s: &str) -> String {
+        self.push_str(s);
+        self
+    }
+}
+
+/// Imports `source` and expects a refusal that says `says`, with nothing written and the
+/// canary unchanged.
+fn refused(
+    sb: &Sandbox,
+    canary: &Canary,
+    before: &[String],
+    source: &str,
+    says: &str,
+    extra: &[&str],
+) {
+    let out_dir = sb.dir.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join("x.sqfs");
+    let mut args = vec!["import", source, "-o", out.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let (code, err) = sb.fail(&args);
+    assert_eq!(code, 1, "{source}: {err}");
+    assert!(err.contains(says), "{source}: expected {says:?} in:\n{err}");
+    assert_eq!(canary.state(), before, "{source} changed the canary");
+    assert!(!out.exists(), "{source}: a refused import wrote its output");
+    let left: Vec<_> = std::fs::read_dir(&out_dir).unwrap().flatten().collect();
+    assert!(left.is_empty(), "{source}: left {left:?}");
+}
+
+/// Each hostile image of the corpus, as an OCI layout and as a docker-archive, with openat2
+/// and (`old_kernel`) without it: refused with its entry named, nothing written, the canary
+/// unchanged.
+fn hostile_corpus(sb: &Sandbox) {
+    let canary = Canary::new(&sb.dir);
+    let before = canary.state();
+    let work = sb.dir.join("hostile");
+    for (i, (what, layers, says)) in hostile_layers(canary.path()).into_iter().enumerate() {
+        let tars: Vec<Vec<u8>> = layers.iter().map(|l| img::tar(l)).collect();
+        let ids: Vec<String> = tars.iter().map(|t| img::diff_id(t)).collect();
+        let cfg = img::config("hostile", "1.0", &["/bin/true"], &ids);
+        let layout = work.join(format!("oci-{i}"));
+        img::oci_layout(&layout, "v1", &cfg, &tars).unwrap();
+        let src = format!("oci:{}:v1", layout.display());
+        eprintln!("hostile image {i}: {what}");
+        refused(sb, &canary, &before, &src, &says, &[]);
+        let archive = work.join(format!("docker-{i}.tar"));
+        std::fs::write(&archive, img::docker_archive(&cfg, &tars, None, &[])).unwrap();
+        refused(
+            sb,
+            &canary,
+            &before,
+            &format!("docker-archive:{}", archive.display()),
+            &says,
+            &[],
+        );
+    }
+}
+
+/// What a package must not hold is left out or changed, each entry named, and the import
+/// goes on; the members of a docker-archive are found inside it only.
+fn left_out_and_archive_members(sb: &Sandbox) {
+    let canary = Canary::new(&sb.dir);
+    let before = canary.state();
+    let work = sb.dir.join("leftout");
+    let layer = img::tar(&[
+        Entry::file("bin/true", b"#!/bin/sh\n").mode(0o755),
+        Entry::raw(b'3', b"dev/mem", 0o600),
+        Entry::raw(b'6', b"run/fifo", 0o600),
+        Entry::file("bin/su", b"x").mode(0o6755),
+        Entry::symlink("out", canary.path()),
+    ]);
+    let cfg = img::config("leftout", "1.0", &["/bin/true"], &[img::diff_id(&layer)]);
+    img::oci_layout(&work, "v1", &cfg, std::slice::from_ref(&layer)).unwrap();
+    let out = sb.dir.join("leftout.sqfs");
+    let r = sb.berth(&[
+        "import",
+        &format!("oci:{}:v1", work.display()),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let err = stderr(&r);
+    assert!(r.status.success(), "{err}");
+    for says in [
+        "/dev/mem: a device node, left out",
+        "/run/fifo: a fifo, left out",
+        "/bin/su: setuid/setgid bit removed",
+    ] {
+        assert!(err.contains(says), "{says:?} not in:\n{err}");
+    }
+    let list = listing(&out);
+    assert!(
+        entry(&list, "/dev/mem").is_none() && entry(&list, "/run/fifo").is_none(),
+        "{list:?}"
+    );
+    assert!(
+        entry(&list, "/bin/su").unwrap().starts_with("-rwxr-xr-x"),
+        "{list:?}"
+    );
+    // the link is kept as a link: the package's own business, never followed here
+    assert!(entry(&list, "/out").unwrap().starts_with('l'), "{list:?}");
+    assert_eq!(canary.state(), before);
+
+    // docker-archive members that leave the archive, or loop
+    let archive = |manifest: Option<&str>, extra: &[Entry]| {
+        let p = sb.dir.join("members.tar");
+        std::fs::write(
+            &p,
+            img::docker_archive(&cfg, std::slice::from_ref(&layer), manifest, extra),
+        )
+        .unwrap();
+        format!("docker-archive:{}", p.display())
+    };
+    for (manifest, extra, says) in [
+        (
+            Some(r#"[{"Config":"../../etc/passwd","Layers":[]}]"#),
+            vec![],
+            "\"../../etc/passwd\" leaves the archive",
+        ),
+        (
+            Some(r#"[{"Config":"config.json","Layers":["escape/layer.tar"]}]"#),
+            vec![Entry::symlink("escape/layer.tar", "../../../etc/shadow")],
+            "escape/layer.tar links to ../../../etc/shadow, outside the archive",
+        ),
+        (
+            Some(r#"[{"Config":"config.json","Layers":["a"]}]"#),
+            vec![Entry::symlink("a", "b"), Entry::symlink("b", "a")],
+            "a: too many links",
+        ),
+        (
+            Some(r#"[{"Config":"config.json","Layers":["abs"]}]"#),
+            vec![Entry::symlink("abs", "/etc/shadow")],
+            "no member \"abs\"",
+        ),
+    ] {
+        refused(sb, &canary, &before, &archive(manifest, &extra), says, &[]);
+    }
+}
+
+#[test]
+fn hostile_images_are_refused_by_entry_and_the_canary_is_untouched() {
+    require_root_and_tools();
+    let sb = Sandbox::new("hostile");
+    hostile_corpus(&sb);
+    left_out_and_archive_members(&sb);
+}
+
+#[test]
+fn hostile_images_are_refused_as_well_without_openat2() {
+    require_root_and_tools();
+    let sb = Sandbox::old_kernel("hostile-old");
+    let check = sb.json(&["check"]);
+    assert!(
+        check["fallbacks"].to_string().contains("openat2 missing"),
+        "the import would not run without openat2: {check}"
+    );
+    hostile_corpus(&sb);
+}
+
+/// A gzip-compressed layer of `n` entries made by `entry(i)`, streamed (never whole in memory).
+fn gz_layer(path: &Path, n: usize, entry: &dyn Fn(usize) -> Entry) {
+    let f = std::fs::File::create(path).unwrap();
+    let mut gz =
+        flate2::write::GzEncoder::new(std::io::BufWriter::new(f), flate2::Compression::fast());
+    for i in 0..n {
+        img::write_entry(&mut gz, &entry(i)).unwrap();
+    }
+    std::io::Write::write_all(&mut gz, &[0u8; 1024]).unwrap();
+    gz.finish().unwrap();
+}
+
+/// An OCI layout whose one layer is the gzip file at `layer`.
+fn layout_of_gz(dir: &Path, layer: &Path) -> String {
+    let bytes = std::fs::read(layer).unwrap();
+    let cfg = img::config("hostile", "1.0", &["/bin/true"], &[]);
+    img::oci_layout(dir, "v1", &cfg, &[bytes]).unwrap();
+    format!("oci:{}:v1", dir.display())
+}
+
+#[test]
+fn a_million_entries_and_a_bomb_layer_are_refused_at_their_caps() {
+    require_root_and_tools();
+    let sb = Sandbox::new("caps");
+    let canary = Canary::new(&sb.dir);
+    let before = canary.state();
+    let work = sb.dir.join("caps");
+    std::fs::create_dir_all(&work).unwrap();
+
+    // A million entries (one directory's, again and again: 600 KB compressed): refused at
+    // the 250,001st, by name, at the default cap.
+    let t = Instant::now();
+    let million = work.join("million.tar.gz");
+    gz_layer(&million, 1_000_000, &|_| Entry::dir("d"));
+    let src = layout_of_gz(&work.join("million"), &million);
+    refused(
+        &sb,
+        &canary,
+        &before,
+        &src,
+        "/d: more than 250000 entries in the image; raise the limit with --max-entries",
+        &[],
+    );
+    eprintln!("a million entries made and refused in {:?}", t.elapsed());
+    // Distinct files, against a cap lowered below them: refused at the 11th.
+    let files = work.join("files.tar.gz");
+    gz_layer(&files, 1000, &|i| Entry::file(&format!("f/{i:04}"), b"x"));
+    let src = layout_of_gz(&work.join("files"), &files);
+    refused(
+        &sb,
+        &canary,
+        &before,
+        &src,
+        "/f/0010: more than 10 entries",
+        &["--max-entries", "10"],
+    );
+
+    // A bomb: a whiteout carrying 64 MiB of zeros (64 KiB compressed). Whiteouts are never
+    // written, so only the stream's own cap sees it.
+    let bomb = work.join("bomb.tar.gz");
+    gz_layer(&bomb, 1, &|_| {
+        let mut e = Entry::file(".wh.x", b"");
+        e.data = vec![0u8; 64 << 20];
+        e
+    });
+    let src = layout_of_gz(&work.join("bomb"), &bomb);
+    refused(
+        &sb,
+        &canary,
+        &before,
+        &src,
+        "unpacks to more than 1048576 bytes (a decompression bomb?)",
+        &["--max-size", "1M", "--max-entries", "10"],
+    );
+    // A file of 64 MiB of zeros against a 1 MiB limit: refused at its header.
+    let big = work.join("big.tar.gz");
+    gz_layer(&big, 1, &|_| {
+        let mut e = Entry::file("zeros", b"");
+        e.data = vec![0u8; 64 << 20];
+        e
+    });
+    let src = layout_of_gz(&work.join("big"), &big);
+    refused(
+        &sb,
+        &canary,
+        &before,
+        &src,
+        "/zeros: 67108864 bytes, more than the 1048576",
+        &["--max-size", "1M"],
+    );
+    let (code, err) = sb.fail(&["import", &src, "-o", "/tmp/x.sqfs", "--max-size", "lots"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--max-size: invalid size \"lots\""), "{err}");
+}
+
+/// Honest layers around links, as image builders write them: a lower layer's link kept
+/// while the next adds files by their real paths, hard links across layers, a link
+/// replaced by the directory a layer states, and a directory only implied by its entries
+/// keeping the lower layer's mode.
+#[test]
+fn honest_layers_around_links_import_as_before() {
+    require_root_and_tools();
+    let sb = Sandbox::new("honest");
+    let l1 = img::tar(&[
+        Entry::dir("usr"),
+        Entry::dir("usr/bin"),
+        Entry::file("usr/bin/sh", b"#!/bin/sh\n").mode(0o755),
+        Entry::symlink("bin", "usr/bin"),
+        Entry::symlink("sbin", "/usr/bin"),
+        Entry::dir("etc"),
+        Entry::file("etc/conf", b"old"),
+        Entry::dir("opt").mode(0o750),
+    ]);
+    let l2 = img::tar(&[
+        Entry::dir("usr"),
+        Entry::dir("usr/bin"),
+        Entry::file("usr/bin/app", b"#!/bin/sh\n").mode(0o755),
+        Entry::hard_link("usr/bin/sh2", "usr/bin/sh"),
+        Entry::symlink("etc/app", "../usr/bin/app"),
+        Entry::file("etc/.wh.conf", b""),
+        Entry::file("opt/x", b"x"),
+    ]);
+    let l3 = img::tar(&[
+        Entry::dir("sbin"),
+        Entry::file("sbin/tool", b"t").mode(0o755),
+    ]);
+    let tars = vec![l1, l2, l3];
+    let cfg = img::config("honest", "1.0", &["/usr/bin/sh"], &[]);
+    let layout = sb.dir.join("honest");
+    img::oci_layout(&layout, "v1", &cfg, &tars).unwrap();
+    let out = sb.dir.join("honest.sqfs");
+    sb.ok(&[
+        "import",
+        &format!("oci:{}:v1", layout.display()),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let list = listing(&out);
+    let has = |p: &str| {
+        entry(&list, p)
+            .unwrap_or_else(|| panic!("{p} missing: {list:?}"))
+            .clone()
+    };
+    assert!(
+        has("/bin").starts_with('l') && has("/bin").ends_with("-> usr/bin"),
+        "{list:?}"
+    );
+    assert!(has("/usr/bin/app").starts_with("-rwxr-xr-x"));
+    assert!(has("/usr/bin/sh2").starts_with("-rwxr-xr-x"));
+    assert!(has("/etc/app").starts_with('l'));
+    assert!(entry(&list, "/etc/conf").is_none(), "{list:?}");
+    assert!(
+        has("/sbin").starts_with('d') && has("/sbin/tool").starts_with("-rwxr-xr-x"),
+        "{list:?}"
+    );
+    assert!(has("/opt").starts_with("drwxr-x---"), "{list:?}");
+    assert!(has("/opt/x").starts_with("-rw-r--r--"));
 }

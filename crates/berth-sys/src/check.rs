@@ -74,6 +74,8 @@ pub struct Probes {
     pub pidfd: (Status, String),
     /// Result of the close_range syscall probe.
     pub close_range: (Status, String),
+    /// Result of the openat2 syscall probe.
+    pub openat2: (Status, String),
     /// The kernel's Landlock ABI version (None: no Landlock).
     pub landlock: Option<u32>,
 }
@@ -88,6 +90,7 @@ impl Probes {
             mount_setattr: probe_mount_setattr(),
             pidfd: probe_pidfd(),
             close_range: probe_close_range(),
+            openat2: probe_openat2(),
             landlock: crate::landlock::abi_version(),
         }
     }
@@ -193,6 +196,21 @@ pub fn probe_close_range() -> (Status, String) {
             "ENOSYS (Linux < 5.9): berth does not need it, but liblxc 5.0.2 (Debian 12) cannot start a container without it; use a liblxc that falls back to closing descriptors one by one".into(),
         ),
         _ => (Status::Unknown, format!("close_range probe: unexpected {e}")),
+    }
+}
+
+/// Whether paths in untrusted trees are resolved with openat2 (Linux ≥ 5.6) or walked.
+pub fn probe_openat2() -> (Status, String) {
+    if crate::tree::openat2_works() {
+        (
+            Status::Present,
+            "openat2 available (Linux ≥ 5.6): paths in untrusted trees are resolved beneath their root in one call".into(),
+        )
+    } else {
+        (
+            Status::Missing,
+            "ENOSYS (Linux < 5.6): paths in untrusted trees (images being imported, package directories, containers' /data) are walked one component at a time with O_NOFOLLOW".into(),
+        )
     }
 }
 
@@ -832,6 +850,13 @@ pub fn check_with(roots: &Roots, probes: &Probes) -> Vec<Feature> {
         probes.close_range.0,
         probes.close_range.1.clone(),
     ));
+    out.push(feature(
+        NEWER,
+        "openat2",
+        false,
+        probes.openat2.0,
+        probes.openat2.1.clone(),
+    ));
     protections(roots, &mut out);
     let scoped = probes
         .landlock
@@ -991,6 +1016,7 @@ hugetlb\t0\t5\t0
                 mount_setattr: (Status::Present, "fixture".into()),
                 pidfd: (Status::Present, "fixture".into()),
                 close_range: (Status::Present, "fixture".into()),
+                openat2: (Status::Present, "fixture".into()),
                 landlock: Some(6),
             };
             check_with(&self.roots(), &probes)
@@ -1202,6 +1228,7 @@ hugetlb\t0\t5\t0
                 mount_setattr: (Status::Present, "fixture".into()),
                 pidfd: (Status::Present, "fixture".into()),
                 close_range: (Status::Present, "fixture".into()),
+                openat2: (Status::Present, "fixture".into()),
                 landlock: abi,
             };
             let fs = check_with(&fx.roots(), &probes);
@@ -1300,6 +1327,7 @@ hugetlb\t0\t5\t0
                     .into(),
             ),
             close_range: (Status::Present, "fixture".into()),
+            openat2: (Status::Present, "fixture".into()),
             landlock: None,
         };
         let fs = check_with(&fx.roots(), &probes);

@@ -15,6 +15,7 @@ pub mod notify;
 pub mod oldkernel;
 pub mod process;
 pub mod skip;
+pub mod tree;
 pub mod watchdog;
 
 // liblxc is loaded with dlopen at run time (lxc.rs), and a static binary cannot dlopen (musl:

@@ -85,6 +85,12 @@ pub fn clear_cloexec(fd: RawFd) -> io::Result<()> {
     cvt(unsafe { libc::fcntl(fd, libc::F_SETFD, 0) }).map(|_| ())
 }
 
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 pub fn getpid() -> libc::pid_t {
     // SAFETY: getpid cannot fail.
     unsafe { libc::getpid() }

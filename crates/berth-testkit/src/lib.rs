@@ -9,6 +9,7 @@
 //! into its report. Never a dependency of the berth binary.
 
 pub mod fleet;
+pub mod image;
 pub mod mounts;
 pub mod package;
 pub mod procs;

@@ -686,12 +686,14 @@ pub enum Vendor {
         board: Option<(String, Vec<String>)>,
         index_only: bool,
     },
-    /// `import oci:LAYOUT[:TAG]|docker-archive:FILE -o FILE [--name N] [--version V]`.
+    /// `import oci:LAYOUT[:TAG]|docker-archive:FILE -o FILE [--name N] [--version V]
+    /// [--max-size SIZE] [--max-entries N]`.
     Import {
         source: String,
         out: String,
         name: Option<String>,
         version: Option<String>,
+        limits: crate::vendor::import::Limits,
     },
 }
 
@@ -727,12 +729,25 @@ fn key(args: &[String]) -> Result<Vendor, Usage> {
 #[cfg(feature = "vendor")]
 fn import(args: &[String]) -> Result<Vendor, Usage> {
     let (mut out, mut name, mut version) = (None, None, None);
+    let (mut max_size, mut max_entries) = (None, None);
     let pos = scan(args, &mut |o, p| match o {
         "-o" | "--output" => first(&mut out, p, o),
         "--name" => first(&mut name, p, o),
         "--version" => first(&mut version, p, o),
+        "--max-size" => first(&mut max_size, p, o),
+        "--max-entries" => first(&mut max_entries, p, o),
         _ => Ok(false),
     })?;
+    let mut limits = crate::vendor::import::Limits::default();
+    if let Some(s) = max_size {
+        limits.max_bytes =
+            berth_core::manifest::parse_size(&s).map_err(|e| usage(format!("--max-size: {e}")))?;
+    }
+    if let Some(n) = max_entries {
+        limits.max_entries = n
+            .parse()
+            .map_err(|_| usage(format!("--max-entries {n:?}: expected a number")))?;
+    }
     let source = one(pos, "image (oci:LAYOUT[:TAG] or docker-archive:FILE)")?;
     let out = out.ok_or_else(|| usage("import needs -o FILE"))?;
     if let Some(n) = &name {
@@ -743,6 +758,7 @@ fn import(args: &[String]) -> Result<Vendor, Usage> {
         out,
         name,
         version,
+        limits,
     })
 }
 

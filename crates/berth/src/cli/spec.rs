@@ -380,12 +380,14 @@ pub const COMMANDS: &[Cmd] = &[
     ),
     vendor(
         "import",
-        "SOURCE -o FILE [--name N] [--version V]",
+        "SOURCE -o FILE [--name N] [--version V] [--max-size SIZE] [--max-entries N]",
         O::Any,
         &[
             opt("--output", "-o", "FILE", "the package image"),
             opt("--name", "", "N", "the package name (default: the image's org.opencontainers.image.title label)"),
             opt("--version", "", "V", "the version (default: the image's org.opencontainers.image.version label, then its tag)"),
+            opt("--max-size", "", "SIZE", "refuse an image that unpacks to more file data (default 2G)"),
+            opt("--max-entries", "", "N", "refuse an image of more entries (default 250000)"),
         ],
         "a container image as a package: SOURCE is oci:LAYOUT[:TAG] or docker-archive:FILE.tar; its layers applied in order (whiteouts honoured), entrypoint, cmd, env, working directory and user as the manifest",
     ),

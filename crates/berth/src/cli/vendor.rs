@@ -119,12 +119,14 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
             out,
             name,
             version,
+            limits,
         } => {
             let r = crate::vendor::import::import(
                 &source,
                 out.as_ref(),
                 name.as_deref(),
                 version.as_deref(),
+                limits,
             )?;
             if json {
                 print_json(&serde_json::to_value(&r)?);

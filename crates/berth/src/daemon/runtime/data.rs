@@ -102,7 +102,7 @@ pub(crate) fn mount_image(d: &Daemon, p: &Installed, cap: u64, plan: Plan) -> Re
             dir.display(),
             image.display()
         );
-        berth_sys::fsutil::remove_tree(&dir)
+        berth_sys::tree::remove_path(&dir)
             .map_err(|e| Error::internal(format!("remove {}: {e}", dir.display())))?;
     }
     berth_sys::loopdev::mount_ext4(&image, &mnt)

@@ -172,7 +172,7 @@ fn set_aside_pairs(cfg: &Config, name: &str) -> [(PathBuf, PathBuf); 2] {
 /// its id range.
 pub(crate) fn purge_data(d: &Daemon, name: &str) -> std::io::Result<()> {
     for dir in [purging_dir(&d.cfg, name), d.cfg.paths.data(name)] {
-        match berth_sys::fsutil::remove_tree(&dir) {
+        match berth_sys::tree::remove_path(&dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }

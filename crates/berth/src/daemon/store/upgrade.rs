@@ -553,7 +553,7 @@ fn data_of(d: &Daemon, name: &str) -> PathBuf {
 }
 
 fn remove_any(p: &Path) {
-    let _ = berth_sys::fsutil::remove_tree(p);
+    let _ = berth_sys::tree::remove_path(p);
 }
 
 /// Copies /data aside (the directory, or its image sparsely), when the copy fits in half
@@ -573,7 +573,7 @@ fn take_snapshot(d: &Daemon, name: &str) {
         std::fs::metadata(&data).map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
     } else {
         // Past the walk's caps (a hostile tree): no copy.
-        berth_sys::fsutil::tree_size(&data).unwrap_or(u64::MAX)
+        berth_sys::tree::path_size(&data).unwrap_or(u64::MAX)
     };
     let free = berth_sys::fsutil::free_bytes(&data).unwrap_or(0);
     if size.saturating_mul(2) > free {
@@ -583,7 +583,8 @@ fn take_snapshot(d: &Daemon, name: &str) {
     let copied = if image {
         berth_sys::fsutil::copy_sparse(&data, &tmp)
     } else {
-        berth_sys::fsutil::copy_tree(&data, &tmp)
+        // At most half the free space: a tree that grows while it is copied stops the copy.
+        berth_sys::tree::copy_path(&data, &tmp, free / 2)
     };
     match copied.and_then(|_| std::fs::rename(&tmp, &snap)) {
         Ok(()) => {
