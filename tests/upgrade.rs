@@ -383,3 +383,117 @@ fn sigkill_at_every_step_of_an_upgrade_and_a_rollback_leaves_the_old_or_the_new_
         "{ended:?}"
     );
 }
+
+/// A container's /data is a tree it controls: links out of it (absolute, relative, to a
+/// file, below a directory) and a nesting past the walks' caps. The upgrade's snapshot and
+/// rollback, `berth status`'s disk use and a purge never follow one: the canary they point
+/// at is untouched, the links come back as links, and the purge removes all of it.
+#[test]
+fn a_containers_links_in_data_are_kept_as_links_and_never_followed() {
+    let mut sb = Sandbox::new("datalinks");
+    sb.write_config(CONFIG);
+    let canary = sb.dir.join("canary");
+    std::fs::create_dir_all(canary.join("sub")).unwrap();
+    std::fs::write(canary.join("precious"), "precious").unwrap();
+    std::fs::write(canary.join("sub/file"), "file").unwrap();
+    let snapshot = |p: &std::path::Path| -> Vec<String> {
+        let out = std::process::Command::new("find")
+            .arg(p)
+            .args(["-printf", "%p %m %U:%G %s %l\n"])
+            .output()
+            .unwrap();
+        let mut v: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(String::from)
+            .collect();
+        v.sort();
+        v
+    };
+    let before = snapshot(&canary);
+    let c = canary.display();
+    let links = format!(
+        "cd /data && [ -e made ] || {{ ln -s {c} abs; ln -s ../../../../../../../../.. rel; \
+         ln -s {c}/precious file; mkdir -p a/b; ln -s {c} a/b/c; echo x > a/b/f; \
+         touch made; }}\n"
+    );
+    let app_v = |v: &str, bad: bool, deep: bool| {
+        let deep = if deep {
+            "cd /data && mkdir -p deep && cd deep && i=0; while [ $i -lt 600 ]; do mkdir -p d && cd d; i=$((i+1)); done; ln -s /etc/passwd pw\n"
+        } else {
+            ""
+        };
+        // a failing version spoils /data: the rollback must bring the links back
+        let ok = if bad {
+            "rm /data/abs /data/a/b/c; echo spoiled > /data/new\n"
+        } else {
+            "echo > /tmp/ok\n"
+        };
+        Pkg::script(
+            "app",
+            v,
+            &format!("{links}{deep}{ok}echo up {v}\nexec sleep 600\n"),
+        )
+        .file("check.sh", b"test -e /tmp/ok\n")
+        .table(
+            "[restart]\npolicy = \"never\"\n[health]\ncmd = [\"/bin/busybox\", \"sh\", \"/check.sh\"]\ninterval = \"100ms\"\ntimeout = \"1s\"\nretries = 100\n",
+        )
+    };
+    sb.add(&app_v("1.0", false, false));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "app"]);
+    sb.ok(&["start", "app"]);
+    wait_running(&sb, "1.0", 10);
+    let data = sb.state_dir().join("data/app");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !data.join("made").exists() {
+        assert!(Instant::now() < deadline, "the links were not made");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let links_before = snapshot(&data);
+
+    // 1.1 fails its check: rolled back, /data from its snapshot, links as links
+    offer_pkg(&sb, &app_v("1.1", true, false));
+    let out = sb.output(&["upgrade"]).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    wait_running(&sb, "1.0", 10);
+    assert_eq!(
+        snapshot(&data),
+        links_before,
+        "the snapshot did not bring /data back"
+    );
+    assert_eq!(std::fs::read_link(data.join("abs")).unwrap(), canary);
+    assert_eq!(snapshot(&canary), before, "the canary changed");
+    let st = sb.json(&["status", "app"]);
+    assert!(st.to_string().contains("data"), "{st}");
+
+    // 1.2 nests /data 600 levels deep (past the snapshot's caps: no snapshot, logged)
+    offer_pkg(&sb, &app_v("1.2", false, true));
+    sb.json(&["upgrade"]);
+    wait_running(&sb, "1.2", 10);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::process::Command::new("find")
+        .arg(data.join("deep"))
+        .args(["-name", "pw"])
+        .output()
+        .map(|o| o.stdout.is_empty())
+        .unwrap_or(true)
+    {
+        assert!(Instant::now() < deadline, "the deep tree was not made");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    offer_pkg(&sb, &app_v("1.3", true, false));
+    let out = sb.output(&["upgrade"]).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        sb.daemon_log_text().contains("too large to snapshot"),
+        "{}",
+        sb.daemon_log_text()
+    );
+    wait_running(&sb, "1.2", 10);
+    sb.ok(&["stop", "app"]);
+    sb.ok(&["remove", "--purge", "app"]);
+    assert!(!data.exists(), "purge left {}", data.display());
+    assert_eq!(snapshot(&canary), before, "the canary changed");
+    assert!(std::path::Path::new("/etc/passwd").exists());
+}

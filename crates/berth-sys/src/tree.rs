@@ -121,6 +121,8 @@ pub struct Stat {
     pub kind: Kind,
     /// Permission bits with setuid, setgid and sticky (`& 0o7777`).
     pub mode: u32,
+    /// The type bits (`& S_IFMT`): which kind of special file.
+    pub fmt: u32,
     pub uid: u32,
     pub gid: u32,
     pub size: u64,
@@ -143,6 +145,7 @@ fn to_stat(st: &RawStat) -> Stat {
     Stat {
         kind,
         mode: (st.st_mode & 0o7777) as u32,
+        fmt: (st.st_mode & libc::S_IFMT) as u32,
         uid: st.st_uid as u32,
         gid: st.st_gid as u32,
         size: st.st_size as u64,
@@ -846,9 +849,9 @@ fn too_big(what: &str) -> io::Error {
 /// caps; None past them, or when the tree changed under the walk.
 pub fn tree_size(top: &Dir) -> Option<u64> {
     let mut total = 0u64;
-    walk(top, None, &mut |_, _, _, s| {
-        if s.kind == Kind::File {
-            total = total.saturating_add(s.size);
+    for_each(top, &mut |v| {
+        if v.stat.kind == Kind::File {
+            total = total.saturating_add(v.stat.size);
         }
         Ok(())
     })
@@ -856,22 +859,52 @@ pub fn tree_size(top: &Dir) -> Option<u64> {
     Some(total)
 }
 
-/// What a walk does with each entry: (its directory, the destination's, its name, its stat).
-type Visit<'a> = dyn FnMut(&Dir, Option<&Dir>, &CStr, &Stat) -> io::Result<()> + 'a;
+/// An entry a walk visits.
+pub struct Visited<'a> {
+    /// Its directory, held open.
+    pub dir: &'a Dir,
+    /// Its directory's path from the tree's top (empty at the top).
+    pub parent: &'a Path,
+    pub name: &'a OsStr,
+    pub stat: &'a Stat,
+    /// The destination's directory of a copy.
+    dst: Option<&'a Dir>,
+}
 
-/// Visits every entry below `top` (depth first, a directory before what it holds), with
-/// `dst` walked in step when given: `visit(dir, dst, name, stat)`, where a directory that
-/// `visit` made in `dst` is gone into there too. Caps: [`MAX_DEPTH`], [`MAX_ENTRIES`].
+impl Visited<'_> {
+    /// Its path from the tree's top.
+    pub fn path(&self) -> PathBuf {
+        self.parent.join(self.name)
+    }
+}
+
+/// What a walk does with each entry.
+type Visit<'a> = dyn FnMut(&Visited) -> io::Result<()> + 'a;
+
+/// Visits every entry below `top`, never through a link (depth first, a directory before
+/// what it holds; within a directory in the order the file system lists it). Caps:
+/// [`MAX_DEPTH`], [`MAX_ENTRIES`]; a tree that changes under the walk stops it.
+pub fn for_each(top: &Dir, visit: &mut Visit<'_>) -> io::Result<()> {
+    walk(top, None, visit)
+}
+
+/// [`for_each`], with `dst` walked in step when given (a copy): a directory that `visit`
+/// made in `dst` is gone into there too, and gets its source's mode and owner once filled.
 fn walk(top: &Dir, dst: Option<&Dir>, visit: &mut Visit<'_>) -> io::Result<()> {
     let mut src = Cursor::new(top.open_dir(Path::new("."))?);
     let mut out = match dst {
         Some(d) => Some(Cursor::new(d.open_dir(Path::new("."))?)),
         None => None,
     };
+    let mut rel = PathBuf::new();
     // Per level: the subdirectories still to go into.
     let mut todo: Vec<Vec<CString>> = Vec::new();
     let mut seen = 0usize;
-    let mut fill = |src: &Dir, out: Option<&Dir>, seen: &mut usize| -> io::Result<Vec<CString>> {
+    let mut fill = |src: &Dir,
+                    dst: Option<&Dir>,
+                    parent: &Path,
+                    seen: &mut usize|
+     -> io::Result<Vec<CString>> {
         let mut subdirs = Vec::new();
         let mut list = src.entries()?;
         while let Some((n, _)) = list.next_entry()? {
@@ -879,18 +912,29 @@ fn walk(top: &Dir, dst: Option<&Dir>, visit: &mut Visit<'_>) -> io::Result<()> {
             if *seen > MAX_ENTRIES {
                 return Err(too_big("large"));
             }
-            let Some(s) = stat_at(src.as_raw_fd(), &n)? else {
+            let Some(stat) = stat_at(src.as_raw_fd(), &n)? else {
                 continue;
             };
-            visit(src, out, &n, &s)?;
-            if s.kind == Kind::Dir {
+            visit(&Visited {
+                dir: src,
+                parent,
+                name: OsStr::from_bytes(n.as_bytes()),
+                stat: &stat,
+                dst,
+            })?;
+            if stat.kind == Kind::Dir {
                 subdirs.push(n);
             }
         }
         subdirs.reverse();
         Ok(subdirs)
     };
-    todo.push(fill(&src.dir, out.as_ref().map(|c| &c.dir), &mut seen)?);
+    todo.push(fill(
+        &src.dir,
+        out.as_ref().map(|c| &c.dir),
+        &rel,
+        &mut seen,
+    )?);
     loop {
         let next = todo.last_mut().and_then(|l| l.pop());
         match next {
@@ -909,7 +953,13 @@ fn walk(top: &Dir, dst: Option<&Dir>, visit: &mut Visit<'_>) -> io::Result<()> {
                 if let Some(o) = out.as_mut() {
                     o.down(&n)?;
                 }
-                todo.push(fill(&src.dir, out.as_ref().map(|c| &c.dir), &mut seen)?);
+                rel.push(OsStr::from_bytes(n.as_bytes()));
+                todo.push(fill(
+                    &src.dir,
+                    out.as_ref().map(|c| &c.dir),
+                    &rel,
+                    &mut seen,
+                )?);
             }
             None => {
                 todo.pop();
@@ -927,6 +977,7 @@ fn walk(top: &Dir, dst: Option<&Dir>, visit: &mut Visit<'_>) -> io::Result<()> {
                 if let Some(o) = out.as_mut() {
                     o.up()?;
                 }
+                rel.pop();
             }
         }
     }
@@ -940,11 +991,11 @@ fn walk(top: &Dir, dst: Option<&Dir>, visit: &mut Visit<'_>) -> io::Result<()> {
 pub fn copy_tree(src: &Dir, dst: &Dir, max_bytes: u64) -> io::Result<()> {
     let mut copied = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
-    walk(src, Some(dst), &mut |from, to, name, s| {
-        let to = to.expect("a copy walks its destination");
-        let n = OsStr::from_bytes(name.to_bytes());
+    walk(src, Some(dst), &mut |v| {
+        let (from, s, n) = (v.dir, v.stat, v.name);
+        let to = v.dst.expect("a copy walks its destination");
         match s.kind {
-            Kind::Dir => to.mkdir_c(name, 0o700),
+            Kind::Dir => to.mkdir(n, 0o700),
             Kind::Symlink => {
                 to.symlink(&from.read_link(n)?, n)?;
                 to.chown(n, s.uid, s.gid)
@@ -1002,6 +1053,20 @@ pub fn remove_path(path: &Path) -> io::Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Bytes the tree at `path` takes on disk (every entry's blocks, links not followed), up to
+/// the caps: past them, what was counted (a lower bound).
+pub fn path_usage(path: &Path) -> u64 {
+    let Ok(top) = Dir::open(path) else {
+        return 0;
+    };
+    let mut total = top.stat_self().map_or(0, |s| s.used);
+    let _ = for_each(&top, &mut |v| {
+        total = total.saturating_add(v.stat.used);
+        Ok(())
+    });
+    total
 }
 
 /// [`tree_size`] of the tree at `path`.

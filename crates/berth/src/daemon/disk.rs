@@ -48,7 +48,8 @@ pub(crate) fn data_bytes(d: &Daemon, name: &str) -> u64 {
     if img.exists() {
         file_bytes(&img)
     } else {
-        dir_bytes(&d.cfg.paths.data(name), 64)
+        // The container's own tree: walked beneath its top, never through a link.
+        berth_sys::tree::path_usage(&d.cfg.paths.data(name))
     }
 }
 

@@ -191,22 +191,27 @@ pub fn own_data(d: &Daemon, p: &Installed, data: &Path) -> Result<()> {
     if md.uid() == want {
         return Ok(());
     }
-    fn shift(path: &Path, pol: &sec::SecurityPolicy, base: u32) -> std::io::Result<()> {
-        let md = std::fs::symlink_metadata(path)?;
-        std::os::unix::fs::lchown(
-            path,
-            Some(sec::shift_id(md.uid(), pol, base)),
-            Some(sec::shift_id(md.gid(), pol, base)),
-        )?;
-        if md.is_dir() {
-            for e in std::fs::read_dir(path)? {
-                shift(&e?.path(), pol, base)?;
-            }
-        }
-        Ok(())
-    }
-    shift(data, pol, base)
-        .map_err(|e| Error::internal(format!("chown {} for the id map: {e}", data.display())))
+    // The container's own tree: walked beneath its top, links changed as themselves, never
+    // followed, at any depth the walk's caps allow (a container that nested past them must
+    // be purged).
+    let shift = || -> std::io::Result<()> {
+        let top = berth_sys::tree::Dir::open(data)?;
+        let s = top.stat_self()?;
+        let owner = (
+            sec::shift_id(s.uid, pol, base),
+            sec::shift_id(s.gid, pol, base),
+        );
+        top.set_attrs(s.mode, Some(owner), None)?;
+        berth_sys::tree::for_each(&top, &mut |v| {
+            let (uid, gid) = (v.stat.uid, v.stat.gid);
+            v.dir.chown(
+                v.name,
+                sec::shift_id(uid, pol, base),
+                sec::shift_id(gid, pol, base),
+            )
+        })
+    };
+    shift().map_err(|e| Error::internal(format!("chown {} for the id map: {e}", data.display())))
 }
 
 /// At start: writes the container's seccomp profile next to its LXC configuration and

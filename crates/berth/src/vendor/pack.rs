@@ -4,11 +4,16 @@
 //! silently ignored on the device (setuid bits, device nodes, symlinks leaving the package) and
 //! add the empty directories the device mounts over (`/proc`, `/data`, …), because the image is
 //! read-only there and nothing can create them later.
+//!
+//! The tree may come from anywhere (a build of third-party sources): it is read beneath its
+//! root without following a link (`berth_sys::tree`, docs/security.md, "Untrusted trees").
+//! Links inside it are the package's own business: resolved as the container will see them
+//! (the entrypoint) or named in warnings, never followed out of the tree.
 
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, Read};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
@@ -16,6 +21,7 @@ use anyhow::{bail, Context};
 use berth_core::index::ImageHasher;
 use berth_core::manifest::{Base, Manifest, MANIFEST_PATH};
 use berth_core::name::{Name, Version};
+use berth_sys::tree::{Dir, Kind};
 use serde::Serialize;
 
 #[derive(Debug, Clone, Serialize)]
@@ -42,11 +48,12 @@ const HOST_SKELETON: &[&str] = &["lib", "lib64", "usr", "usr/lib"];
 const MAX_SYMLINKS: usize = 40;
 
 pub fn pack(dir: &Path, out: &Path) -> anyhow::Result<PackReport> {
-    let manifest = read_manifest(dir)?;
+    let tree = Dir::open_given(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let manifest = read_manifest(&tree, dir)?;
     let mut warnings = Vec::new();
-    scan_tree(dir, &mut warnings)?;
-    check_entrypoint(dir, &manifest.entrypoint.argv[0])?;
-    let pseudo = skeleton(dir, manifest.package.base)?;
+    scan_tree(&tree, dir, &mut warnings)?;
+    check_entrypoint(&tree, dir, &manifest.entrypoint.argv[0])?;
+    let pseudo = skeleton(&tree, dir, manifest.package.base)?;
     check_out_not_inside(dir, out)?;
 
     let mut tmp = OsString::from(out.as_os_str());
@@ -121,93 +128,89 @@ impl Drop for TempFile {
     }
 }
 
-fn read_manifest(dir: &Path) -> anyhow::Result<Manifest> {
+fn read_manifest(tree: &Dir, dir: &Path) -> anyhow::Result<Manifest> {
     let path = dir.join(MANIFEST_PATH);
-    let md = match fs::symlink_metadata(&path) {
-        Ok(md) => md,
+    // The device reads the manifest from inside the image: a link would point elsewhere.
+    let f = match tree.open_file(Path::new(MANIFEST_PATH)) {
+        Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => bail!(
             "{} not found: every package needs a manifest at {MANIFEST_PATH}",
             path.display()
         ),
+        Err(e) if berth_sys::tree::is_refusal(&e) => {
+            bail!("{} must be a regular file: {e}", path.display())
+        }
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     };
-    // The device reads the manifest from inside the image; a symlink would point elsewhere.
-    if !md.is_file() {
-        bail!("{} must be a regular file", path.display());
-    }
-    let text =
-        fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut text = String::new();
+    f.take(1 << 20)
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     Manifest::parse(&text).with_context(|| format!("invalid {}", path.display()))
 }
 
-/// Walks the tree without following symlinks and collects warnings, in path order.
-fn scan_tree(dir: &Path, warnings: &mut Vec<String>) -> anyhow::Result<()> {
-    // Explicit stack: a deep vendor tree must not exhaust ours. Entries are relative paths.
-    let mut todo = vec![PathBuf::new()];
-    while let Some(rel) = todo.pop() {
-        let abs = dir.join(&rel);
-        let mut entries: Vec<_> = fs::read_dir(&abs)
-            .with_context(|| format!("cannot read directory {}", abs.display()))?
-            .collect::<Result<_, _>>()
-            .with_context(|| format!("cannot read directory {}", abs.display()))?;
-        entries.sort_by_key(|e| e.file_name());
-        let mut subdirs = Vec::new();
-        for e in entries {
-            let rel = rel.join(e.file_name());
-            let md = fs::symlink_metadata(dir.join(&rel))
-                .with_context(|| format!("cannot read {}", dir.join(&rel).display()))?;
-            let ft = md.file_type();
-            let shown = rel.display();
-            if ft.is_dir() {
-                subdirs.push(rel.clone());
-            } else if ft.is_symlink() {
-                let target = fs::read_link(dir.join(&rel))
-                    .with_context(|| format!("cannot read symlink {}", dir.join(&rel).display()))?;
+/// Walks the tree without following links and collects warnings, in path order.
+fn scan_tree(tree: &Dir, dir: &Path, warnings: &mut Vec<String>) -> anyhow::Result<()> {
+    let mut found: Vec<(PathBuf, String)> = Vec::new();
+    berth_sys::tree::for_each(tree, &mut |v| {
+        let rel = v.path();
+        let shown = rel.display();
+        let (kind, mode) = (v.stat.kind, v.stat.mode);
+        let mut say = |w: String| found.push((rel.clone(), w));
+        match kind {
+            Kind::Symlink => {
+                let target = v.dir.read_link(v.name)?;
                 if target.is_absolute() {
-                    warnings.push(format!(
+                    say(format!(
                         "{shown} -> {} is an absolute symlink: it resolves against the \
                          container's root, not the package",
                         target.display()
                     ));
                 } else if escapes(&rel, &target) {
-                    warnings.push(format!(
+                    say(format!(
                         "{shown} -> {} points outside the package",
                         target.display()
                     ));
                 }
-            } else if ft.is_block_device() || ft.is_char_device() {
-                warnings.push(format!(
-                    "{shown} is a device node: unusable on the device (packages are mounted nodev)"
-                ));
-            } else if ft.is_fifo() {
-                warnings.push(format!(
-                    "{shown} is a fifo: the package is shared read-only; create it at run time \
-                     under /run instead"
-                ));
-            } else if ft.is_socket() {
-                warnings.push(format!(
-                    "{shown} is a socket: useless in an image; create it at run time under /run"
+            }
+            Kind::Special => say(special(&shown.to_string(), v.stat.fmt)),
+            Kind::Dir | Kind::File => {}
+        }
+        if kind != Kind::Symlink {
+            if mode & 0o4000 != 0 {
+                say(format!(
+                    "{shown} is setuid: ignored on the device (packages are mounted nosuid)"
                 ));
             }
-            let mode = md.permissions().mode();
-            if !ft.is_symlink() {
-                if mode & 0o4000 != 0 {
-                    warnings.push(format!(
-                        "{shown} is setuid: ignored on the device (packages are mounted nosuid)"
-                    ));
-                }
-                // setgid on a directory only sets the group of new files: harmless.
-                if mode & 0o2000 != 0 && !ft.is_dir() {
-                    warnings.push(format!(
-                        "{shown} is setgid: ignored on the device (packages are mounted nosuid)"
-                    ));
-                }
+            // setgid on a directory only sets the group of new files: harmless.
+            if mode & 0o2000 != 0 && kind != Kind::Dir {
+                say(format!(
+                    "{shown} is setgid: ignored on the device (packages are mounted nosuid)"
+                ));
             }
         }
-        // Reverse so that popping visits subdirectories in name order.
-        todo.extend(subdirs.into_iter().rev());
-    }
+        Ok(())
+    })
+    .with_context(|| format!("cannot read the tree {}", dir.display()))?;
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    warnings.extend(found.into_iter().map(|(_, w)| w));
     Ok(())
+}
+
+/// The warning for a device node, fifo or socket (`fmt`: its `S_IFMT` bits).
+fn special(shown: &str, fmt: u32) -> String {
+    match fmt {
+        libc::S_IFIFO => format!(
+            "{shown} is a fifo: the package is shared read-only; create it at run time under \
+             /run instead"
+        ),
+        libc::S_IFSOCK => {
+            format!("{shown} is a socket: useless in an image; create it at run time under /run")
+        }
+        _ => {
+            format!("{shown} is a device node: unusable on the device (packages are mounted nodev)")
+        }
+    }
 }
 
 /// Whether a relative symlink at `link` (relative to the tree root) with `target` climbs
@@ -229,27 +232,30 @@ fn escapes(link: &Path, target: &Path) -> bool {
     false
 }
 
-/// Resolves an absolute in-package path inside `root`, following symlinks as the container
-/// would see them (absolute targets restart at the package root). None if a component is
-/// missing or the links loop.
-fn resolve_in_tree(root: &Path, path: &str) -> Option<PathBuf> {
+/// Resolves an absolute in-package path inside the tree, following its links as the
+/// container would see them (absolute targets restart at the package root), each component
+/// looked at beneath the tree without following anything. Its `stat`, or None if a
+/// component is missing or the links loop.
+fn resolve_in_tree(tree: &Dir, path: &str) -> Option<berth_sys::tree::Stat> {
     let mut todo: Vec<OsString> = Vec::new();
     push_components(&mut todo, Path::new(path));
     let mut cur = PathBuf::new();
     let mut links = 0;
+    let mut last = tree.stat_self().ok()?;
     while let Some(c) = todo.pop() {
         if c == ".." {
             cur.pop();
             continue;
         }
         cur.push(&c);
-        let md = fs::symlink_metadata(root.join(&cur)).ok()?;
-        if md.file_type().is_symlink() {
+        last = tree.stat_beneath(&cur).ok()??;
+        if last.kind == Kind::Symlink {
             links += 1;
             if links > MAX_SYMLINKS {
                 return None;
             }
-            let target = fs::read_link(root.join(&cur)).ok()?;
+            let (parent, name) = berth_sys::tree::split(&cur).ok()?;
+            let target = tree.open_dir(&parent).ok()?.read_link(&name).ok()?;
             cur.pop();
             if target.is_absolute() {
                 cur = PathBuf::new();
@@ -257,7 +263,7 @@ fn resolve_in_tree(root: &Path, path: &str) -> Option<PathBuf> {
             push_components(&mut todo, &target);
         }
     }
-    Some(root.join(cur))
+    Some(last)
 }
 
 /// Pushes `p`'s components onto a stack so that the first component is popped first;
@@ -276,19 +282,17 @@ fn push_components(stack: &mut Vec<OsString>, p: &Path) {
 
 /// The entrypoint must be in the package whatever `base` says: host binds only bring
 /// libraries, and a missing program is the most common packaging mistake.
-fn check_entrypoint(dir: &Path, argv0: &str) -> anyhow::Result<()> {
-    let Some(path) = resolve_in_tree(dir, argv0) else {
+fn check_entrypoint(tree: &Dir, dir: &Path, argv0: &str) -> anyhow::Result<()> {
+    let Some(st) = resolve_in_tree(tree, argv0) else {
         bail!("entrypoint {argv0} not found in {}", dir.display());
     };
-    let md = fs::metadata(&path)
-        .with_context(|| format!("entrypoint {argv0} not found in {}", dir.display()))?;
-    if !md.is_file() {
+    if st.kind != Kind::File {
         bail!(
             "entrypoint {argv0} in {} is not a regular file",
             dir.display()
         );
     }
-    if md.permissions().mode() & 0o111 == 0 {
+    if st.mode & 0o111 == 0 {
         bail!(
             "entrypoint {argv0} in {} is not executable (chmod +x it)",
             dir.display()
@@ -298,7 +302,7 @@ fn check_entrypoint(dir: &Path, argv0: &str) -> anyhow::Result<()> {
 }
 
 /// mksquashfs pseudo definitions for the mount points missing from the tree.
-fn skeleton(dir: &Path, base: Base) -> anyhow::Result<Vec<String>> {
+fn skeleton(tree: &Dir, dir: &Path, base: Base) -> anyhow::Result<Vec<String>> {
     let host: &[&str] = match base {
         Base::Host => HOST_SKELETON,
         Base::None => &[],
@@ -306,29 +310,26 @@ fn skeleton(dir: &Path, base: Base) -> anyhow::Result<Vec<String>> {
     let mut pseudo = Vec::new();
     // Parents come before children in the lists, so "usr" is defined before "usr/lib".
     for p in SKELETON.iter().chain(host) {
-        match fs::symlink_metadata(dir.join(p)) {
-            Ok(md) if md.is_dir() => {}
-            Ok(md) => {
-                let kind = if md.file_type().is_symlink() {
-                    "a symlink"
-                } else {
-                    "not a directory"
-                };
-                bail!(
-                    "{p} in {} is {kind}: the device mounts /{p} there, so it must be a \
-                     directory or absent",
-                    dir.display()
-                );
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                pseudo.push(format!("{p} d 755 0 0"));
-            }
+        let must = |kind: &str| {
+            anyhow::anyhow!(
+                "{p} in {} is {kind}: the device mounts /{p} there, so it must be a \
+                 directory or absent",
+                dir.display()
+            )
+        };
+        match tree.stat_beneath(Path::new(p)) {
+            Ok(Some(st)) if st.kind == Kind::Dir => {}
+            Ok(Some(st)) if st.kind == Kind::Symlink => return Err(must("a symlink")),
+            Ok(Some(_)) => return Err(must("not a directory")),
+            Ok(None) => pseudo.push(format!("{p} d 755 0 0")),
+            // A link on the way ("usr" for "usr/lib"): the mount would go through it.
+            Err(e) if berth_sys::tree::is_refusal(&e) => return Err(must(&e.to_string())),
             Err(e) => {
                 return Err(e).with_context(|| format!("cannot read {}", dir.join(p).display()))
             }
         }
     }
-    if fs::symlink_metadata(dir.join(BIND_ANCHOR)).is_err() {
+    if tree.stat_beneath(Path::new(BIND_ANCHOR))?.is_none() {
         pseudo.push(format!("{BIND_ANCHOR} d 755 0 0"));
     }
     Ok(pseudo)
@@ -398,7 +399,7 @@ fn run_mksquashfs(dir: &Path, tmp: &Path, pseudo: &[String], all_root: bool) -> 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{symlink, PermissionsExt};
     use std::sync::atomic::{AtomicU32, Ordering};
 
     /// A fresh, empty directory under the system temp dir, removed on drop.
@@ -667,6 +668,82 @@ pub(crate) mod tests {
         package_tree(&src, "i", "");
         let e = pack(&src, &src.join("i.sqfs")).unwrap_err().to_string();
         assert!(e.contains("inside the package directory"), "{e}");
+    }
+
+    /// A tree whose links lead out of it: nothing of what they point at is read as the
+    /// package's, and the canary beside it is untouched.
+    #[test]
+    fn links_out_of_the_tree_are_never_followed() {
+        let t = TempDir::new("pack-links");
+        let canary = t.0.join("canary");
+        fs::create_dir_all(canary.join(".berth")).unwrap();
+        fs::create_dir_all(canary.join("lib")).unwrap();
+        fs::write(
+            canary.join(".berth/manifest.toml"),
+            "[package]\nname = \"evil\"\nversion = \"1.0\"\n[entrypoint]\nargv = [\"/bin/sh\"]\n",
+        )
+        .unwrap();
+        fs::write(canary.join("run"), "#!/bin/sh\n").unwrap();
+        fs::set_permissions(canary.join("run"), fs::Permissions::from_mode(0o755)).unwrap();
+        let before = list_tree(&canary);
+        let src = t.0.join("src");
+        let out = t.0.join("o.sqfs");
+
+        // the manifest directory, or the manifest, a link out
+        fs::create_dir_all(&src).unwrap();
+        symlink(canary.join(".berth"), src.join(".berth")).unwrap();
+        let e = format!("{:#}", pack(&src, &out).unwrap_err());
+        assert!(
+            e.contains("must be a regular file") && e.contains("/.berth is a symbolic link"),
+            "{e}"
+        );
+        fs::remove_file(src.join(".berth")).unwrap();
+        fs::create_dir(src.join(".berth")).unwrap();
+        symlink(canary.join(".berth/manifest.toml"), src.join(MANIFEST_PATH)).unwrap();
+        let e = format!("{:#}", pack(&src, &out).unwrap_err());
+        assert!(e.contains("must be a regular file"), "{e}");
+        let _ = fs::remove_dir_all(&src);
+
+        // usr a link out, where base = "host" mounts /usr/lib
+        package_tree(&src, "hosty", "base = \"host\"");
+        symlink(&canary, src.join("usr")).unwrap();
+        let e = format!("{:#}", pack(&src, &out).unwrap_err());
+        assert!(e.contains("usr in") && e.contains("is a symlink"), "{e}");
+        fs::remove_file(src.join("usr")).unwrap();
+        fs::create_dir(src.join("usr")).unwrap();
+        symlink(canary.join("lib"), src.join("usr/lib")).unwrap();
+        let e = format!("{:#}", pack(&src, &out).unwrap_err());
+        assert!(
+            e.contains("usr/lib in") && e.contains("is a symlink"),
+            "{e}"
+        );
+        let _ = fs::remove_dir_all(&src);
+
+        // the entrypoint through a directory link out: resolved in the tree, not found
+        package_tree(&src, "e", "");
+        fs::remove_file(src.join("bin/e")).unwrap();
+        symlink(&canary, src.join("outside")).unwrap();
+        symlink("../outside/run", src.join("bin/e")).unwrap();
+        let e = format!("{:#}", pack(&src, &out).unwrap_err());
+        assert!(e.contains("entrypoint /bin/e not found"), "{e}");
+        assert!(!out.exists());
+        assert_eq!(list_tree(&canary), before);
+    }
+
+    fn list_tree(p: &Path) -> Vec<String> {
+        let mut v: Vec<String> = Command::new("find")
+            .arg(p)
+            .args(["-printf", "%p %m %s %l\n"])
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap();
+        v.sort();
+        v
     }
 
     #[test]
