@@ -162,19 +162,16 @@ fn create(d: &Daemon, p: &Installed, cap: u64, migrate: bool) -> Result<()> {
             .and_then(|()| std::os::unix::fs::chown(&mnt, Some(uid), Some(gid)))
             .map_err(|e| format!("{}: {e}", mnt.display()))?;
         if migrate {
-            let out = Command::new("cp")
-                .env("PATH", TOOL_PATH)
-                .arg("-a")
-                .arg(dir.join("."))
-                .arg(&mnt)
-                .output()
-                .map_err(|e| format!("cp: {e}"))?;
-            if !out.status.success() {
+            // The container's tree, walked by descriptor beneath its top (links copied as
+            // links, never followed); the image's size bounds it.
+            let copied = berth_sys::tree::Dir::open(&dir).and_then(|from| {
+                berth_sys::tree::copy_tree(&from, &berth_sys::tree::Dir::open(&mnt)?, u64::MAX)
+            });
+            if let Err(e) = copied {
                 return Err(format!(
-                    "cannot copy {} into its image (does it fit in containers.data_size?): {}; \
+                    "cannot copy {} into its image (does it fit in containers.data_size?): {e}; \
                      the directory is kept as it was",
-                    dir.display(),
-                    last_line(&out.stderr)
+                    dir.display()
                 ));
             }
         }
