@@ -113,6 +113,9 @@ print_skips() {
 trap print_skips EXIT
 cargo test --workspace 2>&1 | tee /tmp/berth-test-output.txt
 
+step "fuzz targets of the untrusted-input readers (scripts/fuzz.sh: image layers, docker-archives, fleet bundles), 20 s each"
+bash scripts/fuzz.sh 20
+
 step "release builds and size budget (DESIGN.md decision 1: stripped berth <= 1.875 MiB, raised from 1.5 MiB by issues 15 and 16: SPECIFICATION.md, Size)"
 cargo build --release -q -p berth -p berth-bench
 # What ships on a device: no vendor tools (key generate, pack, repo build).

@@ -92,6 +92,127 @@ pub fn parse_name(b: &[u8]) -> Result<String, BundleError> {
     }
 }
 
+/// The most members a bundle may have: its four files and the images of one index.
+pub const MAX_MEMBERS: usize = 4096;
+
+/// A bundle read member by member from a stream (the server's download is untrusted input,
+/// docs/security.md): each member's name and size, then as much of its data as the caller
+/// wants through [`Members::data`] or [`Members::small`]; what is left unread is skipped. The
+/// names never become paths: the caller matches them against the few it knows and the
+/// signed index's. Refused: a first member other than `sw-description`, a name twice, more
+/// than [`MAX_MEMBERS`] members, a name that is not UTF-8, an archive without its trailer.
+pub struct Members<R> {
+    r: R,
+    /// Bytes of the current member not read yet, and its padding after them.
+    left: u64,
+    pad: u64,
+    seen: std::collections::BTreeSet<String>,
+    ended: bool,
+}
+
+impl<R: std::io::Read> Members<R> {
+    pub fn new(r: R) -> Members<R> {
+        Members {
+            r,
+            left: 0,
+            pad: 0,
+            seen: std::collections::BTreeSet::new(),
+            ended: false,
+        }
+    }
+
+    fn skip(&mut self, n: u64) -> Result<(), BundleError> {
+        let got = std::io::copy(&mut std::io::Read::take(&mut self.r, n), &mut std::io::sink())
+            .map_err(|e| err(format!("the archive cannot be read: {e}")))?;
+        if got != n {
+            return Err(err("the archive ends inside a member (a cut download?)"));
+        }
+        Ok(())
+    }
+
+    fn exact(&mut self, buf: &mut [u8], what: &str) -> Result<(), BundleError> {
+        self.r
+            .read_exact(buf)
+            .map_err(|_| err(format!("the archive ends {what} (a cut download?)")))
+    }
+
+    /// The next member's name and size; None after the trailer.
+    pub fn next_member(&mut self) -> Result<Option<(String, u64)>, BundleError> {
+        if self.ended {
+            return Ok(None);
+        }
+        let rest = self.left + self.pad;
+        self.skip(rest)?;
+        (self.left, self.pad) = (0, 0);
+        let mut h = [0u8; HEADER];
+        self.exact(&mut h, "without its trailer")?;
+        let head = parse_header(&h)?;
+        let mut name = vec![0; head.name_size];
+        self.exact(&mut name, "inside a member name")?;
+        let name = parse_name(&name)?;
+        self.skip(pad4((HEADER + head.name_size) as u64))?;
+        if name == TRAILER {
+            self.ended = true;
+            return Ok(None);
+        }
+        if self.seen.is_empty() && name != SW_DESCRIPTION {
+            return Err(err(format!(
+                "the first member is {name:?}, not {SW_DESCRIPTION}: not a bundle"
+            )));
+        }
+        if self.seen.len() >= MAX_MEMBERS {
+            return Err(err(format!("more than {MAX_MEMBERS} members")));
+        }
+        if !self.seen.insert(name.clone()) {
+            return Err(err(format!("{name:?} is in the archive twice")));
+        }
+        (self.left, self.pad) = (head.file_size, pad4(head.file_size));
+        Ok(Some((name, head.file_size)))
+    }
+
+    /// The current member whole, refused past `limit` bytes.
+    pub fn small(&mut self, name: &str, limit: u64) -> Result<Vec<u8>, BundleError> {
+        if self.left > limit {
+            return Err(err(format!(
+                "{name} is {} bytes, more than {limit}",
+                self.left
+            )));
+        }
+        let mut v = vec![0; self.left as usize];
+        self.exact(&mut v, &format!("inside {name}"))?;
+        self.left = 0;
+        Ok(v)
+    }
+
+    /// The current member's data, to read (at most its size).
+    pub fn data(&mut self) -> MemberData<'_, R> {
+        MemberData { m: self }
+    }
+}
+
+/// What is left of a member's data.
+pub struct MemberData<'a, R> {
+    m: &'a mut Members<R>,
+}
+
+impl<R: std::io::Read> std::io::Read for MemberData<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let want = buf.len().min(self.m.left.min(usize::MAX as u64) as usize);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.m.r.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the archive ends inside a member (a cut download?)",
+            ));
+        }
+        self.m.left -= n as u64;
+        Ok(n)
+    }
+}
+
 /// A header and name for a regular file of `size` bytes, padded for its data to follow.
 pub fn header(name: &str, size: u64, ino: u32, mtime: u64) -> Vec<u8> {
     let mode = if name == TRAILER { 0 } else { 0o100644 };
@@ -253,6 +374,60 @@ mod tests {
         assert!(parse_header(&h[..50]).is_err());
         assert!(parse_name(b"abc").is_err());
         assert!(parse_name(b"a\0b\0").is_err());
+    }
+
+    fn archive(members: &[(&str, &[u8])], trailer: bool) -> Vec<u8> {
+        let mut v = Vec::new();
+        for (n, d) in members {
+            v.extend(header(n, d.len() as u64, 1, 0));
+            v.extend_from_slice(d);
+            v.resize(v.len() + pad4(d.len() as u64) as usize, 0);
+        }
+        if trailer {
+            v.extend(header(TRAILER, 0, 0, 0));
+        }
+        v
+    }
+
+    fn read_all(b: &[u8]) -> Result<Vec<(String, Vec<u8>)>, BundleError> {
+        let mut m = Members::new(b);
+        let mut out = Vec::new();
+        while let Some((name, _)) = m.next_member()? {
+            let mut d = Vec::new();
+            // the second byte on: what is left unread is skipped
+            std::io::Read::read_to_end(&mut std::io::Read::take(m.data(), 1), &mut d)
+                .map_err(|e| BundleError(e.to_string()))?;
+            out.push((name, d));
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn members_are_read_in_order_and_hostile_archives_refused() {
+        let ok = archive(&[(SW_DESCRIPTION, b"sw"), (DESCRIPTOR, b"{}"), ("a.sqfs", b"xyz")], true);
+        let got = read_all(&ok).unwrap();
+        assert_eq!(
+            got.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect::<Vec<_>>(),
+            [(SW_DESCRIPTION, &b"s"[..]), (DESCRIPTOR, b"{"), ("a.sqfs", b"x")]
+        );
+        let mut m = Members::new(&ok[..]);
+        m.next_member().unwrap();
+        assert!(m.small(SW_DESCRIPTION, 1).unwrap_err().to_string().contains("more than 1"));
+        for (bytes, says) in [
+            (archive(&[(DESCRIPTOR, b"{}")], true), "not a bundle"),
+            (archive(&[(SW_DESCRIPTION, b""), ("x", b""), ("x", b"")], true), "twice"),
+            (archive(&[(SW_DESCRIPTION, b"sw")], false), "without its trailer"),
+            (ok[..ok.len() - 126].to_vec(), "ends inside a member"),
+        ] {
+            let e = read_all(&bytes).unwrap_err().to_string();
+            assert!(e.contains(says), "{says}: {e}");
+        }
+        let many: Vec<(String, Vec<u8>)> = (0..=MAX_MEMBERS)
+            .map(|i| (if i == 0 { SW_DESCRIPTION.to_string() } else { format!("m{i}") }, vec![]))
+            .collect();
+        let refs: Vec<(&str, &[u8])> = many.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+        let e = read_all(&archive(&refs, true)).unwrap_err().to_string();
+        assert!(e.contains("more than 4096 members"), "{e}");
     }
 
     #[test]

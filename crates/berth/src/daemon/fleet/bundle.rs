@@ -32,67 +32,29 @@ pub(crate) struct Applied {
     pub result: Value,
 }
 
-/// Reads a small member whole.
-fn small(r: &mut impl Read, size: u64, limit: u64, name: &str) -> Result<Vec<u8>> {
-    if size > limit {
-        return Err(bad(format!("{name} is {size} bytes, more than {limit}")));
-    }
-    let mut v = vec![0; size as usize];
-    r.read_exact(&mut v)
-        .map_err(|e| bad(format!("{name}: the file ends early ({e})")))?;
-    Ok(v)
-}
-
 /// Checks the bundle and brings its images into the store; the descriptor and the index.
 /// Nothing of the device's state changes here but images in the store, each checked. Under
 /// the op lock (a `gc` must not take the images it puts in the store).
 pub(crate) fn open(d: &Daemon, path: &Path) -> Result<(Descriptor, Index, Vec<u8>, String)> {
     let f =
         File::open(path).map_err(|e| Error::internal(format!("open {}: {e}", path.display())))?;
-    let mut r = BufReader::with_capacity(16 * 1024, f);
-    let mut first = true;
-    let mut seen = std::collections::BTreeSet::new();
+    let mut m = b::Members::new(BufReader::with_capacity(16 * 1024, f));
     let mut descriptor = None;
     let (mut index_bytes, mut sig) = (None::<Vec<u8>>, None::<String>);
     let mut index: Option<Index> = None;
-    loop {
-        let mut h = [0u8; b::HEADER];
-        r.read_exact(&mut h)
-            .map_err(|_| bad("the archive ends without its trailer (a cut download?)"))?;
-        let head = b::parse_header(&h).map_err(|e| bad(e.0))?;
-        let mut name = vec![0; head.name_size];
-        r.read_exact(&mut name)
-            .map_err(|_| bad("the archive ends inside a member name"))?;
-        let name = b::parse_name(&name).map_err(|e| bad(e.0))?;
-        let name_pad = b::pad4((b::HEADER + head.name_size) as u64);
-        r.seek_relative(name_pad as i64)
-            .map_err(|e| bad(e.to_string()))?;
-        let size = head.file_size;
-        if name == b::TRAILER {
-            break;
-        }
-        if !seen.insert(name.clone()) {
-            return Err(bad(format!("{name:?} is in the archive twice")));
-        }
-        if first && name != b::SW_DESCRIPTION {
-            return Err(bad(format!(
-                "the first member is {name:?}, not {}: not a bundle",
-                b::SW_DESCRIPTION
-            )));
-        }
-        first = false;
+    while let Some((name, size)) = m.next_member().map_err(|e| bad(e.0))? {
         match name.as_str() {
-            b::SW_DESCRIPTION => {
-                r.seek_relative(size as i64)
-                    .map_err(|e| bad(e.to_string()))?;
-            }
+            // For the server; what is not read is skipped.
+            b::SW_DESCRIPTION => {}
             b::DESCRIPTOR => {
-                let v = small(&mut r, size, 64 * 1024, &name)?;
+                let v = m.small(&name, 64 * 1024).map_err(|e| bad(e.0))?;
                 descriptor = Some(Descriptor::parse(&v).map_err(|e| bad(e.0))?);
             }
-            b::INDEX => index_bytes = Some(small(&mut r, size, repo::INDEX_LIMIT, &name)?),
+            b::INDEX => {
+                index_bytes = Some(m.small(&name, repo::INDEX_LIMIT).map_err(|e| bad(e.0))?)
+            }
             b::SIGNATURE => {
-                let v = small(&mut r, size, repo::SIG_LIMIT, &name)?;
+                let v = m.small(&name, repo::SIG_LIMIT).map_err(|e| bad(e.0))?;
                 sig = Some(String::from_utf8(v).map_err(|_| bad("index.json.sig is not text"))?);
             }
             file => {
@@ -111,12 +73,9 @@ pub(crate) fn open(d: &Daemon, path: &Path) -> Result<(Descriptor, Index, Vec<u8
                         e.size
                     )));
                 }
-                seed_image(d, &mut r, e, file)?;
+                seed_image(d, &mut m.data(), e, file)?;
             }
         }
-        let pad = b::pad4(size);
-        r.seek_relative(pad as i64)
-            .map_err(|e| bad(e.to_string()))?;
         if index.is_none() {
             if let (Some(i), Some(s)) = (&index_bytes, &sig) {
                 // The signature, the expiry and the serial floor decide before any image is
