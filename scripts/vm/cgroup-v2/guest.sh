@@ -288,9 +288,10 @@ b stop -t 1 gmem >/dev/null 2>&1
 
 # A core dump lands in the crash archive. The daemon restarted with [reports] cores = true;
 # the kernel's core_pattern pipes cores to `berth core-handler` (set here, inside the VM
-# only, and put back after); package `crasher` (restart never) raises its core limit and
-# kills itself with SIGSEGV: its one archive must hold a `core` member and a summary saying
-# signal 11 with the core.
+# only, and put back after); package `crasher` (restart never) raises its core limit, names
+# itself "x --config /t" and kills itself with SIGSEGV: its one archive must hold a `core`
+# member and a summary saying signal 11 with the core. The pattern is the old one, with %e:
+# the name's words reach the handler after its own, and must not be read as options.
 kill $daemon
 wait $daemon
 cat >>/etc/berth/berth.toml <<CONF

@@ -56,11 +56,13 @@ x=0123456789abcdef
 while :; do x="$x$x"; sleep 2; done' 'memory = "256M"
 priority = -10'
 
-# A crasher for the core handler: raises its core limit and kills itself with SIGSEGV (the
-# payload is init.lxc's child, not the namespace's init, so the signal is not ignored);
-# never restarted, so the crash makes one archive.
+# A crasher for the core handler: raises its core limit, names itself "x --config /t" (what
+# an old core_pattern's %e hands the handler as words: never options) and kills itself with
+# SIGSEGV (the payload is init.lxc's child, not the namespace's init, so the signal is not
+# ignored); never restarted, so the crash makes one archive.
 pkg crasher 'ulimit -c unlimited
 echo crashing
+printf "x --config /t" >/proc/self/comm
 kill -SEGV $$
 echo still here
 sleep 5' 'memory = "32M"' '[restart]

@@ -40,7 +40,9 @@ pub enum Line {
 /// Takes `--json` and `--config FILE` from anywhere on the line (even after the command, even
 /// where another option expects a value) up to a `--`, after which every word is the
 /// command's (`schedule add … -- CMD…`); `-h`, `--help` or `help` only before the command.
-/// A refusal here is printed with the whole usage text, hence a bare message.
+/// `core-handler` is the exception: the kernel runs it with words a crashing process chose
+/// (an old pattern's `%e`, split at its spaces), so every word after it is its own, never a
+/// global option. A refusal here is printed with the whole usage text, hence a bare message.
 pub fn global(args: Vec<String>, config: PathBuf) -> Result<Line, &'static str> {
     let mut global = Global {
         config,
@@ -53,6 +55,10 @@ pub fn global(args: Vec<String>, config: PathBuf) -> Result<Line, &'static str> 
             "--json" => global.json = true,
             "--config" => global.config = it.next().ok_or("--config needs a file")?.into(),
             "-h" | "--help" | "help" if rest.is_empty() => return Ok(Line::Help),
+            "core-handler" if rest.is_empty() => {
+                rest.push(a);
+                rest.extend(it.by_ref());
+            }
             "--" => {
                 rest.push(a);
                 rest.extend(it.by_ref());
@@ -489,7 +495,9 @@ fn schedule(args: &[String]) -> Result<Schedules, Usage> {
     }
 }
 
-/// `berth core-handler PID SIGNAL [COMM]`, as the kernel's core_pattern pipe runs it.
+/// `berth core-handler PID SIGNAL`, as the kernel's core_pattern pipe runs it. Words after
+/// them come from an older pattern's `%e` (the crashing process's name, which it chose, split
+/// at its spaces): ignored, never read.
 #[derive(Debug, PartialEq, Eq)]
 pub struct CoreHandler {
     pub pid: i32,
@@ -497,10 +505,10 @@ pub struct CoreHandler {
 }
 
 pub fn core_handler(args: &[String]) -> Result<CoreHandler, Usage> {
-    let pos = bare(args)?;
-    let bad = || usage("usage: berth core-handler %P %s [%e] (for kernel.core_pattern)");
-    let (pid, signal) = match pos.as_slice() {
-        [p, s] | [p, s, _] => (p, s),
+    let bad = || usage("usage: berth core-handler %P %s (for kernel.core_pattern)");
+    // Not `bare`: a word of the process's name that looks like an option is no option.
+    let (pid, signal) = match args {
+        [p, s, ..] => (p, s),
         _ => return Err(bad()),
     };
     Ok(CoreHandler {
@@ -1002,6 +1010,27 @@ mod tests {
         );
         assert!(core_handler(&words("x 11")).is_err());
         assert!(core_handler(&words("1")).is_err());
+        // A crashing process named "x --config /t" under an old pattern's %e: its words are
+        // the handler's, ignored; the configuration stays the one given before the command.
+        let line = global(
+            words("--config /etc/berth/berth.toml core-handler 12 11 x --config /t --json"),
+            "/etc/b.toml".into(),
+        );
+        assert_eq!(
+            line,
+            Ok(Line::Run {
+                global: Global {
+                    config: "/etc/berth/berth.toml".into(),
+                    json: false
+                },
+                command: "core-handler".into(),
+                args: words("12 11 x --config /t --json"),
+            })
+        );
+        let Ok(Line::Run { args, .. }) = line else {
+            unreachable!()
+        };
+        assert_eq!(core_handler(&args), Ok(CoreHandler { pid: 12, signal: 11 }));
     }
 
     #[test]

@@ -138,8 +138,8 @@ fn export(json: bool, sock: &Path, id: &str, out: &Path, force: bool) -> Result<
     Ok(())
 }
 
-/// `berth core-handler PID SIGNAL [COMM]`: run by the kernel for every core dump when
-/// `kernel.core_pattern` is `|/usr/bin/berth core-handler %P %s %e` (docs/reports.md), with
+/// `berth core-handler PID SIGNAL`: run by the kernel for every core dump when
+/// `kernel.core_pattern` is `|/usr/bin/berth core-handler %P %s` (docs/reports.md), with
 /// the core on stdin. Cores of processes outside berth's containers, and all cores when
 /// `[reports] cores = false`, are dropped (the dump ends at once). Nothing is printed: the
 /// kernel has nowhere to show it.

@@ -317,10 +317,10 @@ pub const COMMANDS: &[Cmd] = &[
     cmd("schedule remove", "NAME ID", O::Package, &[], "remove a schedule added with schedule add"),
     cmd(
         "core-handler",
-        "PID SIG [COMM]",
+        "PID SIG",
         O::Any,
         &[],
-        "for kernel.core_pattern: |/usr/bin/berth core-handler %P %s %e",
+        "for kernel.core_pattern: |/usr/bin/berth core-handler %P %s",
     ),
     cmd("gc", "", O::None, &[], "delete store images that nothing uses"),
     cmd(
