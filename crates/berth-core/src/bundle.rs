@@ -122,8 +122,11 @@ impl<R: std::io::Read> Members<R> {
     }
 
     fn skip(&mut self, n: u64) -> Result<(), BundleError> {
-        let got = std::io::copy(&mut std::io::Read::take(&mut self.r, n), &mut std::io::sink())
-            .map_err(|e| err(format!("the archive cannot be read: {e}")))?;
+        let got = std::io::copy(
+            &mut std::io::Read::take(&mut self.r, n),
+            &mut std::io::sink(),
+        )
+        .map_err(|e| err(format!("the archive cannot be read: {e}")))?;
         if got != n {
             return Err(err("the archive ends inside a member (a cut download?)"));
         }
@@ -404,28 +407,63 @@ mod tests {
 
     #[test]
     fn members_are_read_in_order_and_hostile_archives_refused() {
-        let ok = archive(&[(SW_DESCRIPTION, b"sw"), (DESCRIPTOR, b"{}"), ("a.sqfs", b"xyz")], true);
+        let ok = archive(
+            &[
+                (SW_DESCRIPTION, b"sw"),
+                (DESCRIPTOR, b"{}"),
+                ("a.sqfs", b"xyz"),
+            ],
+            true,
+        );
         let got = read_all(&ok).unwrap();
         assert_eq!(
-            got.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect::<Vec<_>>(),
-            [(SW_DESCRIPTION, &b"s"[..]), (DESCRIPTOR, b"{"), ("a.sqfs", b"x")]
+            got.iter()
+                .map(|(n, d)| (n.as_str(), d.as_slice()))
+                .collect::<Vec<_>>(),
+            [
+                (SW_DESCRIPTION, &b"s"[..]),
+                (DESCRIPTOR, b"{"),
+                ("a.sqfs", b"x")
+            ]
         );
         let mut m = Members::new(&ok[..]);
         m.next_member().unwrap();
-        assert!(m.small(SW_DESCRIPTION, 1).unwrap_err().to_string().contains("more than 1"));
+        assert!(m
+            .small(SW_DESCRIPTION, 1)
+            .unwrap_err()
+            .to_string()
+            .contains("more than 1"));
         for (bytes, says) in [
             (archive(&[(DESCRIPTOR, b"{}")], true), "not a bundle"),
-            (archive(&[(SW_DESCRIPTION, b""), ("x", b""), ("x", b"")], true), "twice"),
-            (archive(&[(SW_DESCRIPTION, b"sw")], false), "without its trailer"),
+            (
+                archive(&[(SW_DESCRIPTION, b""), ("x", b""), ("x", b"")], true),
+                "twice",
+            ),
+            (
+                archive(&[(SW_DESCRIPTION, b"sw")], false),
+                "without its trailer",
+            ),
             (ok[..ok.len() - 126].to_vec(), "ends inside a member"),
         ] {
             let e = read_all(&bytes).unwrap_err().to_string();
             assert!(e.contains(says), "{says}: {e}");
         }
         let many: Vec<(String, Vec<u8>)> = (0..=MAX_MEMBERS)
-            .map(|i| (if i == 0 { SW_DESCRIPTION.to_string() } else { format!("m{i}") }, vec![]))
+            .map(|i| {
+                (
+                    if i == 0 {
+                        SW_DESCRIPTION.to_string()
+                    } else {
+                        format!("m{i}")
+                    },
+                    vec![],
+                )
+            })
             .collect();
-        let refs: Vec<(&str, &[u8])> = many.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+        let refs: Vec<(&str, &[u8])> = many
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.as_slice()))
+            .collect();
         let e = read_all(&archive(&refs, true)).unwrap_err().to_string();
         assert!(e.contains("more than 4096 members"), "{e}");
     }

@@ -473,13 +473,7 @@ impl<'a> Unpacker<'a> {
         match &w.name {
             Some(n) => dir.remove_all(n).map_err(io),
             None => {
-                let names: Vec<OsString> = dir
-                    .entries()
-                    .map_err(io)?
-                    .map(|r| r.map(|(n, _)| n))
-                    .collect::<io::Result<_>>()
-                    .map_err(io)?;
-                for n in names {
+                for n in dir.names().map_err(io)? {
                     dir.remove_all(&n).map_err(io)?;
                 }
                 Ok(())
@@ -497,13 +491,7 @@ impl<'a> Unpacker<'a> {
             let io = |err| ImageError::io(shown(&rel), err);
             let from = scratch.open_dir(&rel).map_err(io)?;
             let to = self.root.open_dir(&rel).map_err(io)?;
-            let names: Vec<OsString> = from
-                .entries()
-                .map_err(io)?
-                .map(|r| r.map(|(n, _)| n))
-                .collect::<io::Result<_>>()
-                .map_err(io)?;
-            for n in names {
+            for n in from.names().map_err(io)? {
                 let r = rel.join(&n);
                 let io = |err| ImageError::io(shown(&r), err);
                 let src = from.stat(&n).map_err(io)?.map(|s| s.kind);

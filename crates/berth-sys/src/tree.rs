@@ -579,6 +579,11 @@ impl Dir {
         })
     }
 
+    /// The names in this directory, all at once (a directory the caller keeps small).
+    pub fn names(&self) -> io::Result<Vec<std::ffi::OsString>> {
+        self.entries()?.map(|r| r.map(|(n, _)| n)).collect()
+    }
+
     /// Removes `name` and all below it, never following a link and never leaving the tree:
     /// any depth, two descriptors, the way back up checked to be the way down. A missing
     /// `name` is no error. A directory that something else fills while it is removed is

@@ -1030,7 +1030,13 @@ mod tests {
         let Ok(Line::Run { args, .. }) = line else {
             unreachable!()
         };
-        assert_eq!(core_handler(&args), Ok(CoreHandler { pid: 12, signal: 11 }));
+        assert_eq!(
+            core_handler(&args),
+            Ok(CoreHandler {
+                pid: 12,
+                signal: 11
+            })
+        );
     }
 
     #[test]
