@@ -497,3 +497,91 @@ fn a_containers_links_in_data_are_kept_as_links_and_never_followed() {
     assert_eq!(snapshot(&canary), before, "the canary changed");
     assert!(std::path::Path::new("/etc/passwd").exists());
 }
+
+/// A failed migration leaves /data exactly as it was, by the same rule whether the package
+/// never started (no /data: none again), ran before and is stopped, or runs; and the same
+/// when the daemon is killed at each step of that upgrade and its rollback.
+#[test]
+fn a_failed_migration_leaves_data_as_it_was_whether_the_package_ran_runs_or_never_started() {
+    let mut sb = Sandbox::new("absent");
+    sb.write_config(CONFIG);
+    sb.add(&app("1.0", false));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "app"]);
+    let data = sb.state_dir().join("data/app");
+    let failing = app_migrating("2.0", "echo half > /data/partial\nexit 1\n");
+
+    // Never started: no /data before, none after.
+    assert!(!data.exists(), "a /data before any start");
+    offer_pkg(&sb, &failing);
+    let out = sb.output(&["upgrade", "app"]).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stdout(&out).contains("the migration command of 2.0 exited 1"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(state_entry(&sb)["version"], "1.0");
+    assert!(!data.exists(), "the failed migration's /data stayed: {:?}", std::fs::read_dir(&data).map(|r| r.count()));
+    for leftover in [".upgrade-app", ".upgrade-app.absent", ".upgrade-app.tmp", ".failed-app"] {
+        assert!(!sb.state_dir().join("data").join(leftover).exists(), "{leftover} left");
+    }
+
+    // The same, with the daemon killed at each step: /data absent every time.
+    for point in [
+        "upgrade.stopped",
+        "upgrade.snapshotted",
+        "upgrade.committed",
+        "upgrade.migrated",
+        "rollback.stopped",
+        "rollback.restored",
+        "rollback.committed",
+    ] {
+        sb.stop_daemon();
+        sb.start_daemon_env(&[("BERTH_FAULT", point)]);
+        let _ = sb.output(&["upgrade", "app"]).unwrap();
+        assert!(
+            sb.wait_daemon_exit(Duration::from_secs(20)),
+            "{point}: the daemon did not die there\n{}",
+            sb.daemon_log_text()
+        );
+        sb.start_daemon();
+        let e = state_entry(&sb);
+        assert!(e["trial"].is_null() && e["version"] == "1.0", "{point}: {e}");
+        assert!(!data.exists(), "{point}: the failed migration's /data stayed");
+        assert!(
+            !sb.state_dir().join("data/.upgrade-app.absent").exists(),
+            "{point}: the mark stayed"
+        );
+        sb.ok(&["safe-mode", "clear"]);
+    }
+
+    // It ran, and is stopped: /data as it was, the migration's file gone.
+    offer(&sb, "1.0", false);
+    sb.ok(&["start", "app"]);
+    wait_running(&sb, "1.0", 10);
+    sb.ok(&["stop", "app"]);
+    std::fs::write(data.join("keep"), b"precious").unwrap();
+    let before = history(&sb);
+    offer_pkg(&sb, &failing);
+    let out = sb.output(&["upgrade", "app"]).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(std::fs::read(data.join("keep")).unwrap(), b"precious");
+    assert!(!data.join("partial").exists(), "the stopped package's /data kept the migration's file");
+    assert_eq!(history(&sb), before);
+
+    // It runs: the same.
+    offer(&sb, "1.0", false);
+    sb.ok(&["start", "app"]);
+    wait_running(&sb, "1.0", 10);
+    let before = history(&sb);
+    offer_pkg(&sb, &failing);
+    let out = sb.output(&["upgrade", "app"]).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    wait_running(&sb, "1.0", 10);
+    assert_eq!(std::fs::read(data.join("keep")).unwrap(), b"precious");
+    assert!(!data.join("partial").exists(), "the running package's /data kept the migration's file");
+    // as it was, and 1.0's start after the rollback
+    assert_eq!(history(&sb), format!("{before}1.0\n"));
+}

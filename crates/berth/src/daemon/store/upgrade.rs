@@ -49,6 +49,15 @@ fn snapshot_tmp(d: &Daemon, name: &str) -> PathBuf {
         .join("data")
         .join(format!(".upgrade-{name}.tmp"))
 }
+/// The mark that the package had no /data when the upgrade began (it never ran): a rollback
+/// takes away whatever the new version made, so that the old one starts on none again.
+fn snapshot_absent(d: &Daemon, name: &str) -> PathBuf {
+    d.cfg
+        .paths
+        .state
+        .join("data")
+        .join(format!(".upgrade-{name}.absent"))
+}
 /// The failed version's /data while a rollback puts the snapshot back.
 fn data_failed(d: &Daemon, name: &str) -> PathBuf {
     d.cfg
@@ -419,6 +428,7 @@ fn confirm(d: &Arc<Daemon>, m: &Move) -> std::result::Result<(), String> {
         state::commit_state(d, st).map_err(|e| e.message)?;
         fault::point("upgrade.confirmed");
         remove_any(&snapshot(d, &m.name));
+        remove_any(&snapshot_absent(d, &m.name));
         log::info!("{}: upgrade to {} confirmed", m.name, m.to);
     }
     verdict
@@ -509,6 +519,7 @@ pub(crate) fn forget(d: &Daemon, name: &str) {
     for p in [
         snapshot(d, name),
         snapshot_tmp(d, name),
+        snapshot_absent(d, name),
         data_failed(d, name),
     ] {
         remove_any(&p);
@@ -536,6 +547,7 @@ pub(crate) fn recover(d: &Arc<Daemon>) {
         } else {
             // A confirmed upgrade (or one never committed): its snapshot is not needed.
             remove_any(&snapshot(d, n));
+            remove_any(&snapshot_absent(d, n));
             remove_any(&data_failed(d, n));
         }
         remove_any(&snapshot_tmp(d, n));
@@ -561,12 +573,21 @@ fn remove_any(p: &Path) {
 /// the new version left it; logged).
 fn take_snapshot(d: &Daemon, name: &str) {
     let data = data_of(d, name);
-    if !data.exists() {
-        return;
-    }
-    let (tmp, snap) = (snapshot_tmp(d, name), snapshot(d, name));
+    let (tmp, snap, absent) = (
+        snapshot_tmp(d, name),
+        snapshot(d, name),
+        snapshot_absent(d, name),
+    );
     remove_any(&tmp);
     remove_any(&snap);
+    remove_any(&absent);
+    if !data.exists() {
+        // Never ran: none is what a rollback puts back (the same rule as for a copy).
+        if let Err(e) = berth_sys::fsutil::write_atomic(&absent, b"", 0o600) {
+            log::warn!("{name}: cannot mark its /data as absent ({e}): a rollback keeps what the new version made");
+        }
+        return;
+    }
     let image = data.is_file();
     let size = if image {
         // What the image holds, not its nominal size.
@@ -598,8 +619,26 @@ fn take_snapshot(d: &Daemon, name: &str) {
 }
 
 /// Puts the snapshot back in place of /data. Each step can be cut short: run again, it
-/// finishes (the snapshot is only ever renamed onto a /data that is out of the way).
+/// finishes (the snapshot is only ever renamed onto a /data that is out of the way; the
+/// mark of an absent /data goes only once all that the new version made is gone).
 fn restore_data(d: &Daemon, name: &str) {
+    let absent = snapshot_absent(d, name);
+    if absent.exists() {
+        let image = d.cfg.paths.data_image(name);
+        for p in [
+            d.cfg.paths.data(name),
+            crate::daemon::runtime::data::in_making(&image),
+            image,
+        ] {
+            if let Err(e) = berth_sys::tree::remove_path(&p) {
+                log::error!("{name}: cannot remove the /data its new version made ({}: {e})", p.display());
+                return;
+            }
+        }
+        remove_any(&absent);
+        let _ = berth_sys::fsutil::fsync_dir(absent.parent().unwrap_or(Path::new("/")));
+        return;
+    }
     let (snap, failed) = (snapshot(d, name), data_failed(d, name));
     // The snapshot is of the kind /data is kept as.
     let data = if snap.is_file() {
