@@ -467,3 +467,166 @@ fn an_upgrade_leaves_a_running_binding_on_its_image() {
     sb.ok(&["stop", "app"]);
     assert!(sb.stray_mounts().is_empty(), "{:?}", sb.stray_mounts());
 }
+
+/// Where a `bind` can be cut short, by method (the propagation method stages a host bind
+/// first): before the mount, inside the container's mount namespace before and after it,
+/// after it, after the persistent record, after the confirmation.
+const BIND_POINTS: &[(&str, bool)] = &[
+    ("bind.recorded", false),
+    ("bind.staged", true),
+    ("mountns.entered", false),
+    ("mountns.mounted", false),
+    ("bind.mounted", false),
+    ("bind.persisted", false),
+    ("bind.confirmed", false),
+];
+/// Where an `unbind` can be cut short.
+const UNBIND_POINTS: &[&str] = &[
+    "unbind.recorded",
+    "mountns.entered",
+    "mountns.unmounted",
+    "unbind.unmounted",
+    "unbind.forgotten",
+];
+
+/// Whether the container shows the tools image at /opt/tools.
+fn shows_tools(init: i64) -> bool {
+    mount_line(init, "/opt/tools").is_some()
+        && inside(init, "/opt/tools/share/data.txt").exists()
+}
+
+/// After a daemon killed mid-way and started again: `status` and the container's mounts
+/// agree, and so does the persistent record; then the operation that follows works and
+/// leaves them agreeing (and the binding gone). Returns whether it was found bound.
+fn agree_then_follow(sb: &Sandbox, what: &str) -> bool {
+    let init = init_of(sb, "app");
+    let c = sb.status_of("app");
+    let listed = c["bindings"]
+        .as_array()
+        .is_some_and(|b| b.iter().any(|b| b["package"] == "tools"));
+    let shown = shows_tools(init);
+    assert_eq!(
+        listed,
+        shown,
+        "{what}: status says bound={listed}, the container shows it={shown}: {c}\n{}",
+        sb.daemon_log_text()
+    );
+    let kept = std::fs::read_to_string(sb.state_dir().join("binds/app")).unwrap_or_default();
+    if !listed {
+        assert!(!kept.contains("tools"), "{what}: persisted but not bound: {kept}");
+    }
+    if listed {
+        sb.ok(&["unbind", "tools", "--from", "app"]);
+    } else {
+        sb.ok(&["bind", "tools", "--into", "app"]);
+        assert!(shows_tools(init), "{what}: the following bind did not show");
+        sb.ok(&["unbind", "tools", "--from", "app"]);
+    }
+    assert!(!shows_tools(init), "{what}: the following unbind left the mount");
+    let c = sb.status_of("app");
+    assert_eq!(c["bindings"].as_array().map(Vec::len), Some(0), "{what}: {c}");
+    assert!(
+        !std::fs::read_to_string(sb.state_dir().join("binds/app"))
+            .unwrap_or_default()
+            .contains("tools"),
+        "{what}: a persistent record left"
+    );
+    // No stage bind of the propagation method left on the host.
+    let stage = sb.run_dir().join("binds/app/stage");
+    let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !host.lines().any(|l| l.split(' ').nth(4).is_some_and(|m| Path::new(m).starts_with(&stage))),
+        "{what}: a stage bind left below {}",
+        stage.display()
+    );
+    listed
+}
+
+/// SIGKILL of the daemon at `point` during `args`; then a daemon start.
+fn kill_during(sb: &mut Sandbox, point: &str, args: &[&str], env: &[(&str, &str)]) {
+    sb.stop_daemon();
+    let mut with = env.to_vec();
+    with.push(("BERTH_FAULT", point));
+    sb.start_daemon_env(&with);
+    let _ = sb.output(args).unwrap();
+    assert!(
+        sb.wait_daemon_exit(std::time::Duration::from_secs(20)),
+        "{point}: the daemon did not die there ({args:?})\n{}",
+        sb.daemon_log_text()
+    );
+    sb.start_daemon_env(env);
+    // Each killed daemon is an unconfirmed start: the operator's word keeps the boot
+    // counter from ending in safe mode.
+    sb.ok(&["safe-mode", "clear"]);
+}
+
+/// `rounds` passes over every point of bind and unbind (with and without --persist) by one
+/// method; (kills, found bound afterwards).
+fn bind_kill_rounds(tag: &str, propagation: bool, rounds: usize) -> (usize, usize) {
+    let env: &[(&str, &str)] = if propagation {
+        &[("BERTH_FORCE_MOUNT_FALLBACK", "1")]
+    } else {
+        &[]
+    };
+    let mut sb = sandbox(tag, env);
+    let (mut kills, mut bound) = (0, 0);
+    for r in 0..rounds {
+        let persist = r % 2 == 1;
+        for (point, prop_only) in BIND_POINTS {
+            if (*prop_only && !propagation) || (*point == "bind.persisted" && !persist) {
+                continue;
+            }
+            let mut args = vec!["bind", "tools", "--into", "app"];
+            if persist {
+                args.push("--persist");
+            }
+            kill_during(&mut sb, point, &args, env);
+            kills += 1;
+            bound += usize::from(agree_then_follow(&sb, &format!("{tag} bind {point}")));
+        }
+        for point in UNBIND_POINTS {
+            let mut args = vec!["bind", "tools", "--into", "app"];
+            if persist {
+                args.push("--persist");
+            }
+            sb.ok(&args);
+            kill_during(&mut sb, point, &["unbind", "tools", "--from", "app"], env);
+            kills += 1;
+            bound += usize::from(agree_then_follow(&sb, &format!("{tag} unbind {point}")));
+        }
+    }
+    // The payload never noticed.
+    assert_eq!(sb.status_of("app")["state"], "running");
+    (kills, bound)
+}
+
+#[test]
+fn sigkill_at_every_step_of_bind_and_unbind_leaves_status_and_mounts_agreeing() {
+    require_root_and_tools();
+    let rounds: usize = std::env::var("BERTH_BIND_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(5);
+    let api = berth_sys::check::probe_open_tree().0 == berth_sys::check::Status::Present
+        && !berth_testkit::sandbox::old_kernel_from_env();
+    if !api {
+        berth_sys::skip::record(
+            "kernel open_tree",
+            "bind: the kill rounds of the mount API: no mount API (Linux 5.2); the propagation rounds only",
+        );
+    }
+    // Both methods at once, each in a sandbox of its own (a kill waits on its daemon far
+    // more than it computes).
+    let prop = std::thread::spawn(move || bind_kill_rounds("bindkill-prop", true, rounds));
+    let (mut kills, mut bound) = (0, 0);
+    if api {
+        let (k, b) = bind_kill_rounds("bindkill-api", false, rounds);
+        kills += k;
+        bound += b;
+    }
+    let (k, b) = prop.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+    kills += k;
+    bound += b;
+    eprintln!("bind kill rounds: {kills} kills, status and mounts agreed every time ({bound} found bound, {} not)", kills - bound);
+    assert!(kills >= 100 || rounds < 5, "only {kills} kills");
+}

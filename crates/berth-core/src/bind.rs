@@ -123,6 +123,75 @@ pub struct Binding {
     pub manifest: bool,
     /// The first directory the daemon made for the mount point, or empty.
     pub created: String,
+    /// Where a `bind` or `unbind` is: recorded before the mount is made or taken off, and
+    /// confirmed after, so that a daemon killed in between finds what it was doing.
+    pub state: BindState,
+}
+
+/// A binding's place in its operation (docs/hot-binding.md, "A daemon killed mid-way").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BindState {
+    /// Made and confirmed (or made by the start).
+    Bound,
+    /// Being made: the mount may or may not be there yet; `persist`: the operator asked for
+    /// it to outlive the run.
+    Binding { persist: bool },
+    /// Being taken off: the mount may or may not be gone yet; `forget`: its persistent
+    /// record goes too.
+    Unbinding { forget: bool },
+}
+
+impl BindState {
+    fn as_str(self) -> &'static str {
+        match self {
+            BindState::Bound => "bound",
+            BindState::Binding { persist: false } => "binding",
+            BindState::Binding { persist: true } => "binding+persist",
+            BindState::Unbinding { forget: false } => "unbinding",
+            BindState::Unbinding { forget: true } => "unbinding+forget",
+        }
+    }
+
+    fn parse(s: &str) -> Option<BindState> {
+        Some(match s {
+            "bound" => BindState::Bound,
+            "binding" => BindState::Binding { persist: false },
+            "binding+persist" => BindState::Binding { persist: true },
+            "unbinding" => BindState::Unbinding { forget: false },
+            "unbinding+forget" => BindState::Unbinding { forget: true },
+            _ => return None,
+        })
+    }
+}
+
+/// What a daemon that finds an unfinished binding does, knowing whether the image shows
+/// at its target in the container: finish the operation or undo it, so that the record and
+/// the container's mounts agree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Nothing to do.
+    Keep,
+    /// The mount is there: the binding is made (and persisted, when asked).
+    Confirm { persist: bool },
+    /// The mount is not there: the record goes (and the directories made for it).
+    Drop,
+    /// Being taken off and still there: unmount, then the record goes (and its persistent
+    /// record, when asked).
+    Unmount { forget: bool },
+    /// Taken off: the record goes (and its persistent record, when asked).
+    Forget { forget: bool },
+}
+
+/// The settling of a binding in `state` whose image does (`shows`) or does not show at its
+/// target.
+pub fn settle(state: BindState, shows: bool) -> Settle {
+    match (state, shows) {
+        (BindState::Bound, _) => Settle::Keep,
+        (BindState::Binding { persist }, true) => Settle::Confirm { persist },
+        (BindState::Binding { .. }, false) => Settle::Drop,
+        (BindState::Unbinding { forget }, true) => Settle::Unmount { forget },
+        (BindState::Unbinding { forget }, false) => Settle::Forget { forget },
+    }
 }
 
 /// The record of a run's bindings: one line per binding, fields split by spaces (no field
@@ -132,7 +201,7 @@ pub fn format_bindings(b: &[Binding]) -> String {
     for b in b {
         let _ = writeln!(
             out,
-            "{} {} {} {} {} {} {}",
+            "{} {} {} {} {} {} {} {}",
             b.package,
             b.version,
             b.sha256,
@@ -143,7 +212,8 @@ pub fn format_bindings(b: &[Binding]) -> String {
                 "-"
             } else {
                 &b.created
-            }
+            },
+            b.state.as_str()
         );
     }
     out
@@ -154,7 +224,12 @@ pub fn parse_bindings(text: &str) -> Vec<Binding> {
     text.lines()
         .filter_map(|l| {
             let f: Vec<&str> = l.split(' ').collect();
-            let [package, version, sha256, at, method, origin, created] = f[..] else {
+            // Seven fields: written by a berth from before the states (all bound).
+            let (fields, state) = match f[..] {
+                [.., s] if f.len() == 8 => (&f[..7], BindState::parse(s)?),
+                _ => (&f[..], BindState::Bound),
+            };
+            let [package, version, sha256, at, method, origin, created] = fields[..] else {
                 return None;
             };
             Some(Binding {
@@ -165,6 +240,7 @@ pub fn parse_bindings(text: &str) -> Vec<Binding> {
                 method: Method::parse(method)?,
                 manifest: origin == "manifest",
                 created: if created == "-" { "" } else { created }.into(),
+                state,
             })
         })
         .collect()
@@ -290,6 +366,7 @@ mod tests {
                 method: Method::MountApi,
                 manifest: false,
                 created: "/opt/tools".into(),
+                state: BindState::Binding { persist: true },
             },
             Binding {
                 package: "lib".into(),
@@ -299,12 +376,17 @@ mod tests {
                 method: Method::Start,
                 manifest: true,
                 created: String::new(),
+                state: BindState::Bound,
             },
         ];
         let text = format_bindings(&b);
-        assert!(text.contains(" mount-api operator /opt/tools\n"), "{text}");
-        assert!(text.ends_with(" start manifest -\n"), "{text}");
+        assert!(text.contains(" mount-api operator /opt/tools binding+persist\n"), "{text}");
+        assert!(text.ends_with(" start manifest - bound\n"), "{text}");
         assert_eq!(parse_bindings(&text), b);
+        // a record of a berth from before the states: bound
+        let old = format!("tools 1 {} /opt/tools mount-api operator -\n", "ab".repeat(32));
+        assert_eq!(parse_bindings(&old)[0].state, BindState::Bound);
+        assert!(parse_bindings(&format!("{}x\n", old.trim_end()).replace(" -x", " - x")).is_empty());
         assert_eq!(
             parse_bindings("garbage\na b c d nomethod operator -\n\n"),
             []
@@ -312,6 +394,24 @@ mod tests {
         let p = vec![("tools".to_string(), "/opt/tools".to_string())];
         assert_eq!(parse_persisted(&format_persisted(&p)), p);
         assert!(parse_persisted("Bad /opt/x\ntools /proc/x\ntools\n").is_empty());
+    }
+
+    #[test]
+    fn an_unfinished_binding_is_finished_or_undone_by_what_the_container_shows() {
+        use BindState::*;
+        for (state, shows, want) in [
+            (Bound, true, Settle::Keep),
+            (Bound, false, Settle::Keep),
+            (Binding { persist: false }, true, Settle::Confirm { persist: false }),
+            (Binding { persist: true }, true, Settle::Confirm { persist: true }),
+            (Binding { persist: true }, false, Settle::Drop),
+            (Unbinding { forget: true }, true, Settle::Unmount { forget: true }),
+            (Unbinding { forget: false }, true, Settle::Unmount { forget: false }),
+            (Unbinding { forget: true }, false, Settle::Forget { forget: true }),
+        ] {
+            assert_eq!(settle(state, shows), want, "{state:?} shows={shows}");
+            assert_eq!(BindState::parse(state.as_str()), Some(state));
+        }
     }
 
     #[test]

@@ -42,6 +42,12 @@ pub enum Mount {
     Off,
 }
 
+/// Steps inside the namespace, named for a caller's hook (`step`: fault injection in the
+/// crash tests; `|_| {}` otherwise): `mountns.entered` once the thread is in the namespace
+/// and at the target's directory, `mountns.mounted` / `mountns.unmounted` right after the
+/// mount is made or taken off, before anything else is checked.
+pub type Step = fn(&str);
+
 /// In the mount namespace of `pid` (read below `proc_root`), on a short-lived thread of
 /// its own: mounts at `at` (absolute, in normal form; walked from the namespace's root one
 /// component at a time, no symlink followed: `ENOTDIR` where one is met), which must be an
@@ -56,7 +62,88 @@ pub fn at_target(
     at: PathBuf,
     m: Mount,
     id: (u64, u64),
+    step: Step,
 ) -> io::Result<()> {
+    in_namespace(proc_root, pid, move || {
+        let (dir, name) = walk(&at)?;
+        // This thread's working directory: the calls below take the name.
+        // SAFETY: fchdir on an open descriptor; it changes this thread's own fs context.
+        check(unsafe { libc::fchdir(dir.as_raw_fd()) } as libc::c_long)?;
+        step("mountns.entered");
+        let shows = || stat_at(&dir, &name).map(|st| file_id(&st) == id);
+        if let Mount::Off = m {
+            return match shows()? {
+                true => umount_here(&name).map(|()| step("mountns.unmounted")),
+                false => Ok(()),
+            };
+        }
+        let st = stat_at(&dir, &name)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        // Something is mounted there: another file system, or the image already.
+        if st.st_dev != stat_at(&dir, c".")?.st_dev || file_id(&st) == id {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        if std::fs::read_dir(&at)?.next().is_some() {
+            return Err(io::Error::from_raw_os_error(libc::ENOTEMPTY));
+        }
+        let (mounted, relock) = match m {
+            Mount::Tree(tree, relock) => (move_tree(&tree, &dir, &name), relock),
+            Mount::Bind(src) => (
+                cpath(&src)
+                    .map_err(io::Error::other)
+                    .and_then(|s| bind_onto(&s, &dir, &name, file_id(&st))),
+                true,
+            ),
+            Mount::Off => (Ok(()), false),
+        };
+        mounted?;
+        step("mountns.mounted");
+        let done = match relock {
+            true => lock(&name),
+            false => Ok(()),
+        }
+        .and_then(|_| match shows()? {
+            true => Ok(()),
+            false => Err(io::Error::other(
+                "the mount there is not the package's image",
+            )),
+        });
+        if done.is_err() {
+            let _ = umount_here(&name);
+        }
+        done
+    })
+}
+
+/// Whether the mount at `at` in the mount namespace of `pid` shows `id` (device and inode
+/// of an image's root): the binding is there. A target that is gone, or a symlink on the
+/// way, shows nothing.
+pub fn shows_at(proc_root: &Path, pid: i32, at: PathBuf, id: (u64, u64)) -> io::Result<bool> {
+    in_namespace(proc_root, pid, move || {
+        let (dir, name) = match walk(&at) {
+            Ok(x) => x,
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)) => {
+                return Ok(false)
+            }
+            Err(e) => return Err(e),
+        };
+        match stat_at(&dir, &name) {
+            Ok(st) => Ok(file_id(&st) == id),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(false),
+            Err(e) => Err(e),
+        }
+    })
+}
+
+/// Runs `f` on a short-lived thread of its own in the mount namespace of `pid` (see
+/// [`at_target`]: the thread unshares its fs context first; it ends with it).
+fn in_namespace<T: Send + 'static>(
+    proc_root: &Path,
+    pid: i32,
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
     let ns = std::fs::File::open(proc_root.join(format!("{pid}/ns/mnt")))?;
     std::thread::Builder::new()
         .name("berth-mountns".into())
@@ -67,53 +154,7 @@ pub fn at_target(
             // SAFETY: `ns` is an open mount-namespace file for the duration of the call;
             // after the unshare above setns changes this thread's namespace only.
             check(unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNS) } as libc::c_long)?;
-            let (dir, name) = walk(&at)?;
-            // This thread's working directory: the calls below take the name.
-            // SAFETY: fchdir on an open descriptor; it changes this thread's own fs context.
-            check(unsafe { libc::fchdir(dir.as_raw_fd()) } as libc::c_long)?;
-            let shows = || stat_at(&dir, &name).map(|st| file_id(&st) == id);
-            if let Mount::Off = m {
-                return match shows()? {
-                    true => umount_here(&name),
-                    false => Ok(()),
-                };
-            }
-            let st = stat_at(&dir, &name)?;
-            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-                return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
-            }
-            // Something is mounted there: another file system, or the image already.
-            if st.st_dev != stat_at(&dir, c".")?.st_dev || file_id(&st) == id {
-                return Err(io::Error::from_raw_os_error(libc::EBUSY));
-            }
-            if std::fs::read_dir(&at)?.next().is_some() {
-                return Err(io::Error::from_raw_os_error(libc::ENOTEMPTY));
-            }
-            let (mounted, relock) = match m {
-                Mount::Tree(tree, relock) => (move_tree(&tree, &dir, &name), relock),
-                Mount::Bind(src) => (
-                    cpath(&src)
-                        .map_err(io::Error::other)
-                        .and_then(|s| bind_onto(&s, &dir, &name, file_id(&st))),
-                    true,
-                ),
-                Mount::Off => (Ok(()), false),
-            };
-            mounted?;
-            let done = match relock {
-                true => lock(&name),
-                false => Ok(()),
-            }
-            .and_then(|_| match shows()? {
-                true => Ok(()),
-                false => Err(io::Error::other(
-                    "the mount there is not the package's image",
-                )),
-            });
-            if done.is_err() {
-                let _ = umount_here(&name);
-            }
-            done
+            f()
         })?
         .join()
         .unwrap_or_else(|_| Err(io::Error::other("mount namespace thread panicked")))
@@ -376,16 +417,19 @@ mod tests {
             ("full", libc::ENOTEMPTY),
             ("l/t", libc::ENOTDIR),
         ] {
-            let e = at_target(proc, pid, p(at), tree(), id).unwrap_err();
+            let e = at_target(proc, pid, p(at), tree(), id, |_| {}).unwrap_err();
             assert_eq!(e.raw_os_error(), Some(errno), "{at}: {e}");
         }
         // A mount that is not the image is taken off again.
-        let e = at_target(proc, pid, p("t1"), Mount::Bind(p("full")), id).unwrap_err();
+        let e = at_target(proc, pid, p("t1"), Mount::Bind(p("full")), id, |_| {}).unwrap_err();
         assert!(e.to_string().contains("not the package's image"), "{e}");
-        at_target(proc, pid, p("t1"), tree(), id).unwrap();
-        let e = at_target(proc, pid, p("t1"), tree(), id).unwrap_err();
+        at_target(proc, pid, p("t1"), tree(), id, |_| {}).unwrap();
+        assert!(shows_at(proc, pid, p("t1"), id).unwrap());
+        assert!(!shows_at(proc, pid, p("t2"), id).unwrap());
+        assert!(!shows_at(proc, pid, p("none/x"), id).unwrap());
+        let e = at_target(proc, pid, p("t1"), tree(), id, |_| {}).unwrap_err();
         assert_eq!(e.raw_os_error(), Some(libc::EBUSY), "{e}");
-        at_target(proc, pid, p("t2"), Mount::Bind(p("t1")), id).unwrap();
+        at_target(proc, pid, p("t2"), Mount::Bind(p("t1")), id, |_| {}).unwrap();
         for t in [p("t1"), p("t2")] {
             // Inside: the file, read-only; outside: nothing.
             let inside = root_of(&n, &t);
@@ -409,7 +453,7 @@ mod tests {
             }
         }
         for t in ["t2", "t1"] {
-            at_target(proc, pid, p(t), Mount::Off, id).unwrap();
+            at_target(proc, pid, p(t), Mount::Off, id, |_| {}).unwrap();
         }
         assert!(!root_of(&n, &p("t1")).join("f").exists());
         // This thread never left the host's namespace.

@@ -109,6 +109,11 @@ pub fn run(cfg: Config) -> Result<()> {
     net::restore(&d, &state::state(&d));
     let running: Vec<String> = taken_over.iter().map(|(n, _)| n.clone()).collect();
     runtime::sockets::reopen(&d, &running);
+    // A bind or unbind a killed daemon left half done: finished or undone before any request.
+    for n in &running {
+        let _op = d.op.lock().unwrap();
+        runtime::bind::settle(&d, n);
+    }
     let listener = api::server::bind(&d)?;
     log::info!(
         "berth daemon {} ready on {} (pid {})",

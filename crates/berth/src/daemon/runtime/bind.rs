@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use berth_core::api::bind as field;
-use berth_core::bind::{self, Binding, Method};
+use berth_core::bind::{self, BindState, Binding, Method, Settle};
 use berth_core::state::{Installed, State};
 use berth_sys::fsutil::write_atomic;
 use berth_sys::mountns::{self, Mount};
@@ -28,6 +28,7 @@ use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::state;
+use crate::fault;
 
 pub(crate) fn bind(
     d: &Daemon,
@@ -48,6 +49,7 @@ pub(crate) fn bind(
             format!("{container} is not running (berth start {container})"),
         )
     })?;
+    settle(d, container);
     let mut run = mounts::run_bindings(d, container);
     if let Some(b) = run.iter().find(|b| b.package == package) {
         return Err(Error::new(
@@ -70,15 +72,8 @@ pub(crate) fn bind(
     } else {
         Method::MountApi
     };
-    let method = attach(d, init, &image, &at, method, &anchor, package).map_err(|e| {
-        remove_dirs(&anchor, &at, &created);
-        fail(e, container, &at)
-    })?;
-    log::info!(
-        "bound {package}@{} into {container} at {at} ({})",
-        p.version,
-        method.as_str()
-    );
+    // Recorded before the mount is made, confirmed after: a daemon killed in between
+    // finds the record and settles it by what the container shows (`settle`).
     run.push(Binding {
         package: package.into(),
         version: p.version.to_string(),
@@ -87,32 +82,74 @@ pub(crate) fn bind(
         method,
         manifest: false,
         created,
+        state: BindState::Binding { persist },
     });
+    let i = run.len() - 1;
     write_run(d, container, &run)?;
+    fault::point("bind.recorded");
+    let attached = attach(d, init, &image, &run[i].at, method, &anchor, package);
+    let method = match attached {
+        Ok(m) => m,
+        Err(e) => {
+            let b = run.remove(i);
+            remove_dirs(&anchor, &b.at, &b.created);
+            write_run(d, container, &run)?;
+            return Err(fail(e, container, &b.at));
+        }
+    };
+    fault::point("bind.mounted");
+    log::info!(
+        "bound {package}@{} into {container} at {} ({})",
+        p.version,
+        run[i].at,
+        method.as_str()
+    );
     if persist {
-        let mut kept = persisted(d, container);
-        kept.retain(|(n, _)| n != package);
-        kept.push((package.into(), run[run.len() - 1].at.clone()));
-        write_persisted(d, container, &kept)?;
+        keep(d, container, package, &run[i].at)?;
+        fault::point("bind.persisted");
     }
-    let mut v = entry(&run[run.len() - 1], persist, Some(method));
+    run[i].method = method;
+    run[i].state = BindState::Bound;
+    write_run(d, container, &run)?;
+    fault::point("bind.confirmed");
+    let mut v = entry(&run[i], persist, Some(method));
     v[field::CONTAINER] = container.into();
     v[field::BIND_MS] = (t0.elapsed().as_secs_f64() * 1000.0).into();
     Ok(v)
+}
+
+/// The operator's persistent binding of `package` into `container` at `at` (replacing one
+/// of the same package).
+fn keep(d: &Daemon, container: &str, package: &str, at: &str) -> Result<()> {
+    let mut kept = persisted(d, container);
+    kept.retain(|(n, _)| n != package);
+    kept.push((package.into(), at.into()));
+    write_persisted(d, container, &kept)
+}
+
+/// Forgets the operator's persistent binding of `package` into `container`.
+fn unkeep(d: &Daemon, container: &str, package: &str) -> Result<()> {
+    let mut kept = persisted(d, container);
+    let before = kept.len();
+    kept.retain(|(n, _)| n != package);
+    match kept.len() == before {
+        true => Ok(()),
+        false => write_persisted(d, container, &kept),
+    }
 }
 
 pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value> {
     let _op = d.op.lock().unwrap();
     let t0 = Instant::now();
     state::installed(d, container)?;
+    settle(d, container);
     let mut run = mounts::run_bindings(d, container);
-    let mut kept = persisted(d, container);
     let init = probe::running_init(d, container);
     let i = run
         .iter()
         .position(|b| b.package == package)
         .filter(|_| init.is_some());
-    let persist = kept.iter().any(|(n, _)| n == package);
+    let persist = persisted(d, container).iter().any(|(n, _)| n == package);
     if i.is_none() && !persist {
         return Err(Error::new(
             Kind::NotBound,
@@ -121,25 +158,35 @@ pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value
     }
     let mut at = None;
     if let (Some(i), Some(init)) = (i, init) {
-        let b = run.remove(i);
+        // Recorded before the mount is taken off, the record dropped after (`settle`).
+        run[i].state = BindState::Unbinding { forget: persist };
+        write_run(d, container, &run)?;
+        fault::point("unbind.recorded");
+        let b = run[i].clone();
         // Only what is still the package's image goes: the container cannot mount, but the
         // path is its own (a target no longer there has nothing to unmount).
         if let Some(id) = image_id(&d.cfg.paths.image_mount(&b.sha256)) {
-            match mountns::at_target(d.proc(), init, b.at.clone().into(), Mount::Off, id) {
+            match mountns::at_target(d.proc(), init, b.at.clone().into(), Mount::Off, id, fault::point) {
                 Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
-                    return Err(fail(e, container, &b.at))
+                    run[i].state = BindState::Bound;
+                    write_run(d, container, &run)?;
+                    return Err(fail(e, container, &b.at));
                 }
                 _ => {}
             }
         }
+        fault::point("unbind.unmounted");
         remove_dirs(&d.cfg.paths.bind_anchor(container), &b.at, &b.created);
+        if persist {
+            unkeep(d, container, package)?;
+        }
+        run.remove(i);
         write_run(d, container, &run)?;
+        fault::point("unbind.forgotten");
         log::info!("unbound {package} from {container} at {}", b.at);
         at = Some(b.at);
-    }
-    if persist {
-        kept.retain(|(n, _)| n != package);
-        write_persisted(d, container, &kept)?;
+    } else if persist {
+        unkeep(d, container, package)?;
     }
     // An image an upgrade replaced stayed mounted for this binding alone.
     mounts::release_mounts(d);
@@ -148,6 +195,85 @@ pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value
         field::UNMOUNTED: at.is_some(), field::PERSIST: persist,
         field::UNBIND_MS: t0.elapsed().as_secs_f64() * 1000.0,
     }))
+}
+
+/// Finishes or undoes what a daemon killed during a `bind` or `unbind` of `container` left
+/// half done, by what the container's mount namespace shows at each unfinished binding's
+/// target (`berth_core::bind::settle`): afterwards the record and the container's mounts
+/// agree. A stage bind of the propagation method left on the host goes too. Called under
+/// the op lock (at daemon start before any request, and by every bind and unbind).
+pub(crate) fn settle(d: &Daemon, container: &str) {
+    let Some(init) = probe::running_init(d, container) else {
+        return;
+    };
+    let anchor = d.cfg.paths.bind_anchor(container);
+    let stage = anchor.join("stage");
+    for m in berth_sys::mount::mounts_under(d.proc(), &stage)
+        .unwrap_or_default()
+        .iter()
+        .rev()
+    {
+        log::warn!("{container}: a stage bind a killed daemon left, {}: taken off", m.mount_point.display());
+        let _ = berth_sys::mount::umount(&m.mount_point, true);
+        let _ = std::fs::remove_dir(&m.mount_point);
+    }
+    let mut run = mounts::run_bindings(d, container);
+    if run.iter().all(|b| b.state == BindState::Bound) {
+        return;
+    }
+    let mut out = Vec::new();
+    for mut b in run.drain(..) {
+        let id = image_id(&d.cfg.paths.image_mount(&b.sha256));
+        let shows = id.is_some_and(|id| {
+            mountns::shows_at(d.proc(), init, b.at.clone().into(), id).unwrap_or(false)
+        });
+        let action = bind::settle(b.state, shows);
+        if action != Settle::Keep {
+            log::warn!(
+                "{container}: {} at {} was left {:?} by a daemon that stopped: {}",
+                b.package,
+                b.at,
+                b.state,
+                if shows { "it is there" } else { "it is not there" }
+            );
+        }
+        let done = match action {
+            Settle::Keep => Ok(true),
+            Settle::Confirm { persist } => {
+                b.state = BindState::Bound;
+                match persist {
+                    true => keep(d, container, &b.package, &b.at).map(|()| true),
+                    false => Ok(true),
+                }
+            }
+            Settle::Drop => Ok(false),
+            Settle::Unmount { forget } => match id.map(|id| {
+                mountns::at_target(d.proc(), init, b.at.clone().into(), Mount::Off, id, |_| {})
+            }) {
+                Some(Err(e)) => {
+                    log::error!("{container}: cannot take {} off {}: {e}", b.package, b.at);
+                    Ok(true)
+                }
+                _ if forget => unkeep(d, container, &b.package).map(|()| false),
+                _ => Ok(false),
+            },
+            Settle::Forget { forget } => match forget {
+                true => unkeep(d, container, &b.package).map(|()| false),
+                false => Ok(false),
+            },
+        };
+        match done {
+            Ok(true) => out.push(b),
+            Ok(false) => remove_dirs(&anchor, &b.at, &b.created),
+            Err(e) => {
+                log::error!("{container}: {}: {}", b.package, e.message);
+                out.push(b);
+            }
+        }
+    }
+    if let Err(e) = write_run(d, container, &out) {
+        log::error!("{container}: cannot record its bindings: {}", e.message);
+    }
 }
 
 /// Refuses a target that would stack on (or under) one of the run's bindings.
@@ -210,7 +336,8 @@ fn attach(
                     r => r.map(|_| false)?,
                 };
                 let m = Mount::Tree(tree, relock);
-                return mountns::at_target(d.proc(), init, at.into(), m, id).map(|_| method);
+                return mountns::at_target(d.proc(), init, at.into(), m, id, fault::point)
+                    .map(|_| method);
             }
         }
     }
@@ -220,8 +347,9 @@ fn attach(
     let r = berth_sys::mount::bind(image, &stage, true)
         .map_err(|e| io::Error::other(e.to_string()))
         .and_then(|_| {
+            fault::point("bind.staged");
             let inside = Mount::Bind(Path::new(bind::STAGE).join(package));
-            mountns::at_target(d.proc(), init, at.into(), inside, id)
+            mountns::at_target(d.proc(), init, at.into(), inside, id, fault::point)
         });
     // Leaving: its copy in the container goes with it (the binding made from it stays).
     let _ = berth_sys::mount::umount(&stage, true);
@@ -349,6 +477,7 @@ pub(crate) fn prepare(d: &Daemon, st: &State, p: &Installed, rootfs: &Path) -> R
             method: Method::Start,
             manifest,
             created,
+            state: BindState::Bound,
         });
     }
     std::fs::create_dir_all(d.cfg.paths.lxc_dir(name)).map_err(Error::internal)?;
@@ -418,6 +547,7 @@ pub(crate) fn listing(d: &Daemon, st: &State, p: &Installed, running: bool) -> V
                 method: Method::Start,
                 manifest,
                 created: String::new(),
+                state: BindState::Bound,
             })
             .collect(),
     };
