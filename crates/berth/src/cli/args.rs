@@ -677,6 +677,7 @@ pub enum Vendor {
     Pack {
         dir: String,
         out: String,
+        strict: bool,
     },
     Repo {
         dir: String,
@@ -772,14 +773,15 @@ fn import(args: &[String]) -> Result<Vendor, Usage> {
 
 #[cfg(feature = "vendor")]
 fn pack(args: &[String]) -> Result<Vendor, Usage> {
-    let mut out = None;
+    let (mut out, mut strict) = (None, false);
     let pos = scan(args, &mut |o, p| match o {
         "-o" | "--output" => first(&mut out, p, o),
+        "--strict" => on(&mut strict),
         _ => Ok(false),
     })?;
     let dir = one(pos, "package directory")?;
     let out = out.ok_or_else(|| usage("pack needs -o FILE"))?;
-    Ok(Vendor::Pack { dir, out })
+    Ok(Vendor::Pack { dir, out, strict })
 }
 
 #[cfg(feature = "vendor")]
@@ -1456,7 +1458,16 @@ mod tests {
             ven("pack pkg/ -o out.sqfs"),
             Ok(Vendor::Pack {
                 dir: "pkg/".into(),
-                out: "out.sqfs".into()
+                out: "out.sqfs".into(),
+                strict: false
+            })
+        );
+        assert_eq!(
+            ven("pack pkg/ -o out.sqfs --strict"),
+            Ok(Vendor::Pack {
+                dir: "pkg/".into(),
+                out: "out.sqfs".into(),
+                strict: true
             })
         );
         assert_eq!(refused("pack -o out.sqfs"), "missing package directory");

@@ -344,9 +344,12 @@ pub const COMMANDS: &[Cmd] = &[
     ),
     vendor(
         "pack",
-        "DIR -o FILE",
+        "DIR -o FILE [--strict]",
         O::Dir,
-        &[opt("--output", "-o", "FILE", "the package image")],
+        &[
+            opt("--output", "-o", "FILE", "the package image"),
+            opt("--strict", "", "", "refuse to pack what it would warn about"),
+        ],
         "build a package image with mksquashfs",
     ),
     vendor(

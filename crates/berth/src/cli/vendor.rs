@@ -21,8 +21,14 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
                 );
             }
         }
-        Vendor::Pack { dir, out } => {
-            let r = crate::vendor::pack::pack(dir.as_ref(), out.as_ref())?;
+        Vendor::Pack { dir, out, strict } => {
+            use crate::vendor::pack::{pack_with, Strictness};
+            let strict = if strict {
+                Strictness::Strict
+            } else {
+                Strictness::Warn
+            };
+            let r = pack_with(dir.as_ref(), out.as_ref(), strict)?;
             if json {
                 print_json(&serde_json::to_value(&r)?);
             } else {

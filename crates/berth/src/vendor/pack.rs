@@ -47,11 +47,34 @@ const HOST_SKELETON: &[&str] = &["lib", "lib64", "usr", "usr/lib"];
 /// How many symlinks to follow when resolving the entrypoint, as the kernel's MAXSYMLINKS.
 const MAX_SYMLINKS: usize = 40;
 
+/// How `pack` treats what it warns about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Strictness {
+    /// Warn and pack.
+    Warn,
+    /// Refuse to pack (`berth pack --strict`): every warning is an error.
+    Strict,
+}
+
 pub fn pack(dir: &Path, out: &Path) -> anyhow::Result<PackReport> {
+    pack_with(dir, out, Strictness::Warn)
+}
+
+pub fn pack_with(dir: &Path, out: &Path, strict: Strictness) -> anyhow::Result<PackReport> {
     let tree = Dir::open_given(dir).with_context(|| format!("cannot read {}", dir.display()))?;
     let manifest = read_manifest(&tree, dir)?;
     let mut warnings = Vec::new();
     scan_tree(&tree, dir, &mut warnings)?;
+    if manifest.package.base == Base::Host {
+        hidden_by_host(&tree, dir, &mut warnings)?;
+    }
+    if strict == Strictness::Strict && !warnings.is_empty() {
+        bail!(
+            "{} not packed (--strict): {}",
+            dir.display(),
+            warnings.join("; ")
+        );
+    }
     check_entrypoint(&tree, dir, &manifest.entrypoint.argv[0])?;
     let pseudo = skeleton(&tree, dir, manifest.package.base)?;
     check_out_not_inside(dir, out)?;
@@ -194,6 +217,58 @@ fn scan_tree(tree: &Dir, dir: &Path, warnings: &mut Vec<String>) -> anyhow::Resu
     .with_context(|| format!("cannot read the tree {}", dir.display()))?;
     found.sort_by(|a, b| a.0.cmp(&b.0));
     warnings.extend(found.into_iter().map(|(_, w)| w));
+    Ok(())
+}
+
+/// How many hidden entries a warning names before it counts the rest.
+const HIDDEN_NAMED: usize = 5;
+
+/// With `base = "host"` the device binds the host's library directories over the image's
+/// (`berth_core::plan::HOST_BASE_DIRS`): whatever the package ships below them is hidden at
+/// run time (a Debian-built program's modules in `/usr/lib/PROGRAM/`, say). One warning per
+/// directory, naming the first entries and counting the rest.
+fn hidden_by_host(tree: &Dir, dir: &Path, warnings: &mut Vec<String>) -> anyhow::Result<()> {
+    for host in berth_core::plan::HOST_BASE_DIRS {
+        let rel = Path::new(&host[1..]);
+        let sub = match tree.stat_beneath(rel) {
+            Ok(Some(st)) if st.kind == Kind::Dir => tree.open_dir(rel)?,
+            // Absent, or not a directory (the skeleton check says so): nothing bound there.
+            Ok(_) => continue,
+            // A link on the way (`usr` for `usr/lib`): the skeleton check refuses it.
+            Err(e) if berth_sys::tree::is_refusal(&e) => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+        };
+        let mut files = Vec::new();
+        berth_sys::tree::for_each(&sub, &mut |v| {
+            if v.stat.kind != Kind::Dir {
+                files.push(v.path());
+            }
+            Ok(())
+        })
+        .with_context(|| format!("cannot read {}", dir.join(rel).display()))?;
+        if files.is_empty() {
+            continue;
+        }
+        // The first ones in path order: the same warning for the same tree.
+        files.sort();
+        let count = files.len();
+        let files: Vec<String> = files
+            .iter()
+            .take(HIDDEN_NAMED)
+            .map(|p| format!("{host}/{}", p.display()))
+            .collect();
+        let more = match count - files.len() {
+            0 => String::new(),
+            n => format!(" and {n} more"),
+        };
+        warnings.push(format!(
+            "{}{more} will be hidden on the device: base = \"host\" binds the host's {host} \
+             over the package's; put the package's own files elsewhere (/opt/NAME/lib, with \
+             the program's module path or LD_LIBRARY_PATH: docs/package-format.md, \
+             \"Packages on the host's libraries\")",
+            files.join(", ")
+        ));
+    }
     Ok(())
 }
 
@@ -511,6 +586,39 @@ pub(crate) mod tests {
         symlink("usr/lib", src.join("lib")).unwrap();
         let e = pack(&src, &out).unwrap_err().to_string();
         assert!(e.contains("lib in") && e.contains("is a symlink"), "{e}");
+    }
+
+    #[test]
+    fn files_the_hosts_libraries_will_hide_are_named_and_strict_refuses() {
+        let t = TempDir::new("pack-hidden");
+        let src = t.0.join("src");
+        package_tree(&src, "lighttpd", "base = \"host\"");
+        fs::create_dir_all(src.join("usr/lib/lighttpd")).unwrap();
+        for i in 0..8 {
+            fs::write(src.join(format!("usr/lib/lighttpd/mod_{i}.so")), "x").unwrap();
+        }
+        fs::create_dir_all(src.join("lib")).unwrap();
+        fs::write(src.join("lib/libown.so.1"), "x").unwrap();
+        // an empty directory below is no loss
+        fs::create_dir_all(src.join("lib64/empty")).unwrap();
+        let out = t.0.join("l.sqfs");
+        let r = pack(&src, &out).unwrap();
+        let all = r.warnings.join("\n");
+        assert!(
+            all.contains("/usr/lib/lighttpd/mod_0.so, /usr/lib/lighttpd/mod_1.so, /usr/lib/lighttpd/mod_2.so, /usr/lib/lighttpd/mod_3.so, /usr/lib/lighttpd/mod_4.so and 3 more will be hidden on the device: base = \"host\" binds the host's /usr/lib over the package's"),
+            "{all}"
+        );
+        assert!(all.contains("/lib/libown.so.1 will be hidden on the device"), "{all}");
+        assert!(!all.contains("lib64"), "{all}");
+        assert_eq!(r.warnings.len(), 2, "{all}");
+        // --strict: refused, the files named, nothing written
+        fs::remove_file(&out).unwrap();
+        let e = format!("{:#}", pack_with(&src, &out, Strictness::Strict).unwrap_err());
+        assert!(e.contains("not packed (--strict)") && e.contains("mod_0.so"), "{e}");
+        assert!(!out.exists());
+        // without base = "host" nothing is hidden
+        package_tree(&src, "lighttpd", "");
+        assert!(pack(&src, &out).unwrap().warnings.is_empty());
     }
 
     #[test]
