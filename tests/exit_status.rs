@@ -143,3 +143,52 @@ fn exit_codes_and_killing_signals_are_reported_as_they_were() {
     let text = sb.ok(&["status", "victim"]);
     assert!(text.contains("signal 9"), "{text}");
 }
+
+/// A payload that ends at once (here: the interpreter its script needs is not in the
+/// package) makes `berth start` fail, saying how it ended and what it wrote last; one that
+/// keeps running starts as before; the supervisor's own starts never wait.
+#[test]
+fn a_payload_that_ends_at_once_fails_its_start_with_its_last_output() {
+    require_root_and_tools();
+    let mut sb = Sandbox::new("settle");
+    sb.write_config("start_settle = \"2s\"");
+    sb.add(&no_restart(Pkg::script(
+        "needsperl",
+        "1",
+        "echo reading the configuration\nperl -e 'print 1'\n",
+    )));
+    sb.add(&no_restart(Pkg::script(
+        "killed",
+        "1",
+        "echo about to die\nkill -9 $$\n",
+    )));
+    sb.add(&Pkg::script("steady", "1", "echo up\nexec sleep 1000\n"));
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "needsperl", "killed", "steady"]);
+
+    let (code, err) = sb.fail(&["start", "needsperl"]);
+    assert_eq!(code, 1, "{err}");
+    for says in [
+        "needsperl started, then exited with 127",
+        "its last output:\n  reading the configuration\n",
+        "perl: not found",
+        "berth logs needsperl",
+    ] {
+        assert!(err.contains(says), "{says:?} not in:\n{err}");
+    }
+    let (_, err) = sb.fail(&["start", "killed"]);
+    assert!(
+        err.contains("killed started, then killed by signal 9") && err.contains("about to die"),
+        "{err}"
+    );
+    // The same as JSON: the error names it.
+    let out = sb.berth(&["--json", "restart", "needsperl"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stdout(&out).contains("\"code\": \"start_failed\"") || stdout(&out).contains("\"code\":\"start_failed\""), "{}", stdout(&out));
+
+    let t = Instant::now();
+    sb.ok(&["start", "steady"]);
+    assert!(t.elapsed() >= Duration::from_secs(2), "the start did not wait its settle");
+    assert_eq!(sb.status_of("steady")["state"], "running");
+}

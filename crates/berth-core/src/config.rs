@@ -53,6 +53,10 @@ pub struct Config {
     pub cgroup_parent: String,
     /// Seconds `berth start` waits for a container to reach RUNNING.
     pub start_timeout_s: u32,
+    /// `containers.start_settle`: how long an operator's `berth start` (or `restart`) waits,
+    /// once the container runs, for a payload that ends at once, to report that end and its
+    /// last output as the start's error (milliseconds; 0: not at all).
+    pub start_settle_ms: u64,
     pub policy: Policy,
     pub guard: Guard,
     /// `[security]`: what packages may be granted (docs/security.md).
@@ -433,6 +437,7 @@ impl RawConfig {
                 Ok(RawContainers {
                     stop_timeout: text(t, "stop_timeout")?,
                     start_timeout: text(t, "start_timeout")?,
+                    start_settle: text(t, "start_settle")?,
                     log_ring: text(t, "log_ring")?,
                     tmp_size: text(t, "tmp_size")?,
                     run_size: text(t, "run_size")?,
@@ -582,6 +587,7 @@ struct RawPaths {
 struct RawContainers {
     stop_timeout: Option<String>,
     start_timeout: Option<String>,
+    start_settle: Option<String>,
     log_ring: Option<String>,
     tmp_size: Option<String>,
     run_size: Option<String>,
@@ -797,6 +803,15 @@ impl Config {
             },
             stop_timeout_s: secs("containers.stop_timeout", c.stop_timeout, 10)?,
             start_timeout_s: secs("containers.start_timeout", c.start_timeout, 30)?,
+            start_settle_ms: match c.start_settle {
+                None => 300,
+                Some(t) => crate::manifest::parse_duration_ms(&t)
+                    .and_then(|ms| match ms {
+                        0..=10_000 => Ok(ms),
+                        _ => Err(format!("{t}: at most 10s")),
+                    })
+                    .map_err(|m| value_err("containers.start_settle", m))?,
+            },
             log_ring_bytes: log_ring as usize,
             tmp_size: size("containers.tmp_size", c.tmp_size, 16 << 20)?,
             run_size: size("containers.run_size", c.run_size, 4 << 20)?,
@@ -1603,6 +1618,7 @@ mod tests {
         );
         assert_eq!(all.guard.threshold, 30 << 20);
         assert_eq!(all.stop_timeout_s, shipped.stop_timeout_s);
+        assert_eq!(all.start_settle_ms, shipped.start_settle_ms);
         assert_eq!(all.data_size, Some(32 << 20));
         assert!(all.watchdog.device.is_some());
         assert_eq!(all.web.listen.as_deref(), Some("192.168.1.1:8080"));
@@ -1834,6 +1850,7 @@ mod tests {
         assert_eq!(c.paths.state, PathBuf::from("/var/lib/berth"));
         assert_eq!(c.paths.lxcpath, PathBuf::from("/run/berth/lxc"));
         assert_eq!(c.stop_timeout_s, 10);
+        assert_eq!(c.start_settle_ms, 300);
         assert_eq!(c.log_ring_bytes, 65536);
         assert_eq!(c.repository, None);
         assert_eq!(
@@ -1875,6 +1892,13 @@ mod tests {
         assert_eq!(c.paths.lxcpath, PathBuf::from("/tmp/r/lxc"));
         assert_eq!(c.stop_timeout_s, 3);
         assert_eq!(c.log_ring_bytes, 8192);
+        for (v, ms) in [("0s", Some(0)), ("50ms", Some(50)), ("2s", Some(2000)), ("11s", None), ("3", None)] {
+            let r = Config::parse(&format!("[containers]\nstart_settle = \"{v}\"\n"), "t");
+            match ms {
+                Some(ms) => assert_eq!(r.unwrap().start_settle_ms, ms, "{v}"),
+                None => assert!(r.unwrap_err().to_string().contains("containers.start_settle"), "{v}"),
+            }
+        }
     }
 
     #[test]

@@ -119,9 +119,12 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
             d,
             &name,
             trace.then(|| runtime::start::Stamps::from(received)),
-        ),
+        )
+        .and_then(|v| runtime::start::settled(d, &name, v)),
         Action::Stop { name, timeout } => runtime::stop::stop(d, &name, timeout),
-        Action::Restart(n) => runtime::stop::restart(d, &n),
+        Action::Restart(n) => {
+            runtime::stop::restart(d, &n).and_then(|v| runtime::start::settled(d, &n, v))
+        }
         Action::Reset(n) => crate::daemon::supervisor::reset(d, &n),
         Action::Gc => store::remove::gc(d),
         Action::Limit { name, limits } => runtime::limit::limit(d, &name, &limits),

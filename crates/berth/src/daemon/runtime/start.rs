@@ -450,3 +450,67 @@ pub(crate) fn set_autostart(d: &Daemon, name: &str, on: bool) -> Result<()> {
         }
     }
 }
+
+/// After an operator's start (`berth start`, `berth restart`): up to `[containers]
+/// start_settle` for a payload that ends at once (a missing interpreter, a configuration it
+/// refuses). Such an end is the start's error, with how it ended and the last lines it wrote,
+/// so that the package's author reads "perl: not found" rather than a bare exit status. Not
+/// under the op lock: the daemon goes on meanwhile; the supervisor's own starts never wait.
+pub(crate) fn settled(d: &Daemon, name: &str, started: Value) -> Result<Value> {
+    let window = Duration::from_millis(d.cfg.start_settle_ms);
+    let exit = d.cfg.paths.exit_file(name);
+    let t0 = Instant::now();
+    while t0.elapsed() < window {
+        // The shim writes its saved log, then the exit record, when the container ends.
+        if exit.exists() {
+            return Err(ended_at_once(d, name, t0.elapsed()));
+        }
+        std::thread::sleep(Duration::from_millis(5).min(window.saturating_sub(t0.elapsed())));
+    }
+    Ok(started)
+}
+
+/// The lines of a payload's end shown at most, and the longest shown whole.
+const LAST_LINES: usize = 5;
+const LINE_MAX: usize = 200;
+
+fn ended_at_once(d: &Daemon, name: &str, after: Duration) -> Error {
+    let e = probe::exit_of(d, name);
+    let how = match (e.code, e.signal) {
+        (_, Some(s)) => format!("killed by signal {s}"),
+        (Some(c), None) => format!("exited with {c}"),
+        (None, None) => "ended".into(),
+    };
+    let log = std::fs::read(d.cfg.paths.saved_log(name)).unwrap_or_default();
+    let text = String::from_utf8_lossy(&log);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    // A container's output is hostile input for the operator's terminal: escaped.
+    let shown: Vec<String> = lines[lines.len().saturating_sub(LAST_LINES)..]
+        .iter()
+        .map(|l| {
+            let mut s: String = l
+                .chars()
+                .flat_map(|c| match c.is_control() && c != '\t' {
+                    true => c.escape_default().collect::<Vec<_>>(),
+                    false => vec![c],
+                })
+                .take(LINE_MAX)
+                .collect();
+            if l.chars().count() > LINE_MAX {
+                s.push('…');
+            }
+            format!("  {s}")
+        })
+        .collect();
+    let output = match shown.is_empty() {
+        true => "; it wrote nothing".to_string(),
+        false => format!("; its last output:\n{}", shown.join("\n")),
+    };
+    Error::new(
+        Kind::StartFailed,
+        format!(
+            "{name} started, then {how} {} ms later{output}\n(berth logs {name}; [containers] start_settle)",
+            after.as_millis()
+        ),
+    )
+}
