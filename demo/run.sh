@@ -6,6 +6,9 @@
 #                             through the daemon, and show them running
 #   bash demo/run.sh clean    stop the demo's containers and daemon, remove everything it made
 #   bash demo/run.sh clean RUN   the same for one run only (RUN: its pid or $BERTH_DEMO_ID)
+#   bash demo/run.sh check RUN   whether run RUN still serves: its daemon and three containers
+#                             running, the web page from the LAN, an MQTT round trip; prints
+#                             the pids it found (to compare before and after something else)
 #
 # Packages of the demo:
 #   web   busybox httpd serving a page (a static program: base = none), network "isolated":
@@ -83,6 +86,32 @@ clean() {
     done
     rm -rf "$runs"
 }
+
+# Whether run $1 still serves; one line of the pids found (daemon, each container's init).
+check_run() {
+    local id=$1 out="$runs/$1" ns="berth-demo-$1"
+    local cfg="$out/berth.toml" pids="" n pid
+    [ -d "$out" ] || { echo "demo/run.sh: check: no such run: $id" >&2; return 2; }
+    pids="daemon $(cat "$out/run/daemon.pid" 2>/dev/null)"
+    kill -0 "${pids#daemon }" 2>/dev/null || { echo "demo run $id: its daemon is gone" >&2; return 1; }
+    for n in web mqtt pulse; do
+        pid=$(BERTH_CONFIG="$cfg" "$berth" --json status "$n" 2>/dev/null |
+            sed -n 's/.*"init_pid": *\([0-9]*\).*/\1/p')
+        [ -n "$pid" ] || { echo "demo run $id: $n is not running" >&2; return 1; }
+        pids="$pids $n $pid"
+    done
+    ip netns exec "$ns-lan" curl -fsS -o /dev/null "http://192.0.2.1:$web_port/" ||
+        { echo "demo run $id: the web page does not come from the LAN" >&2; return 1; }
+    nsenter --net="/run/netns/$ns" mosquitto_pub -p "$mqtt_port" -t check -m x ||
+        { echo "demo run $id: the MQTT broker does not answer" >&2; return 1; }
+    echo "demo run $id serves: $pids"
+}
+
+if [ "${1:-}" = check ]; then
+    case "${2:-}" in "" | */* | .*) echo "usage: bash demo/run.sh check RUN" >&2; exit 2 ;; esac
+    check_run "$2"
+    exit $?
+fi
 
 if [ "${1:-}" = clean ]; then
     if [ -n "${2:-}" ]; then

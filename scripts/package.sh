@@ -330,7 +330,11 @@ EOF
     # Nothing is left: no daemon, no container, no mount, no loop device, no file.
     if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then die "the daemon still runs after the purge"; fi
     daemon_pid=""
-    if pgrep -f "berth (daemon|shim)" >/dev/null; then die "berth processes still run after the purge: $(pgrep -af 'berth (daemon|shim)')"; fi
+    # The package's own processes only: its daemon (/usr/bin/berth daemon) and the shims of
+    # its containers (re-execs of the daemon's binary, named by the package's lxcpath,
+    # /run/berth/lxc); a berth run from a checkout (a demo left running) is not the package's.
+    own='^/usr/bin/berth daemon( |$)|__shim [^ ]+ /run/berth/lxc( |$)'
+    if pgrep -f "$own" >/dev/null; then die "the package's berth processes still run after the purge: $(pgrep -af "$own")"; fi
     if grep -qE " /(run|var/lib)/berth" /proc/self/mounts; then die "mounts left after the purge: $(grep -E ' /(run|var/lib)/berth' /proc/self/mounts)"; fi
     if losetup -n -O BACK-FILE 2>/dev/null | grep -q "/var/lib/berth/"; then die "loop devices left after the purge"; fi
     for p in /usr/bin/berth /etc/berth /var/lib/berth /run/berth /lib/systemd/system/berth.service \

@@ -6,7 +6,8 @@
 #   4. the size budget of the release binary, the packages (.deb, OpenWrt, Yocto), the cross
 #      builds, the emulated MIPS router, berth-bench --quick
 #      (every suite, the microVM and cgroup v1/v2 ones in the test VM) and its paper report
-#   5. the demo (README's first command), then its clean-up
+#   5. the demo (README's first command), then its clean-up (its own run only: a demo started
+#      before the suite, as README's order leaves one, keeps running; .ci/run checks it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -164,9 +165,12 @@ step "berth-bench paper --quick: the published evaluations beside this run"
 target/release/berth-bench paper --quick --from /tmp/berth-bench-quick.json --markdown /tmp/berth-bench-paper.md --svg /tmp/berth-bench-svg
 cat /tmp/berth-bench-paper.md
 
-step "demo (README's first command)"
+step "demo (README's first command): a run of its own, checked and cleaned alone (a demo already running, as README's order leaves one, stays)"
+runs_before=$(ls demo-out 2>/dev/null || true)
 bash demo/run.sh
-bash demo/run.sh clean
+suite_run=$(comm -13 <(printf '%s\n' "$runs_before" | sort) <(ls demo-out | sort) | head -n 1)
+bash demo/run.sh check "$suite_run"
+bash demo/run.sh clean "$suite_run"
 
 step "demo: two runs at once, each cleaned on its own"
 BERTH_DEMO_ID=ci-a bash demo/run.sh > /tmp/berth-demo-a.log 2>&1 & demo_a=$!
@@ -180,7 +184,8 @@ if [ "$demo_rc" = 0 ]; then
     BERTH_CONFIG=demo-out/ci-b/berth.toml target/release/berth status | grep -q 'web .*running' ||
         { echo "cleaning run ci-a disturbed run ci-b" >&2; demo_rc=1; }
 fi
-bash demo/run.sh clean
+bash demo/run.sh clean ci-b 2>/dev/null || true
+[ -d demo-out/ci-a ] && bash demo/run.sh clean ci-a
 [ "$demo_rc" = 0 ] || exit 1
 echo "two demo runs at once: both served, each cleaned alone"
 
