@@ -90,8 +90,10 @@ clean() {
 # Whether run $1 still serves; one line of the pids found (daemon, each container's init).
 check_run() {
     local id=$1 out="$runs/$1" ns="berth-demo-$1"
-    local cfg="$out/berth.toml" pids="" n pid
+    local cfg="$out/berth.toml" pids="" n pid web_port mqtt_port
     [ -d "$out" ] || { echo "demo/run.sh: check: no such run: $id" >&2; return 2; }
+    # The run's own ports (it may have been started with others than this shell's).
+    read -r web_port mqtt_port < "$out/ports" || { echo "demo run $id: no $out/ports" >&2; return 1; }
     pids="daemon $(cat "$out/run/daemon.pid" 2>/dev/null)"
     kill -0 "${pids#daemon }" 2>/dev/null || { echo "demo run $id: its daemon is gone" >&2; return 1; }
     for n in web mqtt pulse; do
@@ -257,6 +259,8 @@ PULSE
 printf 'mqtt\n' > "$out/repo/trusted.txt"
 "$berth" repo build "$out/repo" --key "$out/vendor.sec"
 
+echo "$web_port $mqtt_port" > "$out/ports"
+
 say "device side: configuration, trusted key, daemon"
 cp "$out/vendor.pub" "$out/keys/"
 cat > "$BERTH_CONFIG" <<EOF
@@ -381,5 +385,6 @@ The containers keep running. Try:
   ip netns exec $lan curl http://192.0.2.1:$web_port/
   ip netns exec $lan curl -H "Authorization: Bearer \$(cat $out/state/web.token)" http://192.0.2.1:8099/api/v1/status
   $berth stop web
-Clean up with: bash demo/run.sh clean   (this run is demo-out/$id)
+Check it with: bash demo/run.sh check $id
+Clean up with: bash demo/run.sh clean $id   (this run is demo-out/$id; "clean" alone removes every run)
 EOF

@@ -257,6 +257,9 @@ deb_dkms_test() {
 
 deb_test() {
     [ -f "$deb_file" ] || die "$deb_file is missing: run bash scripts/package.sh deb first"
+    # The installed berth reads /etc/berth/berth.toml: not a configuration the caller's shell
+    # names (a demo's, say: its daemon is not the package's).
+    unset BERTH_CONFIG
     if dpkg -s berth >/dev/null 2>&1 || [ -e /var/lib/berth ] || [ -e /etc/berth ]; then
         die "berth is already installed here (or /var/lib/berth or /etc/berth exist): deb-test installs and purges the package, and would take them away"
     fi
@@ -324,7 +327,8 @@ EOF
         [ $n -lt 50 ] || die "debtest's output is not in its log after 5 s: $(/usr/bin/berth logs debtest 2>&1)"
         sleep 0.1
     done
-    grep -q " /run/berth/" /proc/self/mounts || die "no image mounted under /run/berth while debtest runs"
+    awk 'index($2, "/run/berth/") == 1 { found = 1 } END { exit !found }' /proc/self/mounts ||
+        die "no image mounted under /run/berth while debtest runs"
     log "debtest runs in its container; purging"
     apt-get purge -y -qq berth >/dev/null
     # Nothing is left: no daemon, no container, no mount, no loop device, no file.
@@ -333,9 +337,18 @@ EOF
     # The package's own processes only: its daemon (/usr/bin/berth daemon) and the shims of
     # its containers (re-execs of the daemon's binary, named by the package's lxcpath,
     # /run/berth/lxc); a berth run from a checkout (a demo left running) is not the package's.
-    own='^/usr/bin/berth daemon( |$)|__shim [^ ]+ /run/berth/lxc( |$)'
-    if pgrep -f "$own" >/dev/null; then die "the package's berth processes still run after the purge: $(pgrep -af "$own")"; fi
-    if grep -qE " /(run|var/lib)/berth" /proc/self/mounts; then die "mounts left after the purge: $(grep -E ' /(run|var/lib)/berth' /proc/self/mounts)"; fi
+    # By the binary they run (after the purge: "/usr/bin/berth (deleted)"), whatever their
+    # command line: the daemon, the shims it re-executes from itself, their LXC monitors.
+    local left="" pid exe
+    for pid in /proc/[0-9]*; do
+        exe=$(readlink "$pid/exe" 2>/dev/null) || continue
+        case "$exe" in "/usr/bin/berth" | "/usr/bin/berth (deleted)") left="$left ${pid#/proc/}" ;; esac
+    done
+    [ -z "$left" ] || die "the package's berth processes still run after the purge:$left ($(for p in $left; do tr '\0' ' ' < "/proc/$p/cmdline"; echo; done))"
+    # The package's own mount points only: /run/berth and /var/lib/berth and below.
+    local mounts
+    mounts=$(awk '$2 == "/run/berth" || index($2, "/run/berth/") == 1 || $2 == "/var/lib/berth" || index($2, "/var/lib/berth/") == 1 { print $2 }' /proc/self/mounts)
+    [ -z "$mounts" ] || die "mounts left after the purge: $mounts"
     if losetup -n -O BACK-FILE 2>/dev/null | grep -q "/var/lib/berth/"; then die "loop devices left after the purge"; fi
     for p in /usr/bin/berth /etc/berth /var/lib/berth /run/berth /lib/systemd/system/berth.service \
         /sys/fs/cgroup/berth /sys/fs/cgroup/*/berth /sys/fs/cgroup/berth.monitor /sys/fs/cgroup/*/berth.monitor; do

@@ -16,6 +16,11 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
+# The suite's berth commands use the configuration each test gives them, never one the
+# caller's shell names (README's demo tells its user to export BERTH_CONFIG); its demo runs
+# use their own names and ports.
+unset BERTH_CONFIG BERTH_DEMO_ID BERTH_DEMO_WEB_PORT BERTH_DEMO_MQTT_PORT
+
 # Each step says when it began (seconds since the script started): where CI's time went.
 step() { printf '\n=== %s (at %d s)\n' "$*" "$SECONDS"; }
 
@@ -166,26 +171,28 @@ target/release/berth-bench paper --quick --from /tmp/berth-bench-quick.json --ma
 cat /tmp/berth-bench-paper.md
 
 step "demo (README's first command): a run of its own, checked and cleaned alone (a demo already running, as README's order leaves one, stays)"
-runs_before=$(ls demo-out 2>/dev/null || true)
-bash demo/run.sh
-suite_run=$(comm -13 <(printf '%s\n' "$runs_before" | sort) <(ls demo-out | sort) | head -n 1)
+suite_run=suite-$$
+trap 'print_skips; [ -d "demo-out/$suite_run" ] && bash demo/run.sh clean "$suite_run"' EXIT
+BERTH_DEMO_ID=$suite_run bash demo/run.sh
 bash demo/run.sh check "$suite_run"
 bash demo/run.sh clean "$suite_run"
+trap print_skips EXIT
 
 step "demo: two runs at once, each cleaned on its own"
-BERTH_DEMO_ID=ci-a bash demo/run.sh > /tmp/berth-demo-a.log 2>&1 & demo_a=$!
-BERTH_DEMO_ID=ci-b bash demo/run.sh > /tmp/berth-demo-b.log 2>&1 & demo_b=$!
+run_a=ci-a-$$ run_b=ci-b-$$
+trap 'print_skips; for r in "$run_a" "$run_b"; do [ -d "demo-out/$r" ] && bash demo/run.sh clean "$r"; done' EXIT
+BERTH_DEMO_ID=$run_a bash demo/run.sh > /tmp/berth-demo-a.log 2>&1 & demo_a=$!
+BERTH_DEMO_ID=$run_b bash demo/run.sh > /tmp/berth-demo-b.log 2>&1 & demo_b=$!
 demo_rc=0
-wait "$demo_a" || { demo_rc=1; echo "demo run ci-a failed:"; tail -n 30 /tmp/berth-demo-a.log; }
-wait "$demo_b" || { demo_rc=1; echo "demo run ci-b failed:"; tail -n 30 /tmp/berth-demo-b.log; }
+wait "$demo_a" || { demo_rc=1; echo "demo run $run_a failed:"; tail -n 30 /tmp/berth-demo-a.log; }
+wait "$demo_b" || { demo_rc=1; echo "demo run $run_b failed:"; tail -n 30 /tmp/berth-demo-b.log; }
 if [ "$demo_rc" = 0 ]; then
-    bash demo/run.sh clean ci-a
+    bash demo/run.sh clean "$run_a"
     # the other run is untouched by that clean: its containers still serve
-    BERTH_CONFIG=demo-out/ci-b/berth.toml target/release/berth status | grep -q 'web .*running' ||
-        { echo "cleaning run ci-a disturbed run ci-b" >&2; demo_rc=1; }
+    bash demo/run.sh check "$run_b" || { echo "cleaning run $run_a disturbed run $run_b" >&2; demo_rc=1; }
 fi
-bash demo/run.sh clean ci-b 2>/dev/null || true
-[ -d demo-out/ci-a ] && bash demo/run.sh clean ci-a
+for r in "$run_a" "$run_b"; do [ ! -d "demo-out/$r" ] || bash demo/run.sh clean "$r"; done
+trap print_skips EXIT
 [ "$demo_rc" = 0 ] || exit 1
 echo "two demo runs at once: both served, each cleaned alone"
 

@@ -491,8 +491,7 @@ const UNBIND_POINTS: &[&str] = &[
 
 /// Whether the container shows the tools image at /opt/tools.
 fn shows_tools(init: i64) -> bool {
-    mount_line(init, "/opt/tools").is_some()
-        && inside(init, "/opt/tools/share/data.txt").exists()
+    mount_line(init, "/opt/tools").is_some() && inside(init, "/opt/tools/share/data.txt").exists()
 }
 
 /// After a daemon killed mid-way and started again: `status` and the container's mounts
@@ -513,7 +512,10 @@ fn agree_then_follow(sb: &Sandbox, what: &str) -> bool {
     );
     let kept = std::fs::read_to_string(sb.state_dir().join("binds/app")).unwrap_or_default();
     if !listed {
-        assert!(!kept.contains("tools"), "{what}: persisted but not bound: {kept}");
+        assert!(
+            !kept.contains("tools"),
+            "{what}: persisted but not bound: {kept}"
+        );
     }
     if listed {
         sb.ok(&["unbind", "tools", "--from", "app"]);
@@ -522,9 +524,16 @@ fn agree_then_follow(sb: &Sandbox, what: &str) -> bool {
         assert!(shows_tools(init), "{what}: the following bind did not show");
         sb.ok(&["unbind", "tools", "--from", "app"]);
     }
-    assert!(!shows_tools(init), "{what}: the following unbind left the mount");
+    assert!(
+        !shows_tools(init),
+        "{what}: the following unbind left the mount"
+    );
     let c = sb.status_of("app");
-    assert_eq!(c["bindings"].as_array().map(Vec::len), Some(0), "{what}: {c}");
+    assert_eq!(
+        c["bindings"].as_array().map(Vec::len),
+        Some(0),
+        "{what}: {c}"
+    );
     assert!(
         !std::fs::read_to_string(sb.state_dir().join("binds/app"))
             .unwrap_or_default()
@@ -535,7 +544,10 @@ fn agree_then_follow(sb: &Sandbox, what: &str) -> bool {
     let stage = sb.run_dir().join("binds/app/stage");
     let host = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(
-        !host.lines().any(|l| l.split(' ').nth(4).is_some_and(|m| Path::new(m).starts_with(&stage))),
+        !host.lines().any(|l| l
+            .split(' ')
+            .nth(4)
+            .is_some_and(|m| Path::new(m).starts_with(&stage))),
         "{what}: a stage bind left below {}",
         stage.display()
     );

@@ -185,10 +185,18 @@ fn a_payload_that_ends_at_once_fails_its_start_with_its_last_output() {
     // The same as JSON: the error names it.
     let out = sb.berth(&["--json", "restart", "needsperl"]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(stdout(&out).contains("\"code\": \"start_failed\"") || stdout(&out).contains("\"code\":\"start_failed\""), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("\"code\": \"start_failed\"")
+            || stdout(&out).contains("\"code\":\"start_failed\""),
+        "{}",
+        stdout(&out)
+    );
 
     let t = Instant::now();
     sb.ok(&["start", "steady"]);
-    assert!(t.elapsed() >= Duration::from_secs(2), "the start did not wait its settle");
+    assert!(
+        t.elapsed() >= Duration::from_secs(2),
+        "the start did not wait its settle"
+    );
     assert_eq!(sb.status_of("steady")["state"], "running");
 }

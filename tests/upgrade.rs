@@ -523,9 +523,21 @@ fn a_failed_migration_leaves_data_as_it_was_whether_the_package_ran_runs_or_neve
         stdout(&out)
     );
     assert_eq!(state_entry(&sb)["version"], "1.0");
-    assert!(!data.exists(), "the failed migration's /data stayed: {:?}", std::fs::read_dir(&data).map(|r| r.count()));
-    for leftover in [".upgrade-app", ".upgrade-app.absent", ".upgrade-app.tmp", ".failed-app"] {
-        assert!(!sb.state_dir().join("data").join(leftover).exists(), "{leftover} left");
+    assert!(
+        !data.exists(),
+        "the failed migration's /data stayed: {:?}",
+        std::fs::read_dir(&data).map(|r| r.count())
+    );
+    for leftover in [
+        ".upgrade-app",
+        ".upgrade-app.absent",
+        ".upgrade-app.tmp",
+        ".failed-app",
+    ] {
+        assert!(
+            !sb.state_dir().join("data").join(leftover).exists(),
+            "{leftover} left"
+        );
     }
 
     // The same, with the daemon killed at each step: /data absent every time.
@@ -548,8 +560,14 @@ fn a_failed_migration_leaves_data_as_it_was_whether_the_package_ran_runs_or_neve
         );
         sb.start_daemon();
         let e = state_entry(&sb);
-        assert!(e["trial"].is_null() && e["version"] == "1.0", "{point}: {e}");
-        assert!(!data.exists(), "{point}: the failed migration's /data stayed");
+        assert!(
+            e["trial"].is_null() && e["version"] == "1.0",
+            "{point}: {e}"
+        );
+        assert!(
+            !data.exists(),
+            "{point}: the failed migration's /data stayed"
+        );
         assert!(
             !sb.state_dir().join("data/.upgrade-app.absent").exists(),
             "{point}: the mark stayed"
@@ -568,7 +586,10 @@ fn a_failed_migration_leaves_data_as_it_was_whether_the_package_ran_runs_or_neve
     let out = sb.output(&["upgrade", "app"]).unwrap();
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(std::fs::read(data.join("keep")).unwrap(), b"precious");
-    assert!(!data.join("partial").exists(), "the stopped package's /data kept the migration's file");
+    assert!(
+        !data.join("partial").exists(),
+        "the stopped package's /data kept the migration's file"
+    );
     assert_eq!(history(&sb), before);
 
     // It runs: the same.
@@ -581,7 +602,10 @@ fn a_failed_migration_leaves_data_as_it_was_whether_the_package_ran_runs_or_neve
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     wait_running(&sb, "1.0", 10);
     assert_eq!(std::fs::read(data.join("keep")).unwrap(), b"precious");
-    assert!(!data.join("partial").exists(), "the running package's /data kept the migration's file");
+    assert!(
+        !data.join("partial").exists(),
+        "the running package's /data kept the migration's file"
+    );
     // as it was, and 1.0's start after the rollback
     assert_eq!(history(&sb), format!("{before}1.0\n"));
 }

@@ -380,13 +380,21 @@ mod tests {
             },
         ];
         let text = format_bindings(&b);
-        assert!(text.contains(" mount-api operator /opt/tools binding+persist\n"), "{text}");
+        assert!(
+            text.contains(" mount-api operator /opt/tools binding+persist\n"),
+            "{text}"
+        );
         assert!(text.ends_with(" start manifest - bound\n"), "{text}");
         assert_eq!(parse_bindings(&text), b);
         // a record of a berth from before the states: bound
-        let old = format!("tools 1 {} /opt/tools mount-api operator -\n", "ab".repeat(32));
+        let old = format!(
+            "tools 1 {} /opt/tools mount-api operator -\n",
+            "ab".repeat(32)
+        );
         assert_eq!(parse_bindings(&old)[0].state, BindState::Bound);
-        assert!(parse_bindings(&format!("{}x\n", old.trim_end()).replace(" -x", " - x")).is_empty());
+        assert!(
+            parse_bindings(&format!("{}x\n", old.trim_end()).replace(" -x", " - x")).is_empty()
+        );
         assert_eq!(
             parse_bindings("garbage\na b c d nomethod operator -\n\n"),
             []
@@ -402,12 +410,32 @@ mod tests {
         for (state, shows, want) in [
             (Bound, true, Settle::Keep),
             (Bound, false, Settle::Keep),
-            (Binding { persist: false }, true, Settle::Confirm { persist: false }),
-            (Binding { persist: true }, true, Settle::Confirm { persist: true }),
+            (
+                Binding { persist: false },
+                true,
+                Settle::Confirm { persist: false },
+            ),
+            (
+                Binding { persist: true },
+                true,
+                Settle::Confirm { persist: true },
+            ),
             (Binding { persist: true }, false, Settle::Drop),
-            (Unbinding { forget: true }, true, Settle::Unmount { forget: true }),
-            (Unbinding { forget: false }, true, Settle::Unmount { forget: false }),
-            (Unbinding { forget: true }, false, Settle::Forget { forget: true }),
+            (
+                Unbinding { forget: true },
+                true,
+                Settle::Unmount { forget: true },
+            ),
+            (
+                Unbinding { forget: false },
+                true,
+                Settle::Unmount { forget: false },
+            ),
+            (
+                Unbinding { forget: true },
+                false,
+                Settle::Forget { forget: true },
+            ),
         ] {
             assert_eq!(settle(state, shows), want, "{state:?} shows={shows}");
             assert_eq!(BindState::parse(state.as_str()), Some(state));

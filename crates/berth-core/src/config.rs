@@ -1892,11 +1892,22 @@ mod tests {
         assert_eq!(c.paths.lxcpath, PathBuf::from("/tmp/r/lxc"));
         assert_eq!(c.stop_timeout_s, 3);
         assert_eq!(c.log_ring_bytes, 8192);
-        for (v, ms) in [("0s", Some(0)), ("50ms", Some(50)), ("2s", Some(2000)), ("11s", None), ("3", None)] {
+        for (v, ms) in [
+            ("0s", Some(0)),
+            ("50ms", Some(50)),
+            ("2s", Some(2000)),
+            ("11s", None),
+            ("3", None),
+        ] {
             let r = Config::parse(&format!("[containers]\nstart_settle = \"{v}\"\n"), "t");
             match ms {
                 Some(ms) => assert_eq!(r.unwrap().start_settle_ms, ms, "{v}"),
-                None => assert!(r.unwrap_err().to_string().contains("containers.start_settle"), "{v}"),
+                None => assert!(
+                    r.unwrap_err()
+                        .to_string()
+                        .contains("containers.start_settle"),
+                    "{v}"
+                ),
             }
         }
     }

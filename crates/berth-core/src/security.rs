@@ -347,16 +347,25 @@ pub fn shift_id(uid: u32, policy: &SecurityPolicy, base: u32) -> u32 {
     base + c
 }
 
-/// The AppArmor profile template; `@NAME@` is the container's name.
+/// The AppArmor profile template; `@NAME@` is the container's name, `@PROFILE@` the
+/// profile's.
 pub const APPARMOR_TEMPLATE: &str = include_str!("../data/apparmor.profile.in");
 
-/// The AppArmor profile of a container and its name (`berth-NAME`). Container names are
-/// `[a-z0-9-]`, so they are safe inside the profile text.
-pub fn apparmor_profile(container: &str) -> (String, String) {
-    (
-        format!("berth-{container}"),
-        APPARMOR_TEMPLATE.replace("@NAME@", container),
-    )
+/// The AppArmor profile of a container and its name. Profiles are the kernel's, one
+/// namespace for the whole machine: a device's berth (cgroup parent `berth`) names them
+/// `berth-NAME`; any other instance on the machine (a test's sandbox, a demo beside the
+/// device's) `PARENT.NAME`, so that its `web` never replaces, or unloads, another's. Container
+/// names are `[a-z0-9-]` and parents `[A-Za-z0-9._-]`, safe inside the profile text; the dot
+/// keeps the two forms apart.
+pub fn apparmor_profile(cgroup_parent: &str, container: &str) -> (String, String) {
+    let name = match cgroup_parent {
+        "berth" => format!("berth-{container}"),
+        other => format!("{other}.{container}"),
+    };
+    let text = APPARMOR_TEMPLATE
+        .replace("@PROFILE@", &name)
+        .replace("@NAME@", container);
+    (name, text)
 }
 
 /// A device node to give a container, resolved on the host.
@@ -751,7 +760,9 @@ mod tests {
 
     #[test]
     fn apparmor_profile_matches_the_fixture() {
-        let (name, text) = apparmor_profile("web");
+        let (other, _) = apparmor_profile("berth-demo-7", "web");
+        assert_eq!(other, "berth-demo-7.web");
+        let (name, text) = apparmor_profile("berth", "web");
         assert_eq!(name, "berth-web");
         assert_eq!(text, include_str!("../data/apparmor-web.fixture"));
     }

@@ -124,7 +124,12 @@ pub fn shows_at(proc_root: &Path, pid: i32, at: PathBuf, id: (u64, u64)) -> io::
     in_namespace(proc_root, pid, move || {
         let (dir, name) = match walk(&at) {
             Ok(x) => x,
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)) => {
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP)
+                ) =>
+            {
                 return Ok(false)
             }
             Err(e) => return Err(e),

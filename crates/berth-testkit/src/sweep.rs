@@ -189,8 +189,36 @@ pub fn sweep(scope: &Scope) -> Report {
     r
 }
 
-/// The network namespaces and cgroups of `scope`.
+/// Where the kernel lists its AppArmor profiles and takes their unloading.
+const APPARMOR: &str = "/sys/kernel/security/apparmor";
+
+/// The AppArmor profiles of `scope`'s daemons (`PARENT.NAME`: berth names a non-default
+/// instance's profiles after its cgroup parent, the sandbox's name): unloaded. On a kernel
+/// without AppArmor, nothing.
+fn unload_profiles(scope: &Scope) -> Vec<String> {
+    let aa = Path::new(APPARMOR);
+    let listed = std::fs::read_to_string(aa.join("profiles")).unwrap_or_default();
+    let mut gone = Vec::new();
+    for line in listed.lines() {
+        let name = line.split(" (").next().unwrap_or("");
+        let owner = name.rsplit_once('.').map_or("", |(p, _)| p);
+        if !owner.is_empty()
+            && scope.owns(owner)
+            && std::fs::write(aa.join(".remove"), name).is_ok()
+        {
+            gone.push(name.to_string());
+        }
+    }
+    gone
+}
+
+/// The network namespaces, cgroups and AppArmor profiles of `scope`.
 fn remove_names(scope: &Scope, r: &mut Report) {
+    let profiles = unload_profiles(scope);
+    if !profiles.is_empty() {
+        r.found
+            .push(format!("AppArmor profiles {}", profiles.join(", ")));
+    }
     let ns = remove_netns(Path::new(NETNS_DIR), scope);
     if !ns.is_empty() {
         r.found

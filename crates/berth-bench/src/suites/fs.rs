@@ -5,13 +5,14 @@
 //!
 //! - the seed method (published A): busybox dd of 4096 × N blocks, write without and with
 //!   `conv=fsync`, read after dropping the caches; the host writes back and drops the page
-//!   cache before every phase (`echo 3 > /proc/sys/vm/drop_caches`, global but harmless);
+//!   cache of the data directories' files before every phase (`dd iflag=nocache`: their
+//!   cache only, never the machine's);
 //! - fio sequential and random read and write, 4 KiB blocks, direct I/O (`psync`).
 
 use serde_json::{json, Value};
 
 use super::cpu::{method_note, tool_versions};
-use super::hostguest::{self, abab, drop_caches, HostGuest, Metric, Rounds, Tool};
+use super::hostguest::{self, abab, HostGuest, Metric, Rounds, Tool};
 use super::{Ctx, Suite};
 use crate::report::{Section, SuiteOutput};
 use crate::sandbox::{PkgSpec, Sandbox};
@@ -110,7 +111,7 @@ fn dd_phases(hg: &HostGuest, p: &Sizes) -> Result<Vec<Metric>> {
             "busybox dd if=dd.img of=/dev/null bs=4096 2>/dev/null",
         ];
         for (k, script) in phases.iter().enumerate() {
-            drop_caches()?;
+            hg.drop_caches()?;
             let o = hg.run(side, script, std::slice::from_ref(&b))?;
             if rec {
                 m[k].push(side, mb / o.secs, o.load);
@@ -157,7 +158,7 @@ fn fio_modes(hg: &HostGuest, p: &Sizes) -> Result<Vec<Metric>> {
             p.r.rounds,
             p.r.warmup,
             |side, m, rec| {
-                drop_caches()?;
+                hg.drop_caches()?;
                 let o = hg.run(side, "fio \"$@\"", &args)?;
                 let v = fio_bw(&o.text, write).ok_or_else(|| {
                     let tail: Vec<&str> = o.text.trim().lines().rev().take(3).collect();
@@ -191,7 +192,7 @@ fn report(
             title: "busybox dd (the seed method)".into(),
             table: hostguest::table(dd),
             notes: vec![
-                format!("`busybox dd bs=4096 count={blocks}` from /dev/zero to a new file, then the same with `conv=fsync`, then the file to /dev/null; `sync` and `echo 3 > /proc/sys/vm/drop_caches` from the host before every phase; MB/s = bytes / time from the script's start to dd's exit"),
+                format!("`busybox dd bs=4096 count={blocks}` from /dev/zero to a new file, then the same with `conv=fsync`, then the file to /dev/null; the data directories' files written back and dropped from the page cache by the host before every phase (`dd conv=fdatasync oflag=nocache`, `dd iflag=nocache`: their cache only); MB/s = bytes / time from the script's start to dd's exit"),
                 format!("both sides work on the same files on {fstype}: the guest in /data (berth's bind of its data directory), the host in that directory (where a file sits on a virtual disk can change its speed more than a container does)"),
                 "published A: 600 MHz MIPS router, overlayfs on squashfs + ubifs, 100 runs (host → guest); absolute MB/s not comparable".into(),
             ],

@@ -94,12 +94,6 @@ pub fn loadavg() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-/// Writes back dirty pages and drops the page cache, dentries and inodes (global, harmless).
-pub fn drop_caches() -> Result<()> {
-    let _ = Command::new("sync").status();
-    std::fs::write("/proc/sys/vm/drop_caches", "3\n").context("drop caches")
-}
-
 const MARK: &[u8] = b"@berth-bench-go\n";
 
 /// The host and the running berth container of one suite.
@@ -216,6 +210,44 @@ impl HostGuest {
         let _ = std::fs::remove_dir_all(&self.host_data);
         self.host_data = self.guest_data.clone();
         self.shared = true;
+    }
+
+    /// Writes back and drops from the page cache the files of the data directories, and
+    /// nothing else: the machine's other caches (another run's images, a demo's) stay
+    /// (GNU dd's `nocache`, which is `posix_fadvise(POSIX_FADV_DONTNEED)` on the file).
+    pub fn drop_caches(&self) -> Result<()> {
+        for dir in [&self.guest_data, &self.host_data] {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                if !e.path().symlink_metadata().is_ok_and(|m| m.is_file()) {
+                    continue;
+                }
+                let f = e.path();
+                let of = format!("of={}", f.display());
+                let iff = format!("if={}", f.display());
+                for args in [
+                    vec![
+                        of.as_str(),
+                        "oflag=nocache",
+                        "conv=notrunc,fdatasync",
+                        "count=0",
+                    ],
+                    vec![iff.as_str(), "iflag=nocache", "count=0"],
+                ] {
+                    let st = Command::new("dd")
+                        .args(&args)
+                        .arg("status=none")
+                        .status()
+                        .context("dd (coreutils)")?;
+                    if !st.success() {
+                        bail!("dd {args:?}: {st}");
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// After a host run in a shared directory: its files to the directory's owner.

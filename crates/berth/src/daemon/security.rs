@@ -229,7 +229,7 @@ pub fn lxc_lines(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Re
     .map_err(|err| Error::internal(format!("write {}: {err}", profile.display())))?;
     let path = profile.display().to_string();
     let apparmor = if apparmor_enabled(d.sys()) {
-        Some(load_apparmor(&dir, p.name.as_str())?)
+        Some(load_apparmor(&dir, &d.cfg.cgroup_parent, p.name.as_str())?)
     } else if apparmor_without_securityfs(d.sys()) {
         // liblxc sees the module's "Y" too and refuses every start ("Incomplete AppArmor
         // support in your kernel"); no profile can be loaded, so the start fails here, saying
@@ -274,8 +274,8 @@ pub fn apparmor_without_securityfs(sys: &Path) -> bool {
 /// Writes the container's AppArmor profile next to its LXC configuration and loads (or
 /// replaces) it in the kernel; returns its name. A kernel with AppArmor never gets a
 /// container without its profile: a failure here fails the start.
-fn load_apparmor(dir: &Path, name: &str) -> Result<String> {
-    let (profile, text) = sec::apparmor_profile(name);
+fn load_apparmor(dir: &Path, parent: &str, name: &str) -> Result<String> {
+    let (profile, text) = sec::apparmor_profile(parent, name);
     let file = dir.join("apparmor");
     berth_sys::fsutil::write_volatile(&file, text.as_bytes(), 0o644)
         .map_err(|e| Error::internal(format!("write {}: {e}", file.display())))?;
@@ -309,7 +309,11 @@ fn load_apparmor(dir: &Path, name: &str) -> Result<String> {
 /// ids, so the range stays reserved: a reinstall gets its data back, and no other container
 /// gets ids that own it.
 pub fn removed(d: &Daemon, name: &str, purge: bool) {
-    unload_apparmor(&d.sys().join("kernel/security/apparmor"), name);
+    unload_apparmor(
+        &d.sys().join("kernel/security/apparmor"),
+        &d.cfg.cgroup_parent,
+        name,
+    );
     if purge && !d.cfg.paths.data(name).exists() && !d.cfg.paths.data_image(name).exists() {
         let path = slots_file(&d.cfg);
         let Ok(text) = std::fs::read_to_string(&path) else {
@@ -328,12 +332,12 @@ pub fn removed(d: &Daemon, name: &str, purge: bool) {
     }
 }
 
-fn unload_apparmor(securityfs: &Path, name: &str) {
+fn unload_apparmor(securityfs: &Path, parent: &str, name: &str) {
     let f = securityfs.join(".remove");
     if !f.exists() {
         return;
     }
-    let profile = sec::apparmor_profile(name).0;
+    let profile = sec::apparmor_profile(parent, name).0;
     match std::fs::write(&f, &profile) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             warnln!("berth: {name}: cannot unload AppArmor profile {profile}: {e}")
@@ -375,7 +379,7 @@ pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Resu
             None => "none: the kernel has no device controller berth can use",
         },
         field::NO_NEW_PRIVS: true,
-        field::APPARMOR: apparmor_enabled(d.sys()).then(|| sec::apparmor_profile(p.name.as_str()).0),
+        field::APPARMOR: apparmor_enabled(d.sys()).then(|| sec::apparmor_profile(&d.cfg.cgroup_parent, p.name.as_str()).0),
     }))
 }
 
@@ -421,7 +425,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("berth-aa-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("p");
-        std::fs::write(&file, sec::apparmor_profile("web-1").1).unwrap();
+        std::fs::write(&file, sec::apparmor_profile("berth", "web-1").1).unwrap();
         let out = std::process::Command::new("apparmor_parser")
             .args(["-Q", "-K", "-S"])
             .arg(&file)
@@ -456,10 +460,10 @@ mod tests {
         // Unloading writes the profile's name to securityfs's .remove, only where it exists
         // (the real kernel is exercised in the VM: scripts/vm/apparmor/).
         let aa = dir.join("kernel/security/apparmor");
-        unload_apparmor(&aa, "web");
+        unload_apparmor(&aa, "berth", "web");
         assert!(!aa.join(".remove").exists());
         std::fs::write(aa.join(".remove"), "").unwrap();
-        unload_apparmor(&aa, "web");
+        unload_apparmor(&aa, "berth", "web");
         assert_eq!(
             std::fs::read_to_string(aa.join(".remove")).unwrap(),
             "berth-web"

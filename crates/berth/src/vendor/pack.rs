@@ -608,13 +608,22 @@ pub(crate) mod tests {
             all.contains("/usr/lib/lighttpd/mod_0.so, /usr/lib/lighttpd/mod_1.so, /usr/lib/lighttpd/mod_2.so, /usr/lib/lighttpd/mod_3.so, /usr/lib/lighttpd/mod_4.so and 3 more will be hidden on the device: base = \"host\" binds the host's /usr/lib over the package's"),
             "{all}"
         );
-        assert!(all.contains("/lib/libown.so.1 will be hidden on the device"), "{all}");
+        assert!(
+            all.contains("/lib/libown.so.1 will be hidden on the device"),
+            "{all}"
+        );
         assert!(!all.contains("lib64"), "{all}");
         assert_eq!(r.warnings.len(), 2, "{all}");
         // --strict: refused, the files named, nothing written
         fs::remove_file(&out).unwrap();
-        let e = format!("{:#}", pack_with(&src, &out, Strictness::Strict).unwrap_err());
-        assert!(e.contains("not packed (--strict)") && e.contains("mod_0.so"), "{e}");
+        let e = format!(
+            "{:#}",
+            pack_with(&src, &out, Strictness::Strict).unwrap_err()
+        );
+        assert!(
+            e.contains("not packed (--strict)") && e.contains("mod_0.so"),
+            "{e}"
+        );
         assert!(!out.exists());
         // without base = "host" nothing is hidden
         package_tree(&src, "lighttpd", "");

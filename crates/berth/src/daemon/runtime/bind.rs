@@ -166,7 +166,14 @@ pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value
         // Only what is still the package's image goes: the container cannot mount, but the
         // path is its own (a target no longer there has nothing to unmount).
         if let Some(id) = image_id(&d.cfg.paths.image_mount(&b.sha256)) {
-            match mountns::at_target(d.proc(), init, b.at.clone().into(), Mount::Off, id, fault::point) {
+            match mountns::at_target(
+                d.proc(),
+                init,
+                b.at.clone().into(),
+                Mount::Off,
+                id,
+                fault::point,
+            ) {
                 Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
                     run[i].state = BindState::Bound;
                     write_run(d, container, &run)?;
@@ -213,7 +220,10 @@ pub(crate) fn settle(d: &Daemon, container: &str) {
         .iter()
         .rev()
     {
-        log::warn!("{container}: a stage bind a killed daemon left, {}: taken off", m.mount_point.display());
+        log::warn!(
+            "{container}: a stage bind a killed daemon left, {}: taken off",
+            m.mount_point.display()
+        );
         let _ = berth_sys::mount::umount(&m.mount_point, true);
         let _ = std::fs::remove_dir(&m.mount_point);
     }
@@ -234,7 +244,11 @@ pub(crate) fn settle(d: &Daemon, container: &str) {
                 b.package,
                 b.at,
                 b.state,
-                if shows { "it is there" } else { "it is not there" }
+                if shows {
+                    "it is there"
+                } else {
+                    "it is not there"
+                }
             );
         }
         let done = match action {

@@ -631,7 +631,10 @@ fn restore_data(d: &Daemon, name: &str) {
             image,
         ] {
             if let Err(e) = berth_sys::tree::remove_path(&p) {
-                log::error!("{name}: cannot remove the /data its new version made ({}: {e})", p.display());
+                log::error!(
+                    "{name}: cannot remove the /data its new version made ({}: {e})",
+                    p.display()
+                );
                 return;
             }
         }
