@@ -497,7 +497,7 @@ fn shows_tools(init: i64) -> bool {
 /// After a daemon killed mid-way and started again: `status` and the container's mounts
 /// agree, and so does the persistent record; then the operation that follows works and
 /// leaves them agreeing (and the binding gone). Returns whether it was found bound.
-fn agree_then_follow(sb: &Sandbox, what: &str) -> bool {
+fn agree_then_follow(sb: &Sandbox, what: &str, persist: bool) -> bool {
     let init = init_of(sb, "app");
     let c = sb.status_of("app");
     let listed = c["bindings"]
@@ -515,6 +515,12 @@ fn agree_then_follow(sb: &Sandbox, what: &str) -> bool {
         assert!(
             !kept.contains("tools"),
             "{what}: persisted but not bound: {kept}"
+        );
+    } else if persist {
+        // a `bind --persist` finished by the next daemon keeps its persistence
+        assert!(
+            kept.contains("tools"),
+            "{what}: bound but its --persist lost: {kept:?}"
         );
     }
     if listed {
@@ -594,7 +600,11 @@ fn bind_kill_rounds(tag: &str, propagation: bool, rounds: usize) -> (usize, usiz
             }
             kill_during(&mut sb, point, &args, env);
             kills += 1;
-            bound += usize::from(agree_then_follow(&sb, &format!("{tag} bind {point}")));
+            bound += usize::from(agree_then_follow(
+                &sb,
+                &format!("{tag} bind {point}"),
+                persist,
+            ));
         }
         for point in UNBIND_POINTS {
             let mut args = vec!["bind", "tools", "--into", "app"];
@@ -604,7 +614,11 @@ fn bind_kill_rounds(tag: &str, propagation: bool, rounds: usize) -> (usize, usiz
             sb.ok(&args);
             kill_during(&mut sb, point, &["unbind", "tools", "--from", "app"], env);
             kills += 1;
-            bound += usize::from(agree_then_follow(&sb, &format!("{tag} unbind {point}")));
+            bound += usize::from(agree_then_follow(
+                &sb,
+                &format!("{tag} unbind {point}"),
+                false,
+            ));
         }
     }
     // The payload never noticed.

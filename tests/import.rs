@@ -535,6 +535,27 @@ fn hostile_layers(canary: &str) -> Vec<(&'static str, Vec<Vec<Entry>>, String)> 
             "nests 201 levels deep, more than 128".into(),
         ),
         (
+            "a path of 5000 bytes, its 64th byte inside a character",
+            vec![vec![
+                bin(),
+                Entry::file(&format!("a{}", "é".repeat(2500)), b"x"),
+            ]],
+            "a path of 5001 bytes, more than 4096".into(),
+        ),
+        (
+            "a GNU long name of 100 KiB (the tar reader would hold it whole)",
+            vec![vec![
+                bin(),
+                {
+                    let mut e = Entry::raw(b'L', b"././@LongLink", 0o644);
+                    e.data = vec![b'a'; 100 << 10];
+                    e
+                },
+                Entry::file("after", b"x"),
+            ]],
+            "a tar header extension (L) of 102400 bytes, more than 65536".into(),
+        ),
+        (
             "a huge sparse file",
             vec![vec![
                 bin(),
@@ -758,7 +779,8 @@ fn a_million_entries_and_a_bomb_layer_are_refused_at_their_caps() {
         &[],
     );
     eprintln!("a million entries made and refused in {:?}", t.elapsed());
-    // Distinct files, against a cap lowered below them: refused at the 11th.
+    // Distinct files, against a cap lowered below them: refused at the 11th entry (the
+    // directory /f, implied by the names, is an entry too).
     let files = work.join("files.tar.gz");
     gz_layer(&files, 1000, &|i| Entry::file(&format!("f/{i:04}"), b"x"));
     let src = layout_of_gz(&work.join("files"), &files);
@@ -767,8 +789,22 @@ fn a_million_entries_and_a_bomb_layer_are_refused_at_their_caps() {
         &canary,
         &before,
         &src,
-        "/f/0010: more than 10 entries",
+        "/f/0009: more than 10 entries",
         &["--max-entries", "10"],
+    );
+    // Directories only implied by names count as well: 30 names nesting 120 levels each
+    // would make 3,600 directories from 30 entries.
+    let deep = work.join("deep.tar.gz");
+    let chain = "a/".repeat(119);
+    gz_layer(&deep, 30, &|i| Entry::file(&format!("x{i}/{chain}f"), b""));
+    let src = layout_of_gz(&work.join("deep"), &deep);
+    refused(
+        &sb,
+        &canary,
+        &before,
+        &src,
+        "more than 1000 entries",
+        &["--max-entries", "1000"],
     );
 
     // A bomb: a whiteout carrying 64 MiB of zeros (64 KiB compressed). Whiteouts are never

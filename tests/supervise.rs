@@ -258,20 +258,25 @@ fn a_failing_health_check_restarts_the_container_within_interval_times_retries()
     );
     // the hung probe's process was killed: no `sleep 30` left in the container (this
     // sandbox's: a process of its cgroup parent; the machine's others are not its business)
-    std::thread::sleep(Duration::from_millis(300));
-    let ps = std::process::Command::new("pgrep")
-        .args(["-f", "sleep 30$"])
-        .output()
-        .unwrap();
-    let out = stdout(&ps);
-    let left: Vec<&str> = out
-        .lines()
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-                .is_ok_and(|c| c.contains(&format!("/{}/", sb.cgroup_parent)))
-        })
-        .collect();
-    assert!(left.is_empty(), "a hung probe survived: {left:?}");
+    let left = || -> Vec<String> {
+        let ps = std::process::Command::new("pgrep")
+            .args(["-f", "sleep 30$"])
+            .output()
+            .unwrap();
+        stdout(&ps)
+            .lines()
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+                    .is_ok_and(|c| c.contains(&format!("/{}/", sb.cgroup_parent)))
+            })
+            .map(String::from)
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while !left().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(left().is_empty(), "a hung probe survived: {:?}", left());
 }
 
 #[test]

@@ -59,16 +59,34 @@ fn setup() -> (PathBuf, Vec<String>) {
 
 fn entry(b: &mut Bytes, canary: &str) -> Option<Entry> {
     let kind = b.byte()?;
-    let mut name = String::new();
+    let mut name = Vec::new();
     if kind & 0x80 != 0 {
-        name.push('/');
+        name.push(b'/');
     }
-    for i in 0..=(b.byte()? % 3) {
-        if i > 0 {
-            name.push('/');
+    if kind & 0x40 != 0 {
+        // Raw bytes: not UTF-8, slashes and NULs where they fall.
+        let n = b.byte()? % 48;
+        for _ in 0..n {
+            name.push(b.byte()?);
         }
-        name.push_str(NAMES[b.byte()? as usize % NAMES.len()]);
+    } else if kind & 0x20 != 0 {
+        // Long, of two-byte characters: past the path cap, cut anywhere.
+        let n = usize::from(b.byte()?) * 24;
+        // an ASCII byte first, or not: a cut at an even byte lands inside a character
+        if n % 48 == 24 {
+            name.push(b'a');
+        }
+        name.extend("é".repeat(n).bytes());
+    } else {
+        for i in 0..=(b.byte()? % 3) {
+            if i > 0 {
+                name.push(b'/');
+            }
+            name.extend_from_slice(NAMES[b.byte()? as usize % NAMES.len()].as_bytes());
+        }
     }
+    let raw = name;
+    let name = String::from("x");
     let target = match b.byte()? % 6 {
         0 => canary.to_string(),
         1 => format!("{canary}/precious"),
@@ -78,7 +96,7 @@ fn entry(b: &mut Bytes, canary: &str) -> Option<Entry> {
         _ => "/".to_string(),
     };
     let mode = u32::from(b.byte()?) << 4 | 0o644;
-    Some(match kind & 0x0f {
+    let mut e = match kind & 0x0f {
         0 | 1 => Entry::file(&name, &[b.byte()?; 3]).mode(mode),
         2 | 3 => Entry::dir(&name).mode(mode),
         4 | 5 => Entry::symlink(&name, &target),
@@ -88,7 +106,9 @@ fn entry(b: &mut Bytes, canary: &str) -> Option<Entry> {
         10 => Entry::raw(b'3', name.as_bytes(), 0o644),
         11 => Entry::raw(b'S', name.as_bytes(), 0o644).stated_size(u64::from(b.byte()?) << 20),
         _ => Entry::file(&name, b"").stated_size(u64::from(b.byte()?) << 24),
-    })
+    };
+    e.name = raw;
+    Some(e)
 }
 
 fuzz_target!(|data: &[u8]| {

@@ -79,7 +79,7 @@ fn entry_path(raw: &[u8]) -> Result<PathBuf> {
     if raw.len() > MAX_PATH_BYTES {
         return refused(format!(
             "{}…: a path of {} bytes, more than {MAX_PATH_BYTES}",
-            &lossy()[..64],
+            lossy().chars().take(64).collect::<String>(),
             raw.len()
         ));
     }
@@ -115,6 +115,181 @@ impl<R: Read> Read for Capped<R> {
         let n = self.inner.read(&mut buf[..want])?;
         self.left -= n as u64;
         Ok(n)
+    }
+}
+
+/// The largest tar header extension read (a GNU long name or link, a PAX header): the tar
+/// reader holds one whole in memory before its name is even looked at.
+pub const MAX_EXTENSION: u64 = 64 << 10;
+
+/// A tar stream passed on as it is, its headers looked at on the way: an extension (GNU `L`,
+/// `K`, PAX `x`, `g`) larger than [`MAX_EXTENSION`] stops it (the tar reader would buffer it
+/// whole: a 2 GiB "name" is a memory bomb, not a name). It follows the stream block by block:
+/// each header, GNU sparse headers' extension blocks, a PAX `size` for the entry after it.
+pub struct TarGuard<R> {
+    inner: R,
+    /// Bytes of the current member's data (and padding) still to pass.
+    data: u64,
+    /// Header bytes gathered so far (a header is read whole before it is judged).
+    head: Vec<u8>,
+    /// More GNU sparse extension blocks follow the header.
+    sparse_ext: bool,
+    /// A PAX header's data, read to find a `size` for the next entry.
+    pax: Option<Vec<u8>>,
+    next_size: Option<u64>,
+    /// Two zero blocks seen: the rest is passed as it is.
+    ended: bool,
+    zero_blocks: u8,
+    /// Bytes read but not yet given out.
+    out: Vec<u8>,
+    out_pos: usize,
+}
+
+impl<R: Read> TarGuard<R> {
+    pub fn new(inner: R) -> TarGuard<R> {
+        TarGuard {
+            inner,
+            data: 0,
+            head: Vec::with_capacity(512),
+            sparse_ext: false,
+            pax: None,
+            next_size: None,
+            ended: false,
+            zero_blocks: 0,
+            out: Vec::new(),
+            out_pos: 0,
+        }
+    }
+
+    /// A header's numeric field: octal, or GNU's base-256 (high bit of the first byte).
+    fn number(field: &[u8]) -> Option<u64> {
+        if field.first().is_some_and(|b| b & 0x80 != 0) {
+            let mut v: u64 = 0;
+            for (i, b) in field.iter().enumerate() {
+                let b = if i == 0 { b & 0x7f } else { *b };
+                v = v.checked_mul(256)?.checked_add(u64::from(b))?;
+            }
+            return Some(v);
+        }
+        let s = std::str::from_utf8(field).ok()?;
+        let s = s.trim_matches(|c: char| c == '\0' || c == ' ');
+        if s.is_empty() {
+            return Some(0);
+        }
+        u64::from_str_radix(s, 8).ok()
+    }
+
+    /// Judges one whole header block.
+    fn header(&mut self, h: &[u8]) -> io::Result<()> {
+        if self.sparse_ext {
+            // GNU sparse extension block: 21 entries, then its own "more follow" flag.
+            self.sparse_ext = h[504] != 0;
+            return Ok(());
+        }
+        if h.iter().all(|b| *b == 0) {
+            self.zero_blocks += 1;
+            self.ended = self.zero_blocks >= 2;
+            return Ok(());
+        }
+        self.zero_blocks = 0;
+        let kind = h[156];
+        let stated =
+            Self::number(&h[124..136]).ok_or_else(|| bad("a tar header with a bad size"))?;
+        let size = match kind {
+            b'x' | b'g' | b'L' | b'K' => {
+                if stated > MAX_EXTENSION {
+                    return Err(bad(&format!(
+                        "a tar header extension ({}) of {stated} bytes, more than {MAX_EXTENSION}",
+                        kind as char
+                    )));
+                }
+                if kind == b'x' {
+                    self.pax = Some(Vec::with_capacity(stated as usize));
+                }
+                stated
+            }
+            // Links, directories, devices and fifos carry no data, whatever a header says;
+            // the tar reader skips what it says all the same.
+            _ => self.next_size.take().unwrap_or(stated),
+        };
+        if kind == b'S' {
+            self.sparse_ext = h[482] != 0;
+        }
+        self.data = size.div_ceil(512).saturating_mul(512);
+        Ok(())
+    }
+
+    /// After a PAX header's data: a `size` it gives is the next entry's.
+    fn pax_done(&mut self, data: &[u8]) {
+        for rec in data.split(|b| *b == b'\n') {
+            let Ok(rec) = std::str::from_utf8(rec) else {
+                continue;
+            };
+            if let Some(v) = rec
+                .split_once(' ')
+                .and_then(|(_, kv)| kv.strip_prefix("size="))
+            {
+                self.next_size = v.parse().ok();
+            }
+        }
+    }
+}
+
+fn bad(m: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, m.to_string())
+}
+
+impl<R: Read> Read for TarGuard<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.out_pos < self.out.len() {
+            let n = buf.len().min(self.out.len() - self.out_pos);
+            buf[..n].copy_from_slice(&self.out[self.out_pos..self.out_pos + n]);
+            self.out_pos += n;
+            return Ok(n);
+        }
+        if self.ended {
+            return self.inner.read(buf);
+        }
+        if self.data > 0 {
+            // Member data: passed on (a PAX header's kept to be read).
+            let want = buf.len().min(self.data.min(usize::MAX as u64) as usize);
+            let n = self.inner.read(&mut buf[..want])?;
+            if n == 0 {
+                return Ok(0);
+            }
+            self.data -= n as u64;
+            if let Some(p) = self.pax.as_mut() {
+                p.extend_from_slice(&buf[..n]);
+                if self.data == 0 {
+                    let p = self.pax.take().unwrap_or_default();
+                    self.pax_done(&p);
+                }
+            }
+            return Ok(n);
+        }
+        // A header block: read whole, judged, then given out.
+        self.head.clear();
+        self.head.resize(512, 0);
+        let mut got = 0;
+        while got < 512 {
+            let n = self.inner.read(&mut self.head[got..])?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        if got < 512 {
+            // A cut stream: the tar reader says so.
+            self.head.truncate(got);
+            self.ended = true;
+        } else {
+            let h = std::mem::take(&mut self.head);
+            self.header(&h)?;
+            self.head = h;
+        }
+        self.out = std::mem::take(&mut self.head);
+        self.out_pos = 0;
+        self.read(buf)
     }
 }
 
@@ -169,7 +344,7 @@ impl<'a> Unpacker<'a> {
             left,
             tripped: tripped.clone(),
         };
-        let mut ar = tar::Archive::new(capped);
+        let mut ar = tar::Archive::new(TarGuard::new(capped));
         let mut implicit: HashSet<PathBuf> = HashSet::new();
         let mut whiteouts = Vec::new();
         let max_bytes = self.limits.max_bytes;
@@ -278,11 +453,16 @@ impl<'a> Unpacker<'a> {
             }
         };
         let (parent_rel, name) = tree::split(&rel).map_err(|err| ImageError::io(&at, err))?;
+        let mut made = Vec::new();
         let parent = scratch
-            .make_dirs(&parent_rel, 0o755, &mut |p| {
-                implicit.insert(p.to_path_buf());
-            })
+            .make_dirs(&parent_rel, 0o755, &mut |p| made.push(p.to_path_buf()))
             .map_err(|err| ImageError::io(&at, err))?;
+        // A directory only implied by an entry's path is an entry all the same: counted (a
+        // few entries nesting 128 levels each would make millions of directories).
+        for p in made {
+            self.count(&p)?;
+            implicit.insert(p);
+        }
         let mode = e.header().mode().unwrap_or(0o644) & 0o7777;
         let owner = self.owner(e);
         if kind == T::Directory {

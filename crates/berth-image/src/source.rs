@@ -417,10 +417,11 @@ enum Member {
 
 /// The members of a docker-archive by their clean names, in one pass over its headers.
 fn members(file: &File, shown: &str) -> Result<HashMap<PathBuf, Member>> {
-    let mut ar = tar::Archive::new(file);
+    // Read through once (the guard bounds what the tar reader holds of a header).
+    let mut ar = tar::Archive::new(crate::layer::TarGuard::new(io::BufReader::new(file)));
     let mut out = HashMap::new();
     let bad = |e: io::Error| ImageError::Refused(format!("{shown}: not a tar archive ({e})"));
-    for e in ar.entries_with_seek().map_err(bad)? {
+    for e in ar.entries().map_err(bad)? {
         let e = e.map_err(bad)?;
         if out.len() >= MAX_MEMBERS {
             return refused(format!("{shown}: more than {MAX_MEMBERS} members"));

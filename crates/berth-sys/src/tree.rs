@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 // 32-bit glibc's `stat` has 32-bit sizes and inode numbers: the 64-bit calls there.
 #[cfg(not(all(target_env = "gnu", target_pointer_width = "32")))]
-use libc::{fstat, fstatat, stat as RawStat};
+use libc::{fstat, fstatat, lseek, stat as RawStat};
 #[cfg(all(target_env = "gnu", target_pointer_width = "32"))]
-use libc::{fstat64 as fstat, fstatat64 as fstatat, stat64 as RawStat};
+use libc::{fstat64 as fstat, fstatat64 as fstatat, lseek64 as lseek, stat64 as RawStat};
 
 /// How deep a walked tree may nest and how many entries it may have (a container controls
 /// its /data: neither may take the daemon down). Removal has no such cap: whatever a
@@ -130,6 +130,7 @@ pub struct Stat {
     pub used: u64,
     pub dev: u64,
     pub ino: u64,
+    pub nlink: u64,
     pub mtime: i64,
 }
 
@@ -152,6 +153,7 @@ fn to_stat(st: &RawStat) -> Stat {
         used: (st.st_blocks as u64).saturating_mul(512),
         dev: st.st_dev as u64,
         ino: st.st_ino as u64,
+        nlink: st.st_nlink as u64,
         mtime: st.st_mtime as i64,
     }
 }
@@ -164,8 +166,19 @@ fn fstat_fd(fd: RawFd) -> io::Result<Stat> {
     Ok(to_stat(&st))
 }
 
+/// The flags every open here adds: never a link, not inherited; and, but with `O_PATH`
+/// (which `openat2` takes with no flag but these), never a controlling terminal and large
+/// files.
+fn with_ours(flags: libc::c_int) -> libc::c_int {
+    let more = match flags & libc::O_PATH {
+        0 => libc::O_NOCTTY | libc::O_LARGEFILE,
+        _ => 0,
+    };
+    flags | libc::O_CLOEXEC | libc::O_NOFOLLOW | more
+}
+
 fn open_at(dir: RawFd, name: &CStr, flags: libc::c_int, mode: libc::mode_t) -> io::Result<OwnedFd> {
-    let flags = flags | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_LARGEFILE;
+    let flags = with_ours(flags);
     // SAFETY: `name` is NUL-terminated and outlives the call; the fd returned is new and
     // owned by nobody else.
     let fd = cvt(
@@ -182,7 +195,7 @@ static OPENAT2: AtomicU8 = AtomicU8::new(0);
 /// Whether this kernel resolves with `openat2` (`berth check`); false once it has refused.
 pub fn openat2_works() -> bool {
     if OPENAT2.load(Ordering::Relaxed) == 0 {
-        let _ = openat2(libc::AT_FDCWD, c".", libc::O_PATH | libc::O_DIRECTORY);
+        let _ = openat2(libc::AT_FDCWD, c".", libc::O_RDONLY | libc::O_DIRECTORY);
     }
     OPENAT2.load(Ordering::Relaxed) == 1
 }
@@ -195,7 +208,7 @@ fn openat2(dir: RawFd, rel: &CStr, flags: libc::c_int) -> Option<io::Result<Owne
     }
     // SAFETY: an all-zero open_how is valid (no mode, no resolve flags) before it is filled.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_LARGEFILE) as u64;
+    how.flags = with_ours(flags) as u64;
     how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
     // SAFETY: `rel` is NUL-terminated and `how` is a valid open_how of the size passed; both
     // outlive the call. The fd returned is new.
@@ -214,10 +227,13 @@ fn openat2(dir: RawFd, rel: &CStr, flags: libc::c_int) -> Option<io::Result<Owne
             // SAFETY: see above.
             Some(Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }))
         }
-        Err(e) if matches!(errno(&e), libc::ENOSYS | libc::EPERM | libc::E2BIG) => {
+        // Not this kernel's call (or a seccomp filter's answer for one it does not know).
+        Err(e) if matches!(errno(&e), libc::ENOSYS | libc::E2BIG) => {
             OPENAT2.store(2, Ordering::Relaxed);
             None
         }
+        // A filter's refusal, or an LSM's of this one path: the walk, this time.
+        Err(e) if errno(&e) == libc::EPERM => None,
         Err(e) => Some(Err(e)),
     }
 }
@@ -357,6 +373,12 @@ impl Dir {
     /// The regular file at `rel` beneath this one, for reading (a fifo put there is opened
     /// without blocking, then refused).
     pub fn open_file(&self, rel: &Path) -> io::Result<File> {
+        // Looked at first: a device node is never opened (a tty's or a tape's open acts).
+        if let Some(st) = self.stat_beneath(rel)? {
+            if st.kind != Kind::File {
+                return Err(refuse(format!("{} is not a regular file", shown(rel))));
+            }
+        }
         let fd = self.open_beneath(rel, libc::O_RDONLY | libc::O_NONBLOCK, true)?;
         regular(fd, rel)
     }
@@ -449,12 +471,19 @@ impl Dir {
 
     /// Opens the regular file `name` in this directory for reading, not through a link.
     pub fn open_entry(&self, name: &OsStr) -> io::Result<File> {
-        let fd = open_at(
-            self.as_raw_fd(),
-            &entry_name(name)?,
-            libc::O_RDONLY | libc::O_NONBLOCK,
-            0,
-        )?;
+        let n = entry_name(name)?;
+        // Looked at first: a device node is never opened (a tty's or a tape's open acts).
+        match stat_at(self.as_raw_fd(), &n)? {
+            Some(st) if st.kind == Kind::File => {}
+            Some(_) => {
+                return Err(refuse(format!(
+                    "{} is not a regular file",
+                    shown(Path::new(name))
+                )))
+            }
+            None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        }
+        let fd = open_at(self.as_raw_fd(), &n, libc::O_RDONLY | libc::O_NONBLOCK, 0)?;
         regular(fd, Path::new(name))
     }
 
@@ -564,6 +593,12 @@ impl Dir {
     /// The names in this directory (not `.` and `..`), with what each is where the file
     /// system says so in the listing (`None`: ask with [`Dir::stat`]).
     pub fn entries(&self) -> io::Result<Entries> {
+        self.entries_from(0)
+    }
+
+    /// The listing from `cookie` on: the place after an entry, as [`Entries::cookie`] gave
+    /// it (0: the start).
+    fn entries_from(&self, cookie: i64) -> io::Result<Entries> {
         // A descriptor of its own: the listing's offset is not shared with `self`.
         let fd = open_at(
             self.as_raw_fd(),
@@ -571,11 +606,16 @@ impl Dir {
             libc::O_RDONLY | libc::O_DIRECTORY,
             0,
         )?;
+        if cookie != 0 {
+            // SAFETY: an open directory descriptor; the offset is one its listing gave.
+            cvt(unsafe { lseek(fd.as_raw_fd(), cookie as _, libc::SEEK_SET) } as libc::c_long)?;
+        }
         Ok(Entries {
             fd,
-            buf: vec![0u8; 8192],
+            buf: vec![0u8; 4096],
             pos: 0,
             len: 0,
+            cookie,
         })
     }
 
@@ -753,6 +793,8 @@ pub struct Entries {
     buf: Vec<u8>,
     pos: usize,
     len: usize,
+    /// Where the listing goes on after the entry last returned.
+    cookie: i64,
 }
 
 impl Entries {
@@ -780,6 +822,7 @@ impl Entries {
                 return Err(io::Error::from_raw_os_error(libc::EIO));
             }
             let reclen = u16::from_ne_bytes([rec[16], rec[17]]) as usize;
+            let off = i64::from_ne_bytes(rec[8..16].try_into().expect("8 bytes"));
             if reclen < 20 || reclen > rec.len() {
                 return Err(io::Error::from_raw_os_error(libc::EIO));
             }
@@ -793,12 +836,20 @@ impl Entries {
             let name = &rec[19..reclen];
             let name = &name[..name.iter().position(|b| *b == 0).unwrap_or(name.len())];
             self.pos += reclen;
+            self.cookie = off;
             if name == b"." || name == b".." || name.is_empty() {
                 continue;
             }
             let name = CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EIO))?;
             return Ok(Some((name, kind)));
         }
+    }
+}
+
+impl Entries {
+    /// Where a listing of the same directory goes on after the entry last returned.
+    fn cookie(&self) -> i64 {
+        self.cookie
     }
 }
 
@@ -820,6 +871,10 @@ struct Cursor {
 }
 
 impl Cursor {
+    fn as_raw_fd_of_dir(&self) -> RawFd {
+        self.dir.as_raw_fd()
+    }
+
     fn new(dir: Dir) -> Cursor {
         Cursor {
             dir,
@@ -894,7 +949,11 @@ pub fn for_each(top: &Dir, visit: &mut Visit<'_>) -> io::Result<()> {
 }
 
 /// [`for_each`], with `dst` walked in step when given (a copy): a directory that `visit`
-/// made in `dst` is gone into there too, and gets its source's mode and owner once filled.
+/// made in `dst` is gone into there too, and gets its source's mode, owner and time once
+/// filled. Depth first: a directory is gone into as soon as it is met, and its parent's
+/// listing goes on afterwards from where it stood (the listing's own cookie), so the walk
+/// holds one listing and, per level, a number: a directory of a million entries costs it
+/// no more memory than one of ten.
 fn walk(top: &Dir, dst: Option<&Dir>, visit: &mut Visit<'_>) -> io::Result<()> {
     let mut src = Cursor::new(top.open_dir(Path::new("."))?);
     let mut out = match dst {
@@ -902,118 +961,111 @@ fn walk(top: &Dir, dst: Option<&Dir>, visit: &mut Visit<'_>) -> io::Result<()> {
         None => None,
     };
     let mut rel = PathBuf::new();
-    // Per level: the subdirectories still to go into.
-    let mut todo: Vec<Vec<CString>> = Vec::new();
+    // Per level above: where its listing goes on.
+    let mut cookies: Vec<i64> = Vec::new();
+    let mut list = src.dir.entries()?;
     let mut seen = 0usize;
-    let mut fill = |src: &Dir,
-                    dst: Option<&Dir>,
-                    parent: &Path,
-                    seen: &mut usize|
-     -> io::Result<Vec<CString>> {
-        let mut subdirs = Vec::new();
-        let mut list = src.entries()?;
-        while let Some((n, _)) = list.next_entry()? {
-            *seen += 1;
-            if *seen > MAX_ENTRIES {
-                return Err(too_big("large"));
-            }
-            let Some(stat) = stat_at(src.as_raw_fd(), &n)? else {
-                continue;
-            };
-            visit(&Visited {
-                dir: src,
-                parent,
-                name: OsStr::from_bytes(n.as_bytes()),
-                stat: &stat,
-                dst,
-            })?;
-            if stat.kind == Kind::Dir {
-                subdirs.push(n);
-            }
-        }
-        subdirs.reverse();
-        Ok(subdirs)
-    };
-    todo.push(fill(
-        &src.dir,
-        out.as_ref().map(|c| &c.dir),
-        &rel,
-        &mut seen,
-    )?);
     loop {
-        let next = todo.last_mut().and_then(|l| l.pop());
-        match next {
-            Some(n) => {
-                if todo.len() + 1 > MAX_DEPTH {
-                    return Err(too_big("deep"));
-                }
-                match src.down(&n) {
-                    Ok(()) => {}
-                    // Gone or swapped since it was listed: nothing of it is walked.
-                    Err(e) if matches!(errno(&e), libc::ENOENT | libc::ELOOP | libc::ENOTDIR) => {
-                        continue
-                    }
-                    Err(e) => return Err(e),
-                }
-                if let Some(o) = out.as_mut() {
-                    o.down(&n)?;
-                }
-                rel.push(OsStr::from_bytes(n.as_bytes()));
-                todo.push(fill(
-                    &src.dir,
-                    out.as_ref().map(|c| &c.dir),
-                    &rel,
-                    &mut seen,
-                )?);
+        let Some((n, _)) = list.next_entry()? else {
+            if let Some(o) = out.as_ref() {
+                // A directory's own mode last: a read-only one must be filled first.
+                let s = src.dir.stat_self()?;
+                o.dir
+                    .set_attrs(s.mode, Some((s.uid, s.gid)), Some(s.mtime))?;
+                // SAFETY: the descriptor is an open directory.
+                let _ = unsafe { libc::fsync(o.dir.as_raw_fd()) };
             }
-            None => {
-                todo.pop();
-                if let Some(o) = out.as_ref() {
-                    // A directory's own mode last: a read-only one must be filled first.
-                    let s = src.dir.stat_self()?;
-                    o.dir.set_attrs(s.mode, Some((s.uid, s.gid)), None)?;
-                    // SAFETY: the descriptor is an open directory.
-                    let _ = unsafe { libc::fsync(o.dir.as_raw_fd()) };
-                }
-                if todo.is_empty() {
-                    return Ok(());
-                }
-                src.up()?;
-                if let Some(o) = out.as_mut() {
-                    o.up()?;
-                }
-                rel.pop();
+            let Some(cookie) = cookies.pop() else {
+                return Ok(());
+            };
+            src.up()?;
+            if let Some(o) = out.as_mut() {
+                o.up()?;
             }
+            rel.pop();
+            list = src.dir.entries_from(cookie)?;
+            continue;
+        };
+        seen += 1;
+        if seen > MAX_ENTRIES {
+            return Err(too_big("large"));
         }
+        let Some(stat) = stat_at(src.as_raw_fd_of_dir(), &n)? else {
+            continue;
+        };
+        visit(&Visited {
+            dir: &src.dir,
+            parent: &rel,
+            name: OsStr::from_bytes(n.as_bytes()),
+            stat: &stat,
+            dst: out.as_ref().map(|c| &c.dir),
+        })?;
+        if stat.kind != Kind::Dir {
+            continue;
+        }
+        if cookies.len() + 1 >= MAX_DEPTH {
+            return Err(too_big("deep"));
+        }
+        match src.down(&n) {
+            Ok(()) => {}
+            // Gone or swapped since it was listed: nothing of it is walked.
+            Err(e) if matches!(errno(&e), libc::ENOENT | libc::ELOOP | libc::ENOTDIR) => continue,
+            Err(e) => return Err(e),
+        }
+        if let Some(o) = out.as_mut() {
+            o.down(&n)?;
+        }
+        cookies.push(list.cookie());
+        rel.push(OsStr::from_bytes(n.as_bytes()));
+        list = src.dir.entries()?;
     }
 }
 
 /// Copies everything below `src` into the empty directory `dst`: directories, regular files
-/// and links (as links, never followed), with their modes and owners (a container's files
-/// belong to its mapped ids); fifos, sockets and device nodes are left out. Each file is
-/// fsynced. Refused past the caps, or past `max_bytes` of file data (a tree that grows while
-/// it is copied), or when the tree changes under the walk.
+/// and links (as links, never followed), with their modes, owners and times (a container's
+/// files belong to its mapped ids), and files linked to each other linked again in the copy;
+/// fifos, sockets and device nodes are left out (a copy of /data is of what the container
+/// keeps, not of what it runs with), and so are extended attributes. Each file is fsynced.
+/// Refused past the caps, or past `max_bytes` of file data (a tree that grows while it is
+/// copied), or when the tree changes under the walk.
 pub fn copy_tree(src: &Dir, dst: &Dir, max_bytes: u64) -> io::Result<()> {
     let mut copied = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
+    // A file seen before under another name (device, inode → its path in the copy).
+    let mut linked: std::collections::HashMap<(u64, u64), PathBuf> = Default::default();
     walk(src, Some(dst), &mut |v| {
         let (from, s, n) = (v.dir, v.stat, v.name);
         let to = v.dst.expect("a copy walks its destination");
+        // Gone, or swapped for something else, since it was listed: not copied.
+        let gone = |e: &io::Error| {
+            is_refusal(e) || matches!(errno(e), libc::ENOENT | libc::ELOOP | libc::EINVAL)
+        };
         match s.kind {
             Kind::Dir => to.mkdir(n, 0o700),
-            Kind::Symlink => {
-                to.symlink(&from.read_link(n)?, n)?;
-                to.chown(n, s.uid, s.gid)
-            }
+            Kind::Symlink => match from.read_link(n) {
+                Ok(target) => {
+                    to.symlink(&target, n)?;
+                    to.chown(n, s.uid, s.gid)?;
+                    to.set_mtime(n, s.mtime)
+                }
+                Err(e) if gone(&e) => Ok(()),
+                Err(e) => Err(e),
+            },
             Kind::File => {
                 let mut r = match from.open_entry(n) {
                     Ok(f) => f,
-                    // Gone, or swapped for something else, since it was listed.
-                    Err(e) if is_refusal(&e) || matches!(errno(&e), libc::ENOENT | libc::ELOOP) => {
-                        return Ok(())
-                    }
+                    Err(e) if gone(&e) => return Ok(()),
                     Err(e) => return Err(e),
                 };
+                let now = fstat_fd(r.as_raw_fd())?;
+                let path = v.path();
+                if now.nlink > 1 {
+                    if let Some(first) = linked.get(&(now.dev, now.ino)) {
+                        let (fp, fname) = split(first)?;
+                        return dst.open_dir(&fp)?.hard_link(&fname, to, n);
+                    }
+                    linked.insert((now.dev, now.ino), path);
+                }
                 let mut w = to.create_file(n, 0o600)?;
                 loop {
                     let k = r.read(&mut buf)?;
@@ -1029,8 +1081,7 @@ pub fn copy_tree(src: &Dir, dst: &Dir, max_bytes: u64) -> io::Result<()> {
                     w.write_all(&buf[..k])?;
                 }
                 w.sync_all()?;
-                let now = fstat_fd(r.as_raw_fd())?;
-                set_file_attrs(&w, now.mode, Some((now.uid, now.gid)), None)
+                set_file_attrs(&w, now.mode, Some((now.uid, now.gid)), Some(now.mtime))
             }
             Kind::Special => Ok(()),
         }
@@ -1047,7 +1098,9 @@ fn parent_of(path: &Path) -> io::Result<(Dir, &OsStr)> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    Ok((Dir::open(parent)?, name))
+    // The parent is berth's own (its state directory may well be a link to a card): only
+    // the name is inside the untrusted tree.
+    Ok((Dir::open_given(parent)?, name))
 }
 
 /// Removes `path` and all below it ([`Dir::remove_all`] in its parent); a missing path is
@@ -1265,6 +1318,85 @@ mod tests {
             deep = deep.subdir(OsStr::new("d")).unwrap();
         }
         assert_eq!(tree_size(&t), None);
+    }
+
+    /// Many directories side by side and nested: the walk's resumed listings visit each
+    /// entry once, a copy is the same tree (links, hard links, modes, times), and a tree
+    /// below a parent that is a link of berth's own is removed.
+    #[test]
+    fn walks_resume_their_listings_and_copies_keep_links_and_times() {
+        use std::os::unix::fs::MetadataExt;
+        let d = TempDir::new("tree-wide");
+        let top = d.path().join("wide");
+        for i in 0..300 {
+            let sub = top.join(format!("d{i:03}/e/f"));
+            std::fs::create_dir_all(&sub).unwrap();
+            std::fs::write(sub.join("x"), format!("{i}")).unwrap();
+        }
+        std::fs::write(top.join("first"), "1").unwrap();
+        std::fs::hard_link(top.join("first"), top.join("d007/second")).unwrap();
+        symlink("../first", top.join("d001/rel")).unwrap();
+        let old = 1_600_000_000;
+        let t = libc::timespec {
+            tv_sec: old,
+            tv_nsec: 0,
+        };
+        let c = CString::new(top.join("first").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path and two valid timespecs.
+        unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), [t, t].as_ptr(), 0) };
+        let t = Dir::open(&top).unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for_each(&t, &mut |v| {
+            assert!(seen.insert(v.path()), "{} twice", v.path().display());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(seen.len(), 300 * 4 + 3, "every entry once");
+        let size: u64 = (0..300).map(|i| format!("{i}").len() as u64).sum::<u64>() + 2;
+        assert_eq!(tree_size(&t), Some(size));
+        let out = d.path().join("copy");
+        copy_path(&top, &out, 1 << 20).unwrap();
+        let m = |p: &Path| std::fs::symlink_metadata(p).unwrap();
+        assert_eq!(
+            m(&out.join("first")).ino(),
+            m(&out.join("d007/second")).ino(),
+            "linked again"
+        );
+        assert_eq!(m(&out.join("first")).mtime(), old);
+        assert_eq!(
+            std::fs::read_link(out.join("d001/rel")).unwrap(),
+            Path::new("../first")
+        );
+        assert_eq!(std::fs::read(out.join("d299/e/f/x")).unwrap(), b"299");
+        // a parent that is berth's own link: followed (only the name is the tree's)
+        symlink(d.path(), d.path().join("via")).unwrap();
+        remove_path(&d.path().join("via/copy")).unwrap();
+        assert!(!out.exists());
+    }
+
+    #[test]
+    fn special_files_are_refused_unopened_and_openat2_is_used_where_the_kernel_has_it() {
+        let d = TempDir::new("tree-special");
+        let fifo = CString::new(d.path().join("fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        let t = Dir::open(d.path()).unwrap();
+        // a fifo with no writer would block an open without O_NONBLOCK: refused first
+        assert!(is_refusal(&t.open_entry(OsStr::new("fifo")).unwrap_err()));
+        assert!(is_refusal(&t.open_file(Path::new("fifo")).unwrap_err()));
+        // O_PATH beneath: never with O_LARGEFILE, which openat2 refuses beside it
+        assert!(t
+            .open_beneath(Path::new("fifo"), libc::O_PATH, true)
+            .is_ok());
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut v = release
+            .split(|c: char| !c.is_ascii_digit())
+            .map(|n| n.parse::<u32>().unwrap_or(0));
+        let kernel = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+        // (Under the old-kernel filter, pidfd_open answers ENOSYS too.)
+        if kernel >= (5, 6) && crate::process::pidfd_supported() {
+            assert!(openat2_works(), "Linux {kernel:?} has openat2");
+        }
     }
 
     #[test]

@@ -194,14 +194,10 @@ pub fn own_data(d: &Daemon, p: &Installed, data: &Path) -> Result<()> {
     // The container's own tree: walked beneath its top, links changed as themselves, never
     // followed, at any depth the walk's caps allow (a container that nested past them must
     // be purged).
+    // The top last: its owner is what says the shift is done, so a daemon killed half-way
+    // does the rest at the next start.
     let shift = || -> std::io::Result<()> {
         let top = berth_sys::tree::Dir::open(data)?;
-        let s = top.stat_self()?;
-        let owner = (
-            sec::shift_id(s.uid, pol, base),
-            sec::shift_id(s.gid, pol, base),
-        );
-        top.set_attrs(s.mode, Some(owner), None)?;
         berth_sys::tree::for_each(&top, &mut |v| {
             let (uid, gid) = (v.stat.uid, v.stat.gid);
             v.dir.chown(
@@ -209,7 +205,13 @@ pub fn own_data(d: &Daemon, p: &Installed, data: &Path) -> Result<()> {
                 sec::shift_id(uid, pol, base),
                 sec::shift_id(gid, pol, base),
             )
-        })
+        })?;
+        let s = top.stat_self()?;
+        let owner = (
+            sec::shift_id(s.uid, pol, base),
+            sec::shift_id(s.gid, pol, base),
+        );
+        top.set_attrs(s.mode, Some(owner), None)
     };
     shift().map_err(|e| Error::internal(format!("chown {} for the id map: {e}", data.display())))
 }

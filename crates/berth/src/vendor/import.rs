@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -94,11 +94,9 @@ impl Scratch {
     fn new(parent: &Path) -> Result<Scratch> {
         for n in 0..1000u32 {
             let p = parent.join(format!(".berth-import-{}-{n}", std::process::id()));
-            match std::fs::create_dir(&p) {
-                Ok(()) => {
-                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700))?;
-                    return Ok(Scratch(p));
-                }
+            // Private from its first moment (the umask can only take bits away).
+            match std::fs::DirBuilder::new().mode(0o700).create(&p) {
+                Ok(()) => return Ok(Scratch(p)),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
                     return Err(e).with_context(|| {

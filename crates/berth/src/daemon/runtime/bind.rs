@@ -67,7 +67,8 @@ pub(crate) fn bind(
         Some(_) => make_dirs(&anchor, &at)?,
         None => String::new(),
     };
-    let method = if d.force_mount_fallback {
+    // Decided before it is recorded: the record says how, should the daemon die mid-way.
+    let method = if d.force_mount_fallback || !mount_api() {
         Method::Propagation
     } else {
         Method::MountApi
@@ -288,6 +289,12 @@ pub(crate) fn settle(d: &Daemon, container: &str) {
     if let Err(e) = write_run(d, container, &out) {
         log::error!("{container}: cannot record its bindings: {}", e.message);
     }
+}
+
+/// Whether this kernel has the mount API's `open_tree` (Linux 5.2), asked once.
+fn mount_api() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| berth_sys::check::probe_open_tree().0 == berth_sys::check::Status::Present)
 }
 
 /// Refuses a target that would stack on (or under) one of the run's bindings.

@@ -452,8 +452,8 @@ pub(crate) fn set_autostart(d: &Daemon, name: &str, on: bool) -> Result<()> {
 }
 
 /// After an operator's start (`berth start`, `berth restart`): up to `[containers]
-/// start_settle` for a payload that ends at once (a missing interpreter, a configuration it
-/// refuses). Such an end is the start's error, with how it ended and the last lines it wrote,
+/// start_settle` for a payload that fails at once (a missing interpreter, a configuration it
+/// refuses): an end other than exit 0 in that time is the start's error, with how it ended and the last lines it wrote,
 /// so that the package's author reads "perl: not found" rather than a bare exit status. Not
 /// under the op lock: the daemon goes on meanwhile; the supervisor's own starts never wait.
 pub(crate) fn settled(d: &Daemon, name: &str, started: Value) -> Result<Value> {
@@ -461,9 +461,13 @@ pub(crate) fn settled(d: &Daemon, name: &str, started: Value) -> Result<Value> {
     let exit = d.cfg.paths.exit_file(name);
     let t0 = Instant::now();
     while t0.elapsed() < window {
-        // The shim writes its saved log, then the exit record, when the container ends.
+        // The shim writes its saved log, then the exit record, when the container ends. A
+        // payload that did its work and exited 0 started well (a one-shot package).
         if exit.exists() {
-            return Err(ended_at_once(d, name, t0.elapsed()));
+            if probe::exit_of(d, name).failed() {
+                return Err(ended_at_once(d, name, t0.elapsed()));
+            }
+            return Ok(started);
         }
         std::thread::sleep(Duration::from_millis(5).min(window.saturating_sub(t0.elapsed())));
     }
