@@ -38,7 +38,7 @@ done
 
 const APPLETS: &[&str] = &[
     "sh", "cat", "echo", "sleep", "ls", "id", "printf", "wc", "tr", "grep", "test", "[", "mv",
-    "rm", "head", "seq",
+    "rm", "head", "seq", "cut",
 ];
 
 fn client_script() -> Vec<u8> {
@@ -311,7 +311,12 @@ fn a_package_stops_and_restarts_itself_also_when_it_exits_at_once() {
     let c = wait_for(&sb, "selfy", 20, "restarted", |c| {
         c["state"] == "running" && c["init_pid"].as_i64().is_some_and(|p| p != pid0)
     });
-    assert_eq!(c["restarts"], 0, "an asked-for restart is no failure: {c}");
+    // counted, but no failure (no retry towards `failed`, no crash report)
+    assert_eq!(
+        (c["restarts"].as_u64(), c["retries"].as_u64()),
+        (Some(1), Some(0)),
+        "an asked-for restart is counted, and no failure: {c}"
+    );
     let v: Value =
         serde_json::from_slice(&std::fs::read(api.data().join("restart.out")).unwrap()).unwrap();
     assert_eq!(v["accepted"], "restart", "{v}");
@@ -342,6 +347,90 @@ fn a_package_stops_and_restarts_itself_also_when_it_exits_at_once() {
     assert!(sb
         .daemon_log_text()
         .contains("selfy: asked through its API to stop"));
+}
+
+/// A payload whose first act at every start is to ask for its own restart; paced, it asks
+/// again every 200 ms. It notes each answer in /data/answers: `accepted`, or `paced SECONDS
+/// BODY` with the Retry-After header and the JSON body.
+const SELFISH: &str = r#"echo "up"
+while :; do
+    code=$(curl -s -o /tmp/body -D /tmp/head -w '%{http_code}' --unix-socket /run/berth/api.sock -X POST http://berth/v1/self/restart)
+    case $code in
+        202) echo accepted >> /data/answers; sleep 1000;;
+        429) echo "paced $(grep -i '^retry-after:' /tmp/head | tr -d '\r' | cut -d' ' -f2) $(cat /tmp/body)" >> /data/answers;;
+        *) echo "other $code $(cat /tmp/body)" >> /data/answers;;
+    esac
+    sleep 0.2
+done
+"#;
+
+#[test]
+fn a_package_that_restarts_itself_at_every_start_is_counted_and_paced() {
+    let mut sb = Sandbox::new("capiselfish");
+    let mut p = Pkg::script("selfish", "1.0", SELFISH)
+        .package_key("base = \"host\"")
+        .file("bin/curl", &std::fs::read("/usr/bin/curl").unwrap())
+        .table("[permissions]\napi = [\"restart\"]\n");
+    p.applets = APPLETS;
+    sb.pack(&p);
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "selfish"]);
+    sb.ok(&["start", "selfish"]);
+    let answers = sb.state_dir().join("data/selfish/answers");
+    let read = || std::fs::read_to_string(&answers).unwrap_or_default();
+
+    // the free ones come at once: three restarts, then the fourth must wait for the run to
+    // have lasted a second (its request answered 429 with Retry-After)
+    let c = wait_for(&sb, "selfish", 30, "three restarts", |c| {
+        c["restarts"].as_u64() >= Some(3)
+    });
+    let t3 = Instant::now();
+    assert_eq!(c["retries"], 0, "asked for, not failed: {c}");
+    wait_until("a paced answer", Duration::from_secs(20), || {
+        read().contains("paced")
+    });
+    let text = read();
+    let paced = text.lines().find(|l| l.starts_with("paced")).unwrap();
+    let mut words = paced.split_whitespace();
+    let retry_after: u64 = words.nth(1).unwrap().parse().unwrap();
+    assert!((1..=300).contains(&retry_after), "{paced}");
+    let body: Value = serde_json::from_str(&words.collect::<Vec<_>>().join(" ")).unwrap();
+    assert_eq!(body["code"], "rate_limited", "{body}");
+    let ms = body["retry_after_ms"].as_u64().unwrap();
+    assert!(
+        ms <= retry_after * 1000 && ms > (retry_after - 1) * 1000,
+        "{paced}"
+    );
+    assert!(!text.contains("other"), "{text}");
+
+    // then each waits as a crash restart would: runs of at least 1 s, 2 s, 4 s before the
+    // 4th, 5th and 6th restarts (a lower bound: a loaded machine only makes it slower)
+    let c = wait_for(&sb, "selfish", 60, "six restarts", |c| {
+        c["restarts"].as_u64() >= Some(6)
+    });
+    let waited = t3.elapsed();
+    assert!(
+        waited >= Duration::from_millis(7_000),
+        "6 restarts only {waited:?} after the 3rd: not paced ({c})"
+    );
+    // every accepted request is one restart, and nothing else restarted it
+    let c = sb.status_of("selfish");
+    let accepted = read().lines().filter(|l| *l == "accepted").count() as u64;
+    let restarts = c["restarts"].as_u64().unwrap();
+    assert!(
+        accepted == restarts || accepted == restarts + 1,
+        "{accepted} accepted, {restarts} restarts: {c}"
+    );
+    assert_eq!(c["retries"], 0, "{c}");
+    assert_ne!(c["state"], "failed", "{c}");
+    let reports = sb.json(&["report", "list", "selfish"]);
+    assert_eq!(
+        reports["reports"].as_array().map_or(0, |r| r.len()),
+        0,
+        "no crash archive for a restart it asked for: {reports}"
+    );
 }
 
 /// Removes the request files of earlier runs (the runner counts from 0 again).

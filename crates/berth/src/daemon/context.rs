@@ -131,6 +131,11 @@ pub struct Supervised {
     pub ready: bool,
     /// When a held restart is due.
     pub next_start: Option<Instant>,
+    /// The run the supervisor follows (its init's pid), while there is one.
+    pub run: Option<berth_core::supervise::Run>,
+    /// While it runs: from when a restart its package asks for is allowed (the pace of
+    /// `berth_core::supervise`).
+    pub self_restart_at: Option<Instant>,
     /// Why it is `failed` (or was last restarted).
     pub reason: Option<String>,
     /// The last probe's verdict line and output, and when (seconds since the epoch).

@@ -306,6 +306,8 @@ impl Supervisor {
             failures,
             ready: false,
             next_start: None,
+            run: None,
+            self_restart_at: None,
             reason: None,
             last_check: None,
         });
@@ -318,6 +320,10 @@ impl Supervisor {
             Phase::Waiting { until_ms } => Some(self.t0 + Duration::from_millis(until_ms)),
             _ => None,
         };
+        v.run = m.run();
+        v.self_restart_at = m
+            .self_restart_at()
+            .map(|t| self.t0 + Duration::from_millis(t));
         for a in actions {
             if let Action::Report(r) = a {
                 v.reason = Some(reason(r));
@@ -368,7 +374,7 @@ impl Supervisor {
                 let _ = std::thread::Builder::new()
                     .name(format!("end-{name}"))
                     .stack_size(128 * 1024)
-                    .spawn(move || stop::end_unhealthy(&d, &n, run));
+                    .spawn(move || stop::end_run(&d, &n, run));
             }
             Action::Report(r) => report(&self.d, name, &r),
         }

@@ -133,8 +133,7 @@ enum Peer {
     /// on a container's socket, in the few slots strangers share (so that one container
     /// cannot use up another's).
     Refused {
-        kind: Kind,
-        why: String,
+        e: Error,
         of: Option<Arc<Endpoint>>,
     },
 }
@@ -255,16 +254,20 @@ impl Admission {
                 // The path leaked to another container (or the host): it acts only as
                 // itself, and here it is not itself.
                 Peer::Refused {
-                    kind: Kind::Forbidden,
-                    why: "this API socket belongs to another container; use your own /run/berth/api.sock".into(),
+                    e: Error::new(
+                        Kind::Forbidden,
+                        "this API socket belongs to another container; use your own /run/berth/api.sock",
+                    ),
                     of: None,
                 }
             } else if let Err(ms) = e.admit(now, d.cfg.api.rate, d.cfg.api.burst) {
                 Peer::Refused {
-                    kind: Kind::RateLimited,
-                    why: format!(
-                        "{}: more than {} requests a second ([api] rate); try again in {ms} ms",
-                        e.name, d.cfg.api.rate
+                    e: Error::rate_limited(
+                        format!(
+                            "{}: more than {} requests a second ([api] rate); try again in {ms} ms",
+                            e.name, d.cfg.api.rate
+                        ),
+                        ms,
                     ),
                     of: Some(Arc::clone(e)),
                 }
@@ -312,10 +315,10 @@ impl Admission {
                 Ok(Some(req)) => match p.peer {
                     Peer::Admin(caller) => self.dispatch(d, caller, p.stream, req),
                     Peer::Container(e) => self.dispatch_container(d, e, p.stream, req, p.deadline),
-                    Peer::Refused { kind, why, .. } => reply_now(p.stream, Error::new(kind, why)),
+                    Peer::Refused { e, .. } => reply_now(p.stream, e),
                 },
                 Err(Some(why)) => match p.peer {
-                    Peer::Refused { kind, why, .. } => reply_now(p.stream, Error::new(kind, why)),
+                    Peer::Refused { e, .. } => reply_now(p.stream, e),
                     _ => reply_now(p.stream, Error::bad_request(why)),
                 },
                 Err(None) => {}
@@ -535,9 +538,5 @@ fn read_request(p: &mut Pending) -> Result<Option<http::Request>, Option<String>
 /// buffer is empty, or nothing.
 fn reply_now(mut stream: UnixStream, e: Error) {
     let _ = stream.set_nonblocking(true);
-    let _ = stream.write_all(&http::response(
-        e.status(),
-        "application/json",
-        e.to_json().to_string().as_bytes(),
-    ));
+    let _ = stream.write_all(&e.response(None));
 }
