@@ -342,6 +342,18 @@ impl Cgroups {
     }
 }
 
+/// Moves the calling process (all its threads) into the cgroups whose `cgroup.procs` files
+/// are `procs`, in order: a process of berth's that works for a container (its shim, a
+/// helper) enters the container's budget as its first act, before it forks or makes a
+/// thread, so that everything it and its children do is the container's.
+pub fn enter(procs: &[PathBuf]) -> Result<(), CgroupError> {
+    let pid = std::process::id().to_string();
+    for p in procs {
+        write_file(p, &pid)?;
+    }
+    Ok(())
+}
+
 fn write_file(p: &Path, value: &str) -> Result<(), CgroupError> {
     // cgroup files take one value per write(2); no truncation or temp file (not a regular fs).
     std::fs::OpenOptions::new()
@@ -691,6 +703,22 @@ mod tests {
             read(&d.0.join("cg/berth/cgroup.subtree_control")).unwrap(),
             "+pids"
         );
+    }
+
+    #[test]
+    fn a_process_enters_each_cgroup_it_is_given_or_says_which_it_could_not() {
+        let (d, _) = fixture("cg-enter", &[]);
+        let a = d.0.join("cg/cpu/berth/web/berth/cgroup.procs");
+        let b = d.0.join("cg/memory/berth/web/berth/cgroup.procs");
+        put(&a, "");
+        put(&b, "");
+        enter(&[a.clone(), b.clone()]).unwrap();
+        let me = std::process::id().to_string();
+        assert_eq!(read(&a).unwrap(), me);
+        assert_eq!(read(&b).unwrap(), me);
+        let gone = d.0.join("cg/pids/berth/web/berth/cgroup.procs");
+        let e = enter(&[gone]).unwrap_err().to_string();
+        assert!(e.contains("pids/berth/web/berth/cgroup.procs"), "{e}");
     }
 
     #[test]

@@ -33,6 +33,26 @@ use berth_sys::process::{self, ExitStatus, Fork, POLLHUP, POLLIN, POLLRDHUP};
 pub const TRACE_ENV: &str = "BERTH_START_TRACE";
 pub const TRACE_FILE: &str = "trace";
 
+/// Set by the daemon for the shim and the helpers it starts for a container: the
+/// `cgroup.procs` files (one a line) of the container's leaf for berth's processes, which
+/// they enter as their first act (docs/resources.md, "A container's cgroups").
+pub const CGROUP_ENV: &str = "BERTH_CGROUP_PROCS";
+
+/// Enters the cgroups [`CGROUP_ENV`] names, if it is set: before anything forks, so that
+/// the process and all it starts are the container's (cost included).
+pub fn enter_cgroups() -> Result<()> {
+    let Some(list) = std::env::var_os(CGROUP_ENV) else {
+        return Ok(());
+    };
+    let procs: Vec<PathBuf> = list
+        .to_string_lossy()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    berth_sys::cgroupfs::enter(&procs).context("cannot enter the container's cgroup")
+}
+
 /// The steps of a traced start, as the shim and the monitor see them.
 #[derive(Default)]
 struct Trace {
@@ -134,6 +154,12 @@ pub fn run(args: ShimArgs) -> Result<()> {
         ..Trace::default()
     };
     trace.mark("shim");
+    // Into the container's budget first: the shim, the monitor it forks and everything
+    // that one does are counted and capped with the container.
+    if let Err(e) = enter_cgroups() {
+        let _ = writeln!(std::io::stdout(), "error: {}: {e:#}", args.name);
+        std::process::exit(1);
+    }
     // Detach: the daemon reaps this first process at once; the shim proper is re-parented
     // (to init or a subreaper) and outlives the daemon.
     // The parent only exits.

@@ -352,7 +352,7 @@ impl Supervisor {
                     let _op = d.op_lock_for(Component::Supervisor);
                     if !probe::is_running(d, name) {
                         mounts::release_mounts(d);
-                        cgroups::remove_stale_cgroups(d, name);
+                        cgroups::reap(d, name);
                     }
                 }
                 // Rare work: give back what it allocated and the code it ran.

@@ -101,12 +101,14 @@ fn start_traced(d: &Arc<Daemon>, name: &str, trace: &mut Option<Stamps>) -> Resu
     let root = prepare_root(d, &st, &p)?;
     prepare_data(d, &p)?;
     Stamps::mark(trace, "mounted");
-    let config = render_config(d, &st, &p, &root)?;
+    let limits = limits::start_limits(d, &p)?;
+    let config = render_config(d, &st, &p, &root, limits.clone())?;
     write_config(d, name, &config, &root.layers)?;
+    let cgroup = cgroups::prepare_budget(d, name, limits.as_ref().map(|(_, l)| l))?;
     sockets::open(d, &p)?;
     Stamps::mark(trace, "configured");
     log::debug!("{name}: prepared in {:?}", t_begin.elapsed());
-    let (pid, elapsed) = spawn_shim(d, &p, trace)?;
+    let (pid, elapsed) = spawn_shim(d, &p, cgroup, trace)?;
     drop(warm);
     mounted.1 = false;
     set_autostart(d, name, true)?;
@@ -147,12 +149,14 @@ pub(crate) fn run_once(
     let _mounted = Mounted(d, true);
     let root = prepare_root(d, &st, &p)?;
     prepare_data(d, &p)?;
-    let config = render_config(d, &st, &p, &root)?;
+    let limits = limits::start_limits(d, &p)?;
+    let config = render_config(d, &st, &p, &root, limits.clone())?;
     write_config(d, name, &config, &root.layers)?;
+    let cgroup = cgroups::prepare_budget(d, name, limits.as_ref().map(|(_, l)| l))?;
     sockets::open(d, &p)?;
     let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
     p.manifest.entrypoint.argv = argv;
-    let (init, _) = spawn_shim(d, &p, &mut None)?;
+    let (init, _) = spawn_shim(d, &p, cgroup, &mut None)?;
     let ended = crate::shim::request(&d.cfg.paths.shim_socket(name), "wait").is_ok_and(|mut s| {
         let _ = s.set_read_timeout(Some(limit));
         let mut line = String::new();
@@ -277,7 +281,16 @@ fn prepare_data(d: &Daemon, p: &Installed) -> Result<()> {
 
 /// The LXC configuration: the container plan (root, host base, limits), then the
 /// security lines, the network keys and the bindings (with the bind anchor made).
-fn render_config(d: &Daemon, st: &State, p: &Installed, root: &Root) -> Result<String> {
+fn render_config(
+    d: &Daemon,
+    st: &State,
+    p: &Installed,
+    root: &Root,
+    limits: Option<(
+        berth_core::cgroup::CgroupVersion,
+        berth_core::cgroup::Limits,
+    )>,
+) -> Result<String> {
     // Bind what the host has and the image has a mount point for (the root is read-only:
     // LXC cannot create one). A host without /lib64 simply has nothing to bind there.
     let host_base_dirs: Vec<PathBuf> = HOST_BASE_DIRS
@@ -289,7 +302,6 @@ fn render_config(d: &Daemon, st: &State, p: &Installed, root: &Root) -> Result<S
                     .is_ok_and(|m| m.is_dir())
         })
         .collect();
-    let limits = limits::start_limits(d, p)?;
     let cg_version = limits.as_ref().map(|(v, _)| *v);
     let net_keys = net::prepare(d, p, st, &root.rootfs)?;
     let mut text = plan::lxc_config(&ContainerPlan {
@@ -325,10 +337,16 @@ fn write_config(d: &Daemon, name: &str, config: &str, layers: &[String]) -> Resu
     Ok(())
 }
 
-/// Starts the shim and waits for its one line: `ok PID` (the init pid; traced, then the
+/// Starts the shim, which enters the container's budget (`cgroup`: its leaf for berth's
+/// processes) first, and waits for its one line: `ok PID` (the init pid; traced, then the
 /// shim's steps as `step=NS` words) or `error: …`. Returns the init pid and how long the
 /// start took.
-fn spawn_shim(d: &Daemon, p: &Installed, trace: &mut Option<Stamps>) -> Result<(i32, Duration)> {
+fn spawn_shim(
+    d: &Daemon,
+    p: &Installed,
+    cgroup: Option<Vec<PathBuf>>,
+    trace: &mut Option<Stamps>,
+) -> Result<(i32, Duration)> {
     let name = p.name.as_str();
     let paths = &d.cfg.paths;
     let args = crate::shim::ShimArgs {
@@ -358,6 +376,9 @@ fn spawn_shim(d: &Daemon, p: &Installed, trace: &mut Option<Stamps>) -> Result<(
         .stderr(shim_log);
     if trace.is_some() {
         cmd.env(crate::shim::TRACE_ENV, "1");
+    }
+    if let Some(procs) = cgroup {
+        cmd.env(crate::shim::CGROUP_ENV, procs_env(&procs));
     }
     Stamps::mark(trace, "spawn");
     let mut child = cmd
@@ -400,6 +421,15 @@ fn spawn_shim(d: &Daemon, p: &Installed, trace: &mut Option<Stamps>) -> Result<(
         let _ = std::fs::remove_file(&trace_file);
     }
     Ok((pid.trim().parse().unwrap_or(0), elapsed))
+}
+
+/// [`crate::shim::CGROUP_ENV`]'s value: the files, one a line.
+pub(crate) fn procs_env(procs: &[PathBuf]) -> String {
+    procs
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The first line the shim writes (without its newline), or None if none came within

@@ -9,6 +9,7 @@ use berth_core::supervise::Event;
 use berth_sys::fsutil::write_volatile;
 use serde_json::{json, Value};
 
+use crate::daemon::cgroups;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::runtime::mounts;
@@ -178,6 +179,8 @@ fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, why: Why) -> Result<Va
         start::set_autostart(d, name, false)?;
     }
     mounts::release_mounts(d);
+    // Its budget (the payload's and the monitor's leaves are gone with LXC's teardown).
+    cgroups::reap(d, name);
     let exit = probe::exit_info(d, name);
     Ok(json!({
         field::NAME: name, field::GRACEFUL: graceful,
