@@ -13,7 +13,12 @@
 //! Socket protocol (root only, one line in, then data until close):
 //! `logs` → the ring; `follow` → the ring, then new output until the container ends;
 //! `wait` → blocks until the container ends, then `exit CODE` or `signal N`;
-//! `info` → `{"monitor_pid":…,"init_pid":…,"started_at":…,"log_bytes":…}`.
+//! `info` → `{"monitor_pid":…,"init_pid":…,"started_at":…,"log_bytes":…}`;
+//! `http-follow` / `http-tail N`, with a client's connection passed along (SCM_RIGHTS):
+//! the container API's followed log, served by the shim itself from then on (an HTTP head,
+//! the ring or its last N lines, then new output until the container ends), so that
+//! neither a daemon thread nor a device-wide slot is held, and the relay's cost is the
+//! container's; at most [`MAX_HANDED`] at once (`503 busy` to one more).
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -458,7 +463,13 @@ fn payload_pidfd(init: i32) -> Option<OwnedFd> {
 struct Client {
     stream: UnixStream,
     mode: Mode,
+    /// A container API client handed over by the daemon (not the daemon's own connection).
+    handed: bool,
 }
+
+/// Followed logs the container's own API clients may have at once (each handed over by the
+/// daemon); the operator's `berth logs -f` is not counted.
+pub const MAX_HANDED: usize = 2;
 
 #[derive(PartialEq)]
 enum Mode {
@@ -490,10 +501,13 @@ fn serve(
         if log_open {
             fds.push((log.as_raw_fd(), POLLIN));
         }
-        // Clients never send anything after their request: readable means gone.
+        // Clients never send anything after their request: readable means gone. A container
+        // API client is gone when its socket is closed (HUP, reported unasked), not when it
+        // only shut down its sending side, as socat and ncat do once their stdin ends.
         let first_client = fds.len();
         for c in &clients {
-            fds.push((c.stream.as_raw_fd(), POLLIN | POLLRDHUP));
+            let events = if c.handed { 0 } else { POLLIN | POLLRDHUP };
+            fds.push((c.stream.as_raw_fd(), events));
         }
         let rev = process::poll(&fds, -1)?;
         if log_open && rev[log_slot] & (POLLIN | POLLHUP) != 0 {
@@ -511,7 +525,10 @@ fn serve(
             loop {
                 match listener.accept() {
                     Ok((stream, _)) => {
-                        if let Some(c) = handle(stream, &ring, monitor_pid, init_pid, started_at) {
+                        let handed = clients.iter().filter(|c| c.handed).count();
+                        if let Some(c) =
+                            handle(stream, &ring, monitor_pid, init_pid, started_at, handed)
+                        {
                             clients.push(c);
                         }
                     }
@@ -602,6 +619,7 @@ fn handle(
     monitor_pid: libc::pid_t,
     init_pid: i32,
     started_at: u64,
+    handed: usize,
 ) -> Option<Client> {
     stream.set_nonblocking(false).ok()?;
     stream
@@ -611,20 +629,19 @@ fn handle(
         .set_write_timeout(Some(Duration::from_millis(500)))
         .ok()?;
     let mut line = [0u8; 32];
-    let mut n = 0;
-    while n < line.len() {
+    // A client's connection comes with the first bytes, if one is handed over.
+    let (mut n, passed) = berth_sys::fsutil::recv_fd(&stream, &mut line).ok()?;
+    while n > 0 && n < line.len() && !line[..n].contains(&b'\n') {
         match stream.read(&mut line[n..]) {
             Ok(0) => break,
-            Ok(k) => {
-                n += k;
-                if line[..n].contains(&b'\n') {
-                    break;
-                }
-            }
+            Ok(k) => n += k,
             Err(_) => return None,
         }
     }
     let cmd = std::str::from_utf8(&line[..n]).ok()?.trim();
+    if let Some(fd) = passed {
+        return handed_over(UnixStream::from(fd), cmd, ring, handed);
+    }
     match cmd {
         "logs" => {
             let _ = stream.write_all(&ring.contents());
@@ -635,6 +652,7 @@ fn handle(
             Some(Client {
                 stream,
                 mode: Mode::Follow,
+                handed: false,
             })
         }
         // `tail N`: the ring's last N lines, then as `follow`.
@@ -647,6 +665,7 @@ fn handle(
             Some(Client {
                 stream,
                 mode: Mode::Follow,
+                handed: false,
             })
         }
         "wait" => {
@@ -654,6 +673,7 @@ fn handle(
             Some(Client {
                 stream,
                 mode: Mode::Wait,
+                handed: false,
             })
         }
         "info" => {
@@ -672,6 +692,48 @@ fn handle(
             None
         }
     }
+}
+
+/// A container API client's followed log, handed over by the daemon with `cmd`
+/// (`http-follow` or `http-tail N`): answered here, as the daemon would have, and followed
+/// until the container ends, the client goes, or it stops reading (then dropped, as every
+/// follower that cannot keep up). Beyond [`MAX_HANDED`] at once: `503 busy`.
+fn handed_over(mut client: UnixStream, cmd: &str, ring: &Ring, handed: usize) -> Option<Client> {
+    use berth_core::http;
+    client.set_nonblocking(false).ok()?;
+    client
+        .set_write_timeout(Some(Duration::from_millis(500)))
+        .ok()?;
+    let tail = match cmd {
+        "http-follow" => None,
+        t => Some(t.strip_prefix("http-tail ")?.parse::<usize>().ok()?),
+    };
+    if handed >= MAX_HANDED {
+        let body = serde_json::json!({
+            berth_core::api::error::ERROR: format!("at most {MAX_HANDED} followed logs at once per container; try again"),
+            berth_core::api::error::CODE: "busy",
+        });
+        let _ = client.write_all(&http::response(
+            503,
+            "application/json",
+            body.to_string().as_bytes(),
+        ));
+        return None;
+    }
+    client
+        .write_all(&http::stream_head(200, "text/plain"))
+        .ok()?;
+    let all = ring.contents();
+    let start = match tail {
+        Some(n) => berth_core::container_api::tail_lines(&all, n),
+        None => &all[..],
+    };
+    client.write_all(start).ok()?;
+    Some(Client {
+        stream: client,
+        mode: Mode::Follow,
+        handed: true,
+    })
 }
 
 /// Client side (daemon): one request to a container's shim.

@@ -232,13 +232,19 @@ result host-responsive "$(ok "$slow" -lt 2000000)" "slowest host fork+exec durin
 b stop -t 1 bomb >/dev/null
 
 # A health probe's helper (berth __health) works in the container's budget: its leaf for
-# berth's processes, not the daemon's cgroup (issue 32).
+# berth's processes, not the daemon's cgroup (issue 32). Looked for in that leaf's
+# cgroup.procs (a scan of all of /proc is slow under TCG).
 b start probed >/dev/null
-hp=
-wait_for 30 sh -c 'for f in /proc/[0-9]*/cmdline; do tr "\0" " " <"$f" 2>/dev/null | grep -q "^[^ ]*berth __health .* probed " || continue; d=$(dirname "$f"); grep -qx "0::/berth/probed/berth" "$d/cgroup" && exit 0; done; exit 1'
+# (the daemon starts its helpers as /proc/self/exe __health LXCPATH NAME …)
+helpers_in_leaf() {
+    for p in $(cat $P/probed/berth/cgroup.procs 2>/dev/null); do
+        tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q " __health [^ ]* probed " && echo "$p"
+    done
+}
+helper_seen() { [ -n "$(helpers_in_leaf)" ]; }
+wait_for 30 helper_seen
 found=$?
-hp=$(for f in /proc/[0-9]*/cmdline; do tr "\0" " " <"$f" 2>/dev/null | grep -q "^[^ ]*berth __health .* probed " && echo "$(basename "$(dirname "$f")"):$(cg_of "$(basename "$(dirname "$f")")")"; done | tr '\n' ' ')
-result helper-in-budget "$found" "health helpers (pid:cgroup): ${hp:-none}; daemon in $(cg_of $daemon)"
+result helper-in-budget "$found" "health helpers in berth/probed/berth: $(helpers_in_leaf | tr '\n' ' '); with the shim: $(rd $P/probed/berth/cgroup.procs); daemon in $(cg_of $daemon)"
 b stop -t 1 probed >/dev/null
 
 # The CPU governor on v2, whose output is berth/cpu.max. The "main service" is an exec probe

@@ -56,6 +56,10 @@ pub struct Daemon {
     beat_asked: std::sync::atomic::AtomicBool,
     /// The daemon was started with BERTH_TEST_HOOKS=1: `POST /v1/test/stall` is honoured.
     pub test_hooks: bool,
+    /// Test hooks only: BERTH_TEST_API_DELAY_MS, how long each container API request
+    /// (not a report, not a followed log) takes before it is served, so that tests can hold
+    /// the workers' pool with requests that are slow.
+    pub test_api_delay: Option<std::time::Duration>,
     /// BERTH_FORCE_MOUNT_FALLBACK=1: hot-binding uses mount propagation, as on a kernel
     /// without the mount API (so that tests run the fallback).
     pub force_mount_fallback: bool,
@@ -184,6 +188,11 @@ impl Daemon {
             alive: Default::default(),
             stalls: Default::default(),
             test_hooks,
+            test_api_delay: std::env::var("BERTH_TEST_API_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|_| test_hooks)
+                .map(std::time::Duration::from_millis),
             capi: Default::default(),
             schedules: Schedules {
                 tables: Mutex::new(Vec::new()),

@@ -255,6 +255,9 @@ fn self_restart_pace(d: &Daemon, name: &str, run: i32) -> Result<i32> {
 /// client goes.
 fn logs(d: &Daemon, name: &str, tail: Option<u32>, follow: bool, mut stream: UnixStream) {
     let tail = tail.map(|t| t as usize);
+    if follow && runtime::logs::hand_over(d, name, tail, &stream) {
+        return;
+    }
     match runtime::logs::logs_tail(d, name, follow, tail) {
         Err(e) => reply_err(&mut stream, e),
         Ok(runtime::logs::Logs::Saved(bytes)) => {

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use berth_core::container_api::Op;
-use berth_core::http;
+use berth_core::{fair, http};
 use berth_sys::process::{poll, POLLIN};
 
 use super::Caller;
@@ -105,10 +105,11 @@ pub(crate) fn serve(
             d.capi.drain();
             admin.run_queued(d);
         }
+        let eps = d.capi.endpoints();
         // Readable first (in poll's order), then new connections, then the deadlines.
         let n = admin.pending.len();
         let readable: Vec<bool> = rev[3..3 + n].iter().map(|r| *r != 0).collect();
-        admin.read_ready(d, &readable);
+        admin.read_ready(d, &eps, &readable);
         if rev[0] != 0 {
             while let Ok((stream, _)) = listener.accept() {
                 admin.accept(stream);
@@ -175,8 +176,6 @@ struct Admission {
     queued: VecDeque<Queued>,
     workers: Arc<AtomicUsize>,
     container_workers: Arc<AtomicUsize>,
-    /// Followed logs being relayed, all containers together.
-    streams: Arc<AtomicUsize>,
 }
 
 /// What a container request holds a worker for, and so which slots it takes.
@@ -187,22 +186,29 @@ enum Class {
     /// Readiness, health and keep-alive reports: short, and never to wait behind the
     /// container's other requests (a missed keep-alive ends its run).
     Report,
-    /// A followed log: held until the run ends or the client goes.
-    Stream,
 }
 
 impl Class {
+    /// Slots one container may hold, and the pool's (reports have a reserve beyond it).
+    fn caps(self) -> (usize, usize) {
+        match self {
+            Class::Regular => (MAX_BUSY_PER_CONTAINER, MAX_CONTAINER_WORKERS),
+            Class::Report => (
+                MAX_REPORTS_PER_CONTAINER,
+                MAX_CONTAINER_WORKERS + REPORT_RESERVE,
+            ),
+        }
+    }
+
+    /// A followed log is a regular request too: its worker hands the connection to the
+    /// container's shim, which serves it from then on (`runtime::logs::hand_over`).
     fn of(op: &Op) -> Class {
         match op {
-            Op::Logs { follow: true, .. } => Class::Stream,
             Op::Ready | Op::Health { .. } | Op::KeepAlive => Class::Report,
             _ => Class::Regular,
         }
     }
 }
-
-/// Followed logs at once on the device (one per container).
-const MAX_STREAMS: usize = 8;
 /// Reports one container may have served at once.
 const MAX_REPORTS_PER_CONTAINER: usize = 2;
 /// Workers kept for reports beyond the pool's.
@@ -303,7 +309,7 @@ impl Admission {
 
     /// Reads what arrived on the connections poll found readable; complete requests go to a
     /// worker, broken ones get their 400, closed ones go.
-    fn read_ready(&mut self, d: &Arc<Daemon>, readable: &[bool]) {
+    fn read_ready(&mut self, d: &Arc<Daemon>, eps: &[Arc<Endpoint>], readable: &[bool]) {
         let mut keep = VecDeque::with_capacity(self.pending.len());
         for (i, mut p) in std::mem::take(&mut self.pending).into_iter().enumerate() {
             if !readable.get(i).copied().unwrap_or(false) {
@@ -314,7 +320,9 @@ impl Admission {
                 Ok(None) => keep.push_back(p),
                 Ok(Some(req)) => match p.peer {
                     Peer::Admin(caller) => self.dispatch(d, caller, p.stream, req),
-                    Peer::Container(e) => self.dispatch_container(d, e, p.stream, req, p.deadline),
+                    Peer::Container(e) => {
+                        self.dispatch_container(d, eps, e, p.stream, req, p.deadline)
+                    }
                     Peer::Refused { e, .. } => reply_now(p.stream, e),
                 },
                 Err(Some(why)) => match p.peer {
@@ -360,6 +368,7 @@ impl Admission {
     fn dispatch_container(
         &mut self,
         d: &Arc<Daemon>,
+        eps: &[Arc<Endpoint>],
         e: Arc<Endpoint>,
         stream: UnixStream,
         req: http::Request,
@@ -371,17 +380,11 @@ impl Admission {
             Err(r) => return reply_now(stream, Error::new(r.kind, r.message)),
         };
         let class = Class::of(&op);
-        if class == Class::Stream {
-            if !self.take(&e, class) {
-                let why = format!(
-                    "{}: one followed log per container, {MAX_STREAMS} on the device, at a time; try again",
-                    e.name
-                );
-                return reply_now(stream, Error::new(Kind::Busy, why));
-            }
-            return self.start_worker(d, e, class, stream, op);
-        }
-        if self.queued.iter().any(|q| Arc::ptr_eq(&q.e, &e)) || !self.take(&e, class) {
+        let behind = self
+            .queued
+            .iter()
+            .any(|q| Arc::ptr_eq(&q.e, &e) && q.class == class);
+        if behind || !self.take(eps, &e, class) {
             let own = self.queued.iter().filter(|q| Arc::ptr_eq(&q.e, &e)).count();
             if own >= MAX_PENDING_PER_CONTAINER {
                 let why = format!(
@@ -406,24 +409,19 @@ impl Admission {
     /// Takes a slot of `class` for `e` if there is one: a regular request one of its
     /// container's and of the pool's; a report (ready, health, keep-alive) one of the pool
     /// or of the few kept for reports, whatever its container's others do, so that a
-    /// container's keep-alive is never stuck behind the others' work; a stream one of the
-    /// streams'.
-    fn take(&self, e: &Endpoint, class: Class) -> bool {
-        let (own, own_cap, all, all_cap) = match class {
-            Class::Regular => (
-                &e.busy,
-                MAX_BUSY_PER_CONTAINER,
-                &self.container_workers,
-                MAX_CONTAINER_WORKERS,
-            ),
-            Class::Report => (
-                &e.reports,
-                MAX_REPORTS_PER_CONTAINER,
-                &self.container_workers,
-                MAX_CONTAINER_WORKERS + REPORT_RESERVE,
-            ),
-            Class::Stream => (&e.streams, 1, &self.streams, MAX_STREAMS),
+    /// container's keep-alive is never stuck behind the others' work. Fairly (`berth_core::fair`): while another container's request of the same
+    /// class waits, a container at its share of the pool takes no slot.
+    fn take(&self, eps: &[Arc<Endpoint>], e: &Arc<Endpoint>, class: Class) -> bool {
+        let (own_cap, all_cap) = class.caps();
+        let (own, all) = match class {
+            Class::Regular => (&e.busy, &self.container_workers),
+            Class::Report => (&e.reports, &self.container_workers),
         };
+        let (claims, me) = self.claims(eps, e, class);
+        let in_use = all.load(Ordering::SeqCst);
+        if !fair::may_take(&claims, me, own_cap, in_use, all_cap) {
+            return false;
+        }
         let o = own.fetch_add(1, Ordering::SeqCst);
         let a = all.fetch_add(1, Ordering::SeqCst);
         if o >= own_cap || a >= all_cap {
@@ -432,6 +430,36 @@ impl Admission {
             return false;
         }
         true
+    }
+
+    /// Every container's claim on the slots of `class`: what it holds, whether a request of
+    /// it waits; and the index of `e`'s (added if it is no longer listed).
+    fn claims(
+        &self,
+        eps: &[Arc<Endpoint>],
+        e: &Arc<Endpoint>,
+        class: Class,
+    ) -> (Vec<fair::Claim>, usize) {
+        let held = |x: &Endpoint| match class {
+            Class::Report => x.reports.load(Ordering::SeqCst),
+            _ => x.busy.load(Ordering::SeqCst),
+        };
+        let claim = |x: &Arc<Endpoint>| fair::Claim {
+            held: held(x),
+            waiting: self
+                .queued
+                .iter()
+                .any(|q| Arc::ptr_eq(&q.e, x) && q.class == class),
+        };
+        let mut claims: Vec<fair::Claim> = eps.iter().map(claim).collect();
+        let me = match eps.iter().position(|x| Arc::ptr_eq(x, e)) {
+            Some(i) => i,
+            None => {
+                claims.push(claim(e));
+                claims.len() - 1
+            }
+        };
+        (claims, me)
     }
 
     /// Serves a request on a thread of its own, in the slot taken for it; when it ends the
@@ -445,18 +473,14 @@ impl Admission {
         stream: UnixStream,
         op: Op,
     ) {
-        let (pool, streams) = (
-            Arc::clone(&self.container_workers),
-            Arc::clone(&self.streams),
-        );
+        let pool = Arc::clone(&self.container_workers);
         let release = move |e: &Endpoint| {
-            let (own, all) = match class {
-                Class::Regular => (&e.busy, &pool),
-                Class::Report => (&e.reports, &pool),
-                Class::Stream => (&e.streams, &streams),
+            let own = match class {
+                Class::Regular => &e.busy,
+                Class::Report => &e.reports,
             };
             own.fetch_sub(1, Ordering::SeqCst);
-            all.fetch_sub(1, Ordering::SeqCst) == 1
+            pool.fetch_sub(1, Ordering::SeqCst) == 1
         };
         let d2 = Arc::clone(d);
         let ep = Arc::clone(&e);
@@ -464,6 +488,13 @@ impl Admission {
             .name("api".into())
             .stack_size(256 * 1024)
             .spawn(move || {
+                // A client that does not read its answer holds a worker no longer than this.
+                let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
+                if class == Class::Regular {
+                    if let Some(t) = d2.test_api_delay {
+                        std::thread::sleep(t);
+                    }
+                }
                 if stream.set_nonblocking(false).is_ok() {
                     super::container::route(&d2, &ep, op, stream);
                 }
@@ -474,29 +505,63 @@ impl Admission {
                 d2.capi.wake();
             });
         if let Err(err) = spawned {
-            let (own, all) = match class {
-                Class::Regular => (&e.busy, &self.container_workers),
-                Class::Report => (&e.reports, &self.container_workers),
-                Class::Stream => (&e.streams, &self.streams),
+            let own = match class {
+                Class::Regular => &e.busy,
+                Class::Report => &e.reports,
             };
             own.fetch_sub(1, Ordering::SeqCst);
-            all.fetch_sub(1, Ordering::SeqCst);
+            self.container_workers.fetch_sub(1, Ordering::SeqCst);
             log::error!("cannot start a thread for a container API request: {err}");
         }
     }
 
-    /// Serves the queued requests that have a worker slot now, oldest first.
+    /// Serves the queued requests that have a worker slot now: reports first, then the
+    /// others; within a class the oldest request of the container that holds the fewest
+    /// slots and may take one (`berth_core::fair::next`), so that a freed slot goes to the
+    /// container that has the least, never to one at its share while another waits. Each
+    /// container's requests keep their order.
     fn run_queued(&mut self, d: &Arc<Daemon>) {
-        let mut keep = VecDeque::with_capacity(self.queued.len());
-        while let Some(q) = self.queued.pop_front() {
-            // Behind an older request of the same container: its order is kept.
-            if keep.iter().any(|k: &Queued| Arc::ptr_eq(&k.e, &q.e)) || !self.take(&q.e, q.class) {
-                keep.push_back(q);
-                continue;
+        // Every container with a socket, and any whose socket went while a request waits.
+        let mut all = d.capi.endpoints();
+        for q in &self.queued {
+            if !all.iter().any(|x| Arc::ptr_eq(x, &q.e)) {
+                all.push(Arc::clone(&q.e));
             }
-            self.start_worker(d, q.e, q.class, q.stream, q.op);
         }
-        self.queued = keep;
+        for class in [Class::Report, Class::Regular] {
+            let (own_cap, cap) = class.caps();
+            while let Some(first) = self
+                .queued
+                .iter()
+                .find(|q| q.class == class)
+                .map(|q| Arc::clone(&q.e))
+            {
+                let (claims, _) = self.claims(&all, &first, class);
+                // Each container's oldest waiting request of the class: its claim, its place.
+                let mut heads: Vec<(usize, usize)> = Vec::new();
+                for (i, q) in self.queued.iter().enumerate() {
+                    let Some(c) = all.iter().position(|x| Arc::ptr_eq(x, &q.e)) else {
+                        continue;
+                    };
+                    if q.class == class && !heads.iter().any(|(h, _)| *h == c) {
+                        heads.push((c, i));
+                    }
+                }
+                let in_use = self.container_workers.load(Ordering::SeqCst);
+                let waiting: Vec<usize> = heads.iter().map(|(c, _)| *c).collect();
+                let Some(k) = fair::next(&waiting, &claims, own_cap, in_use, cap) else {
+                    break;
+                };
+                let Some(q) = self.queued.remove(heads[k].1) else {
+                    break;
+                };
+                if !self.take(&all, &q.e, q.class) {
+                    self.queued.insert(heads[k].1, q);
+                    break;
+                }
+                self.start_worker(d, q.e, q.class, q.stream, q.op);
+            }
+        }
     }
 
     /// Connections that did not send a whole request in time are closed; requests that
