@@ -256,14 +256,12 @@ fn a_package_sees_itself_its_logs_and_only_what_it_was_granted() {
     });
     let text = std::fs::read_to_string(&follow).unwrap();
     assert!(text.starts_with(&format!("req {k}\n")), "{text}");
-    // a followed log is served by the container's shim (the daemon handed it the
-    // connection): two at once per container, a third is refused; no device-wide slot
-    let (rc, out) = api.run(
-        "(berth-api GET '/v1/logs?tail=1&follow=1' > /data/follow2.out 2>&1 &) ; sleep 0.3; berth-api GET '/v1/logs?follow=1'",
-    );
+    // one followed log at a time per container (a share of the device's 8 no container
+    // can exceed): a second is refused while the first goes on
+    let (rc, out) = api.run("berth-api GET '/v1/logs?follow=1'");
     assert_eq!(rc, 1, "{out}");
     assert!(
-        out.contains("\"busy\"") && out.contains("at most 2 followed logs"),
+        out.contains("\"busy\"") && out.contains("one followed log per container"),
         "{out}"
     );
 
@@ -425,14 +423,20 @@ fn a_package_that_restarts_itself_at_every_start_is_counted_and_paced() {
         waited >= Duration::from_millis(7_000),
         "6 restarts only {waited:?} after the 3rd: not paced ({c})"
     );
-    // every accepted request is one restart, and nothing else restarted it
+    // every accepted request is one restart, and nothing else restarted it (counted from the
+    // daemon's log: a payload may be ended between its answer and its note of it)
     let c = sb.status_of("selfish");
-    let accepted = read().lines().filter(|l| *l == "accepted").count() as u64;
+    let accepted = sb
+        .daemon_log_text()
+        .matches("selfish: asked through its API to restart")
+        .count() as u64;
     let restarts = c["restarts"].as_u64().unwrap();
     assert!(
         accepted == restarts || accepted == restarts + 1,
         "{accepted} accepted, {restarts} restarts: {c}"
     );
+    let noted = read().lines().filter(|l| *l == "accepted").count() as u64;
+    assert!(noted <= accepted, "{noted} noted, {accepted} accepted");
     assert_eq!(c["retries"], 0, "{c}");
     assert_ne!(c["state"], "failed", "{c}");
     let reports = sb.json(&["report", "list", "selfish"]);

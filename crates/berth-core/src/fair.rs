@@ -43,35 +43,12 @@ pub fn may_take(claims: &[Claim], me: usize, own_cap: usize, in_use: usize, cap:
     mine.held < share(cap, contenders) || !others_wait
 }
 
-/// Which waiting request to serve next: `waiting` lists them in arrival order, each with
-/// its container's index into `claims`. The first of the container that holds the fewest
-/// slots and may take one (`may_take`); None when none may.
-pub fn next(
-    waiting: &[usize],
-    claims: &[Claim],
-    own_cap: usize,
-    in_use: usize,
-    cap: usize,
-) -> Option<usize> {
-    let mut best: Option<(usize, usize)> = None;
-    for (i, &c) in waiting.iter().enumerate() {
-        let Some(claim) = claims.get(c) else {
-            continue;
-        };
-        if best.is_some_and(|(_, held)| held <= claim.held) {
-            continue;
-        }
-        if may_take(claims, c, own_cap, in_use, cap) {
-            best = Some((i, claim.held));
-        }
-    }
-    best.map(|(i, _)| i)
-}
-
-/// Water-filling: how many of `free` slots each container gets, container `i` holding
-/// `held[i]` and wanting `wanted[i]` more, at most `own_cap` each in all. One slot at a time
-/// to the container holding the fewest (given ones included), the one waiting since the
-/// earliest (`since[i]`, any ordered key) among equals, then the lowest index.
+/// Water-filling, the model `schedule::start_fair` is held to: how many of `free` slots
+/// each container gets, container `i` holding `held[i]` and wanting `wanted[i]` more, at
+/// most `own_cap` each in all. One slot at a time to the container holding the fewest (given
+/// ones included), the one waiting since the earliest (`since[i]`, any ordered key) among
+/// equals, then the lowest index. (In the tests only: the scheduler does the same in place.)
+#[cfg(test)]
 pub fn allot<T: Ord>(
     held: &[usize],
     wanted: &[usize],
@@ -145,20 +122,6 @@ mod tests {
         // another waits, but is at its own cap (it could not take a slot anyway)
         let claims = [c(3, true), c(4, true)];
         assert!(may_take(&claims, 0, 4, 7, 8));
-    }
-
-    #[test]
-    fn the_next_request_is_the_least_served_containers_oldest() {
-        // arrival order: flooder, flooder, quiet, flooder
-        let claims = [c(4, true), c(0, true)];
-        let waiting = [0, 0, 1, 0];
-        assert_eq!(next(&waiting, &claims, 4, 4, 16), Some(2));
-        // equal holdings: arrival order
-        let claims = [c(1, true), c(1, true)];
-        assert_eq!(next(&[1, 0, 1], &claims, 4, 2, 16), Some(0));
-        // nobody may (the pool is full)
-        assert_eq!(next(&[1, 0], &claims, 4, 16, 16), None);
-        assert_eq!(next(&[], &claims, 4, 0, 16), None);
     }
 
     #[test]

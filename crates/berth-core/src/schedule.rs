@@ -475,7 +475,7 @@ impl Table {
             let catch_up = std::mem::take(&mut j.catch_up) || now - due >= 60;
             if let Some((old, _)) = j.waiting.take() {
                 let why = format!(
-                    "no slot was free from its time {} until its next (at most {MAX_RUNNING_PER_CONTAINER} runs at once per container and {MAX_RUNNING} on the device, shared among the containers that have runs due)",
+                    "no slot was free from its time {} until its next (runs at once: {MAX_RUNNING_PER_CONTAINER} per container, {MAX_RUNNING} on the device, shared)",
                     old.due
                 );
                 j.last_run = skipped(now, &why);
@@ -510,25 +510,14 @@ impl Table {
         (n, since)
     }
 
-    /// Starts its `n` runs that have waited longest (in the jobs' order), at `now`: a run
-    /// that waited for a slot has that much less time before its job's next time.
+    /// Starts `n` of its waiting runs (in the jobs' order), at `now`: a run that waited for a
+    /// slot has that much less time before its job's next time.
     fn start(&mut self, n: usize, now: i64) -> Vec<Due> {
-        let mut chosen = vec![false; self.jobs.len()];
-        for _ in 0..n {
-            let oldest = self
-                .jobs
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| !chosen[*i])
-                .filter_map(|(i, j)| j.waiting.as_ref().map(|(_, t)| (*t, i)))
-                .min();
-            match oldest {
-                Some((_, i)) => chosen[i] = true,
-                None => break,
-            }
-        }
         let mut out = Vec::new();
-        for (j, _) in self.jobs.iter_mut().zip(&chosen).filter(|(_, c)| **c) {
+        for j in self.jobs.iter_mut() {
+            if out.len() == n {
+                break;
+            }
             if let Some((mut d, since)) = j.waiting.take() {
                 d.timeout_s = (d.timeout_s - (now - since).max(0)).max(1);
                 j.running = true;
@@ -560,24 +549,30 @@ impl Table {
 }
 
 /// Starts what waits, device-wide: `busy` runs go on now (at most [`MAX_RUNNING`]); the
-/// free slots are shared by water-filling (`fair::allot`): one at a time to the container
-/// with the fewest runs going on, the one waiting longest among equals, none beyond
-/// [`MAX_RUNNING_PER_CONTAINER`]. So a few containers with many jobs cannot hold the
-/// device's slots while another's job waits, and no container is first for being first in
-/// the list. Returns each run with its table's index.
+/// free slots are shared by water-filling, one at a time to the container with the fewest
+/// runs going on, the one waiting longest among equals, none beyond
+/// [`MAX_RUNNING_PER_CONTAINER`] (the allotment of `fair::allot`, which the tests hold it
+/// to). So a few containers with many jobs cannot hold the device's slots while another's
+/// job waits, and no container is first for being first in the list. Returns each run with
+/// its table's index.
 pub fn start_fair(tables: &mut [Table], busy: &mut usize, now: i64) -> Vec<(usize, Due)> {
-    let held: Vec<usize> = tables.iter().map(Table::running).collect();
-    let waiting: Vec<(usize, Option<i64>)> = tables.iter().map(Table::waiting).collect();
-    let wanted: Vec<usize> = waiting.iter().map(|w| w.0).collect();
-    let since: Vec<i64> = waiting.iter().map(|w| w.1.unwrap_or(i64::MAX)).collect();
-    let free = MAX_RUNNING.saturating_sub(*busy);
-    let give = crate::fair::allot(&held, &wanted, &since, MAX_RUNNING_PER_CONTAINER, free);
     let mut out = Vec::new();
-    for (i, n) in give.into_iter().enumerate() {
-        for d in tables[i].start(n, now) {
-            *busy += 1;
-            out.push((i, d));
+    while *busy < MAX_RUNNING {
+        let mut best: Option<(usize, (usize, i64))> = None;
+        for (i, t) in tables.iter().enumerate() {
+            let (n, since) = t.waiting();
+            let held = t.running();
+            let key = (held, since.unwrap_or(i64::MAX));
+            if n > 0 && held < MAX_RUNNING_PER_CONTAINER && best.is_none_or(|(_, b)| key < b) {
+                best = Some((i, key));
+            }
         }
+        let Some((i, _)) = best else { break };
+        let Some(d) = tables[i].start(1, now).pop() else {
+            break;
+        };
+        *busy += 1;
+        out.push((i, d));
     }
     out
 }
@@ -848,6 +843,53 @@ mod tests {
                 t
             })
             .collect()
+    }
+
+    /// start_fair gives each container what the water-filling model (`fair::allot`) says,
+    /// whatever the numbers.
+    #[test]
+    fn the_scheduler_allots_as_the_water_filling_model() {
+        let mut x: u32 = 99;
+        let mut rnd = |m: usize| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as usize % m
+        };
+        for _ in 0..300 {
+            let n = 1 + rnd(5);
+            let mut ts = tables(n, 6);
+            let mut busy = rnd(MAX_RUNNING + 1);
+            let mut held = Vec::new();
+            let mut wanted = Vec::new();
+            let mut since = Vec::new();
+            for t in ts.iter_mut() {
+                // some runs going on, some waiting since some time
+                let r = rnd(MAX_RUNNING_PER_CONTAINER + 1);
+                for j in t.jobs.iter_mut().take(r) {
+                    j.running = true;
+                }
+                let s = T0 + rnd(100) as i64;
+                let w = rnd(4);
+                t.enqueue(T0 + 60, BOOT);
+                for (k, j) in t.jobs.iter_mut().filter(|j| !j.running).enumerate() {
+                    match &mut j.waiting {
+                        Some((_, at)) if k < w => *at = s,
+                        _ => j.waiting = None,
+                    }
+                }
+                held.push(t.running());
+                wanted.push(t.waiting().0);
+                since.push(t.waiting().1.unwrap_or(i64::MAX));
+            }
+            let free = MAX_RUNNING - busy;
+            let want = crate::fair::allot(&held, &wanted, &since, MAX_RUNNING_PER_CONTAINER, free);
+            let got = start_fair(&mut ts, &mut busy, T0 + 61);
+            let per: Vec<usize> = (0..n)
+                .map(|i| got.iter().filter(|(k, _)| *k == i).count())
+                .collect();
+            assert_eq!(per, want, "{held:?} {wanted:?} {since:?} {free}");
+        }
     }
 
     #[test]

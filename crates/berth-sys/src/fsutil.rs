@@ -121,87 +121,6 @@ pub fn peer_uid(stream: &UnixStream) -> io::Result<(i32, u32)> {
     Ok((cred.pid, cred.uid))
 }
 
-/// Sends `data` and a duplicate of the descriptor `fd` over a UNIX stream socket
-/// (`SCM_RIGHTS`): the daemon hands a client's connection to the process that serves it.
-pub fn send_fd(stream: &UnixStream, data: &[u8], fd: std::os::fd::RawFd) -> io::Result<()> {
-    // SAFETY: CMSG_SPACE only computes a size from its argument.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    let mut iov = libc::iovec {
-        iov_base: data.as_ptr() as *mut libc::c_void,
-        iov_len: data.len(),
-    };
-    // SAFETY: an all-zero msghdr is a valid empty one; its pointers are set just below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: msg_control points at `space` bytes, room for one header with one int, so
-    // CMSG_FIRSTHDR is non-null and the header and its data lie within `control`.
-    unsafe {
-        let c = libc::CMSG_FIRSTHDR(&msg);
-        (*c).cmsg_level = libc::SOL_SOCKET;
-        (*c).cmsg_type = libc::SCM_RIGHTS;
-        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
-        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd);
-    }
-    // SAFETY: the socket is owned by `stream`; `msg` and everything it points to (`iov`
-    // over `data`, `control`) live until the call returns.
-    let n = unsafe { libc::sendmsg(stream.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    if (n as usize) < data.len() {
-        return Err(io::Error::new(io::ErrorKind::WriteZero, "short send"));
-    }
-    Ok(())
-}
-
-/// Receives into `buf` what [`send_fd`] sent: the bytes read, and the descriptor if one came
-/// with them (close-on-exec).
-pub fn recv_fd(
-    stream: &UnixStream,
-    buf: &mut [u8],
-) -> io::Result<(usize, Option<std::os::fd::OwnedFd>)> {
-    use std::os::fd::FromRawFd;
-    // SAFETY: CMSG_SPACE only computes a size from its argument.
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
-    let mut control = vec![0u8; space];
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    // SAFETY: an all-zero msghdr is a valid empty one; its pointers are set just below.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
-    // SAFETY: the socket is owned by `stream`; `msg` points at `buf` and `control`, both
-    // valid for writes of their lengths until the call returns.
-    let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let mut fd = None;
-    // SAFETY: the kernel filled `control` (msg_controllen says how much); the CMSG macros
-    // walk only within it, and a SCM_RIGHTS header of our size holds one descriptor, now
-    // ours (a second one could not fit in `space`: the kernel would have dropped it and set
-    // MSG_CTRUNC).
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&msg);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let raw = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
-                fd = Some(std::os::fd::OwnedFd::from_raw_fd(raw));
-            }
-            c = libc::CMSG_NXTHDR(&msg, c);
-        }
-    }
-    Ok((n as usize, fd))
-}
-
 /// Copies at most `limit` bytes from `r` to `w`; returns how many. A plain loop: std's
 /// `io::copy` brings its copy_file_range/sendfile/splice paths into the binary.
 pub fn copy_max(r: &mut dyn io::Read, w: &mut dyn Write, limit: u64) -> io::Result<u64> {
@@ -414,28 +333,5 @@ mod tests {
         let d = TempDir::new("free");
         assert!(free_bytes(d.path()).unwrap() > 0);
         assert!(free_bytes(&d.path().join("missing")).is_err());
-    }
-
-    #[test]
-    fn a_descriptor_passes_over_a_socket_with_its_bytes() {
-        use std::io::{Read, Write};
-        let (a, b) = UnixStream::pair().unwrap();
-        let (mut client, theirs) = UnixStream::pair().unwrap();
-        send_fd(&a, b"follow\n", theirs.as_raw_fd()).unwrap();
-        drop(theirs);
-        let mut buf = [0u8; 32];
-        let (n, fd) = recv_fd(&b, &mut buf).unwrap();
-        assert_eq!(&buf[..n], b"follow\n");
-        // the received descriptor is the client's other end
-        let mut served = UnixStream::from(fd.unwrap());
-        served.write_all(b"hello").unwrap();
-        drop(served);
-        let mut got = String::new();
-        client.read_to_string(&mut got).unwrap();
-        assert_eq!(got, "hello");
-        // bytes alone: no descriptor
-        (&a).write_all(b"logs\n").unwrap();
-        let (n, fd) = recv_fd(&b, &mut buf).unwrap();
-        assert_eq!((&buf[..n], fd.is_none()), (&b"logs\n"[..], true));
     }
 }

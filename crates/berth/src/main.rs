@@ -48,7 +48,7 @@ fn main() {
         // Into the container's budget first: the probe's or the job's work (its attach,
         // the job's output relayed) is the container's.
         if let Err(e) = shim::enter_cgroups() {
-            warnln!("berth-health: {e:#}");
+            warnln!("berth-health: {e}");
             std::process::exit(2);
         }
         match health::HealthArgs::from_args(&args[1..]) {

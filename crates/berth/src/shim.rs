@@ -13,12 +13,7 @@
 //! Socket protocol (root only, one line in, then data until close):
 //! `logs` → the ring; `follow` → the ring, then new output until the container ends;
 //! `wait` → blocks until the container ends, then `exit CODE` or `signal N`;
-//! `info` → `{"monitor_pid":…,"init_pid":…,"started_at":…,"log_bytes":…}`;
-//! `http-follow` / `http-tail N`, with a client's connection passed along (SCM_RIGHTS):
-//! the container API's followed log, served by the shim itself from then on (an HTTP head,
-//! the ring or its last N lines, then new output until the container ends), so that
-//! neither a daemon thread nor a device-wide slot is held, and the relay's cost is the
-//! container's; at most [`MAX_HANDED`] at once (`503 busy` to one more).
+//! `info` → `{"monitor_pid":…,"init_pid":…,"started_at":…,"log_bytes":…}`.
 
 use std::collections::VecDeque;
 use std::io::{Read, Write};
@@ -38,24 +33,23 @@ use berth_sys::process::{self, ExitStatus, Fork, POLLHUP, POLLIN, POLLRDHUP};
 pub const TRACE_ENV: &str = "BERTH_START_TRACE";
 pub const TRACE_FILE: &str = "trace";
 
-/// Set by the daemon for the shim and the helpers it starts for a container: the
-/// `cgroup.procs` files (one a line) of the container's leaf for berth's processes, which
+/// Set by the daemon for the shim and the helpers it starts for a container: the cgroup
+/// (relative, as `berth/web/berth`) of the container's leaf for berth's processes, which
 /// they enter as their first act (docs/resources.md, "A container's cgroups").
-pub const CGROUP_ENV: &str = "BERTH_CGROUP_PROCS";
+pub const CGROUP_ENV: &str = "BERTH_CGROUP";
 
-/// Enters the cgroups [`CGROUP_ENV`] names, if it is set: before anything forks, so that
-/// the process and all it starts are the container's (cost included).
-pub fn enter_cgroups() -> Result<()> {
-    let Some(list) = std::env::var_os(CGROUP_ENV) else {
+/// The controllers of a container's budget, which berth's processes for it enter.
+pub const BUDGET_CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "memory", "pids"];
+
+/// Enters the cgroup [`CGROUP_ENV`] names, if it is set: before it forks, so that the
+/// process and all it starts are the container's (cost included).
+pub fn enter_cgroups() -> std::result::Result<(), String> {
+    let Ok(rel) = std::env::var(CGROUP_ENV) else {
         return Ok(());
     };
-    let procs: Vec<PathBuf> = list
-        .to_string_lossy()
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(PathBuf::from)
-        .collect();
-    berth_sys::cgroupfs::enter(&procs).context("cannot enter the container's cgroup")
+    berth_sys::cgroupfs::Cgroups::detect(std::path::Path::new("/proc"))
+        .and_then(|c| c.enter(&rel, &BUDGET_CONTROLLERS))
+        .map_err(|e| format!("cannot enter the container's cgroup {rel}: {e}"))
 }
 
 /// The steps of a traced start, as the shim and the monitor see them.
@@ -159,12 +153,6 @@ pub fn run(args: ShimArgs) -> Result<()> {
         ..Trace::default()
     };
     trace.mark("shim");
-    // Into the container's budget first: the shim, the monitor it forks and everything
-    // that one does are counted and capped with the container.
-    if let Err(e) = enter_cgroups() {
-        let _ = writeln!(std::io::stdout(), "error: {}: {e:#}", args.name);
-        std::process::exit(1);
-    }
     // Detach: the daemon reaps this first process at once; the shim proper is re-parented
     // (to init or a subreaper) and outlives the daemon.
     // The parent only exits.
@@ -174,6 +162,12 @@ pub fn run(args: ShimArgs) -> Result<()> {
     process::setsid().ok();
     process::set_process_name("berth-shim");
     let mut report = std::fs::File::from(std::io::stdout().as_fd_owned()?);
+    // Into the container's budget before it forks the monitor: the shim, the monitor and
+    // everything that one does are counted and capped with the container.
+    if let Err(e) = enter_cgroups() {
+        let _ = writeln!(report, "error: {}: {e}", args.name);
+        std::process::exit(1);
+    }
     match start(&args, &mut trace) {
         Ok((monitor, listener, log_r, sigchld, init_pid)) => {
             let _ = writeln!(report, "ok {init_pid}{}", trace.words);
@@ -463,13 +457,7 @@ fn payload_pidfd(init: i32) -> Option<OwnedFd> {
 struct Client {
     stream: UnixStream,
     mode: Mode,
-    /// A container API client handed over by the daemon (not the daemon's own connection).
-    handed: bool,
 }
-
-/// Followed logs the container's own API clients may have at once (each handed over by the
-/// daemon); the operator's `berth logs -f` is not counted.
-pub const MAX_HANDED: usize = 2;
 
 #[derive(PartialEq)]
 enum Mode {
@@ -501,13 +489,10 @@ fn serve(
         if log_open {
             fds.push((log.as_raw_fd(), POLLIN));
         }
-        // Clients never send anything after their request: readable means gone. A container
-        // API client is gone when its socket is closed (HUP, reported unasked), not when it
-        // only shut down its sending side, as socat and ncat do once their stdin ends.
+        // Clients never send anything after their request: readable means gone.
         let first_client = fds.len();
         for c in &clients {
-            let events = if c.handed { 0 } else { POLLIN | POLLRDHUP };
-            fds.push((c.stream.as_raw_fd(), events));
+            fds.push((c.stream.as_raw_fd(), POLLIN | POLLRDHUP));
         }
         let rev = process::poll(&fds, -1)?;
         if log_open && rev[log_slot] & (POLLIN | POLLHUP) != 0 {
@@ -525,10 +510,7 @@ fn serve(
             loop {
                 match listener.accept() {
                     Ok((stream, _)) => {
-                        let handed = clients.iter().filter(|c| c.handed).count();
-                        if let Some(c) =
-                            handle(stream, &ring, monitor_pid, init_pid, started_at, handed)
-                        {
+                        if let Some(c) = handle(stream, &ring, monitor_pid, init_pid, started_at) {
                             clients.push(c);
                         }
                     }
@@ -619,7 +601,6 @@ fn handle(
     monitor_pid: libc::pid_t,
     init_pid: i32,
     started_at: u64,
-    handed: usize,
 ) -> Option<Client> {
     stream.set_nonblocking(false).ok()?;
     stream
@@ -629,19 +610,20 @@ fn handle(
         .set_write_timeout(Some(Duration::from_millis(500)))
         .ok()?;
     let mut line = [0u8; 32];
-    // A client's connection comes with the first bytes, if one is handed over.
-    let (mut n, passed) = berth_sys::fsutil::recv_fd(&stream, &mut line).ok()?;
-    while n > 0 && n < line.len() && !line[..n].contains(&b'\n') {
+    let mut n = 0;
+    while n < line.len() {
         match stream.read(&mut line[n..]) {
             Ok(0) => break,
-            Ok(k) => n += k,
+            Ok(k) => {
+                n += k;
+                if line[..n].contains(&b'\n') {
+                    break;
+                }
+            }
             Err(_) => return None,
         }
     }
     let cmd = std::str::from_utf8(&line[..n]).ok()?.trim();
-    if let Some(fd) = passed {
-        return handed_over(UnixStream::from(fd), cmd, ring, handed);
-    }
     match cmd {
         "logs" => {
             let _ = stream.write_all(&ring.contents());
@@ -652,7 +634,6 @@ fn handle(
             Some(Client {
                 stream,
                 mode: Mode::Follow,
-                handed: false,
             })
         }
         // `tail N`: the ring's last N lines, then as `follow`.
@@ -665,7 +646,6 @@ fn handle(
             Some(Client {
                 stream,
                 mode: Mode::Follow,
-                handed: false,
             })
         }
         "wait" => {
@@ -673,7 +653,6 @@ fn handle(
             Some(Client {
                 stream,
                 mode: Mode::Wait,
-                handed: false,
             })
         }
         "info" => {
@@ -692,48 +671,6 @@ fn handle(
             None
         }
     }
-}
-
-/// A container API client's followed log, handed over by the daemon with `cmd`
-/// (`http-follow` or `http-tail N`): answered here, as the daemon would have, and followed
-/// until the container ends, the client goes, or it stops reading (then dropped, as every
-/// follower that cannot keep up). Beyond [`MAX_HANDED`] at once: `503 busy`.
-fn handed_over(mut client: UnixStream, cmd: &str, ring: &Ring, handed: usize) -> Option<Client> {
-    use berth_core::http;
-    client.set_nonblocking(false).ok()?;
-    client
-        .set_write_timeout(Some(Duration::from_millis(500)))
-        .ok()?;
-    let tail = match cmd {
-        "http-follow" => None,
-        t => Some(t.strip_prefix("http-tail ")?.parse::<usize>().ok()?),
-    };
-    if handed >= MAX_HANDED {
-        let body = serde_json::json!({
-            berth_core::api::error::ERROR: format!("at most {MAX_HANDED} followed logs at once per container; try again"),
-            berth_core::api::error::CODE: "busy",
-        });
-        let _ = client.write_all(&http::response(
-            503,
-            "application/json",
-            body.to_string().as_bytes(),
-        ));
-        return None;
-    }
-    client
-        .write_all(&http::stream_head(200, "text/plain"))
-        .ok()?;
-    let all = ring.contents();
-    let start = match tail {
-        Some(n) => berth_core::container_api::tail_lines(&all, n),
-        None => &all[..],
-    };
-    client.write_all(start).ok()?;
-    Some(Client {
-        stream: client,
-        mode: Mode::Follow,
-        handed: true,
-    })
 }
 
 /// Client side (daemon): one request to a container's shim.

@@ -54,23 +54,17 @@ pub(crate) fn reap(d: &Daemon, name: &str) {
     }
 }
 
-/// The cgroups of container `name` (its budget and the budget's leaves).
-pub(crate) fn of(d: &Daemon, name: &str) -> ContainerCgroups {
-    ContainerCgroups::of(&d.cfg.cgroup_parent, name)
-}
-
-/// The controllers of a container's budget and of berth's processes in it.
-const BUDGET_CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "memory", "pids"];
+use crate::shim::BUDGET_CONTROLLERS;
 
 /// Before a start (its stale cgroups reaped): the container's budget with its limits
 /// (`limits`: the container's, of which the budget takes CPU and memory and pids with room
-/// for berth's processes) and the leaf for berth's processes. Returns the `cgroup.procs`
-/// files of that leaf, which the shim and the helpers enter (None without cgroups).
+/// for berth's processes) and the leaf for berth's processes. Returns that leaf, which the
+/// shim and the helpers enter (None without cgroups).
 pub(crate) fn prepare_budget(
     d: &Daemon,
     name: &str,
     limits: Option<&Limits>,
-) -> Result<Option<Vec<PathBuf>>> {
+) -> Result<Option<String>> {
     let Ok(c) = &d.resources.cgroups else {
         return Ok(None);
     };
@@ -81,15 +75,20 @@ pub(crate) fn prepare_budget(
             format!("{name}: cannot set up its cgroup {}: {e}", cgs.budget),
         )
     };
-    c.ensure(&cgs.budget, &BUDGET_CONTROLLERS).map_err(failed)?;
+    // Kernels before 5.x (v1) start a cgroup with its parent's use_hierarchy, 0 at a root
+    // nobody set: the budget's limit would not hold its leaves. Settable only while it has
+    // none: as it is made (1 already on newer kernels).
     if c.version == cgroupfs::Version::V1 {
-        // Kernels before 5.x (v1) start a cgroup with its parent's use_hierarchy, 0 at a
-        // root nobody set: the budget's limit would not hold its leaves. Settable only
-        // while it has none (now); 1 already (and no longer writable as 0) on newer kernels.
         if let Some(dir) = c.dir("memory", &cgs.budget) {
-            let _ = std::fs::write(dir.join("memory.use_hierarchy"), "1");
+            if std::fs::create_dir(&dir).is_ok() {
+                let _ = std::fs::write(dir.join("memory.use_hierarchy"), "1");
+            }
         }
     }
+    // The budget and its leaf for berth's processes (v2: the controllers enabled down to
+    // the budget, whose leaves LXC and berth fill), then the budget's limits.
+    c.ensure(&cgs.helpers, &BUDGET_CONTROLLERS)
+        .map_err(failed)?;
     if let Some(l) = limits {
         let files = cg::files(core_version(c), &l.budget());
         c.apply(
@@ -98,53 +97,38 @@ pub(crate) fn prepare_budget(
         )
         .map_err(failed)?;
     }
-    c.ensure(&cgs.helpers, &BUDGET_CONTROLLERS)
-        .map_err(failed)?;
-    Ok(helpers_procs(d, name))
+    Ok(Some(cgs.helpers))
 }
 
-/// The `cgroup.procs` files of the leaf for berth's processes of container `name` (its
-/// shim, its helpers), one per hierarchy; None when it has none (no cgroups, or a container
-/// started before the budget had leaves: its helpers stay in the daemon's cgroup).
-pub(crate) fn helpers_procs(d: &Daemon, name: &str) -> Option<Vec<PathBuf>> {
+/// The leaf for berth's processes of container `name` (its shim, its helpers), as
+/// [`crate::shim::CGROUP_ENV`] takes it, if it has one (not without cgroups, nor for a
+/// container started before the budget had leaves: its helpers stay in the daemon's cgroup).
+pub(crate) fn helpers_leaf(d: &Daemon, name: &str) -> Option<String> {
     let c = d.resources.cgroups.as_ref().ok()?;
     let helpers = of(d, name).helpers;
-    let mut out: Vec<PathBuf> = Vec::new();
-    for ctl in BUDGET_CONTROLLERS {
-        if let Some(dir) = c.dir(ctl, &helpers) {
-            let procs = dir.join("cgroup.procs");
-            if !out.contains(&procs) {
-                out.push(procs);
-            }
-        }
-    }
-    (!out.is_empty() && out.iter().all(|p| p.exists())).then_some(out)
+    c.exists(&helpers).then_some(helpers)
+}
+
+/// The cgroups of container `name` (its budget and the budget's leaves).
+pub(crate) fn of(d: &Daemon, name: &str) -> ContainerCgroups {
+    ContainerCgroups::of(&d.cfg.cgroup_parent, name)
 }
 
 /// Where the payload's own limits and counters are: its leaf, or the budget itself for a
 /// container started before the budget had leaves.
 pub(crate) fn payload_cgroup(d: &Daemon, name: &str) -> String {
-    let cgs = of(d, name);
+    let budget = container_cgroup(d, name);
+    let payload = format!("{budget}/{}", cg::PAYLOAD_LEAF);
     match &d.resources.cgroups {
-        Ok(c) if !c.exists(&cgs.payload) && c.exists(&cgs.budget) => cgs.budget,
-        _ => cgs.payload,
+        Ok(c) if !c.exists(&payload) && c.exists(&budget) => budget,
+        _ => payload,
     }
 }
 
 /// A container's counters: CPU of its whole budget (the payload and berth's processes for
 /// it), memory, OOM kills and pids of its payload (with their limits as the package asked).
 pub(crate) fn container_stats(c: &Cgroups, d: &Daemon, name: &str) -> cgroupfs::Stats {
-    let budget = c.stats(&container_cgroup(d, name));
-    let payload = c.stats(&payload_cgroup(d, name));
-    cgroupfs::Stats {
-        memory_current: payload.memory_current,
-        memory_peak: payload.memory_peak,
-        memory_max: payload.memory_max,
-        oom_kills: payload.oom_kills,
-        pids_current: payload.pids_current,
-        pids_max: payload.pids_max,
-        ..budget
-    }
+    c.stats_of(&container_cgroup(d, name), &payload_cgroup(d, name))
 }
 
 /// Keeps the kernel's lock for cgroup moves warm while a start runs; dropped when the start
@@ -248,7 +232,7 @@ pub(crate) fn core_version(c: &Cgroups) -> CgroupVersion {
 
 /// The container's budget: everything it costs, the payload and berth's processes for it.
 pub(crate) fn container_cgroup(d: &Daemon, name: &str) -> String {
-    of(d, name).budget
+    format!("{}/{name}", d.cfg.cgroup_parent)
 }
 
 /// The host's cgroup version, if it has cgroups berth can use.
@@ -387,9 +371,13 @@ mod tests {
             ],
         );
         let cg = root.join("sys/fs/cgroup");
-        let procs = prepare_budget(&d, "web", Some(&limits())).unwrap().unwrap();
-        // one unified leaf: one file to enter
-        assert_eq!(procs, vec![cg.join("berth-t/web/berth/cgroup.procs")]);
+        let leaf = prepare_budget(&d, "web", Some(&limits())).unwrap().unwrap();
+        assert_eq!(leaf, "berth-t/web/berth");
+        assert_eq!(
+            helpers_leaf(&d, "web").as_deref(),
+            Some("berth-t/web/berth")
+        );
+        assert!(cg.join("berth-t/web/berth").is_dir());
         assert_eq!(read(cg.join(b).join("cpu.weight")), "50");
         assert_eq!(read(cg.join(b).join("cpu.max")), "20000 100000");
         assert_eq!(
@@ -453,7 +441,6 @@ mod tests {
                 (&format!("cpu/{b}/cpu.cfs_period_us"), ""),
                 (&format!("cpu/{b}/cpu.cfs_quota_us"), ""),
                 (&format!("memory/{b}/memory.limit_in_bytes"), ""),
-                (&format!("memory/{b}/memory.use_hierarchy"), "0"),
                 (&format!("pids/{b}/pids.max"), ""),
                 (&format!("cpu/{b}/berth/cgroup.procs"), ""),
                 (&format!("cpuacct/{b}/berth/cgroup.procs"), ""),
@@ -463,11 +450,10 @@ mod tests {
         );
         let cg = root.join("sys/fs/cgroup");
         let procs = prepare_budget(&d, "web", Some(&limits())).unwrap().unwrap();
-        let want: Vec<PathBuf> = ["cpu", "cpuacct", "memory", "pids"]
-            .iter()
-            .map(|h| cg.join(h).join(b).join("berth/cgroup.procs"))
-            .collect();
-        assert_eq!(procs, want);
+        assert_eq!(procs, "berth-t/web/berth");
+        for h in ["cpu", "cpuacct", "memory", "pids"] {
+            assert!(cg.join(h).join(b).join("berth").is_dir(), "{h}");
+        }
         assert_eq!(read(cg.join("cpu").join(b).join("cpu.shares")), "512");
         assert_eq!(
             read(cg.join("cpu").join(b).join("cpu.cfs_quota_us")),
@@ -477,10 +463,7 @@ mod tests {
             read(cg.join("memory").join(b).join("memory.limit_in_bytes")),
             (24u64 << 20).to_string()
         );
-        assert_eq!(
-            read(cg.join("memory").join(b).join("memory.use_hierarchy")),
-            "1"
-        );
+        // (memory.use_hierarchy is written only into a budget made new: not this fixture's)
         assert_eq!(read(cg.join("pids").join(b).join("pids.max")), "48");
         // LXC makes its own cpuset cgroups: berth's budget is not in that hierarchy
         assert!(!cg.join("cpuset").join(b).exists());

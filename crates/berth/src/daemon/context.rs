@@ -135,8 +135,10 @@ pub struct Supervised {
     pub ready: bool,
     /// When a held restart is due.
     pub next_start: Option<Instant>,
-    /// The run the supervisor follows (its init's pid), while there is one.
+    /// The run the supervisor follows (its init's pid), while there is one, and when it
+    /// started (seconds since the epoch, as its shim said when the supervisor first saw it).
     pub run: Option<berth_core::supervise::Run>,
+    pub started_at: Option<u64>,
     /// While it runs: from when a restart its package asks for is allowed (the pace of
     /// `berth_core::supervise`).
     pub self_restart_at: Option<Instant>,

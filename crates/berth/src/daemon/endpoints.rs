@@ -26,6 +26,8 @@ pub struct Endpoint {
     pub busy: AtomicUsize,
     /// Its readiness, health and keep-alive reports being served now.
     pub reports: AtomicUsize,
+    /// Its followed logs being relayed now.
+    pub streams: AtomicUsize,
 }
 
 impl Endpoint {
@@ -36,6 +38,7 @@ impl Endpoint {
             bucket: Mutex::new(Bucket::new(burst, now_ms)),
             busy: AtomicUsize::new(0),
             reports: AtomicUsize::new(0),
+            streams: AtomicUsize::new(0),
         }
     }
 

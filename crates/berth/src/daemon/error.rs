@@ -10,8 +10,6 @@ pub use berth_core::api::ErrorKind as Kind;
 pub struct Error {
     pub kind: Kind,
     pub message: String,
-    /// When the request may be made again (a `429`): `Retry-After` and `retry_after_ms`.
-    pub retry_after_ms: Option<u64>,
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -21,16 +19,27 @@ impl Error {
         Error {
             kind,
             message: message.into(),
-            retry_after_ms: None,
         }
     }
 
-    /// `429 rate_limited`: `message`, and try again in `ms`.
-    pub fn rate_limited(message: impl Into<String>, ms: u64) -> Error {
-        Error {
-            retry_after_ms: Some(ms),
-            ..Error::new(Kind::RateLimited, message)
+    /// `429 rate_limited`: `message`, then when to try again (`; try again in MS ms`), which
+    /// the answer's `Retry-After` and `retry_after_ms` are read back from. In the message,
+    /// not a field of its own: an error is made and moved at every `?` of the daemon, and
+    /// each field costs the device build bytes at every one of them.
+    pub fn rate_limited(message: impl std::fmt::Display, ms: u64) -> Error {
+        Error::new(
+            Kind::RateLimited,
+            format!("{message}; try again in {} ms", ms.max(1)),
+        )
+    }
+
+    /// When a `429` may be asked again, in milliseconds (see `rate_limited`).
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        if self.kind != Kind::RateLimited {
+            return None;
         }
+        let rest = self.message.strip_suffix(" ms")?;
+        rest.rsplit(' ').next()?.parse().ok()
     }
 
     pub fn bad_request(m: impl Into<String>) -> Error {
@@ -53,20 +62,20 @@ impl Error {
     /// The body of an error response.
     pub fn to_json(&self) -> Value {
         let mut v = json!({ERROR: self.message, CODE: self.code()});
-        if let Some(ms) = self.retry_after_ms {
+        if let Some(ms) = self.retry_after_ms() {
             v[RETRY_AFTER_MS] = json!(ms);
         }
         v
     }
 
-    /// The whole HTTP response: `body` (the error's own JSON unless given), with a
-    /// `Retry-After` header (whole seconds, rounded up) when it says when to try again.
-    pub fn response(&self, body: Option<Value>) -> Vec<u8> {
+    /// The whole HTTP response: its JSON, with a `Retry-After` header (whole seconds,
+    /// rounded up) when it says when to try again.
+    pub fn response(&self) -> Vec<u8> {
         let headers = self
-            .retry_after_ms
+            .retry_after_ms()
             .map(|ms| format!("Retry-After: {}\r\n", ms.div_ceil(1000)))
             .unwrap_or_default();
-        let body = body.unwrap_or_else(|| self.to_json()).to_string();
+        let body = self.to_json().to_string();
         berth_core::http::response_with(
             self.status(),
             "application/json",
@@ -93,9 +102,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_error_stays_as_small_as_its_kind_and_message() {
+        assert_eq!(std::mem::size_of::<Error>(), 32);
+    }
+
+    #[test]
     fn a_429_says_when_to_try_again_in_its_header_and_its_body() {
         let e = Error::rate_limited("web: too soon", 1_001);
-        let text = String::from_utf8(e.response(None)).unwrap();
+        let text = String::from_utf8(e.response()).unwrap();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
         assert!(
             head.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
@@ -108,11 +122,14 @@ mod tests {
         let v: Value = serde_json::from_str(body).unwrap();
         assert_eq!(
             v,
-            json!({"error": "web: too soon", "code": "rate_limited", "retry_after_ms": 1001})
+            json!({"error": "web: too soon; try again in 1001 ms", "code": "rate_limited", "retry_after_ms": 1001})
         );
+        // a 429 made otherwise (no time in its message): no header, no field
+        let e = Error::new(Kind::RateLimited, "slow down");
+        assert_eq!(e.retry_after_ms(), None);
         // other errors: no header, no field
         let e = Error::new(Kind::Busy, "busy");
-        let text = String::from_utf8(e.response(None)).unwrap();
+        let text = String::from_utf8(e.response()).unwrap();
         assert!(!text.contains("Retry-After"), "{text}");
         assert!(!text.contains("retry_after_ms"), "{text}");
         assert!(text.contains("Content-Length: "), "{text}");

@@ -307,6 +307,7 @@ impl Supervisor {
             ready: false,
             next_start: None,
             run: None,
+            started_at: None,
             self_restart_at: None,
             reason: None,
             last_check: None,
@@ -320,6 +321,12 @@ impl Supervisor {
             Phase::Waiting { until_ms } => Some(self.t0 + Duration::from_millis(until_ms)),
             _ => None,
         };
+        if v.run != m.run() {
+            // A new run (or a run taken over): its start as its shim says, once.
+            v.started_at = m.run().and_then(|_| {
+                probe::shim_info(&self.d, name)[berth_core::api::container::STARTED_AT].as_u64()
+            });
+        }
         v.run = m.run();
         v.self_restart_at = m
             .self_restart_at()

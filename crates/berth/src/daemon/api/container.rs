@@ -31,7 +31,7 @@ fn reply(stream: &mut UnixStream, status: u16, v: Value) {
 }
 
 fn reply_err(stream: &mut UnixStream, e: Error) {
-    let _ = stream.write_all(&e.response(None));
+    let _ = stream.write_all(&e.response());
 }
 
 /// Serves one request of `ep`'s container (parsed by the admission loop), on its own thread.
@@ -111,8 +111,8 @@ fn change(d: &Daemon, name: &str) -> Result<()> {
     let now = d.started.elapsed().as_millis() as u64;
     d.capi.take_change(name, now).map_err(|ms| {
         Error::rate_limited(
-            format!(
-                "{name}: at most {} schedule changes at once, then one every {} s; try again in {ms} ms",
+            format_args!(
+                "{name}: at most {} schedule changes at once, then one every {} s",
                 crate::daemon::endpoints::CHANGES_BURST,
                 crate::daemon::endpoints::CHANGE_EVERY_MS / 1000
             ),
@@ -155,7 +155,7 @@ fn health(d: &Daemon, name: &str, ok: bool, message: Option<String>) -> Result<V
 /// `GET /v1/self`: the container's status entry, its usage and its permissions.
 fn self_status(d: &Daemon, p: &Installed, granted: &[capi::Permission]) -> Result<Value> {
     let name = p.name.as_str();
-    let all = status::status(d, Some(name))?;
+    let all = status::status_of(d, Some(name), false)?;
     let mut me = all[berth_core::api::common::CONTAINERS]
         .as_array()
         .and_then(|c| c.first())
@@ -228,55 +228,52 @@ fn self_restart_pace(d: &Daemon, name: &str, run: i32) -> Result<i32> {
             Some((Some(r), Some(at), _, n)) if r == run => {
                 let ms = (at - now).as_millis() as u64 + 1;
                 return Err(Error::rate_limited(
-                    format!(
-                        "{name}: restarted {n} times in a row at its own request; the next may come in {ms} ms (paced as its [restart] policy paces crash restarts)"
+                    format_args!(
+                        "{name}: restarted {n} times in a row at its own request, paced as its [restart] policy paces crash restarts"
                     ),
                     ms,
                 ));
             }
-            Some((Some(r), None, state, _)) if r == run => {
-                return Err(Error::new(
-                    Kind::NotRunning,
-                    format!("{name} is {state}: its run is ending already"),
-                ))
-            }
-            _ if now >= deadline => {
-                return Err(Error::new(
-                    Kind::Busy,
-                    format!("{name}: the supervisor has not taken its start in yet; try again"),
-                ))
-            }
+            // Ending already (a restart on its way, a stop), or a start the supervisor has
+            // not taken in within a second.
+            Some((Some(r), None, ..)) if r == run => return Err(not_now()),
+            _ if now >= deadline => return Err(not_now()),
             _ => std::thread::sleep(Duration::from_millis(5)),
         }
     }
+}
+
+fn not_now() -> Error {
+    Error::new(
+        Kind::Busy,
+        "not restarted: the run is ending, or its start is not taken in yet; try again",
+    )
 }
 
 /// Its own log: the last `tail` lines, then (`follow`) what comes until it ends or the
 /// client goes.
 fn logs(d: &Daemon, name: &str, tail: Option<u32>, follow: bool, mut stream: UnixStream) {
     let tail = tail.map(|t| t as usize);
-    if follow && runtime::logs::hand_over(d, name, tail, &stream) {
-        return;
-    }
     match runtime::logs::logs_tail(d, name, follow, tail) {
         Err(e) => reply_err(&mut stream, e),
-        Ok(runtime::logs::Logs::Saved(bytes)) => {
+        Ok(runtime::logs::Logs::Live(shim)) if follow => super::relay(shim, stream),
+        Ok(logs) => {
+            let bytes = match logs {
+                runtime::logs::Logs::Saved(bytes) => bytes,
+                runtime::logs::Logs::Live(shim) => {
+                    let mut bytes = Vec::new();
+                    let _ = std::io::Read::read_to_end(
+                        &mut std::io::Read::take(&shim, 16 << 20),
+                        &mut bytes,
+                    );
+                    bytes
+                }
+            };
             let bytes = match tail {
                 Some(n) => capi::tail_lines(&bytes, n),
                 None => &bytes,
             };
             let _ = stream.write_all(&http::response(200, "text/plain", bytes));
         }
-        Ok(runtime::logs::Logs::Live(shim)) if !follow => {
-            let mut bytes = Vec::new();
-            let _ =
-                std::io::Read::read_to_end(&mut std::io::Read::take(&shim, 16 << 20), &mut bytes);
-            let bytes = match tail {
-                Some(n) => capi::tail_lines(&bytes, n),
-                None => &bytes,
-            };
-            let _ = stream.write_all(&http::response(200, "text/plain", bytes));
-        }
-        Ok(runtime::logs::Logs::Live(shim)) => super::relay(shim, stream),
     }
 }

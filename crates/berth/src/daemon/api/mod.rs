@@ -69,7 +69,7 @@ fn not_built(feature: &str) -> Error {
 fn reply(stream: &mut UnixStream, r: Result<Value>) {
     let bytes = match r {
         Ok(v) => http::response(200, "application/json", v.to_string().as_bytes()),
-        Err(e) => e.response(None),
+        Err(e) => e.response(),
     };
     let _ = stream.write_all(&bytes);
 }

@@ -176,6 +176,8 @@ struct Admission {
     queued: VecDeque<Queued>,
     workers: Arc<AtomicUsize>,
     container_workers: Arc<AtomicUsize>,
+    /// Followed logs being relayed, all containers together.
+    streams: Arc<AtomicUsize>,
 }
 
 /// What a container request holds a worker for, and so which slots it takes.
@@ -186,6 +188,8 @@ enum Class {
     /// Readiness, health and keep-alive reports: short, and never to wait behind the
     /// container's other requests (a missed keep-alive ends its run).
     Report,
+    /// A followed log: held until the run ends or the client goes.
+    Stream,
 }
 
 impl Class {
@@ -197,18 +201,24 @@ impl Class {
                 MAX_REPORTS_PER_CONTAINER,
                 MAX_CONTAINER_WORKERS + REPORT_RESERVE,
             ),
+            Class::Stream => (1, MAX_STREAMS),
         }
     }
 
-    /// A followed log is a regular request too: its worker hands the connection to the
-    /// container's shim, which serves it from then on (`runtime::logs::hand_over`).
     fn of(op: &Op) -> Class {
         match op {
+            Op::Logs { follow: true, .. } => Class::Stream,
             Op::Ready | Op::Health { .. } | Op::KeepAlive => Class::Report,
             _ => Class::Regular,
         }
     }
 }
+
+/// Followed logs at once on the device, one per container: no container holds more than
+/// its share of them (a share is at least one), and they hold no worker of the pool.
+const MAX_STREAMS: usize = 8;
+/// The answer beyond them (a constant: each formatted message costs the device build bytes).
+const STREAMS_BUSY: &str = "one followed log per container, 8 on the device, at a time; try again";
 /// Reports one container may have served at once.
 const MAX_REPORTS_PER_CONTAINER: usize = 2;
 /// Workers kept for reports beyond the pool's.
@@ -269,8 +279,8 @@ impl Admission {
             } else if let Err(ms) = e.admit(now, d.cfg.api.rate, d.cfg.api.burst) {
                 Peer::Refused {
                     e: Error::rate_limited(
-                        format!(
-                            "{}: more than {} requests a second ([api] rate); try again in {ms} ms",
+                        format_args!(
+                            "{}: more than {} requests a second ([api] rate)",
                             e.name, d.cfg.api.rate
                         ),
                         ms,
@@ -380,6 +390,12 @@ impl Admission {
             Err(r) => return reply_now(stream, Error::new(r.kind, r.message)),
         };
         let class = Class::of(&op);
+        if class == Class::Stream {
+            if !self.take(eps, &e, class) {
+                return reply_now(stream, Error::new(Kind::Busy, STREAMS_BUSY));
+            }
+            return self.start_worker(d, e, class, stream, op);
+        }
         let behind = self
             .queued
             .iter()
@@ -416,11 +432,14 @@ impl Admission {
         let (own, all) = match class {
             Class::Regular => (&e.busy, &self.container_workers),
             Class::Report => (&e.reports, &self.container_workers),
+            Class::Stream => (&e.streams, &self.streams),
         };
-        let (claims, me) = self.claims(eps, e, class);
-        let in_use = all.load(Ordering::SeqCst);
-        if !fair::may_take(&claims, me, own_cap, in_use, all_cap) {
-            return false;
+        if class != Class::Stream {
+            let (claims, me) = self.claims(eps, e, class);
+            let in_use = all.load(Ordering::SeqCst);
+            if !fair::may_take(&claims, me, own_cap, in_use, all_cap) {
+                return false;
+            }
         }
         let o = own.fetch_add(1, Ordering::SeqCst);
         let a = all.fetch_add(1, Ordering::SeqCst);
@@ -473,14 +492,18 @@ impl Admission {
         stream: UnixStream,
         op: Op,
     ) {
-        let pool = Arc::clone(&self.container_workers);
+        let (pool, streams) = (
+            Arc::clone(&self.container_workers),
+            Arc::clone(&self.streams),
+        );
         let release = move |e: &Endpoint| {
-            let own = match class {
-                Class::Regular => &e.busy,
-                Class::Report => &e.reports,
+            let (own, all) = match class {
+                Class::Regular => (&e.busy, &pool),
+                Class::Report => (&e.reports, &pool),
+                Class::Stream => (&e.streams, &streams),
             };
             own.fetch_sub(1, Ordering::SeqCst);
-            pool.fetch_sub(1, Ordering::SeqCst) == 1
+            all.fetch_sub(1, Ordering::SeqCst) == 1
         };
         let d2 = Arc::clone(d);
         let ep = Arc::clone(&e);
@@ -488,7 +511,9 @@ impl Admission {
             .name("api".into())
             .stack_size(256 * 1024)
             .spawn(move || {
-                // A client that does not read its answer holds a worker no longer than this.
+                // A client that does not read its answer holds a worker no longer than this
+                // (a followed log's relay drops a client that stops reading, as the shim
+                // drops a follower that cannot keep up).
                 let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
                 if class == Class::Regular {
                     if let Some(t) = d2.test_api_delay {
@@ -505,58 +530,47 @@ impl Admission {
                 d2.capi.wake();
             });
         if let Err(err) = spawned {
-            let own = match class {
-                Class::Regular => &e.busy,
-                Class::Report => &e.reports,
+            let (own, all) = match class {
+                Class::Regular => (&e.busy, &self.container_workers),
+                Class::Report => (&e.reports, &self.container_workers),
+                Class::Stream => (&e.streams, &self.streams),
             };
             own.fetch_sub(1, Ordering::SeqCst);
-            self.container_workers.fetch_sub(1, Ordering::SeqCst);
+            all.fetch_sub(1, Ordering::SeqCst);
             log::error!("cannot start a thread for a container API request: {err}");
         }
     }
 
     /// Serves the queued requests that have a worker slot now: reports first, then the
     /// others; within a class the oldest request of the container that holds the fewest
-    /// slots and may take one (`berth_core::fair::next`), so that a freed slot goes to the
-    /// container that has the least, never to one at its share while another waits. Each
-    /// container's requests keep their order.
+    /// slots, so that a freed slot goes to the container that has the least, never to one
+    /// at its share while another waits (`berth_core::fair::may_take`). Each container's
+    /// requests keep their order.
     fn run_queued(&mut self, d: &Arc<Daemon>) {
-        // Every container with a socket, and any whose socket went while a request waits.
-        let mut all = d.capi.endpoints();
-        for q in &self.queued {
-            if !all.iter().any(|x| Arc::ptr_eq(x, &q.e)) {
-                all.push(Arc::clone(&q.e));
-            }
-        }
+        let eps = d.capi.endpoints();
         for class in [Class::Report, Class::Regular] {
-            let (own_cap, cap) = class.caps();
-            while let Some(first) = self
-                .queued
-                .iter()
-                .find(|q| q.class == class)
-                .map(|q| Arc::clone(&q.e))
-            {
-                let (claims, _) = self.claims(&all, &first, class);
-                // Each container's oldest waiting request of the class: its claim, its place.
-                let mut heads: Vec<(usize, usize)> = Vec::new();
+            loop {
+                // The waiting request of the container holding the fewest slots of the
+                // class, the oldest among equals (so each container's keep their order).
+                let mut best: Option<(usize, usize)> = None;
                 for (i, q) in self.queued.iter().enumerate() {
-                    let Some(c) = all.iter().position(|x| Arc::ptr_eq(x, &q.e)) else {
-                        continue;
+                    let held = match class {
+                        Class::Report => q.e.reports.load(Ordering::SeqCst),
+                        _ => q.e.busy.load(Ordering::SeqCst),
                     };
-                    if q.class == class && !heads.iter().any(|(h, _)| *h == c) {
-                        heads.push((c, i));
+                    if q.class == class && best.is_none_or(|(_, h)| held < h) {
+                        best = Some((i, held));
                     }
                 }
-                let in_use = self.container_workers.load(Ordering::SeqCst);
-                let waiting: Vec<usize> = heads.iter().map(|(c, _)| *c).collect();
-                let Some(k) = fair::next(&waiting, &claims, own_cap, in_use, cap) else {
+                let Some((i, _)) = best else {
                     break;
                 };
-                let Some(q) = self.queued.remove(heads[k].1) else {
+                let Some(q) = self.queued.remove(i) else {
                     break;
                 };
-                if !self.take(&all, &q.e, q.class) {
-                    self.queued.insert(heads[k].1, q);
+                // No slot, or not its turn (`fair::may_take`): it waits on, in its place.
+                if !self.take(&eps, &q.e, class) {
+                    self.queued.insert(i, q);
                     break;
                 }
                 self.start_worker(d, q.e, q.class, q.stream, q.op);
@@ -603,5 +617,5 @@ fn read_request(p: &mut Pending) -> Result<Option<http::Request>, Option<String>
 /// buffer is empty, or nothing.
 fn reply_now(mut stream: UnixStream, e: Error) {
     let _ = stream.set_nonblocking(true);
-    let _ = stream.write_all(&e.response(None));
+    let _ = stream.write_all(&e.response());
 }

@@ -13,7 +13,6 @@ use berth_core::supervise::{Event, Run};
 
 use crate::daemon::cgroups;
 use crate::daemon::context::Daemon;
-use crate::daemon::runtime::start;
 use crate::health::{HealthArgs, Probe};
 
 /// How long past its own timeout a probe helper may take before it is killed.
@@ -71,8 +70,8 @@ pub(crate) fn run(d: &Daemon, args: &HealthArgs, limit: Duration) -> (bool, Stri
         .stderr(Stdio::piped());
     // The helper's work (the attach, the job's output it relays) is the container's: it
     // enters the container's budget first.
-    if let Some(procs) = cgroups::helpers_procs(d, &args.name) {
-        cmd.env(crate::shim::CGROUP_ENV, start::procs_env(&procs));
+    if let Some(leaf) = cgroups::helpers_leaf(d, &args.name) {
+        cmd.env(crate::shim::CGROUP_ENV, leaf);
     }
     let mut child = match cmd.spawn() {
         Ok(c) => c,

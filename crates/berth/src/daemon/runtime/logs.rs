@@ -33,26 +33,3 @@ pub(crate) fn logs_tail(d: &Daemon, name: &str, follow: bool, tail: Option<usize
         std::fs::read(d.cfg.paths.saved_log(name)).unwrap_or_default(),
     ))
 }
-
-/// A container API client's followed log (`GET /v1/logs?follow=1`), handed to the
-/// container's shim with the client's connection: the shim answers it and follows the log
-/// from then on, in the container's budget, and no thread of the daemon is held for it.
-/// False when there is no shim to take it (the container does not run).
-pub(crate) fn hand_over(
-    d: &Daemon,
-    name: &str,
-    tail: Option<usize>,
-    client: &std::os::unix::net::UnixStream,
-) -> bool {
-    use std::os::fd::AsRawFd;
-    if !probe::is_running(d, name) {
-        return false;
-    }
-    let what = match tail {
-        Some(n) => format!("http-tail {n}\n"),
-        None => "http-follow\n".into(),
-    };
-    std::os::unix::net::UnixStream::connect(d.cfg.paths.shim_socket(name))
-        .and_then(|s| berth_sys::fsutil::send_fd(&s, what.as_bytes(), client.as_raw_fd()))
-        .is_ok()
-}

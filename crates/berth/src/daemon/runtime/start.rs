@@ -101,10 +101,9 @@ fn start_traced(d: &Arc<Daemon>, name: &str, trace: &mut Option<Stamps>) -> Resu
     let root = prepare_root(d, &st, &p)?;
     prepare_data(d, &p)?;
     Stamps::mark(trace, "mounted");
-    let limits = limits::start_limits(d, &p)?;
-    let config = render_config(d, &st, &p, &root, limits.clone())?;
+    let (config, limits) = render_config(d, &st, &p, &root)?;
     write_config(d, name, &config, &root.layers)?;
-    let cgroup = cgroups::prepare_budget(d, name, limits.as_ref().map(|(_, l)| l))?;
+    let cgroup = cgroups::prepare_budget(d, name, limits.as_ref())?;
     sockets::open(d, &p)?;
     Stamps::mark(trace, "configured");
     log::debug!("{name}: prepared in {:?}", t_begin.elapsed());
@@ -149,10 +148,9 @@ pub(crate) fn run_once(
     let _mounted = Mounted(d, true);
     let root = prepare_root(d, &st, &p)?;
     prepare_data(d, &p)?;
-    let limits = limits::start_limits(d, &p)?;
-    let config = render_config(d, &st, &p, &root, limits.clone())?;
+    let (config, limits) = render_config(d, &st, &p, &root)?;
     write_config(d, name, &config, &root.layers)?;
-    let cgroup = cgroups::prepare_budget(d, name, limits.as_ref().map(|(_, l)| l))?;
+    let cgroup = cgroups::prepare_budget(d, name, limits.as_ref())?;
     sockets::open(d, &p)?;
     let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
     p.manifest.entrypoint.argv = argv;
@@ -280,17 +278,14 @@ fn prepare_data(d: &Daemon, p: &Installed) -> Result<()> {
 }
 
 /// The LXC configuration: the container plan (root, host base, limits), then the
-/// security lines, the network keys and the bindings (with the bind anchor made).
+/// security lines, the network keys and the bindings (with the bind anchor made); and the
+/// container's limits, for its budget.
 fn render_config(
     d: &Daemon,
     st: &State,
     p: &Installed,
     root: &Root,
-    limits: Option<(
-        berth_core::cgroup::CgroupVersion,
-        berth_core::cgroup::Limits,
-    )>,
-) -> Result<String> {
+) -> Result<(String, Option<berth_core::cgroup::Limits>)> {
     // Bind what the host has and the image has a mount point for (the root is read-only:
     // LXC cannot create one). A host without /lib64 simply has nothing to bind there.
     let host_base_dirs: Vec<PathBuf> = HOST_BASE_DIRS
@@ -302,6 +297,7 @@ fn render_config(
                     .is_ok_and(|m| m.is_dir())
         })
         .collect();
+    let limits = limits::start_limits(d, p)?;
     let cg_version = limits.as_ref().map(|(v, _)| *v);
     let net_keys = net::prepare(d, p, st, &root.rootfs)?;
     let mut text = plan::lxc_config(&ContainerPlan {
@@ -310,13 +306,13 @@ fn render_config(
         config: &d.cfg,
         rootfs: root.rootfs.clone(),
         host_base_dirs,
-        limits,
+        limits: limits.clone(),
     })
     .map_err(|e| Error::new(Kind::Refused, e.to_string()))?;
     text.push_str(&security::lxc_lines(d, p, cg_version)?);
     text.push_str(&net_keys);
     text.push_str(&bind::prepare(d, st, p, &root.rootfs)?);
-    Ok(text)
+    Ok((text, limits.map(|(_, l)| l)))
 }
 
 /// Writes `<lxcpath>/NAME/config` and the layers the run is made of; a killed monitor's
@@ -344,7 +340,7 @@ fn write_config(d: &Daemon, name: &str, config: &str, layers: &[String]) -> Resu
 fn spawn_shim(
     d: &Daemon,
     p: &Installed,
-    cgroup: Option<Vec<PathBuf>>,
+    cgroup: Option<String>,
     trace: &mut Option<Stamps>,
 ) -> Result<(i32, Duration)> {
     let name = p.name.as_str();
@@ -378,7 +374,7 @@ fn spawn_shim(
         cmd.env(crate::shim::TRACE_ENV, "1");
     }
     if let Some(procs) = cgroup {
-        cmd.env(crate::shim::CGROUP_ENV, procs_env(&procs));
+        cmd.env(crate::shim::CGROUP_ENV, procs);
     }
     Stamps::mark(trace, "spawn");
     let mut child = cmd
@@ -421,15 +417,6 @@ fn spawn_shim(
         let _ = std::fs::remove_file(&trace_file);
     }
     Ok((pid.trim().parse().unwrap_or(0), elapsed))
-}
-
-/// [`crate::shim::CGROUP_ENV`]'s value: the files, one a line.
-pub(crate) fn procs_env(procs: &[PathBuf]) -> String {
-    procs
-        .iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// The first line the shim writes (without its newline), or None if none came within
