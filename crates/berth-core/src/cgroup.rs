@@ -94,9 +94,9 @@ pub const MONITOR_LEAF: &str = "monitor";
 pub const HELPERS_LEAF: &str = "berth";
 pub const PIVOT_LEAF: &str = "lxc.pivot";
 
-/// What a container's budget holds beyond its payload's own limits: its shim (the log ring,
-/// about 0.2 MiB), its LXC monitor (about 0.5 MiB), a health probe's helper and up to 3
-/// scheduled jobs' helpers (each about 1 MiB while it runs: liblxc's attach).
+/// What a container's budget holds beyond its payload's own limits: its shim and its LXC
+/// monitor (364 KiB private together, `berth-bench footprint`), a health probe's helper and
+/// up to 3 scheduled jobs' helpers while they run (each liblxc's attach and its children).
 pub const BUDGET_MEMORY_OVERHEAD: u64 = 8 << 20;
 /// The shim, the monitor, and each helper with liblxc's attach's short-lived children.
 pub const BUDGET_PIDS_OVERHEAD: u32 = 16;

@@ -172,9 +172,14 @@ fn self_status(d: &Daemon, p: &Installed, granted: &[capi::Permission]) -> Resul
                 field::GRANTED: granted.iter().map(|g| g.name()).collect::<Vec<_>>(),
             }),
         );
+        // The run as the supervisor sees it: no question to the shim (see `status_of`).
+        let run = o
+            .get(berth_core::api::common::INIT_PID)
+            .and_then(Value::as_i64)
+            .map(|p| p as i32);
         o.insert(
             field::LOCKED_UNTIL.into(),
-            json!(runtime::sockets::locked_until(d, name)),
+            json!(d.capi.locked_until(name, berth_sys::process::now_s(), run)),
         );
     }
     Ok(me)
