@@ -55,6 +55,10 @@ suites:
                health probe; the size of the crash archives these leave
   api          the container API: latency (p50, p99) and requests/s from inside one
                container, and from 20 at once
+  cost         what a container makes the host do outside its budget (issue 32): a payload
+               restarting itself at every start, and one whose job floods its output, 60 s
+               each (12 s with --quick): CPU outside and inside berth's group, and a third
+               container's API latency beside each
   bind         hot-binding a 1 MiB and a 50 MiB package into a running container and out
                again, by the mount API and by mount propagation
   governor     main-service response time under a CPU hog with and without the governor;
@@ -684,6 +688,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(suites::api::CLIENT) {
         std::process::exit(suites::api::client(&args[2..]));
+    }
+    if args.get(1).map(String::as_str) == Some(suites::cost::PROBE) {
+        std::process::exit(suites::cost::probe(&args[2..]));
     }
     util::set_progress(
         std::io::stderr().is_terminal() || std::env::var_os("BERTH_BENCH_PROGRESS").is_some(),

@@ -173,6 +173,9 @@ pub mod error {
     pub const ERROR: &str = "error";
     /// The stable machine code ([`ErrorKind::code`](super::ErrorKind::code)).
     pub const CODE: &str = "code";
+    /// With `429 rate_limited`: milliseconds until the request may be made again (the
+    /// `Retry-After` header says the same in whole seconds, rounded up).
+    pub const RETRY_AFTER_MS: &str = "retry_after_ms";
 }
 
 /// The bodies of the requests (and the `?name=` of those that take a query).

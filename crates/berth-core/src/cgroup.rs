@@ -69,6 +69,81 @@ pub struct Limits {
     pub cpuset: Option<String>,
 }
 
+/// A container's cgroups below the group (docs/resources.md, "A container's cgroups"):
+/// `<parent>/<name>` is its budget, where everything it costs is counted and capped, and
+/// its processes live in leaves below it (cgroup v2 allows processes in leaves only):
+///
+/// ```text
+/// <parent>/<name>/            budget: CPU weight and quota, memory and pids with room for berth's part
+///                 payload/    the container (lxc.cgroup.dir.container): its memory, pids, cpuset
+///                 monitor/    its LXC monitor (lxc.cgroup.dir.monitor)
+///                 lxc.pivot/  where LXC parks the monitor as it tears down (lxc.cgroup.dir.monitor.pivot)
+///                 berth/      what berth runs for it: the shim, health probes, scheduled jobs' helpers
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerCgroups {
+    pub budget: String,
+    pub payload: String,
+    pub monitor: String,
+    pub helpers: String,
+}
+
+/// The leaves of a container's budget.
+pub const PAYLOAD_LEAF: &str = "payload";
+pub const MONITOR_LEAF: &str = "monitor";
+pub const HELPERS_LEAF: &str = "berth";
+pub const PIVOT_LEAF: &str = "lxc.pivot";
+
+/// What a container's budget holds beyond its payload's own limits: its shim and its LXC
+/// monitor (364 KiB private together, `berth-bench footprint`), a health probe's helper and
+/// up to 3 scheduled jobs' helpers while they run (each liblxc's attach and its children).
+pub const BUDGET_MEMORY_OVERHEAD: u64 = 8 << 20;
+/// The shim, the monitor, and each helper with liblxc's attach's short-lived children.
+pub const BUDGET_PIDS_OVERHEAD: u32 = 16;
+
+impl ContainerCgroups {
+    pub fn of(parent: &str, name: &str) -> ContainerCgroups {
+        let budget = format!("{parent}/{name}");
+        ContainerCgroups {
+            payload: format!("{budget}/{PAYLOAD_LEAF}"),
+            monitor: format!("{budget}/{MONITOR_LEAF}"),
+            helpers: format!("{budget}/{HELPERS_LEAF}"),
+            budget,
+        }
+    }
+}
+
+impl Limits {
+    /// The budget's part of a container's limits: its CPU weight among the containers and
+    /// its quota, for everything it costs (payload, shim, monitor, helpers); memory and pids
+    /// the payload's with room for berth's processes; the soft limit as the payload's (v2
+    /// protects a cgroup only as far as its ancestors are protected).
+    pub fn budget(&self) -> Limits {
+        Limits {
+            cpu_weight: self.cpu_weight,
+            cpu_max_percent: self.cpu_max_percent,
+            memory_max: self
+                .memory_max
+                .map(|m| m.saturating_add(BUDGET_MEMORY_OVERHEAD)),
+            memory_soft: self.memory_soft,
+            pids_max: self
+                .pids_max
+                .map(|n| n.saturating_add(BUDGET_PIDS_OVERHEAD)),
+            cpuset: None,
+        }
+    }
+
+    /// The payload's part, which LXC writes into its leaf before its init runs: memory, its
+    /// soft limit, pids, cpuset, exactly as asked (CPU is the budget's alone).
+    pub fn payload(&self) -> Limits {
+        Limits {
+            cpu_weight: None,
+            cpu_max_percent: None,
+            ..self.clone()
+        }
+    }
+}
+
 /// What the operator set with `berth limit`; each replaces the manifest's value. Persisted
 /// per container, so the next start uses them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -741,6 +816,69 @@ mod tests {
                 memory_max: Some(1),
                 pids_max: Some(3)
             }
+        );
+    }
+
+    #[test]
+    fn a_containers_limits_split_into_its_budget_and_its_payload() {
+        let l = Limits {
+            cpu_weight: Some(50),
+            cpu_max_percent: Some(20),
+            memory_max: Some(16 << 20),
+            memory_soft: Some(8 << 20),
+            pids_max: Some(32),
+            cpuset: Some("0".into()),
+        };
+        let b = l.budget();
+        let p = l.payload();
+        // CPU once, on the budget: its quota holds the payload and berth's part together
+        assert_eq!((b.cpu_weight, b.cpu_max_percent), (Some(50), Some(20)));
+        assert_eq!((p.cpu_weight, p.cpu_max_percent), (None, None));
+        // the payload's memory and pids exactly as asked; the budget with room for berth's
+        assert_eq!((p.memory_max, p.pids_max), (Some(16 << 20), Some(32)));
+        assert_eq!(b.memory_max, Some((16 << 20) + BUDGET_MEMORY_OVERHEAD));
+        assert_eq!(b.pids_max, Some(32 + BUDGET_PIDS_OVERHEAD));
+        assert_eq!(
+            (b.memory_soft, p.memory_soft),
+            (Some(8 << 20), Some(8 << 20))
+        );
+        assert_eq!(
+            (b.cpuset.as_deref(), p.cpuset.as_deref()),
+            (None, Some("0"))
+        );
+        // nothing asked: nothing on either (the group's budget holds)
+        assert_eq!(Limits::default().budget(), Limits::default());
+        assert_eq!(Limits::default().payload(), Limits::default());
+        // no file is lost or written twice, in either version
+        for v in [CgroupVersion::V1, CgroupVersion::V2] {
+            let mut all: Vec<&str> = files(v, &b).iter().map(|(_, f, _)| *f).collect();
+            all.extend(files(v, &p).iter().map(|(_, f, _)| *f));
+            let mut whole: Vec<&str> = files(v, &l).iter().map(|(_, f, _)| *f).collect();
+            // memory and pids (and the soft limit) on both levels
+            whole.extend(["memory", "pids"].iter().flat_map(|c| {
+                files(v, &l)
+                    .into_iter()
+                    .filter(move |(k, _, _)| k.name() == *c)
+                    .map(|(_, f, _)| f)
+            }));
+            all.sort();
+            whole.sort();
+            assert_eq!(all, whole, "{v:?}");
+        }
+        let c = ContainerCgroups::of("berth", "web");
+        assert_eq!(
+            (
+                c.budget.as_str(),
+                c.payload.as_str(),
+                c.monitor.as_str(),
+                c.helpers.as_str()
+            ),
+            (
+                "berth/web",
+                "berth/web/payload",
+                "berth/web/monitor",
+                "berth/web/berth"
+            )
         );
     }
 }

@@ -159,8 +159,14 @@ pub fn reason(status: u16) -> &'static str {
 
 /// A complete response with a body.
 pub fn response(status: u16, content_type: &str, body: &[u8]) -> Vec<u8> {
+    response_with(status, content_type, "", body)
+}
+
+/// A complete response with a body and `headers`: whole header lines, each ending in CRLF
+/// (`"Retry-After: 3\r\n"`), or nothing.
+pub fn response_with(status: u16, content_type: &str, headers: &str, body: &[u8]) -> Vec<u8> {
     let mut out = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{headers}Connection: close\r\n\r\n",
         reason(status),
         body.len()
     )

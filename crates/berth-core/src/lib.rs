@@ -15,6 +15,7 @@ pub mod container_api;
 pub mod cron;
 pub mod date;
 pub mod ddi;
+pub mod fair;
 pub mod governor;
 pub mod guard;
 pub mod http;

@@ -247,22 +247,23 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
     for (k, v) in env {
         line("lxc.environment", &format!("{k}={v}"))?;
     }
-    line(
-        "lxc.cgroup.dir.container",
-        &format!("{}/{}", cfg.cgroup_parent, name),
-    )?;
-    line(
-        "lxc.cgroup.dir.monitor",
-        &format!("{}.monitor/{}", cfg.cgroup_parent, name),
-    )?;
-    // LXC writes these into the container's cgroup before its init runs: the payload never
-    // runs unlimited, not even for an instant.
+    // The payload and its monitor in leaves of the container's budget (which the daemon
+    // makes and limits before the shim, itself in the budget, starts the monitor), so that
+    // the monitor's work is the container's; LXC parks the monitor in the budget's
+    // lxc.pivot as it tears down.
+    let cg = cgroup::ContainerCgroups::of(&cfg.cgroup_parent, name);
+    line("lxc.cgroup.dir.container", &cg.payload)?;
+    line("lxc.cgroup.dir.monitor", &cg.monitor)?;
+    line("lxc.cgroup.dir.monitor.pivot", &cg.budget)?;
+    // LXC writes the payload's own limits into its leaf before its init runs: the payload
+    // never runs unlimited, not even for an instant (its CPU quota is on the budget, in
+    // force before the monitor exists).
     if let Some((version, limits)) = &plan.limits {
         let prefix = match version {
             CgroupVersion::V1 => "lxc.cgroup",
             CgroupVersion::V2 => "lxc.cgroup2",
         };
-        for (_, file, value) in cgroup::files(*version, limits) {
+        for (_, file, value) in cgroup::files(*version, &limits.payload()) {
             line(&format!("{prefix}.{file}"), &value)?;
         }
     }
@@ -380,12 +381,8 @@ mod tests {
         };
         p.limits = Some((CgroupVersion::V1, l.clone()));
         let text = lxc_config(&p).unwrap();
-        assert!(
-            text.contains(
-                "lxc.cgroup.cpu.cfs_period_us = 100000\nlxc.cgroup.cpu.cfs_quota_us = 20000\n"
-            ),
-            "{text}"
-        );
+        // CPU is the budget's (written by the daemon), not the payload's
+        assert!(!text.contains("lxc.cgroup.cpu."), "{text}");
         assert!(
             text.contains("lxc.cgroup.memory.limit_in_bytes = 16777216\n"),
             "{text}"
@@ -394,17 +391,19 @@ mod tests {
         assert!(!text.contains("lxc.cgroup2"));
         p.limits = Some((CgroupVersion::V2, l));
         let text = lxc_config(&p).unwrap();
-        assert!(
-            text.contains("lxc.cgroup2.cpu.max = 20000 100000\n"),
-            "{text}"
-        );
+        assert!(!text.contains("lxc.cgroup2.cpu."), "{text}");
         assert!(
             text.contains("lxc.cgroup2.memory.max = 16777216\n"),
             "{text}"
         );
         assert!(text.contains("lxc.cgroup2.pids.max = 32\n"), "{text}");
-        // the container's cgroup dirs stay what they were
-        assert!(text.contains("lxc.cgroup.dir.container = berth/web\n"));
+        // the payload and its monitor in leaves of the container's budget
+        assert!(
+            text.contains(
+                "lxc.cgroup.dir.container = berth/web/payload\nlxc.cgroup.dir.monitor = berth/web/monitor\nlxc.cgroup.dir.monitor.pivot = berth/web\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
@@ -436,7 +435,7 @@ mod tests {
         let api = "lxc.mount.entry = /run/berth/api/web run/berth none bind,ro,create=dir,nosuid,nodev,noexec 0 0\n";
         let run = text.find("tmpfs run tmpfs").unwrap();
         assert!(text.find(api).is_some_and(|i| i > run), "{text}");
-        assert!(text.contains("lxc.cgroup.dir.container = berth/web\n"));
+        assert!(text.contains("lxc.cgroup.dir.container = berth/web/payload\n"));
         assert!(text.contains("lxc.no_new_privs = 1\n"));
         assert!(!text.contains("lxc.hook"), "{text}");
         assert!(!text.contains("lxc.cap."), "{text}");

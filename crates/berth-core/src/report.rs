@@ -223,9 +223,13 @@ pub fn evict(stored: &[Stored], caps: &Caps, keep: &str) -> Vec<String> {
 }
 
 /// The container a process belongs to, from its `/proc/PID/cgroup`: the path segment after
-/// berth's cgroup parent (`<parent>/<name>` in any hierarchy, also below a delegated
-/// subtree, and `<parent>.monitor/<name>` for LXC's monitor, which is no container).
+/// berth's cgroup parent, for a process of the container's payload (`<parent>/<name>/payload`
+/// and below, in any hierarchy, also below a delegated subtree; `<parent>/<name>` itself and
+/// below for a container started before the budget had leaves). berth's own processes for
+/// a container (its shim and helpers in `berth/`, its LXC monitor in `monitor/` or
+/// `lxc.pivot/`, or `<parent>.monitor/<name>` before) are no process of the container.
 pub fn container_of_cgroup(proc_cgroup: &str, parent: &str) -> Option<String> {
+    use crate::cgroup::{HELPERS_LEAF, MONITOR_LEAF, PIVOT_LEAF};
     for line in proc_cgroup.lines() {
         // `ID:CONTROLLERS:PATH`; the path may itself hold ':'.
         let Some(path) = line.splitn(3, ':').nth(2) else {
@@ -234,8 +238,11 @@ pub fn container_of_cgroup(proc_cgroup: &str, parent: &str) -> Option<String> {
         let mut segs = path.split('/');
         while let Some(s) = segs.next() {
             if s == parent {
-                match segs.next() {
-                    Some(n) if crate::name::Name::parse(n).is_ok() => return Some(n.to_string()),
+                match (segs.next(), segs.next()) {
+                    (_, Some(HELPERS_LEAF | MONITOR_LEAF | PIVOT_LEAF)) => return None,
+                    (Some(n), _) if crate::name::Name::parse(n).is_ok() => {
+                        return Some(n.to_string())
+                    }
                     _ => break,
                 }
             }
@@ -611,7 +618,16 @@ mod tests {
             container_of_cgroup(nested, "berth-t-1"),
             Some("web-2".into())
         );
+        // the payload's leaf of the budget, and a cgroup the container made in it
+        let payload = "12:pids:/berth/web/payload\n4:memory:/berth/web/payload\n1:name=systemd:/\n";
+        assert_eq!(container_of_cgroup(payload, "berth"), Some("web".into()));
+        let inner = "0::/berth/web/payload/sub\n";
+        assert_eq!(container_of_cgroup(inner, "berth"), Some("web".into()));
         for other in [
+            // berth's own processes for a container are not the container's
+            "12:pids:/berth/web/berth\n4:memory:/berth/web/berth\n1:name=systemd:/system.slice\n",
+            "0::/berth/web/monitor\n",
+            "0::/berth/web/lxc.pivot\n",
             "0::/user.slice/session-1.scope\n",
             "0::/berth.monitor/web\n",
             "0::/berth\n",

@@ -31,7 +31,9 @@ pub const MAX_RUN_S: i64 = 86_400;
 /// unless the table was written less than this ago (then at the next wake-up after, or at
 /// the daemon's clean stop), so a job every minute does not write flash every minute.
 pub const FLUSH_S: i64 = 600;
-/// Jobs running at once, per container and on the device; a due job beyond is skipped.
+/// Jobs running at once, per container and on the device. A run due beyond waits for a slot
+/// (one per job), the device's slots shared fairly among the containers wanting them
+/// ([`start_fair`]), until its job's next time: then it is skipped and recorded.
 pub const MAX_RUNNING_PER_CONTAINER: usize = 3;
 pub const MAX_RUNNING: usize = 16;
 
@@ -61,6 +63,8 @@ pub struct Job {
     pub running: bool,
     /// Not kept: its due time passed before this daemon started.
     pub catch_up: bool,
+    /// Not kept: a run due that waits for a slot, and since when it waits.
+    pub waiting: Option<(Due, i64)>,
 }
 
 /// A new job, as a request asks for it.
@@ -230,6 +234,7 @@ impl Job {
             last_run: Value::Null,
             running: false,
             catch_up: false,
+            waiting: None,
         }
     }
 
@@ -273,6 +278,7 @@ impl Job {
             boot_id: v[f::BOOT_ID].as_str().map(String::from),
             running: false,
             catch_up: false,
+            waiting: None,
         })
     }
 
@@ -449,13 +455,11 @@ impl Table {
         next
     }
 
-    /// The runs due at `now`, each job at most once however many of its times passed;
-    /// each moves on to its next time after `now`. `busy` counts the runs going on on the
-    /// device: beyond `MAX_RUNNING` (or `MAX_RUNNING_PER_CONTAINER` here) a run is skipped
-    /// and recorded as such.
-    pub fn due(&mut self, now: i64, boot: &str, busy: &mut usize) -> Vec<Due> {
-        let mut here = self.jobs.iter().filter(|j| j.running).count();
-        let mut out = Vec::new();
+    /// The runs due at `now` join the wait for a slot, each job at most once however many
+    /// of its times passed; each job moves on to its next time after `now`. A job still
+    /// running is passed over (never twice at once). A run still waiting since the job's
+    /// previous time never had a slot: it is dropped (and recorded as skipped) for the new.
+    pub fn enqueue(&mut self, now: i64, boot: &str) {
         for j in &mut self.jobs {
             let Some(due) = j.next_run.filter(|t| *t <= now) else {
                 continue;
@@ -469,20 +473,15 @@ impl Table {
                 j.boot_id = Some(boot.to_string());
             }
             let catch_up = std::mem::take(&mut j.catch_up) || now - due >= 60;
-            if here >= MAX_RUNNING_PER_CONTAINER || *busy >= MAX_RUNNING {
+            if let Some((old, _)) = j.waiting.take() {
                 let why = format!(
-                    "{} jobs were running (at most {MAX_RUNNING_PER_CONTAINER} per container, {MAX_RUNNING} on the device)",
-                    if here >= MAX_RUNNING_PER_CONTAINER { here } else { *busy }
+                    "no slot was free from its time {} until its next (runs at once: {MAX_RUNNING_PER_CONTAINER} per container, {MAX_RUNNING} on the device, shared)",
+                    old.due
                 );
                 j.last_run = skipped(now, &why);
                 self.dirty = true;
-                continue;
             }
-            here += 1;
-            *busy += 1;
-            j.running = true;
-            self.dirty = true;
-            out.push(Due {
+            let run = Due {
                 id: j.id.clone(),
                 cmd: j.cmd.clone(),
                 due,
@@ -490,8 +489,42 @@ impl Table {
                 reboot: j.when == Cron::Reboot,
                 timeout_s: j.timeout_s(due),
                 may_start: !j.package,
-            });
+            };
+            j.waiting = Some((run, now));
         }
+    }
+
+    /// Its runs going on.
+    pub fn running(&self) -> usize {
+        self.jobs.iter().filter(|j| j.running).count()
+    }
+
+    /// Its runs waiting for a slot, and since when the oldest waits.
+    pub fn waiting(&self) -> (usize, Option<i64>) {
+        let mut since: Option<i64> = None;
+        let mut n = 0;
+        for (_, t) in self.jobs.iter().filter_map(|j| j.waiting.as_ref()) {
+            n += 1;
+            since = min(since, Some(*t));
+        }
+        (n, since)
+    }
+
+    /// Starts `n` of its waiting runs (in the jobs' order), at `now`: a run that waited for a
+    /// slot has that much less time before its job's next time.
+    fn start(&mut self, n: usize, now: i64) -> Vec<Due> {
+        let mut out = Vec::new();
+        for j in self.jobs.iter_mut() {
+            if out.len() == n {
+                break;
+            }
+            if let Some((mut d, since)) = j.waiting.take() {
+                d.timeout_s = (d.timeout_s - (now - since).max(0)).max(1);
+                j.running = true;
+                out.push(d);
+            }
+        }
+        self.dirty |= !out.is_empty();
         out
     }
 
@@ -513,6 +546,35 @@ impl Table {
     pub fn flush_due(&self, now: i64) -> bool {
         self.dirty && now - self.written >= FLUSH_S
     }
+}
+
+/// Starts what waits, device-wide: `busy` runs go on now (at most [`MAX_RUNNING`]); the
+/// free slots are shared by water-filling, one at a time to the container with the fewest
+/// runs going on, the one waiting longest among equals, none beyond
+/// [`MAX_RUNNING_PER_CONTAINER`] (the allotment of `fair::allot`, which the tests hold it
+/// to). So a few containers with many jobs cannot hold the device's slots while another's
+/// job waits, and no container is first for being first in the list. Returns each run with
+/// its table's index.
+pub fn start_fair(tables: &mut [Table], busy: &mut usize, now: i64) -> Vec<(usize, Due)> {
+    let mut out = Vec::new();
+    while *busy < MAX_RUNNING {
+        let mut best: Option<(usize, (usize, i64))> = None;
+        for (i, t) in tables.iter().enumerate() {
+            let (n, since) = t.waiting();
+            let held = t.running();
+            let key = (held, since.unwrap_or(i64::MAX));
+            if n > 0 && held < MAX_RUNNING_PER_CONTAINER && best.is_none_or(|(_, b)| key < b) {
+                best = Some((i, key));
+            }
+        }
+        let Some((i, _)) = best else { break };
+        let Some(d) = tables[i].start(1, now).pop() else {
+            break;
+        };
+        *busy += 1;
+        out.push((i, d));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -712,8 +774,19 @@ mod tests {
         assert_eq!(d[1].timeout_s, 3595);
     }
 
+    impl Table {
+        /// The runs that start at `now`, this table alone on the device.
+        fn due(&mut self, now: i64, boot: &str, busy: &mut usize) -> Vec<Due> {
+            self.enqueue(now, boot);
+            start_fair(std::slice::from_mut(self), busy, now)
+                .into_iter()
+                .map(|(_, d)| d)
+                .collect()
+        }
+    }
+
     #[test]
-    fn runs_beyond_the_caps_are_skipped_and_recorded() {
+    fn runs_beyond_the_caps_wait_for_a_slot_until_their_next_time() {
         let mut t = Table::default();
         for _ in 0..6 {
             t.add(new("* * * * *", &["/bin/a"]), T0, BOOT).unwrap();
@@ -721,14 +794,142 @@ mod tests {
         let mut busy = 0;
         let d = t.due(T0 + 60, BOOT, &mut busy);
         assert_eq!((d.len(), busy), (MAX_RUNNING_PER_CONTAINER, 3));
-        let why = t.jobs[5].last_run["skipped"].as_str().unwrap();
-        assert!(why.contains("3 jobs were running"), "{why}");
+        // the others wait, not skipped
+        assert_eq!(t.waiting(), (3, Some(T0 + 60)));
+        assert!(t.jobs[5].last_run.is_null());
+        // one ends: a waiting run starts in its slot, with what is left of its time (a
+        // minutely job may take 55 s from its due time)
+        assert!(t.finished(&d[0].id, json!({"code": 0})));
+        busy -= 1;
+        let started = start_fair(std::slice::from_mut(&mut t), &mut busy, T0 + 70);
+        assert_eq!(started.len(), 1);
+        assert_eq!(started[0].1.timeout_s, 45);
+        assert_eq!((t.running(), busy, t.waiting().0), (3, 3, 2));
+        // their next time comes: the runs that never had a slot are dropped and recorded;
+        // the jobs that are not running wait again for this time
+        t.enqueue(T0 + 120, BOOT);
+        let skipped: Vec<&Job> = t
+            .jobs
+            .iter()
+            .filter(|j| j.last_run["skipped"].is_string())
+            .collect();
+        assert_eq!(skipped.len(), 2);
+        let why = skipped[0].last_run["skipped"].as_str().unwrap();
+        assert!(
+            why.contains(&format!("no slot was free from its time {}", T0 + 60)),
+            "{why}"
+        );
+        assert_eq!(t.waiting().0, 3);
+        // a device whose slots are all taken: it waits too
         let mut other = Table::default();
         other.add(new("* * * * *", &["/bin/a"]), T0, BOOT).unwrap();
         let mut busy = MAX_RUNNING;
         assert!(other.due(T0 + 60, BOOT, &mut busy).is_empty());
-        assert!(other.jobs[0].last_run["skipped"].is_string());
+        assert_eq!(other.waiting().0, 1);
         assert_eq!(other.jobs[0].next_run, Some(T0 + 120));
+    }
+
+    /// Each of `containers` tables with `jobs` minutely jobs.
+    fn tables(containers: usize, jobs: usize) -> Vec<Table> {
+        (0..containers)
+            .map(|i| {
+                let mut t = Table {
+                    name: format!("c{i}"),
+                    ..Table::default()
+                };
+                for _ in 0..jobs {
+                    t.add(new("* * * * *", &["/bin/a"]), T0, BOOT).unwrap();
+                }
+                t
+            })
+            .collect()
+    }
+
+    /// start_fair gives each container what the water-filling model (`fair::allot`) says,
+    /// whatever the numbers.
+    #[test]
+    fn the_scheduler_allots_as_the_water_filling_model() {
+        let mut x: u32 = 99;
+        let mut rnd = |m: usize| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as usize % m
+        };
+        for _ in 0..300 {
+            let n = 1 + rnd(5);
+            let mut ts = tables(n, 6);
+            let mut busy = rnd(MAX_RUNNING + 1);
+            let mut held = Vec::new();
+            let mut wanted = Vec::new();
+            let mut since = Vec::new();
+            for t in ts.iter_mut() {
+                // some runs going on, some waiting since some time
+                let r = rnd(MAX_RUNNING_PER_CONTAINER + 1);
+                for j in t.jobs.iter_mut().take(r) {
+                    j.running = true;
+                }
+                let s = T0 + rnd(100) as i64;
+                let w = rnd(4);
+                t.enqueue(T0 + 60, BOOT);
+                for (k, j) in t.jobs.iter_mut().filter(|j| !j.running).enumerate() {
+                    match &mut j.waiting {
+                        Some((_, at)) if k < w => *at = s,
+                        _ => j.waiting = None,
+                    }
+                }
+                held.push(t.running());
+                wanted.push(t.waiting().0);
+                since.push(t.waiting().1.unwrap_or(i64::MAX));
+            }
+            let free = MAX_RUNNING - busy;
+            let want = crate::fair::allot(&held, &wanted, &since, MAX_RUNNING_PER_CONTAINER, free);
+            let got = start_fair(&mut ts, &mut busy, T0 + 61);
+            let per: Vec<usize> = (0..n)
+                .map(|i| got.iter().filter(|(k, _)| *k == i).count())
+                .collect();
+            assert_eq!(per, want, "{held:?} {wanted:?} {since:?} {free}");
+        }
+    }
+
+    #[test]
+    fn the_devices_slots_are_shared_among_the_containers_that_want_them() {
+        // 8 containers with 3 jobs each, all due: 16 slots, 2 each (not 3 for the first
+        // five and 1 or 0 for the rest, as in list order)
+        let mut ts = tables(8, 3);
+        let mut busy = 0;
+        for t in ts.iter_mut() {
+            t.enqueue(T0 + 60, BOOT);
+        }
+        let started = start_fair(&mut ts, &mut busy, T0 + 60);
+        assert_eq!(started.len(), MAX_RUNNING);
+        assert!(
+            ts.iter().all(|t| t.running() == 2),
+            "{:?}",
+            ts.iter().map(Table::running).collect::<Vec<_>>()
+        );
+        // a ninth container's job falls due: the next freed slot is its, although the
+        // others have waited longer
+        let mut late = tables(1, 1).remove(0);
+        late.name = "late".into();
+        ts.push(late);
+        ts[8].enqueue(T0 + 90, BOOT);
+        assert!(
+            start_fair(&mut ts, &mut busy, T0 + 90).is_empty(),
+            "the device is full"
+        );
+        let id = ts[0].jobs.iter().find(|j| j.running).unwrap().id.clone();
+        ts[0].finished(&id, json!({"code": 0}));
+        busy -= 1;
+        let started = start_fair(&mut ts, &mut busy, T0 + 91);
+        assert_eq!(started.len(), 1);
+        assert_eq!(ts[started[0].0].name, "late");
+        // the next freed slot goes back to the container that gave one up
+        let id = ts[3].jobs.iter().find(|j| j.running).unwrap().id.clone();
+        ts[3].finished(&id, json!({"code": 0}));
+        busy -= 1;
+        let started = start_fair(&mut ts, &mut busy, T0 + 92);
+        assert_eq!(ts[started[0].0].name, "c0");
     }
 
     #[test]

@@ -11,6 +11,15 @@
 //! `[m·k^(n-1), m·k^n]` (m the minimum wait, k the multiplier), capped at the maximum wait.
 //! After `MaximumRetryCount` retries the next failure leaves the container `failed` until
 //! the operator starts or resets it; a run that lasted `ResetPeriod` sets the count back to 0.
+//!
+//! A restart the package asks for itself (its container API) is the machine's too: counted
+//! in `restarts`, and paced. The first [`SELF_RESTARTS_FREE`] of a streak come at once; the
+//! k-th after those only once the run has lasted what the k-th crash restart would wait at
+//! least (never less than the default policy's wait, whatever the manifest says), so a payload that
+//! asks at every start restarts a few times, then ever more slowly, at most once per
+//! `max(max_delay, 5 min)`. A run that lasts [`SELF_RESTART_WINDOW_MS`] (or the reset period,
+//! if longer) ends the streak. A paced request is refused, not queued: the payload is alive
+//! and may ask again when it is allowed (`self_restart_at`).
 
 use crate::manifest::{Manifest, Ready, RestartPolicy};
 
@@ -48,6 +57,16 @@ pub struct HealthPolicy {
     /// The keep-alive period the package promised (`[health] watchdog`).
     pub watchdog_ms: Option<u64>,
 }
+
+/// Self-requested restarts of a streak that come at once; the next ones are paced.
+pub const SELF_RESTARTS_FREE: u32 = 3;
+/// A run this long (or the policy's reset period, if longer) ends a streak of self-requested
+/// restarts.
+pub const SELF_RESTART_WINDOW_MS: u64 = 600_000;
+/// The least a paced self-requested restart waits: the default policy's, 1 s doubling up to
+/// 5 min, whatever the manifest's `[restart]` says (a package must not pace itself).
+const SELF_FLOOR_MS: u64 = 1_000;
+const SELF_FLOOR_CAP_MS: u64 = 300_000;
 
 /// A SIGKILLed end this soon after an OOM kill in the run is that kill.
 pub const OOM_END_MS: u64 = 10_000;
@@ -145,6 +164,10 @@ pub struct Record {
     pub restarts: u32,
     /// Given up: not started again until the operator starts or resets it.
     pub failed: bool,
+    /// Restarts the package asked for itself in the current streak (paced beyond
+    /// [`SELF_RESTARTS_FREE`]); a run of [`SELF_RESTART_WINDOW_MS`] sets it back to 0.
+    #[serde(default)]
+    pub self_restarts: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +188,13 @@ pub enum Event {
     /// The operator is stopping it (or asked to while nothing runs): its end is no failure,
     /// a held restart is dropped, nothing restarts it.
     StopRequested,
+    /// The package asked through its container API to restart this run. Allowed (see
+    /// `self_restart_at`), it is counted and the run's end becomes a wanted one, followed by
+    /// a start; refused, nothing changes. Told before the package is answered, so an end
+    /// that comes at once is already the wanted one.
+    RestartRequested(Run),
+    /// The package has had its answer to the restart it asked for: the run may be ended now.
+    RestartAnswered(Run),
     /// That run ended.
     Exited(Run, Exit),
     /// A health check of that run passed (true) or failed.
@@ -196,7 +226,8 @@ pub enum Action {
     },
     /// Run the health probe in this run; answer with `Health`.
     Check(Run),
-    /// This run is unhealthy: end it (its end then counts as a failure).
+    /// End this run, as `berth stop` would: it is unhealthy (its end then counts as a
+    /// failure), or its package asked for a restart (its end is then followed by a start).
     Kill(Run),
     Report(Report),
 }
@@ -237,6 +268,11 @@ pub enum Phase {
     Stopping,
     /// Unhealthy: being killed, to be restarted.
     Killing,
+    /// Its package asked for a restart: its end (once `ending`, after the package had its
+    /// answer) is followed by a start.
+    Restarting {
+        ending: bool,
+    },
     /// A restart is held until then (backoff).
     Waiting {
         until_ms: u64,
@@ -280,6 +316,8 @@ pub struct Machine {
     /// When the OOM killer last killed in this run: a SIGKILLed end soon after is that
     /// kill, reported once.
     last_oom_ms: Option<u64>,
+    /// From when this run may restart itself (drawn when it started).
+    self_restart_ms: u64,
     /// xorshift32 state for the waits' jitter.
     rng: u32,
 }
@@ -300,6 +338,7 @@ impl Machine {
             report_failures: 0,
             ready: false,
             last_oom_ms: None,
+            self_restart_ms: 0,
             rng: seed.max(1),
         }
     }
@@ -310,6 +349,17 @@ impl Machine {
 
     pub fn record(&self) -> Record {
         self.record
+    }
+
+    /// The run this machine follows, while there is one.
+    pub fn run(&self) -> Option<Run> {
+        self.run
+    }
+
+    /// While it runs: from when (ms on the caller's clock) a restart its package asks for
+    /// is allowed (a time in the past: now). None while it does not run, or is ending.
+    pub fn self_restart_at(&self) -> Option<u64> {
+        (self.phase == Phase::Running).then_some(self.self_restart_ms)
     }
 
     pub fn health(&self) -> (HealthState, u32) {
@@ -331,6 +381,8 @@ impl Machine {
             Phase::Running => "running",
             Phase::Stopping => "stopping",
             Phase::Killing => "unhealthy",
+            // Being stopped, to be started again at once.
+            Phase::Restarting { .. } => "stopping",
             Phase::Waiting { .. } => "backoff",
             Phase::Failed => "failed",
         }
@@ -379,8 +431,25 @@ impl Machine {
                 self.keepalive_due = None;
                 Vec::new()
             }
+            Event::RestartRequested(run) => self.restart_requested(now_ms, *run, policy),
+            Event::RestartAnswered(run) => match self.phase {
+                Phase::Restarting { ending: false } if self.run == Some(*run) => {
+                    self.phase = Phase::Restarting { ending: true };
+                    vec![Action::Kill(*run)]
+                }
+                _ => Vec::new(),
+            },
             // The end of another run than this one (an earlier run's, reported late).
             Event::Exited(run, _) if self.run != Some(*run) => Vec::new(),
+            Event::Exited(..) if matches!(self.phase, Phase::Restarting { .. }) => {
+                // The end its package asked for (or its own exit right after asking): no
+                // failure, started again at once.
+                self.run = None;
+                self.started_ms = None;
+                self.ready = false;
+                self.phase = Phase::Starting;
+                vec![Action::Release, Action::Start]
+            }
             Event::Exited(_, exit) => {
                 self.run = None;
                 self.check_due = None;
@@ -499,6 +568,7 @@ impl Machine {
         self.phase = Phase::Running;
         self.run = Some(run);
         self.started_ms = Some(now_ms);
+        self.self_restart_ms = now_ms + self.self_restart_delay(policy);
         self.failures = 0;
         self.report_failures = 0;
         self.last_oom_ms = None;
@@ -572,6 +642,53 @@ impl Machine {
         )
     }
 
+    /// How long a run must last before its package may restart it: nothing for the first
+    /// [`SELF_RESTARTS_FREE`] of a streak, then the k-th paced one the low end of what the
+    /// k-th crash restart would wait (no draw: the package asks, no fleet restarts in
+    /// step), at least the default policy's, at most the streak's window (after which the
+    /// streak is over anyway).
+    fn self_restart_delay(&self, policy: &Policy) -> u64 {
+        let n = self.record.self_restarts;
+        if n < SELF_RESTARTS_FREE {
+            return 0;
+        }
+        let k = n + 1 - SELF_RESTARTS_FREE;
+        let floor = SELF_FLOOR_MS
+            .saturating_mul(1 << (k - 1).min(20))
+            .min(SELF_FLOOR_CAP_MS);
+        let window = policy.reset_period_ms.max(SELF_RESTART_WINDOW_MS);
+        policy.wait_range(k).0.max(floor).min(window)
+    }
+
+    /// A run that lasted the reset period clears the retry count, and one that lasted the
+    /// self-restarts' window their streak.
+    fn long_run_resets(&mut self, now_ms: u64, policy: &Policy) {
+        let Some(lasted) = self.started_ms.map(|t| now_ms.saturating_sub(t)) else {
+            return;
+        };
+        if lasted >= policy.reset_period_ms {
+            self.record.retries = 0;
+        }
+        if lasted >= policy.reset_period_ms.max(SELF_RESTART_WINDOW_MS) {
+            self.record.self_restarts = 0;
+        }
+    }
+
+    /// The package asks to restart `run`: counted and begun if its pace allows, else
+    /// nothing (the API has answered `429` with the time it may ask again).
+    fn restart_requested(&mut self, now_ms: u64, run: Run, policy: &Policy) -> Vec<Action> {
+        if self.run != Some(run) || self.phase != Phase::Running || now_ms < self.self_restart_ms {
+            return Vec::new();
+        }
+        self.long_run_resets(now_ms, policy);
+        self.record.self_restarts = self.record.self_restarts.saturating_add(1);
+        self.record.restarts = self.record.restarts.saturating_add(1);
+        self.phase = Phase::Restarting { ending: false };
+        self.check_due = None;
+        self.keepalive_due = None;
+        Vec::new()
+    }
+
     /// This run is to be ended (and its end counted as a failure), for `why`.
     fn end_run(&mut self, run: Run, why: Report) -> Vec<Action> {
         self.phase = Phase::Killing;
@@ -598,12 +715,7 @@ impl Machine {
         if failed && !wanted_end && !unhealthy && !oom_end {
             out.push(Action::Report(Report::Failed(exit)));
         }
-        if self
-            .started_ms
-            .is_some_and(|t| now_ms.saturating_sub(t) >= policy.reset_period_ms)
-        {
-            self.record.retries = 0;
-        }
+        self.long_run_resets(now_ms, policy);
         self.started_ms = None;
         let restart = !wanted_end
             && match policy.restart {
@@ -884,7 +996,8 @@ mod tests {
             Record {
                 retries: 3,
                 restarts: 3,
-                failed: true
+                failed: true,
+                self_restarts: 0
             }
         );
         assert_eq!(m.state(), "failed");
@@ -1055,6 +1168,7 @@ mod tests {
             retries: 5,
             restarts: 5,
             failed: true,
+            self_restarts: 0,
         };
         let m = table(
             &p,
@@ -1077,6 +1191,7 @@ mod tests {
             retries: 1,
             restarts: 1,
             failed: false,
+            self_restarts: 0,
         };
         table(
             &p,
@@ -1241,6 +1356,211 @@ mod tests {
                 ),
             ],
         );
+    }
+
+    /// One self-requested restart of the current run: asked, answered, ended, started
+    /// again as `next`. Returns what the request got.
+    fn self_restart(m: &mut Machine, now: u64, run: Run, next: Run, p: &Policy) -> Vec<Action> {
+        let got = m.on(now, &Event::RestartRequested(run), p);
+        assert_eq!(m.phase(), Phase::Restarting { ending: false });
+        assert_eq!(m.self_restart_at(), None, "a second ask while it ends");
+        assert_eq!(
+            m.on(now, &Event::RestartAnswered(run), p),
+            vec![Action::Kill(run)]
+        );
+        assert_eq!(m.on(now, &Event::RestartAnswered(run), p), vec![], "once");
+        assert_eq!(m.state(), "stopping");
+        assert_eq!(
+            m.on(now + 1, &Event::Exited(run, KILLED), p),
+            vec![Action::Release, Action::Start],
+            "no failure, no report, no wait"
+        );
+        assert_eq!(m.phase(), Phase::Starting);
+        assert_eq!(m.on(now + 2, &Event::Started(next), p), vec![]);
+        got
+    }
+
+    #[test]
+    fn a_restart_the_package_asks_for_is_counted_then_paced_like_crash_restarts() {
+        // whatever the restart policy: asked for, not a crash
+        for restart in [RestartPolicy::Never, RestartPolicy::Always] {
+            let p = policy(restart);
+            let mut m = Machine::new(1);
+            m.on(0, &Event::Started(1), &p);
+            let mut now = 0;
+            let mut delays = Vec::new();
+            for run in 1..=14 {
+                let at = m.self_restart_at().unwrap();
+                delays.push(at - now);
+                // asked too early: refused, nothing changes
+                if at > now {
+                    assert_eq!(m.on(at - 1, &Event::RestartRequested(run), &p), vec![]);
+                    assert_eq!(m.phase(), Phase::Running);
+                }
+                now = at;
+                self_restart(&mut m, now, run, run + 1, &p);
+                now += 2;
+                assert_eq!(m.record().restarts, run as u32, "counted");
+                assert_eq!(m.record().retries, 0, "no failure");
+                assert!(!m.record().failed);
+            }
+            // 3 at once, then the default policy's doubling waits, capped at 5 minutes
+            assert_eq!(
+                delays,
+                vec![
+                    0, 0, 0, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 64_000, 128_000, 256_000,
+                    300_000, 300_000
+                ],
+                "{restart:?}"
+            );
+            // a run that lasts the window ends the streak: free again
+            let at = m.self_restart_at().unwrap();
+            assert_eq!(at, now + 300_000);
+            now += SELF_RESTART_WINDOW_MS;
+            self_restart(&mut m, now, 15, 16, &p);
+            assert_eq!(m.record().self_restarts, 1);
+            assert_eq!(m.self_restart_at(), Some(now + 2));
+        }
+    }
+
+    #[test]
+    fn a_manifest_cannot_make_its_own_restarts_faster_than_the_default_pace() {
+        let p = Policy {
+            restart: RestartPolicy::Always,
+            min_wait_ms: 0,
+            max_wait_ms: 0,
+            multiplier_milli: 1_000,
+            max_retries: 1_000,
+            reset_period_ms: 0,
+            jitter: true,
+            health: None,
+        };
+        let mut m = Machine::new(7);
+        m.on(0, &Event::Started(1), &p);
+        let mut now = 0;
+        let mut delays = Vec::new();
+        for run in 1..=6 {
+            let at = m.self_restart_at().unwrap();
+            delays.push(at - now);
+            now = at;
+            self_restart(&mut m, now, run, run + 1, &p);
+            now += 2;
+        }
+        assert_eq!(delays, vec![0, 0, 0, 1_000, 2_000, 4_000]);
+        // a slower policy's waits are kept (the low end of its range, above the floor)
+        let slow = Policy {
+            min_wait_ms: 10_000,
+            max_wait_ms: 60_000,
+            multiplier_milli: 2_000,
+            ..p
+        };
+        for seed in 1..50 {
+            let mut m = Machine::new(seed);
+            m.on(
+                0,
+                &boot(
+                    Some(1),
+                    true,
+                    None,
+                    Record {
+                        self_restarts: 4,
+                        ..Record::default()
+                    },
+                ),
+                &slow,
+            );
+            // the 5th of the streak is the 2nd paced one: [20 s, 40 s], its low end
+            assert_eq!(m.self_restart_at(), Some(20_000));
+        }
+    }
+
+    #[test]
+    fn a_package_that_exits_right_after_asking_is_started_again_once_without_a_failure() {
+        let p = policy(RestartPolicy::OnFailure);
+        table(
+            &p,
+            &[
+                (0, Event::Started(7), vec![], Phase::Running),
+                (
+                    10,
+                    Event::RestartRequested(7),
+                    vec![],
+                    Phase::Restarting { ending: false },
+                ),
+                (
+                    12,
+                    Event::Exited(7, KILLED),
+                    vec![Action::Release, Action::Start],
+                    Phase::Starting,
+                ),
+                // its answer was read after the end: nothing left to end
+                (13, Event::RestartAnswered(7), vec![], Phase::Starting),
+                (20, Event::Started(8), vec![], Phase::Running),
+            ],
+        );
+    }
+
+    #[test]
+    fn self_restarts_of_another_run_or_while_ending_are_refused_and_an_operator_stop_wins() {
+        let p = policy(RestartPolicy::Always);
+        let m = table(
+            &p,
+            &[
+                (0, Event::Started(7), vec![], Phase::Running),
+                // an earlier run's request, late
+                (1, Event::RestartRequested(6), vec![], Phase::Running),
+                (2, Event::RestartAnswered(7), vec![], Phase::Running),
+                (
+                    3,
+                    Event::RestartRequested(7),
+                    vec![],
+                    Phase::Restarting { ending: false },
+                ),
+                // the operator's stop: stopped, not restarted
+                (4, Event::StopRequested, vec![], Phase::Stopping),
+                (5, Event::RestartAnswered(7), vec![], Phase::Stopping),
+                (
+                    6,
+                    Event::Exited(7, OK),
+                    vec![Action::Release],
+                    Phase::Stopped,
+                ),
+                (7, Event::RestartRequested(7), vec![], Phase::Stopped),
+            ],
+        );
+        assert_eq!(m.self_restart_at(), None);
+        // an unhealthy run being killed cannot turn its end into a wanted one
+        let p = Policy {
+            health: Some(HealthPolicy {
+                interval_ms: 10,
+                retries: 1,
+                ready_on_start: false,
+                ready_by_api: false,
+                probe: true,
+                watchdog_ms: None,
+            }),
+            ..policy(RestartPolicy::Always)
+        };
+        let mut m = Machine::new(1);
+        m.on(0, &Event::Started(7), &p);
+        m.on(10, &Event::Tick, &p);
+        m.on(11, &Event::Health(7, false), &p);
+        assert_eq!(m.phase(), Phase::Killing);
+        assert_eq!(m.on(12, &Event::RestartRequested(7), &p), vec![]);
+        assert_eq!(m.phase(), Phase::Killing);
+        // and the operator's start is a clean slate for the streak too
+        let p = policy(RestartPolicy::Never);
+        let mut m = Machine::new(1);
+        m.on(0, &Event::Started(1), &p);
+        for run in 1..=3 {
+            self_restart(&mut m, run as u64 * 10, run, run + 1, &p);
+        }
+        assert_eq!(m.self_restart_at(), Some(32 + 1_000));
+        m.on(40, &Event::StopRequested, &p);
+        m.on(41, &Event::Exited(4, OK), &p);
+        m.on(50, &Event::Started(5), &p);
+        assert_eq!(m.record(), Record::default());
+        assert_eq!(m.self_restart_at(), Some(50));
     }
 }
 

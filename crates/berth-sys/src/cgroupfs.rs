@@ -287,7 +287,20 @@ impl Cgroups {
 
     /// Usage counters of cgroup `rel`.
     pub fn stats(&self, rel: &str) -> Stats {
-        let at = |c: &str, f: &str| self.dir(c, rel).map(|d| d.join(f));
+        self.stats_of(rel, rel)
+    }
+
+    /// CPU counters of cgroup `rel`, memory's and pids' of `mem_rel` (a container: its
+    /// budget's CPU, its payload's memory and pids).
+    pub fn stats_of(&self, rel: &str, mem_rel: &str) -> Stats {
+        let at = |c: &str, f: &str| {
+            let r = if matches!(c, "memory" | "pids") {
+                mem_rel
+            } else {
+                rel
+            };
+            self.dir(c, r).map(|d| d.join(f))
+        };
         let mut s = Stats::default();
         match self.version {
             Version::V1 => {
@@ -339,6 +352,24 @@ impl Cgroups {
     /// Whether cgroup `rel` exists in any hierarchy berth uses.
     pub fn exists(&self, rel: &str) -> bool {
         self.roots.iter().any(|(_, r)| r.join(rel).is_dir())
+    }
+
+    /// Moves the calling process (all its threads) into cgroup `rel` of the hierarchies of
+    /// `controllers` (each once): a process of berth's that works for a container (its shim,
+    /// a helper) enters the container's budget as its first act, before it forks or makes a
+    /// thread, so that everything it and its children do is the container's.
+    pub fn enter(&self, rel: &str, controllers: &[&str]) -> Result<(), CgroupError> {
+        let pid = std::process::id().to_string();
+        let mut done: Vec<PathBuf> = Vec::new();
+        for c in controllers {
+            if let Some(dir) = self.dir(c, rel) {
+                if !done.contains(&dir) {
+                    write_file(&dir.join("cgroup.procs"), &pid)?;
+                    done.push(dir);
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -691,6 +722,25 @@ mod tests {
             read(&d.0.join("cg/berth/cgroup.subtree_control")).unwrap(),
             "+pids"
         );
+    }
+
+    #[test]
+    fn a_process_enters_its_cgroup_in_each_hierarchy_or_says_which_it_could_not() {
+        let (d, proc) = fixture("cg-enter", V1_MOUNTS);
+        let cg = Cgroups::detect(&proc).unwrap();
+        let a = d.0.join("cg/cpu/berth/web/berth/cgroup.procs");
+        let b = d.0.join("cg/memory/berth/web/berth/cgroup.procs");
+        put(&a, "");
+        put(&b, "");
+        cg.enter("berth/web/berth", &["cpu", "memory"]).unwrap();
+        let me = std::process::id().to_string();
+        assert_eq!(read(&a).unwrap(), me);
+        assert_eq!(read(&b).unwrap(), me);
+        let e = cg
+            .enter("berth/web/berth", &["pids"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("pids/berth/web/berth/cgroup.procs"), "{e}");
     }
 
     #[test]

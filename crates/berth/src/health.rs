@@ -190,7 +190,10 @@ fn command(
     let pidfd = process::pidfd_open(pid).ok();
     let mut reader = std::fs::File::from(r);
     let mut output = Vec::new();
-    let mut buf = [0u8; 1024];
+    // A job's output is relayed in pieces of up to a pipe's default capacity: fewer system
+    // calls for one that floods (its cost is the container's, this helper being in its
+    // budget, but the budget is better spent on the job).
+    let mut buf = vec![0u8; 16 * 1024];
     let mut open = true;
     loop {
         if let Some(st) = process::waitpid(pid, true)? {

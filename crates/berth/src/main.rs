@@ -45,6 +45,12 @@ fn main() {
         return;
     }
     if args.first().map(String::as_str) == Some("__health") {
+        // Into the container's budget first: the probe's or the job's work (its attach,
+        // the job's output relayed) is the container's.
+        if let Err(e) = shim::enter_cgroups() {
+            warnln!("berth-health: {e}");
+            std::process::exit(2);
+        }
         match health::HealthArgs::from_args(&args[1..]) {
             Ok(a) => std::process::exit(health::run(a)),
             Err(e) => {

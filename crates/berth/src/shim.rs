@@ -33,6 +33,25 @@ use berth_sys::process::{self, ExitStatus, Fork, POLLHUP, POLLIN, POLLRDHUP};
 pub const TRACE_ENV: &str = "BERTH_START_TRACE";
 pub const TRACE_FILE: &str = "trace";
 
+/// Set by the daemon for the shim and the helpers it starts for a container: the cgroup
+/// (relative, as `berth/web/berth`) of the container's leaf for berth's processes, which
+/// they enter as their first act (docs/resources.md, "A container's cgroups").
+pub const CGROUP_ENV: &str = "BERTH_CGROUP";
+
+/// The controllers of a container's budget, which berth's processes for it enter.
+pub const BUDGET_CONTROLLERS: [&str; 4] = ["cpu", "cpuacct", "memory", "pids"];
+
+/// Enters the cgroup [`CGROUP_ENV`] names, if it is set: before it forks, so that the
+/// process and all it starts are the container's (cost included).
+pub fn enter_cgroups() -> std::result::Result<(), String> {
+    let Ok(rel) = std::env::var(CGROUP_ENV) else {
+        return Ok(());
+    };
+    berth_sys::cgroupfs::Cgroups::detect(std::path::Path::new("/proc"))
+        .and_then(|c| c.enter(&rel, &BUDGET_CONTROLLERS))
+        .map_err(|e| format!("cannot enter the container's cgroup {rel}: {e}"))
+}
+
 /// The steps of a traced start, as the shim and the monitor see them.
 #[derive(Default)]
 struct Trace {
@@ -143,6 +162,12 @@ pub fn run(args: ShimArgs) -> Result<()> {
     process::setsid().ok();
     process::set_process_name("berth-shim");
     let mut report = std::fs::File::from(std::io::stdout().as_fd_owned()?);
+    // Into the container's budget before it forks the monitor: the shim, the monitor and
+    // everything that one does are counted and capped with the container.
+    if let Err(e) = enter_cgroups() {
+        let _ = writeln!(report, "error: {}: {e}", args.name);
+        std::process::exit(1);
+    }
     match start(&args, &mut trace) {
         Ok((monitor, listener, log_r, sigchld, init_pid)) => {
             let _ = writeln!(report, "ok {init_pid}{}", trace.words);

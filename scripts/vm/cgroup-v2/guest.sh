@@ -137,8 +137,8 @@ has_controllers() { echo " $(rd "$1") " | grep -q " cpu .*memory .*pids " && ech
 result root-subtree-control "$(has_controllers $CG/cgroup.subtree_control)" \
     "root cgroup.subtree_control = \"$(rd $CG/cgroup.subtree_control)\" (berth enables them for its parent)"
 
-b update >/dev/null 2>&1 && b install hog mem bomb gmem >/dev/null 2>&1
-result install "$?" "hog mem bomb gmem installed: $(b status | tr '\n' ';' | sed 's/  */ /g')"
+b update >/dev/null 2>&1 && b install hog mem bomb gmem probed >/dev/null 2>&1
+result install "$?" "hog mem bomb gmem probed installed: $(b status | tr '\n' ';' | sed 's/  */ /g')"
 
 # A container with every limit: its v2 files match the plan.
 out=$(b --json start hog 2>&1)
@@ -146,13 +146,27 @@ pid=$(echo "$out" | sed -n 's/.*"init_pid": *\([0-9]*\).*/\1/p')
 result start-hog "$(ok -n "$pid")" "init pid ${pid:-none} in $(cat /proc/${pid:-0}/cgroup 2>/dev/null): $out"
 result parent-subtree-control "$(has_controllers $P/cgroup.subtree_control)" \
     "berth/cgroup.subtree_control = \"$(rd $P/cgroup.subtree_control)\" with a container below"
+# The container's budget berth/hog has its CPU and room for berth's processes; its payload's
+# leaf berth/hog/payload the manifest's memory and pids exactly (issue 32).
 file_is hog-cpu.max $P/hog/cpu.max "20000 100000"
 file_is hog-cpu.weight $P/hog/cpu.weight 50
-file_is hog-memory.max $P/hog/memory.max $((64 << 20))
-file_is hog-memory.low $P/hog/memory.low $((32 << 20))
-file_is hog-pids.max $P/hog/pids.max 64
-grep -q "lxc.cgroup2.cpu.max = 20000 100000" /run/berth/lxc/hog/config
-result hog-lxc-config "$?" "$(grep -c '^lxc.cgroup2\.' /run/berth/lxc/hog/config) lxc.cgroup2.* lines: $(grep '^lxc.cgroup2\.' /run/berth/lxc/hog/config | tr '\n' ';')"
+file_is hog-memory.max $P/hog/payload/memory.max $((64 << 20))
+file_is hog-memory.low $P/hog/payload/memory.low $((32 << 20))
+file_is hog-pids.max $P/hog/payload/pids.max 64
+file_is budget-memory.max $P/hog/memory.max $((72 << 20))
+file_is budget-pids.max $P/hog/pids.max 80
+cfg=/run/berth/lxc/hog/config
+grep -q "^lxc.cgroup.dir.container = berth/hog/payload$" $cfg && grep -q "^lxc.cgroup.dir.monitor = berth/hog/monitor$" $cfg &&
+    grep -q "^lxc.cgroup2.memory.max = $((64 << 20))$" $cfg && ! grep -q "^lxc.cgroup2.cpu" $cfg
+result hog-lxc-config "$?" "$(grep -c '^lxc.cgroup2\.' $cfg) lxc.cgroup2.* lines: $(grep '^lxc.cgroup\(2\.\|\.dir\)' $cfg | tr '\n' ';')"
+# procs_of COMM: pids whose /proc/PID/comm is COMM
+procs_of() { for f in /proc/[0-9]*/comm; do [ "$(cat "$f" 2>/dev/null)" = "$1" ] && basename "$(dirname "$f")"; done; }
+cg_of() { sed -n 's/^0:://p' /proc/"$1"/cgroup 2>/dev/null; }
+shim=$(procs_of berth-shim | head -1)
+mon=$(procs_of berth-monitor | head -1)
+where="shim ${shim:-none} in $(cg_of "${shim:-0}"), monitor ${mon:-none} in $(cg_of "${mon:-0}"), init $pid in $(cg_of "$pid")"
+result budget-leaves "$(ok "$(cg_of "${shim:-0}")" = /berth/hog/berth -a "$(cg_of "${mon:-0}")" = /berth/hog/monitor -a "$(cg_of "$pid")" = /berth/hog/payload)" "$where"
+result budget-no-process "$(ok -z "$(rd $P/hog/cgroup.procs)")" "berth/hog/cgroup.procs = \"$(rd $P/hog/cgroup.procs)\" (v2: processes in leaves only); subtree_control \"$(rd $P/hog/cgroup.subtree_control)\""
 
 # The 2-thread hog is held to 20 % of one CPU (usage_usec over wall time, 5 s). Tolerance
 # 20 ± 5 points: CFS bandwidth is exact per 100 ms period; the rest is TCG's coarse timers.
@@ -165,9 +179,9 @@ result cpu-quota-20 "$(within "$pct" 15 25)" "2 busy loops, cpu.max 20000/100000
 out=$(b limit hog --cpu 50% --memory 48M --pids 40 2>&1)
 result limit-applied "$(echo "$out" | grep -q applied && echo 0 || echo 1)" "$out"
 file_is limit-cpu.max $P/hog/cpu.max "50000 100000"
-file_is limit-memory.max $P/hog/memory.max $((48 << 20))
-file_is limit-memory.low $P/hog/memory.low $((32 << 20))
-file_is limit-pids.max $P/hog/pids.max 40
+file_is limit-memory.max $P/hog/payload/memory.max $((48 << 20))
+file_is limit-memory.low $P/hog/payload/memory.low $((32 << 20))
+file_is limit-pids.max $P/hog/payload/pids.max 40
 sleep 1
 pct=$(cpu_pct $P/hog 5)
 result cpu-quota-50 "$(within "$pct" 42 55)" "after berth limit --cpu 50%: ${pct}% of one CPU over 5 s (50 -8/+5)"
@@ -186,10 +200,10 @@ ooms0=$(keyed /proc/vmstat oom_kill)
 b start mem >/dev/null
 wait_for 120 sh -c "'$B' logs mem | grep -q 'hog died'"
 log=$(b logs mem | tr '\n' ';')
-oom=$(keyed $P/mem/memory.events oom_kill)
-peak=$(rd $P/mem/memory.peak)
+oom=$(keyed $P/mem/payload/memory.events oom_kill)
+peak=$(rd $P/mem/payload/memory.peak)
 ooms1=$(keyed /proc/vmstat oom_kill)
-result oom-in-cgroup "$(ok "$oom" -ge 1 -a "$(rd $P/mem/memory.max)" = $((16 << 20)))" \
+result oom-in-cgroup "$(ok "$oom" -ge 1 -a "$(rd $P/mem/payload/memory.max)" = $((16 << 20)))" \
     "memory.max 16M: mem/memory.events oom_kill = $oom, memory.peak = $peak; log: $log"
 result oom-nothing-outside "$(ok -d /proc/$bystander -a -d /proc/$daemon -a $((ooms1 - ooms0)) = "$oom")" \
     "host-wide OOM kills $((ooms1 - ooms0)) = the container's $oom; bystander and daemon alive"
@@ -203,19 +217,35 @@ max=0
 slow=0
 end=$(($(date +%s) + 6))
 while [ "$(date +%s)" -lt "$end" ]; do
-    c=$(rd $P/bomb/pids.current)
+    c=$(rd $P/bomb/payload/pids.current)
     [ "${c:-0}" -gt "$max" ] && max=$c
     t=$(now_us); /bin/true; t=$(($(now_us) - t))
     [ "$t" -gt "$slow" ] && slow=$t
     sleep 0.2
 done
-refused=$(keyed $P/bomb/pids.events max)
-file_is bomb-cpuset.cpus $P/bomb/cpuset.cpus 0
-file_is bomb-cpuset.cpus.effective $P/bomb/cpuset.cpus.effective 0
-result fork-bomb "$(ok "$max" -le 32 -a "$refused" -gt 0 -a "$(rd $P/bomb/pids.max)" = 32)" \
+refused=$(keyed $P/bomb/payload/pids.events max)
+file_is bomb-cpuset.cpus $P/bomb/payload/cpuset.cpus 0
+file_is bomb-cpuset.cpus.effective $P/bomb/payload/cpuset.cpus.effective 0
+result fork-bomb "$(ok "$max" -le 32 -a "$refused" -gt 0 -a "$(rd $P/bomb/payload/pids.max)" = 32)" \
     "pids.max 32: at most $max pids over 6 s, $refused forks refused"
 result host-responsive "$(ok "$slow" -lt 2000000)" "slowest host fork+exec during the bomb: $((slow / 1000)) ms (< 2000 ms under TCG)"
 b stop -t 1 bomb >/dev/null
+
+# A health probe's helper (berth __health) works in the container's budget: its leaf for
+# berth's processes, not the daemon's cgroup (issue 32). Looked for in that leaf's
+# cgroup.procs (a scan of all of /proc is slow under TCG).
+b start probed >/dev/null
+# (the daemon starts its helpers as /proc/self/exe __health LXCPATH NAME …)
+helpers_in_leaf() {
+    for p in $(cat $P/probed/berth/cgroup.procs 2>/dev/null); do
+        tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | grep -q " __health [^ ]* probed " && echo "$p"
+    done
+}
+helper_seen() { [ -n "$(helpers_in_leaf)" ]; }
+wait_for 30 helper_seen
+found=$?
+result helper-in-budget "$found" "health helpers in berth/probed/berth: $(helpers_in_leaf | tr '\n' ' '); with the shim: $(rd $P/probed/berth/cgroup.procs); daemon in $(cg_of $daemon)"
+b stop -t 1 probed >/dev/null
 
 # The CPU governor on v2, whose output is berth/cpu.max. The "main service" is an exec probe
 # that answers in 300 ms while /tmp/slow exists (R_c about 3/s against a configured R_n of
@@ -339,8 +369,8 @@ fi
 b remove crasher >/dev/null 2>&1
 
 # Removed: no container cgroup left behind.
-b remove hog mem bomb gmem >/dev/null
-result remove "$?" "berth remove hog mem bomb gmem"
+b remove hog mem bomb gmem probed >/dev/null
+result remove "$?" "berth remove hog mem bomb gmem probed"
 left=$(find $CG -mindepth 1 -type d | sed "s|$CG/||" | tr '\n' ' ')
 result no-cgroups-left "$(ok -z "$(find $P $CG/berth.monitor -mindepth 1 -type d 2>/dev/null)")" \
     "no cgroup below berth/ or berth.monitor/; cgroups on the host: ${left:-none} (lxc.pivot is LXC's own)"

@@ -50,6 +50,13 @@ sleep 1000' 'pids = 32
 cpu_max = "50%"
 cpuset = "0"'
 
+# A health probe that takes a while (its helper is seen in the container's budget).
+pkg probed 'echo up
+sleep 1000' 'memory = "16M"' '[health]
+cmd = ["/bin/busybox", "sleep", "2"]
+interval = "3s"
+timeout = "5s"'
+
 # A memory hog for the guard: the string doubles every 2 s (16 MiB, 32, 64, 128, ...).
 pkg gmem 'echo growing
 x=0123456789abcdef

@@ -116,19 +116,20 @@ st=$(b status 2>&1)
 running web
 step status $? "$t" "$(echo "$st" | flat)"
 
-# Cost of one running container: its cgroup's memory.current (the payload, init.lxc and the
-# page cache of its image), and the drop in MemAvailable (also LXC's monitor, the squashfs
-# and loop device, the daemon's growth).
+# Cost of one running container: its budget's memory.current (the payload, init.lxc and the
+# page cache of its image, and since issue 32 its shim and LXC monitor, in leaves of the
+# budget), and the drop in MemAvailable (also the squashfs and loop device, the daemon's
+# growth).
 sleep 2
 t=$(now_ms)
 cur=$(cat $CG/berth/web/memory.current 2>/dev/null)
 a1=$(meminfo MemAvailable)
 drss=$(rss $daemon)
-step container-cost "$(ok -n "$cur")" "$t" "web: memory.current ${cur:-none} B; MemAvailable $a0 -> $a1 kB (drop $((a0 - a1)) kB); daemon VmRSS $drss KiB; LXC monitor cgroup memory.current $(cat $CG/berth.monitor/web/memory.current 2>/dev/null || echo none) B"
+step container-cost "$(ok -n "$cur")" "$t" "web: memory.current ${cur:-none} B; MemAvailable $a0 -> $a1 kB (drop $((a0 - a1)) kB); daemon VmRSS $drss KiB; of it the LXC monitor's leaf $(cat $CG/berth/web/monitor/memory.current 2>/dev/null || echo none) B, the shim's $(cat $CG/berth/web/berth/memory.current 2>/dev/null || echo none) B"
 [ -n "$cur" ] && figure container_cost_kib $((cur / 1024))
 figure memavailable_drop_kib $((a0 - a1))
 figure daemon_rss_kib "$drss"
-figure monitor_cost_kib $(($(cat $CG/berth.monitor/web/memory.current 2>/dev/null || echo 0) / 1024))
+figure monitor_cost_kib $(($(cat $CG/berth/web/monitor/memory.current 2>/dev/null || echo 0) / 1024))
 # httpd answers inside the container's network namespace.
 pid=$(b --json status web | tr -d ' \n' | sed -n 's/.*"init_pid":\([0-9]*\).*/\1/p')
 t=$(now_ms)

@@ -103,25 +103,36 @@ fn spawn_client(
     path: &str,
     n: usize,
 ) -> Result<std::process::Child> {
+    let sock = sb.cfg.paths.api_dir(name).join("api.sock");
+    let sock = sock.display().to_string();
+    spawn_in(sb, name, CLIENT, &[&sock, method, path, &n.to_string()])
+}
+
+/// Starts berth-bench's hidden `subcommand` with `args` in `name`'s container's memory
+/// cgroup (the daemon takes a peer in it for that container), its output piped.
+pub fn spawn_in(
+    sb: &Sandbox,
+    name: &str,
+    subcommand: &str,
+    args: &[&str],
+) -> Result<std::process::Child> {
     let init = sb.json(&["status", name])?["containers"][0]["init_pid"]
         .as_i64()
         .ok_or_else(|| format!("{name} is not running"))?;
     let procs = procs_file(init)?;
-    let sock = sb.cfg.paths.api_dir(name).join("api.sock");
     let me = std::env::current_exe().map_err(|e| format!("berth-bench's own path: {e}"))?;
     std::process::Command::new("sh")
         .arg("-c")
-        .arg("echo $$ > \"$1\" && exec \"$2\" \"$3\" \"$4\" \"$5\" \"$6\" \"$7\"")
+        .arg("echo $$ > \"$1\" && shift && exec \"$@\"")
         .args(["sh"])
         .arg(&procs)
         .arg(&me)
-        .arg(CLIENT)
-        .arg(&sock)
-        .args([method, path, &n.to_string()])
+        .arg(subcommand)
+        .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("start the API client: {e}").into())
+        .map_err(|e| format!("start {subcommand}: {e}").into())
 }
 
 fn collect(c: std::process::Child, what: &str) -> Result<Vec<f64>> {

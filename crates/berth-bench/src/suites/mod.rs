@@ -16,6 +16,7 @@ pub mod activation;
 pub mod api;
 pub mod bind;
 pub mod cgroups;
+pub mod cost;
 pub mod cpu;
 pub mod delta;
 pub mod fleet;
@@ -41,6 +42,7 @@ pub const ALL: &[&str] = &[
     "security",
     "supervise",
     "api",
+    "cost",
     "bind",
     "delta",
     "fleet",
@@ -89,6 +91,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "net" => Some(Box::new(net::Net)),
         "supervise" => Some(Box::new(supervise::Supervise)),
         "api" => Some(Box::new(api::Api)),
+        "cost" => Some(Box::new(cost::Cost)),
         "bind" => Some(Box::new(bind::Bind)),
         "delta" => Some(Box::new(delta::Delta)),
         "fleet" => Some(Box::new(fleet::Fleet)),

@@ -6,16 +6,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_core::cgroup::{self as cg, CgroupVersion, Host};
+use berth_core::cgroup::{self as cg, CgroupVersion, ContainerCgroups, Host, Limits};
 use berth_sys::cgroupfs::{self, Cgroups};
 
 use crate::daemon::context::{Daemon, Resources, Roots};
+use crate::daemon::error::{Error, Kind, Result};
 
 /// LXC refuses to start when the container's cgroup already exists (a crash may leave one),
 /// and a monitor killed before its clean-up leaves them behind: removes the cgroups of
-/// container `name` (`<parent>/<name>` and `<parent>.monitor/<name>`) in every hierarchy,
-/// deepest first. Only empty cgroups can go: a running container's stay.
-pub(crate) fn remove_stale_cgroups(d: &Daemon, name: &str) {
+/// container `name` (its budget `<parent>/<name>` with its leaves, and the monitors'
+/// `<parent>.monitor/<name>` of containers started before the budget had leaves) in every
+/// hierarchy, deepest first. Only empty cgroups can go: a running container's stay, and so
+/// does the helpers' leaf while a shim that is exiting is still in it (`true`: all gone).
+pub(crate) fn remove_stale_cgroups(d: &Daemon, name: &str) -> bool {
     fn rmdir_tree(p: &Path) {
         if let Ok(kids) = std::fs::read_dir(p) {
             for k in kids.flatten() {
@@ -26,14 +29,106 @@ pub(crate) fn remove_stale_cgroups(d: &Daemon, name: &str) {
         }
         let _ = std::fs::remove_dir(p);
     }
+    let mut gone = true;
     for parent in parents(d) {
         for h in hierarchies(d) {
             let p = h.join(&parent).join(name);
             if p.is_dir() {
                 rmdir_tree(&p);
+                gone &= !p.exists();
             }
         }
     }
+    gone
+}
+
+/// After a container's end: its cgroups go. The shim answers the end just before it exits,
+/// so its leaf may hold it a moment longer: tried again for up to 100 ms (what is left, the
+/// next start or daemon start reaps).
+pub(crate) fn reap(d: &Daemon, name: &str) {
+    for _ in 0..5 {
+        if remove_stale_cgroups(d, name) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+use crate::shim::BUDGET_CONTROLLERS;
+
+/// Before a start (its stale cgroups reaped): the container's budget with its limits
+/// (`limits`: the container's, of which the budget takes CPU and memory and pids with room
+/// for berth's processes) and the leaf for berth's processes. Returns that leaf, which the
+/// shim and the helpers enter (None without cgroups).
+pub(crate) fn prepare_budget(
+    d: &Daemon,
+    name: &str,
+    limits: Option<&Limits>,
+) -> Result<Option<String>> {
+    let Ok(c) = &d.resources.cgroups else {
+        return Ok(None);
+    };
+    let cgs = of(d, name);
+    let failed = |e: cgroupfs::CgroupError| {
+        Error::new(
+            Kind::LimitFailed,
+            format!("{name}: cannot set up its cgroup {}: {e}", cgs.budget),
+        )
+    };
+    // Kernels before 5.x (v1) start a cgroup with its parent's use_hierarchy, 0 at a root
+    // nobody set: the budget's limit would not hold its leaves. Settable only while it has
+    // none: as it is made (1 already on newer kernels).
+    if c.version == cgroupfs::Version::V1 {
+        if let Some(dir) = c.dir("memory", &cgs.budget) {
+            if std::fs::create_dir(&dir).is_ok() {
+                let _ = std::fs::write(dir.join("memory.use_hierarchy"), "1");
+            }
+        }
+    }
+    // The budget and its leaf for berth's processes (v2: the controllers enabled down to
+    // the budget, whose leaves LXC and berth fill), then the budget's limits.
+    c.ensure(&cgs.helpers, &BUDGET_CONTROLLERS)
+        .map_err(failed)?;
+    if let Some(l) = limits {
+        let files = cg::files(core_version(c), &l.budget());
+        c.apply(
+            &cgs.budget,
+            files.iter().map(|(k, f, v)| (k.name(), *f, v.as_str())),
+        )
+        .map_err(failed)?;
+    }
+    Ok(Some(cgs.helpers))
+}
+
+/// The leaf for berth's processes of container `name` (its shim, its helpers), as
+/// [`crate::shim::CGROUP_ENV`] takes it, if it has one (not without cgroups, nor for a
+/// container started before the budget had leaves: its helpers stay in the daemon's cgroup).
+pub(crate) fn helpers_leaf(d: &Daemon, name: &str) -> Option<String> {
+    let c = d.resources.cgroups.as_ref().ok()?;
+    let helpers = of(d, name).helpers;
+    c.exists(&helpers).then_some(helpers)
+}
+
+/// The cgroups of container `name` (its budget and the budget's leaves).
+pub(crate) fn of(d: &Daemon, name: &str) -> ContainerCgroups {
+    ContainerCgroups::of(&d.cfg.cgroup_parent, name)
+}
+
+/// Where the payload's own limits and counters are: its leaf, or the budget itself for a
+/// container started before the budget had leaves.
+pub(crate) fn payload_cgroup(d: &Daemon, name: &str) -> String {
+    let budget = container_cgroup(d, name);
+    let payload = format!("{budget}/{}", cg::PAYLOAD_LEAF);
+    match &d.resources.cgroups {
+        Ok(c) if !c.exists(&payload) && c.exists(&budget) => budget,
+        _ => payload,
+    }
+}
+
+/// A container's counters: CPU of its whole budget (the payload and berth's processes for
+/// it), memory, OOM kills and pids of its payload (with their limits as the package asked).
+pub(crate) fn container_stats(c: &Cgroups, d: &Daemon, name: &str) -> cgroupfs::Stats {
+    c.stats_of(&container_cgroup(d, name), &payload_cgroup(d, name))
 }
 
 /// Keeps the kernel's lock for cgroup moves warm while a start runs; dropped when the start
@@ -109,7 +204,8 @@ fn hierarchies(d: &Daemon) -> Vec<PathBuf> {
     all
 }
 
-/// berth's parent cgroup and its monitors' parent.
+/// berth's parent cgroup and the monitors' parent of containers started before the budget
+/// had leaves.
 fn parents(d: &Daemon) -> [String; 2] {
     let p = &d.cfg.cgroup_parent;
     [p.clone(), format!("{p}.monitor")]
@@ -134,6 +230,7 @@ pub(crate) fn core_version(c: &Cgroups) -> CgroupVersion {
     }
 }
 
+/// The container's budget: everything it costs, the payload and berth's processes for it.
 pub(crate) fn container_cgroup(d: &Daemon, name: &str) -> String {
     format!("{}/{name}", d.cfg.cgroup_parent)
 }
@@ -206,12 +303,196 @@ mod tests {
         Daemon::new(cfg, roots, resources, Default::default())
     }
 
+    /// A daemon over a fixture cgroup tree: `mounts` (directory below <root>/cg, fs type,
+    /// super options) in its mountinfo, `files` (path below <root>/cg, text) put there. A
+    /// fixture's file takes a write over what it holds, untruncated: those to be written
+    /// start empty.
+    fn fixture_daemon(
+        tag: &str,
+        mounts: &[(&str, &str, &str)],
+        files: &[(&str, &str)],
+    ) -> (PathBuf, Daemon) {
+        let root = std::env::temp_dir().join(format!("berth-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let mut info = String::new();
+        for (i, (dir, fs, opts)) in mounts.iter().enumerate() {
+            let mp = root.join("sys/fs/cgroup").join(dir);
+            std::fs::create_dir_all(&mp).unwrap();
+            info.push_str(&format!(
+                "{} 31 0:{} / {} rw,relatime - {fs} {fs} {opts}\n",
+                40 + i,
+                40 + i,
+                mp.display()
+            ));
+        }
+        std::fs::create_dir_all(root.join("proc/self")).unwrap();
+        std::fs::write(root.join("proc/self/mountinfo"), info).unwrap();
+        for (f, text) in files {
+            let p = root.join("sys/fs/cgroup").join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+        let mut d = daemon(&root);
+        d.resources.cgroups = Cgroups::detect(&root.join("proc")).map_err(|e| e.to_string());
+        (root, d)
+    }
+
+    fn read(p: PathBuf) -> String {
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+            .trim()
+            .to_string()
+    }
+
+    fn limits() -> Limits {
+        Limits {
+            cpu_weight: Some(50),
+            cpu_max_percent: Some(20),
+            memory_max: Some(16 << 20),
+            memory_soft: None,
+            pids_max: Some(32),
+            cpuset: Some("0".into()),
+        }
+    }
+
+    #[test]
+    fn v2_a_budget_gets_the_cpu_and_room_for_berth_and_a_leaf_for_berths_processes() {
+        let b = "berth-t/web";
+        let (root, d) = fixture_daemon(
+            "budget-v2",
+            &[("", "cgroup2", "rw")],
+            &[
+                ("cgroup.controllers", "cpuset cpu io memory pids"),
+                (&format!("{b}/cpu.weight"), ""),
+                (&format!("{b}/cpu.max"), ""),
+                (&format!("{b}/memory.max"), ""),
+                (&format!("{b}/pids.max"), ""),
+                (&format!("{b}/berth/cgroup.procs"), ""),
+            ],
+        );
+        let cg = root.join("sys/fs/cgroup");
+        let leaf = prepare_budget(&d, "web", Some(&limits())).unwrap().unwrap();
+        assert_eq!(leaf, "berth-t/web/berth");
+        assert_eq!(
+            helpers_leaf(&d, "web").as_deref(),
+            Some("berth-t/web/berth")
+        );
+        assert!(cg.join("berth-t/web/berth").is_dir());
+        assert_eq!(read(cg.join(b).join("cpu.weight")), "50");
+        assert_eq!(read(cg.join(b).join("cpu.max")), "20000 100000");
+        assert_eq!(
+            read(cg.join(b).join("memory.max")),
+            (24u64 << 20).to_string()
+        );
+        assert_eq!(read(cg.join(b).join("pids.max")), "48");
+        // controllers enabled down to the budget (whose leaves LXC and berth fill); the
+        // fixture keeps only the last write, the kernel accumulates
+        for dir in ["", "berth-t", b] {
+            assert!(
+                cg.join(dir).join("cgroup.subtree_control").is_file(),
+                "{dir}"
+            );
+        }
+        assert!(
+            !cg.join(b).join("berth/cgroup.subtree_control").exists(),
+            "a leaf"
+        );
+        // the payload's counters: its leaf once it exists, the budget for a container
+        // started before the budget had leaves
+        assert_eq!(payload_cgroup(&d, "web"), b);
+        std::fs::create_dir_all(cg.join(b).join("payload")).unwrap();
+        assert_eq!(payload_cgroup(&d, "web"), format!("{b}/payload"));
+        // reaped deepest first, leaves and all
+        assert!(remove_stale_cgroups_fixture(&d, &cg, b));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    /// The fixture's files are regular files, which rmdir cannot pass: removed first, as the
+    /// kernel's cgroupfs has none to remove.
+    fn remove_stale_cgroups_fixture(d: &Daemon, cg: &Path, rel: &str) -> bool {
+        fn files_out(p: &Path) {
+            for e in std::fs::read_dir(p).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    files_out(&e.path());
+                } else {
+                    std::fs::remove_file(e.path()).unwrap();
+                }
+            }
+        }
+        files_out(&cg.join(rel));
+        let gone = remove_stale_cgroups(d, rel.rsplit('/').next().unwrap());
+        gone && !cg.join(rel).exists()
+    }
+
+    #[test]
+    fn v1_a_budget_in_each_hierarchy_and_a_leaf_in_those_that_count() {
+        let b = "berth-t/web";
+        let (root, d) = fixture_daemon(
+            "budget-v1",
+            &[
+                ("cpu", "cgroup", "rw,cpu"),
+                ("cpuacct", "cgroup", "rw,cpuacct"),
+                ("memory", "cgroup", "rw,memory"),
+                ("pids", "cgroup", "rw,pids"),
+                ("cpuset", "cgroup", "rw,cpuset"),
+            ],
+            &[
+                (&format!("cpu/{b}/cpu.shares"), ""),
+                (&format!("cpu/{b}/cpu.cfs_period_us"), ""),
+                (&format!("cpu/{b}/cpu.cfs_quota_us"), ""),
+                (&format!("memory/{b}/memory.limit_in_bytes"), ""),
+                (&format!("pids/{b}/pids.max"), ""),
+                (&format!("cpu/{b}/berth/cgroup.procs"), ""),
+                (&format!("cpuacct/{b}/berth/cgroup.procs"), ""),
+                (&format!("memory/{b}/berth/cgroup.procs"), ""),
+                (&format!("pids/{b}/berth/cgroup.procs"), ""),
+            ],
+        );
+        let cg = root.join("sys/fs/cgroup");
+        let procs = prepare_budget(&d, "web", Some(&limits())).unwrap().unwrap();
+        assert_eq!(procs, "berth-t/web/berth");
+        for h in ["cpu", "cpuacct", "memory", "pids"] {
+            assert!(cg.join(h).join(b).join("berth").is_dir(), "{h}");
+        }
+        assert_eq!(read(cg.join("cpu").join(b).join("cpu.shares")), "512");
+        assert_eq!(
+            read(cg.join("cpu").join(b).join("cpu.cfs_quota_us")),
+            "20000"
+        );
+        assert_eq!(
+            read(cg.join("memory").join(b).join("memory.limit_in_bytes")),
+            (24u64 << 20).to_string()
+        );
+        // (memory.use_hierarchy is written only into a budget made new: not this fixture's)
+        assert_eq!(read(cg.join("pids").join(b).join("pids.max")), "48");
+        // LXC makes its own cpuset cgroups: berth's budget is not in that hierarchy
+        assert!(!cg.join("cpuset").join(b).exists());
+        // without limits (a package that asks for none): the budget and the leaf all the same
+        std::fs::write(cg.join("pids").join(b).join("pids.max"), "max").unwrap();
+        assert!(prepare_budget(&d, "web", None).unwrap().is_some());
+        assert_eq!(read(cg.join("pids").join(b).join("pids.max")), "max");
+        // a write the kernel refuses names the cgroup and the file
+        std::fs::remove_file(cg.join("pids").join(b).join("pids.max")).unwrap();
+        let e = prepare_budget(&d, "web", Some(&limits())).unwrap_err();
+        assert_eq!(e.kind, Kind::LimitFailed);
+        assert!(
+            e.message
+                .starts_with("web: cannot set up its cgroup berth-t/web: write \"48\" to ")
+                && e.message.contains("pids/berth-t/web/pids.max"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     #[test]
     fn stale_cgroups_are_found_and_reaped_in_every_hierarchy_deepest_first() {
         let root = std::env::temp_dir().join(format!("berth-cg-{}", std::process::id()));
         let cg = root.join("sys/fs/cgroup");
         for dir in [
             "cpu/berth-t/web/sub",
+            "cpu/berth-t/web/berth",
+            "cpu/berth-t/web/payload/inner",
+            "cpu/berth-t/web/lxc.pivot",
             "memory/berth-t/web",
             "memory/berth-t.monitor/web",
             "memory/berth-t/db",

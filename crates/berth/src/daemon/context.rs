@@ -56,6 +56,10 @@ pub struct Daemon {
     beat_asked: std::sync::atomic::AtomicBool,
     /// The daemon was started with BERTH_TEST_HOOKS=1: `POST /v1/test/stall` is honoured.
     pub test_hooks: bool,
+    /// Test hooks only: BERTH_TEST_API_DELAY_MS, how long each container API request
+    /// (not a report, not a followed log) takes before it is served, so that tests can hold
+    /// the workers' pool with requests that are slow.
+    pub test_api_delay: Option<std::time::Duration>,
     /// BERTH_FORCE_MOUNT_FALLBACK=1: hot-binding uses mount propagation, as on a kernel
     /// without the mount API (so that tests run the fallback).
     pub force_mount_fallback: bool,
@@ -131,6 +135,13 @@ pub struct Supervised {
     pub ready: bool,
     /// When a held restart is due.
     pub next_start: Option<Instant>,
+    /// The run the supervisor follows (its init's pid), while there is one, and when it
+    /// started (seconds since the epoch, as its shim said when the supervisor first saw it).
+    pub run: Option<berth_core::supervise::Run>,
+    pub started_at: Option<u64>,
+    /// While it runs: from when a restart its package asks for is allowed (the pace of
+    /// `berth_core::supervise`).
+    pub self_restart_at: Option<Instant>,
     /// Why it is `failed` (or was last restarted).
     pub reason: Option<String>,
     /// The last probe's verdict line and output, and when (seconds since the epoch).
@@ -179,6 +190,11 @@ impl Daemon {
             alive: Default::default(),
             stalls: Default::default(),
             test_hooks,
+            test_api_delay: std::env::var("BERTH_TEST_API_DELAY_MS")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|_| test_hooks)
+                .map(std::time::Duration::from_millis),
             capi: Default::default(),
             schedules: Schedules {
                 tables: Mutex::new(Vec::new()),

@@ -1,7 +1,7 @@
 //! The daemon's one error: a kind (`berth_core::api::ErrorKind`, which carries the HTTP
 //! status and the stable code) and a message for people.
 
-use berth_core::api::error::{CODE, ERROR};
+use berth_core::api::error::{CODE, ERROR, RETRY_AFTER_MS};
 use serde_json::{json, Value};
 
 pub use berth_core::api::ErrorKind as Kind;
@@ -20,6 +20,26 @@ impl Error {
             kind,
             message: message.into(),
         }
+    }
+
+    /// `429 rate_limited`: `message`, then when to try again (`; try again in MS ms`), which
+    /// the answer's `Retry-After` and `retry_after_ms` are read back from. In the message,
+    /// not a field of its own: an error is made and moved at every `?` of the daemon, and
+    /// each field costs the device build bytes at every one of them.
+    pub fn rate_limited(message: impl std::fmt::Display, ms: u64) -> Error {
+        Error::new(
+            Kind::RateLimited,
+            format!("{message}; try again in {} ms", ms.max(1)),
+        )
+    }
+
+    /// When a `429` may be asked again, in milliseconds (see `rate_limited`).
+    pub fn retry_after_ms(&self) -> Option<u64> {
+        if self.kind != Kind::RateLimited {
+            return None;
+        }
+        let rest = self.message.strip_suffix(" ms")?;
+        rest.rsplit(' ').next()?.parse().ok()
     }
 
     pub fn bad_request(m: impl Into<String>) -> Error {
@@ -41,7 +61,27 @@ impl Error {
 
     /// The body of an error response.
     pub fn to_json(&self) -> Value {
-        json!({ERROR: self.message, CODE: self.code()})
+        let mut v = json!({ERROR: self.message, CODE: self.code()});
+        if let Some(ms) = self.retry_after_ms() {
+            v[RETRY_AFTER_MS] = json!(ms);
+        }
+        v
+    }
+
+    /// The whole HTTP response: its JSON, with a `Retry-After` header (whole seconds,
+    /// rounded up) when it says when to try again.
+    pub fn response(&self) -> Vec<u8> {
+        let headers = self
+            .retry_after_ms()
+            .map(|ms| format!("Retry-After: {}\r\n", ms.div_ceil(1000)))
+            .unwrap_or_default();
+        let body = self.to_json().to_string();
+        berth_core::http::response_with(
+            self.status(),
+            "application/json",
+            &headers,
+            body.as_bytes(),
+        )
     }
 }
 
@@ -54,5 +94,44 @@ impl std::fmt::Display for Error {
 impl From<anyhow::Error> for Error {
     fn from(e: anyhow::Error) -> Error {
         Error::internal(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_stays_as_small_as_its_kind_and_message() {
+        assert_eq!(std::mem::size_of::<Error>(), 32);
+    }
+
+    #[test]
+    fn a_429_says_when_to_try_again_in_its_header_and_its_body() {
+        let e = Error::rate_limited("web: too soon", 1_001);
+        let text = String::from_utf8(e.response()).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(
+            head.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+            "{head}"
+        );
+        assert!(
+            head.contains("\r\nRetry-After: 2\r\n"),
+            "rounded up: {head}"
+        );
+        let v: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(
+            v,
+            json!({"error": "web: too soon; try again in 1001 ms", "code": "rate_limited", "retry_after_ms": 1001})
+        );
+        // a 429 made otherwise (no time in its message): no header, no field
+        let e = Error::new(Kind::RateLimited, "slow down");
+        assert_eq!(e.retry_after_ms(), None);
+        // other errors: no header, no field
+        let e = Error::new(Kind::Busy, "busy");
+        let text = String::from_utf8(e.response()).unwrap();
+        assert!(!text.contains("Retry-After"), "{text}");
+        assert!(!text.contains("retry_after_ms"), "{text}");
+        assert!(text.contains("Content-Length: "), "{text}");
     }
 }

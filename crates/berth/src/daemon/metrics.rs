@@ -156,7 +156,7 @@ fn cgroup_part(d: &Daemon, names: &[&str], e: &mut Exposition) {
     };
     let running: Vec<(&str, berth_sys::cgroupfs::Stats)> = names
         .iter()
-        .map(|n| (*n, c.stats(&cgroups::container_cgroup(d, n))))
+        .map(|n| (*n, cgroups::container_stats(c, d, n)))
         .collect();
     let group = c.stats(&d.cfg.cgroup_parent);
     let us = |v: Option<u64>| v.map(|x| x as f64 / 1e6);

@@ -315,7 +315,8 @@ fn cgroup_state(d: &Daemon, name: &str) -> (Vec<u8>, Option<String>) {
     // files are absent, or (psi=0 on kernels before 5.x) present but answer EOPNOTSUPP:
     // either way, none of them.
     let psi = d.proc().join("pressure/memory").exists();
-    for rel in [format!("{parent}/{name}"), parent.clone()] {
+    let cgs = crate::daemon::cgroups::of(d, name);
+    for rel in [cgs.budget, cgs.payload, parent.clone()] {
         for h in &hierarchies {
             let dir = h.join(&rel);
             if !dir.is_dir() {

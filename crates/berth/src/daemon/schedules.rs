@@ -295,18 +295,24 @@ fn scheduler(d: &Arc<Daemon>) {
                 if went_back {
                     t.clock_went_back(now);
                 }
-                let due = t.due(now, boot_id(d), &mut busy);
+                t.enqueue(now, boot_id(d));
+            }
+            // What is due waits for a slot; the device's are shared among the containers
+            // (a run that finds none waits until one ends, or is skipped at its next time).
+            let started = schedule::start_fair(&mut tables, &mut busy, now);
+            for (i, t) in tables.iter_mut().enumerate() {
+                let mine = started.iter().filter(|(k, _)| *k == i);
                 // A catch-up or an @reboot run is written before it runs: a daemon killed
                 // during it must not run it again.
-                if t.flush_due(now) || due.iter().any(|r| r.catch_up || r.reboot) {
+                if t.flush_due(now) || mine.clone().any(|(_, r)| r.catch_up || r.reboot) {
                     if let Err(e) = save(d, t, now) {
                         log::warn!("{e}");
                     }
                 }
                 let flush = t.dirty.then_some(t.written + schedule::FLUSH_S);
                 next = schedule::min(schedule::min(next, t.next_due()), flush);
-                for r in due {
-                    runs.push((t.name.clone(), r));
+                for (_, r) in mine {
+                    runs.push((t.name.clone(), r.clone()));
                 }
             }
             let _ = timer.arm(next.map(|t| d.schedules.clock.real_ms(t)));

@@ -306,6 +306,9 @@ impl Supervisor {
             failures,
             ready: false,
             next_start: None,
+            run: None,
+            started_at: None,
+            self_restart_at: None,
             reason: None,
             last_check: None,
         });
@@ -318,6 +321,16 @@ impl Supervisor {
             Phase::Waiting { until_ms } => Some(self.t0 + Duration::from_millis(until_ms)),
             _ => None,
         };
+        if v.run != m.run() {
+            // A new run (or a run taken over): its start as its shim says, once.
+            v.started_at = m.run().and_then(|_| {
+                probe::shim_info(&self.d, name)[berth_core::api::container::STARTED_AT].as_u64()
+            });
+        }
+        v.run = m.run();
+        v.self_restart_at = m
+            .self_restart_at()
+            .map(|t| self.t0 + Duration::from_millis(t));
         for a in actions {
             if let Action::Report(r) = a {
                 v.reason = Some(reason(r));
@@ -346,7 +359,7 @@ impl Supervisor {
                     let _op = d.op_lock_for(Component::Supervisor);
                     if !probe::is_running(d, name) {
                         mounts::release_mounts(d);
-                        cgroups::remove_stale_cgroups(d, name);
+                        cgroups::reap(d, name);
                     }
                 }
                 // Rare work: give back what it allocated and the code it ran.
@@ -368,7 +381,7 @@ impl Supervisor {
                 let _ = std::thread::Builder::new()
                     .name(format!("end-{name}"))
                     .stack_size(128 * 1024)
-                    .spawn(move || stop::end_unhealthy(&d, &n, run));
+                    .spawn(move || stop::end_run(&d, &n, run));
             }
             Action::Report(r) => report(&self.d, name, &r),
         }

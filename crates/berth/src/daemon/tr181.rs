@@ -84,7 +84,7 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
         .cloned()
         .collect();
     let usage = crate::daemon::disk::usage(d);
-    let read = |n: &str| cg.map(|c| c.stats(&cgroups::container_cgroup(d, n)));
+    let read = |n: &str| cg.map(|c| cgroups::container_stats(c, d, n));
     let first: Vec<_> = running.iter().map(|n| read(n)).collect();
     let t0 = Instant::now();
     if !running.is_empty() {

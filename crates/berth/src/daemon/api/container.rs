@@ -8,7 +8,7 @@
 use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use berth_core::api::{container as cfield, selfapi as field};
 use berth_core::container_api::{self as capi, ApiPolicy, Op};
@@ -31,7 +31,7 @@ fn reply(stream: &mut UnixStream, status: u16, v: Value) {
 }
 
 fn reply_err(stream: &mut UnixStream, e: Error) {
-    reply(stream, e.status(), e.to_json());
+    let _ = stream.write_all(&e.response());
 }
 
 /// Serves one request of `ep`'s container (parsed by the admission loop), on its own thread.
@@ -50,24 +50,25 @@ pub(crate) fn route(d: &Arc<Daemon>, ep: &Endpoint, op: Op, mut stream: UnixStre
     }
     let answer = match op {
         Op::Status => self_status(d, &p, &granted),
-        Op::Stop | Op::Restart => {
-            let restart = op == Op::Restart;
+        Op::Stop => {
             // Before the answer: an end that comes at once (the payload exits as soon as
             // it has asked) is then already the wanted one, never a failure to restart.
             d.notify(name, Event::StopRequested);
             reply(
                 &mut stream,
                 202,
-                json!({field::NAME: name, field::ACCEPTED: if restart { "restart" } else { "stop" }}),
+                json!({field::NAME: name, field::ACCEPTED: "stop"}),
             );
-            // The client has a moment to read the answer before its processes are told to
-            // end: until it closes the connection, at most a second.
-            let _ = stream.shutdown(std::net::Shutdown::Write);
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
-            let _ = std::io::Read::read(&mut stream, &mut [0u8; 64]);
-            drop(stream);
-            return act_on_self(d, name, restart);
+            answered(stream);
+            log::info!("{name}: asked through its API to stop");
+            if let Err(e) = runtime::stop::stop(d, name, None) {
+                if e.kind != Kind::NotRunning {
+                    log::warn!("{name}: its own stop failed: {e}");
+                }
+            }
+            return;
         }
+        Op::Restart => return restart_self(d, name, stream),
         Op::Schedules => schedules::list(d, name),
         Op::AddSchedule(body) => change(d, name).and_then(|_| schedules::add(d, name, &body)),
         Op::DeleteSchedule(id) => change(d, name).and_then(|_| schedules::delete(d, name, &id)),
@@ -109,13 +110,13 @@ pub(crate) fn route(d: &Arc<Daemon>, ep: &Endpoint, op: Op, mut stream: UnixStre
 fn change(d: &Daemon, name: &str) -> Result<()> {
     let now = d.started.elapsed().as_millis() as u64;
     d.capi.take_change(name, now).map_err(|ms| {
-        Error::new(
-            Kind::RateLimited,
-            format!(
-                "{name}: at most {} schedule changes at once, then one every {} s; try again in {ms} ms",
+        Error::rate_limited(
+            format_args!(
+                "{name}: at most {} schedule changes at once, then one every {} s",
                 crate::daemon::endpoints::CHANGES_BURST,
                 crate::daemon::endpoints::CHANGE_EVERY_MS / 1000
             ),
+            ms,
         )
     })
 }
@@ -154,7 +155,7 @@ fn health(d: &Daemon, name: &str, ok: bool, message: Option<String>) -> Result<V
 /// `GET /v1/self`: the container's status entry, its usage and its permissions.
 fn self_status(d: &Daemon, p: &Installed, granted: &[capi::Permission]) -> Result<Value> {
     let name = p.name.as_str();
-    let all = status::status(d, Some(name))?;
+    let all = status::status_of(d, Some(name), false)?;
     let mut me = all[berth_core::api::common::CONTAINERS]
         .as_array()
         .and_then(|c| c.first())
@@ -171,40 +172,87 @@ fn self_status(d: &Daemon, p: &Installed, granted: &[capi::Permission]) -> Resul
                 field::GRANTED: granted.iter().map(|g| g.name()).collect::<Vec<_>>(),
             }),
         );
+        // The run as the supervisor sees it: no question to the shim (see `status_of`).
+        let run = o
+            .get(berth_core::api::common::INIT_PID)
+            .and_then(Value::as_i64)
+            .map(|p| p as i32);
         o.insert(
             field::LOCKED_UNTIL.into(),
-            json!(runtime::sockets::locked_until(d, name)),
+            json!(d.capi.locked_until(name, berth_sys::process::now_s(), run)),
         );
     }
     Ok(me)
 }
 
-/// The stop or restart the package asked for, after its answer.
-fn act_on_self(d: &Arc<Daemon>, name: &str, restart: bool) {
-    log::info!(
-        "{name}: asked through its API to {}",
-        if restart { "restart" } else { "stop" }
+/// The client has a moment to read its answer before its processes are told to end: until
+/// it closes the connection, at most a second.
+fn answered(mut stream: UnixStream) {
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = std::io::Read::read(&mut stream, &mut [0u8; 64]);
+}
+
+/// `POST /v1/self/restart`, through the supervisor's policy: counted, and paced (docs/
+/// supervision.md). Allowed, the supervisor is told before the answer (an end that comes at
+/// once is then the wanted one), and once the package has read its answer the supervisor
+/// ends the run and starts it again on its own threads: this worker holds nothing while the
+/// restart happens. Paced, `429 rate_limited` says when it may ask again, and nothing is done.
+fn restart_self(d: &Arc<Daemon>, name: &str, mut stream: UnixStream) {
+    let run = match current_run(d, name).and_then(|run| self_restart_pace(d, name, run)) {
+        Ok(run) => run,
+        Err(e) => return reply_err(&mut stream, e),
+    };
+    d.notify(name, Event::RestartRequested(run));
+    reply(
+        &mut stream,
+        202,
+        json!({field::NAME: name, field::ACCEPTED: "restart"}),
     );
-    if !restart {
-        if let Err(e) = runtime::stop::stop(d, name, None) {
-            if e.kind != Kind::NotRunning {
-                log::warn!("{name}: its own stop failed: {e}");
+    answered(stream);
+    // Paced, so the log cannot be flooded through it.
+    log::info!("{name}: asked through its API to restart");
+    d.notify(name, Event::RestartAnswered(run));
+}
+
+/// Whether run `run` of `name` may restart itself now: the supervisor's pace, as it
+/// published it once it follows that run (a request right after a start may come before the
+/// supervisor has heard of the start: waited for, a second at most).
+fn self_restart_pace(d: &Daemon, name: &str, run: i32) -> Result<i32> {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let seen = d
+            .supervision
+            .lock()
+            .unwrap()
+            .get(name)
+            .map(|s| (s.run, s.self_restart_at, s.state, s.record.self_restarts));
+        let now = Instant::now();
+        match seen {
+            Some((Some(r), Some(at), _, _)) if r == run && at <= now => return Ok(run),
+            Some((Some(r), Some(at), _, n)) if r == run => {
+                let ms = (at - now).as_millis() as u64 + 1;
+                return Err(Error::rate_limited(
+                    format_args!(
+                        "{name}: restarted {n} times in a row at its own request, paced as its [restart] policy paces crash restarts"
+                    ),
+                    ms,
+                ));
             }
-        }
-        return;
-    }
-    // A payload that exits at once may still be on its way out when the restart looks:
-    // retry while its end is being recorded.
-    for _ in 0..50 {
-        match runtime::stop::restart(d, name) {
-            Err(e) if e.kind == Kind::AlreadyRunning => {
-                std::thread::sleep(Duration::from_millis(100))
-            }
-            Err(e) => return log::warn!("{name}: its own restart failed: {e}"),
-            Ok(_) => return,
+            // Ending already (a restart on its way, a stop), or a start the supervisor has
+            // not taken in within a second.
+            Some((Some(r), None, ..)) if r == run => return Err(not_now()),
+            _ if now >= deadline => return Err(not_now()),
+            _ => std::thread::sleep(Duration::from_millis(5)),
         }
     }
-    log::warn!("{name}: its own restart failed: it did not end within 5 s");
+}
+
+fn not_now() -> Error {
+    Error::new(
+        Kind::Busy,
+        "not restarted: the run is ending, or its start is not taken in yet; try again",
+    )
 }
 
 /// Its own log: the last `tail` lines, then (`follow`) what comes until it ends or the
@@ -213,23 +261,24 @@ fn logs(d: &Daemon, name: &str, tail: Option<u32>, follow: bool, mut stream: Uni
     let tail = tail.map(|t| t as usize);
     match runtime::logs::logs_tail(d, name, follow, tail) {
         Err(e) => reply_err(&mut stream, e),
-        Ok(runtime::logs::Logs::Saved(bytes)) => {
+        Ok(runtime::logs::Logs::Live(shim)) if follow => super::relay(shim, stream),
+        Ok(logs) => {
+            let bytes = match logs {
+                runtime::logs::Logs::Saved(bytes) => bytes,
+                runtime::logs::Logs::Live(shim) => {
+                    let mut bytes = Vec::new();
+                    let _ = std::io::Read::read_to_end(
+                        &mut std::io::Read::take(&shim, 16 << 20),
+                        &mut bytes,
+                    );
+                    bytes
+                }
+            };
             let bytes = match tail {
                 Some(n) => capi::tail_lines(&bytes, n),
                 None => &bytes,
             };
             let _ = stream.write_all(&http::response(200, "text/plain", bytes));
         }
-        Ok(runtime::logs::Logs::Live(shim)) if !follow => {
-            let mut bytes = Vec::new();
-            let _ =
-                std::io::Read::read_to_end(&mut std::io::Read::take(&shim, 16 << 20), &mut bytes);
-            let bytes = match tail {
-                Some(n) => capi::tail_lines(&bytes, n),
-                None => &bytes,
-            };
-            let _ = stream.write_all(&http::response(200, "text/plain", bytes));
-        }
-        Ok(runtime::logs::Logs::Live(shim)) => super::relay(shim, stream),
     }
 }

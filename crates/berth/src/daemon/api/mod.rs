@@ -67,15 +67,11 @@ fn not_built(feature: &str) -> Error {
 }
 
 fn reply(stream: &mut UnixStream, r: Result<Value>) {
-    let (status, v) = match r {
-        Ok(v) => (200, v),
-        Err(e) => (e.status(), e.to_json()),
+    let bytes = match r {
+        Ok(v) => http::response(200, "application/json", v.to_string().as_bytes()),
+        Err(e) => e.response(),
     };
-    let _ = stream.write_all(&http::response(
-        status,
-        "application/json",
-        v.to_string().as_bytes(),
-    ));
+    let _ = stream.write_all(&bytes);
 }
 
 /// Serves one complete request on its own thread.

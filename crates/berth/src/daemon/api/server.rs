@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use berth_core::container_api::Op;
-use berth_core::http;
+use berth_core::{fair, http};
 use berth_sys::process::{poll, POLLIN};
 
 use super::Caller;
@@ -105,10 +105,11 @@ pub(crate) fn serve(
             d.capi.drain();
             admin.run_queued(d);
         }
+        let eps = d.capi.endpoints();
         // Readable first (in poll's order), then new connections, then the deadlines.
         let n = admin.pending.len();
         let readable: Vec<bool> = rev[3..3 + n].iter().map(|r| *r != 0).collect();
-        admin.read_ready(d, &readable);
+        admin.read_ready(d, &eps, &readable);
         if rev[0] != 0 {
             while let Ok((stream, _)) = listener.accept() {
                 admin.accept(stream);
@@ -133,8 +134,7 @@ enum Peer {
     /// on a container's socket, in the few slots strangers share (so that one container
     /// cannot use up another's).
     Refused {
-        kind: Kind,
-        why: String,
+        e: Error,
         of: Option<Arc<Endpoint>>,
     },
 }
@@ -193,6 +193,18 @@ enum Class {
 }
 
 impl Class {
+    /// Slots one container may hold, and the pool's (reports have a reserve beyond it).
+    fn caps(self) -> (usize, usize) {
+        match self {
+            Class::Regular => (MAX_BUSY_PER_CONTAINER, MAX_CONTAINER_WORKERS),
+            Class::Report => (
+                MAX_REPORTS_PER_CONTAINER,
+                MAX_CONTAINER_WORKERS + REPORT_RESERVE,
+            ),
+            Class::Stream => (1, MAX_STREAMS),
+        }
+    }
+
     fn of(op: &Op) -> Class {
         match op {
             Op::Logs { follow: true, .. } => Class::Stream,
@@ -202,8 +214,11 @@ impl Class {
     }
 }
 
-/// Followed logs at once on the device (one per container).
+/// Followed logs at once on the device, one per container: no container holds more than
+/// its share of them (a share is at least one), and they hold no worker of the pool.
 const MAX_STREAMS: usize = 8;
+/// The answer beyond them (a constant: each formatted message costs the device build bytes).
+const STREAMS_BUSY: &str = "one followed log per container, 8 on the device, at a time; try again";
 /// Reports one container may have served at once.
 const MAX_REPORTS_PER_CONTAINER: usize = 2;
 /// Workers kept for reports beyond the pool's.
@@ -255,16 +270,20 @@ impl Admission {
                 // The path leaked to another container (or the host): it acts only as
                 // itself, and here it is not itself.
                 Peer::Refused {
-                    kind: Kind::Forbidden,
-                    why: "this API socket belongs to another container; use your own /run/berth/api.sock".into(),
+                    e: Error::new(
+                        Kind::Forbidden,
+                        "this API socket belongs to another container; use your own /run/berth/api.sock",
+                    ),
                     of: None,
                 }
             } else if let Err(ms) = e.admit(now, d.cfg.api.rate, d.cfg.api.burst) {
                 Peer::Refused {
-                    kind: Kind::RateLimited,
-                    why: format!(
-                        "{}: more than {} requests a second ([api] rate); try again in {ms} ms",
-                        e.name, d.cfg.api.rate
+                    e: Error::rate_limited(
+                        format_args!(
+                            "{}: more than {} requests a second ([api] rate)",
+                            e.name, d.cfg.api.rate
+                        ),
+                        ms,
                     ),
                     of: Some(Arc::clone(e)),
                 }
@@ -300,7 +319,7 @@ impl Admission {
 
     /// Reads what arrived on the connections poll found readable; complete requests go to a
     /// worker, broken ones get their 400, closed ones go.
-    fn read_ready(&mut self, d: &Arc<Daemon>, readable: &[bool]) {
+    fn read_ready(&mut self, d: &Arc<Daemon>, eps: &[Arc<Endpoint>], readable: &[bool]) {
         let mut keep = VecDeque::with_capacity(self.pending.len());
         for (i, mut p) in std::mem::take(&mut self.pending).into_iter().enumerate() {
             if !readable.get(i).copied().unwrap_or(false) {
@@ -311,11 +330,13 @@ impl Admission {
                 Ok(None) => keep.push_back(p),
                 Ok(Some(req)) => match p.peer {
                     Peer::Admin(caller) => self.dispatch(d, caller, p.stream, req),
-                    Peer::Container(e) => self.dispatch_container(d, e, p.stream, req, p.deadline),
-                    Peer::Refused { kind, why, .. } => reply_now(p.stream, Error::new(kind, why)),
+                    Peer::Container(e) => {
+                        self.dispatch_container(d, eps, e, p.stream, req, p.deadline)
+                    }
+                    Peer::Refused { e, .. } => reply_now(p.stream, e),
                 },
                 Err(Some(why)) => match p.peer {
-                    Peer::Refused { kind, why, .. } => reply_now(p.stream, Error::new(kind, why)),
+                    Peer::Refused { e, .. } => reply_now(p.stream, e),
                     _ => reply_now(p.stream, Error::bad_request(why)),
                 },
                 Err(None) => {}
@@ -357,6 +378,7 @@ impl Admission {
     fn dispatch_container(
         &mut self,
         d: &Arc<Daemon>,
+        eps: &[Arc<Endpoint>],
         e: Arc<Endpoint>,
         stream: UnixStream,
         req: http::Request,
@@ -369,16 +391,16 @@ impl Admission {
         };
         let class = Class::of(&op);
         if class == Class::Stream {
-            if !self.take(&e, class) {
-                let why = format!(
-                    "{}: one followed log per container, {MAX_STREAMS} on the device, at a time; try again",
-                    e.name
-                );
-                return reply_now(stream, Error::new(Kind::Busy, why));
+            if !self.take(eps, &e, class) {
+                return reply_now(stream, Error::new(Kind::Busy, STREAMS_BUSY));
             }
             return self.start_worker(d, e, class, stream, op);
         }
-        if self.queued.iter().any(|q| Arc::ptr_eq(&q.e, &e)) || !self.take(&e, class) {
+        let behind = self
+            .queued
+            .iter()
+            .any(|q| Arc::ptr_eq(&q.e, &e) && q.class == class);
+        if behind || !self.take(eps, &e, class) {
             let own = self.queued.iter().filter(|q| Arc::ptr_eq(&q.e, &e)).count();
             if own >= MAX_PENDING_PER_CONTAINER {
                 let why = format!(
@@ -403,24 +425,22 @@ impl Admission {
     /// Takes a slot of `class` for `e` if there is one: a regular request one of its
     /// container's and of the pool's; a report (ready, health, keep-alive) one of the pool
     /// or of the few kept for reports, whatever its container's others do, so that a
-    /// container's keep-alive is never stuck behind the others' work; a stream one of the
-    /// streams'.
-    fn take(&self, e: &Endpoint, class: Class) -> bool {
-        let (own, own_cap, all, all_cap) = match class {
-            Class::Regular => (
-                &e.busy,
-                MAX_BUSY_PER_CONTAINER,
-                &self.container_workers,
-                MAX_CONTAINER_WORKERS,
-            ),
-            Class::Report => (
-                &e.reports,
-                MAX_REPORTS_PER_CONTAINER,
-                &self.container_workers,
-                MAX_CONTAINER_WORKERS + REPORT_RESERVE,
-            ),
-            Class::Stream => (&e.streams, 1, &self.streams, MAX_STREAMS),
+    /// container's keep-alive is never stuck behind the others' work. Fairly (`berth_core::fair`): while another container's request of the same
+    /// class waits, a container at its share of the pool takes no slot.
+    fn take(&self, eps: &[Arc<Endpoint>], e: &Arc<Endpoint>, class: Class) -> bool {
+        let (own_cap, all_cap) = class.caps();
+        let (own, all) = match class {
+            Class::Regular => (&e.busy, &self.container_workers),
+            Class::Report => (&e.reports, &self.container_workers),
+            Class::Stream => (&e.streams, &self.streams),
         };
+        if class != Class::Stream {
+            let (claims, me) = self.claims(eps, e, class);
+            let in_use = all.load(Ordering::SeqCst);
+            if !fair::may_take(&claims, me, own_cap, in_use, all_cap) {
+                return false;
+            }
+        }
         let o = own.fetch_add(1, Ordering::SeqCst);
         let a = all.fetch_add(1, Ordering::SeqCst);
         if o >= own_cap || a >= all_cap {
@@ -429,6 +449,36 @@ impl Admission {
             return false;
         }
         true
+    }
+
+    /// Every container's claim on the slots of `class`: what it holds, whether a request of
+    /// it waits; and the index of `e`'s (added if it is no longer listed).
+    fn claims(
+        &self,
+        eps: &[Arc<Endpoint>],
+        e: &Arc<Endpoint>,
+        class: Class,
+    ) -> (Vec<fair::Claim>, usize) {
+        let held = |x: &Endpoint| match class {
+            Class::Report => x.reports.load(Ordering::SeqCst),
+            _ => x.busy.load(Ordering::SeqCst),
+        };
+        let claim = |x: &Arc<Endpoint>| fair::Claim {
+            held: held(x),
+            waiting: self
+                .queued
+                .iter()
+                .any(|q| Arc::ptr_eq(&q.e, x) && q.class == class),
+        };
+        let mut claims: Vec<fair::Claim> = eps.iter().map(claim).collect();
+        let me = match eps.iter().position(|x| Arc::ptr_eq(x, e)) {
+            Some(i) => i,
+            None => {
+                claims.push(claim(e));
+                claims.len() - 1
+            }
+        };
+        (claims, me)
     }
 
     /// Serves a request on a thread of its own, in the slot taken for it; when it ends the
@@ -461,6 +511,15 @@ impl Admission {
             .name("api".into())
             .stack_size(256 * 1024)
             .spawn(move || {
+                // A client that does not read its answer holds a worker no longer than this
+                // (a followed log's relay drops a client that stops reading, as the shim
+                // drops a follower that cannot keep up).
+                let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
+                if class == Class::Regular {
+                    if let Some(t) = d2.test_api_delay {
+                        std::thread::sleep(t);
+                    }
+                }
                 if stream.set_nonblocking(false).is_ok() {
                     super::container::route(&d2, &ep, op, stream);
                 }
@@ -482,18 +541,41 @@ impl Admission {
         }
     }
 
-    /// Serves the queued requests that have a worker slot now, oldest first.
+    /// Serves the queued requests that have a worker slot now: reports first, then the
+    /// others; within a class the oldest request of the container that holds the fewest
+    /// slots, so that a freed slot goes to the container that has the least, never to one
+    /// at its share while another waits (`berth_core::fair::may_take`). Each container's
+    /// requests keep their order.
     fn run_queued(&mut self, d: &Arc<Daemon>) {
-        let mut keep = VecDeque::with_capacity(self.queued.len());
-        while let Some(q) = self.queued.pop_front() {
-            // Behind an older request of the same container: its order is kept.
-            if keep.iter().any(|k: &Queued| Arc::ptr_eq(&k.e, &q.e)) || !self.take(&q.e, q.class) {
-                keep.push_back(q);
-                continue;
+        let eps = d.capi.endpoints();
+        for class in [Class::Report, Class::Regular] {
+            loop {
+                // The waiting request of the container holding the fewest slots of the
+                // class, the oldest among equals (so each container's keep their order).
+                let mut best: Option<(usize, usize)> = None;
+                for (i, q) in self.queued.iter().enumerate() {
+                    let held = match class {
+                        Class::Report => q.e.reports.load(Ordering::SeqCst),
+                        _ => q.e.busy.load(Ordering::SeqCst),
+                    };
+                    if q.class == class && best.is_none_or(|(_, h)| held < h) {
+                        best = Some((i, held));
+                    }
+                }
+                let Some((i, _)) = best else {
+                    break;
+                };
+                let Some(q) = self.queued.remove(i) else {
+                    break;
+                };
+                // No slot, or not its turn (`fair::may_take`): it waits on, in its place.
+                if !self.take(&eps, &q.e, class) {
+                    self.queued.insert(i, q);
+                    break;
+                }
+                self.start_worker(d, q.e, q.class, q.stream, q.op);
             }
-            self.start_worker(d, q.e, q.class, q.stream, q.op);
         }
-        self.queued = keep;
     }
 
     /// Connections that did not send a whole request in time are closed; requests that
@@ -535,9 +617,5 @@ fn read_request(p: &mut Pending) -> Result<Option<http::Request>, Option<String>
 /// buffer is empty, or nothing.
 fn reply_now(mut stream: UnixStream, e: Error) {
     let _ = stream.set_nonblocking(true);
-    let _ = stream.write_all(&http::response(
-        e.status(),
-        "application/json",
-        e.to_json().to_string().as_bytes(),
-    ));
+    let _ = stream.write_all(&e.response());
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use berth_core::manifest::Manifest;
 use berth_core::supervise::{Event, Run};
 
+use crate::daemon::cgroups;
 use crate::daemon::context::Daemon;
 use crate::health::{HealthArgs, Probe};
 
@@ -62,13 +63,17 @@ pub(crate) fn check(d: &Arc<Daemon>, name: &str, init: Run, m: &Manifest) {
 /// pipe some leftover process keeps open cannot hold this past `limit`).
 pub(crate) fn run(d: &Daemon, args: &HealthArgs, limit: Duration) -> (bool, String) {
     use std::os::fd::AsRawFd;
-    let mut child = match Command::new(&d.exe)
-        .args(args.to_args())
+    let mut cmd = Command::new(&d.exe);
+    cmd.args(args.to_args())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-    {
+        .stderr(Stdio::piped());
+    // The helper's work (the attach, the job's output it relays) is the container's: it
+    // enters the container's budget first.
+    if let Some(leaf) = cgroups::helpers_leaf(d, &args.name) {
+        cmd.env(crate::shim::CGROUP_ENV, leaf);
+    }
+    let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) => return (false, format!("cannot run the probe: {e}")),
     };

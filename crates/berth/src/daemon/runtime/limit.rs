@@ -44,20 +44,31 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
             pids_max: newer.pids_max.and(limits.pids_max),
             ..Limits::default()
         };
-        let files = cg::files(version, &changed);
-        let a = c
-            .apply(
-                &cgroups::container_cgroup(d, name),
-                files.iter().map(|(k, f, v)| (k.name(), *f, v.as_str())),
-            )
-            .map_err(|e| {
-                Error::new(
-                    Kind::LimitFailed,
-                    format!("{name}: {e} (the limits were not changed)"),
+        // The budget (CPU, memory and pids with room for berth's processes), then the
+        // payload's own; a container started before the budget had leaves has one cgroup.
+        let budget = cgroups::container_cgroup(d, name);
+        let payload = cgroups::payload_cgroup(d, name);
+        let parts = if payload == budget {
+            vec![(budget, changed)]
+        } else {
+            vec![(budget, changed.budget()), (payload, changed.payload())]
+        };
+        for (rel, l) in parts {
+            let files = cg::files(version, &l);
+            let a = c
+                .apply(
+                    &rel,
+                    files.iter().map(|(k, f, v)| (k.name(), *f, v.as_str())),
                 )
-            })?;
-        if let Some(note) = a.missing_note() {
-            log::warn!("{name}: {note}");
+                .map_err(|e| {
+                    Error::new(
+                        Kind::LimitFailed,
+                        format!("{name}: {e} (the limits were not changed)"),
+                    )
+                })?;
+            if let Some(note) = a.missing_note() {
+                log::warn!("{name}: {note}");
+            }
         }
         applied = true;
     }
@@ -114,7 +125,7 @@ pub(crate) fn stats_json(s0: &cgroupfs::Stats, s1: &cgroupfs::Stats, elapsed: Du
 /// for its own `GET /v1/self`, which must answer at once. None without cgroups.
 pub(crate) fn snapshot(d: &Daemon, name: &str) -> Option<Value> {
     let c = d.resources.cgroups.as_ref().ok()?;
-    let s = c.stats(&cgroups::container_cgroup(d, name));
+    let s = cgroups::container_stats(c, d, name);
     Some(stats_json(&s, &s, Duration::ZERO))
 }
 
@@ -142,14 +153,16 @@ pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
         .cloned()
         .collect();
     let group = d.cfg.cgroup_parent.clone();
-    let rels: Vec<String> = std::iter::once(group.clone())
-        .chain(names.iter().map(|n| cgroups::container_cgroup(d, n)))
-        .collect();
+    let read = || -> Vec<cgroupfs::Stats> {
+        std::iter::once(c.stats(&group))
+            .chain(names.iter().map(|n| cgroups::container_stats(c, d, n)))
+            .collect()
+    };
     let t0 = Instant::now();
-    let first: Vec<cgroupfs::Stats> = rels.iter().map(|r| c.stats(r)).collect();
+    let first = read();
     std::thread::sleep(STATS_SAMPLE);
     let elapsed = t0.elapsed();
-    let second: Vec<cgroupfs::Stats> = rels.iter().map(|r| c.stats(r)).collect();
+    let second = read();
     let mut containers = Vec::new();
     for (i, n) in names.iter().enumerate() {
         let mut v = stats_json(&first[i + 1], &second[i + 1], elapsed);

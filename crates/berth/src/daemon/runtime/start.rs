@@ -101,12 +101,13 @@ fn start_traced(d: &Arc<Daemon>, name: &str, trace: &mut Option<Stamps>) -> Resu
     let root = prepare_root(d, &st, &p)?;
     prepare_data(d, &p)?;
     Stamps::mark(trace, "mounted");
-    let config = render_config(d, &st, &p, &root)?;
+    let (config, limits) = render_config(d, &st, &p, &root)?;
     write_config(d, name, &config, &root.layers)?;
+    let cgroup = cgroups::prepare_budget(d, name, limits.as_ref())?;
     sockets::open(d, &p)?;
     Stamps::mark(trace, "configured");
     log::debug!("{name}: prepared in {:?}", t_begin.elapsed());
-    let (pid, elapsed) = spawn_shim(d, &p, trace)?;
+    let (pid, elapsed) = spawn_shim(d, &p, cgroup, trace)?;
     drop(warm);
     mounted.1 = false;
     set_autostart(d, name, true)?;
@@ -147,12 +148,13 @@ pub(crate) fn run_once(
     let _mounted = Mounted(d, true);
     let root = prepare_root(d, &st, &p)?;
     prepare_data(d, &p)?;
-    let config = render_config(d, &st, &p, &root)?;
+    let (config, limits) = render_config(d, &st, &p, &root)?;
     write_config(d, name, &config, &root.layers)?;
+    let cgroup = cgroups::prepare_budget(d, name, limits.as_ref())?;
     sockets::open(d, &p)?;
     let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
     p.manifest.entrypoint.argv = argv;
-    let (init, _) = spawn_shim(d, &p, &mut None)?;
+    let (init, _) = spawn_shim(d, &p, cgroup, &mut None)?;
     let ended = crate::shim::request(&d.cfg.paths.shim_socket(name), "wait").is_ok_and(|mut s| {
         let _ = s.set_read_timeout(Some(limit));
         let mut line = String::new();
@@ -276,8 +278,14 @@ fn prepare_data(d: &Daemon, p: &Installed) -> Result<()> {
 }
 
 /// The LXC configuration: the container plan (root, host base, limits), then the
-/// security lines, the network keys and the bindings (with the bind anchor made).
-fn render_config(d: &Daemon, st: &State, p: &Installed, root: &Root) -> Result<String> {
+/// security lines, the network keys and the bindings (with the bind anchor made); and the
+/// container's limits, for its budget.
+fn render_config(
+    d: &Daemon,
+    st: &State,
+    p: &Installed,
+    root: &Root,
+) -> Result<(String, Option<berth_core::cgroup::Limits>)> {
     // Bind what the host has and the image has a mount point for (the root is read-only:
     // LXC cannot create one). A host without /lib64 simply has nothing to bind there.
     let host_base_dirs: Vec<PathBuf> = HOST_BASE_DIRS
@@ -298,13 +306,13 @@ fn render_config(d: &Daemon, st: &State, p: &Installed, root: &Root) -> Result<S
         config: &d.cfg,
         rootfs: root.rootfs.clone(),
         host_base_dirs,
-        limits,
+        limits: limits.clone(),
     })
     .map_err(|e| Error::new(Kind::Refused, e.to_string()))?;
     text.push_str(&security::lxc_lines(d, p, cg_version)?);
     text.push_str(&net_keys);
     text.push_str(&bind::prepare(d, st, p, &root.rootfs)?);
-    Ok(text)
+    Ok((text, limits.map(|(_, l)| l)))
 }
 
 /// Writes `<lxcpath>/NAME/config` and the layers the run is made of; a killed monitor's
@@ -325,10 +333,16 @@ fn write_config(d: &Daemon, name: &str, config: &str, layers: &[String]) -> Resu
     Ok(())
 }
 
-/// Starts the shim and waits for its one line: `ok PID` (the init pid; traced, then the
+/// Starts the shim, which enters the container's budget (`cgroup`: its leaf for berth's
+/// processes) first, and waits for its one line: `ok PID` (the init pid; traced, then the
 /// shim's steps as `step=NS` words) or `error: …`. Returns the init pid and how long the
 /// start took.
-fn spawn_shim(d: &Daemon, p: &Installed, trace: &mut Option<Stamps>) -> Result<(i32, Duration)> {
+fn spawn_shim(
+    d: &Daemon,
+    p: &Installed,
+    cgroup: Option<String>,
+    trace: &mut Option<Stamps>,
+) -> Result<(i32, Duration)> {
     let name = p.name.as_str();
     let paths = &d.cfg.paths;
     let args = crate::shim::ShimArgs {
@@ -358,6 +372,9 @@ fn spawn_shim(d: &Daemon, p: &Installed, trace: &mut Option<Stamps>) -> Result<(
         .stderr(shim_log);
     if trace.is_some() {
         cmd.env(crate::shim::TRACE_ENV, "1");
+    }
+    if let Some(procs) = cgroup {
+        cmd.env(crate::shim::CGROUP_ENV, procs);
     }
     Stamps::mark(trace, "spawn");
     let mut child = cmd

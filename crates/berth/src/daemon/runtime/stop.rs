@@ -9,6 +9,7 @@ use berth_core::supervise::Event;
 use berth_sys::fsutil::write_volatile;
 use serde_json::{json, Value};
 
+use crate::daemon::cgroups;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::runtime::mounts;
@@ -40,20 +41,21 @@ enum Why {
     Operator,
     /// An upgrade's switch: told, the mark kept.
     Switch,
-    /// The supervisor's own (an unhealthy run) or the daemon's before the supervisor runs:
-    /// not told, the mark kept.
+    /// The supervisor's own (an unhealthy run, a restart the package asked for) or the
+    /// daemon's before the supervisor runs: not told, the mark kept.
     Quiet,
 }
 
-/// Ends run `run` of `name` for the supervisor (its health checks failed): the same stop
-/// as the operator's, but its end is a failure, so the restart policy applies.
-pub(crate) fn end_unhealthy(d: &Arc<Daemon>, name: &str, run: i32) {
+/// Ends run `run` of `name` for the supervisor (its health checks failed, or its package
+/// asked for a restart): the same stop as the operator's, with no word to the supervisor,
+/// whose machine already knows what the end means. Nothing if that run has ended.
+pub(crate) fn end_run(d: &Arc<Daemon>, name: &str, run: i32) {
     let _op = d.op.lock().unwrap();
     if probe::running_init(d, name) != Some(run) {
         return;
     }
     if let Err(e) = end(d, name, None, Why::Quiet) {
-        log::warn!("{name}: cannot end the unhealthy run: {e}");
+        log::warn!("{name}: cannot end its run (init pid {run}): {e}");
     }
 }
 
@@ -177,6 +179,8 @@ fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, why: Why) -> Result<Va
         start::set_autostart(d, name, false)?;
     }
     mounts::release_mounts(d);
+    // Its budget (the payload's and the monitor's leaves are gone with LXC's teardown).
+    cgroups::reap(d, name);
     let exit = probe::exit_info(d, name);
     Ok(json!({
         field::NAME: name, field::GRACEFUL: graceful,

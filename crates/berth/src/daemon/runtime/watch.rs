@@ -79,7 +79,7 @@ pub(crate) fn watch(d: &Arc<Daemon>, name: &str, init: Run, fresh: bool) {
     };
     let oom = match &until {
         Until::Shim(_) => d.resources.cgroups.as_ref().ok().and_then(|c| {
-            c.oom_watch(&cgroups::container_cgroup(d, name))
+            c.oom_watch(&cgroups::payload_cgroup(d, name))
                 .map_err(|e| log::warn!("{name}: OOM kills will not be reported: {e}"))
                 .ok()
         }),
