@@ -134,15 +134,15 @@ cat /tmp/berth-vm-output.txt >> /tmp/berth-test-output.txt
 [ "$vm_rc" = 0 ] || { echo "the VM test failed" >&2; exit 1; }
 [ "$fuzz_rc" = 0 ] || { echo "a fuzz target failed" >&2; exit 1; }
 
-step "release builds and size budget (DESIGN.md decision 1: stripped berth <= 1.875 MiB, raised from 1.5 MiB by issues 15 and 16: SPECIFICATION.md, Size)"
+step "release builds and size budget (stripped berth <= 1.9375 MiB on x86_64 stable, raised from DESIGN.md's 1.5 MiB by issues 15, 16 and 32: SPECIFICATION.md, Size; the device class's builds keep theirs)"
 cargo build --release -q -p berth -p berth-bench
 # What ships on a device: no vendor tools (key generate, pack, repo build).
 cargo build --release -q -p berth --no-default-features --target-dir target/device
 cargo clippy -q -p berth --no-default-features -- -D warnings
 full=$(stat -c %s target/release/berth)
 device=$(stat -c %s target/device/release/berth)
-echo "stripped berth: device build $device bytes (budget 1966080); with the vendor tools $full bytes"
-[ "$device" -le 1966080 ] || { echo "the device build of berth is over its size budget" >&2; exit 1; }
+echo "stripped berth: device build $device bytes (budget 2031616); with the vendor tools $full bytes"
+[ "$device" -le 2031616 ] || { echo "the device build of berth is over its size budget" >&2; exit 1; }
 # README states both sizes ("… vendor tools (X MiB …", "… --no-default-features` (Y MiB)"):
 # they must stay true to 0.01 MiB.
 stated=$(grep -o '([0-9]\.[0-9][0-9] MiB' README.md | tr -d '(' | awk '{print $1}' | head -n 2 | tr '\n' ' ')
