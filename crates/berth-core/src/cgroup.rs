@@ -96,7 +96,9 @@ pub const PIVOT_LEAF: &str = "lxc.pivot";
 
 /// What a container's budget holds beyond its payload's own limits: its shim and its LXC
 /// monitor (364 KiB private together, `berth-bench footprint`), a health probe's helper and
-/// up to 3 scheduled jobs' helpers while they run (each liblxc's attach and its children).
+/// up to 3 scheduled jobs' helpers while they run (each liblxc's attach and its children);
+/// and the shim's log ring, whose size is the device's (`containers.log_ring`, added by
+/// [`Limits::budget`]).
 pub const BUDGET_MEMORY_OVERHEAD: u64 = 8 << 20;
 /// The shim, the monitor, and each helper with liblxc's attach's short-lived children.
 pub const BUDGET_PIDS_OVERHEAD: u32 = 16;
@@ -117,14 +119,16 @@ impl Limits {
     /// The budget's part of a container's limits: its CPU weight among the containers and
     /// its quota, for everything it costs (payload, shim, monitor, helpers); memory and pids
     /// the payload's with room for berth's processes; the soft limit as the payload's (v2
-    /// protects a cgroup only as far as its ancestors are protected).
-    pub fn budget(&self) -> Limits {
+    /// protects a cgroup only as far as its ancestors are protected). `log_ring`: the bytes
+    /// of the shim's log ring, charged to the budget as it fills.
+    pub fn budget(&self, log_ring: u64) -> Limits {
         Limits {
             cpu_weight: self.cpu_weight,
             cpu_max_percent: self.cpu_max_percent,
-            memory_max: self
-                .memory_max
-                .map(|m| m.saturating_add(BUDGET_MEMORY_OVERHEAD)),
+            memory_max: self.memory_max.map(|m| {
+                m.saturating_add(BUDGET_MEMORY_OVERHEAD)
+                    .saturating_add(log_ring)
+            }),
             memory_soft: self.memory_soft,
             pids_max: self
                 .pids_max
@@ -829,14 +833,17 @@ mod tests {
             pids_max: Some(32),
             cpuset: Some("0".into()),
         };
-        let b = l.budget();
+        let b = l.budget(64 << 10);
         let p = l.payload();
         // CPU once, on the budget: its quota holds the payload and berth's part together
         assert_eq!((b.cpu_weight, b.cpu_max_percent), (Some(50), Some(20)));
         assert_eq!((p.cpu_weight, p.cpu_max_percent), (None, None));
         // the payload's memory and pids exactly as asked; the budget with room for berth's
         assert_eq!((p.memory_max, p.pids_max), (Some(16 << 20), Some(32)));
-        assert_eq!(b.memory_max, Some((16 << 20) + BUDGET_MEMORY_OVERHEAD));
+        assert_eq!(
+            b.memory_max,
+            Some((16 << 20) + BUDGET_MEMORY_OVERHEAD + (64 << 10))
+        );
         assert_eq!(b.pids_max, Some(32 + BUDGET_PIDS_OVERHEAD));
         assert_eq!(
             (b.memory_soft, p.memory_soft),
@@ -847,7 +854,7 @@ mod tests {
             (None, Some("0"))
         );
         // nothing asked: nothing on either (the group's budget holds)
-        assert_eq!(Limits::default().budget(), Limits::default());
+        assert_eq!(Limits::default().budget(1 << 20), Limits::default());
         assert_eq!(Limits::default().payload(), Limits::default());
         // no file is lost or written twice, in either version
         for v in [CgroupVersion::V1, CgroupVersion::V2] {

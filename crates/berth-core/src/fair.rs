@@ -1,16 +1,10 @@
 //! Fair shares of the pools every container draws from: the container API's workers and
 //! report slots, the device's scheduled runs (issue 32). Without them the first containers to
 //! ask (or the first in a list) could hold a pool while the others wait. The rule is max-min
-//! fairness: while another container waits, no container takes a slot beyond its share,
-//! ⌊pool / containers that hold or want slots⌋ (at least 1); a freed slot goes to the
-//! waiting container that holds the fewest, the one waiting longest among equals. A pool
+//! fairness, work-conserving: a free slot goes to a waiting container that holds the fewest
+//! (the one waiting longest among equals), never to one that holds more while such a one
+//! waits; and a free slot is never left idle while someone who may take it waits. A pool
 //! nobody else wants stays whole for whoever wants it. Pure: the daemon counts, this decides.
-
-/// A container's fair share of a pool of `cap` slots among `contenders` containers (those
-/// holding slots or waiting for one): ⌊cap / contenders⌋, at least 1.
-pub fn share(cap: usize, contenders: usize) -> usize {
-    (cap / contenders.max(1)).max(1)
-}
 
 /// One container's claim on a pool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +17,8 @@ pub struct Claim {
 
 /// Whether the container `me` (an index into `claims`, which lists every container holding
 /// or wanting slots) may take a free slot now: the pool has one (`in_use < cap`), it is
-/// under its own cap, and it is below its share or no other container waits.
+/// under its own cap, and no other container that waits (and could take a slot) holds fewer
+/// than it does. Some waiting container always may, so no slot idles while one waits.
 pub fn may_take(claims: &[Claim], me: usize, own_cap: usize, in_use: usize, cap: usize) -> bool {
     let Some(mine) = claims.get(me) else {
         return false;
@@ -31,16 +26,10 @@ pub fn may_take(claims: &[Claim], me: usize, own_cap: usize, in_use: usize, cap:
     if in_use >= cap || mine.held >= own_cap {
         return false;
     }
-    let contenders = claims
+    !claims
         .iter()
         .enumerate()
-        .filter(|(i, c)| c.held > 0 || c.waiting || *i == me)
-        .count();
-    let others_wait = claims
-        .iter()
-        .enumerate()
-        .any(|(i, c)| i != me && c.waiting && c.held < own_cap);
-    mine.held < share(cap, contenders) || !others_wait
+        .any(|(i, c)| i != me && c.waiting && c.held < own_cap && c.held < mine.held)
 }
 
 /// Water-filling, the model `schedule::start_fair` is held to: how many of `free` slots
@@ -92,13 +81,27 @@ mod tests {
         Claim { held, waiting }
     }
 
+    /// Work-conserving: with every contender waiting, however many there are, the free
+    /// slots are taken until the pool is full (a share by floor division once left workers
+    /// idle: 5 containers used 15 of 16, 9 used 9).
     #[test]
-    fn a_share_is_the_pool_over_the_contenders_at_least_one() {
-        assert_eq!(share(16, 1), 16);
-        assert_eq!(share(16, 3), 5);
-        assert_eq!(share(16, 16), 1);
-        assert_eq!(share(16, 40), 1);
-        assert_eq!(share(16, 0), 16);
+    fn no_slot_idles_while_a_container_that_may_take_it_waits() {
+        for n in 1..=20 {
+            let mut claims = vec![c(0, true); n];
+            let mut in_use = 0;
+            loop {
+                let taker = (0..n).find(|&i| may_take(&claims, i, 4, in_use, 16));
+                let Some(i) = taker else { break };
+                claims[i].held += 1;
+                in_use += 1;
+            }
+            assert_eq!(in_use, (4 * n).min(16), "{n} containers");
+            let (lo, hi) = (
+                claims.iter().map(|c| c.held).min().unwrap(),
+                claims.iter().map(|c| c.held).max().unwrap(),
+            );
+            assert!(hi - lo <= 1, "{n}: {claims:?}");
+        }
     }
 
     #[test]
@@ -108,8 +111,8 @@ mod tests {
         assert!(!may_take(&[c(4, true)], 0, 4, 4, 16), "its own cap");
         // a full pool: nobody
         assert!(!may_take(&[c(0, true), c(4, false)], 0, 4, 16, 16));
-        // 16 slots, 8 containers holding 2 each (share 2): a ninth waits; those at their
-        // share take no freed slot while it waits, the ninth does
+        // 16 slots, 8 containers holding 2 each: a ninth, holding none, waits; those holding
+        // more take no freed slot while it waits, the ninth does
         let mut claims = vec![c(2, true); 8];
         claims.push(c(0, true));
         for i in 0..8 {

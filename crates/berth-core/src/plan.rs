@@ -249,12 +249,12 @@ pub fn lxc_config(plan: &ContainerPlan) -> Result<String, PlanError> {
     }
     // The payload and its monitor in leaves of the container's budget (which the daemon
     // makes and limits before the shim, itself in the budget, starts the monitor), so that
-    // the monitor's work is the container's; LXC parks the monitor in the budget's
-    // lxc.pivot as it tears down.
+    // the monitor's work is the container's. Where LXC parks the monitor as it tears down
+    // (lxc.cgroup.dir.monitor.pivot, the budget's lxc.pivot) the monitor tells liblxc itself:
+    // LXC 4 has no such key and refuses a configuration that names it.
     let cg = cgroup::ContainerCgroups::of(&cfg.cgroup_parent, name);
     line("lxc.cgroup.dir.container", &cg.payload)?;
     line("lxc.cgroup.dir.monitor", &cg.monitor)?;
-    line("lxc.cgroup.dir.monitor.pivot", &cg.budget)?;
     // LXC writes the payload's own limits into its leaf before its init runs: the payload
     // never runs unlimited, not even for an instant (its CPU quota is on the budget, in
     // force before the monitor exists).
@@ -400,7 +400,7 @@ mod tests {
         // the payload and its monitor in leaves of the container's budget
         assert!(
             text.contains(
-                "lxc.cgroup.dir.container = berth/web/payload\nlxc.cgroup.dir.monitor = berth/web/monitor\nlxc.cgroup.dir.monitor.pivot = berth/web\n"
+                "lxc.cgroup.dir.container = berth/web/payload\nlxc.cgroup.dir.monitor = berth/web/monitor\n"
             ),
             "{text}"
         );

@@ -183,6 +183,9 @@ pub enum Event {
     },
     /// It runs (started by the operator or by this machine's `Start`).
     Started(Run),
+    /// A start that is not the operator's (a scheduled job's of a stopped container): as
+    /// `Started`, but the record (the restarts counted, a self-restart streak) stays.
+    Resumed(Run),
     /// A start failed before the payload ran.
     StartFailed,
     /// The operator is stopping it (or asked to while nothing runs): its end is no failure,
@@ -405,6 +408,10 @@ impl Machine {
             Event::Boot { record, .. } => {
                 self.record = *record;
                 self.boot(now_ms, ev, policy)
+            }
+            Event::Resumed(run) => {
+                self.running(now_ms, *run, policy);
+                Vec::new()
             }
             Event::Started(run) => {
                 if matches!(
@@ -1001,8 +1008,13 @@ mod tests {
             }
         );
         assert_eq!(m.state(), "failed");
-        // the operator starts it: a clean slate, the first wait again
+        // a scheduled job starts it: its record stays (the restarts it made still count)
         let mut m = m;
+        let mut resumed = m.clone();
+        assert_eq!(resumed.on(20_001, &Event::Resumed(8), &p), vec![]);
+        assert_eq!(resumed.record().restarts, 3);
+        assert_eq!(resumed.state(), "running");
+        // the operator starts it: a clean slate, the first wait again
         assert_eq!(m.on(20_001, &Event::Started(8), &p), vec![]);
         assert_eq!(m.record(), Record::default());
         assert_eq!(

@@ -20,7 +20,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -168,6 +168,10 @@ pub fn run(args: ShimArgs) -> Result<()> {
         let _ = writeln!(report, "error: {}: {e}", args.name);
         std::process::exit(1);
     }
+    // An OOM of the budget takes the payload, not the shim that keeps its log and its exit
+    // status (the monitor, the payload's parent, goes back to 0 at once: its children must
+    // not inherit this).
+    let _ = std::fs::write("/proc/self/oom_score_adj", "-900");
     match start(&args, &mut trace) {
         Ok((monitor, listener, log_r, sigchld, init_pid)) => {
             let _ = writeln!(report, "ok {init_pid}{}", trace.words);
@@ -356,6 +360,8 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd, traced: bool) -> i32 {
     // stay open in the monitor for the container's lifetime.
     process::close_fds_except(&[]);
     process::set_process_name("berth-monitor");
+    // The shim's protection from the OOM killer is not the payload's (it inherits this).
+    let _ = std::fs::write("/proc/self/oom_score_adj", "0");
     let c = match Container::new(&args.name, &args.lxcpath) {
         Ok(c) => c,
         Err(_) => return 125,
@@ -371,6 +377,23 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd, traced: bool) -> i32 {
     // append every list entry (mounts, environment, hooks) a second time.
     if c.want_daemonize(false).is_err() || c.want_close_all_fds(true).is_err() {
         return 125;
+    }
+    // As it tears down, LXC parks the monitor in a pivot cgroup: the container's budget's
+    // (its lxc.pivot), not one at the hierarchy's root outside every budget. The key came
+    // with LXC 5.0; LXC 4 refuses a configuration that names it, so it is set here, on a
+    // liblxc that knows it.
+    if let Some(budget) = std::env::var(CGROUP_ENV)
+        .ok()
+        .and_then(|leaf| Some(Path::new(&leaf).parent()?.to_string_lossy().into_owned()))
+    {
+        let major: u32 = berth_sys::lxc::version()
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        if major >= 5 && c.set_config_item("lxc.cgroup.dir.monitor.pivot", &budget).is_err() {
+            return 125;
+        }
     }
     // Every LXC monitor's command socket is an abstract socket in the network namespace it
     // runs in, the host's: a container sharing that namespace (network "shared") could

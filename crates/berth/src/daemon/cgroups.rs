@@ -75,22 +75,13 @@ pub(crate) fn prepare_budget(
             format!("{name}: cannot set up its cgroup {}: {e}", cgs.budget),
         )
     };
-    // Kernels before 5.x (v1) start a cgroup with its parent's use_hierarchy, 0 at a root
-    // nobody set: the budget's limit would not hold its leaves. Settable only while it has
-    // none: as it is made (1 already on newer kernels).
-    if c.version == cgroupfs::Version::V1 {
-        if let Some(dir) = c.dir("memory", &cgs.budget) {
-            if std::fs::create_dir(&dir).is_ok() {
-                let _ = std::fs::write(dir.join("memory.use_hierarchy"), "1");
-            }
-        }
-    }
+    v1_hierarchical(c, &cgs.budget);
     // The budget and its leaf for berth's processes (v2: the controllers enabled down to
     // the budget, whose leaves LXC and berth fill), then the budget's limits.
     c.ensure(&cgs.helpers, &BUDGET_CONTROLLERS)
         .map_err(failed)?;
     if let Some(l) = limits {
-        let files = cg::files(core_version(c), &l.budget());
+        let files = cg::files(core_version(c), &l.budget(d.cfg.log_ring_bytes as u64));
         c.apply(
             &cgs.budget,
             files.iter().map(|(k, f, v)| (k.name(), *f, v.as_str())),
@@ -240,6 +231,21 @@ pub(crate) fn cgroup_version(d: &Daemon) -> Option<CgroupVersion> {
     d.resources.cgroups.as_ref().ok().map(core_version)
 }
 
+/// On v1, a memory cgroup made hierarchical as it is made (`memory.use_hierarchy`, settable
+/// only while it has no children): a v1 root's default is 0 before Linux 5.11 unless a
+/// service manager set it, and children inherit it; then a limit would not hold what is
+/// below it (the group's its containers, a budget's its leaves). Newer kernels: always 1.
+fn v1_hierarchical(c: &cgroupfs::Cgroups, rel: &str) {
+    if c.version != cgroupfs::Version::V1 {
+        return;
+    }
+    if let Some(dir) = c.dir("memory", rel) {
+        if std::fs::create_dir(&dir).is_ok() {
+            let _ = std::fs::write(dir.join("memory.use_hierarchy"), "1");
+        }
+    }
+}
+
 /// At daemon start: the parent cgroup every container lives in, capped by the group budget.
 pub(crate) fn apply_group_budget(d: &Daemon) {
     let r = &d.resources;
@@ -253,6 +259,7 @@ pub(crate) fn apply_group_budget(d: &Daemon) {
     let rel = d.cfg.cgroup_parent.as_str();
     let limits = cg::group_limits(&d.cfg.policy, r.host);
     let files = cg::files(core_version(c), &limits);
+    v1_hierarchical(c, rel);
     let result = c
         .ensure(rel, &["cpu", "cpuacct", "memory", "pids"])
         .and_then(|_| {
@@ -382,7 +389,8 @@ mod tests {
         assert_eq!(read(cg.join(b).join("cpu.max")), "20000 100000");
         assert_eq!(
             read(cg.join(b).join("memory.max")),
-            (24u64 << 20).to_string()
+            // the payload's 16 MiB, 8 MiB for berth's processes, the shim's log ring
+            ((24u64 << 20) + (64 << 10)).to_string()
         );
         assert_eq!(read(cg.join(b).join("pids.max")), "48");
         // controllers enabled down to the budget (whose leaves LXC and berth fill); the
@@ -461,7 +469,7 @@ mod tests {
         );
         assert_eq!(
             read(cg.join("memory").join(b).join("memory.limit_in_bytes")),
-            (24u64 << 20).to_string()
+            ((24u64 << 20) + (64 << 10)).to_string()
         );
         // (memory.use_hierarchy is written only into a budget made new: not this fixture's)
         assert_eq!(read(cg.join("pids").join(b).join("pids.max")), "48");

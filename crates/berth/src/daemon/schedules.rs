@@ -390,7 +390,7 @@ fn run_job(d: &Arc<Daemon>, name: &str, r: &Due) -> Value {
             }
             _ => {}
         }
-        match start::start(d, name, None) {
+        match start::start_resumed(d, name) {
             Ok(_) => {
                 log::info!("{name}: started by schedule {}", r.id);
                 started = true;

@@ -221,15 +221,24 @@ fn restart_self(d: &Arc<Daemon>, name: &str, mut stream: UnixStream) {
 fn self_restart_pace(d: &Daemon, name: &str, run: i32) -> Result<i32> {
     let deadline = Instant::now() + Duration::from_secs(1);
     loop {
-        let seen = d
-            .supervision
-            .lock()
-            .unwrap()
-            .get(name)
-            .map(|s| (s.run, s.self_restart_at, s.state, s.record.self_restarts));
         let now = Instant::now();
+        let seen = {
+            let mut sup = d.supervision.lock().unwrap();
+            let s = sup.get_mut(name);
+            let seen = s
+                .as_ref()
+                .map(|s| (s.run, s.self_restart_at, s.state, s.record.self_restarts));
+            // Allowed: taken at once, under the lock, so that a second request before the
+            // supervisor has published its next pace is not allowed as well.
+            if let (Some(s), Some((Some(r), Some(at), _, _))) = (s, seen) {
+                if r == run && at <= now {
+                    s.self_restart_at = None;
+                    return Ok(run);
+                }
+            }
+            seen
+        };
         match seen {
-            Some((Some(r), Some(at), _, _)) if r == run && at <= now => return Ok(run),
             Some((Some(r), Some(at), _, n)) if r == run => {
                 let ms = (at - now).as_millis() as u64 + 1;
                 return Err(Error::rate_limited(

@@ -44,16 +44,22 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
             pids_max: newer.pids_max.and(limits.pids_max),
             ..Limits::default()
         };
-        // The budget (CPU, memory and pids with room for berth's processes), then the
-        // payload's own; a container started before the budget had leaves has one cgroup.
+        // The payload's own, then the budget (CPU, memory and pids with room for berth's
+        // processes): lowered, the payload gives back first, so the budget's lower limit
+        // finds it under; raised, the payload's higher limit waits on the budget's, which
+        // follows. A container started before the budget had leaves has one cgroup.
         let budget = cgroups::container_cgroup(d, name);
         let payload = cgroups::payload_cgroup(d, name);
         let parts = if payload == budget {
             vec![(budget, changed)]
         } else {
-            vec![(budget, changed.budget()), (payload, changed.payload())]
+            vec![
+                (payload, changed.payload()),
+                (budget, changed.budget(d.cfg.log_ring_bytes as u64)),
+            ]
         };
-        for (rel, l) in parts {
+        let n = parts.len();
+        for (i, (rel, l)) in parts.into_iter().enumerate() {
             let files = cg::files(version, &l);
             let a = c
                 .apply(
@@ -61,10 +67,11 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
                     files.iter().map(|(k, f, v)| (k.name(), *f, v.as_str())),
                 )
                 .map_err(|e| {
-                    Error::new(
-                        Kind::LimitFailed,
-                        format!("{name}: {e} (the limits were not changed)"),
-                    )
+                    let what = match (i, n) {
+                        (0, _) => "the limits were not changed",
+                        _ => "the payload's were changed, its budget's were not: berth limit again, or restart it",
+                    };
+                    Error::new(Kind::LimitFailed, format!("{name}: {e} ({what})"))
                 })?;
             if let Some(note) = a.missing_note() {
                 log::warn!("{name}: {note}");

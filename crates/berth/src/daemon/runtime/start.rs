@@ -77,14 +77,26 @@ impl Stamps {
 
 pub(crate) fn start(d: &Arc<Daemon>, name: &str, mut trace: Option<Stamps>) -> Result<Value> {
     let _op = d.op.lock().unwrap();
-    start_traced(d, name, &mut trace)
+    start_traced(d, name, &mut trace, false)
 }
 
 pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
-    start_traced(d, name, &mut None)
+    start_traced(d, name, &mut None, false)
 }
 
-fn start_traced(d: &Arc<Daemon>, name: &str, trace: &mut Option<Stamps>) -> Result<Value> {
+/// A start that is not the operator's (a scheduled job's, of a stopped container): the
+/// supervisor keeps the container's record (restarts counted, a self-restart streak).
+pub(crate) fn start_resumed(d: &Arc<Daemon>, name: &str) -> Result<Value> {
+    let _op = d.op.lock().unwrap();
+    start_traced(d, name, &mut None, true)
+}
+
+fn start_traced(
+    d: &Arc<Daemon>,
+    name: &str,
+    trace: &mut Option<Stamps>,
+    resumed: bool,
+) -> Result<Value> {
     Stamps::mark(trace, "locked");
     let t_begin = Instant::now();
     // Every start comes here (the operator's, the supervisor's): none in safe mode.
@@ -112,7 +124,13 @@ fn start_traced(d: &Arc<Daemon>, name: &str, trace: &mut Option<Stamps>) -> Resu
     mounted.1 = false;
     set_autostart(d, name, true)?;
     boot::note_running(d, name);
-    d.notify(name, Event::Started(pid));
+    d.notify(
+        name,
+        match resumed {
+            true => Event::Resumed(pid),
+            false => Event::Started(pid),
+        },
+    );
     watch::watch(d, name, pid, true);
     log::info!(
         "started {name} (init pid {pid}) in {} ms",
