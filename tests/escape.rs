@@ -365,10 +365,12 @@ fn every_escape_attempt_fails_in_the_expected_way() {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
         assert!(status.contains("Seccomp:\t2"), "{status}");
         assert!(status.contains("NoNewPrivs:\t1"), "{status}");
-        // The device cgroup allows the allowlist and nothing else (v1; v2 uses a BPF program).
+        // The device cgroup allows the allowlist and nothing else (v1; v2 uses a BPF program):
+        // in the payload's leaf of the container's budget, where LXC puts the container.
         let list = Path::new("/sys/fs/cgroup/devices")
             .join(&sb.cgroup_parent)
             .join(name)
+            .join("payload")
             .join("devices.list");
         if list.exists() {
             let mut got: Vec<String> = std::fs::read_to_string(&list)
