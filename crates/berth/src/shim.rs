@@ -391,7 +391,10 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd, traced: bool) -> i32 {
             .next()
             .and_then(|m| m.parse().ok())
             .unwrap_or(0);
-        if major >= 5 && c.set_config_item("lxc.cgroup.dir.monitor.pivot", &budget).is_err() {
+        if major >= 5
+            && c.set_config_item("lxc.cgroup.dir.monitor.pivot", &budget)
+                .is_err()
+        {
             return 125;
         }
     }
