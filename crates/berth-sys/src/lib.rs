@@ -12,8 +12,10 @@ pub mod mount;
 pub mod mountns;
 pub mod net;
 pub mod notify;
+#[cfg(any(test, feature = "test-support"))]
 pub mod oldkernel;
 pub mod process;
+#[cfg(any(test, feature = "test-support"))]
 pub mod skip;
 pub mod tree;
 pub mod watchdog;

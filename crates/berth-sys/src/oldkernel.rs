@@ -7,8 +7,8 @@
 //! the kernel hides them when PSI is off). Both are inherited by everything the process
 //! starts: the daemon, its shims, LXC's monitors and the containers.
 //!
-//! Only tests and `scripts/oldkernel.sh` use this (through berth-testkit); the berth binary
-//! never calls it.
+//! Only tests and `scripts/oldkernel.sh` use this (through berth-testkit, with the
+//! `test-support` feature); no build of berth has it.
 
 use std::io;
 use std::process::Command;

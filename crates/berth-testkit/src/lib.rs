@@ -18,6 +18,6 @@ pub mod sweep;
 pub mod tempdir;
 
 pub use package::{busybox, which, PackageError, Pkg};
-pub use sandbox::{stderr, stdout, Options, Sandbox, SandboxError};
+pub use sandbox::{has_test_hooks, stderr, stdout, Options, Sandbox, SandboxError};
 pub use sweep::{sweep, sweep_leftovers, Report, Scope};
 pub use tempdir::{unique_id, TempDir};

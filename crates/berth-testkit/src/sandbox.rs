@@ -52,6 +52,13 @@ pub enum SandboxError {
     },
     #[error("berth daemon already started")]
     DaemonRunning,
+    /// A test hands a test hook's switch to a berth built without the hooks: the switch would
+    /// be ignored, and the test would test nothing.
+    #[error(
+        "{berth} was built without the test hooks, so {switch} would be ignored: build the \
+         tests' berth with them (cargo test --features berth/test-hooks, as scripts/test.sh does)"
+    )]
+    NoTestHooks { berth: String, switch: String },
     #[error("berth daemon exited at start ({status}):\n{log}")]
     DaemonExited { status: ExitStatus, log: String },
     #[error("berth daemon did not answer within {} s", DAEMON_START.as_secs())]
@@ -322,6 +329,14 @@ impl Sandbox {
         if self.daemon.is_some() {
             return Err(SandboxError::DaemonRunning);
         }
+        if let Some((switch, _)) = env.iter().find(|(k, _)| is_hook_switch(k)) {
+            if !has_test_hooks(&self.berth) {
+                return Err(SandboxError::NoTestHooks {
+                    berth: self.berth.display().to_string(),
+                    switch: switch.to_string(),
+                });
+            }
+        }
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -506,6 +521,21 @@ impl Drop for Sandbox {
 fn io_err(op: &'static str, path: &Path) -> impl FnOnce(io::Error) -> SandboxError {
     let path = path.to_path_buf();
     move |error| SandboxError::Io { op, path, error }
+}
+
+/// The environment switches that only a berth built with the test hooks reads
+/// (crates/berth/src/hooks.rs).
+pub fn is_hook_switch(name: &str) -> bool {
+    name.starts_with("BERTH_TEST_") || name == "BERTH_FAULT" || name.starts_with("BERTH_FORCE_")
+}
+
+/// Whether this berth has the test hooks: its `berth version` says so.
+pub fn has_test_hooks(berth: &Path) -> bool {
+    Command::new(berth)
+        .arg("version")
+        .env_remove("BERTH_CONFIG")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains(", test hooks)"))
 }
 
 #[cfg(test)]

@@ -12,9 +12,9 @@ macro_rules! warnln {
 mod cli;
 mod client;
 mod daemon;
-mod fault;
 mod fetch;
 mod health;
+mod hooks;
 mod logger;
 mod shim;
 #[cfg(feature = "vendor")]

@@ -403,7 +403,7 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd, traced: bool) -> i32 {
     // otherwise ask any monitor there to stop, freeze or re-limit its container. Scoped,
     // the container reaches only abstract sockets of its own domain (docs/security.md).
     // Kernels without the scope (before 6.12) run shared containers only if the policy says.
-    if berth_sys::landlock::can_scope_abstract_sockets() && !crate::fault::active("landlock.absent")
+    if berth_sys::landlock::can_scope_abstract_sockets() && !crate::hooks::active("landlock.absent")
     {
         if let Err(e) = berth_sys::landlock::scope_abstract_sockets() {
             warnln!("berth: cannot scope abstract sockets with Landlock: {e}");

@@ -189,11 +189,17 @@ fn version(json: bool) {
         env!("CARGO_PKG_VERSION"),
         berth_sys::lxc::version_or_error(),
     );
+    // A build for the tests says so (src/hooks.rs); a shipped build never has the hooks.
+    let hooks = if crate::hooks::BUILT {
+        ", test hooks"
+    } else {
+        ""
+    };
     match (json, lxc) {
         (true, Ok(l)) => print_json(&json!({"version": v, "liblxc": l})),
         (true, Err(e)) => print_json(&json!({"version": v, "liblxc": "", "liblxc_error": e})),
-        (false, Ok(l)) => sayln!("berth {v} (liblxc {l})"),
-        (false, Err(e)) => sayln!("berth {v} (no liblxc: {e})"),
+        (false, Ok(l)) => sayln!("berth {v} (liblxc {l}{hooks})"),
+        (false, Err(e)) => sayln!("berth {v} (no liblxc: {e}{hooks})"),
     }
 }
 

@@ -51,18 +51,10 @@ pub struct Daemon {
     /// stall. The confirmation of a start needs one after it asked.
     alive: [AtomicU32; Component::ALL.len()],
     /// Test hooks only: seconds a component is to sleep at its next heartbeat.
+    #[cfg(feature = "test-hooks")]
     stalls: [AtomicU32; Component::ALL.len()],
     /// Set by the watchdog thread to have the supervisor beat now ([`Daemon::ask_beats`]).
     beat_asked: std::sync::atomic::AtomicBool,
-    /// The daemon was started with BERTH_TEST_HOOKS=1: `POST /v1/test/stall` is honoured.
-    pub test_hooks: bool,
-    /// Test hooks only: BERTH_TEST_API_DELAY_MS, how long each container API request
-    /// (not a report, not a followed log) takes before it is served, so that tests can hold
-    /// the workers' pool with requests that are slow.
-    pub test_api_delay: Option<std::time::Duration>,
-    /// BERTH_FORCE_MOUNT_FALLBACK=1: hot-binding uses mount propagation, as on a kernel
-    /// without the mount API (so that tests run the fallback).
-    pub force_mount_fallback: bool,
     /// The container API's sockets and the update locks (`api::container`).
     pub capi: crate::daemon::endpoints::Registry,
     /// The containers' cron jobs (`schedules.rs` owns them).
@@ -118,6 +110,7 @@ impl Component {
         }
     }
 
+    #[cfg(feature = "test-hooks")]
     pub fn from_name(n: &str) -> Option<Component> {
         Component::ALL.into_iter().find(|c| c.name() == n)
     }
@@ -154,22 +147,8 @@ pub struct Resources {
     pub host: Host,
 }
 
-/// The scheduler's clock under test hooks (docs/schedules.md, "Testing").
-fn test_clock() -> Clock {
-    let var = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<i64>().ok());
-    Clock {
-        speed: if var("BERTH_TEST_CRON_SECOND") == Some(1) {
-            60
-        } else {
-            1
-        },
-        offset: var("BERTH_TEST_CLOCK_OFFSET").unwrap_or(0),
-    }
-}
-
 impl Daemon {
     pub fn new(cfg: Config, roots: Roots, resources: Resources, state: State) -> Daemon {
-        let test_hooks = std::env::var_os("BERTH_TEST_HOOKS").is_some_and(|v| v == "1");
         Daemon {
             cfg,
             roots,
@@ -188,27 +167,16 @@ impl Daemon {
             boot: BootState::default(),
             beats: Default::default(),
             alive: Default::default(),
+            #[cfg(feature = "test-hooks")]
             stalls: Default::default(),
-            test_hooks,
-            test_api_delay: std::env::var("BERTH_TEST_API_DELAY_MS")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|_| test_hooks)
-                .map(std::time::Duration::from_millis),
             capi: Default::default(),
             schedules: Schedules {
                 tables: Mutex::new(Vec::new()),
                 timer: OnceLock::new(),
                 busy: Mutex::new(0),
                 boot_id: OnceLock::new(),
-                clock: if test_hooks {
-                    test_clock()
-                } else {
-                    Clock::REAL
-                },
+                clock: crate::hooks::clock(),
             },
-            force_mount_fallback: std::env::var_os("BERTH_FORCE_MOUNT_FALLBACK")
-                .is_some_and(|v| v == "1"),
             #[cfg(feature = "slab")]
             slab_error: OnceLock::new(),
         }
@@ -224,10 +192,13 @@ impl Daemon {
     pub fn beat(&self, c: Component) {
         // Now, not busy any more (`beat_busy`): a stall ages from here.
         self.beats[c as usize].store(self.clock_ms(), Ordering::SeqCst);
-        let stall = self.stalls[c as usize].swap(0, Ordering::SeqCst);
-        if stall > 0 {
-            log::warn!("test hook: the {} stalls for {stall} s", c.name());
-            std::thread::sleep(Duration::from_secs(stall as u64));
+        #[cfg(feature = "test-hooks")]
+        {
+            let stall = self.stalls[c as usize].swap(0, Ordering::SeqCst);
+            if stall > 0 {
+                log::warn!("test hook: the {} stalls for {stall} s", c.name());
+                std::thread::sleep(Duration::from_secs(stall as u64));
+            }
         }
         let now = self.clock_ms();
         self.beats[c as usize].store(now, Ordering::SeqCst);
@@ -279,6 +250,7 @@ impl Daemon {
     }
 
     /// Test hooks: makes `c` sleep `seconds` at its next heartbeat.
+    #[cfg(feature = "test-hooks")]
     pub fn stall(&self, c: Component, seconds: u32) {
         self.stalls[c as usize].store(seconds, Ordering::SeqCst);
     }

@@ -614,7 +614,7 @@ pub fn hosts(d: &Daemon) -> Value {
 /// age.
 fn neighbours(d: &Daemon) -> Vec<lan::Host> {
     let netlink = || -> std::io::Result<Vec<lan::Host>> {
-        if crate::fault::active("netlink.absent") {
+        if crate::hooks::active("netlink.absent") {
             return Err(std::io::Error::from_raw_os_error(libc::EPROTONOSUPPORT));
         }
         let seq = berth_sys::process::now_s() as u32;

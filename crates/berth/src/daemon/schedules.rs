@@ -45,10 +45,7 @@ fn boot_id(d: &Daemon) -> &str {
 /// not run in this boot is due now), then [`sync`]; files of packages no longer installed
 /// go. The thread starts if there is any job.
 pub(crate) fn start(d: &Arc<Daemon>) {
-    let from_test = d
-        .test_hooks
-        .then(|| std::env::var("BERTH_TEST_BOOT_ID").ok())
-        .flatten();
+    let from_test = crate::hooks::boot_id();
     let id = from_test.unwrap_or_else(|| {
         std::fs::read_to_string(d.proc().join("sys/kernel/random/boot_id"))
             .map(|s| s.trim().to_string())

@@ -148,7 +148,7 @@ pub fn check_start(d: &Daemon, p: &Installed) -> Result<()> {
     if p.manifest.network.mode == berth_core::manifest::NetMode::Shared
         && !d.cfg.security.shared_unscoped
         && (!berth_sys::landlock::can_scope_abstract_sockets()
-            || crate::fault::active("landlock.absent"))
+            || crate::hooks::active("landlock.absent"))
     {
         return Err(Error::new(
             Kind::SharedUnscoped,

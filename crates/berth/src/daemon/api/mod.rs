@@ -141,6 +141,7 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
             persist,
         } => runtime::bind::bind(d, &package, &container, at, persist),
         Action::Unbind { package, container } => runtime::bind::unbind(d, &package, &container),
+        #[cfg(feature = "test-hooks")]
         Action::TestStall { component, seconds } => test_stall(d, component, seconds),
         Action::Reports(n) => reports::list(d, n.as_deref()),
         Action::ReportShow(id) => reports::show(d, &id),
@@ -149,15 +150,17 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
     reply(&mut stream, answer)
 }
 
-/// The test hook: absent (404, as any unknown path) unless the daemon was started with
-/// BERTH_TEST_HOOKS=1, so that no production daemon can be stalled through its API.
+/// The test hook: absent (404, as any unknown path) unless the daemon was built with the
+/// `test-hooks` feature and started with BERTH_TEST_HOOKS=1, so that no production daemon can
+/// be stalled through its API.
+#[cfg(feature = "test-hooks")]
 fn test_stall(
     d: &Daemon,
     component: crate::daemon::context::Component,
     seconds: u32,
 ) -> Result<Value> {
     use berth_core::api::request::{COMPONENT, SECONDS};
-    if !d.test_hooks {
+    if !crate::hooks::enabled() {
         return Err(Error::new(
             Kind::NotFound,
             "no such endpoint /v1/test/stall",

@@ -8,6 +8,7 @@ use berth_core::manifest::{parse_percent, parse_size};
 use serde::Deserialize;
 use serde_json::Value;
 
+#[cfg(feature = "test-hooks")]
 use crate::daemon::context::Component;
 use crate::daemon::error::{Error, Kind, Result};
 
@@ -91,8 +92,10 @@ pub enum Action {
         package: String,
         container: String,
     },
-    /// Test hooks only (honoured when the daemon runs with BERTH_TEST_HOOKS=1): the
-    /// component sleeps `seconds` at its next heartbeat, as a hung loop would.
+    /// Test hooks only (a build with the `test-hooks` feature, honoured when the daemon runs
+    /// with BERTH_TEST_HOOKS=1): the component sleeps `seconds` at its next heartbeat, as a
+    /// hung loop would.
+    #[cfg(feature = "test-hooks")]
     TestStall {
         component: Component,
         seconds: u32,
@@ -100,6 +103,7 @@ pub enum Action {
 }
 
 /// Pure: a stall request `{"component": "api"|"supervisor", "seconds": N}` (N ≤ 600).
+#[cfg(feature = "test-hooks")]
 fn stall_request(req: &Request) -> Result<Action> {
     let v: Value = body(req)?;
     let bad = |m: String| Error::bad_request(format!("POST /v1/test/stall: {m}"));
@@ -498,6 +502,7 @@ pub fn parse(req: &Request) -> Result<Action> {
         ("POST", "/v1/safe-mode/clear") => Action::SafeModeClear,
         ("POST", "/v1/bind") => bind_request(req, false)?,
         ("POST", "/v1/unbind") => bind_request(req, true)?,
+        #[cfg(feature = "test-hooks")]
         ("POST", "/v1/test/stall") => stall_request(req)?,
         ("GET", "/v1/reports") => Action::Reports(match req.query.get(field::NAME) {
             Some(n) => Some(check_name(n)?),
@@ -547,12 +552,18 @@ pub fn parse(req: &Request) -> Result<Action> {
             | "/v1/safe-mode/clear"
             | "/v1/bind"
             | "/v1/unbind"
-            | "/v1/test/stall"
             | "/v1/reports"
             | "/v1/reports/show"
             | "/v1/reports/export"
             | "/v1/reports/remove",
         ) => {
+            return Err(Error::new(
+                Kind::MethodNotAllowed,
+                format!("{m} not allowed on {path}"),
+            ))
+        }
+        #[cfg(feature = "test-hooks")]
+        (_, "/v1/test/stall") => {
             return Err(Error::new(
                 Kind::MethodNotAllowed,
                 format!("{m} not allowed on {path}"),
@@ -589,6 +600,10 @@ mod tests {
         let spec = include_str!("../../../../../docs/openapi.yaml");
         let ops = berth_core::api::documented_operations(spec);
         for (m, p) in &ops {
+            // Test-only: there only in a build with the test hooks (`stall_requests`).
+            if p == "/v1/test/stall" && !crate::hooks::BUILT {
+                continue;
+            }
             let p = p.replace("{name}", "web").replace("{id}", "a1");
             if let Err(e) = parse(&req(m, &p, "")) {
                 assert!(
@@ -762,26 +777,40 @@ mod tests {
                 .status(),
             405
         );
-        let stall = serde_json::json!({ field::COMPONENT: "supervisor", field::SECONDS: 3 });
-        assert_eq!(
-            parse(&req("POST", "/v1/test/stall", &stall.to_string())).unwrap(),
-            Action::TestStall {
-                component: Component::Supervisor,
-                seconds: 3
+    }
+
+    /// The stall hook is there only in a build with the test hooks; elsewhere its path is
+    /// unknown, as any other.
+    #[test]
+    fn stall_requests() {
+        #[cfg(not(feature = "test-hooks"))]
+        {
+            let e = parse(&req("POST", "/v1/test/stall", "{}")).unwrap_err();
+            assert_eq!(e.status(), 404, "{}", e.message);
+        }
+        #[cfg(feature = "test-hooks")]
+        {
+            let stall = serde_json::json!({ field::COMPONENT: "supervisor", field::SECONDS: 3 });
+            assert_eq!(
+                parse(&req("POST", "/v1/test/stall", &stall.to_string())).unwrap(),
+                Action::TestStall {
+                    component: Component::Supervisor,
+                    seconds: 3
+                }
+            );
+            for (body, needle) in [
+                (r#"{"component":"gc","seconds":3}"#, "component \"gc\""),
+                (r#"{"component":"api","seconds":0}"#, "between 1 and 600"),
+                (r#"{"component":"api","seconds":601}"#, "between 1 and 600"),
+                (r#"{"component":"api"}"#, "needs component and seconds"),
+                (r#"{"component":1,"seconds":1}"#, "component: wrong type"),
+                (r#"{"component":"api","seconds":1,"x":1}"#, "unknown field"),
+                ("[]", "expected a JSON object"),
+            ] {
+                let e = parse(&req("POST", "/v1/test/stall", body)).unwrap_err();
+                assert_eq!(e.status(), 400, "{body}");
+                assert!(e.message.contains(needle), "{body}: {}", e.message);
             }
-        );
-        for (body, needle) in [
-            (r#"{"component":"gc","seconds":3}"#, "component \"gc\""),
-            (r#"{"component":"api","seconds":0}"#, "between 1 and 600"),
-            (r#"{"component":"api","seconds":601}"#, "between 1 and 600"),
-            (r#"{"component":"api"}"#, "needs component and seconds"),
-            (r#"{"component":1,"seconds":1}"#, "component: wrong type"),
-            (r#"{"component":"api","seconds":1,"x":1}"#, "unknown field"),
-            ("[]", "expected a JSON object"),
-        ] {
-            let e = parse(&req("POST", "/v1/test/stall", body)).unwrap_err();
-            assert_eq!(e.status(), 400, "{body}");
-            assert!(e.message.contains(needle), "{body}: {}", e.message);
         }
     }
 

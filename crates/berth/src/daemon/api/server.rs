@@ -516,7 +516,7 @@ impl Admission {
                 // drops a follower that cannot keep up).
                 let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
                 if class == Class::Regular {
-                    if let Some(t) = d2.test_api_delay {
+                    if let Some(t) = crate::hooks::api_delay() {
                         std::thread::sleep(t);
                     }
                 }

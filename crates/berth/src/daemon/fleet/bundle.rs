@@ -18,7 +18,7 @@ use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::runtime::start;
 use crate::daemon::state;
 use crate::daemon::store::{install, repo, upgrade};
-use crate::fault;
+use crate::hooks;
 
 fn bad(m: impl Into<String>) -> Error {
     Error::new(Kind::BadIndex, format!("bundle: {}", m.into()))
@@ -181,7 +181,7 @@ pub(crate) fn apply(
     let descriptor = {
         let _op = d.op.lock().unwrap();
         let (descriptor, _index, bytes, sig) = open(d, path)?;
-        fault::point("fleet.opened");
+        hooks::point("fleet.opened");
         repo::accept_locked(d, &base, bytes, sig)?;
         descriptor
     };
@@ -195,7 +195,7 @@ pub(crate) fn apply(
     if !missing.is_empty() {
         install::install(d, &missing, emit)?;
     }
-    fault::point("fleet.installed");
+    hooks::point("fleet.installed");
     // What a deployment adds runs, and starts again after a reboot (as `berth start`); also
     // what an interrupted apply installed but had not started yet.
     for n in &descriptor.install {

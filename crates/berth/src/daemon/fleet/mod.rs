@@ -28,8 +28,8 @@ use serde_json::{json, Value};
 use crate::daemon::context::Daemon;
 use crate::daemon::state;
 use crate::daemon::store::repo;
-use crate::fault;
 use crate::fetch::{self, Call, Fetcher};
+use crate::hooks;
 
 /// The largest DDI answer read (a deploymentBase with many artifacts is a few KiB).
 const ANSWER_LIMIT: u64 = 256 << 10;
@@ -795,7 +795,7 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
         limit.saturating_add(u64::from(art.size.is_some())),
         &mut progress,
     );
-    fault::point("fleet.downloaded");
+    hooks::point("fleet.downloaded");
     let (size, sha, _) = match got {
         Ok(g) => g,
         // No room, no such artifact, one larger than announced: no later poll does better.
@@ -838,7 +838,7 @@ fn apply(d: &Arc<Daemon>, client: &Client, rec: &mut Record, force: bool) -> Res
     a.phase = Phase::Applying;
     a.attempts += 1;
     save(d, rec);
-    fault::point("fleet.applying");
+    hooks::point("fleet.applying");
     tell(
         client,
         &id,
@@ -968,7 +968,7 @@ fn finish(
     a.details = details;
     a.reported = false;
     save(d, rec);
-    fault::point("fleet.finished");
+    hooks::point("fleet.finished");
     report(client, rec, d)
 }
 

@@ -8,7 +8,7 @@
 //! below it are made here, on the host side) and whose `stage/` is the container's
 //! `/run/berth/binds` (the propagation method's way in). The mount API clones the image
 //! mount and moves the clone into the container's mount namespace; without it (Linux < 5.2,
-//! or `BERTH_FORCE_MOUNT_FALLBACK=1`) the image is bound below `stage/` on the host, appears
+//! or the test hooks' `BERTH_FORCE_MOUNT_FALLBACK=1`) the image is bound below `stage/` on the host, appears
 //! in the container by propagation, and is bound on from there inside the namespace.
 
 use std::io;
@@ -28,7 +28,7 @@ use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::state;
-use crate::fault;
+use crate::hooks;
 
 pub(crate) fn bind(
     d: &Daemon,
@@ -68,7 +68,7 @@ pub(crate) fn bind(
         None => String::new(),
     };
     // Decided before it is recorded: the record says how, should the daemon die mid-way.
-    let method = if d.force_mount_fallback || !mount_api() {
+    let method = if crate::hooks::force_mount_fallback() || !mount_api() {
         Method::Propagation
     } else {
         Method::MountApi
@@ -87,7 +87,7 @@ pub(crate) fn bind(
     });
     let i = run.len() - 1;
     write_run(d, container, &run)?;
-    fault::point("bind.recorded");
+    hooks::point("bind.recorded");
     let attached = attach(d, init, &image, &run[i].at, method, &anchor, package);
     let method = match attached {
         Ok(m) => m,
@@ -98,7 +98,7 @@ pub(crate) fn bind(
             return Err(fail(e, container, &b.at));
         }
     };
-    fault::point("bind.mounted");
+    hooks::point("bind.mounted");
     log::info!(
         "bound {package}@{} into {container} at {} ({})",
         p.version,
@@ -107,12 +107,12 @@ pub(crate) fn bind(
     );
     if persist {
         keep(d, container, package, &run[i].at)?;
-        fault::point("bind.persisted");
+        hooks::point("bind.persisted");
     }
     run[i].method = method;
     run[i].state = BindState::Bound;
     write_run(d, container, &run)?;
-    fault::point("bind.confirmed");
+    hooks::point("bind.confirmed");
     let mut v = entry(&run[i], persist, Some(method));
     v[field::CONTAINER] = container.into();
     v[field::BIND_MS] = (t0.elapsed().as_secs_f64() * 1000.0).into();
@@ -162,7 +162,7 @@ pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value
         // Recorded before the mount is taken off, the record dropped after (`settle`).
         run[i].state = BindState::Unbinding { forget: persist };
         write_run(d, container, &run)?;
-        fault::point("unbind.recorded");
+        hooks::point("unbind.recorded");
         let b = run[i].clone();
         // Only what is still the package's image goes: the container cannot mount, but the
         // path is its own (a target no longer there has nothing to unmount).
@@ -173,7 +173,7 @@ pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value
                 b.at.clone().into(),
                 Mount::Off,
                 id,
-                fault::point,
+                hooks::point,
             ) {
                 Err(e) if e.raw_os_error() != Some(libc::ENOENT) => {
                     run[i].state = BindState::Bound;
@@ -183,14 +183,14 @@ pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value
                 _ => {}
             }
         }
-        fault::point("unbind.unmounted");
+        hooks::point("unbind.unmounted");
         remove_dirs(&d.cfg.paths.bind_anchor(container), &b.at, &b.created);
         if persist {
             unkeep(d, container, package)?;
         }
         run.remove(i);
         write_run(d, container, &run)?;
-        fault::point("unbind.forgotten");
+        hooks::point("unbind.forgotten");
         log::info!("unbound {package} from {container} at {}", b.at);
         at = Some(b.at);
     } else if persist {
@@ -357,7 +357,7 @@ fn attach(
                     r => r.map(|_| false)?,
                 };
                 let m = Mount::Tree(tree, relock);
-                return mountns::at_target(d.proc(), init, at.into(), m, id, fault::point)
+                return mountns::at_target(d.proc(), init, at.into(), m, id, hooks::point)
                     .map(|_| method);
             }
         }
@@ -368,9 +368,9 @@ fn attach(
     let r = berth_sys::mount::bind(image, &stage, true)
         .map_err(|e| io::Error::other(e.to_string()))
         .and_then(|_| {
-            fault::point("bind.staged");
+            hooks::point("bind.staged");
             let inside = Mount::Bind(Path::new(bind::STAGE).join(package));
-            mountns::at_target(d.proc(), init, at.into(), inside, id, fault::point)
+            mountns::at_target(d.proc(), init, at.into(), inside, id, hooks::point)
         });
     // Leaving: its copy in the container goes with it (the binding made from it stays).
     let _ = berth_sys::mount::umount(&stage, true);

@@ -12,8 +12,8 @@ use serde_json::{json, Value};
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::store::repo;
-use crate::fault;
 use crate::fetch;
+use crate::hooks;
 
 /// A file the signed index names, to download: an image or a delta.
 pub(crate) struct Want<'a> {
@@ -117,7 +117,7 @@ pub(crate) fn download(
             return Err(err);
         }
     };
-    fault::point("install.fetched");
+    hooks::point("install.fetched");
     if size != want.size {
         return Err(cleanup(Error::new(
             Kind::BadImage,

@@ -20,7 +20,7 @@ use crate::daemon::state;
 use crate::daemon::store::download::{download, hash_file, Want};
 use crate::daemon::store::image;
 use crate::daemon::store::repo;
-use crate::fault;
+use crate::hooks;
 
 pub(crate) fn install(
     d: &Arc<Daemon>,
@@ -98,9 +98,9 @@ pub(crate) fn install(
             }
         }
     }
-    fault::point("install.before-commit");
+    hooks::point("install.before-commit");
     state::commit_state(d, new)?;
-    fault::point("install.committed");
+    hooks::point("install.committed");
     // A new version's manifest brings its own schedules.
     schedules::sync(d);
     // An upgrade leaves the old image unused.
@@ -165,7 +165,7 @@ pub(crate) fn fetch_image(
         err
     };
     let manifest = image::read_manifest(d, &tmp, e).map_err(cleanup)?;
-    fault::point("install.verified");
+    hooks::point("install.verified");
     std::fs::rename(&tmp, &image).map_err(|err| {
         cleanup(Error::internal(format!(
             "rename {} to {}: {err}",
@@ -174,7 +174,7 @@ pub(crate) fn fetch_image(
         )))
     })?;
     let _ = fsync_dir(&paths.store());
-    fault::point("install.stored");
+    hooks::point("install.stored");
     emit(json!({
         field::EVENT: "fetched",
         field::PACKAGE: e.name.as_str(),

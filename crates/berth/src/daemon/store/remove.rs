@@ -18,7 +18,7 @@ use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::security;
 use crate::daemon::state;
-use crate::fault;
+use crate::hooks;
 
 pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value> {
     if names.is_empty() {
@@ -114,13 +114,13 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
             }
         }
         let _ = fsync_dir(&d.cfg.paths.state.join("data"));
-        fault::point("remove.set-aside");
+        hooks::point("remove.set-aside");
     }
     if let Err(e) = state::commit_state(d, new) {
         put_back(&set_aside);
         return Err(e);
     }
-    fault::point("remove.committed");
+    hooks::point("remove.committed");
     mounts::release_mounts(d);
     net::forget(d, &state::state(d), names);
     for n in names {

@@ -32,7 +32,7 @@ use crate::daemon::reports;
 use crate::daemon::runtime::{mounts, probe, sockets, start, stop};
 use crate::daemon::state;
 use crate::daemon::store::{install, repo};
-use crate::fault;
+use crate::hooks;
 
 /// Where a container's /data is kept during its upgrade, and its copy in progress.
 fn snapshot(d: &Daemon, name: &str) -> PathBuf {
@@ -213,7 +213,7 @@ fn switch(
             fetched.push((e, manifest, *explicit, replaces.clone()));
         }
     }
-    fault::point("upgrade.fetched");
+    hooks::point("upgrade.fetched");
     for (e, manifest, explicit, replaces) in fetched {
         let name = e.name.to_string();
         let mut new = state::state(d);
@@ -231,12 +231,12 @@ fn switch(
             stop::stop_for_switch(d, &name)?;
             let _ = std::fs::remove_file(d.cfg.paths.exit_file(&name));
         }
-        fault::point("upgrade.stopped");
+        hooks::point("upgrade.stopped");
         // What a trial may have to undo: a run of the new version, or its migration.
         if was_running || !entry.manifest.migrate.is_empty() {
             take_snapshot(d, &name);
         }
-        fault::point("upgrade.snapshotted");
+        hooks::point("upgrade.snapshotted");
         let mut current = new.packages.get(&name).cloned().ok_or_else(|| {
             Error::new(
                 Kind::NotInstalled,
@@ -259,7 +259,7 @@ fn switch(
             }
             return Err(err);
         }
-        fault::point("upgrade.committed");
+        hooks::point("upgrade.committed");
         mounts::release_mounts(d);
         emit(
             json!({field::EVENT: "switched", field::NAME: name, field::FROM: from.to_string(), field::TO: e.version.to_string()}),
@@ -275,7 +275,7 @@ fn switch(
         let i = moves.len() - 1;
         if !migrate.is_empty() {
             let failed = migrate_data(d, &moves[i], migrate);
-            fault::point("upgrade.migrated");
+            hooks::point("upgrade.migrated");
             if failed.is_some() {
                 moves[i].migration_failed = failed;
                 continue;
@@ -289,7 +289,7 @@ fn switch(
                 // The trial sees it not running and rolls it back.
                 log::error!("{name}: start of {} failed: {err}", moves[i].to);
             }
-            fault::point("upgrade.started");
+            hooks::point("upgrade.started");
         }
     }
     Ok(())
@@ -426,7 +426,7 @@ fn confirm(d: &Arc<Daemon>, m: &Move) -> std::result::Result<(), String> {
             p.trial = None;
         }
         state::commit_state(d, st).map_err(|e| e.message)?;
-        fault::point("upgrade.confirmed");
+        hooks::point("upgrade.confirmed");
         remove_any(&snapshot(d, &m.name));
         remove_any(&snapshot_absent(d, &m.name));
         log::info!("{}: upgrade to {} confirmed", m.name, m.to);
@@ -476,16 +476,16 @@ fn rollback_locked(
     // The new version's end (by this stop, or on its own before the daemon died) is no end
     // of the old version's for the supervisor to judge.
     let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
-    fault::point("rollback.stopped");
+    hooks::point("rollback.stopped");
     restore_data(d, name);
-    fault::point("rollback.restored");
+    hooks::point("rollback.restored");
     let mut st = state::state(d);
     let mut back = *prev;
     back.previous = None;
     back.trial = None;
     st.packages.insert(name.to_string(), back);
     state::commit_state(d, st)?;
-    fault::point("rollback.committed");
+    hooks::point("rollback.committed");
     mounts::release_mounts(d);
     reports::collect(
         d,
@@ -502,7 +502,7 @@ fn rollback_locked(
                 prev_version(&state::state(d), name)
             );
         }
-        fault::point("rollback.started");
+        hooks::point("rollback.started");
     }
     log::warn!("{name}: rolled back from {} ({why})", p.version);
     Ok(())
