@@ -4,6 +4,10 @@
 //! entrypoint, env, working directory and user. Device nodes and setuid bits are left out with
 //! warnings; a damaged blob or a missing tag is refused and nothing is written.
 
+// An end-to-end scenario reads top to bottom: the 150-line limit of crates/ (clippy.toml)
+// does not hold here.
+#![allow(clippy::too_many_lines)]
+
 mod common;
 
 use common::*;

@@ -6,6 +6,10 @@
 //! catches up once; `@reboot` runs once per boot id; bad input and a flood of adds get clear
 //! 4xx answers, lose nothing, and leave other containers alone.
 
+// An end-to-end scenario reads top to bottom: the 150-line limit of crates/ (clippy.toml)
+// does not hold here.
+#![allow(clippy::too_many_lines)]
+
 mod common;
 
 use common::*;

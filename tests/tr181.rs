@@ -3,6 +3,10 @@
 //! numbers that stay and are never reused; Annex C's UUID, unchanged by an upgrade; safe mode
 //! as a disabled ExecEnv whose units cannot start.
 
+// An end-to-end scenario reads top to bottom: the 150-line limit of crates/ (clippy.toml)
+// does not hold here.
+#![allow(clippy::too_many_lines)]
+
 mod common;
 
 use common::*;

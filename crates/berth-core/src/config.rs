@@ -629,41 +629,12 @@ impl Config {
             key,
             message,
         };
-        if let Some(url) = &raw.repository {
-            if !(url.starts_with("http://") || url.starts_with("file://")) {
-                return Err(value_err(
-                    "repository",
-                    format!("{url:?}: berth fetches http:// and file:// URLs"),
-                ));
-            }
-        }
-        for url in &raw.mirrors {
-            if !(url.starts_with("http://") || url.starts_with("file://")) {
-                return Err(value_err(
-                    "mirrors",
-                    format!("{url:?}: berth fetches http:// and file:// URLs"),
-                ));
-            }
-        }
-        if !raw.mirrors.is_empty() && raw.repository.is_none() {
-            return Err(value_err(
-                "mirrors",
-                "mirrors of no repository: set repository first".into(),
-            ));
-        }
-        let index_max_age_s = match &raw.index_max_age {
-            None => None,
-            Some(v) => match crate::manifest::parse_duration_s(v) {
-                Ok(0) => {
-                    return Err(value_err(
-                        "index_max_age",
-                        format!("{v}: must be more than 0"),
-                    ))
-                }
-                Ok(s) => Some(s),
-                Err(m) => return Err(value_err("index_max_age", m)),
-            },
-        };
+        let index_max_age_s = sources(
+            &raw.repository,
+            &raw.mirrors,
+            &raw.index_max_age,
+            &value_err,
+        )?;
         let absolute = |key: &'static str, p: Option<PathBuf>, default: PathBuf| {
             let p = p.unwrap_or(default);
             if p.is_absolute() {
@@ -713,62 +684,13 @@ impl Config {
             ));
         }
         let policy = policy(raw.policy, &value_err)?;
-        let guard = Guard {
-            threshold: match raw.guard.threshold {
-                None => 30 << 20,
-                Some(v) => {
-                    let b = parse_size(&v).map_err(|m| value_err("guard.threshold", m))?;
-                    // "30" for "30M" would switch the guard off without a word.
-                    if b < 1 << 20 {
-                        return Err(value_err("guard.threshold", format!("{v}: at least 1M")));
-                    }
-                    b
-                }
-            },
-            interval_ms: match raw.guard.interval {
-                None => 500,
-                Some(v) => {
-                    let ms = parse_duration_ms(&v).map_err(|m| value_err("guard.interval", m))?;
-                    if !(50..=60_000).contains(&ms) {
-                        return Err(value_err(
-                            "guard.interval",
-                            format!("{v}: must be between 50ms and 60s"),
-                        ));
-                    }
-                    ms
-                }
-            },
-        };
+        let guard = guard(raw.guard, &value_err)?;
         let watchdog = watchdog(raw.watchdog, &value_err)?;
         let boot = boot(raw.boot, &value_err)?;
         let upgrade = upgrade(raw.upgrade, &value_err)?;
         let reports = reports(raw.reports, &value_err)?;
         let api = api(raw.api, &value_err)?;
-        let listen = |key: &'static str, v: Option<String>, eg: &str| match v {
-            None => Ok(None),
-            Some(a) => match a.parse::<std::net::SocketAddr>() {
-                Ok(_) => Ok(Some(a)),
-                Err(_) => Err(value_err(
-                    key,
-                    format!("{a:?}: expected ADDRESS:PORT, e.g. \"{eg}\""),
-                )),
-            },
-        };
-        let metrics = Metrics {
-            listen: listen("metrics.listen", raw.metrics_listen, "127.0.0.1:9101")?,
-        };
-        let web = Web {
-            listen: listen("web.listen", raw.web.0, "192.168.1.1:8080")?,
-            token_file: match raw.web.1 {
-                Some(f) if !f.starts_with('/') => {
-                    return Err(value_err(
-                        "web.token_file",
-                        format!("{f:?}: must be an absolute path"),
-                    ))
-                }
-                f => f.map(PathBuf::from),
-            },
-        };
+        let (metrics, web) = listeners(raw.metrics_listen, raw.web, &value_err)?;
         #[cfg(feature = "fleet")]
         let fleet = match raw.fleet {
             None => None,
@@ -828,6 +750,118 @@ impl Config {
                 .map_err(|(key, m)| value_err(key, m))?,
         })
     }
+}
+
+/// The repository, its mirrors (http:// or file://, mirrors only of a repository) and how long
+/// its index is trusted.
+fn sources(
+    repository: &Option<String>,
+    mirrors: &[String],
+    index_max_age: &Option<String>,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Option<u64>, ConfigError> {
+    if let Some(url) = repository {
+        if !(url.starts_with("http://") || url.starts_with("file://")) {
+            return Err(value_err(
+                "repository",
+                format!("{url:?}: berth fetches http:// and file:// URLs"),
+            ));
+        }
+    }
+    for url in mirrors {
+        if !(url.starts_with("http://") || url.starts_with("file://")) {
+            return Err(value_err(
+                "mirrors",
+                format!("{url:?}: berth fetches http:// and file:// URLs"),
+            ));
+        }
+    }
+    if !mirrors.is_empty() && repository.is_none() {
+        return Err(value_err(
+            "mirrors",
+            "mirrors of no repository: set repository first".into(),
+        ));
+    }
+    Ok(match index_max_age {
+        None => None,
+        Some(v) => match crate::manifest::parse_duration_s(v) {
+            Ok(0) => {
+                return Err(value_err(
+                    "index_max_age",
+                    format!("{v}: must be more than 0"),
+                ))
+            }
+            Ok(s) => Some(s),
+            Err(m) => return Err(value_err("index_max_age", m)),
+        },
+    })
+}
+
+/// `[guard]`: the memory guard's threshold and interval.
+fn guard(
+    r: RawGuard,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Guard, ConfigError> {
+    Ok(Guard {
+        threshold: match r.threshold {
+            None => 30 << 20,
+            Some(v) => {
+                let b = parse_size(&v).map_err(|m| value_err("guard.threshold", m))?;
+                // "30" for "30M" would switch the guard off without a word.
+                if b < 1 << 20 {
+                    return Err(value_err("guard.threshold", format!("{v}: at least 1M")));
+                }
+                b
+            }
+        },
+        interval_ms: match r.interval {
+            None => 500,
+            Some(v) => {
+                let ms = parse_duration_ms(&v).map_err(|m| value_err("guard.interval", m))?;
+                if !(50..=60_000).contains(&ms) {
+                    return Err(value_err(
+                        "guard.interval",
+                        format!("{v}: must be between 50ms and 60s"),
+                    ));
+                }
+                ms
+            }
+        },
+    })
+}
+
+/// `[metrics] listen` and `[web]`: the addresses berth serves on besides its socket.
+fn listeners(
+    metrics_listen: Option<String>,
+    web: (Option<String>, Option<String>),
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<(Metrics, Web), ConfigError> {
+    let listen = |key: &'static str, v: Option<String>, eg: &str| match v {
+        None => Ok(None),
+        Some(a) => match a.parse::<std::net::SocketAddr>() {
+            Ok(_) => Ok(Some(a)),
+            Err(_) => Err(value_err(
+                key,
+                format!("{a:?}: expected ADDRESS:PORT, e.g. \"{eg}\""),
+            )),
+        },
+    };
+    let metrics = Metrics {
+        listen: listen("metrics.listen", metrics_listen, "127.0.0.1:9101")?,
+    };
+    let web = Web {
+        listen: listen("web.listen", web.0, "192.168.1.1:8080")?,
+        token_file: match web.1 {
+            Some(f) if !f.starts_with('/') => {
+                return Err(value_err(
+                    "web.token_file",
+                    format!("{f:?}: must be an absolute path"),
+                ))
+            }
+            f => f.map(PathBuf::from),
+        },
+    };
+    Ok((metrics, web))
 }
 
 /// `[api]`: the permissions granted to every package that asks (default: what only concerns

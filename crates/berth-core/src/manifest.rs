@@ -1753,6 +1753,11 @@ cmd = ["/bin/rotate"]
             line_in_full("cpuset ="),
             "cpu list",
         );
+    }
+
+    /// The same, for the resources' and network's keys and the later sections.
+    #[test]
+    fn error_lines_of_later_keys() {
         check(
             err_with("pids", "pids = 0"),
             line_in_full("pids ="),

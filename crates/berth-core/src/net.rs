@@ -154,16 +154,104 @@ pub fn mode_name(m: NetMode) -> &'static str {
     }
 }
 
+type E = (&'static str, String);
+
+/// One message shape for every value of `[network]`: smaller code than one format per key.
+fn bad(key: &'static str, v: &str, want: &str) -> E {
+    (key, format!("{v:?}: expected {want}"))
+}
+
+/// `[network] macvlan_pool` and `macvlan_gateway`: berth's own addresses on the LAN.
+fn macvlan(c: &mut NetConfig, pool: Option<&str>, gateway: Option<&str>) -> Result<(), E> {
+    if let Some(v) = pool {
+        const POOL: &str =
+            "FIRST-LAST/LEN, in one LAN prefix, at most 4096 addresses, outside [network] subnet";
+        let (range, len) = v
+            .split_once('/')
+            .ok_or_else(|| bad("network.macvlan_pool", v, POOL))?;
+        let (a, b) = range
+            .split_once('-')
+            .ok_or_else(|| bad("network.macvlan_pool", v, POOL))?;
+        let parsed = (
+            a.parse::<Ipv4Addr>(),
+            b.parse::<Ipv4Addr>(),
+            len.parse::<u8>(),
+        );
+        let (Ok(a), Ok(b), Ok(len)) = parsed else {
+            return Err(bad("network.macvlan_pool", v, POOL));
+        };
+        let (ua, ub) = (u32::from(a), u32::from(b));
+        let m = mask(len.min(32));
+        let host = |x: u32| x & !m != 0 && x & !m != !m;
+        if !(8..=30).contains(&len)
+            || ua > ub
+            || ub - ua >= 4096
+            || ua & m != ub & m
+            || !host(ua)
+            || !host(ub)
+            || (ua..=ub).any(|x| overlaps((Ipv4Addr::from(x), 32), c.subnet))
+        {
+            return Err(bad("network.macvlan_pool", v, POOL));
+        }
+        c.macvlan_pool = Some((a, b, len));
+    }
+    if let Some(v) = gateway {
+        const GW: &str = "an IPv4 address in the pool's prefix, outside the pool";
+        let g: Ipv4Addr = v
+            .parse()
+            .map_err(|_| bad("network.macvlan_gateway", v, GW))?;
+        let Some((a, b, len)) = c.macvlan_pool else {
+            return Err(bad(
+                "network.macvlan_gateway",
+                v,
+                "[network] macvlan_pool beside it",
+            ));
+        };
+        if !overlaps((g, 32), (a, len)) || (a..=b).contains(&g) {
+            return Err(bad("network.macvlan_gateway", v, GW));
+        }
+        c.macvlan_gateway = Some(g);
+    }
+    Ok(())
+}
+
+/// `[network] max_connections` and `connection_rate`: each container's conntrack caps.
+fn limits(
+    c: &mut NetConfig,
+    max_connections: Option<&str>,
+    connection_rate: Option<&str>,
+) -> Result<(), E> {
+    if let Some(v) = max_connections {
+        let (n, pct) = v.strip_suffix('%').map_or((v, false), |n| (n, true));
+        c.max_connections = match n.parse::<u32>() {
+            _ if v == "off" => None,
+            Ok(n) if n > 0 && (!pct || n <= 100) => Some((n, pct)),
+            _ => {
+                return Err(bad(
+                    "network.max_connections",
+                    v,
+                    "N, P% (of nf_conntrack_max) or off",
+                ))
+            }
+        };
+    }
+    if let Some(v) = connection_rate {
+        c.connection_rate = parse_rate(v).ok_or_else(|| {
+            bad(
+                "network.connection_rate",
+                v,
+                "auto, off, N/s or N/m, optionally followed by burst B (N and B from 1 to 1000000)",
+            )
+        })?;
+    }
+    Ok(())
+}
+
 impl NetConfig {
     /// Validates `[network]`; errors are (key, message). Not inlined: every early return
     /// inside `Config::parse` would repeat the clean-up of all its locals.
     #[inline(never)]
     pub fn parse(raw: Option<RawNet>) -> Result<NetConfig, (&'static str, String)> {
-        type E = (&'static str, String);
-        // one message shape for every value: smaller code than one format per key
-        fn bad(key: &'static str, v: &str, want: &str) -> E {
-            (key, format!("{v:?}: expected {want}"))
-        }
         let raw = raw.unwrap_or_default();
         if let Some(k) = raw.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(bad("network", k, &format!("one of {}", KEYS.join(", "))));
@@ -258,54 +346,7 @@ impl NetConfig {
             .filter(|(_, p)| (16..=30).contains(p))
             .ok_or_else(|| bad("network.subnet", subnet, "an IPv4 prefix a.b.c.d/16 to /30"))?;
         c.subnet = (Ipv4Addr::from(u32::from(a) & mask(p)), p);
-        if let Some(v) = get("macvlan_pool") {
-            const POOL: &str = "FIRST-LAST/LEN, in one LAN prefix, at most 4096 addresses, outside [network] subnet";
-            let (range, len) = v
-                .split_once('/')
-                .ok_or_else(|| bad("network.macvlan_pool", v, POOL))?;
-            let (a, b) = range
-                .split_once('-')
-                .ok_or_else(|| bad("network.macvlan_pool", v, POOL))?;
-            let parsed = (
-                a.parse::<Ipv4Addr>(),
-                b.parse::<Ipv4Addr>(),
-                len.parse::<u8>(),
-            );
-            let (Ok(a), Ok(b), Ok(len)) = parsed else {
-                return Err(bad("network.macvlan_pool", v, POOL));
-            };
-            let (ua, ub) = (u32::from(a), u32::from(b));
-            let m = mask(len.min(32));
-            let host = |x: u32| x & !m != 0 && x & !m != !m;
-            if !(8..=30).contains(&len)
-                || ua > ub
-                || ub - ua >= 4096
-                || ua & m != ub & m
-                || !host(ua)
-                || !host(ub)
-                || (ua..=ub).any(|x| overlaps((Ipv4Addr::from(x), 32), c.subnet))
-            {
-                return Err(bad("network.macvlan_pool", v, POOL));
-            }
-            c.macvlan_pool = Some((a, b, len));
-        }
-        if let Some(v) = get("macvlan_gateway") {
-            const GW: &str = "an IPv4 address in the pool's prefix, outside the pool";
-            let g: Ipv4Addr = v
-                .parse()
-                .map_err(|_| bad("network.macvlan_gateway", v, GW))?;
-            let Some((a, b, len)) = c.macvlan_pool else {
-                return Err(bad(
-                    "network.macvlan_gateway",
-                    v,
-                    "[network] macvlan_pool beside it",
-                ));
-            };
-            if !overlaps((g, 32), (a, len)) || (a..=b).contains(&g) {
-                return Err(bad("network.macvlan_gateway", v, GW));
-            }
-            c.macvlan_gateway = Some(g);
-        }
+        macvlan(&mut c, get("macvlan_pool"), get("macvlan_gateway"))?;
         let t = &c.table;
         if t.is_empty()
             || t.len() > 32
@@ -325,29 +366,7 @@ impl NetConfig {
                 _ => return Err(bad("network.host_services", w, "PORT[/tcp|/udp]")),
             }
         }
-        if let Some(v) = get("max_connections") {
-            let (n, pct) = v.strip_suffix('%').map_or((v, false), |n| (n, true));
-            c.max_connections = match n.parse::<u32>() {
-                _ if v == "off" => None,
-                Ok(n) if n > 0 && (!pct || n <= 100) => Some((n, pct)),
-                _ => {
-                    return Err(bad(
-                        "network.max_connections",
-                        v,
-                        "N, P% (of nf_conntrack_max) or off",
-                    ))
-                }
-            };
-        }
-        if let Some(v) = get("connection_rate") {
-            c.connection_rate = parse_rate(v).ok_or_else(|| {
-                bad(
-                    "network.connection_rate",
-                    v,
-                    "auto, off, N/s or N/m, optionally followed by burst B (N and B from 1 to 1000000)",
-                )
-            })?;
-        }
+        limits(&mut c, get("max_connections"), get("connection_rate"))?;
         for w in get("dns").unwrap_or("").split_whitespace() {
             c.dns.push(
                 w.parse()

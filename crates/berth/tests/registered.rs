@@ -22,12 +22,19 @@ fn every_end_to_end_test_file_is_registered() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| n.ends_with(".rs"))
         .collect();
-    assert!(files.len() > 20, "{}: too few test files: {files:?}", dir.display());
+    assert!(
+        files.len() > 20,
+        "{}: too few test files: {files:?}",
+        dir.display()
+    );
     let unlisted: Vec<_> = files.difference(&registered).collect();
     assert!(
         unlisted.is_empty(),
         "tests/ files that no [[test]] of crates/berth/Cargo.toml names, so they never run: {unlisted:?}"
     );
     let gone: Vec<_> = registered.difference(&files).collect();
-    assert!(gone.is_empty(), "[[test]] entries without their file: {gone:?}");
+    assert!(
+        gone.is_empty(),
+        "[[test]] entries without their file: {gone:?}"
+    );
 }

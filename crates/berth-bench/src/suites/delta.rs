@@ -320,40 +320,16 @@ impl Suite for Delta {
                 continue;
             }
             progress!("delta: {}", case.name);
-            let mut old_debs = Vec::new();
-            let mut new_debs = Vec::new();
-            let mut label = String::new();
-            let mut one_version = None;
-            for (i, pkg) in case.debs.iter().enumerate() {
-                let vs = versions(pkg)?;
-                let (Some(first), Some(last)) = (vs.first(), vs.last()) else {
-                    return Err(format!("apt-cache madison {pkg}: no version").into());
-                };
-                if i == 0 {
-                    if first == last {
-                        one_version = Some(format!("{pkg} {first}"));
-                        break;
-                    }
-                    label = format!("{pkg} {first} → {last}");
+            let (old_debs, new_debs, label) = match debs_of(case, &cache)? {
+                Ok(debs) => debs,
+                Err(v) => {
+                    notes.push(format!(
+                        "{}: skipped, the archive serves one version today ({v})",
+                        case.name
+                    ));
+                    continue;
                 }
-                let old_v = if i > 0 && case.libs_fixed {
-                    last
-                } else {
-                    first
-                };
-                old_debs.push(download(&cache, pkg, old_v)?);
-                new_debs.push(download(&cache, pkg, last)?);
-                if i > 0 && !case.libs_fixed && first != last {
-                    label.push_str(&format!(", {pkg} {first} → {last}"));
-                }
-            }
-            if let Some(v) = one_version {
-                notes.push(format!(
-                    "{}: skipped, the archive serves one version today ({v})",
-                    case.name
-                ));
-                continue;
-            }
+            };
             // Two repositories: the old one as published, the new one with deltas from it.
             let name = format!("dc-{}", case.name.replace('.', ""));
             let old_repo = work.join(format!("{name}-old"));
@@ -462,6 +438,40 @@ impl Suite for Delta {
             raw: Value::Array(raw),
         })
     }
+}
+
+/// A case's old and new .debs, and its label.
+type Debs = (Vec<PathBuf>, Vec<PathBuf>, String);
+
+/// The case's old and new .debs (downloaded into `cache`) and its label; Err: the archive
+/// serves one version of its first package today (that one).
+fn debs_of(case: &Case, cache: &Path) -> Result<std::result::Result<Debs, String>> {
+    let mut old_debs = Vec::new();
+    let mut new_debs = Vec::new();
+    let mut label = String::new();
+    for (i, pkg) in case.debs.iter().enumerate() {
+        let vs = versions(pkg)?;
+        let (Some(first), Some(last)) = (vs.first(), vs.last()) else {
+            return Err(format!("apt-cache madison {pkg}: no version").into());
+        };
+        if i == 0 {
+            if first == last {
+                return Ok(Err(format!("{pkg} {first}")));
+            }
+            label = format!("{pkg} {first} → {last}");
+        }
+        let old_v = if i > 0 && case.libs_fixed {
+            last
+        } else {
+            first
+        };
+        old_debs.push(download(cache, pkg, old_v)?);
+        new_debs.push(download(cache, pkg, last)?);
+        if i > 0 && !case.libs_fixed && first != last {
+            label.push_str(&format!(", {pkg} {first} → {last}"));
+        }
+    }
+    Ok(Ok((old_debs, new_debs, label)))
 }
 
 /// Installs `name` 1 from `old_url`, switches the daemon's repository to `new_url` and

@@ -263,65 +263,10 @@ impl Suite for Fleet {
             &scope.netns("fs"),
             (0..n).map(|i| scope.netns(&format!("fd{i}"))).collect(),
         )?;
-        // Counters: every byte between the devices and the server, and connections opened.
-        let rules = "table inet fleetbench {\n chain i { type filter hook input priority 0; ip saddr 10.77.0.0/16 counter comment \"bytes\"; tcp dport 60053 tcp flags syn counter comment \"ddi\"; tcp dport 8080 tcp flags syn counter comment \"repo\"; }\n chain o { type filter hook output priority 0; ip daddr 10.77.0.0/16 counter comment \"bytes\"; }\n}\n";
-        let mut nft = Command::new("ip")
-            .args(["netns", "exec", &net.server, "nft", "-f", "-"])
-            .stdin(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("nft: {e}"))?;
-        std::io::Write::write_all(nft.stdin.as_mut().unwrap(), rules.as_bytes())
-            .map_err(|e| e.to_string())?;
-        drop(nft.stdin.take());
-        if !nft.wait().map_err(|e| e.to_string())?.success() {
-            return Err("nft -f: the counters' table was refused".into());
-        }
+        counting(&net.server)?;
 
-        // The vendor's three bundles: 1 (installs), 2 (whole), 3 (index only, a delta from 2
-        // in the repository the devices use).
-        progress!("fleet: bundles");
-        let repo2 = vendor.dir.join("repo-2");
+        let (b1, b2, b3) = bundles(&vendor)?;
         let served = vendor.dir.join("served");
-        let key = vendor.key.to_string_lossy().into_owned();
-        let bundle = |v: &str, extra: &[&str]| -> Result<PathBuf> {
-            for e in std::fs::read_dir(vendor.repo.join("packages"))
-                .map_err(|e| e.to_string())?
-                .flatten()
-            {
-                let _ = std::fs::remove_file(e.path());
-            }
-            vendor.pack_pkg(&app(v))?;
-            let out = vendor.dir.join(format!("fleetapp-{v}.berth"));
-            let repo = vendor.repo.to_string_lossy().into_owned();
-            let mut args = vec!["repo", "build", &repo, "--key", &key];
-            let old = repo2.to_string_lossy().into_owned();
-            if v == "3" {
-                args.extend(["--deltas-from", &old]);
-            }
-            vendor.ok(&args)?;
-            let o = out.to_string_lossy().into_owned();
-            let mut b = vec![
-                "repo",
-                "bundle",
-                &repo,
-                "-o",
-                &o,
-                "--version",
-                v,
-                "--install",
-                "fleetapp",
-            ];
-            b.extend_from_slice(extra);
-            vendor.ok(&b)?;
-            Ok(out)
-        };
-        let b1 = bundle("1", &[])?;
-        let b2 = bundle("2", &[])?;
-        run(Command::new("cp")
-            .args(["-a"])
-            .arg(&vendor.repo)
-            .arg(&repo2))?;
-        let b3 = bundle("3", &["--index-only"])?;
         run(Command::new("cp")
             .args(["-a"])
             .arg(&vendor.repo)
@@ -346,69 +291,13 @@ impl Suite for Fleet {
         // The devices.
         progress!("fleet: {n} devices");
         let t_start = Instant::now();
-        let mut devices = Vec::new();
-        let extra = "[upgrade]\ndeadline = \"30s\"\nsettle = \"500ms\"\n";
-        for (i, ns) in net.devices.iter().enumerate() {
-            let mut sb = ctx
-                .sb
-                .nested(&format!("fd{i}"), "2s", crate::sandbox::UNCAPPED_POLICY)?;
-            std::fs::copy(
-                vendor.dir.join("keys/vendor.pub"),
-                sb.dir.join("keys/vendor.pub"),
-            )
-            .map_err(|e| e.to_string())?;
-            let token = sb.dir.join("fleet.token");
-            std::fs::write(&token, format!("bench-token-{i}\n")).map_err(|e| e.to_string())?;
-            sb.write_config(&format!(
-                "{}{extra}[fleet]\nserver = \"{}\"\ncontroller_id = \"fd{i}\"\ntoken_file = \"{}\"\n{FIRST_POLL}",
-                crate::sandbox::UNCAPPED_POLICY,
-                server.url(""),
-                token.display()
-            ))?;
-            sb.set_repository(&format!("http://{SERVER_IP}:8080"))?;
-            sb.daemon_netns = Some(ns.clone());
-            sb.start_daemon()?;
-            devices.push(sb);
-        }
+        let mut devices = start_devices(ctx, &net, &vendor, &server)?;
         let ids: Vec<String> = (0..n).map(|i| format!("fd{i}")).collect();
         registered(&server, &ids, &devices, "every device registered")?;
         let started_s = t_start.elapsed().as_secs_f64();
         server.feed(&ids, "all")?;
 
-        // The same daemon without [fleet], up as long as the devices, for the RSS beside theirs.
-        let mut plain = ctx
-            .sb
-            .nested("fleet-plain", "2s", crate::sandbox::UNCAPPED_POLICY)?;
-        plain.start_daemon()?;
-        // Idle: requests per device per poll.
-        progress!("fleet: idle polls");
-        std::thread::sleep(Duration::from_secs(POLL_S * 2));
-        let (c0, cpu0, t0) = (counters(&net.server)?, cpu_s(server.pid()), Instant::now());
-        let dev_cpu0 = cpu_of(&devices);
-        let idle_window = Duration::from_secs(if ctx.quick { POLL_S * 4 } else { POLL_S * 12 });
-        std::thread::sleep(idle_window);
-        let idle = minus(counters(&net.server)?, c0);
-        let idle_cpu = cpu_s(server.pid()) - cpu0;
-        let window_s = t0.elapsed().as_secs_f64();
-        let http_cpu = cpu_per_poll(&dev_cpu0, &cpu_of(&devices), window_s);
-        let polls_expected = n as f64 * window_s / POLL_S as f64;
-        let req_per_poll = idle.ddi_syn as f64 / polls_expected;
-        let req_per_hour = req_per_poll * 3600.0 / DEFAULT_POLL_S as f64;
-        let bytes_per_poll = idle.bytes as f64 / polls_expected;
-        let cpu_per_req_ms = idle_cpu * 1000.0 / idle.ddi_syn.max(1) as f64;
-        let rss_fleet: Vec<f64> = devices
-            .iter()
-            .filter_map(daemon_pid)
-            .map(|p| rss_kib(p) as f64)
-            .collect();
-        let private_fleet: Vec<f64> = devices
-            .iter()
-            .filter_map(daemon_pid)
-            .map(|p| private_kib(p) as f64)
-            .collect();
-        let rss_plain = daemon_pid(&plain).map_or(0, rss_kib);
-        let private_plain = daemon_pid(&plain).map_or(0, private_kib);
-        drop(plain);
+        let ic = idle_cost(ctx, &net, &server, &devices)?;
 
         // Three rounds.
         let mut rounds = Vec::new();
@@ -425,69 +314,7 @@ impl Suite for Fleet {
                 "upgrade: an index-only bundle, the image as a delta from the repository",
             ),
         ] {
-            progress!("fleet: rollout of {v} to {n} devices");
-            let sw = server.upload(file)?;
-            let c0 = counters(&net.server)?;
-            let t0 = Instant::now();
-            server.rollout(&format!("fleetapp-{v}"), "all", sw)?;
-            let want = format!("Finished {v}");
-            let mut done_at: Vec<Option<f64>> = vec![None; n];
-            poll(
-                Duration::from_secs(900),
-                Duration::from_millis(250),
-                &format!("bundle {v} on every device"),
-                || {
-                    let d = server.devices().ok()?;
-                    let st = fleet::states(&d, &ids);
-                    for (i, s) in st.iter().enumerate() {
-                        if done_at[i].is_none() && *s == want {
-                            done_at[i] = Some(t0.elapsed().as_secs_f64());
-                        }
-                        if s.starts_with("Error") {
-                            return Some(());
-                        }
-                    }
-                    done_at.iter().all(Option::is_some).then_some(())
-                },
-            )?;
-            let failed: Vec<&String> = ids
-                .iter()
-                .zip(&done_at)
-                .filter(|(_, t)| t.is_none())
-                .map(|(id, _)| id)
-                .collect();
-            if !failed.is_empty() {
-                return Err(format!(
-                    "bundle {v} failed on {failed:?}: {}",
-                    devices[0].daemon_log_text()
-                )
-                .into());
-            }
-            let total_s = t0.elapsed().as_secs_f64();
-            // The counters after the last report: wait for the configData that follows.
-            std::thread::sleep(Duration::from_secs(1));
-            let c = minus(counters(&net.server)?, c0);
-            let mut times: Vec<f64> = done_at.into_iter().flatten().collect();
-            times.sort_by(f64::total_cmp);
-            // Each device says what it runs.
-            for sb in &devices {
-                let s = sb.json(&["status"])?;
-                let ok = s["containers"].as_array().into_iter().flatten().any(|c| {
-                    c["name"] == "fleetapp" && c["version"] == v && c["state"] == "running"
-                });
-                if !ok {
-                    return Err(
-                        format!("{}: fleetapp {v} is not running: {s}", sb.dir.display()).into(),
-                    );
-                }
-            }
-            rounds.push(json!({
-                "version": v, "what": what, "bundle_bytes": std::fs::metadata(file).map(|m| m.len()).unwrap_or(0),
-                "rollout_s": total_s, "device_done_s_p50": percentile(&times, 0.5), "device_done_s_p95": percentile(&times, 0.95),
-                "bytes_per_device": c.bytes as f64 / n as f64,
-                "ddi_requests_per_device": c.ddi_syn as f64 / n as f64,
-                "repository_requests_per_device": c.repo_syn as f64 / n as f64,
-            }));
+            rounds.push(rollout(&server, &net, &devices, v, file, what)?);
         }
         let server_rss = rss_kib(server.pid());
         for sb in &mut devices {
@@ -497,85 +324,11 @@ impl Suite for Fleet {
         drop(server);
         let k = n.min(10);
         progress!("fleet: idle polls over TLS, {k} devices");
-        let tls = tls_idle(ctx, &venv, &vendor, &net, k, idle_window)?;
+        let tls = tls_idle(ctx, &venv, &vendor, &net, k, ic.window)?;
         drop(net);
 
-        let mut t = Table::new(&[
-            "rollout",
-            "bundle",
-            "to all devices",
-            "device done p50 / p95",
-            "bytes per device",
-            "DDI requests per device",
-            "repository requests per device",
-        ]);
-        for r in &rounds {
-            t.row(vec![
-                r["what"].as_str().unwrap_or("").to_string(),
-                bytes(r["bundle_bytes"].as_u64().unwrap_or(0)),
-                format!("{:.1} s", r["rollout_s"].as_f64().unwrap_or(0.0)),
-                format!(
-                    "{:.1} / {:.1} s",
-                    r["device_done_s_p50"].as_f64().unwrap_or(0.0),
-                    r["device_done_s_p95"].as_f64().unwrap_or(0.0)
-                ),
-                bytes(r["bytes_per_device"].as_f64().unwrap_or(0.0) as u64),
-                format!(
-                    "{:.1}",
-                    r["ddi_requests_per_device"].as_f64().unwrap_or(0.0)
-                ),
-                format!(
-                    "{:.1}",
-                    r["repository_requests_per_device"].as_f64().unwrap_or(0.0)
-                ),
-            ]);
-        }
-        let mut idle_t = Table::new(&["idle", "value"]);
-        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-        let rows = [
-            (
-                "DDI requests per device per poll",
-                format!("{req_per_poll:.2}"),
-            ),
-            (
-                &*format!(
-                    "… per hour at the default {}-minute poll",
-                    DEFAULT_POLL_S / 60
-                ),
-                format!("{req_per_hour:.1}"),
-            ),
-            (
-                "bytes per device per poll (both ways, IP)",
-                format!("{bytes_per_poll:.0}"),
-            ),
-            (
-                "daemon RSS with [fleet] polling (mean of the devices)",
-                format!("{:.0} KiB", mean(&rss_fleet)),
-            ),
-            (
-                "the same daemon without [fleet]",
-                format!("{rss_plain} KiB"),
-            ),
-            (
-                "… private memory with [fleet] / without",
-                format!("{:.0} / {private_plain} KiB", mean(&private_fleet)),
-            ),
-            (
-                "daemon CPU per poll (its own)",
-                cpu_ms(http_cpu.0, http_cpu.2),
-            ),
-            ("gooseBit RSS", format!("{server_rss} KiB")),
-            (
-                "gooseBit CPU per DDI request",
-                format!(
-                    "{cpu_per_req_ms:.2} ms (≈ {:.0} polls/s per core)",
-                    1000.0 / cpu_per_req_ms.max(0.001)
-                ),
-            ),
-        ];
-        for (k, v) in rows {
-            idle_t.row(vec![k.to_string(), v]);
-        }
+        let t = rounds_table(&rounds);
+        let idle_t = idle_table(&ic, server_rss);
         let notes = vec![
             format!("{n} berth daemons, each in a network namespace of its own on a bridge to gooseBit {} (one Python process, SQLite) in another; the server's polling time {POLL_S} s while measuring; {started_s:.0} s to start them all and see them registered", fleet::GOOSEBIT_VERSION),
             "bytes and requests: nftables counters in the server's namespace (every IP byte both ways between the devices and the server; TCP connections opened: berth opens one per request)".into(),
@@ -595,22 +348,364 @@ impl Suite for Fleet {
                     table: idle_t,
                     notes: Vec::new(),
                 },
-                tls.section(bytes_per_poll, http_cpu),
+                tls.section(ic.bytes_per_poll, ic.http_cpu),
             ],
             raw: json!({
                 "devices": n, "poll_s": POLL_S, "rounds": rounds,
-                "idle": {"window_s": window_s, "ddi_requests": idle.ddi_syn, "bytes": idle.bytes,
-                         "requests_per_device_per_poll": req_per_poll, "requests_per_device_per_hour_at_default_poll": req_per_hour,
-                         "bytes_per_device_per_poll": bytes_per_poll},
-                "daemon_rss_kib": {"fleet": rss_fleet, "plain": rss_plain},
-                "daemon_private_kib": {"fleet": private_fleet, "plain": private_plain},
-                "daemon_cpu_ms_per_poll": http_cpu.0,
+                "idle": {"window_s": ic.window_s, "ddi_requests": ic.ddi_requests, "bytes": ic.bytes,
+                         "requests_per_device_per_poll": ic.req_per_poll, "requests_per_device_per_hour_at_default_poll": ic.req_per_hour,
+                         "bytes_per_device_per_poll": ic.bytes_per_poll},
+                "daemon_rss_kib": {"fleet": ic.rss_fleet, "plain": ic.rss_plain},
+                "daemon_private_kib": {"fleet": ic.private_fleet, "plain": ic.private_plain},
+                "daemon_cpu_ms_per_poll": ic.http_cpu.0,
                 "tls": tls.raw(),
-                "server": {"rss_kib": server_rss, "cpu_ms_per_request": cpu_per_req_ms},
+                "server": {"rss_kib": server_rss, "cpu_ms_per_request": ic.cpu_per_req_ms},
                 "rollout_s": rounds.iter().map(|r| r["rollout_s"].clone()).collect::<Vec<_>>(),
             }),
         })
     }
+}
+
+/// What the fleet costs while nothing is rolled out: measured over idle polls.
+struct IdleCost {
+    window: Duration,
+    window_s: f64,
+    ddi_requests: u64,
+    bytes: u64,
+    /// The daemons' own CPU per poll, their children's, and the resolution (ms).
+    http_cpu: (f64, f64, f64),
+    req_per_poll: f64,
+    req_per_hour: f64,
+    bytes_per_poll: f64,
+    cpu_per_req_ms: f64,
+    rss_fleet: Vec<f64>,
+    private_fleet: Vec<f64>,
+    rss_plain: u64,
+    private_plain: u64,
+}
+
+/// The idle polls of every device: requests, bytes and CPU per poll, the daemons' memory
+/// beside a daemon without `[fleet]`.
+fn idle_cost(
+    ctx: &mut Ctx,
+    net: &fleet::FleetNet,
+    server: &Goosebit,
+    devices: &[Sandbox],
+) -> Result<IdleCost> {
+    let n = devices.len();
+    // The same daemon without [fleet], up as long as the devices, for the RSS beside theirs.
+    let mut plain = ctx
+        .sb
+        .nested("fleet-plain", "2s", crate::sandbox::UNCAPPED_POLICY)?;
+    plain.start_daemon()?;
+    // Idle: requests per device per poll.
+    progress!("fleet: idle polls");
+    std::thread::sleep(Duration::from_secs(POLL_S * 2));
+    let (c0, cpu0, t0) = (counters(&net.server)?, cpu_s(server.pid()), Instant::now());
+    let dev_cpu0 = cpu_of(devices);
+    let idle_window = Duration::from_secs(if ctx.quick { POLL_S * 4 } else { POLL_S * 12 });
+    std::thread::sleep(idle_window);
+    let idle = minus(counters(&net.server)?, c0);
+    let idle_cpu = cpu_s(server.pid()) - cpu0;
+    let window_s = t0.elapsed().as_secs_f64();
+    let http_cpu = cpu_per_poll(&dev_cpu0, &cpu_of(devices), window_s);
+    let polls_expected = n as f64 * window_s / POLL_S as f64;
+    let req_per_poll = idle.ddi_syn as f64 / polls_expected;
+    let req_per_hour = req_per_poll * 3600.0 / DEFAULT_POLL_S as f64;
+    let bytes_per_poll = idle.bytes as f64 / polls_expected;
+    let cpu_per_req_ms = idle_cpu * 1000.0 / idle.ddi_syn.max(1) as f64;
+    let rss_fleet: Vec<f64> = devices
+        .iter()
+        .filter_map(daemon_pid)
+        .map(|p| rss_kib(p) as f64)
+        .collect();
+    let private_fleet: Vec<f64> = devices
+        .iter()
+        .filter_map(daemon_pid)
+        .map(|p| private_kib(p) as f64)
+        .collect();
+    let rss_plain = daemon_pid(&plain).map_or(0, rss_kib);
+    let private_plain = daemon_pid(&plain).map_or(0, private_kib);
+    drop(plain);
+    Ok(IdleCost {
+        window: idle_window,
+        window_s,
+        ddi_requests: idle.ddi_syn,
+        bytes: idle.bytes,
+        http_cpu,
+        req_per_poll,
+        req_per_hour,
+        bytes_per_poll,
+        cpu_per_req_ms,
+        rss_fleet,
+        private_fleet,
+        rss_plain,
+        private_plain,
+    })
+}
+
+/// The idle cost's table.
+fn idle_table(ic: &IdleCost, server_rss: u64) -> Table {
+    let mut idle_t = Table::new(&["idle", "value"]);
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    let rows = [
+        (
+            "DDI requests per device per poll",
+            format!("{:.2}", ic.req_per_poll),
+        ),
+        (
+            &*format!(
+                "… per hour at the default {}-minute poll",
+                DEFAULT_POLL_S / 60
+            ),
+            format!("{:.1}", ic.req_per_hour),
+        ),
+        (
+            "bytes per device per poll (both ways, IP)",
+            format!("{:.0}", ic.bytes_per_poll),
+        ),
+        (
+            "daemon RSS with [fleet] polling (mean of the devices)",
+            format!("{:.0} KiB", mean(&ic.rss_fleet)),
+        ),
+        (
+            "the same daemon without [fleet]",
+            format!("{} KiB", ic.rss_plain),
+        ),
+        (
+            "… private memory with [fleet] / without",
+            format!("{:.0} / {} KiB", mean(&ic.private_fleet), ic.private_plain),
+        ),
+        (
+            "daemon CPU per poll (its own)",
+            cpu_ms(ic.http_cpu.0, ic.http_cpu.2),
+        ),
+        ("gooseBit RSS", format!("{server_rss} KiB")),
+        (
+            "gooseBit CPU per DDI request",
+            format!(
+                "{:.2} ms (≈ {:.0} polls/s per core)",
+                ic.cpu_per_req_ms,
+                1000.0 / ic.cpu_per_req_ms.max(0.001)
+            ),
+        ),
+    ];
+    for (k, v) in rows {
+        idle_t.row(vec![k.to_string(), v]);
+    }
+    idle_t
+}
+
+/// Counters in the server's namespace: every byte between the devices and the server, and
+/// connections opened.
+fn counting(server_ns: &str) -> Result<()> {
+    let rules = "table inet fleetbench {\n chain i { type filter hook input priority 0; ip saddr 10.77.0.0/16 counter comment \"bytes\"; tcp dport 60053 tcp flags syn counter comment \"ddi\"; tcp dport 8080 tcp flags syn counter comment \"repo\"; }\n chain o { type filter hook output priority 0; ip daddr 10.77.0.0/16 counter comment \"bytes\"; }\n}\n";
+    let mut nft = Command::new("ip")
+        .args(["netns", "exec", server_ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("nft: {e}"))?;
+    std::io::Write::write_all(nft.stdin.as_mut().unwrap(), rules.as_bytes())
+        .map_err(|e| e.to_string())?;
+    drop(nft.stdin.take());
+    if !nft.wait().map_err(|e| e.to_string())?.success() {
+        return Err("nft -f: the counters' table was refused".into());
+    }
+    Ok(())
+}
+
+/// The vendor's three bundles: 1 (installs), 2 (whole), 3 (index only, a delta from 2 in the
+/// repository the devices use, which is left in `repo-2`).
+fn bundles(vendor: &Sandbox) -> Result<(PathBuf, PathBuf, PathBuf)> {
+    progress!("fleet: bundles");
+    let repo2 = vendor.dir.join("repo-2");
+    let key = vendor.key.to_string_lossy().into_owned();
+    let bundle = |v: &str, extra: &[&str]| -> Result<PathBuf> {
+        for e in std::fs::read_dir(vendor.repo.join("packages"))
+            .map_err(|e| e.to_string())?
+            .flatten()
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+        vendor.pack_pkg(&app(v))?;
+        let out = vendor.dir.join(format!("fleetapp-{v}.berth"));
+        let repo = vendor.repo.to_string_lossy().into_owned();
+        let mut args = vec!["repo", "build", &repo, "--key", &key];
+        let old = repo2.to_string_lossy().into_owned();
+        if v == "3" {
+            args.extend(["--deltas-from", &old]);
+        }
+        vendor.ok(&args)?;
+        let o = out.to_string_lossy().into_owned();
+        let mut b = vec![
+            "repo",
+            "bundle",
+            &repo,
+            "-o",
+            &o,
+            "--version",
+            v,
+            "--install",
+            "fleetapp",
+        ];
+        b.extend_from_slice(extra);
+        vendor.ok(&b)?;
+        Ok(out)
+    };
+    let b1 = bundle("1", &[])?;
+    let b2 = bundle("2", &[])?;
+    run(Command::new("cp")
+        .args(["-a"])
+        .arg(&vendor.repo)
+        .arg(&repo2))?;
+    let b3 = bundle("3", &["--index-only"])?;
+    Ok((b1, b2, b3))
+}
+
+/// A berth daemon for each device namespace, polling the server.
+fn start_devices(
+    ctx: &mut Ctx,
+    net: &fleet::FleetNet,
+    vendor: &Sandbox,
+    server: &Goosebit,
+) -> Result<Vec<Sandbox>> {
+    let mut devices = Vec::new();
+    let extra = "[upgrade]\ndeadline = \"30s\"\nsettle = \"500ms\"\n";
+    for (i, ns) in net.devices.iter().enumerate() {
+        let mut sb = ctx
+            .sb
+            .nested(&format!("fd{i}"), "2s", crate::sandbox::UNCAPPED_POLICY)?;
+        std::fs::copy(
+            vendor.dir.join("keys/vendor.pub"),
+            sb.dir.join("keys/vendor.pub"),
+        )
+        .map_err(|e| e.to_string())?;
+        let token = sb.dir.join("fleet.token");
+        std::fs::write(&token, format!("bench-token-{i}\n")).map_err(|e| e.to_string())?;
+        sb.write_config(&format!(
+            "{}{extra}[fleet]\nserver = \"{}\"\ncontroller_id = \"fd{i}\"\ntoken_file = \"{}\"\n{FIRST_POLL}",
+            crate::sandbox::UNCAPPED_POLICY,
+            server.url(""),
+            token.display()
+        ))?;
+        sb.set_repository(&format!("http://{SERVER_IP}:8080"))?;
+        sb.daemon_netns = Some(ns.clone());
+        sb.start_daemon()?;
+        devices.push(sb);
+    }
+    Ok(devices)
+}
+
+/// One rollout to every device: the bundle `file` of version `v` uploaded, rolled out, waited
+/// for on the server and on each device; its times and counts.
+fn rollout(
+    server: &Goosebit,
+    net: &fleet::FleetNet,
+    devices: &[Sandbox],
+    v: &str,
+    file: &PathBuf,
+    what: &str,
+) -> Result<Value> {
+    let n = devices.len();
+    let ids: Vec<String> = (0..n).map(|i| format!("fd{i}")).collect();
+    progress!("fleet: rollout of {v} to {n} devices");
+    let sw = server.upload(file)?;
+    let c0 = counters(&net.server)?;
+    let t0 = Instant::now();
+    server.rollout(&format!("fleetapp-{v}"), "all", sw)?;
+    let want = format!("Finished {v}");
+    let mut done_at: Vec<Option<f64>> = vec![None; n];
+    poll(
+        Duration::from_secs(900),
+        Duration::from_millis(250),
+        &format!("bundle {v} on every device"),
+        || {
+            let d = server.devices().ok()?;
+            let st = fleet::states(&d, &ids);
+            for (i, s) in st.iter().enumerate() {
+                if done_at[i].is_none() && *s == want {
+                    done_at[i] = Some(t0.elapsed().as_secs_f64());
+                }
+                if s.starts_with("Error") {
+                    return Some(());
+                }
+            }
+            done_at.iter().all(Option::is_some).then_some(())
+        },
+    )?;
+    let failed: Vec<&String> = ids
+        .iter()
+        .zip(&done_at)
+        .filter(|(_, t)| t.is_none())
+        .map(|(id, _)| id)
+        .collect();
+    if !failed.is_empty() {
+        return Err(format!(
+            "bundle {v} failed on {failed:?}: {}",
+            devices[0].daemon_log_text()
+        )
+        .into());
+    }
+    let total_s = t0.elapsed().as_secs_f64();
+    // The counters after the last report: wait for the configData that follows.
+    std::thread::sleep(Duration::from_secs(1));
+    let c = minus(counters(&net.server)?, c0);
+    let mut times: Vec<f64> = done_at.into_iter().flatten().collect();
+    times.sort_by(f64::total_cmp);
+    // Each device says what it runs.
+    for sb in devices {
+        let s = sb.json(&["status"])?;
+        let ok = s["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["name"] == "fleetapp" && c["version"] == v && c["state"] == "running");
+        if !ok {
+            return Err(format!("{}: fleetapp {v} is not running: {s}", sb.dir.display()).into());
+        }
+    }
+    Ok(json!({
+        "version": v, "what": what, "bundle_bytes": std::fs::metadata(file).map(|m| m.len()).unwrap_or(0),
+        "rollout_s": total_s, "device_done_s_p50": percentile(&times, 0.5), "device_done_s_p95": percentile(&times, 0.95),
+        "bytes_per_device": c.bytes as f64 / n as f64,
+        "ddi_requests_per_device": c.ddi_syn as f64 / n as f64,
+        "repository_requests_per_device": c.repo_syn as f64 / n as f64,
+    }))
+}
+
+/// The rollouts' table.
+fn rounds_table(rounds: &[Value]) -> Table {
+    let mut t = Table::new(&[
+        "rollout",
+        "bundle",
+        "to all devices",
+        "device done p50 / p95",
+        "bytes per device",
+        "DDI requests per device",
+        "repository requests per device",
+    ]);
+    for r in rounds {
+        t.row(vec![
+            r["what"].as_str().unwrap_or("").to_string(),
+            bytes(r["bundle_bytes"].as_u64().unwrap_or(0)),
+            format!("{:.1} s", r["rollout_s"].as_f64().unwrap_or(0.0)),
+            format!(
+                "{:.1} / {:.1} s",
+                r["device_done_s_p50"].as_f64().unwrap_or(0.0),
+                r["device_done_s_p95"].as_f64().unwrap_or(0.0)
+            ),
+            bytes(r["bytes_per_device"].as_f64().unwrap_or(0.0) as u64),
+            format!(
+                "{:.1}",
+                r["ddi_requests_per_device"].as_f64().unwrap_or(0.0)
+            ),
+            format!(
+                "{:.1}",
+                r["repository_requests_per_device"].as_f64().unwrap_or(0.0)
+            ),
+        ]);
+    }
+    t
 }
 
 /// The idle polls over https://.

@@ -8,8 +8,11 @@
 use std::time::{Duration, Instant};
 
 use berth_core::api::{container, report as rfield, status as sfield};
+use berth_core::state::{Installed, State};
 use berth_core::tr181::{self, Instances, Params};
+use berth_sys::cgroupfs::Stats;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 
 use crate::daemon::context::Daemon;
 use crate::daemon::error::Result;
@@ -36,25 +39,9 @@ fn vendor(d: &Daemon) -> String {
 
 pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
     let st = state::state(d);
-    let safe_mode = d.safe_mode().is_some();
     let vendor = vendor(d);
-    // Stable instance numbers (and UUIDs), kept across daemon restarts.
-    let file = instances_file(d);
-    let mut inst: Instances = std::fs::read(&file)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_default();
-    let names: Vec<(&str, String)> = st
-        .packages
-        .keys()
-        .map(|n| (n.as_str(), tr181::du_uuid(n, &vendor)))
-        .collect();
-    if inst.assign(&names) {
-        let text = serde_json::to_vec(&inst).unwrap_or_default();
-        if let Err(e) = berth_sys::fsutil::write_atomic(&file, &text, 0o600) {
-            log::warn!("tr181: {}: {e}", file.display());
-        }
-    }
+    let inst = instances(d, &st, &vendor);
+    let safe_mode = d.safe_mode().is_some();
     let status = status::status(d, None)?;
     let by_name = |n: &str| -> Value {
         status[sfield::CONTAINERS]
@@ -68,14 +55,6 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
     let index = crate::daemon::store::repo::load_index(d)
         .ok()
         .map(|(i, _)| i);
-    let reports = reports::list(d, None).unwrap_or(Value::Null);
-    let report_list: Vec<&Value> = reports[rfield::REPORTS]
-        .as_array()
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
-
-    // CPU in use: two readings of each running container's counter.
-    let cg = d.resources.cgroups.as_ref().ok();
     // Running: what the status answer found (its init pid), without asking each shim again.
     let running: Vec<String> = st
         .packages
@@ -83,23 +62,16 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
         .filter(|n| !by_name(n)[container::INIT_PID].is_null())
         .cloned()
         .collect();
+    let cpu = CpuSample::take(d, &running);
     let usage = crate::daemon::disk::usage(d);
-    let read = |n: &str| cg.map(|c| cgroups::container_stats(c, d, n));
-    let first: Vec<_> = running.iter().map(|n| read(n)).collect();
-    let t0 = Instant::now();
-    if !running.is_empty() {
-        std::thread::sleep(CPU_SAMPLE);
-    }
-    let elapsed = t0.elapsed().as_micros().max(1) as f64;
-    let cpus = d.resources.host.cpus.max(1) as f64;
-    let second: Vec<_> = running.iter().map(|n| read(n)).collect();
-    let sample = |n: &str| -> Option<(i64, Option<berth_sys::cgroupfs::Stats>)> {
-        let i = running.iter().position(|r| r == n)?;
-        let a = first[i].as_ref()?.cpu_usage_usec?;
-        let s = second[i].clone()?;
-        let b = s.cpu_usage_usec?;
-        let pct = (b.saturating_sub(a) as f64 * 100.0 / elapsed / cpus).round() as i64;
-        Some((pct.clamp(0, 100), Some(s)))
+    let view = View {
+        d,
+        inst,
+        vendor,
+        safe_mode,
+        cpus: d.resources.host.cpus.max(1) as f64,
+        // After the sample, as each unit's uptime is read.
+        now: berth_sys::process::now_s(),
     };
 
     let mut p = Params::default();
@@ -107,89 +79,15 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
     p.set(root, "ExecEnvNumberOfEntries", 1);
     p.set(root, "DeploymentUnitNumberOfEntries", st.packages.len());
     p.set(root, "ExecutionUnitNumberOfEntries", st.packages.len());
-
-    // The ExecEnv: berth.
-    let ee = format!("{}.", tr181::EXEC_ENV);
-    let eu_ref = |n: &str| {
-        format!(
-            "{root}ExecutionUnit.{}",
-            inst.numbers.get(n).copied().unwrap_or(0)
-        )
-    };
-    p.set(&ee, "Enable", !safe_mode);
-    p.set(
-        &ee,
-        "Status",
-        if safe_mode {
-            "Disabled"
-        } else if d.resources.cgroups.is_err() {
-            "Error"
-        } else {
-            "Up"
-        },
-    );
-    p.set(&ee, "Alias", "cpe-berth");
-    p.set(&ee, "Name", "berth");
-    p.set(&ee, "Type", "LXC");
-    p.set(&ee, "InitialRunLevel", 0);
-    // berth has no run levels: -1 as the data model says for none.
-    p.set(&ee, "CurrentRunLevel", -1);
-    p.set(&ee, "InitialExecutionUnitRunLevel", -1);
-    p.set(&ee, "Vendor", "berth");
-    p.set(&ee, "Version", env!("CARGO_PKG_VERSION"));
-    p.set(&ee, "ParentExecEnv", "");
-    let group = cg.map(|c| c.stats(&d.cfg.cgroup_parent));
-    let kib = |b: Option<u64>| b.map(|x| (x / 1024) as i64).unwrap_or(-1);
-    let budget = group.as_ref().and_then(|g| g.memory_max);
-    p.set(&ee, "AllocatedDiskSpace", -1);
-    p.set(&ee, "AllocatedMemory", kib(budget));
-    p.set(
-        &ee,
-        "AllocatedCPUPercent",
-        d.cfg.policy.cpu_max_percent as i64,
-    );
-    p.set(
-        &ee,
-        "AvailableDiskSpace",
-        kib(free_bytes(&d.cfg.paths.state)),
-    );
-    let used = group.as_ref().and_then(|g| g.memory_current);
-    p.set(
-        &ee,
-        "AvailableMemory",
-        match (budget, used) {
-            (Some(b), Some(u)) => (b.saturating_sub(u) / 1024) as i64,
-            _ => -1,
-        },
-    );
-    let active: Vec<String> = running.iter().map(|n| eu_ref(n)).collect();
-    p.set(&ee, "ActiveExecutionUnits", active.join(","));
-
-    // Crash archives: DeviceInfo.VendorLogFile rows, numbered in listing order.
-    let log_prefix = "Device.DeviceInfo.VendorLogFile.";
-    let mut logs_of: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    for (i, r) in report_list.iter().enumerate() {
-        let row = format!("{log_prefix}{}.", i + 1);
-        p.set(&row, "Alias", format!("cpe-report-{}", i + 1));
-        // The report's id: what `berth report export ID` (and the admin API) takes.
-        p.set(&row, "Name", r[rfield::ID].as_str().unwrap_or(""));
-        p.set(&row, "MaximumSize", d.cfg.reports.max_total_size);
-        p.set(&row, "Persistent", true);
-        if let Some(c) = r[rfield::NAME].as_str() {
-            logs_of
-                .entry(c.to_string())
-                .or_default()
-                .push(format!("{log_prefix}{}", i + 1));
-        }
-    }
-
+    view.exec_env(&mut p, &running);
+    let logs_of = view.vendor_logs(&mut p);
     for (name, pkg) in &st.packages {
-        let n = inst.numbers.get(name.as_str()).copied().unwrap_or(0);
         let c = by_name(name);
-        let m = &pkg.manifest;
-        let du = format!("{root}DeploymentUnit.{n}.");
-        let eu = format!("{root}ExecutionUnit.{n}.");
-        let uuid = inst.uuids.get(name.as_str()).cloned().unwrap_or_default();
+        let logs = logs_of
+            .get(name.as_str())
+            .cloned()
+            .unwrap_or_default()
+            .join(",");
         let url = match (&d.cfg.repository, &index) {
             (Some(repo), Some(ix)) => ix
                 .packages
@@ -203,31 +101,229 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
             .depends
             .iter()
             .all(|dep| st.packages.contains_key(dep.as_str()));
-        let logs = logs_of
-            .get(name.as_str())
-            .cloned()
-            .unwrap_or_default()
-            .join(",");
+        view.deployment_unit(&mut p, pkg, url, resolved, &logs);
+        let (cpu_now, stats) = cpu.of(name).unwrap_or((-1, None));
+        let unit = Unit {
+            pkg,
+            c: &c,
+            logs: &logs,
+            cpu_now,
+            stats,
+            data_used: usage.data_of(name),
+        };
+        view.execution_unit(&mut p, &unit);
+    }
+    let mut out = serde_json::Map::new();
+    let order: Vec<Value> = p.0.iter().map(|(k, _)| json!(k)).collect();
+    for (k, v) in p.0 {
+        out.insert(k, v);
+    }
+    Ok(json!({ "parameters": out, "order": order }))
+}
+
+/// Stable instance numbers (and UUIDs) of the installed packages, kept across daemon restarts.
+fn instances(d: &Daemon, st: &State, vendor: &str) -> Instances {
+    let file = instances_file(d);
+    let mut inst: Instances = std::fs::read(&file)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let names: Vec<(&str, String)> = st
+        .packages
+        .keys()
+        .map(|n| (n.as_str(), tr181::du_uuid(n, vendor)))
+        .collect();
+    if inst.assign(&names) {
+        let text = serde_json::to_vec(&inst).unwrap_or_default();
+        if let Err(e) = berth_sys::fsutil::write_atomic(&file, &text, 0o600) {
+            log::warn!("tr181: {}: {e}", file.display());
+        }
+    }
+    inst
+}
+
+/// CPU in use: two readings of each running container's counter, `CPU_SAMPLE` apart.
+struct CpuSample {
+    running: Vec<String>,
+    first: Vec<Option<Stats>>,
+    second: Vec<Option<Stats>>,
+    elapsed_us: f64,
+    cpus: f64,
+}
+
+impl CpuSample {
+    fn take(d: &Daemon, running: &[String]) -> CpuSample {
+        let cg = d.resources.cgroups.as_ref().ok();
+        let read = |n: &str| cg.map(|c| cgroups::container_stats(c, d, n));
+        let first: Vec<_> = running.iter().map(|n| read(n)).collect();
+        let t0 = Instant::now();
+        if !running.is_empty() {
+            std::thread::sleep(CPU_SAMPLE);
+        }
+        let elapsed_us = t0.elapsed().as_micros().max(1) as f64;
+        let second: Vec<_> = running.iter().map(|n| read(n)).collect();
+        CpuSample {
+            running: running.to_vec(),
+            first,
+            second,
+            elapsed_us,
+            cpus: d.resources.host.cpus.max(1) as f64,
+        }
+    }
+
+    /// The container's share of all CPUs in percent, and its second reading.
+    fn of(&self, n: &str) -> Option<(i64, Option<Stats>)> {
+        let i = self.running.iter().position(|r| r == n)?;
+        let a = self.first[i].as_ref()?.cpu_usage_usec?;
+        let s = self.second[i].clone()?;
+        let b = s.cpu_usage_usec?;
+        let pct = (b.saturating_sub(a) as f64 * 100.0 / self.elapsed_us / self.cpus).round() as i64;
+        Some((pct.clamp(0, 100), Some(s)))
+    }
+}
+
+/// Bytes as the data model's KiB, -1 for unknown.
+fn kib(b: Option<u64>) -> i64 {
+    b.map(|x| (x / 1024) as i64).unwrap_or(-1)
+}
+
+/// What every part of the view shares.
+struct View<'a> {
+    d: &'a Daemon,
+    inst: Instances,
+    vendor: String,
+    safe_mode: bool,
+    cpus: f64,
+    now: u64,
+}
+
+/// One container's row of the status answer, with what was measured of it.
+struct Unit<'a> {
+    pkg: &'a Installed,
+    c: &'a Value,
+    logs: &'a str,
+    cpu_now: i64,
+    stats: Option<Stats>,
+    data_used: Option<u64>,
+}
+
+impl View<'_> {
+    fn number(&self, n: &str) -> u32 {
+        self.inst.numbers.get(n).copied().unwrap_or(0)
+    }
+
+    fn eu_ref(&self, n: &str) -> String {
+        format!("{}ExecutionUnit.{}", tr181::ROOT, self.number(n))
+    }
+
+    /// The ExecEnv: berth.
+    fn exec_env(&self, p: &mut Params, running: &[String]) {
+        let d = self.d;
+        let ee = format!("{}.", tr181::EXEC_ENV);
+        p.set(&ee, "Enable", !self.safe_mode);
+        p.set(
+            &ee,
+            "Status",
+            if self.safe_mode {
+                "Disabled"
+            } else if d.resources.cgroups.is_err() {
+                "Error"
+            } else {
+                "Up"
+            },
+        );
+        p.set(&ee, "Alias", "cpe-berth");
+        p.set(&ee, "Name", "berth");
+        p.set(&ee, "Type", "LXC");
+        p.set(&ee, "InitialRunLevel", 0);
+        // berth has no run levels: -1 as the data model says for none.
+        p.set(&ee, "CurrentRunLevel", -1);
+        p.set(&ee, "InitialExecutionUnitRunLevel", -1);
+        p.set(&ee, "Vendor", "berth");
+        p.set(&ee, "Version", env!("CARGO_PKG_VERSION"));
+        p.set(&ee, "ParentExecEnv", "");
+        let cg = d.resources.cgroups.as_ref().ok();
+        let group = cg.map(|c| c.stats(&d.cfg.cgroup_parent));
+        let budget = group.as_ref().and_then(|g| g.memory_max);
+        p.set(&ee, "AllocatedDiskSpace", -1);
+        p.set(&ee, "AllocatedMemory", kib(budget));
+        p.set(
+            &ee,
+            "AllocatedCPUPercent",
+            d.cfg.policy.cpu_max_percent as i64,
+        );
+        p.set(
+            &ee,
+            "AvailableDiskSpace",
+            kib(free_bytes(&d.cfg.paths.state)),
+        );
+        let used = group.as_ref().and_then(|g| g.memory_current);
+        p.set(
+            &ee,
+            "AvailableMemory",
+            match (budget, used) {
+                (Some(b), Some(u)) => (b.saturating_sub(u) / 1024) as i64,
+                _ => -1,
+            },
+        );
+        let active: Vec<String> = running.iter().map(|n| self.eu_ref(n)).collect();
+        p.set(&ee, "ActiveExecutionUnits", active.join(","));
+    }
+
+    /// Crash archives: DeviceInfo.VendorLogFile rows, numbered in listing order; what each
+    /// container's rows are.
+    fn vendor_logs(&self, p: &mut Params) -> BTreeMap<String, Vec<String>> {
+        let reports = reports::list(self.d, None).unwrap_or(Value::Null);
+        let log_prefix = "Device.DeviceInfo.VendorLogFile.";
+        let mut logs_of: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let list = reports[rfield::REPORTS].as_array().map(Vec::as_slice);
+        for (i, r) in list.unwrap_or_default().iter().enumerate() {
+            let row = format!("{log_prefix}{}.", i + 1);
+            p.set(&row, "Alias", format!("cpe-report-{}", i + 1));
+            // The report's id: what `berth report export ID` (and the admin API) takes.
+            p.set(&row, "Name", r[rfield::ID].as_str().unwrap_or(""));
+            p.set(&row, "MaximumSize", self.d.cfg.reports.max_total_size);
+            p.set(&row, "Persistent", true);
+            if let Some(c) = r[rfield::NAME].as_str() {
+                logs_of
+                    .entry(c.to_string())
+                    .or_default()
+                    .push(format!("{log_prefix}{}", i + 1));
+            }
+        }
+        logs_of
+    }
+
+    fn deployment_unit(
+        &self,
+        p: &mut Params,
+        pkg: &Installed,
+        url: String,
+        resolved: bool,
+        logs: &str,
+    ) {
+        let name = pkg.name.as_str();
+        let du = format!("{}DeploymentUnit.{}.", tr181::ROOT, self.number(name));
+        let uuid = self.inst.uuids.get(name).cloned().unwrap_or_default();
         p.set(&du, "UUID", uuid);
-        p.set(&du, "DUID", name.as_str());
+        p.set(&du, "DUID", name);
         p.set(&du, "Alias", format!("cpe-{name}"));
-        p.set(&du, "Name", name.as_str());
+        p.set(&du, "Name", name);
         p.set(&du, "Status", "Installed");
         p.set(&du, "Resolved", resolved);
         p.set(&du, "URL", url);
-        p.set(&du, "Description", m.package.description.as_str());
-        p.set(&du, "Vendor", vendor.as_str());
+        p.set(
+            &du,
+            "Description",
+            pkg.manifest.package.description.as_str(),
+        );
+        p.set(&du, "Vendor", self.vendor.as_str());
         p.set(&du, "Version", pkg.version.to_string());
-        p.set(&du, "VendorLogList", logs.as_str());
+        p.set(&du, "VendorLogList", logs);
         p.set(&du, "VendorConfigList", "");
-        p.set(&du, "ExecutionUnitList", eu_ref(name));
+        p.set(&du, "ExecutionUnitList", self.eu_ref(name));
         p.set(&du, "ExecutionEnvRef", tr181::EXEC_ENV);
-        let first_install = pkg
-            .previous
-            .as_ref()
-            .map(|p| p.installed_at)
-            .unwrap_or(pkg.installed_at);
-        p.set(&du, "Installed", tr181::datetime(first_install));
+        p.set(&du, "Installed", tr181::datetime(first_install(pkg)));
         p.set(
             &du,
             "LastUpdate",
@@ -237,16 +333,22 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
                 0
             }),
         );
+    }
 
+    fn execution_unit(&self, p: &mut Params, u: &Unit) {
+        let (d, pkg, c) = (self.d, u.pkg, u.c);
+        let name = pkg.name.as_str();
+        let m = &pkg.manifest;
+        let eu = format!("{}ExecutionUnit.{}.", tr181::ROOT, self.number(name));
         let state = c[container::STATE].as_str().unwrap_or("stopped");
         let ran =
             !c[container::LAST_EXIT].is_null() || c[container::RESTARTS].as_u64().unwrap_or(0) > 0;
         let reason = c[container::REASON].as_str();
-        let fault = tr181::fault_code(state, ran, reason, safe_mode);
-        p.set(&eu, "EUID", name.as_str());
+        let fault = tr181::fault_code(state, ran, reason, self.safe_mode);
+        p.set(&eu, "EUID", name);
         p.set(&eu, "Alias", format!("cpe-{name}"));
-        p.set(&eu, "Name", name.as_str());
-        p.set(&eu, "ExecEnvLabel", name.as_str());
+        p.set(&eu, "Name", name);
+        p.set(&eu, "ExecEnvLabel", name);
         p.set(&eu, "Status", tr181::eu_status(state));
         p.set(&eu, "ExecutionFaultCode", fault);
         let message: String = match fault {
@@ -261,50 +363,53 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
         );
         p.set(&eu, "AutoStart", c[container::AUTOSTART] == true);
         p.set(&eu, "RunLevel", 0);
-        p.set(&eu, "Vendor", vendor.as_str());
+        p.set(&eu, "Vendor", self.vendor.as_str());
         p.set(&eu, "Version", pkg.version.to_string());
         p.set(&eu, "Description", m.package.description.as_str());
         p.set(&eu, "Privileged", pkg.trusted);
         p.set(&eu, "AllocatedDiskSpace", kib(d.cfg.data_size));
-        p.set(&eu, "DiskSpaceInUse", kib(usage.data_of(name)));
-        let (cpu_now, stats) = sample(name).unwrap_or((-1, None));
+        p.set(&eu, "DiskSpaceInUse", kib(u.data_used));
+        let stats = u.stats.as_ref();
         let mem_limit = m
             .resources
             .memory
-            .or_else(|| stats.as_ref().and_then(|s| s.memory_max));
+            .or_else(|| stats.and_then(|s| s.memory_max));
         p.set(&eu, "AllocatedMemory", kib(mem_limit));
         p.set(
             &eu,
             "MemoryInUse",
-            kib(stats.as_ref().and_then(|s| s.memory_current)),
+            kib(stats.and_then(|s| s.memory_current)),
         );
         p.set(
             &eu,
             "AllocatedCPUPercent",
             m.resources
                 .cpu_max_percent
-                .map(|c| ((c as f64 / cpus).round() as i64).clamp(1, 100))
+                .map(|c| ((c as f64 / self.cpus).round() as i64).clamp(1, 100))
                 .unwrap_or(-1),
         );
-        p.set(&eu, "CPUPercentInUse", cpu_now);
-        p.set(&eu, "CreationTime", tr181::datetime(first_install));
-        let now = berth_sys::process::now_s();
+        p.set(&eu, "CPUPercentInUse", u.cpu_now);
+        p.set(&eu, "CreationTime", tr181::datetime(first_install(pkg)));
         p.set(
             &eu,
             "Uptime",
             c[container::STARTED_AT]
                 .as_u64()
                 .filter(|_| tr181::eu_status(state) == "Active")
-                .map(|t| now.saturating_sub(t))
+                .map(|t| self.now.saturating_sub(t))
                 .unwrap_or(0),
         );
         p.set(&eu, "References", "");
         p.set(&eu, "AssociatedProcessList", "");
-        p.set(&eu, "VendorLogList", logs.as_str());
+        p.set(&eu, "VendorLogList", u.logs);
         p.set(&eu, "VendorConfigList", "");
         p.set(&eu, "ExecutionEnvRef", tr181::EXEC_ENV);
+        self.auto_restart(p, &eu, u);
+    }
+
+    fn auto_restart(&self, p: &mut Params, eu: &str, u: &Unit) {
+        let (c, r) = (u.c, &u.pkg.manifest.restart);
         let ar = format!("{eu}AutoRestart.");
-        let r = &m.restart;
         p.set(
             &ar,
             "Enable",
@@ -324,17 +429,19 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
             &ar,
             "NextRestart",
             match c[container::RESTART_IN_MS].as_u64() {
-                Some(ms) => tr181::datetime(now + ms.div_ceil(1000)),
+                Some(ms) => tr181::datetime(self.now + ms.div_ceil(1000)),
                 None => tr181::NO_RESTART.into(),
             },
         );
     }
-    let mut out = serde_json::Map::new();
-    let order: Vec<Value> = p.0.iter().map(|(k, _)| json!(k)).collect();
-    for (k, v) in p.0 {
-        out.insert(k, v);
-    }
-    Ok(json!({ "parameters": out, "order": order }))
+}
+
+/// When the package was first installed (before any upgrade).
+fn first_install(pkg: &Installed) -> u64 {
+    pkg.previous
+        .as_ref()
+        .map(|p| p.installed_at)
+        .unwrap_or(pkg.installed_at)
 }
 
 /// Bytes free to unprivileged use on the file system holding `p`.

@@ -532,6 +532,37 @@ fn locks(d: &Daemon) -> Option<String> {
     (!held.is_empty()).then(|| held.join("; "))
 }
 
+/// The action for a deployment newly offered, in place of `old`: downloaded already when
+/// `old` staged a bundle of the same artifact (download-only), else from the start.
+fn offered(d: &Daemon, dep: &Deployment, old: Option<&Action>) -> Action {
+    let mut fresh = Action::new(&dep.id, dep.version.clone());
+    let staged = old.and_then(|o| o.bundle_sha256.clone()).filter(|h| {
+        ddi::bundle_artifact(dep).is_ok_and(|a| a.sha256.as_ref() == Some(h))
+            && bundle::held(&bundle_path(d)).is_some()
+    });
+    if let Some(old) = old {
+        if old.phase != Phase::Finished && staged.is_none() {
+            log::warn!(
+                "fleet: action {} replaced by {} before it finished",
+                old.id,
+                dep.id
+            );
+        }
+    }
+    log::info!(
+        "fleet: action {} offered (version {})",
+        dep.id,
+        dep.version.as_deref().unwrap_or("?")
+    );
+    if staged.is_some() {
+        fresh.phase = Phase::Downloaded;
+        fresh.bundle_sha256 = staged;
+    } else {
+        let _ = std::fs::remove_file(bundle_path(d));
+    }
+    fresh
+}
+
 fn deploy(
     d: &Arc<Daemon>,
     client: &Client,
@@ -568,33 +599,7 @@ fn deploy(
         }
         Some(_) if same => {}
         old => {
-            let mut fresh = Action::new(&dep.id, dep.version.clone());
-            // A bundle staged by an earlier action (download-only) for the same artifact.
-            let staged = old.and_then(|o| o.bundle_sha256.clone()).filter(|h| {
-                ddi::bundle_artifact(dep).is_ok_and(|a| a.sha256.as_ref() == Some(h))
-                    && bundle::held(&bundle_path(d)).is_some()
-            });
-            if let Some(old) = old {
-                if old.phase != Phase::Finished && staged.is_none() {
-                    log::warn!(
-                        "fleet: action {} replaced by {} before it finished",
-                        old.id,
-                        dep.id
-                    );
-                }
-            }
-            log::info!(
-                "fleet: action {} offered (version {})",
-                dep.id,
-                dep.version.as_deref().unwrap_or("?")
-            );
-            if staged.is_some() {
-                fresh.phase = Phase::Downloaded;
-                fresh.bundle_sha256 = staged;
-            } else {
-                let _ = std::fs::remove_file(bundle_path(d));
-            }
-            rec.action = Some(fresh);
+            rec.action = Some(offered(d, dep, old));
             changed = true;
         }
     }
