@@ -10,12 +10,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_core::api::{container, governor as gov, net as netf, status as statusf};
+use berth_core::api::{governor as gov, net as netf};
 use berth_core::metrics::{Exposition, Kind};
 use serde_json::Value;
 
 use crate::daemon::context::Daemon;
-use crate::daemon::{cgroups, disk, governor, net, records, state, status};
+use crate::daemon::{cgroups, disk, governor, net, state, status};
 
 /// The states a container can be in (`berth status`), each a series of the state set.
 const STATES: [&str; 7] = [
@@ -32,15 +32,7 @@ pub(crate) fn text(d: &Daemon) -> String {
     let mut e = Exposition::new();
     daemon_part(d, &mut e);
     let st = state::state(d);
-    let status = status::status(d, None).unwrap_or(Value::Null);
-    let containers: Vec<&Value> = status[statusf::CONTAINERS]
-        .as_array()
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
-    let names: Vec<&str> = containers
-        .iter()
-        .filter_map(|c| c[container::NAME].as_str())
-        .collect();
+    let containers = status::containers(d, &st, None, true).unwrap_or_default();
 
     e.family(
         "berth_packages_installed",
@@ -54,13 +46,10 @@ pub(crate) fn text(d: &Daemon) -> String {
         "1 for the state the container is in (berth status), 0 for the others.",
     );
     for c in &containers {
-        let (Some(n), Some(s)) = (c[container::NAME].as_str(), c[container::STATE].as_str()) else {
-            continue;
-        };
         for state in STATES {
             e.sample(
-                &[("container", n), ("state", state)],
-                Some(f64::from(u8::from(s == state))),
+                &[("container", c.name.as_str()), ("state", state)],
+                Some(f64::from(u8::from(c.state == state))),
             );
         }
     }
@@ -70,29 +59,30 @@ pub(crate) fn text(d: &Daemon) -> String {
         "Restarts made by the supervisor since the operator last started the container.",
     );
     for c in &containers {
-        if let Some(n) = c[container::NAME].as_str() {
-            e.sample(&[("container", n)], c[container::RESTARTS].as_f64());
-        }
+        e.sample(
+            &[("container", c.name.as_str())],
+            Some(f64::from(c.restarts)),
+        );
     }
     e.family(
         "berth_container_guard_kills_total",
         Kind::Counter,
         "Kills by berth's memory guard since the device booted.",
     );
-    for n in names.iter().copied() {
-        let k = records::last_guard_kill(d, n);
+    for c in &containers {
+        let k = &c.guard_kill;
         // A kill recorded before kills were counted is one.
         let count = match k.is_null() {
             true => Some(0.0),
             false => k[berth_core::api::guard_kill::COUNT].as_f64().or(Some(1.0)),
         };
-        e.sample(&[("container", n)], count);
+        e.sample(&[("container", c.name.as_str())], count);
     }
     // Running: what the status answer found (its init pid), without asking each shim again.
     let running: Vec<&str> = containers
         .iter()
-        .filter(|c| !c[container::INIT_PID].is_null())
-        .filter_map(|c| c[container::NAME].as_str())
+        .filter(|c| c.running())
+        .map(|c| c.name.as_str())
         .collect();
     cgroup_part(d, &running, &mut e);
     network_part(d, &st, &mut e);

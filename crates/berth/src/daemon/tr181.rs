@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use berth_core::api::{container, report as rfield, status as sfield};
+use berth_core::api::report as rfield;
 use berth_core::state::{Installed, State};
 use berth_core::tr181::{self, Instances, Params};
 use berth_sys::cgroupfs::Stats;
@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use crate::daemon::context::Daemon;
 use crate::daemon::error::Result;
+use crate::daemon::status::ContainerStatus;
 use crate::daemon::{cgroups, reports, state, status};
 
 /// How long CPU use is sampled for `CPUPercentInUse`.
@@ -42,25 +43,16 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
     let vendor = vendor(d);
     let inst = instances(d, &st, &vendor);
     let safe_mode = d.safe_mode().is_some();
-    let status = status::status(d, None)?;
-    let by_name = |n: &str| -> Value {
-        status[sfield::CONTAINERS]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c[container::NAME] == n)
-            .cloned()
-            .unwrap_or(Value::Null)
-    };
+    let containers = status::containers(d, &st, None, true)?;
+    let by_name = |n: &str| containers.iter().find(|c| c.name == n);
     let index = crate::daemon::store::repo::load_index(d)
         .ok()
         .map(|(i, _)| i);
     // Running: what the status answer found (its init pid), without asking each shim again.
-    let running: Vec<String> = st
-        .packages
-        .keys()
-        .filter(|n| !by_name(n)[container::INIT_PID].is_null())
-        .cloned()
+    let running: Vec<String> = containers
+        .iter()
+        .filter(|c| c.running())
+        .map(|c| c.name.clone())
         .collect();
     let cpu = CpuSample::take(d, &running);
     let usage = crate::daemon::disk::usage(d);
@@ -82,7 +74,10 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
     view.exec_env(&mut p, &running);
     let logs_of = view.vendor_logs(&mut p);
     for (name, pkg) in &st.packages {
-        let c = by_name(name);
+        // Every package of `st` has its row: the status was taken of the same set.
+        let Some(c) = by_name(name) else {
+            continue;
+        };
         let logs = logs_of
             .get(name.as_str())
             .cloned()
@@ -105,7 +100,7 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
         let (cpu_now, stats) = cpu.of(name).unwrap_or((-1, None));
         let unit = Unit {
             pkg,
-            c: &c,
+            c,
             logs: &logs,
             cpu_now,
             stats,
@@ -200,7 +195,7 @@ struct View<'a> {
 /// One container's row of the status answer, with what was measured of it.
 struct Unit<'a> {
     pkg: &'a Installed,
-    c: &'a Value,
+    c: &'a ContainerStatus,
     logs: &'a str,
     cpu_now: i64,
     stats: Option<Stats>,
@@ -340,10 +335,9 @@ impl View<'_> {
         let name = pkg.name.as_str();
         let m = &pkg.manifest;
         let eu = format!("{}ExecutionUnit.{}.", tr181::ROOT, self.number(name));
-        let state = c[container::STATE].as_str().unwrap_or("stopped");
-        let ran =
-            !c[container::LAST_EXIT].is_null() || c[container::RESTARTS].as_u64().unwrap_or(0) > 0;
-        let reason = c[container::REASON].as_str();
+        let state = c.state;
+        let ran = !c.last_exit.is_null() || c.restarts > 0;
+        let reason = c.reason.as_deref();
         let fault = tr181::fault_code(state, ran, reason, self.safe_mode);
         p.set(&eu, "EUID", name);
         p.set(&eu, "Alias", format!("cpe-{name}"));
@@ -361,7 +355,7 @@ impl View<'_> {
             "ExecutionFaultMessage",
             message.chars().take(256).collect::<String>(),
         );
-        p.set(&eu, "AutoStart", c[container::AUTOSTART] == true);
+        p.set(&eu, "AutoStart", c.autostart);
         p.set(&eu, "RunLevel", 0);
         p.set(&eu, "Vendor", self.vendor.as_str());
         p.set(&eu, "Version", pkg.version.to_string());
@@ -393,8 +387,7 @@ impl View<'_> {
         p.set(
             &eu,
             "Uptime",
-            c[container::STARTED_AT]
-                .as_u64()
+            c.started_at
                 .filter(|_| tr181::eu_status(state) == "Active")
                 .map(|t| self.now.saturating_sub(t))
                 .unwrap_or(0),
@@ -420,15 +413,11 @@ impl View<'_> {
         p.set(&ar, "RetryIntervalMultiplier", r.multiplier_milli);
         p.set(&ar, "MaximumRetryCount", r.max_retries);
         p.set(&ar, "ResetPeriod", r.reset_period_ms / 1000);
-        p.set(
-            &ar,
-            "RetryCount",
-            c[container::RETRIES].as_u64().unwrap_or(0),
-        );
+        p.set(&ar, "RetryCount", c.retries);
         p.set(
             &ar,
             "NextRestart",
-            match c[container::RESTART_IN_MS].as_u64() {
+            match c.restart_in_ms {
                 Some(ms) => tr181::datetime(self.now + ms.div_ceil(1000)),
                 None => tr181::NO_RESTART.into(),
             },

@@ -155,11 +155,10 @@ fn health(d: &Daemon, name: &str, ok: bool, message: Option<String>) -> Result<V
 /// `GET /v1/self`: the container's status entry, its usage and its permissions.
 fn self_status(d: &Daemon, p: &Installed, granted: &[capi::Permission]) -> Result<Value> {
     let name = p.name.as_str();
-    let all = status::status_of(d, Some(name), false)?;
-    let mut me = all[berth_core::api::common::CONTAINERS]
-        .as_array()
-        .and_then(|c| c.first())
-        .cloned()
+    let mine = status::containers(d, &crate::daemon::state::state(d), Some(name), false)?;
+    let mut me = mine
+        .first()
+        .map(status::ContainerStatus::to_json)
         .unwrap_or_else(|| json!({}));
     let usage = runtime::limit::snapshot(d, name);
     if let Some(o) = me.as_object_mut() {
