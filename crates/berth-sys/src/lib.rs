@@ -4,6 +4,7 @@ pub mod cgroupfs;
 pub mod check;
 pub mod cpucap;
 pub mod fsutil;
+pub mod host;
 pub mod kmod;
 pub mod landlock;
 pub mod loopdev;

@@ -8,6 +8,7 @@
 //! Everything here returns `Result`: the tests' layer turns errors into panics, berth-bench's
 //! into its report. Never a dependency of the berth binary.
 
+pub mod fake_host;
 pub mod fleet;
 pub mod image;
 pub mod mounts;

@@ -22,6 +22,9 @@ pub use berth_sys::check::Roots;
 
 pub struct Daemon {
     pub cfg: Config,
+    /// The kernel's operations the apply code calls (`berth_sys::host::REAL`; a recording fake
+    /// in unit tests).
+    pub host: &'static berth_sys::host::Host,
     pub roots: Roots,
     /// The host's cgroup layout and size (neither changes while the daemon runs).
     pub resources: Resources,
@@ -151,6 +154,7 @@ impl Daemon {
     pub fn new(cfg: Config, roots: Roots, resources: Resources, state: State) -> Daemon {
         Daemon {
             cfg,
+            host: &berth_sys::host::REAL,
             roots,
             resources,
             state: Mutex::new(state),

@@ -51,6 +51,8 @@ mod state;
 mod status;
 mod store;
 mod supervisor;
+#[cfg(test)]
+mod testing;
 #[cfg(feature = "tr181")]
 mod tr181;
 mod watchdog;

@@ -51,6 +51,7 @@ pub(crate) struct Health {
 
 impl ContainerStatus {
     /// Whether its init runs (as the status found it).
+    #[cfg_attr(not(any(feature = "metrics", feature = "tr181")), allow(dead_code))]
     pub fn running(&self) -> bool {
         self.init_pid.is_some()
     }

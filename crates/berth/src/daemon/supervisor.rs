@@ -58,7 +58,7 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) -> Vec<(String, Run)> {
             .and_then(|f| f.to_str())
             .is_some_and(|f| f.starts_with(".verify-"))
         {
-            let _ = berth_sys::mount::umount(&m, true);
+            let _ = d.host.mounts.umount(&m, true);
             let _ = std::fs::remove_dir(&m);
         }
     }

@@ -216,7 +216,10 @@ pub(crate) fn settle(d: &Daemon, container: &str) {
     };
     let anchor = d.cfg.paths.bind_anchor(container);
     let stage = anchor.join("stage");
-    for m in berth_sys::mount::mounts_under(d.proc(), &stage)
+    for m in d
+        .host
+        .mounts
+        .mounts_under(d.proc(), &stage)
         .unwrap_or_default()
         .iter()
         .rev()
@@ -225,7 +228,7 @@ pub(crate) fn settle(d: &Daemon, container: &str) {
             "{container}: a stage bind a killed daemon left, {}: taken off",
             m.mount_point.display()
         );
-        let _ = berth_sys::mount::umount(&m.mount_point, true);
+        let _ = d.host.mounts.umount(&m.mount_point, true);
         let _ = std::fs::remove_dir(&m.mount_point);
     }
     let mut run = mounts::run_bindings(d, container);
@@ -365,7 +368,10 @@ fn attach(
     // The host's bind below the anchor's stage/ appears at /run/berth/binds/PACKAGE inside.
     let stage = anchor.join("stage").join(package);
     std::fs::create_dir_all(&stage)?;
-    let r = berth_sys::mount::bind(image, &stage, true)
+    let r = d
+        .host
+        .mounts
+        .bind(image, &stage, true)
         .map_err(|e| io::Error::other(e.to_string()))
         .and_then(|_| {
             hooks::point("bind.staged");
@@ -373,7 +379,7 @@ fn attach(
             mountns::at_target(d.proc(), init, at.into(), inside, id, hooks::point)
         });
     // Leaving: its copy in the container goes with it (the binding made from it stays).
-    let _ = berth_sys::mount::umount(&stage, true);
+    let _ = d.host.mounts.umount(&stage, true);
     let _ = std::fs::remove_dir(&stage);
     r.map(|_| Method::Propagation)
 }
@@ -508,9 +514,13 @@ pub(crate) fn prepare(d: &Daemon, st: &State, p: &Installed, rootfs: &Path) -> R
 
 /// Unmounts what a former run left below a container's anchor and removes it.
 fn clear_anchor(d: &Daemon, anchor: &Path) -> Result<()> {
-    let left = berth_sys::mount::mounts_under(d.proc(), anchor).unwrap_or_default();
+    let left = d
+        .host
+        .mounts
+        .mounts_under(d.proc(), anchor)
+        .unwrap_or_default();
     for m in left.iter().rev() {
-        let _ = berth_sys::mount::umount(&m.mount_point, true);
+        let _ = d.host.mounts.umount(&m.mount_point, true);
     }
     // Only berth's own mounts can be there (the container's copies are slaves): an image
     // still mounted makes this fail (read-only), the anchor's own bind is its directory.

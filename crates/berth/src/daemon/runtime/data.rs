@@ -85,7 +85,9 @@ pub(crate) fn mount_image(d: &Daemon, p: &Installed, cap: u64, plan: Plan) -> Re
         paths.data_mount(name),
     );
     // A leftover mount of a stopped container (the bind of an uncapped start, say) goes first.
-    berth_sys::mount::umount(&mnt, false)
+    d.host
+        .mounts
+        .umount(&mnt, false)
         .map_err(|e| Error::new(Kind::MountFailed, format!("{name}: /data: {e}")))?;
     std::fs::create_dir_all(&mnt).map_err(Error::internal)?;
     match plan {
@@ -105,7 +107,9 @@ pub(crate) fn mount_image(d: &Daemon, p: &Installed, cap: u64, plan: Plan) -> Re
         berth_sys::tree::remove_path(&dir)
             .map_err(|e| Error::internal(format!("remove {}: {e}", dir.display())))?;
     }
-    berth_sys::loopdev::mount_ext4(&image, &mnt)
+    d.host
+        .mounts
+        .mount_ext4(&image, &mnt)
         .map_err(|e| Error::new(Kind::MountFailed, format!("{name}: /data: {e}")))?;
     security::own_data(d, p, &mnt)
 }
@@ -129,7 +133,7 @@ fn create(d: &Daemon, p: &Installed, cap: u64, migrate: bool) -> Result<()> {
     );
     let tmp = in_making(&image);
     let fail = |msg: String| {
-        let _ = berth_sys::mount::umount(&mnt, true);
+        let _ = d.host.mounts.umount(&mnt, true);
         let _ = std::fs::remove_file(&tmp);
         Error::new(Kind::MountFailed, format!("{name}: /data: {msg}"))
     };
@@ -145,7 +149,10 @@ fn create(d: &Daemon, p: &Installed, cap: u64, migrate: bool) -> Result<()> {
         &tmp,
     )
     .map_err(fail)?;
-    berth_sys::loopdev::mount_ext4(&tmp, &mnt).map_err(|e| fail(e.to_string()))?;
+    d.host
+        .mounts
+        .mount_ext4(&tmp, &mnt)
+        .map_err(|e| fail(e.to_string()))?;
     let fill = || -> std::result::Result<(), String> {
         use std::os::unix::fs::{MetadataExt, PermissionsExt};
         // lost+found is e2fsck's; the package's /data starts empty (e2fsck makes it again
@@ -179,7 +186,10 @@ fn create(d: &Daemon, p: &Installed, cap: u64, migrate: bool) -> Result<()> {
     };
     fill().map_err(fail)?;
     // The unmount writes everything out; only then is the image complete.
-    berth_sys::mount::umount(&mnt, false).map_err(|e| fail(e.to_string()))?;
+    d.host
+        .mounts
+        .umount(&mnt, false)
+        .map_err(|e| fail(e.to_string()))?;
     std::fs::rename(&tmp, &image).map_err(|e| fail(format!("rename {}: {e}", tmp.display())))?;
     if let Some(parent) = image.parent() {
         let _ = fsync_dir(parent);

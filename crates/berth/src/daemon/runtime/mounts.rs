@@ -13,7 +13,9 @@ use crate::daemon::runtime::probe;
 use crate::daemon::state;
 
 pub(crate) fn mounts(d: &Daemon) -> Vec<PathBuf> {
-    berth_sys::mount::mounts_under(d.proc(), &d.cfg.paths.run)
+    d.host
+        .mounts
+        .mounts_under(d.proc(), &d.cfg.paths.run)
         .map(|v| v.into_iter().map(|m| m.mount_point).collect())
         .unwrap_or_default()
 }
@@ -29,7 +31,7 @@ pub(crate) fn ensure_image_mounted(d: &Daemon, sha: &str) -> Result<PathBuf> {
     }
     std::fs::create_dir_all(&mnt).map_err(Error::internal)?;
     let image = d.cfg.paths.image(sha);
-    berth_sys::loopdev::mount_squashfs(&image, &mnt).map_err(|e| {
+    d.host.mounts.mount_squashfs(&image, &mnt).map_err(|e| {
         Error::new(
             Kind::MountFailed,
             format!("cannot mount {}: {e}", image.display()),
@@ -98,11 +100,81 @@ pub(crate) fn release_mounts(d: &Daemon) {
         }
     }
     for m in plan::unused_mounts(&mounts(d), &paths.run, &used) {
-        match berth_sys::mount::umount(&m, false) {
+        match d.host.mounts.umount(&m, false) {
             Ok(_) => {
                 let _ = std::fs::remove_dir(&m);
             }
             Err(e) => log::warn!("cannot unmount {}: {e}", m.display()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+
+    /// An image is mounted once, however many starts ask for it; a mount the kernel
+    /// refuses is `mount_failed`, naming the image.
+    #[test]
+    fn an_image_is_mounted_once_and_a_refusal_names_it() {
+        let (_dir, d, m) = fake_daemon("mounts-once", "");
+        let sha = "cd".repeat(32);
+        let mnt = ensure_image_mounted(&d, &sha).unwrap();
+        assert_eq!(mnt, d.cfg.paths.image_mount(&sha));
+        assert_eq!(ensure_image_mounted(&d, &sha).unwrap(), mnt);
+        let mounts: Vec<_> = m
+            .calls()
+            .into_iter()
+            .filter(|c| c.starts_with("mount_squashfs"))
+            .collect();
+        assert_eq!(mounts.len(), 1, "{mounts:?}");
+
+        let other = "ef".repeat(32);
+        m.fail_next("mount_squashfs", libc::ENOMEM);
+        let e = ensure_image_mounted(&d, &other).unwrap_err();
+        assert_eq!(e.kind, Kind::MountFailed);
+        assert!(
+            e.message.starts_with(&format!(
+                "cannot mount {}",
+                d.cfg.paths.image(&other).display()
+            )),
+            "{}",
+            e.message
+        );
+        assert_eq!(m.mounted(), vec![mnt]);
+    }
+
+    /// What nothing uses is unmounted and its mount point removed: the image of a package no
+    /// longer installed; an installed package's image stays (its pages stay cached), except in
+    /// safe mode, where no image stays mounted.
+    #[test]
+    fn unused_mounts_go_and_installed_images_stay_outside_safe_mode() {
+        let (_dir, d, m) = fake_daemon("mounts-release", "");
+        let p = install(&d, MANIFEST);
+        let kept = ensure_image_mounted(&d, &p.sha256).unwrap();
+        let gone = ensure_image_mounted(&d, &"01".repeat(32)).unwrap();
+        release_mounts(&d);
+        assert_eq!(m.mounted(), vec![kept.clone()]);
+        assert!(!gone.exists(), "{} left behind", gone.display());
+
+        *d.boot.safe_mode.lock().unwrap() = Some("5 daemon starts".into());
+        release_mounts(&d);
+        assert!(m.mounted().is_empty(), "{:?}", m.mounted());
+        assert!(!kept.exists());
+    }
+
+    /// An unmount the kernel refuses (busy) is logged and leaves the mount as it is: the
+    /// next release tries again.
+    #[test]
+    fn a_refused_unmount_is_left_for_the_next_release() {
+        let (_dir, d, m) = fake_daemon("mounts-busy", "");
+        let gone = ensure_image_mounted(&d, &"01".repeat(32)).unwrap();
+        m.fail_next("umount", libc::EBUSY);
+        release_mounts(&d);
+        assert_eq!(m.mounted(), vec![gone.clone()]);
+        assert!(gone.exists());
+        release_mounts(&d);
+        assert!(m.mounted().is_empty());
     }
 }

@@ -255,10 +255,12 @@ fn prepare_root(d: &Daemon, st: &State, p: &Installed) -> Result<Root> {
         return Ok(Root { rootfs, layers });
     }
     let rootfs = d.cfg.paths.rootfs(name);
-    let _ = berth_sys::mount::umount(&rootfs, true);
+    let _ = d.host.mounts.umount(&rootfs, true);
     std::fs::create_dir_all(&rootfs).map_err(Error::internal)?;
     let refs: Vec<&Path> = lowers.iter().map(PathBuf::as_path).collect();
-    berth_sys::mount::mount_overlay_ro(&refs, &rootfs)
+    d.host
+        .mounts
+        .mount_overlay_ro(&refs, &rootfs)
         .map_err(|e| Error::new(Kind::MountFailed, format!("{name}: merged root: {e}")))?;
     Ok(Root { rootfs, layers })
 }
@@ -289,7 +291,9 @@ fn prepare_data(d: &Daemon, p: &Installed) -> Result<()> {
     let data_mnt = d.cfg.paths.data_mount(name);
     if !mounts::is_mounted(d, &data_mnt) {
         std::fs::create_dir_all(&data_mnt).map_err(Error::internal)?;
-        berth_sys::mount::bind(&data, &data_mnt, false)
+        d.host
+            .mounts
+            .bind(&data, &data_mnt, false)
             .map_err(|e| Error::new(Kind::MountFailed, format!("{name}: /data: {e}")))?;
     }
     Ok(())

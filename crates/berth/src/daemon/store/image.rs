@@ -21,10 +21,10 @@ pub(crate) fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> Result<
         .run
         .join("mnt")
         .join(format!(".verify-{}", e.sha256));
-    let _ = berth_sys::mount::umount(&mnt, true);
+    let _ = d.host.mounts.umount(&mnt, true);
     std::fs::create_dir_all(&mnt).map_err(Error::internal)?;
     let result = (|| {
-        berth_sys::loopdev::mount_squashfs(image, &mnt).map_err(|err| {
+        d.host.mounts.mount_squashfs(image, &mnt).map_err(|err| {
             Error::new(
                 Kind::BadImage,
                 format!("{label}: not a usable squashfs image: {err}"),
@@ -61,7 +61,7 @@ pub(crate) fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> Result<
         }
         Ok(m)
     })();
-    let _ = berth_sys::mount::umount(&mnt, true);
+    let _ = d.host.mounts.umount(&mnt, true);
     let _ = std::fs::remove_dir(&mnt);
     result
 }
@@ -122,5 +122,99 @@ pub(crate) fn file_kind(t: &std::fs::FileType) -> &'static str {
         "device"
     } else {
         "regular file"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::testing::{entry, fake_daemon, image_tree};
+
+    const MANIFEST: &str = crate::daemon::testing::MANIFEST;
+
+    /// The verification mount: the manifest is read from the image, and the image is
+    /// unmounted and its mount point removed, whatever the verdict.
+    #[test]
+    fn an_images_manifest_is_read_on_a_private_mount_that_goes_again() {
+        let (dir, d, m) = fake_daemon("image-ok", "");
+        let tree = dir.path("tree");
+        image_tree(&tree, MANIFEST);
+        let image = dir.path("web.sqfs");
+        m.image_tree(&image, &tree);
+        let got = read_manifest(&d, &image, &entry(MANIFEST)).unwrap();
+        assert_eq!(got.package.name.as_str(), "web");
+        assert!(m.mounted().is_empty(), "still mounted: {:?}", m.mounted());
+        let mnt = d
+            .cfg
+            .paths
+            .run
+            .join("mnt")
+            .join(format!(".verify-{}", "ab".repeat(32)));
+        assert!(!mnt.exists(), "{} left behind", mnt.display());
+        let ops: Vec<String> = m
+            .calls()
+            .iter()
+            .map(|c| c.split(' ').next().unwrap().into())
+            .collect();
+        // A leftover of a killed install is unmounted first; then mount, read, unmount.
+        assert_eq!(ops, ["umount", "mount_squashfs", "umount"]);
+    }
+
+    /// A mount the kernel refuses (a corrupt squashfs: EINVAL) is a bad image, named, and
+    /// leaves no mount point.
+    #[test]
+    fn a_refused_mount_is_a_bad_image_and_leaves_nothing() {
+        let (dir, d, m) = fake_daemon("image-refused", "");
+        m.fail_next("mount_squashfs", libc::EINVAL);
+        let e = read_manifest(&d, &dir.path("web.sqfs"), &entry(MANIFEST)).unwrap_err();
+        assert_eq!(e.kind, Kind::BadImage);
+        assert!(
+            e.message
+                .starts_with("web@1.0: not a usable squashfs image"),
+            "{}",
+            e.message
+        );
+        assert!(m.mounted().is_empty());
+        assert!(!d
+            .cfg
+            .paths
+            .run
+            .join("mnt")
+            .join(format!(".verify-{}", "ab".repeat(32)))
+            .exists());
+    }
+
+    /// What the image holds must be what the index lists, and its mount points must be
+    /// directories (a link would land the container's mount where it points); either way
+    /// the image is unmounted again.
+    #[test]
+    fn an_image_unlike_its_index_entry_or_without_its_mount_points_is_refused() {
+        let (dir, d, m) = fake_daemon("image-bad", "");
+        let other = MANIFEST.replace("1.0", "2.0");
+        let tree = dir.path("tree");
+        image_tree(&tree, &other);
+        let image = dir.path("web.sqfs");
+        m.image_tree(&image, &tree);
+        let e = read_manifest(&d, &image, &entry(MANIFEST)).unwrap_err();
+        assert_eq!(e.kind, Kind::BadImage);
+        assert!(
+            e.message
+                .contains("holds web@2.0, not what the index lists"),
+            "{}",
+            e.message
+        );
+        assert!(m.mounted().is_empty());
+
+        std::fs::write(tree.join(berth_core::manifest::MANIFEST_PATH), MANIFEST).unwrap();
+        std::fs::remove_dir(tree.join("data")).unwrap();
+        std::os::unix::fs::symlink("/etc", tree.join("data")).unwrap();
+        let e = read_manifest(&d, &image, &entry(MANIFEST)).unwrap_err();
+        assert!(
+            e.message
+                .contains("mount point /data is a symlink, not a directory"),
+            "{}",
+            e.message
+        );
+        assert!(m.mounted().is_empty());
     }
 }

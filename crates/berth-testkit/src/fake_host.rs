@@ -1,0 +1,289 @@
+//! A recording fake of the kernel boundary (`berth_sys::host`), for unit tests of the daemon's
+//! apply code that run without root in milliseconds. It keeps a mount table of its own,
+//! records every call in order, fails the calls a test asks to fail (with the errno a kernel
+//! would give), and makes a mount show files: an image "mounted" shows the fixture tree the
+//! test gave for it (copied into the mount point, removed again when it is unmounted), an
+//! overlay shows its lowers merged (top wins), a bind shows its source.
+//!
+//! What it does not model it refuses loudly (a mount on a directory that is not empty, a
+//! mount point that does not exist), rather than let a test pass on a behaviour the kernel
+//! does not have.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use berth_sys::host::{Host, Mounts};
+use berth_sys::mount::{MountInfo, SysError};
+
+/// The fake's mounts and loop devices.
+#[derive(Default)]
+pub struct FakeMounts {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    calls: Vec<String>,
+    table: Vec<MountInfo>,
+    /// Failures asked for: (operation, errno), each taken by the next call of that operation.
+    failures: Vec<(&'static str, i32)>,
+    /// What mounting an image shows: image → fixture tree.
+    trees: BTreeMap<PathBuf, PathBuf>,
+    next_id: u32,
+    next_loop: u32,
+}
+
+impl FakeMounts {
+    pub fn new() -> FakeMounts {
+        FakeMounts::default()
+    }
+
+    /// Mounting `image` (squashfs or ext4) shows the files of `tree`.
+    pub fn image_tree(&self, image: &Path, tree: &Path) {
+        let mut i = self.inner.lock().unwrap();
+        i.trees.insert(image.to_path_buf(), tree.to_path_buf());
+    }
+
+    /// The next call of `op` (`mount_squashfs`, `mount_ext4`, `mount_overlay_ro`, `bind`,
+    /// `umount`, `mounts_under`) fails with `errno`, as the kernel would refuse it.
+    pub fn fail_next(&self, op: &'static str, errno: i32) {
+        self.inner.lock().unwrap().failures.push((op, errno));
+    }
+
+    /// Every call so far, in order: `OP ARG…` with the paths as given.
+    pub fn calls(&self) -> Vec<String> {
+        self.inner.lock().unwrap().calls.clone()
+    }
+
+    /// The mount points now mounted, in the order they were mounted.
+    pub fn mounted(&self) -> Vec<PathBuf> {
+        let i = self.inner.lock().unwrap();
+        i.table.iter().map(|m| m.mount_point.clone()).collect()
+    }
+
+    /// This fake as the daemon's host (leaked: a test's daemon lives as long as the test).
+    pub fn into_host(self) -> (&'static FakeMounts, &'static Host) {
+        let m: &'static FakeMounts = Box::leak(Box::new(self));
+        let h: &'static Host = Box::leak(Box::new(Host { mounts: m }));
+        (m, h)
+    }
+
+    /// Records the call; the failure asked for it, if any.
+    fn enter(&self, op: &'static str, args: &[&Path], target: &Path) -> Result<(), SysError> {
+        let mut i = self.inner.lock().unwrap();
+        let words: Vec<String> = args.iter().map(|p| p.display().to_string()).collect();
+        i.calls.push(format!("{op} {}", words.join(" ")));
+        if let Some(k) = i.failures.iter().position(|(o, _)| *o == op) {
+            let (_, errno) = i.failures.remove(k);
+            return Err(SysError::Io {
+                op: op.to_string(),
+                path: target.to_path_buf(),
+                error: io::Error::from_raw_os_error(errno),
+            });
+        }
+        Ok(())
+    }
+
+    /// Puts `shown` (trees, lowest first) on `target`, as a new mount.
+    fn mount(
+        &self,
+        fs_type: &str,
+        source: &Path,
+        shown: &[PathBuf],
+        target: &Path,
+    ) -> Result<(), SysError> {
+        let refuse =
+            |why: &str| SysError::Invalid(format!("fake host: {why}: {}", target.display()));
+        let has_files = std::fs::read_dir(target)
+            .map_err(|e| SysError::Io {
+                op: "mount".into(),
+                path: target.to_path_buf(),
+                error: e,
+            })?
+            .next()
+            .is_some();
+        if has_files {
+            return Err(refuse(
+                "a mount on a directory that is not empty is not modelled",
+            ));
+        }
+        for tree in shown {
+            copy_into(tree, target).map_err(|e| SysError::Io {
+                op: format!("fake host: show {}", tree.display()),
+                path: target.to_path_buf(),
+                error: e,
+            })?;
+        }
+        let mut i = self.inner.lock().unwrap();
+        i.next_id += 1;
+        let id = i.next_id;
+        i.table.push(MountInfo {
+            mount_id: id,
+            parent_id: 0,
+            root: "/".into(),
+            mount_point: target.to_path_buf(),
+            fs_type: fs_type.into(),
+            source: source.display().to_string(),
+            options: "ro".into(),
+            super_options: String::new(),
+        });
+        Ok(())
+    }
+
+    fn tree_of(&self, image: &Path) -> Vec<PathBuf> {
+        let i = self.inner.lock().unwrap();
+        i.trees.get(image).cloned().into_iter().collect()
+    }
+}
+
+impl Mounts for FakeMounts {
+    fn mount_squashfs(&self, image: &Path, target: &Path) -> Result<(), SysError> {
+        self.enter("mount_squashfs", &[image, target], target)?;
+        let shown = self.tree_of(image);
+        self.mount("squashfs", image, &shown, target)
+    }
+
+    fn mount_ext4(&self, image: &Path, target: &Path) -> Result<PathBuf, SysError> {
+        self.enter("mount_ext4", &[image, target], target)?;
+        let shown = self.tree_of(image);
+        self.mount("ext4", image, &shown, target)?;
+        let mut i = self.inner.lock().unwrap();
+        i.next_loop += 1;
+        Ok(PathBuf::from(format!("/dev/loop{}", i.next_loop - 1)))
+    }
+
+    fn mount_overlay_ro(&self, lowers: &[&Path], target: &Path) -> Result<(), SysError> {
+        let mut args = lowers.to_vec();
+        args.push(target);
+        self.enter("mount_overlay_ro", &args, target)?;
+        // Top first in the call; shown bottom first, so that the top wins.
+        let shown: Vec<PathBuf> = lowers.iter().rev().map(|p| p.to_path_buf()).collect();
+        self.mount("overlay", Path::new("overlay"), &shown, target)
+    }
+
+    fn bind(&self, src: &Path, target: &Path, read_only: bool) -> Result<(), SysError> {
+        let ro = Path::new(if read_only { "ro" } else { "rw" });
+        self.enter("bind", &[src, target, ro], target)?;
+        let shown = if src.is_dir() {
+            vec![src.to_path_buf()]
+        } else {
+            Vec::new()
+        };
+        self.mount("bind", src, &shown, target)
+    }
+
+    fn umount(&self, target: &Path, lazy: bool) -> Result<bool, SysError> {
+        let how = Path::new(if lazy { "lazy" } else { "now" });
+        self.enter("umount", &[target, how], target)?;
+        let mut i = self.inner.lock().unwrap();
+        // The last mount on it goes, as the kernel's umount takes the top one.
+        let Some(k) = i.table.iter().rposition(|m| m.mount_point == target) else {
+            return Ok(false);
+        };
+        i.table.remove(k);
+        drop(i);
+        empty(target).map_err(|e| SysError::Io {
+            op: "fake host: hide the mount's files".into(),
+            path: target.to_path_buf(),
+            error: e,
+        })?;
+        Ok(true)
+    }
+
+    fn mounts_under(&self, _proc_root: &Path, prefix: &Path) -> Result<Vec<MountInfo>, SysError> {
+        self.enter("mounts_under", &[prefix], prefix)?;
+        let i = self.inner.lock().unwrap();
+        Ok(i.table
+            .iter()
+            .filter(|m| m.mount_point.starts_with(prefix))
+            .cloned()
+            .collect())
+    }
+}
+
+/// Copies the files of `from` into the directory `to` (links as links).
+fn copy_into(from: &Path, to: &Path) -> io::Result<()> {
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let t = e.file_type()?;
+        if t.is_dir() {
+            std::fs::create_dir_all(&dst)?;
+            copy_into(&src, &dst)?;
+        } else if t.is_symlink() {
+            let _ = std::fs::remove_file(&dst);
+            std::os::unix::fs::symlink(std::fs::read_link(&src)?, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes what is inside `dir`, leaving `dir` (what was under the mount point before).
+fn empty(dir: &Path) -> io::Result<()> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for e in entries {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            std::fs::remove_dir_all(e.path())?;
+        } else {
+            std::fs::remove_file(e.path())?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mount_shows_its_tree_until_it_is_unmounted_and_failures_come_as_asked() {
+        let d = crate::TempDir::new("fake-host");
+        let (tree, mnt) = (d.path("tree"), d.path("mnt"));
+        std::fs::create_dir_all(tree.join("etc")).unwrap();
+        std::fs::write(tree.join("etc/hello"), "hi").unwrap();
+        std::fs::create_dir_all(&mnt).unwrap();
+        let (m, _) = FakeMounts::new().into_host();
+        m.image_tree(Path::new("/img"), &tree);
+        m.mount_squashfs(Path::new("/img"), &mnt).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(mnt.join("etc/hello")).unwrap(),
+            "hi"
+        );
+        assert_eq!(m.mounted(), vec![mnt.clone()]);
+        assert_eq!(m.mounts_under(Path::new("/proc"), &d.0).unwrap().len(), 1);
+        // A second mount on a mount point that shows files is not modelled: refused.
+        assert!(m.mount_squashfs(Path::new("/img"), &mnt).is_err());
+        assert!(m.umount(&mnt, true).unwrap());
+        assert!(!mnt.join("etc").exists());
+        assert!(!m.umount(&mnt, true).unwrap(), "nothing mounted any more");
+        m.fail_next("mount_squashfs", libc::EBUSY);
+        let e = m.mount_squashfs(Path::new("/img"), &mnt).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBUSY));
+        assert!(m.mounted().is_empty());
+        m.mount_squashfs(Path::new("/img"), &mnt).unwrap();
+        let ops: Vec<String> = m
+            .calls()
+            .iter()
+            .map(|c| c.split(' ').next().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            ops,
+            [
+                "mount_squashfs",
+                "mounts_under",
+                "mount_squashfs",
+                "umount",
+                "umount",
+                "mount_squashfs",
+                "mount_squashfs"
+            ]
+        );
+    }
+}

@@ -1,0 +1,90 @@
+//! For the daemon's unit tests: a daemon over a temporary directory (its state, run and
+//! lxcpath there, no cgroups) whose kernel is berth-testkit's recording fake, so that apply
+//! code runs without root and its failures can be asked for.
+
+use std::path::Path;
+
+use berth_core::config::Config;
+use berth_core::index::IndexEntry;
+use berth_core::manifest::Manifest;
+use berth_core::state::Installed;
+use berth_testkit::fake_host::FakeMounts;
+use berth_testkit::TempDir;
+
+use crate::daemon::context::{Daemon, Resources, Roots};
+
+/// A daemon with the fake host; `extra` is more of its configuration (TOML).
+pub(crate) fn fake_daemon(tag: &str, extra: &str) -> (TempDir, Daemon, &'static FakeMounts) {
+    let dir = TempDir::new(tag);
+    let p = |n: &str| dir.path(n).display().to_string();
+    let text = format!(
+        "[paths]\nstate = \"{}\"\nrun = \"{}\"\nkeys = \"{}\"\nlxcpath = \"{}\"\n{extra}",
+        p("state"),
+        p("run"),
+        p("keys"),
+        p("lxc"),
+    );
+    let cfg = Config::parse(&text, "fixture").unwrap();
+    for sub in ["state", "run", "keys", "lxc", "proc", "sys"] {
+        std::fs::create_dir_all(dir.path(sub)).unwrap();
+    }
+    let roots = Roots {
+        proc: dir.path("proc"),
+        sys: dir.path("sys"),
+        dev: dir.path("dev"),
+        boot: dir.path("boot"),
+    };
+    let resources = Resources {
+        cgroups: Err("fixture".into()),
+        host: berth_core::cgroup::Host {
+            cpus: 1,
+            mem_total: 0,
+        },
+    };
+    let (mounts, host) = FakeMounts::new().into_host();
+    let mut d = Daemon::new(cfg, roots, resources, Default::default());
+    d.host = host;
+    (dir, d, mounts)
+}
+
+/// A package's image tree as `berth pack` makes it: its manifest and the mount points.
+pub(crate) fn image_tree(root: &Path, manifest: &str) {
+    std::fs::create_dir_all(root.join(".berth")).unwrap();
+    std::fs::write(root.join(berth_core::manifest::MANIFEST_PATH), manifest).unwrap();
+    for d in berth_core::plan::SKELETON_DIRS {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+}
+
+/// A package `web` 1.0 (runs /bin/httpd, no network).
+pub(crate) const MANIFEST: &str =
+    "[package]\nname = \"web\"\nversion = \"1.0\"\n[entrypoint]\nargv = [\"/bin/httpd\"]\n";
+
+/// The index entry of the package `manifest` describes (its image's sha256 `ab…ab`).
+pub(crate) fn entry(manifest: &str) -> IndexEntry {
+    let m = Manifest::parse(manifest).unwrap();
+    IndexEntry {
+        name: m.package.name.clone(),
+        version: m.package.version.clone(),
+        description: String::new(),
+        file: format!("packages/{}-{}.sqfs", m.package.name, m.package.version),
+        sha256: "ab".repeat(32),
+        size: 1,
+        depends: Vec::new(),
+        trusted: false,
+        manifest: m.summary(),
+        deltas: Vec::new(),
+    }
+}
+
+/// The package `manifest` describes, installed in `d`'s state (not started).
+pub(crate) fn install(d: &Daemon, manifest: &str) -> Installed {
+    let m = Manifest::parse(manifest).unwrap();
+    let p = Installed::from_entry(&entry(manifest), m, true, 1_790_000_000);
+    d.state
+        .lock()
+        .unwrap()
+        .packages
+        .insert(p.name.to_string(), p.clone());
+    p
+}
