@@ -27,8 +27,8 @@ pub struct FakeMounts {
 struct Inner {
     calls: Vec<String>,
     table: Vec<MountInfo>,
-    /// Failures asked for: (operation, errno), each taken by the next call of that operation.
-    failures: Vec<(&'static str, i32)>,
+    /// Failures asked for: (operation, calls of it to let through first, errno).
+    failures: Vec<(&'static str, usize, i32)>,
     /// What mounting an image shows: image → fixture tree.
     trees: BTreeMap<PathBuf, PathBuf>,
     next_id: u32,
@@ -49,7 +49,12 @@ impl FakeMounts {
     /// The next call of `op` (`mount_squashfs`, `mount_ext4`, `mount_overlay_ro`, `bind`,
     /// `umount`, `mounts_under`) fails with `errno`, as the kernel would refuse it.
     pub fn fail_next(&self, op: &'static str, errno: i32) {
-        self.inner.lock().unwrap().failures.push((op, errno));
+        self.fail_after(op, 0, errno);
+    }
+
+    /// The call of `op` after the next `skip` ones fails with `errno`.
+    pub fn fail_after(&self, op: &'static str, skip: usize, errno: i32) {
+        self.inner.lock().unwrap().failures.push((op, skip, errno));
     }
 
     /// Every call so far, in order: `OP ARG…` with the paths as given.
@@ -75,8 +80,12 @@ impl FakeMounts {
         let mut i = self.inner.lock().unwrap();
         let words: Vec<String> = args.iter().map(|p| p.display().to_string()).collect();
         i.calls.push(format!("{op} {}", words.join(" ")));
-        if let Some(k) = i.failures.iter().position(|(o, _)| *o == op) {
-            let (_, errno) = i.failures.remove(k);
+        if let Some(k) = i.failures.iter().position(|(o, _, _)| *o == op) {
+            if i.failures[k].1 > 0 {
+                i.failures[k].1 -= 1;
+                return Ok(());
+            }
+            let (_, _, errno) = i.failures.remove(k);
             return Err(SysError::Io {
                 op: op.to_string(),
                 path: target.to_path_buf(),

@@ -330,3 +330,101 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod fake_host_tests {
+    use super::*;
+    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+
+    const CAP: u64 = 8 << 20;
+
+    /// A plain /data with a file, and the package it belongs to.
+    fn setup(
+        tag: &str,
+    ) -> (
+        berth_testkit::TempDir,
+        Daemon,
+        &'static berth_testkit::fake_host::FakeMounts,
+        Installed,
+    ) {
+        let (dir, d, m) = fake_daemon(tag, "");
+        let p = install(&d, MANIFEST);
+        let data = d.cfg.paths.data("web");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("kept"), "the package's data").unwrap();
+        (dir, d, m, p)
+    }
+
+    /// Nothing of a failed move into an image is left but the plain directory as it was.
+    fn as_it_was(d: &Daemon) {
+        let image = d.cfg.paths.data_image("web");
+        assert!(!image.exists(), "{} made", image.display());
+        assert!(
+            !in_making(&image).exists(),
+            "{} left",
+            in_making(&image).display()
+        );
+        let kept = d.cfg.paths.data("web").join("kept");
+        assert_eq!(std::fs::read_to_string(kept).unwrap(), "the package's data");
+    }
+
+    /// The image made for a capped /data cannot be mounted (no loop device): the start fails
+    /// naming the container and /data, and the plain directory is as it was, no image made.
+    #[test]
+    fn a_refused_mount_of_the_new_image_leaves_the_plain_directory() {
+        let (_dir, d, m, p) = setup("data-mount-refused");
+        m.fail_next("mount_ext4", libc::ENXIO);
+        let e = mount_image(&d, &p, CAP, Plan::Create { migrate: true }).unwrap_err();
+        assert_eq!(e.kind, Kind::MountFailed);
+        assert!(e.message.starts_with("web: /data: "), "{}", e.message);
+        as_it_was(&d);
+        assert!(m.mounted().is_empty(), "{:?}", m.mounted());
+    }
+
+    /// The unmount that writes the new image out fails (the mount is busy): the image is
+    /// not named, the half-made one goes, the plain directory stays.
+    #[test]
+    fn a_refused_unmount_before_the_rename_leaves_the_plain_directory() {
+        let (_dir, d, m, p) = setup("data-umount-refused");
+        if uid() != 0 {
+            // The image's root is given the directory's owner (chown): only root may.
+            berth_sys::skip::record(
+                "host root",
+                "data: the unmount before the rename: the image's root is chowned, which needs root",
+            );
+            return;
+        }
+        // The first unmount is of a leftover mount; the second writes the image out.
+        m.fail_after("umount", 1, libc::EBUSY);
+        let e = mount_image(&d, &p, CAP, Plan::Create { migrate: true }).unwrap_err();
+        assert_eq!(e.kind, Kind::MountFailed);
+        as_it_was(&d);
+        let ops: Vec<String> = m
+            .calls()
+            .iter()
+            .map(|c| c.split(' ').next().unwrap().into())
+            .collect();
+        assert_eq!(
+            ops,
+            ["umount", "mount_ext4", "umount", "umount"],
+            "{:?}",
+            m.calls()
+        );
+    }
+
+    /// A leftover mount that cannot be taken away stops the start before anything is made.
+    #[test]
+    fn a_leftover_mount_that_stays_stops_the_start_first() {
+        let (_dir, d, m, p) = setup("data-leftover");
+        m.fail_next("umount", libc::EBUSY);
+        let e = mount_image(&d, &p, CAP, Plan::Create { migrate: true }).unwrap_err();
+        assert_eq!(e.kind, Kind::MountFailed);
+        as_it_was(&d);
+        assert_eq!(m.calls().len(), 1, "{:?}", m.calls());
+    }
+
+    fn uid() -> u32 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
+    }
+}
