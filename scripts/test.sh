@@ -106,6 +106,12 @@ hooks=(--features berth/test-hooks)
 step "format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets "${hooks[@]}" -q -- -D warnings
+# SPECIFICATION.md keeps one current figure per row; earlier ones go to
+# docs/benchmarks/results/ (size-history.md, spec-history.md).
+if grep -nE '^\|.*(Before:|Earlier boots|before that:)' SPECIFICATION.md; then
+    echo "SPECIFICATION.md: a row above keeps earlier figures: move them to docs/benchmarks/results/spec-history.md" >&2
+    exit 1
+fi
 
 step "unit and end-to-end tests"
 # Tests that cannot run here record why (berth_sys::skip): listed at the end, and a skip for
