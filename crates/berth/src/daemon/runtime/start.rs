@@ -557,3 +557,118 @@ fn ended_at_once(d: &Daemon, name: &str, after: Duration) -> Error {
         ),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A daemon whose shim is a script printing `line` (what liblxc's start made of it).
+    fn with_shim(
+        tag: &str,
+        line: &str,
+    ) -> (
+        berth_testkit::TempDir,
+        Arc<Daemon>,
+        &'static berth_testkit::fake_host::FakeMounts,
+    ) {
+        let (dir, mut d, m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
+        // A kernel with user namespaces, as its /proc says.
+        let proc = d.proc().to_path_buf();
+        std::fs::create_dir_all(proc.join("self/ns")).unwrap();
+        std::fs::write(proc.join("self/ns/user"), "").unwrap();
+        std::fs::create_dir_all(proc.join("sys/user")).unwrap();
+        std::fs::write(proc.join("sys/user/max_user_namespaces"), "1000\n").unwrap();
+        let shim = dir.path("shim");
+        std::fs::write(&shim, format!("#!/bin/sh\necho '{line}'\n")).unwrap();
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        d.exe = shim;
+        (dir, Arc::new(d), m)
+    }
+
+    fn root() -> bool {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+    }
+
+    /// Two layers (the package merged over a dependency), so that the start merges them with
+    /// an overlay.
+    fn two_layers(d: &Daemon) {
+        let base =
+            "[package]\nname = \"base\"\nversion = \"1\"\n[entrypoint]\nargv = [\"/bin/sh\"]\n";
+        let mut b = install(d, base);
+        b.sha256 = "0b".repeat(32);
+        let merged = MANIFEST.replace(
+            "version = \"1.0\"\n",
+            "version = \"1.0\"\nrootfs = \"merged\"\ndepends = [\"base\"]\n",
+        );
+        let mut p = install(d, &merged);
+        p.depends = vec![berth_core::name::Name::parse("base").unwrap()];
+        let mut st = d.state.lock().unwrap();
+        st.packages.insert("base".into(), b);
+        st.packages.insert("web".into(), p);
+    }
+
+    /// liblxc says no (the shim reports an error): the start fails with its words, and what
+    /// the start mounted for it (merged root, /data) is given back; the container is not
+    /// marked to start at boot.
+    #[test]
+    fn a_start_liblxc_refuses_gives_back_what_it_mounted() {
+        if !root() {
+            berth_sys::skip::record(
+                "host root",
+                "runtime::start: /data is given to the payload's user (chown)",
+            );
+            return;
+        }
+        let (_dir, d, m) = with_shim(
+            "start-refused",
+            "error: web: liblxc could not start the container",
+        );
+        two_layers(&d);
+        let e = start(&d, "web", None).unwrap_err();
+        assert_eq!(e.kind, Kind::StartFailed);
+        assert_eq!(e.message, "web: liblxc could not start the container");
+        let calls = m.calls();
+        assert!(
+            calls.iter().any(|c| c.starts_with("mount_overlay_ro")),
+            "{calls:?}"
+        );
+        // Only the two images stay mounted (their pages stay cached for the next start).
+        let mut left = m.mounted();
+        left.sort();
+        let mut images = vec![
+            d.cfg.paths.image_mount(&"0b".repeat(32)),
+            d.cfg.paths.image_mount(&"ab".repeat(32)),
+        ];
+        images.sort();
+        assert_eq!(left, images, "{calls:?}");
+        assert!(!d.cfg.paths.autostart("web").exists());
+    }
+
+    /// The merged root cannot be mounted: the start fails naming it, before any shim, and
+    /// nothing but the images stays mounted.
+    #[test]
+    fn a_refused_merged_root_stops_the_start_before_the_shim() {
+        if !root() {
+            berth_sys::skip::record(
+                "host root",
+                "runtime::start: /data is given to the payload's user (chown)",
+            );
+            return;
+        }
+        let (dir, d, m) = with_shim("start-overlay", "ok 1");
+        two_layers(&d);
+        m.fail_next("mount_overlay_ro", libc::ENODEV);
+        let e = start(&d, "web", None).unwrap_err();
+        assert_eq!(e.kind, Kind::MountFailed);
+        assert!(e.message.starts_with("web: merged root: "), "{}", e.message);
+        assert!(
+            !d.cfg.paths.lxc_dir("web").join("config").exists(),
+            "configured anyway"
+        );
+        assert_eq!(m.mounted().len(), 2, "{:?}", m.mounted());
+        drop(dir);
+    }
+}
