@@ -202,3 +202,53 @@ pub(crate) fn restart(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     }
     start::start_locked(d, name)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+
+    fn events(d: &Daemon) -> Vec<(String, Event)> {
+        let mut v = Vec::new();
+        while let Some(e) = d.next_event(Some(Instant::now())) {
+            v.push(e);
+        }
+        v
+    }
+
+    /// The operator stops a container that is not running (held in backoff, say): refused as
+    /// not running, and yet the held restart is dropped (the supervisor is told) and the
+    /// container no longer starts at boot.
+    #[test]
+    fn an_operators_stop_of_a_stopped_container_drops_its_restart_and_boot_mark() {
+        let (_dir, d, _m) = fake_daemon("stop-stopped", "");
+        install(&d, MANIFEST);
+        let d = Arc::new(d);
+        start::set_autostart(&d, "web", true).unwrap();
+        let e = stop(&d, "web", None).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (Kind::NotRunning, "web is not running")
+        );
+        assert!(!d.cfg.paths.autostart("web").exists());
+        assert_eq!(events(&d), [("web".to_string(), Event::StopRequested)]);
+    }
+
+    /// The daemon's own stops (an upgrade's switch, a quiet stop) of a container that is not
+    /// running leave the boot mark and say nothing to the supervisor.
+    #[test]
+    fn the_daemons_own_stops_of_a_stopped_container_leave_the_mark_and_the_supervisor() {
+        let (_dir, d, _m) = fake_daemon("stop-quiet", "");
+        install(&d, MANIFEST);
+        let d = Arc::new(d);
+        start::set_autostart(&d, "web", true).unwrap();
+        for e in [stop_for_switch(&d, "web"), stop_quietly(&d, "web")] {
+            assert_eq!(e.unwrap_err().kind, Kind::NotRunning);
+        }
+        assert!(d.cfg.paths.autostart("web").exists());
+        assert!(events(&d).is_empty());
+        // A package that is not installed is named as such.
+        let e = stop(&d, "nope", None).unwrap_err();
+        assert_eq!(e.kind, Kind::NotInstalled, "{}", e.message);
+    }
+}
