@@ -415,6 +415,37 @@ mod tests {
         std::fs::remove_dir_all(&root).unwrap();
     }
 
+    /// The kernel refuses a write of the budget (here memory.max cannot be written: EISDIR;
+    /// on a device, EBUSY or EINVAL): the start is refused as `limit_failed`, naming the
+    /// container and its budget, rather than run without its limit.
+    #[test]
+    fn a_refused_budget_write_refuses_the_start_naming_the_budget() {
+        let b = "berth-t/web";
+        let (root, d) = fixture_daemon(
+            "budget-refused",
+            &[("", "cgroup2", "rw")],
+            &[
+                ("cgroup.controllers", "cpuset cpu io memory pids"),
+                (&format!("{b}/cpu.weight"), ""),
+                (&format!("{b}/cpu.max"), ""),
+                (&format!("{b}/pids.max"), ""),
+                (&format!("{b}/berth/cgroup.procs"), ""),
+            ],
+        );
+        let cg = root.join("sys/fs/cgroup");
+        std::fs::create_dir_all(cg.join(b).join("memory.max")).unwrap();
+        let e = prepare_budget(&d, "web", Some(&limits())).unwrap_err();
+        assert_eq!(e.kind, Kind::LimitFailed);
+        assert!(
+            e.message
+                .starts_with("web: cannot set up its cgroup berth-t/web: ")
+                && e.message.contains("memory.max"),
+            "{}",
+            e.message
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
     /// The fixture's files are regular files, which rmdir cannot pass: removed first, as the
     /// kernel's cgroupfs has none to remove.
     fn remove_stale_cgroups_fixture(d: &Daemon, cg: &Path, rel: &str) -> bool {
