@@ -153,7 +153,8 @@ file_is hog-cpu.weight $P/hog/cpu.weight 50
 file_is hog-memory.max $P/hog/payload/memory.max $((64 << 20))
 file_is hog-memory.low $P/hog/payload/memory.low $((32 << 20))
 file_is hog-pids.max $P/hog/payload/pids.max 64
-file_is budget-memory.max $P/hog/memory.max $((72 << 20))
+# 64 MiB for the payload, 8 MiB for berth's processes, 64 KiB for the shim's log ring
+file_is budget-memory.max $P/hog/memory.max $(( (72 << 20) + (64 << 10) ))
 file_is budget-pids.max $P/hog/pids.max 80
 cfg=/run/berth/lxc/hog/config
 grep -q "^lxc.cgroup.dir.container = berth/hog/payload$" $cfg && grep -q "^lxc.cgroup.dir.monitor = berth/hog/monitor$" $cfg &&
