@@ -87,7 +87,10 @@ fn logs_escape_terminal_control_sequences_unless_raw() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    let_pass(
+        std::time::Duration::from_millis(300),
+        "the follower attaches to the log",
+    );
     sb.ok(&["stop", "noisy"]);
     let out = f.wait_with_output().unwrap();
     let text = stdout(&out);

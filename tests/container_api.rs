@@ -337,7 +337,7 @@ fn a_package_stops_and_restarts_itself_also_when_it_exits_at_once() {
         c["state"] == "running" && c["init_pid"].as_i64().is_some_and(|p| p != pid1)
     });
     let pid2 = c["init_pid"].as_i64().unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    quiet_for(Duration::from_millis(800), "a second restart");
     let c = sb.status_of("selfy");
     assert_eq!(c["init_pid"].as_i64(), Some(pid2), "restarted twice? {c}");
 
@@ -345,7 +345,7 @@ fn a_package_stops_and_restarts_itself_also_when_it_exits_at_once() {
     let mut api = Api::new(&sb, "selfy");
     api.send("berth-api POST /v1/self/stop >/dev/null; kill -9 $$");
     let c = wait_for(&sb, "selfy", 20, "stopped", |c| c["state"] == "stopped");
-    std::thread::sleep(Duration::from_millis(1_000));
+    quiet_for(Duration::from_millis(1_000), "a restart after its own stop");
     let c2 = sb.status_of("selfy");
     assert_eq!(
         c2["state"], "stopped",
@@ -531,7 +531,10 @@ fn no_container_can_act_for_another() {
     // and root on the host is no container either
     let text = raw(&sock, b"POST /v1/self/stop HTTP/1.0\r\n\r\n");
     assert!(text.starts_with("HTTP/1.1 403"), "{text}");
-    std::thread::sleep(Duration::from_millis(500));
+    quiet_for(
+        Duration::from_millis(500),
+        "a stop of alpha by a caller that is not alpha",
+    );
     let a = sb.status_of("alpha");
     assert_eq!(
         (a["state"].as_str(), &a["init_pid"]),

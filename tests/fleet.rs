@@ -766,7 +766,7 @@ fn hawkbit_attempt_skip_window_lock_and_cancel() {
     ddi.offer("12", "forced", "skip", Some("unavailable"), &b2);
     ddi.wait_feedback(&sb, "12", "scheduled", "maintenance window");
     assert_eq!(device_view(&sb).1["action"]["phase"], "downloaded");
-    std::thread::sleep(Duration::from_secs(2));
+    quiet_for(Duration::from_secs(2), "the upgrade outside its window");
     assert_eq!(app_version(&sb), "1");
     // The window opens, as a soft (attempt) update: app holds an update lock, renewed every
     // second, so the update waits, but not past the policy's bound (max_update_lock, 6 s).
@@ -801,7 +801,7 @@ fn hawkbit_attempt_skip_window_lock_and_cancel() {
     let b3 = bundle_of(&vendor, &locking_app("3"), &[]);
     ddi.offer("13", "forced", "skip", None, &b3);
     ddi.wait_feedback(&sb, "13", "downloaded", "downloaded");
-    std::thread::sleep(Duration::from_secs(2));
+    quiet_for(Duration::from_secs(2), "the download-only action applied");
     assert_eq!(
         ddi.feedback("13")
             .iter()
@@ -881,7 +881,9 @@ fn a_power_cut_while_applying_resumes_and_reports() {
                 .contains("fault injection: SIGKILL at upgrade.started")
         },
     );
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until("the daemon gone", Duration::from_secs(10), || {
+        sb.daemon_pid().is_none_or(|p| !alive(p as i64))
+    });
     let rec: Value =
         serde_json::from_slice(&std::fs::read(sb.state_dir().join("fleet.json")).unwrap()).unwrap();
     assert_eq!(rec["action"]["phase"], "applying", "{rec}");

@@ -523,7 +523,7 @@ fn after_a_reboot_the_supervisor_starts_what_the_operator_had_started() {
     sb.wait_log("keep", "up");
     assert_ne!(sb.status_of("keep")["init_pid"].as_i64(), Some(inits[0]));
     // Given time to go wrong: the others stay as they were.
-    std::thread::sleep(Duration::from_secs(1));
+    quiet_for(Duration::from_secs(1), "a change to the other containers");
     assert_eq!(sb.status_of("stopped")["state"], "stopped");
     let ended = sb.status_of("ended");
     assert_eq!(ended["state"], "stopped", "{ended}");

@@ -130,7 +130,7 @@ fn metrics_follow_the_containers_and_promtool_accepts_them() {
 
     // busy's CPU time grows, held near its 30 % cap: about 0.3 s per second.
     let cpu0 = must(&first, "berth_container_cpu_seconds_total", busy);
-    std::thread::sleep(Duration::from_secs(2));
+    measure_over(Duration::from_secs(2));
     let second = sb.ok(&["metrics"]);
     let cpu1 = must(&second, "berth_container_cpu_seconds_total", busy);
     assert!(

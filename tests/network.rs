@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{stderr, stdout, Pkg, Sandbox, TempDir};
+use common::{let_pass, quiet_for, stderr, stdout, Pkg, Sandbox, TempDir};
 use serde_json::Value;
 
 static N: AtomicUsize = AtomicUsize::new(0);
@@ -641,7 +641,7 @@ fn a_containers_tracked_connections_are_capped() {
             (n == 5, format!("{n} entries from 10.87.0.2:\n{t}"))
         },
     );
-    std::thread::sleep(Duration::from_secs(3));
+    quiet_for(Duration::from_secs(3), "a connection past the cap");
     assert_eq!(established(&net, 9000), 5, "more than the cap got through");
     let (_, denied) = drops(sb, "many");
     assert!(
@@ -784,7 +784,7 @@ fn a_containers_new_connections_are_rate_limited() {
         denied - denied0
     );
     // The bucket fills again: a client later gets through at once.
-    std::thread::sleep(Duration::from_secs(3));
+    let_pass(Duration::from_secs(3), "the rate's bucket fills again");
     let (ok, out) = in_ct(
         sb,
         "churn",

@@ -257,7 +257,7 @@ fn containers_supervision_and_health_probes_work_without_pidfds() {
         })
         .expect("plain's shim");
     berth_sys::process::kill(shim, libc::SIGKILL).unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    quiet_for(Duration::from_millis(300), "plain ending with its shim");
     assert_eq!(sb.status_of("plain")["state"], "running");
     berth_sys::process::kill(init as i32, libc::SIGKILL).unwrap();
     sb.wait_status("plain", 10, "seen stopped without its shim", |c| {

@@ -87,7 +87,7 @@ fn crash_archives_are_written_listed_exported_capped_and_removed() {
     sb.ok(&["start", "fails"]);
     wait_stopped(&sb, "fails");
     let list = wait_reports(&sb, "fails", 1);
-    std::thread::sleep(Duration::from_millis(500));
+    quiet_for(Duration::from_millis(500), "a second archive of one event");
     assert_eq!(reports(&sb, "fails").len(), 1, "one event, one archive");
     let r = &list[0];
     let id = r["id"].as_str().unwrap().to_string();
@@ -170,7 +170,7 @@ fn crash_archives_are_written_listed_exported_capped_and_removed() {
     // A clean exit makes none.
     sb.ok(&["start", "fine"]);
     wait_stopped(&sb, "fine");
-    std::thread::sleep(Duration::from_secs(1));
+    quiet_for(Duration::from_secs(1), "an archive of a clean exit");
     assert!(reports(&sb, "fine").is_empty());
 
     // max_per_container = 2: of three crashes the two newest remain.

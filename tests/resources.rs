@@ -50,7 +50,7 @@ fn cpu_usage_us(rel: &str) -> u64 {
 /// Percent of one CPU the cgroup used over `window`.
 fn measure_cpu(rel: &str, window: Duration) -> f64 {
     let (u0, t0) = (cpu_usage_us(rel), Instant::now());
-    std::thread::sleep(window);
+    measure_over(window);
     let (u1, t1) = (cpu_usage_us(rel), Instant::now());
     (u1 - u0) as f64 * 100.0 / (t1 - t0).as_micros() as f64
 }
@@ -358,7 +358,7 @@ fn a_containers_kernel_memory_is_charged_to_its_own_limit() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // Let the maker press on its limit a while: nothing more is given.
-    std::thread::sleep(Duration::from_secs(2));
+    measure_over(Duration::from_secs(2));
     let charged = kmem();
     // memory.peak: Linux 5.19; before it, what is charged now.
     let peak = ["memory.max_usage_in_bytes", "memory.peak", "memory.current"]

@@ -187,7 +187,7 @@ fn safe_mode_holds_a_restart_without_failing_the_package() {
     wait_state(&sb, "flaky", "backoff");
     sb.ok(&["safe-mode", "enter"]);
     // well past the held restart and the retries it would have used up
-    std::thread::sleep(Duration::from_secs(5));
+    quiet_for(Duration::from_secs(5), "the held restart in safe mode");
     let c = sb.status_of("flaky");
     assert_eq!(c["state"], "stopped", "{c}");
     assert!(c["retries"].as_u64() <= Some(1), "{c}");

@@ -465,7 +465,7 @@ fn a_daemon_down_across_due_times_catches_up_exactly_once() {
     );
     // Then its normal times again: the next midnight after now.
     assert_eq!(s[0]["next_run"].as_i64(), Some(due + 4 * 86_400), "{s:?}");
-    std::thread::sleep(Duration::from_secs(3));
+    quiet_for(Duration::from_secs(3), "a second catch-up run");
     assert_eq!(
         data_lines(&sb, "nightly", "runs").len(),
         1,
@@ -475,7 +475,10 @@ fn a_daemon_down_across_due_times_catches_up_exactly_once() {
     // A restart with nothing missed: no run.
     sb.stop_daemon();
     sb.start_daemon_env(&env);
-    std::thread::sleep(Duration::from_secs(2));
+    quiet_for(
+        Duration::from_secs(2),
+        "a run after a restart that missed nothing",
+    );
     assert_eq!(data_lines(&sb, "nightly", "runs").len(), 1);
     let s = schedules(&sb, "nightly");
     assert_eq!(
@@ -507,7 +510,10 @@ fn reboot_jobs_run_once_per_boot_and_safe_mode_skips_with_the_reason() {
     );
     sb.stop_daemon();
     sb.start_daemon_env(&boot("b1"));
-    std::thread::sleep(Duration::from_millis(1500));
+    quiet_for(
+        Duration::from_millis(1500),
+        "an @reboot run in the same boot",
+    );
     assert!(
         data_lines(&sb, "booter", "boots").is_empty(),
         "not at a daemon restart"
@@ -520,7 +526,10 @@ fn reboot_jobs_run_once_per_boot_and_safe_mode_skips_with_the_reason() {
     });
     sb.stop_daemon();
     sb.start_daemon_env(&boot("b2"));
-    std::thread::sleep(Duration::from_millis(1500));
+    quiet_for(
+        Duration::from_millis(1500),
+        "a second @reboot run in the new boot",
+    );
     assert_eq!(data_lines(&sb, "booter", "boots").len(), 1, "once per boot");
     assert_eq!(schedules(&sb, "booter")[0]["boot_id"], "b2");
 

@@ -65,7 +65,10 @@ fn a_crashing_package_is_restarted_with_growing_waits_then_failed_and_others_run
         assert!((lo..=hi).contains(d), "{delays:?}");
     }
     // held: nothing restarts it
-    std::thread::sleep(Duration::from_millis(1500));
+    quiet_for(
+        Duration::from_millis(1500),
+        "a restart of the failed container",
+    );
     assert_eq!(sb.status_of("crasher")["state"], "failed");
     let text = sb.ok(&["status"]);
     assert!(
@@ -85,7 +88,10 @@ fn a_crashing_package_is_restarted_with_growing_waits_then_failed_and_others_run
     // failed survives a daemon restart (the record is on disk), and is not started again
     sb.stop_daemon();
     sb.start_daemon();
-    std::thread::sleep(Duration::from_millis(500));
+    quiet_for(
+        Duration::from_millis(500),
+        "a start of the failed container after a daemon restart",
+    );
     let c = sb.status_of("crasher");
     assert_eq!(c["state"], "failed", "{c}");
     assert_eq!(c["retries"], 3, "{c}");
@@ -112,7 +118,10 @@ fn a_crashing_package_is_restarted_with_growing_waits_then_failed_and_others_run
         "{out:?}"
     );
     let c = wait_for(&sb, "crasher", 5, "stopped", |c| c["state"] == "stopped");
-    std::thread::sleep(Duration::from_millis(1200));
+    quiet_for(
+        Duration::from_millis(1200),
+        "a restart after the operator's stop",
+    );
     let c2 = sb.status_of("crasher");
     assert_eq!(
         (c2["state"].as_str(), &c2["restarts"]),
@@ -124,7 +133,10 @@ fn a_crashing_package_is_restarted_with_growing_waits_then_failed_and_others_run
     assert_eq!(c2["autostart"], false, "{c2}");
     sb.stop_daemon();
     sb.start_daemon();
-    std::thread::sleep(Duration::from_millis(1500));
+    quiet_for(
+        Duration::from_millis(1500),
+        "a start after a daemon restart",
+    );
     let c3 = sb.status_of("crasher");
     assert_eq!(
         (c3["state"].as_str(), &c3["restarts"]),
@@ -168,13 +180,19 @@ fn policies_never_and_always() {
     wait_for(&sb, "again", 20, "restarted 3 times", |c| {
         c["restarts"].as_u64() >= Some(3)
     });
-    std::thread::sleep(Duration::from_millis(500));
+    quiet_for(
+        Duration::from_millis(500),
+        "restarts of the containers that ended well",
+    );
     assert_eq!(sb.status_of("once")["restarts"], 0);
     assert_eq!(sb.status_of("clean")["restarts"], 0);
     // the operator's stop ends it for good
     let _ = sb.output(&["stop", "again"]);
     let c = wait_for(&sb, "again", 10, "stopped", |c| c["state"] == "stopped");
-    std::thread::sleep(Duration::from_millis(600));
+    quiet_for(
+        Duration::from_millis(600),
+        "a restart after the operator's stop",
+    );
     assert_eq!(sb.status_of("again")["restarts"], c["restarts"]);
 }
 

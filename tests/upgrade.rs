@@ -177,7 +177,7 @@ fn an_upgrade_that_passes_is_kept_and_one_that_fails_is_rolled_back() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // a failed upgrade never retries on its own
-    std::thread::sleep(Duration::from_millis(500));
+    quiet_for(Duration::from_millis(500), "a retry of the failed upgrade");
     assert_eq!(sb.status_of("app")["version"], "1.1");
 
     // 1.3 migrates /data before it starts (given the version it replaces): kept
@@ -233,7 +233,7 @@ fn an_upgrade_that_passes_is_kept_and_one_that_fails_is_rolled_back() {
         "{c}"
     );
     assert_eq!(c["autostart"], false, "{c}");
-    std::thread::sleep(Duration::from_millis(500));
+    quiet_for(Duration::from_millis(500), "a start of the stopped upgrade");
     assert_eq!(sb.status_of("app")["state"], "stopped");
     sb.ok(&["start", "app"]);
 

@@ -103,7 +103,7 @@ fn admin(sb: &Sandbox, method: &str, path: &str, body: &str) -> (u16, String) {
 }
 
 fn sleep_until(t: Instant) {
-    std::thread::sleep(t.saturating_duration_since(Instant::now()));
+    measure_over(t.saturating_duration_since(Instant::now()));
 }
 
 fn fifo(sb: &Sandbox) -> PathBuf {
@@ -180,7 +180,11 @@ fn keepalives_only_while_healthy_magic_close_only_on_a_clean_stop() {
 
     // A clean stop: the last byte written is the magic close.
     sb.stop_daemon();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_until(
+        "the magic close read from the device",
+        Duration::from_secs(5),
+        || dev.all().last() == Some(&b'V'),
+    );
     let all = dev.all();
     assert_eq!(
         all.last(),
@@ -205,7 +209,7 @@ fn keepalives_only_while_healthy_magic_close_only_on_a_clean_stop() {
     );
     sb.kill_daemon(libc::SIGKILL);
     let killed = Instant::now();
-    std::thread::sleep(Duration::from_millis(1000));
+    quiet_for(Duration::from_millis(1000), "a keep-alive after the kill");
     assert!(
         dev.between(killed, Instant::now()).is_empty(),
         "bytes after SIGKILL"

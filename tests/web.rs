@@ -290,7 +290,10 @@ fn the_web_page_shows_the_device_and_acts_only_with_its_token() {
     let idle: Vec<std::net::TcpStream> = (0..4)
         .map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    let_pass(
+        Duration::from_millis(200),
+        "the server takes the four connections in",
+    );
     assert_eq!(http(port, "GET", "/", None, "").status, 503);
     let t0 = Instant::now();
     loop {

@@ -303,6 +303,28 @@ pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// A window in which something must NOT happen (a restart, a run, a byte, a connection): the
+/// test looks again after it. Not a wait (a condition is waited for with [`wait_until`]):
+/// when the point is that nothing comes, there is nothing to wait for. `what` names what
+/// must not happen.
+pub fn quiet_for(window: Duration, what: &str) {
+    let _ = what;
+    std::thread::sleep(window);
+}
+
+/// A window a rate or a usage is measured over.
+pub fn measure_over(window: Duration) {
+    std::thread::sleep(window);
+}
+
+/// Time that must pass for what the test checks: a clock that must move on (timestamps that
+/// differ, a rate's bucket that fills again), or a step the test cannot observe (a follower
+/// attaching, a server taking connections in). `why` says which.
+pub fn let_pass(time: Duration, why: &str) {
+    let _ = why;
+    std::thread::sleep(time);
+}
+
 /// Signs the sandbox repository's index.json with signify-openbsd itself (not berth), with
 /// the secret key `key`, into index.json.sig.
 pub fn signify_sign(sb: &Sandbox, key: &Path) {

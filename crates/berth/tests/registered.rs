@@ -38,3 +38,27 @@ fn every_end_to_end_test_file_is_registered() {
         "[[test]] entries without their file: {gone:?}"
     );
 }
+
+/// A test waits for a condition (`common::wait_until`), or names the window it holds:
+/// nothing may happen in it (`quiet_for`), a rate is measured over it (`measure_over`), or
+/// time must pass (`let_pass`). A bare sleep as a step of a test is neither: refused here
+/// (polling loops inside a wait keep theirs).
+#[test]
+fn end_to_end_tests_wait_for_conditions_or_name_their_windows() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests");
+    let mut bare = Vec::new();
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_none_or(|x| x != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if line.starts_with("    std::thread::sleep(") || line.starts_with("    thread::sleep(")
+            {
+                bare.push(format!("{}:{}", path.display(), i + 1));
+            }
+        }
+    }
+    assert!(bare.is_empty(), "bare sleeps as steps of tests: {bare:?}");
+}
