@@ -14,7 +14,8 @@ use crate::daemon::boot;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::Result;
 use crate::daemon::records;
-use crate::daemon::runtime::{mounts, probe, start, stop};
+use crate::daemon::runtime::control::{self, Intent, Who};
+use crate::daemon::runtime::{mounts, probe, start};
 use crate::daemon::state;
 
 /// The reason `berth safe-mode enter` gives.
@@ -39,7 +40,7 @@ fn stop_all(d: &Arc<Daemon>) -> Vec<String> {
             continue;
         }
         let autostart = d.cfg.paths.autostart(n).exists();
-        match stop::stop_locked(d, n, None) {
+        match control::act_locked(d, n, Intent::Stop { timeout: None }, Who::Operator, None) {
             Ok(_) => stopped.push(n.to_string()),
             Err(e) => log::error!("safe mode: cannot stop {n}: {e}"),
         }

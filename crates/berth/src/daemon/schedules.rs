@@ -21,7 +21,8 @@ use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::runtime::{health, probe, start};
+use crate::daemon::runtime::control::{self, Intent, Who};
+use crate::daemon::runtime::{health, probe};
 use crate::daemon::state::{self, write_failed};
 use crate::health::{HealthArgs, Probe};
 
@@ -387,7 +388,7 @@ fn run_job(d: &Arc<Daemon>, name: &str, r: &Due) -> Value {
             }
             _ => {}
         }
-        match start::start_resumed(d, name) {
+        match control::act(d, name, Intent::Start, Who::Schedule, None) {
             Ok(_) => {
                 log::info!("{name}: started by schedule {}", r.id);
                 started = true;

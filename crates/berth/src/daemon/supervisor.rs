@@ -19,11 +19,10 @@ use crate::daemon::error::Result;
 use crate::daemon::governor;
 use crate::daemon::guard;
 use crate::daemon::records;
+use crate::daemon::runtime::control::{self, Intent, Who};
 use crate::daemon::runtime::health;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
-use crate::daemon::runtime::start;
-use crate::daemon::runtime::stop;
 use crate::daemon::runtime::watch;
 use crate::daemon::state;
 use crate::daemon::store::remove;
@@ -381,7 +380,12 @@ impl Supervisor {
                 let _ = std::thread::Builder::new()
                     .name(format!("end-{name}"))
                     .stack_size(128 * 1024)
-                    .spawn(move || stop::end_run(&d, &n, run));
+                    .spawn(move || {
+                        let end = Intent::EndRun { run };
+                        if let Err(e) = control::act(&d, &n, end, Who::Supervisor, None) {
+                            log::warn!("{n}: cannot end its run (init pid {run}): {e}");
+                        }
+                    });
             }
             Action::Report(r) => report(&self.d, name, &r),
         }
@@ -402,7 +406,7 @@ impl Supervisor {
             if state::installed(d, name).is_err() || probe::is_running(d, name) {
                 return;
             }
-            start::start_locked(d, name)
+            control::act_locked(d, name, Intent::Start, Who::Supervisor, None)
         };
         match started {
             Ok(_) => log::info!("started {name} (supervisor)"),

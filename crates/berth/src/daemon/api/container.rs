@@ -61,7 +61,9 @@ pub(crate) fn route(d: &Arc<Daemon>, ep: &Endpoint, op: Op, mut stream: UnixStre
             );
             answered(stream);
             log::info!("{name}: asked through its API to stop");
-            if let Err(e) = runtime::stop::stop(d, name, None) {
+            let stop = runtime::control::Intent::Stop { timeout: None };
+            let who = runtime::control::Who::Container;
+            if let Err(e) = runtime::control::act(d, name, stop, who, None) {
                 if e.kind != Kind::NotRunning {
                     log::warn!("{name}: its own stop failed: {e}");
                 }

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::runtime::control::{self, Intent, Who};
 use crate::daemon::{
     governor, net, reports, runtime, safe_mode, schedules, security, state, status, store,
 };
@@ -111,16 +112,19 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::List => store::repo::list(d),
         Action::Update { reset_serial } => store::repo::update(d, reset_serial),
         Action::Remove { names, purge } => store::remove::remove(d, &names, purge),
-        Action::Start { name, trace } => runtime::start::start(
+        Action::Start { name, trace } => control::act(
             d,
             &name,
+            Intent::Start,
+            Who::Operator,
             trace.then(|| runtime::start::Stamps::from(received)),
         )
         .and_then(|v| runtime::start::settled(d, &name, v)),
-        Action::Stop { name, timeout } => runtime::stop::stop(d, &name, timeout),
-        Action::Restart(n) => {
-            runtime::stop::restart(d, &n).and_then(|v| runtime::start::settled(d, &n, v))
+        Action::Stop { name, timeout } => {
+            control::act(d, &name, Intent::Stop { timeout }, Who::Operator, None)
         }
+        Action::Restart(n) => control::act(d, &n, Intent::Restart, Who::Operator, None)
+            .and_then(|v| runtime::start::settled(d, &n, v)),
         Action::Reset(n) => crate::daemon::supervisor::reset(d, &n),
         Action::Gc => store::remove::gc(d),
         Action::Limit { name, limits } => runtime::limit::limit(d, &name, &limits),

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::runtime::start;
+use crate::daemon::runtime::control::{self, Intent, Who};
 use crate::daemon::state;
 use crate::daemon::store::{install, repo, upgrade};
 use crate::hooks;
@@ -203,7 +203,7 @@ pub(crate) fn apply(
         if crate::daemon::runtime::probe::is_running(d, n) {
             continue;
         }
-        start::start(d, n, None).map_err(|e| {
+        control::act(d, n, Intent::Start, Who::Operator, None).map_err(|e| {
             Error::new(
                 e.kind,
                 format!("{n} was installed but did not start: {}", e.message),

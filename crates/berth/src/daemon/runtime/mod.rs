@@ -2,6 +2,7 @@
 //! and logs.
 
 pub(crate) mod bind;
+pub(crate) mod control;
 pub(crate) mod data;
 pub(crate) mod health;
 pub(crate) mod limit;

@@ -75,23 +75,10 @@ impl Stamps {
     }
 }
 
-pub(crate) fn start(d: &Arc<Daemon>, name: &str, mut trace: Option<Stamps>) -> Result<Value> {
-    let _op = d.op.lock().unwrap();
-    start_traced(d, name, &mut trace, false)
-}
-
-pub(crate) fn start_locked(d: &Arc<Daemon>, name: &str) -> Result<Value> {
-    start_traced(d, name, &mut None, false)
-}
-
-/// A start that is not the operator's (a scheduled job's, of a stopped container): the
-/// supervisor keeps the container's record (restarts counted, a self-restart streak).
-pub(crate) fn start_resumed(d: &Arc<Daemon>, name: &str) -> Result<Value> {
-    let _op = d.op.lock().unwrap();
-    start_traced(d, name, &mut None, true)
-}
-
-fn start_traced(
+/// A start, under the operation lock (`control.rs` is its one caller). `resumed`: a start
+/// that is not the operator's (a scheduled job's, of a stopped container): the supervisor
+/// keeps the container's record (restarts counted, a self-restart streak).
+pub(crate) fn start_traced(
     d: &Arc<Daemon>,
     name: &str,
     trace: &mut Option<Stamps>,
@@ -561,6 +548,7 @@ fn ended_at_once(d: &Daemon, name: &str, after: Duration) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::runtime::control::{self, Intent, Who};
     use crate::daemon::testing::{fake_daemon, install, MANIFEST};
     use std::os::unix::fs::PermissionsExt;
 
@@ -627,7 +615,7 @@ mod tests {
             "error: web: liblxc could not start the container",
         );
         two_layers(&d);
-        let e = start(&d, "web", None).unwrap_err();
+        let e = control::act(&d, "web", Intent::Start, Who::Operator, None).unwrap_err();
         assert_eq!(e.kind, Kind::StartFailed);
         assert_eq!(e.message, "web: liblxc could not start the container");
         let calls = m.calls();
@@ -661,7 +649,7 @@ mod tests {
         let (dir, d, m) = with_shim("start-overlay", "ok 1");
         two_layers(&d);
         m.fail_next("mount_overlay_ro", libc::ENODEV);
-        let e = start(&d, "web", None).unwrap_err();
+        let e = control::act(&d, "web", Intent::Start, Who::Operator, None).unwrap_err();
         assert_eq!(e.kind, Kind::MountFailed);
         assert!(e.message.starts_with("web: merged root: "), "{}", e.message);
         assert!(

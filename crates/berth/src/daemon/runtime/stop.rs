@@ -17,29 +17,15 @@ use crate::daemon::runtime::probe;
 use crate::daemon::runtime::start;
 use crate::daemon::state;
 
-pub(crate) fn stop(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> Result<Value> {
-    let _op = d.op.lock().unwrap();
-    stop_locked(d, name, timeout)
-}
-
-pub(crate) fn stop_locked(d: &Arc<Daemon>, name: &str, timeout: Option<u32>) -> Result<Value> {
-    end(d, name, timeout, Why::Operator)
-}
-
-/// Stops `name` for an upgrade or a rollback: the supervisor is told (its end is no failure
-/// and starts nothing), but the autostart mark stays: the container is meant to run again,
-/// also if the power goes before the upgrade starts it. Under the op lock.
-pub(crate) fn stop_for_switch(d: &Arc<Daemon>, name: &str) -> Result<Value> {
-    end(d, name, None, Why::Switch)
-}
-
 /// Who stops a container, which decides what the supervisor hears and whether the
 /// operator's autostart mark goes.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Why {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Why {
     /// `berth stop`: told, and the mark cleared.
     Operator,
-    /// An upgrade's switch: told, the mark kept.
+    /// An upgrade's or a rollback's switch: the supervisor is told (its end is no failure
+    /// and starts nothing), but the autostart mark stays: the container is meant to run
+    /// again, also if the power goes before the upgrade starts it.
     Switch,
     /// The supervisor's own (an unhealthy run, a restart the package asked for) or the
     /// daemon's before the supervisor runs: not told, the mark kept.
@@ -48,25 +34,17 @@ enum Why {
 
 /// Ends run `run` of `name` for the supervisor (its health checks failed, or its package
 /// asked for a restart): the same stop as the operator's, with no word to the supervisor,
-/// whose machine already knows what the end means. Nothing if that run has ended.
-pub(crate) fn end_run(d: &Arc<Daemon>, name: &str, run: i32) {
-    let _op = d.op.lock().unwrap();
+/// whose machine already knows what the end means. Nothing (null) if that run has ended.
+/// Under the op lock.
+pub(crate) fn end_run_locked(d: &Arc<Daemon>, name: &str, run: i32) -> Result<Value> {
     if probe::running_init(d, name) != Some(run) {
-        return;
+        return Ok(Value::Null);
     }
-    if let Err(e) = end(d, name, None, Why::Quiet) {
-        log::warn!("{name}: cannot end its run (init pid {run}): {e}");
-    }
-}
-
-/// Stops `name` with no word to the supervisor and the autostart mark left as it is: for
-/// the daemon's own work before the supervisor runs (an upgrade rolled back at start). Under
-/// the op lock.
-pub(crate) fn stop_quietly(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     end(d, name, None, Why::Quiet)
 }
 
-fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, why: Why) -> Result<Value> {
+/// Stops `name` as `why` says (`control.rs` is its one caller). Under the op lock.
+pub(crate) fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, why: Why) -> Result<Value> {
     let operator = why == Why::Operator;
     state::installed(d, name)?;
     if !probe::is_running(d, name) {
@@ -188,25 +166,13 @@ fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, why: Why) -> Result<Va
     }))
 }
 
-pub(crate) fn restart(d: &Arc<Daemon>, name: &str) -> Result<Value> {
-    let _op = d.op.lock().unwrap();
-    state::installed(d, name)?;
-    if probe::is_running(d, name) {
-        match stop_locked(d, name, None) {
-            // Ended on its own meanwhile (LXC still tearing down): stopped all the same.
-            Err(e) if e.kind == Kind::NotRunning => {}
-            r => {
-                r?;
-            }
-        }
-    }
-    start::start_locked(d, name)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::runtime::control::{self, Intent, Who};
     use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+
+    const STOP: Intent = Intent::Stop { timeout: None };
 
     fn events(d: &Daemon) -> Vec<(String, Event)> {
         let mut v = Vec::new();
@@ -225,7 +191,7 @@ mod tests {
         install(&d, MANIFEST);
         let d = Arc::new(d);
         start::set_autostart(&d, "web", true).unwrap();
-        let e = stop(&d, "web", None).unwrap_err();
+        let e = control::act(&d, "web", STOP, Who::Operator, None).unwrap_err();
         assert_eq!(
             (e.kind, e.message.as_str()),
             (Kind::NotRunning, "web is not running")
@@ -242,13 +208,14 @@ mod tests {
         install(&d, MANIFEST);
         let d = Arc::new(d);
         start::set_autostart(&d, "web", true).unwrap();
-        for e in [stop_for_switch(&d, "web"), stop_quietly(&d, "web")] {
+        for who in [Who::Upgrade, Who::Daemon] {
+            let e = control::act(&d, "web", STOP, who, None);
             assert_eq!(e.unwrap_err().kind, Kind::NotRunning);
         }
         assert!(d.cfg.paths.autostart("web").exists());
         assert!(events(&d).is_empty());
         // A package that is not installed is named as such.
-        let e = stop(&d, "nope", None).unwrap_err();
+        let e = control::act(&d, "nope", STOP, Who::Operator, None).unwrap_err();
         assert_eq!(e.kind, Kind::NotInstalled, "{}", e.message);
     }
 }

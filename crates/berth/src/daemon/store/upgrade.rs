@@ -29,10 +29,14 @@ use crate::daemon::boot;
 use crate::daemon::context::Daemon;
 use crate::daemon::error::{Error, Kind, Result};
 use crate::daemon::reports;
-use crate::daemon::runtime::{mounts, probe, sockets, start, stop};
+use crate::daemon::runtime::control::{self, Intent, Who};
+use crate::daemon::runtime::{mounts, probe, sockets, start};
 use crate::daemon::state;
 use crate::daemon::store::{install, repo};
 use crate::hooks;
+
+/// An upgrade's or rollback's stop: the stop timeout as configured.
+const SWITCH_STOP: Intent = Intent::Stop { timeout: None };
 
 /// Where a container's /data is kept during its upgrade, and its copy in progress.
 fn snapshot(d: &Daemon, name: &str) -> PathBuf {
@@ -228,7 +232,7 @@ fn switch(
         if was_running {
             // The stop is the upgrade's, not the operator's: it still starts after a reboot,
             // and its end is no run's end for the supervisor to judge at the next start.
-            stop::stop_for_switch(d, &name)?;
+            control::act_locked(d, &name, SWITCH_STOP, Who::Upgrade, None)?;
             let _ = std::fs::remove_file(d.cfg.paths.exit_file(&name));
         }
         hooks::point("upgrade.stopped");
@@ -255,7 +259,7 @@ fn switch(
             // Not switched: the old version runs again as it did.
             remove_any(&snapshot(d, &name));
             if was_running {
-                let _ = start::start_locked(d, &name);
+                let _ = control::act_locked(d, &name, Intent::Start, Who::Upgrade, None);
             }
             return Err(err);
         }
@@ -285,7 +289,7 @@ fn switch(
             }
         }
         if was_running {
-            if let Err(err) = start::start_locked(d, &name) {
+            if let Err(err) = control::act_locked(d, &name, Intent::Start, Who::Upgrade, None) {
                 // The trial sees it not running and rolls it back.
                 log::error!("{name}: start of {} failed: {err}", moves[i].to);
             }
@@ -468,9 +472,9 @@ fn rollback_locked(
     };
     if probe::is_running(d, name) {
         if quiet {
-            stop::stop_quietly(d, name)?;
+            control::act_locked(d, name, SWITCH_STOP, Who::Daemon, None)?;
         } else {
-            stop::stop_for_switch(d, name)?;
+            control::act_locked(d, name, SWITCH_STOP, Who::Upgrade, None)?;
         }
     }
     // The new version's end (by this stop, or on its own before the daemon died) is no end
@@ -496,7 +500,7 @@ fn rollback_locked(
         },
     );
     if start_after {
-        if let Err(e) = start::start_locked(d, name) {
+        if let Err(e) = control::act_locked(d, name, Intent::Start, Who::Upgrade, None) {
             log::error!(
                 "{name}: start of {} after the rollback failed: {e}",
                 prev_version(&state::state(d), name)
