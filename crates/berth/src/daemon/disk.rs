@@ -85,3 +85,116 @@ pub(crate) fn dir_bytes(p: &Path, depth: u32) -> u64 {
     }
     total
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+
+    /// `n` bytes that no file system compresses away.
+    fn noise(n: usize) -> Vec<u8> {
+        let mut x: u32 = 0x9e37_79b9;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// A file counts what it has allocated, not its length: a sparse file of 64 MiB with
+    /// 256 KiB written counts about 256 KiB; a file that is not there counts 0.
+    #[test]
+    fn a_file_counts_its_allocated_blocks_not_its_length() {
+        let (dir, _d, _) = fake_daemon("disk-file", "");
+        let f = dir.path("sparse");
+        std::fs::write(&f, noise(256 << 10)).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_len(64 << 20)
+            .unwrap();
+        let b = file_bytes(&f);
+        assert!((256 << 10..8 << 20).contains(&b), "{b} bytes");
+        assert_eq!(file_bytes(&dir.path("absent")), 0);
+    }
+
+    /// A directory counts its entries down to `depth` levels, never through a link.
+    #[test]
+    fn a_directory_counts_down_to_its_depth_and_not_through_links() {
+        let (dir, _d, _) = fake_daemon("disk-dir", "");
+        let top = dir.path("top");
+        std::fs::create_dir_all(top.join("sub")).unwrap();
+        std::fs::write(top.join("a"), noise(128 << 10)).unwrap();
+        std::fs::write(top.join("sub/b"), noise(1 << 20)).unwrap();
+        std::fs::write(dir.path("outside"), noise(4 << 20)).unwrap();
+        std::os::unix::fs::symlink(dir.path("outside"), top.join("link")).unwrap();
+        std::os::unix::fs::symlink(dir.path("."), top.join("loop")).unwrap();
+
+        let shallow = dir_bytes(&top, 1);
+        let deep = dir_bytes(&top, 2);
+        let (a, b, sub) = (
+            file_bytes(&top.join("a")),
+            file_bytes(&top.join("sub/b")),
+            file_bytes(&top.join("sub")),
+        );
+        let links = file_bytes(&top.join("link")) + file_bytes(&top.join("loop"));
+        assert_eq!(shallow, a + sub + links);
+        assert_eq!(deep, shallow + b);
+        assert!(deep < 3 << 20, "the link's target was counted: {deep}");
+        assert_eq!(dir_bytes(&dir.path("absent"), 3), 0);
+    }
+
+    /// A container's /data counts its image when it has one (containers.data_size), else its
+    /// tree; nothing at all counts 0.
+    #[test]
+    fn data_counts_the_image_when_there_is_one_else_the_tree() {
+        let (_dir, d, _) = fake_daemon("disk-data", "");
+        assert_eq!(data_bytes(&d, "web"), 0);
+        let data = d.cfg.paths.data("web");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("db"), noise(512 << 10)).unwrap();
+        let tree = data_bytes(&d, "web");
+        assert!(tree >= file_bytes(&data.join("db")), "{tree}");
+        assert!(tree < 2 << 20, "{tree}");
+
+        let img = d.cfg.paths.data_image("web");
+        std::fs::write(&img, noise(2 << 20)).unwrap();
+        assert_eq!(data_bytes(&d, "web"), file_bytes(&img));
+        assert!(file_bytes(&img) >= 2 << 20);
+    }
+
+    /// Each installed package's /data is found by name; another is not there.
+    #[test]
+    fn usage_finds_each_containers_data_by_name() {
+        let u = Usage {
+            store: 10,
+            data: vec![("web".into(), 4096), ("db".into(), 0)],
+        };
+        assert_eq!(u.data_of("web"), Some(4096));
+        assert_eq!(u.data_of("db"), Some(0));
+        assert_eq!(u.data_of("cache"), None);
+    }
+
+    /// The walk is made at most once a minute: what a second call within the minute
+    /// answers is the first call's answer, however the disk changed meanwhile.
+    #[test]
+    fn usage_is_walked_at_most_once_a_minute() {
+        let (_dir, d, _) = fake_daemon("disk-usage", "");
+        install(&d, MANIFEST);
+        std::fs::create_dir_all(d.cfg.paths.store()).unwrap();
+        let first = usage(&d);
+        std::fs::write(d.cfg.paths.store().join("big.sqfs"), noise(1 << 20)).unwrap();
+        std::fs::create_dir_all(d.cfg.paths.data("web")).unwrap();
+        std::fs::write(d.cfg.paths.data("web").join("f"), noise(1 << 20)).unwrap();
+        let second = usage(&d);
+        assert_eq!(second.store, first.store);
+        assert_eq!(second.data, first.data);
+        // Walked now, the same disk says otherwise: the cache answered.
+        assert!(dir_bytes(&d.cfg.paths.store(), 1) >= 1 << 20);
+        assert!(data_bytes(&d, "web") >= 1 << 20);
+    }
+}

@@ -61,3 +61,124 @@ pub(crate) fn installed(d: &Daemon, name: &str) -> Result<Installed> {
         )
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+
+    /// No state file is a device with nothing installed; a damaged one is an error naming
+    /// the file (never an empty state that would forget what is installed).
+    #[test]
+    fn a_missing_state_is_empty_and_a_damaged_one_is_refused_naming_the_file() {
+        let (_dir, d, _) = fake_daemon("state-load", "");
+        let path = d.cfg.paths.state_file();
+        assert_eq!(load_state(&d.cfg).unwrap(), State::default());
+
+        std::fs::write(&path, "{\"format\": 1, \"packages\": ").unwrap();
+        let e = load_state(&d.cfg).unwrap_err();
+        let text = format!("{e:#}");
+        assert!(
+            text.starts_with(&format!("{}: state file is damaged", path.display())),
+            "{text}"
+        );
+
+        std::fs::write(&path, "{\"format\": 7, \"packages\": {}}").unwrap();
+        let text = format!("{:#}", load_state(&d.cfg).unwrap_err());
+        assert!(text.contains("state file has format 7"), "{text}");
+    }
+
+    /// A state file that cannot be read (here a directory in its place) is an error saying
+    /// what could not be read, not an empty state.
+    #[test]
+    fn an_unreadable_state_is_an_error_not_an_empty_state() {
+        let (_dir, d, _) = fake_daemon("state-unreadable", "");
+        let path = d.cfg.paths.state_file();
+        std::fs::create_dir(&path).unwrap();
+        let text = format!("{:#}", load_state(&d.cfg).unwrap_err());
+        assert!(
+            text.starts_with(&format!("read {}", path.display())),
+            "{text}"
+        );
+    }
+
+    /// A commit writes the file and then the state in memory; what was written reads back
+    /// as what was committed.
+    #[test]
+    fn a_commit_writes_the_file_then_the_state_in_memory() {
+        let (_dir, d, _) = fake_daemon("state-commit", "");
+        let p = install(&d, MANIFEST);
+        let new = state(&d);
+        *d.state.lock().unwrap() = State::default();
+        commit_state(&d, new.clone()).unwrap();
+        assert_eq!(state(&d), new);
+        assert_eq!(load_state(&d.cfg).unwrap(), new);
+        assert_eq!(installed(&d, "web").unwrap(), p);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(d.cfg.paths.state_file())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// A commit whose write fails changes nothing: neither the file nor the state in
+    /// memory, and the error names the file.
+    #[test]
+    fn a_failed_commit_changes_nothing() {
+        let (_dir, d, _) = fake_daemon("state-commit-fails", "");
+        let path = d.cfg.paths.state_file();
+        // A directory where the file goes: the rename over it fails, root or not.
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join("keep"), "").unwrap();
+        install(&d, MANIFEST);
+        let new = state(&d);
+        *d.state.lock().unwrap() = State::default();
+        let e = commit_state(&d, new).unwrap_err();
+        assert_eq!(e.kind, Kind::Internal);
+        assert!(
+            e.message
+                .starts_with(&format!("write {}: ", path.display())),
+            "{}",
+            e.message
+        );
+        assert!(state(&d).packages.is_empty(), "the state in memory changed");
+        assert!(path.join("keep").exists());
+    }
+
+    /// A full disk is said as such (507, `no_space`), with what stays as it was and the way
+    /// out; any other write error is internal, naming the file and the error.
+    #[test]
+    fn a_full_disk_is_no_space_and_other_write_errors_are_internal() {
+        let path = Path::new("/var/lib/berth/state.json");
+        let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
+        let e = write_failed(path, full, "nothing was changed");
+        assert_eq!(e.kind, Kind::NoSpace);
+        assert_eq!(e.status(), 507);
+        assert_eq!(
+            e.message,
+            "cannot write /var/lib/berth/state.json: file system full; nothing was changed (free space with berth gc)"
+        );
+
+        let denied = std::io::Error::from_raw_os_error(libc::EACCES);
+        let e = write_failed(path, denied, "nothing was changed");
+        assert_eq!(e.kind, Kind::Internal);
+        assert!(
+            e.message
+                .starts_with("write /var/lib/berth/state.json: Permission denied"),
+            "{}",
+            e.message
+        );
+    }
+
+    /// A package not installed is `not_installed`, saying how to install it.
+    #[test]
+    fn an_installed_package_is_found_and_another_is_not_installed() {
+        let (_dir, d, _) = fake_daemon("state-installed", "");
+        let p = install(&d, MANIFEST);
+        assert_eq!(installed(&d, "web").unwrap(), p);
+        let e = installed(&d, "db").unwrap_err();
+        assert_eq!(e.kind, Kind::NotInstalled);
+        assert_eq!(e.message, "db is not installed (berth install db)");
+    }
+}
