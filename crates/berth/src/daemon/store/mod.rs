@@ -7,3 +7,5 @@ pub(crate) mod install;
 pub(crate) mod remove;
 pub(crate) mod repo;
 pub(crate) mod upgrade;
+#[cfg(test)]
+pub(crate) mod testrepo;
