@@ -37,8 +37,13 @@ pub(crate) struct Repo {
 impl Repo {
     /// An empty repository in `dir`, signed by key 1, which `keys` trusts.
     pub(crate) fn new(dir: &Path, keys: &Path) -> Repo {
+        Repo::signed_by(dir, keys, 1)
+    }
+
+    /// An empty repository in `dir`, signed by key `n`, which `keys` trusts.
+    pub(crate) fn signed_by(dir: &Path, keys: &Path, n: u8) -> Repo {
         std::fs::create_dir_all(dir.join("packages")).unwrap();
-        let (public, secret) = key(1);
+        let (public, secret) = key(n);
         trust(keys, "vendor", &public);
         Repo {
             dir: dir.to_path_buf(),
