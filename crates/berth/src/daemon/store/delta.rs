@@ -249,7 +249,9 @@ mod tests {
     /// is fetched, nothing is said.
     #[test]
     fn no_delta_is_tried_without_its_image_in_a_known_format_or_when_the_image_is_cheaper() {
-        let Some(f) = fixture("delta-none") else { return };
+        let Some(f) = fixture("delta-none") else {
+            return;
+        };
         let tmp = f.d.cfg.paths.store_tmp();
 
         let mut unknown = f.e.clone();
@@ -273,7 +275,9 @@ mod tests {
     /// a byte of it: said as `delta_failed`, nothing left, the caller fetches the image.
     #[test]
     fn a_delta_unlike_the_signed_index_is_never_decoded() {
-        let Some(f) = fixture("delta-sha") else { return };
+        let Some(f) = fixture("delta-sha") else {
+            return;
+        };
         let file = f.src.join(&f.e.deltas[0].file);
         let len = std::fs::metadata(&file).unwrap().len() as usize;
         let other = noise(len, 4);
@@ -298,7 +302,9 @@ mod tests {
     /// image the index lists, both fall back to the image, leaving nothing behind.
     #[test]
     fn a_delta_that_does_not_give_the_listed_image_falls_back() {
-        let Some(mut f) = fixture("delta-bad") else { return };
+        let Some(mut f) = fixture("delta-bad") else {
+            return;
+        };
         let tmp = f.d.cfg.paths.store_tmp();
         let mut wrong = f.e.clone();
         wrong.sha256 = sha256_hex(b"another image");
@@ -331,7 +337,9 @@ mod tests {
     /// A source without the delta: said, and the image is fetched instead.
     #[test]
     fn a_source_without_the_delta_falls_back() {
-        let Some(f) = fixture("delta-missing") else { return };
+        let Some(f) = fixture("delta-missing") else {
+            return;
+        };
         std::fs::remove_file(f.src.join(&f.e.deltas[0].file)).unwrap();
         let (got, events) = events_of(&f, &f.e);
         assert_eq!(got, None);

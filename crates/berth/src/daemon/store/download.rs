@@ -370,7 +370,8 @@ mod tests {
         let e = download(&d, &[url], &w, &mut |_| {}).unwrap_err();
         assert_eq!(e.kind, Kind::FetchFailed);
         assert!(
-            e.message.contains("'..' is not allowed in repository paths"),
+            e.message
+                .contains("'..' is not allowed in repository paths"),
             "{}",
             e.message
         );

@@ -299,17 +299,17 @@ mod tests {
             f.mounts_of_squashfs(),
             [format!(
                 "mount_squashfs {} {}",
-                paths.store_tmp().join(format!("{}.part", e.sha256)).display(),
+                paths
+                    .store_tmp()
+                    .join(format!("{}.part", e.sha256))
+                    .display(),
                 verify.display()
             )]
         );
         assert!(f.m.mounted().is_empty(), "{:?}", f.m.mounted());
 
         let (got, events) = f.install(&["web"]);
-        assert_eq!(
-            got.unwrap(),
-            json!({"installed": [], "unchanged": ["web"]})
-        );
+        assert_eq!(got.unwrap(), json!({"installed": [], "unchanged": ["web"]}));
         assert!(events.is_empty(), "{events:?}");
         assert_eq!(f.mounts_of_squashfs().len(), 1);
     }
@@ -446,12 +446,20 @@ mod tests {
         let v2 = MANIFEST.replace("1.0", "2.0");
         let e2 = f.offer(&v2, b"web 2.0", &v2);
         f.publish(2);
-        let part = f.d.cfg.paths.store_tmp().join(format!("{}.part", e2.sha256));
+        let part =
+            f.d.cfg
+                .paths
+                .store_tmp()
+                .join(format!("{}.part", e2.sha256));
         std::os::unix::fs::symlink("/dev/full", &part).unwrap();
         let (got, _) = f.install(&["web"]);
         let e = got.unwrap_err();
         assert_eq!(e.kind, Kind::NoSpace);
-        assert!(e.message.starts_with("store full: no room for web@2.0"), "{}", e.message);
+        assert!(
+            e.message.starts_with("store full: no room for web@2.0"),
+            "{}",
+            e.message
+        );
         assert_eq!(f.kept(), before);
         assert!(std::fs::symlink_metadata(&part).is_err(), "part left");
     }
@@ -474,10 +482,9 @@ mod tests {
         std::fs::create_dir_all(&lxc).unwrap();
         std::fs::write(lxc.join("config"), "").unwrap();
         let name = lxc.join("command");
-        let addr = std::os::unix::net::SocketAddr::from_abstract_name(
-            name.as_os_str().as_encoded_bytes(),
-        )
-        .unwrap();
+        let addr =
+            std::os::unix::net::SocketAddr::from_abstract_name(name.as_os_str().as_encoded_bytes())
+                .unwrap();
         let _monitor = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
         let (got, events) = f.install(&["web"]);
         let e = got.unwrap_err();
@@ -561,7 +568,10 @@ mod tests {
         let delta_file = f.r.dir.join("deltas/web.zst");
         let made = std::process::Command::new("zstd")
             .args(["-q", "-f"])
-            .arg(format!("--patch-from={}", f.d.cfg.paths.image(&e1.sha256).display()))
+            .arg(format!(
+                "--patch-from={}",
+                f.d.cfg.paths.image(&e1.sha256).display()
+            ))
             .arg(f.r.dir.join(&e2.file))
             .arg("-o")
             .arg(&delta_file)

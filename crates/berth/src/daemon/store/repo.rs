@@ -641,7 +641,10 @@ mod tests {
             })
         );
         let c = cache(&d);
-        assert_eq!((c.url.as_str(), c.index.as_bytes()), (r.url().as_str(), &text[..]));
+        assert_eq!(
+            (c.url.as_str(), c.index.as_bytes()),
+            (r.url().as_str(), &text[..])
+        );
         assert_eq!(c.signature, r.sign(&text));
         assert_eq!(read_serial_floor(&d.cfg), Some(10));
         let (index, _) = load_index(&d).unwrap();
@@ -713,7 +716,10 @@ mod tests {
         d.cfg.repository = Some(nowhere.clone());
         d.cfg.mirrors = vec![forged.url(), r.url()];
         let got = update(&d, false).unwrap();
-        assert_eq!((&got["repository"], &got["serial"]), (&json!(r.url()), &json!(3)));
+        assert_eq!(
+            (&got["repository"], &got["serial"]),
+            (&json!(r.url()), &json!(3))
+        );
         assert_eq!(cache(&d).url, r.url());
 
         let before = kept(&d);
@@ -760,13 +766,24 @@ mod tests {
             (Some("\"i1\""), Some("\"s1\""))
         );
         let got = update(&d, false).unwrap();
-        assert_eq!((&got["unchanged"], &got["serial"]), (&json!(true), &json!(5)));
+        assert_eq!(
+            (&got["unchanged"], &got["serial"]),
+            (&json!(true), &json!(5))
+        );
         assert_eq!(cache(&d).index.as_bytes(), &text[..]);
         let requests = server.join().unwrap();
         assert_eq!(requests.len(), 4);
         assert!(!requests[0].contains("If-None-Match"), "{}", requests[0]);
-        assert!(requests[2].contains("If-None-Match: \"i1\"\r\n"), "{}", requests[2]);
-        assert!(requests[3].contains("If-None-Match: \"s1\"\r\n"), "{}", requests[3]);
+        assert!(
+            requests[2].contains("If-None-Match: \"i1\"\r\n"),
+            "{}",
+            requests[2]
+        );
+        assert!(
+            requests[3].contains("If-None-Match: \"s1\"\r\n"),
+            "{}",
+            requests[3]
+        );
     }
 
     /// The cached index is verified again at every use, against the keys trusted now.
@@ -783,7 +800,8 @@ mod tests {
         let e = load_index(&d).unwrap_err();
         assert_eq!(e.kind, Kind::BadCache);
         assert!(
-            e.message.starts_with(&format!("{} is damaged", path.display())),
+            e.message
+                .starts_with(&format!("{} is damaged", path.display())),
             "{}",
             e.message
         );
@@ -850,7 +868,10 @@ mod tests {
         install(&d, MANIFEST);
         let got = list(&d).unwrap();
         assert_eq!(got["available"], json!([]));
-        assert_eq!(got["index_note"], "no repository index yet: run berth update");
+        assert_eq!(
+            got["index_note"],
+            "no repository index yet: run berth update"
+        );
         assert_eq!(got["installed"][0]["version"], "1.0");
 
         r.add(&MANIFEST.replace("1.0", "2.0"), b"web 2.0");
@@ -882,7 +903,11 @@ mod tests {
         );
         let installed = &got["installed"][0];
         assert_eq!(
-            (&installed["name"], &installed["explicit"], &installed["sha256"]),
+            (
+                &installed["name"],
+                &installed["explicit"],
+                &installed["sha256"]
+            ),
             (&json!("web"), &json!(true), &json!("ab".repeat(32)))
         );
     }
@@ -909,7 +934,12 @@ mod tests {
             "{w}"
         );
         assert_eq!(
-            [human_age(59), human_age(120), human_age(7_200), human_age(172_800)],
+            [
+                human_age(59),
+                human_age(120),
+                human_age(7_200),
+                human_age(172_800)
+            ],
             ["59 s", "2 min", "2 h", "2 days"]
         );
     }
