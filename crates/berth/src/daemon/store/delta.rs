@@ -138,3 +138,227 @@ fn try_rebuild(
         .and_then(|f| f.sync_all())
         .map_err(|err| format!("fsync {}: {err}", out.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::store::testrepo::{files_in, noise};
+    use crate::daemon::testing::{entry, fake_daemon, MANIFEST};
+    use berth_core::index::sha256_hex;
+    use berth_core::name::Version;
+    use berth_testkit::TempDir;
+
+    /// web 0.9's image held in the store, web 1.0's a small change of it; a source holding
+    /// the zstd delta from one to the other, and the index entry of 1.0 that lists it.
+    struct Fixture {
+        _dir: TempDir,
+        d: Daemon,
+        bases: Vec<String>,
+        src: PathBuf,
+        new: Vec<u8>,
+        e: IndexEntry,
+    }
+
+    /// None (the skip recorded) without zstd on this machine.
+    fn fixture(tag: &str) -> Option<Fixture> {
+        if zstd().is_none() {
+            berth_sys::skip::record("host zstd", "no zstd on PATH to make and decode deltas");
+            return None;
+        }
+        let (dir, d, _) = fake_daemon(tag, "");
+        std::fs::create_dir_all(d.cfg.paths.store_tmp()).unwrap();
+        let old = noise(200_000, 1);
+        let mut new = old.clone();
+        new[1000..2000].copy_from_slice(&noise(1000, 2));
+        new.extend_from_slice(&noise(500, 3));
+        let old_sha = sha256_hex(&old);
+        std::fs::write(d.cfg.paths.image(&old_sha), &old).unwrap();
+        let src = dir.path("src");
+        std::fs::create_dir_all(src.join("deltas")).unwrap();
+        let (old_file, new_file) = (dir.path("old"), dir.path("new"));
+        std::fs::write(&old_file, &old).unwrap();
+        std::fs::write(&new_file, &new).unwrap();
+        let delta_file = src.join("deltas/web-0.9-1.0.zst");
+        let made = Command::new("zstd")
+            .args(["-q", "-f"])
+            .arg(format!("--patch-from={}", old_file.display()))
+            .arg(&new_file)
+            .arg("-o")
+            .arg(&delta_file)
+            .output()
+            .unwrap();
+        assert!(made.status.success(), "{made:?}");
+        let delta = std::fs::read(&delta_file).unwrap();
+        assert!(delta.len() < 10_000, "delta of {} bytes", delta.len());
+        let mut e = entry(MANIFEST);
+        e.sha256 = sha256_hex(&new);
+        e.size = new.len() as u64;
+        e.deltas = vec![Delta {
+            from: old_sha,
+            from_version: Version::parse("0.9").unwrap(),
+            format: DELTA_ZSTD_PATCH.into(),
+            file: "deltas/web-0.9-1.0.zst".into(),
+            sha256: sha256_hex(&delta),
+            size: delta.len() as u64,
+        }];
+        let bases = vec![format!("file://{}", src.display())];
+        Some(Fixture {
+            _dir: dir,
+            d,
+            bases,
+            src,
+            new,
+            e,
+        })
+    }
+
+    fn events_of(f: &Fixture, e: &IndexEntry) -> (Option<PathBuf>, Vec<Value>) {
+        let mut events = Vec::new();
+        let got = rebuild(&f.d, &f.bases, e, &mut |v| events.push(v)).map(|r| r.path);
+        (got, events)
+    }
+
+    fn failures(events: &[Value]) -> Vec<&Value> {
+        events
+            .iter()
+            .filter(|v| v["event"] == "delta_failed")
+            .collect()
+    }
+
+    /// The delta is fetched, decoded against the held image and the result is exactly the
+    /// image the index lists; the delta's own file and a part of the image held go.
+    #[test]
+    fn a_delta_from_a_held_image_rebuilds_the_image_the_index_lists() {
+        let Some(f) = fixture("delta-ok") else { return };
+        let tmp = f.d.cfg.paths.store_tmp();
+        std::fs::write(tmp.join(format!("{}.part", f.e.sha256)), &f.new[..10]).unwrap();
+        let mut events = Vec::new();
+        let r = rebuild(&f.d, &f.bases, &f.e, &mut |v| events.push(v)).expect("rebuilt");
+        assert_eq!(r.path, tmp.join(format!("{}.from-delta", f.e.sha256)));
+        assert_eq!(r.delta.from_version.to_string(), "0.9");
+        assert_eq!(std::fs::read(&r.path).unwrap(), f.new);
+        assert_eq!(files_in(&tmp), [format!("{}.from-delta", f.e.sha256)]);
+        assert!(failures(&events).is_empty(), "{events:?}");
+        // The progress said is the delta's, not the image's.
+        let last = events.last().unwrap();
+        assert_eq!(last["total"], f.e.deltas[0].size);
+    }
+
+    /// No delta is tried when the store does not hold its old image, when its format is not
+    /// known, or when a part of the image held leaves less to fetch than the delta: nothing
+    /// is fetched, nothing is said.
+    #[test]
+    fn no_delta_is_tried_without_its_image_in_a_known_format_or_when_the_image_is_cheaper() {
+        let Some(f) = fixture("delta-none") else {
+            return;
+        };
+        let tmp = f.d.cfg.paths.store_tmp();
+
+        let mut unknown = f.e.clone();
+        unknown.deltas[0].format = "bsdiff".into();
+        assert_eq!(events_of(&f, &unknown), (None, vec![]));
+
+        let mut elsewhere = f.e.clone();
+        elsewhere.deltas[0].from = "ef".repeat(32);
+        assert_eq!(events_of(&f, &elsewhere), (None, vec![]));
+        assert!(files_in(&tmp).is_empty());
+
+        let held = f.e.size - f.e.deltas[0].size;
+        let part = tmp.join(format!("{}.part", f.e.sha256));
+        std::fs::write(&part, &f.new[..held as usize]).unwrap();
+        assert_eq!(events_of(&f, &f.e), (None, vec![]));
+        assert_eq!(std::fs::metadata(&part).unwrap().len(), held);
+        assert_eq!(files_in(&tmp), [format!("{}.part", f.e.sha256)]);
+    }
+
+    /// A delta whose bytes are not those the signed index lists is refused before zstd reads
+    /// a byte of it: said as `delta_failed`, nothing left, the caller fetches the image.
+    #[test]
+    fn a_delta_unlike_the_signed_index_is_never_decoded() {
+        let Some(f) = fixture("delta-sha") else {
+            return;
+        };
+        let file = f.src.join(&f.e.deltas[0].file);
+        let len = std::fs::metadata(&file).unwrap().len() as usize;
+        let other = noise(len, 4);
+        std::fs::write(&file, &other).unwrap();
+        let (got, events) = events_of(&f, &f.e);
+        assert_eq!(got, None);
+        let failed = failures(&events);
+        assert_eq!(failed.len(), 1, "{events:?}");
+        assert_eq!(failed[0]["package"], "web");
+        assert_eq!(
+            failed[0]["error"],
+            format!(
+                "delta sha256 is {}, the signed index says {}: refusing it; nothing was changed",
+                sha256_hex(&other),
+                f.e.deltas[0].sha256
+            )
+        );
+        assert!(files_in(&f.d.cfg.paths.store_tmp()).is_empty());
+    }
+
+    /// A delta the index vouches for but zstd cannot decode, and one whose result is not the
+    /// image the index lists, both fall back to the image, leaving nothing behind.
+    #[test]
+    fn a_delta_that_does_not_give_the_listed_image_falls_back() {
+        let Some(mut f) = fixture("delta-bad") else {
+            return;
+        };
+        let tmp = f.d.cfg.paths.store_tmp();
+        let mut wrong = f.e.clone();
+        wrong.sha256 = sha256_hex(b"another image");
+        let (got, events) = events_of(&f, &wrong);
+        assert_eq!(got, None);
+        let failed = failures(&events);
+        assert_eq!(
+            failed[0]["error"],
+            format!(
+                "the rebuilt image is {n} bytes with sha256 {}, the signed index says {n} bytes, {}",
+                f.e.sha256,
+                wrong.sha256,
+                n = f.e.size
+            )
+        );
+        assert!(files_in(&tmp).is_empty(), "{:?}", files_in(&tmp));
+
+        let garbage = noise(300, 5);
+        std::fs::write(f.src.join(&f.e.deltas[0].file), &garbage).unwrap();
+        f.e.deltas[0].sha256 = sha256_hex(&garbage);
+        f.e.deltas[0].size = 300;
+        let (got, events) = events_of(&f, &f.e);
+        assert_eq!(got, None);
+        let failed = failures(&events);
+        let why = failed[0]["error"].as_str().unwrap();
+        assert!(why.starts_with("zstd failed: "), "{why}");
+        assert!(files_in(&tmp).is_empty(), "{:?}", files_in(&tmp));
+    }
+
+    /// A source without the delta: said, and the image is fetched instead.
+    #[test]
+    fn a_source_without_the_delta_falls_back() {
+        let Some(f) = fixture("delta-missing") else {
+            return;
+        };
+        std::fs::remove_file(f.src.join(&f.e.deltas[0].file)).unwrap();
+        let (got, events) = events_of(&f, &f.e);
+        assert_eq!(got, None);
+        let failed = failures(&events);
+        assert_eq!(failed.len(), 1, "{events:?}");
+        let why = failed[0]["error"].as_str().unwrap();
+        assert!(
+            why.starts_with(&format!(
+                "cannot read {}",
+                f.src.join(&f.e.deltas[0].file).display()
+            )),
+            "{why}"
+        );
+        assert!(!f
+            .d
+            .cfg
+            .paths
+            .store_tmp()
+            .join(format!("{}.from-delta", f.e.sha256))
+            .exists());
+    }
+}

@@ -6,4 +6,6 @@ pub(crate) mod image;
 pub(crate) mod install;
 pub(crate) mod remove;
 pub(crate) mod repo;
+#[cfg(test)]
+pub(crate) mod testrepo;
 pub(crate) mod upgrade;

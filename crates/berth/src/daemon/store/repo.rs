@@ -501,3 +501,446 @@ pub(crate) fn list(d: &Daemon) -> Result<Value> {
         list_field::INDEX_NOTE: note,
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::store::testrepo::{key, ok, serve, trust, Repo};
+    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+    use berth_testkit::TempDir;
+
+    /// A daemon whose repository is a `file://` one signed by a key it trusts, listing web
+    /// 1.0 (not published yet).
+    fn setup(tag: &str) -> (TempDir, Daemon, Repo) {
+        let (dir, mut d, _) = fake_daemon(tag, "");
+        let mut r = Repo::for_daemon(&mut d, &dir.0);
+        r.add(MANIFEST, b"web 1.0");
+        (dir, d, r)
+    }
+
+    /// What `berth update` keeps: the cached index and the serial record, as bytes.
+    fn kept(d: &Daemon) -> (Option<Vec<u8>>, Option<Vec<u8>>) {
+        (
+            std::fs::read(d.cfg.paths.repository_file()).ok(),
+            std::fs::read(serial_file(&d.cfg)).ok(),
+        )
+    }
+
+    fn cache(d: &Daemon) -> RepoCache {
+        serde_json::from_slice(&std::fs::read(d.cfg.paths.repository_file()).unwrap()).unwrap()
+    }
+
+    /// The trusted keys are the `.pub` files of the key directory; none (no directory, or
+    /// no `.pub` in it) is `no_keys`, a damaged one `bad_key`, each naming the path.
+    #[test]
+    fn trusted_keys_are_the_pub_files_of_the_key_directory() {
+        let (_dir, d, _) = fake_daemon("repo-keys", "");
+        let keys = d.cfg.paths.keys.clone();
+        std::fs::remove_dir(&keys).unwrap();
+        let e = trusted_keys(&d.cfg).unwrap_err();
+        assert_eq!(e.kind, Kind::NoKeys);
+        assert!(
+            e.message
+                .contains(&format!("{} is missing", keys.display())),
+            "{}",
+            e.message
+        );
+
+        std::fs::create_dir(&keys).unwrap();
+        std::fs::write(keys.join("vendor.txt"), key(1).0.to_file_string("not .pub")).unwrap();
+        let e = trusted_keys(&d.cfg).unwrap_err();
+        assert_eq!(e.kind, Kind::NoKeys);
+        assert_eq!(
+            e.message,
+            format!(
+                "no trusted repository keys in {}: put the repository's .pub key there",
+                keys.display()
+            )
+        );
+
+        trust(&keys, "one", &key(1).0);
+        trust(&keys, "two", &key(2).0);
+        let mut got: Vec<[u8; 8]> = trusted_keys(&d.cfg)
+            .unwrap()
+            .iter()
+            .map(|k| k.keynum)
+            .collect();
+        got.sort();
+        assert_eq!(got, [[1; 8], [2; 8]]);
+
+        std::fs::write(keys.join("bad.pub"), "untrusted comment: x\nnot base64!\n").unwrap();
+        let e = trusted_keys(&d.cfg).unwrap_err();
+        assert_eq!(e.kind, Kind::BadKey);
+        assert!(
+            e.message.starts_with(&format!(
+                "trusted key {}: not a signify public key",
+                keys.join("bad.pub").display()
+            )),
+            "{}",
+            e.message
+        );
+    }
+
+    /// An index is accepted only with a good signature of a trusted key over exactly its
+    /// bytes, and only if it is a valid index.
+    #[test]
+    fn an_index_verifies_only_with_a_trusted_keys_signature_over_its_bytes() {
+        let (_dir, d, r) = setup("repo-verify");
+        let text = r.publish(7, None);
+        let sig = r.sign(&text);
+        assert_eq!(verify_index(&d.cfg, &text, &sig).unwrap().serial, 7);
+
+        let mut tampered = text.clone();
+        let at = tampered.len() - 3;
+        tampered[at] ^= 1;
+        let e = verify_index(&d.cfg, &tampered, &sig).unwrap_err();
+        assert_eq!(e.kind, Kind::BadSignature);
+        assert_eq!(
+            e.message,
+            "repository index rejected: signature does not match the message"
+        );
+
+        let other = berth_core::signify::sign(&key(2).1, &text).to_file_string("x");
+        let e = verify_index(&d.cfg, &text, &other).unwrap_err();
+        assert_eq!(e.kind, Kind::BadSignature);
+        assert_eq!(
+            e.message,
+            format!(
+                "repository index rejected: signed by unknown key {}: not among the trusted keys in {}",
+                "02".repeat(8),
+                d.cfg.paths.keys.display()
+            )
+        );
+
+        let e = verify_index(&d.cfg, &text, "hello").unwrap_err();
+        assert_eq!(e.kind, Kind::BadSignature);
+        assert!(e.message.starts_with("index.json.sig: "), "{}", e.message);
+
+        let not_index = br#"{"format": 1, "packages": 3}"#;
+        let e = verify_index(&d.cfg, not_index, &r.sign(not_index)).unwrap_err();
+        assert_eq!(e.kind, Kind::BadIndex);
+        assert!(
+            e.message.starts_with("repository index rejected: "),
+            "{}",
+            e.message
+        );
+    }
+
+    /// `berth update`: the verified index cached with its source, the serial floor raised,
+    /// and the answer says what it got.
+    #[test]
+    fn update_caches_a_verified_index_and_raises_the_serial_floor() {
+        let (_dir, d, r) = setup("repo-update");
+        let text = r.publish(10, Some(4_000_000_000));
+        let got = update(&d, false).unwrap();
+        assert_eq!(
+            got,
+            json!({
+                "repository": r.url(), "unchanged": false, "packages": 1, "serial": 10,
+                "expires": 4_000_000_000u64, "upgradable": [],
+            })
+        );
+        let c = cache(&d);
+        assert_eq!(
+            (c.url.as_str(), c.index.as_bytes()),
+            (r.url().as_str(), &text[..])
+        );
+        assert_eq!(c.signature, r.sign(&text));
+        assert_eq!(read_serial_floor(&d.cfg), Some(10));
+        let (index, _) = load_index(&d).unwrap();
+        assert_eq!(index.packages[0].name.as_str(), "web");
+    }
+
+    /// A tampered index, an expired one and an older serial are each refused, and leave the
+    /// cached index and the serial record exactly as they were; `--reset-serial` lets the
+    /// older serial through on purpose.
+    #[test]
+    fn a_refused_index_leaves_the_cached_one_in_use() {
+        let (_dir, d, r) = setup("repo-refused");
+        let text = r.publish(10, None);
+        update(&d, false).unwrap();
+        let before = kept(&d);
+
+        let sig = r.sign(&text);
+        let mut tampered = text.clone();
+        tampered.extend_from_slice(b" ");
+        std::fs::write(r.dir.join("index.json"), &tampered).unwrap();
+        std::fs::write(r.dir.join("index.json.sig"), sig).unwrap();
+        assert_eq!(update(&d, false).unwrap_err().kind, Kind::BadSignature);
+        assert_eq!(kept(&d), before);
+
+        r.publish(11, Some(1));
+        let e = update(&d, false).unwrap_err();
+        assert_eq!(e.kind, Kind::Expired);
+        assert!(
+            e.message.starts_with(&format!(
+                "repository index rejected: it expired at {} (expires 1)",
+                berth_core::date::utc(1)
+            )),
+            "{}",
+            e.message
+        );
+        assert_eq!(kept(&d), before);
+
+        r.publish(9, None);
+        let e = update(&d, false).unwrap_err();
+        assert_eq!(e.kind, Kind::Rollback);
+        assert!(
+            e.message.starts_with(
+                "repository index rejected: its serial 9 is older than 10, the newest this device has accepted"
+            ) && e.message.ends_with("run berth update --reset-serial"),
+            "{}",
+            e.message
+        );
+        assert_eq!(kept(&d), before);
+        // The floor holds without the cached index too (its own record).
+        std::fs::remove_file(d.cfg.paths.repository_file()).unwrap();
+        assert_eq!(update(&d, false).unwrap_err().kind, Kind::Rollback);
+        assert!(!d.cfg.paths.repository_file().exists());
+
+        assert_eq!(update(&d, true).unwrap()["serial"], 9);
+        assert_eq!(read_serial_floor(&d.cfg), Some(9));
+        assert_eq!(load_index(&d).unwrap().0.serial, 9);
+    }
+
+    /// The repository, then its mirrors: one that cannot be read or serves an index signed
+    /// by an unknown key is passed over; when none works, every failure is said.
+    #[test]
+    fn sources_are_tried_in_order_and_every_failure_said() {
+        let (dir, mut d, r) = setup("repo-mirrors");
+        r.publish(3, None);
+        let nowhere = format!("file://{}", dir.path("nowhere").display());
+        let mut forged = Repo::signed_by(&dir.path("forged"), &dir.path("untrusted-keys"), 2);
+        forged.add(MANIFEST, b"evil");
+        forged.publish(99, None);
+        d.cfg.repository = Some(nowhere.clone());
+        d.cfg.mirrors = vec![forged.url(), r.url()];
+        let got = update(&d, false).unwrap();
+        assert_eq!(
+            (&got["repository"], &got["serial"]),
+            (&json!(r.url()), &json!(3))
+        );
+        assert_eq!(cache(&d).url, r.url());
+
+        let before = kept(&d);
+        d.cfg.mirrors = vec![forged.url()];
+        let e = update(&d, false).unwrap_err();
+        assert_eq!(e.kind, Kind::FetchFailed);
+        assert!(
+            e.message.starts_with(&format!(
+                "no source of the repository worked ({nowhere}: cannot read {}",
+                dir.path("nowhere/index.json").display()
+            )) && e.message.contains(&format!(
+                "; {}: repository index rejected: signed by unknown key",
+                forged.url()
+            )),
+            "{}",
+            e.message
+        );
+        assert_eq!(kept(&d), before);
+
+        d.cfg.repository = None;
+        d.cfg.mirrors.clear();
+        assert_eq!(update(&d, false).unwrap_err().kind, Kind::NoRepository);
+    }
+
+    /// Over HTTP, the entity tags of the cached copy are sent again and a 304 for both files
+    /// takes the cached index: `unchanged`.
+    #[test]
+    fn an_unchanged_index_is_taken_from_the_cache() {
+        let (_dir, mut d, r) = setup("repo-etag");
+        let text = r.publish(5, None);
+        let sig = r.sign(&text).into_bytes();
+        let not_modified = b"HTTP/1.1 304 Not Modified\r\n\r\n".to_vec();
+        let (base, server) = serve(vec![
+            ok(&text, Some("\"i1\"")),
+            ok(&sig, Some("\"s1\"")),
+            not_modified.clone(),
+            not_modified,
+        ]);
+        d.cfg.repository = Some(base.clone());
+        assert_eq!(update(&d, false).unwrap()["unchanged"], false);
+        let c = cache(&d);
+        assert_eq!(
+            (c.index_etag.as_deref(), c.signature_etag.as_deref()),
+            (Some("\"i1\""), Some("\"s1\""))
+        );
+        let got = update(&d, false).unwrap();
+        assert_eq!(
+            (&got["unchanged"], &got["serial"]),
+            (&json!(true), &json!(5))
+        );
+        assert_eq!(cache(&d).index.as_bytes(), &text[..]);
+        let requests = server.join().unwrap();
+        assert_eq!(requests.len(), 4);
+        assert!(!requests[0].contains("If-None-Match"), "{}", requests[0]);
+        assert!(
+            requests[2].contains("If-None-Match: \"i1\"\r\n"),
+            "{}",
+            requests[2]
+        );
+        assert!(
+            requests[3].contains("If-None-Match: \"s1\"\r\n"),
+            "{}",
+            requests[3]
+        );
+    }
+
+    /// The cached index is verified again at every use, against the keys trusted now.
+    #[test]
+    fn the_cached_index_is_verified_again_at_every_use() {
+        let (_dir, d, r) = setup("repo-load");
+        let e = load_index(&d).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (Kind::NoIndex, "no repository index yet: run berth update")
+        );
+        let path = d.cfg.paths.repository_file();
+        std::fs::write(&path, "{").unwrap();
+        let e = load_index(&d).unwrap_err();
+        assert_eq!(e.kind, Kind::BadCache);
+        assert!(
+            e.message
+                .starts_with(&format!("{} is damaged", path.display())),
+            "{}",
+            e.message
+        );
+
+        r.publish(1, None);
+        update(&d, false).unwrap();
+        assert!(load_index(&d).is_ok());
+        // The vendor's key replaced: the cached index no longer verifies.
+        std::fs::remove_file(d.cfg.paths.keys.join("vendor.pub")).unwrap();
+        trust(&d.cfg.paths.keys, "new", &key(3).0);
+        assert_eq!(load_index(&d).unwrap_err().kind, Kind::BadSignature);
+        trust(&d.cfg.paths.keys, "vendor", &key(1).0);
+
+        // An index that expired since it was cached.
+        let mut c = cache(&d);
+        let index = Index {
+            expires: Some(1),
+            ..Index::parse(c.index.as_bytes()).unwrap()
+        };
+        c.index = index.to_json();
+        c.signature = r.sign(c.index.as_bytes());
+        std::fs::write(&path, serde_json::to_vec(&c).unwrap()).unwrap();
+        let e = load_index(&d).unwrap_err();
+        assert_eq!(e.kind, Kind::Expired);
+        assert!(
+            e.message.starts_with(&format!(
+                "the cached repository index expired at {}",
+                berth_core::date::utc(1)
+            )),
+            "{}",
+            e.message
+        );
+    }
+
+    /// When the cache cannot be written, the serial record goes back to what it was: the
+    /// floor stays with the index it belongs to.
+    #[test]
+    fn a_cache_that_cannot_be_written_puts_the_serial_record_back() {
+        let (_dir, d, r) = setup("repo-write");
+        r.publish(10, None);
+        update(&d, false).unwrap();
+        let record = std::fs::read(serial_file(&d.cfg)).unwrap();
+        let path = d.cfg.paths.repository_file();
+        std::fs::remove_file(&path).unwrap();
+        // A directory that is not empty cannot be replaced by a file.
+        std::fs::create_dir_all(path.join("in-the-way")).unwrap();
+        r.publish(11, None);
+        let e = update(&d, false).unwrap_err();
+        assert_eq!(e.kind, Kind::Internal);
+        assert!(
+            e.message.starts_with(&format!("write {}", path.display())),
+            "{}",
+            e.message
+        );
+        assert_eq!(std::fs::read(serial_file(&d.cfg)).unwrap(), record);
+        assert_eq!(read_serial_floor(&d.cfg), Some(10));
+    }
+
+    /// `berth list`: what is installed, what the index offers (with the version installed)
+    /// and what can be upgraded; without an index, why there is nothing available.
+    #[test]
+    fn list_shows_installed_available_and_upgradable() {
+        let (_dir, d, mut r) = setup("repo-list");
+        install(&d, MANIFEST);
+        let got = list(&d).unwrap();
+        assert_eq!(got["available"], json!([]));
+        assert_eq!(
+            got["index_note"],
+            "no repository index yet: run berth update"
+        );
+        assert_eq!(got["installed"][0]["version"], "1.0");
+
+        r.add(&MANIFEST.replace("1.0", "2.0"), b"web 2.0");
+        r.add(&MANIFEST.replace("web", "db"), b"db 1.0");
+        r.publish(2, None);
+        let up = json!([{"name": "web", "installed": "1.0", "available": "2.0"}]);
+        assert_eq!(update(&d, false).unwrap()["upgradable"], up);
+        let got = list(&d).unwrap();
+        assert_eq!(got["upgradable"], up);
+        assert_eq!(got["index_note"], Value::Null);
+        let avail: Vec<(String, String, Value)> = got["available"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().into(),
+                    p["version"].as_str().unwrap().into(),
+                    p["installed"].clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            avail,
+            [
+                ("db".into(), "1.0".into(), Value::Null),
+                ("web".into(), "2.0".into(), json!("1.0"))
+            ]
+        );
+        let installed = &got["installed"][0];
+        assert_eq!(
+            (
+                &installed["name"],
+                &installed["explicit"],
+                &installed["sha256"]
+            ),
+            (&json!("web"), &json!(true), &json!("ab".repeat(32)))
+        );
+    }
+
+    /// `berth status`'s view of the cache: a warning once it is older than `index_max_age`.
+    #[test]
+    fn repository_status_warns_of_an_index_older_than_allowed() {
+        let (_dir, mut d, r) = setup("repo-status");
+        d.cfg.index_max_age_s = Some(60);
+        let s = repository_status(&d);
+        assert_eq!(s["warning"], "no repository index yet: run berth update");
+        r.publish(4, None);
+        update(&d, false).unwrap();
+        let s = repository_status(&d);
+        assert_eq!((&s["serial"], &s["warning"]), (&json!(4), &Value::Null));
+        let mut c = cache(&d);
+        c.fetched_at -= 7_300;
+        let path = d.cfg.paths.repository_file();
+        std::fs::write(&path, serde_json::to_vec(&c).unwrap()).unwrap();
+        let s = repository_status(&d);
+        let w = s["warning"].as_str().unwrap();
+        assert!(
+            w.starts_with("the repository index was fetched 2 h ago (index_max_age 60 s)"),
+            "{w}"
+        );
+        assert_eq!(
+            [
+                human_age(59),
+                human_age(120),
+                human_age(7_200),
+                human_age(172_800)
+            ],
+            ["59 s", "2 min", "2 h", "2 days"]
+        );
+    }
+}
