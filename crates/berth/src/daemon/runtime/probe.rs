@@ -180,7 +180,7 @@ pub(crate) mod tests {
 
     /// An LXC monitor of `name` as the daemon finds one: listening on its abstract command
     /// socket (named after the temp dir, so no other test's or the host's).
-    fn lxc_monitor(d: &Daemon, name: &str) -> UnixListener {
+    pub(crate) fn lxc_monitor(d: &Daemon, name: &str) -> UnixListener {
         use std::os::linux::net::SocketAddrExt;
         let path = d.cfg.paths.lxc_dir(name).join("command");
         let addr =
