@@ -91,11 +91,7 @@ mod tests {
         read_all(logs(&d, "web", true).unwrap());
         read_all(logs_tail(&d, "web", true, Some(5)).unwrap());
         read_all(logs_tail(&d, "web", false, Some(5)).unwrap());
-        let requests: Vec<String> = shim
-            .asked()
-            .into_iter()
-            .filter(|r| r != "info")
-            .collect();
+        let requests: Vec<String> = shim.asked().into_iter().filter(|r| r != "info").collect();
         assert_eq!(requests, ["logs", "follow", "tail 5", "logs"]);
     }
 

@@ -260,8 +260,11 @@ pub(crate) mod tests {
         assert_eq!(exit_of(&d, "web"), unknown);
 
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(&file, r#"{"code": 3, "signal": null, "stopped_at": 1790000200}"#)
-            .unwrap();
+        std::fs::write(
+            &file,
+            r#"{"code": 3, "signal": null, "stopped_at": 1790000200}"#,
+        )
+        .unwrap();
         assert_eq!(exit_info(&d, "web")[exit::STOPPED_AT], 1_790_000_200u64);
         assert_eq!(
             exit_of(&d, "web"),
@@ -270,7 +273,11 @@ pub(crate) mod tests {
                 signal: None
             }
         );
-        std::fs::write(&file, r#"{"code": null, "signal": 11, "core_dumped": true}"#).unwrap();
+        std::fs::write(
+            &file,
+            r#"{"code": null, "signal": 11, "core_dumped": true}"#,
+        )
+        .unwrap();
         assert_eq!(
             exit_of(&d, "web"),
             Exit {
