@@ -189,6 +189,64 @@ pub(crate) mod tests {
         UnixListener::bind_addr(&addr).unwrap()
     }
 
+    /// A v2 cgroup hierarchy in the daemon's /sys (announced in its /proc's mountinfo) with
+    /// berth's group and `name`'s budget and payload counters: CPU 5 s, 2 MiB of 8 MiB, 3
+    /// tasks; the group 16 MiB of 64 MiB.
+    pub(crate) fn cgroup_fixture(d: &mut crate::daemon::context::Daemon, name: &str) {
+        let root = d.cgroup_root();
+        let group = root.join(&d.cfg.cgroup_parent);
+        let budget = group.join(name);
+        std::fs::create_dir_all(budget.join("payload")).unwrap();
+        std::fs::write(root.join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+        std::fs::create_dir_all(d.proc().join("self")).unwrap();
+        std::fs::write(
+            d.proc().join("self/mountinfo"),
+            format!(
+                "30 1 0:26 / {} rw,nosuid - cgroup2 cgroup2 rw\n",
+                root.display()
+            ),
+        )
+        .unwrap();
+        let write =
+            |dir: &std::path::Path, f: &str, v: &str| std::fs::write(dir.join(f), v).unwrap();
+        write(
+            &budget,
+            "cpu.stat",
+            "usage_usec 5000000\nnr_periods 10\nnr_throttled 2\nthrottled_usec 250000\n",
+        );
+        let payload = budget.join("payload");
+        write(&payload, "memory.current", "2097152\n");
+        write(&payload, "memory.max", "8388608\n");
+        write(&payload, "pids.current", "3\n");
+        write(&payload, "pids.max", "max\n");
+        write(&group, "memory.current", "16777216\n");
+        write(&group, "memory.max", "67108864\n");
+        d.resources.cgroups =
+            berth_sys::cgroupfs::Cgroups::detect(d.proc()).map_err(|e| e.to_string());
+        assert!(d.resources.cgroups.is_ok());
+    }
+
+    /// What the supervisor last decided of a container that does not run.
+    pub(crate) fn supervised(
+        state: &'static str,
+        reason: Option<&str>,
+        record: berth_core::supervise::Record,
+    ) -> crate::daemon::context::Supervised {
+        crate::daemon::context::Supervised {
+            state,
+            record,
+            health: berth_core::supervise::HealthState::None,
+            failures: 0,
+            ready: false,
+            next_start: None,
+            run: None,
+            started_at: None,
+            self_restart_at: None,
+            reason: reason.map(str::to_string),
+            last_check: None,
+        }
+    }
+
     /// The shim's word counts only for a container LXC has a configuration of; then its init
     /// is the one the shim names.
     #[test]
