@@ -291,4 +291,45 @@ mod tests {
             std::env::temp_dir().join(format!("berth-ep-{}", std::process::id())),
         );
     }
+
+    /// A connection is the container's own when its peer's cgroup (read from the proc root
+    /// given) is the container's payload; its shim or monitor, another container, a peer
+    /// whose cgroup cannot be read are not.
+    #[test]
+    fn a_peer_is_the_containers_own_by_its_cgroup() {
+        let dir = berth_testkit::TempDir::new("endpoints-own");
+        let sock = dir.path("api.sock");
+        let e = Endpoint::new("web", UnixListener::bind(&sock).unwrap(), 4, 0);
+        let (ours, _peer) = UnixStream::pair().unwrap();
+        let proc = dir.path("proc");
+        assert!(!e.is_own(&proc, "berth", &ours), "no cgroup file");
+        let file = proc.join(format!("{}/cgroup", std::process::id()));
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        for (cgroup, own) in [
+            ("0::/berth/web/payload\n", true),
+            ("0::/berth/web/payload/app\n", true),
+            ("0::/berth/web/berth\n", false),
+            ("0::/berth/web/monitor\n", false),
+            ("0::/berth/db/payload\n", false),
+            ("0::/other/web/payload\n", false),
+        ] {
+            std::fs::write(&file, cgroup).unwrap();
+            assert_eq!(e.is_own(&proc, "berth", &ours), own, "{cgroup:?}");
+        }
+    }
+
+    /// A container's requests are paced by its bucket: the burst at once, then one a second.
+    #[test]
+    fn an_endpoint_admits_its_burst_then_paces() {
+        let dir = berth_testkit::TempDir::new("endpoints-pace");
+        let e = Endpoint::new("web", UnixListener::bind(dir.path("s")).unwrap(), 2, 0);
+        assert_eq!(e.wait_ms(0, 1, 2), 0);
+        assert_eq!(e.admit(0, 1, 2), Ok(()));
+        assert_eq!(e.admit(0, 1, 2), Ok(()));
+        let wait = e.admit(0, 1, 2).unwrap_err();
+        assert!((1..=1000).contains(&wait), "{wait}");
+        assert_eq!(e.wait_ms(0, 1, 2), wait);
+        assert_eq!(e.admit(1000, 1, 2), Ok(()));
+        assert!(e.admit(1000, 1, 2).is_err());
+    }
 }

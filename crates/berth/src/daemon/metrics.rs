@@ -409,3 +409,293 @@ fn serve_tcp(d: &Daemon, mut s: TcpStream) {
     };
     let _ = s.write_all(&berth_core::http::response(status, ctype, body.as_bytes()));
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use berth_core::supervise::Record;
+    use serde_json::json;
+
+    use super::*;
+    use crate::daemon::runtime::probe::tests::{
+        cgroup_fixture, info, lxc_config, supervised, FakeShim,
+    };
+    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+
+    const DB: &str =
+        "[package]\nname = \"db\"\nversion = \"2.1\"\n[entrypoint]\nargv = [\"/bin/db\"]\n";
+
+    fn is_name(s: &str) -> bool {
+        !s.is_empty()
+            && !s.starts_with(|c: char| c.is_ascii_digit())
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    }
+
+    /// A series' labels, `{k="v",…}`, checked as the format spells them (values escaped).
+    fn check_labels(series: &str, inner: &str) {
+        let mut rest = inner;
+        while !rest.is_empty() {
+            let (k, after) = rest.split_once("=\"").unwrap_or_else(|| panic!("{series}"));
+            assert!(is_name(k), "label name {k:?} in {series}");
+            let mut end = None;
+            let mut escaped = false;
+            for (i, c) in after.char_indices() {
+                match (escaped, c) {
+                    (true, '\\' | '"' | 'n') => escaped = false,
+                    (true, _) => panic!("bad escape in {series}"),
+                    (false, '\\') => escaped = true,
+                    (false, '"') => {
+                        end = Some(i);
+                        break;
+                    }
+                    (false, _) => {}
+                }
+            }
+            let end = end.unwrap_or_else(|| panic!("unterminated value in {series}"));
+            rest = &after[end + 1..];
+            if !rest.is_empty() {
+                rest = rest.strip_prefix(',').unwrap_or_else(|| panic!("{series}"));
+            }
+        }
+    }
+
+    /// The exposition read as a scraper reads it, every rule checked: each family's HELP
+    /// then TYPE once, before its samples; counters named `_total`; each sample of the
+    /// family announced last, its labels well formed, its value a number, no series twice.
+    /// The families in order, and the samples by series.
+    fn parse(text: &str) -> (Vec<String>, BTreeMap<String, f64>) {
+        assert!(text.ends_with('\n'));
+        let (mut families, mut samples) = (Vec::new(), BTreeMap::new());
+        let mut current = String::new();
+        let mut lines = text.lines();
+        while let Some(line) = lines.next() {
+            if let Some(help) = line.strip_prefix("# HELP ") {
+                let name = help.split(' ').next().unwrap().to_string();
+                assert!(is_name(&name), "{line}");
+                assert!(!families.contains(&name), "{name} announced twice");
+                let ty = lines.next().unwrap_or_default();
+                let kind = ty.strip_prefix(&format!("# TYPE {name} "));
+                match kind {
+                    Some("counter") => assert!(name.ends_with("_total"), "{name}"),
+                    Some("gauge") => {}
+                    _ => panic!("{name}: TYPE line {ty:?}"),
+                }
+                families.push(name.clone());
+                current = name;
+                continue;
+            }
+            assert!(!line.starts_with('#'), "{line}");
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            let (name, labels) = match series.split_once('{') {
+                Some((n, l)) => (n, Some(l.strip_suffix('}').unwrap())),
+                None => (series, None),
+            };
+            assert_eq!(name, current, "a sample outside its family: {line}");
+            if let Some(l) = labels {
+                check_labels(series, l);
+            }
+            let v: f64 = match value {
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                v => v.parse().unwrap_or_else(|_| panic!("value of {line}")),
+            };
+            assert!(
+                samples.insert(series.to_string(), v).is_none(),
+                "{series} twice"
+            );
+        }
+        (families, samples)
+    }
+
+    /// Every family of docs/metrics.md without cgroups, in order, and a stopped container's
+    /// series: its state set (stopped), its counters at 0.
+    #[test]
+    fn the_exposition_is_well_formed_with_every_family() {
+        let (_dir, d, _m) = fake_daemon("metrics-families", "");
+        install(&d, MANIFEST);
+        install(&d, DB);
+        let (families, s) = parse(&text(&d));
+        assert_eq!(
+            families,
+            [
+                "berth_info",
+                "berth_safe_mode",
+                "berth_daemon_resident_memory_bytes",
+                "berth_daemon_uptime_seconds",
+                "berth_packages_installed",
+                "berth_container_state",
+                "berth_container_restarts_total",
+                "berth_container_guard_kills_total",
+                "berth_container_network_receive_bytes_total",
+                "berth_container_network_transmit_bytes_total",
+                "berth_container_spoofed_packets_dropped_total",
+                "berth_container_denied_packets_dropped_total",
+                "berth_governor_cap_ratio",
+                "berth_governor_target_ratio",
+                "berth_governor_normal_responses_per_second",
+                "berth_governor_current_responses_per_second",
+                "berth_governor_probes_total",
+                "berth_store_bytes",
+                "berth_container_data_bytes",
+            ]
+        );
+        let info = format!(
+            "berth_info{{version=\"{}\",cgroup=\"none\"}}",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(s[&info], 1.0);
+        assert_eq!(s["berth_packages_installed"], 2.0);
+        let states: Vec<(&String, &f64)> = s
+            .iter()
+            .filter(|(k, _)| k.starts_with("berth_container_state{container=\"db\""))
+            .collect();
+        assert_eq!(states.len(), STATES.len());
+        for (k, v) in states {
+            assert_eq!(
+                *v,
+                f64::from(u8::from(k.ends_with("state=\"stopped\"}"))),
+                "{k}"
+            );
+        }
+        assert_eq!(s["berth_container_restarts_total{container=\"web\"}"], 0.0);
+        assert_eq!(
+            s["berth_container_guard_kills_total{container=\"web\"}"],
+            0.0
+        );
+        assert!(
+            !s.contains_key("berth_daemon_resident_memory_bytes"),
+            "no /proc/self/status"
+        );
+    }
+
+    /// The supervisor's state and restarts, the guard's kills (a record from before kills
+    /// were counted is one), the daemon's RSS from its /proc, and the safe mode gauge.
+    #[test]
+    fn per_container_samples_and_the_safe_mode_gauge() {
+        let (_dir, d, _m) = fake_daemon("metrics-samples", "");
+        install(&d, MANIFEST);
+        install(&d, DB);
+        let record = Record {
+            restarts: 6,
+            ..Record::default()
+        };
+        let s = supervised("failed", Some("exit 1"), record);
+        d.supervision.lock().unwrap().insert("web".into(), s);
+        let mut kills = d.guard_kills.lock().unwrap();
+        kills.insert("web".into(), json!({"at": 1, "init": false, "count": 3}));
+        kills.insert("db".into(), json!({"at": 1, "init": false}));
+        drop(kills);
+        std::fs::create_dir_all(d.proc().join("self")).unwrap();
+        std::fs::write(
+            d.proc().join("self/status"),
+            "Name:\tberth\nVmRSS:\t  2048 kB\n",
+        )
+        .unwrap();
+        let (_, s) = parse(&text(&d));
+        assert_eq!(
+            s["berth_container_state{container=\"web\",state=\"failed\"}"],
+            1.0
+        );
+        assert_eq!(
+            s["berth_container_state{container=\"web\",state=\"stopped\"}"],
+            0.0
+        );
+        assert_eq!(s["berth_container_restarts_total{container=\"web\"}"], 6.0);
+        assert_eq!(s["berth_container_restarts_total{container=\"db\"}"], 0.0);
+        assert_eq!(
+            s["berth_container_guard_kills_total{container=\"web\"}"],
+            3.0
+        );
+        assert_eq!(
+            s["berth_container_guard_kills_total{container=\"db\"}"],
+            1.0
+        );
+        assert_eq!(s["berth_daemon_resident_memory_bytes"], 2048.0 * 1024.0);
+        assert_eq!(s["berth_safe_mode"], 0.0);
+        *d.boot.safe_mode.lock().unwrap() = Some("5 daemon starts".into());
+        assert_eq!(parse(&text(&d)).1["berth_safe_mode"], 1.0);
+    }
+
+    /// A running container's cgroup counters (seconds from microseconds; an unlimited
+    /// limit left out), and berth's group's.
+    #[test]
+    fn a_running_containers_cgroup_samples() {
+        let (_dir, mut d, _m) = fake_daemon("metrics-cgroups", "");
+        install(&d, MANIFEST);
+        cgroup_fixture(&mut d, "web");
+        lxc_config(&d, "web");
+        let _shim = FakeShim::start(&d, "web", info(4242), b"");
+        let (families, s) = parse(&text(&d));
+        let info = format!(
+            "berth_info{{version=\"{}\",cgroup=\"v2\"}}",
+            env!("CARGO_PKG_VERSION")
+        );
+        assert_eq!(s[&info], 1.0);
+        assert_eq!(
+            s["berth_container_state{container=\"web\",state=\"running\"}"],
+            1.0
+        );
+        for (series, want) in [
+            ("berth_container_cpu_seconds_total{container=\"web\"}", 5.0),
+            (
+                "berth_container_cpu_throttled_seconds_total{container=\"web\"}",
+                0.25,
+            ),
+            ("berth_container_cpu_periods_total{container=\"web\"}", 10.0),
+            (
+                "berth_container_cpu_throttled_periods_total{container=\"web\"}",
+                2.0,
+            ),
+            (
+                "berth_container_memory_bytes{container=\"web\"}",
+                2_097_152.0,
+            ),
+            (
+                "berth_container_memory_limit_bytes{container=\"web\"}",
+                8_388_608.0,
+            ),
+            ("berth_container_pids{container=\"web\"}", 3.0),
+            ("berth_group_memory_bytes", 16_777_216.0),
+            ("berth_group_memory_limit_bytes", 67_108_864.0),
+        ] {
+            assert_eq!(s.get(series), Some(&want), "{series}");
+        }
+        assert!(families.iter().any(|f| f == "berth_container_pids_limit"));
+        assert!(!s.contains_key("berth_container_pids_limit{container=\"web\"}"));
+        assert!(!s.contains_key("berth_container_oom_kills_total{container=\"web\"}"));
+    }
+
+    /// The TCP listener answers `GET /metrics` with the exposition and its content type, and
+    /// anything else with 404.
+    #[test]
+    fn the_tcp_listener_serves_get_metrics_only() {
+        let (_dir, d, _m) = fake_daemon("metrics-tcp", "");
+        install(&d, MANIFEST);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ask = |request: &str| -> String {
+            std::thread::scope(|scope| {
+                scope.spawn(|| serve_tcp(&d, listener.accept().unwrap().0));
+                let mut c = TcpStream::connect(addr).unwrap();
+                c.write_all(request.as_bytes()).unwrap();
+                let mut out = String::new();
+                c.read_to_string(&mut out).unwrap();
+                out
+            })
+        };
+        let ok = ask("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        let (head, body) = ok.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+        assert!(head.contains(berth_core::metrics::CONTENT_TYPE), "{head}");
+        assert_eq!(parse(body).1["berth_packages_installed"], 1.0);
+        for other in [
+            "POST /metrics HTTP/1.1\r\n\r\n",
+            "GET /metrics/x HTTP/1.1\r\n\r\n",
+        ] {
+            let no = ask(other);
+            assert!(no.starts_with("HTTP/1.1 404 "), "{no}");
+            assert!(no.ends_with("only GET /metrics is served here\n"), "{no}");
+        }
+    }
+}

@@ -824,3 +824,451 @@ pub(crate) fn install_panic_hook(d: &Daemon) {
         }
     }));
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+
+    use berth_core::supervise::Exit;
+
+    use super::*;
+    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+
+    const WEB_EXIT: &str = "20260101T000000Z-web-exit";
+    const DB_OOM: &str = "20260101T120000Z-db-oom";
+    const WEB_SIGNAL: &str = "20260102T000000Z-web-signal";
+    const PANIC: &str = "20260103T000000Z-_daemon-panic";
+
+    /// A stored report as a writer leaves it: the archive (`ext`) in its container's
+    /// directory, and its summary beside it when given. The archive's path.
+    fn stored(
+        d: &Daemon,
+        dir: &str,
+        id: &str,
+        ext: &str,
+        size: usize,
+        s: Option<Value>,
+    ) -> PathBuf {
+        let dir = d.cfg.paths.reports().join(dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let archive = dir.join(format!("{id}{ext}"));
+        std::fs::write(&archive, vec![b'a'; size]).unwrap();
+        if let Some(s) = s {
+            std::fs::write(dir.join(format!("{id}.json")), s.to_string()).unwrap();
+        }
+        archive
+    }
+
+    /// Four reports of three directories, a writer's temporary file and a file whose name is
+    /// no id.
+    fn four_reports(d: &Daemon) {
+        let s = json!({field::AT: 1_767_225_600u64, field::DETAIL: "exit 1"});
+        stored(d, "web", WEB_EXIT, rp::EXT_GZ, 100, Some(s));
+        stored(d, "web", WEB_SIGNAL, rp::EXT_TAR, 50, None);
+        stored(d, "db", DB_OOM, rp::EXT_GZ, 10, Some(json!({field::AT: 1})));
+        stored(d, rp::DAEMON_DIR, PANIC, rp::EXT_GZ, 10, None);
+        let web = d.cfg.paths.reports().join("web");
+        std::fs::write(web.join(format!(".{WEB_EXIT}.tar.gz.tmp.1.0")), "partial").unwrap();
+        std::fs::write(web.join("notes.tar.gz"), "not a report").unwrap();
+    }
+
+    fn ids(v: &Value) -> Vec<String> {
+        let list = v[field::REPORTS]
+            .as_array()
+            .or(v[field::REMOVED].as_array());
+        list.unwrap()
+            .iter()
+            .map(|r| r.as_str().or(r[field::ID].as_str()).unwrap().to_string())
+            .collect()
+    }
+
+    /// The members of a written archive (gzip's or plain), by name.
+    fn members(archive: &Path) -> BTreeMap<String, Vec<u8>> {
+        let mut bytes = std::fs::read(archive).unwrap();
+        if archive.to_string_lossy().ends_with(rp::EXT_GZ) {
+            let out = Command::new(gzip().unwrap())
+                .arg("-dc")
+                .arg(archive)
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+            bytes = out.stdout;
+        }
+        let mut out = BTreeMap::new();
+        let mut at = 0;
+        while at + 512 <= bytes.len() && bytes[at] != 0 {
+            let h = &bytes[at..at + 512];
+            let name = String::from_utf8_lossy(&h[..100])
+                .trim_end_matches('\0')
+                .to_string();
+            let size_field = String::from_utf8_lossy(&h[124..136]);
+            let size = usize::from_str_radix(size_field.trim_matches(['\0', ' ']), 8).unwrap();
+            out.insert(name, bytes[at + 512..at + 512 + size].to_vec());
+            at += 512 + size.div_ceil(512) * 512;
+        }
+        out
+    }
+
+    /// Listing: every archive with its summary's words, oldest first whatever its directory,
+    /// its size the archive's and the summary's; temporary files and other names are not
+    /// reports; `name` keeps one container's.
+    #[test]
+    fn reports_are_listed_oldest_first_with_their_summaries() {
+        let (_dir, d, _m) = fake_daemon("reports-list", "");
+        assert_eq!(ids(&list(&d, None).unwrap()), Vec::<String>::new());
+        four_reports(&d);
+        let all = list(&d, None).unwrap();
+        assert_eq!(ids(&all), [WEB_EXIT, DB_OOM, WEB_SIGNAL, PANIC]);
+        let side = d.cfg.paths.reports().join(format!("web/{WEB_EXIT}.json"));
+        let side_len = std::fs::metadata(side).unwrap().len();
+        assert_eq!(
+            all[field::REPORTS][0],
+            json!({field::ID: WEB_EXIT, field::NAME: "web", field::REASON: "exit",
+                   field::AT: 1_767_225_600u64, field::SIZE: 100 + side_len,
+                   field::FORMAT: "tar.gz", field::DETAIL: "exit 1"})
+        );
+        // Without its summary: still listed, without the words.
+        assert_eq!(
+            all[field::REPORTS][2],
+            json!({field::ID: WEB_SIGNAL, field::NAME: "web", field::REASON: "signal",
+                   field::AT: null, field::SIZE: 50, field::FORMAT: "tar", field::DETAIL: null})
+        );
+        assert_eq!(ids(&list(&d, Some("web")).unwrap()), [WEB_EXIT, WEB_SIGNAL]);
+        assert_eq!(
+            ids(&list(&d, Some("nothing")).unwrap()),
+            Vec::<String>::new()
+        );
+    }
+
+    /// `show` and `export` find a report by its id in its container's directory only; what
+    /// is no id is a bad request, an id not kept `no_such_report`, naming it.
+    #[test]
+    fn a_report_is_shown_and_exported_by_its_id_and_nothing_else() {
+        let (_dir, d, _m) = fake_daemon("reports-show", "");
+        four_reports(&d);
+        let v = show(&d, WEB_EXIT).unwrap();
+        assert_eq!(v[field::SUMMARY][field::DETAIL], "exit 1");
+        assert_eq!(v[field::FORMAT], "tar.gz");
+        assert_eq!(show(&d, WEB_SIGNAL).unwrap()[field::SUMMARY], Value::Null);
+
+        let (mut f, ct, len) = export(&d, WEB_EXIT).unwrap();
+        let mut body = Vec::new();
+        f.read_to_end(&mut body).unwrap();
+        assert_eq!((ct, len, body), ("application/gzip", 100, vec![b'a'; 100]));
+        let (_, ct, len) = export(&d, WEB_SIGNAL).unwrap();
+        assert_eq!((ct, len), ("application/x-tar", 50));
+
+        for bad in ["../../etc/passwd", "web", "20260101T000000Z-web-nothing"] {
+            let e = show(&d, bad).unwrap_err();
+            assert_eq!(e.kind, Kind::BadRequest, "{bad}");
+            assert!(e.message.contains("is not a report id"), "{}", e.message);
+        }
+        let unknown = "20990101T000000Z-web-exit";
+        let e = export(&d, unknown).err().unwrap();
+        assert_eq!(e.kind, Kind::NoSuchReport);
+        assert_eq!(
+            e.message,
+            format!("no report {unknown} (berth report list shows those kept)")
+        );
+        // An archive of web's id in db's directory is not web's report.
+        let astray = "20260105T000000Z-web-exit";
+        stored(&d, "db", astray, rp::EXT_GZ, 1, None);
+        assert_eq!(show(&d, astray).unwrap_err().kind, Kind::NoSuchReport);
+    }
+
+    /// Removing one report takes its archive and summary (and the directory it empties);
+    /// an unknown id removes nothing; all removes every one, saying which.
+    #[test]
+    fn reports_are_removed_one_by_one_or_all() {
+        let (_dir, d, _m) = fake_daemon("reports-remove", "");
+        four_reports(&d);
+        let web = d.cfg.paths.reports().join("web");
+        assert_eq!(ids(&remove(&d, Some(WEB_EXIT)).unwrap()), [WEB_EXIT]);
+        assert!(!web.join(format!("{WEB_EXIT}.tar.gz")).exists());
+        assert!(!web.join(format!("{WEB_EXIT}.json")).exists());
+        assert!(web.join(format!("{WEB_SIGNAL}.tar")).exists());
+
+        let e = remove(&d, Some("20990101T000000Z-db-oom")).unwrap_err();
+        assert_eq!(e.kind, Kind::NoSuchReport);
+        assert_eq!(ids(&list(&d, None).unwrap()), [DB_OOM, WEB_SIGNAL, PANIC]);
+
+        assert_eq!(ids(&remove(&d, None).unwrap()), [DB_OOM, WEB_SIGNAL, PANIC]);
+        assert_eq!(ids(&list(&d, None).unwrap()), Vec::<String>::new());
+        assert!(!d.cfg.paths.reports().join("db").exists(), "emptied: gone");
+        assert!(web.exists(), "the files that are no reports stay");
+    }
+
+    /// The caps: per directory the oldest beyond the count go, then overall the oldest until
+    /// the total fits; never the report just written.
+    #[test]
+    fn the_oldest_reports_beyond_the_caps_go_but_never_the_new_one() {
+        let (_dir, d, _m) = fake_daemon("reports-caps", "");
+        let ids_of = |n: u32| format!("2026010{n}T000000Z-web-exit");
+        for n in 1..=4 {
+            stored(&d, "web", &ids_of(n), rp::EXT_GZ, 1000, None);
+        }
+        stored(&d, "db", DB_OOM, rp::EXT_GZ, 1000, None);
+        let caps = Caps {
+            max_per_container: 3,
+            max_total_size: 100 << 20,
+            ..Caps::default()
+        };
+        enforce_caps(&d.cfg.paths, &caps, &ids_of(4));
+        assert_eq!(
+            ids(&list(&d, Some("web")).unwrap()),
+            [ids_of(2), ids_of(3), ids_of(4)]
+        );
+        let caps = Caps {
+            max_total_size: 2500,
+            ..caps
+        };
+        // The oldest is db's (Jan 1st, noon, after web's Jan 1st, gone): the one kept is it.
+        enforce_caps(&d.cfg.paths, &caps, DB_OOM);
+        assert_eq!(
+            ids(&list(&d, None).unwrap()),
+            [DB_OOM.to_string(), ids_of(4)]
+        );
+    }
+
+    /// The fixtures a collection reads: the LXC configuration and log, 70 KiB of saved log,
+    /// meminfo, the kernel's release and berth's group's cgroup counters (the container's
+    /// own cgroup gone, as LXC removes it).
+    fn host_fixtures(d: &Daemon) {
+        let lxc = d.cfg.paths.lxc_dir("web");
+        std::fs::create_dir_all(&lxc).unwrap();
+        std::fs::write(lxc.join("config"), "lxc.uts.name = web\n").unwrap();
+        std::fs::write(lxc.join("lxc.log"), "lxc said\n").unwrap();
+        let log = d.cfg.paths.saved_log("web");
+        std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+        let text: Vec<u8> = (0..70 * 1024).map(|i| b'a' + (i % 26) as u8).collect();
+        std::fs::write(log, text).unwrap();
+        std::fs::write(d.proc().join("meminfo"), "MemTotal: 1024 kB\n").unwrap();
+        std::fs::create_dir_all(d.proc().join("sys/kernel")).unwrap();
+        std::fs::write(d.proc().join("sys/kernel/osrelease"), "6.1.0-fixture\n").unwrap();
+        let group = d.cgroup_root().join(&d.cfg.cgroup_parent);
+        std::fs::create_dir_all(&group).unwrap();
+        std::fs::write(group.join("memory.current"), "4096\n").unwrap();
+        // No PSI on this host (no <proc>/pressure): a pressure file is not read.
+        std::fs::write(group.join("memory.pressure"), "some avg10=0.00\n").unwrap();
+    }
+
+    fn summary_of_id(d: &Daemon, id: &str) -> Value {
+        show(d, id).unwrap()[field::SUMMARY].clone()
+    }
+
+    fn archive(d: &Daemon, id: &str) -> PathBuf {
+        archive_of(&d.cfg.paths.reports().join("web"), id).unwrap()
+    }
+
+    /// A crash loop: one archive, root's only, with the manifest, the LXC configuration and
+    /// log, the log's newest 64 KiB, the group's counters, meminfo; the summary says what
+    /// happened and what could not be gathered.
+    #[test]
+    fn a_crash_loop_is_archived_with_what_explains_it() {
+        let (_dir, d, _m) = fake_daemon("reports-write", "");
+        install(&d, MANIFEST);
+        host_fixtures(&d);
+        let id = write_event(&d, "web", &Report::CrashLoop { retries: 5 })
+            .unwrap()
+            .unwrap();
+        let parsed = rp::parse_id(&id).unwrap();
+        assert_eq!(
+            (parsed.container.as_str(), parsed.reason),
+            ("web", Reason::CrashLoop)
+        );
+        let s = summary_of_id(&d, &id);
+        assert_eq!(
+            s[field::DETAIL],
+            "failed again after 5 restarts: not restarted again"
+        );
+        assert_eq!(s[field::VERSION], "1.0");
+        assert_eq!(s[field::REASON], "crashloop");
+        assert_eq!(s[field::KERNEL], "6.1.0-fixture");
+        assert_eq!(
+            (&s[field::EXIT], &s[field::CORE]),
+            (&Value::Null, &Value::Null)
+        );
+        let notes: Vec<&str> = s[field::NOTES]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_str().unwrap())
+            .collect();
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert_eq!(notes[0], "cgroup berth/web is gone (LXC removes it as the container ends): the group's counters only");
+        assert!(
+            notes[1].starts_with("kernel log not readable: "),
+            "{notes:?}"
+        );
+
+        let path = archive(&d, &id);
+        assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+        let m = members(&path);
+        let names: Vec<&str> = m
+            .keys()
+            .map(|k| k.strip_prefix(&format!("{id}/")).unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "cgroup.txt",
+                "log.txt",
+                "lxc.config",
+                "lxc.log",
+                "manifest.json",
+                "meminfo.txt",
+                "summary.json"
+            ]
+        );
+        let log = std::fs::read(d.cfg.paths.saved_log("web")).unwrap();
+        assert_eq!(m[&format!("{id}/log.txt")], log[log.len() - LOG_TAIL..]);
+        assert_eq!(m[&format!("{id}/lxc.config")], b"lxc.uts.name = web\n");
+        let group = d.cgroup_root().join("berth/memory.current");
+        assert_eq!(
+            String::from_utf8_lossy(&m[&format!("{id}/cgroup.txt")]),
+            format!("== {}\n4096\n", group.display())
+        );
+        let listed: Value = serde_json::from_slice(&m[&format!("{id}/summary.json")]).unwrap();
+        assert_eq!(listed[field::MEMBERS].as_array().unwrap().len(), 7);
+        assert_eq!(ids(&list(&d, Some("web")).unwrap()), [id]);
+    }
+
+    /// A crash with a core: the newest core goes in, cut at the cap (said twice: in the core's
+    /// description and a note), with the exit record; the cores are cleared for the next event.
+    #[test]
+    fn a_crash_archives_its_newest_core_cut_at_the_cap() {
+        let extra = "[reports]\ncores = true\nmax_core_size = \"64K\"\n";
+        let (_dir, d, _m) = fake_daemon("reports-core", extra);
+        install(&d, MANIFEST);
+        let cores = d.cfg.paths.cores().join("web");
+        std::fs::create_dir_all(&cores).unwrap();
+        let core: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(cores.join("1790000000-77-11.core"), &core).unwrap();
+        std::fs::write(cores.join("1789999999-70-11.core"), b"older").unwrap();
+        let exit = d.cfg.paths.exit_file("web");
+        std::fs::create_dir_all(exit.parent().unwrap()).unwrap();
+        std::fs::write(
+            &exit,
+            r#"{"code": null, "signal": 11, "core_dumped": true}"#,
+        )
+        .unwrap();
+        let e = Exit {
+            code: None,
+            signal: Some(11),
+        };
+        let id = write_event(&d, "web", &Report::Failed(Some(e)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(rp::parse_id(&id).unwrap().reason, Reason::Signal);
+        let s = summary_of_id(&d, &id);
+        assert_eq!(s[field::DETAIL], "signal 11 (core dumped)");
+        assert_eq!(s[field::EXIT]["signal"], 11);
+        assert_eq!(
+            s[field::CORE],
+            json!({field::BYTES: 65536, field::TRUNCATED: true, "pid": 77, "signal": 11})
+        );
+        assert!(s[field::NOTES].as_array().unwrap().contains(&json!(
+            "the core was cut at reports.max_core_size (65536 bytes)"
+        )));
+        let m = members(&archive(&d, &id));
+        assert_eq!(m[&format!("{id}/core")], core[..65536]);
+        assert!(m.contains_key(&format!("{id}/exit.json")));
+        assert_eq!(std::fs::read_dir(&cores).unwrap().count(), 0, "cores left");
+    }
+
+    /// The policy without cores: none goes in, the summary says why.
+    #[test]
+    fn without_cores_in_the_policy_the_summary_says_so() {
+        let (_dir, d, _m) = fake_daemon("reports-nocore", "");
+        let cores = d.cfg.paths.cores().join("web");
+        std::fs::create_dir_all(&cores).unwrap();
+        std::fs::write(cores.join("1790000000-77-6.core"), b"core").unwrap();
+        let e = Exit {
+            code: None,
+            signal: Some(6),
+        };
+        let id = write_event(&d, "web", &Report::Failed(Some(e)))
+            .unwrap()
+            .unwrap();
+        let s = summary_of_id(&d, &id);
+        assert_eq!(s[field::CORE], Value::Null);
+        assert_eq!(s[field::VERSION], Value::Null, "not installed");
+        let notes = s[field::NOTES].as_array().unwrap();
+        assert!(notes.contains(&json!(
+            "core files are not collected: [reports] cores = false"
+        )));
+        assert!(notes.contains(&json!("the package is no longer installed: no manifest")));
+        assert!(!members(&archive(&d, &id)).contains_key(&format!("{id}/core")));
+    }
+
+    /// The end that follows the memory guard's kill of init is the guard's event, archived
+    /// already: no second archive. A kill of another process is no such end.
+    #[test]
+    fn the_end_after_the_guard_killed_init_is_not_archived_twice() {
+        let (_dir, d, _m) = fake_daemon("reports-guard", "");
+        let now = berth_sys::process::now_s();
+        let kill = |init: bool| json!({guard_kill::AT: now, guard_kill::INIT: init, "pid": 7});
+        d.guard_kills
+            .lock()
+            .unwrap()
+            .insert("web".into(), kill(true));
+        let killed = Report::Failed(Some(Exit {
+            code: None,
+            signal: Some(libc::SIGKILL),
+        }));
+        assert_eq!(write_event(&d, "web", &killed).unwrap(), None);
+        assert!(!d.cfg.paths.reports().join("web").exists());
+        d.guard_kills
+            .lock()
+            .unwrap()
+            .insert("web".into(), kill(false));
+        let id = write_event(&d, "web", &killed).unwrap().unwrap();
+        assert_eq!(summary_of_id(&d, &id)[field::DETAIL], "signal 9");
+    }
+
+    /// Reports written one after another within a second get `.N` ids, and the per-container
+    /// cap keeps the newest.
+    #[test]
+    fn reports_written_at_once_get_their_own_ids_within_the_cap() {
+        let (_dir, d, _m) = fake_daemon("reports-many", "[reports]\nmax_per_container = 2\n");
+        let written: Vec<String> = (0..3)
+            .map(|_| {
+                write_event(&d, "web", &Report::Failed(None))
+                    .unwrap()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(ids(&list(&d, None).unwrap()), written[1..]);
+        let s = summary_of_id(&d, &written[2]);
+        assert_eq!(s[field::DETAIL], "the start failed");
+    }
+
+    /// An archive that cannot be put in place is lost alone: the error names it, and neither
+    /// its temporary file nor its summary stays.
+    #[test]
+    fn an_archive_that_cannot_be_put_in_place_leaves_nothing() {
+        let (_dir, d, _m) = fake_daemon("reports-fail", "");
+        let dir = d.cfg.paths.reports().join("web");
+        // Where the archive goes, a directory that is not empty (the rename fails, root or not).
+        for ext in [rp::EXT_GZ, rp::EXT_TAR] {
+            std::fs::create_dir_all(dir.join(format!("{WEB_EXIT}{ext}/x"))).unwrap();
+        }
+        let s = json!({field::AT: 1});
+        let members = vec![Member::bytes("log.txt", "x")];
+        let e =
+            write_archive(&d.cfg.paths, &d.cfg.reports, "web", WEB_EXIT, s, members).unwrap_err();
+        let text = format!("{e:#}");
+        assert!(
+            text.starts_with(&format!("cannot write {}", dir.join(WEB_EXIT).display())),
+            "{text}"
+        );
+        let left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.') || n.ends_with(".json"))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+}

@@ -437,3 +437,303 @@ fn first_install(pkg: &Installed) -> u64 {
 fn free_bytes(p: &std::path::Path) -> Option<u64> {
     berth_sys::fsutil::free_bytes(p).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use berth_core::supervise::Record;
+
+    use super::*;
+    use crate::daemon::context::{Resources, Supervised};
+    use crate::daemon::runtime::probe::tests::{
+        cgroup_fixture, info, lxc_config, supervised, FakeShim,
+    };
+    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+
+    const DB: &str = "[package]\nname = \"db\"\nversion = \"2.1\"\ndescription = \"a database\"\n[entrypoint]\nargv = [\"/bin/db\"]\n";
+
+    /// `Device.SoftwareModules.<key>` of the view.
+    fn at<'a>(v: &'a Value, key: &str) -> &'a Value {
+        let p = &v["parameters"][format!("{}{key}", tr181::ROOT)];
+        assert!(!p.is_null(), "no {key}");
+        p
+    }
+
+    /// The numbers of the DeploymentUnit rows, by the package they name.
+    fn numbers(v: &Value) -> Vec<(String, u32)> {
+        let mut out: Vec<(String, u32)> = v["parameters"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter_map(|(k, val)| {
+                let n = k.strip_prefix("Device.SoftwareModules.DeploymentUnit.")?;
+                let n = n.strip_suffix(".Name")?;
+                Some((val.as_str()?.to_string(), n.parse().ok()?))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn uninstall(d: &Daemon, name: &str) {
+        d.state.lock().unwrap().packages.remove(name);
+    }
+
+    /// The same daemon started again: nothing in memory, everything on disk as it was.
+    fn restarted(d: &Daemon) -> Daemon {
+        let res = Resources {
+            cgroups: Err("fixture".into()),
+            host: d.resources.host,
+        };
+        let st = state::state(d).clone();
+        let mut again = Daemon::new(d.cfg.clone(), d.roots.clone(), res, st);
+        again.host = d.host;
+        again
+    }
+
+    fn set_supervised(d: &Daemon, name: &str, s: Supervised) {
+        d.supervision.lock().unwrap().insert(name.into(), s);
+    }
+
+    /// A package keeps its instance number across calls, other packages' installs and
+    /// removals and daemon restarts; a removed package's number is never given again.
+    #[test]
+    fn instance_numbers_are_stable_and_never_reused() {
+        let (_dir, d, _m) = fake_daemon("tr181-numbers", "");
+        install(&d, MANIFEST);
+        assert_eq!(numbers(&tr181(&d).unwrap()), [("web".into(), 1)]);
+        install(&d, DB);
+        let v = tr181(&d).unwrap();
+        assert_eq!(numbers(&v), [("db".into(), 2), ("web".into(), 1)]);
+        assert_eq!(at(&v, "DeploymentUnitNumberOfEntries"), 2);
+        assert_eq!(at(&v, "ExecutionUnit.2.Name"), "db");
+        assert_eq!(
+            at(&v, "DeploymentUnit.2.ExecutionUnitList"),
+            "Device.SoftwareModules.ExecutionUnit.2"
+        );
+        let uuid = at(&v, "DeploymentUnit.1.UUID").clone();
+        assert_eq!(uuid, tr181::du_uuid("web", "localhost"));
+
+        uninstall(&d, "web");
+        assert_eq!(numbers(&tr181(&d).unwrap()), [("db".into(), 2)]);
+        install(&d, MANIFEST);
+        assert_eq!(
+            numbers(&tr181(&d).unwrap()),
+            [("db".into(), 2), ("web".into(), 3)]
+        );
+
+        let d2 = restarted(&d);
+        let v = tr181(&d2).unwrap();
+        assert_eq!(numbers(&v), [("db".into(), 2), ("web".into(), 3)]);
+        assert_eq!(at(&v, "DeploymentUnit.3.UUID"), &uuid);
+        install(
+            &d2,
+            "[package]\nname = \"cam\"\nversion = \"1\"\n[entrypoint]\nargv = [\"/c\"]\n",
+        );
+        assert_eq!(numbers(&tr181(&d2).unwrap())[0], ("cam".into(), 4));
+    }
+
+    /// A stopped package: its DeploymentUnit as installed (vendor from the repository's host,
+    /// the URL its index entry gives, unresolved while a dependency is missing) and an idle
+    /// ExecutionUnit without fault; the order lists every parameter once.
+    #[test]
+    fn a_stopped_package_has_its_deployment_and_execution_unit_rows() {
+        let (_dir, mut d, _m) = fake_daemon("tr181-rows", "");
+        // A top-level key: set here, the fixture's extra configuration comes after [paths].
+        d.cfg.repository = Some("https://repo.example.com:8443/berth".into());
+        install(&d, DB);
+        let dep = berth_core::name::Name::parse("web").unwrap();
+        d.state
+            .lock()
+            .unwrap()
+            .packages
+            .get_mut("db")
+            .unwrap()
+            .depends = vec![dep];
+        std::fs::create_dir_all(d.cfg.paths.autostart("db").parent().unwrap()).unwrap();
+        std::fs::write(d.cfg.paths.autostart("db"), "").unwrap();
+        let v = tr181(&d).unwrap();
+        for (key, want) in [
+            ("DeploymentUnit.1.Name", json!("db")),
+            ("DeploymentUnit.1.Status", json!("Installed")),
+            ("DeploymentUnit.1.Version", json!("2.1")),
+            ("DeploymentUnit.1.Description", json!("a database")),
+            ("DeploymentUnit.1.Vendor", json!("repo.example.com")),
+            ("DeploymentUnit.1.Resolved", json!(false)),
+            ("DeploymentUnit.1.URL", json!("")),
+            ("DeploymentUnit.1.Installed", json!("2026-09-21T14:13:20Z")),
+            ("DeploymentUnit.1.LastUpdate", json!(tr181::UNKNOWN_TIME)),
+            (
+                "DeploymentUnit.1.UUID",
+                json!(tr181::du_uuid("db", "repo.example.com")),
+            ),
+            ("ExecutionUnit.1.Status", json!("Idle")),
+            ("ExecutionUnit.1.ExecutionFaultCode", json!("NoFault")),
+            ("ExecutionUnit.1.ExecutionFaultMessage", json!("")),
+            ("ExecutionUnit.1.AutoStart", json!(true)),
+            ("ExecutionUnit.1.Uptime", json!(0)),
+            ("ExecutionUnit.1.CPUPercentInUse", json!(-1)),
+            ("ExecutionUnit.1.MemoryInUse", json!(-1)),
+            (
+                "ExecutionUnit.1.AutoRestart.NextRestart",
+                json!(tr181::NO_RESTART),
+            ),
+            ("ExecEnv.1.Enable", json!(true)),
+            ("ExecEnv.1.Status", json!("Error")),
+            ("ExecEnv.1.ActiveExecutionUnits", json!("")),
+        ] {
+            assert_eq!(at(&v, key), &want, "{key}");
+        }
+        let order: Vec<&str> = v["order"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k.as_str().unwrap())
+            .collect();
+        let mut unique = order.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), order.len(), "a parameter twice");
+        assert_eq!(order.len(), v["parameters"].as_object().unwrap().len());
+        assert_eq!(order[0], "Device.SoftwareModules.ExecEnvNumberOfEntries");
+    }
+
+    /// The fault code follows the supervisor's state and reason: a start that failed, a run
+    /// that failed once it ran, a missing dependency; the message is the reason.
+    #[test]
+    fn fault_codes_follow_the_supervisors_word() {
+        let (_dir, d, _m) = fake_daemon("tr181-faults", "");
+        install(&d, MANIFEST);
+        let fault = |d: &Daemon| {
+            let v = tr181(d).unwrap();
+            let code = at(&v, "ExecutionUnit.1.ExecutionFaultCode").clone();
+            let msg = at(&v, "ExecutionUnit.1.ExecutionFaultMessage").clone();
+            (code, msg, at(&v, "ExecutionUnit.1.Status").clone())
+        };
+        set_supervised(
+            &d,
+            "web",
+            supervised("failed", Some("the start failed"), Record::default()),
+        );
+        assert_eq!(
+            fault(&d),
+            (
+                json!("FailureOnStart"),
+                json!("the start failed"),
+                json!("Idle")
+            )
+        );
+        let record = Record {
+            retries: 4,
+            restarts: 6,
+            ..Record::default()
+        };
+        set_supervised(
+            &d,
+            "web",
+            supervised("failed", Some("exit 1: given up"), record),
+        );
+        assert_eq!(fault(&d).0, "FailureWhileActive");
+        assert_eq!(
+            at(
+                &tr181(&d).unwrap(),
+                "ExecutionUnit.1.AutoRestart.RetryCount"
+            ),
+            4
+        );
+        let reason = "its dependency db is not running";
+        set_supervised(
+            &d,
+            "web",
+            supervised("backoff", Some(reason), Record::default()),
+        );
+        assert_eq!(
+            fault(&d),
+            (
+                json!("DependencyFailure"),
+                json!(reason),
+                json!("Restarting")
+            )
+        );
+        let mut held = supervised("backoff", None, Record::default());
+        held.next_start = Some(Instant::now() + Duration::from_secs(30));
+        set_supervised(&d, "web", held);
+        let now = berth_sys::process::now_s();
+        let v = tr181(&d).unwrap();
+        let next = at(&v, "ExecutionUnit.1.AutoRestart.NextRestart");
+        let within = [tr181::datetime(now + 30), tr181::datetime(now + 31)];
+        assert!(within.iter().any(|w| next == w), "{next}");
+    }
+
+    /// Safe mode: the ExecEnv disabled, every unit unstartable, saying why.
+    #[test]
+    fn safe_mode_disables_the_exec_env_and_makes_units_unstartable() {
+        let (_dir, d, _m) = fake_daemon("tr181-safe", "");
+        install(&d, MANIFEST);
+        *d.boot.safe_mode.lock().unwrap() = Some("5 daemon starts not confirmed".into());
+        let v = tr181(&d).unwrap();
+        assert_eq!(at(&v, "ExecEnv.1.Enable"), false);
+        assert_eq!(at(&v, "ExecEnv.1.Status"), "Disabled");
+        assert_eq!(at(&v, "ExecutionUnit.1.ExecutionFaultCode"), "UnStartable");
+        assert_eq!(
+            at(&v, "ExecutionUnit.1.ExecutionFaultMessage"),
+            "5 daemon starts not confirmed"
+        );
+    }
+
+    /// A running container: active since its shim's start time, in the ExecEnv's active
+    /// units, its memory and CPU as its cgroup counts them (the counters did not move
+    /// during the sample: 0 %); the ExecEnv's memory is berth's group's.
+    #[test]
+    fn a_running_unit_is_active_with_its_cgroups_counters() {
+        let (_dir, mut d, _m) = fake_daemon("tr181-running", "");
+        install(&d, MANIFEST);
+        cgroup_fixture(&mut d, "web");
+        lxc_config(&d, "web");
+        let mut answer = info(4242);
+        let started = berth_sys::process::now_s() - 100;
+        answer["started_at"] = json!(started);
+        let _shim = FakeShim::start(&d, "web", answer, b"");
+        let v = tr181(&d).unwrap();
+        assert_eq!(at(&v, "ExecutionUnit.1.Status"), "Active");
+        let up = at(&v, "ExecutionUnit.1.Uptime").as_u64().unwrap();
+        assert!((100..=102).contains(&up), "{up}");
+        assert_eq!(
+            at(&v, "ExecEnv.1.ActiveExecutionUnits"),
+            "Device.SoftwareModules.ExecutionUnit.1"
+        );
+        assert_eq!(at(&v, "ExecutionUnit.1.MemoryInUse"), 2048);
+        assert_eq!(at(&v, "ExecutionUnit.1.AllocatedMemory"), 8192);
+        assert_eq!(at(&v, "ExecutionUnit.1.CPUPercentInUse"), 0);
+        assert_eq!(at(&v, "ExecEnv.1.Status"), "Up");
+        assert_eq!(at(&v, "ExecEnv.1.AllocatedMemory"), 65536);
+        assert_eq!(at(&v, "ExecEnv.1.AvailableMemory"), 65536 - 16384);
+    }
+
+    /// Crash archives are VendorLogFile rows in listing order, each unit listing its own.
+    #[test]
+    fn crash_archives_are_the_units_vendor_logs() {
+        let (_dir, d, _m) = fake_daemon("tr181-logs", "");
+        install(&d, MANIFEST);
+        install(&d, DB);
+        for (dir, id) in [
+            ("web", "20260101T000000Z-web-exit"),
+            ("db", "20260102T000000Z-db-oom"),
+            ("web", "20260103T000000Z-web-signal"),
+        ] {
+            let p = d.cfg.paths.reports().join(dir);
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join(format!("{id}.tar.gz")), "x").unwrap();
+        }
+        let v = tr181(&d).unwrap();
+        let log = |n: u32, f: &str| {
+            v["parameters"][format!("Device.DeviceInfo.VendorLogFile.{n}.{f}")].clone()
+        };
+        assert_eq!(log(2, "Name"), "20260102T000000Z-db-oom");
+        assert_eq!(log(3, "Alias"), "cpe-report-3");
+        assert_eq!(log(4, "Name"), Value::Null);
+        let web = numbers(&v).into_iter().find(|(n, _)| n == "web").unwrap().1;
+        let want = "Device.DeviceInfo.VendorLogFile.1,Device.DeviceInfo.VendorLogFile.3";
+        assert_eq!(at(&v, &format!("DeploymentUnit.{web}.VendorLogList")), want);
+        assert_eq!(at(&v, &format!("ExecutionUnit.{web}.VendorLogList")), want);
+    }
+}

@@ -144,3 +144,175 @@ pub(crate) fn locked_until(d: &Daemon, name: &str) -> Option<u64> {
     let now = berth_sys::process::now_s();
     d.capi.locked_until(name, now, probe::running_init(d, name))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+    use crate::daemon::context::Resources;
+    use crate::daemon::error::Kind;
+    use crate::daemon::runtime::probe::tests::{info, lxc_config, FakeShim};
+    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+
+    /// The same daemon started again: its configuration and kernel roots, nothing in memory.
+    fn restarted(d: &Daemon) -> Daemon {
+        let resources = Resources {
+            cgroups: Err("fixture".into()),
+            host: d.resources.host,
+        };
+        let mut again = Daemon::new(
+            d.cfg.clone(),
+            d.roots.clone(),
+            resources,
+            state::state(d).clone(),
+        );
+        again.host = d.host;
+        again
+    }
+
+    /// The kernel has user namespaces (what `security::idmap` reads of /proc).
+    fn userns(d: &Daemon) {
+        std::fs::create_dir_all(d.proc().join("self/ns")).unwrap();
+        std::fs::write(d.proc().join("self/ns/user"), "").unwrap();
+        std::fs::create_dir_all(d.proc().join("sys/user")).unwrap();
+        std::fs::write(d.proc().join("sys/user/max_user_namespaces"), "15000\n").unwrap();
+    }
+
+    /// A lock holds for the time asked, is kept in the run directory (until, run, first lock)
+    /// and, after a daemon restart, is the running run's again; the run's end ends it.
+    #[test]
+    fn an_update_lock_is_kept_across_a_daemon_restart_for_its_run() {
+        let (_dir, d, _m) = fake_daemon("sockets-lock", "");
+        install(&d, MANIFEST);
+        lxc_config(&d, "web");
+        let t0 = berth_sys::process::now_s();
+        let (until, first) = lock(&d, "web", 100, 4242).unwrap();
+        let t1 = berth_sys::process::now_s();
+        assert!((t0 + 100..=t1 + 100).contains(&until), "{until}");
+        assert!(first, "the run held no lock before");
+        let kept: (u64, i32, u64) =
+            serde_json::from_slice(&std::fs::read(lock_file(&d, "web")).unwrap()).unwrap();
+        assert_eq!((kept.0, kept.1), (until, 4242));
+        assert!((t0..=t1).contains(&kept.2));
+        let mode = std::fs::metadata(lock_file(&d, "web")).unwrap().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(!lock(&d, "web", 100, 4242).unwrap().1, "renewed, not new");
+        // Without its shim nothing runs: no run holds the lock.
+        assert_eq!(locked_until(&d, "web"), None);
+
+        let d2 = restarted(&d);
+        let shim = FakeShim::start(&d2, "web", info(4242), b"");
+        // No user namespaces here: its socket cannot be made (logged), its lock is restored.
+        reopen(&d2, &["web".to_string()]);
+        assert!(!d2.capi.has("web"));
+        assert!(locked_until(&d2, "web").is_some_and(|u| u >= until));
+        drop(shim);
+        let _other_run = FakeShim::start(&d2, "web", info(4343), b"");
+        assert_eq!(locked_until(&d2, "web"), None, "the lock was another run's");
+    }
+
+    /// Unlocking says whether a lock was held, and removes its file.
+    #[test]
+    fn unlocking_removes_the_kept_lock() {
+        let (_dir, d, _m) = fake_daemon("sockets-unlock", "");
+        lock(&d, "web", 100, 7).unwrap();
+        assert!(lock_file(&d, "web").exists());
+        assert!(unlock(&d, "web"));
+        assert!(!lock_file(&d, "web").exists());
+        assert!(!unlock(&d, "web"));
+        assert_eq!(
+            d.capi
+                .locked_until("web", berth_sys::process::now_s(), Some(7)),
+            None
+        );
+    }
+
+    /// A lock that cannot be written to the run directory is not held either, and the error
+    /// names where it would have been kept.
+    #[test]
+    fn a_lock_that_cannot_be_kept_is_not_held() {
+        let (_dir, d, _m) = fake_daemon("sockets-nolock", "");
+        std::fs::write(d.cfg.paths.run.join("locks"), "not a directory").unwrap();
+        let e = lock(&d, "web", 100, 7).unwrap_err();
+        assert_eq!(e.kind, Kind::Internal);
+        assert!(
+            e.message.starts_with(&format!(
+                "web: cannot keep its update lock in {}: ",
+                lock_file(&d, "web").display()
+            )),
+            "{}",
+            e.message
+        );
+        let now = berth_sys::process::now_s();
+        assert_eq!(d.capi.locked_until("web", now, Some(7)), None);
+    }
+
+    /// An unprivileged package's socket needs its ids: without user namespaces there are none,
+    /// and no socket is made or registered.
+    #[test]
+    fn no_socket_without_the_payloads_ids() {
+        let (_dir, d, _m) = fake_daemon("sockets-noids", "");
+        let p = install(&d, MANIFEST);
+        let e = open(&d, &p).unwrap_err();
+        assert_eq!(e.kind, Kind::NoUserns);
+        assert!(e
+            .message
+            .starts_with("web: this kernel has no usable user namespaces"));
+        assert!(!d.cfg.paths.api_dir("web").join("api.sock").exists());
+        assert!(!d.capi.has("web"));
+    }
+
+    /// Removing the package: its socket, its stage's mount point, its directory and its lock
+    /// all go.
+    #[test]
+    fn closing_removes_the_socket_its_directory_and_the_lock() {
+        let (_dir, d, _m) = fake_daemon("sockets-close", "");
+        let dir = d.cfg.paths.api_dir("web");
+        std::fs::create_dir_all(dir.join("binds")).unwrap();
+        let l = UnixListener::bind(dir.join("api.sock")).unwrap();
+        d.capi.add(Endpoint::new("web", l, 4, 0));
+        lock(&d, "web", 100, 7).unwrap();
+        close(&d, "web");
+        assert!(!dir.exists(), "{} left", dir.display());
+        assert!(!d.capi.has("web"));
+        assert!(!lock_file(&d, "web").exists());
+        assert!(d.cfg.paths.api_dir("db").parent().unwrap().exists());
+    }
+
+    /// The socket is the payload user's alone (0600) in a directory root owns (0755), with
+    /// the stage's mount point; made again, it is the same endpoint's. Needs root (chown).
+    #[test]
+    fn a_socket_is_the_payload_users_in_a_root_directory() {
+        if !berth_sys::process::is_root() {
+            berth_sys::skip::record(
+                "host root",
+                "sockets::open chowns the socket's directory to root and the socket to the payload's host ids",
+            );
+            return;
+        }
+        let (_dir, d, _m) = fake_daemon("sockets-open", "");
+        userns(&d);
+        let p = install(&d, MANIFEST);
+        open(&d, &p).unwrap();
+        let (base, _) = security::idmap(&d, &p, false).unwrap().unwrap();
+        assert_ne!(base, 0);
+        let dir = d.cfg.paths.api_dir("web");
+        let sock = std::fs::metadata(dir.join("api.sock")).unwrap();
+        assert_eq!(
+            (sock.uid(), sock.gid(), sock.mode() & 0o777),
+            (base, base, 0o600)
+        );
+        let dm = std::fs::metadata(&dir).unwrap();
+        assert_eq!((dm.uid(), dm.mode() & 0o777), (0, 0o755));
+        assert!(dir.join("binds").is_dir());
+        assert!(d.capi.has("web"));
+        // Again (an upgrade, a restart that kept it): the same socket, its owner set again.
+        std::os::unix::fs::chown(dir.join("api.sock"), Some(0), Some(0)).unwrap();
+        open(&d, &p).unwrap();
+        let again = std::fs::metadata(dir.join("api.sock")).unwrap();
+        assert_eq!((again.uid(), again.ino()), (base, sock.ino()));
+        close(&d, "web");
+        assert!(!dir.exists());
+    }
+}
