@@ -13,12 +13,14 @@ use berth_testkit::TempDir;
 
 use crate::daemon::context::{Daemon, Resources, Roots};
 
-/// A daemon with the fake host; `extra` is more of its configuration (TOML).
+/// A daemon with the fake host; `extra` is more of its configuration (TOML, its own
+/// `[paths]` excepted).
 pub(crate) fn fake_daemon(tag: &str, extra: &str) -> (TempDir, Daemon, &'static FakeMounts) {
     let dir = TempDir::new(tag);
     let p = |n: &str| dir.path(n).display().to_string();
+    // `extra` first: its top-level keys (`repository = …`) stay top-level.
     let text = format!(
-        "[paths]\nstate = \"{}\"\nrun = \"{}\"\nkeys = \"{}\"\nlxcpath = \"{}\"\n{extra}",
+        "{extra}\n[paths]\nstate = \"{}\"\nrun = \"{}\"\nkeys = \"{}\"\nlxcpath = \"{}\"\n",
         p("state"),
         p("run"),
         p("keys"),
