@@ -1,7 +1,7 @@
 //! The LAN's hosts (pure): the kernel's neighbour table as rtnetlink dumps it (RTM_NEWNEIGH
 //! messages, in the host's byte order), `/proc/net/arp` where netlink fails, host names from
 //! DHCP servers' files and from mDNS reverse lookups (the query and its answer as bytes).
-//! The daemon does the I/O (`daemon/net.rs` `hosts`); every byte it hands in here comes
+//! The daemon does the I/O (`daemon/prepare/net.rs` `hosts`); every byte it hands in here comes
 //! from the kernel or the LAN, so nothing here panics on any input
 //! (`fuzz/fuzz_targets/lan.rs`).
 

@@ -1,7 +1,7 @@
 //! Crash archives, the pure parts: report ids (sortable by time), which archives go when the
 //! caps are exceeded, a ustar writer, the container a crashing process belongs to (from its
 //! `/proc/PID/cgroup`), and the names of the core files the core handler leaves for the daemon.
-//! The daemon (`daemon/reports.rs`) gathers the members and writes the files.
+//! The daemon (`daemon/ops/reports.rs`) gathers the members and writes the files.
 
 use std::io::{self, Read, Write};
 

@@ -16,48 +16,42 @@
 //! `[watchdog] interval` to record a heartbeat). Mutating operations take `Daemon::op` so they apply one at a time, in order;
 //! reads (status, list, logs) do not wait for a long install.
 //!
-//! Layers, each using only those below it (ARCHITECTURE.md draws them):
-//! `api` → `supervisor`, `status` → `fleet` (the DDI client, feature `fleet`) → `store` → `reports`, `safe_mode`, `schedules` → `runtime`, `watchdog`
-//! → `guard`, `boot`, `limits`, `security` → `governor`, `cgroups`, `net`, `records`, `state`
-//! → `slab` (feature `slab`) → `context`, `error`.
+//! Layers, each using only those below it (ARCHITECTURE.md draws them), each a folder:
+//! `api/` → `supervisor.rs`, `views/` (status, metrics, tr181, web) → `fleet/` (the DDI
+//! client, feature `fleet`) → `store/` → `ops/` (reports, safe_mode, schedules, watchdog) →
+//! `runtime/` → `prepare/` (limits, security, net, mdns) → `device/` (guard, boot, governor,
+//! cgroups, records, state, disk, slab) → `base/` (context, error, endpoints).
 
 mod api;
-mod boot;
-mod cgroups;
-mod context;
-#[cfg(any(feature = "metrics", feature = "tr181"))]
-mod disk;
-mod endpoints;
-mod error;
+mod base;
+mod device;
 #[cfg(feature = "fleet")]
 mod fleet;
-mod governor;
-mod guard;
-mod limits;
-#[cfg(feature = "mdns")]
-mod mdns;
-#[cfg(feature = "metrics")]
-mod metrics;
-mod net;
-mod records;
-mod reports;
+mod ops;
+mod prepare;
 mod runtime;
-mod safe_mode;
-mod schedules;
-mod security;
-#[cfg(feature = "slab")]
-mod slab;
-mod state;
-mod status;
 mod store;
 mod supervisor;
+mod views;
+
+// Each module by its short path (`crate::daemon::state`), whatever folder of its layer holds it.
 #[cfg(test)]
-mod testing;
+use base::testing;
+use base::{context, endpoints, error};
+#[cfg(any(feature = "metrics", feature = "tr181"))]
+use device::disk;
+#[cfg(feature = "slab")]
+use device::slab;
+use device::{boot, cgroups, governor, guard, records, state};
+use ops::{reports, safe_mode, schedules, watchdog};
+use prepare::{limits, net, security};
+#[cfg(feature = "metrics")]
+use views::metrics;
+use views::status;
 #[cfg(feature = "tr181")]
-mod tr181;
-mod watchdog;
+use views::tr181;
 #[cfg(feature = "web")]
-mod web;
+use views::web;
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;

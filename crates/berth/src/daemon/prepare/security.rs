@@ -387,8 +387,8 @@ pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Resu
 
 /// `GET /v1/inspect?name=NAME`.
 pub fn inspect_op(d: &Daemon, name: &str) -> Result<Value> {
-    let p = super::state::installed(d, name)?;
-    inspect(d, &p, super::cgroups::cgroup_version(d))
+    let p = crate::daemon::state::installed(d, name)?;
+    inspect(d, &p, crate::daemon::cgroups::cgroup_version(d))
 }
 
 /// The shim's PATH: the daemon's without the directories of shadow's newuidmap/newgidmap.

@@ -246,7 +246,7 @@ mod tests {
     /// `GET /v1/status`: no more, no fewer, whatever a later field's name.
     #[test]
     fn a_containers_json_has_the_documented_fields() {
-        let spec = include_str!("../../../../docs/openapi.yaml");
+        let spec = include_str!("../../../../../docs/openapi.yaml");
         let at = spec
             .find("description: One entry per installed package")
             .unwrap();

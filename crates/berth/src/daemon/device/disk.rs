@@ -10,11 +10,13 @@ use crate::daemon::context::Daemon;
 /// What the store and each installed package's /data use, in bytes.
 #[derive(Clone, Default)]
 pub(crate) struct Usage {
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
     pub store: u64,
     pub data: Vec<(String, u64)>,
 }
 
 impl Usage {
+    #[cfg_attr(not(feature = "tr181"), allow(dead_code))]
     pub(crate) fn data_of(&self, name: &str) -> Option<u64> {
         self.data.iter().find(|(n, _)| n == name).map(|(_, b)| *b)
     }

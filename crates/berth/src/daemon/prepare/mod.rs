@@ -1,0 +1,9 @@
+//! What a start needs: a container's limits, its security (permissions, seccomp, id maps,
+//! AppArmor) and its network (bridge, nftables, leases; the LAN's hosts and their mDNS
+//! names).
+
+pub(crate) mod limits;
+#[cfg(feature = "mdns")]
+pub(crate) mod mdns;
+pub(crate) mod net;
+pub(crate) mod security;
