@@ -17,10 +17,11 @@
 //! reads (status, list, logs) do not wait for a long install.
 //!
 //! Layers, each using only those below it (ARCHITECTURE.md draws them), each a folder:
-//! `api/` → `supervisor.rs`, `views/` (status, metrics, tr181, web) → `fleet/` (the DDI
+//! `api/` → `views/` (status, metrics, tr181, web) → `supervisor.rs`, `fleet/` (the DDI
 //! client, feature `fleet`) → `store/` → `ops/` (reports, safe_mode, schedules, watchdog) →
 //! `runtime/` → `prepare/` (limits, security, net, mdns) → `device/` (guard, boot, governor,
-//! cgroups, records, state, disk, slab) → `base/` (context, error, endpoints).
+//! cgroups, records, state, disk, slab) → `base/` (context, error, endpoints). Modules are
+//! named by their whole path (`crate::daemon::device::state`): the path says the layer.
 
 mod api;
 mod base;
@@ -34,25 +35,6 @@ mod store;
 mod supervisor;
 mod views;
 
-// Each module by its short path (`crate::daemon::state`), whatever folder of its layer holds it.
-#[cfg(test)]
-use base::testing;
-use base::{context, endpoints, error};
-#[cfg(any(feature = "metrics", feature = "tr181"))]
-use device::disk;
-#[cfg(feature = "slab")]
-use device::slab;
-use device::{boot, cgroups, governor, guard, records, state};
-use ops::{reports, safe_mode, schedules, watchdog};
-use prepare::{limits, net, security};
-#[cfg(feature = "metrics")]
-use views::metrics;
-use views::status;
-#[cfg(feature = "tr181")]
-use views::tr181;
-#[cfg(feature = "web")]
-use views::web;
-
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
@@ -60,7 +42,7 @@ use std::sync::Arc;
 use anyhow::{bail, Context, Result};
 use berth_core::config::{Config, Paths};
 
-use context::{Daemon, Roots};
+use base::context::{Daemon, Roots};
 
 pub fn run(cfg: Config) -> Result<()> {
     if !is_root() {
@@ -81,28 +63,28 @@ pub fn run(cfg: Config) -> Result<()> {
     berth_sys::notify::take_socket();
     prepare_dirs(&cfg.paths)?;
     let lock = single_instance(&cfg)?;
-    let state = state::load_state(&cfg)?;
+    let state = device::state::load_state(&cfg)?;
     let roots = Roots::default();
-    let host = cgroups::detect(&roots);
+    let host = device::cgroups::detect(&roots);
     let d = Arc::new(Daemon::new(cfg, roots, host, state));
     // From here a panic leaves a crash report behind before the process aborts.
-    reports::install_panic_hook(&d);
+    ops::reports::install_panic_hook(&d);
     // The kernel's reserve before any container can use the caches up.
     #[cfg(feature = "slab")]
-    slab::apply(&d);
+    device::slab::apply(&d);
     // Before anything is mounted: in safe mode nothing will be.
-    boot::begin(&d);
+    device::boot::begin(&d);
     // An upgrade a dead daemon left on trial goes back before anything is taken over.
     store::upgrade::recover(&d);
     let mut taken_over = supervisor::reconcile(&d);
     if d.safe_mode().is_some() {
-        safe_mode::at_start(&d);
+        ops::safe_mode::at_start(&d);
         taken_over.clear();
     }
     for (n, _) in &taken_over {
-        boot::note_running(&d, n);
+        device::boot::note_running(&d, n);
     }
-    net::restore(&d, &state::state(&d));
+    prepare::net::restore(&d, &device::state::state(&d));
     let running: Vec<String> = taken_over.iter().map(|(n, _)| n.clone()).collect();
     runtime::sockets::reopen(&d, &running);
     // A bind or unbind a killed daemon left half done: finished or undone before any request.
@@ -127,16 +109,16 @@ pub fn run(cfg: Config) -> Result<()> {
     // loads libraries (the supervisor may load liblxc).
     berth_sys::process::find_code_ranges();
     // The supervisor first hands the containers to their machines (it may start some).
-    d.beat_busy(context::Component::Supervisor);
+    d.beat_busy(base::context::Component::Supervisor);
     supervisor::spawn(&d, taken_over);
-    schedules::start(&d);
+    ops::schedules::start(&d);
     #[cfg(feature = "metrics")]
-    metrics::spawn_listener(&d);
+    views::metrics::spawn_listener(&d);
     #[cfg(feature = "web")]
-    web::spawn(&d);
+    views::web::spawn(&d);
     #[cfg(feature = "fleet")]
     fleet::spawn(&d);
-    let watchdog = watchdog::spawn(&d);
+    let watchdog = ops::watchdog::spawn(&d);
     let term = berth_sys::process::termination_pipe()?;
     // Start-up code (configuration and state parsing, reconciliation) will not run again.
     berth_sys::process::trim_heap();
@@ -145,8 +127,8 @@ pub fn run(cfg: Config) -> Result<()> {
     notify("STOPPING=1");
     // Only a clean stop disarms the watchdog; an error above leaves it to reset the device.
     watchdog.close();
-    schedules::flush(&d);
-    boot::clean_stop(&d);
+    ops::schedules::flush(&d);
+    device::boot::clean_stop(&d);
     // Containers keep running: a daemon restart must not touch them.
     log::info!("berth daemon stopping; containers keep running");
     let _ = std::fs::remove_file(d.cfg.paths.admin_socket());

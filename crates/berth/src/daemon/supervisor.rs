@@ -13,18 +13,18 @@ use berth_core::supervise::{
 };
 use serde_json::{json, Value};
 
-use crate::daemon::cgroups;
-use crate::daemon::context::{Component, Daemon, Supervised};
-use crate::daemon::error::Result;
-use crate::daemon::governor;
-use crate::daemon::guard;
-use crate::daemon::records;
+use crate::daemon::base::context::{Component, Daemon, Supervised};
+use crate::daemon::base::error::Result;
+use crate::daemon::device::cgroups;
+use crate::daemon::device::governor;
+use crate::daemon::device::guard;
+use crate::daemon::device::records;
+use crate::daemon::device::state;
 use crate::daemon::runtime::control::{self, Intent, Who};
 use crate::daemon::runtime::health;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::runtime::watch;
-use crate::daemon::state;
 use crate::daemon::store::remove;
 
 /// Makes the world match the state after a restart or a crash of the daemon: partial
@@ -536,7 +536,7 @@ fn report(d: &Arc<Daemon>, name: &str, r: &Report) {
             "{name}: the kernel's OOM killer killed {kills} of its processes (its memory limit)"
         ),
     }
-    crate::daemon::reports::collect(d, name, r);
+    crate::daemon::ops::reports::collect(d, name, r);
 }
 
 fn describe(e: Option<&Exit>) -> String {

@@ -17,10 +17,14 @@ use berth_core::state::Installed;
 use berth_core::supervise::Event;
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::endpoints::Endpoint;
-use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::{net, runtime, schedules, state, status};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::endpoints::Endpoint;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::state;
+use crate::daemon::ops::schedules;
+use crate::daemon::prepare::net;
+use crate::daemon::runtime;
+use crate::daemon::views::status;
 
 fn reply(stream: &mut UnixStream, status: u16, v: Value) {
     let _ = stream.write_all(&http::response(
@@ -115,8 +119,8 @@ fn change(d: &Daemon, name: &str) -> Result<()> {
         Error::rate_limited(
             format_args!(
                 "{name}: at most {} schedule changes at once, then one every {} s",
-                crate::daemon::endpoints::CHANGES_BURST,
-                crate::daemon::endpoints::CHANGE_EVERY_MS / 1000
+                crate::daemon::base::endpoints::CHANGES_BURST,
+                crate::daemon::base::endpoints::CHANGE_EVERY_MS / 1000
             ),
             ms,
         )
@@ -157,7 +161,12 @@ fn health(d: &Daemon, name: &str, ok: bool, message: Option<String>) -> Result<V
 /// `GET /v1/self`: the container's status entry, its usage and its permissions.
 fn self_status(d: &Daemon, p: &Installed, granted: &[capi::Permission]) -> Result<Value> {
     let name = p.name.as_str();
-    let mine = status::containers(d, &crate::daemon::state::state(d), Some(name), false)?;
+    let mine = status::containers(
+        d,
+        &crate::daemon::device::state::state(d),
+        Some(name),
+        false,
+    )?;
     let mut me = mine
         .first()
         .map(status::ContainerStatus::to_json)

@@ -14,12 +14,14 @@ use berth_core::api::ping;
 use berth_core::http::{self, Request};
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::{governor, state};
+use crate::daemon::ops::{reports, safe_mode, schedules};
+use crate::daemon::prepare::{net, security};
 use crate::daemon::runtime::control::{self, Intent, Who};
-use crate::daemon::{
-    governor, net, reports, runtime, safe_mode, schedules, security, state, status, store,
-};
+use crate::daemon::views::status;
+use crate::daemon::{runtime, store};
 use request::Action;
 
 /// Who sent a request: the admin socket's peer, by its uid (checked again at accept).
@@ -44,7 +46,7 @@ pub(crate) fn authorise(caller: Caller, _action: &Action) -> Result<()> {
 /// The second controller (STYLE.md, "Requests become actions"): in safe mode, the requests
 /// that would mount an image or start a container are refused before they are routed.
 pub(crate) fn allowed(d: &Daemon, action: &Action) -> Result<()> {
-    use crate::daemon::boot::refuse_in_safe_mode;
+    use crate::daemon::device::boot::refuse_in_safe_mode;
     match action {
         Action::Start { .. } => refuse_in_safe_mode(d, "start"),
         Action::Restart(_) => refuse_in_safe_mode(d, "restart"),
@@ -96,7 +98,7 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::Metrics => Err(not_built("metrics")),
         #[cfg(feature = "metrics")]
         Action::Metrics => {
-            let text = crate::daemon::metrics::text(d);
+            let text = crate::daemon::views::metrics::text(d);
             let _ = stream.write_all(&http::response(
                 200,
                 berth_core::metrics::CONTENT_TYPE,
@@ -106,7 +108,7 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         }
         Action::Status(n) => status::status(d, n.as_deref()),
         #[cfg(feature = "tr181")]
-        Action::Tr181 => crate::daemon::tr181::tr181(d),
+        Action::Tr181 => crate::daemon::views::tr181::tr181(d),
         #[cfg(not(feature = "tr181"))]
         Action::Tr181 => Err(not_built("tr181")),
         Action::List => store::repo::list(d),
@@ -160,7 +162,7 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
 #[cfg(feature = "test-hooks")]
 fn test_stall(
     d: &Daemon,
-    component: crate::daemon::context::Component,
+    component: crate::daemon::base::context::Component,
     seconds: u32,
 ) -> Result<Value> {
     use berth_core::api::request::{COMPONENT, SECONDS};
@@ -275,7 +277,7 @@ mod tests {
 
     #[test]
     fn safe_mode_refuses_what_would_mount_or_start_and_nothing_else() {
-        use crate::daemon::context::{Resources, Roots};
+        use crate::daemon::base::context::{Resources, Roots};
         let cfg = berth_core::config::Config::parse("", "t").unwrap();
         let resources = Resources {
             cgroups: Err("none".into()),

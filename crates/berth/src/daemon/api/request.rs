@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 #[cfg(feature = "test-hooks")]
-use crate::daemon::context::Component;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Component;
+use crate::daemon::base::error::{Error, Kind, Result};
 
 #[derive(Debug, PartialEq)]
 pub enum Action {

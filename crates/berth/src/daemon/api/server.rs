@@ -23,9 +23,9 @@ use berth_core::{fair, http};
 use berth_sys::process::{poll, POLLIN};
 
 use super::Caller;
-use crate::daemon::context::{Component, Daemon};
-use crate::daemon::endpoints::{Endpoint, MAX_BUSY_PER_CONTAINER, MAX_PENDING_PER_CONTAINER};
-use crate::daemon::error::{Error, Kind};
+use crate::daemon::base::context::{Component, Daemon};
+use crate::daemon::base::endpoints::{Endpoint, MAX_BUSY_PER_CONTAINER, MAX_PENDING_PER_CONTAINER};
+use crate::daemon::base::error::{Error, Kind};
 
 /// Admin connections still sending their request: at most this many at once; one more
 /// closes the oldest, so that a client that sends its request at once is always read.

@@ -59,7 +59,7 @@ pub struct Daemon {
     /// Set by the watchdog thread to have the supervisor beat now ([`Daemon::ask_beats`]).
     beat_asked: std::sync::atomic::AtomicBool,
     /// The container API's sockets and the update locks (`api::container`).
-    pub capi: crate::daemon::endpoints::Registry,
+    pub capi: crate::daemon::base::endpoints::Registry,
     /// The containers' cron jobs (`schedules.rs` owns them).
     pub schedules: Schedules,
     /// Why the slab reserve is not in place (`slab.rs`, set once at start).

@@ -11,7 +11,7 @@ use berth_core::state::Installed;
 use berth_testkit::fake_host::FakeMounts;
 use berth_testkit::TempDir;
 
-use crate::daemon::context::{Daemon, Resources, Roots};
+use crate::daemon::base::context::{Daemon, Resources, Roots};
 
 /// A daemon with the fake host; `extra` is more of its configuration (TOML, its own
 /// `[paths]` excepted).

@@ -8,9 +8,9 @@ use std::sync::atomic::Ordering;
 use berth_core::boot::{self, Decision, Marker, Record};
 use berth_sys::fsutil::write_atomic;
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::state::write_failed;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::state::write_failed;
 
 /// At start: safe mode if the marker says so or too many starts went unconfirmed; else this
 /// start is counted, unconfirmed.
@@ -181,7 +181,7 @@ pub(crate) fn confirm(d: &Daemon) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::testing::fake_daemon;
+    use crate::daemon::base::testing::fake_daemon;
     use berth_core::boot::Start;
 
     const BOOT: &str = "[boot]\nmax_failed = 3\nconfirm_after = \"30s\"\n";

@@ -9,8 +9,8 @@ use std::time::Duration;
 use berth_core::cgroup::{self as cg, CgroupVersion, ContainerCgroups, Host, Limits};
 use berth_sys::cgroupfs::{self, Cgroups};
 
-use crate::daemon::context::{Daemon, Resources, Roots};
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::{Daemon, Resources, Roots};
+use crate::daemon::base::error::{Error, Kind, Result};
 
 /// LXC refuses to start when the container's cgroup already exists (a crash may leave one),
 /// and a monitor killed before its clean-up leaves them behind: removes the cgroups of

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::daemon::context::Daemon;
+use crate::daemon::base::context::Daemon;
 
 /// What the store and each installed package's /data use, in bytes.
 #[derive(Clone, Default)]
@@ -34,7 +34,7 @@ pub(crate) fn usage(d: &Daemon) -> Usage {
     }
     let u = Usage {
         store: dir_bytes(&d.cfg.paths.store(), 1),
-        data: crate::daemon::state::state(d)
+        data: crate::daemon::device::state::state(d)
             .packages
             .keys()
             .map(|p| (p.to_string(), data_bytes(d, p)))
@@ -91,7 +91,7 @@ pub(crate) fn dir_bytes(p: &Path, depth: u32) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
 
     /// `n` bytes that no file system compresses away.
     fn noise(n: usize) -> Vec<u8> {

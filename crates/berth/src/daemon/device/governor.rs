@@ -20,7 +20,7 @@ use berth_core::governor::{self, fmt1, Governor, Mode, Params, Probe};
 use berth_sys::cpucap::Clamp;
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
+use crate::daemon::base::context::Daemon;
 
 /// Changes kept for `berth governor`.
 const HISTORY: usize = 64;

@@ -27,8 +27,8 @@ use berth_core::guard::{self, Candidate, RateLimit, RecentKill};
 use berth_core::supervise::{Event, GuardKill};
 use berth_sys::process;
 
-use crate::daemon::context::Daemon;
-use crate::daemon::records;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::device::records;
 
 const PSI_TRIGGER: &str = "some 150000 1000000";
 /// Without CAP_SYS_RESOURCE (a confined root) the kernel takes only windows that are

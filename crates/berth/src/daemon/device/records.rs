@@ -8,7 +8,7 @@ use berth_core::supervise::{GuardKill, Record};
 use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
+use crate::daemon::base::context::Daemon;
 
 pub(crate) fn record_guard_kill(d: &Daemon, name: &str, k: &GuardKill) {
     // The count lives with the last kill, on tmpfs: since boot, across daemon restarts.
@@ -77,7 +77,7 @@ pub(crate) fn save_supervised(d: &Daemon, name: &str, r: &Record) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::testing::fake_daemon;
+    use crate::daemon::base::testing::fake_daemon;
 
     fn kill(pid: i32) -> GuardKill {
         GuardKill {

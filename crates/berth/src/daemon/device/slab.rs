@@ -11,7 +11,7 @@ use berth_core::slab::{self, SlabPolicy, MODULE};
 use berth_sys::kmod;
 use serde_json::{Map, Value};
 
-use crate::daemon::context::Daemon;
+use crate::daemon::base::context::Daemon;
 
 pub(crate) fn apply(d: &Daemon) {
     let Some(p) = &d.cfg.slab else { return };

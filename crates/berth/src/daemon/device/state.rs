@@ -13,8 +13,8 @@ use berth_core::config::Config;
 use berth_core::state::{Installed, State};
 use berth_sys::fsutil::write_atomic;
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
 
 pub(crate) fn load_state(cfg: &Config) -> anyhow::Result<State> {
     let path = cfg.paths.state_file();
@@ -65,7 +65,7 @@ pub(crate) fn installed(d: &Daemon, name: &str) -> Result<Installed> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
 
     /// No state file is a device with nothing installed; a damaged one is an error naming
     /// the file (never an empty state that would forget what is installed).

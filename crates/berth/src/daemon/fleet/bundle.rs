@@ -13,10 +13,10 @@ use berth_core::bundle::{self as b, Descriptor};
 use berth_core::index::Index;
 use serde_json::Value;
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::state;
 use crate::daemon::runtime::control::{self, Intent, Who};
-use crate::daemon::state;
 use crate::daemon::store::{install, repo, upgrade};
 use crate::hooks;
 

@@ -25,8 +25,8 @@ use berth_sys::fsutil::write_atomic;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::state;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::device::state;
 use crate::daemon::store::repo;
 use crate::fetch::{self, Call, Fetcher};
 use crate::hooks;
@@ -464,7 +464,7 @@ fn attributes(d: &Daemon, cfg: &Fleet, rec: &Record) -> BTreeMap<String, String>
     }
     put(
         "cgroup",
-        match crate::daemon::cgroups::cgroup_version(d) {
+        match crate::daemon::device::cgroups::cgroup_version(d) {
             Some(berth_core::cgroup::CgroupVersion::V1) => "v1",
             Some(berth_core::cgroup::CgroupVersion::V2) => "v2",
             None => "none",
@@ -934,7 +934,7 @@ fn apply(d: &Arc<Daemon>, client: &Client, rec: &mut Record, force: bool) -> Res
 fn crash_archive(d: &Daemon, name: &str) -> String {
     use berth_core::api::report as rf;
     let newest = || {
-        crate::daemon::reports::list(d, Some(name))
+        crate::daemon::ops::reports::list(d, Some(name))
             .ok()
             .and_then(|v| {
                 v[rf::REPORTS]

@@ -23,9 +23,9 @@ use berth_core::report::{self as rp, Caps, CoreName, Reason, Stored, TarWriter};
 use berth_core::supervise::{Exit, Report};
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::records;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::records;
 use crate::daemon::runtime::{logs, probe};
 
 /// The newest bytes of the container's log that go in.
@@ -183,7 +183,10 @@ fn write_event(d: &Daemon, name: &str, r: &Report) -> anyhow::Result<Option<Stri
     let id = rp::new_id(now, name, reason, &|id| archive_of(&dir, id).is_some());
     let mut notes: Vec<String> = Vec::new();
     let mut members = Vec::new();
-    let pkg = crate::daemon::state::state(d).packages.get(name).cloned();
+    let pkg = crate::daemon::device::state::state(d)
+        .packages
+        .get(name)
+        .cloned();
     match &pkg {
         Some(p) => members.push(Member::bytes(
             "manifest.json",
@@ -315,7 +318,7 @@ fn cgroup_state(d: &Daemon, name: &str) -> (Vec<u8>, Option<String>) {
     // files are absent, or (psi=0 on kernels before 5.x) present but answer EOPNOTSUPP:
     // either way, none of them.
     let psi = d.proc().join("pressure/memory").exists();
-    let cgs = crate::daemon::cgroups::of(d, name);
+    let cgs = crate::daemon::device::cgroups::of(d, name);
     for rel in [cgs.budget, cgs.payload, parent.clone()] {
         for h in &hierarchies {
             let dir = h.join(&rel);
@@ -834,7 +837,7 @@ mod tests {
     use berth_core::supervise::Exit;
 
     use super::*;
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
 
     const WEB_EXIT: &str = "20260101T000000Z-web-exit";
     const DB_OOM: &str = "20260101T120000Z-db-oom";

@@ -10,13 +10,13 @@ use berth_core::api::safe_mode as field;
 use berth_core::supervise::Event;
 use serde_json::{json, Value};
 
-use crate::daemon::boot;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::Result;
-use crate::daemon::records;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::Result;
+use crate::daemon::device::boot;
+use crate::daemon::device::records;
+use crate::daemon::device::state;
 use crate::daemon::runtime::control::{self, Intent, Who};
 use crate::daemon::runtime::{mounts, probe, start};
-use crate::daemon::state;
 
 /// The reason `berth safe-mode enter` gives.
 const BY_OPERATOR: &str = "entered by the operator (berth safe-mode enter)";
@@ -115,8 +115,8 @@ mod tests {
     use berth_core::boot::Marker;
     use berth_core::supervise::Record;
 
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
     use crate::daemon::runtime::mounts::ensure_image_mounted;
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
 
     fn daemon(
         tag: &str,
@@ -194,7 +194,7 @@ mod tests {
         let web = ensure_image_mounted(&d, &"ab".repeat(32)).unwrap();
         std::fs::create_dir_all(d.cfg.paths.safe_mode_file().join("inside")).unwrap();
         let e = enter(&d).unwrap_err();
-        assert_eq!(e.kind, crate::daemon::error::Kind::Internal);
+        assert_eq!(e.kind, crate::daemon::base::error::Kind::Internal);
         assert_eq!(m.mounted(), vec![web]);
         assert!(
             !m.calls().iter().any(|c| c.starts_with("umount")),

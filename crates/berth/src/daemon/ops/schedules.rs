@@ -19,11 +19,11 @@ use berth_core::api::last_run as run;
 use berth_core::schedule::{self, Due, NewJob, Refusal, Table};
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::state::{self, write_failed};
 use crate::daemon::runtime::control::{self, Intent, Who};
 use crate::daemon::runtime::{health, probe};
-use crate::daemon::state::{self, write_failed};
 use crate::health::{HealthArgs, Probe};
 
 /// The last bytes of a run's output kept in its record.
@@ -448,7 +448,7 @@ fn run_job(d: &Arc<Daemon>, name: &str, r: &Due) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::context::{Resources, Roots};
+    use crate::daemon::base::context::{Resources, Roots};
     use berth_core::manifest::Manifest;
     use berth_core::state::{Installed, State};
 

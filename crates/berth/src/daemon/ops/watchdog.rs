@@ -15,8 +15,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::daemon::boot;
-use crate::daemon::context::{Component, Daemon};
+use crate::daemon::base::context::{Component, Daemon};
+use crate::daemon::device::boot;
 
 /// The open device, shared with the main thread for the magic close.
 pub(crate) struct Handle {

@@ -7,10 +7,10 @@ use berth_core::state::Installed;
 use berth_sys::fsutil::write_atomic;
 use serde_json::Value;
 
-use crate::daemon::cgroups;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::governor;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::cgroups;
+use crate::daemon::device::governor;
 
 /// The operator's overrides of a container (an absent or unreadable file: none).
 pub(crate) fn load_overrides(cfg: &Config, name: &str) -> Overrides {
@@ -61,7 +61,7 @@ pub(crate) fn save_overrides(d: &Daemon, name: &str, ov: &Overrides) -> Result<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
 
     const POLICY: &str =
         "[policy]\ncpu_max = \"100%\"\nmemory_budget = \"256M\"\ncontainer_cpu_max = \"50%\"\n";

@@ -22,8 +22,8 @@ use berth_core::state::{Installed, State};
 use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
 
 fn leases_file(d: &Daemon) -> PathBuf {
     d.cfg.paths.state.join("net/leases")

@@ -13,8 +13,8 @@ use berth_core::security::{self as sec, DeviceNode, Grants, SecurityPlan};
 use berth_core::state::Installed;
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
 
 fn refused(e: sec::SecurityError) -> Error {
     Error::new(Kind::NotPermitted, e.to_string())
@@ -387,8 +387,8 @@ pub fn inspect(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Resu
 
 /// `GET /v1/inspect?name=NAME`.
 pub fn inspect_op(d: &Daemon, name: &str) -> Result<Value> {
-    let p = crate::daemon::state::installed(d, name)?;
-    inspect(d, &p, crate::daemon::cgroups::cgroup_version(d))
+    let p = crate::daemon::device::state::installed(d, name)?;
+    inspect(d, &p, crate::daemon::device::cgroups::cgroup_version(d))
 }
 
 /// The shim's PATH: the daemon's without the directories of shadow's newuidmap/newgidmap.

@@ -23,11 +23,11 @@ use berth_sys::fsutil::write_atomic;
 use berth_sys::mountns::{self, Mount};
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::state;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
-use crate::daemon::state;
 use crate::hooks;
 
 pub(crate) fn bind(

@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Kind, Result};
+use crate::daemon::device::state;
 use crate::daemon::runtime::{probe, start, stop};
-use crate::daemon::state;
 
 /// Who asks for a start or a stop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -12,9 +12,9 @@ use std::process::Command;
 use berth_core::state::Installed;
 use berth_sys::fsutil::fsync_dir;
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::security;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::prepare::security;
 
 /// What a start does with a container's /data.
 #[derive(Debug, PartialEq, Eq)]
@@ -334,7 +334,7 @@ mod tests {
 #[cfg(test)]
 mod fake_host_tests {
     use super::*;
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
 
     const CAP: u64 = 8 << 20;
 

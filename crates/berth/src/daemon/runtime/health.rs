@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use berth_core::manifest::Manifest;
 use berth_core::supervise::{Event, Run};
 
-use crate::daemon::cgroups;
-use crate::daemon::context::Daemon;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::device::cgroups;
 use crate::health::{HealthArgs, Probe};
 
 /// How long past its own timeout a probe helper may take before it is killed.

@@ -8,13 +8,13 @@ use berth_core::cgroup::{self as cg, Limits, Overrides};
 use berth_sys::cgroupfs;
 use serde_json::{json, Value};
 
-use crate::daemon::cgroups;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::governor;
-use crate::daemon::limits;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::cgroups;
+use crate::daemon::device::governor;
+use crate::daemon::device::state;
+use crate::daemon::prepare::limits;
 use crate::daemon::runtime::probe;
-use crate::daemon::state;
 
 /// `berth limit NAME [--cpu P%] [--memory SIZE] [--pids N]`: checked against the policy,
 /// written into the running container's cgroup, and kept for the next start.
@@ -187,7 +187,7 @@ pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
         stats::CONTAINERS: containers,
     });
     #[cfg(feature = "slab")]
-    if let Some(s) = crate::daemon::slab::stats(d) {
+    if let Some(s) = crate::daemon::device::slab::stats(d) {
         v[stats::SLAB] = s;
     }
     Ok(v)

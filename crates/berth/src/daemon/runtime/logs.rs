@@ -1,9 +1,9 @@
 //! `berth logs`: a container's output, live from its shim or as saved when it stopped.
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::Result;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::Result;
+use crate::daemon::device::state;
 use crate::daemon::runtime::probe;
-use crate::daemon::state;
 
 /// Logs of a container: the live ring (from its shim) or the ring saved when it stopped.
 pub(crate) enum Logs {
@@ -39,9 +39,9 @@ mod tests {
     use std::io::Read;
 
     use super::*;
-    use crate::daemon::error::Kind;
+    use crate::daemon::base::error::Kind;
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
     use crate::daemon::runtime::probe::tests::{info, lxc_config, lxc_monitor, FakeShim};
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
 
     fn saved(d: &Daemon, name: &str, text: &[u8]) {
         let f = d.cfg.paths.saved_log(name);

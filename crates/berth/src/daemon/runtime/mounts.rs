@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 use berth_core::plan::{self};
 use berth_core::state::{Installed, State};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::state;
 use crate::daemon::runtime::probe;
-use crate::daemon::state;
 
 pub(crate) fn mounts(d: &Daemon) -> Vec<PathBuf> {
     d.host
@@ -112,7 +112,7 @@ pub(crate) fn release_mounts(d: &Daemon) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
 
     /// An image is mounted once, however many starts ask for it; a mount the kernel
     /// refuses is `mount_failed`, naming the image.

@@ -9,7 +9,7 @@ use berth_core::supervise::Exit;
 use berth_sys::lxc::Container;
 use serde_json::Value;
 
-use crate::daemon::context::Daemon;
+use crate::daemon::base::context::Daemon;
 
 /// The init pid of a running container. The daemon asks the container's shim (which holds
 /// the liblxc handle), so it never loads liblxc itself; only a container whose shim is gone
@@ -103,7 +103,7 @@ pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
 
     /// A container's shim as the daemon talks to it, on the shim's socket in the daemon's run
     /// directory: one request line per connection, answered, then the connection closed.
@@ -192,7 +192,7 @@ pub(crate) mod tests {
     /// A v2 cgroup hierarchy in the daemon's /sys (announced in its /proc's mountinfo) with
     /// berth's group and `name`'s budget and payload counters: CPU 5 s, 2 MiB of 8 MiB, 3
     /// tasks; the group 16 MiB of 64 MiB.
-    pub(crate) fn cgroup_fixture(d: &mut crate::daemon::context::Daemon, name: &str) {
+    pub(crate) fn cgroup_fixture(d: &mut crate::daemon::base::context::Daemon, name: &str) {
         let root = d.cgroup_root();
         let group = root.join(&d.cfg.cgroup_parent);
         let budget = group.join(name);
@@ -231,8 +231,8 @@ pub(crate) mod tests {
         state: &'static str,
         reason: Option<&str>,
         record: berth_core::supervise::Record,
-    ) -> crate::daemon::context::Supervised {
-        crate::daemon::context::Supervised {
+    ) -> crate::daemon::base::context::Supervised {
+        crate::daemon::base::context::Supervised {
             state,
             record,
             health: berth_core::supervise::HealthState::None,

@@ -7,11 +7,12 @@ use std::os::unix::net::UnixListener;
 
 use berth_core::state::Installed;
 
-use crate::daemon::context::Daemon;
-use crate::daemon::endpoints::Endpoint;
-use crate::daemon::error::{Error, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::endpoints::Endpoint;
+use crate::daemon::base::error::{Error, Result};
+use crate::daemon::device::state;
+use crate::daemon::prepare::security;
 use crate::daemon::runtime::probe;
-use crate::daemon::{security, state};
 
 /// The host's ids of the container's payload user and group: what owns its socket.
 fn payload_ids(d: &Daemon, p: &Installed) -> Result<(u32, u32)> {
@@ -150,10 +151,10 @@ mod tests {
     use std::os::unix::fs::MetadataExt;
 
     use super::*;
-    use crate::daemon::context::Resources;
-    use crate::daemon::error::Kind;
+    use crate::daemon::base::context::Resources;
+    use crate::daemon::base::error::Kind;
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
     use crate::daemon::runtime::probe::tests::{info, lxc_config, FakeShim};
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
 
     /// The same daemon started again: its configuration and kernel roots, nothing in memory.
     fn restarted(d: &Daemon) -> Daemon {

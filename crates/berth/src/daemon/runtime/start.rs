@@ -14,20 +14,20 @@ use berth_core::supervise::Event;
 use berth_sys::fsutil::write_volatile;
 use serde_json::{json, Value};
 
-use crate::daemon::boot;
-use crate::daemon::cgroups;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::limits;
-use crate::daemon::net;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::boot;
+use crate::daemon::device::cgroups;
+use crate::daemon::device::state;
+use crate::daemon::prepare::limits;
+use crate::daemon::prepare::net;
+use crate::daemon::prepare::security;
 use crate::daemon::runtime::bind;
 use crate::daemon::runtime::data;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::runtime::sockets;
 use crate::daemon::runtime::watch;
-use crate::daemon::security;
-use crate::daemon::state;
 
 /// When each step of a start began, in CLOCK_REALTIME nanoseconds: the clock a payload
 /// reads, so that `berth-bench activation --trace` lines the steps up with the payload's
@@ -548,8 +548,8 @@ fn ended_at_once(d: &Daemon, name: &str, after: Duration) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
     use crate::daemon::runtime::control::{self, Intent, Who};
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
     use std::os::unix::fs::PermissionsExt;
 
     /// A daemon whose shim is a script printing `line` (what liblxc's start made of it).

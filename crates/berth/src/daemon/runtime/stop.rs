@@ -9,13 +9,13 @@ use berth_core::supervise::Event;
 use berth_sys::fsutil::write_volatile;
 use serde_json::{json, Value};
 
-use crate::daemon::cgroups;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::cgroups;
+use crate::daemon::device::state;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
 use crate::daemon::runtime::start;
-use crate::daemon::state;
 
 /// Who stops a container, which decides what the supervisor hears and whether the
 /// operator's autostart mark goes.
@@ -169,8 +169,8 @@ pub(crate) fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, why: Why) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
     use crate::daemon::runtime::control::{self, Intent, Who};
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
 
     const STOP: Intent = Intent::Stop { timeout: None };
 

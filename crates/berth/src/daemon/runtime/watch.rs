@@ -16,8 +16,8 @@ use berth_core::supervise::{Event, Run};
 use berth_sys::cgroupfs::OomWatch;
 use berth_sys::process::{Pinned, POLLIN};
 
-use crate::daemon::cgroups;
-use crate::daemon::context::Daemon;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::device::cgroups;
 use crate::daemon::runtime::probe;
 
 /// After the shim answered: how long it may take to remove its socket (its exit file is

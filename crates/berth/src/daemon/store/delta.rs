@@ -14,7 +14,7 @@ use berth_core::api::install as field;
 use berth_core::index::{Delta, IndexEntry, DELTA_ZSTD_PATCH};
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
+use crate::daemon::base::context::Daemon;
 use crate::daemon::store::download::{download, hash_file, Want};
 
 /// A rebuilt image, checked: where it is and what it cost to fetch.
@@ -142,8 +142,8 @@ fn try_rebuild(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::base::testing::{entry, fake_daemon, MANIFEST};
     use crate::daemon::store::testrepo::{files_in, noise};
-    use crate::daemon::testing::{entry, fake_daemon, MANIFEST};
     use berth_core::index::sha256_hex;
     use berth_core::name::Version;
     use berth_testkit::TempDir;

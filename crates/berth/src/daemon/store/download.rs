@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use berth_core::api::install as field;
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
 use crate::daemon::store::repo;
 use crate::fetch;
 use crate::hooks;
@@ -161,8 +161,8 @@ pub(crate) fn hash_file(path: &Path) -> std::io::Result<(u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::base::testing::fake_daemon;
     use crate::daemon::store::testrepo::{cut, files_in, noise, ok, partial, serve};
-    use crate::daemon::testing::fake_daemon;
     use berth_core::index::sha256_hex;
 
     /// A daemon whose store has its `.tmp` (as the daemon's start makes it), and a source

@@ -8,9 +8,9 @@ use berth_core::index::IndexEntry;
 use berth_core::manifest::{Manifest, MANIFEST_PATH};
 use berth_core::plan::SKELETON_DIRS;
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::security;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::prepare::security;
 
 /// Mounts an image on a private mount point to read and check the manifest it carries.
 pub(crate) fn read_manifest(d: &Daemon, image: &Path, e: &IndexEntry) -> Result<Manifest> {
@@ -128,9 +128,9 @@ pub(crate) fn file_kind(t: &std::fs::FileType) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::testing::{entry, fake_daemon, image_tree};
+    use crate::daemon::base::testing::{entry, fake_daemon, image_tree};
 
-    const MANIFEST: &str = crate::daemon::testing::MANIFEST;
+    const MANIFEST: &str = crate::daemon::base::testing::MANIFEST;
 
     /// The verification mount: the manifest is read from the image, and the image is
     /// unmounted and its mount point removed, whatever the verdict.

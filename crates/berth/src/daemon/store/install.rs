@@ -9,14 +9,14 @@ use berth_core::state::{InstallStep, Installed};
 use berth_sys::fsutil::fsync_dir;
 use serde_json::{json, Value};
 
-use crate::daemon::boot;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::boot;
+use crate::daemon::device::state;
+use crate::daemon::ops::schedules;
+use crate::daemon::prepare::security;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
-use crate::daemon::schedules;
-use crate::daemon::security;
-use crate::daemon::state;
 use crate::daemon::store::download::{download, hash_file, Want};
 use crate::daemon::store::image;
 use crate::daemon::store::repo;
@@ -189,8 +189,8 @@ pub(crate) fn fetch_image(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::base::testing::{fake_daemon, image_tree, MANIFEST};
     use crate::daemon::store::testrepo::{files_in, noise, Repo};
-    use crate::daemon::testing::{fake_daemon, image_tree, MANIFEST};
     use berth_core::state::State;
     use berth_testkit::fake_host::FakeMounts;
     use berth_testkit::TempDir;

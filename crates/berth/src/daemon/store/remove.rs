@@ -7,17 +7,17 @@ use berth_core::config::Config;
 use berth_sys::fsutil::fsync_dir;
 use serde_json::{json, Value};
 
-use crate::daemon::cgroups;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::net;
-use crate::daemon::records;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::cgroups;
+use crate::daemon::device::records;
+use crate::daemon::device::state;
+use crate::daemon::prepare::net;
+use crate::daemon::prepare::security;
 use crate::daemon::runtime::bind;
 use crate::daemon::runtime::data;
 use crate::daemon::runtime::mounts;
 use crate::daemon::runtime::probe;
-use crate::daemon::security;
-use crate::daemon::state;
 use crate::hooks;
 
 pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value> {
@@ -131,7 +131,7 @@ pub(crate) fn remove(d: &Daemon, names: &[String], purge: bool) -> Result<Value>
         let _ = std::fs::remove_file(d.cfg.paths.autostart(n));
         let _ = std::fs::remove_file(d.cfg.paths.limits_file(n));
         let _ = std::fs::remove_file(d.cfg.paths.supervise_file(n));
-        crate::daemon::schedules::forget(d, n);
+        crate::daemon::ops::schedules::forget(d, n);
         crate::daemon::store::upgrade::forget(d, n);
         bind::forget(d, n);
         records::forget(d, n);
@@ -313,8 +313,8 @@ mod tests {
     use berth_testkit::TempDir;
 
     use super::*;
+    use crate::daemon::base::testing::{entry, fake_daemon, MANIFEST};
     use crate::daemon::runtime::mounts::ensure_image_mounted;
-    use crate::daemon::testing::{entry, fake_daemon, MANIFEST};
 
     /// Package `name` installed with image `sha` (two hex digits, repeated), depending on
     /// `depends`.

@@ -12,9 +12,9 @@ use berth_core::state::{RepoCache, State};
 use berth_sys::fsutil::write_atomic;
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::state;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::state;
 use crate::fetch;
 
 pub(crate) const INDEX_LIMIT: u64 = 8 << 20;
@@ -505,8 +505,8 @@ pub(crate) fn list(d: &Daemon) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
     use crate::daemon::store::testrepo::{key, ok, serve, trust, Repo};
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
     use berth_testkit::TempDir;
 
     /// A daemon whose repository is a `file://` one signed by a key it trusts, listing web

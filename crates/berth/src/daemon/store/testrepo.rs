@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use berth_core::index::{Index, IndexEntry, INDEX_FORMAT};
 use berth_core::signify::{self, PublicKey, SecretKey};
 
-use crate::daemon::context::Daemon;
+use crate::daemon::base::context::Daemon;
 
 /// A signing key made from `n` (1..=255): the same `n`, the same key.
 pub(crate) fn key(n: u8) -> (PublicKey, SecretKey) {
@@ -68,7 +68,7 @@ impl Repo {
     /// The package `manifest` describes, its image `bytes`, listed (replacing an entry of
     /// the same name); its entry.
     pub(crate) fn add(&mut self, manifest: &str, bytes: &[u8]) -> IndexEntry {
-        let mut e = crate::daemon::testing::entry(manifest);
+        let mut e = crate::daemon::base::testing::entry(manifest);
         std::fs::write(self.dir.join(&e.file), bytes).unwrap();
         e.sha256 = berth_core::index::sha256_hex(bytes);
         e.size = bytes.len() as u64;

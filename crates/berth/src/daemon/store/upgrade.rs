@@ -25,13 +25,13 @@ use berth_core::state::{InstallStep, Installed, State};
 use berth_core::supervise::Report;
 use serde_json::{json, Value};
 
-use crate::daemon::boot;
-use crate::daemon::context::Daemon;
-use crate::daemon::error::{Error, Kind, Result};
-use crate::daemon::reports;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::boot;
+use crate::daemon::device::state;
+use crate::daemon::ops::reports;
 use crate::daemon::runtime::control::{self, Intent, Who};
 use crate::daemon::runtime::{mounts, probe, sockets, start};
-use crate::daemon::state;
 use crate::daemon::store::{install, repo};
 use crate::hooks;
 
@@ -139,7 +139,7 @@ pub(crate) fn upgrade(
         }
     }
     // The versions now installed bring their manifests' schedules.
-    crate::daemon::schedules::sync(d);
+    crate::daemon::ops::schedules::sync(d);
     Ok(json!({ field::UPGRADED: upgraded, field::ROLLED_BACK: rolled_back, field::HELD: held }))
 }
 
@@ -196,7 +196,7 @@ fn switch(
             devices: e.manifest.devices.clone(),
             ..Default::default()
         };
-        crate::daemon::security::check(&d.cfg, e.name.as_str(), &asked, e.trusted)?;
+        crate::daemon::prepare::security::check(&d.cfg, e.name.as_str(), &asked, e.trusted)?;
     }
     let steps = old.install_steps(&closure, &[]);
     if !force {
@@ -452,7 +452,7 @@ pub(crate) fn rollback(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let (from, to) = (p.version.to_string(), prev.version.to_string());
     let running = probe::is_running(d, name);
     rollback_locked(d, name, running, "berth rollback", false)?;
-    crate::daemon::schedules::sync(d);
+    crate::daemon::ops::schedules::sync(d);
     Ok(json!({field::NAME: name, field::FROM: from, field::TO: to}))
 }
 

@@ -14,8 +14,10 @@ use berth_core::api::{governor as gov, net as netf};
 use berth_core::metrics::{Exposition, Kind};
 use serde_json::Value;
 
-use crate::daemon::context::Daemon;
-use crate::daemon::{cgroups, disk, governor, net, state, status};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::device::{cgroups, disk, governor, state};
+use crate::daemon::prepare::net;
+use crate::daemon::views::status;
 
 /// The states a container can be in (`berth status`), each a series of the state set.
 const STATES: [&str; 7] = [
@@ -418,10 +420,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
     use crate::daemon::runtime::probe::tests::{
         cgroup_fixture, info, lxc_config, supervised, FakeShim,
     };
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
 
     const DB: &str =
         "[package]\nname = \"db\"\nversion = \"2.1\"\n[entrypoint]\nargv = [\"/bin/db\"]\n";

@@ -6,11 +6,11 @@ use berth_core::state::State;
 use berth_core::supervise::HealthState;
 use serde_json::{json, Value};
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::Result;
-use crate::daemon::records;
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::Result;
+use crate::daemon::device::records;
+use crate::daemon::device::state;
 use crate::daemon::runtime::{self, probe};
-use crate::daemon::state;
 use crate::daemon::store::repo;
 
 /// One container as the daemon sees it: the typed model of which `berth status`'s JSON, the

@@ -14,10 +14,12 @@ use berth_sys::cgroupfs::Stats;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 
-use crate::daemon::context::Daemon;
-use crate::daemon::error::Result;
-use crate::daemon::status::ContainerStatus;
-use crate::daemon::{cgroups, reports, state, status};
+use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::Result;
+use crate::daemon::device::{cgroups, state};
+use crate::daemon::ops::reports;
+use crate::daemon::views::status;
+use crate::daemon::views::status::ContainerStatus;
 
 /// How long CPU use is sampled for `CPUPercentInUse`.
 const CPU_SAMPLE: Duration = Duration::from_millis(250);
@@ -55,7 +57,7 @@ pub(crate) fn tr181(d: &Daemon) -> Result<Value> {
         .map(|c| c.name.clone())
         .collect();
     let cpu = CpuSample::take(d, &running);
-    let usage = crate::daemon::disk::usage(d);
+    let usage = crate::daemon::device::disk::usage(d);
     let view = View {
         d,
         inst,
@@ -443,11 +445,11 @@ mod tests {
     use berth_core::supervise::Record;
 
     use super::*;
-    use crate::daemon::context::{Resources, Supervised};
+    use crate::daemon::base::context::{Resources, Supervised};
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
     use crate::daemon::runtime::probe::tests::{
         cgroup_fixture, info, lxc_config, supervised, FakeShim,
     };
-    use crate::daemon::testing::{fake_daemon, install, MANIFEST};
 
     const DB: &str = "[package]\nname = \"db\"\nversion = \"2.1\"\ndescription = \"a database\"\n[entrypoint]\nargv = [\"/bin/db\"]\n";
 

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use berth_core::http::{self, Request};
 use sha2::{Digest, Sha256};
 
-use crate::daemon::context::Daemon;
+use crate::daemon::base::context::Daemon;
 
 /// The page, as served.
 pub(crate) const PAGE: &str = include_str!("web.html");
