@@ -92,7 +92,6 @@ pub(crate) fn act_locked(
     who: Who,
     mut trace: Option<start::Stamps>,
 ) -> Result<Value> {
-    log::debug!("{name}: {intent:?} asked by {who:?}");
     match intent {
         Intent::Start => start::start_traced(d, name, &mut trace, keeps_record(who)),
         Intent::Stop { timeout } => stop::end(d, name, timeout, stop_kind(who)),
