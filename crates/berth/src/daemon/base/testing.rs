@@ -90,3 +90,39 @@ pub(crate) fn install(d: &Daemon, manifest: &str) -> Installed {
         .insert(p.name.to_string(), p.clone());
     p
 }
+
+/// An LXC monitor of `name` as the daemon finds one: listening on its abstract command socket
+/// (named after the temp dir, so no other test's or the host's; nothing on disk, gone with
+/// the listener).
+pub(crate) fn lxc_monitor(d: &Daemon, name: &str) -> std::os::unix::net::UnixListener {
+    use std::os::linux::net::SocketAddrExt;
+    let path = d.cfg.paths.lxc_dir(name).join("command");
+    let addr =
+        std::os::unix::net::SocketAddr::from_abstract_name(path.as_os_str().as_encoded_bytes())
+            .unwrap();
+    std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+}
+
+/// A container LXC would say runs: its configuration, and its monitor ([`lxc_monitor`]).
+pub(crate) fn pretend_running(d: &Daemon, name: &str) -> std::os::unix::net::UnixListener {
+    let dir = d.cfg.paths.lxc_dir(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("config"), "").unwrap();
+    let l = lxc_monitor(d, name);
+    assert!(crate::daemon::runtime::probe::is_running(d, name));
+    l
+}
+
+/// `len` bytes that do not compress (no file system compresses them away, a delta of a
+/// change is much smaller than the image), different for each `seed`.
+pub(crate) fn noise(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        })
+        .collect()
+}

@@ -95,15 +95,7 @@ mod tests {
 
     /// `n` bytes that no file system compresses away.
     fn noise(n: usize) -> Vec<u8> {
-        let mut x: u32 = 0x9e37_79b9;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                x as u8
-            })
-            .collect()
+        crate::daemon::base::testing::noise(n, 1)
     }
 
     /// A file counts what it has allocated, not its length: a sparse file of 64 MiB with

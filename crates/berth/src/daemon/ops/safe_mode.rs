@@ -110,6 +110,7 @@ pub(crate) fn clear(d: &Arc<Daemon>) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::base::testing::pretend_running;
     use std::time::Instant;
 
     use berth_core::boot::Marker;
@@ -134,23 +135,6 @@ mod tests {
     /// The events waiting for the supervisor.
     fn events(d: &Daemon) -> Vec<(String, Event)> {
         std::iter::from_fn(|| d.next_event(Some(Instant::now()))).collect()
-    }
-
-    /// A container LXC would say runs: its configuration, and a monitor listening on its
-    /// command socket (an abstract socket: nothing on disk, gone with the listener).
-    fn pretend_running(d: &Daemon, name: &str) -> std::os::unix::net::UnixListener {
-        use std::os::linux::net::SocketAddrExt;
-        let dir = d.cfg.paths.lxc_dir(name);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("config"), "").unwrap();
-        let command = dir.join("command");
-        let addr = std::os::unix::net::SocketAddr::from_abstract_name(
-            command.as_os_str().as_encoded_bytes(),
-        )
-        .unwrap();
-        let l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
-        assert!(probe::is_running(d, name));
-        l
     }
 
     /// The operator's `enter`: persisted first, with the operator's reason; every image

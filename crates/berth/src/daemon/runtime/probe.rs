@@ -94,6 +94,7 @@ pub(crate) fn exit_of(d: &Daemon, name: &str) -> Exit {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    pub(crate) use crate::daemon::base::testing::lxc_monitor;
     use std::io::{BufRead, BufReader, Write};
     use std::os::unix::net::{UnixListener, UnixStream};
     use std::path::PathBuf;
@@ -176,17 +177,6 @@ pub(crate) mod tests {
         let dir = d.cfg.paths.lxc_dir(name);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("config"), "lxc.uts.name = web\n").unwrap();
-    }
-
-    /// An LXC monitor of `name` as the daemon finds one: listening on its abstract command
-    /// socket (named after the temp dir, so no other test's or the host's).
-    pub(crate) fn lxc_monitor(d: &Daemon, name: &str) -> UnixListener {
-        use std::os::linux::net::SocketAddrExt;
-        let path = d.cfg.paths.lxc_dir(name).join("command");
-        let addr =
-            std::os::unix::net::SocketAddr::from_abstract_name(path.as_os_str().as_encoded_bytes())
-                .unwrap();
-        UnixListener::bind_addr(&addr).unwrap()
     }
 
     /// A v2 cgroup hierarchy in the daemon's /sys (announced in its /proc's mountinfo) with

@@ -469,7 +469,6 @@ mod tests {
     /// socket, here a listener of the test's.)
     #[test]
     fn a_running_package_is_not_upgraded_under_it() {
-        use std::os::linux::net::SocketAddrExt;
         let mut f = setup("install-running");
         f.offer(MANIFEST, b"web 1.0", MANIFEST);
         f.publish(1);
@@ -478,14 +477,7 @@ mod tests {
         let v2 = MANIFEST.replace("1.0", "2.0");
         f.offer(&v2, b"web 2.0", &v2);
         f.publish(2);
-        let lxc = f.d.cfg.paths.lxc_dir("web");
-        std::fs::create_dir_all(&lxc).unwrap();
-        std::fs::write(lxc.join("config"), "").unwrap();
-        let name = lxc.join("command");
-        let addr =
-            std::os::unix::net::SocketAddr::from_abstract_name(name.as_os_str().as_encoded_bytes())
-                .unwrap();
-        let _monitor = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
+        let _monitor = crate::daemon::base::testing::pretend_running(&f.d, "web");
         let (got, events) = f.install(&["web"]);
         let e = got.unwrap_err();
         assert_eq!(e.kind, Kind::Running);

@@ -313,6 +313,7 @@ mod tests {
     use berth_testkit::TempDir;
 
     use super::*;
+    use crate::daemon::base::testing::pretend_running;
     use crate::daemon::base::testing::{entry, fake_daemon, MANIFEST};
     use crate::daemon::runtime::mounts::ensure_image_mounted;
 
@@ -368,22 +369,6 @@ mod tests {
             .packages
             .into_keys()
             .collect()
-    }
-
-    /// A container LXC would say runs: its configuration, and a monitor listening on its
-    /// command socket (an abstract socket: nothing on disk, gone with the listener).
-    fn pretend_running(d: &Daemon, name: &str) -> std::os::unix::net::UnixListener {
-        use std::os::linux::net::SocketAddrExt;
-        let dir = d.cfg.paths.lxc_dir(name);
-        put(&dir.join("config"), "");
-        let command = dir.join("command");
-        let addr = std::os::unix::net::SocketAddr::from_abstract_name(
-            command.as_os_str().as_encoded_bytes(),
-        )
-        .unwrap();
-        let l = std::os::unix::net::UnixListener::bind_addr(&addr).unwrap();
-        assert!(probe::is_running(d, name));
-        l
     }
 
     fn names(v: &[&str]) -> Vec<String> {

@@ -178,18 +178,7 @@ pub(crate) fn partial(whole: &[u8], from: usize) -> Vec<u8> {
     r
 }
 
-/// Bytes that do not compress (so that a delta of a change is much smaller than the image).
-pub(crate) fn noise(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).max(1);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            x as u8
-        })
-        .collect()
-}
+pub(crate) use crate::daemon::base::testing::noise;
 
 /// The files in `dir` (names), sorted; none when it is missing.
 pub(crate) fn files_in(dir: &Path) -> Vec<String> {
