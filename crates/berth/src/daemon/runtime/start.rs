@@ -160,12 +160,7 @@ pub(crate) fn run_once(
     let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
     p.manifest.entrypoint.argv = argv;
     let (init, _) = spawn_shim(d, &p, cgroup, &mut None)?;
-    let ended = crate::shim::request(&d.cfg.paths.shim_socket(name), "wait").is_ok_and(|mut s| {
-        let _ = s.set_read_timeout(Some(limit));
-        let mut line = String::new();
-        let _ = s.read_to_string(&mut line);
-        !line.is_empty()
-    });
+    let ended = wait_run(d, name, limit);
     if !ended {
         log::warn!(
             "{name}: the run of {:?} did not end within {} s; killing it",
@@ -190,6 +185,36 @@ pub(crate) fn run_once(
             signal: Some(libc::SIGKILL),
         }
     })
+}
+
+/// Waits, at most `limit`, for the end of a run made by [`run_once`]: whether it ended. The
+/// shim writes the run's exit record before it answers its waiters and goes, so a run that
+/// ended before the wait was asked for (a migration of a few milliseconds, its shim gone, or
+/// going: its socket still taking connections nobody answers) is found by its record, never
+/// taken for one that hangs.
+fn wait_run(d: &Daemon, name: &str, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    let (socket, exit_file) = (d.cfg.paths.shim_socket(name), d.cfg.paths.exit_file(name));
+    loop {
+        if exit_file.exists() {
+            return true;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        match crate::shim::request(&socket, "wait") {
+            Ok(mut s) => {
+                let _ = s.set_read_timeout(Some(left.min(Duration::from_millis(500))));
+                let mut line = String::new();
+                let _ = s.read_to_string(&mut line);
+                if !line.is_empty() {
+                    return true;
+                }
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
 }
 
 /// The one clean-up of a start cut short: while armed, dropping it releases every mount
@@ -596,6 +621,47 @@ mod tests {
         let mut st = d.state.lock().unwrap();
         st.packages.insert("base".into(), b);
         st.packages.insert("web".into(), p);
+    }
+
+    /// A run for an upgrade's migration that ends before the daemon asks to wait for it (its
+    /// shim already gone) is found by its exit record: its code, not a kill after the limit.
+    #[test]
+    fn a_run_that_ends_before_its_wait_is_found_by_its_exit_record() {
+        if !root() {
+            berth_sys::skip::record(
+                "host root",
+                "runtime::start: /data is given to the payload's user (chown)",
+            );
+            return;
+        }
+        let (dir, mut d, _m) =
+            fake_daemon("run-once-fast", "[containers]\nstart_settle = \"0s\"\n");
+        let proc = d.proc().to_path_buf();
+        std::fs::create_dir_all(proc.join("self/ns")).unwrap();
+        std::fs::write(proc.join("self/ns/user"), "").unwrap();
+        std::fs::create_dir_all(proc.join("sys/user")).unwrap();
+        std::fs::write(proc.join("sys/user/max_user_namespaces"), "1000\n").unwrap();
+        // The stand-in shim reports the start, writes the exit record ($7) and is gone.
+        let shim = dir.path("shim");
+        std::fs::write(
+            &shim,
+            "#!/bin/sh\necho \"ok $$\"\nprintf '{\"code\": 3, \"signal\": null}' > \"$7\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        d.exe = shim;
+        // As the daemon makes it at its start.
+        std::fs::create_dir_all(d.cfg.paths.run.join("logs")).unwrap();
+        let d = Arc::new(d);
+        install(&d, MANIFEST);
+        let t0 = Instant::now();
+        let exit = run_once(&d, "web", vec!["/migrate".into()], Duration::from_secs(6)).unwrap();
+        assert_eq!((exit.code, exit.signal), (Some(3), None));
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "waited {:?}",
+            t0.elapsed()
+        );
     }
 
     /// liblxc says no (the shim reports an error): the start fails with its words, and what
