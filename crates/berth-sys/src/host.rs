@@ -4,6 +4,7 @@
 //! The daemon holds a [`Host`] of `&'static dyn` parts ([`REAL`] in every build): one pointer
 //! per concern, no generics, so the binary carries each operation once.
 
+use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::mount::{MountInfo, SysError};
@@ -26,15 +27,31 @@ pub trait Mounts: Sync {
     fn mounts_under(&self, proc_root: &Path, prefix: &Path) -> Result<Vec<MountInfo>, SysError>;
 }
 
+/// Signals to processes: a container's init and payload, the daemon's helpers.
+pub trait Signals: Sync {
+    /// [`crate::process::kill`].
+    fn kill(&self, pid: libc::pid_t, sig: libc::c_int) -> io::Result<()>;
+}
+
 /// What the daemon asks of the host, one part per concern.
 pub struct Host {
     pub mounts: &'static dyn Mounts,
+    pub signals: &'static dyn Signals,
 }
 
 /// The kernel itself.
 pub static REAL: Host = Host {
     mounts: &RealMounts,
+    signals: &RealSignals,
 };
+
+struct RealSignals;
+
+impl Signals for RealSignals {
+    fn kill(&self, pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+        crate::process::kill(pid, sig)
+    }
+}
 
 struct RealMounts;
 

@@ -14,7 +14,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use berth_sys::host::{Host, Mounts};
+use berth_sys::host::{Host, Mounts, Signals};
 use berth_sys::mount::{MountInfo, SysError};
 
 /// The fake's mounts and loop devices.
@@ -68,10 +68,10 @@ impl FakeMounts {
         i.table.iter().map(|m| m.mount_point.clone()).collect()
     }
 
-    /// This fake as the daemon's host (leaked: a test's daemon lives as long as the test).
+    /// This fake as the daemon's host, with signals that reach no process (every kill
+    /// answers ESRCH): leaked, as a test's daemon lives as long as the test.
     pub fn into_host(self) -> (&'static FakeMounts, &'static Host) {
-        let m: &'static FakeMounts = Box::leak(Box::new(self));
-        let h: &'static Host = Box::leak(Box::new(Host { mounts: m }));
+        let (m, _, h) = fake_host(self, FakeSignals::new(None));
         (m, h)
     }
 
@@ -212,6 +212,82 @@ impl Mounts for FakeMounts {
     }
 }
 
+/// A fake host of both parts (leaked: a test's daemon lives as long as the test).
+pub fn fake_host(
+    mounts: FakeMounts,
+    signals: FakeSignals,
+) -> (&'static FakeMounts, &'static FakeSignals, &'static Host) {
+    let m: &'static FakeMounts = Box::leak(Box::new(mounts));
+    let s: &'static FakeSignals = Box::leak(Box::new(signals));
+    let h: &'static Host = Box::leak(Box::new(Host {
+        mounts: m,
+        signals: s,
+    }));
+    (m, s, h)
+}
+
+/// Signals to processes of a fixture /proc: every kill is recorded; a process the test says
+/// ends on a signal ends when it gets it (its directory in the fixture /proc goes, with
+/// those of the processes that end with it, as a container's init follows its payload); a
+/// pid without a directory there answers ESRCH, as the kernel does for a process that is gone.
+pub struct FakeSignals {
+    proc_root: Option<PathBuf>,
+    inner: Mutex<SignalState>,
+}
+
+#[derive(Default)]
+struct SignalState {
+    calls: Vec<(i32, i32)>,
+    /// (pid, signal) → the pids that end when it gets that signal.
+    ends: Vec<((i32, i32), Vec<i32>)>,
+}
+
+impl FakeSignals {
+    /// Over the fixture /proc at `proc_root` (None: no process exists).
+    pub fn new(proc_root: Option<&Path>) -> FakeSignals {
+        FakeSignals {
+            proc_root: proc_root.map(Path::to_path_buf),
+            inner: Mutex::new(SignalState::default()),
+        }
+    }
+
+    /// `pid` ends when it gets `sig`, and `with` end with it.
+    pub fn ends_on(&self, pid: i32, sig: i32, with: &[i32]) {
+        let mut gone = vec![pid];
+        gone.extend_from_slice(with);
+        self.inner.lock().unwrap().ends.push(((pid, sig), gone));
+    }
+
+    /// Every kill so far: (pid, signal), in order.
+    pub fn calls(&self) -> Vec<(i32, i32)> {
+        self.inner.lock().unwrap().calls.clone()
+    }
+}
+
+impl Signals for FakeSignals {
+    fn kill(&self, pid: i32, sig: i32) -> io::Result<()> {
+        let mut i = self.inner.lock().unwrap();
+        i.calls.push((pid, sig));
+        let Some(root) = &self.proc_root else {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        };
+        if !root.join(pid.to_string()).exists() {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        let gone: Vec<i32> = i
+            .ends
+            .iter()
+            .filter(|(k, _)| *k == (pid, sig))
+            .flat_map(|(_, g)| g.clone())
+            .collect();
+        drop(i);
+        for p in gone {
+            let _ = std::fs::remove_dir_all(root.join(p.to_string()));
+        }
+        Ok(())
+    }
+}
+
 /// Copies the files of `from` into the directory `to` (links as links).
 fn copy_into(from: &Path, to: &Path) -> io::Result<()> {
     for e in std::fs::read_dir(from)? {
@@ -293,6 +369,35 @@ mod tests {
                 "mount_squashfs",
                 "mount_squashfs"
             ]
+        );
+    }
+
+    #[test]
+    fn a_signal_ends_whom_the_test_says_and_a_gone_process_is_esrch() {
+        let d = crate::TempDir::new("fake-signals");
+        for pid in [10, 11, 12] {
+            std::fs::create_dir_all(d.path(&pid.to_string())).unwrap();
+        }
+        let s = FakeSignals::new(Some(&d.0));
+        s.ends_on(11, libc::SIGTERM, &[10]);
+        s.kill(12, libc::SIGTERM).unwrap();
+        assert!(d.path("12").exists(), "12 ignores SIGTERM");
+        s.kill(11, libc::SIGTERM).unwrap();
+        assert!(!d.path("11").exists() && !d.path("10").exists());
+        let e = s.kill(10, libc::SIGKILL).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ESRCH));
+        assert_eq!(
+            s.calls(),
+            [
+                (12, libc::SIGTERM),
+                (11, libc::SIGTERM),
+                (10, libc::SIGKILL)
+            ]
+        );
+        let none = FakeSignals::new(None);
+        assert_eq!(
+            none.kill(1, 0).unwrap_err().raw_os_error(),
+            Some(libc::ESRCH)
         );
     }
 }

@@ -8,7 +8,7 @@ use berth_core::config::Config;
 use berth_core::index::IndexEntry;
 use berth_core::manifest::Manifest;
 use berth_core::state::Installed;
-use berth_testkit::fake_host::FakeMounts;
+use berth_testkit::fake_host::{fake_host, FakeMounts, FakeSignals};
 use berth_testkit::TempDir;
 
 use crate::daemon::base::context::{Daemon, Resources, Roots};
@@ -16,6 +16,15 @@ use crate::daemon::base::context::{Daemon, Resources, Roots};
 /// A daemon with the fake host; `extra` is more of its configuration (TOML, its own
 /// `[paths]` excepted).
 pub(crate) fn fake_daemon(tag: &str, extra: &str) -> (TempDir, Daemon, &'static FakeMounts) {
+    let (dir, d, mounts, _) = fake_daemon_with_signals(tag, extra);
+    (dir, d, mounts)
+}
+
+/// [`fake_daemon`], with its signals: they reach the processes of its fixture /proc.
+pub(crate) fn fake_daemon_with_signals(
+    tag: &str,
+    extra: &str,
+) -> (TempDir, Daemon, &'static FakeMounts, &'static FakeSignals) {
     let dir = TempDir::new(tag);
     let p = |n: &str| dir.path(n).display().to_string();
     // `extra` first: its top-level keys (`repository = …`) stay top-level.
@@ -43,10 +52,11 @@ pub(crate) fn fake_daemon(tag: &str, extra: &str) -> (TempDir, Daemon, &'static 
             mem_total: 0,
         },
     };
-    let (mounts, host) = FakeMounts::new().into_host();
+    let proc = roots.proc.clone();
+    let (mounts, signals, host) = fake_host(FakeMounts::new(), FakeSignals::new(Some(&proc)));
     let mut d = Daemon::new(cfg, roots, resources, Default::default());
     d.host = host;
-    (dir, d, mounts)
+    (dir, d, mounts, signals)
 }
 
 /// A package's image tree as `berth pack` makes it: its manifest and the mount points.

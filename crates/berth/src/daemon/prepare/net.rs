@@ -427,7 +427,7 @@ fn sync_dhcp(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     }
     if let Some((pid, _)) = running {
         // A pid checked above to be berth's dnsmasq.
-        let _ = berth_sys::process::kill(pid, libc::SIGTERM);
+        let _ = d.host.signals.kill(pid, libc::SIGTERM);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         while d.proc().join(pid.to_string()).exists() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(10));

@@ -167,7 +167,7 @@ pub(crate) fn run_once(
             p.manifest.entrypoint.argv,
             limit.as_secs()
         );
-        let _ = berth_sys::process::kill(init, libc::SIGKILL);
+        let _ = d.host.signals.kill(init, libc::SIGKILL);
         let _ = probe::wait_monitor_gone(d, name, Duration::from_secs(10));
     }
     // The shim writes the exit record as it goes.

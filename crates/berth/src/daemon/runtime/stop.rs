@@ -83,7 +83,7 @@ pub(crate) fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, why: Why) -
     let still_init = || init_ns.is_some() && std::fs::read_link(&ns_link).ok() == init_ns;
     let members = berth_sys::process::pid_namespace_members(d.proc(), init);
     for pid in &members {
-        let _ = berth_sys::process::kill(*pid, libc::SIGTERM);
+        let _ = d.host.signals.kill(*pid, libc::SIGTERM);
     }
     let wait_gone = |limit: Duration| {
         let deadline = Instant::now() + limit;
@@ -97,7 +97,7 @@ pub(crate) fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, why: Why) -
     let graceful = if members.is_empty() {
         // Only init is left (the payload is gone): nothing to be graceful with.
         if still_init() {
-            let _ = berth_sys::process::kill(init, libc::SIGKILL);
+            let _ = d.host.signals.kill(init, libc::SIGKILL);
         }
         wait_gone(Duration::from_secs(10))
     } else {
@@ -107,7 +107,7 @@ pub(crate) fn end(d: &Arc<Daemon>, name: &str, timeout: Option<u32>, why: Why) -
         log::warn!("{name} did not stop within {timeout} s; killing it");
         // Killing a pid namespace's init kills everything in it.
         if still_init() {
-            let _ = berth_sys::process::kill(init, libc::SIGKILL);
+            let _ = d.host.signals.kill(init, libc::SIGKILL);
         }
         if !wait_gone(Duration::from_secs(10)) {
             // Seen with an AppArmor profile that refused the host's signals: never report
@@ -217,5 +217,76 @@ mod tests {
         // A package that is not installed is named as such.
         let e = control::act(&d, "nope", STOP, Who::Operator, None).unwrap_err();
         assert_eq!(e.kind, Kind::NotInstalled, "{}", e.message);
+    }
+    /// A container that runs as its shim and LXC say: init `4242` and one payload process
+    /// `4243` in its pid namespace, in the daemon's fixture /proc.
+    fn running(d: &Daemon) -> crate::daemon::runtime::probe::tests::FakeShim {
+        use crate::daemon::runtime::probe::tests::{info, lxc_config, FakeShim};
+        lxc_config(d, "web");
+        for pid in [4242, 4243] {
+            let ns = d.proc().join(format!("{pid}/ns"));
+            std::fs::create_dir_all(&ns).unwrap();
+            std::os::unix::fs::symlink("pid:[4026532001]", ns.join("pid")).unwrap();
+        }
+        std::fs::create_dir_all(d.cfg.paths.run.join("logs")).unwrap();
+        FakeShim::start(d, "web", info(4242), b"")
+    }
+
+    /// SIGTERM goes to the payload, not to init; the payload ends and init with it: a
+    /// graceful stop, no SIGKILL, the boot mark cleared, the supervisor told.
+    #[test]
+    fn a_stop_signals_the_payload_and_ends_gracefully() {
+        let (_dir, d, _m, sig) =
+            crate::daemon::base::testing::fake_daemon_with_signals("stop-term", "");
+        install(&d, MANIFEST);
+        let d = Arc::new(d);
+        let _shim = running(&d);
+        start::set_autostart(&d, "web", true).unwrap();
+        sig.ends_on(4243, libc::SIGTERM, &[4242]);
+        let v = control::act(
+            &d,
+            "web",
+            Intent::Stop { timeout: Some(5) },
+            Who::Operator,
+            None,
+        )
+        .unwrap();
+        assert_eq!(v[field::GRACEFUL], true, "{v}");
+        assert_eq!(sig.calls(), [(4243, libc::SIGTERM)]);
+        assert!(!d.cfg.paths.autostart("web").exists());
+        assert_eq!(events(&d), [("web".to_string(), Event::StopRequested)]);
+    }
+
+    /// A payload that ignores SIGTERM: after the timeout init gets SIGKILL, and the exit
+    /// record says so (liblxc would report a plain exit).
+    #[test]
+    fn a_payload_that_ignores_sigterm_is_killed_after_the_timeout_and_the_record_says_so() {
+        let (_dir, d, _m, sig) =
+            crate::daemon::base::testing::fake_daemon_with_signals("stop-kill", "");
+        install(&d, MANIFEST);
+        let d = Arc::new(d);
+        let _shim = running(&d);
+        std::fs::write(d.cfg.paths.exit_file("web"), r#"{"code":0,"signal":null}"#).unwrap();
+        sig.ends_on(4242, libc::SIGKILL, &[4243]);
+        let t0 = Instant::now();
+        let v = control::act(
+            &d,
+            "web",
+            Intent::Stop { timeout: Some(1) },
+            Who::Upgrade,
+            None,
+        )
+        .unwrap();
+        assert!(t0.elapsed() >= Duration::from_secs(1), "{:?}", t0.elapsed());
+        assert_eq!(v[field::GRACEFUL], false, "{v}");
+        assert_eq!(sig.calls(), [(4243, libc::SIGTERM), (4242, libc::SIGKILL)]);
+        let exit = &v[field::EXIT];
+        assert_eq!(exit[exit_field::SIGNAL], libc::SIGKILL, "{exit}");
+        assert_eq!(exit[exit_field::CODE], Value::Null, "{exit}");
+        assert_eq!(
+            exit[exit_field::KILLED],
+            "did not stop within 1 s",
+            "{exit}"
+        );
     }
 }
