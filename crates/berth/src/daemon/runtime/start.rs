@@ -577,6 +577,15 @@ mod tests {
     use crate::daemon::runtime::control::{self, Intent, Who};
     use std::os::unix::fs::PermissionsExt;
 
+    /// A kernel with user namespaces, as the daemon's /proc says.
+    fn user_namespaces(d: &Daemon) {
+        let proc = d.proc().to_path_buf();
+        std::fs::create_dir_all(proc.join("self/ns")).unwrap();
+        std::fs::write(proc.join("self/ns/user"), "").unwrap();
+        std::fs::create_dir_all(proc.join("sys/user")).unwrap();
+        std::fs::write(proc.join("sys/user/max_user_namespaces"), "1000\n").unwrap();
+    }
+
     /// A daemon whose shim is a script printing `line` (what liblxc's start made of it).
     fn with_shim(
         tag: &str,
@@ -587,12 +596,7 @@ mod tests {
         &'static berth_testkit::fake_host::FakeMounts,
     ) {
         let (dir, mut d, m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
-        // A kernel with user namespaces, as its /proc says.
-        let proc = d.proc().to_path_buf();
-        std::fs::create_dir_all(proc.join("self/ns")).unwrap();
-        std::fs::write(proc.join("self/ns/user"), "").unwrap();
-        std::fs::create_dir_all(proc.join("sys/user")).unwrap();
-        std::fs::write(proc.join("sys/user/max_user_namespaces"), "1000\n").unwrap();
+        user_namespaces(&d);
         let shim = dir.path("shim");
         std::fs::write(&shim, format!("#!/bin/sh\necho '{line}'\n")).unwrap();
         std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -636,11 +640,7 @@ mod tests {
         }
         let (dir, mut d, _m) =
             fake_daemon("run-once-fast", "[containers]\nstart_settle = \"0s\"\n");
-        let proc = d.proc().to_path_buf();
-        std::fs::create_dir_all(proc.join("self/ns")).unwrap();
-        std::fs::write(proc.join("self/ns/user"), "").unwrap();
-        std::fs::create_dir_all(proc.join("sys/user")).unwrap();
-        std::fs::write(proc.join("sys/user/max_user_namespaces"), "1000\n").unwrap();
+        user_namespaces(&d);
         // The stand-in shim reports the start, writes the exit record ($7) and is gone.
         let shim = dir.path("shim");
         std::fs::write(
