@@ -640,7 +640,7 @@ mod tests {
         s.boot(&[]);
         assert!(s.machines.is_empty());
         assert!(d.supervision.lock().unwrap().is_empty());
-        nothing_started(&d, &m, "web");
+        nothing_started(&d, m, "web");
     }
 
     /// A start the machine asks for while safe mode is on is no start and no failure: the
@@ -653,7 +653,7 @@ mod tests {
         s.feed("web", boot(true, None));
         assert_eq!(view(&d, "web"), Some(("stopped", None, false)));
         assert_eq!(s.machines[0].1.phase(), Phase::Stopped);
-        nothing_started(&d, &m, "web");
+        nothing_started(&d, m, "web");
     }
 
     /// A start of a package removed meanwhile does nothing (its view is not forgotten as
@@ -669,7 +669,7 @@ mod tests {
         d.state.lock().unwrap().packages.clear();
         s.act("web", Action::Start, 0);
         assert_eq!(view(&d, "web"), Some(("stopped", None, false)));
-        nothing_started(&d, &m, "web");
+        nothing_started(&d, m, "web");
 
         install(&d, MANIFEST);
         lxc_config(&d, "web");
@@ -696,7 +696,7 @@ mod tests {
             (state, reason.as_deref(), next),
             ("backoff", Some("exit 3"), true)
         );
-        nothing_started(&d, &m, "web");
+        nothing_started(&d, m, "web");
         let saved = records::load_supervised(&d, "web");
         assert_eq!(saved, s.machines[0].1.record());
         assert_ne!(saved, Record::default());
@@ -717,7 +717,7 @@ mod tests {
             .unwrap();
         let mut s = Supervisor::new(Arc::clone(&d));
         s.act("web", Action::Release, 0);
-        assert_eq!(m.mounted(), [rootfs.clone()]);
+        assert_eq!(m.mounted(), std::slice::from_ref(&rootfs));
         drop(shim);
         assert!(!probe::is_running(&d, "web"));
         s.act("web", Action::Release, 0);

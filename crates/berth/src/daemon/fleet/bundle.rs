@@ -274,6 +274,9 @@ mod tests {
         out
     }
 
+    /// A bundle's members (name, bytes), in order.
+    type Members<'a> = Vec<(&'a str, &'a [u8])>;
+
     fn descriptor(serial: u64, install: &[&str]) -> Vec<u8> {
         Descriptor {
             version: format!("v{serial}"),
@@ -368,7 +371,7 @@ mod tests {
             (b::INDEX, &index),
             (b::SIGNATURE, &sig),
         ];
-        let cases: [(Vec<(&str, &[u8])>, String); 4] = [
+        let cases: [(Members, String); 4] = [
             (
                 vec![(&e.file, b"web 1.0 image"), head[0], head[1], head[2]],
                 format!("bundle: {:?} comes before the signed index", e.file),
