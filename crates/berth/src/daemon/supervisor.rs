@@ -549,3 +549,246 @@ fn describe(e: Option<&Exit>) -> String {
         Some(_) => "end not recorded".into(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::base::error::Kind;
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::runtime::probe::tests::{info, lxc_config, FakeShim};
+    use berth_testkit::fake_host::FakeMounts;
+    use berth_testkit::TempDir;
+    use std::path::Path;
+
+    /// A daemon with `web` installed (not running).
+    fn setup(tag: &str) -> (TempDir, Arc<Daemon>, &'static FakeMounts) {
+        let (dir, d, m) = fake_daemon(tag, "");
+        install(&d, MANIFEST);
+        (dir, Arc::new(d), m)
+    }
+
+    fn mark_autostart(d: &Daemon, name: &str) {
+        let p = d.cfg.paths.autostart(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"").unwrap();
+    }
+
+    fn boot(autostart: bool, ended: Option<Exit>) -> Event {
+        Event::Boot {
+            running: None,
+            autostart,
+            ended,
+            record: Record::default(),
+        }
+    }
+
+    fn view(d: &Daemon, name: &str) -> Option<(&'static str, Option<String>, bool)> {
+        d.supervision
+            .lock()
+            .unwrap()
+            .get(name)
+            .map(|v| (v.state, v.reason.clone(), v.next_start.is_some()))
+    }
+
+    /// What a start leaves behind (LXC's configuration, a mount): none of it.
+    fn nothing_started(d: &Daemon, m: &FakeMounts, name: &str) {
+        assert!(!d.cfg.paths.lxc_dir(name).exists(), "configured");
+        assert!(m.calls().is_empty(), "{:?}", m.calls());
+    }
+
+    /// After a restart of the daemon: atomic writes cut short, verification mounts of a
+    /// killed install and LXC directories of packages no longer installed go; a running
+    /// container is taken over with its init; an installed package's directory stays.
+    #[test]
+    fn reconcile_clears_leftovers_and_takes_over_what_runs() {
+        let (_dir, d, m) = setup("sup-reconcile");
+        let paths = &d.cfg.paths;
+        let leftover = paths.state.join(".state.json.tmp.123.1");
+        std::fs::write(&leftover, b"half").unwrap();
+        let verify = paths.run.join("mnt").join(".verify-abc");
+        std::fs::create_dir_all(&verify).unwrap();
+        d.host
+            .mounts
+            .mount_squashfs(Path::new("/img"), &verify)
+            .unwrap();
+        let gone = paths.lxc_dir("gone");
+        std::fs::create_dir_all(&gone).unwrap();
+        std::fs::write(gone.join("config"), b"").unwrap();
+        lxc_config(&d, "web");
+        let _shim = FakeShim::start(&d, "web", info(4242), b"");
+        let running = reconcile(&d);
+        assert_eq!(running, [("web".to_string(), 4242)]);
+        assert!(!leftover.exists() && !verify.exists() && !gone.exists());
+        assert!(paths.lxc_dir("web").join("config").exists());
+        assert!(m.mounted().is_empty(), "{:?}", m.mounted());
+        // The verification mount goes at once, lazily (a killed install may hold it busy).
+        assert!(
+            m.calls()
+                .contains(&format!("umount {} lazy", verify.display())),
+            "{:?}",
+            m.calls()
+        );
+    }
+
+    /// In safe mode the supervisor's boot starts nothing and judges nothing.
+    #[test]
+    fn boot_in_safe_mode_starts_nothing() {
+        let (_dir, d, m) = setup("sup-boot-safe");
+        mark_autostart(&d, "web");
+        *d.boot.safe_mode.lock().unwrap() = Some("3 failed starts".into());
+        let mut s = Supervisor::new(Arc::clone(&d));
+        s.boot(&[]);
+        assert!(s.machines.is_empty());
+        assert!(d.supervision.lock().unwrap().is_empty());
+        nothing_started(&d, m, "web");
+    }
+
+    /// A start the machine asks for while safe mode is on is no start and no failure: the
+    /// machine is told it was stopped, nothing is mounted or configured.
+    #[test]
+    fn a_start_in_safe_mode_is_a_stop() {
+        let (_dir, d, m) = setup("sup-start-safe");
+        *d.boot.safe_mode.lock().unwrap() = Some("3 failed starts".into());
+        let mut s = Supervisor::new(Arc::clone(&d));
+        s.feed("web", boot(true, None));
+        assert_eq!(view(&d, "web"), Some(("stopped", None, false)));
+        assert_eq!(s.machines[0].1.phase(), Phase::Stopped);
+        nothing_started(&d, m, "web");
+    }
+
+    /// A start of a package removed meanwhile does nothing (its view is not forgotten as
+    /// it would be after a failed start), and neither does one of a package that already
+    /// runs (no failed start counted).
+    #[test]
+    fn a_start_of_a_removed_or_running_package_does_nothing() {
+        let (_dir, d, m) = setup("sup-start-gone");
+        let mut s = Supervisor::new(Arc::clone(&d));
+        *d.boot.safe_mode.lock().unwrap() = Some("held".into());
+        s.feed("web", boot(true, None));
+        *d.boot.safe_mode.lock().unwrap() = None;
+        d.state.lock().unwrap().packages.clear();
+        s.act("web", Action::Start, 0);
+        assert_eq!(view(&d, "web"), Some(("stopped", None, false)));
+        nothing_started(&d, m, "web");
+
+        install(&d, MANIFEST);
+        lxc_config(&d, "web");
+        let _shim = FakeShim::start(&d, "web", info(4242), b"");
+        s.act("web", Action::Start, 0);
+        assert_eq!(view(&d, "web"), Some(("stopped", None, false)));
+        assert_eq!(s.machines[0].1.record(), Record::default());
+    }
+
+    /// A run that ended while no daemon watched, marked to start: a restart is held
+    /// (backoff, its time shown), the failure is the reason, and nothing starts yet; the
+    /// record is saved.
+    #[test]
+    fn a_failed_end_at_boot_holds_a_restart() {
+        let (_dir, d, m) = setup("sup-hold");
+        let mut s = Supervisor::new(Arc::clone(&d));
+        let exit = Exit {
+            code: Some(3),
+            signal: None,
+        };
+        s.feed("web", boot(true, Some(exit)));
+        let (state, reason, next) = view(&d, "web").unwrap();
+        assert_eq!(
+            (state, reason.as_deref(), next),
+            ("backoff", Some("exit 3"), true)
+        );
+        nothing_started(&d, m, "web");
+        let saved = records::load_supervised(&d, "web");
+        assert_eq!(saved, s.machines[0].1.record());
+        assert_ne!(saved, Record::default());
+    }
+
+    /// Release: what a container that no longer runs held is unmounted; while it runs,
+    /// nothing is.
+    #[test]
+    fn release_unmounts_what_a_stopped_container_held() {
+        let (_dir, d, m) = setup("sup-release");
+        let rootfs = d.cfg.paths.rootfs("web");
+        std::fs::create_dir_all(&rootfs).unwrap();
+        lxc_config(&d, "web");
+        let shim = FakeShim::start(&d, "web", info(4242), b"");
+        d.host
+            .mounts
+            .bind(Path::new("/src"), &rootfs, true)
+            .unwrap();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        s.act("web", Action::Release, 0);
+        assert_eq!(m.mounted(), std::slice::from_ref(&rootfs));
+        drop(shim);
+        assert!(!probe::is_running(&d, "web"));
+        s.act("web", Action::Release, 0);
+        assert!(m.mounted().is_empty(), "{:?}", m.calls());
+    }
+
+    /// A removed package's machine, held start and view go at its next event.
+    #[test]
+    fn an_event_of_a_removed_package_forgets_it() {
+        let (_dir, d, _m) = setup("sup-forget");
+        let mut s = Supervisor::new(Arc::clone(&d));
+        s.feed("web", boot(false, None));
+        s.pending.push(("web".into(), 1));
+        assert!(view(&d, "web").is_some());
+        d.state.lock().unwrap().packages.clear();
+        s.feed("web", Event::StartFailed);
+        assert!(s.machines.is_empty() && s.pending.is_empty());
+        assert_eq!(view(&d, "web"), None);
+    }
+
+    /// `berth reset`: refused for a package not installed; otherwise the supervisor is sent
+    /// the reset, and without its answer the state it shows is said after a second.
+    #[test]
+    fn reset_sends_the_reset_and_answers_the_state() {
+        let (_dir, d, _m) = setup("sup-reset");
+        let e = reset(&d, "nginx").unwrap_err();
+        assert_eq!(e.kind, Kind::NotInstalled);
+        assert!(e.message.contains("nginx"), "{}", e.message);
+        assert!(d.next_event(Some(Instant::now())).is_none());
+
+        let mut s = Supervisor::new(Arc::clone(&d));
+        s.feed("web", boot(false, None));
+        assert_eq!(
+            reset(&d, "web").unwrap(),
+            json!({"name": "web", "state": "stopped"})
+        );
+        assert!(matches!(
+            d.next_event(Some(Instant::now())),
+            Some((n, Event::Reset)) if n == "web"
+        ));
+        d.supervision.lock().unwrap().get_mut("web").unwrap().state = "failed";
+        let t0 = Instant::now();
+        assert_eq!(
+            reset(&d, "web").unwrap(),
+            json!({"name": "web", "state": "failed"})
+        );
+        assert!(t0.elapsed() >= Duration::from_secs(1));
+    }
+
+    /// What `status` and the logs say of each report and end.
+    #[test]
+    fn reasons_say_what_happened() {
+        assert_eq!(describe(None), "the start failed");
+        let e = |code, signal| Exit { code, signal };
+        assert_eq!(describe(Some(&e(Some(1), Some(9)))), "signal 9");
+        assert_eq!(describe(Some(&e(Some(2), None))), "exit 2");
+        assert_eq!(describe(Some(&e(None, None))), "end not recorded");
+        assert_eq!(
+            reason(&Report::CrashLoop { retries: 5 }),
+            "failed again after 5 restarts (berth start or berth reset)"
+        );
+        assert_eq!(
+            reason(&Report::UpgradeFailed {
+                from: "1.0".into(),
+                why: "not ready".into()
+            }),
+            "upgrade from 1.0 rolled back: not ready"
+        );
+        assert_eq!(
+            reason(&Report::WatchdogExpired { period_ms: 500 }),
+            "no keep-alive within 500 ms ([health] watchdog)"
+        );
+    }
+}

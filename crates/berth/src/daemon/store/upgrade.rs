@@ -675,3 +675,450 @@ fn restore_data(d: &Daemon, name: &str) {
     }
     remove_any(&failed);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::base::context::Supervised;
+    use crate::daemon::base::testing::{fake_daemon, image_tree, MANIFEST};
+    use crate::daemon::runtime::probe::tests::{info, lxc_config, FakeShim};
+    use crate::daemon::store::testrepo::{files_in, Repo};
+    use berth_core::index::IndexEntry;
+    use berth_core::supervise::{HealthState, Record};
+    use berth_testkit::fake_host::FakeMounts;
+    use berth_testkit::TempDir;
+
+    const V2: &str =
+        "[package]\nname = \"web\"\nversion = \"2.0\"\n[entrypoint]\nargv = [\"/bin/httpd\"]\n";
+
+    struct Fixture {
+        dir: TempDir,
+        d: Arc<Daemon>,
+        m: &'static FakeMounts,
+        r: Repo,
+    }
+
+    /// A daemon over a `file://` repository it trusts; `extra` is more of its configuration.
+    fn setup(tag: &str, extra: &str) -> Fixture {
+        let (dir, mut d, m) = fake_daemon(tag, extra);
+        let r = Repo::for_daemon(&mut d, &dir.0);
+        Fixture {
+            dir,
+            d: Arc::new(d),
+            m,
+            r,
+        }
+    }
+
+    impl Fixture {
+        /// `manifest`'s package in the repository (its image `bytes`), its image showing it.
+        fn offer(&mut self, manifest: &str, bytes: &[u8]) -> IndexEntry {
+            let e = self.r.add(manifest, bytes);
+            let tree = self.dir.path(&format!("tree-{}-{}", e.name, e.version));
+            image_tree(&tree, manifest);
+            let paths = &self.d.cfg.paths;
+            for image in [
+                paths.store_tmp().join(format!("{}.part", e.sha256)),
+                paths.image(&e.sha256),
+            ] {
+                self.m.image_tree(&image, &tree);
+            }
+            e
+        }
+
+        fn publish(&self, serial: u64) {
+            self.r.publish(serial, None);
+            repo::update(&self.d, false).unwrap();
+        }
+
+        /// `manifests` offered at serial 1 and installed.
+        fn installed(&mut self, manifests: &[&str]) {
+            let mut names = Vec::new();
+            for (i, m) in manifests.iter().enumerate() {
+                let e = self.offer(m, format!("image {i} 1.0").as_bytes());
+                names.push(e.name.to_string());
+            }
+            self.publish(1);
+            install::install(&self.d, &names, &mut |_| {}).unwrap();
+        }
+
+        fn upgrade(&self, names: &[&str]) -> (Result<Value>, Vec<Value>) {
+            let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+            let mut events = Vec::new();
+            let got = upgrade(&self.d, &names, false, &mut |v| events.push(v));
+            (got, events)
+        }
+
+        fn data(&self) -> PathBuf {
+            self.d.cfg.paths.data("web")
+        }
+
+        /// The installed set (in memory and committed), web's /data and its boot mark.
+        fn kept(&self) -> (State, Vec<u8>, Vec<String>, bool) {
+            (
+                state::state(&self.d),
+                std::fs::read(self.d.cfg.paths.state_file()).unwrap(),
+                files_in(&self.data()),
+                self.d.cfg.paths.autostart("web").exists(),
+            )
+        }
+    }
+
+    /// `web` marked to start at boot.
+    fn mark_autostart(d: &Daemon) {
+        let p = d.cfg.paths.autostart("web");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"").unwrap();
+    }
+
+    fn version(d: &Daemon, name: &str) -> (String, Option<String>, bool) {
+        let p = state::installed(d, name).unwrap();
+        (
+            p.version.to_string(),
+            p.previous.map(|q| q.version.to_string()),
+            p.trial.is_some(),
+        )
+    }
+
+    /// The summaries of the crash archives written for `name` (on a thread: waited for).
+    fn archives(d: &Daemon, name: &str) -> Vec<String> {
+        let dir = d.cfg.paths.reports().join(name);
+        let t0 = Instant::now();
+        let summaries = || -> Vec<String> {
+            files_in(&dir)
+                .into_iter()
+                .filter(|f| f.ends_with(".json"))
+                .map(|f| String::from_utf8_lossy(&std::fs::read(dir.join(f)).unwrap()).into_owned())
+                .collect()
+        };
+        while summaries().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        summaries()
+    }
+
+    /// One crash archive for `name`, an upgrade's, saying `why`.
+    fn archived(d: &Daemon, name: &str, why: &str) {
+        let a = archives(d, name);
+        assert_eq!(a.len(), 1, "{a:?}");
+        assert!(a[0].contains("upgrade") && a[0].contains(why), "{a:?}");
+    }
+
+    /// `web` as a running container: its LXC configuration and a shim that answers with
+    /// its init pid; with `ready`, the supervisor's view says it runs and is ready.
+    fn running(d: &Daemon, ready: bool) -> FakeShim {
+        lxc_config(d, "web");
+        let shim = FakeShim::start(d, "web", info(4242), b"");
+        if ready {
+            d.supervision.lock().unwrap().insert(
+                "web".into(),
+                Supervised {
+                    state: "running",
+                    record: Record::default(),
+                    health: HealthState::Healthy,
+                    failures: 0,
+                    ready: true,
+                    next_start: None,
+                    run: Some(4242),
+                    started_at: None,
+                    self_restart_at: None,
+                    reason: None,
+                    last_check: None,
+                },
+            );
+        }
+        assert!(probe::is_running(d, "web"));
+        shim
+    }
+
+    /// A package that does not run moves to the new version at once: the old one kept as
+    /// `previous`, no trial, no snapshot; the schedules and the answer say so.
+    #[test]
+    fn a_stopped_package_is_switched_and_keeps_its_previous_version() {
+        let mut f = setup("upgrade-stopped", "");
+        f.installed(&[MANIFEST]);
+        let e2 = f.offer(V2, b"web 2.0 image");
+        f.publish(2);
+        let (got, events) = f.upgrade(&[]);
+        assert_eq!(
+            got.unwrap(),
+            json!({"upgraded": [{"name": "web", "from": "1.0", "to": "2.0"}],
+                   "rolled_back": [], "held": []})
+        );
+        assert!(
+            events
+                .contains(&json!({"event": "switched", "name": "web", "from": "1.0", "to": "2.0"})),
+            "{events:?}"
+        );
+        assert_eq!(
+            version(&f.d, "web"),
+            ("2.0".into(), Some("1.0".into()), false)
+        );
+        assert_eq!(state::installed(&f.d, "web").unwrap().sha256, e2.sha256);
+        let on_disk = State::parse(&std::fs::read(f.d.cfg.paths.state_file()).unwrap()).unwrap();
+        assert_eq!(on_disk, state::state(&f.d));
+        assert!(!snapshot(&f.d, "web").exists() && !snapshot_absent(&f.d, "web").exists());
+        // Nothing newer: nothing moves.
+        let (got, _) = f.upgrade(&[]);
+        assert_eq!(got.unwrap()["upgraded"], json!([]));
+    }
+
+    /// Every image is fetched before anything switches: one bad image among two stops the
+    /// upgrade, and both packages stay at their version, with their data and boot marks.
+    #[test]
+    fn a_bad_image_stops_the_upgrade_before_any_switch() {
+        let mut f = setup("upgrade-bad-image", "");
+        let db = MANIFEST.replace("web", "db");
+        f.installed(&[MANIFEST, &db]);
+        std::fs::create_dir_all(f.data()).unwrap();
+        std::fs::write(f.data().join("kept"), b"1.0's").unwrap();
+        mark_autostart(&f.d);
+        let before = f.kept();
+        f.offer(V2, b"web 2.0 image");
+        let db2 = db.replace("1.0", "2.0");
+        let e = f.offer(&db2, b"db 2.0 image");
+        f.publish(2);
+        std::fs::write(f.r.dir.join(&e.file), b"db 2.0 IMAGE").unwrap();
+        let (got, events) = f.upgrade(&[]);
+        let err = got.unwrap_err();
+        assert_eq!(err.kind, Kind::BadImage);
+        assert!(err.message.starts_with("db@2.0: "), "{}", err.message);
+        assert!(
+            !events.iter().any(|v| v["event"] == "switched"),
+            "{events:?}"
+        );
+        assert_eq!(f.kept(), before);
+        assert_eq!(version(&f.d, "db"), ("1.0".into(), None, false));
+    }
+
+    /// Refused with nothing changed: in safe mode, a name not installed, while another
+    /// upgrade's trial is unconfirmed.
+    #[test]
+    fn refusals_name_their_reason_and_change_nothing() {
+        let mut f = setup("upgrade-refused", "");
+        f.installed(&[MANIFEST]);
+        f.offer(V2, b"web 2.0 image");
+        f.publish(2);
+        let before = f.kept();
+        let (got, _) = f.upgrade(&["nginx"]);
+        let e = got.unwrap_err();
+        assert_eq!(e.kind, Kind::NotInstalled);
+        assert!(e.message.contains("nginx"), "{}", e.message);
+
+        *f.d.boot.safe_mode.lock().unwrap() = Some("3 failed starts".into());
+        let (got, _) = f.upgrade(&[]);
+        let e = got.unwrap_err();
+        assert_eq!(e.kind, Kind::SafeMode);
+        assert!(
+            e.message.starts_with("upgrade: the device is in safe mode"),
+            "{}",
+            e.message
+        );
+        let e = rollback(&f.d, "web").unwrap_err();
+        assert_eq!(e.kind, Kind::SafeMode);
+        *f.d.boot.safe_mode.lock().unwrap() = None;
+        assert_eq!(f.kept(), before);
+
+        let mut st = state::state(&f.d);
+        st.packages.get_mut("web").unwrap().trial = Some(1);
+        state::commit_state(&f.d, st).unwrap();
+        let (got, events) = f.upgrade(&[]);
+        let e = got.unwrap_err();
+        assert_eq!(e.kind, Kind::Running);
+        assert_eq!(e.message, "web: an upgrade to 1.0 is still being confirmed");
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(version(&f.d, "web"), ("1.0".into(), None, true));
+    }
+
+    /// `berth rollback` goes back to the version the upgrade replaced, once: the previous
+    /// version is not kept again, and a crash archive says why.
+    #[test]
+    fn rollback_goes_back_once_and_is_archived() {
+        let mut f = setup("upgrade-rollback", "");
+        let e = rollback(&f.d, "web").unwrap_err();
+        assert_eq!(e.kind, Kind::NotInstalled);
+        f.installed(&[MANIFEST]);
+        let e = rollback(&f.d, "web").unwrap_err();
+        assert_eq!(e.kind, Kind::NoPrevious);
+        assert_eq!(
+            e.message,
+            "web has no previous version to roll back to (only an upgrade keeps one)"
+        );
+        let sha1 = state::installed(&f.d, "web").unwrap().sha256;
+        f.offer(V2, b"web 2.0 image");
+        f.publish(2);
+        f.upgrade(&[]).0.unwrap();
+        assert_eq!(
+            rollback(&f.d, "web").unwrap(),
+            json!({"name": "web", "from": "2.0", "to": "1.0"})
+        );
+        assert_eq!(version(&f.d, "web"), ("1.0".into(), None, false));
+        assert_eq!(state::installed(&f.d, "web").unwrap().sha256, sha1);
+        let on_disk = State::parse(&std::fs::read(f.d.cfg.paths.state_file()).unwrap()).unwrap();
+        assert_eq!(on_disk, state::state(&f.d));
+        archived(&f.d, "web", "berth rollback");
+        assert_eq!(rollback(&f.d, "web").unwrap_err().kind, Kind::NoPrevious);
+    }
+
+    /// web 2.0 committed in trial over 1.0, as a dead daemon leaves it.
+    fn in_trial(f: &mut Fixture) {
+        f.installed(&[MANIFEST]);
+        f.offer(V2, b"web 2.0 image");
+        f.publish(2);
+        f.upgrade(&[]).0.unwrap();
+        let mut st = state::state(&f.d);
+        st.packages.get_mut("web").unwrap().trial = Some(1_790_000_000);
+        state::commit_state(&f.d, st).unwrap();
+    }
+
+    /// The daemon starts and finds a trial: rolled back to 1.0, /data put back from the
+    /// snapshot (what the new version wrote goes), the new version's exit record removed.
+    #[test]
+    fn recover_rolls_back_a_trial_and_puts_its_data_back() {
+        let mut f = setup("upgrade-recover", "");
+        in_trial(&mut f);
+        std::fs::create_dir_all(f.data()).unwrap();
+        std::fs::write(f.data().join("new"), b"2.0's").unwrap();
+        let snap = snapshot(&f.d, "web");
+        std::fs::create_dir_all(&snap).unwrap();
+        std::fs::write(snap.join("old"), b"1.0's").unwrap();
+        std::fs::create_dir_all(snapshot_tmp(&f.d, "web")).unwrap();
+        let exit = f.d.cfg.paths.exit_file("web");
+        std::fs::create_dir_all(exit.parent().unwrap()).unwrap();
+        std::fs::write(&exit, b"{}").unwrap();
+        recover(&f.d);
+        assert_eq!(version(&f.d, "web"), ("1.0".into(), None, false));
+        assert_eq!(files_in(&f.data()), ["old"]);
+        assert_eq!(std::fs::read(f.data().join("old")).unwrap(), b"1.0's");
+        for p in [
+            snap,
+            snapshot_tmp(&f.d, "web"),
+            data_failed(&f.d, "web"),
+            exit,
+        ] {
+            assert!(!p.exists(), "{} left", p.display());
+        }
+        let on_disk = State::parse(&std::fs::read(f.d.cfg.paths.state_file()).unwrap()).unwrap();
+        assert_eq!(on_disk.packages["web"].version.to_string(), "1.0");
+        archived(&f.d, "web", "the daemon stopped during the upgrade's trial");
+    }
+
+    /// A trial of a package that had no /data: what the new version made goes, and so does
+    /// the mark.
+    #[test]
+    fn recover_takes_away_the_data_a_package_that_had_none_made() {
+        let mut f = setup("upgrade-recover-absent", "");
+        in_trial(&mut f);
+        std::fs::create_dir_all(f.data()).unwrap();
+        std::fs::write(f.data().join("new"), b"2.0's").unwrap();
+        std::fs::write(snapshot_absent(&f.d, "web"), b"").unwrap();
+        recover(&f.d);
+        assert_eq!(version(&f.d, "web").0, "1.0");
+        assert!(!f.data().exists());
+        assert!(!snapshot_absent(&f.d, "web").exists());
+    }
+
+    /// A confirmed upgrade is kept; only the copies a killed daemon left go, /data stays.
+    #[test]
+    fn recover_keeps_a_confirmed_upgrade_and_clears_leftovers() {
+        let mut f = setup("upgrade-recover-confirmed", "");
+        f.installed(&[MANIFEST]);
+        f.offer(V2, b"web 2.0 image");
+        f.publish(2);
+        f.upgrade(&[]).0.unwrap();
+        std::fs::create_dir_all(f.data()).unwrap();
+        std::fs::write(f.data().join("new"), b"2.0's").unwrap();
+        for p in [
+            snapshot(&f.d, "web"),
+            snapshot_tmp(&f.d, "web"),
+            data_failed(&f.d, "web"),
+        ] {
+            std::fs::create_dir_all(p).unwrap();
+        }
+        let before = f.kept();
+        recover(&f.d);
+        assert_eq!(f.kept(), before);
+        assert_eq!(
+            version(&f.d, "web"),
+            ("2.0".into(), Some("1.0".into()), false)
+        );
+        assert_eq!(files_in(&f.d.cfg.paths.state.join("data")), ["web"]);
+    }
+
+    /// A running package is stopped, switched and started again; ready for the settle
+    /// time, its trial is confirmed and its snapshot goes.
+    #[test]
+    fn a_running_package_ready_for_the_settle_time_is_confirmed() {
+        let mut f = setup(
+            "upgrade-confirmed",
+            "[upgrade]\ndeadline = \"5s\"\nsettle = \"200ms\"\n",
+        );
+        f.installed(&[MANIFEST]);
+        std::fs::create_dir_all(f.data()).unwrap();
+        std::fs::write(f.data().join("kept"), b"1.0's").unwrap();
+        f.offer(V2, b"web 2.0 image");
+        f.publish(2);
+        let _shim = running(&f.d, true);
+        let t0 = Instant::now();
+        let (got, events) = f.upgrade(&[]);
+        assert_eq!(
+            got.unwrap(),
+            json!({"upgraded": [{"name": "web", "from": "1.0", "to": "2.0"}],
+                   "rolled_back": [], "held": []})
+        );
+        assert!(t0.elapsed() >= Duration::from_millis(200));
+        assert!(
+            !events.iter().any(|v| v["event"] == "rollback"),
+            "{events:?}"
+        );
+        assert_eq!(
+            version(&f.d, "web"),
+            ("2.0".into(), Some("1.0".into()), false)
+        );
+        assert!(!snapshot(&f.d, "web").exists());
+        assert_eq!(files_in(&f.data()), ["kept"]);
+    }
+
+    /// A running package whose new version never gets ready within the deadline is rolled
+    /// back: 1.0 installed again, /data as it was before the upgrade (what 2.0 wrote
+    /// goes), its boot mark kept, and an archive says why.
+    #[test]
+    fn a_trial_that_never_gets_ready_is_rolled_back_with_its_data() {
+        let mut f = setup(
+            "upgrade-trial-failed",
+            "[upgrade]\ndeadline = \"600ms\"\nsettle = \"100ms\"\n",
+        );
+        f.installed(&[MANIFEST]);
+        std::fs::create_dir_all(f.data()).unwrap();
+        std::fs::write(f.data().join("kept"), b"1.0's").unwrap();
+        mark_autostart(&f.d);
+        let before = f.kept();
+        f.offer(V2, b"web 2.0 image");
+        f.publish(2);
+        let _shim = running(&f.d, false);
+        let data = f.data();
+        let mut events = Vec::new();
+        let got = upgrade(&f.d, &[], false, &mut |v| {
+            if v["event"] == "switched" {
+                // The new version's run changes /data.
+                std::fs::write(data.join("kept"), b"2.0's").unwrap();
+                std::fs::write(data.join("new"), b"2.0's").unwrap();
+            }
+            events.push(v);
+        });
+        let why = "2.0 was not running and ready for 100 ms within 600 ms";
+        assert_eq!(
+            got.unwrap(),
+            json!({"upgraded": [], "held": [],
+                   "rolled_back": [{"name": "web", "from": "1.0", "to": "2.0", "reason": why}]})
+        );
+        assert!(
+            events.contains(&json!({"event": "rollback", "name": "web", "reason": why})),
+            "{events:?}"
+        );
+        assert_eq!(f.kept(), before);
+        assert_eq!(std::fs::read(f.data().join("kept")).unwrap(), b"1.0's");
+        assert!(!snapshot(&f.d, "web").exists() && !data_failed(&f.d, "web").exists());
+        archived(&f.d, "web", why);
+    }
+}
