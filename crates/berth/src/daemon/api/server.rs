@@ -909,8 +909,13 @@ mod tests {
         ep.busy.store(MAX_BUSY_PER_CONTAINER - 2, Ordering::SeqCst);
         a.container_workers
             .store(MAX_BUSY_PER_CONTAINER - 2, Ordering::SeqCst);
-        a.run_queued(&d);
-        assert_eq!(a.queued.len(), MAX_PENDING_PER_CONTAINER - 2);
+        {
+            // The workers wait for the state until the queue is looked at (so that none has
+            // ended and freed its slot for a third).
+            let _state = d.state.lock().unwrap();
+            a.run_queued(&d);
+            assert_eq!(a.queued.len(), MAX_PENDING_PER_CONTAINER - 2);
+        }
         for c in waiting.iter_mut().take(2) {
             let (status, body) = answer(c);
             assert_eq!((status, &body["name"]), (200, &json!("web")));
