@@ -301,3 +301,358 @@ fn logs(d: &Daemon, name: &str, tail: Option<u32>, follow: bool, mut stream: Uni
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::unix::net::UnixListener;
+
+    use berth_core::api::error as efield;
+    use berth_testkit::TempDir;
+
+    use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install};
+    use crate::daemon::runtime::probe::tests::{info, lxc_config, supervised, FakeShim};
+
+    /// `web`, asking for every permission but `stop`.
+    const ASKS: &str = "[package]\nname = \"web\"\nversion = \"1.0\"\n[entrypoint]\nargv = [\"/bin/httpd\"]\n[permissions]\napi = [\"status\", \"restart\", \"schedule\", \"logs\", \"lan-hosts\", \"update-lock\"]\n";
+
+    /// A daemon with `web` installed (`ASKS`) and its API endpoint (a socket in the temp dir).
+    fn setup(tag: &str, extra: &str) -> (TempDir, Arc<Daemon>, Arc<Endpoint>) {
+        let (dir, d, _m) = fake_daemon(tag, extra);
+        install(&d, ASKS);
+        let ep = endpoint(&d, &dir, "web");
+        (dir, Arc::new(d), ep)
+    }
+
+    fn endpoint(d: &Daemon, dir: &TempDir, name: &str) -> Arc<Endpoint> {
+        let l = UnixListener::bind(dir.path(&format!("{name}.sock"))).unwrap();
+        Arc::new(Endpoint::new(name, l, d.cfg.api.burst, 0))
+    }
+
+    /// `web` runs with init 4242 (its shim answers, LXC has its configuration).
+    fn running(d: &Daemon, log: &[u8]) -> FakeShim {
+        lxc_config(d, "web");
+        FakeShim::start(d, "web", info(4242), log)
+    }
+
+    /// An answer: its status, its content type, its body.
+    struct Answer {
+        status: u16,
+        head: String,
+        body: Vec<u8>,
+    }
+
+    impl Answer {
+        fn json(&self) -> Value {
+            serde_json::from_slice(&self.body)
+                .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+        }
+
+        /// An error's code and message.
+        fn error(&self) -> (String, String) {
+            let v = self.json();
+            (
+                v[efield::CODE].as_str().unwrap().to_string(),
+                v[efield::ERROR].as_str().unwrap().to_string(),
+            )
+        }
+    }
+
+    /// Serves `op` as the container's worker does and reads the whole answer as the
+    /// container would (then closes, as a client that has read its answer does).
+    fn ask(d: &Arc<Daemon>, ep: &Arc<Endpoint>, op: Op) -> Answer {
+        let (mut client, server) = UnixStream::pair().unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let (d2, ep2) = (Arc::clone(d), Arc::clone(ep));
+        let worker = std::thread::spawn(move || route(&d2, &ep2, op, server));
+        let mut raw = Vec::new();
+        client.read_to_end(&mut raw).unwrap();
+        drop(client);
+        worker.join().unwrap();
+        let end = http::head_end(&raw).expect("a whole head");
+        let head = String::from_utf8(raw[..end].to_vec()).unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        Answer {
+            status,
+            head,
+            body: raw[end..].to_vec(),
+        }
+    }
+
+    /// Everything the supervisor was told, without waiting.
+    fn told(d: &Daemon) -> Vec<Event> {
+        std::iter::from_fn(|| d.next_event(Some(Instant::now())))
+            .map(|(n, e)| {
+                assert_eq!(n, "web");
+                e
+            })
+            .collect()
+    }
+
+    /// `GET /v1/self` of a container that is not running: its entry, no usage (no
+    /// cgroups), its permissions asked and granted (the default policy's), no lock.
+    #[test]
+    fn self_status_of_a_container_that_is_not_running() {
+        let (_dir, d, ep) = setup("capi-self", "");
+        let a = ask(&d, &ep, Op::Status);
+        assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+        assert!(a.head.contains("application/json"), "{}", a.head);
+        let v = a.json();
+        assert_eq!(v[field::NAME], "web");
+        assert_eq!(v[field::USAGE], Value::Null);
+        assert_eq!(v[field::LOCKED_UNTIL], Value::Null);
+        assert_eq!(
+            v[field::PERMISSIONS][field::ASKED],
+            json!([
+                "status",
+                "restart",
+                "schedule",
+                "logs",
+                "lan-hosts",
+                "update-lock"
+            ])
+        );
+        assert_eq!(
+            v[field::PERMISSIONS][field::GRANTED],
+            json!(["status", "restart", "schedule", "logs"])
+        );
+        assert!(v[berth_core::api::common::INIT_PID].is_null(), "{v}");
+        assert!(told(&d).is_empty());
+    }
+
+    /// What the manifest does not ask for, and what the device policy does not grant, is
+    /// refused with 403 naming the permission; nothing is done.
+    #[test]
+    fn permissions_not_asked_or_not_granted_are_refused() {
+        let (_dir, d, ep) = setup("capi-refused", "");
+        let a = ask(&d, &ep, Op::Stop);
+        assert_eq!(a.status, 403);
+        let v = a.json();
+        assert_eq!(v[field::PERMISSION], "stop");
+        assert_eq!(v[efield::CODE], "not_permitted");
+        assert_eq!(
+            v[efield::ERROR],
+            "web: needs the api permission \"stop\", which its manifest does not ask for ([permissions] api)"
+        );
+        assert!(told(&d).is_empty(), "not even told of a stop");
+
+        for (op, perm) in [
+            (Op::Lock { seconds: Some(60) }, "update-lock"),
+            (Op::Unlock, "update-lock"),
+            (Op::LanHosts, "lan-hosts"),
+        ] {
+            let a = ask(&d, &ep, op);
+            assert_eq!(a.status, 403);
+            let v = a.json();
+            assert_eq!(v[field::PERMISSION], perm);
+            let (_, why) = a.error();
+            assert!(
+                why.starts_with(&format!(
+                    "web: the device policy does not grant the api permission {perm:?}"
+                )),
+                "{why}"
+            );
+        }
+    }
+
+    /// A socket left for a package that is no longer installed answers 404.
+    #[test]
+    fn a_package_that_is_not_installed_gets_not_found() {
+        let (dir, d, _ep) = setup("capi-ghost", "");
+        let ghost = endpoint(&d, &dir, "ghost");
+        let a = ask(&d, &ghost, Op::Status);
+        assert_eq!(a.status, 404);
+        let (code, why) = a.error();
+        assert_eq!(code, "not_installed");
+        assert!(why.contains("ghost"), "{why}");
+    }
+
+    /// Readiness, keep-alives and health reports need a running container: refused with
+    /// `not_running` while it is not, nothing told; once it runs, told of its run.
+    #[test]
+    fn reports_need_a_running_container_and_are_told_of_its_run() {
+        let (_dir, d, ep) = setup("capi-reports", "");
+        let unhealthy = || Op::Health {
+            ok: false,
+            message: Some("db down".into()),
+        };
+        for op in [Op::Ready, Op::KeepAlive, unhealthy()] {
+            let a = ask(&d, &ep, op);
+            assert_eq!(a.status, 409);
+            assert_eq!(
+                a.error(),
+                ("not_running".to_string(), "web is not running".to_string())
+            );
+        }
+        assert!(told(&d).is_empty());
+
+        let _shim = running(&d, b"");
+        d.supervision.lock().unwrap().insert(
+            "web".into(),
+            supervised("running", None, Default::default()),
+        );
+        let a = ask(&d, &ep, Op::Ready);
+        assert_eq!((a.status, a.json()), (200, json!({cfield::READY: true})));
+        let a = ask(&d, &ep, Op::KeepAlive);
+        assert_eq!(
+            (a.status, a.json()),
+            (200, json!({field::WATCHDOG_MS: null}))
+        );
+        let a = ask(&d, &ep, unhealthy());
+        assert_eq!(
+            (a.status, a.json()),
+            (200, json!({field::OK: false, field::MESSAGE: "db down"}))
+        );
+        assert_eq!(
+            told(&d),
+            [
+                Event::Ready(4242),
+                Event::KeepAlive(4242),
+                Event::Reported(4242, false)
+            ]
+        );
+        let last = d.supervision.lock().unwrap()["web"].last_check.clone();
+        assert_eq!(last.unwrap().0, "reported unhealthy: db down");
+    }
+
+    /// A restart the supervisor's pace allows is accepted (202) and told before and after
+    /// the answer; asked again while that run ends, `busy`; paced, `429` with when.
+    #[test]
+    fn a_self_restart_is_paced_by_the_supervisor() {
+        let (_dir, d, ep) = setup("capi-restart", "");
+        let a = ask(&d, &ep, Op::Restart);
+        assert_eq!(a.error().0, "not_running");
+
+        let _shim = running(&d, b"");
+        let mut s = supervised("running", None, Default::default());
+        s.run = Some(4242);
+        s.self_restart_at = Some(Instant::now());
+        d.supervision.lock().unwrap().insert("web".into(), s);
+        let a = ask(&d, &ep, Op::Restart);
+        assert_eq!(a.status, 202);
+        assert_eq!(
+            a.json(),
+            json!({field::NAME: "web", field::ACCEPTED: "restart"})
+        );
+        assert_eq!(
+            told(&d),
+            [Event::RestartRequested(4242), Event::RestartAnswered(4242)]
+        );
+
+        let a = ask(&d, &ep, Op::Restart);
+        assert_eq!(a.status, 503);
+        assert_eq!(a.error().1, not_now().message);
+        assert!(told(&d).is_empty());
+
+        {
+            let mut sup = d.supervision.lock().unwrap();
+            let s = sup.get_mut("web").unwrap();
+            s.self_restart_at = Some(Instant::now() + Duration::from_secs(60));
+            s.record.self_restarts = 3;
+        }
+        let a = ask(&d, &ep, Op::Restart);
+        assert_eq!(a.status, 429);
+        let v = a.json();
+        assert!(
+            v[efield::ERROR]
+                .as_str()
+                .unwrap()
+                .starts_with("web: restarted 3 times in a row at its own request"),
+            "{v}"
+        );
+        let ms = v[efield::RETRY_AFTER_MS].as_u64().unwrap();
+        assert!((50_000..=60_001).contains(&ms), "{ms}");
+        assert!(a.head.contains("Retry-After: 60\r\n"), "{}", a.head);
+        assert!(told(&d).is_empty());
+    }
+
+    /// Schedule changes are paced: ten at once, then `429` (each rewrites a file on flash).
+    #[test]
+    fn schedule_changes_are_rate_limited() {
+        let (_dir, d, ep) = setup("capi-schedules", "");
+        let a = ask(&d, &ep, Op::Schedules);
+        assert_eq!(a.status, 200, "{}", String::from_utf8_lossy(&a.body));
+        for _ in 0..crate::daemon::base::endpoints::CHANGES_BURST {
+            let a = ask(&d, &ep, Op::DeleteSchedule("nightly".into()));
+            assert_eq!(a.status, 404);
+            assert!(a.error().1.contains("nightly"), "{}", a.error().1);
+        }
+        let a = ask(&d, &ep, Op::DeleteSchedule("nightly".into()));
+        assert_eq!(a.status, 429);
+        let (code, why) = a.error();
+        assert_eq!(code, "rate_limited");
+        assert!(
+            why.starts_with("web: at most 10 schedule changes at once, then one every 6 s"),
+            "{why}"
+        );
+        let a = ask(&d, &ep, Op::Schedules);
+        assert_eq!(a.status, 200, "reading is not a change");
+    }
+
+    /// Its own log: the last lines from its shim, as text.
+    #[test]
+    fn logs_come_from_the_shim_cut_to_the_tail() {
+        let (_dir, d, ep) = setup("capi-logs", "");
+        let shim = running(&d, b"one\ntwo\nthree\n");
+        let a = ask(
+            &d,
+            &ep,
+            Op::Logs {
+                tail: Some(2),
+                follow: false,
+            },
+        );
+        assert_eq!(a.status, 200);
+        assert!(a.head.contains("text/plain"), "{}", a.head);
+        assert_eq!(a.body, b"two\nthree\n");
+        assert!(shim
+            .asked()
+            .iter()
+            .any(|l| l.starts_with("tail") || l == "logs"));
+    }
+
+    /// With the policy granting it, a running container holds off its upgrades and lets go;
+    /// not running, it cannot.
+    #[test]
+    fn an_update_lock_needs_the_grant_and_a_running_container() {
+        let (_dir, d, ep) = setup("capi-lock", "[api]\ngrant = \"status update-lock\"\n");
+        let a = ask(&d, &ep, Op::Lock { seconds: Some(100) });
+        assert_eq!(a.error().0, "not_running");
+        let _shim = running(&d, b"");
+        let t0 = berth_sys::process::now_s();
+        let a = ask(&d, &ep, Op::Lock { seconds: Some(100) });
+        assert_eq!(a.status, 200);
+        let until = a.json()[field::LOCKED_UNTIL].as_u64().unwrap();
+        assert!((t0 + 100..=berth_sys::process::now_s() + 100).contains(&until));
+        let now = berth_sys::process::now_s();
+        assert_eq!(d.capi.locked_until("web", now, Some(4242)), Some(until));
+        let a = ask(&d, &ep, Op::Unlock);
+        assert_eq!(
+            (a.status, a.json()),
+            (200, json!({field::LOCKED_UNTIL: null}))
+        );
+        let now = berth_sys::process::now_s();
+        assert_eq!(d.capi.locked_until("web", now, Some(4242)), None);
+    }
+
+    /// A stop it may ask for is accepted (202), the supervisor told first; a container
+    /// that is not running stays so.
+    #[test]
+    fn an_allowed_stop_is_accepted_and_told_first() {
+        let (dir, d, _m) = fake_daemon("capi-stop", "");
+        install(&d, &ASKS.replace("\"status\",", "\"status\", \"stop\","));
+        let d = Arc::new(d);
+        let ep = endpoint(&d, &dir, "web");
+        let a = ask(&d, &ep, Op::Stop);
+        assert_eq!(a.status, 202, "{}", String::from_utf8_lossy(&a.body));
+        assert_eq!(
+            a.json(),
+            json!({field::NAME: "web", field::ACCEPTED: "stop"})
+        );
+        assert_eq!(told(&d).first(), Some(&Event::StopRequested));
+        assert!(!runtime::probe::is_running(&d, "web"));
+    }
+}

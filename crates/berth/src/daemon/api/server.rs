@@ -619,3 +619,362 @@ fn reply_now(mut stream: UnixStream, e: Error) {
     let _ = stream.set_nonblocking(true);
     let _ = stream.write_all(&e.response());
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use berth_core::api::error as efield;
+    use berth_testkit::TempDir;
+    use serde_json::{json, Value};
+
+    use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install};
+
+    /// `web`, asking for its status through its API.
+    const ASKS_STATUS: &str = "[package]\nname = \"web\"\nversion = \"1.0\"\n[entrypoint]\nargv = [\"/bin/httpd\"]\n[permissions]\napi = [\"status\"]\n";
+
+    const LIMIT: Duration = Duration::from_secs(30);
+
+    fn get(path: &str) -> Vec<u8> {
+        format!("GET {path} HTTP/1.1\r\nHost: berth\r\n\r\n").into_bytes()
+    }
+
+    /// A whole answer: its status and its JSON body (Null when there is none).
+    fn answer(client: &mut UnixStream) -> (u16, Value) {
+        client.set_read_timeout(Some(LIMIT)).unwrap();
+        let mut raw = Vec::new();
+        // Closed with what it sent unread: a reset, no answer.
+        match client.read_to_end(&mut raw) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            r => {
+                r.unwrap();
+            }
+        }
+        if raw.is_empty() {
+            return (0, Value::Null);
+        }
+        let end = http::head_end(&raw).expect("a whole head");
+        let head = String::from_utf8_lossy(&raw[..end]).to_string();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        let body = serde_json::from_slice(&raw[end..]).unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    /// Nothing has been answered yet (the connection is open, nothing to read).
+    fn unanswered(client: &UnixStream) -> bool {
+        client.set_nonblocking(true).unwrap();
+        let r = (&*client).read(&mut [0u8; 16]);
+        client.set_nonblocking(false).unwrap();
+        matches!(r, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
+    /// A connection as the admission loop holds it after accept: the server's end, pending;
+    /// the client's end to talk on.
+    fn pending(a: &mut Admission, peer: Peer) -> UnixStream {
+        let (client, server) = UnixStream::pair().unwrap();
+        server.set_nonblocking(true).unwrap();
+        a.pending.push_back(Pending {
+            stream: server,
+            peer,
+            buf: Vec::new(),
+            deadline: Instant::now() + REQUEST_DEADLINE,
+        });
+        client
+    }
+
+    /// Reads what every pending connection has sent.
+    fn read_all(a: &mut Admission, d: &Arc<Daemon>, eps: &[Arc<Endpoint>]) {
+        let readable = vec![true; a.pending.len()];
+        a.read_ready(d, eps, &readable);
+    }
+
+    fn root() -> Peer {
+        Peer::Admin(Caller { uid: 0 })
+    }
+
+    /// `web`'s endpoint (its socket in the temp dir), in `d`'s registry; the test's own
+    /// process counts as one of `cgroup_of`'s processes (in the daemon's /proc).
+    fn container(d: &Daemon, dir: &TempDir, cgroup_of: &str) -> Arc<Endpoint> {
+        install(d, ASKS_STATUS);
+        let l = UnixListener::bind(dir.path("web.sock")).unwrap();
+        l.set_nonblocking(true).unwrap();
+        d.capi.add(Endpoint::new("web", l, d.cfg.api.burst, 0));
+        let me = d.proc().join(std::process::id().to_string());
+        std::fs::create_dir_all(&me).unwrap();
+        let cg = format!("0::/{}/{cgroup_of}/payload\n", d.cfg.cgroup_parent);
+        std::fs::write(me.join("cgroup"), cg).unwrap();
+        d.capi.endpoints().pop().unwrap()
+    }
+
+    /// The daemon's main loop on a thread, until `stop` is dropped.
+    struct Serving {
+        term: Option<UnixStream>,
+        t: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+    }
+
+    impl Serving {
+        fn start(d: &Arc<Daemon>, listener: UnixListener) -> Serving {
+            let (term_w, term_r) = UnixStream::pair().unwrap();
+            let d = Arc::clone(d);
+            let t = std::thread::spawn(move || serve(&d, &listener, &OwnedFd::from(term_r)));
+            Serving {
+                term: Some(term_w),
+                t: Some(t),
+            }
+        }
+
+        /// Tells the loop to stop and waits for it: it returns Ok.
+        fn stop(mut self) {
+            self.term.take().unwrap().write_all(b"x").unwrap();
+            self.t.take().unwrap().join().unwrap().unwrap();
+        }
+    }
+
+    /// The admin socket in the run directory, root's alone (0600); a request over it is
+    /// answered — served to root, refused before it is read to anyone else — and the loop
+    /// stops when told.
+    #[test]
+    fn the_admin_socket_answers_root_and_refuses_anyone_else() {
+        let (dir, d, _m) = fake_daemon("server-admin", "");
+        let d = Arc::new(d);
+        let listener = bind(&d).unwrap();
+        let sock = d.cfg.paths.admin_socket();
+        assert!(sock.starts_with(&dir.0));
+        assert_eq!(std::fs::metadata(&sock).unwrap().mode() & 0o777, 0o600);
+        // Who the tests run as: the owner of a file they make.
+        std::fs::write(dir.path("me"), "").unwrap();
+        let uid = std::fs::metadata(dir.path("me")).unwrap().uid();
+
+        let serving = Serving::start(&d, listener);
+        for _ in 0..2 {
+            let mut c = UnixStream::connect(&sock).unwrap();
+            c.write_all(&get("/v1/ping")).unwrap();
+            let (status, body) = answer(&mut c);
+            if uid == 0 {
+                assert_eq!((status, body), (200, json!({"ok": true})));
+            } else {
+                assert_eq!(status, 403);
+                assert_eq!(body[efield::CODE], "forbidden");
+                assert_eq!(body[efield::ERROR], "the admin socket is for root only");
+            }
+        }
+        serving.stop();
+        assert!(
+            UnixStream::connect(&sock).is_err(),
+            "stopped: nobody listens"
+        );
+    }
+
+    /// A complete request is served on a worker; a malformed one gets its 400; a head over
+    /// the limit is refused as soon as it passes it; a closed connection is dropped.
+    #[test]
+    fn complete_requests_are_served_broken_ones_refused() {
+        let (_dir, d, _m) = fake_daemon("server-read", "");
+        let d = Arc::new(d);
+        let mut a = Admission::default();
+        let mut ok = pending(&mut a, root());
+        let mut broken = pending(&mut a, root());
+        let mut huge = pending(&mut a, root());
+        let half = pending(&mut a, root());
+        let gone = pending(&mut a, root());
+        // In two pieces: the first is not a request yet.
+        ok.write_all(b"GET /v1/pi").unwrap();
+        read_all(&mut a, &d, &[]);
+        assert_eq!(a.pending.len(), 5);
+        ok.write_all(b"ng HTTP/1.1\r\n\r\n").unwrap();
+        broken.write_all(b"NONSENSE\r\n\r\n").unwrap();
+        huge.write_all(&vec![b'a'; http::MAX_HEAD + 1]).unwrap();
+        (&half).write_all(b"GET /v1/ping HTTP/1.1\r\n").unwrap();
+        drop(gone);
+        read_all(&mut a, &d, &[]);
+        assert_eq!(a.pending.len(), 1, "only the half request waits");
+        assert_eq!(answer(&mut ok), (200, json!({"ok": true})));
+        let (status, body) = answer(&mut broken);
+        assert_eq!((status, &body[efield::CODE]), (400, &json!("bad_request")));
+        let (status, body) = answer(&mut huge);
+        assert_eq!(status, 400);
+        assert_eq!(
+            body[efield::ERROR],
+            format!("request head larger than {} bytes", http::MAX_HEAD)
+        );
+        assert!(unanswered(&half));
+    }
+
+    /// A connection gets one deadline for its whole request: past it, it is closed without
+    /// an answer; before it, it waits.
+    #[test]
+    fn a_request_not_sent_within_its_deadline_is_closed() {
+        let mut a = Admission::default();
+        let mut slow = pending(&mut a, root());
+        slow.write_all(b"GET /v1/ping HTTP/1.1\r\n").unwrap();
+        let deadline = a.next_deadline().unwrap();
+        assert!(deadline <= Instant::now() + REQUEST_DEADLINE);
+        a.expire(deadline - Duration::from_millis(1));
+        assert_eq!(a.pending.len(), 1);
+        assert!(unanswered(&slow));
+        a.expire(deadline);
+        assert!(a.pending.is_empty());
+        assert_eq!(answer(&mut slow), (0, Value::Null), "closed, no answer");
+        assert_eq!(a.next_deadline(), None, "nothing timed while idle");
+    }
+
+    /// With every admin worker busy, a request is answered `503 busy` at once.
+    #[test]
+    fn admin_requests_beyond_the_workers_get_busy() {
+        let (_dir, d, _m) = fake_daemon("server-busy", "");
+        let d = Arc::new(d);
+        let mut a = Admission::default();
+        a.workers.store(MAX_WORKERS, Ordering::SeqCst);
+        let mut c = pending(&mut a, root());
+        c.write_all(&get("/v1/ping")).unwrap();
+        read_all(&mut a, &d, &[]);
+        let (status, body) = answer(&mut c);
+        assert_eq!(status, 503);
+        assert_eq!(
+            body[efield::ERROR],
+            "the daemon is serving 32 requests already; try again"
+        );
+        assert_eq!(a.workers.load(Ordering::SeqCst), MAX_WORKERS, "given back");
+    }
+
+    /// A container's requests over its own socket, through the main loop: its own process
+    /// is served, one of another container is refused; a request the API does not know is
+    /// answered without a worker.
+    #[test]
+    fn a_containers_socket_serves_its_own_processes_only() {
+        let (dir, d, _m) = fake_daemon("server-capi", "[api]\nburst = 50\n");
+        let d = Arc::new(d);
+        let ep = container(&d, &dir, "web");
+        let serving = Serving::start(&d, bind(&d).unwrap());
+        let mut c = UnixStream::connect(dir.path("web.sock")).unwrap();
+        c.write_all(&get("/v1/self")).unwrap();
+        let (status, body) = answer(&mut c);
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["name"], "web");
+
+        let mut c = UnixStream::connect(dir.path("web.sock")).unwrap();
+        c.write_all(b"POST /v1/self HTTP/1.1\r\n\r\n").unwrap();
+        let (status, body) = answer(&mut c);
+        assert_eq!(status, 405);
+        assert_eq!(body[efield::ERROR], "POST /v1/self: use GET");
+
+        // Now this process is another container's.
+        let me = d.proc().join(std::process::id().to_string());
+        let cg = format!("0::/{}/db/payload\n", d.cfg.cgroup_parent);
+        std::fs::write(me.join("cgroup"), cg).unwrap();
+        let mut c = UnixStream::connect(dir.path("web.sock")).unwrap();
+        c.write_all(&get("/v1/self")).unwrap();
+        let (status, body) = answer(&mut c);
+        assert_eq!(status, 403);
+        assert_eq!(body[efield::CODE], "forbidden");
+        assert!(body[efield::ERROR]
+            .as_str()
+            .unwrap()
+            .starts_with("this API socket belongs to another container"));
+        serving.stop();
+        assert_eq!(ep.busy.load(Ordering::SeqCst), 0, "every slot given back");
+    }
+
+    /// A container at its share waits in its few queue places (beyond them, `503 busy`);
+    /// freed slots serve the queue; what waits past its deadline gets `503`.
+    #[test]
+    fn a_containers_requests_queue_within_its_share() {
+        let (dir, d, _m) = fake_daemon("server-queue", "");
+        let d = Arc::new(d);
+        let ep = container(&d, &dir, "web");
+        let eps = vec![Arc::clone(&ep)];
+        let mut a = Admission::default();
+        ep.busy.store(MAX_BUSY_PER_CONTAINER, Ordering::SeqCst);
+        a.container_workers
+            .store(MAX_BUSY_PER_CONTAINER, Ordering::SeqCst);
+        let mut waiting: Vec<UnixStream> = (0..MAX_PENDING_PER_CONTAINER + 1)
+            .map(|_| pending(&mut a, Peer::Container(Arc::clone(&ep))))
+            .collect();
+        for c in &mut waiting {
+            c.write_all(&get("/v1/self")).unwrap();
+        }
+        read_all(&mut a, &d, &eps);
+        assert_eq!(a.queued.len(), MAX_PENDING_PER_CONTAINER);
+        let mut over = waiting.pop().unwrap();
+        let (status, body) = answer(&mut over);
+        assert_eq!(status, 503);
+        assert_eq!(
+            body[efield::ERROR],
+            "web: 8 of its requests are being served or waiting already; try again"
+        );
+        assert!(waiting.iter().all(unanswered));
+
+        // Two slots free: the two oldest are served.
+        ep.busy.store(MAX_BUSY_PER_CONTAINER - 2, Ordering::SeqCst);
+        a.container_workers
+            .store(MAX_BUSY_PER_CONTAINER - 2, Ordering::SeqCst);
+        {
+            // The workers wait for the state until the queue is looked at (so that none has
+            // ended and freed its slot for a third).
+            let _state = d.state.lock().unwrap();
+            a.run_queued(&d);
+            assert_eq!(a.queued.len(), MAX_PENDING_PER_CONTAINER - 2);
+        }
+        for c in waiting.iter_mut().take(2) {
+            let (status, body) = answer(c);
+            assert_eq!((status, &body["name"]), (200, &json!("web")));
+        }
+        // The rest wait until their deadline.
+        a.expire(Instant::now() + REQUEST_DEADLINE + Duration::from_secs(1));
+        assert!(a.queued.is_empty());
+        for c in waiting.iter_mut().skip(2) {
+            let (status, body) = answer(c);
+            assert_eq!(status, 503);
+            assert_eq!(
+                body[efield::ERROR],
+                "web: no worker was free within 5 s; try again"
+            );
+        }
+    }
+
+    /// One followed log per container: a second is refused at once, without a worker.
+    #[test]
+    fn one_followed_log_per_container() {
+        let (dir, d, _m) = fake_daemon("server-stream", "");
+        let d = Arc::new(d);
+        let ep = container(&d, &dir, "web");
+        let mut a = Admission::default();
+        ep.streams.store(1, Ordering::SeqCst);
+        a.streams.store(1, Ordering::SeqCst);
+        let mut c = pending(&mut a, Peer::Container(Arc::clone(&ep)));
+        c.write_all(&get("/v1/logs?follow=1")).unwrap();
+        read_all(&mut a, &d, &[Arc::clone(&ep)]);
+        let (status, body) = answer(&mut c);
+        assert_eq!(status, 503);
+        assert_eq!(body[efield::ERROR], STREAMS_BUSY);
+        assert_eq!(ep.streams.load(Ordering::SeqCst), 1);
+        assert!(a.queued.is_empty(), "a followed log never waits");
+    }
+
+    /// A peer refused at accept gets its refusal once its request has arrived, whatever it
+    /// asked; a broken request of it gets the refusal too.
+    #[test]
+    fn a_refused_peer_gets_its_refusal_once_its_request_arrives() {
+        let (_dir, d, _m) = fake_daemon("server-refused", "");
+        let d = Arc::new(d);
+        let mut a = Admission::default();
+        let refused = || Peer::Refused {
+            e: Error::new(Kind::Forbidden, "not yours"),
+            of: None,
+        };
+        let mut c1 = pending(&mut a, refused());
+        let mut c2 = pending(&mut a, refused());
+        c1.write_all(b"GET /v1/se").unwrap();
+        read_all(&mut a, &d, &[]);
+        assert!(unanswered(&c1), "not before its request has arrived");
+        c1.write_all(b"lf HTTP/1.1\r\n\r\n").unwrap();
+        c2.write_all(b"NONSENSE\r\n\r\n").unwrap();
+        read_all(&mut a, &d, &[]);
+        for c in [&mut c1, &mut c2] {
+            let (status, body) = answer(c);
+            assert_eq!((status, &body[efield::ERROR]), (403, &json!("not yours")));
+        }
+        assert!(a.pending.is_empty());
+    }
+}

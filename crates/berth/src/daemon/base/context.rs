@@ -343,3 +343,237 @@ impl Daemon {
         self.roots.sys.join("fs/cgroup")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::daemon::base::testing::fake_daemon;
+
+    /// Waits until `cond` holds, at most 30 s (a busy machine is slow, never this slow).
+    fn wait_for(what: &str, cond: impl Fn() -> bool) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !cond() {
+            assert!(Instant::now() < until, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Every event waiting, without waiting for more.
+    fn drain(d: &Daemon) -> Vec<(String, Event)> {
+        std::iter::from_fn(|| d.next_event(Some(Instant::now()))).collect()
+    }
+
+    /// A heartbeat is fresh and counts as alive; a busy mark is a heartbeat in the future
+    /// (start_timeout + stop_timeout + 15 s ahead) that does not count as alive.
+    #[test]
+    fn a_busy_mark_is_a_heartbeat_in_the_future_that_is_not_alive() {
+        let (_dir, d, _m) = fake_daemon("context-beats", "");
+        wait_for("the clock to move", || d.clock_ms() >= 5);
+        d.beat(Component::Api);
+        let age = d.beat_age_ms(Component::Api);
+        assert!((0..5_000).contains(&age), "{age}");
+        assert!(d.alive_ms(Component::Api) >= 5);
+        assert_eq!(d.alive_ms(Component::Supervisor), 0, "never beat");
+
+        d.beat_busy(Component::Supervisor);
+        let grace = (d.cfg.start_timeout_s + d.cfg.stop_timeout_s + 15) as i32 * 1000;
+        let age = d.beat_age_ms(Component::Supervisor);
+        assert!((-grace..=-grace + 5_000).contains(&age), "{age} vs {grace}");
+        assert_eq!(d.alive_ms(Component::Supervisor), 0, "busy is not alive");
+        // The other component is untouched.
+        assert!(d.beat_age_ms(Component::Api) >= 0);
+
+        d.beat(Component::Supervisor);
+        assert!(d.beat_age_ms(Component::Supervisor) >= 0);
+        assert!(d.alive_ms(Component::Supervisor) >= 5);
+    }
+
+    /// A stalled heartbeat (test hook) sleeps first: it ages from the start of the stall and
+    /// is alive only once the stall ends.
+    #[cfg(feature = "test-hooks")]
+    #[test]
+    fn a_stalled_beat_counts_as_alive_when_the_stall_ends() {
+        let (_dir, d, _m) = fake_daemon("context-stall", "");
+        let d = Arc::new(d);
+        wait_for("the clock to move", || d.clock_ms() >= 100);
+        d.stall(Component::Api, 2);
+        let before = d.clock_ms();
+        let t = std::thread::spawn({
+            let d = Arc::clone(&d);
+            move || d.beat(Component::Api)
+        });
+        wait_for("the stalled beat to start", || {
+            d.beat_age_ms(Component::Api) < 50
+        });
+        assert_eq!(d.alive_ms(Component::Api), 0, "not alive while it stalls");
+        t.join().unwrap();
+        assert!(d.alive_ms(Component::Api).wrapping_sub(before) >= 2_000);
+        assert_eq!(
+            Component::from_name("supervisor"),
+            Some(Component::Supervisor)
+        );
+        assert_eq!(Component::from_name("guard"), None);
+    }
+
+    /// What a container says through its API coalesces with the same report still waiting
+    /// (same container, same run, same verdict); anything else is queued in order.
+    #[test]
+    fn repeated_reports_coalesce_while_they_wait() {
+        let (_dir, d, _m) = fake_daemon("context-coalesce", "");
+        for _ in 0..3 {
+            d.notify("web", Event::KeepAlive(7));
+            d.notify("web", Event::Ready(7));
+            d.notify("web", Event::Reported(7, true));
+        }
+        d.notify("web", Event::Reported(7, false));
+        d.notify("web", Event::KeepAlive(8));
+        d.notify("db", Event::KeepAlive(7));
+        d.notify("web", Event::Health(7, true));
+        d.notify("web", Event::Health(7, true));
+        d.notify("web", Event::StopRequested);
+        d.notify("web", Event::StopRequested);
+        let got = drain(&d);
+        let want = [
+            ("web", Event::KeepAlive(7)),
+            ("web", Event::Ready(7)),
+            ("web", Event::Reported(7, true)),
+            ("web", Event::Reported(7, false)),
+            ("web", Event::KeepAlive(8)),
+            ("db", Event::KeepAlive(7)),
+            ("web", Event::Health(7, true)),
+            ("web", Event::Health(7, true)),
+            ("web", Event::StopRequested),
+            ("web", Event::StopRequested),
+        ];
+        let want: Vec<(String, Event)> = want.into_iter().map(|(n, e)| (n.into(), e)).collect();
+        assert_eq!(got, want);
+        // Taken, a report is news again.
+        d.notify("web", Event::KeepAlive(7));
+        assert_eq!(drain(&d), [("web".to_string(), Event::KeepAlive(7))]);
+    }
+
+    /// With nothing waiting, `next_event` gives up at its deadline (not before); a waiting
+    /// supervisor is woken by the next event, long before its deadline.
+    #[test]
+    fn next_event_waits_until_its_deadline_or_the_next_event() {
+        let (_dir, d, _m) = fake_daemon("context-next", "");
+        let d = Arc::new(d);
+        let t0 = Instant::now();
+        assert_eq!(d.next_event(Some(t0 + Duration::from_millis(50))), None);
+        assert!(t0.elapsed() >= Duration::from_millis(50));
+        assert_eq!(d.next_event(Some(t0)), None, "a deadline past: no wait");
+
+        let (tx, rx) = mpsc::channel();
+        let waiter = std::thread::spawn({
+            let d = Arc::clone(&d);
+            move || {
+                let t = Instant::now();
+                let ev = d.next_event(Some(t + Duration::from_secs(120)));
+                tx.send((ev, t.elapsed())).unwrap();
+            }
+        });
+        d.notify("web", Event::Started(42));
+        let (ev, took) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        waiter.join().unwrap();
+        assert_eq!(ev, Some(("web".to_string(), Event::Started(42))));
+        assert!(took < Duration::from_secs(60), "{took:?}");
+    }
+
+    /// `ask_beats` has a supervisor waiting for ever return (None) once its events are taken,
+    /// and wakes the admission loop through the container sockets' wake-up.
+    #[test]
+    fn ask_beats_wakes_the_supervisor_and_the_admission_loop() {
+        let (_dir, d, _m) = fake_daemon("context-ask", "");
+        let d = Arc::new(d);
+        let wake = d.capi.wake_fd().unwrap();
+        let readable = || berth_sys::process::poll(&[(wake, libc::POLLIN)], 0).unwrap()[0] != 0;
+        assert!(!readable());
+
+        // Asked while it is not waiting: its next wait returns at once.
+        d.notify("web", Event::Ready(3));
+        d.ask_beats();
+        assert!(readable());
+        d.capi.drain();
+        let (tx, rx) = mpsc::channel();
+        let sup = std::thread::spawn({
+            let d = Arc::clone(&d);
+            move || {
+                tx.send(d.next_event(None)).unwrap();
+                tx.send(d.next_event(None)).unwrap();
+                // Asked while it waits.
+                tx.send(d.next_event(None)).unwrap();
+            }
+        });
+        let limit = Duration::from_secs(60);
+        assert_eq!(
+            rx.recv_timeout(limit).unwrap(),
+            Some(("web".to_string(), Event::Ready(3))),
+            "the events first"
+        );
+        assert_eq!(rx.recv_timeout(limit).unwrap(), None);
+        assert!(
+            rx.recv_timeout(Duration::from_millis(50)).is_err(),
+            "the question is used up: it waits again"
+        );
+        d.ask_beats();
+        assert_eq!(rx.recv_timeout(limit).unwrap(), None);
+        sup.join().unwrap();
+        assert!(readable());
+    }
+
+    /// Waiting for the op lock marks the loop busy (its heartbeat in the future) until it gets
+    /// the lock; a poisoned lock is still given.
+    #[test]
+    fn waiting_for_the_op_lock_keeps_the_loop_busy() {
+        let (_dir, d, _m) = fake_daemon("context-oplock", "");
+        let d = Arc::new(d);
+        d.beat(Component::Supervisor);
+        let held = d.op.lock().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let t = std::thread::spawn({
+            let d = Arc::clone(&d);
+            move || {
+                let _g = d.op_lock_for(Component::Supervisor);
+                tx.send(()).unwrap();
+            }
+        });
+        wait_for("the waiting loop to be marked busy", || {
+            d.beat_age_ms(Component::Supervisor) < 0
+        });
+        assert!(rx.try_recv().is_err(), "the lock is held");
+        drop(held);
+        rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        t.join().unwrap();
+
+        let poisoner = std::thread::spawn({
+            let d = Arc::clone(&d);
+            move || {
+                let _g = d.op.lock().unwrap();
+                panic!("poison the op lock");
+            }
+        });
+        assert!(poisoner.join().is_err());
+        assert!(d.op.is_poisoned());
+        drop(d.op_lock_for(Component::Api));
+    }
+
+    /// The loops beat every watchdog interval only while a device is kept; safe mode is
+    /// what the boot state says.
+    #[test]
+    fn loops_beat_every_interval_only_with_a_watchdog_device() {
+        let (_dir, d, _m) = fake_daemon("context-every", "");
+        assert_eq!(d.beat_every(), None);
+        assert_eq!(d.safe_mode(), None);
+        *d.boot.safe_mode.lock().unwrap() = Some("3 unconfirmed starts".into());
+        assert_eq!(d.safe_mode().as_deref(), Some("3 unconfirmed starts"));
+        let (_dir2, d2, _m2) = fake_daemon(
+            "context-every-wd",
+            "[watchdog]\ndevice = \"/dev/watchdog\"\ninterval = \"250ms\"\n",
+        );
+        assert_eq!(d2.beat_every(), Some(Duration::from_millis(250)));
+        assert_eq!(d2.cgroup_root(), d2.sys().join("fs/cgroup"));
+    }
+}

@@ -195,3 +195,264 @@ fn run(d: &Daemon, device: &Mutex<Option<File>>) {
         std::thread::sleep(sleep);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::path::PathBuf;
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+    use crate::daemon::base::testing::fake_daemon;
+    use berth_testkit::TempDir;
+
+    /// The device's interval here (the smallest berth.toml allows): 3 × it is the bound.
+    const INTERVAL_MS: u64 = 100;
+
+    /// A daemon keeping `device` (in its temp dir) alive every [`INTERVAL_MS`], its start
+    /// confirmed after `confirm_after_ms`.
+    fn daemon(tag: &str, device: Option<&str>, confirm_after_ms: u64) -> (TempDir, Arc<Daemon>) {
+        let (dir, mut d, _m) = fake_daemon(tag, "");
+        d.cfg.watchdog.device = device.map(|n| dir.path(n));
+        d.cfg.watchdog.interval_ms = INTERVAL_MS;
+        d.cfg.boot.confirm_after_ms = confirm_after_ms;
+        (dir, Arc::new(d))
+    }
+
+    /// Waits until `cond` holds, at most 30 s.
+    fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while !cond() {
+            assert!(Instant::now() < until, "timed out waiting for {what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A component loop as the daemon runs them: beats every few milliseconds while
+    /// `alive` says so (the supervisor's flag apart), until `stop`.
+    struct Loops {
+        stop: Arc<AtomicBool>,
+        supervisor: Arc<AtomicBool>,
+        t: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl Loops {
+        fn start(d: &Arc<Daemon>) -> Loops {
+            let stop = Arc::new(AtomicBool::new(false));
+            let supervisor = Arc::new(AtomicBool::new(true));
+            let (d, s, sup) = (Arc::clone(d), Arc::clone(&stop), Arc::clone(&supervisor));
+            let t = std::thread::spawn(move || {
+                while !s.load(Ordering::SeqCst) {
+                    d.beat(Component::Api);
+                    if sup.load(Ordering::SeqCst) {
+                        d.beat(Component::Supervisor);
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            });
+            Loops {
+                stop,
+                supervisor,
+                t: Some(t),
+            }
+        }
+    }
+
+    impl Drop for Loops {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::SeqCst);
+            if let Some(t) = self.t.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    fn keepalives(path: &PathBuf) -> usize {
+        std::fs::read(path)
+            .unwrap()
+            .iter()
+            .filter(|b| **b == b'k')
+            .count()
+    }
+
+    /// Long enough for the watchdog to go round many times: a window in which nothing may
+    /// be written (not a wait for something to happen).
+    fn window() {
+        std::thread::sleep(Duration::from_millis(10 * INTERVAL_MS));
+    }
+
+    /// While every component beats the device gets keep-alives; the clean stop writes the
+    /// magic close `V` last, and nothing after it.
+    #[test]
+    fn keep_alives_while_every_component_beats_then_the_magic_close() {
+        let (dir, d) = daemon("watchdog-keep", Some("wd"), 3_600_000);
+        let path = dir.path("wd");
+        std::fs::write(&path, b"").unwrap();
+        let loops = Loops::start(&d);
+        let h = spawn(&d);
+        wait_for("three keep-alives", || keepalives(&path) >= 3);
+        assert!(
+            !d.boot.confirmed.load(Ordering::SeqCst),
+            "confirm_after not reached"
+        );
+        h.close();
+        let after_close = std::fs::read(&path).unwrap();
+        assert_eq!(after_close.last(), Some(&b'V'), "{after_close:?}");
+        assert!(after_close[..after_close.len() - 1]
+            .iter()
+            .all(|b| *b == b'k'));
+        window();
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            after_close,
+            "closed: no more writes"
+        );
+        drop(loops);
+    }
+
+    /// A component silent for more than 3 intervals stops the keep-alives (the device is to
+    /// reset the machine); once it beats again they resume.
+    #[test]
+    fn a_stalled_component_stops_the_keep_alives_until_it_beats_again() {
+        let (dir, d) = daemon("watchdog-stall", Some("wd"), 3_600_000);
+        let path = dir.path("wd");
+        std::fs::write(&path, b"").unwrap();
+        let loops = Loops::start(&d);
+        let h = spawn(&d);
+        wait_for("keep-alives", || keepalives(&path) >= 2);
+        loops.supervisor.store(false, Ordering::SeqCst);
+        // Well past the bound: any round that saw it fresh has long written.
+        let bound = 3 * INTERVAL_MS as i32;
+        wait_for("the supervisor to be stale", || {
+            d.beat_age_ms(Component::Supervisor) > bound + 1_000
+        });
+        let stalled = keepalives(&path);
+        window();
+        assert_eq!(
+            keepalives(&path),
+            stalled,
+            "no keep-alive while one is stalled"
+        );
+        assert!(
+            d.beat_age_ms(Component::Api) < bound,
+            "the API kept beating"
+        );
+
+        loops.supervisor.store(true, Ordering::SeqCst);
+        wait_for("keep-alives to resume", || keepalives(&path) > stalled);
+        h.close();
+        assert_eq!(std::fs::read(&path).unwrap().last(), Some(&b'V'));
+    }
+
+    /// A FIFO as the device (what a test rig reads): the keep-alives arrive in order, then
+    /// the magic close and the end of the stream (the device closed).
+    #[test]
+    fn a_fifo_device_reads_keep_alives_then_the_magic_close_and_its_end() {
+        let (dir, d) = daemon("watchdog-fifo", Some("wd"), 3_600_000);
+        let path = dir.path("wd");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&path)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // The reader first: a FIFO without one cannot be opened for writing without blocking.
+        let mut reader = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .unwrap();
+        let loops = Loops::start(&d);
+        let h = spawn(&d);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 64];
+        wait_for("keep-alives through the FIFO", || {
+            if let Ok(n) = reader.read(&mut buf) {
+                got.extend_from_slice(&buf[..n]);
+            }
+            got.len() >= 3
+        });
+        h.close();
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(Instant::now() < until, "the writer never closed: {got:?}");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert_eq!(got.last(), Some(&b'V'), "{got:?}");
+        assert!(got[..got.len() - 1].iter().all(|b| *b == b'k'), "{got:?}");
+        drop(loops);
+    }
+
+    /// A device that cannot be opened is never created, and does not hold up the
+    /// confirmation of a healthy start.
+    #[test]
+    fn a_missing_device_is_not_created_and_the_start_is_still_confirmed() {
+        let (dir, d) = daemon("watchdog-missing", Some("absent/wd"), 1);
+        d.boot.record.lock().unwrap().unconfirmed = vec![berth_core::boot::Start {
+            at: 1_790_000_000,
+            containers: vec!["web".into()],
+        }];
+        let loops = Loops::start(&d);
+        let h = spawn(&d);
+        wait_for("the confirmation", || {
+            d.boot.confirmed.load(Ordering::SeqCst)
+        });
+        assert!(!dir.path("absent/wd").exists());
+        assert!(d.boot.record.lock().unwrap().unconfirmed.is_empty());
+        assert!(
+            d.cfg.paths.boot_file().exists(),
+            "the cleared counter is written"
+        );
+        h.close();
+        drop(loops);
+    }
+
+    /// Without a device, the start is confirmed once both loops beat after being asked; a
+    /// loop only marked busy (a heartbeat in the future) does not count until it beats.
+    #[test]
+    fn without_a_device_a_busy_loop_holds_the_confirmation_until_it_beats() {
+        let (_dir, d) = daemon("watchdog-confirm", None, 1);
+        let loops = Loops::start(&d);
+        loops.supervisor.store(false, Ordering::SeqCst);
+        d.beat_busy(Component::Supervisor);
+        let _h = spawn(&d);
+        // Past the first question and its 3 intervals of waiting.
+        window();
+        assert!(
+            !d.boot.confirmed.load(Ordering::SeqCst),
+            "the supervisor never beat"
+        );
+        assert!(!d.cfg.paths.boot_file().exists());
+        loops.supervisor.store(true, Ordering::SeqCst);
+        wait_for("the confirmation", || {
+            d.boot.confirmed.load(Ordering::SeqCst)
+        });
+        assert!(d.cfg.paths.boot_file().exists());
+        drop(loops);
+    }
+
+    /// A start already confirmed (safe mode) without a device needs no watchdog thread: the
+    /// API's clock starts, and nothing confirms (writes the counter) again.
+    #[test]
+    fn a_confirmed_start_without_a_device_only_starts_the_api_clock() {
+        let (_dir, d) = daemon("watchdog-none", None, 1);
+        d.boot.confirmed.store(true, Ordering::SeqCst);
+        wait_for("the clock to move", || d.clock_ms() >= 5);
+        let loops = Loops::start(&d);
+        let _h = spawn(&d);
+        assert!(d.alive_ms(Component::Api) >= 5);
+        window();
+        assert!(
+            !d.cfg.paths.boot_file().exists(),
+            "nothing confirmed it again"
+        );
+        drop(loops);
+    }
+}

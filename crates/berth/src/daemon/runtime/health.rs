@@ -140,3 +140,209 @@ fn rest(r: &mut dyn Read, fd: std::os::fd::RawFd) -> Vec<u8> {
     }
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install};
+    use crate::daemon::runtime::probe::tests::supervised;
+
+    /// A stand-in for `berth __health`: it notes its arguments in `asked` next to it and acts
+    /// on the probe command's first word as the helper would end: `/pass` (exit 0), `/fail`
+    /// (exit 1, its output the verdict), `/gone` (the container is not running: exit 2, why on
+    /// stderr), `/hang` (never ends), `/big` (20 000 bytes of output).
+    const HELPER: &str = r#"#!/bin/sh
+[ "$1" = __health ] || exit 0
+echo "$@" >> "$(dirname "$0")/asked"
+echo "cgroup=${BERTH_CGROUP:-none}" >> "$(dirname "$0")/asked"
+case "$9" in
+/pass) echo "all good   "; exit 0 ;;
+/fail) echo "port 80 refused"; exit 1 ;;
+/gone) echo "cannot enter the network namespace of pid $4: No such process" >&2; exit 2 ;;
+/hang) exec sleep 60 ;;
+/big) head -c 20000 /dev/zero | tr '\0' x; exit 0 ;;
+esac
+exit 3
+"#;
+
+    /// `d`'s helper is the stand-in, in the temp dir.
+    fn helper(d: &mut Daemon, dir: &Path) -> PathBuf {
+        let exe = dir.join("helper");
+        std::fs::write(&exe, HELPER).unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A process forked elsewhere in the test binary may hold the written file open for a
+        // moment (ETXTBSY): run it once until it can be run.
+        let until = Instant::now() + Duration::from_secs(30);
+        while Command::new(&exe).status().is_err() {
+            assert!(Instant::now() < until, "{} cannot be run", exe.display());
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        d.exe = exe.clone();
+        exe
+    }
+
+    fn args(name: &str, init: i32, probe: &str) -> HealthArgs {
+        HealthArgs {
+            lxcpath: PathBuf::from("/var/lib/berth/lxc"),
+            name: name.into(),
+            init,
+            timeout_ms: 5000,
+            uid: 1000,
+            gid: 1000,
+            probe: Probe::Cmd(vec![probe.into(), "--quick".into()]),
+        }
+    }
+
+    fn asked(dir: &Path) -> String {
+        std::fs::read_to_string(dir.join("asked")).unwrap_or_default()
+    }
+
+    const LIMIT: Duration = Duration::from_secs(30);
+
+    /// The helper's exit says the verdict: 0 passed (its output, trimmed), 1 failed (its
+    /// output), anything else a probe error (its stderr); it gets the probe's arguments, and
+    /// no cgroup where the host has none.
+    #[test]
+    fn the_helpers_exit_is_the_verdict_and_its_output_the_line() {
+        let (dir, mut d, _m) = fake_daemon("health-verdict", "");
+        helper(&mut d, &dir.0);
+        assert_eq!(
+            run(&d, &args("web", 4242, "/pass"), LIMIT),
+            (true, "all good".to_string())
+        );
+        assert_eq!(
+            asked(&dir.0),
+            "__health /var/lib/berth/lxc web 4242 5000 1000 1000 cmd /pass --quick\ncgroup=none\n"
+        );
+        assert_eq!(
+            run(&d, &args("web", 4242, "/fail"), LIMIT),
+            (false, "port 80 refused".to_string())
+        );
+        assert_eq!(
+            run(&d, &args("web", 4242, "/other"), LIMIT),
+            (false, "probe error: ".to_string()),
+            "exit 3, nothing on stderr"
+        );
+    }
+
+    /// A container that is not running (its init gone): the helper cannot enter it, and the
+    /// check fails with the helper's reason.
+    #[test]
+    fn a_probe_of_a_container_that_is_not_running_fails_with_the_helpers_reason() {
+        let (dir, mut d, _m) = fake_daemon("health-gone", "");
+        helper(&mut d, &dir.0);
+        let (ok, line) = run(&d, &args("web", 999_999, "/gone"), LIMIT);
+        assert!(!ok);
+        assert_eq!(
+            line,
+            "probe error: cannot enter the network namespace of pid 999999: No such process"
+        );
+    }
+
+    /// A helper that outlives its limit is killed and the check fails, naming the limit; a
+    /// helper that cannot be run fails the check too; a long output is cut at 8 KiB.
+    #[test]
+    fn a_hung_or_missing_helper_fails_and_long_output_is_cut() {
+        let (dir, mut d, _m) = fake_daemon("health-hang", "");
+        helper(&mut d, &dir.0);
+        let t0 = Instant::now();
+        let (ok, line) = run(&d, &args("web", 1, "/hang"), Duration::from_millis(300));
+        assert!(!ok);
+        assert_eq!(line, "the probe did not finish within 300 ms");
+        assert!(t0.elapsed() >= Duration::from_millis(300));
+        assert!(
+            t0.elapsed() < Duration::from_secs(50),
+            "not waited for the sleep"
+        );
+
+        let (ok, line) = run(&d, &args("web", 1, "/big"), LIMIT);
+        assert!(ok);
+        assert!((8192..8192 + 1024).contains(&line.len()), "{}", line.len());
+        assert!(line.bytes().all(|b| b == b'x'));
+
+        d.exe = dir.path("no-such-helper");
+        let (ok, line) = run(&d, &args("web", 1, "/pass"), LIMIT);
+        assert!(!ok);
+        assert!(line.starts_with("cannot run the probe: "), "{line}");
+    }
+
+    const PROBED: &str = "[package]\nname = \"web\"\nversion = \"1.0\"\n[entrypoint]\nargv = [\"/bin/httpd\"]\nuser = 1000\ngroup = 1000\n[health]\ncmd = [\"/pass\"]\ntimeout = \"5s\"\n";
+
+    /// A check runs on its own thread: the verdict reaches the supervisor as the run's
+    /// `Health` event and is kept, with its time, as the container's last check.
+    #[test]
+    fn a_checks_verdict_reaches_the_supervisor_and_is_recorded() {
+        let (dir, mut d, _m) = fake_daemon("health-check", "");
+        helper(&mut d, &dir.0);
+        let d = Arc::new(d);
+        let p = install(&d, PROBED);
+        d.supervision.lock().unwrap().insert(
+            "web".into(),
+            supervised("running", None, Default::default()),
+        );
+        let t0 = berth_sys::process::now_s();
+        check(&d, "web", 4242, &p.manifest);
+        let ev = d.next_event(Some(Instant::now() + Duration::from_secs(60)));
+        assert_eq!(ev, Some(("web".to_string(), Event::Health(4242, true))));
+        let (line, at) = d.supervision.lock().unwrap()["web"]
+            .last_check
+            .clone()
+            .unwrap();
+        assert_eq!(line, "all good");
+        assert!((t0..=berth_sys::process::now_s()).contains(&at));
+        let args = asked(&dir.0);
+        assert!(
+            args.starts_with(&format!(
+                "__health {} web 4242 5000 1000 1000 cmd /pass\n",
+                d.cfg.paths.lxcpath.display()
+            )),
+            "{args}"
+        );
+    }
+
+    /// A failing check of a container the supervisor no longer follows still reaches it
+    /// (as a failure); nothing is recorded for it. A package without a probe is never checked.
+    #[test]
+    fn a_failed_check_is_told_and_a_package_without_a_probe_is_not_checked() {
+        let (dir, mut d, _m) = fake_daemon("health-fail", "");
+        helper(&mut d, &dir.0);
+        let d = Arc::new(d);
+        let p = install(&d, &PROBED.replace("[\"/pass\"]", "[\"/fail\"]"));
+        check(&d, "web", 7, &p.manifest);
+        let ev = d.next_event(Some(Instant::now() + Duration::from_secs(60)));
+        assert_eq!(ev, Some(("web".to_string(), Event::Health(7, false))));
+        assert!(d.supervision.lock().unwrap().get("web").is_none());
+
+        let plain = install(&d, crate::daemon::base::testing::MANIFEST);
+        let before = asked(&dir.0);
+        check(&d, "web", 7, &plain.manifest);
+        assert_eq!(
+            d.next_event(Some(Instant::now() + Duration::from_millis(300))),
+            None
+        );
+        assert_eq!(asked(&dir.0), before, "no helper ran");
+    }
+
+    /// Where the host has cgroups, the helper is told to enter the container's helpers leaf
+    /// (its work is the container's, in its budget).
+    #[test]
+    fn the_helper_enters_the_containers_helpers_cgroup() {
+        let (dir, mut d, _m) = fake_daemon("health-cgroup", "");
+        helper(&mut d, &dir.0);
+        crate::daemon::runtime::probe::tests::cgroup_fixture(&mut d, "web");
+        let leaf = cgroups::of(&d, "web").helpers;
+        std::fs::create_dir_all(d.cgroup_root().join(&leaf)).unwrap();
+        assert_eq!(
+            run(&d, &args("web", 4242, "/pass"), LIMIT),
+            (true, "all good".to_string())
+        );
+        assert!(
+            asked(&dir.0).ends_with(&format!("\ncgroup={leaf}\n")),
+            "{}",
+            asked(&dir.0)
+        );
+    }
+}
