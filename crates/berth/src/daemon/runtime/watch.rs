@@ -406,11 +406,11 @@ mod tests {
     fn an_orphaned_run_is_over_unless_its_init_lives_in_a_namespace_of_its_own() {
         let (_dir, d, _) = fake_daemon("watch-orphan", "");
         assert!(matches!(orphan(&d, 4001), Until::Ended), "no /proc entry");
-        process(&d, 4002, SELF_NS);
-        assert!(
-            matches!(orphan(&d, 4002), Until::Ended),
-            "the daemon's namespace"
-        );
+        // A live process (the test's), but in the daemon's own namespace.
+        let host = Kid(Command::new("sleep").arg("60").spawn().unwrap());
+        process(&d, host.0.id() as i32, SELF_NS);
+        let until = orphan(&d, host.0.id() as i32);
+        assert!(matches!(until, Until::Ended), "the daemon's namespace");
 
         let mut kid = Kid(Command::new("sleep").arg("60").spawn().unwrap());
         let pid = kid.0.id() as i32;
