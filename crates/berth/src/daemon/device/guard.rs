@@ -324,3 +324,270 @@ fn kill(proc: &Path, pid: i32, ns: &Path, start: u64) -> std::io::Result<process
     pinned.signal(libc::SIGKILL)?;
     Ok(pinned)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::{Child, Command};
+
+    use berth_core::api::guard_kill as gk;
+    use serde_json::Value;
+
+    use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
+
+    /// A package `db` 1.0 of priority 5 (killed after `web`'s priority 0).
+    const DB: &str = "[package]\nname = \"db\"\nversion = \"1.0\"\n[entrypoint]\nargv = [\"/bin/db\"]\n[resources]\npriority = 5\n";
+    const SELF_NS: &str = "pid:[4026531836]";
+    const WEB_NS: &str = "pid:[4026532100]";
+    const DB_NS: &str = "pid:[4026532200]";
+
+    /// Processes the test started (`sleep`), killed and reaped when it ends: the only
+    /// processes a guard under test may signal.
+    struct Kids(Vec<Child>);
+
+    impl Kids {
+        fn start(n: usize) -> Kids {
+            Kids(
+                (0..n)
+                    .map(|_| Command::new("sleep").arg("60").spawn().unwrap())
+                    .collect(),
+            )
+        }
+        fn pid(&self, i: usize) -> i32 {
+            self.0[i].id() as i32
+        }
+        fn alive(&mut self, i: usize) -> bool {
+            self.0[i].try_wait().unwrap().is_none()
+        }
+        /// Waits for it (it must have been killed): the signal that ended it.
+        fn ended_by(&mut self, i: usize) -> Option<i32> {
+            self.0[i].wait().unwrap().signal()
+        }
+    }
+
+    impl Drop for Kids {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    /// `pid` in the daemon's /proc: its stat (start time `start`), status (`rss_kib` of
+    /// VmRSS, none when None) and pid namespace `ns`.
+    fn process(d: &Daemon, pid: i32, ns: &str, rss_kib: Option<u64>, start: u64) {
+        let dir = d.proc().join(pid.to_string());
+        std::fs::create_dir_all(dir.join("ns")).unwrap();
+        let fields = " 1".repeat(18);
+        std::fs::write(
+            dir.join("stat"),
+            format!("{pid} (sleep) S{fields} {start} 0 0\n"),
+        )
+        .unwrap();
+        let rss = rss_kib.map_or(String::new(), |k| format!("VmRSS:\t{k} kB\n"));
+        std::fs::write(dir.join("status"), format!("Name:\tsleep\n{rss}")).unwrap();
+        let link = dir.join("ns/pid");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(ns, link).unwrap();
+    }
+
+    /// The daemon's /proc: its own pid namespace, and `avail_kib` of MemAvailable.
+    fn kernel(d: &Daemon, avail_kib: u64) {
+        std::fs::create_dir_all(d.proc().join("self/ns")).unwrap();
+        let _ = std::fs::remove_file(d.proc().join("self/ns/pid"));
+        std::os::unix::fs::symlink(SELF_NS, d.proc().join("self/ns/pid")).unwrap();
+        std::fs::write(
+            d.proc().join("meminfo"),
+            format!("MemTotal:\t1048576 kB\nMemFree:\t1024 kB\nMemAvailable:\t{avail_kib} kB\n"),
+        )
+        .unwrap();
+        std::fs::create_dir_all(d.cfg.paths.run.join("logs")).unwrap();
+    }
+
+    fn inits(list: &[(&str, i32)]) -> InitOf {
+        let list: Vec<(String, i32)> = list.iter().map(|(n, p)| (n.to_string(), *p)).collect();
+        Box::new(move |_, name| list.iter().find(|(n, _)| n == name).map(|(_, p)| *p))
+    }
+
+    /// The supervisor's events so far.
+    fn events(d: &Daemon) -> Vec<(String, Event)> {
+        std::iter::from_fn(|| d.next_event(Some(Instant::now()))).collect()
+    }
+
+    fn relieve_now(d: &Daemon, init_of: &InitOf) {
+        relieve(d, init_of, &mut RateLimit::default(), Instant::now());
+    }
+
+    /// Below the threshold the guard kills the lowest priority's payload first, then its
+    /// init, then the next container's; each kill told to the supervisor and recorded per
+    /// container (with a count); a process in the daemon's own pid namespace is never hit.
+    #[test]
+    fn below_the_threshold_the_lowest_priority_payload_goes_first_and_each_kill_is_recorded() {
+        let (_dir, d, _m) = fake_daemon("guard-kill", "[guard]\nthreshold = \"64M\"\n");
+        install(&d, MANIFEST);
+        install(&d, DB);
+        kernel(&d, 32 << 10);
+        // web's init, web's payload, db's init, a host process.
+        let mut kids = Kids::start(4);
+        let (web_init, web_payload, db_init, host) =
+            (kids.pid(0), kids.pid(1), kids.pid(2), kids.pid(3));
+        process(&d, web_init, WEB_NS, Some(1024), 500);
+        process(&d, web_payload, WEB_NS, Some(2048), 501);
+        process(&d, db_init, DB_NS, Some(4096), 502);
+        process(&d, host, SELF_NS, Some(900_000), 503);
+        let init_of = inits(&[("web", web_init), ("db", db_init)]);
+
+        relieve_now(&d, &init_of);
+
+        let kills: Vec<(String, GuardKill)> = events(&d)
+            .into_iter()
+            .map(|(n, e)| match e {
+                Event::GuardKilled(k) => (n, k),
+                other => panic!("{n}: {other:?}"),
+            })
+            .collect();
+        let k = |pid, init, rss: u64, priority| GuardKill {
+            pid,
+            init,
+            rss: rss << 10,
+            priority,
+            available: 32 << 20,
+        };
+        assert_eq!(
+            kills,
+            [
+                ("web".to_string(), k(web_payload, false, 2048, 0)),
+                ("web".to_string(), k(web_init, true, 1024, 0)),
+                ("db".to_string(), k(db_init, true, 4096, 5)),
+            ]
+        );
+        for i in 0..3 {
+            assert_eq!(kids.ended_by(i), Some(libc::SIGKILL), "process {i}");
+        }
+        assert!(kids.alive(3), "the host's process is never killed");
+        let file = |n: &str| -> Value {
+            serde_json::from_slice(&std::fs::read(d.cfg.paths.guard_file(n)).unwrap()).unwrap()
+        };
+        let web = file("web");
+        assert_eq!(web[gk::COUNT], 2);
+        assert_eq!(web[gk::PID], web_init);
+        assert_eq!(web[gk::INIT], true);
+        assert_eq!(web[gk::THRESHOLD], 64u64 << 20);
+        let db = file("db");
+        assert_eq!(
+            (db[gk::COUNT].clone(), db[gk::PID].clone()),
+            (1.into(), db_init.into())
+        );
+        assert_eq!(db[gk::PRIORITY], 5);
+        assert_eq!(records::last_guard_kill(&d, "web"), web);
+    }
+
+    /// At or above the threshold, or without a MemAvailable to read, nothing is killed,
+    /// told or recorded; below it with no container process, nothing either.
+    #[test]
+    fn nothing_is_killed_at_the_threshold_without_memavailable_or_without_candidates() {
+        let (_dir, d, _m) = fake_daemon("guard-none", "[guard]\nthreshold = \"64M\"\n");
+        install(&d, MANIFEST);
+        let mut kids = Kids::start(1);
+        process(&d, kids.pid(0), WEB_NS, Some(50_000), 700);
+        let init_of = inits(&[("web", kids.pid(0))]);
+        for avail_kib in [64 << 10, 900 << 10] {
+            kernel(&d, avail_kib);
+            relieve_now(&d, &init_of);
+            assert!(events(&d).is_empty(), "{avail_kib} kB available");
+        }
+        std::fs::write(d.proc().join("meminfo"), "MemTotal:\t1048576 kB\n").unwrap();
+        relieve_now(&d, &init_of);
+        assert!(events(&d).is_empty(), "no MemAvailable");
+        // Below, but the container does not run (no init): nothing of it is a candidate.
+        kernel(&d, 1 << 10);
+        relieve_now(&d, &inits(&[]));
+        assert!(events(&d).is_empty(), "no running container");
+        assert!(kids.alive(0));
+        assert!(!d.cfg.paths.guard_file("web").exists());
+        assert_eq!(records::last_guard_kill(&d, "web"), Value::Null);
+    }
+
+    /// The candidates are the members of each running container's own pid namespace with
+    /// an RSS: not a container whose "init" is in the daemon's namespace, not a process of
+    /// another namespace, not one without VmRSS (a zombie, a kernel thread).
+    #[test]
+    fn candidates_are_only_processes_of_a_containers_own_pid_namespace() {
+        let (_dir, d, _m) = fake_daemon("guard-candidates", "");
+        install(&d, MANIFEST);
+        install(&d, DB);
+        kernel(&d, 1 << 10);
+        // No signal is sent here: the pids need not be the test's.
+        process(&d, 3001, WEB_NS, Some(100), 1);
+        process(&d, 3002, WEB_NS, Some(300), 2);
+        process(&d, 3003, WEB_NS, None, 3);
+        process(&d, 3004, DB_NS, Some(400), 4);
+        process(&d, 3005, SELF_NS, Some(500), 5);
+        let mut got: Vec<(String, i32, bool, u64, u64)> =
+            candidates(&d, &inits(&[("web", 3001), ("db", 3005)]))
+                .into_iter()
+                .map(|f| (f.c.container, f.c.pid, f.c.is_init, f.c.rss, f.start))
+                .collect();
+        got.sort_by_key(|c| c.1);
+        assert_eq!(
+            got,
+            [
+                ("web".to_string(), 3001, true, 100 << 10, 1),
+                ("web".to_string(), 3002, false, 300 << 10, 2),
+            ]
+        );
+        let web = candidates(&d, &inits(&[("web", 3001)]));
+        assert!(web.iter().all(|f| f.ns == Path::new(WEB_NS)));
+        assert!(
+            candidates(&d, &inits(&[("web", 3999)])).is_empty(),
+            "an init without /proc entry"
+        );
+    }
+
+    /// A kill goes only to the process listed: another start time or another pid namespace
+    /// is as good as gone (ESRCH), a pid without /proc entry is not found; nothing is sent.
+    #[test]
+    fn a_kill_is_refused_when_the_process_is_no_longer_the_one_listed() {
+        let (_dir, d, _m) = fake_daemon("guard-pinned", "");
+        let mut kids = Kids::start(2);
+        let (pid, other) = (kids.pid(0), kids.pid(1));
+        process(&d, pid, WEB_NS, Some(10), 77);
+        let proc = d.proc();
+        let esrch = |r: std::io::Result<process::Pinned>| r.err().and_then(|e| e.raw_os_error());
+        assert_eq!(
+            esrch(kill(proc, pid, Path::new(WEB_NS), 78)),
+            Some(libc::ESRCH)
+        );
+        assert_eq!(
+            esrch(kill(proc, pid, Path::new(DB_NS), 77)),
+            Some(libc::ESRCH)
+        );
+        let e = kill(proc, other, Path::new(WEB_NS), 77).err().unwrap();
+        assert_eq!(e.kind(), std::io::ErrorKind::NotFound, "{e}");
+        assert!(kids.alive(0) && kids.alive(1));
+        kill(proc, pid, Path::new(WEB_NS), 77).unwrap();
+        assert_eq!(kids.ended_by(0), Some(libc::SIGKILL));
+        assert!(kids.alive(1));
+    }
+
+    /// Without a MemAvailable to read the guard thread says so and stops (not a spin).
+    #[test]
+    fn the_guard_stops_when_memavailable_cannot_be_read() {
+        let (_dir, d, _m) = fake_daemon("guard-stop", "");
+        install(&d, MANIFEST);
+        let d = Arc::new(d);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let d2 = Arc::clone(&d);
+        std::thread::spawn(move || {
+            run(&d2, &inits(&[]));
+            let _ = tx.send(());
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_secs(30)).is_ok(),
+            "the guard runs on without meminfo"
+        );
+        assert!(events(&d).is_empty());
+    }
+}

@@ -125,3 +125,68 @@ fn query(ask: &[(u32, Ipv4Addr)]) -> std::io::Result<Vec<(Ipv4Addr, String)>> {
     }
     Ok(answers)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv6Addr;
+
+    use super::*;
+
+    /// A neighbour on interface 7 (its index known: no lookup), named by DHCP or not.
+    fn host(ip: IpAddr, hostname: Option<&str>) -> lan::Host {
+        lan::Host {
+            ip,
+            mac: "02:00:00:00:00:01".into(),
+            ifindex: 7,
+            dev: "lan0".into(),
+            state: Some("reachable"),
+            ticks: Some(10),
+            hostname: hostname.map(str::to_string),
+            source: hostname.map(|_| lan::DHCP),
+        }
+    }
+
+    /// Answers kept (and kept absences) name the hosts without asking the LAN again (every
+    /// address here is cached, so nothing is sent); a DHCP name is kept, an IPv6 host is
+    /// left to its MAC's name.
+    #[test]
+    fn cached_answers_name_hosts_without_asking_again() {
+        // Documentation addresses (TEST-NET-3), used by no other test.
+        let named = Ipv4Addr::new(203, 0, 113, 10);
+        let silent = Ipv4Addr::new(203, 0, 113, 11);
+        let dhcp = Ipv4Addr::new(203, 0, 113, 12);
+        {
+            let mut c = CACHE.lock().unwrap();
+            c.push((named, Some("printer.local".into()), Instant::now()));
+            c.push((silent, None, Instant::now()));
+            c.push((dhcp, Some("other.local".into()), Instant::now()));
+        }
+        let v6 = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 1));
+        let mut hosts = vec![
+            host(IpAddr::V4(named), None),
+            host(IpAddr::V4(silent), None),
+            host(IpAddr::V4(dhcp), Some("nas")),
+            host(v6, None),
+        ];
+        name_hosts(&mut hosts);
+        assert_eq!(hosts[0].hostname.as_deref(), Some("printer.local"));
+        assert_eq!(hosts[0].source, Some(lan::MDNS));
+        assert_eq!(
+            (hosts[1].hostname.as_deref(), hosts[1].source),
+            (None, None),
+            "no answer"
+        );
+        assert_eq!(
+            (hosts[2].hostname.as_deref(), hosts[2].source),
+            (Some("nas"), Some(lan::DHCP))
+        );
+        assert_eq!(
+            (hosts[3].hostname.as_deref(), hosts[3].source),
+            (None, None)
+        );
+        let c = CACHE.lock().unwrap();
+        for a in [named, silent, dhcp] {
+            assert_eq!(c.iter().filter(|e| e.0 == a).count(), 1, "{a} asked again");
+        }
+    }
+}

@@ -646,3 +646,174 @@ fn neighbours(d: &Daemon) -> Vec<lan::Host> {
         lan::parse_proc_arp(&std::fs::read_to_string(d.proc().join("net/arp")).unwrap_or_default())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
+
+    fn networked(name: &str, network: &str) -> String {
+        format!("[package]\nname = \"{name}\"\nversion = \"1.0\"\n[entrypoint]\nargv = [\"/bin/{name}\"]\n[network]\n{network}")
+    }
+
+    /// Leases are kept atomically in the state and read back; a damaged line is no lease;
+    /// leases that cannot be written are an error naming the file.
+    #[test]
+    fn leases_read_back_as_saved_and_a_write_failure_names_the_file() {
+        let (_dir, d, _) = fake_daemon("net-leases", "");
+        assert!(load_leases(&d).is_empty());
+        let l: Leases = vec![
+            ("web".into(), Ipv4Addr::new(10, 99, 0, 2)),
+            ("db".into(), Ipv4Addr::new(10, 99, 0, 3)),
+        ];
+        save_leases(&d, &l).unwrap();
+        assert_eq!(load_leases(&d), l);
+        std::fs::write(leases_file(&d), "web 10.99.0.2\nbroken\ndb not-an-ip\n").unwrap();
+        assert_eq!(
+            load_leases(&d),
+            [("web".to_string(), Ipv4Addr::new(10, 99, 0, 2))]
+        );
+        std::fs::remove_file(leases_file(&d)).unwrap();
+        std::fs::create_dir_all(leases_file(&d).join("x")).unwrap();
+        let e = save_leases(&d, &l).unwrap_err();
+        assert_eq!(e.kind, Kind::Internal);
+        assert!(
+            e.message
+                .starts_with(&leases_file(&d).display().to_string()),
+            "{}",
+            e.message
+        );
+    }
+
+    /// Modes that need nothing of the host add no LXC lines; what the policy or the
+    /// configuration refuses is refused before any command runs; a published port another
+    /// container holds is refused naming it (no lease taken).
+    #[test]
+    fn prepare_refuses_a_denied_mode_a_missing_macvlan_parent_and_a_port_taken() {
+        let (dir, d, _) = fake_daemon("net-prepare", "");
+        let rootfs = dir.path("rootfs");
+        let web = install(&d, MANIFEST);
+        let st = crate::daemon::device::state::state(&d);
+        assert_eq!(prepare(&d, &web, &st, &rootfs).unwrap(), "");
+        let shared = install(&d, &networked("sh", "mode = \"shared\"\n"));
+        assert_eq!(prepare(&d, &shared, &st, &rootfs).unwrap(), "");
+
+        let mv = install(&d, &networked("mv", "mode = \"macvlan\"\n"));
+        let e = prepare(&d, &mv, &st, &rootfs).unwrap_err();
+        assert_eq!(e.kind, Kind::Refused);
+        assert_eq!(
+            e.message,
+            "mv: network mode macvlan needs [network] macvlan_parent in berth.toml"
+        );
+
+        let (_dir2, strict, _) = fake_daemon("net-strict", "[network]\nmodes = \"none\"\n");
+        let sh = install(&strict, &networked("sh", "mode = \"shared\"\n"));
+        let e = prepare(
+            &strict,
+            &sh,
+            &crate::daemon::device::state::state(&strict),
+            &rootfs,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, Kind::Refused);
+        assert!(
+            e.message
+                .starts_with("sh: network mode shared is not allowed"),
+            "{}",
+            e.message
+        );
+
+        install(
+            &d,
+            &networked("db", "mode = \"isolated\"\npublish = [\"8080:80/tcp\"]\n"),
+        );
+        let a = install(
+            &d,
+            &networked(
+                "app",
+                "mode = \"isolated\"\npublish = [\"8080:8000/tcp\"]\n",
+            ),
+        );
+        save_leases(&d, &vec![("db".into(), Ipv4Addr::new(10, 99, 0, 2))]).unwrap();
+        let st = crate::daemon::device::state::state(&d);
+        let e = prepare(&d, &a, &st, &rootfs).unwrap_err();
+        assert_eq!(e.kind, Kind::PortTaken);
+        assert!(
+            e.message.contains("8080") && e.message.contains("db"),
+            "{}",
+            e.message
+        );
+        assert_eq!(load_leases(&d).len(), 1, "no lease taken");
+    }
+
+    /// berth's dnsmasq is the pid file's process only when it is a dnsmasq using that very
+    /// pid file (a reused pid is never taken for it).
+    #[test]
+    fn dnsmasq_is_recognised_by_its_pid_file_and_command_line() {
+        let (_dir, d, _) = fake_daemon("net-dnsmasq", "");
+        let pid_file = dnsmasq_pid_file(&d);
+        assert_eq!(dnsmasq_running(d.proc(), &pid_file), None);
+        std::fs::create_dir_all(pid_file.parent().unwrap()).unwrap();
+        std::fs::write(&pid_file, "5150\n").unwrap();
+        assert_eq!(
+            dnsmasq_running(d.proc(), &pid_file),
+            None,
+            "no such process"
+        );
+        let cmdline = d.proc().join("5150/cmdline");
+        std::fs::create_dir_all(cmdline.parent().unwrap()).unwrap();
+        let mine = format!("--pid-file={}", pid_file.display());
+        std::fs::write(
+            &cmdline,
+            format!("/usr/sbin/dnsmasq\0--keep-in-foreground\0{mine}\0"),
+        )
+        .unwrap();
+        assert_eq!(
+            dnsmasq_running(d.proc(), &pid_file),
+            Some((5150, vec!["--keep-in-foreground".to_string(), mine.clone()]))
+        );
+        std::fs::write(&cmdline, format!("/bin/sleep\0{mine}\0")).unwrap();
+        assert_eq!(
+            dnsmasq_running(d.proc(), &pid_file),
+            None,
+            "another program"
+        );
+        std::fs::write(&cmdline, "/usr/sbin/dnsmasq\0--pid-file=/run/other.pid\0").unwrap();
+        assert_eq!(
+            dnsmasq_running(d.proc(), &pid_file),
+            None,
+            "another dnsmasq"
+        );
+    }
+
+    /// A container's own view of its network: its mode and ports, and with a lease its
+    /// address and MAC; a removed container's resolv.conf goes (its leases unchanged: no
+    /// ruleset is loaded).
+    #[test]
+    fn a_containers_network_shows_its_lease_and_forget_drops_its_files() {
+        let (_dir, d, _) = fake_daemon("net-of", "");
+        let app = install(
+            &d,
+            &networked("app", "mode = \"isolated\"\npublish = [\"8080:80/tcp\"]\n"),
+        );
+        let v = of(&d, &app);
+        assert_eq!(v[field::MODE], "isolated");
+        assert_eq!(v[field::PUBLISH], serde_json::json!(["8080:80/tcp"]));
+        assert_eq!(v[field::IPV4], Value::Null);
+        let ip = d.cfg.network.gateway();
+        let ip = Ipv4Addr::from(u32::from(ip) + 5);
+        save_leases(&d, &vec![("app".into(), ip)]).unwrap();
+        let v = of(&d, &app);
+        assert_eq!(v[field::IPV4], format!("{ip}/{}", d.cfg.network.subnet.1));
+        assert_eq!(v[field::MAC], net::mac_of(ip));
+        assert_eq!(v[field::VETH], Value::Null, "no counters asked for");
+
+        let resolv = resolv_file(&d, "gone");
+        std::fs::create_dir_all(resolv.parent().unwrap()).unwrap();
+        std::fs::write(&resolv, "nameserver 192.0.2.1\n").unwrap();
+        let st = crate::daemon::device::state::state(&d);
+        forget(&d, &st, &["gone".into()]);
+        assert!(!resolv.exists());
+        assert_eq!(load_leases(&d), [("app".to_string(), ip)]);
+    }
+}

@@ -621,3 +621,390 @@ pub(crate) fn forget(d: &Daemon, name: &str) {
     }
     let _ = std::fs::remove_dir(&anchor);
 }
+
+#[cfg(test)]
+mod tests {
+    use berth_core::api::bind as f;
+    use serde_json::json;
+
+    use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install};
+    use crate::daemon::runtime::probe::tests::{info, lxc_config, FakeShim};
+
+    /// `web`, whose manifest binds `tool` at /opt/tool.
+    const WEB: &str = "[package]\nname = \"web\"\nversion = \"1.0\"\n[entrypoint]\nargv = [\"/bin/httpd\"]\n[[bind]]\npackage = \"tool\"\nat = \"/opt/tool\"\n";
+
+    fn package(name: &str, version: &str) -> String {
+        format!("[package]\nname = \"{name}\"\nversion = \"{version}\"\n[entrypoint]\nargv = [\"/bin/{name}\"]\n")
+    }
+
+    fn binding(package: &str, at: &str, created: &str, state: BindState) -> Binding {
+        Binding {
+            package: package.into(),
+            version: "2.0".into(),
+            sha256: "cd".repeat(32),
+            at: at.into(),
+            method: Method::MountApi,
+            manifest: false,
+            created: created.into(),
+            state,
+        }
+    }
+
+    /// `web` and its packages installed, running by its shim's word (init 4242: a pid no
+    /// namespace of which is entered here, its /proc entry is not in the fixture).
+    fn running(
+        tag: &str,
+    ) -> (
+        berth_testkit::TempDir,
+        Daemon,
+        &'static berth_testkit::fake_host::FakeMounts,
+        FakeShim,
+    ) {
+        let (dir, d, m) = fake_daemon(tag, "");
+        install(&d, WEB);
+        install(&d, &package("tool", "2.0"));
+        install(&d, &package("lib", "3.0"));
+        lxc_config(&d, "web");
+        let shim = FakeShim::start(&d, "web", info(4242), b"");
+        (dir, d, m, shim)
+    }
+
+    /// What `bind` refuses before anything is mounted: a package or container not
+    /// installed, a target not allowed, a container that does not run.
+    #[test]
+    fn bind_refuses_what_is_not_installed_a_bad_target_or_a_stopped_container() {
+        let (_dir, d, m) = fake_daemon("bind-refused", "");
+        let e = bind(&d, "tool", "web", None, false).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (
+                Kind::NotInstalled,
+                "tool is not installed (berth install tool)"
+            )
+        );
+        install(&d, &package("tool", "2.0"));
+        let e = bind(&d, "tool", "web", None, false).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (
+                Kind::NotInstalled,
+                "web is not installed (berth install web)"
+            )
+        );
+        install(&d, WEB);
+        let e = bind(&d, "tool", "web", Some("/opt/a b".into()), false).unwrap_err();
+        assert_eq!(e.kind, Kind::BadRequest);
+        assert!(e.message.starts_with("cannot bind at "), "{}", e.message);
+        let e = bind(&d, "tool", "web", None, false).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (Kind::NotRunning, "web is not running (berth start web)")
+        );
+        assert!(m.calls().is_empty(), "{:?}", m.calls());
+        assert!(!d.cfg.paths.lxc_dir("web").join("binds").exists());
+    }
+
+    /// A running container: a package already bound, or a target on or below another
+    /// binding's, is refused naming it; an image that cannot be mounted leaves no record.
+    #[test]
+    fn bind_refuses_a_package_already_bound_a_target_taken_and_an_image_not_mounted() {
+        let (_dir, d, m, _shim) = running("bind-taken");
+        let lib = binding("lib", "/srv/lib", "", BindState::Bound);
+        write_run(
+            &d,
+            "web",
+            &[
+                binding("tool", "/opt/tool", "", BindState::Bound),
+                lib.clone(),
+            ],
+        )
+        .unwrap();
+        let e = bind(&d, "tool", "web", Some("/opt/other".into()), false).unwrap_err();
+        assert_eq!(e.kind, Kind::AlreadyBound);
+        assert_eq!(
+            e.message,
+            "tool is already bound into web at /opt/tool (berth unbind tool --from web)"
+        );
+
+        write_run(&d, "web", std::slice::from_ref(&lib)).unwrap();
+        let e = bind(&d, "tool", "web", Some("/srv/lib/x".into()), false).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (
+                Kind::TargetTaken,
+                "/srv/lib/x in web: lib is bound at /srv/lib"
+            )
+        );
+        let e = bind(&d, "tool", "web", Some("/srv".into()), false).unwrap_err();
+        assert_eq!(e.kind, Kind::TargetTaken, "{}", e.message);
+        assert!(
+            m.calls().iter().all(|c| !c.starts_with("mount_squashfs")),
+            "{:?}",
+            m.calls()
+        );
+
+        m.fail_next("mount_squashfs", libc::EIO);
+        let e = bind(&d, "tool", "web", None, true).unwrap_err();
+        assert_eq!(e.kind, Kind::MountFailed);
+        let image = d.cfg.paths.image(&"ab".repeat(32));
+        assert!(
+            e.message
+                .starts_with(&format!("cannot mount {}: ", image.display())),
+            "{}",
+            e.message
+        );
+        assert!(
+            m.calls().iter().any(|c| c.starts_with("mount_squashfs ")),
+            "{:?}",
+            m.calls()
+        );
+        assert_eq!(mounts::run_bindings(&d, "web"), [lib]);
+        assert!(persisted(&d, "web").is_empty());
+    }
+
+    /// The journal a killed daemon left is settled by what the container shows (here: no
+    /// image mounted, so nothing): a binding half made is dropped with the directories made
+    /// for it, one half taken off is forgotten (its persistent binding too), a confirmed one
+    /// stays; a stage bind left on the host is taken off. A container not running is left.
+    #[test]
+    fn the_bind_journal_is_settled_by_what_the_container_shows() {
+        let (_dir, d, m, shim) = running("bind-settle");
+        let anchor = d.cfg.paths.bind_anchor("web");
+        std::fs::create_dir_all(anchor.join("opt/made/deep")).unwrap();
+        let stage = anchor.join("stage/lib");
+        std::fs::create_dir_all(&stage).unwrap();
+        let src = d.cfg.paths.run.join("src");
+        std::fs::create_dir_all(&src).unwrap();
+        d.host.mounts.bind(&src, &stage, true).unwrap();
+        write_persisted(
+            &d,
+            "web",
+            &[
+                ("lib".into(), "/srv/lib".into()),
+                ("other".into(), "/srv/o".into()),
+            ],
+        )
+        .unwrap();
+        let kept = binding("tool", "/opt/tool", "", BindState::Bound);
+        let journal = [
+            kept.clone(),
+            binding(
+                "new",
+                "/opt/made/deep",
+                "/opt/made",
+                BindState::Binding { persist: true },
+            ),
+            binding("lib", "/srv/lib", "", BindState::Unbinding { forget: true }),
+        ];
+        write_run(&d, "web", &journal).unwrap();
+
+        drop(shim);
+        settle(&d, "web");
+        assert_eq!(
+            mounts::run_bindings(&d, "web"),
+            journal,
+            "not running: left"
+        );
+
+        let _shim = FakeShim::start(&d, "web", info(4242), b"");
+        settle(&d, "web");
+        assert_eq!(mounts::run_bindings(&d, "web"), [kept]);
+        assert!(
+            !anchor.join("opt/made").exists(),
+            "the directories made for it"
+        );
+        assert!(anchor.join("opt").is_dir());
+        assert_eq!(
+            persisted(&d, "web"),
+            [("other".to_string(), "/srv/o".to_string())]
+        );
+        assert!(
+            m.calls()
+                .contains(&format!("umount {} lazy", stage.display())),
+            "{:?}",
+            m.calls()
+        );
+        assert!(m.mounted().is_empty());
+        assert!(!stage.exists());
+    }
+
+    /// unbind: a container not installed, a package not bound; a persistent binding of a
+    /// stopped container is forgotten (nothing to unmount); a running one's binding whose
+    /// image is no longer mounted is dropped with its directories.
+    #[test]
+    fn unbind_refuses_what_is_not_bound_and_forgets_what_is() {
+        let (_dir, d, _m, shim) = running("bind-unbind");
+        let e = unbind(&d, "tool", "db").unwrap_err();
+        assert_eq!(e.kind, Kind::NotInstalled);
+        let e = unbind(&d, "tool", "web").unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (Kind::NotBound, "tool is not bound into web")
+        );
+
+        let anchor = d.cfg.paths.bind_anchor("web");
+        std::fs::create_dir_all(anchor.join("opt/tool")).unwrap();
+        write_run(
+            &d,
+            "web",
+            &[binding("tool", "/opt/tool", "/opt/tool", BindState::Bound)],
+        )
+        .unwrap();
+        keep(&d, "web", "tool", "/opt/tool").unwrap();
+        let v = unbind(&d, "tool", "web").unwrap();
+        assert_eq!(
+            (
+                v[f::AT].clone(),
+                v[f::UNMOUNTED].clone(),
+                v[f::PERSIST].clone()
+            ),
+            (json!("/opt/tool"), json!(true), json!(true))
+        );
+        assert!(mounts::run_bindings(&d, "web").is_empty());
+        assert!(!anchor.join("opt/tool").exists());
+        assert!(!d.cfg.paths.binds_file("web").exists());
+
+        drop(shim);
+        keep(&d, "web", "lib", "/srv/lib").unwrap();
+        let v = unbind(&d, "lib", "web").unwrap();
+        assert_eq!(
+            (
+                v[f::AT].clone(),
+                v[f::UNMOUNTED].clone(),
+                v[f::PERSIST].clone()
+            ),
+            (Value::Null, json!(false), json!(true))
+        );
+        assert!(persisted(&d, "web").is_empty());
+        assert_eq!(unbind(&d, "lib", "web").unwrap_err().kind, Kind::NotBound);
+    }
+
+    /// status' listing: a stopped container's next bindings (manifest first, an operator's
+    /// binding of the same package not twice), a running one's recorded bindings; and the
+    /// containers a package is bound into.
+    #[test]
+    fn listing_and_bound_into_show_the_manifests_and_the_operators_bindings() {
+        let (_dir, d, _m, _shim) = running("bind-listing");
+        write_persisted(
+            &d,
+            "web",
+            &[
+                ("tool".into(), "/srv/t".into()),
+                ("lib".into(), "/srv/lib".into()),
+            ],
+        )
+        .unwrap();
+        let st = state::state(&d);
+        let web = st.packages.get("web").unwrap();
+        let next = listing(&d, &st, web, false);
+        assert_eq!(
+            next,
+            json!([
+                {f::PACKAGE: "tool", f::VERSION: "2.0", f::AT: "/opt/tool", f::PERSIST: true, f::METHOD: null, f::ORIGIN: "manifest"},
+                {f::PACKAGE: "lib", f::VERSION: "3.0", f::AT: "/srv/lib", f::PERSIST: true, f::METHOD: null, f::ORIGIN: "operator"},
+            ])
+        );
+        write_run(
+            &d,
+            "web",
+            &[binding("lib", "/srv/lib", "", BindState::Bound)],
+        )
+        .unwrap();
+        let now = listing(&d, &st, web, true);
+        assert_eq!(now.as_array().unwrap().len(), 1);
+        assert_eq!(now[0][f::METHOD], "mount-api");
+        assert_eq!(
+            now[0][f::VERSION],
+            "2.0",
+            "the version bound, not the installed one"
+        );
+
+        assert_eq!(bound_into(&d, &st, "tool", &[]), ["web"]);
+        assert_eq!(bound_into(&d, &st, "lib", &[]), ["web"]);
+        assert!(bound_into(&d, &st, "lib", &["web".into()]).is_empty());
+        assert!(bound_into(&d, &st, "web", &[]).is_empty());
+    }
+
+    /// A removed container's persistent bindings and empty anchor go; a directory with
+    /// something in it stays.
+    #[test]
+    fn forget_removes_the_persistent_bindings_and_the_empty_anchor() {
+        let (_dir, d, _m) = fake_daemon("bind-forget", "");
+        keep(&d, "web", "tool", "/opt/tool").unwrap();
+        let anchor = d.cfg.paths.bind_anchor("web");
+        std::fs::create_dir_all(anchor.join("opt")).unwrap();
+        std::fs::create_dir_all(anchor.join("stage/left")).unwrap();
+        forget(&d, "web");
+        assert!(!d.cfg.paths.binds_file("web").exists());
+        assert!(!anchor.join("opt").exists());
+        assert!(
+            anchor.join("stage/left").is_dir(),
+            "not removed recursively"
+        );
+    }
+
+    /// A failed mount says the target and why; the mount points made below the anchor are
+    /// the ones removed again.
+    #[test]
+    fn a_failed_mount_is_named_and_made_directories_are_removed_again() {
+        let e = |errno| fail(io::Error::from_raw_os_error(errno), "web", "/opt/t");
+        assert_eq!(e(libc::ENOENT).kind, Kind::Refused);
+        assert!(e(libc::ENOENT)
+            .message
+            .starts_with("/opt/t in web: no such directory"));
+        assert_eq!(e(libc::EBUSY).kind, Kind::TargetTaken);
+        assert_eq!(
+            e(libc::ENOTEMPTY).message,
+            "/opt/t in web: not empty (a binding would hide its files)"
+        );
+        assert_eq!(e(libc::EIO).kind, Kind::MountFailed);
+
+        let (_dir, d, _m) = fake_daemon("bind-dirs", "");
+        let anchor = d.cfg.paths.bind_anchor("web");
+        std::fs::create_dir_all(anchor.join("opt/a")).unwrap();
+        let created = make_dirs(&anchor, "/opt/a/b/c").unwrap();
+        assert_eq!(created, "/opt/a/b");
+        assert!(anchor.join("opt/a/b/c").is_dir());
+        remove_dirs(&anchor, "/opt/a/b/c", &created);
+        assert!(!anchor.join("opt/a/b").exists());
+        assert!(anchor.join("opt/a").is_dir(), "there before");
+        std::fs::write(anchor.join("opt/file"), "").unwrap();
+        let e = make_dirs(&anchor, "/opt/file/x").unwrap_err();
+        assert_eq!(e.kind, Kind::TargetTaken);
+        assert!(e.message.starts_with("/opt/file/x: "), "{}", e.message);
+    }
+
+    /// At a start, the bind anchor is a real shared mount: as another user it is refused
+    /// (naming the anchor), after what a former run left below it was taken off through
+    /// the host. As root the test would mount on the host: skipped.
+    #[test]
+    fn prepare_takes_off_a_former_runs_mounts_then_needs_the_anchor_mount() {
+        if berth_sys::process::is_root() {
+            return berth_sys::skip::record("host root", "bind::prepare's anchor is a real shared bind mount (mountns::bind_shared): as root it would be made on the host");
+        }
+        let (dir, d, m) = fake_daemon("bind-prepare", "");
+        let web = install(&d, WEB);
+        let anchor = d.cfg.paths.bind_anchor("web");
+        let left = anchor.join("stage/old");
+        std::fs::create_dir_all(&left).unwrap();
+        d.host.mounts.bind(&dir.path("state"), &left, true).unwrap();
+        let rootfs = dir.path("rootfs");
+        std::fs::create_dir_all(rootfs.join("opt")).unwrap();
+        let e = prepare(&d, &state::state(&d), &web, &rootfs).unwrap_err();
+        assert_eq!(e.kind, Kind::MountFailed);
+        assert!(
+            e.message
+                .starts_with(&format!("web: bind anchor {}: ", anchor.display())),
+            "{}",
+            e.message
+        );
+        assert!(
+            m.calls()
+                .contains(&format!("umount {} lazy", left.display())),
+            "{:?}",
+            m.calls()
+        );
+        assert!(anchor.join("opt").is_dir() && !left.exists());
+    }
+}

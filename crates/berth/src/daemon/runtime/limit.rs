@@ -192,3 +192,291 @@ pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
     }
     Ok(v)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install, pretend_running, MANIFEST};
+    use crate::daemon::runtime::probe::tests::cgroup_fixture;
+
+    const POLICY: &str = "[policy]\nmemory_budget = \"256M\"\n";
+
+    fn ov(memory: Option<u64>, pids: Option<u32>) -> Overrides {
+        Overrides {
+            cpu_max_percent: None,
+            memory_max: memory,
+            pids_max: pids,
+        }
+    }
+
+    /// `name`'s budget and payload cgroup directories in the fixture.
+    fn dirs(d: &Daemon, name: &str) -> (PathBuf, PathBuf) {
+        let budget = d.cgroup_root().join(&d.cfg.cgroup_parent).join(name);
+        (budget.clone(), budget.join("payload"))
+    }
+
+    /// The limit files a change writes, empty (a cgroup file takes a write, untruncated).
+    fn limit_files(d: &Daemon, name: &str) {
+        let (budget, payload) = dirs(d, name);
+        for dir in [&budget, &payload] {
+            for f in ["memory.max", "memory.low", "pids.max"] {
+                std::fs::write(dir.join(f), "").unwrap();
+            }
+        }
+    }
+
+    fn read(p: PathBuf) -> String {
+        std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+    }
+
+    /// A package that is not installed is refused by name, and nothing is kept for it.
+    #[test]
+    fn a_limit_of_a_package_not_installed_is_refused() {
+        let (_dir, d, _) = fake_daemon("limit-missing", "");
+        let e = limit(&d, "web", &ov(Some(16 << 20), None)).unwrap_err();
+        assert_eq!(e.kind, Kind::NotInstalled);
+        assert_eq!(e.message, "web is not installed (berth install web)");
+        assert!(!d.cfg.paths.limits_file("web").exists());
+    }
+
+    /// A container that does not run gets its limits kept for the next start, nothing
+    /// written to a cgroup (there are none here).
+    #[test]
+    fn a_stopped_containers_limits_are_kept_for_its_next_start() {
+        let (_dir, d, _) = fake_daemon("limit-stopped", POLICY);
+        install(&d, MANIFEST);
+        let v = limit(&d, "web", &ov(Some(16 << 20), Some(40))).unwrap();
+        assert_eq!(v[field::NAME], "web");
+        assert_eq!(v[field::RUNNING], false);
+        assert_eq!(v[field::APPLIED], false);
+        assert_eq!(v[field::OVERRIDES]["memory_max"], 16u64 << 20);
+        assert_eq!(v[field::LIMITS]["pids_max"], 40);
+        assert_eq!(
+            limits::load_overrides(&d.cfg, "web"),
+            ov(Some(16 << 20), Some(40))
+        );
+        // A later change of one limit keeps the other.
+        limit(&d, "web", &ov(None, Some(10))).unwrap();
+        assert_eq!(
+            limits::load_overrides(&d.cfg, "web"),
+            ov(Some(16 << 20), Some(10))
+        );
+    }
+
+    /// A limit beyond the policy is refused: nothing kept, nothing written.
+    #[test]
+    fn a_limit_beyond_the_policy_changes_nothing() {
+        let (_dir, mut d, _) = fake_daemon("limit-beyond", POLICY);
+        install(&d, MANIFEST);
+        cgroup_fixture(&mut d, "web");
+        limit_files(&d, "web");
+        let _monitor = pretend_running(&d, "web");
+        let e = limit(&d, "web", &ov(Some(512 << 20), None)).unwrap_err();
+        assert_eq!(e.kind, Kind::BeyondPolicy);
+        assert!(e.message.starts_with("web: memory "), "{}", e.message);
+        assert!(!d.cfg.paths.limits_file("web").exists());
+        assert_eq!(read(dirs(&d, "web").1.join("memory.max")), "");
+    }
+
+    /// A running container without usable cgroups: the change is refused saying why, and
+    /// not kept either.
+    #[test]
+    fn a_running_container_without_cgroups_is_refused() {
+        let (_dir, d, _) = fake_daemon("limit-nocg", POLICY);
+        install(&d, MANIFEST);
+        let _monitor = pretend_running(&d, "web");
+        let e = limit(&d, "web", &ov(Some(16 << 20), None)).unwrap_err();
+        assert_eq!(e.kind, Kind::NoCgroups);
+        assert_eq!(e.message, "cannot change limits: fixture");
+        assert!(!d.cfg.paths.limits_file("web").exists());
+    }
+
+    /// A running container's payload gets the limits as asked, its budget with room for
+    /// berth's processes; only what the request changes is written; the change is kept.
+    #[test]
+    fn a_running_containers_payload_and_budget_are_written_and_the_change_kept() {
+        let (_dir, mut d, _) = fake_daemon("limit-running", POLICY);
+        install(&d, MANIFEST);
+        cgroup_fixture(&mut d, "web");
+        limit_files(&d, "web");
+        let _monitor = pretend_running(&d, "web");
+        let v = limit(&d, "web", &ov(Some(16 << 20), None)).unwrap();
+        assert_eq!(
+            (v[field::RUNNING].clone(), v[field::APPLIED].clone()),
+            (true.into(), true.into())
+        );
+        let (budget, payload) = dirs(&d, "web");
+        assert_eq!(read(payload.join("memory.max")), (16u64 << 20).to_string());
+        let room = (16u64 << 20) + cg::BUDGET_MEMORY_OVERHEAD + d.cfg.log_ring_bytes as u64;
+        assert_eq!(read(budget.join("memory.max")), room.to_string());
+        assert_eq!(
+            read(payload.join("pids.max")),
+            "",
+            "pids were not asked for"
+        );
+        assert_eq!(
+            limits::load_overrides(&d.cfg, "web"),
+            ov(Some(16 << 20), None)
+        );
+
+        limit_files(&d, "web");
+        limit(&d, "web", &ov(None, Some(20))).unwrap();
+        assert_eq!(read(payload.join("pids.max")), "20");
+        assert_eq!(
+            read(budget.join("pids.max")),
+            (20 + cg::BUDGET_PIDS_OVERHEAD).to_string()
+        );
+        assert_eq!(
+            read(payload.join("memory.max")),
+            "",
+            "memory was not asked again"
+        );
+        assert_eq!(
+            limits::load_overrides(&d.cfg, "web"),
+            ov(Some(16 << 20), Some(20))
+        );
+    }
+
+    /// A cgroup write the kernel refuses (here a directory where the file is) fails the
+    /// change naming the file and what was left; the change is not kept.
+    #[test]
+    fn a_refused_cgroup_write_fails_naming_the_file_and_keeps_nothing() {
+        let (_dir, mut d, _) = fake_daemon("limit-refused", POLICY);
+        install(&d, MANIFEST);
+        cgroup_fixture(&mut d, "web");
+        limit_files(&d, "web");
+        let _monitor = pretend_running(&d, "web");
+        let (budget, payload) = dirs(&d, "web");
+        std::fs::remove_file(payload.join("memory.max")).unwrap();
+        std::fs::create_dir(payload.join("memory.max")).unwrap();
+        let e = limit(&d, "web", &ov(Some(16 << 20), None)).unwrap_err();
+        assert_eq!(e.kind, Kind::LimitFailed);
+        assert!(e.message.starts_with("web: "), "{}", e.message);
+        assert!(e.message.contains("payload/memory.max"), "{}", e.message);
+        assert!(
+            e.message.ends_with("(the limits were not changed)"),
+            "{}",
+            e.message
+        );
+        assert_eq!(read(budget.join("memory.max")), "");
+        assert!(!d.cfg.paths.limits_file("web").exists());
+
+        // The payload's written, the budget's refused: said so.
+        std::fs::remove_dir(payload.join("memory.max")).unwrap();
+        std::fs::write(payload.join("memory.max"), "").unwrap();
+        std::fs::remove_file(budget.join("memory.max")).unwrap();
+        std::fs::create_dir(budget.join("memory.max")).unwrap();
+        let e = limit(&d, "web", &ov(Some(16 << 20), None)).unwrap_err();
+        assert_eq!(e.kind, Kind::LimitFailed);
+        assert!(
+            e.message
+                .contains("the payload's were changed, its budget's were not"),
+            "{}",
+            e.message
+        );
+        assert_eq!(read(payload.join("memory.max")), (16u64 << 20).to_string());
+        assert!(!d.cfg.paths.limits_file("web").exists());
+    }
+
+    fn sample(usage: Option<u64>) -> cgroupfs::Stats {
+        cgroupfs::Stats {
+            cpu_usage_usec: usage,
+            cpu_quota_us: Some(20_000),
+            cpu_period_us: Some(100_000),
+            memory_current: Some(4096),
+            pids_max: None,
+            ..Default::default()
+        }
+    }
+
+    /// CPU percent of one CPU from two samples; a cap from quota and period; counters as
+    /// read, a missing one null; no percentage without two usages or without time.
+    #[test]
+    fn stats_json_computes_the_cpu_share_and_keeps_missing_counters_null() {
+        let v = stats_json(
+            &sample(Some(1_000_000)),
+            &sample(Some(1_250_000)),
+            Duration::from_millis(500),
+        );
+        assert_eq!(v[stats::CPU_PERCENT], 50.0);
+        assert_eq!(v[stats::CPU_MAX_PERCENT], 20);
+        assert_eq!(v[stats::CPU_USAGE_USEC], 1_250_000);
+        assert_eq!(v[stats::MEMORY_CURRENT], 4096);
+        assert_eq!(v[stats::PIDS_MAX], Value::Null);
+        let v = stats_json(&sample(None), &sample(Some(9)), Duration::from_secs(1));
+        assert_eq!(v[stats::CPU_PERCENT], Value::Null);
+        let v = stats_json(&sample(Some(1)), &sample(Some(9)), Duration::ZERO);
+        assert_eq!(v[stats::CPU_PERCENT], Value::Null);
+        let mut no_period = sample(Some(1));
+        no_period.cpu_period_us = Some(0);
+        assert_eq!(
+            stats_json(&no_period, &no_period, Duration::ZERO)[stats::CPU_MAX_PERCENT],
+            Value::Null
+        );
+    }
+
+    /// Without cgroups there are no stats (an error saying why) and no snapshot; a package
+    /// not installed is refused by name.
+    #[test]
+    fn stats_without_cgroups_or_of_a_package_not_installed_are_refused() {
+        let (_dir, mut d, _) = fake_daemon("stats-refused", "");
+        let e = stats(&d, None).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (Kind::NoCgroups, "no stats: fixture")
+        );
+        assert_eq!(snapshot(&d, "web"), None);
+        cgroup_fixture(&mut d, "web");
+        let e = stats(&d, Some("web")).unwrap_err();
+        assert_eq!(e.kind, Kind::NotInstalled);
+        assert_eq!(e.message, "web is not installed (berth install web)");
+    }
+
+    /// The group's counters and each running container's (its budget's CPU, its payload's
+    /// memory and pids), read off the fixture; a container that does not run is not listed.
+    #[test]
+    fn stats_show_the_group_and_the_running_containers_counters() {
+        let (_dir, mut d, _) = fake_daemon("stats-fixture", "");
+        install(&d, MANIFEST);
+        install(
+            &d,
+            "[package]\nname = \"db\"\nversion = \"1.0\"\n[entrypoint]\nargv = [\"/bin/db\"]\n",
+        );
+        cgroup_fixture(&mut d, "web");
+        let _monitor = pretend_running(&d, "web");
+        let v = stats(&d, None).unwrap();
+        assert_eq!(v[stats::CGROUP_VERSION], "v2");
+        assert_eq!(v[stats::CPUS], 1);
+        assert!(v[stats::SAMPLE_MS].as_u64().unwrap() >= STATS_SAMPLE.as_millis() as u64);
+        let g = &v[stats::GROUP];
+        assert_eq!(g[stats::CGROUP], d.cfg.cgroup_parent.as_str());
+        assert_eq!(g[stats::MEMORY_CURRENT], 16u64 << 20);
+        assert_eq!(g[stats::MEMORY_MAX], 64u64 << 20);
+        let list = v[stats::CONTAINERS].as_array().unwrap();
+        assert_eq!(list.len(), 1, "{list:?}");
+        let web = &list[0];
+        assert_eq!(web[stats::NAME], "web");
+        assert_eq!(web[stats::CPU_USAGE_USEC], 5_000_000);
+        assert_eq!(web[stats::NR_THROTTLED], 2);
+        assert_eq!(web[stats::MEMORY_CURRENT], 2u64 << 20);
+        assert_eq!(web[stats::MEMORY_MAX], 8u64 << 20);
+        assert_eq!(web[stats::PIDS_CURRENT], 3);
+        assert_eq!(
+            web[stats::CPU_PERCENT],
+            0.0,
+            "the fixture's usage does not move"
+        );
+
+        let one = stats(&d, Some("db")).unwrap();
+        assert_eq!(
+            one[stats::CONTAINERS],
+            serde_json::json!([]),
+            "db does not run"
+        );
+        let snap = snapshot(&d, "web").unwrap();
+        assert_eq!(snap[stats::PIDS_CURRENT], 3);
+        assert_eq!(snap[stats::CPU_PERCENT], Value::Null);
+    }
+}

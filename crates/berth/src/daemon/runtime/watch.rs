@@ -337,3 +337,255 @@ fn looks(d: &Daemon, runs: &mut [Watched]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::process::{Child, Command};
+
+    use berth_core::supervise::Exit;
+
+    use super::*;
+    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::runtime::probe::tests::cgroup_fixture;
+
+    const SELF_NS: &str = "pid:[4026531836]";
+    const WEB_NS: &str = "pid:[4026532100]";
+
+    /// A run as the watcher keeps it.
+    fn watched(name: &str, init: Run, until: Until, oom: Option<OomWatch>, seen: u64) -> Watched {
+        Watched {
+            name: name.into(),
+            init,
+            until,
+            oom,
+            seen,
+            first: true,
+            oom_again: None,
+            answer: Vec::new(),
+        }
+    }
+
+    /// `pid` in the daemon's /proc, in pid namespace `ns`; the daemon's own namespace.
+    fn process(d: &Daemon, pid: i32, ns: &str) {
+        let dir = d.proc().join(pid.to_string());
+        std::fs::create_dir_all(dir.join("ns")).unwrap();
+        std::fs::write(
+            dir.join("stat"),
+            format!("{pid} (init) S{} 4242 0 0\n", " 1".repeat(18)),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(ns, dir.join("ns/pid")).unwrap();
+        std::fs::create_dir_all(d.proc().join("self/ns")).unwrap();
+        let _ = std::os::unix::fs::symlink(SELF_NS, d.proc().join("self/ns/pid"));
+    }
+
+    /// A process the test started: the only one a watcher under test pins.
+    struct Kid(Child);
+
+    impl Drop for Kid {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    fn events(d: &Daemon, until: Instant) -> Vec<(String, Event)> {
+        std::iter::from_fn(|| d.next_event(Some(until))).collect()
+    }
+
+    fn exit_record(d: &Daemon, name: &str, text: &str) {
+        let f = d.cfg.paths.exit_file(name);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, text).unwrap();
+    }
+
+    /// A run whose shim is gone ends at once when its init has no /proc entry, or is in
+    /// the daemon's own pid namespace (a recycled pid); otherwise the init is pinned and
+    /// watched until it exits.
+    #[test]
+    fn an_orphaned_run_is_over_unless_its_init_lives_in_a_namespace_of_its_own() {
+        let (_dir, d, _) = fake_daemon("watch-orphan", "");
+        assert!(matches!(orphan(&d, 4001), Until::Ended), "no /proc entry");
+        // A live process (the test's), but in the daemon's own namespace.
+        let host = Kid(Command::new("sleep").arg("60").spawn().unwrap());
+        process(&d, host.0.id() as i32, SELF_NS);
+        let until = orphan(&d, host.0.id() as i32);
+        assert!(matches!(until, Until::Ended), "the daemon's namespace");
+
+        let mut kid = Kid(Command::new("sleep").arg("60").spawn().unwrap());
+        let pid = kid.0.id() as i32;
+        process(&d, pid, WEB_NS);
+        let Until::Init { init, .. } = orphan(&d, pid) else {
+            panic!("the init is not watched")
+        };
+        assert_eq!((init.pid(), init.start()), (pid, 4242));
+        assert!(!init.exited());
+        kid.0.kill().unwrap();
+        kid.0.wait().unwrap();
+        if init.has_pidfd() {
+            assert!(init.exited(), "its pidfd says it exited");
+        }
+    }
+
+    /// The shim's answer may come in parts: the run waits for the whole line, then for the
+    /// shim's socket to go; a shim that closes without an answer leaves an orphan.
+    #[test]
+    fn a_shims_answer_is_read_whole_and_its_silence_makes_an_orphan() {
+        let (_dir, d, _) = fake_daemon("watch-answer", "");
+        let (ours, mut shim) = UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let mut w = watched("web", 4100, Until::Ended, None, 0);
+        shim.write_all(b"{\"code\"").unwrap();
+        let Until::Shim(ours) = shim_answered(&d, &mut w, ours) else {
+            panic!("half an answer ended the wait")
+        };
+        assert_eq!(w.answer, b"{\"code\"");
+        shim.write_all(b": 0}\n").unwrap();
+        match shim_answered(&d, &mut w, ours) {
+            Until::ShimGone { sock, until } => {
+                assert_eq!(sock, d.cfg.paths.shim_socket("web"));
+                assert!(until > Instant::now());
+            }
+            _ => panic!("a whole answer is not the shim's end"),
+        }
+        assert_eq!(w.answer, b"{\"code\": 0}\n");
+
+        let (ours, shim) = UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        drop(shim);
+        let mut w = watched("web", 4101, Until::Ended, None, 0);
+        assert!(matches!(shim_answered(&d, &mut w, ours), Until::Ended));
+    }
+
+    /// After the answer: the run is over once the shim's socket is gone, or at the limit;
+    /// v1's OOM looks count down and stop.
+    #[test]
+    fn a_run_is_over_when_the_shims_socket_goes_or_its_time_is_up() {
+        let (_dir, d, _) = fake_daemon("watch-looks", "");
+        let sock = d.cfg.paths.shim_socket("web");
+        std::fs::create_dir_all(sock.parent().unwrap()).unwrap();
+        std::fs::write(&sock, "").unwrap();
+        let later = Instant::now() + Duration::from_secs(60);
+        let gone = |until| Until::ShimGone {
+            sock: sock.clone(),
+            until,
+        };
+        let mut runs = vec![watched("web", 1, gone(later), None, 0)];
+        assert!(next_look(&runs).is_some_and(|t| t <= Instant::now() + Duration::from_millis(20)));
+        looks(&d, &mut runs);
+        assert!(
+            matches!(runs[0].until, Until::ShimGone { .. }),
+            "its socket is there"
+        );
+        std::fs::remove_file(&sock).unwrap();
+        looks(&d, &mut runs);
+        assert!(matches!(runs[0].until, Until::Ended));
+
+        std::fs::write(&sock, "").unwrap();
+        let mut runs = vec![watched("web", 1, gone(Instant::now()), None, 0)];
+        looks(&d, &mut runs);
+        assert!(matches!(runs[0].until, Until::Ended), "its time is up");
+
+        runs[0].oom_again = Some((Instant::now(), 2));
+        looks(&d, &mut runs);
+        assert!(matches!(runs[0].oom_again, Some((_, 1))));
+        runs[0].oom_again = Some((Instant::now(), 1));
+        looks(&d, &mut runs);
+        assert!(runs[0].oom_again.is_none());
+        let (ours, _shim) = UnixStream::pair().unwrap();
+        assert!(next_look(&[watched("web", 1, Until::Shim(ours), None, 0)]).is_none());
+    }
+
+    /// The payload's OOM kills (its memory.events) are told as they are counted, once each.
+    #[test]
+    fn oom_kills_are_told_once_as_they_are_counted() {
+        let (_dir, mut d, _) = fake_daemon("watch-oom", "");
+        cgroup_fixture(&mut d, "web");
+        let events_file = d
+            .cgroup_root()
+            .join(cgroups::payload_cgroup(&d, "web"))
+            .join("memory.events");
+        std::fs::write(&events_file, "oom 0\noom_kill 0\n").unwrap();
+        let c = d.resources.cgroups.as_ref().unwrap();
+        let o = c.oom_watch(&cgroups::payload_cgroup(&d, "web")).unwrap();
+        let mut w = watched("web", 4200, Until::Ended, Some(o), 0);
+        assert!(!look_for_oom_kills(&d, &mut w));
+        std::fs::write(&events_file, "oom 3\noom_kill 3\n").unwrap();
+        assert!(look_for_oom_kills(&d, &mut w));
+        assert!(!look_for_oom_kills(&d, &mut w), "told once");
+        assert_eq!(w.seen, 3);
+        let now = Instant::now();
+        assert_eq!(
+            events(&d, now),
+            [("web".to_string(), Event::OomKilled(4200, 3))]
+        );
+    }
+
+    /// The watcher tells the supervisor how a run ended: the OOM kills before the end, the
+    /// exit the shim recorded; a run whose shim went silent with no init left ends with an
+    /// unknown exit.
+    #[test]
+    fn the_watcher_tells_the_supervisor_of_oom_kills_then_the_recorded_exit() {
+        let (_dir, mut d, _) = fake_daemon("watch-run", "");
+        install(&d, MANIFEST);
+        cgroup_fixture(&mut d, "web");
+        let payload = cgroups::payload_cgroup(&d, "web");
+        std::fs::write(
+            d.cgroup_root().join(&payload).join("memory.events"),
+            "oom_kill 2\n",
+        )
+        .unwrap();
+        exit_record(&d, "web", r#"{"code": 3, "signal": null}"#);
+        let d = Arc::new(d);
+        let oom = d
+            .resources
+            .cgroups
+            .as_ref()
+            .unwrap()
+            .oom_watch(&payload)
+            .unwrap();
+        let (ours, mut shim) = UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        shim.write_all(b"{\"code\": 3}\n").unwrap();
+        drop(shim);
+        let (silent, shim) = UnixStream::pair().unwrap();
+        silent.set_nonblocking(true).unwrap();
+        drop(shim);
+
+        let inbox = start(&d).unwrap();
+        inbox.new.lock().unwrap().extend([
+            watched("web", 4300, Until::Shim(ours), Some(oom), 0),
+            watched("db", 4301, Until::Shim(silent), None, 0),
+        ]);
+        inbox.wake.lock().unwrap().write_all(b"w").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut got = Vec::new();
+        while got.len() < 3 {
+            match d.next_event(Some(deadline)) {
+                Some(e) => got.push(e),
+                None => break,
+            }
+        }
+        let web: Vec<&Event> = got
+            .iter()
+            .filter(|(n, _)| n == "web")
+            .map(|(_, e)| e)
+            .collect();
+        let db: Vec<&Event> = got
+            .iter()
+            .filter(|(n, _)| n == "db")
+            .map(|(_, e)| e)
+            .collect();
+        let exit = |code| Exit { code, signal: None };
+        assert_eq!(
+            web,
+            [
+                &Event::OomKilled(4300, 2),
+                &Event::Exited(4300, exit(Some(3)))
+            ]
+        );
+        assert_eq!(db, [&Event::Exited(4301, exit(None))]);
+        // Its thread sleeps on: its wake pipe stays open (closed, it would spin).
+        std::mem::forget(inbox);
+    }
+}
