@@ -254,6 +254,17 @@ pub fn utc_now() -> String {
     )
 }
 
+/// A berth with the test hooks, for the suites that force a fallback or speed the
+/// scheduler's clock (bind, cost): `berth` itself if it has them, else `berth-test-hooks`
+/// beside it (scripts/test.sh builds one there); the other suites measure `berth` as it ships.
+pub fn hooks_berth(berth: &std::path::Path) -> Option<std::path::PathBuf> {
+    if berth_testkit::has_test_hooks(berth) {
+        return Some(berth.to_path_buf());
+    }
+    let beside = berth.with_file_name("berth-test-hooks");
+    (beside.is_file() && berth_testkit::has_test_hooks(&beside)).then_some(beside)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

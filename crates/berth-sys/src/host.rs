@@ -20,6 +20,9 @@ pub trait Mounts: Sync {
     fn mount_overlay_ro(&self, lowers: &[&Path], target: &Path) -> Result<(), SysError>;
     /// [`crate::mount::bind`].
     fn bind(&self, src: &Path, target: &Path, read_only: bool) -> Result<(), SysError>;
+    /// [`crate::mountns::bind_shared`]: `dir` bound onto itself and made a shared mount (a
+    /// container's bind anchor).
+    fn bind_shared(&self, dir: &Path) -> io::Result<()>;
     /// [`crate::mount::umount`]: whether something was mounted there.
     fn umount(&self, target: &Path, lazy: bool) -> Result<bool, SysError>;
     /// [`crate::mount::mounts_under`]: the mounts at or below `prefix`, as `proc_root`'s
@@ -67,6 +70,9 @@ impl Mounts for RealMounts {
     }
     fn bind(&self, src: &Path, target: &Path, read_only: bool) -> Result<(), SysError> {
         crate::mount::bind(src, target, read_only)
+    }
+    fn bind_shared(&self, dir: &Path) -> io::Result<()> {
+        crate::mountns::bind_shared(dir)
     }
     fn umount(&self, target: &Path, lazy: bool) -> Result<bool, SysError> {
         crate::mount::umount(target, lazy)

@@ -17,6 +17,9 @@ use std::sync::Mutex;
 use berth_sys::host::{Host, Mounts, Signals};
 use berth_sys::mount::{MountInfo, SysError};
 
+/// The file system type the fake gives a directory bound onto itself.
+const SELF_BIND: &str = "bind-self";
+
 /// The fake's mounts and loop devices.
 #[derive(Default)]
 pub struct FakeMounts {
@@ -183,6 +186,33 @@ impl Mounts for FakeMounts {
         self.mount("bind", src, &shown, target)
     }
 
+    fn bind_shared(&self, dir: &Path) -> io::Result<()> {
+        self.enter("bind_shared", &[dir], dir)
+            .map_err(|e| match e.raw_os_error() {
+                Some(n) => io::Error::from_raw_os_error(n),
+                None => io::Error::other(e.to_string()),
+            })?;
+        if !dir.is_dir() {
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        // A directory bound onto itself shows what it holds: nothing to copy, nothing to
+        // hide when it goes.
+        let mut i = self.inner.lock().unwrap();
+        i.next_id += 1;
+        let id = i.next_id;
+        i.table.push(MountInfo {
+            mount_id: id,
+            parent_id: 0,
+            root: "/".into(),
+            mount_point: dir.to_path_buf(),
+            fs_type: SELF_BIND.into(),
+            source: dir.display().to_string(),
+            options: "rw,shared".into(),
+            super_options: String::new(),
+        });
+        Ok(())
+    }
+
     fn umount(&self, target: &Path, lazy: bool) -> Result<bool, SysError> {
         let how = Path::new(if lazy { "lazy" } else { "now" });
         self.enter("umount", &[target, how], target)?;
@@ -191,8 +221,11 @@ impl Mounts for FakeMounts {
         let Some(k) = i.table.iter().rposition(|m| m.mount_point == target) else {
             return Ok(false);
         };
-        i.table.remove(k);
+        let gone = i.table.remove(k);
         drop(i);
+        if gone.fs_type == SELF_BIND {
+            return Ok(true);
+        }
         empty(target).map_err(|e| SysError::Io {
             op: "fake host: hide the mount's files".into(),
             path: target.to_path_buf(),

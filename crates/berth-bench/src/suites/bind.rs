@@ -113,8 +113,9 @@ impl Suite for Bind {
         let init = sb.json(&["status", APP])?["containers"][0]["init_pid"].clone();
         let api = measure(&sb, "mount-api", runs)?;
         // The fallback is forced by a test hook: only a berth built with them can.
-        let prop = if berth_testkit::has_test_hooks(&sb.berth) {
+        let prop = if let Some(hooks) = crate::util::hooks_berth(&sb.berth) {
             // The container keeps running across the daemon's restart.
+            sb.berth = hooks;
             sb.restart_daemon_env(&[("BERTH_FORCE_MOUNT_FALLBACK", "1")])?;
             let prop = measure(&sb, "propagation", runs)?;
             let after = sb.json(&["status", APP])?["containers"][0]["init_pid"].clone();
@@ -132,7 +133,7 @@ impl Suite for Bind {
 }
 
 /// Why the propagation method is not measured with a berth built without the test hooks.
-const NO_HOOKS: &str = "this berth has no test hooks, and forcing the fallback is one (build the benchmark's berth with `cargo build --release -p berth --features test-hooks`, as scripts/test.sh does)";
+const NO_HOOKS: &str = "neither this berth nor a berth-test-hooks beside it has the test hooks, and forcing the fallback is one (build one with `cargo build --release -p berth --features test-hooks` and copy it beside berth as berth-test-hooks, as scripts/test.sh does)";
 
 fn output(runs: usize, api: &Samples, prop: Option<&Samples>) -> SuiteOutput {
     let med = |xs: &[f64]| summarize(xs).map_or("–".into(), |s| ms(s.median));

@@ -122,7 +122,7 @@ pub fn run(cfg: Config) -> Result<()> {
     let term = berth_sys::process::termination_pipe()?;
     // Start-up code (configuration and state parsing, reconciliation) will not run again.
     berth_sys::process::trim_heap();
-    berth_sys::process::release_own_code(true);
+    crate::daemon::base::context::release_code(true);
     api::server::serve(&d, &listener, &term)?;
     notify("STOPPING=1");
     // Only a clean stop disarms the watchdog; an error above leaves it to reset the device.

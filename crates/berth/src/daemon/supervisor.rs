@@ -363,7 +363,7 @@ impl Supervisor {
                 }
                 // Rare work: give back what it allocated and the code it ran.
                 berth_sys::process::trim_heap();
-                berth_sys::process::release_own_code(false);
+                crate::daemon::base::context::release_code(false);
             }
             Action::Hold { until_ms } => {
                 log::info!("{name}: restart in {} ms", until_ms.saturating_sub(now))

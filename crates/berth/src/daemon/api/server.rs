@@ -363,7 +363,7 @@ impl Admission {
                 // Requests are rare; give back what this one allocated (install buffers,
                 // JSON) and the mappings of the code it ran.
                 berth_sys::process::trim_heap();
-                berth_sys::process::release_own_code(false);
+                crate::daemon::base::context::release_code(false);
                 workers.fetch_sub(1, Ordering::SeqCst);
             });
         if let Err(e) = spawned {
@@ -525,7 +525,7 @@ impl Admission {
                 }
                 if release(&ep) {
                     berth_sys::process::trim_heap();
-                    berth_sys::process::release_own_code(false);
+                    crate::daemon::base::context::release_code(false);
                 }
                 d2.capi.wake();
             });

@@ -117,7 +117,7 @@ fn run(d: &Daemon, init_of: &InitOf) {
             // PSI event (a memory stall anywhere on the machine), not only every 5 s: what
             // that wake-up faulted in would otherwise stay until the next safety-net wake.
             process::trim_heap();
-            process::release_own_code(false);
+            crate::daemon::base::context::release_code(false);
             released = Instant::now();
         }
         match &psi {

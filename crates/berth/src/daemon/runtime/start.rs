@@ -159,8 +159,9 @@ pub(crate) fn run_once(
     sockets::open(d, &p)?;
     let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
     p.manifest.entrypoint.argv = argv;
+    let since = berth_sys::process::now_s();
     let (init, _) = spawn_shim(d, &p, cgroup, &mut None)?;
-    let ended = wait_run(d, name, limit);
+    let ended = wait_run(d, name, limit, since);
     if !ended {
         log::warn!(
             "{name}: the run of {:?} did not end within {} s; killing it",
@@ -191,12 +192,23 @@ pub(crate) fn run_once(
 /// shim writes the run's exit record before it answers its waiters and goes, so a run that
 /// ended before the wait was asked for (a migration of a few milliseconds, its shim gone, or
 /// going: its socket still taking connections nobody answers) is found by its record, never
-/// taken for one that hangs.
-fn wait_run(d: &Daemon, name: &str, limit: Duration) -> bool {
+/// taken for one that hangs. Only a record of this run counts (it started at `since`, in
+/// seconds since the epoch, or later): a late one of the run before (its shim answering an
+/// upgrade's stop after the stop stopped waiting) is not this run's end. A shim that is gone
+/// without a record (it crashed) ends the wait 2 s later, not at the limit.
+fn wait_run(d: &Daemon, name: &str, limit: Duration, since: u64) -> bool {
+    use berth_core::api::exit::STARTED_AT;
     let deadline = Instant::now() + limit;
     let (socket, exit_file) = (d.cfg.paths.shim_socket(name), d.cfg.paths.exit_file(name));
+    let ended = || {
+        std::fs::read(&exit_file)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .is_some_and(|v| v[STARTED_AT].as_u64().is_none_or(|t| t >= since))
+    };
+    let mut gone_since: Option<Instant> = None;
     loop {
-        if exit_file.exists() {
+        if ended() {
             return true;
         }
         let left = deadline.saturating_duration_since(Instant::now());
@@ -205,6 +217,7 @@ fn wait_run(d: &Daemon, name: &str, limit: Duration) -> bool {
         }
         match crate::shim::request(&socket, "wait") {
             Ok(mut s) => {
+                gone_since = None;
                 let _ = s.set_read_timeout(Some(left.min(Duration::from_millis(500))));
                 let mut line = String::new();
                 let _ = s.read_to_string(&mut line);
@@ -212,7 +225,13 @@ fn wait_run(d: &Daemon, name: &str, limit: Duration) -> bool {
                     return true;
                 }
             }
-            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => {
+                let gone = *gone_since.get_or_insert_with(Instant::now);
+                if !socket.exists() && gone.elapsed() > Duration::from_secs(2) {
+                    return ended();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
 }
@@ -661,6 +680,43 @@ mod tests {
             t0.elapsed() < Duration::from_secs(5),
             "waited {:?}",
             t0.elapsed()
+        );
+    }
+
+    /// A late exit record of the run before (its started_at before this run's) is not this
+    /// run's end; a shim gone without a record (crashed) ends the wait after 2 s, not at the
+    /// limit, and the run counts as killed.
+    #[test]
+    fn a_stale_record_is_not_the_runs_end_and_a_crashed_shim_ends_the_wait_early() {
+        if !root() {
+            berth_sys::skip::record(
+                "host root",
+                "runtime::start: /data is given to the payload's user (chown)",
+            );
+            return;
+        }
+        let (dir, mut d, _m) =
+            fake_daemon("run-once-stale", "[containers]\nstart_settle = \"0s\"\n");
+        user_namespaces(&d);
+        // The stand-in reports the start, leaves the record of a run from long ago and dies.
+        let shim = dir.path("shim");
+        std::fs::write(
+            &shim,
+            "#!/bin/sh\necho \"ok $$\"\nprintf '{\"code\": 0, \"started_at\": 1000}' > \"$7\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        d.exe = shim;
+        std::fs::create_dir_all(d.cfg.paths.run.join("logs")).unwrap();
+        let d = Arc::new(d);
+        install(&d, MANIFEST);
+        let t0 = Instant::now();
+        let exit = run_once(&d, "web", vec!["/migrate".into()], Duration::from_secs(20)).unwrap();
+        assert_eq!((exit.code, exit.signal), (None, Some(libc::SIGKILL)));
+        let took = t0.elapsed();
+        assert!(
+            took >= Duration::from_secs(2) && took < Duration::from_secs(15),
+            "{took:?}"
         );
     }
 

@@ -244,7 +244,7 @@ fn run(d: &Daemon, wake: OwnedFd, queue: &Mutex<Vec<Watched>>) {
         });
         if runs.len() < before {
             berth_sys::process::trim_heap();
-            berth_sys::process::release_own_code(false);
+            crate::daemon::base::context::release_code(false);
         }
     }
 }
