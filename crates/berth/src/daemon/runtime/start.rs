@@ -646,25 +646,23 @@ mod tests {
         st.packages.insert("web".into(), p);
     }
 
-    /// A run for an upgrade's migration that ends before the daemon asks to wait for it (its
-    /// shim already gone) is found by its exit record: its code, not a kill after the limit.
-    #[test]
-    fn a_run_that_ends_before_its_wait_is_found_by_its_exit_record() {
+    /// A daemon, `web` installed, whose shim is a stand-in that reports the start, writes
+    /// `record` as the run's exit record ($7) and is gone; None (said in the skip log) without
+    /// root, as the start gives /data to the payload's user.
+    fn with_ended_shim(tag: &str, record: &str) -> Option<(berth_testkit::TempDir, Arc<Daemon>)> {
         if !root() {
             berth_sys::skip::record(
                 "host root",
                 "runtime::start: /data is given to the payload's user (chown)",
             );
-            return;
+            return None;
         }
-        let (dir, mut d, _m) =
-            fake_daemon("run-once-fast", "[containers]\nstart_settle = \"0s\"\n");
+        let (dir, mut d, _m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
         user_namespaces(&d);
-        // The stand-in shim reports the start, writes the exit record ($7) and is gone.
         let shim = dir.path("shim");
         std::fs::write(
             &shim,
-            "#!/bin/sh\necho \"ok $$\"\nprintf '{\"code\": 3, \"signal\": null}' > \"$7\"\n",
+            format!("#!/bin/sh\necho \"ok $$\"\nprintf '{record}' > \"$7\"\n"),
         )
         .unwrap();
         std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
@@ -673,6 +671,17 @@ mod tests {
         std::fs::create_dir_all(d.cfg.paths.run.join("logs")).unwrap();
         let d = Arc::new(d);
         install(&d, MANIFEST);
+        Some((dir, d))
+    }
+
+    /// A run for an upgrade's migration that ends before the daemon asks to wait for it (its
+    /// shim already gone) is found by its exit record: its code, not a kill after the limit.
+    #[test]
+    fn a_run_that_ends_before_its_wait_is_found_by_its_exit_record() {
+        let record = r#"{"code": 3, "signal": null}"#;
+        let Some((_dir, d)) = with_ended_shim("run-once-fast", record) else {
+            return;
+        };
         let t0 = Instant::now();
         let exit = run_once(&d, "web", vec!["/migrate".into()], Duration::from_secs(6)).unwrap();
         assert_eq!((exit.code, exit.signal), (Some(3), None));
@@ -688,28 +697,10 @@ mod tests {
     /// limit, and the run counts as killed.
     #[test]
     fn a_stale_record_is_not_the_runs_end_and_a_crashed_shim_ends_the_wait_early() {
-        if !root() {
-            berth_sys::skip::record(
-                "host root",
-                "runtime::start: /data is given to the payload's user (chown)",
-            );
+        let record = r#"{"code": 0, "started_at": 1000}"#;
+        let Some((_dir, d)) = with_ended_shim("run-once-stale", record) else {
             return;
-        }
-        let (dir, mut d, _m) =
-            fake_daemon("run-once-stale", "[containers]\nstart_settle = \"0s\"\n");
-        user_namespaces(&d);
-        // The stand-in reports the start, leaves the record of a run from long ago and dies.
-        let shim = dir.path("shim");
-        std::fs::write(
-            &shim,
-            "#!/bin/sh\necho \"ok $$\"\nprintf '{\"code\": 0, \"started_at\": 1000}' > \"$7\"\n",
-        )
-        .unwrap();
-        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
-        d.exe = shim;
-        std::fs::create_dir_all(d.cfg.paths.run.join("logs")).unwrap();
-        let d = Arc::new(d);
-        install(&d, MANIFEST);
+        };
         let t0 = Instant::now();
         let exit = run_once(&d, "web", vec!["/migrate".into()], Duration::from_secs(20)).unwrap();
         assert_eq!((exit.code, exit.signal), (None, Some(libc::SIGKILL)));
