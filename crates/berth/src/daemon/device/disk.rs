@@ -23,24 +23,28 @@ impl Usage {
 }
 
 /// The usage, walked at most once a minute whoever asks (a scraper every few seconds, a
-/// management agent's polls): every container's /data is not walked at each request.
+/// management agent's polls): every container's /data is not walked at each request. The
+/// cache is the daemon's store's: another daemon of the same process (the unit tests' fakes,
+/// each with its own root) never reads it.
 pub(crate) fn usage(d: &Daemon) -> Usage {
-    static CACHE: Mutex<Option<(Instant, Usage)>> = Mutex::new(None);
+    type Cached = (std::path::PathBuf, Instant, Usage);
+    static CACHE: Mutex<Option<Cached>> = Mutex::new(None);
+    let store = d.cfg.paths.store();
     let mut cache = CACHE.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((t, u)) = cache.as_ref() {
-        if t.elapsed() < Duration::from_secs(60) {
+    if let Some((s, t, u)) = cache.as_ref() {
+        if *s == store && t.elapsed() < Duration::from_secs(60) {
             return u.clone();
         }
     }
     let u = Usage {
-        store: dir_bytes(&d.cfg.paths.store(), 1),
+        store: dir_bytes(&store, 1),
         data: crate::daemon::device::state::state(d)
             .packages
             .keys()
             .map(|p| (p.to_string(), data_bytes(d, p)))
             .collect(),
     };
-    *cache = Some((Instant::now(), u.clone()));
+    *cache = Some((store, Instant::now(), u.clone()));
     u
 }
 
@@ -190,5 +194,9 @@ mod tests {
         // Walked now, the same disk says otherwise: the cache answered.
         assert!(dir_bytes(&d.cfg.paths.store(), 1) >= 1 << 20);
         assert!(data_bytes(&d, "web") >= 1 << 20);
+        // Another daemon's store is walked for it, never answered from this one's cache.
+        let (_dir2, d2, _) = fake_daemon("disk-usage-other", "");
+        std::fs::create_dir_all(d2.cfg.paths.store()).unwrap();
+        assert_eq!(usage(&d2).data, Vec::new());
     }
 }
