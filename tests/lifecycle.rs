@@ -145,6 +145,23 @@ fn refusals_name_the_thing_and_what_to_do() {
     assert_eq!(v["code"], "not_installed");
 }
 
+/// `berth ping`, a command the command table alone declares (its words and its request are
+/// read by the table): exit status 3 without a daemon, `{"ok": true}` with one, a usage
+/// error for words it does not take.
+#[test]
+fn ping_says_whether_the_daemon_answers() {
+    let mut sb = Sandbox::new("ping");
+    let (code, err) = sb.fail(&["ping"]);
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("not running"), "{err}");
+    sb.start_daemon();
+    assert_eq!(sb.json(&["ping"]), serde_json::json!({"ok": true}));
+    assert!(stdout(&sb.berth(&["ping"])).contains("\"ok\": true"));
+    let (code, err) = sb.fail(&["ping", "web"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("ping takes no arguments"), "{err}");
+}
+
 #[test]
 fn daemon_restart_takes_over_running_containers() {
     let mut sb = Sandbox::new("takeover");

@@ -1,10 +1,15 @@
-//! The command line's definitions: every command with its operands, options and help. `--help`
-//! is written from this table, and so are the shell completions and the man page
-//! (`berth completions`, `berth manpage`; [`super::docs`]). A unit test holds the parsers of
-//! [`super::args`] to it: every option listed here is one its command accepts.
+//! The command table: every command of the command line declared once, with its operands,
+//! options and help, and, for the commands that ask the daemon, the admin API's route and
+//! the answer it gives. `--help`, the shell completions and the man page are written from it
+//! (`berth completions`, `berth manpage`; `crate::cli::docs`); the admin API's router takes
+//! its routes from it (a path no route has is a 404, a method its path lacks a 405), and a
+//! unit test holds docs/openapi.yaml to it. A command that needs nothing but its route
+//! ([`Parse::Fields`]) is also read from the command line and from a request by the table:
+//! adding one is its entry here, its handler in the daemon and a test.
 //!
-//! The device build (no vendor tools) writes only `--help` from it; the options and operands
-//! are the completions' and the man page's.
+//! The device build (no vendor tools) keeps the vendor tools' names only (to say they are
+//! not there); the options and operands of the others are the completions' and the man
+//! page's, and the generic commands'.
 #![cfg_attr(not(feature = "vendor"), allow(dead_code))]
 
 /// One option of a command.
@@ -49,6 +54,95 @@ pub struct Cmd {
     pub options: &'static [Opt],
     pub operand: Operand,
     pub part: Part,
+    /// The admin API's routes it asks (most have one; `net` and `safe-mode` two, chosen by
+    /// their word), none for a command that runs in the CLI's own process.
+    pub routes: &'static [Route],
+    pub parse: Parse,
+    /// It would mount an image or start a container: refused in safe mode (the admin API
+    /// says so before it routes the request; docs/safe-mode.md).
+    pub starts: bool,
+}
+
+/// How a command's words and its request are read.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Parse {
+    /// By a parser of its own (`crate::cli::args`, `crate::daemon::api::request`), for the
+    /// commands whose words or bodies have rules of their own.
+    Own,
+    /// By the table: its operand is the field `name` (`NAME` one, `[NAME]` at most one), each
+    /// option the field of its long name (`--reset-serial`: `reset_serial`): a switch is
+    /// `true`, a value of `SECS` or `N` a number, any other a string. A GET request carries
+    /// them in its query, any other in a JSON object; a field the table does not list, or of
+    /// the wrong type, is refused on both sides.
+    Fields,
+}
+
+/// A route of the admin API.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Route {
+    pub method: &'static str,
+    /// `/v1/stop`; `{name}` and `{id}` stand for one segment of the path each.
+    pub path: &'static str,
+    /// Its operationId in docs/openapi.yaml.
+    pub id: &'static str,
+    /// What it answers: a media type (`json`, `ndjson`, `text`, `gzip`), then the schema of
+    /// docs/openapi.yaml it answers, when the answer is one (`json StopResult`).
+    pub answer: &'static str,
+}
+
+const fn get(path: &'static str, id: &'static str, answer: &'static str) -> Route {
+    Route {
+        method: "GET",
+        path,
+        id,
+        answer,
+    }
+}
+
+const fn post(path: &'static str, id: &'static str, answer: &'static str) -> Route {
+    Route {
+        method: "POST",
+        path,
+        id,
+        answer,
+    }
+}
+
+const fn delete(path: &'static str, id: &'static str, answer: &'static str) -> Route {
+    Route {
+        method: "DELETE",
+        path,
+        id,
+        answer,
+    }
+}
+
+impl Cmd {
+    /// The command with its routes.
+    const fn to(self, routes: &'static [Route]) -> Cmd {
+        Cmd { routes, ..self }
+    }
+
+    /// The command read by the table ([`Parse::Fields`]).
+    const fn fields(self) -> Cmd {
+        Cmd {
+            parse: Parse::Fields,
+            ..self
+        }
+    }
+
+    /// The command refused in safe mode ([`Cmd::starts`]).
+    const fn starts(self) -> Cmd {
+        Cmd {
+            starts: true,
+            ..self
+        }
+    }
+
+    /// Its one route (the first of several).
+    pub fn route(&self) -> &'static Route {
+        &self.routes[0]
+    }
 }
 
 const fn opt(
@@ -79,6 +173,9 @@ const fn cmd(
         options,
         operand,
         part: Part::Device,
+        routes: &[],
+        parse: Parse::Own,
+        starts: false,
     }
 }
 
@@ -97,6 +194,9 @@ const fn vendor(
         options,
         operand,
         part: Part::Vendor,
+        routes: &[],
+        parse: Parse::Own,
+        starts: false,
     }
 }
 
@@ -117,6 +217,9 @@ const fn vendor(
         options: &[],
         operand,
         part: Part::Vendor,
+        routes: &[],
+        parse: Parse::Own,
+        starts: false,
     }
 }
 
@@ -147,7 +250,7 @@ pub const COMMANDS: &[Cmd] = &[
             "accept a lower serial once, to switch to another repository",
         )],
         "fetch and verify the repository index",
-    ),
+    ).to(&[post("/v1/update", "update", "json UpdateResult")]),
     cmd(
         "list",
         "[--installed|--available|--upgradable]",
@@ -158,30 +261,34 @@ pub const COMMANDS: &[Cmd] = &[
             opt("--upgradable", "", "", "the installed packages with a newer version"),
         ],
         "packages: installed, available, upgradable (all three when no option picks some)",
-    ),
-    cmd("install", "NAME...", O::Available, &[], "install packages and their dependencies"),
+    ).to(&[get("/v1/packages", "list", "json PackageList")]),
+    cmd("install", "NAME...", O::Available, &[], "install packages and their dependencies").to(&[post("/v1/install", "install", "ndjson InstallEvent")])
+    .starts(),
     cmd(
         "upgrade",
         "[--force] [NAME...]",
         O::Package,
         &[opt("--force", "", "", "go past the packages' update locks")],
         "move to the newest signed versions (all packages installed by name when none is given); each running one must start and pass its health check, else it is rolled back (exit status 1); refused while a package holds an update lock",
-    ),
-    cmd("rollback", "NAME", O::Package, &[], "back to the version the last upgrade replaced"),
+    ).to(&[post("/v1/upgrade", "upgrade", "ndjson")])
+    .starts(),
+    cmd("rollback", "NAME", O::Package, &[], "back to the version the last upgrade replaced").to(&[post("/v1/rollback", "rollback", "json")])
+    .starts(),
     cmd(
         "remove",
         "[--purge] NAME...",
         O::Package,
         &[opt("--purge", "", "", "also delete the packages' /data")],
         "remove packages",
-    ),
+    ).to(&[post("/v1/remove", "remove", "json")]),
     cmd(
         "start",
         "[--trace] NAME",
         O::Package,
         &[opt("--trace", "", "", "when each step of the start began")],
         "start a container",
-    ),
+    ).to(&[post("/v1/start", "start", "json StartResult")])
+    .starts(),
     cmd(
         "stop",
         "[-t SECS] NAME|--all",
@@ -191,16 +298,17 @@ pub const COMMANDS: &[Cmd] = &[
             opt("--all", "", "", "every running container, one after another"),
         ],
         "stop a container, or all of them (a stop is never followed by a restart)",
-    ),
-    cmd("restart", "NAME", O::Package, &[], "stop a container and start it again"),
+    ).to(&[post("/v1/stop", "stop", "json StopResult")]),
+    cmd("restart", "NAME", O::Package, &[], "stop a container and start it again").to(&[post("/v1/restart", "restart", "json StartResult")])
+    .starts(),
     cmd(
         "reset",
         "NAME",
         O::Package,
         &[],
         "clear a failed container's state and restart count (no start)",
-    ),
-    cmd("status", "[NAME]", O::Package, &[], "containers: state, restarts, health, last exit"),
+    ).to(&[post("/v1/reset", "reset", "json")]),
+    cmd("status", "[NAME]", O::Package, &[], "containers: state, restarts, health, last exit").to(&[get("/v1/status", "status", "json Status")]),
     cmd(
         "logs",
         "[-f] [--raw] NAME",
@@ -210,7 +318,7 @@ pub const COMMANDS: &[Cmd] = &[
             opt("--raw", "", "", "control characters as written, not escaped as \\x1b"),
         ],
         "a container's output",
-    ),
+    ).to(&[get("/v1/logs", "logs", "text")]),
     cmd(
         "limit",
         "NAME [--cpu P%] [--memory SIZE] [--pids N]",
@@ -221,21 +329,21 @@ pub const COMMANDS: &[Cmd] = &[
             opt("--pids", "", "N", "process limit"),
         ],
         "change a container's limits, running or not; kept for the next start; no option: show them",
-    ),
+    ).to(&[post("/v1/limit", "limit", "json")]),
     cmd(
         "stats",
         "[NAME]",
         O::Package,
         &[],
         "CPU %, memory, pids, throttling, OOM kills (group and containers)",
-    ),
+    ).to(&[get("/v1/stats", "stats", "json")]),
     cmd(
         "inspect",
         "NAME",
         O::Package,
         &[],
         "capabilities, seccomp profile, devices, id map in force (JSON)",
-    ),
+    ).to(&[get("/v1/inspect", "inspect", "json")]),
     cmd(
         "bind",
         "PACKAGE --into NAME [--at PATH] [--persist]",
@@ -246,44 +354,45 @@ pub const COMMANDS: &[Cmd] = &[
             opt("--persist", "", "", "again at the container's next starts"),
         ],
         "show an installed package read-only in a running container",
-    ),
+    ).to(&[post("/v1/bind", "bind", "json")])
+    .starts(),
     cmd(
         "unbind",
         "PACKAGE --from NAME",
         O::Package,
         &[opt("--from", "", "NAME", "the container")],
         "take a bound package away again (and its --persist)",
-    ),
+    ).to(&[post("/v1/unbind", "unbind", "json")]),
     cmd(
         "net",
         "[hosts]",
         O::Words(&["hosts"]),
         &[],
         "containers' addresses, published ports, drop counters; hosts: the LAN's hosts (neighbour table, DHCP, mDNS)",
-    ),
+    ).to(&[get("/v1/net", "net", "json"), get("/v1/net/hosts", "netHosts", "json")]),
     cmd(
         "governor",
         "",
         O::None,
         &[],
         "the adaptive CPU cap: R_n, R_c, the cap, its mode and history",
-    ),
+    ).to(&[get("/v1/governor", "governor", "json")]),
     cmd(
         "metrics",
         "",
         O::None,
         &[],
         "Prometheus metrics of the daemon, the containers, the governor and the store (docs/metrics.md)",
-    ),
+    ).to(&[get("/metrics", "metrics", "text")]),
     cmd(
         "tr181",
         "",
         O::None,
         &[],
         "Device.SoftwareModules. as TR-181 defines it: berth the ExecEnv, packages the DeploymentUnits, containers the ExecutionUnits (docs/tr181.md)",
-    ),
-    cmd("report list", "[NAME]", O::Package, &[], "crash archives kept on the device"),
-    cmd("report show", "ID", O::Any, &[], "one report's summary and the archive's members"),
+    ).to(&[get("/v1/tr181", "tr181", "json")]),
+    cmd("report list", "[NAME]", O::Package, &[], "crash archives kept on the device").to(&[get("/v1/reports", "reports", "json")]),
+    cmd("report show", "ID", O::Any, &[], "one report's summary and the archive's members").to(&[get("/v1/reports/show", "reportShow", "json")]),
     cmd(
         "report export",
         "ID -o FILE [--force]",
@@ -293,15 +402,15 @@ pub const COMMANDS: &[Cmd] = &[
             opt("--force", "", "", "overwrite FILE"),
         ],
         "copy a crash archive out",
-    ),
+    ).to(&[get("/v1/reports/export", "reportExport", "gzip")]),
     cmd(
         "report remove",
         "ID|--all",
         O::Any,
         &[opt("--all", "", "", "every report")],
         "delete reports",
-    ),
-    cmd("schedule list", "NAME", O::Package, &[], "a container's cron jobs: next and last runs"),
+    ).to(&[post("/v1/reports/remove", "reportRemove", "json")]),
+    cmd("schedule list", "NAME", O::Package, &[], "a container's cron jobs: next and last runs").to(&[get("/v1/containers/{name}/schedules", "schedules", "json")]),
     cmd(
         "schedule add",
         "NAME --cron EXPR -- CMD [ARGS...]",
@@ -313,8 +422,8 @@ pub const COMMANDS: &[Cmd] = &[
             "five fields (UTC) or @hourly, @daily, @weekly, @monthly, @yearly, @reboot",
         )],
         "run CMD in the container at the times of EXPR, starting it first if it is stopped",
-    ),
-    cmd("schedule remove", "NAME ID", O::Package, &[], "remove a schedule added with schedule add"),
+    ).to(&[post("/v1/containers/{name}/schedules", "scheduleAdd", "json Schedule")]),
+    cmd("schedule remove", "NAME ID", O::Package, &[], "remove a schedule added with schedule add").to(&[delete("/v1/containers/{name}/schedules/{id}", "scheduleRemove", "json Schedule")]),
     cmd(
         "core-handler",
         "PID SIG",
@@ -322,14 +431,23 @@ pub const COMMANDS: &[Cmd] = &[
         &[],
         "for kernel.core_pattern: |/usr/bin/berth core-handler %P %s",
     ),
-    cmd("gc", "", O::None, &[], "delete store images that nothing uses"),
+    cmd("gc", "", O::None, &[], "delete store images that nothing uses").to(&[post("/v1/gc", "gc", "json")]),
     cmd(
         "safe-mode",
         "enter|clear",
         O::Words(&["enter", "clear"]),
         &[],
         "enter: stop every container, unmount every image, start none until cleared (kept across restarts); clear: back to normal, the containers marked autostart start again",
-    ),
+    ).to(&[post("/v1/safe-mode/enter", "safeModeEnter", "json SafeMode"), post("/v1/safe-mode/clear", "safeModeClear", "json SafeMode")]),
+    cmd(
+        "ping",
+        "",
+        O::None,
+        &[],
+        "whether the daemon answers (exit status 3 when it does not run)",
+    )
+    .to(&[get("/v1/ping", "ping", "json")])
+    .fields(),
     cmd("check", "", O::None, &[], "kernel features berth uses, present or not"),
     cmd("version", "", O::None, &[], "berth's version and liblxc's"),
     vendor(
@@ -403,6 +521,113 @@ pub const COMMANDS: &[Cmd] = &[
     ),
     vendor("manpage", "", O::None, &[], "the man page berth(1), on standard output"),
 ];
+
+/// Routes of the admin API that no command asks: the test hooks' (a build with the
+/// `test-hooks` feature only).
+#[cfg(feature = "test-hooks")]
+pub const TEST_ROUTES: &[Route] = &[post("/v1/test/stall", "testStall", "json")];
+#[cfg(not(feature = "test-hooks"))]
+pub const TEST_ROUTES: &[Route] = &[];
+
+/// Every route of the admin API, with the command that asks it (none for a test hook's).
+pub fn routes() -> impl Iterator<Item = (Option<&'static Cmd>, &'static Route)> {
+    COMMANDS
+        .iter()
+        .flat_map(|c| c.routes.iter().map(move |r| (Some(c), r)))
+        .chain(TEST_ROUTES.iter().map(|r| (None, r)))
+}
+
+/// A request's route, and the segments of its path that stand for `{name}` and `{id}`.
+pub struct Found {
+    pub cmd: Option<&'static Cmd>,
+    pub route: &'static Route,
+    pub name: Option<String>,
+    pub id: Option<String>,
+}
+
+/// Why no route takes a request.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Miss {
+    /// No route has its path.
+    NotFound,
+    /// Routes have its path, none its method.
+    MethodNotAllowed,
+}
+
+/// The route of `method` on `path` (the path without its query).
+pub fn find(method: &str, path: &str) -> Result<Found, Miss> {
+    let mut miss = Miss::NotFound;
+    for (cmd, route) in routes() {
+        let Some((name, id)) = matches(route.path, path) else {
+            continue;
+        };
+        if route.method != method {
+            miss = Miss::MethodNotAllowed;
+            continue;
+        }
+        return Ok(Found {
+            cmd,
+            route,
+            name,
+            id,
+        });
+    }
+    Err(miss)
+}
+
+/// Whether `path` is one of `template`'s, with the segments of its `{name}` and `{id}`.
+fn matches(template: &str, path: &str) -> Option<(Option<String>, Option<String>)> {
+    let (mut name, mut id) = (None, None);
+    let mut got = path.split('/');
+    for want in template.split('/') {
+        let seg = got.next()?;
+        match want {
+            "{name}" if !seg.is_empty() => name = Some(seg.to_string()),
+            "{id}" if !seg.is_empty() => id = Some(seg.to_string()),
+            _ if want == seg => {}
+            _ => return None,
+        }
+    }
+    got.next().is_none().then_some((name, id))
+}
+
+/// The command named `name` (`report list`).
+pub fn named(name: &str) -> Option<&'static Cmd> {
+    COMMANDS.iter().find(|c| c.name == name)
+}
+
+/// A field a [`Parse::Fields`] command takes: its name in the request and its kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FieldKind {
+    /// The operand: a package name, checked as one.
+    Name,
+    Switch,
+    Number,
+    Text,
+}
+
+/// The fields of a [`Parse::Fields`] command, in the table's order: `name` for its operand,
+/// then one per option.
+pub fn fields(c: &Cmd) -> Vec<(String, FieldKind)> {
+    let mut out = Vec::new();
+    if c.operand == Operand::Package {
+        out.push(("name".to_string(), FieldKind::Name));
+    }
+    for o in c.options {
+        let kind = match o.value {
+            "" => FieldKind::Switch,
+            "SECS" | "N" => FieldKind::Number,
+            _ => FieldKind::Text,
+        };
+        out.push((o.long.trim_start_matches('-').replace('-', "_"), kind));
+    }
+    out
+}
+
+/// Whether a [`Parse::Fields`] command's operand may be left out (`[NAME]`).
+pub fn operand_optional(c: &Cmd) -> bool {
+    c.synopsis.contains("[NAME]")
+}
 
 /// The commands with subcommands, and theirs.
 pub fn families() -> Vec<(&'static str, Vec<&'static str>)> {
@@ -499,84 +724,6 @@ pub fn wrap(text: &str, width: usize) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::args;
-
-    /// Words that satisfy a command's operands and required options, so that only the option
-    /// `trying` is on trial ("" for none).
-    fn operands(c: &Cmd, trying: &str) -> Vec<String> {
-        let w: &[&str] = match (c.name, trying) {
-            ("report remove" | "stop", "--all") => &[],
-            ("report show" | "report remove", _) => &["r1"],
-            ("report export", _) => &["r1", "-o", "/tmp/r1.tar.gz"],
-            ("schedule remove", _) => &["web", "s1"],
-            ("schedule add", _) => &["web", "--cron", "@daily", "--", "true"],
-            ("bind", _) => &["web", "--into", "web"],
-            ("unbind", _) => &["web", "--from", "web"],
-            ("safe-mode", _) => &["enter"],
-            ("net", _) => &[],
-            _ if c.synopsis.contains("NAME") || c.synopsis.contains("PACKAGE") => &["web"],
-            _ => &[],
-        };
-        w.iter().map(|x| x.to_string()).collect()
-    }
-
-    /// Every option the table lists is one the command's parser takes, and every command
-    /// the table lists for the device is one `args::device` knows.
-    #[test]
-    fn the_table_and_the_parsers_agree() {
-        let top_level = ["daemon", "check", "version", "core-handler"];
-        for c in COMMANDS.iter().filter(|c| c.part == Part::Device) {
-            if top_level.contains(&c.name) {
-                continue;
-            }
-            let mut words: Vec<String> = c.name.split(' ').map(String::from).collect();
-            let first = words.remove(0);
-            let with = |extra: &[String]| {
-                let mut w = words.clone();
-                w.extend(extra.iter().cloned());
-                let ops = operands(c, extra.first().map(String::as_str).unwrap_or(""));
-                // Options before the operands' `--`, if any.
-                match ops.iter().position(|x| x == "--") {
-                    Some(i) => {
-                        w.extend(ops[..i].iter().cloned());
-                        w.extend(ops[i..].iter().cloned());
-                    }
-                    None => w.extend(ops),
-                }
-                args::device(&first, &w)
-            };
-            if let Err(args::Usage(m)) = with(&[]) {
-                assert!(
-                    !m.contains("unknown command"),
-                    "{}: the parser does not know it: {m}",
-                    c.name
-                );
-            }
-            for o in c.options {
-                for spelling in [o.long, o.short].into_iter().filter(|s| !s.is_empty()) {
-                    let mut extra = vec![spelling.to_string()];
-                    if !o.value.is_empty() {
-                        extra.push(match o.value {
-                            "SECS" | "N" => "5".into(),
-                            "P%" => "50%".into(),
-                            "SIZE" => "64M".into(),
-                            "PATH" => "/opt/x".into(),
-                            "EXPR" => "@daily".into(),
-                            _ => "web".into(),
-                        });
-                    }
-                    match with(&extra) {
-                        Ok(_) => {}
-                        Err(args::Usage(m)) => panic!("{} {spelling}: refused: {m}", c.name),
-                    }
-                }
-            }
-        }
-        assert!(matches!(
-            args::device("frobnicate", &[]),
-            Err(args::Usage(m)) if m.contains("unknown command")
-        ));
-    }
 
     /// `--help` lists every command of the table, each line within 94 columns.
     #[test]
@@ -605,5 +752,174 @@ mod tests {
             ["averyveryverylongword", "x"]
         );
         assert!(wrap("", 5).is_empty());
+    }
+
+    /// The operations of docs/openapi.yaml: method, path, operationId, the media type of
+    /// the 200 answer and its schema when it names one.
+    fn documented() -> Vec<(String, String, String, String, String)> {
+        let spec = include_str!("../../../docs/openapi.yaml");
+        let paths = &spec[spec.find("\npaths:").unwrap()..spec.find("\ncomponents:").unwrap()];
+        let mut out = Vec::new();
+        let (mut path, mut op): (String, Option<(String, String)>) = (String::new(), None);
+        let (mut in_200, mut media) = (false, String::new());
+        for l in paths.lines() {
+            if let Some(p) = l.strip_prefix("  /").and_then(|p| p.strip_suffix(':')) {
+                path = format!("/{p}");
+            } else if let Some(m) = l
+                .strip_prefix("    ")
+                .and_then(|m| m.strip_suffix(':'))
+                .filter(|m| ["get", "post", "delete", "put"].contains(m))
+            {
+                op = Some((m.to_ascii_uppercase(), String::new()));
+                in_200 = false;
+            } else if let (Some(id), Some(o)) = (l.strip_prefix("      operationId: "), &mut op) {
+                o.1 = id.to_string();
+            } else if l.starts_with("        \"200\":") {
+                (in_200, media) = (true, String::new());
+            } else if let Some(m) = l
+                .strip_prefix("            ")
+                .and_then(|m| m.strip_suffix(':'))
+                .filter(|_| in_200 && media.is_empty())
+            {
+                media = m.to_string();
+            } else if in_200 && !media.is_empty() {
+                let schema = l
+                    .trim()
+                    .strip_prefix("schema: { $ref: \"#/components/schemas/")
+                    .and_then(|r| r.strip_suffix("\" }"))
+                    .unwrap_or_default();
+                let (m, id) = op.clone().unwrap();
+                out.push((m, path.clone(), id, media.clone(), schema.to_string()));
+                in_200 = false;
+            }
+        }
+        out
+    }
+
+    /// docs/openapi.yaml and the table list the same routes, each with the table's
+    /// operationId and answer (its media type, and its schema where the table names one).
+    #[test]
+    fn openapi_documents_the_table() {
+        let docs = documented();
+        assert!(docs.len() >= 30, "only {} operations read", docs.len());
+        const STALL: Route = post("/v1/test/stall", "testStall", "json");
+        let all: Vec<_> = COMMANDS
+            .iter()
+            .flat_map(|c| c.routes.iter())
+            .chain([&STALL])
+            .collect();
+        for r in &all {
+            let d = docs
+                .iter()
+                .find(|d| d.0 == r.method && d.1 == r.path)
+                .unwrap_or_else(|| panic!("{} {} is not in openapi.yaml", r.method, r.path));
+            assert_eq!(d.2, r.id, "{} {}: operationId", r.method, r.path);
+            let (media, schema) = r.answer.split_once(' ').unwrap_or((r.answer, ""));
+            let want = match media {
+                "json" => "application/json",
+                "ndjson" => "application/x-ndjson",
+                "text" => "text/plain",
+                "gzip" => "application/gzip",
+                m => panic!("{}: unknown media {m}", r.id),
+            };
+            assert_eq!(d.3, want, "{}: media type", r.id);
+            assert_eq!(d.4, schema, "{}: the answer's schema", r.id);
+        }
+        for d in &docs {
+            assert!(
+                all.iter().any(|r| r.method == d.0 && r.path == d.1),
+                "{} {} is documented but no command of the table has it",
+                d.0,
+                d.1
+            );
+        }
+    }
+
+    #[test]
+    fn requests_find_their_routes() {
+        let f = find("POST", "/v1/stop").unwrap();
+        assert_eq!((f.route.id, f.cmd.unwrap().name), ("stop", "stop"));
+        let f = find("DELETE", "/v1/containers/web/schedules/s1").unwrap();
+        assert_eq!(f.route.id, "scheduleRemove");
+        assert_eq!(
+            (f.name.as_deref(), f.id.as_deref()),
+            (Some("web"), Some("s1"))
+        );
+        let f = find("GET", "/v1/net/hosts").unwrap();
+        assert_eq!((f.route.id, f.cmd.unwrap().name), ("netHosts", "net"));
+        assert_eq!(find("GET", "/v1/stop").err(), Some(Miss::MethodNotAllowed));
+        assert_eq!(
+            find("PUT", "/v1/governor").err(),
+            Some(Miss::MethodNotAllowed)
+        );
+        assert_eq!(
+            find("GET", "/v1/containers/web/schedules/s1").err(),
+            Some(Miss::MethodNotAllowed)
+        );
+        for p in [
+            "/v1/nothing",
+            "/v1/stop/x",
+            "/v1",
+            "/v1/containers//schedules",
+            "/v1/containers/web/schedules/s1/x",
+            "/v1/containers/web",
+        ] {
+            assert_eq!(find("GET", p).err(), Some(Miss::NotFound), "{p}");
+        }
+        // Only a build with the test hooks has their route.
+        assert_eq!(
+            find("POST", "/v1/test/stall").is_ok(),
+            cfg!(feature = "test-hooks")
+        );
+    }
+
+    /// A command the table reads carries only names, switches and numbers in a query (none
+    /// needs escaping), and each of its fields is named once.
+    #[test]
+    fn commands_read_by_the_table_are_sound() {
+        let generic: Vec<_> = COMMANDS
+            .iter()
+            .filter(|c| c.parse == Parse::Fields)
+            .collect();
+        assert!(!generic.is_empty());
+        for c in generic {
+            assert_eq!(c.routes.len(), 1, "{}: one route", c.name);
+            let f = fields(c);
+            if c.route().method == "GET" {
+                assert!(
+                    f.iter().all(|(_, k)| *k != FieldKind::Text),
+                    "{}: a text option in a query",
+                    c.name
+                );
+            }
+            for (i, (n, _)) in f.iter().enumerate() {
+                assert!(!f[..i].iter().any(|(m, _)| m == n), "{}: {n} twice", c.name);
+            }
+        }
+        const OPTS: &[Opt] = &[
+            opt("--timeout", "-t", "SECS", ""),
+            opt("--all", "", "", ""),
+            opt("--at", "", "PATH", ""),
+        ];
+        let status = Cmd {
+            parse: Parse::Fields,
+            ..cmd(
+                "x",
+                "[NAME] [-t SECS] [--all] [--at PATH]",
+                O::Package,
+                OPTS,
+                "",
+            )
+        };
+        assert_eq!(
+            fields(&status),
+            [
+                ("name".to_string(), FieldKind::Name),
+                ("timeout".to_string(), FieldKind::Number),
+                ("all".to_string(), FieldKind::Switch),
+                ("at".to_string(), FieldKind::Text)
+            ]
+        );
+        assert!(operand_optional(&status));
     }
 }

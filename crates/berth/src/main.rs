@@ -11,6 +11,7 @@ macro_rules! warnln {
 
 mod cli;
 mod client;
+mod command;
 mod daemon;
 mod fetch;
 mod health;

@@ -180,6 +180,49 @@ pub fn daemon(args: &[String]) -> Result<(), Usage> {
     }
 }
 
+/// A command the table reads ([`crate::command::Parse::Fields`]): its fields from its words,
+/// as the daemon will read them from the request.
+pub fn fields(
+    c: &crate::command::Cmd,
+    args: &[String],
+) -> Result<serde_json::Map<String, serde_json::Value>, Usage> {
+    use crate::command::{self, FieldKind};
+    use serde_json::Value;
+    let kinds = command::fields(c);
+    let mut out = serde_json::Map::new();
+    let pos = scan(args, &mut |o, p| {
+        let Some(opt) = c.options.iter().find(|x| x.long == o || x.short == o) else {
+            return Ok(false);
+        };
+        let key = opt.long.trim_start_matches('-').replace('-', "_");
+        let kind = kinds.iter().find(|(f, _)| *f == key).map(|(_, k)| *k);
+        let v = match kind {
+            Some(FieldKind::Switch) => Value::Bool(true),
+            Some(FieldKind::Number) => {
+                let w = value(p, o)?;
+                w.parse::<u64>()
+                    .map(Value::from)
+                    .map_err(|_| usage(format!("{o} {w}: expected a number")))?
+            }
+            _ => Value::String(value(p, o)?),
+        };
+        // Keeps the first of repeated values, as berth always has.
+        out.entry(key).or_insert(v);
+        Ok(true)
+    })?;
+    let takes_name = kinds.first().is_some_and(|(_, k)| *k == FieldKind::Name);
+    let name = match (takes_name, command::operand_optional(c)) {
+        (false, _) if pos.is_empty() => None,
+        (false, _) => return Err(usage(format!("{} takes no arguments", c.name))),
+        (true, true) => at_most_one(pos, &format!("{} takes at most one name", c.name))?,
+        (true, false) => Some(one(pos, "package name")?),
+    };
+    if let Some(n) = name {
+        out.insert("name".into(), Value::String(package_name(n)?));
+    }
+    Ok(out)
+}
+
 /// The commands that talk to the daemon, by family.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Device {
@@ -1535,6 +1578,129 @@ mod tests {
         assert_eq!(
             refused("repo build r --valid-for soon"),
             "repo build needs --key SECKEY"
+        );
+    }
+
+    /// Words that satisfy a command's operands and required options, so that only the option
+    /// `trying` is on trial ("" for none).
+    fn operands(c: &crate::command::Cmd, trying: &str) -> Vec<String> {
+        let w: &[&str] = match (c.name, trying) {
+            ("report remove" | "stop", "--all") => &[],
+            ("report show" | "report remove", _) => &["r1"],
+            ("report export", _) => &["r1", "-o", "/tmp/r1.tar.gz"],
+            ("schedule remove", _) => &["web", "s1"],
+            ("schedule add", _) => &["web", "--cron", "@daily", "--", "true"],
+            ("bind", _) => &["web", "--into", "web"],
+            ("unbind", _) => &["web", "--from", "web"],
+            ("safe-mode", _) => &["enter"],
+            ("net", _) => &[],
+            _ if c.synopsis.contains("NAME") || c.synopsis.contains("PACKAGE") => &["web"],
+            _ => &[],
+        };
+        w.iter().map(|x| x.to_string()).collect()
+    }
+
+    /// Every option the table lists is one the command's parser takes, and every command
+    /// the table lists for the device is one `args::device` knows.
+    #[test]
+    fn the_table_and_the_parsers_agree() {
+        let top_level = ["daemon", "check", "version", "core-handler"];
+        for c in crate::command::COMMANDS
+            .iter()
+            .filter(|c| c.part == crate::command::Part::Device)
+        {
+            if top_level.contains(&c.name) || c.parse == crate::command::Parse::Fields {
+                continue;
+            }
+            let mut words: Vec<String> = c.name.split(' ').map(String::from).collect();
+            let first = words.remove(0);
+            let with = |extra: &[String]| {
+                let mut w = words.clone();
+                w.extend(extra.iter().cloned());
+                let ops = operands(c, extra.first().map(String::as_str).unwrap_or(""));
+                // Options before the operands' `--`, if any.
+                match ops.iter().position(|x| x == "--") {
+                    Some(i) => {
+                        w.extend(ops[..i].iter().cloned());
+                        w.extend(ops[i..].iter().cloned());
+                    }
+                    None => w.extend(ops),
+                }
+                device(&first, &w)
+            };
+            if let Err(Usage(m)) = with(&[]) {
+                assert!(
+                    !m.contains("unknown command"),
+                    "{}: the parser does not know it: {m}",
+                    c.name
+                );
+            }
+            for o in c.options {
+                for spelling in [o.long, o.short].into_iter().filter(|s| !s.is_empty()) {
+                    let mut extra = vec![spelling.to_string()];
+                    if !o.value.is_empty() {
+                        extra.push(match o.value {
+                            "SECS" | "N" => "5".into(),
+                            "P%" => "50%".into(),
+                            "SIZE" => "64M".into(),
+                            "PATH" => "/opt/x".into(),
+                            "EXPR" => "@daily".into(),
+                            _ => "web".into(),
+                        });
+                    }
+                    match with(&extra) {
+                        Ok(_) => {}
+                        Err(Usage(m)) => panic!("{} {spelling}: refused: {m}", c.name),
+                    }
+                }
+            }
+        }
+        assert!(matches!(
+            device("frobnicate", &[]),
+            Err(Usage(m)) if m.contains("unknown command")
+        ));
+    }
+
+    /// A command the table reads takes its operand and options by the table, and refuses
+    /// what the table does not list.
+    #[test]
+    fn commands_read_by_the_table() {
+        use crate::command::{named, Cmd, Operand, Parse, COMMANDS};
+        let ping = named("ping").unwrap();
+        assert_eq!(ping.parse, Parse::Fields);
+        assert!(fields(ping, &[]).unwrap().is_empty());
+        assert_eq!(
+            fields(ping, &words("x")),
+            Err(Usage("ping takes no arguments".into()))
+        );
+        assert_eq!(
+            fields(ping, &words("--x")),
+            Err(Usage("unknown option --x".into()))
+        );
+        // A command with an operand and options of each kind, as the table would declare it.
+        let stop = COMMANDS.iter().find(|c| c.name == "stop").unwrap();
+        let c = Cmd {
+            parse: Parse::Fields,
+            operand: Operand::Package,
+            ..*stop
+        };
+        let f = fields(&c, &words("web -t 5 --all -t 7")).unwrap();
+        assert_eq!(
+            serde_json::Value::Object(f).to_string(),
+            r#"{"all":true,"name":"web","timeout":5}"#
+        );
+        assert_eq!(
+            fields(&c, &words("web -t soon")),
+            Err(Usage("-t soon: expected a number".into()))
+        );
+        assert_eq!(
+            fields(&c, &words("")),
+            Err(Usage("missing package name".into()))
+        );
+        assert!(fields(&c, &words("Bad/Name")).is_err());
+        assert_eq!(
+            fields(&c, &words("web -t")),
+            Err(Usage("-t needs a value".into()))
         );
     }
 }

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use super::spec::{self, Cmd, Operand, Part, COMMANDS, GLOBAL};
+use crate::command::{self as spec, Cmd, Operand, Part, COMMANDS, GLOBAL};
 
 /// Options that take a file or a directory name as their value.
 const FILE_VALUES: &[&str] = &["--config", "--output", "-o", "--key", "-k"];

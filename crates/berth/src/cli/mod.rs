@@ -29,7 +29,6 @@ mod render;
 mod reports;
 mod resources;
 mod schedules;
-mod spec;
 #[cfg(feature = "vendor")]
 mod vendor;
 
@@ -44,7 +43,7 @@ use args::{Device, Global, Line, Usage};
 
 /// `--help`: the command table's, with the vendor tools' part in the builds that have them.
 fn usage_text() -> String {
-    spec::usage(cfg!(feature = "vendor"))
+    crate::command::usage(cfg!(feature = "vendor"))
 }
 
 pub fn main(args: Vec<String>) -> i32 {
@@ -177,11 +176,44 @@ fn run(g: &Global, command: &str, args: &[String]) -> Result<i32> {
         // Devices install packages, they do not make them.
         #[cfg(not(feature = "vendor"))]
         "key" | "pack" | "repo" | "import" | "completions" | "manpage" => anyhow::bail!("berth {command}: this berth is a device build without the vendor tools; use a build with the default features (cargo build -p berth) on the vendor's machine"),
-        _ => {
-            device(g, command, args)?;
-            Ok(0)
-        }
+        _ => match crate::command::named(command) {
+            Some(c) if c.parse == crate::command::Parse::Fields => {
+                let fields = args::fields(c, args)?;
+                let v = ask(&load_config(g)?.paths.admin_socket(), c.route(), fields)?;
+                print_json(&v);
+                Ok(0)
+            }
+            _ => {
+                device(g, command, args)?;
+                Ok(0)
+            }
+        },
     }
+}
+
+/// A command the table reads: its fields in the query of a GET (names, switches and numbers
+/// only, which need no escaping: `crate::command`'s tests hold the table to it), else in a
+/// JSON object; the answer as JSON, for people too (its structure is the information).
+fn ask(
+    sock: &std::path::Path,
+    route: &crate::command::Route,
+    fields: serde_json::Map<String, Value>,
+) -> Result<Value> {
+    if route.method != "GET" {
+        return crate::client::call(sock, route.method, route.path, Some(&Value::Object(fields)));
+    }
+    let mut path = route.path.to_string();
+    for (i, (k, v)) in fields.iter().enumerate() {
+        let v = match v {
+            Value::String(s) => s.clone(),
+            v => v.to_string(),
+        };
+        path.push(if i == 0 { '?' } else { '&' });
+        path.push_str(k);
+        path.push('=');
+        path.push_str(&v);
+    }
+    crate::client::call(sock, "GET", &path, None)
 }
 
 fn version(json: bool) {

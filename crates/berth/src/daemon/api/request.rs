@@ -6,7 +6,9 @@ use berth_core::cgroup::Overrides;
 use berth_core::http::Request;
 use berth_core::manifest::{parse_percent, parse_size};
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+use crate::command::{self, Cmd, FieldKind, Miss, Parse};
 
 #[cfg(feature = "test-hooks")]
 use crate::daemon::base::context::Component;
@@ -14,7 +16,11 @@ use crate::daemon::base::error::{Error, Kind, Result};
 
 #[derive(Debug, PartialEq)]
 pub enum Action {
-    Ping,
+    /// A command the table reads ([`Parse::Fields`]): its name and its checked fields.
+    Call {
+        command: &'static str,
+        fields: Map<String, Value>,
+    },
     /// `GET /metrics`: Prometheus's text format, not JSON.
     Metrics,
     /// `GET /v1/tr181`: `Device.SoftwareModules.` as TR-181 parameters.
@@ -358,56 +364,32 @@ fn report_remove_request(req: &Request) -> Result<Option<String>> {
     }
 }
 
-/// Pure: a request under `/v1/containers/NAME/`: its schedules (the only thing there yet).
-fn container_request(req: &Request, rest: &str) -> Result<Action> {
-    let m = req.method.as_str();
-    let not_allowed = || {
-        Err(Error::new(
-            Kind::MethodNotAllowed,
-            format!("{m} not allowed on {}", req.path),
-        ))
-    };
-    match rest.split('/').collect::<Vec<_>>()[..] {
-        [name, "schedules"] => {
-            let name = check_name(name)?;
-            match m {
-                "GET" => Ok(Action::Schedules(name)),
-                "POST" => {
-                    let job = berth_core::schedule::parse_new(&body::<Value>(req)?)
-                        .map_err(|e| Error::bad_request(format!("POST {}: {e}", req.path)))?;
-                    Ok(Action::ScheduleAdd { name, job })
-                }
-                _ => not_allowed(),
-            }
-        }
-        [name, "schedules", id] => {
-            let name = check_name(name)?;
-            if !berth_core::schedule::check_id(id) {
-                return Err(Error::bad_request(format!(
-                    "{id:?} is not a schedule id (1-16 of a-z, 0-9, -)"
-                )));
-            }
-            match m {
-                "DELETE" => Ok(Action::ScheduleRemove {
-                    name,
-                    id: id.to_string(),
-                }),
-                _ => not_allowed(),
-            }
-        }
-        _ => Err(Error::new(
-            Kind::NotFound,
-            format!("no such endpoint {}", req.path),
-        )),
-    }
+/// Pure: which action a request asks for. Its route is the command table's
+/// (`crate::command`): a path no route has is a 404, a method its path lacks a 405.
+#[cfg(test)]
+pub fn parse(req: &Request) -> Result<Action> {
+    parse_routed(req).map(|(a, _)| a)
 }
 
-/// Pure: which action a request asks for.
-pub fn parse(req: &Request) -> Result<Action> {
-    let m = req.method.as_str();
-    let path = req.path.as_str();
-    if let Some(rest) = path.strip_prefix("/v1/containers/") {
-        return container_request(req, rest);
+/// Pure: [`parse`], with the command of the table that asks the route (none for a test
+/// hook's).
+pub fn parse_routed(req: &Request) -> Result<(Action, Option<&'static Cmd>)> {
+    let (m, path) = (req.method.as_str(), req.path.as_str());
+    let found = command::find(m, path).map_err(|miss| match miss {
+        Miss::NotFound => Error::new(Kind::NotFound, format!("no such endpoint {path}")),
+        Miss::MethodNotAllowed => {
+            Error::new(Kind::MethodNotAllowed, format!("{m} not allowed on {path}"))
+        }
+    })?;
+    if let Some(c) = found.cmd.filter(|c| c.parse == Parse::Fields) {
+        let fields = fields(c, req)?;
+        return Ok((
+            Action::Call {
+                command: c.name,
+                fields,
+            },
+            Some(c),
+        ));
     }
     let name_q = || -> Result<String> {
         check_name(
@@ -416,160 +398,168 @@ pub fn parse(req: &Request) -> Result<Action> {
                 .ok_or_else(|| Error::bad_request("missing ?name="))?,
         )
     };
-    Ok(match (m, path) {
-        ("GET", "/v1/ping") => Action::Ping,
+    let name_q_opt = || -> Result<Option<String>> {
+        req.query
+            .get(field::NAME)
+            .map(|n| check_name(n))
+            .transpose()
+    };
+    let id_q = || {
+        check_report_id(
+            req.query
+                .get(field::ID)
+                .ok_or_else(|| Error::bad_request("missing ?id="))?,
+        )
+    };
+    let named = || check_name(found.name.as_deref().unwrap_or_default());
+    let action = match found.route.id {
         // Prometheus's conventional path (docs/metrics.md).
-        ("GET", "/metrics") => Action::Metrics,
-        ("GET", "/v1/tr181") => Action::Tr181,
-        ("GET", "/v1/status") => Action::Status(match req.query.get(field::NAME) {
-            Some(n) => Some(check_name(n)?),
-            None => None,
-        }),
-        ("GET", "/v1/packages") => Action::List,
-        ("POST", "/v1/update") => Action::Update {
+        "metrics" => Action::Metrics,
+        "tr181" => Action::Tr181,
+        "status" => Action::Status(name_q_opt()?),
+        "list" => Action::List,
+        "update" => Action::Update {
             reset_serial: update_request(req)?,
         },
-        ("POST", "/v1/install") => {
-            let b: InstallBody = body(req)?;
-            Action::Install(
-                b.names
-                    .iter()
-                    .map(|n| check_name(n))
-                    .collect::<Result<_>>()?,
-            )
-        }
-        ("POST", "/v1/remove") => {
+        "install" => Action::Install(names(&body::<InstallBody>(req)?.names)?),
+        "remove" => {
             let b: RemoveBody = body(req)?;
             Action::Remove {
-                names: b
-                    .names
-                    .iter()
-                    .map(|n| check_name(n))
-                    .collect::<Result<_>>()?,
+                names: names(&b.names)?,
                 purge: b.purge,
             }
         }
-        ("POST", "/v1/start") => {
+        "start" => {
             let b: StartBody = body(req)?;
             Action::Start {
                 name: check_name(&b.name)?,
                 trace: b.trace,
             }
         }
-        ("POST", "/v1/stop") => {
+        "stop" => {
             let b: StopBody = body(req)?;
             Action::Stop {
                 name: check_name(&b.name)?,
                 timeout: b.timeout,
             }
         }
-        ("POST", "/v1/restart") => Action::Restart(check_name(&body::<NameBody>(req)?.name)?),
-        ("POST", "/v1/reset") => Action::Reset(check_name(&body::<NameBody>(req)?.name)?),
-        ("POST", "/v1/rollback") => Action::Rollback(check_name(&body::<NameBody>(req)?.name)?),
-        ("POST", "/v1/upgrade") => {
+        "restart" => Action::Restart(check_name(&body::<NameBody>(req)?.name)?),
+        "reset" => Action::Reset(check_name(&body::<NameBody>(req)?.name)?),
+        "rollback" => Action::Rollback(check_name(&body::<NameBody>(req)?.name)?),
+        "upgrade" => {
             let b = if req.body.is_empty() {
                 UpgradeBody::default()
             } else {
                 body::<UpgradeBody>(req)?
             };
             Action::Upgrade {
-                names: b
-                    .names
-                    .iter()
-                    .map(|n| check_name(n))
-                    .collect::<Result<_>>()?,
+                names: names(&b.names)?,
                 force: b.force,
             }
         }
-        ("GET", "/v1/logs") => Action::Logs {
+        "logs" => Action::Logs {
             name: name_q()?,
             follow: req.query_flag("follow"),
         },
-        ("POST", "/v1/gc") => Action::Gc,
-        ("POST", "/v1/limit") => {
+        "gc" => Action::Gc,
+        "limit" => {
             let (name, limits) = limit_request(req)?;
             Action::Limit { name, limits }
         }
-        ("GET", "/v1/net") => Action::Net,
-        ("GET", "/v1/net/hosts") => Action::NetHosts,
-        ("GET", "/v1/stats") => Action::Stats(match req.query.get(field::NAME) {
-            Some(n) => Some(check_name(n)?),
-            None => None,
-        }),
-        ("GET", "/v1/inspect") => Action::Inspect(name_q()?),
-        ("GET", "/v1/governor") => Action::Governor,
-        ("POST", "/v1/safe-mode/enter") => Action::SafeModeEnter,
-        ("POST", "/v1/safe-mode/clear") => Action::SafeModeClear,
-        ("POST", "/v1/bind") => bind_request(req, false)?,
-        ("POST", "/v1/unbind") => bind_request(req, true)?,
+        "net" => Action::Net,
+        "netHosts" => Action::NetHosts,
+        "stats" => Action::Stats(name_q_opt()?),
+        "inspect" => Action::Inspect(name_q()?),
+        "governor" => Action::Governor,
+        "safeModeEnter" => Action::SafeModeEnter,
+        "safeModeClear" => Action::SafeModeClear,
+        "bind" => bind_request(req, false)?,
+        "unbind" => bind_request(req, true)?,
         #[cfg(feature = "test-hooks")]
-        ("POST", "/v1/test/stall") => stall_request(req)?,
-        ("GET", "/v1/reports") => Action::Reports(match req.query.get(field::NAME) {
-            Some(n) => Some(check_name(n)?),
-            None => None,
-        }),
-        ("GET", "/v1/reports/show" | "/v1/reports/export") => {
-            let id = check_report_id(
-                req.query
-                    .get(field::ID)
-                    .ok_or_else(|| Error::bad_request("missing ?id="))?,
-            )?;
-            if path.ends_with("show") {
-                Action::ReportShow(id)
-            } else {
-                Action::ReportExport(id)
+        "testStall" => stall_request(req)?,
+        "reports" => Action::Reports(name_q_opt()?),
+        "reportShow" => Action::ReportShow(id_q()?),
+        "reportExport" => Action::ReportExport(id_q()?),
+        "reportRemove" => Action::ReportRemove(report_remove_request(req)?),
+        "schedules" => Action::Schedules(named()?),
+        "scheduleAdd" => {
+            let name = named()?;
+            let job = berth_core::schedule::parse_new(&body::<Value>(req)?)
+                .map_err(|e| Error::bad_request(format!("POST {path}: {e}")))?;
+            Action::ScheduleAdd { name, job }
+        }
+        "scheduleRemove" => {
+            let name = named()?;
+            let id = found.id.unwrap_or_default();
+            if !berth_core::schedule::check_id(&id) {
+                return Err(Error::bad_request(format!(
+                    "{id:?} is not a schedule id (1-16 of a-z, 0-9, -)"
+                )));
             }
+            Action::ScheduleRemove { name, id }
         }
-        ("POST", "/v1/reports/remove") => Action::ReportRemove(report_remove_request(req)?),
-        (_, "/v1/governor") => {
-            return Err(Error::new(
-                Kind::MethodNotAllowed,
-                format!("{m} not allowed on {path}"),
-            ))
+        // A route of the table that nothing here reads: a programming error, said as one.
+        id => {
+            return Err(Error::internal(format!(
+                "{m} {path}: route {id} has no reader"
+            )))
         }
-        _ => return Err(unrouted(m, path)),
-    })
+    };
+    Ok((action, found.cmd))
 }
 
-/// Pure: the error for a request no route takes: 405 on a known path, else 404.
-fn unrouted(m: &str, path: &str) -> Error {
-    match (m, path) {
-        (
-            _,
-            "/v1/ping"
-            | "/v1/status"
-            | "/v1/packages"
-            | "/v1/update"
-            | "/v1/install"
-            | "/v1/remove"
-            | "/v1/start"
-            | "/v1/stop"
-            | "/v1/restart"
-            | "/v1/reset"
-            | "/v1/upgrade"
-            | "/v1/rollback"
-            | "/v1/logs"
-            | "/v1/gc"
-            | "/v1/limit"
-            | "/v1/stats"
-            | "/v1/inspect"
-            | "/v1/net"
-            | "/v1/net/hosts"
-            | "/v1/safe-mode/enter"
-            | "/v1/safe-mode/clear"
-            | "/v1/bind"
-            | "/v1/unbind"
-            | "/v1/reports"
-            | "/v1/reports/show"
-            | "/v1/reports/export"
-            | "/v1/reports/remove",
-        ) => Error::new(Kind::MethodNotAllowed, format!("{m} not allowed on {path}")),
-        #[cfg(feature = "test-hooks")]
-        (_, "/v1/test/stall") => {
-            Error::new(Kind::MethodNotAllowed, format!("{m} not allowed on {path}"))
+fn names(names: &[String]) -> Result<Vec<String>> {
+    names.iter().map(|n| check_name(n)).collect()
+}
+
+/// Pure: the fields of a command the table reads ([`Parse::Fields`]): from the query of a
+/// GET, else from a JSON object (an empty body is an empty object); each of the kind the
+/// table gives it, none it does not list.
+fn fields(c: &Cmd, req: &Request) -> Result<Map<String, Value>> {
+    let (m, path) = (req.method.as_str(), req.path.as_str());
+    let bad = |msg: String| Error::bad_request(format!("{m} {path}: {msg}"));
+    let given: Map<String, Value> = if m == "GET" {
+        req.query
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect()
+    } else if req.body.is_empty() {
+        Map::new()
+    } else {
+        match body::<Value>(req)? {
+            Value::Object(o) => o,
+            _ => return Err(bad("expected a JSON object".into())),
         }
-        _ => Error::new(Kind::NotFound, format!("no such endpoint {path}")),
+    };
+    let kinds = command::fields(c);
+    let mut out = Map::new();
+    for (k, v) in given {
+        let Some((_, kind)) = kinds.iter().find(|(f, _)| *f == k) else {
+            return Err(bad(format!("unknown field {k:?}")));
+        };
+        let v = match (kind, v) {
+            (FieldKind::Name, Value::String(s)) => Value::String(check_name(&s)?),
+            (FieldKind::Text, v @ Value::String(_)) => v,
+            (FieldKind::Switch, v @ Value::Bool(_)) => v,
+            (FieldKind::Number, v @ Value::Number(_)) => v,
+            // A query carries words: a switch's `1`/`true`, a number's digits.
+            (FieldKind::Switch, Value::String(s)) if m == "GET" => {
+                Value::Bool(matches!(s.as_str(), "" | "1" | "true"))
+            }
+            (FieldKind::Number, Value::String(s)) if m == "GET" => s
+                .parse::<u64>()
+                .map(Value::from)
+                .map_err(|_| bad(format!("{k}: {s:?} is not a number")))?,
+            _ => return Err(bad(format!("{k}: wrong type"))),
+        };
+        out.insert(k, v);
     }
+    let needs_name =
+        kinds.first().is_some_and(|(_, k)| *k == FieldKind::Name) && !command::operand_optional(c);
+    if needs_name && !out.contains_key(field::NAME) {
+        return Err(bad(format!("missing field {:?}", field::NAME)));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -617,7 +607,19 @@ mod tests {
 
     #[test]
     fn requests_become_actions() {
-        assert_eq!(parse(&req("GET", "/v1/ping", "")).unwrap(), Action::Ping);
+        let ping = Action::Call {
+            command: "ping",
+            fields: Map::new(),
+        };
+        assert_eq!(parse(&req("GET", "/v1/ping", "")).unwrap(), ping);
+        assert_eq!(
+            parse(&req("POST", "/v1/ping", "")).unwrap_err().status(),
+            405
+        );
+        assert_eq!(
+            parse(&req("GET", "/v1/ping?x=1", "")).unwrap_err().status(),
+            400
+        );
         assert_eq!(
             parse(&req("POST", "/v1/update", "")).unwrap(),
             Action::Update {
@@ -1089,5 +1091,50 @@ mod tests {
             assert_eq!(e.status(), 400, "{body}");
             assert!(e.message.contains(needle), "{body}: {}", e.message);
         }
+    }
+
+    /// A command the table reads: its fields from a query or a body, checked by kind; what
+    /// the table does not list is refused, and so is a missing name.
+    #[test]
+    fn fields_of_commands_read_by_the_table() {
+        use crate::command::{named, Operand};
+        let stop = named("stop").unwrap();
+        let c = Cmd {
+            parse: Parse::Fields,
+            operand: Operand::Package,
+            ..*stop
+        };
+        let f = fields(&c, &req("GET", "/v1/x?name=web&timeout=5&all=1", "")).unwrap();
+        assert_eq!(
+            Value::Object(f).to_string(),
+            r#"{"all":true,"name":"web","timeout":5}"#
+        );
+        let f = fields(&c, &req("POST", "/v1/x", r#"{"name":"web","all":false}"#)).unwrap();
+        assert_eq!(
+            Value::Object(f).to_string(),
+            r#"{"all":false,"name":"web"}"#
+        );
+        let refused = |m: &str, p: &str, b: &str| fields(&c, &req(m, p, b)).unwrap_err().message;
+        assert_eq!(
+            refused("GET", "/v1/x", ""),
+            r#"GET /v1/x: missing field "name""#
+        );
+        assert_eq!(
+            refused("GET", "/v1/x?name=web&timeout=soon", ""),
+            r#"GET /v1/x: timeout: "soon" is not a number"#
+        );
+        assert_eq!(
+            refused("POST", "/v1/x", r#"{"name":"web","as":1}"#),
+            r#"POST /v1/x: unknown field "as""#
+        );
+        assert_eq!(
+            refused("POST", "/v1/x", r#"{"name":"web","timeout":"5"}"#),
+            "POST /v1/x: timeout: wrong type"
+        );
+        assert_eq!(
+            refused("POST", "/v1/x", "[1]"),
+            "POST /v1/x: expected a JSON object"
+        );
+        assert!(refused("POST", "/v1/x", r#"{"name":"../x"}"#).contains("../x"));
     }
 }
