@@ -86,33 +86,41 @@ pub struct Route {
     /// Its operationId in docs/openapi.yaml.
     pub id: &'static str,
     /// What it answers: a media type (`json`, `ndjson`, `text`, `gzip`), then the schema of
-    /// docs/openapi.yaml it answers, when the answer is one (`json StopResult`).
+    /// docs/openapi.yaml it answers, when the answer is one (`json StopResult`). Read by the
+    /// test that holds openapi.yaml to the table only: the binary does not carry it.
+    #[cfg(test)]
     pub answer: &'static str,
 }
 
+#[cfg_attr(not(test), allow(unused_variables))]
 const fn get(path: &'static str, id: &'static str, answer: &'static str) -> Route {
     Route {
         method: "GET",
         path,
         id,
+        #[cfg(test)]
         answer,
     }
 }
 
+#[cfg_attr(not(test), allow(unused_variables))]
 const fn post(path: &'static str, id: &'static str, answer: &'static str) -> Route {
     Route {
         method: "POST",
         path,
         id,
+        #[cfg(test)]
         answer,
     }
 }
 
+#[cfg_attr(not(test), allow(unused_variables))]
 const fn delete(path: &'static str, id: &'static str, answer: &'static str) -> Route {
     Route {
         method: "DELETE",
         path,
         id,
+        #[cfg(test)]
         answer,
     }
 }

@@ -519,10 +519,11 @@ fn fields(c: &Cmd, req: &Request) -> Result<Map<String, Value>> {
     let (m, path) = (req.method.as_str(), req.path.as_str());
     let bad = |msg: String| Error::bad_request(format!("{m} {path}: {msg}"));
     let given: Map<String, Value> = if m == "GET" {
-        req.query
-            .iter()
-            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-            .collect()
+        let mut q = Map::new();
+        for (k, v) in &req.query {
+            q.insert(k.clone(), Value::String(v.clone()));
+        }
+        q
     } else if req.body.is_empty() {
         Map::new()
     } else {
