@@ -4,6 +4,7 @@
 //! small records the daemon keeps (the bindings of a run, the operator's persistent ones),
 //! one binding per line.
 
+use crate::error::Error;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -24,25 +25,27 @@ pub fn default_target(package: &str) -> String {
 /// Whether `at` may be a bind target: an absolute path in normal form, of letters, digits
 /// and `/._-+@` only (LXC's mount entries are split at spaces), never one of the container's
 /// own mount points, nor below the kernel's file systems or berth's own `/run/berth`.
-pub fn check_target(at: &str) -> Result<(), String> {
+pub fn check_target(at: &str) -> Result<(), Error> {
     crate::path::check_abs_path(at)?;
     if at.len() > TARGET_MAX
         || !at
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"/._-+@".contains(&b))
     {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "{at:?}: only letters, digits and /._-+@ (at most {TARGET_MAX} bytes)"
-        ));
+        )));
     }
     for own in ["/", ANCHOR, "/tmp", "/run", "/data"] {
         if at == own {
-            return Err(format!("{at}: is the container's own mount point"));
+            return Err(Error::invalid(format!(
+                "{at}: is the container's own mount point"
+            )));
         }
     }
     for kernel in ["/proc", "/sys", "/dev", "/run/berth"] {
         if below_or_at(at, kernel) {
-            return Err(format!("{at}: is below {kernel}"));
+            return Err(Error::invalid(format!("{at}: is below {kernel}")));
         }
     }
     Ok(())
@@ -322,7 +325,7 @@ mod tests {
             ("/run/berth/binds/x", "below /run/berth"),
         ] {
             let e = check_target(bad).unwrap_err();
-            assert!(e.contains(why), "{bad}: {e}");
+            assert!(e.message.contains(why), "{bad}: {e}");
         }
         assert!(check_target(&format!("/opt/{}", "x".repeat(TARGET_MAX))).is_err());
         // Near misses are fine.

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::error::Error;
 use crate::manifest::{parse_duration_ms, parse_percent, parse_size};
 pub use crate::policy::{MemoryBudget, Policy};
 use crate::tree::{self, line_of, Spanned, Table, TreeError};
@@ -654,7 +655,7 @@ impl Config {
         let secs = |key: &'static str, v: Option<String>, default: u32| match v {
             None => Ok(default),
             Some(v) => {
-                let ms = parse_duration_ms(&v).map_err(|m| value_err(key, m))?;
+                let ms = parse_duration_ms(&v).map_err(|m| value_err(key, m.into()))?;
                 if ms > 3_600_000 {
                     return Err(value_err(key, format!("{v}: at most 1 hour")));
                 }
@@ -663,7 +664,7 @@ impl Config {
         };
         let size = |key: &'static str, v: Option<String>, default: u64| match v {
             None => Ok(default),
-            Some(v) => parse_size(&v).map_err(|m| value_err(key, m)),
+            Some(v) => parse_size(&v).map_err(|m| value_err(key, m.into())),
         };
         let log_ring = size("containers.log_ring", c.log_ring, 64 * 1024)?;
         if !(4096..=16 << 20).contains(&log_ring) {
@@ -730,9 +731,9 @@ impl Config {
                 Some(t) => crate::manifest::parse_duration_ms(&t)
                     .and_then(|ms| match ms {
                         0..=10_000 => Ok(ms),
-                        _ => Err(format!("{t}: at most 10s")),
+                        _ => Err(Error::invalid(format!("{t}: at most 10s"))),
                     })
-                    .map_err(|m| value_err("containers.start_settle", m))?,
+                    .map_err(|m| value_err("containers.start_settle", m.into()))?,
             },
             log_ring_bytes: log_ring as usize,
             tmp_size: size("containers.tmp_size", c.tmp_size, 16 << 20)?,
@@ -792,7 +793,7 @@ fn sources(
                 ))
             }
             Ok(s) => Some(s),
-            Err(m) => return Err(value_err("index_max_age", m)),
+            Err(m) => return Err(value_err("index_max_age", m.into())),
         },
     })
 }
@@ -806,7 +807,7 @@ fn guard(
         threshold: match r.threshold {
             None => 30 << 20,
             Some(v) => {
-                let b = parse_size(&v).map_err(|m| value_err("guard.threshold", m))?;
+                let b = parse_size(&v).map_err(|m| value_err("guard.threshold", m.into()))?;
                 // "30" for "30M" would switch the guard off without a word.
                 if b < 1 << 20 {
                     return Err(value_err("guard.threshold", format!("{v}: at least 1M")));
@@ -817,7 +818,8 @@ fn guard(
         interval_ms: match r.interval {
             None => 500,
             Some(v) => {
-                let ms = parse_duration_ms(&v).map_err(|m| value_err("guard.interval", m))?;
+                let ms =
+                    parse_duration_ms(&v).map_err(|m| value_err("guard.interval", m.into()))?;
                 if !(50..=60_000).contains(&ms) {
                     return Err(value_err(
                         "guard.interval",
@@ -874,7 +876,7 @@ fn api(
     let d = ApiPolicy::default();
     let grant = match &r.grant {
         None => d.grant,
-        Some(v) => permission_list(v).map_err(|m| value_err("api.grant", m))?,
+        Some(v) => permission_list(v).map_err(|m| value_err("api.grant", m.into()))?,
     };
     let mut packages = std::collections::BTreeMap::new();
     for (name, v) in r.packages.unwrap_or_default() {
@@ -895,7 +897,7 @@ fn api(
         None => d.max_update_lock_s,
         Some(v) => {
             let s = crate::manifest::parse_duration_s(v)
-                .map_err(|m| value_err("api.max_update_lock", m))?;
+                .map_err(|m| value_err("api.max_update_lock", m.into()))?;
             if !(1..=7 * 86_400).contains(&s) {
                 return Err(value_err(
                     "api.max_update_lock",
@@ -923,7 +925,7 @@ fn data_size(
     let Some(v) = v else {
         return Ok(None);
     };
-    let b = parse_size(&v).map_err(|m| value_err("containers.data_size", m))?;
+    let b = parse_size(&v).map_err(|m| value_err("containers.data_size", m.into()))?;
     if !(1 << 20..=1 << 40).contains(&b) {
         return Err(value_err(
             "containers.data_size",
@@ -953,7 +955,7 @@ fn watchdog(
     let interval_ms = match r.interval {
         None => 5000,
         Some(v) => {
-            let ms = parse_duration_ms(&v).map_err(|m| value_err("watchdog.interval", m))?;
+            let ms = parse_duration_ms(&v).map_err(|m| value_err("watchdog.interval", m.into()))?;
             if !(100..=60_000).contains(&ms) {
                 return Err(value_err(
                     "watchdog.interval",
@@ -966,7 +968,7 @@ fn watchdog(
     let timeout_s = match r.timeout {
         None => None,
         Some(v) => {
-            let ms = parse_duration_ms(&v).map_err(|m| value_err("watchdog.timeout", m))?;
+            let ms = parse_duration_ms(&v).map_err(|m| value_err("watchdog.timeout", m.into()))?;
             if !ms.is_multiple_of(1000) || !(1000..=3_600_000).contains(&ms) {
                 return Err(value_err(
                     "watchdog.timeout",
@@ -1017,7 +1019,7 @@ fn slab(
     };
     let reserve = match raw.reserve {
         None => Amount::Objects(512),
-        Some(r) => Amount::parse(&r).map_err(|m| value_err("slab.reserve", m))?,
+        Some(r) => Amount::parse(&r).map_err(|m| value_err("slab.reserve", m.into()))?,
     };
     let entries = raw.caches.unwrap_or_default();
     if entries.is_empty() {
@@ -1038,7 +1040,8 @@ fn slab(
     }
     let mut caches: Vec<(String, Amount)> = Vec::with_capacity(entries.len());
     for e in &entries {
-        let (name, amount) = cache_entry(e, reserve).map_err(|m| value_err("slab.caches", m))?;
+        let (name, amount) =
+            cache_entry(e, reserve).map_err(|m| value_err("slab.caches", m.into()))?;
         if caches.iter().any(|(n, _)| *n == name) {
             return Err(value_err("slab.caches", format!("{name:?} named twice")));
         }
@@ -1172,7 +1175,7 @@ fn fleet(
     let ms = |key: &'static str, v: Option<String>, default: u64| match v {
         None => Ok(default),
         Some(v) => {
-            let ms = parse_duration_ms(&v).map_err(|m| value_err(key, m))?;
+            let ms = parse_duration_ms(&v).map_err(|m| value_err(key, m.into()))?;
             if !(1000..=86_400_000).contains(&ms) {
                 return Err(value_err(key, format!("{v}: must be between 1s and 24h")));
             }
@@ -1207,7 +1210,7 @@ fn upgrade(
 ) -> Result<Upgrade, ConfigError> {
     let ms = |key: &'static str, v: Option<String>, default: u64| match v {
         None => Ok(default),
-        Some(v) => parse_duration_ms(&v).map_err(|m| value_err(key, m)),
+        Some(v) => parse_duration_ms(&v).map_err(|m| value_err(key, m.into())),
     };
     let deadline_ms = ms("upgrade.deadline", r.deadline, 60_000)?;
     let settle_ms = ms("upgrade.settle", r.settle, 5_000)?;
@@ -1230,7 +1233,8 @@ fn boot(
     let confirm_after_ms = match r.confirm_after {
         None => 120_000,
         Some(v) => {
-            let ms = parse_duration_ms(&v).map_err(|m| value_err("boot.confirm_after", m))?;
+            let ms =
+                parse_duration_ms(&v).map_err(|m| value_err("boot.confirm_after", m.into()))?;
             if !(1000..=86_400_000).contains(&ms) {
                 return Err(value_err(
                     "boot.confirm_after",
@@ -1275,7 +1279,7 @@ fn reports(
     let size = |key: &'static str, v: Option<String>, default: u64| match v {
         None => Ok(default),
         Some(v) => {
-            let b = parse_size(&v).map_err(|m| value_err(key, m))?;
+            let b = parse_size(&v).map_err(|m| value_err(key, m.into()))?;
             // "4" for "4M" would make every archive too large to keep.
             if b < 64 << 10 {
                 return Err(value_err(key, format!("{v}: at least 64K")));
@@ -1308,7 +1312,7 @@ fn policy(
     value_err: &dyn Fn(&'static str, String) -> ConfigError,
 ) -> Result<Policy, ConfigError> {
     let percent = |key: &'static str, v: &str, max: u32| {
-        let p = parse_percent(v).map_err(|m| value_err(key, m))?;
+        let p = parse_percent(v).map_err(|m| value_err(key, m.into()))?;
         if !(1..=max).contains(&p) {
             return Err(value_err(
                 key,
@@ -1328,7 +1332,7 @@ fn policy(
     };
     // Below a few MiB no container starts at all: a typo ("64" for "64M") must not pass.
     let size = |key: &'static str, v: &str| {
-        let b = parse_size(v).map_err(|m| value_err(key, m))?;
+        let b = parse_size(v).map_err(|m| value_err(key, m.into()))?;
         if b < 4 << 20 {
             return Err(value_err(key, format!("{v}: at least 4M")));
         }
@@ -1509,7 +1513,7 @@ fn governor(
     let ms = |key: &'static str, v: Option<String>, default: u64, lo: u64, hi: u64| match v {
         None => Ok(default),
         Some(v) => {
-            let ms = parse_duration_ms(&v).map_err(|m| value_err(key, m))?;
+            let ms = parse_duration_ms(&v).map_err(|m| value_err(key, m.into()))?;
             if !(lo..=hi).contains(&ms) {
                 return Err(value_err(
                     key,
@@ -1536,7 +1540,7 @@ fn governor(
     let pct = |key: &'static str, v: Option<String>, default: u32| match v {
         None => Ok(default),
         Some(v) => {
-            let p = parse_percent(&v).map_err(|m| value_err(key, m))?;
+            let p = parse_percent(&v).map_err(|m| value_err(key, m.into()))?;
             if !(1..=policy.cpu_max_percent).contains(&p) {
                 return Err(value_err(
                     key,
@@ -1585,7 +1589,7 @@ fn governor(
     let learn = match learn {
         None => (10_000 / interval_ms).clamp(3, 1000) as u32,
         Some(v) => {
-            let ms = parse_duration_ms(&v).map_err(|m| value_err("governor.learn", m))?;
+            let ms = parse_duration_ms(&v).map_err(|m| value_err("governor.learn", m.into()))?;
             let n = ms / interval_ms;
             if !(3..=1000).contains(&n) {
                 return Err(value_err(

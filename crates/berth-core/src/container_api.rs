@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value};
 
 use crate::api::ErrorKind;
+use crate::error::Error;
 use crate::http::Request;
 
 /// Where the socket appears inside every container.
@@ -455,14 +456,14 @@ impl ApiPolicy {
 }
 
 /// A permission list as berth.toml writes it: names separated by spaces.
-pub fn permission_list(v: &str) -> Result<Vec<Permission>, String> {
+pub fn permission_list(v: &str) -> Result<Vec<Permission>, Error> {
     let mut out = Vec::new();
     for w in v.split_whitespace() {
         let p = Permission::from_name(w).ok_or_else(|| {
-            format!(
+            Error::invalid(format!(
                 "{w:?} is not an api permission (known: {})",
                 Permission::ALL.map(Permission::name).join(", ")
-            )
+            ))
         })?;
         if !out.contains(&p) {
             out.push(p);
@@ -806,7 +807,10 @@ mod tests {
             Ok(vec![Permission::Stop, Permission::LanHosts])
         );
         let e = permission_list("stop reboot").unwrap_err();
-        assert!(e.contains("\"reboot\" is not an api permission"), "{e}");
+        assert!(
+            e.message.contains("\"reboot\" is not an api permission"),
+            "{e}"
+        );
         for p in Permission::ALL {
             assert_eq!(Permission::from_name(p.name()), Some(p));
         }

@@ -15,6 +15,7 @@ pub mod container_api;
 pub mod cron;
 pub mod date;
 pub mod ddi;
+pub mod error;
 pub mod fair;
 pub mod governor;
 pub mod guard;
@@ -37,3 +38,5 @@ pub mod state;
 pub mod supervise;
 pub mod tr181;
 pub mod tree;
+
+pub use error::{Error, ErrorKind};

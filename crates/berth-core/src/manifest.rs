@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::ops::Range;
 
+use crate::error::Error;
 use crate::tree::{self, line_of, Spanned, Table, TreeError, Val};
 use serde::{Deserialize, Serialize};
 
@@ -364,7 +365,12 @@ impl Manifest {
 
 /// Parses a size: a decimal integer with an optional binary suffix `K`, `M` or `G`
 /// (1024-based), e.g. `"32M"`. Returns bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, Error> {
+    size(s).map_err(Error::invalid)
+}
+
+/// [`parse_size`]'s reading: whatever it refuses is the value, of one kind.
+fn size(s: &str) -> Result<u64, String> {
     let (digits, mult) = match s.as_bytes().last() {
         Some(b'K' | b'k') => (&s[..s.len() - 1], 1u64 << 10),
         Some(b'M' | b'm') => (&s[..s.len() - 1], 1 << 20),
@@ -379,7 +385,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 
 /// Parses a duration: a decimal integer followed by `ms`, `s` or `m`, e.g. `"500ms"`.
 /// Returns milliseconds.
-pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
+pub fn parse_duration_ms(s: &str) -> Result<u64, Error> {
+    duration_ms(s).map_err(Error::invalid)
+}
+
+/// [`parse_duration_ms`]'s reading: whatever it refuses is the value, of one kind.
+fn duration_ms(s: &str) -> Result<u64, String> {
     let (digits, mult) = if let Some(d) = s.strip_suffix("ms") {
         (d, 1u64)
     } else if let Some(d) = s.strip_suffix('s') {
@@ -400,8 +411,12 @@ pub fn parse_duration_ms(s: &str) -> Result<u64, String> {
 
 /// Parses a long duration: a decimal integer followed by `s`, `m`, `h` or `d`, e.g. `"30d"`
 /// (an index's validity, the age at which a cached index is stale). Returns seconds.
-pub fn parse_duration_s(s: &str) -> Result<u64, String> {
-    let bad = || format!("invalid duration {s:?}: expected a number followed by s, m, h or d");
+pub fn parse_duration_s(s: &str) -> Result<u64, Error> {
+    let bad = || {
+        Error::invalid(format!(
+            "invalid duration {s:?}: expected a number followed by s, m, h or d"
+        ))
+    };
     let (digits, mult) = match s.as_bytes().last() {
         Some(b's') => (&s[..s.len() - 1], 1u64),
         Some(b'm') => (&s[..s.len() - 1], 60),
@@ -411,15 +426,19 @@ pub fn parse_duration_s(s: &str) -> Result<u64, String> {
     };
     let n = parse_decimal(digits).ok_or_else(bad)?;
     n.checked_mul(mult)
-        .ok_or_else(|| format!("invalid duration {s:?}: too large"))
+        .ok_or_else(|| Error::invalid(format!("invalid duration {s:?}: too large")))
 }
 
 /// Parses a percentage `"N%"`, e.g. `"20%"`.
-pub fn parse_percent(s: &str) -> Result<u32, String> {
+pub fn parse_percent(s: &str) -> Result<u32, Error> {
     s.strip_suffix('%')
         .and_then(parse_decimal)
         .and_then(|n| u32::try_from(n).ok())
-        .ok_or_else(|| format!("invalid percentage {s:?}: expected a number followed by %"))
+        .ok_or_else(|| {
+            Error::invalid(format!(
+                "invalid percentage {s:?}: expected a number followed by %"
+            ))
+        })
 }
 
 /// Plain decimal digits only: `str::parse` would also accept a leading '+'.
@@ -807,7 +826,9 @@ impl Validator<'_> {
     fn duration(&self, v: &Option<S<String>>, key: &str, default: u64) -> R<u64> {
         match v {
             None => Ok(default),
-            Some(v) => parse_duration_ms(v.get_ref()).map_err(|e| self.err(v.span(), key, e)),
+            Some(v) => {
+                parse_duration_ms(v.get_ref()).map_err(|e| self.err(v.span(), key, e.message))
+            }
         }
     }
 
@@ -815,7 +836,7 @@ impl Validator<'_> {
         let n = match v.get_ref() {
             SizeValue::Int(n) => u64::try_from(*n)
                 .map_err(|_| self.err(v.span(), key, format!("invalid size {n}: negative")))?,
-            SizeValue::Text(s) => parse_size(s).map_err(|e| self.err(v.span(), key, e))?,
+            SizeValue::Text(s) => parse_size(s).map_err(|e| self.err(v.span(), key, e.message))?,
         };
         // Below 1 MiB not even a shell starts; almost certainly a missing suffix.
         if n < 1 << 20 {
@@ -825,7 +846,7 @@ impl Validator<'_> {
     }
 
     fn path(&self, v: &S<String>, key: &str) -> R<String> {
-        check_abs_path(v.get_ref()).map_err(|e| self.err(v.span(), key, e))?;
+        check_abs_path(v.get_ref()).map_err(|e| self.err(v.span(), key, e.message))?;
         Ok(v.get_ref().clone())
     }
 
@@ -901,7 +922,8 @@ impl Validator<'_> {
                 })?;
             check_cron(cron.get_ref()).map_err(|e| self.err(cron.span(), "schedule.cron", e))?;
             let cmd = self.command(&s.get_ref().cmd, "schedule.cmd", s.span())?;
-            crate::schedule::check_cmd(&cmd).map_err(|e| self.err(s.span(), "schedule.cmd", e))?;
+            crate::schedule::check_cmd(&cmd)
+                .map_err(|e| self.err(s.span(), "schedule.cmd", e.message))?;
             if schedules.len() == crate::schedule::MAX_SCHEDULES {
                 return Err(self.err(
                     s.span(),
@@ -935,7 +957,8 @@ impl Validator<'_> {
                 Some(at) => (at.get_ref().clone(), at.span()),
                 None => (crate::bind::default_target(name.as_str()), span),
             };
-            crate::bind::check_target(&at).map_err(|e| self.err(span.clone(), "bind.at", e))?;
+            crate::bind::check_target(&at)
+                .map_err(|e| self.err(span.clone(), "bind.at", e.message))?;
             if let Some((_, o)) = bind
                 .iter()
                 .filter_map(|b| b.split_once(' '))
@@ -1093,7 +1116,7 @@ impl Validator<'_> {
             None => None,
             Some(v) => {
                 let p = parse_percent(v.get_ref())
-                    .map_err(|e| self.err(v.span(), "resources.cpu_max", e))?;
+                    .map_err(|e| self.err(v.span(), "resources.cpu_max", e.message))?;
                 if !(1..=800).contains(&p) {
                     return Err(self.err(
                         v.span(),
@@ -1417,7 +1440,7 @@ impl Validator<'_> {
             None => None,
             Some(v) => {
                 let ms = parse_duration_ms(v.get_ref())
-                    .map_err(|e| self.err(v.span(), "health.watchdog", e))?;
+                    .map_err(|e| self.err(v.span(), "health.watchdog", e.message))?;
                 // Each keep-alive is a request: a period below a second would be a flood.
                 if !(1_000..=86_400_000).contains(&ms) {
                     return Err(self.err(
@@ -2013,6 +2036,7 @@ cmd = ["/bin/rotate"]
         assert!(parse_size("1.5M").is_err());
         assert!(parse_size("99999999999999999G")
             .unwrap_err()
+            .message
             .contains("too large"));
         assert_eq!(parse_duration_ms("250ms"), Ok(250));
         assert_eq!(parse_duration_ms("2s"), Ok(2000));

@@ -5,6 +5,8 @@
 
 use std::io::{self, Read, Write};
 
+use crate::error::Error;
+
 /// What made a report; the last word of its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reason {
@@ -103,8 +105,8 @@ pub struct Id {
     pub reason: Reason,
 }
 
-pub fn parse_id(id: &str) -> Result<Id, String> {
-    let bad = |why: &str| Err(format!("{id:?} is not a report id ({why})"));
+pub fn parse_id(id: &str) -> Result<Id, Error> {
+    let bad = |why: &str| Err(Error::invalid(format!("{id:?} is not a report id ({why})")));
     if id.len() > 128
         || !id
             .bytes()

@@ -9,6 +9,7 @@ use serde_json::{json, Map, Value};
 use crate::api::last_run as run;
 use crate::api::schedule as f;
 use crate::cron::{self, Cron};
+use crate::error::Error;
 use crate::path::check_abs_path;
 
 /// One `[[schedule]]` entry of a manifest: a cron expression and the command it runs.
@@ -133,17 +134,23 @@ impl Clock {
 }
 
 /// Checks a job's command: an absolute path first, bounded in count and length.
-pub fn check_cmd(cmd: &[String]) -> Result<(), String> {
-    let first = cmd.first().ok_or("cmd: must not be empty")?;
-    check_abs_path(first).map_err(|e| format!("cmd[0]: {e}"))?;
+pub fn check_cmd(cmd: &[String]) -> Result<(), Error> {
+    let first = cmd
+        .first()
+        .ok_or_else(|| Error::invalid("cmd: must not be empty"))?;
+    check_abs_path(first).map_err(|e| Error::invalid(format!("cmd[0]: {e}")))?;
     if cmd.len() > MAX_ARGS {
-        return Err(format!("cmd: more than {MAX_ARGS} arguments"));
+        return Err(Error::invalid(format!(
+            "cmd: more than {MAX_ARGS} arguments"
+        )));
     }
     if cmd.iter().map(|a| a.len() + 1).sum::<usize>() > MAX_CMD_BYTES {
-        return Err(format!("cmd: longer than {MAX_CMD_BYTES} bytes"));
+        return Err(Error::invalid(format!(
+            "cmd: longer than {MAX_CMD_BYTES} bytes"
+        )));
     }
     if cmd.iter().any(|a| a.contains('\0')) {
-        return Err("cmd: arguments must not contain NUL".into());
+        return Err(Error::invalid("cmd: arguments must not contain NUL"));
     }
     Ok(())
 }
@@ -158,7 +165,12 @@ fn strings(v: &Value) -> Option<Vec<String>> {
 }
 
 /// A request's body `{"cron": "…", "cmd": ["/bin/x", …]}`, unknown fields refused.
-pub fn parse_new(v: &Value) -> Result<NewJob, String> {
+pub fn parse_new(v: &Value) -> Result<NewJob, Error> {
+    new_job(v).map_err(Error::invalid)
+}
+
+/// [`parse_new`]'s reading: whatever it refuses is the request's value, of one kind.
+fn new_job(v: &Value) -> Result<NewJob, String> {
     let obj = v.as_object().ok_or("expected a JSON object")?;
     let (mut cron_text, mut cmd) = (None, None);
     for (k, x) in obj {
@@ -645,7 +657,7 @@ mod tests {
             (json!(["* * * * *"]), "expected a JSON object"),
         ] {
             let e = parse_new(&body).unwrap_err();
-            assert!(e.contains(want), "{body}: {e}");
+            assert!(e.message.contains(want), "{body}: {e}");
         }
         assert!(check_id("a12") && check_id("m0abc123-2"));
         assert!(

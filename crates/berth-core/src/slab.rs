@@ -3,6 +3,7 @@
 //! `kmod/berth-slab` holds them; this is the pure part: the policy, what the module is told,
 //! and what `/proc/slabinfo` and the module's `state` say about whether each reserve holds.
 
+use crate::error::Error;
 use std::path::{Path, PathBuf};
 
 /// The module's name (`/sys/module/berth_slab`).
@@ -31,16 +32,22 @@ pub enum Amount {
 
 impl Amount {
     /// `512` (objects) or `"128K"` (a size); a string of digits is objects too.
-    pub fn parse(s: &str) -> Result<Amount, String> {
+    pub fn parse(s: &str) -> Result<Amount, Error> {
         if s.bytes().all(|b| b.is_ascii_digit()) {
             return match s.parse::<u32>() {
                 Ok(n) if n > 0 => Ok(Amount::Objects(n)),
-                Ok(_) => Err(format!("{s:?}: a reserve is 1 or more objects")),
-                Err(_) => Err(format!("{s:?}: too many objects (at most {RESERVE_LIMIT})")),
+                Ok(_) => Err(Error::invalid(format!(
+                    "{s:?}: a reserve is 1 or more objects"
+                ))),
+                Err(_) => Err(Error::invalid(format!(
+                    "{s:?}: too many objects (at most {RESERVE_LIMIT})"
+                ))),
             };
         }
         match crate::manifest::parse_size(s)? {
-            0 => Err(format!("{s:?}: a reserve is more than 0 bytes")),
+            0 => Err(Error::invalid(format!(
+                "{s:?}: a reserve is more than 0 bytes"
+            ))),
             b => Ok(Amount::Bytes(b)),
         }
     }
@@ -72,7 +79,7 @@ impl SlabPolicy {
         &self,
         release: &str,
         exists: impl Fn(&Path) -> bool,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, Error> {
         if let Some(m) = &self.module {
             return Ok(m.clone());
         }
@@ -84,10 +91,10 @@ impl SlabPolicy {
             return Ok(p.clone());
         }
         let names: Vec<String> = places.iter().map(|p| p.display().to_string()).collect();
-        Err(format!(
+        Err(Error::not_found(format!(
             "no {MODULE}.ko for this kernel at {} (install the module built for it, or set [slab] module)",
             names.join(", ")
-        ))
+        )))
     }
 }
 
@@ -108,15 +115,15 @@ pub fn allowed(name: &str) -> bool {
 }
 
 /// One entry of `caches`: `NAME` (the section's `reserve`) or `NAME:RESERVE`.
-pub fn cache_entry(entry: &str, reserve: Amount) -> Result<(String, Amount), String> {
+pub fn cache_entry(entry: &str, reserve: Amount) -> Result<(String, Amount), Error> {
     let (name, amount) = match entry.split_once(':') {
-        Some((n, a)) => (n, Amount::parse(a).map_err(|m| format!("{n}: {m}"))?),
+        Some((n, a)) => (n, Amount::parse(a).map_err(|m| m.context(n))?),
         None => (entry, reserve),
     };
     if !allowed(name) {
-        return Err(format!(
+        return Err(Error::invalid(format!(
             "{name:?}: not a cache the reserve can hold (kmalloc-N, dma-kmalloc-N, skbuff_head_cache, skbuff_fclone_cache)"
-        ));
+        )));
     }
     Ok((name.to_string(), amount))
 }
@@ -173,22 +180,24 @@ pub fn parse_state(text: &str) -> Vec<Held> {
 
 /// The module's `caches` parameter for `policy` on a kernel whose slabinfo is `slabs`: each
 /// reserve in objects. Errors name a cache this kernel has not, or a reserve above the cap.
-pub fn caches_param(policy: &SlabPolicy, slabs: &[SlabLine]) -> Result<String, String> {
+pub fn caches_param(policy: &SlabPolicy, slabs: &[SlabLine]) -> Result<String, Error> {
     let mut out = Vec::with_capacity(policy.caches.len());
     for (name, amount) in &policy.caches {
         let objsize = match (amount, slabs.iter().find(|s| &s.name == name)) {
             (_, Some(s)) => s.objsize,
             (Amount::Objects(_), None) => 1,
             (Amount::Bytes(_), None) => {
-                return Err(format!("{name}: this kernel has no such slab cache"))
+                return Err(Error::refused(format!(
+                    "{name}: this kernel has no such slab cache"
+                )))
             }
         };
         let n = amount.objects(objsize);
         if n > policy.max_reserve {
-            return Err(format!(
+            return Err(Error::refused(format!(
                 "{name}: a reserve of {n} objects is above max_reserve ({})",
                 policy.max_reserve
-            ));
+            )));
         }
         out.push(format!("{name}:{n}"));
     }
@@ -278,14 +287,20 @@ mod tests {
     fn amounts_are_objects_or_sizes() {
         assert_eq!(Amount::parse("512"), Ok(Amount::Objects(512)));
         assert_eq!(Amount::parse("128K"), Ok(Amount::Bytes(131_072)));
-        assert!(Amount::parse("0").unwrap_err().contains("1 or more"));
+        assert!(Amount::parse("0")
+            .unwrap_err()
+            .message
+            .contains("1 or more"));
         assert!(Amount::parse("0K")
             .unwrap_err()
+            .message
             .contains("more than 0 bytes"));
         assert!(Amount::parse("lots").is_err());
         assert_eq!(
             Amount::parse("99999999999"),
-            Err("\"99999999999\": too many objects (at most 1048576)".into())
+            Err(Error::invalid(
+                "\"99999999999\": too many objects (at most 1048576)"
+            ))
         );
         assert_eq!(Amount::Bytes(131_072).objects(256), 512);
         assert_eq!(Amount::Bytes(1000).objects(256), 4, "rounded up");
@@ -344,7 +359,7 @@ mod tests {
         }
         let e = p.module_file("5.15.0", at("")).unwrap_err();
         assert!(
-            e.starts_with("no berth_slab.ko for this kernel at /lib/modules/5.15.0/extra/berth_slab.ko, /lib/modules/5.15.0/updates/dkms/berth_slab.ko, /lib/modules/5.15.0/berth_slab.ko"),
+            e.message.starts_with("no berth_slab.ko for this kernel at /lib/modules/5.15.0/extra/berth_slab.ko, /lib/modules/5.15.0/updates/dkms/berth_slab.ko, /lib/modules/5.15.0/berth_slab.ko"),
             "{e}"
         );
         let mut own = policy(&[]);
@@ -356,7 +371,8 @@ mod tests {
         );
         let e = cache_entry("dentry", Amount::Objects(5)).unwrap_err();
         assert!(
-            e.starts_with("\"dentry\": not a cache the reserve can hold"),
+            e.message
+                .starts_with("\"dentry\": not a cache the reserve can hold"),
             "{e}"
         );
     }
@@ -386,12 +402,16 @@ mod tests {
         big.max_reserve = 300;
         assert_eq!(
             caches_param(&big, &slabs),
-            Err("skbuff_head_cache: a reserve of 512 objects is above max_reserve (300)".into())
+            Err(Error::refused(
+                "skbuff_head_cache: a reserve of 512 objects is above max_reserve (300)"
+            ))
         );
         let missing = policy(&[("kmalloc-8k", Amount::Bytes(1 << 20))]);
         assert_eq!(
             caches_param(&missing, &slabs),
-            Err("kmalloc-8k: this kernel has no such slab cache".into())
+            Err(Error::refused(
+                "kmalloc-8k: this kernel has no such slab cache"
+            ))
         );
         // In objects, a missing cache is the module's to refuse (it names it).
         let objs = policy(&[("kmalloc-8k", Amount::Objects(3))]);

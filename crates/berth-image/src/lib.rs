@@ -11,9 +11,14 @@ pub mod source;
 
 use std::io;
 
-/// Why an image was not imported. The message names the entry or the part of the image.
+/// Why an image was not imported: the crate's one error. The message names the entry or the
+/// part of the image; [`ImageError::kind`] says what a caller can do about it.
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
+    /// What names the image is not in a form berth reads (`oci:LAYOUT[:TAG]`,
+    /// `docker-archive:FILE`).
+    #[error("{0}")]
+    Invalid(String),
     /// The image holds what berth refuses (a link followed, a path that leaves the image,
     /// a name that is not UTF-8, a cap passed), or is not what it says it is.
     #[error("{0}")]
@@ -24,6 +29,18 @@ pub enum ImageError {
 }
 
 impl ImageError {
+    /// The kind of failure, in berth-sys's terms (which the daemon maps to its API's).
+    pub fn kind(&self) -> berth_sys::ErrorKind {
+        match self {
+            ImageError::Invalid(_) => berth_sys::ErrorKind::Invalid,
+            ImageError::Refused(_) => berth_sys::ErrorKind::Refused,
+            ImageError::Io { err, .. } if err.kind() == io::ErrorKind::NotFound => {
+                berth_sys::ErrorKind::NotFound
+            }
+            ImageError::Io { .. } => berth_sys::ErrorKind::Refused,
+        }
+    }
+
     pub(crate) fn io(what: impl Into<String>, err: io::Error) -> ImageError {
         // A refusal of the tree walk is ours: its message is the whole story.
         if berth_sys::tree::is_refusal(&err) {

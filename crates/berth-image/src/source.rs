@@ -37,7 +37,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub fn parse(s: &str) -> std::result::Result<Source, String> {
+    pub fn parse(s: &str) -> Result<Source> {
         if let Some(rest) = s.strip_prefix("oci:") {
             // The tag is after the last ':' that is not part of the path ("oci:dir:tag").
             let (layout, tag) = match rest.rsplit_once(':') {
@@ -45,7 +45,9 @@ impl Source {
                 _ => (rest, None),
             };
             if layout.is_empty() {
-                return Err(format!("{s}: oci: needs a layout directory"));
+                return Err(ImageError::Invalid(format!(
+                    "{s}: oci: needs a layout directory"
+                )));
             }
             return Ok(Source::Oci {
                 layout: layout.into(),
@@ -54,13 +56,15 @@ impl Source {
         }
         if let Some(file) = s.strip_prefix("docker-archive:") {
             if file.is_empty() {
-                return Err(format!("{s}: docker-archive: needs a file"));
+                return Err(ImageError::Invalid(format!(
+                    "{s}: docker-archive: needs a file"
+                )));
             }
             return Ok(Source::DockerArchive { file: file.into() });
         }
-        Err(format!(
+        Err(ImageError::Invalid(format!(
             "{s}: expected oci:LAYOUT[:TAG] or docker-archive:FILE.tar"
-        ))
+        )))
     }
 }
 
@@ -568,9 +572,9 @@ mod tests {
                 file: "/x/a.tar".into()
             }
         );
-        assert!(Source::parse("docker://busybox")
-            .unwrap_err()
-            .contains("oci:LAYOUT"));
+        let e = Source::parse("docker://busybox").unwrap_err();
+        assert!(e.to_string().contains("oci:LAYOUT"), "{e}");
+        assert_eq!(e.kind(), berth_sys::ErrorKind::Invalid);
         assert!(Source::parse("oci:").is_err());
     }
 

@@ -84,7 +84,7 @@ impl Probes {
     /// The real machine: liblxc, `$PATH`, the running kernel.
     pub fn real() -> Probes {
         Probes {
-            lxc_version: crate::lxc::version_or_error(),
+            lxc_version: crate::lxc::version_or_error().map_err(String::from),
             path: std::env::var_os("PATH"),
             open_tree: probe_open_tree(),
             mount_setattr: probe_mount_setattr(),

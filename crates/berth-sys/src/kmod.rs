@@ -5,6 +5,8 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use crate::error::{Error, ErrorKind};
+
 /// `<sys>/module/NAME`: present while the module is loaded (or built in).
 pub fn dir(sys: &Path, name: &str) -> PathBuf {
     sys.join("module").join(name)
@@ -30,9 +32,16 @@ pub fn refusal(proc: &Path) -> Option<String> {
 
 /// Loads the module in `file` with `params` ("key=value key=value"). The errors name what
 /// the kernel refused in words an operator can act on.
-pub fn load(file: &Path, params: &str) -> Result<(), String> {
-    let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let p = std::ffi::CString::new(params).map_err(|_| "a NUL in the parameters".to_string())?;
+pub fn load(file: &Path, params: &str) -> Result<(), Error> {
+    let f = std::fs::File::open(file).map_err(|e| {
+        let kind = match e.kind() {
+            io::ErrorKind::NotFound => ErrorKind::NotFound,
+            _ => ErrorKind::Refused,
+        };
+        Error::new(kind, format!("{}: {e}", file.display()))
+    })?;
+    let p = std::ffi::CString::new(params)
+        .map_err(|_| Error::new(ErrorKind::Invalid, "a NUL in the parameters"))?;
     // SAFETY: finit_module reads the open descriptor and the NUL-terminated parameters, both
     // alive across the call; it writes nothing of ours.
     let rc = unsafe { libc::syscall(libc::SYS_finit_module, f.as_raw_fd(), p.as_ptr(), 0) };
@@ -52,11 +61,12 @@ pub fn load(file: &Path, params: &str) -> Result<(), String> {
         Some(libc::ENOSYS) => "its init found what it needs missing (kprobes, or kallsyms with CONFIG_KALLSYMS_ALL: see the kernel log)",
         _ => "",
     };
-    Err(if why.is_empty() {
+    let message = if why.is_empty() {
         format!("loading {}: {e}", file.display())
     } else {
         format!("loading {}: {why} ({e})", file.display())
-    })
+    };
+    Err(Error::new(ErrorKind::Refused, message))
 }
 
 /// Sets a loaded module's parameter (its `set` callback runs in this write).
@@ -92,14 +102,19 @@ mod tests {
     #[test]
     fn loading_names_the_file_and_the_refusal() {
         let e = load(Path::new("/nonexistent/berth_slab.ko"), "").unwrap_err();
-        assert!(e.starts_with("/nonexistent/berth_slab.ko: "), "{e}");
+        assert!(e.message.starts_with("/nonexistent/berth_slab.ko: "), "{e}");
+        assert_eq!(e.kind, ErrorKind::NotFound);
         // Not a module: this kernel says ENOEXEC, or refuses outright without module support
         // (ENOSYS) or the right (EPERM); the message names the file either way.
         let f = std::env::temp_dir().join(format!("berth-kmod-{}.ko", std::process::id()));
         std::fs::write(&f, b"not an ELF file").unwrap();
         let e = load(&f, "x=1").unwrap_err();
         std::fs::remove_file(&f).unwrap();
-        assert!(e.starts_with(&format!("loading {}: ", f.display())), "{e}");
+        assert!(
+            e.message.starts_with(&format!("loading {}: ", f.display())),
+            "{e}"
+        );
+        assert_eq!(e.kind, ErrorKind::Refused);
         assert!(!loaded(Path::new("/sys"), "berth_no_such_module"));
     }
 }

@@ -3,6 +3,7 @@
 pub mod cgroupfs;
 pub mod check;
 pub mod cpucap;
+pub mod error;
 pub mod fsutil;
 pub mod host;
 pub mod kmod;
@@ -20,6 +21,8 @@ pub mod process;
 pub mod skip;
 pub mod tree;
 pub mod watchdog;
+
+pub use error::{Error, ErrorKind};
 
 // liblxc is loaded with dlopen at run time (lxc.rs), and a static binary cannot dlopen (musl:
 // "Dynamic loading not supported"): such a build could run `check` and the daemon but never

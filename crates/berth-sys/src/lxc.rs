@@ -13,6 +13,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 
+use crate::error::{Error, ErrorKind};
+
 /// `struct lxc_container` up to and including `get_config_path`.
 #[repr(C)]
 #[allow(non_camel_case_types)]
@@ -203,8 +205,10 @@ fn load() -> Result<Lib, String> {
 }
 
 /// Whether liblxc can be loaded here (and why not).
-pub fn available() -> Result<(), String> {
-    lib().map(|_| ()).map_err(|e| e.to_string())
+pub fn available() -> Result<(), Error> {
+    lib()
+        .map(|_| ())
+        .map_err(|e| Error::new(ErrorKind::Unavailable, e.to_string()))
 }
 
 /// Errors of the liblxc layer; each names the container.
@@ -239,15 +243,21 @@ pub fn version() -> String {
 
 /// liblxc's version string, or why there is none: the loader's error (dlerror) when liblxc
 /// cannot be loaded.
-pub fn version_or_error() -> Result<String, String> {
-    let lib = lib().map_err(|e| match e {
-        LxcError::Unavailable(m) => m,
-        e => e.to_string(),
+pub fn version_or_error() -> Result<String, Error> {
+    let lib = lib().map_err(|e| {
+        let m = match e {
+            LxcError::Unavailable(m) => m,
+            e => e.to_string(),
+        };
+        Error::new(ErrorKind::Unavailable, m)
     })?;
     // SAFETY: lxc_get_version takes no arguments and returns a pointer to a static string.
     let p = unsafe { (lib.get_version)() };
     if p.is_null() {
-        return Err("liblxc loaded, but lxc_get_version returned nothing".to_string());
+        return Err(Error::new(
+            ErrorKind::Unavailable,
+            "liblxc loaded, but lxc_get_version returned nothing",
+        ));
     }
     // SAFETY: non-null, NUL-terminated and static (owned by liblxc).
     Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())

@@ -217,7 +217,7 @@ fn start(args: &ShimArgs, trace: &mut Trace) -> Result<Started> {
     let sigchld = process::sigchld_pipe()?;
     // Load liblxc once, before the fork, so the monitor inherits it instead of loading (and
     // relocating) it again on the start path.
-    berth_sys::lxc::available().map_err(anyhow::Error::msg)?;
+    berth_sys::lxc::available().map_err(|e| anyhow::Error::msg(e.message))?;
     trace.mark("lxc_loaded");
     // Stale results of an earlier run must not be mistaken for this one's.
     let _ = std::fs::remove_file(&args.exit_file);

@@ -281,17 +281,7 @@ impl Suite for Delta {
     }
 
     fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput> {
-        for (tool, pkg) in [
-            ("zstd", "zstd"),
-            ("bsdiff", "bsdiff"),
-            ("xdelta3", "xdelta3"),
-            ("time", "time"),
-            ("apt-get", "apt"),
-        ] {
-            if berth_testkit::which(tool).is_none() {
-                return Err(format!("{tool} is missing: install the Debian package {pkg}").into());
-            }
-        }
+        check_tools()?;
         let cache = PathBuf::from("/var/cache/berth-bench/debs");
         std::fs::create_dir_all(&cache).map_err(|e| format!("{}: {e}", cache.display()))?;
         let mut sb = ctx
@@ -330,96 +320,10 @@ impl Suite for Delta {
                     continue;
                 }
             };
-            // Two repositories: the old one as published, the new one with deltas from it.
-            let name = format!("dc-{}", case.name.replace('.', ""));
-            let old_repo = work.join(format!("{name}-old"));
-            let new_repo = work.join(format!("{name}-new"));
-            for r in [&old_repo, &new_repo] {
-                let _ = std::fs::remove_dir_all(r);
-                std::fs::create_dir_all(r.join("packages")).map_err(|e| e.to_string())?;
-            }
-            let old_img = old_repo.join(format!("packages/{name}-1.sqfs"));
-            let new_img = new_repo.join(format!("packages/{name}-2.sqfs"));
-            pack(&sb, &work.join("tree"), &old_debs, &name, "1", &old_img)?;
-            pack(&sb, &work.join("tree"), &new_debs, &name, "2", &new_img)?;
-            let key = sb.key.to_string_lossy().into_owned();
-            run(Command::new(&sb.berth)
-                .args(["repo", "build"])
-                .arg(&old_repo)
-                .args(["--key", &key]))?;
-            let t0 = Instant::now();
-            let report = run(Command::new(&sb.berth)
-                .args(["--json", "repo", "build"])
-                .arg(&new_repo)
-                .args(["--key", &key, "--deltas-from"])
-                .arg(&old_repo))?;
-            let zstd_make = t0.elapsed().as_secs_f64();
-            let report: Value = serde_json::from_str(&report).map_err(|e| e.to_string())?;
-            let image = size(&new_img);
-            let delta = &report["packages"][0]["deltas"][0];
-            let zstd_size = delta["size"].as_u64();
-            // Applying it as the device does (zstd -d --patch-from).
-            let (zstd_apply, zstd_kib) = match delta["file"].as_str() {
-                Some(f) => {
-                    let back = work.join("rebuilt.zstd");
-                    let old_arg = format!("--patch-from={}", old_img.display());
-                    let d = new_repo.join(f).to_string_lossy().into_owned();
-                    let b = back.to_string_lossy().into_owned();
-                    let r = timed(&["zstd", "-d", "-q", "-f", &old_arg, &d, "-o", &b])?;
-                    if !same(&back, &new_img) {
-                        return Err("zstd: the rebuilt image differs from the new one".into());
-                    }
-                    let _ = std::fs::remove_file(&back);
-                    (Some(r.0), Some(r.1))
-                }
-                None => (None, None),
-            };
-            let bs = other_tool("bsdiff", &old_img, &new_img, &work)?;
-            let xd = other_tool("xdelta3", &old_img, &new_img, &work)?;
-
-            // The device: holds 1 (installed from the old repository), upgrades to 2.
-            let old_url = format!("file://{}", old_repo.display());
-            let new_url = format!("file://{}", new_repo.display());
-            let fetched = device_upgrade(&mut sb, &name, &old_url, &new_url)?;
-            let _ = sb.ok(&["remove", &name]);
-            let _ = sb.ok(&["gc"]);
-
-            let ratio = zstd_size.map(|z| image as f64 / z.max(1) as f64);
-            t.row(vec![
-                label.clone(),
-                bytes(image),
-                zstd_size.map_or("not published (≥ 90 % of the image)".into(), bytes),
-                ratio.map_or("–".into(), |r| format!("{r:.1}×")),
-                bytes(bs.0),
-                bytes(xd.0),
-                format!("{:.2} / {:.2} / {:.2}", zstd_make, bs.1, xd.1),
-                format!(
-                    "{} / {:.2} / {:.2}",
-                    zstd_apply.map_or("–".into(), |s| format!("{s:.2}")),
-                    bs.2,
-                    xd.2
-                ),
-                format!(
-                    "{} / {} / {} MiB",
-                    zstd_kib.map_or("–".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
-                    format!("{:.1}", bs.3 as f64 / 1024.0),
-                    format!("{:.1}", xd.3 as f64 / 1024.0)
-                ),
-                fetched.map_or(format!("{} (whole image)", bytes(image)), bytes),
-            ]);
-            raw.push(json!({
-                "case": case.name, "what": case.what, "upgrade": label, "image_bytes": image,
-                "zstd": {"bytes": zstd_size, "make_s": zstd_make, "apply_s": zstd_apply, "apply_max_rss_kib": zstd_kib},
-                "bsdiff": {"bytes": bs.0, "make_s": bs.1, "apply_s": bs.2, "apply_max_rss_kib": bs.3},
-                "xdelta3": {"bytes": xd.0, "make_s": xd.1, "apply_s": xd.2, "apply_max_rss_kib": xd.3},
-                "device_fetched_bytes": fetched, "ratio": ratio,
-                "delta_bytes_zstd_bsdiff_xdelta3": [zstd_size, bs.0, xd.0],
-                "skipped_delta": report["skipped_deltas"],
-            }));
+            let (row, json) = measure_case(&mut sb, &work, case, &old_debs, &new_debs, label)?;
+            t.row(row);
+            raw.push(json);
             notes.push(format!("{}: {}", case.name, case.what));
-            for r in [&old_repo, &new_repo] {
-                let _ = std::fs::remove_dir_all(r);
-            }
         }
         notes.push("images are `berth pack`'s (squashfs, xz): a file that changed is compressed anew, so each changed file costs about its compressed size whatever the tool; files that did not change cost nearly nothing".into());
         notes.push("make: berth's `repo build --deltas-from` (zstd -19 --patch-from, one thread; it also hashes and signs); apply: as the device runs it; max RSS from GNU time".into());
@@ -438,6 +342,138 @@ impl Suite for Delta {
             raw: Value::Array(raw),
         })
     }
+}
+
+/// The tools the suite runs, each with the Debian package that brings it.
+fn check_tools() -> Result<()> {
+    for (tool, pkg) in [
+        ("zstd", "zstd"),
+        ("bsdiff", "bsdiff"),
+        ("xdelta3", "xdelta3"),
+        ("time", "time"),
+        ("apt-get", "apt"),
+    ] {
+        if berth_testkit::which(tool).is_none() {
+            return Err(format!("{tool} is missing: install the Debian package {pkg}").into());
+        }
+    }
+    Ok(())
+}
+
+/// One case: its two images packed and published (the new one with berth's delta), the
+/// delta applied, bsdiff and xdelta3 on the same images, and the device's upgrade; its
+/// table row and raw record.
+fn measure_case(
+    sb: &mut Sandbox,
+    work: &Path,
+    case: &Case,
+    old_debs: &[PathBuf],
+    new_debs: &[PathBuf],
+    label: String,
+) -> Result<(Vec<String>, Value)> {
+    // Two repositories: the old one as published, the new one with deltas from it.
+    let name = format!("dc-{}", case.name.replace('.', ""));
+    let old_repo = work.join(format!("{name}-old"));
+    let new_repo = work.join(format!("{name}-new"));
+    for r in [&old_repo, &new_repo] {
+        let _ = std::fs::remove_dir_all(r);
+        std::fs::create_dir_all(r.join("packages")).map_err(|e| e.to_string())?;
+    }
+    let old_img = old_repo.join(format!("packages/{name}-1.sqfs"));
+    let new_img = new_repo.join(format!("packages/{name}-2.sqfs"));
+    pack(sb, &work.join("tree"), old_debs, &name, "1", &old_img)?;
+    pack(sb, &work.join("tree"), new_debs, &name, "2", &new_img)?;
+    let key = sb.key.to_string_lossy().into_owned();
+    run(Command::new(&sb.berth)
+        .args(["repo", "build"])
+        .arg(&old_repo)
+        .args(["--key", &key]))?;
+    let t0 = Instant::now();
+    let report = run(Command::new(&sb.berth)
+        .args(["--json", "repo", "build"])
+        .arg(&new_repo)
+        .args(["--key", &key, "--deltas-from"])
+        .arg(&old_repo))?;
+    let zstd_make = t0.elapsed().as_secs_f64();
+    let report: Value = serde_json::from_str(&report).map_err(|e| e.to_string())?;
+    let image = size(&new_img);
+    let delta = &report["packages"][0]["deltas"][0];
+    let zstd_size = delta["size"].as_u64();
+    // Applying it as the device does (zstd -d --patch-from).
+    let (zstd_apply, zstd_kib) = apply_zstd(work, &old_img, &new_img, &new_repo, delta)?;
+    let bs = other_tool("bsdiff", &old_img, &new_img, work)?;
+    let xd = other_tool("xdelta3", &old_img, &new_img, work)?;
+
+    // The device: holds 1 (installed from the old repository), upgrades to 2.
+    let old_url = format!("file://{}", old_repo.display());
+    let new_url = format!("file://{}", new_repo.display());
+    let fetched = device_upgrade(sb, &name, &old_url, &new_url)?;
+    let _ = sb.ok(&["remove", &name]);
+    let _ = sb.ok(&["gc"]);
+
+    let ratio = zstd_size.map(|z| image as f64 / z.max(1) as f64);
+    let row = vec![
+        label.clone(),
+        bytes(image),
+        zstd_size.map_or("not published (≥ 90 % of the image)".into(), bytes),
+        ratio.map_or("–".into(), |r| format!("{r:.1}×")),
+        bytes(bs.0),
+        bytes(xd.0),
+        format!("{:.2} / {:.2} / {:.2}", zstd_make, bs.1, xd.1),
+        format!(
+            "{} / {:.2} / {:.2}",
+            zstd_apply.map_or("–".into(), |s| format!("{s:.2}")),
+            bs.2,
+            xd.2
+        ),
+        format!(
+            "{} / {} / {} MiB",
+            zstd_kib.map_or("–".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+            format!("{:.1}", bs.3 as f64 / 1024.0),
+            format!("{:.1}", xd.3 as f64 / 1024.0)
+        ),
+        fetched.map_or(format!("{} (whole image)", bytes(image)), bytes),
+    ];
+    let json = json!({
+        "case": case.name, "what": case.what, "upgrade": label, "image_bytes": image,
+        "zstd": {"bytes": zstd_size, "make_s": zstd_make, "apply_s": zstd_apply, "apply_max_rss_kib": zstd_kib},
+        "bsdiff": {"bytes": bs.0, "make_s": bs.1, "apply_s": bs.2, "apply_max_rss_kib": bs.3},
+        "xdelta3": {"bytes": xd.0, "make_s": xd.1, "apply_s": xd.2, "apply_max_rss_kib": xd.3},
+        "device_fetched_bytes": fetched, "ratio": ratio,
+        "delta_bytes_zstd_bsdiff_xdelta3": [zstd_size, bs.0, xd.0],
+        "skipped_delta": report["skipped_deltas"],
+    });
+    for r in [&old_repo, &new_repo] {
+        let _ = std::fs::remove_dir_all(r);
+    }
+    Ok((row, json))
+}
+
+/// Berth's zstd delta `delta` (its entry in `repo build`'s report) applied to the old image
+/// as the device applies it, checked against the new image: seconds and max RSS (KiB); none
+/// when no delta was published.
+fn apply_zstd(
+    work: &Path,
+    old_img: &Path,
+    new_img: &Path,
+    new_repo: &Path,
+    delta: &Value,
+) -> Result<(Option<f64>, Option<u64>)> {
+    Ok(match delta["file"].as_str() {
+        Some(f) => {
+            let back = work.join("rebuilt.zstd");
+            let old_arg = format!("--patch-from={}", old_img.display());
+            let d = new_repo.join(f).to_string_lossy().into_owned();
+            let b = back.to_string_lossy().into_owned();
+            let r = timed(&["zstd", "-d", "-q", "-f", &old_arg, &d, "-o", &b])?;
+            if !same(&back, new_img) {
+                return Err("zstd: the rebuilt image differs from the new one".into());
+            }
+            let _ = std::fs::remove_file(&back);
+            (Some(r.0), Some(r.1))
+        }
+        None => (None, None),
+    })
 }
 
 /// A case's old and new .debs, and its label.

@@ -100,7 +100,10 @@ fn slab(p: &berth_core::slab::SlabPolicy, roots: &check::Roots) -> Feature {
     } else {
         let path = std::fs::read_to_string(roots.proc.join("sys/kernel/osrelease"))
             .map_err(|e| format!("the kernel's release: {e}"))
-            .and_then(|r| p.module_file(&r, std::path::Path::exists));
+            .and_then(|r| {
+                p.module_file(&r, std::path::Path::exists)
+                    .map_err(String::from)
+            });
         let why = kmod::refusal(&roots.proc).unwrap_or_else(|| match path {
             Ok(f) => format!("the daemon loads it at its start from {}", f.display()),
             Err(e) => e,

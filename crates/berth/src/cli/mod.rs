@@ -229,7 +229,9 @@ fn version(json: bool) {
     };
     match (json, lxc) {
         (true, Ok(l)) => print_json(&json!({"version": v, "liblxc": l})),
-        (true, Err(e)) => print_json(&json!({"version": v, "liblxc": "", "liblxc_error": e})),
+        (true, Err(e)) => {
+            print_json(&json!({"version": v, "liblxc": "", "liblxc_error": e.message}))
+        }
         (false, Ok(l)) => sayln!("berth {v} (liblxc {l}{hooks})"),
         (false, Err(e)) => sayln!("berth {v} (no liblxc: {e}{hooks})"),
     }

@@ -338,7 +338,7 @@ fn check_name(n: &str) -> Result<String> {
 fn check_report_id(id: &str) -> Result<String> {
     berth_core::report::parse_id(id)
         .map(|_| id.to_string())
-        .map_err(Error::bad_request)
+        .map_err(Error::from)
 }
 
 /// Pure: a report removal `{"id": ID}` or `{"all": true}`, exactly one of them.

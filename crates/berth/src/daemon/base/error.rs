@@ -91,6 +91,29 @@ impl std::fmt::Display for Error {
     }
 }
 
+/// berth-core's error keeps its kind (the same table) and its message.
+impl From<berth_core::Error> for Error {
+    fn from(e: berth_core::Error) -> Error {
+        Error::new(e.kind, e.message)
+    }
+}
+
+/// berth-sys's kinds, as the API answers them: a value it cannot take is the request's
+/// fault; a refusal is the device's (`409 refused`); a library that does not load is the
+/// device's failure.
+impl From<berth_sys::Error> for Error {
+    fn from(e: berth_sys::Error) -> Error {
+        use berth_sys::ErrorKind as Sys;
+        let kind = match e.kind {
+            Sys::Invalid => Kind::BadRequest,
+            Sys::NotFound => Kind::NotFound,
+            Sys::Refused => Kind::Refused,
+            Sys::Unavailable => Kind::Internal,
+        };
+        Error::new(kind, e.message)
+    }
+}
+
 impl From<anyhow::Error> for Error {
     fn from(e: anyhow::Error) -> Error {
         Error::internal(e)
@@ -104,6 +127,35 @@ mod tests {
     #[test]
     fn an_error_stays_as_small_as_its_kind_and_message() {
         assert_eq!(std::mem::size_of::<Error>(), 32);
+    }
+
+    #[test]
+    fn a_library_error_gets_the_status_of_its_kind_and_keeps_its_message() {
+        use berth_core::manifest::parse_size;
+        let e = Error::from(parse_size("lots").unwrap_err());
+        assert_eq!((e.kind, e.status()), (Kind::BadRequest, 400));
+        assert_eq!(
+            e.message,
+            "invalid size \"lots\": expected a number with optional K, M or G"
+        );
+        let e = Error::from(berth_core::report::parse_id("x").unwrap_err());
+        assert_eq!((e.status(), e.code()), (400, "bad_request"));
+        let e = Error::from(berth_core::Error::not_found("no module"));
+        assert_eq!((e.status(), e.message.as_str()), (404, "no module"));
+        let e = Error::from(berth_core::Error::refused("no such cache"));
+        assert_eq!((e.status(), e.code()), (409, "refused"));
+        for (kind, status, code) in [
+            (berth_sys::ErrorKind::Invalid, 400, "bad_request"),
+            (berth_sys::ErrorKind::NotFound, 404, "not_found"),
+            (berth_sys::ErrorKind::Refused, 409, "refused"),
+            (berth_sys::ErrorKind::Unavailable, 500, "internal"),
+        ] {
+            let e = Error::from(berth_sys::Error::new(kind, "why"));
+            assert_eq!(
+                (e.status(), e.code(), e.message.as_str()),
+                (status, code, "why")
+            );
+        }
     }
 
     #[test]

@@ -715,7 +715,7 @@ pub(crate) fn list(d: &Daemon, name: Option<&str>) -> Result<Value> {
 }
 
 fn find(paths: &Paths, id: &str) -> Result<Entry> {
-    let parsed = rp::parse_id(id).map_err(Error::bad_request)?;
+    let parsed = rp::parse_id(id)?;
     scan(paths)
         .into_iter()
         .find(|e| e.id == id && e.dir == parsed.container)
@@ -751,7 +751,7 @@ pub(crate) fn export(d: &Daemon, id: &str) -> Result<(std::fs::File, &'static st
 }
 
 fn remove_one(paths: &Paths, id: &str) -> std::io::Result<()> {
-    let parsed = rp::parse_id(id).map_err(std::io::Error::other)?;
+    let parsed = rp::parse_id(id).map_err(|e| std::io::Error::other(e.message))?;
     let dir = paths.reports().join(&parsed.container);
     // The summary first: an archive without one is still listed; the reverse would not be.
     let _ = std::fs::remove_file(dir.join(format!("{id}{}", rp::EXT_SUMMARY)));

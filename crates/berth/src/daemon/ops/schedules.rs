@@ -156,7 +156,7 @@ pub(crate) fn list(d: &Daemon, container: &str) -> Result<Value> {
 #[cfg_attr(not(test), allow(dead_code))]
 /// A job the package adds itself (its container API).
 pub(crate) fn add(d: &Arc<Daemon>, container: &str, body: &Value) -> Result<Value> {
-    let mut new = schedule::parse_new(body).map_err(Error::bad_request)?;
+    let mut new = schedule::parse_new(body)?;
     new.package = true;
     add_job(d, container, new)
 }

@@ -42,7 +42,7 @@ pub(crate) fn bind(
     let p = state::installed(d, package)?;
     state::installed(d, container)?;
     let at = at.unwrap_or_else(|| bind::default_target(package));
-    bind::check_target(&at).map_err(|e| Error::bad_request(format!("cannot bind at {e}")))?;
+    bind::check_target(&at).map_err(|e| Error::new(e.kind, format!("cannot bind at {e}")))?;
     let init = probe::running_init(d, container).ok_or_else(|| {
         Error::new(
             Kind::NotRunning,

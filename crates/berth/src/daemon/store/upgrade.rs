@@ -21,6 +21,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_core::api::upgrade as field;
+use berth_core::index::IndexEntry;
+use berth_core::manifest::Manifest;
+use berth_core::name::Version;
 use berth_core::state::{InstallStep, Installed, State};
 use berth_core::supervise::Report;
 use serde_json::{json, Value};
@@ -219,82 +222,98 @@ fn switch(
     }
     hooks::point("upgrade.fetched");
     for (e, manifest, explicit, replaces) in fetched {
-        let name = e.name.to_string();
-        let mut new = state::state(d);
-        let entry = Installed::from_entry(e, manifest, explicit, berth_sys::process::now_s());
-        let Some(from) = replaces else {
-            // A new dependency: installed as `install` would.
-            new.packages.insert(name.clone(), entry);
-            state::commit_state(d, new)?;
-            continue;
-        };
-        let was_running = probe::is_running(d, &name);
-        if was_running {
-            // The stop is the upgrade's, not the operator's: it still starts after a reboot,
-            // and its end is no run's end for the supervisor to judge at the next start.
-            control::act_locked(d, &name, SWITCH_STOP, Who::Upgrade, None)?;
-            let _ = std::fs::remove_file(d.cfg.paths.exit_file(&name));
-        }
-        hooks::point("upgrade.stopped");
-        // What a trial may have to undo: a run of the new version, or its migration.
-        if was_running || !entry.manifest.migrate.is_empty() {
-            take_snapshot(d, &name);
-        }
-        hooks::point("upgrade.snapshotted");
-        let mut current = new.packages.get(&name).cloned().ok_or_else(|| {
-            Error::new(
-                Kind::NotInstalled,
-                format!("{name} was removed during the upgrade"),
-            )
-        })?;
-        current.previous = None;
-        current.trial = None;
-        let mut entry = entry;
-        entry.explicit = current.explicit || explicit;
-        entry.previous = Some(Box::new(current));
-        let migrate = entry.manifest.migrate.clone();
-        entry.trial = (was_running || !migrate.is_empty()).then(berth_sys::process::now_s);
+        switch_one(d, e, manifest, explicit, replaces, emit, moves)?;
+    }
+    Ok(())
+}
+
+/// Switches one package to its fetched version: a new dependency is installed; a package
+/// that replaces its old version is stopped (if it runs), snapshotted, committed as a trial,
+/// migrated and started again (if it ran), its move recorded for the caller to confirm or
+/// roll back.
+fn switch_one(
+    d: &Arc<Daemon>,
+    e: &IndexEntry,
+    manifest: Manifest,
+    explicit: bool,
+    replaces: Option<Version>,
+    emit: &mut dyn FnMut(Value),
+    moves: &mut Vec<Move>,
+) -> Result<()> {
+    let name = e.name.to_string();
+    let mut new = state::state(d);
+    let entry = Installed::from_entry(e, manifest, explicit, berth_sys::process::now_s());
+    let Some(from) = replaces else {
+        // A new dependency: installed as `install` would.
         new.packages.insert(name.clone(), entry);
-        if let Err(err) = state::commit_state(d, new) {
-            // Not switched: the old version runs again as it did.
-            remove_any(&snapshot(d, &name));
-            if was_running {
-                let _ = control::act_locked(d, &name, Intent::Start, Who::Upgrade, None);
-            }
-            return Err(err);
-        }
-        hooks::point("upgrade.committed");
-        mounts::release_mounts(d);
-        emit(
-            json!({field::EVENT: "switched", field::NAME: name, field::FROM: from.to_string(), field::TO: e.version.to_string()}),
-        );
-        // From the commit on, the caller rolls it back if anything below fails.
-        moves.push(Move {
-            name: name.clone(),
-            from: from.to_string(),
-            to: e.version.to_string(),
-            was_running,
-            migration_failed: None,
-        });
-        let i = moves.len() - 1;
-        if !migrate.is_empty() {
-            let failed = migrate_data(d, &moves[i], migrate);
-            hooks::point("upgrade.migrated");
-            if failed.is_some() {
-                moves[i].migration_failed = failed;
-                continue;
-            }
-            if !was_running {
-                confirm_now(d, &name)?;
-            }
-        }
+        return state::commit_state(d, new);
+    };
+    let was_running = probe::is_running(d, &name);
+    if was_running {
+        // The stop is the upgrade's, not the operator's: it still starts after a reboot,
+        // and its end is no run's end for the supervisor to judge at the next start.
+        control::act_locked(d, &name, SWITCH_STOP, Who::Upgrade, None)?;
+        let _ = std::fs::remove_file(d.cfg.paths.exit_file(&name));
+    }
+    hooks::point("upgrade.stopped");
+    // What a trial may have to undo: a run of the new version, or its migration.
+    if was_running || !entry.manifest.migrate.is_empty() {
+        take_snapshot(d, &name);
+    }
+    hooks::point("upgrade.snapshotted");
+    let mut current = new.packages.get(&name).cloned().ok_or_else(|| {
+        Error::new(
+            Kind::NotInstalled,
+            format!("{name} was removed during the upgrade"),
+        )
+    })?;
+    current.previous = None;
+    current.trial = None;
+    let mut entry = entry;
+    entry.explicit = current.explicit || explicit;
+    entry.previous = Some(Box::new(current));
+    let migrate = entry.manifest.migrate.clone();
+    entry.trial = (was_running || !migrate.is_empty()).then(berth_sys::process::now_s);
+    new.packages.insert(name.clone(), entry);
+    if let Err(err) = state::commit_state(d, new) {
+        // Not switched: the old version runs again as it did.
+        remove_any(&snapshot(d, &name));
         if was_running {
-            if let Err(err) = control::act_locked(d, &name, Intent::Start, Who::Upgrade, None) {
-                // The trial sees it not running and rolls it back.
-                log::error!("{name}: start of {} failed: {err}", moves[i].to);
-            }
-            hooks::point("upgrade.started");
+            let _ = control::act_locked(d, &name, Intent::Start, Who::Upgrade, None);
         }
+        return Err(err);
+    }
+    hooks::point("upgrade.committed");
+    mounts::release_mounts(d);
+    emit(
+        json!({field::EVENT: "switched", field::NAME: name, field::FROM: from.to_string(), field::TO: e.version.to_string()}),
+    );
+    // From the commit on, the caller rolls it back if anything below fails.
+    moves.push(Move {
+        name: name.clone(),
+        from: from.to_string(),
+        to: e.version.to_string(),
+        was_running,
+        migration_failed: None,
+    });
+    let i = moves.len() - 1;
+    if !migrate.is_empty() {
+        let failed = migrate_data(d, &moves[i], migrate);
+        hooks::point("upgrade.migrated");
+        if failed.is_some() {
+            moves[i].migration_failed = failed;
+            return Ok(());
+        }
+        if !was_running {
+            confirm_now(d, &name)?;
+        }
+    }
+    if was_running {
+        if let Err(err) = control::act_locked(d, &name, Intent::Start, Who::Upgrade, None) {
+            // The trial sees it not running and rolls it back.
+            log::error!("{name}: start of {} failed: {err}", moves[i].to);
+        }
+        hooks::point("upgrade.started");
     }
     Ok(())
 }
