@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use berth_core::api::container;
 use berth_core::api::exit;
 use berth_core::supervise::Exit;
-use berth_sys::lxc::Container;
 use serde_json::Value;
 
 use crate::daemon::base::context::Daemon;
@@ -21,10 +20,7 @@ pub(crate) fn running_init(d: &Daemon, name: &str) -> Option<i32> {
     if !lxc_monitor_alive(d, name) {
         return None;
     }
-    Container::new(name, &d.cfg.paths.lxcpath)
-        .ok()
-        .filter(|c| c.is_running())
-        .and_then(|c| c.init_pid())
+    d.host.lxc.running_init(&d.cfg.paths.lxcpath, name)
 }
 
 pub(crate) fn is_running(d: &Daemon, name: &str) -> bool {
@@ -39,11 +35,7 @@ pub(crate) fn is_running(d: &Daemon, name: &str) -> bool {
 /// Whether an LXC monitor of this container listens on its command socket (LXC's abstract
 /// socket `@<lxcpath>/<name>/command`): the container exists, with or without a shim.
 pub(crate) fn lxc_monitor_alive(d: &Daemon, name: &str) -> bool {
-    use std::os::linux::net::SocketAddrExt;
-    let path = d.cfg.paths.lxc_dir(name).join("command");
-    std::os::unix::net::SocketAddr::from_abstract_name(path.as_os_str().as_encoded_bytes())
-        .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a))
-        .is_ok()
+    d.host.lxc.monitor_alive(&d.cfg.paths.lxcpath, name)
 }
 
 /// Waits until no LXC monitor of the container listens any more; false at the limit.

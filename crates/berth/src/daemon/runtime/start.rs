@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -417,21 +417,25 @@ fn spawn_shim(
     let trace_file = paths.lxc_dir(name).join(crate::shim::TRACE_FILE);
     let _ = std::fs::remove_file(&trace_file);
     let t0 = Instant::now();
-    let mut cmd = Command::new(&d.exe);
-    cmd.args(args.to_args())
-        .env("PATH", security::shim_path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(shim_log);
+    let path = security::shim_path();
+    let mut env = vec![("PATH", path.as_str())];
     if trace.is_some() {
-        cmd.env(crate::shim::TRACE_ENV, "1");
+        env.push((crate::shim::TRACE_ENV, "1"));
     }
-    if let Some(procs) = cgroup {
-        cmd.env(crate::shim::CGROUP_ENV, procs);
+    if let Some(procs) = &cgroup {
+        env.push((crate::shim::CGROUP_ENV, procs));
     }
     Stamps::mark(trace, "spawn");
-    let mut child = cmd
-        .spawn()
+    let mut child = d
+        .host
+        .processes
+        .spawn(
+            &d.exe,
+            &args.to_args(),
+            &env,
+            Stdio::piped(),
+            shim_log.into(),
+        )
         .map_err(|e| Error::internal(format!("spawn shim for {name}: {e}")))?;
     // The shim has its own start timeout; this one guards against a shim wedged in liblxc,
     // which would otherwise hold the operation lock for ever.
@@ -592,7 +596,7 @@ fn ended_at_once(d: &Daemon, name: &str, after: Duration) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, fakes, install, MANIFEST};
     use crate::daemon::runtime::control::{self, Intent, Who};
     use std::os::unix::fs::PermissionsExt;
 
@@ -614,12 +618,12 @@ mod tests {
         Arc<Daemon>,
         &'static berth_testkit::fake_host::FakeMounts,
     ) {
-        let (dir, mut d, m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
+        let (dir, d, m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
         user_namespaces(&d);
         let shim = dir.path("shim");
         std::fs::write(&shim, format!("#!/bin/sh\necho '{line}'\n")).unwrap();
         std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
-        d.exe = shim;
+        fakes(&d).processes.answer("__shim", &shim);
         (dir, Arc::new(d), m)
     }
 
@@ -657,7 +661,7 @@ mod tests {
             );
             return None;
         }
-        let (dir, mut d, _m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
+        let (dir, d, _m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
         user_namespaces(&d);
         let shim = dir.path("shim");
         std::fs::write(
@@ -666,7 +670,7 @@ mod tests {
         )
         .unwrap();
         std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
-        d.exe = shim;
+        fakes(&d).processes.answer("__shim", &shim);
         // As the daemon makes it at its start.
         std::fs::create_dir_all(d.cfg.paths.run.join("logs")).unwrap();
         let d = Arc::new(d);
