@@ -59,13 +59,13 @@ pub trait Signals: Sync {
 /// Processes the daemon starts: its own binary as a container's shim or as a helper (a
 /// health probe, a scheduled job's run).
 pub trait Processes: Sync {
-    /// Runs `exe` with `args` and `env` added to the daemon's environment, stdin from
-    /// /dev/null, stdout and stderr as given.
+    /// Runs `exe` with `args` and the variables of `env` that have a value added to the
+    /// daemon's environment, stdin from /dev/null, stdout and stderr as given.
     fn spawn(
         &self,
         exe: &Path,
         args: &[String],
-        env: &[(&str, &str)],
+        env: &[(&str, Option<&str>)],
         stdout: Stdio,
         stderr: Stdio,
     ) -> io::Result<Child>;
@@ -103,13 +103,17 @@ impl Processes for RealProcesses {
         &self,
         exe: &Path,
         args: &[String],
-        env: &[(&str, &str)],
+        env: &[(&str, Option<&str>)],
         stdout: Stdio,
         stderr: Stdio,
     ) -> io::Result<Child> {
-        std::process::Command::new(exe)
-            .args(args)
-            .envs(env.iter().copied())
+        let mut cmd = std::process::Command::new(exe);
+        for (k, v) in env {
+            if let Some(v) = v {
+                cmd.env(k, v);
+            }
+        }
+        cmd.args(args)
             .stdin(Stdio::null())
             .stdout(stdout)
             .stderr(stderr)

@@ -445,15 +445,16 @@ impl Processes for FakeProcesses {
         &self,
         _exe: &Path,
         args: &[String],
-        env: &[(&str, &str)],
+        env: &[(&str, Option<&str>)],
         stdout: Stdio,
         stderr: Stdio,
     ) -> io::Result<Child> {
+        let env: Vec<(&str, &str)> = env.iter().filter_map(|(k, v)| v.map(|v| (*k, v))).collect();
         let word = args.first().cloned().unwrap_or_default();
         let program = {
             let mut i = self.inner.lock().unwrap();
             let mut call = args.join(" ");
-            for (k, v) in env {
+            for (k, v) in &env {
                 call.push_str(&format!(" {k}={v}"));
             }
             i.calls.push(call);

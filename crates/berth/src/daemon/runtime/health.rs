@@ -66,10 +66,7 @@ pub(crate) fn run(d: &Daemon, args: &HealthArgs, limit: Duration) -> (bool, Stri
     // The helper's work (the attach, the job's output it relays) is the container's: it
     // enters the container's budget first.
     let leaf = cgroups::helpers_leaf(d, &args.name);
-    let env: Vec<(&str, &str)> = leaf
-        .iter()
-        .map(|l| (crate::shim::CGROUP_ENV, l.as_str()))
-        .collect();
+    let env = [(crate::shim::CGROUP_ENV, leaf.as_deref())];
     let spawned = d.host.processes.spawn(
         &d.exe,
         &args.to_args(),

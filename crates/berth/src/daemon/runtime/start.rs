@@ -418,13 +418,11 @@ fn spawn_shim(
     let _ = std::fs::remove_file(&trace_file);
     let t0 = Instant::now();
     let path = security::shim_path();
-    let mut env = vec![("PATH", path.as_str())];
-    if trace.is_some() {
-        env.push((crate::shim::TRACE_ENV, "1"));
-    }
-    if let Some(procs) = &cgroup {
-        env.push((crate::shim::CGROUP_ENV, procs));
-    }
+    let env = [
+        ("PATH", Some(path.as_str())),
+        (crate::shim::TRACE_ENV, trace.is_some().then_some("1")),
+        (crate::shim::CGROUP_ENV, cgroup.as_deref()),
+    ];
     Stamps::mark(trace, "spawn");
     let mut child = d
         .host
