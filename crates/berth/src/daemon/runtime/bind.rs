@@ -773,6 +773,77 @@ mod tests {
         assert!(persisted(&d, "web").is_empty());
     }
 
+    /// A package bound into a running container: its image is mounted and shown at the
+    /// target in the container's mount namespace (the fake's: its init's fixture root), the
+    /// binding recorded as bound and, asked, kept; a target with files is refused first,
+    /// leaving no record. Unbound, it is taken off there and forgotten.
+    #[test]
+    fn a_package_is_bound_into_the_running_containers_namespace_and_unbound_again() {
+        if !mount_api() {
+            berth_sys::skip::record(
+                "open_tree",
+                "runtime::bind: the fake host models the mount API's way in, not propagation",
+            );
+            return;
+        }
+        let (dir, d, m, _shim) = running("bind-ok");
+        let tree = dir.path("tool-tree");
+        std::fs::create_dir_all(tree.join("bin")).unwrap();
+        std::fs::write(tree.join("bin/tool"), "#!/bin/sh\n").unwrap();
+        m.image_tree(&d.cfg.paths.image(&"ab".repeat(32)), &tree);
+        let target = d.proc().join("4242/root/opt/tool");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(target.join("left"), "").unwrap();
+        let e = bind(&d, "tool", "web", None, true).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (
+                Kind::TargetTaken,
+                "/opt/tool in web: not empty (a binding would hide its files)"
+            )
+        );
+        assert!(mounts::run_bindings(&d, "web").is_empty());
+        std::fs::remove_file(target.join("left")).unwrap();
+
+        let v = bind(&d, "tool", "web", None, true).unwrap();
+        assert_eq!(v[f::METHOD], Method::MountApi.as_str());
+        assert_eq!(
+            (&v[f::AT], &v[f::CONTAINER]),
+            (&json!("/opt/tool"), &json!("web"))
+        );
+        assert!(target.join("bin/tool").is_file(), "the image shown inside");
+        let run = mounts::run_bindings(&d, "web");
+        assert_eq!(run.len(), 1);
+        assert_eq!(
+            (run[0].at.as_str(), run[0].state),
+            ("/opt/tool", BindState::Bound)
+        );
+        assert_eq!(persisted(&d, "web"), [("tool".into(), "/opt/tool".into())]);
+        let image = d.cfg.paths.image_mount(&"ab".repeat(32));
+        let calls = m.calls();
+        for want in [
+            format!("clone_tree {}", image.display()),
+            format!("lock_tree {}", image.display()),
+            "at_target 4242 /opt/tool tree".to_string(),
+        ] {
+            assert!(calls.contains(&want), "{want}: {calls:?}");
+        }
+
+        let v = unbind(&d, "tool", "web").unwrap();
+        assert_eq!(
+            (&v[f::UNMOUNTED], &v[f::PERSIST]),
+            (&json!(true), &json!(true))
+        );
+        assert!(!target.join("bin").exists(), "taken off inside");
+        assert!(target.is_dir(), "the container's own directory stays");
+        assert!(m
+            .calls()
+            .contains(&"at_target 4242 /opt/tool off".to_string()));
+        assert!(mounts::run_bindings(&d, "web").is_empty());
+        assert!(persisted(&d, "web").is_empty());
+        assert_eq!(m.mounted(), [image], "only the image, for the next bind");
+    }
+
     /// The journal a killed daemon left is settled by what the container shows (here: no
     /// image mounted, so nothing): a binding half made is dropped with the directories made
     /// for it, one half taken off is forgotten (its persistent binding too), a confirmed one
