@@ -592,7 +592,7 @@ fn ended_at_once(d: &Daemon, name: &str, after: Duration) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::daemon::base::testing::{fake_daemon, fakes, install, MANIFEST};
     use crate::daemon::runtime::control::{self, Intent, Who};
@@ -663,7 +663,10 @@ mod tests {
 
     /// A daemon, `web` installed, whose shim is a stand-in that reports the start, writes
     /// `record` as the run's exit record ($7) and is gone.
-    fn with_ended_shim(tag: &str, record: &str) -> (berth_testkit::TempDir, Arc<Daemon>) {
+    pub(crate) fn with_ended_shim(
+        tag: &str,
+        record: &str,
+    ) -> (berth_testkit::TempDir, Arc<Daemon>) {
         let (dir, d, _m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
         user_namespaces(&d);
         let shim = dir.path("shim");
