@@ -720,4 +720,88 @@ mod tests {
             Some(libc::ESRCH)
         );
     }
+
+    #[test]
+    fn a_namespace_shows_an_image_at_its_fixture_root_refusing_as_the_kernel_does() {
+        let d = crate::TempDir::new("fake-ns");
+        let (img, proc) = (d.path("img"), d.path("proc"));
+        std::fs::create_dir_all(img.join("bin")).unwrap();
+        std::fs::write(img.join("bin/tool"), "").unwrap();
+        let target = proc.join("7/root/opt/tool");
+        std::fs::create_dir_all(&target).unwrap();
+        let md = std::fs::metadata(&img).unwrap();
+        let id = (md.dev(), md.ino());
+        let (m, _) = FakeMounts::new().into_host();
+        let at = PathBuf::from("/opt/tool");
+        let tree = |m: &FakeMounts| Mount::Tree(m.clone_tree(&img).unwrap(), false);
+        let e = m.at_target(&proc, 8, at.clone(), tree(m), id, |_| {});
+        assert_eq!(
+            e.unwrap_err().raw_os_error(),
+            Some(libc::ENOENT),
+            "no pid 8"
+        );
+        std::fs::write(target.join("x"), "").unwrap();
+        let e = m.at_target(&proc, 7, at.clone(), tree(m), id, |_| {});
+        assert_eq!(e.unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+        std::fs::remove_file(target.join("x")).unwrap();
+        let e = m.at_target(&proc, 7, at.clone(), tree(m), (0, 0), |_| {});
+        assert!(e.is_err(), "not the image asked for: undone");
+        assert!(!m.shows_at(&proc, 7, at.clone(), id).unwrap());
+        m.at_target(&proc, 7, at.clone(), tree(m), id, |_| {})
+            .unwrap();
+        assert!(target.join("bin/tool").exists());
+        assert!(m.shows_at(&proc, 7, at.clone(), id).unwrap());
+        let e = m.at_target(&proc, 7, at.clone(), tree(m), id, |_| {});
+        assert_eq!(e.unwrap_err().raw_os_error(), Some(libc::EBUSY));
+        m.at_target(&proc, 7, at.clone(), Mount::Off, id, |_| {})
+            .unwrap();
+        assert!(!target.join("bin").exists() && target.is_dir());
+        assert!(m.mounted().is_empty());
+    }
+
+    #[test]
+    fn a_process_runs_the_program_answered_for_it_or_is_refused() {
+        let d = crate::TempDir::new("fake-processes");
+        let p = FakeProcesses::default();
+        let args = |w: &str| vec![w.to_string(), "a b".to_string()];
+        let run = |w: &str| {
+            p.spawn(
+                Path::new("/proc/self/exe"),
+                &args(w),
+                &[("K", Some("v")), ("UNSET", None)],
+                Stdio::piped(),
+                Stdio::null(),
+            )
+        };
+        let e = run("__shim").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "nothing answers it");
+        let script = d.path("stand-in");
+        std::fs::write(&script, "#!/bin/sh\necho \"$1|$2|$K|${UNSET-unset}\"\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        p.answer("__shim", &script);
+        let out = run("__shim").unwrap().wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "__shim|a b|v|unset\n");
+        p.fail_next("__shim", libc::EAGAIN);
+        let e = run("__shim").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
+        assert!(run("__shim").is_ok(), "one failure asked, one given");
+        assert_eq!(p.calls().len(), 4);
+        assert_eq!(p.calls()[0], "__shim a b K=v");
+    }
+
+    #[test]
+    fn liblxc_knows_the_containers_a_test_says_run_while_their_monitor_lives() {
+        let lxc: &'static FakeLxc = Box::leak(Box::default());
+        let path = Path::new("/lxc");
+        assert!(!lxc.monitor_alive(path, "web"));
+        let m = lxc.monitor(path, "web", Some(42));
+        assert!(lxc.monitor_alive(path, "web"));
+        assert!(!lxc.monitor_alive(Path::new("/other"), "web"));
+        assert_eq!(lxc.running_init(path, "web"), Some(42));
+        drop(m);
+        assert_eq!(lxc.running_init(path, "web"), None);
+        assert!(!lxc.monitor_alive(path, "web"));
+        assert_eq!(lxc.calls().len(), 6);
+    }
 }

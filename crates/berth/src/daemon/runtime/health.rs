@@ -320,6 +320,33 @@ exit 3
         assert_eq!(asked(&dir.0), before, "no helper ran");
     }
 
+    /// A probe whose helper cannot be started (the kernel refuses the fork) is a failed
+    /// check, told to the supervisor and recorded with the reason.
+    #[test]
+    fn a_probe_that_cannot_be_spawned_is_a_failed_check() {
+        let (dir, d, _m) = fake_daemon("health-spawn", "");
+        helper(&d, &dir.0);
+        fakes(&d).processes.fail_next("__health", libc::EAGAIN);
+        let d = Arc::new(d);
+        let p = install(&d, PROBED);
+        d.supervision.lock().unwrap().insert(
+            "web".into(),
+            supervised("running", None, Default::default()),
+        );
+        check(&d, "web", 4242, &p.manifest);
+        let ev = d.next_event(Some(Instant::now() + Duration::from_secs(60)));
+        assert_eq!(ev, Some(("web".to_string(), Event::Health(4242, false))));
+        let (line, _) = d.supervision.lock().unwrap()["web"]
+            .last_check
+            .clone()
+            .unwrap();
+        assert!(line.starts_with("cannot run the probe: "), "{line}");
+        assert_eq!(asked(&dir.0), "", "no helper ran");
+        let spawned = fakes(&d).processes.calls();
+        assert_eq!(spawned.len(), 1);
+        assert!(spawned[0].starts_with("__health "), "{spawned:?}");
+    }
+
     /// Where the host has cgroups, the helper is told to enter the container's helpers leaf
     /// (its work is the container's, in its budget).
     #[test]
@@ -337,6 +364,11 @@ exit 3
             asked(&dir.0).ends_with(&format!("\ncgroup={leaf}\n")),
             "{}",
             asked(&dir.0)
+        );
+        let spawned = fakes(&d).processes.calls();
+        assert!(
+            spawned[0].ends_with(&format!(" BERTH_CGROUP={leaf}")),
+            "{spawned:?}"
         );
     }
 }

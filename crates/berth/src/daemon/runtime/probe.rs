@@ -286,6 +286,30 @@ pub(crate) mod tests {
         assert!(!is_running(&d, "web"));
     }
 
+    /// A container whose shim is gone (killed) but whose LXC monitor runs: its init is
+    /// liblxc's answer, asked only then; liblxc naming none, it still runs (the monitor) but
+    /// has no init to give.
+    #[test]
+    fn without_its_shim_a_containers_init_is_liblxcs_answer() {
+        let (_dir, d, _m) = fake_daemon("probe-liblxc", "");
+        lxc_config(&d, "web");
+        let lxc = crate::daemon::base::testing::fakes(&d).lxc;
+        assert_eq!(running_init(&d, "web"), None);
+        assert!(
+            !lxc.calls().iter().any(|c| c.starts_with("running_init")),
+            "no monitor, liblxc not asked: {:?}",
+            lxc.calls()
+        );
+        let monitor = lxc.monitor(&d.cfg.paths.lxcpath, "web", Some(77));
+        assert_eq!(running_init(&d, "web"), Some(77));
+        assert!(is_running(&d, "web"));
+        drop(monitor);
+        let _monitor = lxc.monitor(&d.cfg.paths.lxcpath, "web", None);
+        assert_eq!(running_init(&d, "web"), None);
+        assert!(is_running(&d, "web"), "its monitor still runs");
+        assert!(lxc.calls().contains(&"running_init web".to_string()));
+    }
+
     /// The exit record the shim wrote: read as it is; none, or a damaged one, is an end
     /// nobody recorded (neither a code nor a signal: a failure).
     #[test]
