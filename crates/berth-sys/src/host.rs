@@ -5,9 +5,12 @@
 //! per concern, no generics, so the binary carries each operation once.
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
 
 use crate::mount::{MountInfo, SysError};
+use crate::mountns::{Mount, Step};
 
 /// Mounts and loop devices (the images, merged roots, /data and bindings).
 pub trait Mounts: Sync {
@@ -28,6 +31,23 @@ pub trait Mounts: Sync {
     /// [`crate::mount::mounts_under`]: the mounts at or below `prefix`, as `proc_root`'s
     /// mountinfo shows them.
     fn mounts_under(&self, proc_root: &Path, prefix: &Path) -> Result<Vec<MountInfo>, SysError>;
+    /// [`crate::mountns::clone_tree`]: a detached copy of the mount at `image`.
+    fn clone_tree(&self, image: &Path) -> io::Result<OwnedFd>;
+    /// [`crate::mountns::lock_tree`]: the detached copy made read-only, nosuid, nodev.
+    fn lock_tree(&self, tree: &OwnedFd) -> io::Result<()>;
+    /// [`crate::mountns::at_target`]: `m` at `at` in the mount namespace of `pid`.
+    fn at_target(
+        &self,
+        proc_root: &Path,
+        pid: i32,
+        at: PathBuf,
+        m: Mount,
+        id: (u64, u64),
+        step: Step,
+    ) -> io::Result<()>;
+    /// [`crate::mountns::shows_at`]: whether `at` in the mount namespace of `pid` shows `id`.
+    fn shows_at(&self, proc_root: &Path, pid: i32, at: PathBuf, id: (u64, u64))
+        -> io::Result<bool>;
 }
 
 /// Signals to processes: a container's init and payload, the daemon's helpers.
@@ -36,17 +56,89 @@ pub trait Signals: Sync {
     fn kill(&self, pid: libc::pid_t, sig: libc::c_int) -> io::Result<()>;
 }
 
+/// Processes the daemon starts: its own binary as a container's shim or as a helper (a
+/// health probe, a scheduled job's run).
+pub trait Processes: Sync {
+    /// Runs `exe` with `args` and the variables of `env` that have a value added to the
+    /// daemon's environment, stdin from /dev/null, stdout and stderr as given.
+    fn spawn(
+        &self,
+        exe: &Path,
+        args: &[String],
+        env: &[(&str, Option<&str>)],
+        stdout: Stdio,
+        stderr: Stdio,
+    ) -> io::Result<Child>;
+}
+
+/// What LXC knows of a container: its monitor, and through liblxc its init.
+pub trait Lxc: Sync {
+    /// Whether an LXC monitor of `name` listens on its command socket (LXC's abstract
+    /// socket `@<lxcpath>/<name>/command`): the container exists, with or without a shim.
+    fn monitor_alive(&self, lxcpath: &Path, name: &str) -> bool;
+    /// liblxc ([`crate::lxc::Container`]): the init pid of `name` while it runs.
+    fn running_init(&self, lxcpath: &Path, name: &str) -> Option<i32>;
+}
+
 /// What the daemon asks of the host, one part per concern.
 pub struct Host {
     pub mounts: &'static dyn Mounts,
     pub signals: &'static dyn Signals,
+    pub processes: &'static dyn Processes,
+    pub lxc: &'static dyn Lxc,
 }
 
 /// The kernel itself.
 pub static REAL: Host = Host {
     mounts: &RealMounts,
     signals: &RealSignals,
+    processes: &RealProcesses,
+    lxc: &RealLxc,
 };
+
+struct RealProcesses;
+
+impl Processes for RealProcesses {
+    fn spawn(
+        &self,
+        exe: &Path,
+        args: &[String],
+        env: &[(&str, Option<&str>)],
+        stdout: Stdio,
+        stderr: Stdio,
+    ) -> io::Result<Child> {
+        let mut cmd = std::process::Command::new(exe);
+        for (k, v) in env {
+            if let Some(v) = v {
+                cmd.env(k, v);
+            }
+        }
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr)
+            .spawn()
+    }
+}
+
+struct RealLxc;
+
+impl Lxc for RealLxc {
+    fn monitor_alive(&self, lxcpath: &Path, name: &str) -> bool {
+        use std::os::linux::net::SocketAddrExt;
+        use std::os::unix::net::{SocketAddr, UnixStream};
+        let path = lxcpath.join(name).join("command");
+        SocketAddr::from_abstract_name(path.as_os_str().as_encoded_bytes())
+            .and_then(|a| UnixStream::connect_addr(&a))
+            .is_ok()
+    }
+    fn running_init(&self, lxcpath: &Path, name: &str) -> Option<i32> {
+        crate::lxc::Container::new(name, lxcpath)
+            .ok()
+            .filter(|c| c.is_running())
+            .and_then(|c| c.init_pid())
+    }
+}
 
 struct RealSignals;
 
@@ -79,5 +171,31 @@ impl Mounts for RealMounts {
     }
     fn mounts_under(&self, proc_root: &Path, prefix: &Path) -> Result<Vec<MountInfo>, SysError> {
         crate::mount::mounts_under(proc_root, prefix)
+    }
+    fn clone_tree(&self, image: &Path) -> io::Result<OwnedFd> {
+        crate::mountns::clone_tree(image)
+    }
+    fn lock_tree(&self, tree: &OwnedFd) -> io::Result<()> {
+        crate::mountns::lock_tree(tree)
+    }
+    fn at_target(
+        &self,
+        proc_root: &Path,
+        pid: i32,
+        at: PathBuf,
+        m: Mount,
+        id: (u64, u64),
+        step: Step,
+    ) -> io::Result<()> {
+        crate::mountns::at_target(proc_root, pid, at, m, id, step)
+    }
+    fn shows_at(
+        &self,
+        proc_root: &Path,
+        pid: i32,
+        at: PathBuf,
+        id: (u64, u64),
+    ) -> io::Result<bool> {
+        crate::mountns::shows_at(proc_root, pid, at, id)
     }
 }

@@ -3,7 +3,10 @@
 //! records every call in order, fails the calls a test asks to fail (with the errno a kernel
 //! would give), and makes a mount show files: an image "mounted" shows the fixture tree the
 //! test gave for it (copied into the mount point, removed again when it is unmounted), an
-//! overlay shows its lowers merged (top wins), a bind shows its source.
+//! overlay shows its lowers merged (top wins), a bind shows its source. A process's mount
+//! namespace is its fixture root, `<proc>/PID/root`, as the kernel shows it there. Processes
+//! it starts are the programs a test names for them; liblxc knows the containers a test says
+//! run.
 //!
 //! What it does not model it refuses loudly (a mount on a directory that is not empty, a
 //! mount point that does not exist), rather than let a test pass on a behaviour the kernel
@@ -11,11 +14,16 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use berth_sys::host::{Host, Mounts, Signals};
+use berth_sys::host::{Host, Lxc, Mounts, Processes, Signals};
 use berth_sys::mount::{MountInfo, SysError};
+use berth_sys::mountns::{Mount, Step};
 
 /// The file system type the fake gives a directory bound onto itself.
 const SELF_BIND: &str = "bind-self";
@@ -50,7 +58,8 @@ impl FakeMounts {
     }
 
     /// The next call of `op` (`mount_squashfs`, `mount_ext4`, `mount_overlay_ro`, `bind`,
-    /// `umount`, `mounts_under`) fails with `errno`, as the kernel would refuse it.
+    /// `bind_shared`, `umount`, `mounts_under`, `clone_tree`, `lock_tree`, `at_target`,
+    /// `shows_at`) fails with `errno`, as the kernel would refuse it.
     pub fn fail_next(&self, op: &'static str, errno: i32) {
         self.fail_after(op, 0, errno);
     }
@@ -74,8 +83,37 @@ impl FakeMounts {
     /// This fake as the daemon's host, with signals that reach no process (every kill
     /// answers ESRCH): leaked, as a test's daemon lives as long as the test.
     pub fn into_host(self) -> (&'static FakeMounts, &'static Host) {
-        let (m, _, h) = fake_host(self, FakeSignals::new(None));
-        (m, h)
+        let f = fake_host(self, FakeSignals::new(None));
+        (f.mounts, f.host)
+    }
+
+    /// [`Self::enter`], failing as the mount namespace calls do (an errno).
+    fn enter_io(&self, op: &'static str, args: &[&Path], target: &Path) -> io::Result<()> {
+        self.enter(op, args, target)
+            .map_err(|e| match e.raw_os_error() {
+                Some(n) => io::Error::from_raw_os_error(n),
+                None => io::Error::other(e.to_string()),
+            })
+    }
+
+    /// Where `at` in the mount namespace of `pid` is: below its fixture root.
+    fn in_namespace(proc_root: &Path, pid: i32, at: &Path) -> io::Result<PathBuf> {
+        let root = proc_root.join(pid.to_string()).join("root");
+        if !root.is_dir() {
+            // No such process: its namespace cannot be entered.
+            return Err(io::Error::from_raw_os_error(libc::ENOENT));
+        }
+        Ok(root.join(at.strip_prefix("/").unwrap_or(at)))
+    }
+
+    /// Whether the top mount on `target` is of the image `id`.
+    fn shows(&self, target: &Path, id: (u64, u64)) -> bool {
+        let i = self.inner.lock().unwrap();
+        i.table
+            .iter()
+            .rev()
+            .find(|m| m.mount_point == target)
+            .is_some_and(|m| m.source == id_word(id))
     }
 
     /// Records the call; the failure asked for it, if any.
@@ -187,11 +225,7 @@ impl Mounts for FakeMounts {
     }
 
     fn bind_shared(&self, dir: &Path) -> io::Result<()> {
-        self.enter("bind_shared", &[dir], dir)
-            .map_err(|e| match e.raw_os_error() {
-                Some(n) => io::Error::from_raw_os_error(n),
-                None => io::Error::other(e.to_string()),
-            })?;
+        self.enter_io("bind_shared", &[dir], dir)?;
         if !dir.is_dir() {
             return Err(io::Error::from_raw_os_error(libc::ENOENT));
         }
@@ -243,20 +277,273 @@ impl Mounts for FakeMounts {
             .cloned()
             .collect())
     }
+
+    /// The image's directory itself, opened: what the fake's `at_target` shows for it.
+    fn clone_tree(&self, image: &Path) -> io::Result<OwnedFd> {
+        self.enter_io("clone_tree", &[image], image)?;
+        Ok(std::fs::File::open(image)?.into())
+    }
+
+    fn lock_tree(&self, tree: &OwnedFd) -> io::Result<()> {
+        let path = fd_path(tree)?;
+        self.enter_io("lock_tree", &[&path], &path)
+    }
+
+    /// Refuses as the kernel does (`ENOENT`, `ENOTDIR`, `EBUSY`, `ENOTEMPTY`), then mounts
+    /// what `m` names on the fixture root's directory; a mount that does not show `id` is
+    /// undone, as the real one is. A propagated stage is not modelled: a `Mount::Bind` shows
+    /// the path inside the fixture root, which nothing propagates to.
+    fn at_target(
+        &self,
+        proc_root: &Path,
+        pid: i32,
+        at: PathBuf,
+        m: Mount,
+        id: (u64, u64),
+        step: Step,
+    ) -> io::Result<()> {
+        let how = match &m {
+            Mount::Tree(..) => "tree",
+            Mount::Bind(_) => "bind",
+            Mount::Off => "off",
+        };
+        let pid_word = PathBuf::from(pid.to_string());
+        self.enter_io("at_target", &[&pid_word, &at, Path::new(how)], &at)?;
+        let target = FakeMounts::in_namespace(proc_root, pid, &at)?;
+        step("mountns.entered");
+        if let Mount::Off = m {
+            if self.shows(&target, id) {
+                self.umount(&target, true).map_err(io::Error::other)?;
+                step("mountns.unmounted");
+            }
+            return Ok(());
+        }
+        let md = std::fs::symlink_metadata(&target)?;
+        if !md.is_dir() {
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        if self.mounted().contains(&target) {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        if std::fs::read_dir(&target)?.next().is_some() {
+            return Err(io::Error::from_raw_os_error(libc::ENOTEMPTY));
+        }
+        let source = match m {
+            Mount::Tree(tree, _) => fd_path(&tree)?,
+            Mount::Bind(src) => FakeMounts::in_namespace(proc_root, pid, &src)?,
+            Mount::Off => unreachable!(),
+        };
+        let shown = std::fs::metadata(&source).map(|m| (m.dev(), m.ino()))?;
+        self.mount(how, Path::new(&id_word(shown)), &[source], &target)
+            .map_err(io::Error::other)?;
+        step("mountns.mounted");
+        if shown != id {
+            let _ = self.umount(&target, true);
+            return Err(io::Error::other(
+                "the mount there is not the package's image",
+            ));
+        }
+        Ok(())
+    }
+
+    fn shows_at(
+        &self,
+        proc_root: &Path,
+        pid: i32,
+        at: PathBuf,
+        id: (u64, u64),
+    ) -> io::Result<bool> {
+        let pid_word = PathBuf::from(pid.to_string());
+        self.enter_io("shows_at", &[&pid_word, &at], &at)?;
+        let target = FakeMounts::in_namespace(proc_root, pid, &at)?;
+        Ok(self.shows(&target, id))
+    }
 }
 
-/// A fake host of both parts (leaked: a test's daemon lives as long as the test).
-pub fn fake_host(
-    mounts: FakeMounts,
-    signals: FakeSignals,
-) -> (&'static FakeMounts, &'static FakeSignals, &'static Host) {
-    let m: &'static FakeMounts = Box::leak(Box::new(mounts));
-    let s: &'static FakeSignals = Box::leak(Box::new(signals));
-    let h: &'static Host = Box::leak(Box::new(Host {
-        mounts: m,
-        signals: s,
-    }));
-    (m, s, h)
+/// How the fake's table names an image shown in a namespace: its root's device and inode.
+fn id_word(id: (u64, u64)) -> String {
+    format!("{}:{}", id.0, id.1)
+}
+
+/// The path an open descriptor of the fake's is of.
+fn fd_path(fd: &OwnedFd) -> io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// A fake host, its parts, and the host made of them.
+pub struct FakeHost {
+    pub mounts: &'static FakeMounts,
+    pub signals: &'static FakeSignals,
+    pub processes: &'static FakeProcesses,
+    pub lxc: &'static FakeLxc,
+    pub host: &'static Host,
+}
+
+/// A fake host of these mounts and signals, no process answered, no container running
+/// (leaked: a test's daemon lives as long as the test).
+pub fn fake_host(mounts: FakeMounts, signals: FakeSignals) -> &'static FakeHost {
+    fn leak<T>(t: T) -> &'static T {
+        Box::leak(Box::new(t))
+    }
+    let (mounts, signals) = (leak(mounts), leak(signals));
+    let (processes, lxc) = (leak(FakeProcesses::default()), leak(FakeLxc::default()));
+    let host = leak(Host {
+        mounts,
+        signals,
+        processes,
+        lxc,
+    });
+    leak(FakeHost {
+        mounts,
+        signals,
+        processes,
+        lxc,
+        host,
+    })
+}
+
+/// Processes the daemon starts: a start whose first argument a test answered runs the
+/// program it named instead (a stand-in shim or helper, with the same arguments, environment
+/// and pipes); any other is refused as a missing program is (ENOENT), and so is one the test
+/// asked to fail, with its errno. Every start is recorded.
+#[derive(Default)]
+pub struct FakeProcesses {
+    inner: Mutex<ProcessState>,
+}
+
+#[derive(Default)]
+struct ProcessState {
+    calls: Vec<String>,
+    /// First argument → the program run instead.
+    answers: Vec<(String, PathBuf)>,
+    /// First argument → the errno of its next start.
+    failures: Vec<(String, i32)>,
+}
+
+impl FakeProcesses {
+    /// A start whose first argument is `word` (`__shim`, `__health`) runs `program`.
+    pub fn answer(&self, word: &str, program: &Path) {
+        let mut i = self.inner.lock().unwrap();
+        i.answers.retain(|(w, _)| w != word);
+        i.answers.push((word.into(), program.to_path_buf()));
+    }
+
+    /// The next start whose first argument is `word` fails with `errno`.
+    pub fn fail_next(&self, word: &str, errno: i32) {
+        let mut i = self.inner.lock().unwrap();
+        i.failures.push((word.into(), errno));
+    }
+
+    /// Every start so far: its arguments, then its environment's `KEY=VALUE` words.
+    pub fn calls(&self) -> Vec<String> {
+        self.inner.lock().unwrap().calls.clone()
+    }
+}
+
+impl Processes for FakeProcesses {
+    fn spawn(
+        &self,
+        _exe: &Path,
+        args: &[String],
+        env: &[(&str, Option<&str>)],
+        stdout: Stdio,
+        stderr: Stdio,
+    ) -> io::Result<Child> {
+        let env: Vec<(&str, &str)> = env.iter().filter_map(|(k, v)| v.map(|v| (*k, v))).collect();
+        let word = args.first().cloned().unwrap_or_default();
+        let program = {
+            let mut i = self.inner.lock().unwrap();
+            let mut call = args.join(" ");
+            for (k, v) in &env {
+                call.push_str(&format!(" {k}={v}"));
+            }
+            i.calls.push(call);
+            if let Some(k) = i.failures.iter().position(|(w, _)| *w == word) {
+                let (_, errno) = i.failures.remove(k);
+                return Err(io::Error::from_raw_os_error(errno));
+            }
+            match i.answers.iter().find(|(w, _)| *w == word) {
+                Some((_, p)) => p.clone(),
+                None => return Err(io::Error::from_raw_os_error(libc::ENOENT)),
+            }
+        };
+        let mut cmd = std::process::Command::new(&program);
+        cmd.args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(stdout)
+            .stderr(stderr);
+        // A stand-in the test just wrote may still be open for writing in a process forked
+        // elsewhere in the test binary (ETXTBSY) for a moment.
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                r => return r,
+            }
+        }
+    }
+}
+
+/// What LXC knows: the containers a test says exist (a monitor listening), each with the
+/// init liblxc names for it (None: liblxc says it does not run). Every question is recorded.
+#[derive(Default)]
+pub struct FakeLxc {
+    inner: Mutex<LxcState>,
+}
+
+#[derive(Default)]
+struct LxcState {
+    calls: Vec<String>,
+    /// `<lxcpath>/<name>` → its init, as liblxc would answer.
+    monitors: Vec<(PathBuf, Option<i32>)>,
+}
+
+impl FakeLxc {
+    /// An LXC monitor of `name` listens while the guard lives; liblxc says `init` runs it.
+    pub fn monitor(&'static self, lxcpath: &Path, name: &str, init: Option<i32>) -> Monitor {
+        let key = lxcpath.join(name);
+        let mut i = self.inner.lock().unwrap();
+        i.monitors.retain(|(k, _)| *k != key);
+        i.monitors.push((key.clone(), init));
+        Monitor { lxc: self, key }
+    }
+
+    /// Every question so far: `monitor_alive NAME` or `running_init NAME`.
+    pub fn calls(&self) -> Vec<String> {
+        self.inner.lock().unwrap().calls.clone()
+    }
+
+    fn ask(&self, op: &str, lxcpath: &Path, name: &str) -> Option<Option<i32>> {
+        let mut i = self.inner.lock().unwrap();
+        i.calls.push(format!("{op} {name}"));
+        let key = lxcpath.join(name);
+        i.monitors.iter().find(|(k, _)| *k == key).map(|(_, p)| *p)
+    }
+}
+
+impl Lxc for FakeLxc {
+    fn monitor_alive(&self, lxcpath: &Path, name: &str) -> bool {
+        self.ask("monitor_alive", lxcpath, name).is_some()
+    }
+    fn running_init(&self, lxcpath: &Path, name: &str) -> Option<i32> {
+        self.ask("running_init", lxcpath, name).flatten()
+    }
+}
+
+/// A fake LXC monitor: gone (its container with it) when dropped.
+pub struct Monitor {
+    lxc: &'static FakeLxc,
+    key: PathBuf,
+}
+
+impl Drop for Monitor {
+    fn drop(&mut self) {
+        let mut i = self.lxc.inner.lock().unwrap();
+        i.monitors.retain(|(k, _)| *k != self.key);
+    }
 }
 
 /// Signals to processes of a fixture /proc: every kill is recorded; a process the test says
@@ -432,5 +719,89 @@ mod tests {
             none.kill(1, 0).unwrap_err().raw_os_error(),
             Some(libc::ESRCH)
         );
+    }
+
+    #[test]
+    fn a_namespace_shows_an_image_at_its_fixture_root_refusing_as_the_kernel_does() {
+        let d = crate::TempDir::new("fake-ns");
+        let (img, proc) = (d.path("img"), d.path("proc"));
+        std::fs::create_dir_all(img.join("bin")).unwrap();
+        std::fs::write(img.join("bin/tool"), "").unwrap();
+        let target = proc.join("7/root/opt/tool");
+        std::fs::create_dir_all(&target).unwrap();
+        let md = std::fs::metadata(&img).unwrap();
+        let id = (md.dev(), md.ino());
+        let (m, _) = FakeMounts::new().into_host();
+        let at = PathBuf::from("/opt/tool");
+        let tree = |m: &FakeMounts| Mount::Tree(m.clone_tree(&img).unwrap(), false);
+        let e = m.at_target(&proc, 8, at.clone(), tree(m), id, |_| {});
+        assert_eq!(
+            e.unwrap_err().raw_os_error(),
+            Some(libc::ENOENT),
+            "no pid 8"
+        );
+        std::fs::write(target.join("x"), "").unwrap();
+        let e = m.at_target(&proc, 7, at.clone(), tree(m), id, |_| {});
+        assert_eq!(e.unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+        std::fs::remove_file(target.join("x")).unwrap();
+        let e = m.at_target(&proc, 7, at.clone(), tree(m), (0, 0), |_| {});
+        assert!(e.is_err(), "not the image asked for: undone");
+        assert!(!m.shows_at(&proc, 7, at.clone(), id).unwrap());
+        m.at_target(&proc, 7, at.clone(), tree(m), id, |_| {})
+            .unwrap();
+        assert!(target.join("bin/tool").exists());
+        assert!(m.shows_at(&proc, 7, at.clone(), id).unwrap());
+        let e = m.at_target(&proc, 7, at.clone(), tree(m), id, |_| {});
+        assert_eq!(e.unwrap_err().raw_os_error(), Some(libc::EBUSY));
+        m.at_target(&proc, 7, at.clone(), Mount::Off, id, |_| {})
+            .unwrap();
+        assert!(!target.join("bin").exists() && target.is_dir());
+        assert!(m.mounted().is_empty());
+    }
+
+    #[test]
+    fn a_process_runs_the_program_answered_for_it_or_is_refused() {
+        let d = crate::TempDir::new("fake-processes");
+        let p = FakeProcesses::default();
+        let args = |w: &str| vec![w.to_string(), "a b".to_string()];
+        let run = |w: &str| {
+            p.spawn(
+                Path::new("/proc/self/exe"),
+                &args(w),
+                &[("K", Some("v")), ("UNSET", None)],
+                Stdio::piped(),
+                Stdio::null(),
+            )
+        };
+        let e = run("__shim").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT), "nothing answers it");
+        let script = d.path("stand-in");
+        std::fs::write(&script, "#!/bin/sh\necho \"$1|$2|$K|${UNSET-unset}\"\n").unwrap();
+        std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        p.answer("__shim", &script);
+        let out = run("__shim").unwrap().wait_with_output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "__shim|a b|v|unset\n");
+        p.fail_next("__shim", libc::EAGAIN);
+        let e = run("__shim").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EAGAIN));
+        assert!(run("__shim").is_ok(), "one failure asked, one given");
+        assert_eq!(p.calls().len(), 4);
+        assert_eq!(p.calls()[0], "__shim a b K=v");
+    }
+
+    #[test]
+    fn liblxc_knows_the_containers_a_test_says_run_while_their_monitor_lives() {
+        let lxc: &'static FakeLxc = Box::leak(Box::default());
+        let path = Path::new("/lxc");
+        assert!(!lxc.monitor_alive(path, "web"));
+        let m = lxc.monitor(path, "web", Some(42));
+        assert!(lxc.monitor_alive(path, "web"));
+        assert!(!lxc.monitor_alive(Path::new("/other"), "web"));
+        assert_eq!(lxc.running_init(path, "web"), Some(42));
+        drop(m);
+        assert_eq!(lxc.running_init(path, "web"), None);
+        assert!(!lxc.monitor_alive(path, "web"));
+        assert_eq!(lxc.calls().len(), 6);
     }
 }

@@ -8,7 +8,7 @@ use berth_core::config::Config;
 use berth_core::index::IndexEntry;
 use berth_core::manifest::Manifest;
 use berth_core::state::Installed;
-use berth_testkit::fake_host::{fake_host, FakeMounts, FakeSignals};
+use berth_testkit::fake_host::{fake_host, FakeHost, FakeMounts, FakeSignals, Monitor};
 use berth_testkit::TempDir;
 
 use crate::daemon::base::context::{Daemon, Resources, Roots};
@@ -53,10 +53,22 @@ pub(crate) fn fake_daemon_with_signals(
         },
     };
     let proc = roots.proc.clone();
-    let (mounts, signals, host) = fake_host(FakeMounts::new(), FakeSignals::new(Some(&proc)));
+    let f = fake_host(FakeMounts::new(), FakeSignals::new(Some(&proc)));
+    FAKES.lock().unwrap().push(f);
     let mut d = Daemon::new(cfg, roots, resources, Default::default());
-    d.host = host;
-    (dir, d, mounts, signals)
+    d.host = f.host;
+    (dir, d, f.mounts, f.signals)
+}
+
+/// Every fake host a test made, to find a daemon's by its host.
+static FAKES: std::sync::Mutex<Vec<&'static FakeHost>> = std::sync::Mutex::new(Vec::new());
+
+/// The fake host of a daemon [`fake_daemon`] made: its processes and liblxc, to be told
+/// what to answer.
+pub(crate) fn fakes(d: &Daemon) -> &'static FakeHost {
+    let all = FAKES.lock().unwrap();
+    let found = all.iter().find(|f| std::ptr::eq(f.host, d.host));
+    found.copied().expect("a daemon of fake_daemon")
 }
 
 /// A package's image tree as `berth pack` makes it: its manifest and the mount points.
@@ -101,21 +113,15 @@ pub(crate) fn install(d: &Daemon, manifest: &str) -> Installed {
     p
 }
 
-/// An LXC monitor of `name` as the daemon finds one: listening on its abstract command socket
-/// (named after the temp dir, so no other test's or the host's; nothing on disk, gone with
-/// the listener).
-pub(crate) fn lxc_monitor(d: &Daemon, name: &str) -> std::os::unix::net::UnixListener {
-    use std::os::linux::net::SocketAddrExt;
-    let path = d.cfg.paths.lxc_dir(name).join("command");
-    let addr =
-        std::os::unix::net::SocketAddr::from_abstract_name(path.as_os_str().as_encoded_bytes())
-            .unwrap();
-    std::os::unix::net::UnixListener::bind_addr(&addr).unwrap()
+/// An LXC monitor of `name` as the daemon finds one (liblxc names no init for it): gone with
+/// the guard.
+pub(crate) fn lxc_monitor(d: &Daemon, name: &str) -> Monitor {
+    fakes(d).lxc.monitor(&d.cfg.paths.lxcpath, name, None)
 }
 
 /// A container LXC would say runs (`runtime::probe::is_running`): its configuration, and its
 /// monitor ([`lxc_monitor`]).
-pub(crate) fn pretend_running(d: &Daemon, name: &str) -> std::os::unix::net::UnixListener {
+pub(crate) fn pretend_running(d: &Daemon, name: &str) -> Monitor {
     let dir = d.cfg.paths.lxc_dir(name);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("config"), "").unwrap();

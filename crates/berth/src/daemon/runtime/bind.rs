@@ -20,7 +20,7 @@ use berth_core::api::bind as field;
 use berth_core::bind::{self, BindState, Binding, Method, Settle};
 use berth_core::state::{Installed, State};
 use berth_sys::fsutil::write_atomic;
-use berth_sys::mountns::{self, Mount};
+use berth_sys::mountns::Mount;
 use serde_json::{json, Value};
 
 use crate::daemon::base::context::Daemon;
@@ -167,7 +167,7 @@ pub(crate) fn unbind(d: &Daemon, package: &str, container: &str) -> Result<Value
         // Only what is still the package's image goes: the container cannot mount, but the
         // path is its own (a target no longer there has nothing to unmount).
         if let Some(id) = image_id(&d.cfg.paths.image_mount(&b.sha256)) {
-            match mountns::at_target(
+            match d.host.mounts.at_target(
                 d.proc(),
                 init,
                 b.at.clone().into(),
@@ -239,7 +239,10 @@ pub(crate) fn settle(d: &Daemon, container: &str) {
     for mut b in run.drain(..) {
         let id = image_id(&d.cfg.paths.image_mount(&b.sha256));
         let shows = id.is_some_and(|id| {
-            mountns::shows_at(d.proc(), init, b.at.clone().into(), id).unwrap_or(false)
+            d.host
+                .mounts
+                .shows_at(d.proc(), init, b.at.clone().into(), id)
+                .unwrap_or(false)
         });
         let action = bind::settle(b.state, shows);
         if action != Settle::Keep {
@@ -266,7 +269,10 @@ pub(crate) fn settle(d: &Daemon, container: &str) {
             }
             Settle::Drop => Ok(false),
             Settle::Unmount { forget } => match id.map(|id| {
-                mountns::at_target(d.proc(), init, b.at.clone().into(), Mount::Off, id, |_| {})
+                let at = b.at.clone().into();
+                d.host
+                    .mounts
+                    .at_target(d.proc(), init, at, Mount::Off, id, |_| {})
             }) {
                 Some(Err(e)) => {
                     log::error!("{container}: cannot take {} off {}: {e}", b.package, b.at);
@@ -350,17 +356,20 @@ fn attach(
 ) -> io::Result<Method> {
     let id = image_id(image).ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))?;
     if method == Method::MountApi {
-        match mountns::clone_tree(image) {
+        match d.host.mounts.clone_tree(image) {
             Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
             tree => {
                 let tree = tree?;
                 // Linux 5.2 to 5.11: no mount_setattr; the clone is remounted in place.
-                let relock = match mountns::lock_tree(&tree) {
+                let relock = match d.host.mounts.lock_tree(&tree) {
                     Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => true,
                     r => r.map(|_| false)?,
                 };
                 let m = Mount::Tree(tree, relock);
-                return mountns::at_target(d.proc(), init, at.into(), m, id, hooks::point)
+                return d
+                    .host
+                    .mounts
+                    .at_target(d.proc(), init, at.into(), m, id, hooks::point)
                     .map(|_| method);
             }
         }
@@ -376,7 +385,8 @@ fn attach(
         .and_then(|_| {
             hooks::point("bind.staged");
             let inside = Mount::Bind(Path::new(bind::STAGE).join(package));
-            mountns::at_target(d.proc(), init, at.into(), inside, id, hooks::point)
+            let m = &d.host.mounts;
+            m.at_target(d.proc(), init, at.into(), inside, id, hooks::point)
         });
     // Leaving: its copy in the container goes with it (the binding made from it stays).
     let _ = d.host.mounts.umount(&stage, true);
@@ -761,6 +771,77 @@ mod tests {
         );
         assert_eq!(mounts::run_bindings(&d, "web"), [lib]);
         assert!(persisted(&d, "web").is_empty());
+    }
+
+    /// A package bound into a running container: its image is mounted and shown at the
+    /// target in the container's mount namespace (the fake's: its init's fixture root), the
+    /// binding recorded as bound and, asked, kept; a target with files is refused first,
+    /// leaving no record. Unbound, it is taken off there and forgotten.
+    #[test]
+    fn a_package_is_bound_into_the_running_containers_namespace_and_unbound_again() {
+        if !mount_api() {
+            berth_sys::skip::record(
+                "open_tree",
+                "runtime::bind: the fake host models the mount API's way in, not propagation",
+            );
+            return;
+        }
+        let (dir, d, m, _shim) = running("bind-ok");
+        let tree = dir.path("tool-tree");
+        std::fs::create_dir_all(tree.join("bin")).unwrap();
+        std::fs::write(tree.join("bin/tool"), "#!/bin/sh\n").unwrap();
+        m.image_tree(&d.cfg.paths.image(&"ab".repeat(32)), &tree);
+        let target = d.proc().join("4242/root/opt/tool");
+        std::fs::create_dir_all(&target).unwrap();
+        std::fs::write(target.join("left"), "").unwrap();
+        let e = bind(&d, "tool", "web", None, true).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (
+                Kind::TargetTaken,
+                "/opt/tool in web: not empty (a binding would hide its files)"
+            )
+        );
+        assert!(mounts::run_bindings(&d, "web").is_empty());
+        std::fs::remove_file(target.join("left")).unwrap();
+
+        let v = bind(&d, "tool", "web", None, true).unwrap();
+        assert_eq!(v[f::METHOD], Method::MountApi.as_str());
+        assert_eq!(
+            (&v[f::AT], &v[f::CONTAINER]),
+            (&json!("/opt/tool"), &json!("web"))
+        );
+        assert!(target.join("bin/tool").is_file(), "the image shown inside");
+        let run = mounts::run_bindings(&d, "web");
+        assert_eq!(run.len(), 1);
+        assert_eq!(
+            (run[0].at.as_str(), run[0].state),
+            ("/opt/tool", BindState::Bound)
+        );
+        assert_eq!(persisted(&d, "web"), [("tool".into(), "/opt/tool".into())]);
+        let image = d.cfg.paths.image_mount(&"ab".repeat(32));
+        let calls = m.calls();
+        for want in [
+            format!("clone_tree {}", image.display()),
+            format!("lock_tree {}", image.display()),
+            "at_target 4242 /opt/tool tree".to_string(),
+        ] {
+            assert!(calls.contains(&want), "{want}: {calls:?}");
+        }
+
+        let v = unbind(&d, "tool", "web").unwrap();
+        assert_eq!(
+            (&v[f::UNMOUNTED], &v[f::PERSIST]),
+            (&json!(true), &json!(true))
+        );
+        assert!(!target.join("bin").exists(), "taken off inside");
+        assert!(target.is_dir(), "the container's own directory stays");
+        assert!(m
+            .calls()
+            .contains(&"at_target 4242 /opt/tool off".to_string()));
+        assert!(mounts::run_bindings(&d, "web").is_empty());
+        assert!(persisted(&d, "web").is_empty());
+        assert_eq!(m.mounted(), [image], "only the image, for the next bind");
     }
 
     /// The journal a killed daemon left is settled by what the container shows (here: no

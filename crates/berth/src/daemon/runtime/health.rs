@@ -4,7 +4,7 @@
 //! by `GRACE` (a wedged attach), which also counts as a failed check.
 
 use std::io::Read;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -63,17 +63,18 @@ pub(crate) fn check(d: &Arc<Daemon>, name: &str, init: Run, m: &Manifest) {
 /// pipe some leftover process keeps open cannot hold this past `limit`).
 pub(crate) fn run(d: &Daemon, args: &HealthArgs, limit: Duration) -> (bool, String) {
     use std::os::fd::AsRawFd;
-    let mut cmd = Command::new(&d.exe);
-    cmd.args(args.to_args())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
     // The helper's work (the attach, the job's output it relays) is the container's: it
     // enters the container's budget first.
-    if let Some(leaf) = cgroups::helpers_leaf(d, &args.name) {
-        cmd.env(crate::shim::CGROUP_ENV, leaf);
-    }
-    let mut child = match cmd.spawn() {
+    let leaf = cgroups::helpers_leaf(d, &args.name);
+    let env = [(crate::shim::CGROUP_ENV, leaf.as_deref())];
+    let spawned = d.host.processes.spawn(
+        &d.exe,
+        &args.to_args(),
+        &env,
+        Stdio::piped(),
+        Stdio::piped(),
+    );
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => return (false, format!("cannot run the probe: {e}")),
     };
@@ -147,7 +148,7 @@ mod tests {
     use std::path::{Path, PathBuf};
 
     use super::*;
-    use crate::daemon::base::testing::{fake_daemon, install};
+    use crate::daemon::base::testing::{fake_daemon, fakes, install};
     use crate::daemon::runtime::probe::tests::supervised;
 
     /// A stand-in for `berth __health`: it notes its arguments in `asked` next to it and acts
@@ -169,18 +170,11 @@ exit 3
 "#;
 
     /// `d`'s helper is the stand-in, in the temp dir.
-    fn helper(d: &mut Daemon, dir: &Path) -> PathBuf {
+    fn helper(d: &Daemon, dir: &Path) -> PathBuf {
         let exe = dir.join("helper");
         std::fs::write(&exe, HELPER).unwrap();
         std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
-        // A process forked elsewhere in the test binary may hold the written file open for a
-        // moment (ETXTBSY): run it once until it can be run.
-        let until = Instant::now() + Duration::from_secs(30);
-        while Command::new(&exe).status().is_err() {
-            assert!(Instant::now() < until, "{} cannot be run", exe.display());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        d.exe = exe.clone();
+        fakes(d).processes.answer("__health", &exe);
         exe
     }
 
@@ -207,8 +201,8 @@ exit 3
     /// no cgroup where the host has none.
     #[test]
     fn the_helpers_exit_is_the_verdict_and_its_output_the_line() {
-        let (dir, mut d, _m) = fake_daemon("health-verdict", "");
-        helper(&mut d, &dir.0);
+        let (dir, d, _m) = fake_daemon("health-verdict", "");
+        helper(&d, &dir.0);
         assert_eq!(
             run(&d, &args("web", 4242, "/pass"), LIMIT),
             (true, "all good".to_string())
@@ -232,8 +226,8 @@ exit 3
     /// check fails with the helper's reason.
     #[test]
     fn a_probe_of_a_container_that_is_not_running_fails_with_the_helpers_reason() {
-        let (dir, mut d, _m) = fake_daemon("health-gone", "");
-        helper(&mut d, &dir.0);
+        let (dir, d, _m) = fake_daemon("health-gone", "");
+        helper(&d, &dir.0);
         let (ok, line) = run(&d, &args("web", 999_999, "/gone"), LIMIT);
         assert!(!ok);
         assert_eq!(
@@ -246,8 +240,8 @@ exit 3
     /// helper that cannot be run fails the check too; a long output is cut at 8 KiB.
     #[test]
     fn a_hung_or_missing_helper_fails_and_long_output_is_cut() {
-        let (dir, mut d, _m) = fake_daemon("health-hang", "");
-        helper(&mut d, &dir.0);
+        let (dir, d, _m) = fake_daemon("health-hang", "");
+        helper(&d, &dir.0);
         let t0 = Instant::now();
         let (ok, line) = run(&d, &args("web", 1, "/hang"), Duration::from_millis(300));
         assert!(!ok);
@@ -263,7 +257,7 @@ exit 3
         assert!((8192..8192 + 1024).contains(&line.len()), "{}", line.len());
         assert!(line.bytes().all(|b| b == b'x'));
 
-        d.exe = dir.path("no-such-helper");
+        fakes(&d).processes.fail_next("__health", libc::EAGAIN);
         let (ok, line) = run(&d, &args("web", 1, "/pass"), LIMIT);
         assert!(!ok);
         assert!(line.starts_with("cannot run the probe: "), "{line}");
@@ -275,8 +269,8 @@ exit 3
     /// `Health` event and is kept, with its time, as the container's last check.
     #[test]
     fn a_checks_verdict_reaches_the_supervisor_and_is_recorded() {
-        let (dir, mut d, _m) = fake_daemon("health-check", "");
-        helper(&mut d, &dir.0);
+        let (dir, d, _m) = fake_daemon("health-check", "");
+        helper(&d, &dir.0);
         let d = Arc::new(d);
         let p = install(&d, PROBED);
         d.supervision.lock().unwrap().insert(
@@ -307,8 +301,8 @@ exit 3
     /// (as a failure); nothing is recorded for it. A package without a probe is never checked.
     #[test]
     fn a_failed_check_is_told_and_a_package_without_a_probe_is_not_checked() {
-        let (dir, mut d, _m) = fake_daemon("health-fail", "");
-        helper(&mut d, &dir.0);
+        let (dir, d, _m) = fake_daemon("health-fail", "");
+        helper(&d, &dir.0);
         let d = Arc::new(d);
         let p = install(&d, &PROBED.replace("[\"/pass\"]", "[\"/fail\"]"));
         check(&d, "web", 7, &p.manifest);
@@ -326,12 +320,39 @@ exit 3
         assert_eq!(asked(&dir.0), before, "no helper ran");
     }
 
+    /// A probe whose helper cannot be started (the kernel refuses the fork) is a failed
+    /// check, told to the supervisor and recorded with the reason.
+    #[test]
+    fn a_probe_that_cannot_be_spawned_is_a_failed_check() {
+        let (dir, d, _m) = fake_daemon("health-spawn", "");
+        helper(&d, &dir.0);
+        fakes(&d).processes.fail_next("__health", libc::EAGAIN);
+        let d = Arc::new(d);
+        let p = install(&d, PROBED);
+        d.supervision.lock().unwrap().insert(
+            "web".into(),
+            supervised("running", None, Default::default()),
+        );
+        check(&d, "web", 4242, &p.manifest);
+        let ev = d.next_event(Some(Instant::now() + Duration::from_secs(60)));
+        assert_eq!(ev, Some(("web".to_string(), Event::Health(4242, false))));
+        let (line, _) = d.supervision.lock().unwrap()["web"]
+            .last_check
+            .clone()
+            .unwrap();
+        assert!(line.starts_with("cannot run the probe: "), "{line}");
+        assert_eq!(asked(&dir.0), "", "no helper ran");
+        let spawned = fakes(&d).processes.calls();
+        assert_eq!(spawned.len(), 1);
+        assert!(spawned[0].starts_with("__health "), "{spawned:?}");
+    }
+
     /// Where the host has cgroups, the helper is told to enter the container's helpers leaf
     /// (its work is the container's, in its budget).
     #[test]
     fn the_helper_enters_the_containers_helpers_cgroup() {
         let (dir, mut d, _m) = fake_daemon("health-cgroup", "");
-        helper(&mut d, &dir.0);
+        helper(&d, &dir.0);
         crate::daemon::runtime::probe::tests::cgroup_fixture(&mut d, "web");
         let leaf = cgroups::of(&d, "web").helpers;
         std::fs::create_dir_all(d.cgroup_root().join(&leaf)).unwrap();
@@ -343,6 +364,11 @@ exit 3
             asked(&dir.0).ends_with(&format!("\ncgroup={leaf}\n")),
             "{}",
             asked(&dir.0)
+        );
+        let spawned = fakes(&d).processes.calls();
+        assert!(
+            spawned[0].ends_with(&format!(" BERTH_CGROUP={leaf}")),
+            "{spawned:?}"
         );
     }
 }

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use berth_core::api::container;
 use berth_core::api::exit;
 use berth_core::supervise::Exit;
-use berth_sys::lxc::Container;
 use serde_json::Value;
 
 use crate::daemon::base::context::Daemon;
@@ -21,10 +20,7 @@ pub(crate) fn running_init(d: &Daemon, name: &str) -> Option<i32> {
     if !lxc_monitor_alive(d, name) {
         return None;
     }
-    Container::new(name, &d.cfg.paths.lxcpath)
-        .ok()
-        .filter(|c| c.is_running())
-        .and_then(|c| c.init_pid())
+    d.host.lxc.running_init(&d.cfg.paths.lxcpath, name)
 }
 
 pub(crate) fn is_running(d: &Daemon, name: &str) -> bool {
@@ -39,11 +35,7 @@ pub(crate) fn is_running(d: &Daemon, name: &str) -> bool {
 /// Whether an LXC monitor of this container listens on its command socket (LXC's abstract
 /// socket `@<lxcpath>/<name>/command`): the container exists, with or without a shim.
 pub(crate) fn lxc_monitor_alive(d: &Daemon, name: &str) -> bool {
-    use std::os::linux::net::SocketAddrExt;
-    let path = d.cfg.paths.lxc_dir(name).join("command");
-    std::os::unix::net::SocketAddr::from_abstract_name(path.as_os_str().as_encoded_bytes())
-        .and_then(|a| std::os::unix::net::UnixStream::connect_addr(&a))
-        .is_ok()
+    d.host.lxc.monitor_alive(&d.cfg.paths.lxcpath, name)
 }
 
 /// Waits until no LXC monitor of the container listens any more; false at the limit.
@@ -292,6 +284,30 @@ pub(crate) mod tests {
         drop(monitor);
         assert!(wait_monitor_gone(&d, "web", Duration::from_millis(60)));
         assert!(!is_running(&d, "web"));
+    }
+
+    /// A container whose shim is gone (killed) but whose LXC monitor runs: its init is
+    /// liblxc's answer, asked only then; liblxc naming none, it still runs (the monitor) but
+    /// has no init to give.
+    #[test]
+    fn without_its_shim_a_containers_init_is_liblxcs_answer() {
+        let (_dir, d, _m) = fake_daemon("probe-liblxc", "");
+        lxc_config(&d, "web");
+        let lxc = crate::daemon::base::testing::fakes(&d).lxc;
+        assert_eq!(running_init(&d, "web"), None);
+        assert!(
+            !lxc.calls().iter().any(|c| c.starts_with("running_init")),
+            "no monitor, liblxc not asked: {:?}",
+            lxc.calls()
+        );
+        let monitor = lxc.monitor(&d.cfg.paths.lxcpath, "web", Some(77));
+        assert_eq!(running_init(&d, "web"), Some(77));
+        assert!(is_running(&d, "web"));
+        drop(monitor);
+        let _monitor = lxc.monitor(&d.cfg.paths.lxcpath, "web", None);
+        assert_eq!(running_init(&d, "web"), None);
+        assert!(is_running(&d, "web"), "its monitor still runs");
+        assert!(lxc.calls().contains(&"running_init web".to_string()));
     }
 
     /// The exit record the shim wrote: read as it is; none, or a damaged one, is an end

@@ -56,7 +56,11 @@ pub(crate) fn open(d: &Daemon, p: &Installed) -> Result<()> {
     // later in the same start): in this read-only bind LXC could not make it.
     std::fs::create_dir_all(dir.join("binds")).map_err(fail)?;
     let (uid, gid) = payload_ids(d, p)?;
-    std::os::unix::fs::chown(&dir, Some(0), Some(0)).map_err(fail)?;
+    // The daemon runs as root (`daemon::run`); its unit tests, as another user, keep the
+    // directory theirs.
+    if crate::daemon::is_root() {
+        std::os::unix::fs::chown(&dir, Some(0), Some(0)).map_err(fail)?;
+    }
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(fail)?;
     let _ = std::fs::remove_file(&sock);
     let listener = UnixListener::bind(&sock).map_err(fail)?;

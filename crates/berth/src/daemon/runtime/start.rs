@@ -3,7 +3,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -417,21 +417,23 @@ fn spawn_shim(
     let trace_file = paths.lxc_dir(name).join(crate::shim::TRACE_FILE);
     let _ = std::fs::remove_file(&trace_file);
     let t0 = Instant::now();
-    let mut cmd = Command::new(&d.exe);
-    cmd.args(args.to_args())
-        .env("PATH", security::shim_path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(shim_log);
-    if trace.is_some() {
-        cmd.env(crate::shim::TRACE_ENV, "1");
-    }
-    if let Some(procs) = cgroup {
-        cmd.env(crate::shim::CGROUP_ENV, procs);
-    }
+    let path = security::shim_path();
+    let env = [
+        ("PATH", Some(path.as_str())),
+        (crate::shim::TRACE_ENV, trace.is_some().then_some("1")),
+        (crate::shim::CGROUP_ENV, cgroup.as_deref()),
+    ];
     Stamps::mark(trace, "spawn");
-    let mut child = cmd
-        .spawn()
+    let mut child = d
+        .host
+        .processes
+        .spawn(
+            &d.exe,
+            &args.to_args(),
+            &env,
+            Stdio::piped(),
+            shim_log.into(),
+        )
         .map_err(|e| Error::internal(format!("spawn shim for {name}: {e}")))?;
     // The shim has its own start timeout; this one guards against a shim wedged in liblxc,
     // which would otherwise hold the operation lock for ever.
@@ -590,9 +592,9 @@ fn ended_at_once(d: &Daemon, name: &str, after: Duration) -> Error {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
-    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, fakes, install, MANIFEST};
     use crate::daemon::runtime::control::{self, Intent, Who};
     use std::os::unix::fs::PermissionsExt;
 
@@ -614,18 +616,31 @@ mod tests {
         Arc<Daemon>,
         &'static berth_testkit::fake_host::FakeMounts,
     ) {
-        let (dir, mut d, m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
+        let (dir, d, m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
         user_namespaces(&d);
         let shim = dir.path("shim");
         std::fs::write(&shim, format!("#!/bin/sh\necho '{line}'\n")).unwrap();
         std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
-        d.exe = shim;
+        fakes(&d).processes.answer("__shim", &shim);
         (dir, Arc::new(d), m)
     }
 
-    fn root() -> bool {
+    /// `manifest` (its `[entrypoint]` last) run as the test's own user and group: the start
+    /// gives /data to the payload's user, which needs no privilege then.
+    fn as_me(manifest: &str) -> String {
         use std::os::unix::fs::MetadataExt;
-        std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+        let me = std::fs::metadata("/proc/self").unwrap();
+        format!("{manifest}user = {}\ngroup = {}\n", me.uid(), me.gid())
+    }
+
+    /// `manifest` installed as the repository's trusted package: it runs privileged, no id
+    /// map, so nothing is shifted into a range only root may give files to.
+    fn install_trusted(d: &Daemon, manifest: &str) -> Installed {
+        let mut p = install(d, &as_me(manifest));
+        p.trusted = true;
+        let mut st = d.state.lock().unwrap();
+        st.packages.insert(p.name.to_string(), p.clone());
+        p
     }
 
     /// Two layers (the package merged over a dependency), so that the start merges them with
@@ -639,7 +654,7 @@ mod tests {
             "version = \"1.0\"\n",
             "version = \"1.0\"\nrootfs = \"merged\"\ndepends = [\"base\"]\n",
         );
-        let mut p = install(d, &merged);
+        let mut p = install_trusted(d, &merged);
         p.depends = vec![berth_core::name::Name::parse("base").unwrap()];
         let mut st = d.state.lock().unwrap();
         st.packages.insert("base".into(), b);
@@ -647,17 +662,12 @@ mod tests {
     }
 
     /// A daemon, `web` installed, whose shim is a stand-in that reports the start, writes
-    /// `record` as the run's exit record ($7) and is gone; None (said in the skip log) without
-    /// root, as the start gives /data to the payload's user.
-    fn with_ended_shim(tag: &str, record: &str) -> Option<(berth_testkit::TempDir, Arc<Daemon>)> {
-        if !root() {
-            berth_sys::skip::record(
-                "host root",
-                "runtime::start: /data is given to the payload's user (chown)",
-            );
-            return None;
-        }
-        let (dir, mut d, _m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
+    /// `record` as the run's exit record ($7) and is gone.
+    pub(crate) fn with_ended_shim(
+        tag: &str,
+        record: &str,
+    ) -> (berth_testkit::TempDir, Arc<Daemon>) {
+        let (dir, d, _m) = fake_daemon(tag, "[containers]\nstart_settle = \"0s\"\n");
         user_namespaces(&d);
         let shim = dir.path("shim");
         std::fs::write(
@@ -666,12 +676,12 @@ mod tests {
         )
         .unwrap();
         std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
-        d.exe = shim;
+        fakes(&d).processes.answer("__shim", &shim);
         // As the daemon makes it at its start.
         std::fs::create_dir_all(d.cfg.paths.run.join("logs")).unwrap();
         let d = Arc::new(d);
-        install(&d, MANIFEST);
-        Some((dir, d))
+        install_trusted(&d, MANIFEST);
+        (dir, d)
     }
 
     /// A run for an upgrade's migration that ends before the daemon asks to wait for it (its
@@ -679,9 +689,7 @@ mod tests {
     #[test]
     fn a_run_that_ends_before_its_wait_is_found_by_its_exit_record() {
         let record = r#"{"code": 3, "signal": null}"#;
-        let Some((_dir, d)) = with_ended_shim("run-once-fast", record) else {
-            return;
-        };
+        let (_dir, d) = with_ended_shim("run-once-fast", record);
         let t0 = Instant::now();
         let exit = run_once(&d, "web", vec!["/migrate".into()], Duration::from_secs(6)).unwrap();
         assert_eq!((exit.code, exit.signal), (Some(3), None));
@@ -698,9 +706,7 @@ mod tests {
     #[test]
     fn a_stale_record_is_not_the_runs_end_and_a_crashed_shim_ends_the_wait_early() {
         let record = r#"{"code": 0, "started_at": 1000}"#;
-        let Some((_dir, d)) = with_ended_shim("run-once-stale", record) else {
-            return;
-        };
+        let (_dir, d) = with_ended_shim("run-once-stale", record);
         let t0 = Instant::now();
         let exit = run_once(&d, "web", vec!["/migrate".into()], Duration::from_secs(20)).unwrap();
         assert_eq!((exit.code, exit.signal), (None, Some(libc::SIGKILL)));
@@ -716,13 +722,6 @@ mod tests {
     /// marked to start at boot.
     #[test]
     fn a_start_liblxc_refuses_gives_back_what_it_mounted() {
-        if !root() {
-            berth_sys::skip::record(
-                "host root",
-                "runtime::start: /data is given to the payload's user (chown)",
-            );
-            return;
-        }
         let (_dir, d, m) = with_shim(
             "start-refused",
             "error: web: liblxc could not start the container",
@@ -745,20 +744,127 @@ mod tests {
         ];
         images.sort();
         assert_eq!(left, images, "{calls:?}");
+        taken_off(&calls, &images);
         assert!(!d.cfg.paths.autostart("web").exists());
+    }
+
+    /// Every mount the calls made, the images excepted, was unmounted after it was made.
+    fn taken_off(calls: &[String], images: &[PathBuf]) {
+        let images: Vec<String> = images.iter().map(|p| p.display().to_string()).collect();
+        let mut made = 0;
+        for (i, c) in calls.iter().enumerate() {
+            let w: Vec<&str> = c.split(' ').collect();
+            let target = match w[0] {
+                "mount_overlay_ro" | "mount_squashfs" | "mount_ext4" => w[w.len() - 1],
+                "bind" => w[2],
+                "bind_shared" => w[1],
+                _ => continue,
+            };
+            if images.iter().any(|m| m == target) {
+                continue;
+            }
+            made += 1;
+            let off = format!("umount {target} ");
+            assert!(
+                calls[i..].iter().any(|c| c.starts_with(&off)),
+                "{target} left mounted: {calls:?}"
+            );
+        }
+        assert!(made >= 2, "/data and the bind anchor at least: {calls:?}");
+    }
+
+    /// The shim cannot be started (the kernel refuses the fork): the start fails saying so,
+    /// everything it mounted but the image is taken off again, and nothing is marked.
+    #[test]
+    fn a_shim_that_cannot_be_spawned_fails_the_start_and_gives_back_its_mounts() {
+        let (_dir, d, m) = with_shim("start-spawn", "ok 1");
+        two_layers(&d);
+        fakes(&d).processes.fail_next("__shim", libc::EAGAIN);
+        let e = control::act(&d, "web", Intent::Start, Who::Operator, None).unwrap_err();
+        assert_eq!(e.kind, Kind::Internal);
+        assert!(
+            e.message.starts_with("spawn shim for web: "),
+            "{}",
+            e.message
+        );
+        let mut images = vec![
+            d.cfg.paths.image_mount(&"0b".repeat(32)),
+            d.cfg.paths.image_mount(&"ab".repeat(32)),
+        ];
+        images.sort();
+        let mut left = m.mounted();
+        left.sort();
+        assert_eq!(left, images);
+        taken_off(&m.calls(), &images);
+        assert!(!d.cfg.paths.autostart("web").exists());
+        assert_eq!(fakes(&d).processes.calls().len(), 1);
+    }
+
+    /// The container's cgroup cannot be set up (the kernel refuses a write to its budget):
+    /// the start fails naming it, before any shim, and gives back what it mounted.
+    #[test]
+    fn a_refused_cgroup_write_stops_the_start_before_the_shim() {
+        let (dir, mut d, m) = fake_daemon("start-cgroup", "[containers]\nstart_settle = \"0s\"\n");
+        crate::daemon::runtime::probe::tests::cgroup_fixture(&mut d, "web");
+        d.resources.host.mem_total = 1 << 30;
+        let shim = dir.path("shim");
+        std::fs::write(&shim, "#!/bin/sh\necho 'ok 1'\n").unwrap();
+        std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+        fakes(&d).processes.answer("__shim", &shim);
+        // A file the kernel will not let be written: here a directory in its place.
+        let budget = d.cgroup_root().join(&d.cfg.cgroup_parent).join("web");
+        std::fs::create_dir_all(budget.join("memory.max")).unwrap();
+        let d = Arc::new(d);
+        install_trusted(
+            &d,
+            &MANIFEST.replace(
+                "[entrypoint]",
+                "[resources]\nmemory = \"32M\"\n[entrypoint]",
+            ),
+        );
+        let e = control::act(&d, "web", Intent::Start, Who::Operator, None).unwrap_err();
+        assert_eq!(e.kind, Kind::LimitFailed, "{}", e.message);
+        assert!(
+            e.message.starts_with("web: cannot set up its cgroup "),
+            "{}",
+            e.message
+        );
+        assert!(fakes(&d).processes.calls().is_empty(), "no shim");
+        let images = [d.cfg.paths.image_mount(&"ab".repeat(32))];
+        assert_eq!(m.mounted(), images);
+        taken_off(&m.calls(), &images);
+    }
+
+    /// A start liblxc accepts: the shim is run with the container's arguments and the
+    /// shim's PATH, its init pid is the start's answer and the supervisor's `Started`; the
+    /// container's mounts stay, its LXC configuration is written and it is marked to start
+    /// at boot.
+    #[test]
+    fn a_start_runs_the_shim_and_keeps_what_it_mounted() {
+        let (_dir, d, m) = with_shim("start-ok", "ok 4242");
+        two_layers(&d);
+        let v = control::act(&d, "web", Intent::Start, Who::Operator, None).unwrap();
+        assert_eq!(v[field::INIT_PID], 4242);
+        assert_eq!(v[field::NAME], "web");
+        let spawned = fakes(&d).processes.calls();
+        assert_eq!(spawned.len(), 1);
+        assert!(spawned[0].starts_with("__shim web "), "{spawned:?}");
+        assert!(spawned[0].contains(" PATH="), "{spawned:?}");
+        let ev = d.next_event(Some(Instant::now() + Duration::from_secs(10)));
+        assert_eq!(ev, Some(("web".to_string(), Event::Started(4242))));
+        let config = std::fs::read_to_string(d.cfg.paths.lxc_dir("web").join("config")).unwrap();
+        assert!(config.contains(&d.cfg.paths.rootfs("web").display().to_string()));
+        let mounted = m.mounted();
+        for kept in [d.cfg.paths.rootfs("web"), d.cfg.paths.data_mount("web")] {
+            assert!(mounted.contains(&kept), "{kept:?}: {mounted:?}");
+        }
+        assert!(d.cfg.paths.autostart("web").exists());
     }
 
     /// The merged root cannot be mounted: the start fails naming it, before any shim, and
     /// nothing but the images stays mounted.
     #[test]
     fn a_refused_merged_root_stops_the_start_before_the_shim() {
-        if !root() {
-            berth_sys::skip::record(
-                "host root",
-                "runtime::start: /data is given to the payload's user (chown)",
-            );
-            return;
-        }
         let (dir, d, m) = with_shim("start-overlay", "ok 1");
         two_layers(&d);
         m.fail_next("mount_overlay_ro", libc::ENODEV);

@@ -850,6 +850,44 @@ mod tests {
         shim
     }
 
+    /// A migration runs the new version's command once in the container (through the
+    /// shim, as a start does), the version it replaces as its last argument: exit 0 is a
+    /// success, another code the reason the upgrade rolls back, and so is a shim that cannot
+    /// be spawned.
+    #[test]
+    fn a_migration_runs_once_in_the_container_and_its_end_is_the_verdict() {
+        use crate::daemon::base::testing::fakes;
+        use crate::daemon::runtime::start::tests::with_ended_shim;
+        let to_2 = Move {
+            name: "web".into(),
+            from: "1.0".into(),
+            to: "2.0".into(),
+            was_running: false,
+            migration_failed: None,
+        };
+        let (_dir, d) = with_ended_shim("migrate-ok", r#"{"code": 0}"#);
+        assert_eq!(migrate_data(&d, &to_2, vec!["/migrate".into()]), None);
+        let spawned = fakes(&d).processes.calls();
+        assert_eq!(spawned.len(), 1);
+        assert!(
+            spawned[0].starts_with("__shim web ") && spawned[0].contains(" -- /migrate 1.0 "),
+            "{spawned:?}"
+        );
+        assert!(!probe::is_running(&d, "web"), "a run, not a start");
+
+        let (_dir, d) = with_ended_shim("migrate-exit", r#"{"code": 3}"#);
+        assert_eq!(
+            migrate_data(&d, &to_2, vec!["/migrate".into()]).as_deref(),
+            Some("the migration command of 2.0 exited 3")
+        );
+        fakes(&d).processes.fail_next("__shim", libc::EAGAIN);
+        let why = migrate_data(&d, &to_2, vec!["/migrate".into()]).unwrap();
+        assert!(
+            why.starts_with("the migration command of 2.0 could not run: spawn shim for web: "),
+            "{why}"
+        );
+    }
+
     /// A package that does not run moves to the new version at once: the old one kept as
     /// `previous`, no trial, no snapshot; the schedules and the answer say so.
     #[test]
