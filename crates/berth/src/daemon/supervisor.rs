@@ -1,9 +1,14 @@
 //! The supervisor: start-up reconciliation, then one thread that takes what happens to
-//! containers (their starts and ends, the operator's stops, the memory guard's kills) and
-//! acts on the decisions of `berth_core::supervise` (one machine per container): start
-//! after a reboot, release what an ended container held, hold a restart, report. It also
-//! starts its peers, the memory guard and the governor, and wires them to the runtime.
+//! containers (their starts and ends, the memory guard's kills) and what is asked of them
+//! (every start, stop and restart, whoever asks: `runtime/control.rs`), and acts on the
+//! decisions of `berth_core::supervise` (one machine per container): refuse or take an
+//! intent, start after a reboot, release what an ended container held, hold a restart,
+//! report. It alone carries out the runtime's work: on one short-lived worker per container
+//! at a time, the container's later work queued in order, so that a long start never holds
+//! up its thread (restarts, health checks, the watchdog's heartbeat). It also starts its
+//! peers, the memory guard and the governor, and wires them to the runtime.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,8 +18,8 @@ use berth_core::supervise::{
 };
 use serde_json::{json, Value};
 
-use crate::daemon::base::context::{Component, Daemon, Supervised};
-use crate::daemon::base::error::Result;
+use crate::daemon::base::context::{Component, Daemon, Msg, Order, Supervised};
+use crate::daemon::base::error::{Error, Kind, Result};
 use crate::daemon::device::cgroups;
 use crate::daemon::device::governor;
 use crate::daemon::device::guard;
@@ -100,13 +105,16 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) -> Vec<(String, Run)> {
 pub(crate) fn spawn(d: &Arc<Daemon>, taken_over: Vec<(String, Run)>) {
     guard::spawn(d, Box::new(probe::running_init));
     governor::spawn(d);
-    let d = Arc::clone(d);
+    let sup = Arc::clone(d);
     let spawned = std::thread::Builder::new()
         .name("supervisor".into())
         .stack_size(256 * 1024)
-        .spawn(move || Supervisor::new(d).run(&taken_over));
-    if let Err(e) = spawned {
-        log::error!("cannot start the supervisor: {e}");
+        .spawn(move || Supervisor::new(sup).run(&taken_over));
+    match spawned {
+        // From here every intent is the supervisor's (those sent before it takes them wait
+        // in its inbox).
+        Ok(_) => d.set_supervising(),
+        Err(e) => log::error!("cannot start the supervisor: {e}"),
     }
 }
 
@@ -136,14 +144,31 @@ pub(crate) fn reset(d: &Arc<Daemon>, name: &str) -> Result<Value> {
 /// health check passed); then it starts anyway, and says so.
 const READY_WAIT: Duration = Duration::from_secs(120);
 
+/// Runtime work for a container, carried out by the supervisor's worker.
+enum Job {
+    /// An intent taken: the asker's (who waits for its answer) or the supervisor's own.
+    Order(Order),
+    /// The container ended: give back what it held, if it has not started again.
+    Release,
+}
+
+/// One container's runtime work: what waits, in order, and whether a worker is on it.
+struct Queue {
+    name: String,
+    waiting: VecDeque<Job>,
+    busy: bool,
+}
+
 /// The supervisor thread's own state: a machine per container, the starts waiting for
-/// their dependencies, and its clock.
+/// their dependencies, each container's work, and its clock.
 struct Supervisor {
     d: Arc<Daemon>,
     /// One machine per container, in the order they were first seen (a handful).
     machines: Vec<(String, Machine)>,
     /// Starts held until the containers they depend on are ready, with their deadlines.
     pending: Vec<(String, u64)>,
+    /// Each container's runtime work (one entry per container that had any).
+    queues: Vec<Queue>,
     t0: Instant,
 }
 
@@ -153,6 +178,7 @@ impl Supervisor {
             d,
             machines: Vec::new(),
             pending: Vec::new(),
+            queues: Vec::new(),
             t0: Instant::now(),
         }
     }
@@ -179,11 +205,12 @@ impl Supervisor {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let ev = self.d.next_event(until);
-            // Handling an event may start or stop a container: busy, not hung.
+            let msg = self.d.next(until);
+            // Handling a message may take a while (a health probe's helper, a shim's
+            // answer): busy, not hung.
             self.d.beat_busy(Component::Supervisor);
-            match ev {
-                Some((name, ev)) => self.feed(&name, ev),
+            match msg {
+                Some((name, m)) => self.handle(&name, m),
                 None if due.is_none_or(|t| Instant::now() < t) => {}
                 None => {
                     let now = self.now_ms();
@@ -199,6 +226,14 @@ impl Supervisor {
                 }
             }
             self.start_pending();
+        }
+    }
+
+    fn handle(&mut self, name: &str, m: Msg) {
+        match m {
+            Msg::Event(ev) => self.feed(name, ev),
+            Msg::Order(o) => self.take(name, o),
+            Msg::Done => self.done(name),
         }
     }
 
@@ -353,18 +388,8 @@ impl Supervisor {
                 }
                 self.start(name);
             }
-            Action::Release => {
-                {
-                    let _op = d.op_lock_for(Component::Supervisor);
-                    if !probe::is_running(d, name) {
-                        mounts::release_mounts(d);
-                        cgroups::reap(d, name);
-                    }
-                }
-                // Rare work: give back what it allocated and the code it ran.
-                berth_sys::process::trim_heap();
-                crate::daemon::base::context::release_code(false);
-            }
+            // Under the op lock, which is not this thread's to wait for.
+            Action::Release => self.queue(name, Job::Release),
             Action::Hold { until_ms } => {
                 log::info!("{name}: restart in {} ms", until_ms.saturating_sub(now))
             }
@@ -373,48 +398,125 @@ impl Supervisor {
                     health::check(d, name, run, &p.manifest);
                 }
             }
-            Action::Kill(run) => {
-                // A stop takes up to the stop timeout: not on this thread.
-                let d = Arc::clone(d);
-                let n = name.to_string();
-                let _ = std::thread::Builder::new()
-                    .name(format!("end-{name}"))
-                    .stack_size(128 * 1024)
-                    .spawn(move || {
-                        let end = Intent::EndRun { run };
-                        if let Err(e) = control::act(&d, &n, end, Who::Supervisor, None) {
-                            log::warn!("{n}: cannot end its run (init pid {run}): {e}");
-                        }
-                    });
-            }
+            Action::Kill(run) => self.queue(name, Job::Order(own(Intent::EndRun { run }))),
             Action::Report(r) => report(&self.d, name, &r),
         }
     }
 
     fn start(&mut self, name: &str) {
-        let d = &self.d;
-        if let Some(why) = d.safe_mode() {
-            // Not a failure of the package: nothing starts in safe mode, and nothing held
-            // for a restart either (`safe-mode clear` hands it back as at boot).
-            log::info!("{name}: not started: safe mode ({why})");
-            self.feed(name, Event::StopRequested);
+        self.take(name, own(Intent::Start));
+    }
+
+    /// An intent for `name`: its machine takes or refuses it (refused, the asker has the
+    /// reason at once); taken, it is carried out after the container's earlier work, or at
+    /// once when its asker holds the op lock (nothing else runs a start or a stop then).
+    fn take(&mut self, name: &str, o: Order) {
+        let safe = self.d.safe_mode().is_some();
+        let verdict = match self.machines.iter_mut().find(|(n, _)| n == name) {
+            Some((_, m)) => m.ask(&o.intent, o.who, safe),
+            // Never seen (not installed, or before its first event): nothing to keep.
+            None => Machine::new(1).ask(&o.intent, o.who, safe),
+        };
+        // What the intent changed (a held restart dropped) shows at once.
+        self.publish(name, &[]);
+        if let Err(r) = verdict {
+            let e = control::refused(&self.d, name, o.intent, o.who, r);
+            match o.reply {
+                Some(reply) => reply.give(Err(e)),
+                None => log::info!("{name}: not started: {}", e.message),
+            }
             return;
         }
-        let started = {
-            let _op = d.op_lock_for(Component::Supervisor);
-            // Removed or started by the operator meanwhile: nothing to do.
-            if state::installed(d, name).is_err() || probe::is_running(d, name) {
-                return;
-            }
-            control::act_locked(d, name, Intent::Start, Who::Supervisor, None)
-        };
-        match started {
-            Ok(_) => log::info!("started {name} (supervisor)"),
-            Err(e) => {
-                log::error!("start of {name} failed: {e}");
-                self.feed(name, Event::StartFailed);
-            }
+        if o.lent {
+            self.spawn(name, Job::Order(o));
+        } else {
+            self.queue(name, Job::Order(o));
         }
+    }
+
+    /// Queues `job` for `name`, and starts it if nothing is carried out for `name` now.
+    fn queue(&mut self, name: &str, job: Job) {
+        let i = match self.queues.iter().position(|q| q.name == name) {
+            Some(i) => i,
+            None => {
+                self.queues.push(Queue {
+                    name: name.to_string(),
+                    waiting: VecDeque::new(),
+                    busy: false,
+                });
+                self.queues.len() - 1
+            }
+        };
+        self.queues[i].waiting.push_back(job);
+        self.next_job(i);
+    }
+
+    /// `name`'s worker has ended: its next job, if any.
+    fn done(&mut self, name: &str) {
+        if let Some(i) = self.queues.iter().position(|q| q.name == name) {
+            self.queues[i].busy = false;
+            self.next_job(i);
+        }
+    }
+
+    fn next_job(&mut self, i: usize) {
+        while !self.queues[i].busy {
+            let Some(job) = self.queues[i].waiting.pop_front() else {
+                // Nothing left: the entry goes (a removed package leaves nothing behind).
+                self.queues.swap_remove(i);
+                return;
+            };
+            let name = self.queues[i].name.clone();
+            // A start of its own that an operator's stop overtook (or a removal): dropped.
+            let stale = matches!(&job, Job::Order(o) if o.who == Who::Supervisor
+                && o.intent == Intent::Start
+                && !self.machines.iter().any(|(n, m)| *n == name && m.phase() == Phase::Starting));
+            if stale {
+                continue;
+            }
+            self.queues[i].busy = self.spawn(&name, job);
+        }
+    }
+
+    /// Carries `job` out for `name` on a worker of its own (under the op lock, or under the
+    /// asker's hold of it), which answers the asker and tells this thread when it is done.
+    /// Whether the worker runs.
+    fn spawn(&mut self, name: &str, job: Job) -> bool {
+        let d = Arc::clone(&self.d);
+        let n = name.to_string();
+        let lent = matches!(&job, Job::Order(o) if o.lent);
+        // Where the job waits for its worker: still there if the worker cannot start.
+        let slot = Arc::new(std::sync::Mutex::new(Some(job)));
+        let held = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name(format!("act-{name}"))
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let job = held.lock().unwrap().take();
+                if let Some(job) = job {
+                    work(&d, &n, job);
+                }
+                if !lent {
+                    d.done(&n);
+                }
+            });
+        if let Err(e) = spawned {
+            log::error!("{name}: cannot start a worker: {e}");
+            let job = slot.lock().unwrap().take();
+            if let Some(Job::Order(o)) = job {
+                let e = Error::new(
+                    Kind::Internal,
+                    format!("cannot start a worker for {name}: {e}"),
+                );
+                match o.reply {
+                    Some(reply) => reply.give(Err(e)),
+                    None if o.intent == Intent::Start => self.feed(name, Event::StartFailed),
+                    None => {}
+                }
+            }
+            return false;
+        }
+        true
     }
 
     /// Whether `name` must wait for a dependency that is on its way up but not ready yet;
@@ -472,6 +574,61 @@ impl Supervisor {
                 self.start(&name);
             }
         }
+    }
+}
+
+/// The supervisor's own intent (nobody waits for its answer).
+fn own(intent: Intent) -> Order {
+    Order {
+        intent,
+        who: Who::Supervisor,
+        lent: false,
+        trace: None,
+        reply: None,
+    }
+}
+
+/// A worker's job for container `name`.
+fn work(d: &Arc<Daemon>, name: &str, job: Job) {
+    let o = match job {
+        Job::Release => {
+            {
+                let _op = d.op.lock().unwrap();
+                if !probe::is_running(d, name) {
+                    mounts::release_mounts(d);
+                    cgroups::reap(d, name);
+                }
+            }
+            // Rare work: give back what it allocated and the code it ran.
+            berth_sys::process::trim_heap();
+            crate::daemon::base::context::release_code(false);
+            return;
+        }
+        Job::Order(o) => o,
+    };
+    let r = {
+        let _op = (!o.lent).then(|| d.op.lock().unwrap());
+        let own_start = o.who == Who::Supervisor && o.intent == Intent::Start;
+        // Removed or started by the operator meanwhile: nothing to do.
+        if own_start && (state::installed(d, name).is_err() || probe::is_running(d, name)) {
+            Ok(Value::Null)
+        } else {
+            let trace = o.trace.map(crate::daemon::runtime::start::Stamps::from);
+            control::execute(d, name, o.intent, o.who, trace)
+        }
+    };
+    match (o.reply, o.intent, r) {
+        (Some(reply), _, r) => reply.give(r),
+        (None, _, Ok(Value::Null)) => {}
+        (None, Intent::Start, Ok(_)) => log::info!("started {name} (supervisor)"),
+        (None, Intent::Start, Err(e)) => {
+            log::error!("start of {name} failed: {e}");
+            d.notify(name, Event::StartFailed);
+        }
+        (None, Intent::EndRun { run }, Err(e)) => {
+            log::warn!("{name}: cannot end its run (init pid {run}): {e}")
+        }
+        (None, _, _) => {}
     }
 }
 
@@ -590,6 +747,23 @@ mod tests {
             .map(|v| (v.state, v.reason.clone(), v.next_start.is_some()))
     }
 
+    /// Takes the supervisor's messages, as its thread would, until `until` holds (a minute
+    /// at most).
+    fn serve_until(s: &mut Supervisor, what: &str, until: impl Fn(&Supervisor) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !until(s) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            if let Some((n, m)) = s.d.next(Some(Instant::now() + Duration::from_millis(20))) {
+                s.handle(&n, m);
+            }
+        }
+    }
+
+    /// Takes the supervisor's messages until every container's work is done.
+    fn settle(s: &mut Supervisor) {
+        serve_until(s, "the work to be done", |s| s.queues.is_empty());
+    }
+
     /// What a start leaves behind (LXC's configuration, a mount): none of it.
     fn nothing_started(d: &Daemon, m: &FakeMounts, name: &str) {
         assert!(!d.cfg.paths.lxc_dir(name).exists(), "configured");
@@ -668,6 +842,7 @@ mod tests {
         *d.boot.safe_mode.lock().unwrap() = None;
         d.state.lock().unwrap().packages.clear();
         s.act("web", Action::Start, 0);
+        settle(&mut s);
         assert_eq!(view(&d, "web"), Some(("stopped", None, false)));
         nothing_started(&d, m, "web");
 
@@ -675,6 +850,7 @@ mod tests {
         lxc_config(&d, "web");
         let _shim = FakeShim::start(&d, "web", info(4242), b"");
         s.act("web", Action::Start, 0);
+        settle(&mut s);
         assert_eq!(view(&d, "web"), Some(("stopped", None, false)));
         assert_eq!(s.machines[0].1.record(), Record::default());
     }
@@ -717,10 +893,12 @@ mod tests {
             .unwrap();
         let mut s = Supervisor::new(Arc::clone(&d));
         s.act("web", Action::Release, 0);
+        settle(&mut s);
         assert_eq!(m.mounted(), std::slice::from_ref(&rootfs));
         drop(shim);
         assert!(!probe::is_running(&d, "web"));
         s.act("web", Action::Release, 0);
+        settle(&mut s);
         assert!(m.mounted().is_empty(), "{:?}", m.calls());
     }
 
