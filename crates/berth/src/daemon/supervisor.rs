@@ -713,6 +713,7 @@ mod tests {
     use crate::daemon::base::error::Kind;
     use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
     use crate::daemon::runtime::probe::tests::{info, lxc_config, FakeShim};
+    use berth_core::supervise::SELF_RESTARTS_FREE;
     use berth_testkit::fake_host::FakeMounts;
     use berth_testkit::TempDir;
     use std::path::Path;
@@ -763,6 +764,28 @@ mod tests {
     fn settle(s: &mut Supervisor) {
         serve_until(s, "the work to be done", |s| s.queues.is_empty());
     }
+
+    /// `intent` asked by `who` as its asker asks (`control::act`, which waits), with this
+    /// test's thread as the supervisor's: the answer.
+    fn ask(s: &mut Supervisor, name: &str, intent: Intent, who: Who) -> Result<Value> {
+        let d = Arc::clone(&s.d);
+        let n = name.to_string();
+        let asker = std::thread::spawn(move || control::act(&d, &n, intent, who, None));
+        serve_until(s, "the answer", |s| {
+            asker.is_finished() && s.queues.is_empty()
+        });
+        asker.join().unwrap()
+    }
+
+    /// The answer as the admin API writes it.
+    fn bytes(r: Result<Value>) -> Vec<u8> {
+        match r {
+            Ok(v) => v.to_string().into_bytes(),
+            Err(e) => e.response(),
+        }
+    }
+
+    const STOP: Intent = Intent::Stop { timeout: None };
 
     /// What a start leaves behind (LXC's configuration, a mount): none of it.
     fn nothing_started(d: &Daemon, m: &FakeMounts, name: &str) {
@@ -943,6 +966,267 @@ mod tests {
             json!({"name": "web", "state": "failed"})
         );
         assert!(t0.elapsed() >= Duration::from_secs(1));
+    }
+
+    /// Every asker's intent reaches the supervisor's inbox (the daemon's own, before the
+    /// supervisor runs, is carried out where it is asked); the supervisor carries out one
+    /// intent of a container at a time, in the order they came, another container's beside
+    /// them, and each asker has the runtime's answer.
+    #[test]
+    fn intents_of_every_asker_reach_the_supervisor_and_run_in_order_per_container() {
+        let (_dir, d, _m) = setup("sup-order");
+        install(&d, &MANIFEST.replace("\"web\"", "\"db\""));
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        // The daemon's own: not the supervisor's.
+        let direct = control::act(&d, "web", STOP, Who::Daemon, None);
+        assert_eq!(direct.as_ref().unwrap_err().kind, Kind::NotRunning);
+        assert!(d.next(Some(Instant::now())).is_none(), "nothing sent");
+
+        let askers = [Who::Operator, Who::Container, Who::Upgrade, Who::Schedule];
+        // Held, so that no worker gets far before every intent is in.
+        let op = d.op.lock().unwrap();
+        let mut threads = Vec::new();
+        for (i, who) in askers.into_iter().enumerate() {
+            let intent = match i % 2 {
+                0 => STOP,
+                _ => Intent::EndRun { run: 7 },
+            };
+            threads.push(std::thread::spawn({
+                let d = Arc::clone(&d);
+                move || control::act(&d, "web", intent, who, None)
+            }));
+            let (n, m) = d
+                .next(Some(Instant::now() + Duration::from_secs(60)))
+                .unwrap();
+            match &m {
+                Msg::Order(o) => assert_eq!((n.as_str(), o.who, o.intent), ("web", who, intent)),
+                _ => panic!("{who:?}: not an order"),
+            }
+            s.handle(&n, m);
+        }
+        let db = std::thread::spawn({
+            let d = Arc::clone(&d);
+            move || control::act(&d, "db", STOP, Who::Operator, None)
+        });
+        serve_until(&mut s, "db's order", |s| {
+            s.queues.iter().any(|q| q.name == "db")
+        });
+        let q = |s: &Supervisor, n: &str| {
+            s.queues
+                .iter()
+                .find(|q| q.name == n)
+                .map(|q| (q.busy, q.waiting.len()))
+        };
+        assert_eq!(
+            q(&s, "web"),
+            Some((true, 3)),
+            "one in flight, the others wait"
+        );
+        assert_eq!(q(&s, "db"), Some((true, 0)), "beside web's");
+        drop(op);
+        for (i, t) in threads.into_iter().enumerate() {
+            // Answered in order: the next is not carried out before this one's end is told.
+            let r = t.join().unwrap();
+            match i % 2 {
+                0 => assert_eq!(
+                    String::from_utf8(bytes(r)).unwrap(),
+                    String::from_utf8(
+                        Error::new(Kind::NotRunning, "web is not running").response()
+                    )
+                    .unwrap()
+                ),
+                _ => assert_eq!(r.unwrap(), Value::Null, "that run is not web's"),
+            }
+            if i + 1 < askers.len() {
+                assert_eq!(q(&s, "web").map(|q| q.1), Some(askers.len() - 1 - i));
+            }
+            serve_until(&mut s, "web's next", |s| {
+                q(s, "web").is_none_or(|(busy, left)| busy && left + i + 2 == askers.len())
+            });
+        }
+        assert_eq!(db.join().unwrap().unwrap_err().kind, Kind::NotRunning);
+        settle(&mut s);
+    }
+
+    /// The asker has the answer the runtime gave, byte for byte what it gave without the
+    /// supervisor in between.
+    #[test]
+    fn the_asker_gets_the_runtimes_answer() {
+        let (_dir, d, _m) = setup("sup-answer");
+        let cases = [
+            ("web", STOP, Who::Operator),
+            ("nginx", STOP, Who::Operator),
+            ("nginx", Intent::Start, Who::Operator),
+            ("nginx", Intent::Restart, Who::Operator),
+            ("web", Intent::EndRun { run: 9 }, Who::Supervisor),
+        ];
+        let direct: Vec<Vec<u8>> = cases
+            .iter()
+            .map(|(n, i, w)| bytes(control::act(&d, n, *i, *w, None)))
+            .collect();
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        for ((n, i, w), want) in cases.into_iter().zip(direct) {
+            let got = bytes(ask(&mut s, n, i, w));
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                String::from_utf8(want).unwrap(),
+                "{n} {i:?}"
+            );
+        }
+    }
+
+    /// In safe mode no start goes ahead, whoever asks: refused as the start itself refuses
+    /// (a scheduled run's says why it was skipped), nothing mounted or configured.
+    #[test]
+    fn safe_mode_refuses_a_start_from_every_asker() {
+        let (_dir, d, m) = setup("sup-safe-all");
+        *d.boot.safe_mode.lock().unwrap() = Some("3 failed starts".into());
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        let refusal = |what: &str| {
+            format!("{what} web: the device is in safe mode (3 failed starts); berth safe-mode clear returns to normal")
+        };
+        let all = [
+            Who::Operator,
+            Who::Container,
+            Who::Schedule,
+            Who::Upgrade,
+            Who::Daemon,
+            Who::Supervisor,
+        ];
+        for who in all {
+            for (intent, what) in [(Intent::Start, "start"), (Intent::Restart, "restart")] {
+                let e = ask(&mut s, "web", intent, who).unwrap_err();
+                let want = match who {
+                    Who::Schedule => (
+                        Kind::Busy,
+                        "safe mode (3 failed starts): nothing starts".into(),
+                    ),
+                    // The start's own refusal (a restart first stops what runs).
+                    Who::Daemon => (Kind::SafeMode, refusal("start")),
+                    _ => (Kind::SafeMode, refusal(what)),
+                };
+                assert_eq!((e.kind, e.message), want, "{who:?} {intent:?}");
+            }
+        }
+        // The supervisor's own start, as its machine asks for it.
+        s.feed("web", boot(true, None));
+        settle(&mut s);
+        assert_eq!(s.machines[0].1.phase(), Phase::Stopped);
+        nothing_started(&d, m, "web");
+    }
+
+    /// The operator's stop while a crash restart is held drops it at once: stopped, no
+    /// restart due, nothing started when its time comes; the stop's answer is the runtime's.
+    #[test]
+    fn an_operators_stop_during_a_held_restart_cancels_it() {
+        let (_dir, d, m) = setup("sup-stop-held");
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        let exit = Exit {
+            code: Some(3),
+            signal: None,
+        };
+        s.feed("web", boot(true, Some(exit)));
+        assert_eq!(view(&d, "web").map(|v| v.0), Some("backoff"));
+        let due = s.machines[0].1.due().unwrap();
+        let e = ask(&mut s, "web", STOP, Who::Operator).unwrap_err();
+        assert_eq!(e.kind, Kind::NotRunning);
+        assert_eq!(
+            view(&d, "web"),
+            Some(("stopped", Some("exit 3".into()), false))
+        );
+        assert_eq!(s.machines[0].1.due(), None);
+        s.t0 -= Duration::from_millis(due + 1);
+        s.feed("web", Event::Tick);
+        settle(&mut s);
+        nothing_started(&d, m, "web");
+        assert!(
+            !d.cfg.paths.autostart("web").exists(),
+            "stopped after a reboot too"
+        );
+    }
+
+    /// A container's own restarts go through the supervisor: the first ones at once (its
+    /// run ended by the supervisor's worker, then started again), then paced, a request
+    /// before its time changing nothing; counted, they do not reset the crash-loop limit,
+    /// which then holds: no restart after `max_retries` failures.
+    #[test]
+    fn a_containers_own_restarts_are_paced_and_the_crash_loop_limit_holds() {
+        let (_dir, d, _m) = setup("sup-self");
+        install(
+            &d,
+            &format!("{MANIFEST}[restart]\npolicy = \"on-failure\"\nmax_retries = 1\ndelay = \"1ms\"\nmax_delay = \"1ms\"\n"),
+        );
+        // Running as init 4242 for its shim: the supervisor's start finds it started
+        // already, its ends of runs 1, 2, … find another run: no runtime work is done.
+        lxc_config(&d, "web");
+        let _shim = FakeShim::start(&d, "web", info(4242), b"");
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        s.feed("web", Event::Started(1));
+        let machine = |s: &Supervisor| s.machines[0].1.clone();
+        for run in 1..=SELF_RESTARTS_FREE as i32 {
+            let at = d.supervision.lock().unwrap()["web"]
+                .self_restart_at
+                .unwrap();
+            assert!(at <= Instant::now(), "run {run}: free");
+            s.feed("web", Event::RestartRequested(run));
+            s.feed("web", Event::RestartAnswered(run));
+            assert_eq!(
+                s.queues.len(),
+                1,
+                "run {run}: its end is the supervisor's work"
+            );
+            settle(&mut s);
+            s.feed(
+                "web",
+                Event::Exited(
+                    run,
+                    Exit {
+                        code: Some(0),
+                        signal: None,
+                    },
+                ),
+            );
+            assert_eq!(machine(&s).phase(), Phase::Starting);
+            settle(&mut s);
+            s.feed("web", Event::Started(run + 1));
+        }
+        let run = SELF_RESTARTS_FREE as i32 + 1;
+        let before = machine(&s);
+        assert_eq!(before.record().self_restarts, SELF_RESTARTS_FREE);
+        let at = d.supervision.lock().unwrap()["web"]
+            .self_restart_at
+            .unwrap();
+        assert!(at > Instant::now(), "paced");
+        s.feed("web", Event::RestartRequested(run));
+        s.feed("web", Event::RestartAnswered(run));
+        assert!(s.queues.is_empty(), "nothing ended");
+        assert_eq!(machine(&s), before);
+        // Crashes: one retry, then given up.
+        let fail = Exit {
+            code: Some(1),
+            signal: None,
+        };
+        s.feed("web", Event::Exited(run, fail));
+        assert!(matches!(machine(&s).phase(), Phase::Waiting { .. }));
+        settle(&mut s);
+        s.t0 -= Duration::from_millis(10);
+        s.feed("web", Event::Tick);
+        settle(&mut s);
+        s.feed("web", Event::Started(run + 1));
+        s.feed("web", Event::Exited(run + 1, fail));
+        assert_eq!(machine(&s).phase(), Phase::Failed);
+        assert_eq!(view(&d, "web").map(|v| v.0), Some("failed"));
+        // A scheduled start waits for the operator.
+        let e = ask(&mut s, "web", Intent::Start, Who::Schedule).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (Kind::Busy, "web failed (its restart policy gave up): not started until berth start web or berth reset web")
+        );
     }
 
     /// What `status` and the logs say of each report and end.
