@@ -8,7 +8,6 @@
 //! up its thread (restarts, health checks, the watchdog's heartbeat). It also starts its
 //! peers, the memory guard and the governor, and wires them to the runtime.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,7 +18,7 @@ use berth_core::supervise::{
 use serde_json::{json, Value};
 
 use crate::daemon::base::context::{Component, Daemon, Msg, Order, Supervised};
-use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::base::error::{Error, Result};
 use crate::daemon::device::cgroups;
 use crate::daemon::device::governor;
 use crate::daemon::device::guard;
@@ -152,13 +151,6 @@ enum Job {
     Release,
 }
 
-/// One container's runtime work: what waits, in order, and whether a worker is on it.
-struct Queue {
-    name: String,
-    waiting: VecDeque<Job>,
-    busy: bool,
-}
-
 /// The supervisor thread's own state: a machine per container, the starts waiting for
 /// their dependencies, each container's work, and its clock.
 struct Supervisor {
@@ -167,8 +159,10 @@ struct Supervisor {
     machines: Vec<(String, Machine)>,
     /// Starts held until the containers they depend on are ready, with their deadlines.
     pending: Vec<(String, u64)>,
-    /// Each container's runtime work (one entry per container that had any).
-    queues: Vec<Queue>,
+    /// Runtime work waiting, in order (a container's after the one in flight).
+    waiting: Vec<(String, Job)>,
+    /// The containers whose work is in flight, on a worker each.
+    busy: Vec<String>,
     t0: Instant,
 }
 
@@ -178,7 +172,8 @@ impl Supervisor {
             d,
             machines: Vec::new(),
             pending: Vec::new(),
-            queues: Vec::new(),
+            waiting: Vec::new(),
+            busy: Vec::new(),
             t0: Instant::now(),
         }
     }
@@ -411,7 +406,7 @@ impl Supervisor {
     /// reason at once); taken, it is carried out after the container's earlier work, or at
     /// once when its asker holds the op lock (nothing else runs a start or a stop then).
     fn take(&mut self, name: &str, o: Order) {
-        let safe = self.d.safe_mode().is_some();
+        let safe = self.d.boot.safe_mode.lock().unwrap().is_some();
         let verdict = match self.machines.iter_mut().find(|(n, _)| n == name) {
             Some((_, m)) => m.ask(&o.intent, o.who, safe),
             // Never seen (not installed, or before its first event): nothing to keep.
@@ -421,9 +416,9 @@ impl Supervisor {
         self.publish(name, &[]);
         if let Err(r) = verdict {
             let e = control::refused(&self.d, name, o.intent, o.who, r);
-            match o.reply {
-                Some(reply) => reply.give(Err(e)),
-                None => log::info!("{name}: not started: {}", e.message),
+            // The supervisor's own start, in safe mode: its machine knows.
+            if let Some(reply) = o.reply {
+                reply.give(Err(e));
             }
             return;
         }
@@ -434,47 +429,34 @@ impl Supervisor {
         }
     }
 
-    /// Queues `job` for `name`, and starts it if nothing is carried out for `name` now.
+    /// Queues `job` for `name`, started at once if nothing is carried out for `name` now.
     fn queue(&mut self, name: &str, job: Job) {
-        let i = match self.queues.iter().position(|q| q.name == name) {
-            Some(i) => i,
-            None => {
-                self.queues.push(Queue {
-                    name: name.to_string(),
-                    waiting: VecDeque::new(),
-                    busy: false,
-                });
-                self.queues.len() - 1
-            }
-        };
-        self.queues[i].waiting.push_back(job);
-        self.next_job(i);
+        self.waiting.push((name.to_string(), job));
+        self.pump();
     }
 
     /// `name`'s worker has ended: its next job, if any.
     fn done(&mut self, name: &str) {
-        if let Some(i) = self.queues.iter().position(|q| q.name == name) {
-            self.queues[i].busy = false;
-            self.next_job(i);
-        }
+        self.busy.retain(|n| n != name);
+        self.pump();
     }
 
-    fn next_job(&mut self, i: usize) {
-        while !self.queues[i].busy {
-            let Some(job) = self.queues[i].waiting.pop_front() else {
-                // Nothing left: the entry goes (a removed package leaves nothing behind).
-                self.queues.swap_remove(i);
-                return;
-            };
-            let name = self.queues[i].name.clone();
+    /// Starts the first waiting job of each container that has none in flight.
+    fn pump(&mut self) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if self.busy.contains(&self.waiting[i].0) {
+                i += 1;
+                continue;
+            }
+            let (name, job) = self.waiting.remove(i);
             // A start of its own that an operator's stop overtook (or a removal): dropped.
             let stale = matches!(&job, Job::Order(o) if o.who == Who::Supervisor
                 && o.intent == Intent::Start
                 && !self.machines.iter().any(|(n, m)| *n == name && m.phase() == Phase::Starting));
-            if stale {
-                continue;
+            if !stale && self.spawn(&name, job) {
+                self.busy.push(name);
             }
-            self.queues[i].busy = self.spawn(&name, job);
         }
     }
 
@@ -484,39 +466,28 @@ impl Supervisor {
     fn spawn(&mut self, name: &str, job: Job) -> bool {
         let d = Arc::clone(&self.d);
         let n = name.to_string();
-        let lent = matches!(&job, Job::Order(o) if o.lent);
-        // Where the job waits for its worker: still there if the worker cannot start.
-        let slot = Arc::new(std::sync::Mutex::new(Some(job)));
-        let held = Arc::clone(&slot);
+        // Kept here too, for an answer if the worker cannot start.
+        let (lent, reply, own_start) = match &job {
+            Job::Order(o) => (o.lent, o.reply.clone(), o.intent == Intent::Start),
+            Job::Release => (false, None, false),
+        };
         let spawned = std::thread::Builder::new()
             .name(format!("act-{name}"))
             .stack_size(256 * 1024)
             .spawn(move || {
-                let job = held.lock().unwrap().take();
-                if let Some(job) = job {
-                    work(&d, &n, job);
-                }
+                work(&d, &n, job);
                 if !lent {
                     d.done(&n);
                 }
             });
-        if let Err(e) = spawned {
-            log::error!("{name}: cannot start a worker: {e}");
-            let job = slot.lock().unwrap().take();
-            if let Some(Job::Order(o)) = job {
-                let e = Error::new(
-                    Kind::Internal,
-                    format!("cannot start a worker for {name}: {e}"),
-                );
-                match o.reply {
-                    Some(reply) => reply.give(Err(e)),
-                    None if o.intent == Intent::Start => self.feed(name, Event::StartFailed),
-                    None => {}
-                }
-            }
-            return false;
+        match (spawned, reply) {
+            (Ok(_), _) => return true,
+            (Err(e), Some(reply)) => reply.give(Err(Error::internal(e))),
+            (Err(_), None) if own_start => self.feed(name, Event::StartFailed),
+            // An end or a release that the next one makes up for.
+            (Err(_), None) => {}
         }
-        true
+        false
     }
 
     /// Whether `name` must wait for a dependency that is on its way up but not ready yet;
@@ -619,8 +590,6 @@ fn work(d: &Arc<Daemon>, name: &str, job: Job) {
     };
     match (o.reply, o.intent, r) {
         (Some(reply), _, r) => reply.give(r),
-        (None, _, Ok(Value::Null)) => {}
-        (None, Intent::Start, Ok(_)) => log::info!("started {name} (supervisor)"),
         (None, Intent::Start, Err(e)) => {
             log::error!("start of {name} failed: {e}");
             d.notify(name, Event::StartFailed);
@@ -760,9 +729,13 @@ mod tests {
         }
     }
 
+    fn idle(s: &Supervisor) -> bool {
+        s.waiting.is_empty() && s.busy.is_empty()
+    }
+
     /// Takes the supervisor's messages until every container's work is done.
     fn settle(s: &mut Supervisor) {
-        serve_until(s, "the work to be done", |s| s.queues.is_empty());
+        serve_until(s, "the work to be done", idle);
     }
 
     /// `intent` asked by `who` as its asker asks (`control::act`, which waits), with this
@@ -771,9 +744,7 @@ mod tests {
         let d = Arc::clone(&s.d);
         let n = name.to_string();
         let asker = std::thread::spawn(move || control::act(&d, &n, intent, who, None));
-        serve_until(s, "the answer", |s| {
-            asker.is_finished() && s.queues.is_empty()
-        });
+        serve_until(s, "the answer", |s| asker.is_finished() && idle(s));
         asker.join().unwrap()
     }
 
@@ -1009,14 +980,11 @@ mod tests {
             let d = Arc::clone(&d);
             move || control::act(&d, "db", STOP, Who::Operator, None)
         });
-        serve_until(&mut s, "db's order", |s| {
-            s.queues.iter().any(|q| q.name == "db")
-        });
+        serve_until(&mut s, "db's order", |s| s.busy.iter().any(|n| n == "db"));
         let q = |s: &Supervisor, n: &str| {
-            s.queues
-                .iter()
-                .find(|q| q.name == n)
-                .map(|q| (q.busy, q.waiting.len()))
+            let busy = s.busy.iter().any(|b| b == n);
+            let waiting = s.waiting.iter().filter(|(w, _)| w == n).count();
+            (busy || waiting > 0).then_some((busy, waiting))
         };
         assert_eq!(
             q(&s, "web"),
@@ -1176,8 +1144,8 @@ mod tests {
             s.feed("web", Event::RestartRequested(run));
             s.feed("web", Event::RestartAnswered(run));
             assert_eq!(
-                s.queues.len(),
-                1,
+                s.busy,
+                ["web"],
                 "run {run}: its end is the supervisor's work"
             );
             settle(&mut s);
@@ -1204,7 +1172,7 @@ mod tests {
         assert!(at > Instant::now(), "paced");
         s.feed("web", Event::RestartRequested(run));
         s.feed("web", Event::RestartAnswered(run));
-        assert!(s.queues.is_empty(), "nothing ended");
+        assert!(idle(&s), "nothing ended");
         assert_eq!(machine(&s), before);
         // Crashes: one retry, then given up.
         let fail = Exit {

@@ -324,7 +324,7 @@ impl Daemon {
 
     /// Tells the supervisor what happened to container `name` (never blocks).
     pub fn notify(&self, name: &str, event: Event) {
-        let mut q = self.inbox.lock().unwrap();
+        let q = self.inbox.lock().unwrap();
         // What a container says through its API (at its pace, while the supervisor may be
         // busy with a start): the same report already waiting says it all.
         let coalesce = matches!(
@@ -337,9 +337,8 @@ impl Daemon {
         {
             return;
         }
-        q.push_back((name.to_string(), Msg::Event(event)));
         drop(q);
-        self.arrived.notify_one();
+        self.send(name, Msg::Event(event));
     }
 
     /// Hands an intent for container `name` to the supervisor (never blocks; the asker waits
