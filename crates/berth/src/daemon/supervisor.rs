@@ -590,6 +590,8 @@ fn work(d: &Arc<Daemon>, name: &str, job: Job) {
     };
     match (o.reply, o.intent, r) {
         (Some(reply), _, r) => reply.give(r),
+        (None, _, Ok(Value::Null)) => {}
+        (None, Intent::Start, Ok(_)) => log::info!("started {name} (supervisor)"),
         (None, Intent::Start, Err(e)) => {
             log::error!("start of {name} failed: {e}");
             d.notify(name, Event::StartFailed);
