@@ -280,6 +280,8 @@ pub enum Who {
     Daemon,
     /// The supervisor: a start or an end its machine decided.
     Supervisor,
+    /// The memory guard: a process it chose to kill.
+    Guard,
 }
 
 /// What is asked of a container: an intent, which the machine of that container takes
@@ -297,6 +299,13 @@ pub enum Intent {
     /// health checks failed or whose package asked for a restart.
     EndRun {
         run: Run,
+    },
+    /// SIGKILL process `pid` of the container whose init is `init`, if it is still the
+    /// process listed (it started at `start`): the memory guard's, carried out at once.
+    Kill {
+        pid: Run,
+        start: u64,
+        init: Run,
     },
 }
 
@@ -994,7 +1003,9 @@ mod tests {
     #[test]
     fn intents_are_refused_or_taken_by_the_machine() {
         use Who::*;
-        const WHO: [Who; 6] = [Operator, Container, Schedule, Upgrade, Daemon, Supervisor];
+        const WHO: [Who; 7] = [
+            Operator, Container, Schedule, Upgrade, Daemon, Supervisor, Guard,
+        ];
         let stop = Intent::Stop { timeout: None };
         let p = tr181();
         let waiting = || {

@@ -18,7 +18,7 @@ use berth_core::supervise::{
 use serde_json::{json, Value};
 
 use crate::daemon::base::context::{Component, Daemon, Msg, Order, Supervised};
-use crate::daemon::base::error::{Error, Result};
+use crate::daemon::base::error::{Error, Kind, Result};
 use crate::daemon::device::cgroups;
 use crate::daemon::device::governor;
 use crate::daemon::device::guard;
@@ -102,7 +102,15 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) -> Vec<(String, Run)> {
 /// Runs after the admin socket is up, so the CLI sees a daemon that is starting containers,
 /// not none.
 pub(crate) fn spawn(d: &Arc<Daemon>, taken_over: Vec<(String, Run)>) {
-    guard::spawn(d, Box::new(probe::running_init));
+    // The guard's kills are intents: the supervisor carries them out, at once.
+    let sup = Arc::clone(d);
+    let kill_of: guard::KillOf = Box::new(move |_, name, pid, start, init| {
+        let kill = Intent::Kill { pid, start, init };
+        control::act(&sup, name, kill, Who::Guard, None)
+            .map(|_| ())
+            .map_err(|e| (e.kind == Kind::NotRunning, e.message))
+    });
+    guard::spawn(d, Box::new(probe::running_init), kill_of);
     governor::spawn(d);
     let sup = Arc::clone(d);
     let spawned = std::thread::Builder::new()
@@ -422,7 +430,7 @@ impl Supervisor {
             }
             return;
         }
-        if o.lent {
+        if o.lent || o.who == Who::Guard {
             self.spawn(name, Job::Order(o));
         } else {
             self.queue(name, Job::Order(o));
@@ -468,7 +476,12 @@ impl Supervisor {
         let n = name.to_string();
         // Kept here too, for an answer if the worker cannot start.
         let (lent, reply, own_start) = match &job {
-            Job::Order(o) => (o.lent, o.reply.clone(), o.intent == Intent::Start),
+            // The guard's kill runs beside the container's work, not after it.
+            Job::Order(o) => (
+                o.lent || o.who == Who::Guard,
+                o.reply.clone(),
+                o.intent == Intent::Start,
+            ),
             Job::Release => (false, None, false),
         };
         let spawned = std::thread::Builder::new()
@@ -578,7 +591,7 @@ fn work(d: &Arc<Daemon>, name: &str, job: Job) {
         Job::Order(o) => o,
     };
     let r = {
-        let _op = (!o.lent).then(|| d.op.lock().unwrap());
+        let _op = (!o.lent && o.who != Who::Guard).then(|| d.op.lock().unwrap());
         let own_start = o.who == Who::Supervisor && o.intent == Intent::Start;
         // Removed or started by the operator meanwhile: nothing to do.
         if own_start && (state::installed(d, name).is_err() || probe::is_running(d, name)) {
@@ -1019,6 +1032,38 @@ mod tests {
         settle(&mut s);
     }
 
+    /// The memory guard's kill is an intent too, carried out at once: beside the
+    /// container's work in flight, without the op lock (held here for minutes, as an install
+    /// may), its answer the kill's (a process that is gone: `not_running`).
+    #[test]
+    fn the_guards_kill_is_carried_out_at_once() {
+        let (_dir, d, _m) = setup("sup-guard");
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        let op = d.op.lock().unwrap();
+        let stop = std::thread::spawn({
+            let d = Arc::clone(&d);
+            move || control::act(&d, "web", STOP, Who::Operator, None)
+        });
+        serve_until(&mut s, "the stop in flight", |s| !s.busy.is_empty());
+        let kill = Intent::Kill {
+            pid: 999_999,
+            start: 1,
+            init: 999_998,
+        };
+        let guard = std::thread::spawn({
+            let d = Arc::clone(&d);
+            move || control::act(&d, "web", kill, Who::Guard, None)
+        });
+        serve_until(&mut s, "the kill's answer", |_| guard.is_finished());
+        let e = guard.join().unwrap().unwrap_err();
+        assert_eq!(e.kind, Kind::NotRunning, "{}", e.message);
+        assert_eq!(s.busy, ["web"], "the stop still waits for the op lock");
+        drop(op);
+        settle(&mut s);
+        assert_eq!(stop.join().unwrap().unwrap_err().kind, Kind::NotRunning);
+    }
+
     /// The asker has the answer the runtime gave, byte for byte what it gave without the
     /// supervisor in between.
     #[test]
@@ -1065,6 +1110,7 @@ mod tests {
             Who::Upgrade,
             Who::Daemon,
             Who::Supervisor,
+            Who::Guard,
         ];
         for who in all {
             for (intent, what) in [(Intent::Start, "start"), (Intent::Restart, "restart")] {

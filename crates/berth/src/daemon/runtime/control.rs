@@ -20,7 +20,7 @@ pub(crate) use berth_core::supervise::{Intent, Refusal, Who};
 
 use crate::daemon::base::context::{Daemon, Order, Reply};
 use crate::daemon::base::error::{Error, Kind, Result};
-use crate::daemon::device::{boot, state};
+use crate::daemon::device::{boot, guard, state};
 use crate::daemon::runtime::{probe, start, stop};
 
 /// How a start is made for `who`: whether the supervisor keeps its record of the container
@@ -37,7 +37,7 @@ fn stop_kind(who: Who) -> stop::Why {
         // Told, the mark kept: the container is meant to run again after the switch.
         Who::Upgrade => stop::Why::Switch,
         // Not told (the supervisor's machine knows, or does not run yet), the mark kept.
-        Who::Daemon | Who::Supervisor | Who::Schedule => stop::Why::Quiet,
+        Who::Daemon | Who::Supervisor | Who::Schedule | Who::Guard => stop::Why::Quiet,
     }
 }
 
@@ -139,6 +139,17 @@ pub(crate) fn execute(
             start::start_traced(d, name, &mut trace, keeps_record(who))
         }
         Intent::EndRun { run } => stop::end_run_locked(d, name, run),
+        // The guard's: no op lock (memory is short now, and an install may hold it).
+        Intent::Kill { pid, start, init } => match guard::kill_listed(d, pid, start, init) {
+            Ok(()) => Ok(Value::Null),
+            Err(e) => Err(Error::new(
+                match guard::gone(&e) {
+                    true => Kind::NotRunning,
+                    false => Kind::Internal,
+                },
+                e.to_string(),
+            )),
+        },
     }
 }
 
@@ -158,6 +169,7 @@ mod tests {
             (Who::Upgrade, Why::Switch, false),
             (Who::Daemon, Why::Quiet, false),
             (Who::Supervisor, Why::Quiet, false),
+            (Who::Guard, Why::Quiet, false),
         ];
         for (who, why, keeps) in cases {
             assert_eq!(stop_kind(who), why, "{who:?}");
