@@ -70,7 +70,8 @@ fn ask(
     if who == Who::Daemon || !d.supervising() {
         // The daemon's start, before the supervisor runs (a trial a dead daemon left rolled
         // back, safe mode's stops at start): nobody else is there to carry it out.
-        let _op = (!lent).then(|| d.op.lock().unwrap());
+        // The guard's kill takes no op lock (see `execute`).
+        let _op = (!lent && who != Who::Guard).then(|| d.op.lock().unwrap());
         return execute(d, name, intent, who, trace.map(start::Stamps::from));
     }
     let reply = Arc::new(Reply::default());
