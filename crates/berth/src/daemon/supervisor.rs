@@ -18,7 +18,7 @@ use berth_core::supervise::{
 use serde_json::{json, Value};
 
 use crate::daemon::base::context::{Component, Daemon, Msg, Order, Supervised};
-use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::base::error::{Error, Result};
 use crate::daemon::device::cgroups;
 use crate::daemon::device::governor;
 use crate::daemon::device::guard;
@@ -106,9 +106,7 @@ pub(crate) fn spawn(d: &Arc<Daemon>, taken_over: Vec<(String, Run)>) {
     let sup = Arc::clone(d);
     let kill_of: guard::KillOf = Box::new(move |_, name, pid, start, init| {
         let kill = Intent::Kill { pid, start, init };
-        control::act(&sup, name, kill, Who::Guard, None)
-            .map(|_| ())
-            .map_err(|e| (e.kind == Kind::NotRunning, e.message))
+        control::act(&sup, name, kill, Who::Guard, None).map(|_| ())
     });
     guard::spawn(d, Box::new(probe::running_init), kill_of);
     governor::spawn(d);

@@ -28,6 +28,7 @@ use berth_core::supervise::{Event, GuardKill};
 use berth_sys::process;
 
 use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
 use crate::daemon::device::records;
 
 const PSI_TRIGGER: &str = "some 150000 1000000";
@@ -45,9 +46,8 @@ const LOG_LINES_PER_S: u32 = 3;
 pub type InitOf = Box<dyn Fn(&Daemon, &str) -> Option<i32> + Send>;
 
 /// How the guard has process `pid` of container `name` (init `init`), listed as started at
-/// `start`, killed: an intent the supervisor carries out ([`kill_listed`]). Err: gone by
-/// itself (true) or why not.
-pub type KillOf = Box<dyn Fn(&Daemon, &str, i32, u64, i32) -> Result<(), (bool, String)> + Send>;
+/// `start`, killed: an intent the supervisor carries out ([`kill_listed`]).
+pub type KillOf = Box<dyn Fn(&Daemon, &str, i32, u64, i32) -> Result<()> + Send>;
 
 /// Starts the guard thread. It reads the kernel below `d.proc()`, has processes inside
 /// containers only killed, and tells the supervisor of each kill (`Event::GuardKilled`).
@@ -281,10 +281,10 @@ fn relieve(d: &Daemon, init_of: &InitOf, kill_of: &KillOf, limit: &mut RateLimit
                 });
             }
             // Gone by itself meanwhile (or its pid is another's now): nothing to say.
-            Err((true, e)) => {
+            Err(e) if e.kind == Kind::NotRunning => {
                 log::debug!("memory guard: pid {} not killed: {e}", victim.pid);
             }
-            Err((false, e)) => {
+            Err(e) => {
                 if let Some(n) = limit.allow(t0.elapsed().as_millis() as u64, LOG_LINES_PER_S) {
                     log::warn!(
                         "memory guard: cannot kill {} pid {}: {e}{}",
@@ -310,18 +310,28 @@ fn suppressed(n: u32) -> String {
 
 /// The guard's kill, as the supervisor's worker carries it out: SIGKILL to process `pid` if
 /// it is still the one listed (`start`) in the pid namespace of `init`'s container, then a
-/// wait for its exit (its memory is freed as it exits), a second at most.
-pub fn kill_listed(d: &Daemon, pid: i32, start: u64, init: i32) -> std::io::Result<()> {
+/// wait for its exit (its memory is freed as it exits), a second at most. A process gone
+/// by itself (or whose pid is another's now) is `not_running`.
+pub fn kill_listed(d: &Daemon, pid: i32, start: u64, init: i32) -> Result<()> {
     let proc = d.proc();
-    let ns = std::fs::read_link(proc.join(init.to_string()).join("ns/pid"))?;
-    let pinned = kill(proc, pid, &ns, start)?;
-    pinned.wait_exit(Some(Duration::from_secs(1)), Duration::from_millis(10));
-    Ok(())
-}
-
-/// Whether a kill failed because the process is gone (or its pid is another's now).
-pub fn gone(e: &std::io::Error) -> bool {
-    e.raw_os_error() == Some(libc::ESRCH) || e.kind() == std::io::ErrorKind::NotFound
+    let killed = std::fs::read_link(proc.join(init.to_string()).join("ns/pid"))
+        .and_then(|ns| kill(proc, pid, &ns, start));
+    match killed {
+        Ok(pinned) => {
+            pinned.wait_exit(Some(Duration::from_secs(1)), Duration::from_millis(10));
+            Ok(())
+        }
+        Err(e) => {
+            let gone =
+                e.raw_os_error() == Some(libc::ESRCH) || e.kind() == std::io::ErrorKind::NotFound;
+            let kind = if gone {
+                Kind::NotRunning
+            } else {
+                Kind::Internal
+            };
+            Err(Error::new(kind, e.to_string()))
+        }
+    }
 }
 
 /// SIGKILL to the process listed as (`pid`, `start`), after checking that it still is that
@@ -435,9 +445,7 @@ mod tests {
 
     /// The kill the supervisor's worker makes, without the supervisor.
     fn direct() -> KillOf {
-        Box::new(|d, _, pid, start, init| {
-            kill_listed(d, pid, start, init).map_err(|e| (gone(&e), e.to_string()))
-        })
+        Box::new(|d, _, pid, start, init| kill_listed(d, pid, start, init))
     }
 
     fn relieve_now(d: &Daemon, init_of: &InitOf) {

@@ -141,16 +141,9 @@ pub(crate) fn execute(
         }
         Intent::EndRun { run } => stop::end_run_locked(d, name, run),
         // The guard's: no op lock (memory is short now, and an install may hold it).
-        Intent::Kill { pid, start, init } => match guard::kill_listed(d, pid, start, init) {
-            Ok(()) => Ok(Value::Null),
-            Err(e) => Err(Error::new(
-                match guard::gone(&e) {
-                    true => Kind::NotRunning,
-                    false => Kind::Internal,
-                },
-                e.to_string(),
-            )),
-        },
+        Intent::Kill { pid, start, init } => {
+            guard::kill_listed(d, pid, start, init).map(|_| Value::Null)
+        }
     }
 }
 
