@@ -263,6 +263,64 @@ pub enum Report {
     },
 }
 
+/// Who asks for a start or a stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    /// The operator: the CLI and the admin API, the web page, `berth safe-mode enter`, a
+    /// fleet deployment's installs.
+    Operator,
+    /// The container itself, through its API (`POST /v1/self/stop`).
+    Container,
+    /// A scheduled job of a stopped container.
+    Schedule,
+    /// An upgrade's or rollback's switch from one version to the other.
+    Upgrade,
+    /// The daemon's own work before the supervisor runs (a trial a dead daemon left, rolled
+    /// back at start).
+    Daemon,
+    /// The supervisor: a start or an end its machine decided.
+    Supervisor,
+    /// The memory guard: a process it chose to kill.
+    Guard,
+}
+
+/// What is asked of a container: an intent, which the machine of that container takes
+/// ([`Machine::ask`]) before the daemon carries it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intent {
+    Start,
+    /// Stop, SIGKILL after `timeout` seconds (None: the device's stop timeout).
+    Stop {
+        timeout: Option<u32>,
+    },
+    /// Stop if it runs, then start.
+    Restart,
+    /// End run `run` if it is still the container's: the supervisor's, for a run whose
+    /// health checks failed or whose package asked for a restart.
+    EndRun {
+        run: Run,
+    },
+    /// SIGKILL process `pid` of the container whose init is `init`, if it is still the
+    /// process listed (it started at `start`): the memory guard's, carried out at once.
+    Kill {
+        pid: Run,
+        start: u64,
+        init: Run,
+    },
+}
+
+/// Why the machine refuses an intent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Nothing starts in safe mode, whoever asks.
+    SafeMode,
+    /// Its restart policy gave up: only the operator starts it again.
+    Failed,
+    /// On its way somewhere (a held restart, a start, a stop; the state `status` shows): a
+    /// scheduled start does not cut in.
+    Busy(&'static str),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     Stopped,
@@ -427,15 +485,7 @@ impl Machine {
             }
             Event::StartFailed => self.ended(now_ms, None, policy),
             Event::StopRequested => {
-                self.phase = match self.phase {
-                    // Nothing runs: nothing to wait for.
-                    Phase::Waiting { .. } | Phase::Failed | Phase::Stopped | Phase::Starting => {
-                        Phase::Stopped
-                    }
-                    _ => Phase::Stopping,
-                };
-                self.check_due = None;
-                self.keepalive_due = None;
+                self.stop_requested();
                 Vec::new()
             }
             Event::RestartRequested(run) => self.restart_requested(now_ms, *run, policy),
@@ -528,6 +578,53 @@ impl Machine {
                 _ => Vec::new(),
             },
         }
+    }
+
+    /// An intent for this container from `who`, as it arrives (the daemon carries out a
+    /// container's intents in that order): refused, or taken, with what it means here at
+    /// once. `safe_mode`: the device is in safe mode.
+    ///
+    /// Nothing starts in safe mode, whoever asks; the supervisor's own start refused so is no
+    /// failure and leaves nothing held (`safe-mode clear` hands the container back as at
+    /// boot). A scheduled start waits for the operator after a crash loop and does not cut
+    /// into a held restart, a start or a stop. The operator's stop, or the container's own,
+    /// drops a held restart now, not once the stop is carried out.
+    pub fn ask(&mut self, intent: &Intent, who: Who, safe_mode: bool) -> Result<(), Refusal> {
+        let starts = matches!(intent, Intent::Start | Intent::Restart);
+        if starts && safe_mode {
+            if who == Who::Supervisor {
+                self.stop_requested();
+            }
+            return Err(Refusal::SafeMode);
+        }
+        match (intent, who) {
+            (Intent::Start, Who::Schedule) => match self.phase {
+                Phase::Failed => Err(Refusal::Failed),
+                Phase::Waiting { .. }
+                | Phase::Starting
+                | Phase::Stopping
+                | Phase::Restarting { .. } => Err(Refusal::Busy(self.state())),
+                _ => Ok(()),
+            },
+            (Intent::Stop { .. }, Who::Operator | Who::Container) => {
+                self.stop_requested();
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The operator is stopping it: its end is no failure, a held restart is dropped.
+    fn stop_requested(&mut self) {
+        self.phase = match self.phase {
+            // Nothing runs: nothing to wait for.
+            Phase::Waiting { .. } | Phase::Failed | Phase::Stopped | Phase::Starting => {
+                Phase::Stopped
+            }
+            _ => Phase::Stopping,
+        };
+        self.check_due = None;
+        self.keepalive_due = None;
     }
 
     fn boot(&mut self, now_ms: u64, ev: &Event, policy: &Policy) -> Vec<Action> {
@@ -897,6 +994,82 @@ mod tests {
         assert_eq!(m.on(130, &Event::Tick, &p), vec![Action::Start]);
         assert_eq!(m.on(131, &Event::StopRequested, &p), vec![]);
         assert_eq!((m.phase(), m.due()), (Phase::Stopped, None));
+    }
+
+    /// Every `Who`, every intent: in safe mode no start goes ahead (the supervisor's own
+    /// refused start leaves the container stopped, no failure); a scheduled start waits for
+    /// the operator after a crash loop and does not cut into a held restart, a start or a
+    /// stop; the operator's stop and the container's own drop a held restart at once.
+    #[test]
+    fn intents_are_refused_or_taken_by_the_machine() {
+        use Who::*;
+        const WHO: [Who; 7] = [
+            Operator, Container, Schedule, Upgrade, Daemon, Supervisor, Guard,
+        ];
+        let stop = Intent::Stop { timeout: None };
+        let p = tr181();
+        let waiting = || {
+            let mut m = Machine::new(1);
+            m.on(0, &Event::Started(7), &p);
+            m.on(10, &Event::Exited(7, FAIL), &p);
+            assert!(matches!(m.phase(), Phase::Waiting { .. }));
+            m
+        };
+        for who in WHO {
+            for intent in [Intent::Start, Intent::Restart] {
+                let mut m = waiting();
+                let before = m.phase();
+                assert_eq!(m.ask(&intent, who, true), Err(Refusal::SafeMode), "{who:?}");
+                let after = if who == Supervisor {
+                    Phase::Stopped
+                } else {
+                    before
+                };
+                assert_eq!(m.phase(), after, "{who:?}");
+            }
+            let mut m = waiting();
+            assert_eq!(m.ask(&stop, who, true), Ok(()), "{who:?}: stops go ahead");
+            let cancelled = matches!(who, Operator | Container);
+            assert_eq!(m.phase() == Phase::Stopped, cancelled, "{who:?}");
+            assert_eq!(m.due().is_none(), cancelled, "{who:?}");
+            assert_eq!(
+                m.on(5_000, &Event::Tick, &p).is_empty(),
+                cancelled,
+                "{who:?}"
+            );
+        }
+        // A scheduled start.
+        let mut m = waiting();
+        assert_eq!(
+            m.ask(&Intent::Start, Schedule, false),
+            Err(Refusal::Busy("backoff"))
+        );
+        assert_eq!(m.ask(&Intent::Start, Operator, false), Ok(()));
+        let mut m = Machine::new(1);
+        assert_eq!(m.ask(&Intent::Start, Schedule, false), Ok(()));
+        m.on(0, &Event::Started(7), &p);
+        assert_eq!(m.ask(&Intent::Start, Schedule, false), Ok(()), "running");
+        m.on(1, &Event::StopRequested, &p);
+        assert_eq!(
+            m.ask(&Intent::Start, Schedule, false),
+            Err(Refusal::Busy("stopping"))
+        );
+        m.on(2, &Event::Exited(7, OK), &p);
+        m.on(3, &Event::Started(8), &p);
+        let mut t = 3;
+        for _ in 0..10 {
+            if m.phase() == Phase::Failed {
+                break;
+            }
+            m.on(t + 1, &Event::Exited(8, FAIL), &p);
+            t += 1_000;
+            m.on(t, &Event::Tick, &p);
+            if m.phase() == Phase::Starting {
+                m.on(t, &Event::Started(8), &p);
+            }
+        }
+        assert_eq!(m.ask(&Intent::Start, Schedule, false), Err(Refusal::Failed));
+        assert_eq!(m.ask(&Intent::Start, Supervisor, false), Ok(()));
     }
 
     #[test]

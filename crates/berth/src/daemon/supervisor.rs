@@ -1,8 +1,12 @@
 //! The supervisor: start-up reconciliation, then one thread that takes what happens to
-//! containers (their starts and ends, the operator's stops, the memory guard's kills) and
-//! acts on the decisions of `berth_core::supervise` (one machine per container): start
-//! after a reboot, release what an ended container held, hold a restart, report. It also
-//! starts its peers, the memory guard and the governor, and wires them to the runtime.
+//! containers (their starts and ends, the memory guard's kills) and what is asked of them
+//! (every start, stop and restart, whoever asks: `runtime/control.rs`), and acts on the
+//! decisions of `berth_core::supervise` (one machine per container): refuse or take an
+//! intent, start after a reboot, release what an ended container held, hold a restart,
+//! report. It alone carries out the runtime's work: on one short-lived worker per container
+//! at a time, the container's later work queued in order, so that a long start never holds
+//! up its thread (restarts, health checks, the watchdog's heartbeat). It also starts its
+//! peers, the memory guard and the governor, and wires them to the runtime.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,8 +17,8 @@ use berth_core::supervise::{
 };
 use serde_json::{json, Value};
 
-use crate::daemon::base::context::{Component, Daemon, Supervised};
-use crate::daemon::base::error::Result;
+use crate::daemon::base::context::{Component, Daemon, Msg, Order, Supervised};
+use crate::daemon::base::error::{Error, Result};
 use crate::daemon::device::cgroups;
 use crate::daemon::device::governor;
 use crate::daemon::device::guard;
@@ -98,15 +102,24 @@ pub(crate) fn reconcile(d: &Arc<Daemon>) -> Vec<(String, Run)> {
 /// Runs after the admin socket is up, so the CLI sees a daemon that is starting containers,
 /// not none.
 pub(crate) fn spawn(d: &Arc<Daemon>, taken_over: Vec<(String, Run)>) {
-    guard::spawn(d, Box::new(probe::running_init));
+    // The guard's kills are intents: the supervisor carries them out, at once.
+    let sup = Arc::clone(d);
+    let kill_of: guard::KillOf = Box::new(move |_, name, pid, start, init| {
+        let kill = Intent::Kill { pid, start, init };
+        control::act(&sup, name, kill, Who::Guard, None).map(|_| ())
+    });
+    guard::spawn(d, Box::new(probe::running_init), kill_of);
     governor::spawn(d);
-    let d = Arc::clone(d);
+    let sup = Arc::clone(d);
     let spawned = std::thread::Builder::new()
         .name("supervisor".into())
         .stack_size(256 * 1024)
-        .spawn(move || Supervisor::new(d).run(&taken_over));
-    if let Err(e) = spawned {
-        log::error!("cannot start the supervisor: {e}");
+        .spawn(move || Supervisor::new(sup).run(&taken_over));
+    match spawned {
+        // From here every intent is the supervisor's (those sent before it takes them wait
+        // in its inbox).
+        Ok(_) => d.set_supervising(),
+        Err(e) => log::error!("cannot start the supervisor: {e}"),
     }
 }
 
@@ -136,14 +149,26 @@ pub(crate) fn reset(d: &Arc<Daemon>, name: &str) -> Result<Value> {
 /// health check passed); then it starts anyway, and says so.
 const READY_WAIT: Duration = Duration::from_secs(120);
 
+/// Runtime work for a container, carried out by the supervisor's worker.
+enum Job {
+    /// An intent taken: the asker's (who waits for its answer) or the supervisor's own.
+    Order(Order),
+    /// The container ended: give back what it held, if it has not started again.
+    Release,
+}
+
 /// The supervisor thread's own state: a machine per container, the starts waiting for
-/// their dependencies, and its clock.
+/// their dependencies, each container's work, and its clock.
 struct Supervisor {
     d: Arc<Daemon>,
     /// One machine per container, in the order they were first seen (a handful).
     machines: Vec<(String, Machine)>,
     /// Starts held until the containers they depend on are ready, with their deadlines.
     pending: Vec<(String, u64)>,
+    /// Runtime work waiting, in order (a container's after the one in flight).
+    waiting: Vec<(String, Job)>,
+    /// The containers whose work is in flight, on a worker each.
+    busy: Vec<String>,
     t0: Instant,
 }
 
@@ -153,6 +178,8 @@ impl Supervisor {
             d,
             machines: Vec::new(),
             pending: Vec::new(),
+            waiting: Vec::new(),
+            busy: Vec::new(),
             t0: Instant::now(),
         }
     }
@@ -179,11 +206,12 @@ impl Supervisor {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
-            let ev = self.d.next_event(until);
-            // Handling an event may start or stop a container: busy, not hung.
+            let msg = self.d.next(until);
+            // Handling a message may take a while (a health probe's helper, a shim's
+            // answer): busy, not hung.
             self.d.beat_busy(Component::Supervisor);
-            match ev {
-                Some((name, ev)) => self.feed(&name, ev),
+            match msg {
+                Some((name, m)) => self.handle(&name, m),
                 None if due.is_none_or(|t| Instant::now() < t) => {}
                 None => {
                     let now = self.now_ms();
@@ -199,6 +227,14 @@ impl Supervisor {
                 }
             }
             self.start_pending();
+        }
+    }
+
+    fn handle(&mut self, name: &str, m: Msg) {
+        match m {
+            Msg::Event(ev) => self.feed(name, ev),
+            Msg::Order(o) => self.take(name, o),
+            Msg::Done => self.done(name),
         }
     }
 
@@ -353,18 +389,8 @@ impl Supervisor {
                 }
                 self.start(name);
             }
-            Action::Release => {
-                {
-                    let _op = d.op_lock_for(Component::Supervisor);
-                    if !probe::is_running(d, name) {
-                        mounts::release_mounts(d);
-                        cgroups::reap(d, name);
-                    }
-                }
-                // Rare work: give back what it allocated and the code it ran.
-                berth_sys::process::trim_heap();
-                crate::daemon::base::context::release_code(false);
-            }
+            // Under the op lock, which is not this thread's to wait for.
+            Action::Release => self.queue(name, Job::Release),
             Action::Hold { until_ms } => {
                 log::info!("{name}: restart in {} ms", until_ms.saturating_sub(now))
             }
@@ -373,48 +399,106 @@ impl Supervisor {
                     health::check(d, name, run, &p.manifest);
                 }
             }
-            Action::Kill(run) => {
-                // A stop takes up to the stop timeout: not on this thread.
-                let d = Arc::clone(d);
-                let n = name.to_string();
-                let _ = std::thread::Builder::new()
-                    .name(format!("end-{name}"))
-                    .stack_size(128 * 1024)
-                    .spawn(move || {
-                        let end = Intent::EndRun { run };
-                        if let Err(e) = control::act(&d, &n, end, Who::Supervisor, None) {
-                            log::warn!("{n}: cannot end its run (init pid {run}): {e}");
-                        }
-                    });
-            }
+            Action::Kill(run) => self.queue(name, Job::Order(own(Intent::EndRun { run }))),
             Action::Report(r) => report(&self.d, name, &r),
         }
     }
 
     fn start(&mut self, name: &str) {
-        let d = &self.d;
-        if let Some(why) = d.safe_mode() {
-            // Not a failure of the package: nothing starts in safe mode, and nothing held
-            // for a restart either (`safe-mode clear` hands it back as at boot).
-            log::info!("{name}: not started: safe mode ({why})");
-            self.feed(name, Event::StopRequested);
+        self.take(name, own(Intent::Start));
+    }
+
+    /// An intent for `name`: its machine takes or refuses it (refused, the asker has the
+    /// reason at once); taken, it is carried out after the container's earlier work, or at
+    /// once when its asker holds the op lock (nothing else runs a start or a stop then).
+    fn take(&mut self, name: &str, o: Order) {
+        let safe = self.d.boot.safe_mode.lock().unwrap().is_some();
+        let verdict = match self.machines.iter_mut().find(|(n, _)| n == name) {
+            Some((_, m)) => m.ask(&o.intent, o.who, safe),
+            // Never seen (not installed, or before its first event): nothing to keep.
+            None => Machine::new(1).ask(&o.intent, o.who, safe),
+        };
+        // What the intent changed (a held restart dropped) shows at once.
+        self.publish(name, &[]);
+        if let Err(r) = verdict {
+            let e = control::refused(&self.d, name, o.intent, o.who, r);
+            // The supervisor's own start, in safe mode: its machine knows.
+            if let Some(reply) = o.reply {
+                reply.give(Err(e));
+            }
             return;
         }
-        let started = {
-            let _op = d.op_lock_for(Component::Supervisor);
-            // Removed or started by the operator meanwhile: nothing to do.
-            if state::installed(d, name).is_err() || probe::is_running(d, name) {
-                return;
+        if o.lent || o.who == Who::Guard {
+            self.spawn(name, Job::Order(o));
+        } else {
+            self.queue(name, Job::Order(o));
+        }
+    }
+
+    /// Queues `job` for `name`, started at once if nothing is carried out for `name` now.
+    fn queue(&mut self, name: &str, job: Job) {
+        self.waiting.push((name.to_string(), job));
+        self.pump();
+    }
+
+    /// `name`'s worker has ended: its next job, if any.
+    fn done(&mut self, name: &str) {
+        self.busy.retain(|n| n != name);
+        self.pump();
+    }
+
+    /// Starts the first waiting job of each container that has none in flight.
+    fn pump(&mut self) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            if self.busy.contains(&self.waiting[i].0) {
+                i += 1;
+                continue;
             }
-            control::act_locked(d, name, Intent::Start, Who::Supervisor, None)
-        };
-        match started {
-            Ok(_) => log::info!("started {name} (supervisor)"),
-            Err(e) => {
-                log::error!("start of {name} failed: {e}");
-                self.feed(name, Event::StartFailed);
+            let (name, job) = self.waiting.remove(i);
+            // A start of its own that an operator's stop overtook (or a removal): dropped.
+            let stale = matches!(&job, Job::Order(o) if o.who == Who::Supervisor
+                && o.intent == Intent::Start
+                && !self.machines.iter().any(|(n, m)| *n == name && m.phase() == Phase::Starting));
+            if !stale && self.spawn(&name, job) {
+                self.busy.push(name);
             }
         }
+    }
+
+    /// Carries `job` out for `name` on a worker of its own (under the op lock, or under the
+    /// asker's hold of it), which answers the asker and tells this thread when it is done.
+    /// Whether the worker runs.
+    fn spawn(&mut self, name: &str, job: Job) -> bool {
+        let d = Arc::clone(&self.d);
+        let n = name.to_string();
+        // Kept here too, for an answer if the worker cannot start.
+        let (lent, reply, own_start) = match &job {
+            // The guard's kill runs beside the container's work, not after it.
+            Job::Order(o) => (
+                o.lent || o.who == Who::Guard,
+                o.reply.clone(),
+                o.intent == Intent::Start,
+            ),
+            Job::Release => (false, None, false),
+        };
+        let spawned = std::thread::Builder::new()
+            .name(format!("act-{name}"))
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                work(&d, &n, job);
+                if !lent {
+                    d.done(&n);
+                }
+            });
+        match (spawned, reply) {
+            (Ok(_), _) => return true,
+            (Err(e), Some(reply)) => reply.give(Err(Error::internal(e))),
+            (Err(_), None) if own_start => self.feed(name, Event::StartFailed),
+            // An end or a release that the next one makes up for.
+            (Err(_), None) => {}
+        }
+        false
     }
 
     /// Whether `name` must wait for a dependency that is on its way up but not ready yet;
@@ -472,6 +556,61 @@ impl Supervisor {
                 self.start(&name);
             }
         }
+    }
+}
+
+/// The supervisor's own intent (nobody waits for its answer).
+fn own(intent: Intent) -> Order {
+    Order {
+        intent,
+        who: Who::Supervisor,
+        lent: false,
+        trace: None,
+        reply: None,
+    }
+}
+
+/// A worker's job for container `name`.
+fn work(d: &Arc<Daemon>, name: &str, job: Job) {
+    let o = match job {
+        Job::Release => {
+            {
+                let _op = d.op.lock().unwrap();
+                if !probe::is_running(d, name) {
+                    mounts::release_mounts(d);
+                    cgroups::reap(d, name);
+                }
+            }
+            // Rare work: give back what it allocated and the code it ran.
+            berth_sys::process::trim_heap();
+            crate::daemon::base::context::release_code(false);
+            return;
+        }
+        Job::Order(o) => o,
+    };
+    let r = {
+        let _op = (!o.lent && o.who != Who::Guard).then(|| d.op.lock().unwrap());
+        let own_start = o.who == Who::Supervisor && o.intent == Intent::Start;
+        // Removed or started by the operator meanwhile: nothing to do.
+        if own_start && (state::installed(d, name).is_err() || probe::is_running(d, name)) {
+            Ok(Value::Null)
+        } else {
+            let trace = o.trace.map(crate::daemon::runtime::start::Stamps::from);
+            control::execute(d, name, o.intent, o.who, trace)
+        }
+    };
+    match (o.reply, o.intent, r) {
+        (Some(reply), _, r) => reply.give(r),
+        (None, _, Ok(Value::Null)) => {}
+        (None, Intent::Start, Ok(_)) => log::info!("started {name} (supervisor)"),
+        (None, Intent::Start, Err(e)) => {
+            log::error!("start of {name} failed: {e}");
+            d.notify(name, Event::StartFailed);
+        }
+        (None, Intent::EndRun { run }, Err(e)) => {
+            log::warn!("{name}: cannot end its run (init pid {run}): {e}")
+        }
+        (None, _, _) => {}
     }
 }
 
@@ -556,6 +695,7 @@ mod tests {
     use crate::daemon::base::error::Kind;
     use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
     use crate::daemon::runtime::probe::tests::{info, lxc_config, FakeShim};
+    use berth_core::supervise::SELF_RESTARTS_FREE;
     use berth_testkit::fake_host::FakeMounts;
     use berth_testkit::TempDir;
     use std::path::Path;
@@ -589,6 +729,47 @@ mod tests {
             .get(name)
             .map(|v| (v.state, v.reason.clone(), v.next_start.is_some()))
     }
+
+    /// Takes the supervisor's messages, as its thread would, until `until` holds (a minute
+    /// at most).
+    fn serve_until(s: &mut Supervisor, what: &str, until: impl Fn(&Supervisor) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !until(s) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            if let Some((n, m)) = s.d.next(Some(Instant::now() + Duration::from_millis(20))) {
+                s.handle(&n, m);
+            }
+        }
+    }
+
+    fn idle(s: &Supervisor) -> bool {
+        s.waiting.is_empty() && s.busy.is_empty()
+    }
+
+    /// Takes the supervisor's messages until every container's work is done.
+    fn settle(s: &mut Supervisor) {
+        serve_until(s, "the work to be done", idle);
+    }
+
+    /// `intent` asked by `who` as its asker asks (`control::act`, which waits), with this
+    /// test's thread as the supervisor's: the answer.
+    fn ask(s: &mut Supervisor, name: &str, intent: Intent, who: Who) -> Result<Value> {
+        let d = Arc::clone(&s.d);
+        let n = name.to_string();
+        let asker = std::thread::spawn(move || control::act(&d, &n, intent, who, None));
+        serve_until(s, "the answer", |s| asker.is_finished() && idle(s));
+        asker.join().unwrap()
+    }
+
+    /// The answer as the admin API writes it.
+    fn bytes(r: Result<Value>) -> Vec<u8> {
+        match r {
+            Ok(v) => v.to_string().into_bytes(),
+            Err(e) => e.response(),
+        }
+    }
+
+    const STOP: Intent = Intent::Stop { timeout: None };
 
     /// What a start leaves behind (LXC's configuration, a mount): none of it.
     fn nothing_started(d: &Daemon, m: &FakeMounts, name: &str) {
@@ -668,6 +849,7 @@ mod tests {
         *d.boot.safe_mode.lock().unwrap() = None;
         d.state.lock().unwrap().packages.clear();
         s.act("web", Action::Start, 0);
+        settle(&mut s);
         assert_eq!(view(&d, "web"), Some(("stopped", None, false)));
         nothing_started(&d, m, "web");
 
@@ -675,6 +857,7 @@ mod tests {
         lxc_config(&d, "web");
         let _shim = FakeShim::start(&d, "web", info(4242), b"");
         s.act("web", Action::Start, 0);
+        settle(&mut s);
         assert_eq!(view(&d, "web"), Some(("stopped", None, false)));
         assert_eq!(s.machines[0].1.record(), Record::default());
     }
@@ -717,10 +900,12 @@ mod tests {
             .unwrap();
         let mut s = Supervisor::new(Arc::clone(&d));
         s.act("web", Action::Release, 0);
+        settle(&mut s);
         assert_eq!(m.mounted(), std::slice::from_ref(&rootfs));
         drop(shim);
         assert!(!probe::is_running(&d, "web"));
         s.act("web", Action::Release, 0);
+        settle(&mut s);
         assert!(m.mounted().is_empty(), "{:?}", m.calls());
     }
 
@@ -765,6 +950,297 @@ mod tests {
             json!({"name": "web", "state": "failed"})
         );
         assert!(t0.elapsed() >= Duration::from_secs(1));
+    }
+
+    /// Every asker's intent reaches the supervisor's inbox (the daemon's own, before the
+    /// supervisor runs, is carried out where it is asked); the supervisor carries out one
+    /// intent of a container at a time, in the order they came, another container's beside
+    /// them, and each asker has the runtime's answer.
+    #[test]
+    fn intents_of_every_asker_reach_the_supervisor_and_run_in_order_per_container() {
+        let (_dir, d, _m) = setup("sup-order");
+        install(&d, &MANIFEST.replace("\"web\"", "\"db\""));
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        // The daemon's own: not the supervisor's.
+        let direct = control::act(&d, "web", STOP, Who::Daemon, None);
+        assert_eq!(direct.as_ref().unwrap_err().kind, Kind::NotRunning);
+        assert!(d.next(Some(Instant::now())).is_none(), "nothing sent");
+
+        let askers = [Who::Operator, Who::Container, Who::Upgrade, Who::Schedule];
+        // Held, so that no worker gets far before every intent is in.
+        let op = d.op.lock().unwrap();
+        let mut threads = Vec::new();
+        for (i, who) in askers.into_iter().enumerate() {
+            let intent = match i % 2 {
+                0 => STOP,
+                _ => Intent::EndRun { run: 7 },
+            };
+            threads.push(std::thread::spawn({
+                let d = Arc::clone(&d);
+                move || control::act(&d, "web", intent, who, None)
+            }));
+            let (n, m) = d
+                .next(Some(Instant::now() + Duration::from_secs(60)))
+                .unwrap();
+            match &m {
+                Msg::Order(o) => assert_eq!((n.as_str(), o.who, o.intent), ("web", who, intent)),
+                _ => panic!("{who:?}: not an order"),
+            }
+            s.handle(&n, m);
+        }
+        let db = std::thread::spawn({
+            let d = Arc::clone(&d);
+            move || control::act(&d, "db", STOP, Who::Operator, None)
+        });
+        serve_until(&mut s, "db's order", |s| s.busy.iter().any(|n| n == "db"));
+        let q = |s: &Supervisor, n: &str| {
+            let busy = s.busy.iter().any(|b| b == n);
+            let waiting = s.waiting.iter().filter(|(w, _)| w == n).count();
+            (busy || waiting > 0).then_some((busy, waiting))
+        };
+        assert_eq!(
+            q(&s, "web"),
+            Some((true, 3)),
+            "one in flight, the others wait"
+        );
+        assert_eq!(q(&s, "db"), Some((true, 0)), "beside web's");
+        drop(op);
+        for (i, t) in threads.into_iter().enumerate() {
+            // Answered in order: the next is not carried out before this one's end is told.
+            let r = t.join().unwrap();
+            match i % 2 {
+                0 => assert_eq!(
+                    String::from_utf8(bytes(r)).unwrap(),
+                    String::from_utf8(
+                        Error::new(Kind::NotRunning, "web is not running").response()
+                    )
+                    .unwrap()
+                ),
+                _ => assert_eq!(r.unwrap(), Value::Null, "that run is not web's"),
+            }
+            if i + 1 < askers.len() {
+                assert_eq!(q(&s, "web").map(|q| q.1), Some(askers.len() - 1 - i));
+            }
+            serve_until(&mut s, "web's next", |s| {
+                q(s, "web").is_none_or(|(busy, left)| busy && left + i + 2 == askers.len())
+            });
+        }
+        assert_eq!(db.join().unwrap().unwrap_err().kind, Kind::NotRunning);
+        settle(&mut s);
+    }
+
+    /// The memory guard's kill is an intent too, carried out at once: beside the
+    /// container's work in flight, without the op lock (held here for minutes, as an install
+    /// may), its answer the kill's (a process that is gone: `not_running`).
+    #[test]
+    fn the_guards_kill_is_carried_out_at_once() {
+        let (_dir, d, _m) = setup("sup-guard");
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        let op = d.op.lock().unwrap();
+        let stop = std::thread::spawn({
+            let d = Arc::clone(&d);
+            move || control::act(&d, "web", STOP, Who::Operator, None)
+        });
+        serve_until(&mut s, "the stop in flight", |s| !s.busy.is_empty());
+        let kill = Intent::Kill {
+            pid: 999_999,
+            start: 1,
+            init: 999_998,
+        };
+        let guard = std::thread::spawn({
+            let d = Arc::clone(&d);
+            move || control::act(&d, "web", kill, Who::Guard, None)
+        });
+        serve_until(&mut s, "the kill's answer", |_| guard.is_finished());
+        let e = guard.join().unwrap().unwrap_err();
+        assert_eq!(e.kind, Kind::NotRunning, "{}", e.message);
+        assert_eq!(s.busy, ["web"], "the stop still waits for the op lock");
+        drop(op);
+        settle(&mut s);
+        assert_eq!(stop.join().unwrap().unwrap_err().kind, Kind::NotRunning);
+    }
+
+    /// The asker has the answer the runtime gave, byte for byte what it gave without the
+    /// supervisor in between.
+    #[test]
+    fn the_asker_gets_the_runtimes_answer() {
+        let (_dir, d, _m) = setup("sup-answer");
+        let cases = [
+            ("web", STOP, Who::Operator),
+            ("nginx", STOP, Who::Operator),
+            ("nginx", Intent::Start, Who::Operator),
+            ("nginx", Intent::Restart, Who::Operator),
+            ("web", Intent::EndRun { run: 9 }, Who::Supervisor),
+        ];
+        let direct: Vec<Vec<u8>> = cases
+            .iter()
+            .map(|(n, i, w)| bytes(control::act(&d, n, *i, *w, None)))
+            .collect();
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        for ((n, i, w), want) in cases.into_iter().zip(direct) {
+            let got = bytes(ask(&mut s, n, i, w));
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                String::from_utf8(want).unwrap(),
+                "{n} {i:?}"
+            );
+        }
+    }
+
+    /// In safe mode no start goes ahead, whoever asks: refused as the start itself refuses
+    /// (a scheduled run's says why it was skipped), nothing mounted or configured.
+    #[test]
+    fn safe_mode_refuses_a_start_from_every_asker() {
+        let (_dir, d, m) = setup("sup-safe-all");
+        *d.boot.safe_mode.lock().unwrap() = Some("3 failed starts".into());
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        let refusal = |what: &str| {
+            format!("{what} web: the device is in safe mode (3 failed starts); berth safe-mode clear returns to normal")
+        };
+        let all = [
+            Who::Operator,
+            Who::Container,
+            Who::Schedule,
+            Who::Upgrade,
+            Who::Daemon,
+            Who::Supervisor,
+            Who::Guard,
+        ];
+        for who in all {
+            for (intent, what) in [(Intent::Start, "start"), (Intent::Restart, "restart")] {
+                let e = ask(&mut s, "web", intent, who).unwrap_err();
+                let want = match who {
+                    Who::Schedule => (
+                        Kind::Busy,
+                        "safe mode (3 failed starts): nothing starts".into(),
+                    ),
+                    // The start's own refusal (a restart first stops what runs).
+                    Who::Daemon => (Kind::SafeMode, refusal("start")),
+                    _ => (Kind::SafeMode, refusal(what)),
+                };
+                assert_eq!((e.kind, e.message), want, "{who:?} {intent:?}");
+            }
+        }
+        // The supervisor's own start, as its machine asks for it.
+        s.feed("web", boot(true, None));
+        settle(&mut s);
+        assert_eq!(s.machines[0].1.phase(), Phase::Stopped);
+        nothing_started(&d, m, "web");
+    }
+
+    /// The operator's stop while a crash restart is held drops it at once: stopped, no
+    /// restart due, nothing started when its time comes; the stop's answer is the runtime's.
+    #[test]
+    fn an_operators_stop_during_a_held_restart_cancels_it() {
+        let (_dir, d, m) = setup("sup-stop-held");
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        let exit = Exit {
+            code: Some(3),
+            signal: None,
+        };
+        s.feed("web", boot(true, Some(exit)));
+        assert_eq!(view(&d, "web").map(|v| v.0), Some("backoff"));
+        let due = s.machines[0].1.due().unwrap();
+        let e = ask(&mut s, "web", STOP, Who::Operator).unwrap_err();
+        assert_eq!(e.kind, Kind::NotRunning);
+        assert_eq!(
+            view(&d, "web"),
+            Some(("stopped", Some("exit 3".into()), false))
+        );
+        assert_eq!(s.machines[0].1.due(), None);
+        s.t0 -= Duration::from_millis(due + 1);
+        s.feed("web", Event::Tick);
+        settle(&mut s);
+        nothing_started(&d, m, "web");
+        assert!(
+            !d.cfg.paths.autostart("web").exists(),
+            "stopped after a reboot too"
+        );
+    }
+
+    /// A container's own restarts go through the supervisor: the first ones at once (its
+    /// run ended by the supervisor's worker, then started again), then paced, a request
+    /// before its time changing nothing; counted, they do not reset the crash-loop limit,
+    /// which then holds: no restart after `max_retries` failures.
+    #[test]
+    fn a_containers_own_restarts_are_paced_and_the_crash_loop_limit_holds() {
+        let (_dir, d, _m) = setup("sup-self");
+        install(
+            &d,
+            &format!("{MANIFEST}[restart]\npolicy = \"on-failure\"\nmax_retries = 1\ndelay = \"1ms\"\nmax_delay = \"1ms\"\n"),
+        );
+        // Running as init 4242 for its shim: the supervisor's start finds it started
+        // already, its ends of runs 1, 2, … find another run: no runtime work is done.
+        lxc_config(&d, "web");
+        let _shim = FakeShim::start(&d, "web", info(4242), b"");
+        d.set_supervising();
+        let mut s = Supervisor::new(Arc::clone(&d));
+        s.feed("web", Event::Started(1));
+        let machine = |s: &Supervisor| s.machines[0].1.clone();
+        for run in 1..=SELF_RESTARTS_FREE as i32 {
+            let at = d.supervision.lock().unwrap()["web"]
+                .self_restart_at
+                .unwrap();
+            assert!(at <= Instant::now(), "run {run}: free");
+            s.feed("web", Event::RestartRequested(run));
+            s.feed("web", Event::RestartAnswered(run));
+            assert_eq!(
+                s.busy,
+                ["web"],
+                "run {run}: its end is the supervisor's work"
+            );
+            settle(&mut s);
+            s.feed(
+                "web",
+                Event::Exited(
+                    run,
+                    Exit {
+                        code: Some(0),
+                        signal: None,
+                    },
+                ),
+            );
+            assert_eq!(machine(&s).phase(), Phase::Starting);
+            settle(&mut s);
+            s.feed("web", Event::Started(run + 1));
+        }
+        let run = SELF_RESTARTS_FREE as i32 + 1;
+        let before = machine(&s);
+        assert_eq!(before.record().self_restarts, SELF_RESTARTS_FREE);
+        let at = d.supervision.lock().unwrap()["web"]
+            .self_restart_at
+            .unwrap();
+        assert!(at > Instant::now(), "paced");
+        s.feed("web", Event::RestartRequested(run));
+        s.feed("web", Event::RestartAnswered(run));
+        assert!(idle(&s), "nothing ended");
+        assert_eq!(machine(&s), before);
+        // Crashes: one retry, then given up.
+        let fail = Exit {
+            code: Some(1),
+            signal: None,
+        };
+        s.feed("web", Event::Exited(run, fail));
+        assert!(matches!(machine(&s).phase(), Phase::Waiting { .. }));
+        settle(&mut s);
+        s.t0 -= Duration::from_millis(10);
+        s.feed("web", Event::Tick);
+        settle(&mut s);
+        s.feed("web", Event::Started(run + 1));
+        s.feed("web", Event::Exited(run + 1, fail));
+        assert_eq!(machine(&s).phase(), Phase::Failed);
+        assert_eq!(view(&d, "web").map(|v| v.0), Some("failed"));
+        // A scheduled start waits for the operator.
+        let e = ask(&mut s, "web", Intent::Start, Who::Schedule).unwrap_err();
+        assert_eq!(
+            (e.kind, e.message.as_str()),
+            (Kind::Busy, "web failed (its restart policy gave up): not started until berth start web or berth reset web")
+        );
     }
 
     /// What `status` and the logs say of each report and end.

@@ -115,7 +115,7 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
             &name,
             Intent::Start,
             Who::Operator,
-            trace.then(|| runtime::start::Stamps::from(received)),
+            trace.then_some(received),
         )
         .and_then(|v| runtime::start::settled(d, &name, v)),
         Action::Stop { name, timeout } => {

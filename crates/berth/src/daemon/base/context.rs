@@ -15,8 +15,11 @@ use berth_core::cgroup::Host;
 use berth_core::config::Config;
 use berth_core::schedule::{Clock, Table};
 use berth_core::state::State;
-use berth_core::supervise::{Event, HealthState};
+use berth_core::supervise::{Event, HealthState, Intent, Who};
 use berth_sys::cgroupfs::Cgroups;
+use serde_json::Value;
+
+use crate::daemon::base::error::Result;
 
 pub use berth_sys::check::Roots;
 
@@ -41,9 +44,13 @@ pub struct Daemon {
     /// What the supervisor last decided per container, for `status` (`supervisor.rs` is
     /// its one writer; the health probes add their last result).
     pub supervision: Mutex<BTreeMap<String, Supervised>>,
-    /// What happens to containers, for the supervisor (`notify`, `next_event`).
-    inbox: Mutex<VecDeque<(String, Event)>>,
+    /// What happens to containers and what is asked of them, for the supervisor (`notify`,
+    /// `order`, `next`).
+    inbox: Mutex<VecDeque<(String, Msg)>>,
     arrived: Condvar,
+    /// The supervisor thread runs and carries out intents (`order`); before it does, the
+    /// daemon's start carries out its own.
+    supervising: AtomicBool,
     /// The boot counter and safe mode (`boot.rs` owns them).
     pub boot: BootState,
     /// Each component's last heartbeat, in milliseconds since `started` (wrapping: a u32,
@@ -144,6 +151,53 @@ pub struct Supervised {
     pub last_check: Option<(String, u64)>,
 }
 
+/// A message to the supervisor about container `name` (see [`Daemon::next`]).
+pub enum Msg {
+    /// What happened to it.
+    Event(Event),
+    /// What is asked of it.
+    Order(Order),
+    /// Its intent in flight has been carried out (by the supervisor's worker).
+    Done,
+}
+
+/// An intent for the supervisor to decide on and carry out, and where its answer goes.
+pub struct Order {
+    pub intent: Intent,
+    pub who: Who,
+    /// The asker holds the op lock and waits for the answer: the work runs under that hold.
+    pub lent: bool,
+    /// `berth start --trace`: when the request was read (CLOCK_REALTIME ns).
+    pub trace: Option<u64>,
+    /// None: nobody waits (the supervisor's own).
+    pub reply: Option<std::sync::Arc<Reply>>,
+}
+
+/// One answer, given once and waited for once (a mutex and a condition variable: std's
+/// channel cost the device build 7 KiB more).
+#[derive(Default)]
+pub struct Reply {
+    answer: Mutex<Option<Result<Value>>>,
+    given: Condvar,
+}
+
+impl Reply {
+    pub fn give(&self, r: Result<Value>) {
+        *self.answer.lock().unwrap() = Some(r);
+        self.given.notify_one();
+    }
+
+    pub fn wait(&self) -> Result<Value> {
+        let mut a = self.answer.lock().unwrap();
+        loop {
+            if let Some(r) = a.take() {
+                return r;
+            }
+            a = self.given.wait(a).unwrap();
+        }
+    }
+}
+
 /// The host's cgroup layout (or why there is none berth can use) and its CPUs and memory.
 pub struct Resources {
     pub cgroups: Result<Cgroups, String>,
@@ -167,6 +221,7 @@ impl Daemon {
             supervision: Mutex::new(BTreeMap::new()),
             inbox: Mutex::new(VecDeque::new()),
             arrived: Condvar::new(),
+            supervising: AtomicBool::new(false),
             beat_asked: Default::default(),
             boot: BootState::default(),
             beats: Default::default(),
@@ -220,27 +275,6 @@ impl Daemon {
         self.beats[c as usize].store(self.clock_ms().wrapping_add(grace), Ordering::SeqCst);
     }
 
-    /// The op lock for a loop the watchdog watches (the supervisor): an install or upgrade
-    /// may hold it for minutes (downloads, stops, /data copies), and waiting for it is not
-    /// a hang of this loop, so the loop counts as busy while it waits, for at most ten
-    /// minutes (then it waits as anyone would, and a lock never given back shows).
-    pub fn op_lock_for(&self, c: Component) -> std::sync::MutexGuard<'_, ()> {
-        let until = Instant::now() + Duration::from_secs(600);
-        loop {
-            match self.op.try_lock() {
-                Ok(g) => return g,
-                Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
-                    self.beat_busy(c);
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(std::sync::TryLockError::WouldBlock) => {
-                    return self.op.lock().unwrap_or_else(|p| p.into_inner())
-                }
-            }
-        }
-    }
-
     /// When the component last beat for real (`clock_ms`): a busy mark
     /// ([`Daemon::beat_busy`]) does not count, and a stalled beat counts when the stall ends.
     pub fn alive_ms(&self, c: Component) -> u32 {
@@ -290,25 +324,63 @@ impl Daemon {
 
     /// Tells the supervisor what happened to container `name` (never blocks).
     pub fn notify(&self, name: &str, event: Event) {
-        let mut q = self.inbox.lock().unwrap();
+        let q = self.inbox.lock().unwrap();
         // What a container says through its API (at its pace, while the supervisor may be
         // busy with a start): the same report already waiting says it all.
         let coalesce = matches!(
             event,
             Event::KeepAlive(_) | Event::Ready(_) | Event::Reported(..)
         );
-        if coalesce && q.iter().any(|(n, e)| n == name && *e == event) {
+        if coalesce
+            && q.iter()
+                .any(|(n, m)| n == name && matches!(m, Msg::Event(e) if *e == event))
+        {
             return;
         }
-        q.push_back((name.to_string(), event));
         drop(q);
+        self.send(name, Msg::Event(event));
+    }
+
+    /// Hands an intent for container `name` to the supervisor (never blocks; the asker waits
+    /// on the order's reply, if it wants the answer).
+    pub fn order(&self, name: &str, order: Order) {
+        self.send(name, Msg::Order(order));
+    }
+
+    /// The supervisor's worker has carried out `name`'s intent in flight.
+    pub fn done(&self, name: &str) {
+        self.send(name, Msg::Done);
+    }
+
+    fn send(&self, name: &str, m: Msg) {
+        self.inbox.lock().unwrap().push_back((name.to_string(), m));
         self.arrived.notify_one();
     }
 
-    /// The supervisor's next event, waiting for one at most until `until` (for ever
+    /// Whether the supervisor thread takes intents (from its spawn on).
+    pub fn supervising(&self) -> bool {
+        self.supervising.load(Ordering::SeqCst)
+    }
+
+    pub fn set_supervising(&self) {
+        self.supervising.store(true, Ordering::SeqCst);
+    }
+
+    /// The supervisor's next event (skipping any other message): for tests.
+    #[cfg(test)]
+    pub fn next_event(&self, until: Option<Instant>) -> Option<(String, Event)> {
+        loop {
+            match self.next(until)? {
+                (n, Msg::Event(e)) => return Some((n, e)),
+                _ => continue,
+            }
+        }
+    }
+
+    /// The supervisor's next message, waiting for one at most until `until` (for ever
     /// without); None when the time came first. (A queue and a condition variable: std's
     /// channel cost the device build 7 KiB more.)
-    pub fn next_event(&self, until: Option<Instant>) -> Option<(String, Event)> {
+    pub fn next(&self, until: Option<Instant>) -> Option<(String, Msg)> {
         let mut q = self.inbox.lock().unwrap();
         loop {
             if let Some(ev) = q.pop_front() {
@@ -533,42 +605,6 @@ mod tests {
         assert_eq!(rx.recv_timeout(limit).unwrap(), None);
         sup.join().unwrap();
         assert!(readable());
-    }
-
-    /// Waiting for the op lock marks the loop busy (its heartbeat in the future) until it gets
-    /// the lock; a poisoned lock is still given.
-    #[test]
-    fn waiting_for_the_op_lock_keeps_the_loop_busy() {
-        let (_dir, d, _m) = fake_daemon("context-oplock", "");
-        let d = Arc::new(d);
-        d.beat(Component::Supervisor);
-        let held = d.op.lock().unwrap();
-        let (tx, rx) = mpsc::channel();
-        let t = std::thread::spawn({
-            let d = Arc::clone(&d);
-            move || {
-                let _g = d.op_lock_for(Component::Supervisor);
-                tx.send(()).unwrap();
-            }
-        });
-        wait_for("the waiting loop to be marked busy", || {
-            d.beat_age_ms(Component::Supervisor) < 0
-        });
-        assert!(rx.try_recv().is_err(), "the lock is held");
-        drop(held);
-        rx.recv_timeout(Duration::from_secs(60)).unwrap();
-        t.join().unwrap();
-
-        let poisoner = std::thread::spawn({
-            let d = Arc::clone(&d);
-            move || {
-                let _g = d.op.lock().unwrap();
-                panic!("poison the op lock");
-            }
-        });
-        assert!(poisoner.join().is_err());
-        assert!(d.op.is_poisoned());
-        drop(d.op_lock_for(Component::Api));
     }
 
     /// The loops beat every watchdog interval only while a device is kept; safe mode is

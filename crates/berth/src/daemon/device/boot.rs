@@ -134,11 +134,16 @@ pub(crate) fn clear(d: &Daemon) -> Result<()> {
 pub(crate) fn refuse_in_safe_mode(d: &Daemon, what: &str) -> Result<()> {
     match d.safe_mode() {
         None => Ok(()),
-        Some(reason) => Err(Error::new(
-            Kind::SafeMode,
-            format!("{what}: the device is in safe mode ({reason}); berth safe-mode clear returns to normal"),
-        )),
+        Some(reason) => Err(safe_mode_error(what, &reason)),
     }
+}
+
+/// The refusal of `what` in safe mode, entered for `reason`.
+pub(crate) fn safe_mode_error(what: &str, reason: &str) -> Error {
+    Error::new(
+        Kind::SafeMode,
+        format!("{what}: the device is in safe mode ({reason}); berth safe-mode clear returns to normal"),
+    )
 }
 
 /// `name` ran during this start: kept in the counter while the start is unconfirmed, so

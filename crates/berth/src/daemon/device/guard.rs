@@ -19,7 +19,7 @@
 //! costs one kill, not a bystander too. Each kill is logged (at most 3 lines a second) and kept as the
 //! container's `guard_kill` (in memory and in `<run>/logs/NAME.guard`) for `berth status`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,7 @@ use berth_core::supervise::{Event, GuardKill};
 use berth_sys::process;
 
 use crate::daemon::base::context::Daemon;
+use crate::daemon::base::error::{Error, Kind, Result};
 use crate::daemon::device::records;
 
 const PSI_TRIGGER: &str = "some 150000 1000000";
@@ -44,14 +45,18 @@ const LOG_LINES_PER_S: u32 = 3;
 /// How the guard learns a container's init pid: the runtime knows; the guard only asks.
 pub type InitOf = Box<dyn Fn(&Daemon, &str) -> Option<i32> + Send>;
 
-/// Starts the guard thread. It reads the kernel below `d.proc()`, kills inside containers
-/// only, and tells the supervisor of each kill (`Event::GuardKilled`).
-pub fn spawn(d: &Arc<Daemon>, init_of: InitOf) {
+/// How the guard has process `pid` of container `name` (init `init`), listed as started at
+/// `start`, killed: an intent the supervisor carries out ([`kill_listed`]).
+pub type KillOf = Box<dyn Fn(&Daemon, &str, i32, u64, i32) -> Result<()> + Send>;
+
+/// Starts the guard thread. It reads the kernel below `d.proc()`, has processes inside
+/// containers only killed, and tells the supervisor of each kill (`Event::GuardKilled`).
+pub fn spawn(d: &Arc<Daemon>, init_of: InitOf, kill_of: KillOf) {
     let d = Arc::clone(d);
     let spawned = std::thread::Builder::new()
         .name("guard".into())
         .stack_size(128 * 1024)
-        .spawn(move || run(&d, &init_of));
+        .spawn(move || run(&d, &init_of, &kill_of));
     if let Err(e) = spawned {
         log::error!("cannot start the memory guard: {e}");
     }
@@ -63,7 +68,7 @@ fn available(proc: &Path) -> Option<u64> {
         .and_then(|t| guard::mem_available(&t))
 }
 
-fn run(d: &Daemon, init_of: &InitOf) {
+fn run(d: &Daemon, init_of: &InitOf, kill_of: &KillOf) {
     let proc = d.proc();
     let g = d.cfg.guard;
     let trigger = |t: &'static str| process::psi_memory_trigger(proc, t).map(|fd| (fd, t));
@@ -104,7 +109,7 @@ fn run(d: &Daemon, init_of: &InitOf) {
             return;
         };
         if avail < g.threshold {
-            relieve(d, init_of, &mut limit, t0);
+            relieve(d, init_of, kill_of, &mut limit, t0);
             // Whatever was left (nothing killable), do not spin.
             std::thread::sleep(Duration::from_millis(g.interval_ms));
             continue;
@@ -154,7 +159,8 @@ fn run(d: &Daemon, init_of: &InitOf) {
 /// A candidate and what proves it is a container's: its container's init and pid namespace.
 struct Found {
     c: Candidate,
-    ns: PathBuf,
+    /// Its container's init.
+    init: i32,
     /// Its start time when listed: a pid with another is another process.
     start: u64,
 }
@@ -202,7 +208,7 @@ fn candidates(d: &Daemon, init_of: &InitOf) -> Vec<Found> {
                     rss,
                     is_init: pid == init,
                 },
-                ns: ns.clone(),
+                init,
                 start,
             });
         }
@@ -210,7 +216,7 @@ fn candidates(d: &Daemon, init_of: &InitOf) -> Vec<Found> {
     out
 }
 
-fn relieve(d: &Daemon, init_of: &InitOf, limit: &mut RateLimit, t0: Instant) {
+fn relieve(d: &Daemon, init_of: &InitOf, kill_of: &KillOf, limit: &mut RateLimit, t0: Instant) {
     let proc = d.proc();
     let threshold = d.cfg.guard.threshold;
     let mut skip: Vec<i32> = Vec::new();
@@ -244,8 +250,8 @@ fn relieve(d: &Daemon, init_of: &InitOf, limit: &mut RateLimit, t0: Instant) {
             return;
         };
         let f = found.iter().find(|f| f.c.pid == victim.pid).unwrap();
-        match kill(proc, victim.pid, &f.ns, f.start) {
-            Ok(pinned) => {
+        match kill_of(d, &victim.container, victim.pid, f.start, f.init) {
+            Ok(()) => {
                 if let Some(n) = limit.allow(t0.elapsed().as_millis() as u64, LOG_LINES_PER_S) {
                     log::warn!(
                         "memory guard: killed {} pid {}{} (RSS {} MiB, priority {}): {} MiB available, below {} MiB{}",
@@ -273,14 +279,9 @@ fn relieve(d: &Daemon, init_of: &InitOf, limit: &mut RateLimit, t0: Instant) {
                     available: avail,
                     rss: victim.rss,
                 });
-                // Its memory is freed as it exits: wait for that, briefly.
-                pinned.wait_exit(Some(Duration::from_secs(1)), Duration::from_millis(10));
             }
             // Gone by itself meanwhile (or its pid is another's now): nothing to say.
-            Err(e)
-                if e.raw_os_error() == Some(libc::ESRCH)
-                    || e.kind() == std::io::ErrorKind::NotFound =>
-            {
+            Err(e) if e.kind == Kind::NotRunning => {
                 log::debug!("memory guard: pid {} not killed: {e}", victim.pid);
             }
             Err(e) => {
@@ -304,6 +305,32 @@ fn suppressed(n: u32) -> String {
         String::new()
     } else {
         format!(" ({n} earlier guard lines not logged)")
+    }
+}
+
+/// The guard's kill, as the supervisor's worker carries it out: SIGKILL to process `pid` if
+/// it is still the one listed (`start`) in the pid namespace of `init`'s container, then a
+/// wait for its exit (its memory is freed as it exits), a second at most. A process gone
+/// by itself (or whose pid is another's now) is `not_running`.
+pub fn kill_listed(d: &Daemon, pid: i32, start: u64, init: i32) -> Result<()> {
+    let proc = d.proc();
+    let killed = std::fs::read_link(proc.join(init.to_string()).join("ns/pid"))
+        .and_then(|ns| kill(proc, pid, &ns, start));
+    match killed {
+        Ok(pinned) => {
+            pinned.wait_exit(Some(Duration::from_secs(1)), Duration::from_millis(10));
+            Ok(())
+        }
+        Err(e) => {
+            let gone =
+                e.raw_os_error() == Some(libc::ESRCH) || e.kind() == std::io::ErrorKind::NotFound;
+            let kind = if gone {
+                Kind::NotRunning
+            } else {
+                Kind::Internal
+            };
+            Err(Error::new(kind, e.to_string()))
+        }
     }
 }
 
@@ -416,8 +443,19 @@ mod tests {
         std::iter::from_fn(|| d.next_event(Some(Instant::now()))).collect()
     }
 
+    /// The kill the supervisor's worker makes, without the supervisor.
+    fn direct() -> KillOf {
+        Box::new(|d, _, pid, start, init| kill_listed(d, pid, start, init))
+    }
+
     fn relieve_now(d: &Daemon, init_of: &InitOf) {
-        relieve(d, init_of, &mut RateLimit::default(), Instant::now());
+        relieve(
+            d,
+            init_of,
+            &direct(),
+            &mut RateLimit::default(),
+            Instant::now(),
+        );
     }
 
     /// Below the threshold the guard kills the lowest priority's payload first, then its
@@ -539,7 +577,10 @@ mod tests {
             ]
         );
         let web = candidates(&d, &inits(&[("web", 3001)]));
-        assert!(web.iter().all(|f| f.ns == Path::new(WEB_NS)));
+        assert!(
+            web.iter().all(|f| f.init == 3001),
+            "each listed with its init"
+        );
         assert!(
             candidates(&d, &inits(&[("web", 3999)])).is_empty(),
             "an init without /proc entry"
@@ -581,7 +622,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let d2 = Arc::clone(&d);
         std::thread::spawn(move || {
-            run(&d2, &inits(&[]));
+            run(&d2, &inits(&[]), &direct());
             let _ = tx.send(());
         });
         assert!(

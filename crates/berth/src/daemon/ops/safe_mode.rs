@@ -40,7 +40,7 @@ fn stop_all(d: &Arc<Daemon>) -> Vec<String> {
             continue;
         }
         let autostart = d.cfg.paths.autostart(n).exists();
-        match control::act_locked(d, n, Intent::Stop { timeout: None }, Who::Operator, None) {
+        match control::act_locked(d, n, Intent::Stop { timeout: None }, Who::Operator) {
             Ok(_) => stopped.push(n.to_string()),
             Err(e) => log::error!("safe mode: cannot stop {n}: {e}"),
         }

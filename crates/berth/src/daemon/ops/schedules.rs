@@ -365,9 +365,6 @@ fn run_job(d: &Arc<Daemon>, name: &str, r: &Due) -> Value {
     // `berth schedule list` shows the records.
     let skip = |why: String| schedule::skipped(at, &why);
     if !probe::is_running(d, name) {
-        if let Some(why) = d.safe_mode() {
-            return skip(format!("safe mode ({why}): nothing starts"));
-        }
         // A stop (the operator's, or the package's own through its API) is not undone by a
         // job the package added itself: the manifest's and the operator's jobs start a
         // stopped container, the package's own only one meant to run (its autostart mark).
@@ -376,24 +373,15 @@ fn run_job(d: &Arc<Daemon>, name: &str, r: &Due) -> Value {
                 "{name} was stopped: a job the package added itself does not start it (berth start {name})"
             ));
         }
-        let state = d.supervision.lock().unwrap().get(name).map(|s| s.state);
-        match state {
-            Some("failed") => {
-                return skip(format!(
-                    "{name} failed (its restart policy gave up): not started until berth start {name} or berth reset {name}"
-                ))
-            }
-            Some(s @ ("backoff" | "starting" | "stopping")) => {
-                return skip(format!("{name} is {s}"))
-            }
-            _ => {}
-        }
         match control::act(d, name, Intent::Start, Who::Schedule, None) {
             Ok(_) => {
                 log::info!("{name}: started by schedule {}", r.id);
                 started = true;
             }
             Err(e) if e.kind == Kind::AlreadyRunning => {}
+            // The supervisor's machine said no (safe mode, a crash loop, a restart held, a
+            // start or a stop on its way): why.
+            Err(e) if e.kind == Kind::Busy => return skip(e.message),
             Err(e) => return skip(format!("cannot start {name}: {e}")),
         }
     }

@@ -1,57 +1,27 @@
 //! The one way into a container's start and stop. Every start, stop and restart — the
 //! operator's (the CLI, the web page, safe mode), a container's own through its API, a
 //! scheduled job's, a fleet deployment's, an upgrade's or rollback's, the supervisor's — is an
-//! [`Intent`] with [`Who`] asks for it, given here; only this module calls `start.rs` and
-//! `stop.rs` (a unit test holds every other module of the daemon to it). What differs by who
-//! asks is decided here, in one table: whether the supervisor is told of a stop, whether the
-//! container's boot mark goes, whether a start keeps the supervisor's record of the container.
-//! What holds for every start (safe mode, a package that is installed and not running, its
-//! permissions) is checked by the start itself, which every intent reaches.
+//! [`Intent`] with [`Who`] asks for it, handed to the supervisor ([`act`]): its thread has
+//! the container's machine (`berth_core::supervise::Machine::ask`) take or refuse it, and
+//! carries it out on the container's worker, after the container's earlier intents
+//! ([`execute`]); the asker waits for the answer. Only this module calls `start.rs` and
+//! `stop.rs` (a unit test holds every other module of the daemon to it), and only the
+//! supervisor calls [`execute`]. What differs by who asks in how it is carried out is one
+//! table here: whether the supervisor is told of a stop, whether the container's boot mark
+//! goes, whether a start keeps the supervisor's record of the container. What holds for
+//! every start (a package that is installed and not running, its permissions; safe mode
+//! again, under the op lock) is checked by the start itself, which every intent reaches.
 
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::daemon::base::context::Daemon;
-use crate::daemon::base::error::{Kind, Result};
-use crate::daemon::device::state;
+pub(crate) use berth_core::supervise::{Intent, Refusal, Who};
+
+use crate::daemon::base::context::{Daemon, Order, Reply};
+use crate::daemon::base::error::{Error, Kind, Result};
+use crate::daemon::device::{boot, guard, state};
 use crate::daemon::runtime::{probe, start, stop};
-
-/// Who asks for a start or a stop.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Who {
-    /// The operator: the CLI and the admin API, the web page, `berth safe-mode enter`, a
-    /// fleet deployment's installs.
-    Operator,
-    /// The container itself, through its API (`POST /v1/self/stop`).
-    Container,
-    /// A scheduled job of a stopped container.
-    Schedule,
-    /// An upgrade's or rollback's switch from one version to the other.
-    Upgrade,
-    /// The daemon's own work before the supervisor runs (a trial a dead daemon left, rolled
-    /// back at start).
-    Daemon,
-    /// The supervisor: a restart its policy decided.
-    Supervisor,
-}
-
-/// What is asked of a container.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Intent {
-    Start,
-    /// Stop, SIGKILL after `timeout` seconds (None: `containers.stop_timeout`).
-    Stop {
-        timeout: Option<u32>,
-    },
-    /// Stop if it runs, then start.
-    Restart,
-    /// End run `run` (its init's pid) if it is still the container's: the supervisor's,
-    /// for a run whose health checks failed or whose package asked for a restart.
-    EndRun {
-        run: i32,
-    },
-}
 
 /// How a start is made for `who`: whether the supervisor keeps its record of the container
 /// (a scheduled start of a stopped container is no new start by the operator).
@@ -67,25 +37,85 @@ fn stop_kind(who: Who) -> stop::Why {
         // Told, the mark kept: the container is meant to run again after the switch.
         Who::Upgrade => stop::Why::Switch,
         // Not told (the supervisor's machine knows, or does not run yet), the mark kept.
-        Who::Daemon | Who::Supervisor | Who::Schedule => stop::Why::Quiet,
+        Who::Daemon | Who::Supervisor | Who::Schedule | Who::Guard => stop::Why::Quiet,
     }
 }
 
-/// `intent` for container `name`, taking the operation lock. `trace`: the start's phases,
-/// for `berth start --trace`.
+/// `intent` for container `name`, asked by `who`, carried out by the supervisor; waits for
+/// the answer. `trace`: when the request was read, for `berth start --trace`.
 pub(crate) fn act(
     d: &Arc<Daemon>,
     name: &str,
     intent: Intent,
     who: Who,
-    trace: Option<start::Stamps>,
+    trace: Option<u64>,
 ) -> Result<Value> {
-    let _op = d.op.lock().unwrap();
-    act_locked(d, name, intent, who, trace)
+    ask(d, name, intent, who, trace, false)
 }
 
-/// [`act`] for a caller that holds the operation lock.
-pub(crate) fn act_locked(
+/// [`act`] for an asker that holds the operation lock: the supervisor's worker carries the
+/// intent out under that hold, at once (nothing else runs a start or a stop meanwhile).
+pub(crate) fn act_locked(d: &Arc<Daemon>, name: &str, intent: Intent, who: Who) -> Result<Value> {
+    ask(d, name, intent, who, None, true)
+}
+
+fn ask(
+    d: &Arc<Daemon>,
+    name: &str,
+    intent: Intent,
+    who: Who,
+    trace: Option<u64>,
+    lent: bool,
+) -> Result<Value> {
+    if who == Who::Daemon || !d.supervising() {
+        // The daemon's start, before the supervisor runs (a trial a dead daemon left rolled
+        // back, safe mode's stops at start): nobody else is there to carry it out.
+        // The guard's kill takes no op lock (see `execute`).
+        let _op = (!lent && who != Who::Guard).then(|| d.op.lock().unwrap());
+        return execute(d, name, intent, who, trace.map(start::Stamps::from));
+    }
+    let reply = Arc::new(Reply::default());
+    d.order(
+        name,
+        Order {
+            intent,
+            who,
+            lent,
+            trace,
+            reply: Some(Arc::clone(&reply)),
+        },
+    );
+    reply.wait()
+}
+
+/// What the answer to an intent the machine refused says: to the operator, the start's
+/// own refusal in safe mode; to a scheduled run (`503 busy`, never an API's answer), why
+/// it was skipped.
+pub(crate) fn refused(d: &Daemon, name: &str, intent: Intent, who: Who, r: Refusal) -> Error {
+    let why = d.safe_mode().unwrap_or_default();
+    let skipped = |m: String| Error::new(Kind::Busy, m);
+    match r {
+        Refusal::SafeMode if who == Who::Schedule => {
+            skipped(format!("safe mode ({why}): nothing starts"))
+        }
+        Refusal::SafeMode => {
+            let what = match intent {
+                Intent::Restart => "restart",
+                _ => "start",
+            };
+            boot::safe_mode_error(&format!("{what} {name}"), &why)
+        }
+        Refusal::Failed => skipped(format!(
+            "{name} failed (its restart policy gave up): not started until berth start {name} or berth reset {name}"
+        )),
+        Refusal::Busy(state) => skipped(format!("{name} is {state}")),
+    }
+}
+
+/// Carries `intent` out: the supervisor's worker, or the daemon's start before the
+/// supervisor runs. Under the op lock. `trace`: the start's phases, for `berth start
+/// --trace`.
+pub(crate) fn execute(
     d: &Arc<Daemon>,
     name: &str,
     intent: Intent,
@@ -110,6 +140,10 @@ pub(crate) fn act_locked(
             start::start_traced(d, name, &mut trace, keeps_record(who))
         }
         Intent::EndRun { run } => stop::end_run_locked(d, name, run),
+        // The guard's: no op lock (memory is short now, and an install may hold it).
+        Intent::Kill { pid, start, init } => {
+            guard::kill_listed(d, pid, start, init).map(|_| Value::Null)
+        }
     }
 }
 
@@ -129,6 +163,7 @@ mod tests {
             (Who::Upgrade, Why::Switch, false),
             (Who::Daemon, Why::Quiet, false),
             (Who::Supervisor, Why::Quiet, false),
+            (Who::Guard, Why::Quiet, false),
         ];
         for (who, why, keeps) in cases {
             assert_eq!(stop_kind(who), why, "{who:?}");
@@ -137,7 +172,7 @@ mod tests {
     }
 
     /// Only this module calls the runtime's start and stop: every other module of the
-    /// daemon gives an intent here.
+    /// daemon gives an intent here, and only the supervisor carries one out.
     #[test]
     fn only_the_controller_starts_and_stops_containers() {
         let daemon = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/daemon");
@@ -173,7 +208,9 @@ mod tests {
                 }
                 let text = std::fs::read_to_string(&path).unwrap();
                 for (i, line) in text.lines().enumerate() {
-                    if calls.iter().any(|c| line.contains(c)) {
+                    // Carrying an intent out is the supervisor's alone.
+                    let executes = line.contains("control::execute(") && rel != "supervisor.rs";
+                    if executes || calls.iter().any(|c| line.contains(c)) {
                         found.push(format!("{rel}:{}: {}", i + 1, line.trim()));
                     }
                 }

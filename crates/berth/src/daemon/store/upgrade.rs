@@ -252,7 +252,7 @@ fn switch_one(
     if was_running {
         // The stop is the upgrade's, not the operator's: it still starts after a reboot,
         // and its end is no run's end for the supervisor to judge at the next start.
-        control::act_locked(d, &name, SWITCH_STOP, Who::Upgrade, None)?;
+        control::act_locked(d, &name, SWITCH_STOP, Who::Upgrade)?;
         let _ = std::fs::remove_file(d.cfg.paths.exit_file(&name));
     }
     hooks::point("upgrade.stopped");
@@ -279,7 +279,7 @@ fn switch_one(
         // Not switched: the old version runs again as it did.
         remove_any(&snapshot(d, &name));
         if was_running {
-            let _ = control::act_locked(d, &name, Intent::Start, Who::Upgrade, None);
+            let _ = control::act_locked(d, &name, Intent::Start, Who::Upgrade);
         }
         return Err(err);
     }
@@ -309,7 +309,7 @@ fn switch_one(
         }
     }
     if was_running {
-        if let Err(err) = control::act_locked(d, &name, Intent::Start, Who::Upgrade, None) {
+        if let Err(err) = control::act_locked(d, &name, Intent::Start, Who::Upgrade) {
             // The trial sees it not running and rolls it back.
             log::error!("{name}: start of {} failed: {err}", moves[i].to);
         }
@@ -491,9 +491,9 @@ fn rollback_locked(
     };
     if probe::is_running(d, name) {
         if quiet {
-            control::act_locked(d, name, SWITCH_STOP, Who::Daemon, None)?;
+            control::act_locked(d, name, SWITCH_STOP, Who::Daemon)?;
         } else {
-            control::act_locked(d, name, SWITCH_STOP, Who::Upgrade, None)?;
+            control::act_locked(d, name, SWITCH_STOP, Who::Upgrade)?;
         }
     }
     // The new version's end (by this stop, or on its own before the daemon died) is no end
@@ -519,7 +519,7 @@ fn rollback_locked(
         },
     );
     if start_after {
-        if let Err(e) = control::act_locked(d, name, Intent::Start, Who::Upgrade, None) {
+        if let Err(e) = control::act_locked(d, name, Intent::Start, Who::Upgrade) {
             log::error!(
                 "{name}: start of {} after the rollback failed: {e}",
                 prev_version(&state::state(d), name)
