@@ -58,7 +58,7 @@ pub(crate) fn open(d: &Daemon, p: &Installed) -> Result<()> {
     let (uid, gid) = payload_ids(d, p)?;
     // The daemon runs as root (`daemon::run`); its unit tests, as another user, keep the
     // directory theirs.
-    if crate::daemon::is_root() {
+    if berth_sys::process::is_root() {
         std::os::unix::fs::chown(&dir, Some(0), Some(0)).map_err(fail)?;
     }
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).map_err(fail)?;
