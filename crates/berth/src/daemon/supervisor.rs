@@ -17,8 +17,8 @@ use berth_core::supervise::{
 };
 use serde_json::{json, Value};
 
-use crate::daemon::base::context::{Component, Daemon, Msg, Order, Supervised};
-use crate::daemon::base::error::{Error, Result};
+use crate::daemon::base::context::{Component, Daemon, Msg, Order, Reply, Supervised};
+use crate::daemon::base::error::{Error, Kind, Result};
 use crate::daemon::device::cgroups;
 use crate::daemon::device::governor;
 use crate::daemon::device::guard;
@@ -167,10 +167,18 @@ struct Supervisor {
     pending: Vec<(String, u64)>,
     /// Runtime work waiting, in order (a container's after the one in flight).
     waiting: Vec<(String, Job)>,
-    /// The containers whose work is in flight, on a worker each.
-    busy: Vec<String>,
+    /// The containers whose work is in flight, on a worker each, and since when.
+    busy: Vec<(String, Instant)>,
+    /// A worker wedged (its container named once in the log).
+    wedged: bool,
     t0: Instant,
 }
+
+/// How long a worker may carry out one intent before the supervisor stops beating: longer
+/// than any start or stop takes (their own bounds are `start_timeout` and `stop_timeout`), as
+/// long as the op lock was ever waited for. A worker wedged (a shim that never answers, a
+/// kernel call that never returns) is then the watchdog's to end, with the device.
+const WEDGED: Duration = Duration::from_secs(600);
 
 impl Supervisor {
     fn new(d: Arc<Daemon>) -> Supervisor {
@@ -180,8 +188,25 @@ impl Supervisor {
             pending: Vec::new(),
             waiting: Vec::new(),
             busy: Vec::new(),
+            wedged: false,
             t0: Instant::now(),
         }
+    }
+
+    /// Whether a worker has carried one intent out for longer than [`WEDGED`] (said once).
+    fn wedged_worker(&mut self) -> bool {
+        let Some((name, since)) = self.busy.iter().find(|(_, t)| t.elapsed() > WEDGED) else {
+            self.wedged = false;
+            return false;
+        };
+        if !self.wedged {
+            log::error!(
+                "{name}: its start or stop has run for {} s: the supervisor stops its heartbeat",
+                since.elapsed().as_secs()
+            );
+            self.wedged = true;
+        }
+        true
     }
 
     fn now_ms(&self) -> u64 {
@@ -191,7 +216,10 @@ impl Supervisor {
     fn run(mut self, taken_over: &[(String, Run)]) {
         self.boot(taken_over);
         loop {
-            self.d.beat(Component::Supervisor);
+            let wedged = self.wedged_worker();
+            if !wedged {
+                self.d.beat(Component::Supervisor);
+            }
             // Asleep until something happens, or until the next held restart, health check
             // or dependency deadline is due, or (for the watchdog) the next heartbeat.
             let due = self
@@ -209,7 +237,9 @@ impl Supervisor {
             let msg = self.d.next(until);
             // Handling a message may take a while (a health probe's helper, a shim's
             // answer): busy, not hung.
-            self.d.beat_busy(Component::Supervisor);
+            if !wedged {
+                self.d.beat_busy(Component::Supervisor);
+            }
             match msg {
                 Some((name, m)) => self.handle(&name, m),
                 None if due.is_none_or(|t| Instant::now() < t) => {}
@@ -428,7 +458,11 @@ impl Supervisor {
             }
             return;
         }
-        if o.lent || o.who == Who::Guard {
+        if matches!(o.intent, Intent::Kill { .. }) {
+            // The guard's kill, here and now: a signal and a record, beside whatever the
+            // container's worker does, and no thread to create when memory is short.
+            work(&self.d, name, Job::Order(o));
+        } else if o.lent {
             self.spawn(name, Job::Order(o));
         } else {
             self.queue(name, Job::Order(o));
@@ -443,7 +477,7 @@ impl Supervisor {
 
     /// `name`'s worker has ended: its next job, if any.
     fn done(&mut self, name: &str) {
-        self.busy.retain(|n| n != name);
+        self.busy.retain(|(n, _)| n != name);
         self.pump();
     }
 
@@ -451,7 +485,7 @@ impl Supervisor {
     fn pump(&mut self) {
         let mut i = 0;
         while i < self.waiting.len() {
-            if self.busy.contains(&self.waiting[i].0) {
+            if self.busy.iter().any(|(n, _)| *n == self.waiting[i].0) {
                 i += 1;
                 continue;
             }
@@ -461,7 +495,7 @@ impl Supervisor {
                 && o.intent == Intent::Start
                 && !self.machines.iter().any(|(n, m)| *n == name && m.phase() == Phase::Starting));
             if !stale && self.spawn(&name, job) {
-                self.busy.push(name);
+                self.busy.push((name, Instant::now()));
             }
         }
     }
@@ -475,21 +509,21 @@ impl Supervisor {
         // Kept here too, for an answer if the worker cannot start.
         let (lent, reply, own_start) = match &job {
             // The guard's kill runs beside the container's work, not after it.
-            Job::Order(o) => (
-                o.lent || o.who == Who::Guard,
-                o.reply.clone(),
-                o.intent == Intent::Start,
-            ),
+            Job::Order(o) => (o.lent, o.reply.clone(), o.intent == Intent::Start),
             Job::Release => (false, None, false),
         };
+        let answer = reply.clone();
         let spawned = std::thread::Builder::new()
             .name(format!("act-{name}"))
             .stack_size(256 * 1024)
             .spawn(move || {
+                let _finish = Finish {
+                    d: &d,
+                    name: &n,
+                    done: !lent,
+                    reply: answer,
+                };
                 work(&d, &n, job);
-                if !lent {
-                    d.done(&n);
-                }
             });
         match (spawned, reply) {
             (Ok(_), _) => return true,
@@ -570,6 +604,32 @@ fn own(intent: Intent) -> Order {
     }
 }
 
+/// A worker's end: the supervisor told it is done (unless its asker lent the op lock), and,
+/// should the worker panic (a test build unwinds), its asker answered rather than left
+/// waiting.
+struct Finish<'a> {
+    d: &'a Daemon,
+    name: &'a str,
+    done: bool,
+    reply: Option<Arc<Reply>>,
+}
+
+impl Drop for Finish<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(r) = &self.reply {
+                r.give(Err(Error::internal(format!(
+                    "{}: the work carrying it out panicked",
+                    self.name
+                ))));
+            }
+        }
+        if self.done {
+            self.d.done(self.name);
+        }
+    }
+}
+
 /// A worker's job for container `name`.
 fn work(d: &Arc<Daemon>, name: &str, job: Job) {
     let o = match job {
@@ -589,7 +649,9 @@ fn work(d: &Arc<Daemon>, name: &str, job: Job) {
         Job::Order(o) => o,
     };
     let r = {
-        let _op = (!o.lent && o.who != Who::Guard).then(|| d.op.lock().unwrap());
+        // A kill takes no op lock: it ends a container whatever its worker is doing.
+        let kill = matches!(o.intent, Intent::Kill { .. });
+        let _op = (!o.lent && !kill).then(|| d.op.lock().unwrap());
         let own_start = o.who == Who::Supervisor && o.intent == Intent::Start;
         // Removed or started by the operator meanwhile: nothing to do.
         if own_start && (state::installed(d, name).is_err() || probe::is_running(d, name)) {
@@ -603,6 +665,12 @@ fn work(d: &Arc<Daemon>, name: &str, job: Job) {
         (Some(reply), _, r) => reply.give(r),
         (None, _, Ok(Value::Null)) => {}
         (None, Intent::Start, Ok(_)) => log::info!("started {name} (supervisor)"),
+        // Safe mode entered while the start waited for the op lock: no failure of the
+        // container's, which stays stopped until safe mode is cleared.
+        (None, Intent::Start, Err(e)) if e.kind == Kind::SafeMode => {
+            log::info!("{name}: not started: {e}");
+            d.notify(name, Event::StopRequested);
+        }
         (None, Intent::Start, Err(e)) => {
             log::error!("start of {name} failed: {e}");
             d.notify(name, Event::StartFailed);
@@ -993,9 +1061,11 @@ mod tests {
             let d = Arc::clone(&d);
             move || control::act(&d, "db", STOP, Who::Operator, None)
         });
-        serve_until(&mut s, "db's order", |s| s.busy.iter().any(|n| n == "db"));
+        serve_until(&mut s, "db's order", |s| {
+            s.busy.iter().any(|(n, _)| n == "db")
+        });
         let q = |s: &Supervisor, n: &str| {
-            let busy = s.busy.iter().any(|b| b == n);
+            let busy = s.busy.iter().any(|(b, _)| b == n);
             let waiting = s.waiting.iter().filter(|(w, _)| w == n).count();
             (busy || waiting > 0).then_some((busy, waiting))
         };
@@ -1056,7 +1126,8 @@ mod tests {
         serve_until(&mut s, "the kill's answer", |_| guard.is_finished());
         let e = guard.join().unwrap().unwrap_err();
         assert_eq!(e.kind, Kind::NotRunning, "{}", e.message);
-        assert_eq!(s.busy, ["web"], "the stop still waits for the op lock");
+        assert_eq!(s.busy[0].0, "web", "the stop still waits for the op lock");
+        assert_eq!(s.busy.len(), 1);
         drop(op);
         settle(&mut s);
         assert_eq!(stop.join().unwrap().unwrap_err().kind, Kind::NotRunning);
@@ -1132,6 +1203,41 @@ mod tests {
         nothing_started(&d, m, "web");
     }
 
+    /// Safe mode entered while the supervisor's own start waited for the op lock (taken by
+    /// its machine, refused by the start itself): no failure of the container's, which
+    /// stays stopped until safe mode is cleared.
+    #[test]
+    fn a_start_overtaken_by_safe_mode_is_no_failure() {
+        let (_dir, d, m) = setup("sup-safe-late");
+        *d.boot.safe_mode.lock().unwrap() = Some("entered".into());
+        work(&d, "web", Job::Order(own(Intent::Start)));
+        let t = Instant::now() + Duration::from_secs(5);
+        assert_eq!(
+            d.next_event(Some(t)),
+            Some(("web".to_string(), Event::StopRequested))
+        );
+        nothing_started(&d, m, "web");
+    }
+
+    /// A worker that carries one intent out for longer than any start or stop may take
+    /// stops the supervisor's heartbeat (the watchdog's to end), and only while it lasts.
+    #[test]
+    fn a_wedged_worker_stops_the_heartbeat() {
+        let (_dir, d, _m) = setup("sup-wedged");
+        let mut s = Supervisor::new(Arc::clone(&d));
+        assert!(!s.wedged_worker());
+        s.busy.push(("web".into(), Instant::now()));
+        assert!(!s.wedged_worker(), "a worker at work is no wedged one");
+        let Some(long_ago) = Instant::now().checked_sub(WEDGED + Duration::from_secs(1)) else {
+            panic!("this machine's monotonic clock started less than 10 minutes ago");
+        };
+        s.busy[0].1 = long_ago;
+        assert!(s.wedged_worker());
+        assert!(s.wedged_worker(), "still wedged (said once)");
+        s.done("web");
+        assert!(!s.wedged_worker());
+    }
+
     /// The operator's stop while a crash restart is held drops it at once: stopped, no
     /// restart due, nothing started when its time comes; the stop's answer is the runtime's.
     #[test]
@@ -1189,11 +1295,8 @@ mod tests {
             assert!(at <= Instant::now(), "run {run}: free");
             s.feed("web", Event::RestartRequested(run));
             s.feed("web", Event::RestartAnswered(run));
-            assert_eq!(
-                s.busy,
-                ["web"],
-                "run {run}: its end is the supervisor's work"
-            );
+            let busy: Vec<&str> = s.busy.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(busy, ["web"], "run {run}: its end is the supervisor's work");
             settle(&mut s);
             s.feed(
                 "web",

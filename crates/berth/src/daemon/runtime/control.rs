@@ -71,7 +71,8 @@ fn ask(
         // The daemon's start, before the supervisor runs (a trial a dead daemon left rolled
         // back, safe mode's stops at start): nobody else is there to carry it out.
         // The guard's kill takes no op lock (see `execute`).
-        let _op = (!lent && who != Who::Guard).then(|| d.op.lock().unwrap());
+        let kill = matches!(intent, Intent::Kill { .. });
+        let _op = (!lent && !kill).then(|| d.op.lock().unwrap());
         return execute(d, name, intent, who, trace.map(start::Stamps::from));
     }
     let reply = Arc::new(Reply::default());
