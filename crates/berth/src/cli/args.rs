@@ -194,7 +194,7 @@ pub fn fields(
         let Some(opt) = c.options.iter().find(|x| x.long == o || x.short == o) else {
             return Ok(false);
         };
-        let key = opt.long.trim_start_matches('-').replace('-', "_");
+        let key = command::field_key(opt);
         let kind = kinds.iter().find(|(f, _)| *f == key).map(|(_, k)| *k);
         let v = match kind {
             Some(FieldKind::Switch) => Value::Bool(true),

@@ -320,4 +320,25 @@ mod tests {
         // A test hook's route has no command: never refused here.
         assert!(allowed(&d, None).is_ok());
     }
+
+    /// Every command the table reads (`Parse::Fields`) has its handler in `call`.
+    #[test]
+    fn every_command_read_by_the_table_has_a_handler() {
+        use crate::command::{Parse, COMMANDS};
+        let (_dir, d, _) = crate::daemon::base::testing::fake_daemon("api-call", "");
+        let d = Arc::new(d);
+        let generic = COMMANDS.iter().filter(|c| c.parse == Parse::Fields);
+        for c in generic {
+            if let Err(e) = call(&d, c.name, &Default::default()) {
+                assert!(
+                    !e.message.contains("no handler"),
+                    "{}: {}",
+                    c.name,
+                    e.message
+                );
+            }
+        }
+        let e = call(&d, "nothing", &Default::default()).unwrap_err();
+        assert!(e.message.contains("no handler"), "{}", e.message);
+    }
 }

@@ -513,8 +513,9 @@ fn names(names: &[String]) -> Result<Vec<String>> {
 }
 
 /// Pure: the fields of a command the table reads ([`Parse::Fields`]): from the query of a
-/// GET, else from a JSON object (an empty body is an empty object); each of the kind the
-/// table gives it, none it does not list.
+/// GET (a key the table does not list is ignored, as on every GET), else from a JSON object
+/// (an empty body is an empty object; a field it does not list is refused); each of the
+/// kind the table gives it.
 fn fields(c: &Cmd, req: &Request) -> Result<Map<String, Value>> {
     let (m, path) = (req.method.as_str(), req.path.as_str());
     let bad = |msg: String| Error::bad_request(format!("{m} {path}: {msg}"));
@@ -536,17 +537,25 @@ fn fields(c: &Cmd, req: &Request) -> Result<Map<String, Value>> {
     let mut out = Map::new();
     for (k, v) in given {
         let Some((_, kind)) = kinds.iter().find(|(f, _)| *f == k) else {
+            if m == "GET" {
+                continue;
+            }
             return Err(bad(format!("unknown field {k:?}")));
         };
         let v = match (kind, v) {
             (FieldKind::Name, Value::String(s)) => Value::String(check_name(&s)?),
             (FieldKind::Text, v @ Value::String(_)) => v,
             (FieldKind::Switch, v @ Value::Bool(_)) => v,
-            (FieldKind::Number, v @ Value::Number(_)) => v,
-            // A query carries words: a switch's `1`/`true`, a number's digits.
-            (FieldKind::Switch, Value::String(s)) if m == "GET" => {
-                Value::Bool(matches!(s.as_str(), "" | "1" | "true"))
-            }
+            (FieldKind::Number, Value::Number(n)) => n
+                .as_u64()
+                .map(Value::from)
+                .ok_or_else(|| bad(format!("{k}: {n} is not a whole number")))?,
+            // A query carries words: a switch's `1`/`true` or `0`/`false`, a number's digits.
+            (FieldKind::Switch, Value::String(s)) if m == "GET" => match s.as_str() {
+                "" | "1" | "true" => Value::Bool(true),
+                "0" | "false" => Value::Bool(false),
+                _ => return Err(bad(format!("{k}: {s:?} is not 1, true, 0 or false"))),
+            },
             (FieldKind::Number, Value::String(s)) if m == "GET" => s
                 .parse::<u64>()
                 .map(Value::from)
@@ -617,10 +626,8 @@ mod tests {
             parse(&req("POST", "/v1/ping", "")).unwrap_err().status(),
             405
         );
-        assert_eq!(
-            parse(&req("GET", "/v1/ping?x=1", "")).unwrap_err().status(),
-            400
-        );
+        // As on every GET, a key the table does not list is ignored.
+        assert_eq!(parse(&req("GET", "/v1/ping?x=1", "")).unwrap(), ping);
         assert_eq!(
             parse(&req("POST", "/v1/update", "")).unwrap(),
             Action::Update {
@@ -1137,5 +1144,18 @@ mod tests {
             "POST /v1/x: expected a JSON object"
         );
         assert!(refused("POST", "/v1/x", r#"{"name":"../x"}"#).contains("../x"));
+        assert_eq!(
+            refused("POST", "/v1/x", r#"{"name":"web","timeout":-1}"#),
+            "POST /v1/x: timeout: -1 is not a whole number"
+        );
+        assert_eq!(
+            refused("GET", "/v1/x?name=web&all=yes", ""),
+            r#"GET /v1/x: all: "yes" is not 1, true, 0 or false"#
+        );
+        let f = fields(&c, &req("GET", "/v1/x?name=web&all=0&cache=1", "")).unwrap();
+        assert_eq!(
+            Value::Object(f).to_string(),
+            r#"{"all":false,"name":"web"}"#
+        );
     }
 }
