@@ -80,12 +80,22 @@ pub trait Lxc: Sync {
     fn running_init(&self, lxcpath: &Path, name: &str) -> Option<i32>;
 }
 
+/// The system's tools the daemon runs for what it has no syscall of its own for: links
+/// (`ip`), berth's nftables tables (`nft`), its DHCP server (`dnsmasq`).
+pub trait Tools: Sync {
+    /// Runs `prog` (from PATH) with `args`, `input` on its stdin (else /dev/null): its
+    /// stdout, or an error naming the command (`{prog}: cannot run it (…); berth needs
+    /// {prog} in PATH`, `{prog} {args} failed ({status}): {stderr}`).
+    fn run(&self, prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String>;
+}
+
 /// What the daemon asks of the host, one part per concern.
 pub struct Host {
     pub mounts: &'static dyn Mounts,
     pub signals: &'static dyn Signals,
     pub processes: &'static dyn Processes,
     pub lxc: &'static dyn Lxc,
+    pub tools: &'static dyn Tools,
 }
 
 /// The kernel itself.
@@ -94,7 +104,42 @@ pub static REAL: Host = Host {
     signals: &RealSignals,
     processes: &RealProcesses,
     lxc: &RealLxc,
+    tools: &RealTools,
 };
+
+struct RealTools;
+
+impl Tools for RealTools {
+    fn run(&self, prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
+        use std::io::Write;
+        let mut c = std::process::Command::new(prog)
+            .args(args)
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("{prog}: cannot run it ({e}); berth needs {prog} in PATH"))?;
+        if let (Some(i), Some(mut s)) = (input, c.stdin.take()) {
+            let _ = s.write_all(i.as_bytes());
+        }
+        let o = c.wait_with_output().map_err(|e| format!("{prog}: {e}"))?;
+        if o.status.success() {
+            Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+        } else {
+            let err = String::from_utf8_lossy(&o.stderr);
+            Err(format!(
+                "{prog} {} failed ({}): {}",
+                args.join(" "),
+                o.status,
+                err.trim()
+            ))
+        }
+    }
+}
 
 struct RealProcesses;
 

@@ -21,7 +21,7 @@ use std::process::{Child, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use berth_sys::host::{Host, Lxc, Mounts, Processes, Signals};
+use berth_sys::host::{Host, Lxc, Mounts, Processes, Signals, Tools};
 use berth_sys::mount::{MountInfo, SysError};
 use berth_sys::mountns::{Mount, Step};
 
@@ -376,30 +376,131 @@ pub struct FakeHost {
     pub signals: &'static FakeSignals,
     pub processes: &'static FakeProcesses,
     pub lxc: &'static FakeLxc,
+    pub tools: &'static FakeTools,
     pub host: &'static Host,
 }
 
-/// A fake host of these mounts and signals, no process answered, no container running
-/// (leaked: a test's daemon lives as long as the test).
+/// A fake host of these mounts and signals, no process answered, no container running, no
+/// tool answered (leaked: a test's daemon lives as long as the test).
 pub fn fake_host(mounts: FakeMounts, signals: FakeSignals) -> &'static FakeHost {
     fn leak<T>(t: T) -> &'static T {
         Box::leak(Box::new(t))
     }
     let (mounts, signals) = (leak(mounts), leak(signals));
     let (processes, lxc) = (leak(FakeProcesses::default()), leak(FakeLxc::default()));
+    let tools = leak(FakeTools::default());
     let host = leak(Host {
         mounts,
         signals,
         processes,
         lxc,
+        tools,
     });
     leak(FakeHost {
         mounts,
         signals,
         processes,
         lxc,
+        tools,
         host,
     })
+}
+
+/// The system's tools (`ip`, `nft`, `dnsmasq`): each run answered from a table a test sets,
+/// by program and the first words of its arguments (the longest such prefix wins; an answer
+/// given once is used once, before the lasting ones). A run nothing answers is an error
+/// saying so, so that no test passes on a command it did not expect. Every run is recorded:
+/// its program, arguments and input.
+#[derive(Default)]
+pub struct FakeTools {
+    inner: Mutex<ToolState>,
+}
+
+/// One run: the program, its arguments, what it was fed on stdin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolCall {
+    pub prog: String,
+    pub args: Vec<String>,
+    pub input: Option<String>,
+}
+
+impl ToolCall {
+    /// The command line: `prog arg…`.
+    pub fn line(&self) -> String {
+        std::iter::once(self.prog.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+type ToolAnswer = Result<String, String>;
+
+#[derive(Default)]
+struct ToolState {
+    calls: Vec<ToolCall>,
+    /// (program, arguments' prefix, answer, once).
+    answers: Vec<(String, Vec<String>, ToolAnswer, bool)>,
+}
+
+impl FakeTools {
+    /// Runs of `prog` whose arguments start with `prefix` answer `answer` (Ok: its stdout;
+    /// Err: the error the daemon gets), until answered again.
+    pub fn answer(&self, prog: &str, prefix: &[&str], answer: ToolAnswer) {
+        let mut i = self.inner.lock().unwrap();
+        let key: Vec<String> = prefix.iter().map(|a| a.to_string()).collect();
+        i.answers
+            .retain(|(p, k, _, once)| *once || p != prog || *k != key);
+        i.answers.push((prog.into(), key, answer, false));
+    }
+
+    /// The next run of `prog` whose arguments start with `prefix` answers `answer`.
+    pub fn answer_once(&self, prog: &str, prefix: &[&str], answer: ToolAnswer) {
+        let mut i = self.inner.lock().unwrap();
+        let key = prefix.iter().map(|a| a.to_string()).collect();
+        i.answers.push((prog.into(), key, answer, true));
+    }
+
+    /// Every run so far, in order.
+    pub fn calls(&self) -> Vec<ToolCall> {
+        self.inner.lock().unwrap().calls.clone()
+    }
+
+    /// The command lines of every run so far ([`ToolCall::line`]).
+    pub fn lines(&self) -> Vec<String> {
+        self.calls().iter().map(ToolCall::line).collect()
+    }
+}
+
+impl Tools for FakeTools {
+    fn run(&self, prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
+        let mut i = self.inner.lock().unwrap();
+        let call = ToolCall {
+            prog: prog.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+            input: input.map(String::from),
+        };
+        i.calls.push(call.clone());
+        let fits = |(p, k, _, _): &&(String, Vec<String>, ToolAnswer, bool)| {
+            *p == prog && call.args.starts_with(k)
+        };
+        let once = i
+            .answers
+            .iter()
+            .filter(|a| a.3)
+            .filter(&fits)
+            .max_by_key(|a| a.1.len());
+        let once = once.map(|a| (a.0.clone(), a.1.clone()));
+        if let Some((p, k)) = once {
+            let at = i.answers.iter().position(|a| a.3 && a.0 == p && a.1 == k);
+            return i.answers.remove(at.unwrap()).2;
+        }
+        let lasting = i.answers.iter().filter(|a| !a.3).filter(&fits);
+        match lasting.max_by_key(|a| a.1.len()) {
+            Some(a) => a.2.clone(),
+            None => Err(format!("fake tools: no answer for `{}`", call.line())),
+        }
+    }
 }
 
 /// Processes the daemon starts: a start whose first argument a test answered runs the
@@ -803,5 +904,33 @@ mod tests {
         assert_eq!(lxc.running_init(path, "web"), None);
         assert!(!lxc.monitor_alive(path, "web"));
         assert_eq!(lxc.calls().len(), 6);
+    }
+
+    #[test]
+    fn tools_answer_from_the_table_longest_prefix_first_once_before_lasting_and_record_all() {
+        let t = FakeTools::default();
+        let e = t.run("ip", &["link", "show"], None).unwrap_err();
+        assert_eq!(e, "fake tools: no answer for `ip link show`");
+        t.answer("ip", &[], Ok("any".into()));
+        t.answer("ip", &["link", "show"], Err("no such device".into()));
+        assert_eq!(t.run("ip", &["addr"], None).unwrap(), "any");
+        assert_eq!(
+            t.run("ip", &["link", "show", "x"], None).unwrap_err(),
+            "no such device"
+        );
+        t.answer_once("ip", &["link"], Ok("once".into()));
+        assert_eq!(t.run("ip", &["link", "show"], None).unwrap(), "once");
+        assert_eq!(
+            t.run("ip", &["link", "show"], None).unwrap_err(),
+            "no such device"
+        );
+        t.answer("ip", &["link", "show"], Ok("there".into()));
+        assert_eq!(t.run("ip", &["link", "show"], None).unwrap(), "there");
+        assert!(t.run("nft", &["-f", "-"], Some("table inet t {}")).is_err());
+        let calls = t.calls();
+        assert_eq!(calls.len(), 7);
+        assert_eq!(calls[6].line(), "nft -f -");
+        assert_eq!(calls[6].input.as_deref(), Some("table inet t {}"));
+        assert_eq!(calls[1].input, None);
     }
 }
