@@ -6,10 +6,8 @@
 //! exist at daemon start: a device whose packages use `none` or `shared` keeps its network
 //! exactly as it was.
 
-use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::atomic::AtomicBool;
 
 use crate::logger::warn_once;
@@ -54,41 +52,22 @@ fn net_err(m: String) -> Error {
     Error::new(Kind::Network, m)
 }
 
-/// Runs `ip`/`nft` (from PATH), feeding `input`; stdout, or an error naming the command.
-fn run(prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
-    let mut c = Command::new(prog)
-        .args(args)
-        .stdin(if input.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{prog}: cannot run it ({e}); berth needs {prog} in PATH"))?;
-    if let (Some(i), Some(mut s)) = (input, c.stdin.take()) {
-        let _ = s.write_all(i.as_bytes());
-    }
-    let o = c.wait_with_output().map_err(|e| format!("{prog}: {e}"))?;
-    if o.status.success() {
-        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-    } else {
-        let err = String::from_utf8_lossy(&o.stderr);
-        Err(format!(
-            "{prog} {} failed ({}): {}",
-            args.join(" "),
-            o.status,
-            err.trim()
-        ))
-    }
+/// Runs `ip`/`nft`/`dnsmasq` through the host's tools, feeding `input`: stdout, or an
+/// error naming the command.
+fn run(d: &Daemon, prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
+    d.host.tools.run(prog, args, input)
 }
 
 /// The host's IPv4 routes other than the bridge's own: (prefix, device).
 type Route = ((Ipv4Addr, u8), String);
 
-fn host_routes(bridge: &str) -> Result<Vec<Route>, String> {
-    let text = run("ip", &["-4", "-o", "route", "show", "table", "all"], None)?;
+fn host_routes(d: &Daemon, bridge: &str) -> Result<Vec<Route>, String> {
+    let text = run(
+        d,
+        "ip",
+        &["-4", "-o", "route", "show", "table", "all"],
+        None,
+    )?;
     let mut out = Vec::new();
     for l in text.lines() {
         let f: Vec<&str> = l.split_whitespace().collect();
@@ -114,11 +93,12 @@ fn host_routes(bridge: &str) -> Result<Vec<Route>, String> {
 }
 
 /// Creates the bridge with the gateway address (once), and lets the device forward.
-fn ensure_bridge(c: &NetConfig, proc: &Path) -> Result<(), String> {
-    let exists = run("ip", &["-o", "link", "show", "dev", &c.bridge], None).is_ok();
+fn ensure_bridge(d: &Daemon) -> Result<(), String> {
+    let c = &d.cfg.network;
+    let exists = run(d, "ip", &["-o", "link", "show", "dev", &c.bridge], None).is_ok();
     if !exists {
         let mine = c.subnet;
-        if let Some((p, dev)) = host_routes(&c.bridge)?
+        if let Some((p, dev)) = host_routes(d, &c.bridge)?
             .into_iter()
             .find(|(p, _)| net::overlaps(*p, mine))
         {
@@ -127,13 +107,13 @@ fn ensure_bridge(c: &NetConfig, proc: &Path) -> Result<(), String> {
                 mine.0, mine.1, p.0, p.1
             ));
         }
-        run("ip", &["link", "add", &c.bridge, "type", "bridge"], None)?;
+        run(d, "ip", &["link", "add", &c.bridge, "type", "bridge"], None)?;
     }
     let gw = format!("{}/{}", c.gateway(), c.subnet.1);
-    run("ip", &["addr", "replace", &gw, "dev", &c.bridge], None)?;
-    run("ip", &["link", "set", &c.bridge, "up"], None)?;
+    run(d, "ip", &["addr", "replace", &gw, "dev", &c.bridge], None)?;
+    run(d, "ip", &["link", "set", &c.bridge, "up"], None)?;
     // Per network namespace: this is the device's own forwarding switch, which NAT needs.
-    let forward = proc.join("sys/net/ipv4/ip_forward");
+    let forward = d.proc().join("sys/net/ipv4/ip_forward");
     std::fs::write(&forward, "1")
         .map_err(|e| format!("enable IPv4 forwarding ({}): {e}", forward.display()))
 }
@@ -208,7 +188,7 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
         *loaded = 0;
         // Whether the ruleset went in without some limit, and whether the kernel refused it.
         let (mut partial, mut refused) = (false, false);
-        if let Err(e) = run("nft", &["-f", "-"], Some(&t)) {
+        if let Err(e) = run(d, "nft", &["-f", "-"], Some(&t)) {
             // Without the caps (no `ct count`: nft_connlimit, Linux 4.18), without the rate
             // (no `limit`), without either; nothing to leave out: the failure is the error.
             let mut tried = vec![limits];
@@ -225,7 +205,7 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
                     continue;
                 }
                 tried.push(f);
-                if run("nft", &["-f", "-"], Some(&text(f))).is_ok() {
+                if run(d, "nft", &["-f", "-"], Some(&text(f))).is_ok() {
                     fell_back = Some(f);
                     break;
                 }
@@ -303,11 +283,12 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> Result<S
                     ),
                 )
             })?;
-            let link = run("ip", &["-o", "link", "show", "dev", parent], None).map_err(|_| {
-                net_err(format!(
-                    "{name}: macvlan parent interface {parent} does not exist"
-                ))
-            })?;
+            let link =
+                run(d, "ip", &["-o", "link", "show", "dev", parent], None).map_err(|_| {
+                    net_err(format!(
+                        "{name}: macvlan parent interface {parent} does not exist"
+                    ))
+                })?;
             let flags = link.split(['<', '>']).nth(1).unwrap_or("");
             if !flags.split(',').any(|f| f == "UP") {
                 return Err(net_err(format!(
@@ -333,7 +314,7 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> Result<S
                 .map_err(|e| Error::new(Kind::PortTaken, e.to_string()))?;
             let (ip, had) = lease(d, name, mode)?;
             let mut leases = load_leases(d);
-            if let Err(e) = ensure_bridge(c, d.proc())
+            if let Err(e) = ensure_bridge(d)
                 .and_then(|_| apply(d, st, &leases))
                 .and_then(|_| sync_dhcp(d, st, &leases))
             {
@@ -439,7 +420,7 @@ fn sync_dhcp(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     };
     let _ = std::fs::create_dir_all(d.cfg.paths.run.join("net"));
     let args: Vec<&str> = want.iter().map(String::as_str).collect();
-    run("dnsmasq", &args, None).map(|_| ())
+    run(d, "dnsmasq", &args, None).map(|_| ())
 }
 
 /// After packages are removed: their leases go, the ruleset follows.
@@ -469,7 +450,7 @@ pub fn restore(d: &Daemon, st: &State) {
     if members(st, &leases).is_empty() {
         return;
     }
-    if let Err(e) = ensure_bridge(&d.cfg.network, d.proc())
+    if let Err(e) = ensure_bridge(d)
         .and_then(|_| apply(d, st, &leases))
         .and_then(|_| sync_dhcp(d, st, &leases))
     {
@@ -529,6 +510,7 @@ pub fn status(d: &Daemon, st: &State) -> Result<Value> {
     if !members(st, &leases).is_empty() {
         for fam in ["bridge", "inet"] {
             match run(
+                d,
                 "nft",
                 &["-j", "list", "counters", "table", fam, &c.table],
                 None,
