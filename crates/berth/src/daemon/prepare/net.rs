@@ -632,7 +632,9 @@ fn neighbours(d: &Daemon) -> Vec<lan::Host> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, fakes, install, MANIFEST};
+    use berth_testkit::fake_host::FakeTools;
+    use berth_testkit::TempDir;
 
     fn networked(name: &str, network: &str) -> String {
         format!("[package]\nname = \"{name}\"\nversion = \"1.0\"\n[entrypoint]\nargv = [\"/bin/{name}\"]\n[network]\n{network}")
@@ -797,5 +799,252 @@ mod tests {
         forget(&d, &st, &["gone".into()]);
         assert!(!resolv.exists());
         assert_eq!(load_leases(&d), [("app".to_string(), ip)]);
+    }
+
+    /// A daemon whose fixture /proc takes the forwarding switch, its fake tools answering
+    /// `ip` and `nft` as a host with no bridge yet: `nft` loads, `ip` does what it is asked,
+    /// and its routes are `routes`.
+    fn networked_daemon(tag: &str, extra: &str) -> (TempDir, Daemon, &'static FakeTools) {
+        let (dir, d, _) = fake_daemon(tag, extra);
+        std::fs::create_dir_all(d.proc().join("sys/net/ipv4")).unwrap();
+        let tools = fakes(&d).tools;
+        tools.answer("ip", &[], Ok(String::new()));
+        let no_link = Err(
+            "ip -o link show dev berth0 failed (exit status: 1): Device \"berth0\" does not exist."
+                .to_string(),
+        );
+        tools.answer("ip", &["-o", "link", "show"], no_link);
+        tools.answer(
+            "ip",
+            &["-4", "-o", "route"],
+            Ok("default via 192.168.1.1 dev eth0\n192.168.1.0/24 dev eth0 proto kernel scope link src 192.168.1.2\n".into()),
+        );
+        tools.answer("nft", &["-f", "-"], Ok(String::new()));
+        (dir, d, tools)
+    }
+
+    /// What `nft -f -` was fed, each load in order.
+    fn loads(tools: &FakeTools) -> Vec<String> {
+        let calls = tools.calls().into_iter().filter(|c| c.line() == "nft -f -");
+        calls.map(|c| c.input.unwrap_or_default()).collect()
+    }
+
+    /// The first isolated container makes the bridge (its gateway address, up) after checking
+    /// the subnet against the host's routes, lets the device forward, and loads a ruleset
+    /// holding its address; the next finds the bridge there and does not make it again.
+    #[test]
+    fn the_bridge_is_made_once_and_each_start_loads_the_ruleset_with_its_address() {
+        let (dir, d, tools) = networked_daemon("net-bridge", "[network]\ntable = \"bt_bridge\"\n");
+        let rootfs = dir.path("rootfs");
+        let app = install(&d, &networked("app", "mode = \"isolated\"\n"));
+        let st = crate::daemon::device::state::state(&d);
+        let lines = prepare(&d, &app, &st, &rootfs).unwrap();
+        let c = &d.cfg.network;
+        let ip = net::lease_of(&load_leases(&d), "app").expect("a lease");
+        assert!(lines.contains(&ip.to_string()), "{lines}");
+        let (br, gw) = (&c.bridge, format!("{}/{}", c.gateway(), c.subnet.1));
+        assert_eq!(
+            tools.lines(),
+            [
+                format!("ip -o link show dev {br}"),
+                "ip -4 -o route show table all".into(),
+                format!("ip link add {br} type bridge"),
+                format!("ip addr replace {gw} dev {br}"),
+                format!("ip link set {br} up"),
+                "nft -f -".into(),
+            ]
+        );
+        let forward = d.proc().join("sys/net/ipv4/ip_forward");
+        assert_eq!(std::fs::read_to_string(forward).unwrap(), "1");
+        let rules = &loads(tools)[0];
+        assert!(rules.contains("table inet bt_bridge {"), "{rules}");
+        assert!(rules.contains("table bridge bt_bridge {"), "{rules}");
+        assert!(rules.contains(&format!("ip saddr {ip}")), "{rules}");
+
+        tools.answer(
+            "ip",
+            &["-o", "link", "show"],
+            Ok(format!(
+                "7: {br}: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500\n"
+            )),
+        );
+        let db = install(&d, &networked("db", "mode = \"isolated\"\n"));
+        let st = crate::daemon::device::state::state(&d);
+        prepare(&d, &db, &st, &rootfs).unwrap();
+        let db_ip = net::lease_of(&load_leases(&d), "db").expect("a lease");
+        assert_ne!(db_ip, ip);
+        assert_eq!(
+            tools.lines()[6..],
+            [
+                format!("ip -o link show dev {br}"),
+                format!("ip addr replace {gw} dev {br}"),
+                format!("ip link set {br} up"),
+                "nft -f -".into(),
+            ]
+        );
+        let rules = &loads(tools)[1];
+        assert!(rules.contains(&format!("ip saddr {ip}")), "{rules}");
+        assert!(rules.contains(&format!("ip saddr {db_ip}")), "{rules}");
+    }
+
+    /// A subnet that overlaps a host route is refused naming both, before any link is made
+    /// (no lease kept).
+    #[test]
+    fn a_subnet_overlapping_a_host_route_makes_no_bridge() {
+        let (dir, d, tools) =
+            networked_daemon("net-overlap", "[network]\ntable = \"bt_overlap\"\n");
+        let c = &d.cfg.network;
+        let route = format!("{}/{} dev wg0 scope link\n", c.subnet.0, c.subnet.1);
+        tools.answer("ip", &["-4", "-o", "route"], Ok(route));
+        let app = install(&d, &networked("app", "mode = \"isolated\"\n"));
+        let st = crate::daemon::device::state::state(&d);
+        let e = prepare(&d, &app, &st, &dir.path("rootfs")).unwrap_err();
+        assert_eq!(e.kind, Kind::Network);
+        assert!(
+            e.message.contains("overlaps the host's route") && e.message.contains("on wg0"),
+            "{}",
+            e.message
+        );
+        assert!(
+            !tools.lines().iter().any(|l| l.starts_with("ip link add")),
+            "{:?}",
+            tools.lines()
+        );
+        assert!(load_leases(&d).is_empty());
+    }
+
+    /// `nft` refusing the ruleset: the start fails naming nft and its words; the lease it
+    /// took goes back, the ruleset without the container is asked for, no veth script is
+    /// written, and the next start loads again.
+    #[test]
+    fn nft_refusing_fails_the_start_and_gives_the_lease_back() {
+        let (dir, d, tools) =
+            networked_daemon("net-nft-refused", "[network]\ntable = \"bt_refused\"\n");
+        let refused = "nft -f - failed (exit status: 1): Error: Could not process rule: Operation not permitted";
+        tools.answer("nft", &["-f", "-"], Err(refused.into()));
+        let app = install(&d, &networked("app", "mode = \"isolated\"\n"));
+        let st = crate::daemon::device::state::state(&d);
+        let e = prepare(&d, &app, &st, &dir.path("rootfs")).unwrap_err();
+        assert_eq!(e.kind, Kind::Network);
+        assert_eq!(e.message, format!("app: {refused}"));
+        assert!(load_leases(&d).is_empty(), "the lease given back");
+        assert!(!d.cfg.paths.run.join("net/veth-up").exists());
+        let loads = loads(tools);
+        assert_eq!(
+            loads.len(),
+            2,
+            "the ruleset, then the one without the container"
+        );
+        assert!(loads[0].contains("ip saddr"), "{}", loads[0]);
+        assert_eq!(loads[1], net::teardown(&d.cfg.network));
+
+        tools.answer("nft", &["-f", "-"], Ok(String::new()));
+        prepare(&d, &app, &st, &dir.path("rootfs")).unwrap();
+        assert_eq!(self::loads(tools).len(), 3, "loaded again");
+        assert_eq!(load_leases(&d).len(), 1);
+    }
+
+    /// A kernel that has no `ct count` (nft_connlimit): the ruleset goes in without the cap,
+    /// its rate limit kept, and the start goes on.
+    #[test]
+    fn a_ruleset_the_kernel_refuses_the_cap_of_goes_in_without_it() {
+        let (dir, d, tools) = networked_daemon(
+            "net-nft-fallback",
+            "[network]\ntable = \"bt_fallback\"\nmax_connections = \"200\"\n",
+        );
+        let no_cap = "nft -f - failed (exit status: 1): Error: Could not process rule: No such file or directory";
+        tools.answer_once("nft", &["-f", "-"], Err(no_cap.into()));
+        let app = install(&d, &networked("app", "mode = \"isolated\"\n"));
+        let st = crate::daemon::device::state::state(&d);
+        prepare(&d, &app, &st, &dir.path("rootfs")).unwrap();
+        let loads = loads(tools);
+        assert_eq!(loads.len(), 2);
+        assert!(loads[0].contains("ct count over 200"), "{}", loads[0]);
+        assert!(loads[0].contains("limit rate over"), "{}", loads[0]);
+        assert!(!loads[1].contains("ct count"), "{}", loads[1]);
+        assert!(loads[1].contains("limit rate over"), "{}", loads[1]);
+        assert_eq!(load_leases(&d).len(), 1);
+    }
+
+    /// macvlan: a parent the host does not have, or has down, is the error the user sees; one
+    /// that is up gives the container its link.
+    #[test]
+    fn a_macvlan_parent_missing_or_down_is_refused_naming_it() {
+        let (dir, d, _) = fake_daemon("net-macvlan", "[network]\nmacvlan_parent = \"eth9\"\n");
+        let tools = fakes(&d).tools;
+        let rootfs = dir.path("rootfs");
+        let mv = install(&d, &networked("mv", "mode = \"macvlan\"\n"));
+        let st = crate::daemon::device::state::state(&d);
+        let missing =
+            "ip -o link show dev eth9 failed (exit status: 1): Device \"eth9\" does not exist.";
+        tools.answer(
+            "ip",
+            &["-o", "link", "show", "dev", "eth9"],
+            Err(missing.into()),
+        );
+        let e = prepare(&d, &mv, &st, &rootfs).unwrap_err();
+        assert_eq!(e.kind, Kind::Network);
+        assert_eq!(
+            e.message,
+            "mv: macvlan parent interface eth9 does not exist"
+        );
+        let down = "3: eth9: <BROADCAST,MULTICAST> mtu 1500 qdisc noop state DOWN\n";
+        tools.answer(
+            "ip",
+            &["-o", "link", "show", "dev", "eth9"],
+            Ok(down.into()),
+        );
+        let e = prepare(&d, &mv, &st, &rootfs).unwrap_err();
+        assert_eq!(e.message, "mv: macvlan parent interface eth9 is down");
+        let up = "3: eth9: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 state UP\n";
+        tools.answer("ip", &["-o", "link", "show", "dev", "eth9"], Ok(up.into()));
+        let lines = prepare(&d, &mv, &st, &rootfs).unwrap();
+        assert!(lines.contains("lxc.net.0.type = macvlan\n"), "{lines}");
+        assert!(lines.contains("lxc.net.0.link = eth9\n"), "{lines}");
+        assert_eq!(tools.lines().len(), 3, "{:?}", tools.lines());
+    }
+
+    /// A container that asks for DHCP starts berth's dnsmasq on the bridge, with a static
+    /// host entry for its address and the daemon's pid file; dnsmasq failing to start fails
+    /// the start naming it, the lease given back.
+    #[test]
+    fn dnsmasq_starts_with_the_containers_host_entry() {
+        let (dir, d, tools) = networked_daemon("net-dhcp", "[network]\ntable = \"bt_dhcp\"\n");
+        tools.answer("dnsmasq", &[], Ok(String::new()));
+        let app = install(
+            &d,
+            &networked("app", "mode = \"isolated\"\naddress = \"dhcp\"\n"),
+        );
+        let st = crate::daemon::device::state::state(&d);
+        prepare(&d, &app, &st, &dir.path("rootfs")).unwrap();
+        let ip = net::lease_of(&load_leases(&d), "app").unwrap();
+        let calls = tools.calls();
+        let run = calls
+            .iter()
+            .find(|c| c.prog == "dnsmasq")
+            .expect("dnsmasq run");
+        let c = &d.cfg.network;
+        for a in [
+            format!("--interface={}", c.bridge),
+            format!("--dhcp-host={},{ip}", net::mac_of(ip)),
+            format!("--pid-file={}", dnsmasq_pid_file(&d).display()),
+            format!("--dhcp-option=option:router,{}", c.gateway()),
+        ] {
+            assert!(run.args.contains(&a), "{a} in {:?}", run.args);
+        }
+        assert_eq!(run.input, None);
+
+        let (dir, d, tools) =
+            networked_daemon("net-dhcp-fails", "[network]\ntable = \"bt_dhcp2\"\n");
+        let gone = "dnsmasq: cannot run it (No such file or directory (os error 2)); berth needs dnsmasq in PATH";
+        tools.answer("dnsmasq", &[], Err(gone.into()));
+        let app = install(
+            &d,
+            &networked("app", "mode = \"isolated\"\naddress = \"dhcp\"\n"),
+        );
+        let st = crate::daemon::device::state::state(&d);
+        let e = prepare(&d, &app, &st, &dir.path("rootfs")).unwrap_err();
+        assert_eq!(e.message, format!("app: {gone}"));
+        assert!(load_leases(&d).is_empty());
     }
 }
