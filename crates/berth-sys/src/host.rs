@@ -7,7 +7,7 @@
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Output, Stdio};
 
 use crate::mount::{MountInfo, SysError};
 use crate::mountns::{Mount, Step};
@@ -80,13 +80,62 @@ pub trait Lxc: Sync {
     fn running_init(&self, lxcpath: &Path, name: &str) -> Option<i32>;
 }
 
+/// A tool run that did not get as far as an exit status.
+#[derive(Debug)]
+pub enum ToolError {
+    /// It could not be started (not in PATH, not executable, no memory to fork).
+    Spawn(io::Error),
+    /// It started, but its output or its end could not be had.
+    Wait(io::Error),
+}
+
+impl ToolError {
+    /// The error, whichever step it was.
+    pub fn io(&self) -> &io::Error {
+        match self {
+            ToolError::Spawn(e) | ToolError::Wait(e) => e,
+        }
+    }
+}
+
 /// The system's tools the daemon runs for what it has no syscall of its own for: links
-/// (`ip`), berth's nftables tables (`nft`), its DHCP server (`dnsmasq`).
+/// (`ip`), berth's nftables tables (`nft`), its DHCP server (`dnsmasq`), a /data image's file
+/// system (`mkfs.ext4`, `e2fsck`, `resize2fs`), a delta's decoding (`zstd`).
 pub trait Tools: Sync {
-    /// Runs `prog` (from PATH) with `args`, `input` on its stdin (else /dev/null): its
-    /// stdout, or an error naming the command (`{prog}: cannot run it (…); berth needs
-    /// {prog} in PATH`, `{prog} {args} failed ({status}): {stderr}`).
-    fn run(&self, prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String>;
+    /// Runs `prog` (a path, or a name looked up in PATH) with `args`, `input` on its stdin
+    /// (else /dev/null), and waits for it: its exit status, stdout and stderr.
+    fn run(&self, prog: &str, args: &[&str], input: Option<&[u8]>) -> Result<Output, ToolError>;
+}
+
+/// [`Tools::run`] of a tool that must succeed: its stdout, or an error naming the command
+/// (`{prog}: cannot run it (…); berth needs {prog} in PATH`, `{prog} {args} failed
+/// ({status}): {stderr}`).
+pub fn run_checked(
+    tools: &dyn Tools,
+    prog: &str,
+    args: &[&str],
+    input: Option<&str>,
+) -> Result<String, String> {
+    let o = match tools.run(prog, args, input.map(str::as_bytes)) {
+        Ok(o) => o,
+        Err(ToolError::Spawn(e)) => {
+            return Err(format!(
+                "{prog}: cannot run it ({e}); berth needs {prog} in PATH"
+            ))
+        }
+        Err(ToolError::Wait(e)) => return Err(format!("{prog}: {e}")),
+    };
+    if o.status.success() {
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    } else {
+        let err = String::from_utf8_lossy(&o.stderr);
+        Err(format!(
+            "{prog} {} failed ({}): {}",
+            args.join(" "),
+            o.status,
+            err.trim()
+        ))
+    }
 }
 
 /// What the daemon asks of the host, one part per concern.
@@ -110,7 +159,7 @@ pub static REAL: Host = Host {
 struct RealTools;
 
 impl Tools for RealTools {
-    fn run(&self, prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
+    fn run(&self, prog: &str, args: &[&str], input: Option<&[u8]>) -> Result<Output, ToolError> {
         use std::io::Write;
         let mut c = std::process::Command::new(prog)
             .args(args)
@@ -122,22 +171,11 @@ impl Tools for RealTools {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("{prog}: cannot run it ({e}); berth needs {prog} in PATH"))?;
+            .map_err(ToolError::Spawn)?;
         if let (Some(i), Some(mut s)) = (input, c.stdin.take()) {
-            let _ = s.write_all(i.as_bytes());
+            let _ = s.write_all(i);
         }
-        let o = c.wait_with_output().map_err(|e| format!("{prog}: {e}"))?;
-        if o.status.success() {
-            Ok(String::from_utf8_lossy(&o.stdout).into_owned())
-        } else {
-            let err = String::from_utf8_lossy(&o.stderr);
-            Err(format!(
-                "{prog} {} failed ({}): {}",
-                args.join(" "),
-                o.status,
-                err.trim()
-            ))
-        }
+        c.wait_with_output().map_err(ToolError::Wait)
     }
 }
 

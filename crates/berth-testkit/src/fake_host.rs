@@ -17,11 +17,11 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use berth_sys::host::{Host, Lxc, Mounts, Processes, Signals, Tools};
+use berth_sys::host::{Host, Lxc, Mounts, Processes, Signals, ToolError, Tools};
 use berth_sys::mount::{MountInfo, SysError};
 use berth_sys::mountns::{Mount, Step};
 
@@ -406,17 +406,19 @@ pub fn fake_host(mounts: FakeMounts, signals: FakeSignals) -> &'static FakeHost 
     })
 }
 
-/// The system's tools (`ip`, `nft`, `dnsmasq`): each run answered from a table a test sets,
-/// by program and the first words of its arguments (the longest such prefix wins; an answer
-/// given once is used once, before the lasting ones). A run nothing answers is an error
-/// saying so, so that no test passes on a command it did not expect. Every run is recorded:
-/// its program, arguments and input.
+/// The system's tools (`ip`, `nft`, `dnsmasq`, e2fsprogs, `zstd`): each run answered from a
+/// table a test sets, by program (its file name: `/usr/sbin/e2fsck` is `e2fsck`) and the
+/// first words of its arguments (the longest such prefix wins; an answer given once is used
+/// once, before the lasting ones), or run for real where the test says so. A run nothing
+/// answers could not be started, with an error saying the fake has no answer, so that no
+/// test passes on a command it did not expect. Every run is recorded: its program, arguments
+/// and input.
 #[derive(Default)]
 pub struct FakeTools {
     inner: Mutex<ToolState>,
 }
 
-/// One run: the program, its arguments, what it was fed on stdin.
+/// One run: the program as given, its arguments, what it was fed on stdin.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ToolCall {
     pub prog: String,
@@ -434,7 +436,12 @@ impl ToolCall {
     }
 }
 
-type ToolAnswer = Result<String, String>;
+/// How a run ends: its exit code, stdout and stderr; or the real tool's run.
+#[derive(Clone)]
+enum ToolAnswer {
+    Exit(i32, String, String),
+    Real,
+}
 
 #[derive(Default)]
 struct ToolState {
@@ -444,21 +451,36 @@ struct ToolState {
 }
 
 impl FakeTools {
-    /// Runs of `prog` whose arguments start with `prefix` answer `answer` (Ok: its stdout;
-    /// Err: the error the daemon gets), until answered again.
-    pub fn answer(&self, prog: &str, prefix: &[&str], answer: ToolAnswer) {
-        let mut i = self.inner.lock().unwrap();
-        let key: Vec<String> = prefix.iter().map(|a| a.to_string()).collect();
-        i.answers
-            .retain(|(p, k, _, once)| *once || p != prog || *k != key);
-        i.answers.push((prog.into(), key, answer, false));
+    /// Runs of `prog` whose arguments start with `prefix` answer `answer` (Ok: exit 0 with
+    /// that stdout; Err: exit 1 with that stderr), until answered again.
+    pub fn answer(&self, prog: &str, prefix: &[&str], answer: Result<String, String>) {
+        self.set(prog, prefix, exit(answer), false);
     }
 
     /// The next run of `prog` whose arguments start with `prefix` answers `answer`.
-    pub fn answer_once(&self, prog: &str, prefix: &[&str], answer: ToolAnswer) {
+    pub fn answer_once(&self, prog: &str, prefix: &[&str], answer: Result<String, String>) {
+        self.set(prog, prefix, exit(answer), true);
+    }
+
+    /// Runs of `prog` whose arguments start with `prefix` exit with `code`, `stderr` said.
+    pub fn answer_exit(&self, prog: &str, prefix: &[&str], code: i32, stderr: &str) {
+        let answer = ToolAnswer::Exit(code, String::new(), stderr.into());
+        self.set(prog, prefix, answer, false);
+    }
+
+    /// Runs of `prog` run the real tool (which the test checked is there).
+    pub fn real(&self, prog: &str) {
+        self.set(prog, &[], ToolAnswer::Real, false);
+    }
+
+    fn set(&self, prog: &str, prefix: &[&str], answer: ToolAnswer, once: bool) {
         let mut i = self.inner.lock().unwrap();
-        let key = prefix.iter().map(|a| a.to_string()).collect();
-        i.answers.push((prog.into(), key, answer, true));
+        let key: Vec<String> = prefix.iter().map(|a| a.to_string()).collect();
+        if !once {
+            i.answers
+                .retain(|(p, k, _, o)| *o || p != prog || *k != key);
+        }
+        i.answers.push((prog.into(), key, answer, once));
     }
 
     /// Every run so far, in order.
@@ -470,35 +492,52 @@ impl FakeTools {
     pub fn lines(&self) -> Vec<String> {
         self.calls().iter().map(ToolCall::line).collect()
     }
+
+    /// The answer to a run of `name` with `args`: the once-answer it takes, else the lasting.
+    fn find(&self, name: &str, args: &[String]) -> Option<ToolAnswer> {
+        let mut i = self.inner.lock().unwrap();
+        let fits =
+            |a: &&(String, Vec<String>, ToolAnswer, bool)| a.0 == name && args.starts_with(&a.1);
+        let once = i.answers.iter().enumerate().filter(|(_, a)| a.3 && fits(a));
+        if let Some((at, _)) = once.max_by_key(|(_, a)| a.1.len()) {
+            return Some(i.answers.remove(at).2);
+        }
+        let lasting = i.answers.iter().filter(|a| !a.3).filter(fits);
+        lasting.max_by_key(|a| a.1.len()).map(|a| a.2.clone())
+    }
+}
+
+fn exit(answer: Result<String, String>) -> ToolAnswer {
+    match answer {
+        Ok(out) => ToolAnswer::Exit(0, out, String::new()),
+        Err(err) => ToolAnswer::Exit(1, String::new(), err),
+    }
 }
 
 impl Tools for FakeTools {
-    fn run(&self, prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
-        let mut i = self.inner.lock().unwrap();
+    fn run(&self, prog: &str, args: &[&str], input: Option<&[u8]>) -> Result<Output, ToolError> {
+        use std::os::unix::process::ExitStatusExt;
         let call = ToolCall {
             prog: prog.into(),
             args: args.iter().map(|a| a.to_string()).collect(),
-            input: input.map(String::from),
+            input: input.map(|i| String::from_utf8_lossy(i).into_owned()),
         };
-        i.calls.push(call.clone());
-        let fits = |(p, k, _, _): &&(String, Vec<String>, ToolAnswer, bool)| {
-            *p == prog && call.args.starts_with(k)
-        };
-        let once = i
-            .answers
-            .iter()
-            .filter(|a| a.3)
-            .filter(&fits)
-            .max_by_key(|a| a.1.len());
-        let once = once.map(|a| (a.0.clone(), a.1.clone()));
-        if let Some((p, k)) = once {
-            let at = i.answers.iter().position(|a| a.3 && a.0 == p && a.1 == k);
-            return i.answers.remove(at.unwrap()).2;
-        }
-        let lasting = i.answers.iter().filter(|a| !a.3).filter(&fits);
-        match lasting.max_by_key(|a| a.1.len()) {
-            Some(a) => a.2.clone(),
-            None => Err(format!("fake tools: no answer for `{}`", call.line())),
+        self.inner.lock().unwrap().calls.push(call.clone());
+        let name = Path::new(prog)
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or(prog);
+        match self.find(name, &call.args) {
+            Some(ToolAnswer::Exit(code, out, err)) => Ok(Output {
+                status: std::process::ExitStatus::from_raw(code << 8),
+                stdout: out.into_bytes(),
+                stderr: err.into_bytes(),
+            }),
+            Some(ToolAnswer::Real) => berth_sys::host::REAL.tools.run(prog, args, input),
+            None => Err(ToolError::Spawn(io::Error::other(format!(
+                "fake tools: no answer for `{}`",
+                call.line()
+            )))),
         }
     }
 }
@@ -909,28 +948,42 @@ mod tests {
     #[test]
     fn tools_answer_from_the_table_longest_prefix_first_once_before_lasting_and_record_all() {
         let t = FakeTools::default();
-        let e = t.run("ip", &["link", "show"], None).unwrap_err();
-        assert_eq!(e, "fake tools: no answer for `ip link show`");
+        let run = |prog: &str, args: &[&str], input: Option<&str>| {
+            berth_sys::host::run_checked(&t, prog, args, input)
+        };
+        let e = run("ip", &["link", "show"], None).unwrap_err();
+        assert_eq!(
+            e,
+            "ip: cannot run it (fake tools: no answer for `ip link show`); berth needs ip in PATH"
+        );
         t.answer("ip", &[], Ok("any".into()));
         t.answer("ip", &["link", "show"], Err("no such device".into()));
-        assert_eq!(t.run("ip", &["addr"], None).unwrap(), "any");
+        assert_eq!(run("ip", &["addr"], None).unwrap(), "any");
         assert_eq!(
-            t.run("ip", &["link", "show", "x"], None).unwrap_err(),
-            "no such device"
+            run("ip", &["link", "show", "x"], None).unwrap_err(),
+            "ip link show x failed (exit status: 1): no such device"
         );
         t.answer_once("ip", &["link"], Ok("once".into()));
-        assert_eq!(t.run("ip", &["link", "show"], None).unwrap(), "once");
-        assert_eq!(
-            t.run("ip", &["link", "show"], None).unwrap_err(),
-            "no such device"
-        );
+        assert_eq!(run("ip", &["link", "show"], None).unwrap(), "once");
+        assert!(run("ip", &["link", "show"], None).is_err(), "used once");
         t.answer("ip", &["link", "show"], Ok("there".into()));
-        assert_eq!(t.run("ip", &["link", "show"], None).unwrap(), "there");
-        assert!(t.run("nft", &["-f", "-"], Some("table inet t {}")).is_err());
+        assert_eq!(run("ip", &["link", "show"], None).unwrap(), "there");
+        t.answer_exit("e2fsck", &["-f"], 1, "corrected");
+        let o = t
+            .run("/usr/sbin/e2fsck", &["-f", "-p", "img"], None)
+            .unwrap();
+        assert_eq!(
+            (o.status.code(), &o.stderr[..]),
+            (Some(1), &b"corrected"[..])
+        );
+        t.real("true");
+        assert!(t.run("true", &[], None).unwrap().status.success());
+        assert!(run("nft", &["-f", "-"], Some("table inet t {}")).is_err());
         let calls = t.calls();
-        assert_eq!(calls.len(), 7);
-        assert_eq!(calls[6].line(), "nft -f -");
-        assert_eq!(calls[6].input.as_deref(), Some("table inet t {}"));
+        assert_eq!(calls.len(), 9);
+        assert_eq!(calls[6].line(), "/usr/sbin/e2fsck -f -p img");
+        assert_eq!(calls[8].line(), "nft -f -");
+        assert_eq!(calls[8].input.as_deref(), Some("table inet t {}"));
         assert_eq!(calls[1].input, None);
     }
 }

@@ -55,7 +55,7 @@ fn net_err(m: String) -> Error {
 /// Runs `ip`/`nft`/`dnsmasq` through the host's tools, feeding `input`: stdout, or an
 /// error naming the command.
 fn run(d: &Daemon, prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
-    d.host.tools.run(prog, args, input)
+    berth_sys::host::run_checked(d.host.tools, prog, args, input)
 }
 
 /// The host's IPv4 routes other than the bridge's own: (prefix, device).
@@ -803,16 +803,13 @@ mod tests {
 
     /// A daemon whose fixture /proc takes the forwarding switch, its fake tools answering
     /// `ip` and `nft` as a host with no bridge yet: `nft` loads, `ip` does what it is asked,
-    /// and its routes are `routes`.
+    /// the host's routes are a default one and its LAN's.
     fn networked_daemon(tag: &str, extra: &str) -> (TempDir, Daemon, &'static FakeTools) {
         let (dir, d, _) = fake_daemon(tag, extra);
         std::fs::create_dir_all(d.proc().join("sys/net/ipv4")).unwrap();
         let tools = fakes(&d).tools;
         tools.answer("ip", &[], Ok(String::new()));
-        let no_link = Err(
-            "ip -o link show dev berth0 failed (exit status: 1): Device \"berth0\" does not exist."
-                .to_string(),
-        );
+        let no_link = Err("Device \"berth0\" does not exist.".to_string());
         tools.answer("ip", &["-o", "link", "show"], no_link);
         tools.answer(
             "ip",
@@ -920,13 +917,16 @@ mod tests {
     fn nft_refusing_fails_the_start_and_gives_the_lease_back() {
         let (dir, d, tools) =
             networked_daemon("net-nft-refused", "[network]\ntable = \"bt_refused\"\n");
-        let refused = "nft -f - failed (exit status: 1): Error: Could not process rule: Operation not permitted";
+        let refused = "Error: Could not process rule: Operation not permitted";
         tools.answer("nft", &["-f", "-"], Err(refused.into()));
         let app = install(&d, &networked("app", "mode = \"isolated\"\n"));
         let st = crate::daemon::device::state::state(&d);
         let e = prepare(&d, &app, &st, &dir.path("rootfs")).unwrap_err();
         assert_eq!(e.kind, Kind::Network);
-        assert_eq!(e.message, format!("app: {refused}"));
+        assert_eq!(
+            e.message,
+            format!("app: nft -f - failed (exit status: 1): {refused}")
+        );
         assert!(load_leases(&d).is_empty(), "the lease given back");
         assert!(!d.cfg.paths.run.join("net/veth-up").exists());
         let loads = loads(tools);
@@ -952,7 +952,7 @@ mod tests {
             "net-nft-fallback",
             "[network]\ntable = \"bt_fallback\"\nmax_connections = \"200\"\n",
         );
-        let no_cap = "nft -f - failed (exit status: 1): Error: Could not process rule: No such file or directory";
+        let no_cap = "Error: Could not process rule: No such file or directory";
         tools.answer_once("nft", &["-f", "-"], Err(no_cap.into()));
         let app = install(&d, &networked("app", "mode = \"isolated\"\n"));
         let st = crate::daemon::device::state::state(&d);
@@ -975,8 +975,7 @@ mod tests {
         let rootfs = dir.path("rootfs");
         let mv = install(&d, &networked("mv", "mode = \"macvlan\"\n"));
         let st = crate::daemon::device::state::state(&d);
-        let missing =
-            "ip -o link show dev eth9 failed (exit status: 1): Device \"eth9\" does not exist.";
+        let missing = "Device \"eth9\" does not exist.";
         tools.answer(
             "ip",
             &["-o", "link", "show", "dev", "eth9"],
@@ -1036,15 +1035,21 @@ mod tests {
 
         let (dir, d, tools) =
             networked_daemon("net-dhcp-fails", "[network]\ntable = \"bt_dhcp2\"\n");
-        let gone = "dnsmasq: cannot run it (No such file or directory (os error 2)); berth needs dnsmasq in PATH";
-        tools.answer("dnsmasq", &[], Err(gone.into()));
+        let taken = "dnsmasq: failed to create listening socket for port 67: Address in use";
+        tools.answer("dnsmasq", &[], Err(taken.into()));
         let app = install(
             &d,
             &networked("app", "mode = \"isolated\"\naddress = \"dhcp\"\n"),
         );
         let st = crate::daemon::device::state::state(&d);
         let e = prepare(&d, &app, &st, &dir.path("rootfs")).unwrap_err();
-        assert_eq!(e.message, format!("app: {gone}"));
+        assert!(
+            e.message.starts_with("app: dnsmasq --conf-file=/dev/null ")
+                && e.message
+                    .ends_with(&format!(" failed (exit status: 1): {taken}")),
+            "{}",
+            e.message
+        );
         assert!(load_leases(&d).is_empty());
     }
 }
