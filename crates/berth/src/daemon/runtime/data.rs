@@ -7,7 +7,6 @@
 //! no blocks held back for root (the container's root would be the one to use them).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use berth_core::state::Installed;
 use berth_sys::fsutil::fsync_dir;
@@ -93,7 +92,7 @@ pub(crate) fn mount_image(d: &Daemon, p: &Installed, cap: u64, plan: Plan) -> Re
     match plan {
         Plan::Dir => return Err(Error::internal("data::mount_image called without a cap")),
         Plan::Create { migrate } => create(d, p, cap, migrate)?,
-        Plan::Grow { from } => grow(name, &image, from, cap)?,
+        Plan::Grow { from } => grow(d, name, &image, from, cap)?,
         Plan::Use => {}
     }
     // The copy of a plain directory is complete once the image has its name: a directory
@@ -144,6 +143,7 @@ fn create(d: &Daemon, p: &Installed, cap: u64, migrate: bool) -> Result<()> {
         .and_then(|f| f.set_len(cap))
         .map_err(|e| fail(format!("cannot make {}: {e}", tmp.display())))?;
     run(
+        d,
         "mkfs.ext4",
         &["-q", "-F", "-m", "0", "-E", "nodiscard"],
         &tmp,
@@ -201,7 +201,7 @@ fn create(d: &Daemon, p: &Installed, cap: u64, migrate: bool) -> Result<()> {
 }
 
 /// Grows the image file and then its file system (offline: e2fsck first, as resize2fs asks).
-fn grow(name: &str, image: &Path, from: u64, cap: u64) -> Result<()> {
+fn grow(d: &Daemon, name: &str, image: &Path, from: u64, cap: u64) -> Result<()> {
     let err = |m: String| Error::new(Kind::MountFailed, format!("{name}: /data: {m}"));
     // Before the file changes: without resize2fs nothing is touched.
     let resize2fs = tool("resize2fs").map_err(err)?;
@@ -220,11 +220,12 @@ fn grow(name: &str, image: &Path, from: u64, cap: u64) -> Result<()> {
             .and_then(|f| f.set_len(from));
         err(m)
     };
-    let out = Command::new(tool("e2fsck").map_err(err)?)
-        .args(["-f", "-p"])
-        .arg(image)
-        .output()
-        .map_err(|e| undo(format!("e2fsck: {e}")))?;
+    let e2fsck = tool("e2fsck").map_err(err)?;
+    let out = d
+        .host
+        .tools
+        .run(&path_str(&e2fsck), &["-f", "-p", &path_str(image)], None)
+        .map_err(|e| undo(format!("e2fsck: {}", e.io())))?;
     // 0: clean, 1: errors corrected.
     if !matches!(out.status.code(), Some(0 | 1)) {
         return Err(undo(format!(
@@ -233,10 +234,11 @@ fn grow(name: &str, image: &Path, from: u64, cap: u64) -> Result<()> {
             last_line(&out.stderr)
         )));
     }
-    let out = Command::new(resize2fs)
-        .arg(image)
-        .output()
-        .map_err(|e| err(format!("resize2fs: {e}")))?;
+    let out = d
+        .host
+        .tools
+        .run(&path_str(&resize2fs), &[&path_str(image)], None)
+        .map_err(|e| err(format!("resize2fs: {}", e.io())))?;
     if !out.status.success() {
         return Err(err(format!(
             "resize2fs {} failed: {}",
@@ -268,12 +270,19 @@ fn tool(name: &str) -> std::result::Result<PathBuf, String> {
         })
 }
 
-fn run(name: &str, args: &[&str], file: &Path) -> std::result::Result<(), String> {
-    let out = Command::new(tool(name)?)
-        .args(args)
-        .arg(file)
-        .output()
-        .map_err(|e| format!("{name}: {e}"))?;
+/// A path as a tool's argument: the daemon's paths come from its configuration (text).
+fn path_str(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+fn run(d: &Daemon, name: &str, args: &[&str], file: &Path) -> std::result::Result<(), String> {
+    let file_arg = path_str(file);
+    let args: Vec<&str> = args.iter().copied().chain([file_arg.as_str()]).collect();
+    let out = d
+        .host
+        .tools
+        .run(&path_str(&tool(name)?), &args, None)
+        .map_err(|e| format!("{name}: {}", e.io()))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -334,7 +343,7 @@ mod tests {
 #[cfg(test)]
 mod fake_host_tests {
     use super::*;
-    use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, fakes, install, MANIFEST};
 
     const CAP: u64 = 8 << 20;
 
@@ -348,6 +357,7 @@ mod fake_host_tests {
         Installed,
     ) {
         let (dir, d, m) = fake_daemon(tag, "");
+        fakes(&d).tools.answer("mkfs.ext4", &[], Ok(String::new()));
         let p = install(&d, MANIFEST);
         let data = d.cfg.paths.data("web");
         std::fs::create_dir_all(&data).unwrap();
@@ -426,5 +436,72 @@ mod fake_host_tests {
     fn uid() -> u32 {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata("/proc/self").map_or(u32::MAX, |m| m.uid())
+    }
+
+    /// Growing /data: e2fsck first (its 1, errors corrected, is no failure), then resize2fs
+    /// on the longer file; e2fsck failing puts the file back to its old size, the error
+    /// naming the image and e2fsck's last words.
+    #[test]
+    fn growing_checks_first_and_a_failed_check_gives_the_old_size_back() {
+        if tool("e2fsck").is_err() || tool("resize2fs").is_err() {
+            berth_sys::skip::record(
+                "host e2fsprogs",
+                "data: growing needs e2fsck and resize2fs in PATH",
+            );
+            return;
+        }
+        let (dir, d, _) = fake_daemon("data-grow", "");
+        let tools = fakes(&d).tools;
+        let image = dir.path("web.img");
+        std::fs::write(&image, vec![0u8; 4096]).unwrap();
+        let shown = image.display().to_string();
+        tools.answer_exit(
+            "e2fsck",
+            &[],
+            1,
+            "web: ***** FILE SYSTEM WAS MODIFIED *****",
+        );
+        tools.answer("resize2fs", &[], Ok(String::new()));
+        grow(&d, "web", &image, 4096, 8192).unwrap();
+        assert_eq!(std::fs::metadata(&image).unwrap().len(), 8192);
+        let calls = tools.calls();
+        let words: Vec<(&str, Vec<String>)> = calls
+            .iter()
+            .map(|c| (c.prog.rsplit('/').next().unwrap(), c.args.clone()))
+            .collect();
+        assert_eq!(
+            words,
+            [
+                ("e2fsck", vec!["-f".into(), "-p".into(), shown.clone()]),
+                ("resize2fs", vec![shown.clone()]),
+            ]
+        );
+
+        tools.answer_exit(
+            "e2fsck",
+            &[],
+            8,
+            "e2fsck: Bad magic number in super-block\n\n",
+        );
+        let e = grow(&d, "web", &image, 8192, 16384).unwrap_err();
+        assert_eq!(e.kind, Kind::MountFailed);
+        assert_eq!(
+            e.message,
+            format!("web: /data: e2fsck {shown} before growing it failed: e2fsck: Bad magic number in super-block")
+        );
+        assert_eq!(
+            std::fs::metadata(&image).unwrap().len(),
+            8192,
+            "the old size back"
+        );
+        assert_eq!(tools.calls().len(), 3, "no resize2fs");
+
+        tools.answer_exit("e2fsck", &[], 0, "");
+        tools.answer_exit("resize2fs", &[], 1, "resize2fs: No space left on device");
+        let e = grow(&d, "web", &image, 8192, 16384).unwrap_err();
+        assert_eq!(
+            e.message,
+            format!("web: /data: resize2fs {shown} failed: resize2fs: No space left on device")
+        );
     }
 }
