@@ -8,7 +8,6 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use berth_core::api::install as field;
 use berth_core::index::{Delta, IndexEntry, DELTA_ZSTD_PATCH};
@@ -112,15 +111,24 @@ fn try_rebuild(
             .unwrap_or(err.message)
     })?;
     let old = d.cfg.paths.image(&delta.from);
-    let decoded = Command::new(&zstd)
-        .args(["-d", "-q", "-f", "--no-progress"])
-        .arg(format!("--patch-from={}", old.display()))
-        .arg(&part)
-        .arg("-o")
-        .arg(out)
-        .output();
+    let patch_from = format!("--patch-from={}", old.display());
+    let (part_arg, out_arg) = (part.to_string_lossy(), out.to_string_lossy());
+    let decoded = d.host.tools.run(
+        &zstd.to_string_lossy(),
+        &[
+            "-d",
+            "-q",
+            "-f",
+            "--no-progress",
+            &patch_from,
+            &part_arg,
+            "-o",
+            &out_arg,
+        ],
+        None,
+    );
     let _ = std::fs::remove_file(&part);
-    let output = decoded.map_err(|err| format!("cannot run {}: {err}", zstd.display()))?;
+    let output = decoded.map_err(|err| format!("cannot run {}: {}", zstd.display(), err.io()))?;
     if !output.status.success() {
         return Err(format!(
             "zstd failed: {}",
@@ -142,7 +150,7 @@ fn try_rebuild(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::base::testing::{entry, fake_daemon, MANIFEST};
+    use crate::daemon::base::testing::{entry, fake_daemon, fakes, MANIFEST};
     use crate::daemon::store::testrepo::{files_in, noise};
     use berth_core::index::sha256_hex;
     use berth_core::name::Version;
@@ -166,6 +174,7 @@ mod tests {
             return None;
         }
         let (dir, d, _) = fake_daemon(tag, "");
+        fakes(&d).tools.real("zstd");
         std::fs::create_dir_all(d.cfg.paths.store_tmp()).unwrap();
         let old = noise(200_000, 1);
         let mut new = old.clone();
@@ -179,7 +188,7 @@ mod tests {
         std::fs::write(&old_file, &old).unwrap();
         std::fs::write(&new_file, &new).unwrap();
         let delta_file = src.join("deltas/web-0.9-1.0.zst");
-        let made = Command::new("zstd")
+        let made = std::process::Command::new("zstd")
             .args(["-q", "-f"])
             .arg(format!("--patch-from={}", old_file.display()))
             .arg(&new_file)
@@ -332,6 +341,40 @@ mod tests {
         let why = failed[0]["error"].as_str().unwrap();
         assert!(why.starts_with("zstd failed: "), "{why}");
         assert!(files_in(&tmp).is_empty(), "{:?}", files_in(&tmp));
+    }
+
+    /// zstd is run on the fetched delta with the held image as its base, writing the image
+    /// being made; its failure is said in its own words, and the delta fetched goes.
+    #[test]
+    fn zstd_decodes_against_the_held_image_and_its_failure_is_said() {
+        let Some(f) = fixture("delta-zstd-fails") else {
+            return;
+        };
+        let tools = fakes(&f.d).tools;
+        let full = "zstd: error 70 : Write error : No space left on device";
+        tools.answer("zstd", &[], Err(format!("{full}\n")));
+        let (got, events) = events_of(&f, &f.e);
+        assert_eq!(got, None);
+        assert_eq!(
+            failures(&events)[0]["error"],
+            format!("zstd failed: {full}")
+        );
+        let tmp = f.d.cfg.paths.store_tmp();
+        assert!(files_in(&tmp).is_empty(), "{:?}", files_in(&tmp));
+        let run = tools.calls().pop().unwrap();
+        let old = f.d.cfg.paths.image(&f.e.deltas[0].from);
+        let out = tmp.join(format!("{}.from-delta", f.e.sha256));
+        assert_eq!(
+            run.args[..5],
+            [
+                "-d",
+                "-q",
+                "-f",
+                "--no-progress",
+                &format!("--patch-from={}", old.display())
+            ]
+        );
+        assert_eq!(run.args[6..], ["-o".to_string(), out.display().to_string()]);
     }
 
     /// A source without the delta: said, and the image is fetched instead.

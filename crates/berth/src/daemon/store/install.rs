@@ -189,7 +189,7 @@ pub(crate) fn fetch_image(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::daemon::base::testing::{fake_daemon, image_tree, MANIFEST};
+    use crate::daemon::base::testing::{fake_daemon, fakes, image_tree, MANIFEST};
     use crate::daemon::store::testrepo::{files_in, noise, Repo};
     use berth_core::state::State;
     use berth_testkit::fake_host::FakeMounts;
@@ -548,6 +548,7 @@ mod tests {
             return;
         }
         let mut f = setup("install-delta");
+        fakes(&f.d).tools.real("zstd");
         let old = noise(100_000, 4);
         let e1 = f.offer(MANIFEST, &old, MANIFEST);
         f.publish(1);
