@@ -6,7 +6,8 @@
 //! overlay shows its lowers merged (top wins), a bind shows its source. A process's mount
 //! namespace is its fixture root, `<proc>/PID/root`, as the kernel shows it there. Processes
 //! it starts are the programs a test names for them; liblxc knows the containers a test says
-//! run.
+//! run; the system's tools (`ip`, `nft`, `dnsmasq`, e2fsprogs, `zstd`) answer what a test
+//! says they answer, and a run nobody answered fails.
 //!
 //! What it does not model it refuses loudly (a mount on a directory that is not empty, a
 //! mount point that does not exist), rather than let a test pass on a behaviour the kernel
