@@ -31,6 +31,15 @@ wait_for() { # SECONDS COMMAND...: polls until the command succeeds
     while [ "$n" -gt 0 ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; n=$((n - 1)); done
     return 1
 }
+# The daemon did not answer: what each of its threads waits in, for the log (a hang is
+# named, not timed out by the host).
+daemon_threads() {
+    for t in /proc/${daemon:-0}/task/*; do
+        [ -d "$t" ] && echo "daemon thread $(cat "$t/comm" 2>/dev/null): $(cat "$t/wchan" 2>/dev/null) $(awk '{print $3}' "$t/stat" 2>/dev/null)"
+    done
+    tail -20 /tmp/daemon.log 2>/dev/null
+    return 1
+}
 
 echo "guest: $(uname -r), apparmor enabled = $(cat /sys/module/apparmor/parameters/enabled 2>&1), $(grep -c . $AA/profiles 2>/dev/null) profiles loaded"
 result apparmor-on "$(ok "$(cat /sys/module/apparmor/parameters/enabled 2>/dev/null)" = Y -a -f $AA/profiles)" \
@@ -51,7 +60,7 @@ stop_timeout = "5s"
 CONF
 "$B" daemon >/tmp/daemon.log 2>&1 &
 daemon=$!
-wait_for 60 "$B" status
+wait_for 60 timeout 10 "$B" status || daemon_threads
 result daemon "$(ok -d /proc/$daemon)" "daemon pid $daemon"
 [ -d /proc/$daemon ] || { cat /tmp/daemon.log; echo "VMTEST SUMMARY passed=$PASSED failed=$((FAILED + 1))"; exit 1; }
 

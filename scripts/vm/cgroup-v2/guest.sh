@@ -49,6 +49,15 @@ wait_for() { # SECONDS COMMAND...: polls until the command succeeds
     while [ "$n" -gt 0 ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; n=$((n - 1)); done
     return 1
 }
+# The daemon did not answer: what each of its threads waits in, for the log (a hang is
+# named, not timed out by the host).
+daemon_threads() {
+    for t in /proc/${daemon:-0}/task/*; do
+        [ -d "$t" ] && echo "daemon thread $(cat "$t/comm" 2>/dev/null): $(cat "$t/wchan" 2>/dev/null) $(awk '{print $3}' "$t/stat" 2>/dev/null)"
+    done
+    tail -20 /tmp/daemon.log 2>/dev/null
+    return 1
+}
 
 ncpu=$(nproc)
 echo "guest: $ncpu CPUs, $(awk '/MemTotal/ {print $2}' /proc/meminfo) kB, $(uname -r), cgroup2 controllers: $(rd $CG/cgroup.controllers)"
@@ -84,7 +93,7 @@ CONF
 t0=$(now_us)
 "$B" daemon >/tmp/daemon.log 2>&1 &
 daemon=$!
-wait_for 60 "$B" status
+wait_for 60 timeout 10 "$B" status || daemon_threads
 up=$(($(now_us) - t0))
 budget=$(grep -o "group budget on cgroup.*" /tmp/daemon.log | head -1)
 result daemon "$(ok -n "$budget" -a -d /proc/$daemon)" "up in $((up / 1000)) ms: $budget"
@@ -270,7 +279,7 @@ interval = "200ms"
 CONF
 "$B" daemon >/tmp/daemon2.log 2>&1 &
 daemon=$!
-wait_for 60 "$B" status
+wait_for 60 timeout 10 "$B" status || daemon_threads
 tu=$((ncpu * 50000))
 quota() { awk '{print $1}' $P/cpu.max; }
 b start hog >/dev/null
@@ -335,7 +344,7 @@ echo 1 >/proc/sys/kernel/core_pipe_limit
 echo "|$B --config /etc/berth/berth.toml core-handler %P %s %e" >/proc/sys/kernel/core_pattern
 "$B" daemon >/tmp/daemon3.log 2>&1 &
 daemon=$!
-wait_for 60 "$B" status
+wait_for 60 timeout 10 "$B" status || daemon_threads
 b install crasher >/dev/null 2>&1
 b start crasher >/dev/null 2>&1
 wait_for 60 sh -c "'$B' --json report list crasher | grep -q '\"id\"'"
