@@ -282,10 +282,11 @@ pub(crate) fn spawn(d: &Arc<Daemon>) {
     shared.view.lock().unwrap().controller_id = id.clone();
     std::fs::create_dir_all(d.cfg.paths.state.join("fleet")).ok();
     let d = Arc::clone(d);
-    let spawned = std::thread::Builder::new()
-        .name("fleet".into())
-        .stack_size(256 * 1024)
-        .spawn(move || run(&d, &cfg, &id, shared));
+    let spawned = berth_sys::process::spawn_thread(
+        "fleet".into(),
+        256 * 1024,
+        Box::new(move || run(&d, &cfg, &id, shared)),
+    );
     if let Err(e) = spawned {
         log::error!("cannot start the fleet client: {e}");
     }
@@ -1001,4 +1002,394 @@ pub(crate) fn status(d: &Daemon) -> Value {
             field::DETAILS: a.details,
         })),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::daemon::base::testing::fake_daemon;
+    use crate::daemon::store::testrepo::{ok, serve, serve_at};
+
+    const FLEET: &str = "[fleet]\nserver = \"http://127.0.0.1:9\"\ncontroller_id = \"dev1\"\nboard = \"gw\"\nrevision = \"2\"\n";
+
+    fn daemon(tag: &str) -> (berth_testkit::TempDir, Arc<Daemon>) {
+        let (dir, d, _) = fake_daemon(tag, FLEET);
+        std::fs::create_dir_all(d.cfg.paths.state.join("fleet")).unwrap();
+        (dir, Arc::new(d))
+    }
+
+    fn cfg(d: &Daemon) -> Fleet {
+        d.cfg.fleet.clone().unwrap()
+    }
+
+    /// The device's client of a server at `url` (a test server's), with a token.
+    fn client(url: &str) -> Client<'static> {
+        Client {
+            base: format!("{url}/DEFAULT/controller/v1/dev1"),
+            auth: Some("TargetToken t0k".into()),
+            tls: None,
+            http: Fetcher {
+                connect_timeout: Duration::from_secs(2),
+                read_timeout: Duration::from_secs(5),
+                min_total: Duration::from_secs(10),
+            },
+        }
+    }
+
+    fn status(code: &str) -> Vec<u8> {
+        format!("HTTP/1.1 {code}\r\nContent-Length: 0\r\n\r\n").into_bytes()
+    }
+
+    /// A record whose attributes the server has already (so a poll sends none).
+    fn sent(d: &Daemon) -> Record {
+        let mut rec = Record::default();
+        rec.attributes_sent = Some(ddi::config_data(&attributes(d, &cfg(d), &rec)));
+        rec
+    }
+
+    /// The request's first line and its body (after the head).
+    fn line_and_body(r: &str) -> (&str, &str) {
+        let line = r.lines().next().unwrap_or("");
+        (line, r.split_once("\r\n\r\n").map_or("", |(_, b)| b))
+    }
+
+    fn deployment(id: &str, update: &str, size: usize, sha256: &str, href: &str) -> Deployment {
+        let body = format!(
+            r#"{{"id":"{id}","deployment":{{"download":"forced","update":"{update}","chunks":[
+              {{"part":"os","version":"7","name":"b","artifacts":[{{"filename":"b.swu",
+              "hashes":{{"sha256":"{sha256}"}},"size":{size},"_links":{{"download-http":{{"href":"{href}"}}}}}}]}}]}}}}"#
+        );
+        ddi::parse_deployment(body.as_bytes()).unwrap()
+    }
+
+    /// A poll with nothing offered: the base resource, then the attributes when the server
+    /// asks (with the board, the revision and the daemon's version), the server's polling
+    /// time taken; the next poll sends them only if they changed.
+    #[test]
+    fn a_poll_sends_the_attributes_when_asked_or_changed() {
+        let (_dir, d) = daemon("fleet-poll");
+        let base = br#"{"config":{"polling":{"sleep":"00:00:10"}},"_links":{
+            "configData":{"href":"http://127.0.0.1:9/DEFAULT/controller/v1/dev1/configData"}}}"#;
+        let (url, server) = serve(vec![ok(base, None), ok(b"", None)]);
+        let (mut rec, mut sleep_ms) = (Record::default(), 1000);
+        poll(&d, &cfg(&d), &client(&url), &mut rec, &mut sleep_ms).unwrap();
+        let got = server.join().unwrap();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(
+            got[0].starts_with("GET /DEFAULT/controller/v1/dev1 HTTP/1.1"),
+            "{}",
+            got[0]
+        );
+        assert!(
+            got[0].contains("Authorization: TargetToken t0k"),
+            "{}",
+            got[0]
+        );
+        let (line, body) = line_and_body(&got[1]);
+        assert_eq!(line, "PUT /DEFAULT/controller/v1/dev1/configData HTTP/1.1");
+        let sent: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(sent["data"]["hw_boardname"], "gw", "{body}");
+        assert_eq!(sent["data"]["hw_revision"], "2", "{body}");
+        assert_eq!(sent["data"]["berth_version"], env!("CARGO_PKG_VERSION"));
+        assert_eq!(sleep_ms, 10_000);
+        // Kept on flash: a restarted daemon does not send them again.
+        assert_eq!(load(&d).attributes_sent.as_deref(), Some(body));
+        // Not asked, unchanged: the base resource only.
+        let (url, server) = serve(vec![ok(br#"{"_links":{}}"#, None)]);
+        poll(&d, &cfg(&d), &client(&url), &mut rec, &mut sleep_ms).unwrap();
+        assert_eq!(server.join().unwrap().len(), 1);
+    }
+
+    /// A link the server gives to another origin (another port here) is not followed: the
+    /// poll fails naming it, and nothing is sent there.
+    #[test]
+    fn a_link_off_the_server_is_not_followed() {
+        let (_dir, d) = daemon("fleet-own");
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let elsewhere = format!(
+            "http://{}/DEFAULT/controller/v1/dev1/deploymentBase/5",
+            other.local_addr().unwrap()
+        );
+        let base = format!(r#"{{"_links":{{"deploymentBase":{{"href":"{elsewhere}"}}}}}}"#);
+        let (url, server) = serve(vec![ok(base.as_bytes(), None)]);
+        let mut rec = sent(&d);
+        let e = poll(&d, &cfg(&d), &client(&url), &mut rec, &mut 1000).unwrap_err();
+        assert!(
+            e.contains(&elsewhere) && e.contains("is not on the server"),
+            "{e}"
+        );
+        assert_eq!(server.join().unwrap().len(), 1);
+        other.set_nonblocking(true).unwrap();
+        assert!(
+            other.accept().is_err(),
+            "a request reached the other origin"
+        );
+        // The same origin, as the client's own links are.
+        let c = client(&url);
+        assert!(c.own(&c.url("deploymentBase/5")).is_ok());
+        for href in [
+            "file:///etc/shadow",
+            "https://127.0.0.1/x",
+            "http://127.0.0.2/x",
+        ] {
+            assert!(c.own(href).is_err(), "{href}");
+        }
+    }
+
+    /// cancelAction: an action not yet applying is dropped with its partial bundle
+    /// (`closed`); one being applied is not (`rejected`) and stays.
+    #[test]
+    fn a_cancel_drops_an_action_only_before_it_is_applied() {
+        for (phase, execution, kept) in [
+            (Phase::Downloading, "closed", false),
+            (Phase::Applying, "rejected", true),
+        ] {
+            let (_dir, d) = daemon("fleet-cancel");
+            let mut rec = sent(&d);
+            let mut a = Action::new("7", Some("3".into()));
+            a.phase = phase;
+            rec.action = Some(a);
+            save(&d, &rec);
+            std::fs::write(bundle_path(&d), b"part").unwrap();
+            let (url, server) = serve_at(|url| {
+                let base = format!(
+                    r#"{{"_links":{{"cancelAction":{{"href":"{url}/DEFAULT/controller/v1/dev1/cancelAction/8"}}}}}}"#
+                );
+                let cancel = br#"{"id":"8","cancelAction":{"stopId":"7"}}"#;
+                vec![ok(base.as_bytes(), None), ok(cancel, None), ok(b"", None)]
+            });
+            poll(&d, &cfg(&d), &client(&url), &mut rec, &mut 1000).unwrap();
+            let got = server.join().unwrap();
+            assert_eq!(got.len(), 3, "{got:?}");
+            assert!(got[1].starts_with("GET /DEFAULT/controller/v1/dev1/cancelAction/8 "));
+            let (line, body) = line_and_body(&got[2]);
+            assert_eq!(
+                line,
+                "POST /DEFAULT/controller/v1/dev1/cancelAction/8/feedback HTTP/1.1"
+            );
+            let fb: Value = serde_json::from_str(body).unwrap();
+            assert_eq!(fb["status"]["execution"], execution, "{body}");
+            assert_eq!(rec.action.is_some(), kept, "{phase:?}");
+            assert_eq!(
+                bundle_path(&d).exists(),
+                kept,
+                "{phase:?}: the partial bundle"
+            );
+            assert_eq!(
+                load(&d).action.is_some(),
+                kept,
+                "{phase:?}: the record on flash"
+            );
+        }
+    }
+
+    /// A finished action's report: sent until the server takes it; a 4xx (the action is gone
+    /// on the server) ends the waiting, a 5xx is tried again at the next poll.
+    #[test]
+    fn a_report_is_sent_until_the_server_takes_or_refuses_it() {
+        let (_dir, d) = daemon("fleet-report");
+        let mut rec = sent(&d);
+        let mut a = Action::new("4", None);
+        a.phase = Phase::Finished;
+        a.success = Some(false);
+        a.details = vec!["it broke".into()];
+        rec.action = Some(a);
+        let (url, server) = serve(vec![status("503 Service Unavailable")]);
+        let e = report(&client(&url), &mut rec, &d).unwrap_err();
+        assert!(e.contains("503"), "{e}");
+        assert!(!rec.action.as_ref().unwrap().reported);
+        let got = server.join().unwrap();
+        let (line, body) = line_and_body(&got[0]);
+        assert_eq!(
+            line,
+            "POST /DEFAULT/controller/v1/dev1/deploymentBase/4/feedback HTTP/1.1"
+        );
+        let fb: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(
+            (
+                &fb["status"]["execution"],
+                &fb["status"]["result"]["finished"]
+            ),
+            (&json!("closed"), &json!("failure"))
+        );
+        assert_eq!(fb["status"]["details"], json!(["it broke"]));
+        let (url, server) = serve(vec![status("404 Not Found")]);
+        report(&client(&url), &mut rec, &d).unwrap();
+        assert!(rec.action.as_ref().unwrap().reported);
+        assert!(load(&d).action.unwrap().reported, "kept on flash");
+        // Reported: nothing more is sent (no server answers here).
+        report(&client("http://127.0.0.1:9"), &mut rec, &d).unwrap();
+        assert_eq!(server.join().unwrap().len(), 1);
+    }
+
+    /// A bundle that is not what the server announced (its sha256) fails the action at once:
+    /// the part is deleted, the failure recorded and reported with both hashes.
+    #[test]
+    fn a_bundle_unlike_its_announcement_fails_the_action() {
+        let (_dir, d) = daemon("fleet-hash");
+        let mut rec = sent(&d);
+        let announced = berth_core::index::sha256_hex(b"the real bundle");
+        let (url, server) = serve(vec![
+            ok(b"", None),
+            ok(b"a forged bundle", None),
+            ok(b"", None),
+        ]);
+        let dep = deployment(
+            "9",
+            "forced",
+            15,
+            &announced,
+            &format!("{url}/artifacts/b.swu"),
+        );
+        deploy(&d, &client(&url), &mut rec, &dep).unwrap();
+        let got = server.join().unwrap();
+        assert_eq!(got.len(), 3, "{got:?}");
+        assert!(got[1].starts_with("GET /artifacts/b.swu "), "{}", got[1]);
+        assert!(
+            got[1].contains("Authorization: TargetToken t0k"),
+            "the server's own origin"
+        );
+        let a = rec.action.as_ref().unwrap();
+        assert_eq!(
+            (a.phase, a.success, a.reported),
+            (Phase::Finished, Some(false), true)
+        );
+        assert!(a.details[0].contains(&announced), "{:?}", a.details);
+        assert!(!bundle_path(&d).exists());
+        let (_, body) = line_and_body(&got[2]);
+        assert!(
+            body.contains("\"failure\"") && body.contains(&announced),
+            "{body}"
+        );
+    }
+
+    /// A download-only action (`update: skip`): the bundle fetched, checked and kept, and
+    /// `downloaded` said once however many polls offer it again.
+    #[test]
+    fn a_download_only_action_is_staged_and_said_once() {
+        let (_dir, d) = daemon("fleet-stage");
+        let mut rec = sent(&d);
+        let bundle = b"a staged bundle";
+        let sha = berth_core::index::sha256_hex(bundle);
+        let (url, server) = serve(vec![ok(b"", None), ok(bundle, None), ok(b"", None)]);
+        let dep = deployment("5", "skip", bundle.len(), &sha, &format!("{url}/a/b.swu"));
+        deploy(&d, &client(&url), &mut rec, &dep).unwrap();
+        let got = server.join().unwrap();
+        assert_eq!(got.len(), 3, "{got:?}");
+        let (_, body) = line_and_body(&got[2]);
+        assert!(body.contains("\"downloaded\""), "{body}");
+        let a = rec.action.as_ref().unwrap();
+        assert_eq!((a.phase, a.downloaded_said), (Phase::Downloaded, true));
+        assert_eq!(a.bundle_sha256.as_deref(), Some(sha.as_str()));
+        assert_eq!(std::fs::read(bundle_path(&d)).unwrap(), bundle);
+        // Offered again: nothing to fetch, nothing to say (no server answers here).
+        deploy(&d, &client("http://127.0.0.1:9"), &mut rec, &dep).unwrap();
+        assert_eq!(rec.action.as_ref().unwrap().phase, Phase::Downloaded);
+        // A new action for the same artifact takes the staged bundle as it is.
+        let again = deployment("6", "skip", bundle.len(), &sha, &format!("{url}/a/b.swu"));
+        let fresh = offered(&d, &again, rec.action.as_ref());
+        assert_eq!((fresh.id.as_str(), fresh.phase), ("6", Phase::Downloaded));
+        // Another artifact: the staged one is deleted and the new one starts afresh.
+        let other = deployment(
+            "7",
+            "skip",
+            3,
+            &berth_core::index::sha256_hex(b"new"),
+            "http://127.0.0.1:9/n",
+        );
+        assert_eq!(
+            offered(&d, &other, rec.action.as_ref()).phase,
+            Phase::Downloading
+        );
+        assert!(!bundle_path(&d).exists());
+    }
+
+    /// An action the daemon restarted in while applying it: applied once more, and failed
+    /// (reported as such) when that happened twice.
+    #[test]
+    fn a_second_restart_while_applying_fails_the_action() {
+        let (_dir, d) = daemon("fleet-restart");
+        let mut rec = sent(&d);
+        let mut a = Action::new("3", None);
+        a.phase = Phase::Applying;
+        a.attempts = MAX_ATTEMPTS;
+        rec.action = Some(a);
+        let dep = deployment("3", "forced", 1, &"0".repeat(64), "http://127.0.0.1:9/x");
+        let (url, server) = serve(vec![ok(b"", None)]);
+        deploy(&d, &client(&url), &mut rec, &dep).unwrap();
+        let a = rec.action.as_ref().unwrap();
+        assert_eq!(
+            (a.phase, a.success, a.reported),
+            (Phase::Finished, Some(false), true)
+        );
+        assert!(
+            a.details[0].contains("restarted while applying"),
+            "{:?}",
+            a.details
+        );
+        let got = server.join().unwrap();
+        let (_, body) = line_and_body(&got[0]);
+        assert!(body.contains("\"failure\""), "{body}");
+    }
+
+    /// The token is read from its file at each poll and checked: a missing file or one that
+    /// is not a token is an error naming the file.
+    #[test]
+    fn the_token_file_is_read_and_checked() {
+        let (dir, d) = daemon("fleet-token");
+        let mut f = cfg(&d);
+        assert_eq!(auth(&f).unwrap(), None);
+        let path = dir.path("token");
+        f.token_file = Some(path.clone());
+        let e = auth(&f).unwrap_err();
+        assert!(e.starts_with(&path.display().to_string()), "{e}");
+        for bad in ["", "two words", &"x".repeat(513)] {
+            std::fs::write(&path, bad).unwrap();
+            assert!(auth(&f).unwrap_err().contains("not a token"), "{bad:?}");
+        }
+        std::fs::write(&path, "s3cret\n").unwrap();
+        assert_eq!(auth(&f).unwrap().as_deref(), Some("TargetToken s3cret"));
+        f.gateway_token_file = f.token_file.take();
+        assert_eq!(auth(&f).unwrap().as_deref(), Some("GatewayToken s3cret"));
+    }
+
+    /// The record on flash: written whole, and a damaged one is started afresh (logged).
+    #[test]
+    fn a_damaged_record_starts_afresh() {
+        let (_dir, d) = daemon("fleet-record");
+        assert!(load(&d).action.is_none(), "none yet");
+        let rec = Record {
+            sw_version: Some("12".into()),
+            action: Some(Action::new("2", None)),
+            ..Record::default()
+        };
+        save(&d, &rec);
+        let back = load(&d);
+        assert_eq!(back.sw_version.as_deref(), Some("12"));
+        assert_eq!(back.action.unwrap().id, "2");
+        std::fs::write(record_path(&d), b"{\"action\": 3").unwrap();
+        let back = load(&d);
+        assert!(back.sw_version.is_none() && back.action.is_none());
+    }
+
+    /// Which answers end the waiting for the server: 4xx but 408 and 429.
+    #[test]
+    fn which_refusals_are_final() {
+        let st = |status| fetch::FetchError::Status {
+            status,
+            url: "http://h/x".into(),
+            reason: String::new(),
+        };
+        for (status, final_) in [
+            (400, true),
+            (404, true),
+            (409, true),
+            (408, false),
+            (429, false),
+            (500, false),
+            (503, false),
+        ] {
+            assert_eq!(refused(&st(status)), final_, "{status}");
+        }
+    }
 }

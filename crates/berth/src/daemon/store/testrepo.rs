@@ -105,9 +105,17 @@ impl Repo {
 /// Serves `answers` on 127.0.0.1, one connection each, in order; the requests received.
 /// A connection that does not come within 10 s ends the server.
 pub(crate) fn serve(answers: Vec<Vec<u8>>) -> (String, thread::JoinHandle<Vec<String>>) {
+    serve_at(|_| answers)
+}
+
+/// [`serve`], with answers that name the server's own URL (`http://127.0.0.1:PORT`).
+pub(crate) fn serve_at(
+    answers: impl FnOnce(&str) -> Vec<Vec<u8>>,
+) -> (String, thread::JoinHandle<Vec<String>>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
+    let answers = answers(&base);
     let handle = thread::spawn(move || {
         let mut requests = Vec::new();
         for answer in answers {
@@ -137,13 +145,23 @@ fn accept(listener: &TcpListener) -> Option<TcpStream> {
     None
 }
 
+/// The request's head, and its body when it announces one (`Content-Length`).
 fn read_request(stream: &mut TcpStream) -> String {
     let mut request = Vec::new();
     let mut byte = [0u8];
     while !request.ends_with(b"\r\n\r\n") && matches!(stream.read(&mut byte), Ok(1)) {
         request.push(byte[0]);
     }
-    String::from_utf8_lossy(&request).into_owned()
+    let head = String::from_utf8_lossy(&request).into_owned();
+    let length = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    let mut body = Vec::new();
+    let _ = Read::take(&mut *stream, length).read_to_end(&mut body);
+    head + &String::from_utf8_lossy(&body)
 }
 
 /// `200 OK` with `body` (and an entity tag when given).
