@@ -387,6 +387,21 @@ pub fn single_malloc_arena() {
     }
 }
 
+/// Starts a detached thread named `name` with a stack of `stack` bytes running `f`. Every
+/// long-lived thread of berth starts here, so that the binary holds one instance of std's
+/// thread-start code (a closure passed to `Builder::spawn` gets its own each).
+pub fn spawn_thread(
+    name: String,
+    stack: usize,
+    f: Box<dyn FnOnce() + Send + 'static>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(name)
+        .stack_size(stack)
+        .spawn(f)
+        .map(drop)
+}
+
 /// Returns freed heap memory to the kernel (glibc's malloc_trim). A no-op elsewhere.
 pub fn trim_heap() {
     #[cfg(target_env = "gnu")]

@@ -15,6 +15,7 @@ use berth_core::api::reset as reset_field;
 use berth_core::supervise::{
     Action, Event, Exit, HealthState, Machine, Phase, Policy, Record, Report, Run,
 };
+use berth_sys::process::spawn_thread;
 use serde_json::{json, Value};
 
 use crate::daemon::base::context::{Component, Daemon, Msg, Order, Reply, Supervised};
@@ -111,10 +112,11 @@ pub(crate) fn spawn(d: &Arc<Daemon>, taken_over: Vec<(String, Run)>) {
     guard::spawn(d, Box::new(probe::running_init), kill_of);
     governor::spawn(d);
     let sup = Arc::clone(d);
-    let spawned = std::thread::Builder::new()
-        .name("supervisor".into())
-        .stack_size(256 * 1024)
-        .spawn(move || Supervisor::new(sup).run(&taken_over));
+    let spawned = spawn_thread(
+        "supervisor".into(),
+        256 * 1024,
+        Box::new(move || Supervisor::new(sup).run(&taken_over)),
+    );
     match spawned {
         // From here every intent is the supervisor's (those sent before it takes them wait
         // in its inbox).
@@ -513,10 +515,10 @@ impl Supervisor {
             Job::Release => (false, None, false),
         };
         let answer = reply.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("act-{name}"))
-            .stack_size(256 * 1024)
-            .spawn(move || {
+        let spawned = spawn_thread(
+            format!("act-{name}"),
+            256 * 1024,
+            Box::new(move || {
                 let _finish = Finish {
                     d: &d,
                     name: &n,
@@ -524,7 +526,8 @@ impl Supervisor {
                     reply: answer,
                 };
                 work(&d, &n, job);
-            });
+            }),
+        );
         match (spawned, reply) {
             (Ok(_), _) => return true,
             (Err(e), Some(reply)) => reply.give(Err(Error::internal(e))),

@@ -353,10 +353,10 @@ impl Admission {
         }
         let d = Arc::clone(d);
         let workers = Arc::clone(&self.workers);
-        let spawned = std::thread::Builder::new()
-            .name("admin".into())
-            .stack_size(256 * 1024)
-            .spawn(move || {
+        let spawned = berth_sys::process::spawn_thread(
+            "admin".into(),
+            256 * 1024,
+            Box::new(move || {
                 if stream.set_nonblocking(false).is_ok() {
                     super::route(&d, caller, req, stream);
                 }
@@ -365,7 +365,8 @@ impl Admission {
                 berth_sys::process::trim_heap();
                 crate::daemon::base::context::release_code(false);
                 workers.fetch_sub(1, Ordering::SeqCst);
-            });
+            }),
+        );
         if let Err(e) = spawned {
             self.workers.fetch_sub(1, Ordering::SeqCst);
             log::error!("cannot start a thread for an admin request: {e}");
@@ -507,10 +508,10 @@ impl Admission {
         };
         let d2 = Arc::clone(d);
         let ep = Arc::clone(&e);
-        let spawned = std::thread::Builder::new()
-            .name("api".into())
-            .stack_size(256 * 1024)
-            .spawn(move || {
+        let spawned = berth_sys::process::spawn_thread(
+            "api".into(),
+            256 * 1024,
+            Box::new(move || {
                 // A client that does not read its answer holds a worker no longer than this
                 // (a followed log's relay drops a client that stops reading, as the shim
                 // drops a follower that cannot keep up).
@@ -528,7 +529,8 @@ impl Admission {
                     crate::daemon::base::context::release_code(false);
                 }
                 d2.capi.wake();
-            });
+            }),
+        );
         if let Err(err) = spawned {
             let (own, all) = match class {
                 Class::Regular => (&e.busy, &self.container_workers),

@@ -149,10 +149,10 @@ pub(crate) fn warm_moves(d: &Daemon) -> Option<WarmMoves> {
     let proc = d.proc().to_path_buf();
     let done = Arc::new(AtomicBool::new(false));
     let seen = done.clone();
-    std::thread::Builder::new()
-        .name("warm-moves".into())
-        .stack_size(64 * 1024)
-        .spawn(move || {
+    berth_sys::process::spawn_thread(
+        "warm-moves".into(),
+        64 * 1024,
+        Box::new(move || {
             let Some(procs) = cg.procs_file_of(&proc, "self") else {
                 return;
             };
@@ -163,8 +163,9 @@ pub(crate) fn warm_moves(d: &Daemon) -> Option<WarmMoves> {
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
-        })
-        .ok()?;
+        }),
+    )
+    .ok()?;
     Some(WarmMoves(done))
 }
 

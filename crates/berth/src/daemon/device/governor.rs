@@ -115,10 +115,8 @@ pub fn spawn(d: &Arc<Daemon>) {
     };
     shared().lock().unwrap().gov = Some(Governor::new(params));
     let d = Arc::clone(d);
-    let spawned = std::thread::Builder::new()
-        .name("governor".into())
-        .stack_size(128 * 1024)
-        .spawn(move || run(&d));
+    let spawned =
+        berth_sys::process::spawn_thread("governor".into(), 128 * 1024, Box::new(move || run(&d)));
     if let Err(e) = spawned {
         log::error!("cannot start the governor: {e}");
     }

@@ -53,10 +53,11 @@ pub type KillOf = Box<dyn Fn(&Daemon, &str, i32, u64, i32) -> Result<()> + Send>
 /// containers only killed, and tells the supervisor of each kill (`Event::GuardKilled`).
 pub fn spawn(d: &Arc<Daemon>, init_of: InitOf, kill_of: KillOf) {
     let d = Arc::clone(d);
-    let spawned = std::thread::Builder::new()
-        .name("guard".into())
-        .stack_size(128 * 1024)
-        .spawn(move || run(&d, &init_of, &kill_of));
+    let spawned = berth_sys::process::spawn_thread(
+        "guard".into(),
+        128 * 1024,
+        Box::new(move || run(&d, &init_of, &kill_of)),
+    );
     if let Err(e) = spawned {
         log::error!("cannot start the memory guard: {e}");
     }

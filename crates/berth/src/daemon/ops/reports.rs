@@ -47,17 +47,18 @@ static WRITING: Mutex<()> = Mutex::new(());
 pub(crate) fn collect(d: &Arc<Daemon>, name: &str, r: &Report) {
     let (d, r) = (Arc::clone(d), r.clone());
     let who = name.to_string();
-    let spawned = std::thread::Builder::new()
-        .name("report".into())
-        .stack_size(256 * 1024)
-        .spawn(move || {
+    let spawned = berth_sys::process::spawn_thread(
+        "report".into(),
+        256 * 1024,
+        Box::new(move || {
             let _one = WRITING.lock().unwrap_or_else(|p| p.into_inner());
             match write_event(&d, &who, &r) {
                 Ok(Some(id)) => log::info!("{who}: crash report {id}"),
                 Ok(None) => {}
                 Err(e) => log::warn!("{who}: no crash report: {e:#}"),
             }
-        });
+        }),
+    );
     if let Err(e) = spawned {
         log::warn!("{name}: no crash report: cannot start a thread: {e}");
     }

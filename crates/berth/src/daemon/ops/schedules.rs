@@ -262,13 +262,9 @@ fn ensure_thread(d: &Arc<Daemon>) {
     }
 }
 
-/// A thread of 128 KiB (one instance of the spawn code for both kinds).
+/// A thread of 128 KiB.
 fn spawn(name: String, f: Box<dyn FnOnce() + Send>) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name(name)
-        .stack_size(128 * 1024)
-        .spawn(f)
-        .map(drop)
+    berth_sys::process::spawn_thread(name, 128 * 1024, f)
 }
 
 /// The scheduler thread: runs what is due, writes records whose time has come, sleeps until

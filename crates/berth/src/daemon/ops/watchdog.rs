@@ -49,10 +49,11 @@ pub(crate) fn spawn(d: &Arc<Daemon>) -> Handle {
         return handle;
     }
     let d = Arc::clone(d);
-    let spawned = std::thread::Builder::new()
-        .name("watchdog".into())
-        .stack_size(128 * 1024)
-        .spawn(move || run(&d, &device));
+    let spawned = berth_sys::process::spawn_thread(
+        "watchdog".into(),
+        128 * 1024,
+        Box::new(move || run(&d, &device)),
+    );
     if let Err(e) = spawned {
         log::error!("cannot start the watchdog thread: {e}");
     }

@@ -43,16 +43,17 @@ pub(crate) fn check(d: &Arc<Daemon>, name: &str, init: Run, m: &Manifest) {
     let limit = Duration::from_millis(h.timeout_ms) + GRACE;
     let d = Arc::clone(d);
     let name = name.to_string();
-    let spawned = std::thread::Builder::new()
-        .name(format!("health-{name}"))
-        .stack_size(128 * 1024)
-        .spawn(move || {
+    let spawned = berth_sys::process::spawn_thread(
+        format!("health-{name}"),
+        128 * 1024,
+        Box::new(move || {
             let (ok, line) = run(&d, &args, limit);
             if let Some(s) = d.supervision.lock().unwrap().get_mut(&name) {
                 s.last_check = Some((line, berth_sys::process::now_s()));
             }
             d.notify(&name, Event::Health(init, ok));
-        });
+        }),
+    );
     if let Err(e) = spawned {
         log::warn!("cannot start a health probe thread: {e}");
     }

@@ -143,10 +143,11 @@ fn start(d: &Arc<Daemon>) -> std::io::Result<Inbox> {
     let new = Arc::new(Mutex::new(Vec::new()));
     let queue = Arc::clone(&new);
     let d = Arc::clone(d);
-    std::thread::Builder::new()
-        .name("watch".into())
-        .stack_size(128 * 1024)
-        .spawn(move || run(&d, r, &queue))?;
+    berth_sys::process::spawn_thread(
+        "watch".into(),
+        128 * 1024,
+        Box::new(move || run(&d, r, &queue)),
+    )?;
     Ok(Inbox {
         new,
         wake: Mutex::new(std::fs::File::from(w)),

@@ -373,14 +373,15 @@ pub(crate) fn spawn_listener(d: &Arc<Daemon>) {
     };
     log::info!("metrics on http://{addr}/metrics");
     let d = Arc::clone(d);
-    let spawned = std::thread::Builder::new()
-        .name("metrics".into())
-        .stack_size(128 * 1024)
-        .spawn(move || {
+    let spawned = berth_sys::process::spawn_thread(
+        "metrics".into(),
+        128 * 1024,
+        Box::new(move || {
             for s in listener.incoming().flatten() {
                 serve_tcp(&d, s);
             }
-        });
+        }),
+    );
     if let Err(e) = spawned {
         log::error!("cannot start the metrics thread: {e}");
     }

@@ -124,14 +124,15 @@ pub(crate) fn spawn(d: &Arc<Daemon>) {
         "web page on http://{addr}/ (token in {})",
         token_file.display()
     );
-    let spawned = std::thread::Builder::new()
-        .name("web".into())
-        .stack_size(128 * 1024)
-        .spawn(move || {
+    let spawned = berth_sys::process::spawn_thread(
+        "web".into(),
+        128 * 1024,
+        Box::new(move || {
             for s in listener.incoming().flatten() {
                 accept(&web, s);
             }
-        });
+        }),
+    );
     if let Err(e) = spawned {
         log::error!("cannot start the web thread: {e}");
     }
@@ -242,13 +243,14 @@ fn accept(web: &Arc<Web>, mut s: TcpStream) {
         return;
     }
     let w = Arc::clone(web);
-    let spawned = std::thread::Builder::new()
-        .name("web-request".into())
-        .stack_size(128 * 1024)
-        .spawn(move || {
+    let spawned = berth_sys::process::spawn_thread(
+        "web-request".into(),
+        128 * 1024,
+        Box::new(move || {
             serve(&w, peer, s);
             release(&w, peer);
-        });
+        }),
+    );
     if spawned.is_err() {
         release(web, peer);
     }
