@@ -307,12 +307,11 @@ impl Index {
             Active,
             Done,
         }
-        let by_name: BTreeMap<&str, &IndexEntry> =
-            self.packages.iter().map(|p| (p.name.as_str(), p)).collect();
+        // Names are unique (`validate`); an index holds tens of packages, not thousands.
         let mut marks: BTreeMap<&str, Mark> = BTreeMap::new();
         let mut out = Vec::new();
         for &root in roots {
-            let entry = *by_name
+            let entry = self
                 .get(root)
                 .ok_or_else(|| IndexError::UnknownPackage(root.to_string()))?;
             if marks.contains_key(root) {
@@ -328,8 +327,7 @@ impl Index {
                 top.1 += 1;
                 if let Some(dep) = next {
                     let d =
-                        by_name
-                            .get(dep.as_str())
+                        self.get(dep.as_str())
                             .ok_or_else(|| IndexError::MissingDependency {
                                 package: e.name.to_string(),
                                 dependency: dep.to_string(),

@@ -345,15 +345,19 @@ pub fn unused_mounts(
     let (roots, data, images) = (run.join("rootfs"), run.join("data"), run.join("mnt"));
     let binds = run.join("binds");
     let below = |m: &Path, dir: &Path| m.starts_with(dir) && m != dir;
-    let mut per_container: Vec<&PathBuf> = mounts
+    let per_container: Vec<&PathBuf> = mounts
         .iter()
         .filter(|m| below(m, &roots) || below(m, &data) || below(m, &binds))
         .collect();
-    // Deepest first: a mount on top of another goes before it (or that unmount is EBUSY).
-    per_container.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+    // Deepest first: a mount on top of another goes before it (or that unmount is EBUSY);
+    // equals in their order (no sort: a few mounts, a few levels).
+    let depth = |m: &Path| m.components().count();
+    let deepest = per_container.iter().map(|m| depth(m)).max().unwrap_or(0);
+    let deepest_first = (0..=deepest)
+        .rev()
+        .flat_map(|n| per_container.iter().copied().filter(move |m| depth(m) == n));
     let image = mounts.iter().filter(|m| below(m, &images));
-    per_container
-        .into_iter()
+    deepest_first
         .chain(image)
         .filter(|m| !used.contains(*m))
         .cloned()

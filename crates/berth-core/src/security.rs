@@ -274,7 +274,7 @@ pub fn grants(
             caps.push(c.clone());
         }
     }
-    caps.sort();
+    caps.sort_unstable();
     caps.dedup();
     for s in &perms.syscalls {
         check("syscall", s, GRANTABLE_SYSCALLS.contains(&s.as_str()))?;
