@@ -8,6 +8,7 @@
 //! up its thread (restarts, health checks, the watchdog's heartbeat). It also starts its
 //! peers, the memory guard and the governor, and wires them to the runtime.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -169,18 +170,24 @@ struct Supervisor {
     pending: Vec<(String, u64)>,
     /// Runtime work waiting, in order (a container's after the one in flight).
     waiting: Vec<(String, Job)>,
-    /// The containers whose work is in flight, on a worker each, and since when.
-    busy: Vec<(String, Instant)>,
+    /// The containers whose work is in flight, on a worker each, and since when it holds
+    /// what it needs.
+    busy: Vec<(String, Holding)>,
     /// A worker wedged (its container named once in the log).
     wedged: bool,
     t0: Instant,
 }
 
-/// How long a worker may carry out one intent before the supervisor stops beating: longer
-/// than any start or stop takes (their own bounds are `start_timeout` and `stop_timeout`), as
-/// long as the op lock was ever waited for. A worker wedged (a shim that never answers, a
-/// kernel call that never returns) is then the watchdog's to end, with the device.
+/// How long a worker may carry out one intent, from the time it holds the op lock, before
+/// the supervisor stops beating: longer than any start or stop takes (their own bounds are
+/// `start_timeout` and `stop_timeout`). A worker wedged (a shim that never answers, a kernel
+/// call that never returns) is then the watchdog's to end, with the device. Its wait for the
+/// op lock does not count: that is another's work (an install's download may be long).
 const WEDGED: Duration = Duration::from_secs(600);
+
+/// When a worker began to carry its job out, in milliseconds since the supervisor's start
+/// plus one; 0 while it waits for the op lock.
+type Holding = Arc<AtomicU64>;
 
 impl Supervisor {
     fn new(d: Arc<Daemon>) -> Supervisor {
@@ -197,14 +204,20 @@ impl Supervisor {
 
     /// Whether a worker has carried one intent out for longer than [`WEDGED`] (said once).
     fn wedged_worker(&mut self) -> bool {
-        let Some((name, since)) = self.busy.iter().find(|(_, t)| t.elapsed() > WEDGED) else {
+        let now = self.now_ms() + 1;
+        let longest = self.busy.iter().find_map(|(name, h)| {
+            let since = h.load(Ordering::Relaxed);
+            let ms = now.saturating_sub(since);
+            (since != 0 && ms > WEDGED.as_millis() as u64).then_some((name, ms))
+        });
+        let Some((name, ms)) = longest else {
             self.wedged = false;
             return false;
         };
         if !self.wedged {
             log::error!(
                 "{name}: its start or stop has run for {} s: the supervisor stops its heartbeat",
-                since.elapsed().as_secs()
+                ms / 1000
             );
             self.wedged = true;
         }
@@ -463,7 +476,7 @@ impl Supervisor {
         if matches!(o.intent, Intent::Kill { .. }) {
             // The guard's kill, here and now: a signal and a record, beside whatever the
             // container's worker does, and no thread to create when memory is short.
-            work(&self.d, name, Job::Order(o));
+            work(&self.d, name, Job::Order(o), &|| {});
         } else if o.lent {
             self.spawn(name, Job::Order(o));
         } else {
@@ -496,17 +509,22 @@ impl Supervisor {
             let stale = matches!(&job, Job::Order(o) if o.who == Who::Supervisor
                 && o.intent == Intent::Start
                 && !self.machines.iter().any(|(n, m)| *n == name && m.phase() == Phase::Starting));
-            if !stale && self.spawn(&name, job) {
-                self.busy.push((name, Instant::now()));
+            if stale {
+                continue;
+            }
+            if let Some(holding) = self.spawn(&name, job) {
+                self.busy.push((name, holding));
             }
         }
     }
 
     /// Carries `job` out for `name` on a worker of its own (under the op lock, or under the
     /// asker's hold of it), which answers the asker and tells this thread when it is done.
-    /// Whether the worker runs.
-    fn spawn(&mut self, name: &str, job: Job) -> bool {
+    /// When it holds the op lock, if the worker runs.
+    fn spawn(&mut self, name: &str, job: Job) -> Option<Holding> {
         let d = Arc::clone(&self.d);
+        let holding = Holding::default();
+        let (held, t0) = (Arc::clone(&holding), self.t0);
         let n = name.to_string();
         // Kept here too, for an answer if the worker cannot start.
         let (lent, reply, own_start) = match &job {
@@ -525,17 +543,18 @@ impl Supervisor {
                     done: !lent,
                     reply: answer,
                 };
-                work(&d, &n, job);
+                let began = || held.store(t0.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+                work(&d, &n, job, &began);
             }),
         );
         match (spawned, reply) {
-            (Ok(_), _) => return true,
+            (Ok(_), _) => return Some(holding),
             (Err(e), Some(reply)) => reply.give(Err(Error::internal(e))),
             (Err(_), None) if own_start => self.feed(name, Event::StartFailed),
             // An end or a release that the next one makes up for.
             (Err(_), None) => {}
         }
-        false
+        None
     }
 
     /// Whether `name` must wait for a dependency that is on its way up but not ready yet;
@@ -633,12 +652,13 @@ impl Drop for Finish<'_> {
     }
 }
 
-/// A worker's job for container `name`.
-fn work(d: &Arc<Daemon>, name: &str, job: Job) {
+/// A worker's job for container `name`; `began` once it holds what it needs.
+fn work(d: &Arc<Daemon>, name: &str, job: Job, began: &dyn Fn()) {
     let o = match job {
         Job::Release => {
             {
                 let _op = d.op.lock().unwrap();
+                began();
                 if !probe::is_running(d, name) {
                     mounts::release_mounts(d);
                     cgroups::reap(d, name);
@@ -655,6 +675,7 @@ fn work(d: &Arc<Daemon>, name: &str, job: Job) {
         // A kill takes no op lock: it ends a container whatever its worker is doing.
         let kill = matches!(o.intent, Intent::Kill { .. });
         let _op = (!o.lent && !kill).then(|| d.op.lock().unwrap());
+        began();
         let own_start = o.who == Who::Supervisor && o.intent == Intent::Start;
         // Removed or started by the operator meanwhile: nothing to do.
         if own_start && (state::installed(d, name).is_err() || probe::is_running(d, name)) {
@@ -1213,7 +1234,7 @@ mod tests {
     fn a_start_overtaken_by_safe_mode_is_no_failure() {
         let (_dir, d, m) = setup("sup-safe-late");
         *d.boot.safe_mode.lock().unwrap() = Some("entered".into());
-        work(&d, "web", Job::Order(own(Intent::Start)));
+        work(&d, "web", Job::Order(own(Intent::Start)), &|| {});
         let t = Instant::now() + Duration::from_secs(5);
         assert_eq!(
             d.next_event(Some(t)),
@@ -1229,12 +1250,20 @@ mod tests {
         let (_dir, d, _m) = setup("sup-wedged");
         let mut s = Supervisor::new(Arc::clone(&d));
         assert!(!s.wedged_worker());
-        s.busy.push(("web".into(), Instant::now()));
-        assert!(!s.wedged_worker(), "a worker at work is no wedged one");
+        let holding = Holding::default();
+        s.busy.push(("web".into(), Arc::clone(&holding)));
         let Some(long_ago) = Instant::now().checked_sub(WEDGED + Duration::from_secs(1)) else {
             panic!("this machine's monotonic clock started less than 10 minutes ago");
         };
-        s.busy[0].1 = long_ago;
+        // Waiting for the op lock (another's install) for longer: not wedged.
+        s.t0 = long_ago;
+        assert!(
+            !s.wedged_worker(),
+            "a worker waiting for the op lock is no wedged one"
+        );
+        holding.store(s.now_ms() + 1, Ordering::Relaxed);
+        assert!(!s.wedged_worker(), "a worker at work is no wedged one");
+        holding.store(1, Ordering::Relaxed);
         assert!(s.wedged_worker());
         assert!(s.wedged_worker(), "still wedged (said once)");
         s.done("web");

@@ -324,9 +324,10 @@ impl Daemon {
 
     /// Tells the supervisor what happened to container `name` (never blocks).
     pub fn notify(&self, name: &str, event: Event) {
-        let q = self.inbox.lock().unwrap();
+        let mut q = self.inbox.lock().unwrap();
         // What a container says through its API (at its pace, while the supervisor may be
-        // busy with a start): the same report already waiting says it all.
+        // busy with a start): the same report already waiting says it all (looked for and
+        // queued under one hold of the inbox, so two at once queue it once).
         let coalesce = matches!(
             event,
             Event::KeepAlive(_) | Event::Ready(_) | Event::Reported(..)
@@ -337,8 +338,9 @@ impl Daemon {
         {
             return;
         }
+        q.push_back((name.to_string(), Msg::Event(event)));
         drop(q);
-        self.send(name, Msg::Event(event));
+        self.arrived.notify_one();
     }
 
     /// Hands an intent for container `name` to the supervisor (never blocks; the asker waits
