@@ -1573,7 +1573,7 @@ fn governor(
                     n.bytes().all(|b| b.is_ascii_digit() || b == b'.')
                         && n.bytes().filter(|b| *b == b'.').count() <= 1
                 })
-                .and_then(|n| n.parse::<f64>().ok())
+                .and_then(crate::float::parse)
                 .filter(|r| *r > 0.0);
             Some(n.ok_or_else(|| {
                 value_err(

@@ -17,6 +17,7 @@ pub mod date;
 pub mod ddi;
 pub mod error;
 pub mod fair;
+pub mod float;
 pub mod governor;
 pub mod guard;
 pub mod http;

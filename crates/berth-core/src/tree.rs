@@ -82,7 +82,7 @@ fn val(v: Spanned<DeValue>) -> Result<Spanned<Val>, SyntaxError> {
         ),
         DeValue::Float(f) => {
             // toml's rule: `inf` only when written so, not as the overflow of 1e999.
-            let x = f.as_str().parse::<f64>().ok();
+            let x = crate::float::parse(f.as_str());
             match x.filter(|x| !x.is_infinite() || f.as_str().contains("inf")) {
                 Some(x) => Val::Float(x),
                 None => return Err(overflow("floating-point number overflowed")),
