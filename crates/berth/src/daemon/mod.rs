@@ -45,7 +45,7 @@ use berth_core::config::{Config, Paths};
 use base::context::{Daemon, Roots};
 
 pub fn run(cfg: Config) -> Result<()> {
-    if !is_root() {
+    if !berth_sys::process::is_root() {
         bail!("berth daemon must run as root (it mounts images and starts containers)");
     }
     if cfg.network.mdns && !cfg!(feature = "mdns") {
@@ -180,12 +180,6 @@ fn prepare_dirs(paths: &Paths) -> Result<()> {
         .with_context(|| format!("create {}", paths.mask_file().display()))
 }
 
-pub fn is_root() -> bool {
-    std::fs::metadata("/proc/self")
-        .map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)
-        .unwrap_or(false)
-}
-
 /// One daemon per state directory: a lock file held for the daemon's lifetime. A POSIX
 /// record lock: closing any other descriptor of this file in the daemon would release it, so
 /// nothing else in the daemon opens it.
@@ -210,4 +204,119 @@ fn single_instance(cfg: &Config) -> Result<std::fs::File> {
     f.set_len(0)?;
     write!(f, "{}", std::process::id())?;
     Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+
+    /// A configuration whose directories are under `dir`.
+    fn config_at(dir: &Path) -> Config {
+        let p = |n: &str| dir.join(n).display().to_string();
+        let text = format!(
+            "[paths]\nstate = \"{}\"\nrun = \"{}\"\nkeys = \"{}\"\nlxcpath = \"{}\"\n",
+            p("state"),
+            p("run"),
+            p("keys"),
+            p("lxc")
+        );
+        Config::parse(&text, "fixture").unwrap()
+    }
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// berth's directories are made with their modes, and a state directory an older berth
+    /// left open is closed; the mask file is empty and read-only, even if something was
+    /// written to it.
+    #[test]
+    fn directories_get_their_modes_at_every_start() {
+        let dir = berth_testkit::TempDir::new("daemon-dirs");
+        let cfg = config_at(dir.path("").as_path());
+        let paths = &cfg.paths;
+        std::fs::create_dir_all(&paths.state).unwrap();
+        std::fs::set_permissions(&paths.state, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir_all(&paths.run).unwrap();
+        std::fs::write(paths.mask_file(), b"left over").unwrap();
+        prepare_dirs(paths).unwrap();
+        for (d, want) in [
+            (paths.state.clone(), 0o700),
+            (paths.store(), 0o700),
+            (paths.state.join("data"), 0o700),
+            (paths.run.clone(), 0o711),
+            (paths.run.join("rootfs"), 0o711),
+            (paths.run.join("binds"), 0o711),
+            (paths.run.join("shim"), 0o700),
+            (paths.run.join("logs"), 0o700),
+            (paths.lxcpath.clone(), 0o711),
+            (paths.mask_dir(), 0o555),
+        ] {
+            assert_eq!(mode(&d), want, "{}", d.display());
+        }
+        assert_eq!(mode(&paths.mask_file()), 0o444);
+        assert_eq!(std::fs::read(paths.mask_file()).unwrap(), b"");
+        // A path that cannot be a directory: an error naming it.
+        let file = dir.path("file");
+        std::fs::write(&file, b"").unwrap();
+        let cfg = config_at(&file);
+        let e = format!("{:#}", prepare_dirs(&cfg.paths).unwrap_err());
+        assert!(e.contains(&file.display().to_string()), "{e}");
+    }
+
+    /// One daemon per state directory: a second is refused naming the first's pid (the lock
+    /// is a process's, so the first is a process of its own: this test, run again as it);
+    /// once the first is gone the lock is the next one's, with its pid in the file.
+    #[test]
+    fn a_second_daemon_is_refused_naming_the_first() {
+        const HOLD: &str = "BERTH_TEST_HOLD_DAEMON_LOCK";
+        if let Some(dir) = std::env::var_os(HOLD) {
+            let _lock = single_instance(&config_at(Path::new(&dir))).unwrap();
+            // (After the harness's "test … … " on the same line.)
+            println!("held");
+            let _ = std::io::stdin().read_line(&mut String::new());
+            return;
+        }
+        let dir = berth_testkit::TempDir::new("daemon-lock");
+        let cfg = config_at(dir.path("").as_path());
+        prepare_dirs(&cfg.paths).unwrap();
+        let mut first = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "daemon::tests::a_second_daemon_is_refused_naming_the_first",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(HOLD, dir.path(""))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = std::io::BufReader::new(first.stdout.take().unwrap()).lines();
+        let held = out
+            .by_ref()
+            .map_while(|l| l.ok())
+            .any(|l| l.ends_with("held"));
+        assert!(held, "the first daemon's process did not take the lock");
+        let e = single_instance(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "another berth daemon is running (pid {}",
+                first.id()
+            )),
+            "{e}"
+        );
+        drop(first.stdin.take());
+        // What it says as it ends is read (a closed pipe would make it complain).
+        out.for_each(drop);
+        assert!(first.wait().unwrap().success());
+        let _lock = single_instance(&cfg).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(cfg.paths.daemon_pid()).unwrap(),
+            std::process::id().to_string()
+        );
+    }
 }
