@@ -133,6 +133,26 @@ trap print_skips EXIT
 # All but the cgroup v2 VM test, which runs next, beside the fuzz targets.
 cargo test --workspace "${hooks[@]}" -- --skip cgroup_v2_for_real_in_a_vm 2>&1 | tee /tmp/berth-test-output.txt
 
+step "the daemon's unit tests again, as an unprivileged user (nobody): its apply code is tested without root"
+# The kernel is behind berth_sys::host::Host, faked in these tests: none may need root. Run
+# from a copy of the test binary that nobody may execute; a test that reads this checkout at
+# run time needs it readable by nobody, which a checkout under /root is not (said, and that
+# test left to the run above).
+unit=$(cargo test -p berth "${hooks[@]}" --bins --no-run 2>&1 |
+    sed -n 's/.*Executable unittests src\/main.rs (\(.*\))/\1/p')
+[ -x "$unit" ] || { echo "the daemon's unit test binary was not found" >&2; exit 1; }
+nobody_dir=$(mktemp -d /tmp/berth-nobody-XXXXXX)
+chmod 755 "$nobody_dir"
+cp "$unit" "$nobody_dir/berth-unit"
+as_nobody() { setpriv --reuid=65534 --regid=65534 --clear-groups env HOME="$nobody_dir" "$@"; }
+skip=()
+if ! as_nobody test -r "$PWD/crates/berth/src/daemon/runtime/control.rs"; then
+    echo "NOTE: this checkout ($PWD) is not readable by nobody: only_the_controller_starts_and_stops_containers runs as root only"
+    skip=(--skip only_the_controller_starts_and_stops_containers)
+fi
+(cd "$nobody_dir" && as_nobody ./berth-unit -q "${skip[@]}")
+rm -rf "$nobody_dir"
+
 step "the cgroup v2 VM test (tests/vm.rs) beside the fuzz targets of the untrusted-input readers (scripts/fuzz.sh: image layers, docker-archives, fleet bundles, 20 s each)"
 # QEMU emulates the VM on one core, a fuzzer runs on one core: the two together take the
 # time of the VM test alone.
