@@ -215,15 +215,7 @@ mod tests {
 
     /// A configuration whose directories are under `dir`.
     fn config_at(dir: &Path) -> Config {
-        let p = |n: &str| dir.join(n).display().to_string();
-        let text = format!(
-            "[paths]\nstate = \"{}\"\nrun = \"{}\"\nkeys = \"{}\"\nlxcpath = \"{}\"\n",
-            p("state"),
-            p("run"),
-            p("keys"),
-            p("lxc")
-        );
-        Config::parse(&text, "fixture").unwrap()
+        base::testing::config_under(dir, "")
     }
 
     fn mode(p: &Path) -> u32 {

@@ -20,13 +20,10 @@ pub(crate) fn fake_daemon(tag: &str, extra: &str) -> (TempDir, Daemon, &'static 
     (dir, d, mounts)
 }
 
-/// [`fake_daemon`], with its signals: they reach the processes of its fixture /proc.
-pub(crate) fn fake_daemon_with_signals(
-    tag: &str,
-    extra: &str,
-) -> (TempDir, Daemon, &'static FakeMounts, &'static FakeSignals) {
-    let dir = TempDir::new(tag);
-    let p = |n: &str| dir.path(n).display().to_string();
+/// A configuration whose state, run, keys and lxcpath are under `root`; `extra` is more of
+/// it (TOML, its own `[paths]` excepted).
+pub(crate) fn config_under(root: &Path, extra: &str) -> Config {
+    let p = |n: &str| root.join(n).display().to_string();
     // `extra` first: its top-level keys (`repository = …`) stay top-level.
     let text = format!(
         "{extra}\n[paths]\nstate = \"{}\"\nrun = \"{}\"\nkeys = \"{}\"\nlxcpath = \"{}\"\n",
@@ -35,7 +32,16 @@ pub(crate) fn fake_daemon_with_signals(
         p("keys"),
         p("lxc"),
     );
-    let cfg = Config::parse(&text, "fixture").unwrap();
+    Config::parse(&text, "fixture").unwrap()
+}
+
+/// [`fake_daemon`], with its signals: they reach the processes of its fixture /proc.
+pub(crate) fn fake_daemon_with_signals(
+    tag: &str,
+    extra: &str,
+) -> (TempDir, Daemon, &'static FakeMounts, &'static FakeSignals) {
+    let dir = TempDir::new(tag);
+    let cfg = config_under(&dir.path(""), extra);
     for sub in ["state", "run", "keys", "lxc", "proc", "sys"] {
         std::fs::create_dir_all(dir.path(sub)).unwrap();
     }
