@@ -63,7 +63,7 @@ impl Default for Roots {
 #[derive(Debug, Clone)]
 pub struct Probes {
     /// liblxc's version, or why it cannot be loaded (the loader's own words).
-    pub lxc_version: Result<String, String>,
+    pub lxc_version: Result<String, crate::error::Error>,
     /// The PATH searched for tools (nft, ip, mksquashfs, zcat).
     pub path: Option<OsString>,
     /// Result of the open_tree syscall probe.
@@ -84,7 +84,7 @@ impl Probes {
     /// The real machine: liblxc, `$PATH`, the running kernel.
     pub fn real() -> Probes {
         Probes {
-            lxc_version: crate::lxc::version_or_error().map_err(String::from),
+            lxc_version: crate::lxc::version_or_error(),
             path: std::env::var_os("PATH"),
             open_tree: probe_open_tree(),
             mount_setattr: probe_mount_setattr(),
@@ -1317,7 +1317,10 @@ hugetlb\t0\t5\t0
         let fx = Fx::new("");
         // The fixture has no pressure/memory: PSI is missing.
         let probes = Probes {
-            lxc_version: Err("cannot load liblxc.so.1: Dynamic loading not supported".into()),
+            lxc_version: Err(crate::error::Error::new(
+                crate::error::ErrorKind::Unavailable,
+                "cannot load liblxc.so.1: Dynamic loading not supported",
+            )),
             path: None,
             open_tree: (Status::Present, "fixture".into()),
             mount_setattr: (Status::Present, "fixture".into()),

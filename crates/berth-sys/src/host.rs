@@ -9,6 +9,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 
+use crate::error::{Error, ErrorKind};
 use crate::mount::{MountInfo, SysError};
 use crate::mountns::{Mount, Step};
 
@@ -107,34 +108,36 @@ pub trait Tools: Sync {
     fn run(&self, prog: &str, args: &[&str], input: Option<&[u8]>) -> Result<Output, ToolError>;
 }
 
-/// [`Tools::run`] of a tool that must succeed: its stdout, or an error naming the command
-/// (`{prog}: cannot run it (…); berth needs {prog} in PATH`, `{prog} {args} failed
-/// ({status}): {stderr}`).
+/// [`Tools::run`] of a tool that must succeed: its stdout, or an error naming the command:
+/// `Unavailable` when it cannot run (`{prog}: cannot run it (…); berth needs {prog} in PATH`),
+/// `Refused` when it fails (`{prog} {args} failed ({status}): {stderr}`).
 pub fn run_checked(
     tools: &dyn Tools,
     prog: &str,
     args: &[&str],
     input: Option<&str>,
-) -> Result<String, String> {
+) -> Result<String, Error> {
     let o = match tools.run(prog, args, input.map(str::as_bytes)) {
         Ok(o) => o,
         Err(ToolError::Spawn(e)) => {
-            return Err(format!(
-                "{prog}: cannot run it ({e}); berth needs {prog} in PATH"
-            ))
+            let why = format!("{prog}: cannot run it ({e}); berth needs {prog} in PATH");
+            return Err(Error::new(ErrorKind::Unavailable, why));
         }
-        Err(ToolError::Wait(e)) => return Err(format!("{prog}: {e}")),
+        Err(ToolError::Wait(e)) => {
+            return Err(Error::new(ErrorKind::Refused, format!("{prog}: {e}")))
+        }
     };
     if o.status.success() {
         Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     } else {
         let err = String::from_utf8_lossy(&o.stderr);
-        Err(format!(
+        let why = format!(
             "{prog} {} failed ({}): {}",
             args.join(" "),
             o.status,
             err.trim()
-        ))
+        );
+        Err(Error::new(ErrorKind::Refused, why))
     }
 }
 

@@ -949,20 +949,31 @@ mod tests {
     #[test]
     fn tools_answer_from_the_table_longest_prefix_first_once_before_lasting_and_record_all() {
         let t = FakeTools::default();
-        let run = |prog: &str, args: &[&str], input: Option<&str>| {
+        use berth_sys::error::ErrorKind;
+        let checked = |prog: &str, args: &[&str], input: Option<&str>| {
             berth_sys::host::run_checked(&t, prog, args, input)
         };
-        let e = run("ip", &["link", "show"], None).unwrap_err();
+        let run = |prog: &str, args: &[&str], input: Option<&str>| {
+            checked(prog, args, input).map_err(String::from)
+        };
+        let e = checked("ip", &["link", "show"], None).unwrap_err();
         assert_eq!(
-            e,
-            "ip: cannot run it (fake tools: no answer for `ip link show`); berth needs ip in PATH"
+            (e.kind, e.message.as_str()),
+            (
+                ErrorKind::Unavailable,
+                "ip: cannot run it (fake tools: no answer for `ip link show`); berth needs ip in PATH"
+            )
         );
         t.answer("ip", &[], Ok("any".into()));
         t.answer("ip", &["link", "show"], Err("no such device".into()));
         assert_eq!(run("ip", &["addr"], None).unwrap(), "any");
+        let e = checked("ip", &["link", "show", "x"], None).unwrap_err();
         assert_eq!(
-            run("ip", &["link", "show", "x"], None).unwrap_err(),
-            "ip link show x failed (exit status: 1): no such device"
+            (e.kind, e.message.as_str()),
+            (
+                ErrorKind::Refused,
+                "ip link show x failed (exit status: 1): no such device"
+            )
         );
         t.answer_once("ip", &["link"], Ok("once".into()));
         assert_eq!(run("ip", &["link", "show"], None).unwrap(), "once");
