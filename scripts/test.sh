@@ -156,11 +156,13 @@ if ! as_nobody test -r "$PWD/crates/berth/src/daemon/runtime/control.rs"; then
     echo "NOTE: this checkout ($PWD) is not readable by nobody: only_the_controller_starts_and_stops_containers runs as root only"
     skip=(--skip only_the_controller_starts_and_stops_containers)
 fi
-(cd "$nobody_dir" && as_nobody ./berth-unit -q "${skip[@]}")
+nobody_rc=0
+(cd "$nobody_dir" && as_nobody ./berth-unit -q "${skip[@]}") || nobody_rc=$?
 echo "as nobody, $(wc -l < "$nobody_skips") of them skipped part of themselves (each ran whole as root above):"
 sed 's/^/  /' "$nobody_skips"
 sed 's/\t/\tas nobody: /' "$nobody_skips" >> "$BERTH_SKIP_LOG"
 rm -rf "$nobody_dir"
+[ "$nobody_rc" = 0 ] || { echo "the daemon's unit tests failed as nobody" >&2; exit 1; }
 
 step "the cgroup v2 VM test (tests/vm.rs) beside the fuzz targets of the untrusted-input readers (scripts/fuzz.sh: image layers, docker-archives, fleet bundles, 20 s each)"
 # QEMU emulates the VM on one core, a fuzzer runs on one core: the two together take the

@@ -1,11 +1,13 @@
 //! Decimal floating-point numbers as configuration files write them (`12.5`, `-3e-2`, `1E6`,
 //! `inf`, `nan`), read without core's correctly rounding parser: that one carries a table of
 //! 10 KiB and its big-number fallback into the device build, for the few floats a manifest
-//! or berth.toml holds (a CPU share, a rate).
+//! or berth.toml holds (a restart back-off's multiplier, the governor's rate).
 //!
-//! The result is correctly rounded whenever the significant digits make an integer below
-//! 2^53 and the decimal exponent is within ±22 (every value those files hold: Clinger's
-//! exact case, one rounding). Beyond, it is within a few units in the last place.
+//! The result is correctly rounded whenever the significant digits (trailing zeros aside)
+//! make an integer below 2^53 and the decimal exponent is within ±22 (every value those
+//! files hold: Clinger's exact case, one rounding). Beyond, it is within a few units in the
+//! last place: a value within a few units of the largest f64 may read as infinite (which
+//! `tree.rs` refuses as an overflow).
 
 /// The powers of ten that an f64 holds exactly.
 const EXACT: [f64; 23] = [
@@ -72,7 +74,7 @@ fn finite(b: &[u8]) -> Option<f64> {
             if !d.is_ascii_digit() {
                 return None;
             }
-            // Far beyond any f64 either way: the value is 0 or infinite already.
+            // Far beyond any f64 either way (for fewer than 90 000 digits before it).
             e = (e * 10 + i64::from(d - b'0')).min(100_000);
         }
         exp += sign * e;
@@ -81,9 +83,14 @@ fn finite(b: &[u8]) -> Option<f64> {
 }
 
 /// `digits` × 10^`exp`.
-fn scale(digits: u64, mut exp: i64) -> f64 {
+fn scale(mut digits: u64, mut exp: i64) -> f64 {
     if digits == 0 {
         return 0.0;
+    }
+    // `2.50000` is 25e-1: fewer digits, more often the exact case.
+    while digits.is_multiple_of(10) {
+        digits /= 10;
+        exp += 1;
     }
     let mut x = digits as f64;
     if digits < 1 << 53 && (-22..=22).contains(&exp) {
@@ -143,6 +150,10 @@ mod tests {
             "99.99",
             "2.5e3",
             "1e23",
+            "0.8347229905775811000",
+            "2.50000",
+            "1500e-3",
+            "12.500000000000000000",
         ] {
             let want = s.parse::<f64>().ok();
             let got = parse(s);
@@ -196,6 +207,15 @@ mod tests {
             let want = s.parse::<f64>().unwrap();
             let got = parse(&s).unwrap();
             if want == 0.0 || want.is_infinite() || want.abs() < f64::MIN_POSITIVE {
+                continue;
+            }
+            // Finite as core reads it: finite here too, but within a few units of the
+            // largest f64 (said in the module's documentation).
+            if got.is_infinite() {
+                assert!(
+                    want > f64::MAX * (1.0 - 1e-14),
+                    "{s}: infinite, core reads {want:e}"
+                );
                 continue;
             }
             let ulps = (got.to_bits() as i64 - want.to_bits() as i64).unsigned_abs();

@@ -182,7 +182,10 @@ struct Supervisor {
 /// the supervisor stops beating: longer than any start or stop takes (their own bounds are
 /// `start_timeout` and `stop_timeout`). A worker wedged (a shim that never answers, a kernel
 /// call that never returns) is then the watchdog's to end, with the device. Its wait for the
-/// op lock does not count: that is another's work (an install's download may be long).
+/// op lock does not count: that is another's work, which no bound of this clock's could
+/// judge (an install's downloads may hold the lock for hours on a slow link, each bounded
+/// by its own deadline, size / 8 KiB/s); a holder that never returns leaves the work queued
+/// behind it waiting, and the device serving.
 const WEDGED: Duration = Duration::from_secs(600);
 
 /// When a worker began to carry its job out, in milliseconds since the supervisor's start
@@ -1268,6 +1271,31 @@ mod tests {
         assert!(s.wedged_worker(), "still wedged (said once)");
         s.done("web");
         assert!(!s.wedged_worker());
+    }
+
+    /// A worker's clock starts once it holds the op lock, not while it waits for it.
+    #[test]
+    fn a_workers_clock_starts_once_it_holds_the_op_lock() {
+        let (_dir, d, _m) = setup("sup-holding");
+        let mut s = Supervisor::new(Arc::clone(&d));
+        let op = d.op.lock().unwrap();
+        let holding = s.spawn("web", Job::Release).expect("the worker runs");
+        // Time for the worker to reach the lock (it cannot pass it).
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(
+            holding.load(Ordering::Relaxed),
+            0,
+            "waiting for the op lock"
+        );
+        drop(op);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while holding.load(Ordering::Relaxed) == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "the worker never took the op lock"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// The operator's stop while a crash restart is held drops it at once: stopped, no

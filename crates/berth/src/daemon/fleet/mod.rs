@@ -1094,10 +1094,19 @@ mod tests {
         assert_eq!(sleep_ms, 10_000);
         // Kept on flash: a restarted daemon does not send them again.
         assert_eq!(load(&d).attributes_sent.as_deref(), Some(body));
-        // Not asked, unchanged: the base resource only.
-        let (url, server) = serve(vec![ok(br#"{"_links":{}}"#, None)]);
+        // Not asked, unchanged: the base resource only. (A second answer is served, so that
+        // a configData would reach it; the test's own request takes it afterwards.)
+        let (url, server) = serve(vec![ok(br#"{"_links":{}}"#, None), ok(b"", None)]);
         poll(&d, &cfg(&d), &client(&url), &mut rec, &mut sleep_ms).unwrap();
-        assert_eq!(server.join().unwrap().len(), 1);
+        client(&url)
+            .call("GET", &format!("{url}/after"), None)
+            .unwrap();
+        let got = server.join().unwrap();
+        assert!(
+            got[1].starts_with("GET /after "),
+            "sent after the base resource: {}",
+            got[1]
+        );
     }
 
     /// A link the server gives to another origin (another port here) is not followed: the
