@@ -82,12 +82,23 @@ for rate in $RATES; do
     while [ "$r" -lt "$RUNS" ]; do
         r=$((r + 1))
         mps=""; [ "$rate" = max ] && mps="--mps=max" || mps="--mps=$rate"
-        v0=$(per_task "$srv" status voluntary_ctxt_switches)
-        n0=$(per_task "$srv" status nonvoluntary_ctxt_switches)
-        m0=$(per_task "$srv" sched se.nr_migrations)
-        rm -f /tmp/perf.csv
-        # shellcheck disable=SC2086
-        out=$($PERF sockperf ping-pong -i "$addr" -p "$PORT" -m "$MSG" -t "$SECS" $mps --full-rtt 2>&1)
+        # A run that does not end (seen once under TCG: the 4th run of `--quick` never
+        # printed, and the boot's whole budget went) is stopped SECS + 30 s in, perf and
+        # sockperf both, and run once more; a second such run is an error of its own.
+        try=0
+        while :; do
+            try=$((try + 1))
+            v0=$(per_task "$srv" status voluntary_ctxt_switches)
+            n0=$(per_task "$srv" status nonvoluntary_ctxt_switches)
+            m0=$(per_task "$srv" sched se.nr_migrations)
+            rm -f /tmp/perf.csv
+            # shellcheck disable=SC2086
+            out=$(timeout -k 5 $((SECS + 30)) $PERF sockperf ping-pong -i "$addr" -p "$PORT" -m "$MSG" -t "$SECS" $mps --full-rtt 2>&1)
+            rc=$?
+            [ "$rc" = 124 ] || [ "$rc" = 137 ] || break
+            [ "$try" -lt 2 ] || { out="sockperf did not end within $((SECS + 30)) s, twice"; break; }
+            echo "guest: rr $rate run $r: sockperf did not end within $((SECS + 30)) s; once more"
+        done
         v1=$(per_task "$srv" status voluntary_ctxt_switches)
         n1=$(per_task "$srv" status nonvoluntary_ctxt_switches)
         m1=$(per_task "$srv" sched se.nr_migrations)
