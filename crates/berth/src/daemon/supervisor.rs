@@ -8,7 +8,7 @@
 //! up its thread (restarts, health checks, the watchdog's heartbeat). It also starts its
 //! peers, the memory guard and the governor, and wires them to the runtime.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -188,9 +188,15 @@ struct Supervisor {
 /// behind it waiting, and the device serving.
 const WEDGED: Duration = Duration::from_secs(600);
 
-/// When a worker began to carry its job out, in milliseconds since the supervisor's start
-/// plus one; 0 while it waits for the op lock.
-type Holding = Arc<AtomicU64>;
+/// When a worker began to carry its job out, in seconds since the supervisor's start plus
+/// one; 0 while it waits for the op lock. (32 bits: the MIPS32 devices have no 64-bit
+/// atomics; seconds: 136 years of uptime.)
+type Holding = Arc<AtomicU32>;
+
+/// Now, as a [`Holding`] counts.
+fn holding_now(t0: Instant) -> u32 {
+    u32::try_from(t0.elapsed().as_secs()).unwrap_or(u32::MAX - 1) + 1
+}
 
 impl Supervisor {
     fn new(d: Arc<Daemon>) -> Supervisor {
@@ -207,20 +213,19 @@ impl Supervisor {
 
     /// Whether a worker has carried one intent out for longer than [`WEDGED`] (said once).
     fn wedged_worker(&mut self) -> bool {
-        let now = self.now_ms() + 1;
+        let now = holding_now(self.t0);
         let longest = self.busy.iter().find_map(|(name, h)| {
             let since = h.load(Ordering::Relaxed);
-            let ms = now.saturating_sub(since);
-            (since != 0 && ms > WEDGED.as_millis() as u64).then_some((name, ms))
+            let secs = now.saturating_sub(since);
+            (since != 0 && u64::from(secs) > WEDGED.as_secs()).then_some((name, secs))
         });
-        let Some((name, ms)) = longest else {
+        let Some((name, secs)) = longest else {
             self.wedged = false;
             return false;
         };
         if !self.wedged {
             log::error!(
-                "{name}: its start or stop has run for {} s: the supervisor stops its heartbeat",
-                ms / 1000
+                "{name}: its start or stop has run for {secs} s: the supervisor stops its heartbeat"
             );
             self.wedged = true;
         }
@@ -546,7 +551,7 @@ impl Supervisor {
                     done: !lent,
                     reply: answer,
                 };
-                let began = || held.store(t0.elapsed().as_millis() as u64 + 1, Ordering::Relaxed);
+                let began = || held.store(holding_now(t0), Ordering::Relaxed);
                 work(&d, &n, job, &began);
             }),
         );
@@ -1264,7 +1269,7 @@ mod tests {
             !s.wedged_worker(),
             "a worker waiting for the op lock is no wedged one"
         );
-        holding.store(s.now_ms() + 1, Ordering::Relaxed);
+        holding.store(holding_now(s.t0), Ordering::Relaxed);
         assert!(!s.wedged_worker(), "a worker at work is no wedged one");
         holding.store(1, Ordering::Relaxed);
         assert!(s.wedged_worker());
