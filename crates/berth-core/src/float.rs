@@ -93,11 +93,9 @@ fn scale(mut digits: u64, mut exp: i64) -> f64 {
         exp += 1;
     }
     let mut x = digits as f64;
-    if digits < 1 << 53 && (-22..=22).contains(&exp) {
-        // Both operands exact: one rounding, the correct one.
-        let p = EXACT[exp.unsigned_abs() as usize];
-        return if exp < 0 { x / p } else { x * p };
-    }
+    // In Clinger's exact case (digits below 2^53, the exponent within ±22) the loops do
+    // nothing and the one operation at the end, of two exact operands, rounds once: the
+    // correct result. Beyond, steps of 10^22 come first.
     while exp > 22 && x.is_finite() {
         x *= 1e22;
         exp -= 22;
