@@ -360,6 +360,9 @@ EOF
     grep "^liblxc" "$dir/check" >&2 || true
     grep -q "^liblxc .*missing.*Error loading shared library liblxc.so" "$dir/check" ||
         die "$arch: check does not show the loader's error for liblxc"
+    # libcurl neither: an optional row (a file:// repository needs none), with the loader's words.
+    grep -q "^libcurl .*missing.*Error loading shared library libcurl" "$dir/check" ||
+        die "$arch: check does not show the loader's error for libcurl"
     grep -q "no liblxc: cannot load liblxc.so.1: Error loading shared library" "$dir/version" ||
         die "$arch: --version does not show the loader's error for liblxc"
     log "$arch smoke: daemon and status"

@@ -64,6 +64,8 @@ impl Default for Roots {
 pub struct Probes {
     /// liblxc's version, or why it cannot be loaded (the loader's own words).
     pub lxc_version: Result<String, crate::error::Error>,
+    /// libcurl (every http:// and https:// transfer), or why it cannot be loaded.
+    pub curl: Result<crate::curl::Version, String>,
     /// The PATH searched for tools (nft, ip, mksquashfs, zcat).
     pub path: Option<OsString>,
     /// Result of the open_tree syscall probe.
@@ -85,6 +87,7 @@ impl Probes {
     pub fn real() -> Probes {
         Probes {
             lxc_version: crate::lxc::version_or_error(),
+            curl: crate::curl::version(),
             path: std::env::var_os("PATH"),
             open_tree: probe_open_tree(),
             mount_setattr: probe_mount_setattr(),
@@ -776,6 +779,10 @@ fn tools(probes: &Probes, out: &mut Vec<Feature>) {
         ),
         Err(e) => feature("tools", "liblxc", true, Status::Missing, e.clone()),
     });
+    out.push(match &probes.curl {
+        Ok(v) => feature("tools", "libcurl", false, Status::Present, curl_detail(v)),
+        Err(e) => feature("tools", "libcurl", false, Status::Missing, e.clone()),
+    });
     for (tool, why) in [
         ("nft", "network isolation rules"),
         ("ip", "network setup"),
@@ -797,6 +804,33 @@ fn tools(probes: &Probes, out: &mut Vec<Feature>) {
             },
         ));
     }
+}
+
+/// libcurl's version and what it can do: the TLS library decides whether https://
+/// repositories and fleet servers are reachable.
+fn curl_detail(v: &crate::curl::Version) -> String {
+    let mut d = format!("version {}", v.version);
+    match &v.tls {
+        Some(tls) if v.speaks("https") => d.push_str(&format!(", TLS {tls}")),
+        _ => d.push_str(", no TLS: https:// unavailable"),
+    }
+    if !v.speaks("http") {
+        d.push_str(", no HTTP: http:// unavailable");
+    }
+    for (has, what) in [
+        (v.ipv6, "IPv6"),
+        (v.async_dns, "asynchronous DNS"),
+        (v.https_proxy, "HTTPS proxy"),
+    ] {
+        if has {
+            d.push_str(", ");
+            d.push_str(what);
+        }
+    }
+    if !v.threadsafe {
+        d.push_str(", not thread-safe before 7.84: berth runs one transfer at a time");
+    }
+    d
 }
 
 /// [`check`] with the non-file probes given.
@@ -1011,6 +1045,16 @@ hugetlb\t0\t5\t0
         fn run(&self) -> Vec<Feature> {
             let probes = Probes {
                 lxc_version: Ok("5.0.2".into()),
+                curl: Ok(crate::curl::Version {
+                    version: "7.88.1".into(),
+                    number: 0x075801,
+                    tls: Some("OpenSSL/3.0.11".into()),
+                    protocols: vec!["http".into(), "https".into()],
+                    ipv6: true,
+                    async_dns: true,
+                    https_proxy: true,
+                    threadsafe: true,
+                }),
                 path: Some(OsString::from(self.dir.path().join("bin"))),
                 open_tree: (Status::Present, "fixture".into()),
                 mount_setattr: (Status::Present, "fixture".into()),
@@ -1053,6 +1097,10 @@ hugetlb\t0\t5\t0
         assert_eq!(get(&fs, "veth").status, Status::Unknown);
         assert_eq!(get(&fs, "kernel release").detail, "5.10.0-test");
         assert_eq!(get(&fs, "nft").status, Status::Missing);
+        assert_eq!(
+            get(&fs, "libcurl").detail,
+            "version 7.88.1, TLS OpenSSL/3.0.11, IPv6, asynchronous DNS, HTTPS proxy"
+        );
         let k = get(&fs, "kmem accounting");
         assert_eq!(k.status, Status::Missing);
         assert_eq!(k.detail, "v1: no memory.kmem.*");
@@ -1223,6 +1271,16 @@ hugetlb\t0\t5\t0
         for abi in [Some(5), None] {
             let probes = Probes {
                 lxc_version: Ok("5.0.2".into()),
+                curl: Ok(crate::curl::Version {
+                    version: "7.88.1".into(),
+                    number: 0x075801,
+                    tls: Some("OpenSSL/3.0.11".into()),
+                    protocols: vec!["http".into(), "https".into()],
+                    ipv6: true,
+                    async_dns: true,
+                    https_proxy: true,
+                    threadsafe: true,
+                }),
                 path: None,
                 open_tree: (Status::Present, "fixture".into()),
                 mount_setattr: (Status::Present, "fixture".into()),
@@ -1321,6 +1379,7 @@ hugetlb\t0\t5\t0
                 crate::error::ErrorKind::Unavailable,
                 "cannot load liblxc.so.1: Dynamic loading not supported",
             )),
+            curl: Err("cannot load libcurl.so.4: libcurl.so.4: cannot open shared object file".into()),
             path: None,
             open_tree: (Status::Present, "fixture".into()),
             mount_setattr: (Status::Present, "fixture".into()),
@@ -1340,6 +1399,14 @@ hugetlb\t0\t5\t0
             lxc.detail.contains("Dynamic loading not supported"),
             "{}",
             lxc.detail
+        );
+        // libcurl is optional (a file:// repository needs none) but says why it is missing.
+        let curl = get(&fs, "libcurl");
+        assert_eq!((curl.status, curl.required), (Status::Missing, false));
+        assert!(
+            curl.detail.contains("cannot open shared object"),
+            "{}",
+            curl.detail
         );
         let fb = fallbacks(&fs);
         assert_eq!(fb.len(), 2, "{fb:?}");
