@@ -119,8 +119,8 @@ Version: ${version}-${deb_revision}
 Architecture: ${arch}
 Maintainer: berth maintainers <maintainers@users.noreply.a-seed-d5e7bddf.example>
 Installed-Size: ${size}
-Depends: libc6 (>= ${glibc}), libgcc-s1, lxc, squashfs-tools, nftables, iproute2
-Recommends: e2fsprogs, dnsmasq-base, zstd, openssl
+Depends: libc6 (>= ${glibc}), libgcc-s1, lxc, squashfs-tools, nftables, iproute2, libcurl4 | libcurl3-gnutls
+Recommends: e2fsprogs, dnsmasq-base, zstd, ca-certificates
 Suggests: signify-openbsd
 Section: admin
 Priority: optional

@@ -54,9 +54,10 @@ apt-get install -y -qq --no-install-recommends umoci skopeo >/dev/null
 # delta images (tests/delta.rs; berth-bench delta compares zstd with bsdiff and xdelta3 on real
 # Debian package upgrades, fetched with apt-get download, and times them with GNU time)
 apt-get install -y -qq --no-install-recommends zstd bsdiff xdelta3 time >/dev/null
-# fleets over TLS (issue 21): the openssl program is berth's TLS session to an https:// fleet
-# server, and makes the tests' CA and certificates
-apt-get install -y -qq --no-install-recommends openssl >/dev/null
+# libcurl carries every http:// and https:// transfer (loaded at run time); the openssl
+# program makes the tests' CA and certificates and serves TLS to them (s_server): berth never
+# runs it
+apt-get install -y -qq --no-install-recommends libcurl4 ca-certificates openssl >/dev/null
 # the web page is rendered by headless Chromium (tests/web.rs)
 apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
 # promtool lints the metrics (tests/metrics.rs): unpacked from Debian's prometheus package, not

@@ -362,7 +362,7 @@ fn a_tls_fleet_server_with_client_certificates() {
             1,
             &["TLS: the server's certificate failed verification: "][..],
         ),
-        // uvicorn closes the session without the alert (which s_server sends: fetch/tls.rs).
+        // uvicorn closes the session without the alert that s_server sends.
         (
             2,
             &[

@@ -115,15 +115,13 @@ pub struct Fleet {
     pub max_backoff_ms: u64,
 }
 
-/// `[fleet]`'s TLS options. The session is the system's `openssl s_client` (berth carries no
+/// `[fleet]`'s TLS options, for libcurl (berth carries no
 /// TLS stack of its own): the server's certificate is verified against `ca_file` (or the
 /// system's store) and its name, and `cert_file` + `key_file` identify the device to servers
 /// that ask for a client certificate.
 #[cfg(feature = "fleet")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetTls {
-    /// The `openssl` program; default `openssl`, found on PATH.
-    pub openssl: PathBuf,
     /// PEM certificates the server's chain must end in; None: the system's trust store.
     pub ca_file: Option<PathBuf>,
     /// The device's certificate (PEM) and its key, for mutual TLS.
@@ -1129,7 +1127,9 @@ fn fleet(
     let ca_file = file("fleet.ca_file", take("ca_file"))?;
     let cert_file = file("fleet.cert_file", take("cert_file"))?;
     let key_file = file("fleet.key_file", take("key_file"))?;
-    let openssl = take("openssl");
+    // The openssl program berth ran before libcurl: no longer used, still accepted so that
+    // a berth.toml written for it loads.
+    let _ = take("openssl");
     if cert_file.is_some() != key_file.is_some() {
         return Err(value_err(
             "fleet.key_file",
@@ -1138,17 +1138,14 @@ fn fleet(
     }
     let tls = if https {
         Some(FleetTls {
-            openssl: PathBuf::from(openssl.unwrap_or_else(|| "openssl".into())),
             ca_file,
             cert_file,
             key_file,
         })
-    } else if ca_file.is_some() || cert_file.is_some() || openssl.is_some() {
+    } else if ca_file.is_some() || cert_file.is_some() {
         return Err(value_err(
             "fleet.server",
-            format!(
-                "{server:?}: ca_file, cert_file, key_file and openssl apply to an https:// server"
-            ),
+            format!("{server:?}: ca_file, cert_file and key_file apply to an https:// server"),
         ));
     } else {
         None
@@ -1787,7 +1784,6 @@ mod tests {
         assert_eq!(
             tls("[fleet]\nserver = \"https://h:8443\"\n"),
             FleetTls {
-                openssl: "openssl".into(),
                 ca_file: None,
                 cert_file: None,
                 key_file: None
@@ -1796,7 +1792,6 @@ mod tests {
         assert_eq!(
             tls("[fleet]\nserver = \"https://h\"\nca_file = \"/c\"\ncert_file = \"/d\"\nkey_file = \"/k\"\nopenssl = \"/usr/bin/openssl\"\n"),
             FleetTls {
-                openssl: "/usr/bin/openssl".into(),
                 ca_file: Some("/c".into()),
                 cert_file: Some("/d".into()),
                 key_file: Some("/k".into())

@@ -27,11 +27,13 @@ pub mod code {
     pub const COULDNT_RESOLVE_HOST: i32 = 6;
     pub const COULDNT_CONNECT: i32 = 7;
     pub const WEIRD_SERVER_REPLY: i32 = 8;
+    pub const OUT_OF_MEMORY: i32 = 27;
     pub const PARTIAL_FILE: i32 = 18;
     pub const WRITE_ERROR: i32 = 23;
     pub const OPERATION_TIMEDOUT: i32 = 28;
     pub const SSL_CONNECT_ERROR: i32 = 35;
     pub const ABORTED_BY_CALLBACK: i32 = 42;
+    pub const BAD_FUNCTION_ARGUMENT: i32 = 43;
     pub const UNKNOWN_OPTION: i32 = 48;
     pub const GOT_NOTHING: i32 = 52;
     pub const SEND_ERROR: i32 = 55;
@@ -486,11 +488,17 @@ extern "C" fn on_tick(ud: *mut c_void, _: i64, _: i64, _: i64, _: i64) -> c_int 
     c_int::from(!ctx.handler.tick())
 }
 
-fn cstring(what: &str, s: &str) -> Result<CString, Outcome> {
-    CString::new(s).map_err(|_| Outcome {
-        code: code::URL_MALFORMAT,
-        message: format!("{what} contains a NUL byte"),
-        ..Outcome::default()
+/// An option libcurl refused (or a string berth could not pass: a NUL byte in it).
+#[derive(Debug, Clone, Copy)]
+struct Refused {
+    opt: c_int,
+    code: c_int,
+}
+
+fn cstring(opt: c_int, s: &[u8]) -> Result<CString, Refused> {
+    CString::new(s).map_err(|_| Refused {
+        opt,
+        code: code::BAD_FUNCTION_ARGUMENT,
     })
 }
 
@@ -519,22 +527,15 @@ impl Easy {
         &self.lib.info
     }
 
-    fn check(&self, opt: c_int, rc: c_int) -> Result<(), Outcome> {
+    fn check(&self, opt: c_int, rc: c_int) -> Result<(), Refused> {
         if rc == code::OK {
-            return Ok(());
+            Ok(())
+        } else {
+            Err(Refused { opt, code: rc })
         }
-        Err(Outcome {
-            code: rc,
-            message: format!(
-                "libcurl {} refused option {opt}: {}",
-                self.lib.info.version,
-                self.strerror(rc)
-            ),
-            ..Outcome::default()
-        })
     }
 
-    fn long(&self, opt: c_int, v: c_long) -> Result<(), Outcome> {
+    fn long(&self, opt: c_int, v: c_long) -> Result<(), Refused> {
         debug_assert_eq!(opt / 10000, LONG / 10000);
         // SAFETY: a LONG option, read by libcurl as `long`.
         self.check(opt, unsafe {
@@ -544,7 +545,7 @@ impl Easy {
 
     /// A pointer option. Strings are copied by libcurl (7.17 and later); other pointers must
     /// outlive the transfer.
-    fn ptr(&self, opt: c_int, p: *const c_void) -> Result<(), Outcome> {
+    fn ptr(&self, opt: c_int, p: *const c_void) -> Result<(), Refused> {
         debug_assert_eq!(opt / 10000, POINT / 10000);
         // SAFETY: an OBJECTPOINT option, read by libcurl as a pointer.
         self.check(opt, unsafe {
@@ -552,32 +553,28 @@ impl Easy {
         })
     }
 
-    fn text(&self, opt: c_int, what: &str, s: Option<&str>) -> Result<(), Outcome> {
+    fn text(&self, opt: c_int, s: Option<&str>) -> Result<(), Refused> {
         match s {
             Some(s) => {
-                let c = cstring(what, s)?;
+                let c = cstring(opt, s.as_bytes())?;
                 self.ptr(opt, c.as_ptr().cast())
             }
             None => self.ptr(opt, std::ptr::null()),
         }
     }
 
-    fn path(&self, opt: c_int, what: &str, p: Option<&Path>) -> Result<(), Outcome> {
+    fn path(&self, opt: c_int, p: Option<&Path>) -> Result<(), Refused> {
         use std::os::unix::ffi::OsStrExt;
         match p {
             Some(p) => {
-                let c = CString::new(p.as_os_str().as_bytes()).map_err(|_| Outcome {
-                    code: code::SSL_CERTPROBLEM,
-                    message: format!("{what} {} contains a NUL byte", p.display()),
-                    ..Outcome::default()
-                })?;
+                let c = cstring(opt, p.as_os_str().as_bytes())?;
                 self.ptr(opt, c.as_ptr().cast())
             }
             None => Ok(()),
         }
     }
 
-    fn data_fn(&self, opt: c_int, f: DataFn) -> Result<(), Outcome> {
+    fn data_fn(&self, opt: c_int, f: DataFn) -> Result<(), Refused> {
         debug_assert_eq!(opt / 10000, FUNC / 10000);
         // SAFETY: a FUNCTIONPOINT option with the callback signature curl.h gives for it.
         self.check(opt, unsafe {
@@ -585,7 +582,7 @@ impl Easy {
         })
     }
 
-    fn xfer_fn(&self, opt: c_int, f: XferFn) -> Result<(), Outcome> {
+    fn xfer_fn(&self, opt: c_int, f: XferFn) -> Result<(), Refused> {
         debug_assert_eq!(opt / 10000, FUNC / 10000);
         // SAFETY: CURLOPT_XFERINFOFUNCTION's signature, curl_off_t being 64 bits on Linux.
         self.check(opt, unsafe {
@@ -593,7 +590,7 @@ impl Easy {
         })
     }
 
-    fn off(&self, opt: c_int, v: u64) -> Result<(), Outcome> {
+    fn off(&self, opt: c_int, v: u64) -> Result<(), Refused> {
         debug_assert_eq!(opt / 10000, OFF / 10000);
         let v = i64::try_from(v).unwrap_or(i64::MAX);
         // SAFETY: an OFF_T option, read by libcurl as curl_off_t (64 bits on every Linux).
@@ -651,20 +648,32 @@ impl Easy {
     pub fn perform(&mut self, req: &Request, handler: &mut dyn Handler) -> Outcome {
         match self.setup(req) {
             Ok(headers) => self.run(handler, headers),
-            Err(outcome) => outcome,
+            Err(Refused { opt, code }) => Outcome {
+                code,
+                message: if code == code::BAD_FUNCTION_ARGUMENT {
+                    format!("option {opt}: a NUL byte in its text")
+                } else {
+                    format!(
+                        "libcurl {} refused option {opt}: {}",
+                        self.lib.info.version,
+                        self.strerror(code)
+                    )
+                },
+                ..Outcome::default()
+            },
         }
     }
 
-    fn setup(&mut self, req: &Request) -> Result<Slist<'static>, Outcome> {
+    fn setup(&mut self, req: &Request) -> Result<Slist<'static>, Refused> {
         // SAFETY: a live handle; reset keeps its connection cache and TLS sessions.
         unsafe { (self.lib.easy_reset)(self.handle.as_ptr()) };
         self.error[0] = 0;
         let error: *mut c_char = self.error.as_mut_ptr();
         self.ptr(OPT_ERRORBUFFER, error.cast())?;
         self.long(OPT_NOSIGNAL, 1)?;
-        self.text(OPT_URL, "the URL", Some(req.url))?;
+        self.text(OPT_URL, Some(req.url))?;
         if self.lib.info.number >= PROTOCOLS_STR_SINCE {
-            self.text(OPT_PROTOCOLS_STR, "protocols", Some("http,https"))?;
+            self.text(OPT_PROTOCOLS_STR, Some("http,https"))?;
         } else {
             self.long(OPT_PROTOCOLS, PROTO_HTTP_HTTPS)?;
         }
@@ -672,7 +681,6 @@ impl Easy {
         self.long(OPT_HTTP_VERSION, HTTP_VERSION_1_1)?;
         self.text(
             OPT_USERAGENT,
-            "the user agent",
             Some(concat!("berth/", env!("CARGO_PKG_VERSION"))),
         )?;
         self.long(OPT_TIMEOUT_MS, millis(req.timeout))?;
@@ -684,11 +692,7 @@ impl Easy {
             c_long::try_from(idle.max(1)).unwrap_or(c_long::MAX),
         )?;
         if req.range_from > 0 {
-            self.text(
-                OPT_RANGE,
-                "the range",
-                Some(&format!("{}-", req.range_from)),
-            )?;
+            self.text(OPT_RANGE, Some(&format!("{}-", req.range_from)))?;
         }
         if let Some(max) = req.max_size {
             self.off(OPT_MAXFILESIZE_LARGE, max)?;
@@ -701,7 +705,7 @@ impl Easy {
                 // Not copied: `req.body` outlives the transfer (`perform` borrows it).
                 self.ptr(OPT_POSTFIELDS, req.body.as_ptr().cast())?;
                 if req.method == Method::Put {
-                    self.text(OPT_CUSTOMREQUEST, "the method", Some("PUT"))?;
+                    self.text(OPT_CUSTOMREQUEST, Some("PUT"))?;
                 }
             }
         }
@@ -710,28 +714,27 @@ impl Easy {
         self.long(OPT_SSL_VERIFYPEER, 1)?;
         self.long(OPT_SSL_VERIFYHOST, 2)?;
         if req.tls.ca_file.is_some() {
-            self.path(OPT_CAINFO, "ca_file", req.tls.ca_file)?;
+            self.path(OPT_CAINFO, req.tls.ca_file)?;
             self.ptr(OPT_CAPATH, std::ptr::null())?;
         }
-        self.path(OPT_SSLCERT, "cert_file", req.tls.cert_file)?;
-        self.path(OPT_SSLKEY, "key_file", req.tls.key_file)?;
+        self.path(OPT_SSLCERT, req.tls.cert_file)?;
+        self.path(OPT_SSLKEY, req.tls.key_file)?;
         if let Some(proxy) = req.proxy {
-            self.text(OPT_PROXY, "the proxy", Some(proxy))?;
+            self.text(OPT_PROXY, Some(proxy))?;
             if proxy.is_empty() {
-                self.text(OPT_NOPROXY, "no_proxy", Some("*"))?;
+                self.text(OPT_NOPROXY, Some("*"))?;
             }
         }
         self.long(OPT_SUPPRESS_CONNECT_HEADERS, 1)?;
         let mut list = Slist(std::ptr::null_mut(), self.lib);
         for h in req.headers {
-            let c = cstring("a header", h)?;
+            let c = cstring(OPT_HTTPHEADER, h.as_bytes())?;
             // SAFETY: curl_slist_append copies the string; a NULL list starts a new one.
             let next = unsafe { (self.lib.slist_append)(list.0, c.as_ptr()) };
             if next.is_null() {
-                return Err(Outcome {
-                    code: code::WRITE_ERROR,
-                    message: "out of memory building the request's headers".into(),
-                    ..Outcome::default()
+                return Err(Refused {
+                    opt: OPT_HTTPHEADER,
+                    code: code::OUT_OF_MEMORY,
                 });
             }
             list.0 = next;
@@ -752,8 +755,12 @@ impl Easy {
         let wired = [OPT_WRITEDATA, OPT_HEADERDATA, OPT_XFERINFODATA]
             .into_iter()
             .try_for_each(|opt| self.ptr(opt, ud));
-        if let Err(outcome) = wired {
-            return outcome;
+        if let Err(Refused { opt, code }) = wired {
+            return Outcome {
+                code,
+                message: format!("libcurl refused option {opt}"),
+                ..Outcome::default()
+            };
         }
         // SAFETY: every pointer set on the handle (the context, the error buffer, the
         // header list, the body) lives until this call returns.

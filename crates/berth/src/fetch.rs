@@ -1,27 +1,27 @@
-//! The device's repository fetcher: plain HTTP/1.1 and `file://`, nothing else.
+//! The device's downloads: http:// and https:// through libcurl (loaded at run time, see
+//! berth_sys::curl), and `file://` read here.
 //!
-//! There is no TLS on purpose, as with OpenWrt feeds: what the device installs is trusted
-//! because `index.json` is signed and lists each image's sha256, not because of the transport.
-//! A hand-written client keeps the binary small; it speaks just enough HTTP/1.1 for static file
-//! servers: one GET per connection, Content-Length, chunked or read-to-close bodies, redirects.
-//! The fleet client's requests (`Call`) may also go to an https:// server, through the
-//! system's `openssl` program (`tls`).
+//! What the device installs is trusted because `index.json` is signed and lists each image's
+//! sha256, not because of the transport: a repository on plain http:// (as OpenWrt feeds are)
+//! is as safe as one on https://, which adds privacy and works through proxies that only pass
+//! TLS. The rules are berth's, whatever libcurl would do: redirects are followed here (at most
+//! five; never from https:// to http://, never to file://; the fleet's token never to another
+//! origin), the size and the whole transfer's time are bounded, and ranges resume downloads.
 
-#[cfg(feature = "fleet")]
-mod tls;
+#[cfg(all(test, feature = "fleet"))]
+mod tls_tests;
 
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use berth_core::http::{self, Framing, ResponseHead};
+use berth_sys::curl::{self, Easy, Method, Outcome, Request};
 use sha2::{Digest, Sha256};
 
-const USER_AGENT: &str = concat!("berth/", env!("CARGO_PKG_VERSION"));
 const MAX_REDIRECTS: usize = 5;
 /// Small on purpose: the daemon's memory budget is a few MiB.
 const BUF_SIZE: usize = 16 * 1024;
@@ -44,8 +44,8 @@ pub enum FetchError {
     #[error("invalid URL '{url}': {reason}")]
     BadUrl { url: String, reason: &'static str },
     #[error(
-        "unsupported URL scheme '{scheme}' in {url}: berth fetches http:// and file:// \
-         (integrity comes from the signed index)"
+        "unsupported URL scheme '{scheme}' in {url}: berth fetches http://, https:// and \
+         file://"
     )]
     Scheme { scheme: String, url: String },
     #[error("cannot resolve {host} ({url}): {reason}")]
@@ -66,7 +66,6 @@ pub enum FetchError {
     TooSlow { url: String, after: Duration },
     #[error("{url}: connection lost: {reason}")]
     Network { url: String, reason: String },
-    #[cfg(feature = "fleet")]
     #[error("{url}: TLS: {reason}")]
     Tls { url: String, reason: String },
     #[error("{url}: bad HTTP response: {reason}")]
@@ -79,16 +78,9 @@ pub enum FetchError {
     },
     #[error("{url}: too many redirects (more than {MAX_REDIRECTS})")]
     TooManyRedirects { url: String },
-    #[cfg_attr(
-        feature = "fleet",
-        error(
-            "{url}: redirect to {location} refused: berth follows redirects to http:// (and, \
-             with [fleet] TLS, to https://; from https://, to https:// only)"
-        )
-    )]
-    #[cfg_attr(
-        not(feature = "fleet"),
-        error("{url}: redirect to {location} refused: berth follows only http:// redirects")
+    #[error(
+        "{url}: redirect to {location} refused: berth follows redirects to http:// and \
+         https:// (from https://, to https:// only; the fleet's GET requests only)"
     )]
     RedirectRefused { url: String, location: String },
     #[error("{url}: truncated: {}", truncation(*.got, *.expected))]
@@ -97,6 +89,8 @@ pub enum FetchError {
         got: u64,
         expected: Option<u64>,
     },
+    #[error("{url}: {reason}")]
+    Unavailable { url: String, reason: String },
     #[error("{url} too large: more than {limit} bytes")]
     TooLarge { url: String, limit: u64 },
     #[error("cannot read {} ({url}): {}", .path.display(), io_reason(.error))]
@@ -119,10 +113,6 @@ impl FetchError {
     /// error or cuts the body short), after which another source of the same repository may do
     /// better; not a failure of the bytes or of this device.
     pub fn is_source_failure(&self) -> bool {
-        #[cfg(feature = "fleet")]
-        if let FetchError::Tls { .. } = self {
-            return true;
-        }
         matches!(
             self,
             FetchError::Resolve { .. }
@@ -130,6 +120,8 @@ impl FetchError {
                 | FetchError::Timeout { .. }
                 | FetchError::TooSlow { .. }
                 | FetchError::Network { .. }
+                | FetchError::Tls { .. }
+                | FetchError::Unavailable { .. }
                 | FetchError::Protocol { .. }
                 | FetchError::Status { .. }
                 | FetchError::TooManyRedirects { .. }
@@ -496,6 +488,8 @@ impl Fetcher {
         let mut current = url.to_owned();
         let allowed = Duration::from_secs(limit / MIN_RATE).max(self.min_total);
         let deadline = (Instant::now() + allowed, allowed);
+        // One handle for the redirects' hops: a connection to the same server is reused.
+        let mut easy = None;
         let mut hops = 0;
         while hops <= MAX_REDIRECTS {
             let mut body = Body {
@@ -508,18 +502,14 @@ impl Fetcher {
                 progress: &mut *progress,
                 last_report: None,
             };
-            #[cfg(feature = "fleet")]
-            let parsed = parse(&current, ask.call.is_some_and(|c| c.tls.is_some()))?;
-            #[cfg(not(feature = "fleet"))]
-            let parsed = parse_url(&current)?;
-            let outcome = match parsed {
+            let outcome = match parse_url(&current)? {
                 Url::File(path) => read_file(&path, &mut body, ask.from).map(|resumed| {
                     Got::Done(Answer {
                         resumed,
                         ..Answer::default()
                     })
                 }),
-                Url::Http(http) => self.get(&http, &mut body, ask),
+                Url::Http(http) => self.get(&mut easy, &http, &mut body, ask),
             };
             match outcome? {
                 Got::Done(answer) => {
@@ -557,146 +547,361 @@ impl Fetcher {
         })
     }
 
-    /// One GET; returns the redirect target, if the server sent one.
-    fn get(&self, url: &HttpUrl, body: &mut Body, ask: Ask) -> Result<Got, FetchError> {
-        let full = body.url.to_owned();
-        let net_err = |e: io::Error| self.net_error(&full, e);
-        let mut conn = self.connect(url, &full, ask)?;
-        let mut extra = String::new();
-        if let Some(tag) = ask.if_none_match {
-            let _ = write!(extra, "If-None-Match: {tag}\r\n");
-        }
-        if ask.from > 0 {
-            let _ = write!(extra, "Range: bytes={}-\r\n", ask.from);
-        }
-        #[cfg(feature = "fleet")]
-        let (method, json) = match ask.call {
-            Some(c) => {
-                if let Some(a) = c.auth {
-                    let _ = write!(extra, "Authorization: {a}\r\n");
-                }
-                if let Some(j) = c.json {
-                    let _ = write!(
-                        extra,
-                        "Content-Type: application/json\r\nContent-Length: {}\r\n",
-                        j.len()
-                    );
-                }
-                if c.method != "GET" || c.json.is_some() {
-                    extra.push_str("Accept: application/json\r\n");
-                }
-                (c.method, c.json.unwrap_or_default())
-            }
-            None => ("GET", &[][..]),
-        };
-        #[cfg(not(feature = "fleet"))]
-        let method = "GET";
-        let request = format!(
-            "{method} {} HTTP/1.1\r\nHost: {}\r\nUser-Agent: {USER_AGENT}\r\n\
-             Accept-Encoding: identity\r\n{extra}Connection: close\r\n\r\n",
-            url.target, url.host_header
-        );
-        conn.write_all(request.as_bytes()).map_err(net_err)?;
-        #[cfg(feature = "fleet")]
-        if !json.is_empty() {
-            conn.write_all(json).map_err(net_err)?;
-        }
-        #[cfg(feature = "fleet")]
-        if let Conn::Tls(t) = &mut conn {
-            t.end_request();
-        }
-        let mut reader = BufReader::with_capacity(BUF_SIZE, conn);
-        let answer = self.answer(url, &mut reader, body, ask, &full);
-        // A TLS session that ended early: the program says why (a certificate, an alert).
-        #[cfg(feature = "fleet")]
-        if let (
-            Err(
-                FetchError::Protocol { .. }
-                | FetchError::Network { .. }
-                | FetchError::Truncated { .. },
-            ),
-            Conn::Tls(t),
-        ) = (&answer, reader.get_mut())
-        {
-            if let Some(reason) = t.failure() {
-                return Err(FetchError::Tls { url: full, reason });
-            }
-        }
-        answer
-    }
-
-    /// The answer to the request just sent on `reader`'s connection.
-    fn answer(
+    /// One request through libcurl; returns the redirect target, if the server sent one.
+    fn get(
         &self,
+        easy: &mut Option<Easy>,
         url: &HttpUrl,
-        reader: &mut BufReader<Conn>,
         body: &mut Body,
         ask: Ask,
-        full: &str,
     ) -> Result<Got, FetchError> {
-        let full = full.to_owned();
-        #[cfg(feature = "fleet")]
-        let method = ask.call.map_or("GET", |c| c.method);
-        let mut interim = 0;
-        let head = loop {
-            let head = self.read_head(reader, &full, body)?;
-            // 1xx are interim answers (100 Continue); the real one follows.
-            if !(100..200).contains(&head.status) {
-                break head;
-            }
-            interim += 1;
-            if interim > MAX_INTERIM {
-                return Err(FetchError::Protocol {
-                    url: full,
-                    reason: format!("more than {MAX_INTERIM} interim (1xx) answers"),
-                });
-            }
-            body.check_deadline()?;
-        };
-        if matches!(head.status, 301 | 302 | 303 | 307 | 308) {
-            let location = head.location.ok_or_else(|| FetchError::Protocol {
+        let full = body.url.to_owned();
+        let easy = match easy {
+            Some(e) => e,
+            None => easy.insert(Easy::new().map_err(|reason| FetchError::Unavailable {
                 url: full.clone(),
-                reason: format!("redirect {} without a Location header", head.status),
-            })?;
-            let target = resolve_location(url, &location);
-            #[cfg(feature = "fleet")]
-            if method != "GET" {
-                return Err(FetchError::RedirectRefused {
-                    url: full,
-                    location: target,
-                });
+                reason,
+            })?),
+        };
+        let mut headers = vec!["Accept-Encoding: identity".to_owned(), "Expect:".to_owned()];
+        if let Some(tag) = ask.if_none_match {
+            headers.push(format!("If-None-Match: {tag}"));
+        }
+        #[allow(unused_mut)]
+        let (mut method, mut json, mut tls) = (Method::Get, &[][..], curl::Tls::default());
+        #[cfg(feature = "fleet")]
+        if let Some(c) = ask.call {
+            if let Some(a) = c.auth {
+                headers.push(format!("Authorization: {a}"));
             }
-            let to = target.to_ascii_lowercase();
-            // From https:// only to https://; to https:// only with TLS (the fleet client).
-            #[cfg(feature = "fleet")]
-            let allowed = if url.tls {
-                to.starts_with("https://")
-            } else {
-                to.starts_with("http://")
-                    || (to.starts_with("https://") && ask.call.is_some_and(|c| c.tls.is_some()))
+            if let Some(j) = c.json {
+                headers.push("Content-Type: application/json".to_owned());
+                json = j;
+            }
+            if c.method != "GET" || c.json.is_some() {
+                headers.push("Accept: application/json".to_owned());
+            }
+            method = match c.method {
+                "PUT" => Method::Put,
+                "POST" => Method::Post,
+                _ => Method::Get,
             };
-            #[cfg(not(feature = "fleet"))]
-            let allowed = to.starts_with("http://");
-            if !allowed {
-                return match parse_url(&target) {
-                    Err(e @ FetchError::Scheme { .. }) => Err(e),
-                    _ => Err(FetchError::RedirectRefused {
-                        url: full,
-                        location: target,
-                    }),
+            if let Some(t) = c.tls {
+                // Said plainly here: libcurl only finds out in the handshake, in its words.
+                for (name, file) in [
+                    ("ca_file", &t.ca_file),
+                    ("cert_file", &t.cert_file),
+                    ("key_file", &t.key_file),
+                ] {
+                    if let Some(Err(e)) = file.as_deref().map(std::fs::File::open) {
+                        let path = file.as_deref().unwrap_or(Path::new("")).display();
+                        return Err(FetchError::Tls {
+                            url: full,
+                            reason: format!("{name} {path}: {}", io_reason(&e)),
+                        });
+                    }
+                }
+                tls = curl::Tls {
+                    ca_file: t.ca_file.as_deref(),
+                    cert_file: t.cert_file.as_deref(),
+                    key_file: t.key_file.as_deref(),
                 };
             }
-            return Ok(Got::Redirect(target));
+        }
+        body.check_deadline()?;
+        let idle = Duration::from_secs(self.read_timeout.as_secs_f64().ceil().max(1.0) as u64);
+        let request = Request {
+            url: &full,
+            method,
+            headers: &headers,
+            body: json,
+            range_from: ask.from,
+            // Of the answer's own length, which for a server that ignores the range is the
+            // whole resource's.
+            max_size: Some(body.limit),
+            timeout: body.deadline.0.saturating_duration_since(Instant::now()),
+            connect_timeout: self.connect_timeout,
+            idle,
+            tls,
+            proxy: None,
+        };
+        let mut ex = Exchange {
+            body,
+            ask: &ask,
+            head: Vec::new(),
+            interim: 0,
+            phase: Phase::Head,
+            answer: Answer::default(),
+            early: None,
+            skipped: 0,
+        };
+        let out = easy.perform(&request, &mut ex);
+        let got_head = !matches!(ex.phase, Phase::Head);
+        match ex.early.take() {
+            Some(Ok(Got::Redirect(location))) => return redirect(url, &full, ask, &out, location),
+            Some(done) => return done,
+            None => {}
+        }
+        if out.code == curl::code::OK && got_head {
+            return Ok(Got::Done(ex.answer));
+        }
+        let e = self.failure(&out, url, &full, ex.body, got_head, idle);
+        // Some servers (Python's asyncio TLS, so uvicorn) close a session whose client
+        // certificate is missing without an alert: the likely reason is worth saying.
+        let silent = match &e {
+            FetchError::Tls { reason, .. } => reason.ends_with("without answering"),
+            FetchError::Protocol { reason, .. } => reason.ends_with("before a response"),
+            _ => false,
+        };
+        if url.tls && !got_head && silent {
+            let hint = if request.tls.cert_file.is_some() {
+                ""
+            } else {
+                " (servers that require a client certificate do this when none is shown: \
+                 [fleet] cert_file and key_file)"
+            };
+            return Err(FetchError::Tls {
+                url: full,
+                reason: format!("the server closed the session without answering{hint}"),
+            });
+        }
+        Err(e)
+    }
+
+    /// What a transfer that libcurl ended with `out.code` came to.
+    fn failure(
+        &self,
+        out: &Outcome,
+        url: &HttpUrl,
+        full: &str,
+        body: &Body,
+        got_head: bool,
+        idle: Duration,
+    ) -> FetchError {
+        use curl::code;
+        let url_s = full.to_owned();
+        let reason = || out.message.clone();
+        match out.code {
+            code::OK | code::GOT_NOTHING => FetchError::Protocol {
+                url: url_s,
+                reason: "connection closed before a response".into(),
+            },
+            code::COULDNT_RESOLVE_HOST => FetchError::Resolve {
+                host: url.host.clone(),
+                url: url_s,
+                reason: out
+                    .message
+                    .strip_prefix("Could not resolve host: ")
+                    .map_or_else(reason, |_| "no such host".into()),
+            },
+            code::COULDNT_RESOLVE_PROXY => FetchError::Resolve {
+                host: "the proxy".into(),
+                url: url_s,
+                reason: reason(),
+            },
+            code::COULDNT_CONNECT => FetchError::Connect {
+                addr: url.addr(),
+                url: url_s,
+                reason: if out.os_errno != 0 {
+                    io_reason(&io::Error::from_raw_os_error(out.os_errno))
+                } else {
+                    reason()
+                },
+            },
+            code::OPERATION_TIMEDOUT if !got_head && out.primary_ip.is_empty() => {
+                FetchError::Connect {
+                    addr: url.addr(),
+                    url: url_s,
+                    reason: format!("timed out after {}", secs(&self.connect_timeout)),
+                }
+            }
+            // libcurl's own clock may end the transfer a moment before berth's deadline.
+            code::OPERATION_TIMEDOUT
+                if !out.message.contains("too slow")
+                    && Instant::now() + Duration::from_millis(100) >= body.deadline.0 =>
+            {
+                FetchError::TooSlow {
+                    url: url_s,
+                    after: body.deadline.1,
+                }
+            }
+            code::OPERATION_TIMEDOUT => FetchError::Timeout {
+                url: url_s,
+                after: idle,
+            },
+            code::PARTIAL_FILE => FetchError::Truncated {
+                url: url_s,
+                got: body.done,
+                expected: body.total,
+            },
+            code::FILESIZE_EXCEEDED => body.too_large(),
+            code::SEND_ERROR | code::RECV_ERROR if url.tls && !got_head => FetchError::Tls {
+                url: url_s,
+                reason: if out.message.contains("alert ") {
+                    tls_reason(out.code, &out.message)
+                } else {
+                    "the server closed the session without answering".into()
+                },
+            },
+            c if code::is_tls(c) => FetchError::Tls {
+                url: url_s,
+                reason: tls_reason(c, &out.message),
+            },
+            code::UNSUPPORTED_PROTOCOL | code::NOT_BUILT_IN | code::UNKNOWN_OPTION => {
+                FetchError::Unavailable {
+                    url: url_s,
+                    reason: reason(),
+                }
+            }
+            code::WEIRD_SERVER_REPLY | code::BAD_CONTENT_ENCODING | code::URL_MALFORMAT => {
+                FetchError::Protocol {
+                    url: url_s,
+                    reason: reason(),
+                }
+            }
+            _ => FetchError::Network {
+                url: url_s,
+                reason: if out.message.is_empty() {
+                    format!("libcurl error {}", out.code)
+                } else {
+                    reason()
+                },
+            },
+        }
+    }
+}
+
+/// A 3xx's target, if berth follows it: GET only for the fleet's calls, from https:// to
+/// https:// only, never to another scheme.
+#[cfg_attr(not(feature = "fleet"), allow(unused_variables))]
+fn redirect(
+    url: &HttpUrl,
+    full: &str,
+    ask: Ask,
+    out: &Outcome,
+    location: String,
+) -> Result<Got, FetchError> {
+    // libcurl's resolution of a relative Location; the header as sent if it gave none.
+    let target = out.redirect.clone().unwrap_or(location);
+    let refused = || FetchError::RedirectRefused {
+        url: full.to_owned(),
+        location: target.clone(),
+    };
+    #[cfg(feature = "fleet")]
+    if ask.call.is_some_and(|c| c.method != "GET") {
+        return Err(refused());
+    }
+    match parse_url(&target) {
+        Ok(Url::Http(to)) if to.tls || !url.tls => Ok(Got::Redirect(target)),
+        Err(e @ FetchError::Scheme { .. }) => Err(e),
+        _ => Err(refused()),
+    }
+}
+
+/// libcurl's TLS failure in berth's words. OpenWrt's libcurl is built without its messages
+/// ("Error"): the code then says what failed.
+fn tls_reason(code: i32, message: &str) -> String {
+    use curl::code as c;
+    if let Some(why) = message.strip_prefix("SSL certificate problem: ") {
+        return format!("the server's certificate failed verification: {why}");
+    }
+    if let Some(why) = message.strip_prefix("SSL: ") {
+        return format!("the server's certificate failed verification: {why}");
+    }
+    if let Some((_, alert)) = message.split_once("alert ") {
+        let alert = alert.split(',').next().unwrap_or(alert).trim();
+        return format!("the server refused the session: {alert}");
+    }
+    if !message.is_empty() && message != "Error" {
+        return message.to_owned();
+    }
+    match code {
+        c::PEER_FAILED_VERIFICATION => "the server's certificate failed verification",
+        c::SSL_CACERT_BADFILE => "cannot read the CA certificates (ca_file)",
+        c::SSL_CERTPROBLEM | c::SSL_CLIENTCERT => {
+            "cannot use the device's certificate or key (cert_file, key_file)"
+        }
+        c::SSL_CONNECT_ERROR => "the TLS handshake failed",
+        _ => "the TLS session failed",
+    }
+    .to_owned()
+}
+
+/// Where the stages of a response are.
+enum Phase {
+    /// Reading a head (interim ones included).
+    Head,
+    /// The final head said a body follows: it goes to the sink.
+    Body,
+    /// The final head decided the request (a redirect, 304, 416, 204): what follows is
+    /// read off and dropped, at most [`SKIP_LIMIT`] bytes, so the connection can be reused.
+    Skip,
+}
+
+/// The most bytes of an answer without a use (a redirect's page) read before giving up on it.
+const SKIP_LIMIT: u64 = 64 * 1024;
+
+/// One request's answer as libcurl hands it over: heads, then body bytes.
+struct Exchange<'b, 'a> {
+    body: &'b mut Body<'a>,
+    ask: &'b Ask<'b>,
+    head: Vec<u8>,
+    interim: usize,
+    phase: Phase,
+    /// The final head's answer, for a body that follows.
+    answer: Answer,
+    /// What the request came to before its body: a decision from the final head, or why a
+    /// callback stopped the transfer.
+    early: Option<Result<Got, FetchError>>,
+    skipped: u64,
+}
+
+impl Exchange<'_, '_> {
+    /// Stops the transfer for `e`; a decision already made stands.
+    fn fail(&mut self, e: FetchError) -> bool {
+        if !matches!(self.early, Some(Ok(_))) {
+            self.early = Some(Err(e));
+        }
+        false
+    }
+
+    fn protocol(&self, reason: String) -> FetchError {
+        FetchError::Protocol {
+            url: self.body.url.to_owned(),
+            reason,
+        }
+    }
+
+    /// The final head's decision: whether a body follows, or what the request came to.
+    fn decide(&mut self, head: ResponseHead) -> Result<Option<Got>, FetchError> {
+        let ask = self.ask;
+        let body = &mut *self.body;
+        if matches!(head.status, 301 | 302 | 303 | 307 | 308) {
+            if head.location.is_none() {
+                return Err(self.protocol(format!(
+                    "redirect {} without a Location header",
+                    head.status
+                )));
+            }
+            // libcurl resolves the target once the transfer is over.
+            return Ok(Some(Got::Redirect(head.location.unwrap_or_default())));
         }
         if head.status == 304 && ask.if_none_match.is_some() {
-            return Ok(Got::Done(Answer {
+            return Ok(Some(Got::Done(Answer {
                 not_modified: true,
                 etag: head.etag.or_else(|| ask.if_none_match.map(String::from)),
                 resumed: false,
-            }));
+            })));
         }
         if head.status == 416 {
-            return Ok(Got::RangeRefused);
+            return Ok(Some(Got::RangeRefused));
+        }
+        if !(200..300).contains(&head.status) {
+            return Err(FetchError::Status {
+                url: body.url.to_owned(),
+                status: head.status,
+                reason: head.reason,
+            });
         }
         let mut resumed = false;
         if head.status == 206 {
@@ -707,253 +912,102 @@ impl Fetcher {
                     resumed = true;
                 }
                 other => {
-                    return Err(FetchError::Protocol {
-                        url: full,
-                        reason: format!(
-                            "206 for a range not asked for ({other:?}; asked from byte {})",
-                            ask.from
-                        ),
-                    })
+                    let from = ask.from;
+                    return Err(self.protocol(format!(
+                        "206 for a range not asked for ({other:?}; asked from byte {from})"
+                    )));
                 }
             }
-        } else if ask.from > 0 && (200..300).contains(&head.status) {
+        } else if ask.from > 0 {
             // The server ignored the range: the whole resource follows.
             (body.sink)(Piece::Restart)?;
         }
-        let answer = Answer {
+        self.answer = Answer {
             not_modified: false,
-            etag: head.etag.clone(),
+            etag: head.etag,
             resumed,
         };
-        if !(200..300).contains(&head.status) {
-            return Err(FetchError::Status {
-                url: full,
-                status: head.status,
-                reason: head.reason,
-            });
-        }
         if head.status == 204 {
-            return Ok(Got::Done(answer));
+            return Ok(Some(Got::Done(self.answer.clone())));
         }
-        match head.framing {
-            Framing::Chunked => self.read_chunked(reader, body),
-            Framing::Length(len) => {
-                // A resumed body's length is what remains after the bytes held.
-                let whole = body.done.saturating_add(len);
-                if whole > body.limit {
-                    return Err(body.too_large());
-                }
-                body.total = Some(whole);
-                body.report(false);
-                self.read_plain(reader, body, Some(whole))
-            }
-            Framing::Close => {
-                let read = self.read_plain(reader, body, None);
-                // Over TLS the body is whole only if the session ended properly: a cut
-                // connection is not the server's end of the answer.
-                #[cfg(feature = "fleet")]
-                if let (Ok(()), Conn::Tls(t)) = (&read, reader.get_mut()) {
-                    if !t.closed_cleanly() {
-                        return Err(FetchError::Truncated {
-                            url: full.clone(),
-                            got: body.done,
-                            expected: None,
-                        });
-                    }
-                }
-                read
-            }
-        }
-        .map(|()| Got::Done(answer))
-    }
-
-    /// A connection to `url`'s server: TCP, or a TLS session for https:// (the fleet
-    /// client's calls only: the repository is fetched over http:// and file://).
-    #[cfg_attr(not(feature = "fleet"), allow(unused_variables))]
-    fn connect(&self, url: &HttpUrl, full: &str, ask: Ask) -> Result<Conn, FetchError> {
-        #[cfg(feature = "fleet")]
-        if url.tls {
-            let Some(tls) = ask.call.and_then(|c| c.tls) else {
-                return Err(FetchError::Scheme {
-                    scheme: "https".into(),
-                    url: full.to_owned(),
-                });
-            };
-            return tls::Tunnel::open(tls, &url.host, url.port, self.read_timeout)
-                .map(Conn::Tls)
-                .map_err(|reason| FetchError::Tls {
-                    url: full.to_owned(),
-                    reason,
-                });
-        }
-        let stream = self.tcp(url, full)?;
-        let net_err = |e: io::Error| self.net_error(full, e);
-        stream
-            .set_read_timeout(Some(self.read_timeout))
-            .map_err(net_err)?;
-        stream
-            .set_write_timeout(Some(self.read_timeout))
-            .map_err(net_err)?;
-        Ok(Conn::Tcp(stream))
-    }
-
-    fn tcp(&self, url: &HttpUrl, full: &str) -> Result<TcpStream, FetchError> {
-        let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port)
-            .to_socket_addrs()
-            .map_err(|e| FetchError::Resolve {
-                host: url.host.clone(),
-                url: full.to_owned(),
-                reason: io_reason(&e),
-            })?
-            .collect();
-        let mut last = None;
-        for addr in &addrs {
-            match TcpStream::connect_timeout(addr, self.connect_timeout) {
-                Ok(stream) => return Ok(stream),
-                Err(e) => last = Some((addr, e)),
-            }
-        }
-        Err(match last {
-            Some((addr, e)) => FetchError::Connect {
-                addr: addr.to_string(),
-                url: full.to_owned(),
-                reason: if is_timeout(&e) {
-                    format!("timed out after {}", secs(&self.connect_timeout))
-                } else {
-                    io_reason(&e)
-                },
-            },
-            None => FetchError::Resolve {
-                host: url.host.clone(),
-                url: full.to_owned(),
-                reason: "no addresses".to_owned(),
-            },
-        })
-    }
-
-    fn net_error(&self, url: &str, e: io::Error) -> FetchError {
-        if is_timeout(&e) {
-            FetchError::Timeout {
-                url: url.to_owned(),
-                after: self.read_timeout,
-            }
-        } else {
-            FetchError::Network {
-                url: url.to_owned(),
-                reason: io_reason(&e),
-            }
-        }
-    }
-
-    /// Reads one response head and not a byte more: what follows stays in `reader`.
-    /// Bounded by the whole fetch's deadline too: a head sent a byte at a time is given up.
-    fn read_head(
-        &self,
-        reader: &mut impl BufRead,
-        url: &str,
-        body: &Body,
-    ) -> Result<ResponseHead, FetchError> {
-        let protocol = |reason: String| FetchError::Protocol {
-            url: url.to_owned(),
-            reason,
-        };
-        let mut head = Vec::new();
-        loop {
-            body.check_deadline()?;
-            let buf = fill(reader).map_err(|e| self.net_error(url, e))?;
-            if buf.is_empty() {
-                return Err(protocol(if head.contains(&b'\n') {
-                    "connection closed inside the headers".to_owned()
-                } else {
-                    "connection closed before a response".to_owned()
-                }));
-            }
-            let take = buf
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(buf.len(), |i| i + 1);
-            head.extend_from_slice(&buf[..take]);
-            reader.consume(take);
-            // Parsed again at each line's end, so a bad line is refused as soon as it is read.
-            if head.ends_with(b"\n") || head.len() > http::MAX_RESPONSE_HEAD {
-                let parsed = http::parse_response_head(&head);
-                if let Some((head, _)) = parsed.map_err(|e| protocol(e.to_string()))? {
-                    return Ok(head);
-                }
-            }
-        }
-    }
-
-    /// A body delimited by Content-Length (`expected`) or by the server closing.
-    fn read_plain(
-        &self,
-        reader: &mut impl Read,
-        body: &mut Body,
-        expected: Option<u64>,
-    ) -> Result<(), FetchError> {
-        let mut buf = vec![0u8; BUF_SIZE];
-        loop {
-            let want = match expected {
-                Some(len) if body.done >= len => return Ok(()),
-                Some(len) => buf.len().min((len - body.done) as usize),
-                None => buf.len(),
-            };
-            let n = read_some(reader, &mut buf[..want]).map_err(|e| self.net_error(body.url, e))?;
-            if n == 0 {
-                return match expected {
-                    Some(len) => Err(FetchError::Truncated {
-                        url: body.url.to_owned(),
-                        got: body.done,
-                        expected: Some(len),
-                    }),
-                    None => Ok(()),
-                };
-            }
-            body.push(&buf[..n])?;
-        }
-    }
-
-    fn read_chunked(&self, reader: &mut impl BufRead, body: &mut Body) -> Result<(), FetchError> {
-        let mut chunks = http::Dechunker::default();
-        while !chunks.done() {
-            let buf = fill(reader).map_err(|e| self.net_error(body.url, e))?;
-            if buf.is_empty() {
-                // Closed in the trailers: the body is complete, so nothing was lost.
-                if chunks.body_complete() {
-                    return Ok(());
-                }
-                return Err(FetchError::Truncated {
-                    url: body.url.to_owned(),
-                    got: body.done,
-                    expected: None,
-                });
-            }
-            let (used, data) = chunks.decode(buf).map_err(|e| FetchError::Protocol {
-                url: body.url.to_owned(),
-                reason: e.to_string(),
-            })?;
-            // Refused at the chunk's size line, before its data.
-            if chunks.announced() > body.limit {
+        if let Framing::Length(len) = head.framing {
+            // A resumed body's length is what remains after the bytes held.
+            let whole = body.done.saturating_add(len);
+            if whole > body.limit {
                 return Err(body.too_large());
             }
-            if !data.is_empty() {
-                body.push(data)?;
-            }
-            reader.consume(used);
+            body.total = Some(whole);
+            body.report(false);
         }
-        Ok(())
+        Ok(None)
     }
 }
 
-/// `fill_buf`, retried when a signal interrupts it (a socket with a receive timeout returns
-/// EINTR even for SA_RESTART handlers). The second call hands out what the first buffered.
-fn fill(reader: &mut impl BufRead) -> io::Result<&[u8]> {
-    while let Err(e) = reader.fill_buf() {
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+impl curl::Handler for Exchange<'_, '_> {
+    fn header(&mut self, line: &[u8]) -> bool {
+        // Lines after the final head are a chunked body's trailers.
+        if !matches!(self.phase, Phase::Head) {
+            return true;
+        }
+        self.head.extend_from_slice(line);
+        if !self.head.ends_with(b"\n") && self.head.len() <= http::MAX_RESPONSE_HEAD {
+            return true;
+        }
+        let head = match http::parse_response_head(&self.head) {
+            Ok(Some((head, _))) => head,
+            Ok(None) => return true,
+            Err(e) => return self.fail(self.protocol(e.to_string())),
+        };
+        self.head.clear();
+        // 1xx are interim answers (100 Continue); the real one follows.
+        if (100..200).contains(&head.status) {
+            self.interim += 1;
+            if self.interim > MAX_INTERIM {
+                let e = self.protocol(format!("more than {MAX_INTERIM} interim (1xx) answers"));
+                return self.fail(e);
+            }
+            return true;
+        }
+        match self.decide(head) {
+            Ok(None) => {
+                self.phase = Phase::Body;
+                true
+            }
+            Ok(Some(got)) => {
+                self.phase = Phase::Skip;
+                self.early = Some(Ok(got));
+                true
+            }
+            Err(e) => {
+                self.phase = Phase::Skip;
+                self.fail(e)
+            }
         }
     }
-    reader.fill_buf()
+
+    fn data(&mut self, data: &[u8]) -> bool {
+        match self.phase {
+            Phase::Body => match self.body.push(data) {
+                Ok(()) => true,
+                Err(e) => self.fail(e),
+            },
+            Phase::Skip => {
+                self.skipped += data.len() as u64;
+                self.skipped <= SKIP_LIMIT
+            }
+            Phase::Head => {
+                let e = self.protocol("body bytes before the response head".into());
+                self.fail(e)
+            }
+        }
+    }
+
+    fn tick(&mut self) -> bool {
+        match self.body.check_deadline() {
+            Ok(()) => true,
+            Err(e) => self.fail(e),
+        }
+    }
 }
 
 fn read_some(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
@@ -963,13 +1017,6 @@ fn read_some(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
             other => return other,
         }
     }
-}
-
-fn is_timeout(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock
-    )
 }
 
 /// A `file://` resource, from byte `from` when that many are held (and the file still has
@@ -1095,65 +1142,39 @@ enum Url {
     File(PathBuf),
 }
 
-/// A connection to a server.
-enum Conn {
-    Tcp(TcpStream),
-    #[cfg(feature = "fleet")]
-    Tls(tls::Tunnel),
-}
-
-impl Read for Conn {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Conn::Tcp(s) => s.read(buf),
-            #[cfg(feature = "fleet")]
-            Conn::Tls(t) => t.read(buf),
-        }
-    }
-}
-
-impl Write for Conn {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Conn::Tcp(s) => s.write(buf),
-            #[cfg(feature = "fleet")]
-            Conn::Tls(t) => t.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
 #[derive(Debug, PartialEq, Eq)]
 struct HttpUrl {
-    /// https:// (the fleet client's calls only).
+    /// https://.
     tls: bool,
     /// Without brackets, as the resolver wants it.
     host: String,
     port: u16,
-    /// `host[:port]` with brackets for IPv6, as the Host header wants it.
-    host_header: String,
-    /// Path and query, never empty.
-    target: String,
+}
+
+impl HttpUrl {
+    /// `host:port`, with brackets for IPv6 (for messages).
+    fn addr(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
 }
 
 /// `(https, host, port)` of an http:// or https:// URL; None for anything else.
 #[cfg(feature = "fleet")]
 pub fn origin(url: &str) -> Option<(bool, String, u16)> {
-    match parse(url, true) {
+    match parse_url(url) {
         Ok(Url::Http(h)) => Some((h.tls, h.host.to_ascii_lowercase(), h.port)),
         _ => None,
     }
 }
 
+/// berth's own reading of a URL, before libcurl sees it: the origin it decides the token's
+/// destination by must be the one libcurl connects to, so only plain host names and
+/// addresses are taken.
 fn parse_url(url: &str) -> Result<Url, FetchError> {
-    parse(url, false)
-}
-
-/// `https`: https:// URLs are taken too (the fleet client's calls with TLS options).
-fn parse(url: &str, https: bool) -> Result<Url, FetchError> {
     let bad = |reason| FetchError::BadUrl {
         url: url.to_owned(),
         reason,
@@ -1180,7 +1201,7 @@ fn parse(url: &str, https: bool) -> Result<Url, FetchError> {
             percent_decode(path).ok_or_else(|| bad("bad percent-encoding"))?,
         )));
     }
-    let tls = https && scheme.eq_ignore_ascii_case("https");
+    let tls = scheme.eq_ignore_ascii_case("https");
     if !tls && !scheme.eq_ignore_ascii_case("http") {
         return Err(FetchError::Scheme {
             scheme: scheme.to_owned(),
@@ -1189,7 +1210,7 @@ fn parse(url: &str, https: bool) -> Result<Url, FetchError> {
     }
     let default_port = if tls { 443 } else { 80 };
     let split = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, target) = rest.split_at(split);
+    let authority = &rest[..split];
     if authority.contains('@') {
         return Err(bad("credentials in URLs are not supported"));
     }
@@ -1220,14 +1241,15 @@ fn parse(url: &str, https: bool) -> Result<Url, FetchError> {
     if host.is_empty() {
         return Err(bad("missing host"));
     }
-    // A host is also a program's argument (the fleet client's TLS session): never one that
-    // reads as an option.
-    if cfg!(feature = "fleet") && host.starts_with('-') {
-        return Err(bad("a host may not start with '-'"));
-    }
     if host.contains(':') && !authority.starts_with('[') {
         return Err(bad(
             "IPv6 addresses must be in brackets: http://[::1]:8080/",
+        ));
+    }
+    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_');
+    if !authority.starts_with('[') && !host.chars().all(plain) {
+        return Err(bad(
+            "a host is a name or an address: letters, digits, '.', '-' and '_'",
         ));
     }
     let port = match port {
@@ -1238,27 +1260,10 @@ fn parse(url: &str, https: bool) -> Result<Url, FetchError> {
             .filter(|&p| p != 0)
             .ok_or_else(|| bad("bad port"))?,
     };
-    let bracketed = if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host.to_owned()
-    };
-    let host_header = if port == default_port {
-        bracketed
-    } else {
-        format!("{bracketed}:{port}")
-    };
-    let target = if target.starts_with('/') {
-        target.to_owned()
-    } else {
-        format!("/{target}")
-    };
     Ok(Url::Http(HttpUrl {
         tls,
         host: host.to_owned(),
         port,
-        host_header,
-        target,
     }))
 }
 
@@ -1279,26 +1284,10 @@ fn percent_decode(s: &str) -> Option<String> {
     String::from_utf8(out).ok()
 }
 
-/// Resolves a Location header against the URL that answered with it (RFC 9110 §10.2.2).
-fn resolve_location(base: &HttpUrl, location: &str) -> String {
-    let scheme = if base.tls { "https" } else { "http" };
-    if location.contains("://") {
-        location.to_owned()
-    } else if let Some(rest) = location.strip_prefix("//") {
-        format!("{scheme}://{rest}")
-    } else if location.starts_with('/') {
-        format!("{scheme}://{}{location}", base.host_header)
-    } else {
-        let path = base.target.split('?').next().unwrap_or("/");
-        let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
-        format!("{scheme}://{}{dir}{location}", base.host_header)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
     use std::sync::mpsc;
     use std::thread;
 
@@ -1354,7 +1343,6 @@ mod tests {
         );
         let port = base.rsplit(':').next().unwrap();
         assert!(request.contains(&format!("\r\nHost: 127.0.0.1:{port}\r\n")));
-        assert!(request.contains("\r\nConnection: close\r\n"));
         assert!(request.contains(&format!(
             "\r\nUser-Agent: berth/{}\r\n",
             env!("CARGO_PKG_VERSION")
@@ -1409,13 +1397,15 @@ mod tests {
         server.join().unwrap();
 
         let (base, server) = serve(vec![
-            b"HTTP/1.1 302 Found\r\nLocation: https://example.org/x\r\n\r\n".to_vec(),
+            b"HTTP/1.1 302 Found\r\nLocation: ftp://example.org/x\r\n\r\n".to_vec(),
             b"HTTP/1.1 302 Found\r\nLocation: file:///etc/shadow\r\n\r\n".to_vec(),
         ]);
         let err = fetch_bytes(&format!("{base}/a"), 100).unwrap_err();
-        assert!(err
-            .to_string()
-            .starts_with("unsupported URL scheme 'https' in https://example.org/x"));
+        assert!(
+            err.to_string()
+                .starts_with("unsupported URL scheme 'ftp' in ftp://example.org/x"),
+            "{err}"
+        );
         let err = fetch_bytes(&format!("{base}/b"), 100).unwrap_err();
         assert!(matches!(err, FetchError::RedirectRefused { .. }), "{err}");
         server.join().unwrap();
@@ -1478,9 +1468,10 @@ mod tests {
         let started = Instant::now();
         let err = quick().fetch_bytes(&format!("{base}/x"), 100).unwrap_err();
         assert!(started.elapsed() < Duration::from_secs(5));
+        // libcurl counts idle time in whole seconds: 300 ms is one.
         assert_eq!(
             err.to_string(),
-            format!("{base}/x: no data from the server for 300 ms")
+            format!("{base}/x: no data from the server for 1 s")
         );
         done_tx.send(()).unwrap();
         server.join().unwrap();
@@ -1719,11 +1710,15 @@ mod tests {
         );
         assert!(join_url("http://h/repo", "../etc/passwd").is_err());
         assert!(join_url("http://h/repo", "http://other/x").is_err());
-        let err = join_url("https://h/repo", "index.json").unwrap_err();
+        assert_eq!(
+            join_url("https://h/repo", "index.json").unwrap(),
+            "https://h/repo/index.json"
+        );
+        let err = join_url("ftp://h/repo", "index.json").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unsupported URL scheme 'https' in https://h/repo: berth fetches http:// and file:// \
-             (integrity comes from the signed index)"
+            "unsupported URL scheme 'ftp' in ftp://h/repo: berth fetches http://, https:// and \
+             file://"
         );
     }
 
@@ -1735,14 +1730,15 @@ mod tests {
         };
         let u = http("http://[::1]:8080/repo/x?y=1#frag");
         assert_eq!((u.host.as_str(), u.port), ("::1", 8080));
-        assert_eq!(u.host_header, "[::1]:8080");
-        assert_eq!(u.target, "/repo/x?y=1");
+        assert_eq!(u.addr(), "[::1]:8080");
         let u = http("HTTP://example.org");
         assert_eq!(
-            (u.port, u.host_header.as_str(), u.target.as_str()),
-            (80, "example.org", "/")
+            (u.port, u.tls, u.addr().as_str()),
+            (80, false, "example.org:80")
         );
-        assert_eq!(http("http://[fe80::1]/").host_header, "[fe80::1]");
+        let u = http("HTTPS://h/a/b");
+        assert_eq!((u.tls, u.port), (true, 443));
+        assert_eq!(http("https://h:8443/").port, 8443);
         for bad in [
             "http://::1/x",
             "http://h:0/",
@@ -1752,8 +1748,10 @@ mod tests {
             "http://h/a b",
             "http://h/a\r\nX: y",
             "http://[::1/",
-            #[cfg(feature = "fleet")]
-            "http://-connect/",
+            // Only what berth and libcurl read alike: the token's origin is decided here.
+            "http://good\\evil/",
+            "http://a%2eb/",
+            "http://h\u{e9}/",
             "file://relative",
             "no-scheme",
         ] {
@@ -1768,34 +1766,9 @@ mod tests {
         );
     }
 
-    #[test]
-    fn resolves_locations() {
-        let Url::Http(base) = parse_url("http://h:81/a/b?q").unwrap() else {
-            unreachable!()
-        };
-        assert_eq!(resolve_location(&base, "c"), "http://h:81/a/c");
-        assert_eq!(resolve_location(&base, "/c"), "http://h:81/c");
-        assert_eq!(resolve_location(&base, "//o/c"), "http://o/c");
-        assert_eq!(resolve_location(&base, "http://o:9/c"), "http://o:9/c");
-    }
-
     #[cfg(feature = "fleet")]
     #[test]
-    fn https_urls_for_the_fleet_client_only() {
-        assert!(matches!(
-            parse_url("https://h/x"),
-            Err(FetchError::Scheme { .. })
-        ));
-        let Url::Http(u) = parse("HTTPS://h/a/b", true).unwrap() else {
-            unreachable!()
-        };
-        assert_eq!((u.tls, u.port, u.host_header.as_str()), (true, 443, "h"));
-        let Url::Http(u) = parse("https://h:8443/", true).unwrap() else {
-            unreachable!()
-        };
-        assert_eq!((u.port, u.host_header.as_str()), (8443, "h:8443"));
-        assert_eq!(resolve_location(&u, "/c"), "https://h:8443/c");
-        assert_eq!(resolve_location(&u, "//o/c"), "https://o/c");
+    fn origins() {
         // The scheme is part of the origin: a token for https://h never goes to http://h.
         assert_eq!(origin("https://H/x"), Some((true, "h".into(), 443)));
         assert_ne!(origin("https://h:80/x"), origin("http://h:80/x"));
@@ -1804,15 +1777,13 @@ mod tests {
 
     #[cfg(feature = "fleet")]
     #[test]
-    fn https_redirects_stay_https_and_need_tls() {
-        let tls = berth_core::config::FleetTls {
-            openssl: "openssl".into(),
-            ca_file: None,
-            cert_file: None,
-            key_file: None,
-        };
+    fn redirects_keep_the_token_at_home_and_never_leave_http_and_https() {
+        // http:// may move to https:// (nothing listens on port 1: the connection fails), but
+        // never to file://, and a PUT is not redirected at all.
         let (base, server) = serve(vec![
             b"HTTP/1.1 302 Found\r\nLocation: https://127.0.0.1:1/x\r\n\r\n".to_vec(),
+            b"HTTP/1.1 302 Found\r\nLocation: file:///etc/shadow\r\n\r\n".to_vec(),
+            b"HTTP/1.1 307 Again\r\nLocation: /y\r\n\r\n".to_vec(),
         ]);
         let call = Call {
             method: "GET",
@@ -1821,26 +1792,34 @@ mod tests {
             tls: None,
         };
         let err = quick().call(&format!("{base}/a"), call, 100).unwrap_err();
-        assert!(matches!(err, FetchError::Scheme { .. }), "{err}");
-        server.join().unwrap();
-        // With TLS options, http:// may move to https:// (the connection then fails here:
-        // nothing listens on port 1), but never to file://.
-        let (base, server) = serve(vec![
-            b"HTTP/1.1 302 Found\r\nLocation: https://127.0.0.1:1/x\r\n\r\n".to_vec(),
-            b"HTTP/1.1 302 Found\r\nLocation: file:///etc/shadow\r\n\r\n".to_vec(),
-        ]);
-        let call = Call {
-            tls: Some(&tls),
-            ..call
-        };
-        let err = quick().call(&format!("{base}/a"), call, 100).unwrap_err();
         assert!(
-            matches!(&err, FetchError::Tls { url, .. } if url == "https://127.0.0.1:1/x"),
+            matches!(&err, FetchError::Connect { url, .. } if url == "https://127.0.0.1:1/x"),
             "{err}"
         );
         let err = quick().call(&format!("{base}/b"), call, 100).unwrap_err();
         assert!(matches!(err, FetchError::RedirectRefused { .. }), "{err}");
+        let put = Call {
+            method: "PUT",
+            json: Some(b"{}"),
+            ..call
+        };
+        let err = quick().call(&format!("{base}/c"), put, 100).unwrap_err();
+        assert!(matches!(err, FetchError::RedirectRefused { .. }), "{err}");
         server.join().unwrap();
+        // To another host (localhost is not 127.0.0.1 for the origin rule): no token there;
+        // back at the first origin, the token again.
+        let (other, other_server) = serve(vec![ok(b"elsewhere")]);
+        let other = other.replace("127.0.0.1", "localhost");
+        let moved = format!("HTTP/1.1 302 Found\r\nLocation: {other}/z\r\n\r\n");
+        let (base, server) = serve(vec![moved.into_bytes()]);
+        assert_eq!(
+            quick().call(&format!("{base}/a"), call, 100).unwrap(),
+            b"elsewhere"
+        );
+        assert!(server.join().unwrap()[0].contains("\r\nAuthorization: TargetToken t\r\n"));
+        let there = &other_server.join().unwrap()[0];
+        assert!(there.starts_with("GET /z HTTP/1.1\r\n"), "{there}");
+        assert!(!there.contains("Authorization"), "{there}");
     }
 
     #[test]

@@ -11,8 +11,8 @@
 //! - the daemon's RSS with the client polling, beside the same daemon without `[fleet]`;
 //! - gooseBit's RSS and its CPU time per DDI request (how many polls one core answers);
 //! - the same idle polls over https:// (uvicorn's TLS in front of gooseBit, client
-//!   certificates asked for): bytes and CPU per poll, the daemon's and its `openssl
-//!   s_client`'s, and that program's peak RSS.
+//!   certificates asked for): bytes and CPU per poll and the daemon's memory, libcurl and
+//!   its TLS library in it.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -348,7 +348,14 @@ impl Suite for Fleet {
                     table: idle_t,
                     notes: Vec::new(),
                 },
-                tls.section(ic.bytes_per_poll, ic.http_cpu),
+                tls.section(
+                    ic.bytes_per_poll,
+                    ic.http_cpu,
+                    (
+                        ic.rss_fleet.iter().sum::<f64>() / ic.rss_fleet.len().max(1) as f64,
+                        ic.private_fleet.iter().sum::<f64>() / ic.private_fleet.len().max(1) as f64,
+                    ),
+                ),
             ],
             raw: json!({
                 "devices": n, "poll_s": POLL_S, "rounds": rounds,
@@ -714,9 +721,13 @@ struct TlsIdle {
     window_s: f64,
     requests_per_poll: f64,
     bytes_per_poll: f64,
-    /// The daemons' own CPU and their openssl children's, ms per poll, and the resolution.
+    /// The daemons' CPU (TLS included: libcurl runs in the daemon) and any children's, ms
+    /// per poll, and the resolution.
     cpu_ms: (f64, f64, f64),
-    openssl_peak_rss_kib: u64,
+    /// The daemons' VmRSS and private memory (KiB, median) after the window: libcurl and
+    /// its TLS library's pages counted.
+    rss_kib: f64,
+    private_kib: f64,
 }
 
 impl TlsIdle {
@@ -725,12 +736,12 @@ impl TlsIdle {
             "devices": self.devices, "window_s": self.window_s,
             "requests_per_device_per_poll": self.requests_per_poll,
             "bytes_per_device_per_poll": self.bytes_per_poll,
-            "daemon_cpu_ms_per_poll": self.cpu_ms.0, "openssl_cpu_ms_per_poll": self.cpu_ms.1,
-            "openssl_peak_rss_kib": self.openssl_peak_rss_kib,
+            "daemon_cpu_ms_per_poll": self.cpu_ms.0, "children_cpu_ms_per_poll": self.cpu_ms.1,
+            "daemon_rss_kib": self.rss_kib, "daemon_private_kib": self.private_kib,
         })
     }
 
-    fn section(&self, http_bytes: f64, http_cpu: (f64, f64, f64)) -> Section {
+    fn section(&self, http_bytes: f64, http_cpu: (f64, f64, f64), http_mem: (f64, f64)) -> Section {
         let mut t = Table::new(&["per idle poll", "http://", "https:// (client certificate)"]);
         t.row(vec![
             "bytes (both ways, IP)".into(),
@@ -743,25 +754,30 @@ impl TlsIdle {
             format!("{:.2}", self.requests_per_poll),
         ]);
         t.row(vec![
-            "daemon CPU (its own)".into(),
+            "daemon CPU (TLS included)".into(),
             cpu_ms(http_cpu.0, http_cpu.2),
             cpu_ms(self.cpu_ms.0, self.cpu_ms.2),
         ]);
         t.row(vec![
-            "openssl s_client CPU".into(),
-            "-".into(),
+            "children's CPU (berth runs none for a poll)".into(),
+            cpu_ms(http_cpu.1, http_cpu.2),
             cpu_ms(self.cpu_ms.1, self.cpu_ms.2),
         ]);
         t.row(vec![
-            "openssl s_client peak RSS (one request)".into(),
-            "-".into(),
-            format!("{} KiB", self.openssl_peak_rss_kib),
+            "daemon VmRSS while polling (median)".into(),
+            format!("{:.0} KiB", http_mem.0),
+            format!("{:.0} KiB", self.rss_kib),
+        ]);
+        t.row(vec![
+            "daemon private memory while polling (median)".into(),
+            format!("{:.0} KiB", http_mem.1),
+            format!("{:.0} KiB", self.private_kib),
         ]);
         Section {
             title: format!("fleet: idle polls over TLS ({} devices)", self.devices),
             table: t,
             notes: vec![format!(
-                "gooseBit behind uvicorn's TLS asking for client certificates (a test CA made with openssl; P-256 keys), the devices with `ca_file`, `cert_file`, `key_file`; each request is one `openssl s_client` session (a full handshake: berth keeps no session); CPU from the daemons' /proc stat (utime+stime, and cutime+cstime for the openssl children they waited for) over {:.0} s; the peak RSS from GNU time around one request",
+                "gooseBit behind uvicorn's TLS asking for client certificates (a test CA made with openssl; P-256 keys), the devices with `ca_file`, `cert_file`, `key_file`; every request through libcurl in the daemon (a full handshake per poll: nothing is kept between polls); CPU from the daemons' /proc stat (utime+stime; cutime+cstime for children) over {:.0} s; memory from /proc/PID/status and smaps_rollup after the window, libcurl and its TLS library mapped",
                 self.window_s
             )],
         }
@@ -817,58 +833,12 @@ fn tls_idle(
     let cpu1 = cpu_of(&devices);
     let window_s = t0.elapsed().as_secs_f64();
     let polls = k as f64 * window_s / POLL_S as f64;
-    // One session as the daemon runs it, under GNU time.
-    let rss_file = vendor.dir.join("openssl-rss");
-    let request = format!(
-        "GET /DEFAULT/controller/v1/ft0 HTTP/1.1\r\nHost: {SERVER_IP}:{port}\r\nAuthorization: TargetToken bench-tls-token-0\r\nConnection: close\r\n\r\n",
-        port = server.port
-    );
-    let mut time = Command::new("ip");
-    time.args([
-        "netns",
-        "exec",
-        &net.devices[0],
-        "/usr/bin/time",
-        "-f",
-        "%M",
-        "-o",
-    ])
-    .arg(&rss_file)
-    .args([
-        "openssl",
-        "s_client",
-        "-quiet",
-        "-verify_return_error",
-        "-connect",
-    ])
-    .arg(format!("{SERVER_IP}:{}", server.port))
-    .args(["-verify_ip", SERVER_IP, "-CAfile"])
-    .arg(pki.join("ca.pem"))
-    .arg("-cert")
-    .arg(pki.join("dev.pem"))
-    .arg("-key")
-    .arg(pki.join("dev.key"))
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null());
-    let mut child = time
-        .spawn()
-        .map_err(|e| format!("/usr/bin/time (Debian package time): {e}"))?;
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), request.as_bytes())
-        .map_err(|e| e.to_string())?;
-    drop(child.stdin.take());
-    let out = child.wait_with_output().map_err(|e| e.to_string())?;
-    if !String::from_utf8_lossy(&out.stdout).starts_with("HTTP/1.1 200") {
-        return Err(format!(
-            "openssl s_client to gooseBit: {}",
-            String::from_utf8_lossy(&out.stdout)
-        )
-        .into());
-    }
-    let openssl_peak_rss_kib = std::fs::read_to_string(&rss_file)
-        .ok()
-        .and_then(|s| s.lines().last().and_then(|l| l.trim().parse().ok()))
-        .ok_or("GNU time gave no peak RSS for openssl s_client")?;
+    let median = |f: fn(u32) -> u64| {
+        let mut v: Vec<u64> = devices.iter().filter_map(daemon_pid).map(f).collect();
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0) as f64
+    };
+    let (rss_kib, private_kib) = (median(rss_kib), median(private_kib));
     for sb in &mut devices {
         sb.stop_daemon();
     }
@@ -878,6 +848,7 @@ fn tls_idle(
         requests_per_poll: c.ddi_syn as f64 / polls,
         bytes_per_poll: c.bytes as f64 / polls,
         cpu_ms: cpu_per_poll(&cpu0, &cpu1, window_s),
-        openssl_peak_rss_kib,
+        rss_kib,
+        private_kib,
     })
 }

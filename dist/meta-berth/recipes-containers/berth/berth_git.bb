@@ -51,8 +51,9 @@ do_install:append() {
 
 CONFFILES:${PN} = "${sysconfdir}/berth/berth.toml"
 
-# liblxc is loaded at run time; nft and ip serve the network modes other than "none".
-RDEPENDS:${PN} = "iproute2 lxc nftables"
-# openssl-bin: the TLS session to an https:// [fleet] server (docs/fleet.md).
+# liblxc and libcurl (every http:// and https:// transfer, with the TLS library curl was
+# configured with) are loaded at run time; nft and ip serve the network modes other than "none".
+RDEPENDS:${PN} = "iproute2 lxc nftables libcurl"
+# ca-certificates: the system's trust store, for https:// servers without a ca_file.
 RRECOMMENDS:${PN} = "kernel-module-bridge kernel-module-loop kernel-module-nf-tables \
-    kernel-module-overlay kernel-module-squashfs kernel-module-veth openssl-bin"
+    kernel-module-overlay kernel-module-squashfs kernel-module-veth ca-certificates"

@@ -1,0 +1,276 @@
+//! https:// through libcurl against real TLS servers on loopback: `openssl s_server` (the
+//! openssl program makes the test PKI and serves; berth itself never runs it) and Python's
+//! TLS server for answers s_server cannot give.
+
+use std::io;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use berth_core::config::FleetTls;
+
+use crate::fetch::{Call, FetchError, Fetcher};
+
+/// A test CA, a server certificate for 127.0.0.1 and a client certificate, made with
+/// the openssl program; `openssl s_server -WWW` serving `dir` over TLS.
+struct Pki {
+    dir: std::path::PathBuf,
+    server: Option<Child>,
+}
+
+impl Pki {
+    fn new(name: &str) -> Pki {
+        let dir = std::env::temp_dir().join(format!("berth-tls-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let pki = Pki { dir, server: None };
+        for ca in ["ca", "other"] {
+            pki.run(&format!(
+                "req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+                 -keyout {ca}.key -out {ca}.pem -subj /CN={ca}"
+            ));
+        }
+        std::fs::write(pki.dir.join("ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        for who in ["srv", "dev"] {
+            pki.run(&format!(
+                "req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout {who}.key \
+                 -out {who}.csr -subj /CN={who}"
+            ));
+            pki.run(&format!(
+                "x509 -req -in {who}.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+                 -extfile ext -out {who}.pem"
+            ));
+        }
+        std::fs::write(pki.dir.join("index.json"), b"{\"over\":\"tls\"}").unwrap();
+        pki
+    }
+
+    fn run(&self, args: &str) {
+        let out = Command::new("openssl")
+            .args(args.split_whitespace())
+            .current_dir(&self.dir)
+            .output()
+            .expect("the TLS tests need the openssl program (Debian package openssl)");
+        assert!(out.status.success(), "openssl {args}: {out:?}");
+    }
+
+    /// Serves the directory; `mutual`: a client certificate from the CA is required.
+    fn serve(&mut self, mutual: bool) -> u16 {
+        self.serve_as(mutual, "srv")
+    }
+
+    /// Serves with the certificate and key named `cert` (`other`: a self-signed one).
+    fn serve_as(&mut self, mutual: bool, cert: &str) -> u16 {
+        self.stop();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut cmd = Command::new("openssl");
+        cmd.args([
+            "s_server",
+            "-WWW",
+            "-naccept",
+            "1",
+            "-cert",
+            &format!("{cert}.pem"),
+            "-key",
+            &format!("{cert}.key"),
+        ])
+        .args(["-accept", &format!("127.0.0.1:{port}")])
+        .current_dir(&self.dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+        if mutual {
+            cmd.args(["-Verify", "1", "-verify_return_error", "-CAfile", "ca.pem"]);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut out = io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.contains("ACCEPT") {
+            line.clear();
+            assert!(
+                io::BufRead::read_line(&mut out, &mut line).unwrap() > 0,
+                "s_server ended"
+            );
+        }
+        self.server = Some(child);
+        port
+    }
+
+    fn tls(&self, ca: &str, client: bool) -> FleetTls {
+        FleetTls {
+            ca_file: Some(self.dir.join(format!("{ca}.pem"))),
+            cert_file: client.then(|| self.dir.join("dev.pem")),
+            key_file: client.then(|| self.dir.join("dev.key")),
+        }
+    }
+}
+
+impl Pki {
+    fn stop(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn get(url: &str, tls: Option<&FleetTls>) -> Result<Vec<u8>, FetchError> {
+    let fetcher = Fetcher {
+        connect_timeout: Duration::from_secs(5),
+        read_timeout: Duration::from_secs(5),
+        min_total: Duration::from_secs(10),
+    };
+    let call = Call {
+        method: "GET",
+        auth: None,
+        json: None,
+        tls,
+    };
+    fetcher.call(url, call, 1000)
+}
+
+#[test]
+fn https_through_openssl_verifies_the_server() {
+    let mut pki = Pki::new("verify");
+    let port = pki.serve(false);
+    let url = format!("https://127.0.0.1:{port}/index.json");
+    assert_eq!(
+        get(&url, Some(&pki.tls("ca", false))).unwrap(),
+        b"{\"over\":\"tls\"}"
+    );
+    // A fresh server for each of these, which would serve the file: each refusal comes
+    // from the client's own checks.
+    let port = pki.serve(false);
+    let url = format!("https://127.0.0.1:{port}/index.json");
+    // Without a CA file, the system's store: the test CA is not in it.
+    let e = get(&url, None).unwrap_err().to_string();
+    assert!(
+        e.contains("TLS: the server's certificate failed verification"),
+        "{e}"
+    );
+    let port = pki.serve(false);
+    let url = format!("https://127.0.0.1:{port}/index.json");
+    let e = get(&url, Some(&pki.tls("other", false)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("TLS: the server's certificate failed verification: unable to get local issuer certificate"),
+        "{e}"
+    );
+    let port = pki.serve(false);
+    let e = get(
+        &format!("https://localhost:{port}/index.json"),
+        Some(&pki.tls("ca", false)),
+    )
+    .unwrap_err()
+    .to_string();
+    // The certificate names 127.0.0.1 only.
+    assert!(
+        e.contains("TLS: the server's certificate failed verification: "),
+        "{e}"
+    );
+    assert!(e.contains("'localhost'"), "{e}");
+    let mut unreadable = pki.tls("ca", false);
+    unreadable.ca_file = Some("/nonexistent/ca.pem".into());
+    let e = get(&url, Some(&unreadable)).unwrap_err().to_string();
+    assert!(
+        e.contains("TLS: ca_file /nonexistent/ca.pem: no such file or directory"),
+        "{e}"
+    );
+    let mut no_key = pki.tls("ca", true);
+    no_key.key_file = Some("/nonexistent/dev.key".into());
+    let e = get(&url, Some(&no_key)).unwrap_err().to_string();
+    assert!(
+        e.contains("TLS: key_file /nonexistent/dev.key: no such file"),
+        "{e}"
+    );
+    // A self-signed server certificate, not from the CA the device trusts.
+    let port = pki.serve_as(false, "other");
+    let url = format!("https://127.0.0.1:{port}/index.json");
+    let e = get(&url, Some(&pki.tls("ca", false))).unwrap_err();
+    assert!(e.is_source_failure(), "{e}");
+    let e = e.to_string();
+    assert!(
+        e.contains("failed verification: self-signed certificate"),
+        "{e}"
+    );
+}
+
+/// A redirect from https:// to http:// (the same host) is refused: the answer comes from
+/// Python's TLS server (python3), which sends it to every request.
+#[test]
+fn https_never_redirects_to_http() {
+    let pki = Pki::new("redirect");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let script = format!(
+        "import http.server, ssl\n\
+         class H(http.server.BaseHTTPRequestHandler):\n \
+         def do_GET(self):\n  \
+         self.send_response(302); self.send_header('Location', 'http://127.0.0.1:{port}/x'); \
+         self.send_header('Content-Length', '0'); self.end_headers()\n \
+         def log_message(self, *a): pass\n\
+         s = http.server.HTTPServer(('127.0.0.1', {port}), H)\n\
+         c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain('srv.pem', 'srv.key')\n\
+         s.socket = c.wrap_socket(s.socket, server_side=True)\n\
+         print('ready', flush=True)\n\
+         s.serve_forever()\n"
+    );
+    let mut server = Command::new("python3")
+        .args(["-c", &script])
+        .current_dir(&pki.dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("this test needs python3");
+    let mut ready = String::new();
+    io::BufRead::read_line(
+        &mut io::BufReader::new(server.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    let e = get(
+        &format!("https://127.0.0.1:{port}/a"),
+        Some(&pki.tls("ca", false)),
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    let e = e.unwrap_err();
+    assert!(
+        matches!(&e, FetchError::RedirectRefused { location, .. }
+            if location == &format!("http://127.0.0.1:{port}/x")),
+        "{e}"
+    );
+}
+
+#[test]
+fn mutual_tls_sends_the_device_certificate() {
+    let mut pki = Pki::new("mutual");
+    let port = pki.serve(true);
+    let url = format!("https://127.0.0.1:{port}/index.json");
+    let e = get(&url, Some(&pki.tls("ca", false)))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("TLS: the server refused the session: certificate required"),
+        "{e}"
+    );
+    let port = pki.serve(true);
+    let url = format!("https://127.0.0.1:{port}/index.json");
+    assert_eq!(
+        get(&url, Some(&pki.tls("ca", true))).unwrap(),
+        b"{\"over\":\"tls\"}"
+    );
+}
