@@ -455,3 +455,189 @@ fn unchanged_indexes_cut_downloads_and_dead_mirrors() {
     drop(served2);
     drop(served);
 }
+
+/// A PKI for 127.0.0.1 made with the openssl program: `ca.pem` signs `srv.pem`; `other.pem`
+/// is a CA that signed nothing here.
+fn loopback_pki(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+    let script = format!(
+        "set -e; cd {d}; for ca in ca other; do openssl req -x509 {key} -days 2 -keyout $ca.key \
+         -out $ca.pem -subj /CN=berth-repo-$ca 2>&1; done; \
+         echo subjectAltName=IP:127.0.0.1 > srv.ext; \
+         openssl req {key} -keyout srv.key -out srv.csr -subj /CN=srv 2>&1; \
+         openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+         -extfile srv.ext -out srv.pem 2>&1",
+        d = dir.display()
+    );
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "openssl (Debian package openssl): {out:?}"
+    );
+}
+
+/// Python's threaded static file server over TLS, serving `root` on a loopback port.
+struct TlsServer(std::process::Child, u16);
+
+impl TlsServer {
+    fn start(root: &Path, pki: &Path) -> TlsServer {
+        let port = free_port();
+        let script = format!(
+            "import functools, http.server, ssl\n\
+             H = functools.partial(http.server.SimpleHTTPRequestHandler, directory='{root}')\n\
+             s = http.server.ThreadingHTTPServer(('127.0.0.1', {port}), H)\n\
+             c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
+             c.load_cert_chain('{pki}/srv.pem', '{pki}/srv.key')\n\
+             s.socket = c.wrap_socket(s.socket, server_side=True)\n\
+             print('ready', flush=True)\n\
+             s.serve_forever()\n",
+            root = root.display(),
+            pki = pki.display()
+        );
+        let mut child = Command::new("python3")
+            .args(["-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("this test needs python3");
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        assert_eq!(ready.trim(), "ready");
+        TlsServer(child, port)
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An HTTP proxy on loopback that tunnels CONNECT requests and records each request line.
+fn connect_proxy() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut reader = std::io::BufReader::new(client.try_clone().unwrap());
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap_or(0);
+                loop {
+                    let mut h = String::new();
+                    if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                }
+                log.lock().unwrap().push(line.trim().to_string());
+                let Some(target) = line
+                    .strip_prefix("CONNECT ")
+                    .and_then(|r| r.split(' ').next())
+                else {
+                    let _ = (&client).write_all(b"HTTP/1.1 405 Only CONNECT\r\n\r\n");
+                    return;
+                };
+                let Ok(up) = std::net::TcpStream::connect(target) else {
+                    let _ = (&client).write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n");
+                    return;
+                };
+                let _ = (&client).write_all(b"HTTP/1.1 200 Connection established\r\n\r\n");
+                let (mut c2, mut u2) = (client.try_clone().unwrap(), up.try_clone().unwrap());
+                let t = std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut u2, &mut c2);
+                    let _ = c2.shutdown(std::net::Shutdown::Write);
+                });
+                let (mut c, mut u) = (client, up);
+                let _ = std::io::copy(&mut c, &mut u);
+                let _ = u.shutdown(std::net::Shutdown::Write);
+                let _ = t.join();
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// Rewrites the sandbox's top-level source lines (`repository`, `repository_ca_file`) and its
+/// `[network]` table.
+fn set_https_sources(sb: &Sandbox, top: &str, network: &str) {
+    sb.write_config(network);
+    let text = std::fs::read_to_string(&sb.config).unwrap();
+    let rest: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&sb.config, format!("{top}\n{rest}")).unwrap();
+}
+
+/// A repository on https:// (Python's TLS server on loopback, a CA of the test's own): with
+/// `repository_ca_file` the index and the image come over TLS and the package runs; the
+/// system's store (no CA file) or another CA is refused with the certificate's reason, and
+/// nothing changes; with `[network] proxy` the same repository is reached through an HTTP
+/// proxy's CONNECT tunnel.
+#[test]
+fn an_https_repository_with_its_own_ca_and_through_a_proxy() {
+    let mut sb = Sandbox::new("https-repo");
+    sb.add(&service("tls"));
+    let pki = sb.dir.join("pki");
+    loopback_pki(&pki);
+    let server = TlsServer::start(&sb.repo, &pki);
+    let url = format!("https://127.0.0.1:{}", server.1);
+    let ca = |name: &str| format!("repository_ca_file = \"{}/{name}.pem\"", pki.display());
+
+    // No CA file: the system's store does not know the test's CA.
+    set_https_sources(&sb, &format!("repository = \"{url}\""), "");
+    sb.start_daemon();
+    let (code, err) = sb.fail(&["update"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("TLS: the server's certificate failed verification"),
+        "{err}"
+    );
+    assert!(sb.listed("available").is_empty());
+    // Another CA: refused the same way.
+    set_https_sources(&sb, &format!("repository = \"{url}\"\n{}", ca("other")), "");
+    sb.kill_daemon(15);
+    sb.start_daemon();
+    let (_, err) = sb.fail(&["update"]);
+    assert!(
+        err.contains("unable to get local issuer certificate"),
+        "{err}"
+    );
+
+    // Its own CA: the index, then the image, over TLS.
+    set_https_sources(&sb, &format!("repository = \"{url}\"\n{}", ca("ca")), "");
+    sb.kill_daemon(15);
+    sb.start_daemon();
+    let v = sb.json(&["update"]);
+    assert_eq!(v["repository"], url.as_str(), "{v}");
+    sb.ok(&["install", "tls"]);
+    sb.ok(&["start", "tls"]);
+    sb.wait_log("tls", "up");
+    sb.ok(&["stop", "tls"]);
+    sb.ok(&["remove", "tls"]);
+
+    // Through a proxy (berth.toml's, whatever the environment says).
+    let (port, seen) = connect_proxy();
+    set_https_sources(
+        &sb,
+        &format!("repository = \"{url}\"\n{}", ca("ca")),
+        &format!("[network]\nproxy = \"http://127.0.0.1:{port}\"\n"),
+    );
+    sb.kill_daemon(15);
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "tls"]);
+    let lines = seen.lock().unwrap().clone();
+    let tunnel = format!("CONNECT 127.0.0.1:{} HTTP/1.1", server.1);
+    assert!(lines.len() >= 2, "{lines:?}");
+    assert!(lines.iter().all(|l| *l == tunnel), "{lines:?}");
+    sb.ok(&["remove", "tls"]);
+    drop(server);
+}

@@ -40,6 +40,9 @@ pub struct Config {
     /// `berth status` warns when the cached index was fetched longer ago than this (seconds;
     /// `index_max_age = "7d"`). None: no warning.
     pub index_max_age_s: Option<u64>,
+    /// `repository_ca_file`: the only CAs an https:// repository's or mirror's certificate may
+    /// end in; None: the system's trust store.
+    pub repository_ca_file: Option<PathBuf>,
     pub paths: Paths,
     /// Seconds a container gets between the halt signal and SIGKILL.
     pub stop_timeout_s: u32,
@@ -323,6 +326,7 @@ impl Paths {
 #[derive(Default)]
 struct RawConfig {
     repository: Option<String>,
+    repository_ca_file: Option<String>,
     mirrors: Vec<String>,
     index_max_age: Option<String>,
     paths: RawPaths,
@@ -418,6 +422,7 @@ impl RawConfig {
     fn read(mut t: Table) -> Result<RawConfig, TreeError> {
         let raw = RawConfig {
             repository: text(&mut t, "repository")?,
+            repository_ca_file: text(&mut t, "repository_ca_file")?,
             mirrors: t
                 .strs("mirrors")?
                 .map(|v| v.into_inner().into_iter().map(|s| s.into_inner()).collect())
@@ -634,6 +639,28 @@ impl Config {
             &raw.index_max_age,
             &value_err,
         )?;
+        let repository_ca_file = match &raw.repository_ca_file {
+            None => None,
+            Some(f) if !Path::new(f).is_absolute() => {
+                return Err(value_err(
+                    "repository_ca_file",
+                    format!("{f:?}: must be an absolute path"),
+                ))
+            }
+            Some(_)
+                if !raw
+                    .repository
+                    .iter()
+                    .chain(&raw.mirrors)
+                    .any(|u| u.starts_with("https://")) =>
+            {
+                return Err(value_err(
+                    "repository_ca_file",
+                    "applies to an https:// repository or mirror, and none is set".into(),
+                ))
+            }
+            Some(f) => Some(PathBuf::from(f)),
+        };
         let absolute = |key: &'static str, p: Option<PathBuf>, default: PathBuf| {
             let p = p.unwrap_or(default);
             if p.is_absolute() {
@@ -710,6 +737,7 @@ impl Config {
             upgrade,
             reports,
             repository: raw.repository.map(|u| u.trim_end_matches('/').to_string()),
+            repository_ca_file,
             mirrors: raw
                 .mirrors
                 .iter()
@@ -751,29 +779,30 @@ impl Config {
     }
 }
 
-/// The repository, its mirrors (http:// or file://, mirrors only of a repository) and how long
-/// its index is trusted.
+/// The repository, its mirrors (http://, https:// or file://, mirrors only of a repository)
+/// and how long its index is trusted.
 fn sources(
     repository: &Option<String>,
     mirrors: &[String],
     index_max_age: &Option<String>,
     value_err: &dyn Fn(&'static str, String) -> ConfigError,
 ) -> Result<Option<u64>, ConfigError> {
-    if let Some(url) = repository {
-        if !(url.starts_with("http://") || url.starts_with("file://")) {
-            return Err(value_err(
-                "repository",
-                format!("{url:?}: berth fetches http:// and file:// URLs"),
-            ));
-        }
+    let fetched = |url: &str| {
+        ["http://", "https://", "file://"]
+            .iter()
+            .any(|s| url.starts_with(s))
+    };
+    if let Some(url) = repository.as_deref().filter(|u| !fetched(u)) {
+        return Err(value_err(
+            "repository",
+            format!("{url:?}: berth fetches http://, https:// and file:// URLs"),
+        ));
     }
-    for url in mirrors {
-        if !(url.starts_with("http://") || url.starts_with("file://")) {
-            return Err(value_err(
-                "mirrors",
-                format!("{url:?}: berth fetches http:// and file:// URLs"),
-            ));
-        }
+    if let Some(url) = mirrors.iter().find(|u| !fetched(u)) {
+        return Err(value_err(
+            "mirrors",
+            format!("{url:?}: berth fetches http://, https:// and file:// URLs"),
+        ));
     }
     if !mirrors.is_empty() && repository.is_none() {
         return Err(value_err(
@@ -1955,10 +1984,33 @@ mod tests {
         .to_string();
         assert!(e.contains("line 3"), "{e}");
         assert!(e.contains("bogus"), "{e}");
-        let e = Config::parse("repository = \"https://x\"", "f")
+        let e = Config::parse("repository = \"ftp://x\"", "f")
             .unwrap_err()
             .to_string();
-        assert!(e.contains("repository") && e.contains("http://"), "{e}");
+        assert!(e.contains("repository") && e.contains("https://"), "{e}");
+        let c = Config::parse(
+            "repository = \"https://x/r/\"\nrepository_ca_file = \"/etc/berth/repo-ca.pem\"",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(c.repository.as_deref(), Some("https://x/r"));
+        assert_eq!(
+            c.repository_ca_file.as_deref(),
+            Some(Path::new("/etc/berth/repo-ca.pem"))
+        );
+        for (text, says) in [
+            (
+                "repository = \"https://x\"\nrepository_ca_file = \"ca.pem\"",
+                "absolute",
+            ),
+            (
+                "repository = \"http://x\"\nrepository_ca_file = \"/ca.pem\"",
+                "https://",
+            ),
+        ] {
+            let e = Config::parse(text, "f").unwrap_err().to_string();
+            assert!(e.contains("repository_ca_file") && e.contains(says), "{e}");
+        }
         let e = Config::parse("[paths]\nstate = \"rel\"", "f")
             .unwrap_err()
             .to_string();

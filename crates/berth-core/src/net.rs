@@ -48,6 +48,7 @@ const KEYS: &[&str] = &[
     "mdns",
     "max_connections",
     "connection_rate",
+    "proxy",
 ];
 
 /// Where DHCP servers keep their leases: dnsmasq's on Debian, OpenWrt's dnsmasq, odhcpd's.
@@ -92,6 +93,10 @@ pub struct NetConfig {
     /// The new connections one isolated container may open: derived from the cap (`auto`),
     /// given, or none.
     pub connection_rate: RateConfig,
+    /// `proxy`: the proxy of the device's own downloads (repository, mirrors, fleet server):
+    /// a URL, or "" for none whatever the environment says; None: the environment's
+    /// `http_proxy`, `https_proxy`, `no_proxy` (libcurl's rules).
+    pub proxy: Option<String>,
 }
 
 /// `[network] connection_rate`.
@@ -316,7 +321,29 @@ impl NetConfig {
             mdns: false,
             max_connections: Some((25, true)),
             connection_rate: RateConfig::Auto,
+            proxy: None,
         };
+        if let Some(p) = get("proxy") {
+            let schemes = [
+                "http://",
+                "https://",
+                "socks4://",
+                "socks4a://",
+                "socks5://",
+                "socks5h://",
+            ];
+            let ok = p.is_empty()
+                || (schemes.iter().any(|s| p.starts_with(s))
+                    && !p.bytes().any(|b| b <= b' ' || b == 0x7f));
+            if !ok {
+                return Err(bad(
+                    "network.proxy",
+                    p,
+                    "a proxy URL (http://HOST:PORT, https://, socks5h://) or \"\" for none",
+                ));
+            }
+            c.proxy = Some(p.to_string());
+        }
         match get("mdns") {
             None | Some("off") => {}
             Some("on") => c.mdns = true,
@@ -981,6 +1008,22 @@ mod tests {
 
     fn cfg(toml_text: &str) -> NetConfig {
         NetConfig::parse(Some(toml::from_str(toml_text).unwrap())).unwrap()
+    }
+
+    #[test]
+    fn the_downloads_proxy() {
+        assert_eq!(cfg("").proxy, None);
+        assert_eq!(cfg("proxy = \"\"").proxy.as_deref(), Some(""));
+        let p = cfg("proxy = \"http://10.0.0.1:3128\"").proxy;
+        assert_eq!(p.as_deref(), Some("http://10.0.0.1:3128"));
+        for bad in [
+            "proxy = \"10.0.0.1:3128\"",
+            "proxy = \"ftp://p\"",
+            "proxy = \"http://p x\"",
+        ] {
+            let e = NetConfig::parse(Some(toml::from_str(bad).unwrap())).unwrap_err();
+            assert_eq!(e.0, "network.proxy", "{bad}");
+        }
     }
 
     #[test]

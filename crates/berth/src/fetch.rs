@@ -193,6 +193,23 @@ impl Default for Fetcher {
     }
 }
 
+/// What berth.toml says about every download ([`set_defaults`]).
+#[derive(Debug, Default)]
+pub struct Defaults {
+    /// `[network] proxy`: None, the environment's; `""`, none.
+    pub proxy: Option<String>,
+    /// `repository_ca_file`: the CAs of https:// downloads other than the fleet server's.
+    pub ca_file: Option<PathBuf>,
+}
+
+static DEFAULTS: std::sync::OnceLock<Defaults> = std::sync::OnceLock::new();
+
+/// Sets what every later download uses; once per process (the daemon's start: berth.toml is
+/// read once).
+pub fn set_defaults(d: Defaults) {
+    let _ = DEFAULTS.set(d);
+}
+
 /// Appends `rel` to the repository `base`. `rel` comes from the signed index; `..` segments are
 /// still refused so that a `file://` repository can never name a file outside itself.
 pub fn join_url(base: &str, rel: &str) -> Result<String, FetchError> {
@@ -568,7 +585,15 @@ impl Fetcher {
             headers.push(format!("If-None-Match: {tag}"));
         }
         #[allow(unused_mut)]
-        let (mut method, mut json, mut tls) = (Method::Get, &[][..], curl::Tls::default());
+        let defaults = DEFAULTS.get();
+        // The repository's CA file, unless the fleet's own TLS options say otherwise.
+        let mut tls = curl::Tls {
+            ca_file: defaults.and_then(|d| d.ca_file.as_deref()),
+            ..curl::Tls::default()
+        };
+        let mut names = ["repository_ca_file", "", ""];
+        #[allow(unused_mut)]
+        let (mut method, mut json) = (Method::Get, &[][..]);
         #[cfg(feature = "fleet")]
         if let Some(c) = ask.call {
             if let Some(a) = c.auth {
@@ -587,25 +612,24 @@ impl Fetcher {
                 _ => Method::Get,
             };
             if let Some(t) = c.tls {
-                // Said plainly here: libcurl only finds out in the handshake, in its words.
-                for (name, file) in [
-                    ("ca_file", &t.ca_file),
-                    ("cert_file", &t.cert_file),
-                    ("key_file", &t.key_file),
-                ] {
-                    if let Some(Err(e)) = file.as_deref().map(std::fs::File::open) {
-                        let path = file.as_deref().unwrap_or(Path::new("")).display();
-                        return Err(FetchError::Tls {
-                            url: full,
-                            reason: format!("{name} {path}: {}", io_reason(&e)),
-                        });
-                    }
-                }
+                names = ["ca_file", "cert_file", "key_file"];
                 tls = curl::Tls {
                     ca_file: t.ca_file.as_deref(),
                     cert_file: t.cert_file.as_deref(),
                     key_file: t.key_file.as_deref(),
                 };
+            }
+        }
+        // Said plainly here: libcurl only finds out in the handshake, in its own words.
+        let files = [tls.ca_file, tls.cert_file, tls.key_file];
+        for (name, file) in names.iter().zip(files) {
+            if let (true, Some(path)) = (url.tls, file) {
+                if let Err(e) = File::open(path) {
+                    return Err(FetchError::Tls {
+                        url: full,
+                        reason: format!("{name} {}: {}", path.display(), io_reason(&e)),
+                    });
+                }
             }
         }
         body.check_deadline()?;
@@ -623,7 +647,7 @@ impl Fetcher {
             connect_timeout: self.connect_timeout,
             idle,
             tls,
-            proxy: None,
+            proxy: defaults.and_then(|d| d.proxy.as_deref()),
         };
         let mut ex = Exchange {
             body,

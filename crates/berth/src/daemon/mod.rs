@@ -59,6 +59,10 @@ pub fn run(cfg: Config) -> Result<()> {
     }
     berth_sys::process::ignore_sigpipe();
     berth_sys::process::single_malloc_arena();
+    crate::fetch::set_defaults(crate::fetch::Defaults {
+        proxy: cfg.network.proxy.clone(),
+        ca_file: cfg.repository_ca_file.clone(),
+    });
     // While this is the only thread: the service manager's socket, kept from the children.
     berth_sys::notify::take_socket();
     prepare_dirs(&cfg.paths)?;
