@@ -639,28 +639,7 @@ impl Config {
             &raw.index_max_age,
             &value_err,
         )?;
-        let repository_ca_file = match &raw.repository_ca_file {
-            None => None,
-            Some(f) if !Path::new(f).is_absolute() => {
-                return Err(value_err(
-                    "repository_ca_file",
-                    format!("{f:?}: must be an absolute path"),
-                ))
-            }
-            Some(_)
-                if !raw
-                    .repository
-                    .iter()
-                    .chain(&raw.mirrors)
-                    .any(|u| u.starts_with("https://")) =>
-            {
-                return Err(value_err(
-                    "repository_ca_file",
-                    "applies to an https:// repository or mirror, and none is set".into(),
-                ))
-            }
-            Some(f) => Some(PathBuf::from(f)),
-        };
+        let repository_ca_file = repository_ca_file(&raw, &value_err)?;
         let absolute = |key: &'static str, p: Option<PathBuf>, default: PathBuf| {
             let p = p.unwrap_or(default);
             if p.is_absolute() {
@@ -777,6 +756,30 @@ impl Config {
                 .map_err(|(key, m)| value_err(key, m))?,
         })
     }
+}
+
+/// `repository_ca_file`: an absolute path, with an https:// source to apply to.
+fn repository_ca_file(
+    raw: &RawConfig,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<Option<PathBuf>, ConfigError> {
+    let Some(f) = &raw.repository_ca_file else {
+        return Ok(None);
+    };
+    if !Path::new(f).is_absolute() {
+        return Err(value_err(
+            "repository_ca_file",
+            format!("{f:?}: must be an absolute path"),
+        ));
+    }
+    let https = raw.repository.iter().chain(&raw.mirrors);
+    if !https.into_iter().any(|u| u.starts_with("https://")) {
+        return Err(value_err(
+            "repository_ca_file",
+            "applies to an https:// repository or mirror, and none is set".into(),
+        ));
+    }
+    Ok(Some(PathBuf::from(f)))
 }
 
 /// The repository, its mirrors (http://, https:// or file://, mirrors only of a repository)

@@ -51,6 +51,28 @@ const KEYS: &[&str] = &[
     "proxy",
 ];
 
+/// `[network] proxy`: a proxy URL libcurl takes, or "" for none.
+fn proxy(p: &str) -> Result<String, E> {
+    let schemes = [
+        "http://",
+        "https://",
+        "socks4://",
+        "socks4a://",
+        "socks5://",
+        "socks5h://",
+    ];
+    let plain = !p.bytes().any(|b| b <= b' ' || b == 0x7f);
+    let url = plain && schemes.iter().any(|s| p.starts_with(s));
+    if !(p.is_empty() || url) {
+        return Err(bad(
+            "network.proxy",
+            p,
+            "a proxy URL (http://HOST:PORT, https://, socks5h://) or \"\" for none",
+        ));
+    }
+    Ok(p.to_string())
+}
+
 /// Where DHCP servers keep their leases: dnsmasq's on Debian, OpenWrt's dnsmasq, odhcpd's.
 const DHCP_LEASES: &str = "/var/lib/misc/dnsmasq.leases /tmp/dhcp.leases /tmp/hosts/odhcpd";
 
@@ -323,27 +345,7 @@ impl NetConfig {
             connection_rate: RateConfig::Auto,
             proxy: None,
         };
-        if let Some(p) = get("proxy") {
-            let schemes = [
-                "http://",
-                "https://",
-                "socks4://",
-                "socks4a://",
-                "socks5://",
-                "socks5h://",
-            ];
-            let ok = p.is_empty()
-                || (schemes.iter().any(|s| p.starts_with(s))
-                    && !p.bytes().any(|b| b <= b' ' || b == 0x7f));
-            if !ok {
-                return Err(bad(
-                    "network.proxy",
-                    p,
-                    "a proxy URL (http://HOST:PORT, https://, socks5h://) or \"\" for none",
-                ));
-            }
-            c.proxy = Some(p.to_string());
-        }
+        c.proxy = get("proxy").map(proxy).transpose()?;
         match get("mdns") {
             None | Some("off") => {}
             Some("on") => c.mdns = true,

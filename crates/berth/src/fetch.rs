@@ -587,10 +587,12 @@ impl Fetcher {
         #[allow(unused_mut)]
         let defaults = DEFAULTS.get();
         // The repository's CA file, unless the fleet's own TLS options say otherwise.
+        #[allow(unused_mut)]
         let mut tls = curl::Tls {
             ca_file: defaults.and_then(|d| d.ca_file.as_deref()),
             ..curl::Tls::default()
         };
+        #[allow(unused_mut)]
         let mut names = ["repository_ca_file", "", ""];
         #[allow(unused_mut)]
         let (mut method, mut json) = (Method::Get, &[][..]);
