@@ -210,6 +210,41 @@ pub fn set_defaults(d: Defaults) {
     let _ = DEFAULTS.set(d);
 }
 
+thread_local! {
+    /// The session's libcurl handle on this thread: None outside a [`session`]; inside one,
+    /// the handle (with its open connections and TLS sessions) between two fetches.
+    static SESSION: std::cell::RefCell<Option<Option<Easy>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Fetches on this thread share one libcurl handle until the guard is dropped: a fleet
+/// poll's requests, an update's index and signature, go over one connection (and one TLS
+/// handshake) when the server keeps it open. Dropping the guard closes them: nothing stays
+/// open between polls. Outside a session every fetch has a handle of its own.
+pub struct Session {
+    outer: bool,
+}
+
+pub fn session() -> Session {
+    SESSION.with(|s| {
+        let mut s = s.borrow_mut();
+        let outer = s.is_none();
+        if outer {
+            *s = Some(None);
+        }
+        Session { outer }
+    })
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        if self.outer {
+            // Taken out first: the handle's cleanup runs with the cell free.
+            let held = SESSION.with(|s| s.borrow_mut().take());
+            drop(held);
+        }
+    }
+}
+
 /// Appends `rel` to the repository `base`. `rel` comes from the signed index; `..` segments are
 /// still refused so that a `file://` repository can never name a file outside itself.
 pub fn join_url(base: &str, rel: &str) -> Result<String, FetchError> {
@@ -498,15 +533,36 @@ impl Fetcher {
         &self,
         url: &str,
         limit: u64,
+        ask: Ask,
+        progress: &mut dyn FnMut(Progress),
+        sink: &mut dyn FnMut(Piece) -> Result<(), FetchError>,
+    ) -> Result<(u64, Answer), FetchError> {
+        let allowed = Duration::from_secs(limit / MIN_RATE).max(self.min_total);
+        let deadline = (Instant::now() + allowed, allowed);
+        // One handle for the redirects' hops (a connection to the same server is reused), the
+        // session's if there is one.
+        let mut easy = SESSION.with(|s| s.borrow_mut().as_mut().and_then(Option::take));
+        let result = self.hops(url, limit, ask, deadline, &mut easy, progress, sink);
+        SESSION.with(|s| {
+            if let Some(slot) = s.borrow_mut().as_mut() {
+                *slot = easy.take();
+            }
+        });
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn hops(
+        &self,
+        url: &str,
+        limit: u64,
         mut ask: Ask,
+        deadline: (Instant, Duration),
+        easy: &mut Option<Easy>,
         progress: &mut dyn FnMut(Progress),
         sink: &mut dyn FnMut(Piece) -> Result<(), FetchError>,
     ) -> Result<(u64, Answer), FetchError> {
         let mut current = url.to_owned();
-        let allowed = Duration::from_secs(limit / MIN_RATE).max(self.min_total);
-        let deadline = (Instant::now() + allowed, allowed);
-        // One handle for the redirects' hops: a connection to the same server is reused.
-        let mut easy = None;
         let mut hops = 0;
         while hops <= MAX_REDIRECTS {
             let mut body = Body {
@@ -526,7 +582,7 @@ impl Fetcher {
                         ..Answer::default()
                     })
                 }),
-                Url::Http(http) => self.get(&mut easy, &http, &mut body, ask),
+                Url::Http(http) => self.get(easy, &http, &mut body, ask),
             };
             match outcome? {
                 Got::Done(answer) => {
@@ -1315,6 +1371,7 @@ mod tests {
     use super::*;
     use std::net::{TcpListener, TcpStream};
     use std::sync::mpsc;
+    use std::sync::Arc;
     use std::thread;
 
     /// Serves one canned response per connection, in order, and hands back the requests.
@@ -1846,6 +1903,71 @@ mod tests {
         let there = &other_server.join().unwrap()[0];
         assert!(there.starts_with("GET /z HTTP/1.1\r\n"), "{there}");
         assert!(!there.contains("Authorization"), "{there}");
+    }
+
+    /// Answers every request with `body` on keep-alive connections; counts the connections.
+    fn keep_alive(body: &'static [u8]) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::io::BufRead;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = count.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                thread::spawn(move || {
+                    let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
+                    let mut stream = stream;
+                    loop {
+                        let mut line = String::new();
+                        match reader.read_line(&mut line) {
+                            Ok(0) | Err(_) => return,
+                            Ok(_) if line == "\r\n" => {
+                                if stream.write_all(&ok(body)).is_err() {
+                                    return;
+                                }
+                            }
+                            Ok(_) => {}
+                        }
+                    }
+                });
+            }
+        });
+        (base, count)
+    }
+
+    #[test]
+    fn a_session_keeps_its_connection_and_closes_it_at_its_end() {
+        use std::sync::atomic::Ordering;
+        let (base, connections) = keep_alive(b"{}");
+        let url = format!("{base}/index.json");
+        {
+            let _session = session();
+            let nested = session();
+            for _ in 0..3 {
+                assert_eq!(fetch_bytes(&url, 100).unwrap(), b"{}");
+            }
+            drop(nested);
+            assert_eq!(fetch_bytes(&url, 100).unwrap(), b"{}");
+            assert_eq!(
+                connections.load(Ordering::SeqCst),
+                1,
+                "one connection for the session"
+            );
+        }
+        // Outside a session, each fetch has a connection of its own.
+        fetch_bytes(&url, 100).unwrap();
+        fetch_bytes(&url, 100).unwrap();
+        assert_eq!(connections.load(Ordering::SeqCst), 3);
+        // Another thread's fetches are not the session's.
+        let _session = session();
+        fetch_bytes(&url, 100).unwrap();
+        let u = url.clone();
+        thread::spawn(move || fetch_bytes(&u, 100).unwrap())
+            .join()
+            .unwrap();
+        fetch_bytes(&url, 100).unwrap();
+        assert_eq!(connections.load(Ordering::SeqCst), 5);
     }
 
     #[test]

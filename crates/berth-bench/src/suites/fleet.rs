@@ -331,7 +331,7 @@ impl Suite for Fleet {
         let idle_t = idle_table(&ic, server_rss);
         let notes = vec![
             format!("{n} berth daemons, each in a network namespace of its own on a bridge to gooseBit {} (one Python process, SQLite) in another; the server's polling time {POLL_S} s while measuring; {started_s:.0} s to start them all and see them registered", fleet::GOOSEBIT_VERSION),
-            "bytes and requests: nftables counters in the server's namespace (every IP byte both ways between the devices and the server; TCP connections opened: berth opens one per request)".into(),
+            "bytes and requests: nftables counters in the server's namespace (every IP byte both ways between the devices and the server; TCP connections opened: a poll's requests share one while gooseBit keeps it open, so the DDI columns count connections)".into(),
             "to all devices: from the rollout's creation to the last device's `closed` + `success` in gooseBit's records (each device polls, downloads, installs or upgrades on trial until healthy, reports); p50/p95 of each device's own time".into(),
             "the index-only round: the devices fetch the bundle (the signed index) from gooseBit and the image as a zstd delta from their repository (busybox httpd in the server's namespace)".into(),
         ];
@@ -457,7 +457,7 @@ fn idle_table(ic: &IdleCost, server_rss: u64) -> Table {
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let rows = [
         (
-            "DDI requests per device per poll",
+            "DDI connections per device per poll",
             format!("{:.2}", ic.req_per_poll),
         ),
         (
@@ -688,7 +688,7 @@ fn rounds_table(rounds: &[Value]) -> Table {
         "to all devices",
         "device done p50 / p95",
         "bytes per device",
-        "DDI requests per device",
+        "DDI connections per device",
         "repository requests per device",
     ]);
     for r in rounds {

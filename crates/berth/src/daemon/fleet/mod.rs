@@ -309,6 +309,8 @@ fn run(d: &Arc<Daemon>, cfg: &Fleet, id: &str, shared: &Shared) {
         std::thread::sleep(Duration::from_millis(seed % first));
     }
     loop {
+        // A poll's requests share their connections; none stays open until the next poll.
+        let session = fetch::session();
         let outcome = auth(cfg).and_then(|auth| {
             let client = Client {
                 base: base.clone(),
@@ -318,6 +320,7 @@ fn run(d: &Arc<Daemon>, cfg: &Fleet, id: &str, shared: &Shared) {
             };
             poll(d, cfg, &client, &mut rec, &mut sleep_ms)
         });
+        drop(session);
         let now = berth_sys::process::now_s();
         match &outcome {
             Ok(()) => failures = 0,

@@ -182,6 +182,8 @@ struct Fetched {
 
 fn fetch_index(base: &str, cached: Option<&RepoCache>) -> Result<Fetched> {
     let same = cached.filter(|c| c.url == base);
+    // The index and its signature over one connection when the server keeps it open.
+    let _session = fetch::session();
     let index_url = fetch::join_url(base, "index.json").map_err(fetch_err)?;
     let sig_url = fetch::join_url(base, "index.json.sig").map_err(fetch_err)?;
     let (index, ia) = fetch::fetch_bytes_if(
