@@ -49,8 +49,10 @@ apt-get install -y -qq --no-install-recommends qemu-user python3-venv make >/dev
 # packaging (issue 19, docs/packaging.md): the .deb's checks (lintian, systemd-analyze), the
 # completions' shells, groff for the man page; dkms builds the slab module's DKMS package
 apt-get install -y -qq --no-install-recommends lintian systemd zsh fish groff-base binutils dpkg-dev dkms >/dev/null
-# berth import's tests make OCI images with umoci and docker-archives with skopeo
-apt-get install -y -qq --no-install-recommends umoci skopeo >/dev/null
+# berth import's tests make OCI images with umoci and docker-archives with skopeo, and push
+# them with skopeo into Debian's docker-registry (the distribution registry) on loopback; its
+# service is not started by the package here (no init), and the tests run their own
+apt-get install -y -qq --no-install-recommends umoci skopeo docker-registry >/dev/null
 # delta images (tests/delta.rs; berth-bench delta compares zstd with bsdiff and xdelta3 on real
 # Debian package upgrades, fetched with apt-get download, and times them with GNU time)
 apt-get install -y -qq --no-install-recommends zstd bsdiff xdelta3 time >/dev/null

@@ -323,10 +323,10 @@ fn damaged_or_ambiguous_images_are_refused_and_nothing_is_written() {
     assert!(err.contains("not an OCI image layout"), "{err}");
     let (_, err) = sb.fail(&["import", "docker-archive:/nonexistent.tar", "-o", o]);
     assert!(err.contains("/nonexistent.tar"), "{err}");
-    let (code, err) = sb.fail(&["import", "docker://busybox", "-o", o]);
+    let (code, err) = sb.fail(&["import", "dir:/busybox", "-o", o]);
     assert_eq!(code, 1, "{err}");
     assert!(
-        err.contains("oci:LAYOUT[:TAG] or docker-archive:FILE.tar"),
+        err.contains("oci:LAYOUT[:TAG], docker-archive:FILE.tar or registry://HOST/REPO[:TAG]"),
         "{err}"
     );
     // A damaged layer blob of v3: its digest does not match.
@@ -911,4 +911,264 @@ fn honest_layers_around_links_import_as_before() {
     );
     assert!(has("/opt").starts_with("drwxr-x---"), "{list:?}");
     assert!(has("/opt/x").starts_with("-rw-r--r--"));
+}
+
+/// Debian's docker-registry (the distribution project's registry 2.8) serving a fresh
+/// storage directory on a loopback port, over plain HTTP, without auth.
+struct Registry {
+    child: std::process::Child,
+    port: u16,
+    storage: PathBuf,
+}
+
+impl Registry {
+    fn start(dir: &Path) -> Registry {
+        let port = free_port();
+        let storage = dir.join("storage");
+        std::fs::create_dir_all(&storage).unwrap();
+        let config = dir.join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                storage.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&config)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("docker-registry (Debian package docker-registry)");
+        let t0 = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                t0.elapsed().as_secs() < 30,
+                "docker-registry did not listen"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Registry {
+            child,
+            port,
+            storage,
+        }
+    }
+
+    /// `skopeo copy` of `src` (every image of an index with `--all`) into REPO:TAG here.
+    fn push(&self, src: &str, repo_tag: &str, all: bool) {
+        let mut c = Command::new("skopeo");
+        c.args(["copy", "--quiet", "--dest-tls-verify=false"]);
+        if all {
+            c.arg("--all");
+        }
+        run(c
+            .arg(src)
+            .arg(format!("docker://127.0.0.1:{}/{repo_tag}", self.port)));
+    }
+
+    /// The file the registry keeps blob `hex` in.
+    fn blob_file(&self, hex: &str) -> PathBuf {
+        self.storage
+            .join("docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Adds to `layout` a multi-platform index tagged `multi`: linux/amd64 is the image tagged
+/// `amd`, linux/arm64 the one tagged `arm`.
+fn add_index(layout: &Path) {
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
+    let desc = |tag: &str| {
+        index["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+            .unwrap_or_else(|| panic!("no {tag} in {index}"))
+            .clone()
+    };
+    let mut entries = Vec::new();
+    for (tag, arch) in [("amd", "amd64"), ("arm", "arm64")] {
+        let mut d = desc(tag);
+        d.as_object_mut().unwrap().remove("annotations");
+        d["platform"] = serde_json::json!({"os": "linux", "architecture": arch});
+        entries.push(d);
+    }
+    let multi = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": entries,
+    })
+    .to_string();
+    use sha2::Digest;
+    let hex: String = sha2::Sha256::digest(multi.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    std::fs::write(layout.join("blobs/sha256").join(&hex), &multi).unwrap();
+    let mut index = index;
+    index["manifests"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "digest": format!("sha256:{hex}"),
+            "size": multi.len(),
+            "annotations": {"org.opencontainers.image.ref.name": "multi"},
+        }));
+    std::fs::write(layout.join("index.json"), index.to_string()).unwrap();
+}
+
+/// An image pushed by skopeo into a real registry on loopback, pulled by `berth import
+/// registry://…`: a multi-platform index gives this machine's image (or `--arch`'s, or says
+/// what it has), the package installs and runs; a blob the registry serves altered is refused
+/// and nothing is written.
+#[test]
+fn an_image_from_a_registry_becomes_a_package_that_runs() {
+    require_root_and_tools();
+    if !have("umoci", "umoci")
+        || !have("skopeo", "skopeo")
+        || !have("docker-registry", "docker-registry")
+    {
+        return;
+    }
+    let mut sb = Sandbox::new("registry");
+    let work = sb.dir.join("image");
+    std::fs::create_dir_all(&work).unwrap();
+    let layout = make_image(&work);
+    let l = layout.display().to_string();
+    // Two platforms of one image, told apart by their greeting.
+    for (tag, arch, greeting) in [("amd", "amd64", "amd-hello"), ("arm", "arm64", "arm-hello")] {
+        umoci(&[
+            "config",
+            "--image",
+            &format!("{l}:v3"),
+            "--tag",
+            tag,
+            "--architecture",
+            arch,
+            "--config.env",
+            &format!("GREETING={greeting}"),
+        ]);
+    }
+    add_index(&layout);
+    let reg = Registry::start(&sb.dir.join("registry"));
+    reg.push(&format!("oci:{l}:multi"), "vendor/ocidemo:1.2.3", true);
+    let src = format!("registry://127.0.0.1:{}/vendor/ocidemo:1.2.3", reg.port);
+    let import = |sb: &Sandbox, extra: &[&str], out: &Path| {
+        let mut args = vec!["import", &src, "--plain-http", "-o", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        sb.berth(&args)
+    };
+
+    // This machine's platform (amd64 here), then arm64 by --arch.
+    let out = sb.package_file("ocidemo", "1.2.3");
+    let r = import(&sb, &[], &out);
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(
+        r.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(stdout.contains("(3 layers) as ocidemo@1.2.3"), "{stdout}");
+    assert!(manifest_of(&out).contains("\"GREETING\" = \"amd-hello\""));
+    let arm = work.join("arm.sqfs");
+    let r = import(&sb, &["--arch", "arm64"], &arm);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(manifest_of(&arm).contains("\"GREETING\" = \"arm-hello\""));
+    let none = work.join("none.sqfs");
+    let r = import(&sb, &["--arch", "riscv64"], &none);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success() && !none.exists(), "{err}");
+    assert!(
+        err.contains("no linux/riscv64 image (the index has linux/amd64, linux/arm64)"),
+        "{err}"
+    );
+    // By digest, as skopeo names it, and in skopeo's docker:// spelling.
+    let by_digest = run(Command::new("skopeo").args([
+        "inspect",
+        "--tls-verify=false",
+        "--raw",
+        &format!("docker://127.0.0.1:{}/vendor/ocidemo:1.2.3", reg.port),
+    ]));
+    use sha2::Digest;
+    let index_hex: String = sha2::Sha256::digest(by_digest.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let pinned = work.join("pinned.sqfs");
+    sb.ok(&[
+        "import",
+        &format!(
+            "docker://127.0.0.1:{}/vendor/ocidemo@sha256:{index_hex}",
+            reg.port
+        ),
+        "--plain-http",
+        "--version",
+        "1.2.3",
+        "-o",
+        pinned.to_str().unwrap(),
+    ]);
+
+    // Installed and run, as any imported image.
+    sb.build_repo();
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "ocidemo"]);
+    sb.ok(&["start", "ocidemo"]);
+    sb.wait_log("ocidemo", "amd-hello from 1000 in /srv");
+    sb.ok(&["stop", "ocidemo"]);
+
+    // The registry serves a layer altered (same size): refused, nothing written.
+    let manifest: serde_json::Value = serde_json::from_str(&run(Command::new("skopeo").args([
+        "inspect",
+        "--tls-verify=false",
+        "--raw",
+        &format!(
+            "docker://127.0.0.1:{}/vendor/ocidemo@sha256:{}",
+            reg.port,
+            {
+                let idx: serde_json::Value = serde_json::from_str(&by_digest).unwrap();
+                idx["manifests"][0]["digest"].as_str().unwrap()[7..].to_string()
+            }
+        ),
+    ])))
+    .unwrap();
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap()[7..].to_string();
+    let file = reg.blob_file(&layer);
+    let mut bytes = std::fs::read(&file).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&file, &bytes).unwrap();
+    let bad = work.join("tampered.sqfs");
+    let r = import(&sb, &[], &bad);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the manifest says {} bytes, sha256:{layer}: refused",
+            bytes.len()
+        )),
+        "{err}"
+    );
+    assert!(!bad.exists(), "a package was written from a tampered blob");
+    let leftovers: Vec<_> = std::fs::read_dir(&work)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(".berth-import"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
 }

@@ -63,7 +63,7 @@ impl Source {
             return Ok(Source::DockerArchive { file: file.into() });
         }
         Err(ImageError::Invalid(format!(
-            "{s}: expected oci:LAYOUT[:TAG] or docker-archive:FILE.tar"
+            "{s}: expected oci:LAYOUT[:TAG], docker-archive:FILE.tar or registry://HOST/REPO[:TAG]"
         )))
     }
 }

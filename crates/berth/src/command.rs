@@ -512,7 +512,7 @@ pub const COMMANDS: &[Cmd] = &[
     ),
     vendor(
         "import",
-        "SOURCE -o FILE [--name N] [--version V] [--max-size SIZE] [--max-entries N]",
+        "SOURCE -o FILE [--name N] [--version V] [--arch A] [--max-size SIZE] [...]",
         O::Any,
         &[
             opt("--output", "-o", "FILE", "the package image"),
@@ -520,8 +520,12 @@ pub const COMMANDS: &[Cmd] = &[
             opt("--version", "", "V", "the version (default: the image's org.opencontainers.image.version label, then its tag)"),
             opt("--max-size", "", "SIZE", "refuse an image that unpacks to more file data (default 2G)"),
             opt("--max-entries", "", "N", "refuse an image of more entries (default 250000)"),
+            opt("--arch", "", "A", "registry:// multi-platform images: the architecture to take (OCI names: amd64, arm64, arm, mipsle; default this machine's)"),
+            opt("--plain-http", "", "", "registry://: http:// instead of https://"),
+            opt("--ca-file", "", "F", "registry://: the only CAs its certificate may end in (default the system's store)"),
+            opt("--auth-file", "", "F", "registry://: credentials, as podman and skopeo keep them ({\"auths\": {\"HOST\": {\"auth\": BASE64}}})"),
         ],
-        "a container image as a package: SOURCE is oci:LAYOUT[:TAG] or docker-archive:FILE.tar; its layers applied in order (whiteouts honoured), entrypoint, cmd, env, working directory and user as the manifest",
+        "a container image as a package: SOURCE is oci:LAYOUT[:TAG], docker-archive:FILE.tar or registry://HOST[:PORT]/REPO[:TAG|@DIGEST] (docker://… too); its layers applied in order (whiteouts honoured), entrypoint, cmd, env, working directory and user as the manifest",
     ),
     vendor(
         "completions",

@@ -8,7 +8,7 @@
 //! five; never from https:// to http://, never to file://; the fleet's token never to another
 //! origin), the size and the whole transfer's time are bounded, and ranges resume downloads.
 
-#[cfg(all(test, feature = "fleet"))]
+#[cfg(all(test, feature = "fleet", feature = "vendor"))]
 mod tls_tests;
 
 use std::fmt::Write as _;
@@ -75,6 +75,8 @@ pub enum FetchError {
         url: String,
         status: u16,
         reason: String,
+        /// `WWW-Authenticate` of a 401: how the server wants to be asked.
+        challenge: Option<String>,
     },
     #[error("{url}: too many redirects (more than {MAX_REDIRECTS})")]
     TooManyRedirects { url: String },
@@ -296,22 +298,44 @@ struct Ask<'a> {
     from: u64,
     /// The fleet client's requests: a method other than GET with a JSON body, and an
     /// `Authorization` header (docs/fleet.md).
-    #[cfg(feature = "fleet")]
+    #[cfg(any(feature = "fleet", feature = "vendor"))]
     call: Option<Call<'a>>,
 }
 
-/// A DDI request beyond a plain GET.
-#[cfg(feature = "fleet")]
+/// A request beyond a plain GET: the fleet client's DDI calls, a registry's.
+#[cfg(any(feature = "fleet", feature = "vendor"))]
 #[derive(Debug, Clone, Copy)]
 pub struct Call<'a> {
     /// `GET`, `PUT` or `POST`.
     pub method: &'a str,
-    /// The `Authorization` header's value, if any.
+    /// The `Authorization` header's value, if any: never sent to another origin.
     pub auth: Option<&'a str>,
     /// A JSON body (PUT and POST).
     pub json: Option<&'a [u8]>,
-    /// How https:// URLs are reached; None: http:// only.
-    pub tls: Option<&'a berth_core::config::FleetTls>,
+    /// The TLS files of https:// URLs; None: the repository's (or the system's store).
+    pub tls: Option<TlsFiles<'a>>,
+    /// More `Name: value` headers (a registry's `Accept`).
+    pub headers: &'a [String],
+}
+
+/// A CA file, and the device's certificate and key, for https:// requests.
+#[cfg(any(feature = "fleet", feature = "vendor"))]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TlsFiles<'a> {
+    pub ca_file: Option<&'a Path>,
+    pub cert_file: Option<&'a Path>,
+    pub key_file: Option<&'a Path>,
+}
+
+#[cfg(feature = "fleet")]
+impl<'a> From<&'a berth_core::config::FleetTls> for TlsFiles<'a> {
+    fn from(t: &'a berth_core::config::FleetTls) -> Self {
+        TlsFiles {
+            ca_file: t.ca_file.as_deref(),
+            cert_file: t.cert_file.as_deref(),
+            key_file: t.key_file.as_deref(),
+        }
+    }
 }
 
 /// How a fetch ended, beyond its bytes.
@@ -362,7 +386,10 @@ impl Fetcher {
     }
 
     // Without the fleet client, `Ask` has no field beyond those named.
-    #[cfg_attr(not(feature = "fleet"), allow(clippy::needless_update))]
+    #[cfg_attr(
+        not(any(feature = "fleet", feature = "vendor")),
+        allow(clippy::needless_update)
+    )]
     pub fn fetch_bytes_if(
         &self,
         url: &str,
@@ -399,14 +426,14 @@ impl Fetcher {
             have,
             limit,
             progress,
-            #[cfg(feature = "fleet")]
+            #[cfg(any(feature = "fleet", feature = "vendor"))]
             None,
         )
     }
 
     /// A DDI request: `call`'s method, authorization and JSON body; the answer's body, at
     /// most `limit` bytes. Redirects are followed for GET only.
-    #[cfg(feature = "fleet")]
+    #[cfg(any(feature = "fleet", feature = "vendor"))]
     pub fn call(&self, url: &str, call: Call, limit: u64) -> Result<Vec<u8>, FetchError> {
         let mut out = Vec::new();
         let ask = Ask {
@@ -425,7 +452,7 @@ impl Fetcher {
 
     /// [`Fetcher::fetch_resume`] as a DDI call (a DDI artifact: GET, with the server's
     /// `Authorization` and TLS options).
-    #[cfg(feature = "fleet")]
+    #[cfg(any(feature = "fleet", feature = "vendor"))]
     pub fn fetch_resume_call(
         &self,
         url: &str,
@@ -438,7 +465,10 @@ impl Fetcher {
         self.resume(url, dest, have, limit, progress, Some(call))
     }
 
-    #[cfg_attr(not(feature = "fleet"), allow(clippy::needless_update))]
+    #[cfg_attr(
+        not(any(feature = "fleet", feature = "vendor")),
+        allow(clippy::needless_update)
+    )]
     fn resume(
         &self,
         url: &str,
@@ -446,7 +476,7 @@ impl Fetcher {
         have: u64,
         limit: u64,
         progress: &mut dyn FnMut(Progress),
-        #[cfg(feature = "fleet")] call: Option<Call>,
+        #[cfg(any(feature = "fleet", feature = "vendor"))] call: Option<Call>,
     ) -> Result<(u64, String, Answer), FetchError> {
         use std::io::{Seek, SeekFrom};
         let write_err = |dest: &File, error: io::Error| FetchError::Write {
@@ -476,7 +506,7 @@ impl Fetcher {
             from: have,
             ..Ask::default()
         };
-        #[cfg(feature = "fleet")]
+        #[cfg(any(feature = "fleet", feature = "vendor"))]
         {
             ask.call = call;
         }
@@ -591,7 +621,7 @@ impl Fetcher {
                 }
                 Got::Redirect(location) => {
                     // The token goes to its own server only, never to a host a redirect names.
-                    #[cfg(feature = "fleet")]
+                    #[cfg(any(feature = "fleet", feature = "vendor"))]
                     if let Some(c) = ask.call.as_mut() {
                         if origin(&location) != origin(&current) {
                             c.auth = None;
@@ -611,6 +641,7 @@ impl Fetcher {
                         url: current.clone(),
                         status: 416,
                         reason: "Range Not Satisfiable".into(),
+                        challenge: None,
                     })
                 }
             }
@@ -652,7 +683,7 @@ impl Fetcher {
         let mut names = ["repository_ca_file", "", ""];
         #[allow(unused_mut)]
         let (mut method, mut json) = (Method::Get, &[][..]);
-        #[cfg(feature = "fleet")]
+        #[cfg(any(feature = "fleet", feature = "vendor"))]
         if let Some(c) = ask.call {
             if let Some(a) = c.auth {
                 headers.push(format!("Authorization: {a}"));
@@ -669,12 +700,13 @@ impl Fetcher {
                 "POST" => Method::Post,
                 _ => Method::Get,
             };
+            headers.extend(c.headers.iter().cloned());
             if let Some(t) = c.tls {
                 names = ["ca_file", "cert_file", "key_file"];
                 tls = curl::Tls {
-                    ca_file: t.ca_file.as_deref(),
-                    cert_file: t.cert_file.as_deref(),
-                    key_file: t.key_file.as_deref(),
+                    ca_file: t.ca_file,
+                    cert_file: t.cert_file,
+                    key_file: t.key_file,
                 };
             }
         }
@@ -711,6 +743,7 @@ impl Fetcher {
             body,
             ask: &ask,
             head: Vec::new(),
+            raw_head: Vec::new(),
             interim: 0,
             phase: Phase::Head,
             answer: Answer::default(),
@@ -855,7 +888,10 @@ impl Fetcher {
 
 /// A 3xx's target, if berth follows it: GET only for the fleet's calls, from https:// to
 /// https:// only, never to another scheme.
-#[cfg_attr(not(feature = "fleet"), allow(unused_variables))]
+#[cfg_attr(
+    not(any(feature = "fleet", feature = "vendor")),
+    allow(unused_variables)
+)]
 fn redirect(
     url: &HttpUrl,
     full: &str,
@@ -869,7 +905,7 @@ fn redirect(
         url: full.to_owned(),
         location: target.clone(),
     };
-    #[cfg(feature = "fleet")]
+    #[cfg(any(feature = "fleet", feature = "vendor"))]
     if ask.call.is_some_and(|c| c.method != "GET") {
         return Err(refused());
     }
@@ -909,6 +945,16 @@ fn tls_reason(code: i32, message: &str) -> String {
     .to_owned()
 }
 
+/// The value of the header `name` (lowercase) in a raw response head.
+fn header(head: &[u8], name: &str) -> Option<String> {
+    String::from_utf8_lossy(head).lines().find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_owned())
+    })
+}
+
 /// Where the stages of a response are.
 enum Phase {
     /// Reading a head (interim ones included).
@@ -928,6 +974,8 @@ struct Exchange<'b, 'a> {
     body: &'b mut Body<'a>,
     ask: &'b Ask<'b>,
     head: Vec<u8>,
+    /// The last complete head as received (for a header berth does not parse).
+    raw_head: Vec<u8>,
     interim: usize,
     phase: Phase,
     /// The final head's answer, for a body that follows.
@@ -979,10 +1027,13 @@ impl Exchange<'_, '_> {
             return Ok(Some(Got::RangeRefused));
         }
         if !(200..300).contains(&head.status) {
+            let challenge =
+                (head.status == 401).then(|| header(&self.raw_head, "www-authenticate"));
             return Err(FetchError::Status {
                 url: body.url.to_owned(),
                 status: head.status,
                 reason: head.reason,
+                challenge: challenge.flatten(),
             });
         }
         let mut resumed = false;
@@ -1040,7 +1091,7 @@ impl curl::Handler for Exchange<'_, '_> {
             Ok(None) => return true,
             Err(e) => return self.fail(self.protocol(e.to_string())),
         };
-        self.head.clear();
+        self.raw_head = std::mem::take(&mut self.head);
         // 1xx are interim answers (100 Continue); the real one follows.
         if (100..200).contains(&head.status) {
             self.interim += 1;
@@ -1245,7 +1296,7 @@ impl HttpUrl {
 }
 
 /// `(https, host, port)` of an http:// or https:// URL; None for anything else.
-#[cfg(feature = "fleet")]
+#[cfg(any(feature = "fleet", feature = "vendor"))]
 pub fn origin(url: &str) -> Option<(bool, String, u16)> {
     match parse_url(url) {
         Ok(Url::Http(h)) => Some((h.tls, h.host.to_ascii_lowercase(), h.port)),
@@ -1849,7 +1900,7 @@ mod tests {
         );
     }
 
-    #[cfg(feature = "fleet")]
+    #[cfg(any(feature = "fleet", feature = "vendor"))]
     #[test]
     fn origins() {
         // The scheme is part of the origin: a token for https://h never goes to http://h.
@@ -1858,7 +1909,7 @@ mod tests {
         assert_eq!(origin("file:///x"), None);
     }
 
-    #[cfg(feature = "fleet")]
+    #[cfg(any(feature = "fleet", feature = "vendor"))]
     #[test]
     fn redirects_keep_the_token_at_home_and_never_leave_http_and_https() {
         // http:// may move to https:// (nothing listens on port 1: the connection fails), but
@@ -1873,6 +1924,7 @@ mod tests {
             auth: Some("TargetToken t"),
             json: None,
             tls: None,
+            headers: &[],
         };
         let err = quick().call(&format!("{base}/a"), call, 100).unwrap_err();
         assert!(

@@ -738,14 +738,16 @@ pub enum Vendor {
         board: Option<(String, Vec<String>)>,
         index_only: bool,
     },
-    /// `import oci:LAYOUT[:TAG]|docker-archive:FILE -o FILE [--name N] [--version V]
-    /// [--max-size SIZE] [--max-entries N]`.
+    /// `import oci:LAYOUT[:TAG]|docker-archive:FILE|registry://HOST/REPO[:TAG] -o FILE
+    /// [--name N] [--version V] [--max-size SIZE] [--max-entries N] [--arch A] [--plain-http]
+    /// [--ca-file F] [--auth-file F]`.
     Import {
         source: String,
         out: String,
         name: Option<String>,
         version: Option<String>,
         limits: crate::vendor::import::Limits,
+        registry: crate::vendor::registry::Options,
     },
 }
 
@@ -782,14 +784,25 @@ fn key(args: &[String]) -> Result<Vendor, Usage> {
 fn import(args: &[String]) -> Result<Vendor, Usage> {
     let (mut out, mut name, mut version) = (None, None, None);
     let (mut max_size, mut max_entries) = (None, None);
+    let (mut arch, mut plain_http, mut ca_file, mut auth_file) = (None, false, None, None);
     let pos = scan(args, &mut |o, p| match o {
         "-o" | "--output" => first(&mut out, p, o),
         "--name" => first(&mut name, p, o),
         "--version" => first(&mut version, p, o),
         "--max-size" => first(&mut max_size, p, o),
         "--max-entries" => first(&mut max_entries, p, o),
+        "--arch" => first(&mut arch, p, o),
+        "--plain-http" => on(&mut plain_http),
+        "--ca-file" => first(&mut ca_file, p, o),
+        "--auth-file" => first(&mut auth_file, p, o),
         _ => Ok(false),
     })?;
+    let registry = crate::vendor::registry::Options {
+        arch,
+        plain_http,
+        ca_file: ca_file.map(std::path::PathBuf::from),
+        auth_file: auth_file.map(std::path::PathBuf::from),
+    };
     let mut limits = crate::vendor::import::Limits::default();
     if let Some(s) = max_size {
         limits.max_bytes =
@@ -800,7 +813,10 @@ fn import(args: &[String]) -> Result<Vendor, Usage> {
             .parse()
             .map_err(|_| usage(format!("--max-entries {n:?}: expected a number")))?;
     }
-    let source = one(pos, "image (oci:LAYOUT[:TAG] or docker-archive:FILE)")?;
+    let source = one(
+        pos,
+        "image (oci:LAYOUT[:TAG], docker-archive:FILE or registry://HOST/REPO[:TAG])",
+    )?;
     let out = out.ok_or_else(|| usage("import needs -o FILE"))?;
     if let Some(n) = &name {
         berth_core::name::Name::parse(n).map_err(|e| usage(format!("--name {n}: {e}")))?;
@@ -811,6 +827,7 @@ fn import(args: &[String]) -> Result<Vendor, Usage> {
         name,
         version,
         limits,
+        registry,
     })
 }
 

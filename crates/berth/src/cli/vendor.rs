@@ -126,6 +126,7 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
             name,
             version,
             limits,
+            registry,
         } => {
             let r = crate::vendor::import::import(
                 &source,
@@ -133,25 +134,32 @@ pub fn run(json: bool, cmd: Vendor) -> Result<()> {
                 name.as_deref(),
                 version.as_deref(),
                 limits,
+                &registry,
             )?;
-            if json {
-                print_json(&serde_json::to_value(&r)?);
-            } else {
-                for w in r.import_warnings.iter().chain(&r.pack.warnings) {
-                    warnln!("warning: {w}");
-                }
-                sayln!(
-                    "imported {} ({} layers) as {}@{} into {} ({} bytes, sha256 {})",
-                    r.image,
-                    r.layers,
-                    r.pack.name,
-                    r.pack.version,
-                    r.pack.file.display(),
-                    r.pack.size,
-                    r.pack.sha256
-                );
-            }
+            imported(&r, json)?;
         }
     }
+    Ok(())
+}
+
+/// What `berth import` says it made.
+fn imported(r: &crate::vendor::import::ImportReport, json: bool) -> Result<()> {
+    if json {
+        print_json(&serde_json::to_value(r)?);
+        return Ok(());
+    }
+    for w in r.import_warnings.iter().chain(&r.pack.warnings) {
+        warnln!("warning: {w}");
+    }
+    sayln!(
+        "imported {} ({} layers) as {}@{} into {} ({} bytes, sha256 {})",
+        r.image,
+        r.layers,
+        r.pack.name,
+        r.pack.version,
+        r.pack.file.display(),
+        r.pack.size,
+        r.pack.sha256
+    );
     Ok(())
 }

@@ -134,7 +134,8 @@ fn get(url: &str, tls: Option<&FleetTls>) -> Result<Vec<u8>, FetchError> {
         method: "GET",
         auth: None,
         json: None,
-        tls,
+        tls: tls.map(crate::fetch::TlsFiles::from),
+        headers: &[],
     };
     fetcher.call(url, call, 1000)
 }

@@ -1,4 +1,5 @@
-//! `berth import oci:LAYOUT[:TAG]` and `berth import docker-archive:FILE.tar`: a container
+//! `berth import oci:LAYOUT[:TAG]`, `berth import docker-archive:FILE.tar` and `berth import
+//! registry://HOST/REPO:TAG` (pulled into a private layout first, `registry.rs`): a container
 //! image the vendor already builds becomes a berth package (docs/package-format.md,
 //! "Importing a container image").
 //!
@@ -43,8 +44,8 @@ pub fn import(
     name: Option<&str>,
     version: Option<&str>,
     limits: Limits,
+    registry: &super::registry::Options,
 ) -> Result<ImportReport> {
-    let src = Source::parse(src_text).map_err(|m| anyhow!(m))?;
     // Staging next to the output (same file system as the image will be written to, and
     // cleaned however this ends).
     let parent = match out.parent() {
@@ -52,6 +53,20 @@ pub fn import(
         _ => PathBuf::from("."),
     };
     let scratch = Scratch::new(&parent)?;
+    let src = match super::registry::Reference::parse(src_text) {
+        // Pulled into a layout of the staging directory, then read as any layout is.
+        Some(r) => {
+            let r = r?;
+            let layout = scratch.0.join("pulled");
+            super::registry::pull(&r, registry, &layout)
+                .with_context(|| format!("{src_text}: pulling the image"))?;
+            Source::Oci {
+                layout,
+                tag: Some(r.tag()),
+            }
+        }
+        None => Source::parse(src_text).map_err(|m| anyhow!(m))?,
+    };
     let image = source::open(&src)?;
     let work = Dir::open(&scratch.0).with_context(|| format!("{}", scratch.0.display()))?;
     work.mkdir(OsStr::new("rootfs"), 0o755)

@@ -3,4 +3,5 @@ pub mod bundle;
 pub mod import;
 pub mod key;
 pub mod pack;
+pub mod registry;
 pub mod repo;

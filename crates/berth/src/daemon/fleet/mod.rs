@@ -208,7 +208,8 @@ impl Client<'_> {
             method,
             auth,
             json: body.map(str::as_bytes),
-            tls: self.tls,
+            tls: self.tls.map(fetch::TlsFiles::from),
+            headers: &[],
         }
     }
 
@@ -1391,6 +1392,7 @@ mod tests {
             status,
             url: "http://h/x".into(),
             reason: String::new(),
+            challenge: None,
         };
         for (status, final_) in [
             (400, true),
