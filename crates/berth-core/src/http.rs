@@ -189,8 +189,6 @@ pub fn stream_head(status: u16, content_type: &str) -> Vec<u8> {
 pub const MAX_RESPONSE_HEAD: usize = 32 * 1024;
 /// Most header lines in one response head.
 pub const MAX_RESPONSE_HEADERS: usize = 100;
-/// Longest chunk-size line (hex size, extensions, CRLF).
-pub const MAX_CHUNK_LINE: usize = 1024;
 
 /// What is wrong with a response; the repository fetcher shows it after the URL.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -213,12 +211,6 @@ pub enum ResponseError {
     TransferEncoding(String),
     #[error("unsupported Content-Encoding {0:?}")]
     ContentEncoding(String),
-    #[error("bad chunk size {0:?}")]
-    BadChunkSize(String),
-    #[error("chunk size line longer than {MAX_CHUNK_LINE} bytes")]
-    ChunkLineTooLong,
-    #[error("chunk not followed by CRLF")]
-    ChunkEnd,
 }
 
 /// How the body of a response ends.
@@ -226,7 +218,7 @@ pub enum ResponseError {
 pub enum Framing {
     /// After `Content-Length` bytes.
     Length(u64),
-    /// At the last chunk (`Transfer-Encoding: chunked`); see `Dechunker`.
+    /// At the last chunk (`Transfer-Encoding: chunked`: libcurl decodes it).
     Chunked,
     /// When the server closes the connection.
     Close,
@@ -371,125 +363,6 @@ fn parse_status_line(line: &str) -> Result<ResponseHead, ResponseError> {
 fn trim_eol(line: &[u8]) -> &[u8] {
     let line = line.strip_suffix(b"\n").unwrap_or(line);
     line.strip_suffix(b"\r").unwrap_or(line)
-}
-
-/// Decodes a chunked body (RFC 9112 §7.1) as it arrives, in pieces of any size. Chunk
-/// extensions and trailers are read and ignored.
-#[derive(Debug, Default)]
-pub struct Dechunker {
-    state: ChunkState,
-    /// The line being read: a chunk size, the CRLF after a chunk's data, or a trailer.
-    line: Vec<u8>,
-    /// Bytes of trailers so far, against MAX_RESPONSE_HEAD.
-    trailers: usize,
-    /// The sum of the chunk sizes announced so far.
-    announced: u64,
-}
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum ChunkState {
-    #[default]
-    Size,
-    /// Data bytes still to come in this chunk.
-    Data(u64),
-    DataEnd,
-    Trailers,
-    Done,
-}
-
-impl Dechunker {
-    /// Takes what it can from the front of `input`: returns how many bytes it used and the body
-    /// data among them. Call again with what follows; stop when `done()`. The data is always a
-    /// prefix of `input`, so nothing needs copying.
-    pub fn decode<'a>(&mut self, input: &'a [u8]) -> Result<(usize, &'a [u8]), ResponseError> {
-        let take = match self.state {
-            ChunkState::Done => return Ok((0, &[])),
-            ChunkState::Data(left) => {
-                let n = input.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-                let left = left - n as u64;
-                self.state = if left == 0 {
-                    ChunkState::DataEnd
-                } else {
-                    ChunkState::Data(left)
-                };
-                return Ok((n, &input[..n]));
-            }
-            _ => input
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(input.len(), |i| i + 1),
-        };
-        // Lines are short; the limits only stop a server that never ends one.
-        let (so_far, limit, too_long) = match self.state {
-            ChunkState::Size => (
-                self.line.len(),
-                MAX_CHUNK_LINE,
-                ResponseError::ChunkLineTooLong,
-            ),
-            ChunkState::DataEnd => (self.line.len(), 2, ResponseError::ChunkEnd),
-            _ => (
-                self.trailers,
-                MAX_RESPONSE_HEAD,
-                ResponseError::HeadTooLarge,
-            ),
-        };
-        if so_far + take > limit {
-            return Err(too_long);
-        }
-        self.line.extend_from_slice(&input[..take]);
-        if self.state == ChunkState::Trailers {
-            self.trailers += take;
-        }
-        if self.line.last() == Some(&b'\n') {
-            let line = std::mem::take(&mut self.line);
-            self.end_line(trim_eol(&line))?;
-        }
-        Ok((take, &[]))
-    }
-
-    fn end_line(&mut self, line: &[u8]) -> Result<(), ResponseError> {
-        match self.state {
-            ChunkState::Size => {
-                let text = std::str::from_utf8(line).map_err(|_| ResponseError::NotUtf8)?;
-                let hex = text.split(';').next().unwrap_or("").trim();
-                // from_str_radix takes a leading '+'; a chunk size has none.
-                let size = u64::from_str_radix(hex, 16)
-                    .ok()
-                    .filter(|_| !hex.starts_with('+'))
-                    .ok_or_else(|| ResponseError::BadChunkSize(text.to_owned()))?;
-                self.announced = self.announced.saturating_add(size);
-                self.state = if size == 0 {
-                    ChunkState::Trailers
-                } else {
-                    ChunkState::Data(size)
-                };
-            }
-            ChunkState::DataEnd if line.is_empty() => self.state = ChunkState::Size,
-            ChunkState::DataEnd => return Err(ResponseError::ChunkEnd),
-            _ => {
-                std::str::from_utf8(line).map_err(|_| ResponseError::NotUtf8)?;
-                if line.is_empty() {
-                    self.state = ChunkState::Done;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// The sum of the chunk sizes announced so far: a limit can refuse a chunk before its data.
-    pub fn announced(&self) -> u64 {
-        self.announced
-    }
-
-    /// The last chunk has come: the body is complete, though trailers may still follow.
-    pub fn body_complete(&self) -> bool {
-        matches!(self.state, ChunkState::Trailers | ChunkState::Done)
-    }
-
-    /// The trailers have ended too: the response is over.
-    pub fn done(&self) -> bool {
-        self.state == ChunkState::Done
-    }
 }
 
 #[cfg(test)]
@@ -722,97 +595,14 @@ mod tests {
         assert!(head_of(&exact).unwrap().is_some());
     }
 
-    /// Decodes `input` in pieces of `step` bytes: the body, and whether the response ended.
-    fn dechunk(input: &[u8], step: usize) -> Result<(Vec<u8>, bool), ResponseError> {
-        let mut d = Dechunker::default();
-        let mut body = Vec::new();
-        let mut rest = input;
-        while !rest.is_empty() && !d.done() {
-            let piece = &rest[..step.min(rest.len())];
-            let (used, data) = d.decode(piece)?;
-            assert!(used > 0 && used <= piece.len());
-            assert!(body.len() as u64 + data.len() as u64 <= d.announced());
-            body.extend_from_slice(data);
-            rest = &rest[used..];
-        }
-        assert!(!d.done() || d.body_complete());
-        Ok((body, d.done()))
-    }
-
-    const CHUNKED: &[u8] =
-        b"5;ext=1\r\nhello\r\n1\r\n \r\nA\r\n0123456789\r\n0\r\nX-Trailer: y\r\n\r\nnext";
-
-    #[test]
-    fn dechunks_in_pieces_of_any_size() {
-        for step in 1..=CHUNKED.len() {
-            let (body, done) = dechunk(CHUNKED, step).unwrap();
-            assert_eq!(body, b"hello 0123456789", "step {step}");
-            assert!(done);
-        }
-        // Nothing past the end of the response is used.
-        let mut d = Dechunker::default();
-        let mut used = 0;
-        while !d.done() {
-            used += d.decode(&CHUNKED[used..]).unwrap().0;
-        }
-        assert_eq!(&CHUNKED[used..], b"next");
-        assert_eq!(d.announced(), 16);
-        assert_eq!(d.decode(b"more").unwrap(), (0, &b""[..]));
-    }
-
-    #[test]
-    fn chunk_sizes_are_announced_before_their_data() {
-        let mut d = Dechunker::default();
-        assert_eq!(d.decode(b"ffffffff\r\nab").unwrap(), (10, &b""[..]));
-        assert_eq!(d.announced(), 0xffff_ffff);
-        assert_eq!(d.decode(b"ab").unwrap(), (2, &b"ab"[..]));
-        assert!(!d.body_complete());
-        // A body that stops mid-chunk or before its last chunk is not complete.
-        let mut d = Dechunker::default();
-        d.decode(b"4\r\nsome\r\n").unwrap();
-        assert!(!d.body_complete());
-        // In the trailers it is, though the response is not over yet.
-        let mut d = Dechunker::default();
-        let mut input = &b"0\r\nX: y\r\n"[..];
-        while !input.is_empty() {
-            input = &input[d.decode(input).unwrap().0..];
-        }
-        assert!(d.body_complete() && !d.done());
-    }
-
-    #[test]
-    fn chunk_errors() {
-        let err = |input: &[u8]| dechunk(input, input.len().max(1)).unwrap_err();
-        assert_eq!(err(b"zz\r\n"), ResponseError::BadChunkSize("zz".into()));
-        assert_eq!(err(b"+5\r\n"), ResponseError::BadChunkSize("+5".into()));
-        assert_eq!(err(b"\r\n"), ResponseError::BadChunkSize("".into()));
-        assert_eq!(err(b"5\r\nhelloX\r\n"), ResponseError::ChunkEnd);
-        assert_eq!(err(b"5\r\nhello\r\r\n"), ResponseError::ChunkEnd);
-        assert_eq!(err(b"\xff\r\n"), ResponseError::NotUtf8);
-        let long = format!("{}1\r\n", "0".repeat(MAX_CHUNK_LINE));
-        assert_eq!(err(long.as_bytes()), ResponseError::ChunkLineTooLong);
-        let trailers = format!("0\r\nX: {}\r\n", "a".repeat(MAX_RESPONSE_HEAD));
-        assert_eq!(err(trailers.as_bytes()), ResponseError::HeadTooLarge);
-        // 16 hex digits fit a u64; 17 do not.
-        assert!(matches!(
-            err(b"10000000000000000\r\n"),
-            ResponseError::BadChunkSize(_)
-        ));
-    }
-
     #[test]
     fn response_parsers_never_panic_on_noise() {
-        let mut base = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
-        base.extend_from_slice(CHUNKED);
+        let base = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nETag: \"x\"\r\n\r\n".to_vec();
         for i in 0..base.len() {
             for b in [0u8, b' ', b':', b'\r', b'\n', 0xff, b';', b'0', b'f'] {
                 let mut m = base.clone();
                 m[i] = b;
-                if let Ok(Some((_, len))) = parse_response_head(&m) {
-                    let _ = dechunk(&m[len..], 1);
-                    let _ = dechunk(&m[len..], 7);
-                }
-                let _ = dechunk(&m, 3);
+                let _ = parse_response_head(&m);
             }
         }
     }
