@@ -322,9 +322,8 @@ impl Suite for Fleet {
         }
         drop(devices);
         drop(server);
-        let k = n.min(10);
-        progress!("fleet: idle polls over TLS, {k} devices");
-        let tls = tls_idle(ctx, &venv, &vendor, &net, k, ic.window)?;
+        progress!("fleet: idle polls and an install over TLS, {n} devices");
+        let tls = tls_idle(ctx, &venv, &vendor, &net, &b1, ic.window)?;
         drop(net);
 
         let t = rounds_table(&rounds);
@@ -356,6 +355,11 @@ impl Suite for Fleet {
                         ic.private_fleet.iter().sum::<f64>() / ic.private_fleet.len().max(1) as f64,
                     ),
                 ),
+                Section {
+                    title: format!("fleet: a rollout to {n} devices over https://"),
+                    table: rounds_table(std::slice::from_ref(&tls.round)),
+                    notes: vec!["gooseBit behind uvicorn's TLS asking for client certificates, as above; every request of the devices through libcurl (a poll's requests share a connection and its TLS session)".into()],
+                },
             ],
             raw: json!({
                 "devices": n, "poll_s": POLL_S, "rounds": rounds,
@@ -728,6 +732,8 @@ struct TlsIdle {
     /// its TLS library's pages counted.
     rss_kib: f64,
     private_kib: f64,
+    /// The install round of bundle 1 over https://.
+    round: Value,
 }
 
 impl TlsIdle {
@@ -738,6 +744,7 @@ impl TlsIdle {
             "bytes_per_device_per_poll": self.bytes_per_poll,
             "daemon_cpu_ms_per_poll": self.cpu_ms.0, "children_cpu_ms_per_poll": self.cpu_ms.1,
             "daemon_rss_kib": self.rss_kib, "daemon_private_kib": self.private_kib,
+            "round": self.round,
         })
     }
 
@@ -790,9 +797,10 @@ fn tls_idle(
     venv: &std::path::Path,
     vendor: &Sandbox,
     net: &fleet::FleetNet,
-    k: usize,
+    bundle: &PathBuf,
     window: Duration,
 ) -> Result<TlsIdle> {
+    let k = net.devices.len();
     let pki = vendor.dir.join("pki");
     fleet::make_pki(&pki)?;
     let server = Goosebit::start_tls(
@@ -812,10 +820,16 @@ fn tls_idle(
         let mut sb = ctx
             .sb
             .nested(&format!("ft{i}"), "2s", crate::sandbox::UNCAPPED_POLICY)?;
+        std::fs::copy(
+            vendor.dir.join("keys/vendor.pub"),
+            sb.dir.join("keys/vendor.pub"),
+        )
+        .map_err(|e| e.to_string())?;
         let token = sb.dir.join("fleet.token");
         std::fs::write(&token, format!("bench-tls-token-{i}\n")).map_err(|e| e.to_string())?;
+        // The same controller ids as over http:// (another gooseBit, another database).
         sb.write_config(&format!(
-            "{}[fleet]\nserver = \"{}\"\ncontroller_id = \"ft{i}\"\ntoken_file = \"{}\"\n{FIRST_POLL}{tls}",
+            "{}[upgrade]\ndeadline = \"30s\"\nsettle = \"500ms\"\n[fleet]\nserver = \"{}\"\ncontroller_id = \"fd{i}\"\ntoken_file = \"{}\"\n{FIRST_POLL}{tls}",
             crate::sandbox::UNCAPPED_POLICY,
             server.url(""),
             token.display()
@@ -824,7 +838,7 @@ fn tls_idle(
         sb.start_daemon()?;
         devices.push(sb);
     }
-    let ids: Vec<String> = (0..k).map(|i| format!("ft{i}")).collect();
+    let ids: Vec<String> = (0..k).map(|i| format!("fd{i}")).collect();
     registered(&server, &ids, &devices, "every TLS device registered")?;
     std::thread::sleep(Duration::from_secs(POLL_S * 2));
     let (c0, cpu0, t0) = (counters(&net.server)?, cpu_of(&devices), Instant::now());
@@ -839,6 +853,15 @@ fn tls_idle(
         v.get(v.len() / 2).copied().unwrap_or(0) as f64
     };
     let (rss_kib, private_kib) = (median(rss_kib), median(private_kib));
+    server.feed(&ids, "all")?;
+    let round = rollout(
+        &server,
+        net,
+        &devices,
+        "1",
+        bundle,
+        "install over https:// (client certificates): a bundle with the image",
+    )?;
     for sb in &mut devices {
         sb.stop_daemon();
     }
@@ -850,5 +873,6 @@ fn tls_idle(
         cpu_ms: cpu_per_poll(&cpu0, &cpu1, window_s),
         rss_kib,
         private_kib,
+        round,
     })
 }
