@@ -1045,16 +1045,7 @@ hugetlb\t0\t5\t0
         fn run(&self) -> Vec<Feature> {
             let probes = Probes {
                 lxc_version: Ok("5.0.2".into()),
-                curl: Ok(crate::curl::Version {
-                    version: "7.88.1".into(),
-                    number: 0x075801,
-                    tls: Some("OpenSSL/3.0.11".into()),
-                    protocols: vec!["http".into(), "https".into()],
-                    ipv6: true,
-                    async_dns: true,
-                    https_proxy: true,
-                    threadsafe: true,
-                }),
+                curl: Ok(fixture_curl()),
                 path: Some(OsString::from(self.dir.path().join("bin"))),
                 open_tree: (Status::Present, "fixture".into()),
                 mount_setattr: (Status::Present, "fixture".into()),
@@ -1064,6 +1055,20 @@ hugetlb\t0\t5\t0
                 landlock: Some(6),
             };
             check_with(&self.roots(), &probes)
+        }
+    }
+
+    /// Debian 12's libcurl, as the fixtures' probe finds it.
+    fn fixture_curl() -> crate::curl::Version {
+        crate::curl::Version {
+            version: "7.88.1".into(),
+            number: 0x075801,
+            tls: Some("OpenSSL/3.0.11".into()),
+            protocols: vec!["http".into(), "https".into()],
+            ipv6: true,
+            async_dns: true,
+            https_proxy: true,
+            threadsafe: true,
         }
     }
 
@@ -1271,16 +1276,7 @@ hugetlb\t0\t5\t0
         for abi in [Some(5), None] {
             let probes = Probes {
                 lxc_version: Ok("5.0.2".into()),
-                curl: Ok(crate::curl::Version {
-                    version: "7.88.1".into(),
-                    number: 0x075801,
-                    tls: Some("OpenSSL/3.0.11".into()),
-                    protocols: vec!["http".into(), "https".into()],
-                    ipv6: true,
-                    async_dns: true,
-                    https_proxy: true,
-                    threadsafe: true,
-                }),
+                curl: Ok(fixture_curl()),
                 path: None,
                 open_tree: (Status::Present, "fixture".into()),
                 mount_setattr: (Status::Present, "fixture".into()),

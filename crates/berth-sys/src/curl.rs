@@ -220,40 +220,17 @@ impl Version {
 }
 
 fn load() -> Result<Lib, String> {
-    let mut handle = std::ptr::null_mut();
-    let mut first_error: Option<String> = None;
     // libcurl.so.4 is the soname of every libcurl since 7.16; Debian's GnuTLS flavour has
     // its own name; libcurl.so (a development link) is the last try.
-    for name in [c"libcurl.so.4", c"libcurl-gnutls.so.4", c"libcurl.so"] {
-        // SAFETY: dlopen with a NUL-terminated name; libcurl's constructors are safe to run.
-        handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if !handle.is_null() {
-            break;
-        }
-        // SAFETY: dlerror returns a thread-local, NUL-terminated message or NULL, read right
-        // after the failed dlopen on the same thread.
-        let e = unsafe { libc::dlerror() };
-        if first_error.is_none() && !e.is_null() {
-            // SAFETY: non-null and NUL-terminated (see above); copied at once.
-            first_error = Some(unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned());
-        }
-    }
-    if handle.is_null() {
-        let msg = first_error.unwrap_or_else(|| "the loader gave no reason".to_string());
-        return Err(format!(
-            "cannot load libcurl.so.4: {msg} (http:// and https:// need libcurl: Debian \
-             libcurl4, OpenWrt libcurl, Yocto curl; file:// repositories do not)"
-        ));
-    }
-    let sym = |name: &CStr| {
-        // SAFETY: `handle` is a live dlopen handle (never closed); `name` is NUL-terminated.
-        let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
-        if p.is_null() {
-            Err(format!("libcurl lacks {}", name.to_string_lossy()))
-        } else {
-            Ok(p)
-        }
-    };
+    let lib = crate::dl::open(&[c"libcurl.so.4", c"libcurl-gnutls.so.4", c"libcurl.so"]).map_err(
+        |msg| {
+            format!(
+                "cannot load libcurl.so.4: {msg} (http:// and https:// need libcurl: Debian \
+                 libcurl4, OpenWrt libcurl, Yocto curl; file:// repositories do not)"
+            )
+        },
+    )?;
+    let sym = |name: &CStr| lib.sym(name, "libcurl");
     // SAFETY: each symbol is the libcurl function of that name, whose C signature (curl.h,
     // easy.h) is the one of the type it is transmuted into; the two variadic ones are
     // transmuted into variadic types.

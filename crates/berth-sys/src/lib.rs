@@ -4,6 +4,7 @@ pub mod cgroupfs;
 pub mod check;
 pub mod cpucap;
 pub mod curl;
+pub mod dl;
 pub mod error;
 pub mod fsutil;
 pub mod host;

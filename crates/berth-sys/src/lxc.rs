@@ -153,40 +153,12 @@ fn lib() -> Result<&'static Lib, LxcError> {
 }
 
 fn load() -> Result<Lib, String> {
-    let mut handle = std::ptr::null_mut();
-    // The loader's words for the first name (liblxc.so.1, the library's own soname): a
-    // missing dependency, a wrong architecture, "Dynamic loading not supported" (a static
-    // musl build). liblxc.so (a development link) is only a second try.
-    let mut first_error: Option<String> = None;
-    for name in [c"liblxc.so.1", c"liblxc.so"] {
-        // SAFETY: dlopen with a NUL-terminated name; liblxc's constructors are safe to run.
-        handle = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if !handle.is_null() {
-            break;
-        }
-        // SAFETY: dlerror returns a thread-local, NUL-terminated message or NULL; it is
-        // read right after the failed dlopen, on the same thread.
-        let e = unsafe { libc::dlerror() };
-        if first_error.is_none() && !e.is_null() {
-            // SAFETY: non-null and NUL-terminated (see above); copied at once.
-            first_error = Some(unsafe { CStr::from_ptr(e) }.to_string_lossy().into_owned());
-        }
-    }
-    if handle.is_null() {
-        let msg = first_error.unwrap_or_else(|| "the loader gave no reason".to_string());
-        return Err(format!(
+    let lib = crate::dl::open(&[c"liblxc.so.1", c"liblxc.so"]).map_err(|msg| {
+        format!(
             "cannot load liblxc.so.1: {msg} (install LXC, Debian: liblxc1; a static build cannot load it)"
-        ));
-    }
-    let sym = |name: &CStr| {
-        // SAFETY: `handle` is a live dlopen handle (never closed); `name` is NUL-terminated.
-        let p = unsafe { libc::dlsym(handle, name.as_ptr()) };
-        if p.is_null() {
-            Err(format!("liblxc lacks {}", name.to_string_lossy()))
-        } else {
-            Ok(p)
-        }
-    };
+        )
+    })?;
+    let sym = |name: &CStr| lib.sym(name, "liblxc");
     // SAFETY: each symbol is the liblxc function of that name, whose C signature (from
     // lxccontainer.h) is the one of the field it is transmuted into.
     unsafe {
