@@ -828,7 +828,7 @@ fn curl_detail(v: &crate::curl::Version) -> String {
         }
     }
     if !v.threadsafe {
-        d.push_str(", not thread-safe before 7.84: berth runs one transfer at a time");
+        d.push_str(", its start not thread-safe (before 7.84)");
     }
     d
 }

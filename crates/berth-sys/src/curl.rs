@@ -4,7 +4,7 @@
 //! Every http:// and https:// transfer of berth goes through it; a device whose repository is
 //! `file://` never loads libcurl. Only the stable `curl_easy_*` functions are used, with option
 //! and info numbers from `curl/curl.h` (they never change between versions), so any libcurl
-//! from 7.32 on works: Debian's libcurl4 (OpenSSL or GnuTLS), OpenWrt's libcurl (mbedTLS,
+//! from 7.55 on works: Debian's libcurl4 (OpenSSL or GnuTLS), OpenWrt's libcurl (mbedTLS,
 //! wolfSSL or OpenSSL), Yocto's curl.
 //!
 //! `curl_easy_setopt` and `curl_easy_getinfo` are C-variadic: they are called through
@@ -104,7 +104,6 @@ const OPT_HTTP_VERSION: c_int = LONG + 84;
 const OPT_SSLKEY: c_int = POINT + 87;
 const OPT_CAPATH: c_int = POINT + 97;
 const OPT_NOSIGNAL: c_int = LONG + 99;
-const OPT_MAXFILESIZE_LARGE: c_int = OFF + 117;
 const OPT_POSTFIELDSIZE_LARGE: c_int = OFF + 120;
 const OPT_TIMEOUT_MS: c_int = LONG + 155;
 const OPT_CONNECTTIMEOUT_MS: c_int = LONG + 156;
@@ -135,8 +134,9 @@ const PROTO_HTTP_HTTPS: c_long = 1 | 2;
 /// The first version with `CURLOPT_PROTOCOLS_STR` (7.85.0); the older numeric option is
 /// deprecated from there on.
 const PROTOCOLS_STR_SINCE: c_uint = 0x075500;
-/// The oldest libcurl berth uses: `CURLOPT_XFERINFOFUNCTION` came in 7.32.0.
-const OLDEST: c_uint = 0x072000;
+/// The oldest libcurl berth uses: `CURLOPT_SUPPRESS_CONNECT_HEADERS` came in 7.54.0, the
+/// 64-bit byte counts (`CURLINFO_SIZE_DOWNLOAD_T`) in 7.55.0.
+const OLDEST: c_uint = 0x073700;
 
 // curl_version_info_data's feature bits.
 const FEATURE_IPV6: c_int = 1 << 0;
@@ -296,7 +296,7 @@ fn load() -> Result<Lib, String> {
     };
     if version.number < OLDEST {
         return Err(format!(
-            "libcurl {} is too old: berth needs 7.32.0 or later",
+            "libcurl {} is too old: berth needs 7.55.0 or later",
             version.version
         ));
     }
@@ -346,8 +346,6 @@ pub struct Request<'a> {
     pub body: &'a [u8],
     /// `Range: bytes=FROM-` when not 0.
     pub range_from: u64,
-    /// libcurl refuses a body announced larger than this (the caller counts the rest).
-    pub max_size: Option<u64>,
     /// The whole transfer, connection included.
     pub timeout: Duration,
     /// Name lookup, TCP and the TLS handshake.
@@ -649,10 +647,15 @@ impl Easy {
         self.ptr(OPT_ERRORBUFFER, error.cast())?;
         self.long(OPT_NOSIGNAL, 1)?;
         self.text(OPT_URL, Some(req.url))?;
+        // A libcurl without TLS refuses "https" in the list: http:// must still work there.
+        let tls = self.lib.info.speaks("https");
         if self.lib.info.number >= PROTOCOLS_STR_SINCE {
-            self.text(OPT_PROTOCOLS_STR, Some("http,https"))?;
+            self.text(
+                OPT_PROTOCOLS_STR,
+                Some(if tls { "http,https" } else { "http" }),
+            )?;
         } else {
-            self.long(OPT_PROTOCOLS, PROTO_HTTP_HTTPS)?;
+            self.long(OPT_PROTOCOLS, if tls { PROTO_HTTP_HTTPS } else { 1 })?;
         }
         self.long(OPT_FOLLOWLOCATION, 0)?;
         self.long(OPT_HTTP_VERSION, HTTP_VERSION_1_1)?;
@@ -671,9 +674,6 @@ impl Easy {
         if req.range_from > 0 {
             self.text(OPT_RANGE, Some(&format!("{}-", req.range_from)))?;
         }
-        if let Some(max) = req.max_size {
-            self.off(OPT_MAXFILESIZE_LARGE, max)?;
-        }
         match req.method {
             Method::Get => {}
             Method::Post | Method::Put => {
@@ -686,16 +686,27 @@ impl Easy {
                 }
             }
         }
-        // TLS: the CA file is the only trust when given (CAPATH cleared, or Debian's
-        // /etc/ssl/certs would be trusted beside it); the system's store otherwise.
-        self.long(OPT_SSL_VERIFYPEER, 1)?;
-        self.long(OPT_SSL_VERIFYHOST, 2)?;
-        if req.tls.ca_file.is_some() {
-            self.path(OPT_CAINFO, req.tls.ca_file)?;
-            self.ptr(OPT_CAPATH, std::ptr::null())?;
+        // TLS, for an https:// URL only (a backend without some option must not break
+        // http://): the CA file is the only trust when given (CAPATH cleared, or Debian's
+        // /etc/ssl/certs would be trusted beside it; a backend without CA paths has nothing to
+        // clear); the system's store otherwise.
+        if req
+            .url
+            .get(..8)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+        {
+            self.long(OPT_SSL_VERIFYPEER, 1)?;
+            self.long(OPT_SSL_VERIFYHOST, 2)?;
+            if req.tls.ca_file.is_some() {
+                self.path(OPT_CAINFO, req.tls.ca_file)?;
+                match self.ptr(OPT_CAPATH, std::ptr::null()) {
+                    Err(Refused { code, .. }) if code == code::NOT_BUILT_IN => {}
+                    other => other?,
+                }
+            }
+            self.path(OPT_SSLCERT, req.tls.cert_file)?;
+            self.path(OPT_SSLKEY, req.tls.key_file)?;
         }
-        self.path(OPT_SSLCERT, req.tls.cert_file)?;
-        self.path(OPT_SSLKEY, req.tls.key_file)?;
         if let Some(proxy) = req.proxy {
             self.text(OPT_PROXY, Some(proxy))?;
             if proxy.is_empty() {
@@ -771,6 +782,10 @@ impl Easy {
             bytes_out: self.info_off(INFO_SIZE_UPLOAD_T)
                 + u64::try_from(self.info_long(INFO_REQUEST_SIZE)).unwrap_or(0),
         };
+        // Nothing of this transfer (the context, the headers, the body) stays pointed to
+        // while the handle waits for the next one; its connections stay.
+        // SAFETY: a live handle, no transfer running.
+        unsafe { (self.lib.easy_reset)(self.handle.as_ptr()) };
         drop(headers);
         outcome
     }
@@ -865,7 +880,6 @@ mod tests {
             headers: &[],
             body: &[],
             range_from: 0,
-            max_size: None,
             timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             idle: Duration::from_secs(5),
@@ -901,7 +915,7 @@ mod tests {
         for opt in [OPT_WRITEFUNCTION, OPT_HEADERFUNCTION, OPT_XFERINFOFUNCTION] {
             assert_eq!(opt / 10000, 2, "{opt}");
         }
-        for opt in [OPT_MAXFILESIZE_LARGE, OPT_POSTFIELDSIZE_LARGE] {
+        for opt in [OPT_POSTFIELDSIZE_LARGE] {
             assert_eq!(opt / 10000, 3, "{opt}");
         }
         // Spot checks against curl.h's numbers.

@@ -730,9 +730,6 @@ impl Fetcher {
             headers: &headers,
             body: json,
             range_from: ask.from,
-            // Of the answer's own length, which for a server that ignores the range is the
-            // whole resource's.
-            max_size: Some(body.limit),
             timeout: body.deadline.0.saturating_duration_since(Instant::now()),
             connect_timeout: self.connect_timeout,
             idle,
@@ -768,7 +765,8 @@ impl Fetcher {
             FetchError::Protocol { reason, .. } => reason.ends_with("before a response"),
             _ => false,
         };
-        if url.tls && !got_head && silent {
+        // The hint is for the fleet's calls, the only ones with a certificate to show.
+        if url.tls && !got_head && silent && names[1] == "cert_file" {
             let hint = if request.tls.cert_file.is_some() {
                 ""
             } else {
@@ -804,13 +802,15 @@ impl Fetcher {
             code::COULDNT_RESOLVE_HOST => FetchError::Resolve {
                 host: url.host.clone(),
                 url: url_s,
-                reason: out
-                    .message
-                    .strip_prefix("Could not resolve host: ")
-                    .map_or_else(reason, |_| "no such host".into()),
+                reason: reason(),
             },
             code::COULDNT_RESOLVE_PROXY => FetchError::Resolve {
                 host: "the proxy".into(),
+                url: url_s,
+                reason: reason(),
+            },
+            code::PROXY => FetchError::Connect {
+                addr: "the proxy".into(),
                 url: url_s,
                 reason: reason(),
             },
@@ -899,8 +899,12 @@ fn redirect(
     out: &Outcome,
     location: String,
 ) -> Result<Got, FetchError> {
-    // libcurl's resolution of a relative Location; the header as sent if it gave none.
-    let target = out.redirect.clone().unwrap_or(location);
+    // libcurl's resolution of a relative Location; berth's when the transfer ended at the
+    // head (libcurl resolves it only after).
+    let target = out
+        .redirect
+        .clone()
+        .unwrap_or_else(|| resolve_location(full, &location));
     let refused = || FetchError::RedirectRefused {
         url: full.to_owned(),
         location: target.clone(),
@@ -914,6 +918,26 @@ fn redirect(
         Err(e @ FetchError::Scheme { .. }) => Err(e),
         _ => Err(refused()),
     }
+}
+
+/// A Location header resolved against the URL that answered with it (RFC 9110 §10.2.2).
+fn resolve_location(base: &str, location: &str) -> String {
+    if location.contains("://") {
+        return location.to_owned();
+    }
+    let (scheme, rest) = base.split_once("://").unwrap_or(("http", base));
+    if let Some(net) = location.strip_prefix("//") {
+        return format!("{scheme}://{net}");
+    }
+    let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(split);
+    if location.starts_with('/') {
+        return format!("{scheme}://{authority}{location}");
+    }
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
+    let dir = if dir.is_empty() { "/" } else { dir };
+    format!("{scheme}://{authority}{dir}{location}")
 }
 
 /// libcurl's TLS failure in berth's words. OpenWrt's libcurl is built without its messages
@@ -935,10 +959,8 @@ fn tls_reason(code: i32, message: &str) -> String {
     }
     match code {
         c::PEER_FAILED_VERIFICATION => "the server's certificate failed verification",
-        c::SSL_CACERT_BADFILE => "cannot read the CA certificates (ca_file)",
-        c::SSL_CERTPROBLEM | c::SSL_CLIENTCERT => {
-            "cannot use the device's certificate or key (cert_file, key_file)"
-        }
+        c::SSL_CACERT_BADFILE => "cannot read the CA file",
+        c::SSL_CERTPROBLEM | c::SSL_CLIENTCERT => "cannot use the device's certificate or key",
         c::SSL_CONNECT_ERROR => "the TLS handshake failed",
         _ => "the TLS session failed",
     }
@@ -1101,15 +1123,19 @@ impl curl::Handler for Exchange<'_, '_> {
             }
             return true;
         }
+        let small = matches!(head.framing, Framing::Length(n) if n <= SKIP_LIMIT);
         match self.decide(head) {
             Ok(None) => {
                 self.phase = Phase::Body;
                 true
             }
+            // A redirect's or a refused range's page is read off only when it is short and
+            // its length said (the connection is then kept); otherwise the transfer ends here.
             Ok(Some(got)) => {
+                let keep = small || matches!(got, Got::Done(_));
                 self.phase = Phase::Skip;
                 self.early = Some(Ok(got));
-                true
+                keep
             }
             Err(e) => {
                 self.phase = Phase::Skip;
@@ -1900,6 +1926,36 @@ mod tests {
         );
     }
 
+    #[test]
+    fn the_status_decides_before_the_size() {
+        // A 404 page larger than the limit is a 404 (the next mirror is tried), not "too
+        // large"; a redirect with a large page is followed.
+        let mut big404 = b"HTTP/1.1 404 Not Found\r\nContent-Length: 100000\r\n\r\n".to_vec();
+        big404.extend(std::iter::repeat_n(b'x', 100_000));
+        let mut moved =
+            b"HTTP/1.1 302 Found\r\nLocation: /b\r\nContent-Length: 100000\r\n\r\n".to_vec();
+        moved.extend(std::iter::repeat_n(b'x', 100_000));
+        let (base, server) = serve(vec![big404, moved, ok(b"sig")]);
+        let err = fetch_bytes(&format!("{base}/index.json.sig"), 4096).unwrap_err();
+        assert!(
+            matches!(err, FetchError::Status { status: 404, .. }),
+            "{err}"
+        );
+        assert!(err.is_source_failure());
+        assert_eq!(fetch_bytes(&format!("{base}/a"), 4096).unwrap(), b"sig");
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn resolves_locations() {
+        let base = "http://h:81/a/b?q";
+        assert_eq!(resolve_location(base, "c"), "http://h:81/a/c");
+        assert_eq!(resolve_location(base, "/c"), "http://h:81/c");
+        assert_eq!(resolve_location(base, "//o/c"), "http://o/c");
+        assert_eq!(resolve_location(base, "http://o:9/c"), "http://o:9/c");
+        assert_eq!(resolve_location("https://h", "c"), "https://h/c");
+    }
+
     #[cfg(any(feature = "fleet", feature = "vendor"))]
     #[test]
     fn origins() {
@@ -1941,8 +1997,7 @@ mod tests {
         let err = quick().call(&format!("{base}/c"), put, 100).unwrap_err();
         assert!(matches!(err, FetchError::RedirectRefused { .. }), "{err}");
         server.join().unwrap();
-        // To another host (localhost is not 127.0.0.1 for the origin rule): no token there;
-        // back at the first origin, the token again.
+        // To another host (localhost is not 127.0.0.1 for the origin rule): no token there.
         let (other, other_server) = serve(vec![ok(b"elsewhere")]);
         let other = other.replace("127.0.0.1", "localhost");
         let moved = format!("HTTP/1.1 302 Found\r\nLocation: {other}/z\r\n\r\n");
@@ -1957,23 +2012,31 @@ mod tests {
         assert!(!there.contains("Authorization"), "{there}");
     }
 
-    /// Answers every request with `body` on keep-alive connections; counts the connections.
-    fn keep_alive(body: &'static [u8]) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    type Count = Arc<std::sync::atomic::AtomicUsize>;
+
+    /// Answers every request with `body` on keep-alive connections; counts the connections
+    /// opened and those the client closed.
+    fn keep_alive(body: &'static [u8]) -> (String, Count, Count) {
         use std::io::BufRead;
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let seen = count.clone();
+        let count = Count::default();
+        let closed = Count::default();
+        let (seen, ended) = (count.clone(), closed.clone());
         thread::spawn(move || {
             for stream in listener.incoming().flatten() {
                 seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let ended = ended.clone();
                 thread::spawn(move || {
                     let mut reader = std::io::BufReader::new(stream.try_clone().unwrap());
                     let mut stream = stream;
                     loop {
                         let mut line = String::new();
                         match reader.read_line(&mut line) {
-                            Ok(0) | Err(_) => return,
+                            Ok(0) | Err(_) => {
+                                ended.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                return;
+                            }
                             Ok(_) if line == "\r\n" => {
                                 if stream.write_all(&ok(body)).is_err() {
                                     return;
@@ -1985,13 +2048,13 @@ mod tests {
                 });
             }
         });
-        (base, count)
+        (base, count, closed)
     }
 
     #[test]
     fn a_session_keeps_its_connection_and_closes_it_at_its_end() {
         use std::sync::atomic::Ordering;
-        let (base, connections) = keep_alive(b"{}");
+        let (base, connections, closed) = keep_alive(b"{}");
         let url = format!("{base}/index.json");
         {
             let _session = session();
@@ -2006,7 +2069,22 @@ mod tests {
                 1,
                 "one connection for the session"
             );
+            assert_eq!(
+                closed.load(Ordering::SeqCst),
+                0,
+                "kept open within the session"
+            );
         }
+        // The session's end closes it.
+        let t0 = Instant::now();
+        while closed.load(Ordering::SeqCst) == 0 && t0.elapsed() < Duration::from_secs(5) {
+            thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(
+            closed.load(Ordering::SeqCst),
+            1,
+            "closed when the session ended"
+        );
         // Outside a session, each fetch has a connection of its own.
         fetch_bytes(&url, 100).unwrap();
         fetch_bytes(&url, 100).unwrap();

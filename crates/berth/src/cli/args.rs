@@ -802,6 +802,7 @@ fn import(args: &[String]) -> Result<Vendor, Usage> {
         plain_http,
         ca_file: ca_file.map(std::path::PathBuf::from),
         auth_file: auth_file.map(std::path::PathBuf::from),
+        max_bytes: None,
     };
     let mut limits = crate::vendor::import::Limits::default();
     if let Some(s) = max_size {

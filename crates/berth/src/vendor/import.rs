@@ -58,7 +58,9 @@ pub fn import(
         Some(r) => {
             let r = r?;
             let layout = scratch.0.join("pulled");
-            super::registry::pull(&r, registry, &layout)
+            let mut opts = registry.clone();
+            opts.max_bytes.get_or_insert(limits.max_bytes);
+            super::registry::pull(&r, &opts, &layout)
                 .with_context(|| format!("{src_text}: pulling the image"))?;
             Source::Oci {
                 layout,

@@ -44,7 +44,12 @@ pub struct Options {
     pub ca_file: Option<PathBuf>,
     /// Credentials: `{"auths": {"HOST[:PORT]": {"auth": "BASE64(USER:PASSWORD)"}}}`.
     pub auth_file: Option<PathBuf>,
+    /// The most the image's blobs may be together (the import's `--max-size`).
+    pub max_bytes: Option<u64>,
 }
+
+/// The most layers an image may have (Docker's own limit is 127).
+const MAX_LAYERS: usize = 128;
 
 /// An image in a registry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,6 +189,11 @@ impl Registry<'_> {
                 url,
                 ..
             }) if self.auth.is_none() => {
+                // Only the registry's own challenge is answered: a storage service a blob is
+                // redirected to does not choose where the credentials go.
+                if crate::fetch::origin(&url) != crate::fetch::origin(&self.base) {
+                    bail!("{url}: 401 from outside the registry: not answered");
+                }
                 let challenge = challenge
                     .ok_or_else(|| anyhow!("{url}: 401 without a WWW-Authenticate challenge"))?;
                 self.auth = Some(self.answer(&challenge, &url)?);
@@ -232,6 +242,13 @@ impl Registry<'_> {
             .find(|(k, _)| k == "realm")
             .map(|(_, v)| v.clone())
             .ok_or_else(|| anyhow!("{url}: a Bearer challenge without a realm"))?;
+        // http:// or https:// only (never file://), https:// unless the registry is plain.
+        let realm_https = realm
+            .get(..8)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+        if crate::fetch::origin(&realm).is_none() || !(realm_https || self.opts.plain_http) {
+            bail!("{url}: the token realm {realm:?} is not an https:// URL: not asked");
+        }
         let mut token_url = realm.clone();
         let mut sep = if realm.contains('?') { '&' } else { '?' };
         for (k, v) in p.iter().filter(|(k, _)| k == "service" || k == "scope") {
@@ -239,12 +256,13 @@ impl Registry<'_> {
             token_url.push_str(&format!("{k}={}", query_escape(v)));
             sep = '&';
         }
-        // Credentials go to the realm only over TLS or to the registry's own origin.
+        // Credentials go to the registry's own origin, or to the https:// realm an https://
+        // registry names (its answer came over TLS); never where a plain registry points.
         let same = crate::fetch::origin(&realm) == crate::fetch::origin(&self.base);
         let basic = self
             .basic
             .as_ref()
-            .filter(|_| same || realm.starts_with("https://"))
+            .filter(|_| same || (realm_https && !self.opts.plain_http))
             .map(|b| format!("Basic {b}"));
         let call = Call {
             auth: basic.as_deref(),
@@ -362,7 +380,16 @@ fn credentials(file: &Path, host: &str) -> Result<Option<String>> {
     let text = std::fs::read(file).with_context(|| format!("--auth-file {}", file.display()))?;
     let v: Value = serde_json::from_slice(&text)
         .map_err(|e| anyhow!("--auth-file {}: not JSON: {e}", file.display()))?;
-    let auth = v["auths"][host]["auth"].as_str().map(str::to_string);
+    // Docker Hub's credentials are kept under its older names.
+    let names: &[&str] = if host == "registry-1.docker.io" {
+        &["registry-1.docker.io", "docker.io", "index.docker.io", "https://index.docker.io/v1/"]
+    } else {
+        &[host]
+    };
+    let auth = names
+        .iter()
+        .find_map(|n| v["auths"][*n]["auth"].as_str())
+        .map(str::to_string);
     if let Some(a) = &auth {
         if berth_core::base64::decode(a).is_err() {
             bail!(
@@ -444,6 +471,20 @@ pub fn pull(r: &Reference, opts: &Options, dir: &Path) -> Result<usize> {
     std::fs::write(dir.join("blobs/sha256").join(&digest), &body)?;
     reg.blob(dir, &manifest["config"])?;
     let layers = manifest["layers"].as_array().cloned().unwrap_or_default();
+    // Bounded before a byte of them is fetched: the staging directory is on the vendor's disk.
+    let total: u64 = layers
+        .iter()
+        .chain([&manifest["config"]])
+        .map(|l| l["size"].as_u64().unwrap_or(u64::MAX))
+        .fold(0u64, u64::saturating_add);
+    let cap = opts.max_bytes.unwrap_or(BLOB_LIMIT);
+    if layers.len() > MAX_LAYERS || total > cap {
+        bail!(
+            "{}: {} layers, {total} bytes: more than {MAX_LAYERS} layers or {cap} bytes (--max-size)",
+            r.repo,
+            layers.len()
+        );
+    }
     for l in &layers {
         reg.blob(dir, l)?;
     }
@@ -656,6 +697,48 @@ mod tests {
         )
         .unwrap_err();
         assert!(format!("{e:#}").contains("token service"), "{e:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_hostile_realm_gets_no_file_and_no_credentials() {
+        let dir = std::env::temp_dir().join(format!("berth-realm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // Another origin's token service: it sees no credentials (the registry is plain).
+        let (other, other_log) = fake(|_, _| ok(br#"{"token":"T"}"#));
+        let realm = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let r2 = realm.clone();
+        let (port, _) = fake(move |_, _| {
+            format!(
+                "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"{}\"\r\nContent-Length: 0\r\n\r\n",
+                r2.lock().unwrap()
+            )
+            .into_bytes()
+        });
+        let host = format!("127.0.0.1:{port}");
+        let auth_file = dir.join("auth.json");
+        std::fs::write(
+            &auth_file,
+            json!({"auths": {&host: {"auth": "dXNlcjpwYXNz"}}}).to_string(),
+        )
+        .unwrap();
+        let r = Reference::parse(&format!("registry://{host}/app:1"))
+            .unwrap()
+            .unwrap();
+        let opts = Options {
+            plain_http: true,
+            auth_file: Some(auth_file),
+            ..Options::default()
+        };
+        *realm.lock().unwrap() = "file:///etc/hostname".into();
+        let e = format!("{:#}", pull(&r, &opts, &dir.join("l1")).unwrap_err());
+        assert!(e.contains("is not an https:// URL: not asked"), "{e}");
+        *realm.lock().unwrap() = format!("http://127.0.0.1:{other}/token");
+        let e = format!("{:#}", pull(&r, &opts, &dir.join("l2")).unwrap_err());
+        assert!(e.contains("refused the credentials"), "{e}");
+        let asked = other_log.lock().unwrap().clone();
+        assert_eq!(asked, vec!["/token None".to_string()]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
