@@ -915,8 +915,55 @@ mod tests {
         for opt in [OPT_WRITEFUNCTION, OPT_HEADERFUNCTION, OPT_XFERINFOFUNCTION] {
             assert_eq!(opt / 10000, 2, "{opt}");
         }
-        for opt in [OPT_POSTFIELDSIZE_LARGE] {
-            assert_eq!(opt / 10000, 3, "{opt}");
+        assert_eq!(OPT_POSTFIELDSIZE_LARGE / 10000, 3);
+        // Every number against curl.h's (include/curl/curl.h, CURLOPT_*/CURLINFO_*).
+        let table = [
+            (OPT_WRITEDATA, 10001),
+            (OPT_URL, 10002),
+            (OPT_PROXY, 10004),
+            (OPT_RANGE, 10007),
+            (OPT_ERRORBUFFER, 10010),
+            (OPT_WRITEFUNCTION, 20011),
+            (OPT_POSTFIELDS, 10015),
+            (OPT_USERAGENT, 10018),
+            (OPT_LOW_SPEED_LIMIT, 19),
+            (OPT_LOW_SPEED_TIME, 20),
+            (OPT_HTTPHEADER, 10023),
+            (OPT_SSLCERT, 10025),
+            (OPT_HEADERDATA, 10029),
+            (OPT_CUSTOMREQUEST, 10036),
+            (OPT_NOPROGRESS, 43),
+            (OPT_POST, 47),
+            (OPT_FOLLOWLOCATION, 52),
+            (OPT_XFERINFODATA, 10057),
+            (OPT_SSL_VERIFYPEER, 64),
+            (OPT_CAINFO, 10065),
+            (OPT_HEADERFUNCTION, 20079),
+            (OPT_SSL_VERIFYHOST, 81),
+            (OPT_HTTP_VERSION, 84),
+            (OPT_SSLKEY, 10087),
+            (OPT_CAPATH, 10097),
+            (OPT_NOSIGNAL, 99),
+            (OPT_POSTFIELDSIZE_LARGE, 30120),
+            (OPT_TIMEOUT_MS, 155),
+            (OPT_CONNECTTIMEOUT_MS, 156),
+            (OPT_NOPROXY, 10177),
+            (OPT_PROTOCOLS, 181),
+            (OPT_XFERINFOFUNCTION, 20219),
+            (OPT_SUPPRESS_CONNECT_HEADERS, 265),
+            (OPT_PROTOCOLS_STR, 10318),
+            (INFO_RESPONSE_CODE, 0x200002),
+            (INFO_HEADER_SIZE, 0x20000b),
+            (INFO_REQUEST_SIZE, 0x20000c),
+            (INFO_OS_ERRNO, 0x200019),
+            (INFO_NUM_CONNECTS, 0x20001a),
+            (INFO_REDIRECT_URL, 0x10001f),
+            (INFO_PRIMARY_IP, 0x100020),
+            (INFO_SIZE_UPLOAD_T, 0x600007),
+            (INFO_SIZE_DOWNLOAD_T, 0x600008),
+        ];
+        for (ours, theirs) in table {
+            assert_eq!(ours, theirs);
         }
         // Spot checks against curl.h's numbers.
         assert_eq!((OPT_URL, OPT_RANGE, OPT_TIMEOUT_MS), (10002, 10007, 155));

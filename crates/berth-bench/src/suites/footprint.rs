@@ -162,6 +162,11 @@ impl Suite for Footprint {
         let _ = std::process::Command::new("sync").status();
         sleep(idle_settle)?;
         let idle = procfs::mem(daemon)?;
+        // Its repository is file://: libcurl (http:// and https:// only) must not be mapped.
+        let maps = std::fs::read_to_string(format!("/proc/{daemon}/maps")).unwrap_or_default();
+        if maps.contains("libcurl") {
+            return Err("the idle daemon, whose repository is file://, maps libcurl: it must load it only for an http:// or https:// download".into());
+        }
 
         progress!("footprint: starting {DENSITY} containers");
         let start_ms = timed_all(sb, "start")?;
@@ -448,6 +453,7 @@ fn report(m: &Measured) -> SuiteOutput {
                 notes: vec![
                     "RSS = VmRSS of /proc/PID/status (counts shared library pages: libc, liblxc); private = Private_Clean + Private_Dirty of /proc/PID/smaps_rollup; PSS = shared pages divided among their users".into(),
                     "private dirty = heap, stacks and written data; the rest of private is clean file pages no other process maps (while no shim runs, that includes the berth binary's own text)".into(),
+                    "the daemon's repository is file://: libcurl is not mapped (the suite fails if it is)".into(),
                     format!(
                         "idle and after stopping: measured {} s after the daemon last did something (past the memory guard's 5 s wake-up); with containers running: {} s",
                         m.idle_settle.as_secs_f64(),

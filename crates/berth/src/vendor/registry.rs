@@ -382,7 +382,12 @@ fn credentials(file: &Path, host: &str) -> Result<Option<String>> {
         .map_err(|e| anyhow!("--auth-file {}: not JSON: {e}", file.display()))?;
     // Docker Hub's credentials are kept under its older names.
     let names: &[&str] = if host == "registry-1.docker.io" {
-        &["registry-1.docker.io", "docker.io", "index.docker.io", "https://index.docker.io/v1/"]
+        &[
+            "registry-1.docker.io",
+            "docker.io",
+            "index.docker.io",
+            "https://index.docker.io/v1/",
+        ]
     } else {
         &[host]
     };
