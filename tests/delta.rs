@@ -174,21 +174,40 @@ fn running(sb: &Sandbox, v: &str) {
 
 #[test]
 fn deltas_save_the_bytes_that_did_not_change_and_never_break_an_upgrade() {
-    let mut sb = Sandbox::new("delta");
+    deltas(false);
+}
+
+/// The same with the repository on https:// (a TLS front, the repository's own CA).
+#[test]
+fn deltas_over_https() {
+    deltas(true);
+}
+
+fn deltas(https: bool) {
+    let mut sb = Sandbox::new(if https { "delta-tls" } else { "delta" });
     sb.write_config(CONFIG);
     publish(&sb, "1", None);
     let served = serve(&sb.repo);
+    let pki = sb.dir.join("pki");
+    let front = https.then(|| {
+        loopback_pki(&pki);
+        TlsFront::start(served.relay, &pki)
+    });
+    let repository = match &front {
+        Some(f) => format!(
+            "repository = \"https://127.0.0.1:{}\"\nrepository_ca_file = \"{}/ca.pem\"",
+            f.port,
+            pki.display()
+        ),
+        None => format!("repository = \"http://127.0.0.1:{}\"", served.relay),
+    };
     let text: String = std::fs::read_to_string(&sb.config)
         .unwrap()
         .lines()
         .filter(|l| !l.starts_with("repository ="))
         .map(|l| format!("{l}\n"))
         .collect();
-    std::fs::write(
-        &sb.config,
-        format!("repository = \"http://127.0.0.1:{}\"\n{text}", served.relay),
-    )
-    .unwrap();
+    std::fs::write(&sb.config, format!("{repository}\n{text}")).unwrap();
     sb.start_daemon();
     sb.ok(&["update"]);
     sb.ok(&["install", "app"]);

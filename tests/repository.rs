@@ -350,23 +350,46 @@ fn serve_repo(dir: &Path, cut: usize) -> Served {
     }
 }
 
-/// Sets `repository` (and `mirrors`) in the sandbox's configuration.
+/// Sets `repository` (and `mirrors`, and `repository_ca_file` for https://) in the sandbox's
+/// configuration.
 fn set_sources(sb: &Sandbox, repository: &str, mirrors: &[String]) {
     let text = std::fs::read_to_string(&sb.config).unwrap();
     let rest: String = text
         .lines()
-        .filter(|l| !l.starts_with("repository =") && !l.starts_with("mirrors ="))
+        .filter(|l| {
+            !l.starts_with("repository =")
+                && !l.starts_with("mirrors =")
+                && !l.starts_with("repository_ca_file =")
+        })
         .map(|l| format!("{l}\n"))
         .collect();
     let list: Vec<String> = mirrors.iter().map(|m| format!("\"{m}\"")).collect();
+    let ca = if repository.starts_with("https://") {
+        format!("repository_ca_file = \"{}/pki/ca.pem\"\n", sb.dir.display())
+    } else {
+        String::new()
+    };
     std::fs::write(
         &sb.config,
         format!(
-            "repository = \"{repository}\"\nmirrors = [{}]\n{rest}",
+            "repository = \"{repository}\"\nmirrors = [{}]\n{ca}{rest}",
             list.join(", ")
         ),
     )
     .unwrap();
+}
+
+/// The URL of a loopback server on `port`: itself, or a TLS front for it (kept in `fronts`).
+fn source(tls: Option<&Path>, port: u16, fronts: &mut Vec<TlsFront>) -> String {
+    match tls {
+        None => format!("http://127.0.0.1:{port}"),
+        Some(pki) => {
+            let front = TlsFront::start(port, pki);
+            let url = format!("https://127.0.0.1:{}", front.port);
+            fronts.push(front);
+            url
+        }
+    }
 }
 
 /// A fleet's repository over plain HTTP: an index that did not change is not sent again (304
@@ -375,7 +398,23 @@ fn set_sources(sb: &Sandbox, repository: &str, mirrors: &[String]) {
 /// mirror; every copy is checked against the signed index as always.
 #[test]
 fn unchanged_indexes_cut_downloads_and_dead_mirrors() {
-    let mut sb = Sandbox::new("mirrors");
+    mirrors_and_resumes(false);
+}
+
+/// The same over https:// (each server behind a TLS front, the repository's own CA).
+#[test]
+fn unchanged_indexes_cut_downloads_and_dead_mirrors_over_https() {
+    mirrors_and_resumes(true);
+}
+
+fn mirrors_and_resumes(https: bool) {
+    let mut sb = Sandbox::new(if https { "mirrors-tls" } else { "mirrors" });
+    let pki = sb.dir.join("pki");
+    if https {
+        loopback_pki(&pki);
+    }
+    let tls = https.then_some(pki.as_path());
+    let mut fronts = Vec::new();
     // An image of about 2 MB that does not compress: random bytes.
     let mut noise = vec![0u8; 2 << 20];
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -390,9 +429,10 @@ fn unchanged_indexes_cut_downloads_and_dead_mirrors() {
         .unwrap()
         .len();
     let served = serve_repo(&sb.repo, (image / 2) as usize);
-    let dead = format!("http://127.0.0.1:{}", free_port());
-    let relay = format!("http://127.0.0.1:{}", served.relay);
-    let direct = format!("http://127.0.0.1:{}", served.port);
+    let scheme = if https { "https" } else { "http" };
+    let dead = format!("{scheme}://127.0.0.1:{}", free_port());
+    let relay = source(tls, served.relay, &mut fronts);
+    let direct = source(tls, served.port, &mut fronts);
 
     // The repository cannot be reached: its mirror serves the index.
     set_sources(&sb, &dead, std::slice::from_ref(&relay));
@@ -440,11 +480,8 @@ fn unchanged_indexes_cut_downloads_and_dead_mirrors() {
     // A cut download with a mirror behind: the mirror completes it at once.
     set_sources(&sb, &relay, std::slice::from_ref(&direct));
     let served2 = serve_repo(&sb.repo, (image / 3) as usize);
-    set_sources(
-        &sb,
-        &format!("http://127.0.0.1:{}", served2.relay),
-        std::slice::from_ref(&direct),
-    );
+    let relay2 = source(tls, served2.relay, &mut fronts);
+    set_sources(&sb, &relay2, std::slice::from_ref(&direct));
     sb.kill_daemon(15);
     sb.start_daemon();
     sb.ok(&["update"]);
@@ -454,27 +491,6 @@ fn unchanged_indexes_cut_downloads_and_dead_mirrors() {
     assert!(log.matches("resumed from byte").count() >= 2, "{log}");
     drop(served2);
     drop(served);
-}
-
-/// A PKI for 127.0.0.1 made with the openssl program: `ca.pem` signs `srv.pem`; `other.pem`
-/// is a CA that signed nothing here.
-fn loopback_pki(dir: &Path) {
-    std::fs::create_dir_all(dir).unwrap();
-    let key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
-    let script = format!(
-        "set -e; cd {d}; for ca in ca other; do openssl req -x509 {key} -days 2 -keyout $ca.key \
-         -out $ca.pem -subj /CN=berth-repo-$ca 2>&1; done; \
-         echo subjectAltName=IP:127.0.0.1 > srv.ext; \
-         openssl req {key} -keyout srv.key -out srv.csr -subj /CN=srv 2>&1; \
-         openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
-         -extfile srv.ext -out srv.pem 2>&1",
-        d = dir.display()
-    );
-    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "openssl (Debian package openssl): {out:?}"
-    );
 }
 
 /// Python's threaded static file server over TLS, serving `root` on a loopback port.

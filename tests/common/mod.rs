@@ -442,3 +442,88 @@ pub fn read_request_head(client: &mut std::net::TcpStream) -> Vec<u8> {
     }
     head
 }
+
+/// A PKI for 127.0.0.1 made with the openssl program: `ca.pem` signs `srv.pem`; `other.pem`
+/// is a CA that signed nothing here.
+pub fn loopback_pki(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let key = "-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes";
+    let script = format!(
+        "set -e; cd {d}; for ca in ca other; do openssl req -x509 {key} -days 2 -keyout $ca.key \
+         -out $ca.pem -subj /CN=berth-repo-$ca 2>&1; done; \
+         echo subjectAltName=IP:127.0.0.1 > srv.ext; \
+         openssl req {key} -keyout srv.key -out srv.csr -subj /CN=srv 2>&1; \
+         openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 2 \
+         -extfile srv.ext -out srv.pem 2>&1",
+        d = dir.display()
+    );
+    let out = Command::new("sh").args(["-c", &script]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "openssl (Debian package openssl): {out:?}"
+    );
+}
+
+/// A TLS front (Python's `ssl`) on a loopback port for a plain server on `backend`: each
+/// connection's bytes relayed both ways, each side closed when the other ends (a backend
+/// that cuts an answer short cuts it over TLS too). Its certificate is [`loopback_pki`]'s.
+pub struct TlsFront {
+    child: std::process::Child,
+    pub port: u16,
+}
+
+impl TlsFront {
+    pub fn start(backend: u16, pki: &Path) -> TlsFront {
+        let port = free_port();
+        let script = format!(
+            "import socket, ssl, threading\n\
+             c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
+             c.load_cert_chain('{pki}/srv.pem', '{pki}/srv.key')\n\
+             ls = socket.socket(); ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             ls.bind(('127.0.0.1', {port})); ls.listen(64)\n\
+             def pump(a, b):\n\
+             \x20   try:\n\
+             \x20       while True:\n\
+             \x20           d = a.recv(65536)\n\
+             \x20           if not d: break\n\
+             \x20           b.sendall(d)\n\
+             \x20   except Exception: pass\n\
+             \x20   for s in (a, b):\n\
+             \x20       try: s.shutdown(socket.SHUT_RDWR)\n\
+             \x20       except Exception: pass\n\
+             def serve(raw):\n\
+             \x20   try:\n\
+             \x20       t = c.wrap_socket(raw, server_side=True)\n\
+             \x20       up = socket.create_connection(('127.0.0.1', {backend}))\n\
+             \x20   except Exception:\n\
+             \x20       raw.close(); return\n\
+             \x20   threading.Thread(target=pump, args=(up, t), daemon=True).start()\n\
+             \x20   pump(t, up)\n\
+             print('ready', flush=True)\n\
+             while True:\n\
+             \x20   raw, _ = ls.accept()\n\
+             \x20   threading.Thread(target=serve, args=(raw,), daemon=True).start()\n",
+            pki = pki.display()
+        );
+        let mut child = Command::new("python3")
+            .args(["-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the TLS front needs python3");
+        let mut ready = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut ready,
+        )
+        .unwrap();
+        assert_eq!(ready.trim(), "ready", "the TLS front did not start");
+        TlsFront { child, port }
+    }
+}
+
+impl Drop for TlsFront {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
