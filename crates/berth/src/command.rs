@@ -525,7 +525,7 @@ pub const COMMANDS: &[Cmd] = &[
             opt("--ca-file", "", "F", "registry://: the only CAs its certificate may end in (default the system's store)"),
             opt("--auth-file", "", "F", "registry://: credentials, as podman and skopeo keep them ({\"auths\": {\"HOST\": {\"auth\": BASE64}}})"),
         ],
-        "a container image as a package: SOURCE is oci:LAYOUT[:TAG], docker-archive:FILE.tar or registry://HOST[:PORT]/REPO[:TAG|@DIGEST] (docker://… too); its layers applied in order (whiteouts honoured), entrypoint, cmd, env, working directory and user as the manifest",
+        "a container image as a package: SOURCE is oci:LAYOUT[:TAG], docker-archive:FILE.tar or registry://HOST[:PORT]/REPO[:TAG|@DIGEST] (or docker://); its layers applied in order (whiteouts honoured), entrypoint, cmd, env, working directory and user as the manifest",
     ),
     vendor(
         "completions",

@@ -53,7 +53,7 @@ CONFFILES:${PN} = "${sysconfdir}/berth/berth.toml"
 
 # liblxc and libcurl (every http:// and https:// transfer, with the TLS library curl was
 # configured with) are loaded at run time; nft and ip serve the network modes other than "none".
-RDEPENDS:${PN} = "iproute2 lxc nftables libcurl"
+RDEPENDS:${PN} = "iproute2 libcurl lxc nftables"
 # ca-certificates: the system's trust store, for https:// servers without a ca_file.
 RRECOMMENDS:${PN} = "kernel-module-bridge kernel-module-loop kernel-module-nf-tables \
     kernel-module-overlay kernel-module-squashfs kernel-module-veth ca-certificates"
