@@ -1947,6 +1947,27 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_loopback() {
+        let Ok(listener) = TcpListener::bind("[::1]:0") else {
+            berth_sys::skip::record(
+                "kernel IPv6",
+                "fetch::tests::ipv6_loopback: no IPv6 loopback (::1) on this machine",
+            );
+            return;
+        };
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let server = thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let request = read_request(&mut s);
+            s.write_all(&ok(b"six")).unwrap();
+            request
+        });
+        assert_eq!(fetch_bytes(&format!("{base}/x"), 100).unwrap(), b"six");
+        let request = server.join().unwrap();
+        assert!(request.contains("\r\nHost: [::1]:"), "{request}");
+    }
+
+    #[test]
     fn resolves_locations() {
         let base = "http://h:81/a/b?q";
         assert_eq!(resolve_location(base, "c"), "http://h:81/a/c");

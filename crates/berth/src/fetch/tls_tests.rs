@@ -29,7 +29,12 @@ impl Pki {
                  -keyout {ca}.key -out {ca}.pem -subj /CN={ca}"
             ));
         }
-        std::fs::write(pki.dir.join("ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+        // 127.0.0.2 is another origin on the same machine (the token test's second host).
+        std::fs::write(
+            pki.dir.join("ext"),
+            "subjectAltName=IP:127.0.0.1,IP:127.0.0.2\n",
+        )
+        .unwrap();
         for who in ["srv", "dev"] {
             pki.run(&format!(
                 "req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout {who}.key \
@@ -253,6 +258,105 @@ fn https_never_redirects_to_http() {
         matches!(&e, FetchError::RedirectRefused { location, .. }
             if location == &format!("http://127.0.0.1:{port}/x")),
         "{e}"
+    );
+}
+
+/// Python's TLS server on `addr`, answering by path: `/big` 5000 bytes with their length,
+/// `/big-chunked` 5000 bytes chunked, `/away` a redirect to `away`, anything else whether
+/// the request carried an `Authorization` header.
+fn python_tls(pki: &Pki, addr: &str, away: &str) -> std::process::Child {
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    let script = format!(
+        "import http.server, ssl\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20protocol_version = 'HTTP/1.1'\n\
+         \x20def do_GET(self):\n\
+         \x20 if self.path == '/big':\n\
+         \x20  self.send_response(200); self.send_header('Content-Length', '5000'); self.end_headers(); self.wfile.write(b'x' * 5000)\n\
+         \x20 elif self.path == '/big-chunked':\n\
+         \x20  self.send_response(200); self.send_header('Transfer-Encoding', 'chunked'); self.end_headers()\n\
+         \x20  for _ in range(5): self.wfile.write(b'3e8\\r\\n' + b'y' * 1000 + b'\\r\\n')\n\
+         \x20  self.wfile.write(b'0\\r\\n\\r\\n')\n\
+         \x20 elif self.path == '/away':\n\
+         \x20  self.send_response(302); self.send_header('Location', '{away}'); self.send_header('Content-Length', '0'); self.end_headers()\n\
+         \x20 else:\n\
+         \x20  b = b'auth' if self.headers.get('Authorization') else b'none'\n\
+         \x20  self.send_response(200); self.send_header('Content-Length', str(len(b))); self.end_headers(); self.wfile.write(b)\n\
+         \x20def log_message(self, *a): pass\n\
+         s = http.server.ThreadingHTTPServer(('{host}', {port}), H)\n\
+         c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); c.load_cert_chain('srv.pem', 'srv.key')\n\
+         s.socket = c.wrap_socket(s.socket, server_side=True)\n\
+         print('ready', flush=True)\n\
+         s.serve_forever()\n"
+    );
+    let mut server = Command::new("python3")
+        .args(["-c", &script])
+        .current_dir(&pki.dir)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("this test needs python3");
+    let mut ready = String::new();
+    io::BufRead::read_line(
+        &mut io::BufReader::new(server.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready.trim(), "ready");
+    server
+}
+
+/// Over https:// as over http://: a body over the limit is refused whether its length is
+/// announced or chunked, and the token does not follow a redirect to another host.
+#[test]
+fn https_oversize_and_cross_host_redirects() {
+    let pki = Pki::new("hostile");
+    let free = |ip: &str| {
+        std::net::TcpListener::bind((ip, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (p1, p2) = (free("127.0.0.1"), free("127.0.0.2"));
+    let there = format!("https://127.0.0.2:{p2}/here");
+    let mut a = python_tls(&pki, &format!("127.0.0.1:{p1}"), &there);
+    let mut b = python_tls(&pki, &format!("127.0.0.2:{p2}"), &there);
+    let tls = pki.tls("ca", false);
+    let fetcher = Fetcher {
+        connect_timeout: Duration::from_secs(5),
+        read_timeout: Duration::from_secs(5),
+        min_total: Duration::from_secs(10),
+    };
+    let call = Call {
+        method: "GET",
+        auth: Some("TargetToken secret"),
+        json: None,
+        tls: Some(crate::fetch::TlsFiles::from(&tls)),
+        headers: &[],
+    };
+    let results = (
+        fetcher.call(&format!("https://127.0.0.1:{p1}/big"), call, 1000),
+        fetcher.call(&format!("https://127.0.0.1:{p1}/big-chunked"), call, 1000),
+        fetcher.call(&format!("https://127.0.0.1:{p1}/home"), call, 1000),
+        fetcher.call(&format!("https://127.0.0.1:{p1}/away"), call, 1000),
+    );
+    for c in [&mut a, &mut b] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    for r in [results.0, results.1] {
+        let e = r.unwrap_err();
+        assert!(matches!(e, FetchError::TooLarge { limit: 1000, .. }), "{e}");
+    }
+    assert_eq!(
+        results.2.unwrap(),
+        b"auth",
+        "the token goes to its own origin"
+    );
+    assert_eq!(
+        results.3.unwrap(),
+        b"none",
+        "and not to another host a redirect names"
     );
 }
 
