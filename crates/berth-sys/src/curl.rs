@@ -623,19 +623,28 @@ impl Easy {
     pub fn perform(&mut self, req: &Request, handler: &mut dyn Handler) -> Outcome {
         match self.setup(req) {
             Ok(headers) => self.run(handler, headers),
-            Err(Refused { opt, code }) => Outcome {
-                code,
-                message: if code == code::BAD_FUNCTION_ARGUMENT {
-                    format!("option {opt}: a NUL byte in its text")
-                } else {
-                    format!(
-                        "libcurl {} refused option {opt}: {}",
-                        self.lib.info.version,
-                        self.strerror(code)
-                    )
-                },
-                ..Outcome::default()
+            Err(Refused { opt, code }) => {
+                // Nothing set so far stays pointed to (the header list is already freed).
+                // SAFETY: a live handle, no transfer running.
+                unsafe { (self.lib.easy_reset)(self.handle.as_ptr()) };
+                self.refused(opt, code)
+            }
+        }
+    }
+
+    fn refused(&self, opt: c_int, code: c_int) -> Outcome {
+        Outcome {
+            code,
+            message: if code == code::BAD_FUNCTION_ARGUMENT {
+                format!("option {opt}: a NUL byte in its text")
+            } else {
+                format!(
+                    "libcurl {} refused option {opt}: {}",
+                    self.lib.info.version,
+                    self.strerror(code)
+                )
             },
+            ..Outcome::default()
         }
     }
 
@@ -744,6 +753,8 @@ impl Easy {
             .into_iter()
             .try_for_each(|opt| self.ptr(opt, ud));
         if let Err(Refused { opt, code }) = wired {
+            // SAFETY: a live handle, no transfer running.
+            unsafe { (self.lib.easy_reset)(self.handle.as_ptr()) };
             return Outcome {
                 code,
                 message: format!("libcurl refused option {opt}"),

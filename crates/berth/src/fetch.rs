@@ -195,6 +195,12 @@ impl Default for Fetcher {
     }
 }
 
+/// The fleet client's TLS files, by their keys in berth.toml.
+#[cfg(any(feature = "fleet", feature = "vendor"))]
+const FLEET_TLS: [&str; 3] = ["[fleet] ca_file", "[fleet] cert_file", "[fleet] key_file"];
+#[cfg(not(any(feature = "fleet", feature = "vendor")))]
+const FLEET_TLS: [&str; 3] = ["", "", ""];
+
 /// What berth.toml says about every download ([`set_defaults`]).
 #[derive(Debug, Default)]
 pub struct Defaults {
@@ -325,6 +331,8 @@ pub struct TlsFiles<'a> {
     pub ca_file: Option<&'a Path>,
     pub cert_file: Option<&'a Path>,
     pub key_file: Option<&'a Path>,
+    /// What the three are called where the user sets them (for messages).
+    pub names: [&'static str; 3],
 }
 
 #[cfg(feature = "fleet")]
@@ -334,6 +342,7 @@ impl<'a> From<&'a berth_core::config::FleetTls> for TlsFiles<'a> {
             ca_file: t.ca_file.as_deref(),
             cert_file: t.cert_file.as_deref(),
             key_file: t.key_file.as_deref(),
+            names: FLEET_TLS,
         }
     }
 }
@@ -702,7 +711,7 @@ impl Fetcher {
             };
             headers.extend(c.headers.iter().cloned());
             if let Some(t) = c.tls {
-                names = ["ca_file", "cert_file", "key_file"];
+                names = t.names;
                 tls = curl::Tls {
                     ca_file: t.ca_file,
                     cert_file: t.cert_file,
@@ -766,7 +775,7 @@ impl Fetcher {
             _ => false,
         };
         // The hint is for the fleet's calls, the only ones with a certificate to show.
-        if url.tls && !got_head && silent && names[1] == "cert_file" {
+        if url.tls && !got_head && silent && names == FLEET_TLS {
             let hint = if request.tls.cert_file.is_some() {
                 ""
             } else {
@@ -920,9 +929,18 @@ fn redirect(
     }
 }
 
-/// A Location header resolved against the URL that answered with it (RFC 9110 §10.2.2).
+/// A Location header resolved against the URL that answered with it (RFC 9110 §10.2.2,
+/// RFC 3986 §5.2; dot segments are left to the server). What comes out is checked by
+/// `parse_url` like any URL.
 fn resolve_location(base: &str, location: &str) -> String {
-    if location.contains("://") {
+    // An absolute reference starts with a scheme: a letter, then letters, digits, + - .
+    let scheme = location.find(':').filter(|&i| {
+        i > 0
+            && location[..i].bytes().enumerate().all(|(j, b)| {
+                b.is_ascii_alphabetic() || (j > 0 && (b.is_ascii_digit() || b"+-.".contains(&b)))
+            })
+    });
+    if scheme.is_some() {
         return location.to_owned();
     }
     let (scheme, rest) = base.split_once("://").unwrap_or(("http", base));
@@ -935,6 +953,11 @@ fn resolve_location(base: &str, location: &str) -> String {
         return format!("{scheme}://{authority}{location}");
     }
     let path = path.split(['?', '#']).next().unwrap_or("");
+    // A query or a fragment alone keeps the path.
+    if location.starts_with(['?', '#']) {
+        let path = if path.is_empty() { "/" } else { path };
+        return format!("{scheme}://{authority}{path}{location}");
+    }
     let dir = &path[..path.rfind('/').map_or(0, |i| i + 1)];
     let dir = if dir.is_empty() { "/" } else { dir };
     format!("{scheme}://{authority}{dir}{location}")
@@ -1943,7 +1966,12 @@ mod tests {
         );
         assert!(err.is_source_failure());
         assert_eq!(fetch_bytes(&format!("{base}/a"), 4096).unwrap(), b"sig");
-        server.join().unwrap();
+        let requests = server.join().unwrap();
+        assert!(
+            requests[2].starts_with("GET /b HTTP/1.1\r\n"),
+            "{}",
+            requests[2]
+        );
     }
 
     #[test]
@@ -1975,6 +2003,23 @@ mod tests {
         assert_eq!(resolve_location(base, "//o/c"), "http://o/c");
         assert_eq!(resolve_location(base, "http://o:9/c"), "http://o:9/c");
         assert_eq!(resolve_location("https://h", "c"), "https://h/c");
+        assert_eq!(resolve_location(base, "?q2"), "http://h:81/a/b?q2");
+        assert_eq!(
+            resolve_location(base, "/p?n=http://x"),
+            "http://h:81/p?n=http://x"
+        );
+        // What a hostile server might try: each stays on its host, or is another origin
+        // (the token is dropped), or is no URL berth takes.
+        assert_eq!(
+            resolve_location("https://h/a", "//evil/x"),
+            "https://evil/x"
+        );
+        assert_eq!(resolve_location(base, "\\evil"), "http://h:81/a/\\evil");
+        assert_eq!(resolve_location(base, "http:evil"), "http:evil");
+        assert!(parse_url("http:evil").is_err());
+        assert!(
+            matches!(parse_url(&resolve_location(base, "\\evil")), Ok(Url::Http(u)) if u.host == "h")
+        );
     }
 
     #[cfg(any(feature = "fleet", feature = "vendor"))]

@@ -190,14 +190,14 @@ fn https_through_openssl_verifies_the_server() {
     unreadable.ca_file = Some("/nonexistent/ca.pem".into());
     let e = get(&url, Some(&unreadable)).unwrap_err().to_string();
     assert!(
-        e.contains("TLS: ca_file /nonexistent/ca.pem: no such file or directory"),
+        e.contains("TLS: [fleet] ca_file /nonexistent/ca.pem: no such file or directory"),
         "{e}"
     );
     let mut no_key = pki.tls("ca", true);
     no_key.key_file = Some("/nonexistent/dev.key".into());
     let e = get(&url, Some(&no_key)).unwrap_err().to_string();
     assert!(
-        e.contains("TLS: key_file /nonexistent/dev.key: no such file"),
+        e.contains("TLS: [fleet] key_file /nonexistent/dev.key: no such file"),
         "{e}"
     );
     // A self-signed server certificate, not from the CA the device trusts.

@@ -173,6 +173,7 @@ impl Registry<'_> {
             json: None,
             tls: Some(TlsFiles {
                 ca_file: self.opts.ca_file.as_deref(),
+                names: ["--ca-file", "", ""],
                 ..TlsFiles::default()
             }),
             headers,
@@ -205,6 +206,11 @@ impl Registry<'_> {
 
     fn refused(&self, e: FetchError) -> anyhow::Error {
         match e {
+            FetchError::Status {
+                status: 401, url, ..
+            } if crate::fetch::origin(&url) != crate::fetch::origin(&self.base) => {
+                anyhow!("{url}: 401 from outside the registry: not answered")
+            }
             FetchError::Status {
                 status: 401, url, ..
             } => anyhow!(
@@ -474,7 +480,6 @@ pub fn pull(r: &Reference, opts: &Options, dir: &Path) -> Result<usize> {
         .unwrap_or("application/vnd.oci.image.manifest.v1+json")
         .to_string();
     std::fs::write(dir.join("blobs/sha256").join(&digest), &body)?;
-    reg.blob(dir, &manifest["config"])?;
     let layers = manifest["layers"].as_array().cloned().unwrap_or_default();
     // Bounded before a byte of them is fetched: the staging directory is on the vendor's disk.
     let total: u64 = layers
@@ -490,6 +495,17 @@ pub fn pull(r: &Reference, opts: &Options, dir: &Path) -> Result<usize> {
             layers.len()
         );
     }
+    // The configuration is JSON: no larger than a manifest.
+    if manifest["config"]["size"]
+        .as_u64()
+        .is_none_or(|s| s > MANIFEST_LIMIT)
+    {
+        bail!(
+            "{}: the image's configuration is over {MANIFEST_LIMIT} bytes",
+            r.repo
+        );
+    }
+    reg.blob(dir, &manifest["config"])?;
     for l in &layers {
         reg.blob(dir, l)?;
     }
@@ -745,6 +761,36 @@ mod tests {
         let asked = other_log.lock().unwrap().clone();
         assert_eq!(asked, vec!["/token None".to_string()]);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn blobs_are_bounded_before_any_is_fetched() {
+        let d = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+        let manifest = json!({
+            "schemaVersion": 2,
+            "config": {"digest": d('a'), "size": 100},
+            "layers": [{"digest": d('b'), "size": 5000u64}, {"digest": d('c'), "size": 10u64 << 30}],
+        })
+        .to_string()
+        .into_bytes();
+        let (port, log) = fake(move |_, _| ok(&manifest));
+        let dir = std::env::temp_dir().join(format!("berth-bound-{}", std::process::id()));
+        let r = Reference::parse(&format!("registry://127.0.0.1:{port}/app:1"))
+            .unwrap()
+            .unwrap();
+        let opts = Options {
+            plain_http: true,
+            max_bytes: Some(1 << 20),
+            ..Options::default()
+        };
+        let e = format!("{:#}", pull(&r, &opts, &dir).unwrap_err());
+        assert!(e.contains("more than 128 layers or 1048576 bytes"), "{e}");
+        assert_eq!(
+            log.lock().unwrap().len(),
+            1,
+            "only the manifest was asked for"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
