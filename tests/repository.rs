@@ -493,48 +493,6 @@ fn mirrors_and_resumes(https: bool) {
     drop(served);
 }
 
-/// Python's threaded static file server over TLS, serving `root` on a loopback port.
-struct TlsServer(std::process::Child, u16);
-
-impl TlsServer {
-    fn start(root: &Path, pki: &Path) -> TlsServer {
-        let port = free_port();
-        let script = format!(
-            "import functools, http.server, ssl\n\
-             H = functools.partial(http.server.SimpleHTTPRequestHandler, directory='{root}')\n\
-             s = http.server.ThreadingHTTPServer(('127.0.0.1', {port}), H)\n\
-             c = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
-             c.load_cert_chain('{pki}/srv.pem', '{pki}/srv.key')\n\
-             s.socket = c.wrap_socket(s.socket, server_side=True)\n\
-             print('ready', flush=True)\n\
-             s.serve_forever()\n",
-            root = root.display(),
-            pki = pki.display()
-        );
-        let mut child = Command::new("python3")
-            .args(["-c", &script])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("this test needs python3");
-        let mut ready = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-            &mut ready,
-        )
-        .unwrap();
-        assert_eq!(ready.trim(), "ready");
-        TlsServer(child, port)
-    }
-}
-
-impl Drop for TlsServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// An HTTP proxy on loopback that tunnels CONNECT requests and records each request line.
 fn connect_proxy() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
     use std::io::{BufRead, Write};
@@ -592,7 +550,7 @@ fn set_https_sources(sb: &Sandbox, top: &str, network: &str) {
     std::fs::write(&sb.config, format!("{top}\n{rest}")).unwrap();
 }
 
-/// A repository on https:// (Python's TLS server on loopback, a CA of the test's own): with
+/// A repository on https:// (busybox httpd behind a TLS front, a CA of the test's own): with
 /// `repository_ca_file` the index and the image come over TLS and the package runs; the
 /// system's store (no CA file) or another CA is refused with the certificate's reason, and
 /// nothing changes; with `[network] proxy` the same repository is reached through an HTTP
@@ -603,8 +561,9 @@ fn an_https_repository_with_its_own_ca_and_through_a_proxy() {
     sb.add(&service("tls"));
     let pki = sb.dir.join("pki");
     loopback_pki(&pki);
-    let server = TlsServer::start(&sb.repo, &pki);
-    let url = format!("https://127.0.0.1:{}", server.1);
+    let httpd = busybox_httpd(&sb.repo);
+    let server = TlsFront::start(httpd.port, &pki);
+    let url = format!("https://127.0.0.1:{}", server.port);
     let ca = |name: &str| format!("repository_ca_file = \"{}/{name}.pem\"", pki.display());
 
     // No CA file: the system's store does not know the test's CA.
@@ -651,7 +610,7 @@ fn an_https_repository_with_its_own_ca_and_through_a_proxy() {
     sb.ok(&["update"]);
     sb.ok(&["install", "tls"]);
     let lines = seen.lock().unwrap().clone();
-    let tunnel = format!("CONNECT 127.0.0.1:{} HTTP/1.1", server.1);
+    let tunnel = format!("CONNECT 127.0.0.1:{} HTTP/1.1", server.port);
     assert!(lines.len() >= 2, "{lines:?}");
     assert!(lines.iter().all(|l| *l == tunnel), "{lines:?}");
     sb.ok(&["remove", "tls"]);

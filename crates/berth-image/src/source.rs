@@ -275,12 +275,14 @@ pub fn open(src: &Source) -> Result<Image> {
     }
 }
 
-/// The host's architecture as OCI names it, to pick from a multi-platform index.
-fn oci_arch() -> &'static str {
+/// The host's architecture as OCI names it, to pick from a multi-platform index (also the
+/// registry pull's default).
+pub fn oci_arch() -> &'static str {
     match std::env::consts::ARCH {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
         "arm" => "arm",
+        "mips" if cfg!(target_endian = "little") => "mipsle",
         "mips" => "mips",
         "mips64" => "mips64",
         "powerpc64" => "ppc64le",

@@ -232,33 +232,12 @@ fn load() -> Result<Lib, String> {
     )?;
     let sym = |name: &CStr| lib.sym(name, "libcurl");
     // SAFETY: each symbol is the libcurl function of that name, whose C signature (curl.h,
-    // easy.h) is the one of the type it is transmuted into; the two variadic ones are
-    // transmuted into variadic types.
-    let (global_init, version_info, lib) = unsafe {
+    // easy.h) is the one of the type it is transmuted into (also below, where the two
+    // variadic ones are transmuted into variadic types).
+    let (global_init, version_info) = unsafe {
         (
             std::mem::transmute::<Sym, GlobalInit>(sym(c"curl_global_init")?),
             std::mem::transmute::<Sym, VersionInfoFn>(sym(c"curl_version_info")?),
-            Lib {
-                easy_init: std::mem::transmute::<Sym, EasyInit>(sym(c"curl_easy_init")?),
-                easy_cleanup: std::mem::transmute::<Sym, EasyHandleFn>(sym(c"curl_easy_cleanup")?),
-                easy_reset: std::mem::transmute::<Sym, EasyHandleFn>(sym(c"curl_easy_reset")?),
-                setopt: std::mem::transmute::<Sym, Setopt>(sym(c"curl_easy_setopt")?),
-                perform: std::mem::transmute::<Sym, Perform>(sym(c"curl_easy_perform")?),
-                getinfo: std::mem::transmute::<Sym, Getinfo>(sym(c"curl_easy_getinfo")?),
-                strerror: std::mem::transmute::<Sym, Strerror>(sym(c"curl_easy_strerror")?),
-                slist_append: std::mem::transmute::<Sym, SlistAppend>(sym(c"curl_slist_append")?),
-                slist_free_all: std::mem::transmute::<Sym, SlistFree>(sym(c"curl_slist_free_all")?),
-                info: Version {
-                    version: String::new(),
-                    number: 0,
-                    tls: None,
-                    protocols: Vec::new(),
-                    ipv6: false,
-                    async_dns: false,
-                    https_proxy: false,
-                    threadsafe: false,
-                },
-            },
         )
     };
     // SAFETY: called once, inside the OnceLock, before any handle exists.
@@ -300,10 +279,21 @@ fn load() -> Result<Lib, String> {
             version.version
         ));
     }
-    Ok(Lib {
-        info: version,
-        ..lib
-    })
+    // SAFETY: as above.
+    unsafe {
+        Ok(Lib {
+            easy_init: std::mem::transmute::<Sym, EasyInit>(sym(c"curl_easy_init")?),
+            easy_cleanup: std::mem::transmute::<Sym, EasyHandleFn>(sym(c"curl_easy_cleanup")?),
+            easy_reset: std::mem::transmute::<Sym, EasyHandleFn>(sym(c"curl_easy_reset")?),
+            setopt: std::mem::transmute::<Sym, Setopt>(sym(c"curl_easy_setopt")?),
+            perform: std::mem::transmute::<Sym, Perform>(sym(c"curl_easy_perform")?),
+            getinfo: std::mem::transmute::<Sym, Getinfo>(sym(c"curl_easy_getinfo")?),
+            strerror: std::mem::transmute::<Sym, Strerror>(sym(c"curl_easy_strerror")?),
+            slist_append: std::mem::transmute::<Sym, SlistAppend>(sym(c"curl_slist_append")?),
+            slist_free_all: std::mem::transmute::<Sym, SlistFree>(sym(c"curl_slist_free_all")?),
+            info: version,
+        })
+    }
 }
 
 /// The loaded libcurl, or why it cannot be loaded (the loader's own words).
@@ -675,10 +665,10 @@ impl Easy {
         self.long(OPT_TIMEOUT_MS, millis(req.timeout))?;
         self.long(OPT_CONNECTTIMEOUT_MS, millis(req.connect_timeout))?;
         self.long(OPT_LOW_SPEED_LIMIT, 1)?;
-        let idle = req.idle.as_secs() + u64::from(req.idle.subsec_nanos() > 0);
+        // Whole seconds (the caller rounds up).
         self.long(
             OPT_LOW_SPEED_TIME,
-            c_long::try_from(idle.max(1)).unwrap_or(c_long::MAX),
+            c_long::try_from(req.idle.as_secs().max(1)).unwrap_or(c_long::MAX),
         )?;
         if req.range_from > 0 {
             self.text(OPT_RANGE, Some(&format!("{}-", req.range_from)))?;

@@ -328,9 +328,7 @@ pub struct Call<'a> {
 #[cfg(any(feature = "fleet", feature = "vendor"))]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TlsFiles<'a> {
-    pub ca_file: Option<&'a Path>,
-    pub cert_file: Option<&'a Path>,
-    pub key_file: Option<&'a Path>,
+    pub files: curl::Tls<'a>,
     /// What the three are called where the user sets them (for messages).
     pub names: [&'static str; 3],
 }
@@ -339,9 +337,11 @@ pub struct TlsFiles<'a> {
 impl<'a> From<&'a berth_core::config::FleetTls> for TlsFiles<'a> {
     fn from(t: &'a berth_core::config::FleetTls) -> Self {
         TlsFiles {
-            ca_file: t.ca_file.as_deref(),
-            cert_file: t.cert_file.as_deref(),
-            key_file: t.key_file.as_deref(),
+            files: curl::Tls {
+                ca_file: t.ca_file.as_deref(),
+                cert_file: t.cert_file.as_deref(),
+                key_file: t.key_file.as_deref(),
+            },
             names: FLEET_TLS,
         }
     }
@@ -680,7 +680,6 @@ impl Fetcher {
         if let Some(tag) = ask.if_none_match {
             headers.push(format!("If-None-Match: {tag}"));
         }
-        #[allow(unused_mut)]
         let defaults = DEFAULTS.get();
         // The repository's CA file, unless the fleet's own TLS options say otherwise.
         #[allow(unused_mut)]
@@ -711,12 +710,7 @@ impl Fetcher {
             };
             headers.extend(c.headers.iter().cloned());
             if let Some(t) = c.tls {
-                names = t.names;
-                tls = curl::Tls {
-                    ca_file: t.ca_file,
-                    cert_file: t.cert_file,
-                    key_file: t.key_file,
-                };
+                (tls, names) = (t.files, t.names);
             }
         }
         // Said plainly here: libcurl only finds out in the handshake, in its own words.
@@ -732,7 +726,9 @@ impl Fetcher {
             }
         }
         body.check_deadline()?;
-        let idle = Duration::from_secs(self.read_timeout.as_secs_f64().ceil().max(1.0) as u64);
+        // libcurl counts idle time in whole seconds.
+        let t = self.read_timeout;
+        let idle = Duration::from_secs((t.as_secs() + u64::from(t.subsec_nanos() > 0)).max(1));
         let request = Request {
             url: &full,
             method,

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
-use sha2::Digest;
+
+use berth_sys::curl;
 
 use crate::fetch::{Call, FetchError, Fetcher, TlsFiles};
 
@@ -144,18 +145,6 @@ fn digest_hex(d: &str) -> Option<&str> {
     .then_some(h)
 }
 
-/// The architecture a multi-platform index is read for.
-fn this_arch() -> &'static str {
-    match std::env::consts::ARCH {
-        "x86_64" => "amd64",
-        "aarch64" => "arm64",
-        "mips" if cfg!(target_endian = "little") => "mipsle",
-        "powerpc64" => "ppc64le",
-        "x86" => "386",
-        other => other,
-    }
-}
-
 /// A registry session: its base URL, the token it gave, the credentials for it.
 struct Registry<'a> {
     base: String,
@@ -172,9 +161,11 @@ impl Registry<'_> {
             auth: self.auth.as_deref(),
             json: None,
             tls: Some(TlsFiles {
-                ca_file: self.opts.ca_file.as_deref(),
+                files: curl::Tls {
+                    ca_file: self.opts.ca_file.as_deref(),
+                    ..curl::Tls::default()
+                },
                 names: ["--ca-file", "", ""],
-                ..TlsFiles::default()
             }),
             headers,
         }
@@ -294,10 +285,7 @@ impl Registry<'_> {
         let url = format!("{}/manifests/{reference}", self.base);
         let headers = [ACCEPT.to_string()];
         let body = self.authorized(|r| r.fetcher.call(&url, r.call(&headers), MANIFEST_LIMIT))?;
-        let got: String = sha2::Sha256::digest(&body)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let got = berth_core::index::sha256_hex(&body);
         if let Some(want) = digest_hex(reference) {
             if got != want {
                 bail!("{url}: its sha256 is {got}, not the digest it was asked by: refused");
@@ -430,7 +418,10 @@ pub fn pull(r: &Reference, opts: &Options, dir: &Path) -> Result<usize> {
         .with_context(|| format!("{}", dir.display()))?;
     let _session = crate::fetch::session();
     let (mut body, mut digest) = reg.manifest(&r.reference)?;
-    let arch = opts.arch.as_deref().unwrap_or_else(|| this_arch());
+    let arch = opts
+        .arch
+        .as_deref()
+        .unwrap_or(berth_image::source::oci_arch());
     let mut hops = 0;
     let manifest = loop {
         let v: Value = serde_json::from_slice(&body)
@@ -618,10 +609,7 @@ mod tests {
     }
 
     fn sha(b: &[u8]) -> String {
-        sha2::Sha256::digest(b)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        berth_core::index::sha256_hex(b)
     }
 
     #[test]
