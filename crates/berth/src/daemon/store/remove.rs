@@ -1,5 +1,6 @@
 //! `berth remove` (with a resumable purge) and `berth gc`.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use berth_core::api::{gc as gc_field, remove as remove_field};
@@ -228,6 +229,29 @@ pub(crate) fn gc(d: &Daemon) -> Result<Value> {
     let _op = d.op.lock().unwrap();
     finish_purges(d);
     mounts::release_mounts(d);
+    let (removed, freed) = delete_unused(d, None);
+    clear_tmp(&d.cfg);
+    Ok(json!({gc_field::REMOVED: removed, gc_field::FREED_BYTES: freed}))
+}
+
+/// After an upgrade or a rollback (under the op lock): deletes those of `candidates` (the
+/// images the operation's packages referenced before and after) that nothing uses any more,
+/// so that a device upgraded for months keeps no more than each package's image and its
+/// previous one. An image still mounted stays for `berth gc`.
+pub(crate) fn prune(d: &Daemon, candidates: &BTreeSet<String>) {
+    let (removed, freed) = delete_unused(d, Some(candidates));
+    if !removed.is_empty() {
+        log::info!(
+            "store: deleted {} image(s) nothing uses any more ({freed} bytes)",
+            removed.len()
+        );
+    }
+}
+
+/// Deletes the store images (of `only`, when given) that the state does not reference, no
+/// running container was started on or has bound, and no mount or loop device reads; fsyncs
+/// the store. Returns their sha256s and the bytes freed. Under the op lock.
+fn delete_unused(d: &Daemon, only: Option<&BTreeSet<String>>) -> (Vec<String>, u64) {
     let st = state::state(d);
     let mut keep = st.referenced_images();
     // What running containers were started on, whatever the state says now.
@@ -254,7 +278,8 @@ pub(crate) fn gc(d: &Daemon) -> Result<Value> {
             let Some(sha) = name.strip_suffix(".sqfs") else {
                 continue;
             };
-            if keep.contains(sha)
+            if only.is_some_and(|o| !o.contains(sha))
+                || keep.contains(sha)
                 || mounts::is_mounted(d, &d.cfg.paths.image_mount(sha))
                 || backing.iter().any(|b| *b == e.path())
             {
@@ -268,8 +293,7 @@ pub(crate) fn gc(d: &Daemon) -> Result<Value> {
         }
     }
     let _ = fsync_dir(&store);
-    clear_tmp(&d.cfg);
-    Ok(json!({gc_field::REMOVED: removed, gc_field::FREED_BYTES: freed}))
+    (removed, freed)
 }
 
 pub(crate) fn clear_tmp(cfg: &Config) {

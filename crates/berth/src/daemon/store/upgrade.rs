@@ -16,6 +16,7 @@
 //! `trial` rolls it back (`recover`); snapshot renames are ordered so that `restore_data`
 //! finishes whatever a killed rollback began; `.tmp` copies are removed.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,7 +36,7 @@ use crate::daemon::device::state;
 use crate::daemon::ops::reports;
 use crate::daemon::runtime::control::{self, Intent, Who};
 use crate::daemon::runtime::{mounts, probe, sockets, start};
-use crate::daemon::store::{install, repo};
+use crate::daemon::store::{install, remove, repo};
 use crate::hooks;
 
 /// An upgrade's or rollback's stop: the stop timeout as configured.
@@ -93,10 +94,15 @@ pub(crate) fn upgrade(
 ) -> Result<Value> {
     let mut moves = Vec::new();
     let mut held = Vec::new();
+    // The images referenced before and after the switch: what the upgrade may leave unused.
+    let mut images = BTreeSet::new();
     let switched = {
         let _op = d.op.lock().unwrap();
         boot::refuse_in_safe_mode(d, "upgrade")?;
-        switch(d, names, force, emit, &mut moves, &mut held)
+        images.extend(state::state(d).referenced_images());
+        let r = switch(d, names, force, emit, &mut moves, &mut held);
+        images.extend(state::state(d).referenced_images());
+        r
     };
     if let Err(e) = switched {
         // Cut short (a stop refused, a full flash): what was switched goes back.
@@ -108,6 +114,7 @@ pub(crate) fn upgrade(
                 log::error!("{}: rollback failed: {r}", m.name);
             }
         }
+        remove::prune(d, &images);
         return Err(e);
     }
     let mut upgraded = Vec::new();
@@ -143,6 +150,10 @@ pub(crate) fn upgrade(
     }
     // The versions now installed bring their manifests' schedules.
     crate::daemon::ops::schedules::sync(d);
+    if !moves.is_empty() {
+        let _op = d.op.lock().unwrap();
+        remove::prune(d, &images);
+    }
     Ok(json!({ field::UPGRADED: upgraded, field::ROLLED_BACK: rolled_back, field::HELD: held }))
 }
 
@@ -470,8 +481,10 @@ pub(crate) fn rollback(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     };
     let (from, to) = (p.version.to_string(), prev.version.to_string());
     let running = probe::is_running(d, name);
+    let images = state::state(d).referenced_images();
     rollback_locked(d, name, running, "berth rollback", false)?;
     crate::daemon::ops::schedules::sync(d);
+    remove::prune(d, &images);
     Ok(json!({field::NAME: name, field::FROM: from, field::TO: to}))
 }
 
@@ -564,9 +577,11 @@ pub(crate) fn recover(d: &Arc<Daemon>) {
             );
             let _op = d.op.lock().unwrap();
             let why = "the daemon stopped during the upgrade's trial";
+            let images = state::state(d).referenced_images();
             if let Err(e) = rollback_locked(d, n, false, why, true) {
                 log::error!("{n}: rollback failed: {e}");
             }
+            remove::prune(d, &images);
         } else {
             // A confirmed upgrade (or one never committed): its snapshot is not needed.
             remove_any(&snapshot(d, n));
@@ -1150,7 +1165,7 @@ mod tests {
         std::fs::write(f.data().join("kept"), b"1.0's").unwrap();
         mark_autostart(&f.d);
         let before = f.kept();
-        f.offer(V2, b"web 2.0 image");
+        let e2 = f.offer(V2, b"web 2.0 image");
         f.publish(2);
         let _shim = running(&f.d, false);
         let data = f.data();
@@ -1177,5 +1192,45 @@ mod tests {
         assert_eq!(std::fs::read(f.data().join("kept")).unwrap(), b"1.0's");
         assert!(!snapshot(&f.d, "web").exists() && !data_failed(&f.d, "web").exists());
         archived(&f.d, "web", why);
+        assert!(
+            !f.d.cfg.paths.image(&e2.sha256).exists(),
+            "the rolled-back image stayed in the store"
+        );
+    }
+
+    /// Upgrades and rollbacks leave in the store what the state references and no more: the
+    /// image two versions back and the one rolled back from are deleted; an image the upgrade
+    /// never referenced (a `berth remove` left it) stays for `berth gc`.
+    #[test]
+    fn upgrades_and_rollbacks_delete_the_images_they_leave_unused() {
+        let mut f = setup("upgrade-prune", "");
+        f.installed(&[MANIFEST]);
+        let paths = f.d.cfg.paths.clone();
+        let image = |sha: &str| paths.image(sha);
+        let sha1 = state::installed(&f.d, "web").unwrap().sha256;
+        let stray = image(&"ab".repeat(32));
+        std::fs::write(&stray, b"left by a remove").unwrap();
+        let e2 = f.offer(V2, b"web 2.0 image");
+        f.publish(2);
+        f.upgrade(&[]).0.unwrap();
+        assert!(image(&sha1).exists(), "1.0 is 2.0's previous version");
+        let e3 = f.offer(&V2.replace("2.0", "3.0"), b"web 3.0 image");
+        f.publish(3);
+        f.upgrade(&[]).0.unwrap();
+        assert!(
+            !image(&sha1).exists(),
+            "1.0's image, two versions back, stayed"
+        );
+        assert!(image(&e2.sha256).exists() && image(&e3.sha256).exists());
+        rollback(&f.d, "web").unwrap();
+        assert!(
+            !image(&e3.sha256).exists(),
+            "the image rolled back from stayed"
+        );
+        assert!(image(&e2.sha256).exists());
+        assert!(
+            stray.exists(),
+            "an image the upgrade never referenced was deleted"
+        );
     }
 }
