@@ -71,6 +71,11 @@ suites:
                a CPU-capped berth container at a fixed rate and as fast as possible (p50,
                p99, p99.9, max, context switches, migrations, instructions), and berth
                start
+  soak         rounds of mixed operations (install, upgrades kept and rolled back, remove,
+               crashes, health failures, binds, schedules, logs, metrics, container API,
+               fleet polls) against one daemon; what the daemon and the host hold after
+               each round as a slope per 1000 operations; a resource that grows is an
+               error (default 300 rounds, --quick 20; --runs N)
   all          every suite
 
 options:
@@ -688,6 +693,9 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some(suites::api::CLIENT) {
         std::process::exit(suites::api::client(&args[2..]));
+    }
+    if args.get(1).map(String::as_str) == Some(suites::soak::DDI_SERVER) {
+        std::process::exit(suites::soak::ddi_server(&args[2..]));
     }
     if args.get(1).map(String::as_str) == Some(suites::cost::PROBE) {
         std::process::exit(suites::cost::probe(&args[2..]));

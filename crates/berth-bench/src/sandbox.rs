@@ -177,6 +177,26 @@ impl Sandbox {
     }
 }
 
+/// Stops every container of `sb` from inside the network namespace `ns` its daemon ran in,
+/// where LXC's command sockets are (the sweep's lxc-stop, from the host's, does not reach
+/// them).
+pub fn stop_in_netns(sb: &Sandbox, ns: &str) {
+    let lxcpath = sb.lxcpath();
+    for e in std::fs::read_dir(&lxcpath).into_iter().flatten().flatten() {
+        let _ = std::process::Command::new("nsenter")
+            .arg(format!("--net=/run/netns/{ns}"))
+            .arg("lxc-stop")
+            .arg("-P")
+            .arg(&lxcpath)
+            .arg("-n")
+            .arg(e.file_name())
+            .arg("-k")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// A small tmpfs at `dir` (made when missing), traversable by the containers' ids.
 fn tmpfs(dir: &std::path::Path) -> Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;

@@ -28,6 +28,7 @@ pub mod mem;
 pub mod microvm;
 pub mod net;
 pub mod security;
+pub mod soak;
 pub mod supervise;
 
 /// The order `all` runs them in: footprint first, so "idle" means a daemon that has done
@@ -50,6 +51,7 @@ pub const ALL: &[&str] = &[
     "governor",
     "microvm",
     "cgroups",
+    "soak",
 ];
 
 /// What every suite gets.
@@ -98,6 +100,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "governor" => Some(Box::new(governor::Governor)),
         "microvm" => Some(Box::new(microvm::MicroVm)),
         "cgroups" => Some(Box::new(cgroups::Cgroups)),
+        "soak" => Some(Box::new(soak::Soak)),
         _ => None,
     }
 }

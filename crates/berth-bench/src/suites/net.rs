@@ -219,20 +219,7 @@ impl Drop for World {
     /// host's, does not reach them); then the servers.
     fn drop(&mut self) {
         self.sb.stop_daemon();
-        let lxcpath = self.sb.lxcpath();
-        for e in std::fs::read_dir(&lxcpath).into_iter().flatten().flatten() {
-            let _ = Command::new("nsenter")
-                .arg(format!("--net=/run/netns/{}", self.dev))
-                .arg("lxc-stop")
-                .arg("-P")
-                .arg(&lxcpath)
-                .arg("-n")
-                .arg(e.file_name())
-                .arg("-k")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
+        crate::sandbox::stop_in_netns(&self.sb, &self.dev);
         for c in self.procs.iter_mut() {
             let _ = c.kill();
             let _ = c.wait();

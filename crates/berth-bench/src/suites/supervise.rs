@@ -50,7 +50,7 @@ fn packages() -> Vec<Pkg> {
 }
 
 /// The payload (init's one child) of a running container, with the init.
-fn payload(sb: &Sandbox, name: &str) -> Result<(i64, i32)> {
+pub fn payload(sb: &Sandbox, name: &str) -> Result<(i64, i32)> {
     let c = &sb.json(&["status", name])?["containers"][0];
     let init = c["init_pid"]
         .as_i64()
