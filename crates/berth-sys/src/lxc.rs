@@ -177,6 +177,41 @@ fn load() -> Result<Lib, String> {
 }
 
 /// Whether liblxc can be loaded here (and why not).
+/// The most a container's `lxc.log` holds before [`cap_log`] cuts it.
+pub const LOG_CAP: u64 = 64 * 1024;
+/// What [`cap_log`] keeps: the log's last lines, as much as a crash archive takes of it.
+pub const LOG_KEEP: usize = 16 * 1024;
+
+/// Cuts `log` to its last [`LOG_KEEP`] bytes (from a line's start) once it is over
+/// [`LOG_CAP`]. liblxc and the monitor append (`O_APPEND`), so their next lines follow the
+/// kept ones; a line written between the read and the cut is lost. An error is no reason to
+/// fail a start or a probe: it is ignored, and the next call tries again.
+pub fn cap_log(log: &Path) {
+    let _ = cap_log_at(log, LOG_CAP, LOG_KEEP);
+}
+
+fn cap_log_at(log: &Path, cap: u64, keep: usize) -> std::io::Result<bool> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(log)?;
+    let len = f.metadata()?.len();
+    if len <= cap {
+        return Ok(false);
+    }
+    f.seek(SeekFrom::Start(len.saturating_sub(keep as u64)))?;
+    let mut tail = Vec::with_capacity(keep);
+    (&mut f).take(keep as u64).read_to_end(&mut tail)?;
+    let from = tail.iter().position(|&b| b == b'\n').map_or(0, |i| i + 1);
+    f.set_len(0)?;
+    f.seek(SeekFrom::Start(0))?;
+    f.write_all(&tail[from..])?;
+    Ok(true)
+}
+
 pub fn available() -> Result<(), Error> {
     lib()
         .map(|_| ())
@@ -494,6 +529,12 @@ impl Container {
         let mut env_ptrs: Vec<*mut c_char> =
             envs.iter().map(|c| c.as_ptr() as *mut c_char).collect();
         env_ptrs.push(std::ptr::null_mut());
+        // In the container's root: liblxc's default, the caller's own directory, is one
+        // the container rarely has, and the failed chdir is a warning in lxc.log each time.
+        let root = c"/";
+        // A probe every few seconds adds lines to the container's lxc.log for as long as it
+        // runs; on a device that file is in /run, a tmpfs, so RAM.
+        self.cap_log();
         let mut command = lxc_attach_command_t {
             program: first.as_ptr() as *mut c_char,
             argv: argv_ptrs.as_mut_ptr(),
@@ -502,7 +543,8 @@ impl Container {
             attach_flags: LXC_ATTACH_DEFAULT | LXC_ATTACH_NO_NEW_PRIVS,
             namespaces: -1,
             personality: DETECT_PERSONALITY,
-            initial_cwd: std::ptr::null_mut(),
+            // liblxc does not write through it.
+            initial_cwd: root.as_ptr() as *mut c_char,
             uid,
             gid,
             env_policy: LXC_ATTACH_CLEAR_ENV,
@@ -528,6 +570,12 @@ impl Container {
             });
         }
         Ok(pid)
+    }
+
+    /// Cuts the container's `lxc.log` to its last lines once it is over [`LOG_CAP`] (see
+    /// [`cap_log`]); before each start and attach, the two that add to it.
+    pub fn cap_log(&self) {
+        cap_log(&self.lxcpath.join(&self.name).join("lxc.log"));
     }
 
     /// The container's last error number; after a foreground start in execute mode, the raw
@@ -656,6 +704,39 @@ mod tests {
     use crate::mount::tests::{require_root, TempDir};
     use std::sync::atomic::{AtomicU32, Ordering};
     use std::time::{Duration, Instant};
+
+    /// Over the cap the log keeps its last whole lines, at most `keep` bytes, and goes on
+    /// growing from there; under it nothing changes; a link is not followed.
+    #[test]
+    fn a_long_lxc_log_is_cut_to_its_last_lines() {
+        let d = TempDir::new("lxc-log");
+        let log = d.path().join("lxc.log");
+        let text: String = (0..2000)
+            .map(|i| format!("lxc web 2026 WARN attach - line {i}\n"))
+            .collect();
+        std::fs::write(&log, &text[..1000]).unwrap();
+        assert!(!cap_log_at(&log, 4096, 1024).unwrap());
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), &text[..1000]);
+        std::fs::write(&log, &text).unwrap();
+        assert!(cap_log_at(&log, 4096, 1024).unwrap());
+        let kept = std::fs::read_to_string(&log).unwrap();
+        assert!(kept.len() <= 1024 && kept.len() > 900, "{}", kept.len());
+        assert!(
+            kept.starts_with("lxc web") && text.ends_with(&kept),
+            "{kept}"
+        );
+        // An appender's next line follows the kept ones.
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        std::io::Write::write_all(&mut f, b"next\n").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&log).unwrap(),
+            format!("{kept}next\n")
+        );
+        let link = d.path().join("link.log");
+        std::os::unix::fs::symlink(&log, &link).unwrap();
+        assert!(cap_log_at(&link, 0, 10).is_err());
+        assert!(cap_log_at(&d.path().join("none"), 0, 10).is_err());
+    }
 
     #[test]
     fn version_is_5_or_later() {

@@ -415,6 +415,7 @@ fn monitor(args: &ShimArgs, log_w: OwnedFd, traced: bool) -> i32 {
         trace.mark("lxc_start");
         let _ = std::fs::write(args.lxcpath.join(&args.name).join(TRACE_FILE), &trace.words);
     }
+    c.cap_log();
     let ok = c.start(true, &argv).is_ok();
     let status = c.error_num();
     if !ok && status == 0 {

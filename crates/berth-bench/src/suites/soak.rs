@@ -209,6 +209,11 @@ const PROBES: &[Probe] = &[
         unit: "B",
         floor: 65536.0,
     },
+    Probe {
+        name: "bytes under the run directory (a tmpfs: RAM)",
+        unit: "B",
+        floor: 16384.0,
+    },
 ];
 
 /// The soak's berth: its sandbox with the daemon in a network namespace of its own, the
@@ -551,6 +556,7 @@ fn sample(w: &World) -> Result<Vec<f64>> {
     let links = sh(&format!("ip -n {} -o link show", w.ns))?.lines().count();
     let (files, bytes) = files_and_bytes(&sb.state_dir());
     let (_, store) = files_and_bytes(&sb.cfg.paths.store());
+    let (_, run) = files_and_bytes(&sb.run_dir());
     Ok(vec![
         mem.rss_kib as f64,
         mem.private_kib as f64,
@@ -565,6 +571,7 @@ fn sample(w: &World) -> Result<Vec<f64>> {
         files as f64,
         bytes as f64,
         store as f64,
+        run as f64,
     ])
 }
 
@@ -635,7 +642,11 @@ impl Suite for Soak {
             let polls = w.polls() - polls0;
             let total = mix.total() + polls;
             xs.push(total as f64);
-            samples.push(sample(&w)?);
+            let s = sample(&w)?;
+            if s.len() != PROBES.len() {
+                return Err(format!("{} samples for {} probes", s.len(), PROBES.len()).into());
+            }
+            samples.push(s);
         }
         let secs = t0.elapsed().as_secs_f64();
         mix.add("fleet polls (background)", w.polls() - polls0);
@@ -702,7 +713,7 @@ fn output(
                 table: t,
                 notes: vec![
                     format!("the first {warmup} rounds warm up and are not fit; \"first\" is the first fitted round"),
-                    "a resource GROWS when its slope's 95 % interval is above zero and the median of the last third of the rounds exceeds the first third's by more than its floor (512 KiB of RSS, 256 KiB of private memory, 64 KiB of bytes, one of anything counted)".into(),
+                    "a resource GROWS when its slope's 95 % interval is above zero and the median of the last third of the rounds exceeds the first third's by more than its floor (512 KiB of RSS, 256 KiB of private memory, 64 KiB of bytes on flash, 16 KiB in the run directory, one of anything counted)".into(),
                 ],
             },
             Section {

@@ -33,7 +33,7 @@ const LOG_TAIL: usize = 64 * 1024;
 /// The newest bytes of the kernel log that go in.
 const KMSG_TAIL: usize = 16 * 1024;
 /// The newest bytes of LXC's own log of the container.
-const LXC_LOG_TAIL: usize = 16 * 1024;
+const LXC_LOG_TAIL: usize = berth_sys::lxc::LOG_KEEP;
 /// How long a collection waits for the core handler to finish writing a core (the kernel
 /// ends the process only once the dump is read; the file may land a moment after).
 const CORE_WAIT: Duration = Duration::from_secs(2);
