@@ -586,6 +586,23 @@ pub mod stats {
     pub const PIDS_CURRENT: &str = "pids_current";
     /// The slab reserve (`[slab]`, builds with the `slab` feature): [`super::slab`].
     pub const SLAB: &str = "slab";
+    /// What the daemon itself has written since it started: [`super::writes`].
+    pub const WRITES: &str = "writes";
+}
+
+/// `GET /v1/stats`' `writes`: the daemon's own writes since it started (flash wear).
+pub mod writes {
+    /// Bytes that reached the block layer (/proc/self/io `write_bytes`); null without the
+    /// kernel's task I/O accounting.
+    pub const BYTES: &str = "bytes";
+    /// Write system calls (`syscw`); null as `bytes`.
+    pub const SYSCALLS: &str = "syscalls";
+    /// fsyncs the daemon asked for.
+    pub const FSYNCS: &str = "fsyncs";
+    /// Seconds since the daemon started.
+    pub const SECONDS: &str = "seconds";
+    /// `bytes` per hour of the daemon's life so far; null as `bytes`.
+    pub const BYTES_PER_HOUR: &str = "bytes_per_hour";
 }
 
 /// `GET /v1/stats`' `slab`: the reserve module and each configured cache.

@@ -30,8 +30,9 @@ pub const MAX_CMD_BYTES: usize = 4096;
 pub const MAX_RUN_S: i64 = 86_400;
 /// How old the run records on flash may get (seconds): a run's record is written at once
 /// unless the table was written less than this ago (then at the next wake-up after, or at
-/// the daemon's clean stop), so a job every minute does not write flash every minute.
-pub const FLUSH_S: i64 = 600;
+/// the daemon's clean stop), so a job every minute does not write flash every minute: an
+/// hour keeps an idle device's writes to one small file an hour (`berth-bench wear`).
+pub const FLUSH_S: i64 = 3600;
 /// Jobs running at once, per container and on the device. A run due beyond waits for a slot
 /// (one per job), the device's slots shared fairly among the containers wanting them
 /// ([`start_fair`]), until its job's next time: then it is skipped and recorded.

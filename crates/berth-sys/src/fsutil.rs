@@ -6,7 +6,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::mount::cpath;
 
@@ -59,7 +59,7 @@ fn replace(path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Result<()>
         f.set_permissions(std::fs::Permissions::from_mode(mode))?;
         f.write_all(data)?;
         if durable {
-            f.sync_all()?;
+            sync(&f)?;
         }
         drop(f);
         std::fs::rename(&tmp, path)?;
@@ -87,7 +87,34 @@ fn replace(path: &Path, data: &[u8], mode: u32, durable: bool) -> io::Result<()>
 
 /// fsyncs a directory, making renames and creations inside it durable.
 pub fn fsync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
+    sync(&File::open(dir)?)
+}
+
+/// The fsyncs this process asked for through [`sync`] (flash wear: `berth stats`, metrics).
+static FSYNCS: AtomicU64 = AtomicU64::new(0);
+
+/// fsyncs a file or directory, counted in [`fsyncs`].
+pub fn sync(f: &File) -> io::Result<()> {
+    FSYNCS.fetch_add(1, Ordering::Relaxed);
+    f.sync_all()
+}
+
+/// How many fsyncs this process has asked for.
+pub fn fsyncs() -> u64 {
+    FSYNCS.load(Ordering::Relaxed)
+}
+
+/// What this process has written: (bytes that reached the block layer, write system calls),
+/// from /proc/self/io under `proc_root`; None without the kernel's task I/O accounting
+/// (`CONFIG_TASK_IO_ACCOUNTING`).
+pub fn own_writes(proc_root: &Path) -> Option<(u64, u64)> {
+    let text = std::fs::read_to_string(proc_root.join("self/io")).ok()?;
+    let field = |k: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(k)?.strip_prefix(':'))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some((field("write_bytes")?, field("syscw")?))
 }
 
 /// Whether an I/O error means the file system is full (ENOSPC or a quota, EDQUOT).
@@ -245,11 +272,31 @@ pub fn copy_sparse(src: &Path, dst: &Path) -> io::Result<()> {
     to.set_permissions(std::fs::Permissions::from_mode(
         meta.permissions().mode() & 0o7777,
     ))?;
-    to.sync_all()
+    sync(&to)
 }
 
 #[cfg(test)]
 mod tests {
+
+    /// Every fsync through `sync`, `fsync_dir` and `write_atomic` is counted; the process's
+    /// own writes are read from its /proc/self/io, and are absent without it.
+    #[test]
+    fn fsyncs_are_counted_and_own_writes_read() {
+        let dir = std::env::temp_dir().join(format!("berth-sys-fsyncs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let n0 = fsyncs();
+        write_atomic(&dir.join("f"), b"x", 0o600).unwrap();
+        fsync_dir(&dir).unwrap();
+        // the file, its directory, and the directory again (other tests may add more)
+        assert!(fsyncs() >= n0 + 3, "{} {}", n0, fsyncs());
+        let (bytes, calls) = own_writes(Path::new("/proc")).expect("task I/O accounting");
+        assert!(calls > 0, "{bytes} {calls}");
+        std::fs::create_dir_all(dir.join("proc/self")).unwrap();
+        assert_eq!(own_writes(&dir.join("proc")), None);
+        std::fs::write(dir.join("proc/self/io"), "syscw: 3\nwrite_bytes: 4096\n").unwrap();
+        assert_eq!(own_writes(&dir.join("proc")), Some((4096, 3)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn untraversable_ancestor_names_the_first_closed_directory() {

@@ -1080,7 +1080,7 @@ pub fn copy_tree(src: &Dir, dst: &Dir, max_bytes: u64) -> io::Result<()> {
                     }
                     w.write_all(&buf[..k])?;
                 }
-                w.sync_all()?;
+                crate::fsutil::sync(&w)?;
                 set_file_attrs(&w, now.mode, Some((now.uid, now.gid)), Some(now.mtime))
             }
             Kind::Special => Ok(()),

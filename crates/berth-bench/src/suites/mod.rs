@@ -30,6 +30,7 @@ pub mod net;
 pub mod security;
 pub mod soak;
 pub mod supervise;
+pub mod wear;
 
 /// The order `all` runs them in: footprint first, so "idle" means a daemon that has done
 /// nothing but install its packages.
@@ -52,6 +53,7 @@ pub const ALL: &[&str] = &[
     "microvm",
     "cgroups",
     "soak",
+    "wear",
 ];
 
 /// What every suite gets.
@@ -101,6 +103,7 @@ pub fn by_name(name: &str) -> Option<Box<dyn Suite>> {
         "microvm" => Some(Box::new(microvm::MicroVm)),
         "cgroups" => Some(Box::new(cgroups::Cgroups)),
         "soak" => Some(Box::new(soak::Soak)),
+        "wear" => Some(Box::new(wear::Wear)),
         _ => None,
     }
 }

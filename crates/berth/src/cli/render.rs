@@ -590,11 +590,29 @@ pub fn stats(v: &Value) -> String {
         v[stats::SAMPLE_MS]
     );
     out.push_str(&table(STATS_HEAD, stats_rows(v)));
+    out.push_str(&own_writes(&v[stats::WRITES]));
     #[cfg(feature = "slab")]
     if v[stats::SLAB].is_object() {
         out.push_str(&slab(&v[stats::SLAB]));
     }
     out
+}
+
+/// `berth stats`' line on the daemon's own writes (nothing from an older daemon).
+fn own_writes(w: &Value) -> String {
+    use berth_core::api::writes as f;
+    if !w.is_object() {
+        return String::new();
+    }
+    let bytes = match (w[f::BYTES].as_u64(), w[f::BYTES_PER_HOUR].as_u64()) {
+        (Some(b), Some(h)) => format!("{} ({}/hour)", human(b), human(h)),
+        _ => "unknown (no task I/O accounting in this kernel)".into(),
+    };
+    format!(
+        "\nthe daemon's own writes in {}: {bytes}, {} fsyncs\n",
+        dur(w[f::SECONDS].as_u64().unwrap_or(0)),
+        w[f::FSYNCS]
+    )
 }
 
 #[cfg(feature = "slab")]
@@ -1272,6 +1290,28 @@ mod tests {
         assert!(stats(&v)
             .starts_with("cgroup v1, 2 CPUs; CPU % is of one CPU, sampled over 500 ms\n  NAME"));
         assert!(!stats(&v).contains("slab"));
+    }
+
+    /// The daemon's own writes under the table; said plainly when the kernel cannot count
+    /// them; nothing from a daemon that does not report them.
+    #[test]
+    fn the_daemons_own_writes_in_stats() {
+        let v = json!({"cgroup_version": "v1", "cpus": 2, "sample_ms": 500,
+            "group": {}, "containers": [],
+            "writes": {"bytes": 12288, "syscalls": 40, "fsyncs": 7, "seconds": 7200,
+                       "bytes_per_hour": 6144}});
+        assert!(stats(&v)
+            .ends_with("\nthe daemon's own writes in 2h0m: 12.0 KiB (6.0 KiB/hour), 7 fsyncs\n"));
+        let v = json!({"cgroup_version": "v1", "cpus": 2, "sample_ms": 500,
+            "group": {}, "containers": [],
+            "writes": {"bytes": null, "syscalls": null, "fsyncs": 0, "seconds": 5,
+                       "bytes_per_hour": null}});
+        assert!(stats(&v).contains(
+            "own writes in 5s: unknown (no task I/O accounting in this kernel), 0 fsyncs"
+        ));
+        let v = json!({"cgroup_version": "v1", "cpus": 2, "sample_ms": 500,
+            "group": {}, "containers": []});
+        assert!(!stats(&v).contains("own writes"));
     }
 
     #[cfg(feature = "slab")]

@@ -156,10 +156,9 @@ fn seed_image(
             e.sha256
         ))));
     }
-    out.sync_all()
-        .map_err(|x| cleanup(Error::internal(x.to_string())))?;
+    berth_sys::fsutil::sync(&out).map_err(|x| cleanup(Error::internal(x.to_string())))?;
     std::fs::rename(&tmp, &image).map_err(|x| cleanup(Error::internal(x.to_string())))?;
-    let _ = File::open(paths.store()).and_then(|f| f.sync_all());
+    let _ = File::open(paths.store()).and_then(|f| berth_sys::fsutil::sync(&f));
     Ok(())
 }
 

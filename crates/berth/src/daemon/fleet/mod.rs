@@ -833,7 +833,7 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
             )],
         );
     }
-    let _ = f.sync_all();
+    let _ = berth_sys::fsutil::sync(&f);
     let a = rec.action.as_mut().unwrap();
     a.phase = Phase::Downloaded;
     a.bundle_sha256 = Some(sha);

@@ -575,7 +575,7 @@ fn write_archive(
                 w.flush()?;
             }
         }
-        sync.sync_all()?;
+        berth_sys::fsutil::sync(&sync)?;
         // The summary before the archive appears, so a listing never sees one without the
         // other's words (a summary without its archive is not listed). Without it the
         // archive is still whole: only the words are missing.

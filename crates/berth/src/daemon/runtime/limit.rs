@@ -185,12 +185,28 @@ pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
         stats::SAMPLE_MS: elapsed.as_millis() as u64,
         stats::GROUP: g,
         stats::CONTAINERS: containers,
+        stats::WRITES: own_writes(d),
     });
     #[cfg(feature = "slab")]
     if let Some(s) = crate::daemon::device::slab::stats(d) {
         v[stats::SLAB] = s;
     }
     Ok(v)
+}
+
+/// `berth stats`' `writes`: the daemon's own writes since it started, and their rate.
+pub(crate) fn own_writes(d: &Daemon) -> serde_json::Value {
+    use berth_core::api::writes as w;
+    let secs = d.started.elapsed().as_secs();
+    let io = berth_sys::fsutil::own_writes(d.proc());
+    let per_hour = io.map(|(b, _)| b.saturating_mul(3600) / secs.max(1));
+    serde_json::json!({
+        w::BYTES: io.map(|(b, _)| b),
+        w::SYSCALLS: io.map(|(_, c)| c),
+        w::FSYNCS: berth_sys::fsutil::fsyncs(),
+        w::SECONDS: secs,
+        w::BYTES_PER_HOUR: per_hour,
+    })
 }
 
 #[cfg(test)]
@@ -450,6 +466,19 @@ mod tests {
         assert_eq!(v[stats::CGROUP_VERSION], "v2");
         assert_eq!(v[stats::CPUS], 1);
         assert!(v[stats::SAMPLE_MS].as_u64().unwrap() >= STATS_SAMPLE.as_millis() as u64);
+        // The daemon's own writes: its fake /proc has no self/io (no task I/O accounting).
+        let w = &v[stats::WRITES];
+        assert!(w["bytes"].is_null() && w["bytes_per_hour"].is_null(), "{w}");
+        assert!(w["fsyncs"].is_u64() && w["seconds"].is_u64(), "{w}");
+        std::fs::create_dir_all(d.proc().join("self")).unwrap();
+        std::fs::write(d.proc().join("self/io"), "syscw: 9\nwrite_bytes: 4096\n").unwrap();
+        let w = own_writes(&d);
+        assert_eq!(
+            (&w["bytes"], &w["syscalls"]),
+            (&json!(4096), &json!(9)),
+            "{w}"
+        );
+        assert!(w["bytes_per_hour"].as_u64().unwrap() >= 4096, "{w}");
         let g = &v[stats::GROUP];
         assert_eq!(g[stats::CGROUP], d.cfg.cgroup_parent.as_str());
         assert_eq!(g[stats::MEMORY_CURRENT], 16u64 << 20);

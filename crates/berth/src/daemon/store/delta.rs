@@ -143,7 +143,7 @@ fn try_rebuild(
         ));
     }
     File::open(out)
-        .and_then(|f| f.sync_all())
+        .and_then(|f| berth_sys::fsutil::sync(&f))
         .map_err(|err| format!("fsync {}: {err}", out.display()))
 }
 

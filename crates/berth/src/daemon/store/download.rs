@@ -130,7 +130,7 @@ pub(crate) fn download(
             format!("{label}: {what} sha256 is {sha}, the signed index says {}: refusing it; nothing was changed", want.sha256),
         )));
     }
-    f.sync_all().map_err(|err| {
+    berth_sys::fsutil::sync(&f).map_err(|err| {
         cleanup(if berth_sys::fsutil::is_enospc(&err) {
             Error::new(Kind::NoSpace, format!("store full while writing {label}"))
         } else {

@@ -125,6 +125,19 @@ fn daemon_part(d: &Daemon, e: &mut Exposition) {
         "Seconds since this daemon started.",
     );
     e.sample(&[], Some(d.started.elapsed().as_secs_f64().floor()));
+    let io = berth_sys::fsutil::own_writes(d.proc());
+    e.family(
+        "berth_daemon_written_bytes_total",
+        Kind::Counter,
+        "Bytes the daemon itself wrote to storage since it started (/proc/self/io write_bytes; absent without task I/O accounting).",
+    );
+    e.sample(&[], io.map(|(b, _)| b as f64));
+    e.family(
+        "berth_daemon_fsyncs_total",
+        Kind::Counter,
+        "fsyncs the daemon asked for since it started.",
+    );
+    e.sample(&[], Some(berth_sys::fsutil::fsyncs() as f64));
 }
 
 /// VmRSS of /proc/self/status, in bytes.
@@ -526,6 +539,8 @@ mod tests {
                 "berth_safe_mode",
                 "berth_daemon_resident_memory_bytes",
                 "berth_daemon_uptime_seconds",
+                "berth_daemon_written_bytes_total",
+                "berth_daemon_fsyncs_total",
                 "berth_packages_installed",
                 "berth_container_state",
                 "berth_container_restarts_total",
@@ -570,6 +585,10 @@ mod tests {
             !s.contains_key("berth_daemon_resident_memory_bytes"),
             "no /proc/self/status"
         );
+        assert!(
+            !s.contains_key("berth_daemon_written_bytes_total"),
+            "no /proc/self/io"
+        );
     }
 
     /// The supervisor's state and restarts, the guard's kills (a record from before kills
@@ -595,7 +614,14 @@ mod tests {
             "Name:\tberth\nVmRSS:\t  2048 kB\n",
         )
         .unwrap();
+        std::fs::write(
+            d.proc().join("self/io"),
+            "rchar: 1\nwchar: 900\nsyscr: 1\nsyscw: 12\nread_bytes: 0\nwrite_bytes: 8192\ncancelled_write_bytes: 0\n",
+        )
+        .unwrap();
         let (_, s) = parse(&text(&d));
+        assert_eq!(s["berth_daemon_written_bytes_total"], 8192.0);
+        assert!(s.contains_key("berth_daemon_fsyncs_total"));
         assert_eq!(
             s["berth_container_state{container=\"web\",state=\"failed\"}"],
             1.0
