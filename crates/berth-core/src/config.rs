@@ -169,6 +169,9 @@ pub struct Watchdog {
 pub struct Upgrade {
     pub deadline_ms: u64,
     pub settle_ms: u64,
+    /// Bytes an install or upgrade leaves free on the store's file system for berth's own
+    /// state (`reserve`, default 4M): one that would not is refused before it fetches.
+    pub reserve: u64,
 }
 
 /// The boot counter (`[boot]`): a start is unconfirmed until the daemon has stayed up and
@@ -373,6 +376,7 @@ struct RawApi {
 struct RawUpgrade {
     deadline: Option<String>,
     settle: Option<String>,
+    reserve: Option<String>,
 }
 
 #[derive(Default)]
@@ -496,6 +500,7 @@ impl RawConfig {
                 Ok(RawUpgrade {
                     deadline: text(t, "deadline")?,
                     settle: text(t, "settle")?,
+                    reserve: text(t, "reserve")?,
                 })
             })?,
             metrics_listen: section(&mut t, "metrics", |t| text(t, "listen"))?,
@@ -1249,9 +1254,15 @@ fn upgrade(
             format!("{settle_ms} ms is not shorter than upgrade.deadline ({deadline_ms} ms)"),
         ));
     }
+    let reserve = match r.reserve {
+        None => 4 << 20,
+        Some(v) => crate::manifest::parse_size(&v)
+            .map_err(|e| value_err("upgrade.reserve", e.to_string()))?,
+    };
     Ok(Upgrade {
         deadline_ms,
         settle_ms,
+        reserve,
     })
 }
 
@@ -2137,16 +2148,24 @@ mod tests {
     fn upgrade_defaults_values_and_refusals() {
         let u = Config::parse("", "t").unwrap().upgrade;
         assert_eq!((u.deadline_ms, u.settle_ms), (60_000, 5_000));
-        let u = Config::parse("[upgrade]\ndeadline = \"20s\"\nsettle = \"500ms\"\n", "t")
-            .unwrap()
-            .upgrade;
-        assert_eq!((u.deadline_ms, u.settle_ms), (20_000, 500));
+        let u = Config::parse(
+            "[upgrade]\ndeadline = \"20s\"\nsettle = \"500ms\"\nreserve = \"1M\"\n",
+            "t",
+        )
+        .unwrap()
+        .upgrade;
+        assert_eq!(
+            (u.deadline_ms, u.settle_ms, u.reserve),
+            (20_000, 500, 1 << 20)
+        );
+        assert_eq!(Config::parse("", "t").unwrap().upgrade.reserve, 4 << 20);
         for (text, key) in [
             (
                 "[upgrade]\nsettle = \"2m\"",
                 "upgrade.settle: 120000 ms is not shorter",
             ),
             ("[upgrade]\ndeadline = \"soon\"", "upgrade.deadline"),
+            ("[upgrade]\nreserve = \"lots\"", "upgrade.reserve"),
             ("[upgrade]\nretry = 1", "retry"),
         ] {
             let e = Config::parse(text, "f").unwrap_err().to_string();

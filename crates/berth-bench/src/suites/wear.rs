@@ -22,6 +22,8 @@ use crate::sandbox::{PkgSpec, Sandbox};
 use crate::util::{progress, run, Result};
 
 const APP: &str = "wear-app";
+/// Started and stopped (no schedule: one would start it between the stop and the start).
+const PLAIN: &str = "wear-plain";
 /// Where the fleet server listens (loopback of the host's namespace).
 const DDI_ADDR: &str = "127.0.0.1:8181";
 /// What an idle device may write to its state partition in an hour, file system included
@@ -35,13 +37,20 @@ const CONFIG: &str = "[boot]\nconfirm_after = \"5s\"\n[fleet]\nserver = \"http:/
 
 pub struct Wear;
 
-fn package() -> Pkg {
-    let mut p = Pkg::script(APP, "1", "echo up\nexec sleep 100000\n").table(
-        "[health]\ncmd = [\"/bin/busybox\", \"true\"]\ninterval = \"10s\"\n\
-         [[schedule]]\ncron = \"* * * * *\"\ncmd = [\"/bin/busybox\", \"true\"]\n",
-    );
-    p.description = "berth-bench payload".into();
-    p
+fn packages() -> [Pkg; 2] {
+    let pkg = |name: &str, tables: &str| {
+        let mut p = Pkg::script(name, "1", "echo up\nexec sleep 100000\n").table(tables);
+        p.description = "berth-bench payload".into();
+        p
+    };
+    [
+        pkg(
+            APP,
+            "[health]\ncmd = [\"/bin/busybox\", \"true\"]\ninterval = \"10s\"\n\
+             [[schedule]]\ncron = \"* * * * *\"\ncmd = [\"/bin/busybox\", \"true\"]\n",
+        ),
+        pkg(PLAIN, ""),
+    ]
 }
 
 /// The loop device under the state directory, its image and mount.
@@ -130,7 +139,9 @@ impl Suite for Wear {
         let mut sb = ctx.sb.nested("wear", "2s", &extra)?;
         let part = Partition::create(&sb.dir, &sb.state_dir())?;
         let mut ddi = Server::start(&sb.dir)?;
-        sb.pack_pkg(&package())?;
+        for p in packages() {
+            sb.pack_pkg(&p)?;
+        }
         sb.build_repo()?;
         sb.start_daemon()?;
         sb.ok(&["update"])?;
@@ -139,17 +150,19 @@ impl Suite for Wear {
             .len();
         progress!("wear: install");
         let install = measure(&sb, &part, || sb.ok(&["install", APP]).map(drop))?;
+        sb.ok(&["install", PLAIN])?;
+        // Running from here on (its manifest's schedule would start it anyway).
+        sb.ok(&["start", APP])?;
+        // Past its start's writes and the boot counter's confirmation (5 s after the start).
+        std::thread::sleep(Duration::from_secs(10));
         let (mut start, mut stop) = (Vec::new(), Vec::new());
         for i in 0..starts {
             progress!("wear: start and stop {}/{starts}", i + 1);
-            start.push(measure(&sb, &part, || sb.ok(&["start", APP]).map(drop))?);
+            start.push(measure(&sb, &part, || sb.ok(&["start", PLAIN]).map(drop))?);
             stop.push(measure(&sb, &part, || {
-                sb.ok(&["stop", "-t", "1", APP]).map(drop)
+                sb.ok(&["stop", "-t", "1", PLAIN]).map(drop)
             })?);
         }
-        sb.ok(&["start", APP])?;
-        // Past the start's own writes and the boot counter's confirmation.
-        std::thread::sleep(Duration::from_secs(10));
         progress!("wear: idle for {} s", window.as_secs());
         let polls0 = ddi.polls();
         let t0 = Instant::now();

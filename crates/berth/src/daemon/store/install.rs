@@ -74,6 +74,7 @@ pub(crate) fn install(
             }
         }
     }
+    admit(d, &closure, &steps)?;
     let mut new = old.clone();
     let mut done = Vec::new();
     for step in steps {
@@ -111,6 +112,62 @@ pub(crate) fn install(
         .filter(|n| !done.iter().any(|v| v[field::NAME] == *n))
         .collect();
     Ok(json!({field::INSTALLED: done, field::UNCHANGED: skipped}))
+}
+
+/// Before anything is fetched: the images `steps` bring must fit on the store's file system
+/// with `[upgrade] reserve` left over for berth's own state (its records, the state file,
+/// crash reports), or the whole operation is refused (`no_space`, "space required X,
+/// available Y") with nothing changed. An image already in the store needs nothing; one a
+/// cut download began needs what it lacks.
+pub(crate) fn admit(d: &Daemon, closure: &[&IndexEntry], steps: &[InstallStep]) -> Result<()> {
+    let paths = &d.cfg.paths;
+    let mut need = 0u64;
+    let mut what = Vec::new();
+    for step in steps {
+        let InstallStep::Fetch { entry, .. } = step else {
+            continue;
+        };
+        let e = closure[*entry];
+        if paths.image(&e.sha256).exists() {
+            continue;
+        }
+        let part = paths.store_tmp().join(format!("{}.part", e.sha256));
+        let begun = std::fs::metadata(part).map_or(0, |m| m.len());
+        need = need.saturating_add(e.size.saturating_sub(begun));
+        what.push(format!("{}@{}", e.name, e.version));
+    }
+    if need == 0 {
+        return Ok(());
+    }
+    let store = paths.store();
+    let on = if store.is_dir() { &store } else { &paths.state };
+    let free = berth_sys::fsutil::free_bytes(on).map_err(|e| {
+        Error::internal(format!(
+            "cannot tell the free space of {}: {e}",
+            on.display()
+        ))
+    })?;
+    let reserve = d.cfg.upgrade.reserve;
+    if need.saturating_add(reserve) <= free {
+        return Ok(());
+    }
+    Err(Error::new(
+        Kind::NoSpace,
+        format!(
+            "no room for {}: space required {} (and {} kept for berth's own state, [upgrade] reserve), available {} in {}; nothing was changed (free space with berth gc or berth remove)",
+            what.join(", "),
+            mib(need),
+            mib(reserve),
+            mib(free),
+            on.display()
+        ),
+    ))
+}
+
+/// Bytes as people read them in a message: `4.1 MiB (4299161 B)` (integers only).
+fn mib(b: u64) -> String {
+    let tenths = (u128::from(b) * 10 + (1 << 19)) >> 20;
+    format!("{}.{} MiB ({b} B)", tenths / 10, tenths % 10)
 }
 
 /// Brings one image into the store (downloading it unless it is already there and intact)
@@ -204,7 +261,11 @@ mod tests {
 
     /// A daemon over a `file://` repository it trusts (nothing published yet).
     fn setup(tag: &str) -> Fixture {
-        let (dir, mut d, m) = fake_daemon(tag, "");
+        setup_with(tag, "")
+    }
+
+    fn setup_with(tag: &str, extra: &str) -> Fixture {
+        let (dir, mut d, m) = fake_daemon(tag, extra);
         let r = Repo::for_daemon(&mut d, &dir.0);
         Fixture {
             dir,
@@ -462,6 +523,45 @@ mod tests {
         );
         assert_eq!(f.kept(), before);
         assert!(std::fs::symlink_metadata(&part).is_err(), "part left");
+    }
+
+    /// What does not fit beside the reserve is refused before anything is fetched, saying
+    /// what it needs and what there is; an image already in the store needs nothing, and
+    /// one a cut download began needs only what it lacks.
+    #[test]
+    fn an_install_that_does_not_fit_is_refused_before_it_fetches() {
+        // A reserve beyond what the file system has free (by a margin the machine's other
+        // writers do not cross): web's image (7 bytes) does not fit beside it.
+        let probe = setup("install-admit-probe");
+        let free = berth_sys::fsutil::free_bytes(&probe.d.cfg.paths.state).unwrap();
+        drop(probe);
+        let reserve = free + (1 << 30);
+        let mut f = setup_with(
+            "install-admit",
+            &format!("[upgrade]\nreserve = \"{reserve}\"\n"),
+        );
+        let e = f.offer(MANIFEST, b"web 1.0", MANIFEST);
+        f.publish(1);
+        let before = f.kept();
+        let (got, events) = f.install(&["web"]);
+        let err = got.unwrap_err();
+        assert_eq!(err.kind, Kind::NoSpace);
+        assert!(
+            err.message
+                .starts_with("no room for web@1.0: space required 0.0 MiB (7 B) (and ")
+                && err.message.contains(", available "),
+            "{}",
+            err.message
+        );
+        assert!(events.is_empty(), "{events:?}");
+        assert_eq!(f.kept(), before);
+        assert!(!f.d.cfg.paths.image(&e.sha256).exists());
+        // All of it already fetched by a cut download: nothing more is needed.
+        let part = f.d.cfg.paths.store_tmp().join(format!("{}.part", e.sha256));
+        std::fs::create_dir_all(part.parent().unwrap()).unwrap();
+        std::fs::write(&part, b"web 1.0").unwrap();
+        f.install(&["web"]).0.unwrap();
+        assert!(f.d.cfg.paths.image(&e.sha256).exists());
     }
 
     /// A package running the installed version is not upgraded under it: refused before

@@ -217,6 +217,7 @@ fn switch(
         let closure_names: Vec<String> = closure.iter().map(|e| e.name.to_string()).collect();
         refuse_locked(d, &steps, &closure_names)?;
     }
+    install::admit(d, &closure, &steps)?;
     // Everything first: a missing or bad image stops the upgrade before anything changed.
     let mut fetched = Vec::new();
     for step in &steps {
