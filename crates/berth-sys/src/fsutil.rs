@@ -6,7 +6,7 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::io::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::mount::cpath;
 
@@ -90,8 +90,9 @@ pub fn fsync_dir(dir: &Path) -> io::Result<()> {
     sync(&File::open(dir)?)
 }
 
-/// The fsyncs this process asked for through [`sync`] (flash wear: `berth stats`, metrics).
-static FSYNCS: AtomicU64 = AtomicU64::new(0);
+/// The fsyncs this process asked for through [`sync`] (flash wear: `berth stats`, metrics);
+/// a usize: 32-bit MIPS has no 64-bit atomics.
+static FSYNCS: AtomicUsize = AtomicUsize::new(0);
 
 /// fsyncs a file or directory, counted in [`fsyncs`].
 pub fn sync(f: &File) -> io::Result<()> {
@@ -101,7 +102,7 @@ pub fn sync(f: &File) -> io::Result<()> {
 
 /// How many fsyncs this process has asked for.
 pub fn fsyncs() -> u64 {
-    FSYNCS.load(Ordering::Relaxed)
+    FSYNCS.load(Ordering::Relaxed) as u64
 }
 
 /// What this process has written: (bytes that reached the block layer, write system calls),
