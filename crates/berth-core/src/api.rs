@@ -601,7 +601,7 @@ pub mod writes {
     pub const FSYNCS: &str = "fsyncs";
     /// Seconds since the daemon started.
     pub const SECONDS: &str = "seconds";
-    /// `bytes` per hour of the daemon's life so far; null as `bytes`.
+    /// `bytes` per hour of the daemon's life so far; null as `bytes`, and in its first minute.
     pub const BYTES_PER_HOUR: &str = "bytes_per_hour";
 }
 

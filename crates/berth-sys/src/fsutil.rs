@@ -100,14 +100,25 @@ pub fn sync(f: &File) -> io::Result<()> {
     f.sync_all()
 }
 
+/// fsyncs an open descriptor (a directory of a tree being copied), counted in [`fsyncs`].
+pub fn sync_fd(fd: std::os::fd::RawFd) -> io::Result<()> {
+    FSYNCS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: fsync takes any descriptor; a bad one is EBADF, reported.
+    if unsafe { libc::fsync(fd) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// How many fsyncs this process has asked for.
 pub fn fsyncs() -> u64 {
     FSYNCS.load(Ordering::Relaxed) as u64
 }
 
-/// What this process has written: (bytes that reached the block layer, write system calls),
-/// from /proc/self/io under `proc_root`; None without the kernel's task I/O accounting
-/// (`CONFIG_TASK_IO_ACCOUNTING`).
+/// What this process has written: (bytes that reached the block layer, less those of files
+/// truncated or deleted before writeback; write system calls), from /proc/self/io under
+/// `proc_root`; None without the kernel's task I/O accounting (`CONFIG_TASK_IO_ACCOUNTING`).
 pub fn own_writes(proc_root: &Path) -> Option<(u64, u64)> {
     let text = std::fs::read_to_string(proc_root.join("self/io")).ok()?;
     let field = |k: &str| {
@@ -115,7 +126,11 @@ pub fn own_writes(proc_root: &Path) -> Option<(u64, u64)> {
             .find_map(|l| l.strip_prefix(k)?.strip_prefix(':'))
             .and_then(|v| v.trim().parse::<u64>().ok())
     };
-    Some((field("write_bytes")?, field("syscw")?))
+    let cancelled = field("cancelled_write_bytes").unwrap_or(0);
+    Some((
+        field("write_bytes")?.saturating_sub(cancelled),
+        field("syscw")?,
+    ))
 }
 
 /// Whether an I/O error means the file system is full (ENOSPC or a quota, EDQUOT).
@@ -296,6 +311,9 @@ mod tests {
         assert_eq!(own_writes(&dir.join("proc")), None);
         std::fs::write(dir.join("proc/self/io"), "syscw: 3\nwrite_bytes: 4096\n").unwrap();
         assert_eq!(own_writes(&dir.join("proc")), Some((4096, 3)));
+        let io = "syscw: 3\nwrite_bytes: 12288\ncancelled_write_bytes: 4096\n";
+        std::fs::write(dir.join("proc/self/io"), io).unwrap();
+        assert_eq!(own_writes(&dir.join("proc")), Some((8192, 3)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

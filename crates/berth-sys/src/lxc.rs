@@ -176,7 +176,6 @@ fn load() -> Result<Lib, String> {
     }
 }
 
-/// Whether liblxc can be loaded here (and why not).
 /// The most a container's `lxc.log` holds before [`cap_log`] cuts it.
 pub const LOG_CAP: u64 = 64 * 1024;
 /// What [`cap_log`] keeps: the log's last lines, as much as a crash archive takes of it.
@@ -184,8 +183,10 @@ pub const LOG_KEEP: usize = 16 * 1024;
 
 /// Cuts `log` to its last [`LOG_KEEP`] bytes (from a line's start) once it is over
 /// [`LOG_CAP`]. liblxc and the monitor append (`O_APPEND`), so their next lines follow the
-/// kept ones; a line written between the read and the cut is lost. An error is no reason to
-/// fail a start or a probe: it is ignored, and the next call tries again.
+/// kept ones; a line appended between the read and the end of the rewrite is lost (or
+/// overwritten), and two cuts at once may drop each other's new lines: a log of warnings,
+/// not a record. An error is no reason to fail a start or a probe: it is ignored, and the
+/// next call tries again.
 pub fn cap_log(log: &Path) {
     let _ = cap_log_at(log, LOG_CAP, LOG_KEEP);
 }
@@ -212,6 +213,7 @@ fn cap_log_at(log: &Path, cap: u64, keep: usize) -> std::io::Result<bool> {
     Ok(true)
 }
 
+/// Whether liblxc can be loaded here (and why not).
 pub fn available() -> Result<(), Error> {
     lib()
         .map(|_| ())

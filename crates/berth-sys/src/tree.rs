@@ -972,8 +972,7 @@ fn walk(top: &Dir, dst: Option<&Dir>, visit: &mut Visit<'_>) -> io::Result<()> {
                 let s = src.dir.stat_self()?;
                 o.dir
                     .set_attrs(s.mode, Some((s.uid, s.gid)), Some(s.mtime))?;
-                // SAFETY: the descriptor is an open directory.
-                let _ = unsafe { libc::fsync(o.dir.as_raw_fd()) };
+                let _ = crate::fsutil::sync_fd(o.dir.as_raw_fd());
             }
             let Some(cookie) = cookies.pop() else {
                 return Ok(());

@@ -34,8 +34,6 @@ use crate::util::{poll, progress, Result};
 
 /// The hidden subcommand of berth-bench that is the fleet server.
 pub const DDI_SERVER: &str = "__ddi-server";
-/// Where it listens, in the soak's network namespace.
-const DDI_ADDR: &str = "127.0.0.1:8180";
 
 const APP: &str = "sk-app";
 const WEB: &str = "sk-web";
@@ -48,8 +46,7 @@ const API_REQUESTS: usize = 20;
 pub struct Soak;
 
 const CONFIG: &str = "[upgrade]\ndeadline = \"2s\"\nsettle = \"200ms\"\n\
-[network]\nsubnet = \"10.87.0.0/24\"\n\
-[fleet]\nserver = \"http://127.0.0.1:8180\"\ncontroller_id = \"soak\"\npoll = \"1s\"\nmax_backoff = \"2s\"\n";
+[network]\nsubnet = \"10.87.0.0/24\"\n";
 
 fn pkg(name: &str, version: &str, script: &str, tables: &str) -> Pkg {
     let mut p = Pkg::script(name, version, script).table(tables);
@@ -94,26 +91,36 @@ fn version(n: usize) -> String {
     format!("1.0.{n}")
 }
 
-/// `berth-bench __ddi-server ADDR`: a hawkBit DDI server that answers every request with a
-/// one-second polling time and no action; one line on stdout per request.
+/// `berth-bench __ddi-server ADDR LOG`: a hawkBit DDI server that answers every request
+/// with a one-second polling time and no action. It appends `listening PORT` to LOG once it
+/// is bound, then one line per request.
 pub fn ddi_server(args: &[String]) -> i32 {
-    let [addr] = args else {
-        eprintln!("usage: berth-bench {DDI_SERVER} ADDR");
+    let [addr, log] = args else {
+        eprintln!("usage: berth-bench {DDI_SERVER} ADDR LOG");
         return 2;
     };
-    let listener = match TcpListener::bind(addr) {
-        Ok(l) => l,
-        Err(e) => {
+    let opened = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(log);
+    let (listener, mut out) = match (TcpListener::bind(addr), opened) {
+        (Ok(l), Ok(f)) => (l, f),
+        (Err(e), _) => {
             eprintln!("{addr}: {e}");
             return 1;
         }
+        (_, Err(e)) => {
+            eprintln!("{log}: {e}");
+            return 1;
+        }
     };
+    let port = listener.local_addr().map_or(0, |a| a.port());
+    let _ = writeln!(out, "listening {port}");
     let body = r#"{"config":{"polling":{"sleep":"00:00:01"}},"_links":{}}"#;
     let answer = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: application/hal+json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    let mut out = std::io::stdout();
     for conn in listener.incoming() {
         let Ok(mut s) = conn else { continue };
         let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
@@ -130,9 +137,84 @@ pub fn ddi_server(args: &[String]) -> i32 {
         let _ = s.write_all(answer.as_bytes());
         let first = head.first().map_or("", |l| l.trim_end());
         let _ = writeln!(out, "{first}");
-        let _ = out.flush();
     }
     0
+}
+
+/// The fleet server of [`ddi_server`] on a free port of the loopback (of `netns`, when
+/// given); its log under the sandbox, so a killed run's sweep finds the process by it.
+pub struct FleetServer {
+    child: Option<Child>,
+    log: PathBuf,
+    pub port: u16,
+}
+
+impl FleetServer {
+    pub fn start(log: PathBuf, netns: Option<&str>) -> Result<FleetServer> {
+        let me = std::env::current_exe().map_err(|e| format!("berth-bench's own path: {e}"))?;
+        let mut c = match netns {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net=/run/netns/{ns}")).arg(me);
+                c
+            }
+            None => Command::new(me),
+        };
+        let child = c
+            .args([DDI_SERVER, "127.0.0.1:0"])
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .map_err(|e| format!("start the fleet server: {e}"))?;
+        let mut server = FleetServer {
+            child: Some(child),
+            log,
+            port: 0,
+        };
+        server.port = poll(
+            Duration::from_secs(10),
+            Duration::from_millis(20),
+            "the fleet server listening",
+            || {
+                let text = std::fs::read_to_string(&server.log).ok()?;
+                text.lines()
+                    .next()?
+                    .strip_prefix("listening ")?
+                    .parse()
+                    .ok()
+            },
+        )
+        .map_err(|e| match server.child.as_mut().map(|c| c.try_wait()) {
+            Some(Ok(Some(st))) => format!("the fleet server ended ({st}) before it listened"),
+            _ => e.to_string(),
+        })?;
+        Ok(server)
+    }
+
+    /// Requests answered so far.
+    pub fn polls(&self) -> u64 {
+        std::fs::read_to_string(&self.log).map_or(0, |t| t.lines().count().saturating_sub(1) as u64)
+    }
+
+    /// `[fleet]` pointing at it, as device `id`, with `poll` until it sets its own.
+    pub fn config(&self, id: &str, poll: &str) -> String {
+        format!(
+            "[fleet]\nserver = \"http://127.0.0.1:{}\"\ncontroller_id = \"{id}\"\npoll = \"{poll}\"\nmax_backoff = \"2s\"\n",
+            self.port
+        )
+    }
+}
+
+impl Drop for FleetServer {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// One resource sampled after every round.
@@ -157,47 +239,47 @@ const PROBES: &[Probe] = &[
     Probe {
         name: "daemon threads",
         unit: "",
-        floor: 0.5,
+        floor: 1.5,
     },
     Probe {
         name: "daemon open fds",
         unit: "",
-        floor: 0.5,
+        floor: 1.5,
     },
     Probe {
         name: "berth's processes",
         unit: "",
-        floor: 0.5,
+        floor: 1.5,
     },
     Probe {
         name: "mounts",
         unit: "",
-        floor: 0.5,
+        floor: 1.5,
     },
     Probe {
         name: "loop devices",
         unit: "",
-        floor: 0.5,
+        floor: 1.5,
     },
     Probe {
         name: "cgroups",
         unit: "",
-        floor: 0.5,
+        floor: 1.5,
     },
     Probe {
         name: "nft rules",
         unit: "",
-        floor: 0.5,
+        floor: 1.5,
     },
     Probe {
         name: "network links",
         unit: "",
-        floor: 0.5,
+        floor: 1.5,
     },
     Probe {
         name: "files under the state directory",
         unit: "",
-        floor: 0.5,
+        floor: 1.5,
     },
     Probe {
         name: "bytes under the state directory",
@@ -221,18 +303,14 @@ const PROBES: &[Probe] = &[
 struct World {
     sb: Sandbox,
     ns: String,
-    ddi: Option<Child>,
-    ddi_log: PathBuf,
+    ddi: Option<FleetServer>,
 }
 
 impl Drop for World {
     fn drop(&mut self) {
         self.sb.stop_daemon();
         crate::sandbox::stop_in_netns(&self.sb, &self.ns);
-        if let Some(mut c) = self.ddi.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.ddi = None;
     }
 }
 
@@ -245,31 +323,14 @@ impl World {
         let extra = format!("{}{CONFIG}", crate::sandbox::UNCAPPED_POLICY);
         let sb = main.nested("soak", "2s", &extra)?;
         let ns = sb.scope().netns("dev");
-        let ddi_log = sb.dir.join("ddi.log");
-        let mut w = World {
-            sb,
-            ns,
-            ddi: None,
-            ddi_log,
-        };
+        let mut w = World { sb, ns, ddi: None };
         sh(&format!(
             "ip netns add {0} && ip -n {0} link set lo up",
             w.ns
         ))?;
-        let me = std::env::current_exe().map_err(|e| format!("berth-bench's own path: {e}"))?;
-        let log = std::fs::File::create(&w.ddi_log)
-            .map_err(|e| format!("{}: {e}", w.ddi_log.display()))?;
-        w.ddi = Some(
-            Command::new("nsenter")
-                .arg(format!("--net=/run/netns/{}", w.ns))
-                .arg(me)
-                .args([DDI_SERVER, DDI_ADDR])
-                .stdin(Stdio::null())
-                .stdout(log)
-                .process_group(0)
-                .spawn()
-                .map_err(|e| format!("start the fleet server: {e}"))?,
-        );
+        let ddi = FleetServer::start(w.sb.dir.join("ddi.log"), Some(&w.ns))?;
+        w.sb.write_config(&format!("{extra}{}", ddi.config("soak", "1s")))?;
+        w.ddi = Some(ddi);
         for p in packages() {
             w.sb.pack_pkg(&p)?;
         }
@@ -311,7 +372,7 @@ impl World {
     }
 
     fn polls(&self) -> u64 {
-        std::fs::read_to_string(&self.ddi_log).map_or(0, |t| t.lines().count() as u64)
+        self.ddi.as_ref().map_or(0, FleetServer::polls)
     }
 }
 
@@ -485,6 +546,32 @@ fn count_dirs(dir: &Path) -> u64 {
     n
 }
 
+/// The cgroups of `parent` and of its siblings named `parent.*` (the monitors', the
+/// daemon's), with everything below them, in every hierarchy: the v1 controllers' and the
+/// unified one (`/sys/fs/cgroup/unified`, or `/sys/fs/cgroup` itself on a v2-only host).
+fn count_cgroups(parent: &str) -> u64 {
+    let root = Path::new("/sys/fs/cgroup");
+    let hierarchies = std::iter::once(root.to_path_buf()).chain(
+        std::fs::read_dir(root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path()),
+    );
+    let dotted = format!("{parent}.");
+    hierarchies
+        .flat_map(|h| std::fs::read_dir(h).into_iter().flatten().flatten())
+        .filter(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n == parent || n.starts_with(&dotted)
+        })
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| count_dirs(&e.path()))
+        .sum()
+}
+
 /// Files (anything but directories) below `dir` and their bytes, on `dir`'s file system
 /// only (images mounted below are not the state's), not following links.
 fn files_and_bytes(dir: &Path) -> (u64, u64) {
@@ -534,14 +621,7 @@ fn sample(w: &World) -> Result<Vec<f64>> {
                 .is_ok_and(|f| f.starts_with(&dir))
         })
         .count();
-    let cgroups: u64 = std::fs::read_dir("/sys/fs/cgroup")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|c| c.path().join(&sb.cgroup_parent))
-        .filter(|p| p.is_dir())
-        .map(|p| count_dirs(&p))
-        .sum();
+    let cgroups = count_cgroups(&sb.cgroup_parent);
     let nft = sh(&format!("ip netns exec {} nft list ruleset", w.ns))?
         .lines()
         .filter(|l| {
@@ -606,12 +686,18 @@ fn median(v: &[f64]) -> f64 {
 }
 
 /// A probe's verdict over the fitted rounds: (slope per 1000 operations, its ±, growth of
-/// the medians from the first third to the last, grows).
+/// the medians from the first third to the last, grows). It grows when the slope's interval
+/// is above zero, the last third's median exceeds the first's by more than `floor`, and the
+/// middle third's lies strictly between them: a leak climbs through all three, while one
+/// step (a thread made once, late) leaves two thirds level.
 pub fn verdict(ops: &[f64], ys: &[f64], floor: f64) -> (f64, f64, f64, bool) {
     let (b, ci) = slope(ops, ys);
     let third = (ys.len() / 3).max(1);
-    let growth = median(&ys[ys.len() - third..]) - median(&ys[..third]);
-    let grows = b.is_finite() && b - ci > 0.0 && growth > floor;
+    let first = median(&ys[..third]);
+    let middle = median(&ys[third..ys.len() - third]);
+    let last = median(&ys[ys.len() - third..]);
+    let growth = last - first;
+    let grows = b.is_finite() && b - ci > 0.0 && growth > floor && first < middle && middle < last;
     (b * 1000.0, ci * 1000.0, growth, grows)
 }
 
@@ -649,6 +735,9 @@ impl Suite for Soak {
             samples.push(s);
         }
         let secs = t0.elapsed().as_secs_f64();
+        if w.polls() == polls0 {
+            return Err("the daemon never polled the fleet server".into());
+        }
         mix.add("fleet polls (background)", w.polls() - polls0);
         Ok(output(rounds, warmup, secs, &mix, &xs, &samples))
     }
@@ -713,7 +802,7 @@ fn output(
                 table: t,
                 notes: vec![
                     format!("the first {warmup} rounds warm up and are not fit; \"first\" is the first fitted round"),
-                    "a resource GROWS when its slope's 95 % interval is above zero and the median of the last third of the rounds exceeds the first third's by more than its floor (512 KiB of RSS, 256 KiB of private memory, 64 KiB of bytes on flash, 16 KiB in the run directory, one of anything counted)".into(),
+                    "a resource GROWS when its slope's 95 % interval is above zero and the median of the last third of the rounds exceeds the first third's by more than its floor (512 KiB of RSS, 256 KiB of private memory, 64 KiB of bytes on flash, 16 KiB in the run directory, two of anything counted) and the middle third's median lies between the two".into(),
                 ],
             },
             Section {
@@ -756,12 +845,25 @@ mod tests {
         let x: Vec<f64> = (0..12).map(|i| i as f64 * 50.0).collect();
         // one more fd every round: grows
         let leak: Vec<f64> = (0..12).map(|i| 20.0 + i as f64).collect();
-        assert!(verdict(&x, &leak, 0.5).3);
+        assert!(verdict(&x, &leak, 1.5).3);
         // constant: flat
-        assert!(!verdict(&x, &[20.0; 12], 0.5).3);
+        assert!(!verdict(&x, &[20.0; 12], 1.5).3);
         // one step early, then flat: the medians of the first and last thirds are equal
         let step: Vec<f64> = (0..12).map(|i| if i == 0 { 19.0 } else { 20.0 }).collect();
-        assert!(!verdict(&x, &step, 0.5).3);
+        assert!(!verdict(&x, &step, 1.5).3);
+        // one step in the middle (a thread made once): a significant slope, the last third
+        // above the first, but no climb through the middle
+        for at in [4, 6, 8] {
+            let step: Vec<f64> = (0..12).map(|i| if i < at { 7.0 } else { 8.0 }).collect();
+            let (b, ci, growth, grows) = verdict(&x, &step, 1.5);
+            assert!(b - ci > 0.0 && growth == 1.0 && !grows, "step at {at}");
+            // and a step of two, early or late, leaves two thirds level
+            let two: Vec<f64> = (0..12).map(|i| if i < at { 7.0 } else { 9.0 }).collect();
+            assert_eq!(verdict(&x, &two, 1.5).3, at == 6, "two at {at}");
+        }
+        // a slow leak, one every third round: grows
+        let slow: Vec<f64> = (0..12).map(|i| 30.0 + (i / 3) as f64).collect();
+        assert!(verdict(&x, &slow, 1.5).3);
         // memory creeping by less than its floor over the run: not called growth
         let creep: Vec<f64> = (0..12).map(|i| 1000.0 + i as f64 * 4.0).collect();
         assert!(!verdict(&x, &creep, 256.0).3);

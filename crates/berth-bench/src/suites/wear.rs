@@ -10,7 +10,7 @@
 //! an hour (so the hourly write of the schedule's run records is in it); `--quick`, 130 s.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use berth_testkit::Pkg;
@@ -24,8 +24,6 @@ use crate::util::{progress, run, Result};
 const APP: &str = "wear-app";
 /// Started and stopped (no schedule: one would start it between the stop and the start).
 const PLAIN: &str = "wear-plain";
-/// Where the fleet server listens (loopback of the host's namespace).
-const DDI_ADDR: &str = "127.0.0.1:8181";
 /// What an idle device may write to its state partition in an hour, file system included
 /// (issue 35: "a few KB per hour"): one small file rewritten atomically, on ext4 with its
 /// journal, is about 20 KB.
@@ -33,7 +31,7 @@ pub const IDLE_BUDGET: u64 = 32 * 1024;
 
 /// The boot counter confirms the start after 5 s (default 2 minutes), so that the idle
 /// window begins after it.
-const CONFIG: &str = "[boot]\nconfirm_after = \"5s\"\n[fleet]\nserver = \"http://127.0.0.1:8181\"\ncontroller_id = \"wear\"\npoll = \"5s\"\n";
+const CONFIG: &str = "[boot]\nconfirm_after = \"5s\"\n";
 
 pub struct Wear;
 
@@ -138,7 +136,9 @@ impl Suite for Wear {
         let extra = format!("{}{CONFIG}", crate::sandbox::UNCAPPED_POLICY);
         let mut sb = ctx.sb.nested("wear", "2s", &extra)?;
         let part = Partition::create(&sb.dir, &sb.state_dir())?;
-        let mut ddi = Server::start(&sb.dir)?;
+        // The fleet server on the host's loopback, at a free port.
+        let ddi = super::soak::FleetServer::start(sb.dir.join("ddi.log"), None)?;
+        sb.write_config(&format!("{extra}{}", ddi.config("wear", "5s")))?;
         for p in packages() {
             sb.pack_pkg(&p)?;
         }
@@ -175,51 +175,13 @@ impl Suite for Wear {
         let runs = sb.json(&["schedule", "list", APP])?;
         let _ = sb.ok(&["stop", "-t", "1", APP]);
         sb.stop_daemon();
-        ddi.stop();
+        drop(ddi);
+        if polls == 0 {
+            return Err("the daemon never polled the fleet server".into());
+        }
         Ok(output(
             image, install, &start, &stop, idle, secs, polls, &runs,
         ))
-    }
-}
-
-/// The fleet server of the soak (`__ddi-server`), on the host's loopback.
-struct Server {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Server {
-    fn start(dir: &Path) -> Result<Server> {
-        let log = dir.join("ddi.log");
-        let out = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-        let me = std::env::current_exe().map_err(|e| format!("berth-bench's own path: {e}"))?;
-        let child = Command::new(me)
-            .args([super::soak::DDI_SERVER, DDI_ADDR])
-            .stdin(Stdio::null())
-            .stdout(out)
-            .spawn()
-            .map_err(|e| format!("start the fleet server: {e}"))?;
-        Ok(Server {
-            child: Some(child),
-            log,
-        })
-    }
-
-    fn polls(&self) -> u64 {
-        std::fs::read_to_string(&self.log).map_or(0, |t| t.lines().count() as u64)
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 

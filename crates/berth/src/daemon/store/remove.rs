@@ -236,8 +236,8 @@ pub(crate) fn gc(d: &Daemon) -> Result<Value> {
 
 /// After an upgrade or a rollback (under the op lock): deletes those of `candidates` (the
 /// images the operation's packages referenced before and after) that nothing uses any more,
-/// so that a device upgraded for months keeps no more than each package's image and its
-/// previous one. An image still mounted stays for `berth gc`.
+/// so that a device upgraded for months keeps no more than each package's image (and, after
+/// an upgrade, its previous one). An image still mounted stays for `berth gc`.
 pub(crate) fn prune(d: &Daemon, candidates: &BTreeSet<String>) {
     let (removed, freed) = delete_unused(d, Some(candidates));
     if !removed.is_empty() {

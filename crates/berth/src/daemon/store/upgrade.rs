@@ -94,14 +94,19 @@ pub(crate) fn upgrade(
 ) -> Result<Value> {
     let mut moves = Vec::new();
     let mut held = Vec::new();
-    // The images referenced before and after the switch: what the upgrade may leave unused.
+    // The moved packages' images before and after the switch: what the upgrade may leave
+    // unused (not another package's, which a remove during the trial may have left for gc).
     let mut images = BTreeSet::new();
     let switched = {
         let _op = d.op.lock().unwrap();
         boot::refuse_in_safe_mode(d, "upgrade")?;
-        images.extend(state::state(d).referenced_images());
+        let before = state::state(d);
         let r = switch(d, names, force, emit, &mut moves, &mut held);
-        images.extend(state::state(d).referenced_images());
+        let after = state::state(d);
+        for m in &moves {
+            images.extend(images_of(&before, &m.name));
+            images.extend(images_of(&after, &m.name));
+        }
         r
     };
     if let Err(e) = switched {
@@ -482,7 +487,7 @@ pub(crate) fn rollback(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     };
     let (from, to) = (p.version.to_string(), prev.version.to_string());
     let running = probe::is_running(d, name);
-    let images = state::state(d).referenced_images();
+    let images = images_of(&state::state(d), name);
     rollback_locked(d, name, running, "berth rollback", false)?;
     crate::daemon::ops::schedules::sync(d);
     remove::prune(d, &images);
@@ -545,6 +550,18 @@ fn rollback_locked(
     Ok(())
 }
 
+/// A package's image and its previous version's, in `st`.
+fn images_of(st: &State, name: &str) -> BTreeSet<String> {
+    st.packages
+        .get(name)
+        .map(|p| {
+            std::iter::once(p.sha256.clone())
+                .chain(p.previous.iter().map(|q| q.sha256.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn prev_version(st: &State, name: &str) -> String {
     st.packages
         .get(name)
@@ -578,7 +595,7 @@ pub(crate) fn recover(d: &Arc<Daemon>) {
             );
             let _op = d.op.lock().unwrap();
             let why = "the daemon stopped during the upgrade's trial";
-            let images = state::state(d).referenced_images();
+            let images = images_of(&st, n);
             if let Err(e) = rollback_locked(d, n, false, why, true) {
                 log::error!("{n}: rollback failed: {e}");
             }
