@@ -2,6 +2,7 @@
 
 pub(crate) mod delta;
 pub(crate) mod download;
+pub(crate) mod gc;
 pub(crate) mod image;
 pub(crate) mod install;
 pub(crate) mod remove;

@@ -36,7 +36,7 @@ use crate::daemon::device::state;
 use crate::daemon::ops::reports;
 use crate::daemon::runtime::control::{self, Intent, Who};
 use crate::daemon::runtime::{mounts, probe, sockets, start};
-use crate::daemon::store::{install, remove, repo};
+use crate::daemon::store::{gc, install, repo};
 use crate::hooks;
 
 /// An upgrade's or rollback's stop: the stop timeout as configured.
@@ -119,7 +119,7 @@ pub(crate) fn upgrade(
                 log::error!("{}: rollback failed: {r}", m.name);
             }
         }
-        remove::prune(d, &images);
+        gc::prune(d, &images);
         return Err(e);
     }
     let mut upgraded = Vec::new();
@@ -157,7 +157,7 @@ pub(crate) fn upgrade(
     crate::daemon::ops::schedules::sync(d);
     if !moves.is_empty() {
         let _op = d.op.lock().unwrap();
-        remove::prune(d, &images);
+        gc::prune(d, &images);
     }
     Ok(json!({ field::UPGRADED: upgraded, field::ROLLED_BACK: rolled_back, field::HELD: held }))
 }
@@ -490,7 +490,7 @@ pub(crate) fn rollback(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let images = images_of(&state::state(d), name);
     rollback_locked(d, name, running, "berth rollback", false)?;
     crate::daemon::ops::schedules::sync(d);
-    remove::prune(d, &images);
+    gc::prune(d, &images);
     Ok(json!({field::NAME: name, field::FROM: from, field::TO: to}))
 }
 
@@ -599,7 +599,7 @@ pub(crate) fn recover(d: &Arc<Daemon>) {
             if let Err(e) = rollback_locked(d, n, false, why, true) {
                 log::error!("{n}: rollback failed: {e}");
             }
-            remove::prune(d, &images);
+            gc::prune(d, &images);
         } else {
             // A confirmed upgrade (or one never committed): its snapshot is not needed.
             remove_any(&snapshot(d, n));
