@@ -75,11 +75,11 @@ suites:
                crashes, health failures, binds, schedules, logs, metrics, container API,
                fleet polls) against one daemon; what the daemon and the host hold after
                each round as a slope per 1000 operations; a resource that grows is an
-               error (default 300 rounds, --quick 20; --runs N)
+               error (default 300 rounds, --quick 16; --runs N)
   wear         what berth writes to its state partition (ext4 on a loop device, from the
                block layer, beside the daemon's own count): an install, starts and stops,
                an hour idle with a health probe, a schedule and fleet polls (--quick:
-               130 s); idle over 32 KiB an hour is an error
+               70 s); idle over 32 KiB an hour is an error
   all          every suite
 
 options:

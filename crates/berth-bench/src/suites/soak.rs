@@ -713,7 +713,7 @@ impl Suite for Soak {
     fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput> {
         let rounds = ctx
             .runs_given
-            .unwrap_or(if ctx.quick { 20 } else { 300 })
+            .unwrap_or(if ctx.quick { 16 } else { 300 })
             .max(6);
         let warmup = (rounds / 5).max(3);
         let mut w = World::create(ctx.sb)?;

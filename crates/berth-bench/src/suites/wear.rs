@@ -7,7 +7,7 @@
 //! window with one container running, its health command every 10 s, a schedule every
 //! minute and a fleet server that sets a one-second polling time, given per hour against
 //! the budget ([`IDLE_BUDGET`]; over it, the suite reports an error). The full form idles
-//! an hour (so the hourly write of the schedule's run records is in it); `--quick`, 130 s.
+//! an hour (so the hourly write of the schedule's run records is in it); `--quick`, 70 s.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -131,7 +131,7 @@ impl Suite for Wear {
     fn run(&mut self, ctx: &mut Ctx) -> Result<SuiteOutput> {
         // The full form sees the hourly write of the schedule's run records; the quick one
         // (CI) sees what is written more often than that.
-        let window = Duration::from_secs(if ctx.quick { 130 } else { 3660 });
+        let window = Duration::from_secs(if ctx.quick { 70 } else { 3660 });
         let starts = ctx.runs_given.unwrap_or(if ctx.quick { 3 } else { 10 });
         let extra = format!("{}{CONFIG}", crate::sandbox::UNCAPPED_POLICY);
         let mut sb = ctx.sb.nested("wear", "2s", &extra)?;
