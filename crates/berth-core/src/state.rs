@@ -53,6 +53,11 @@ pub struct Installed {
 }
 
 impl Installed {
+    /// Its image and its previous version's.
+    pub fn images(&self) -> impl Iterator<Item = String> + '_ {
+        std::iter::once(self.sha256.clone()).chain(self.previous.iter().map(|q| q.sha256.clone()))
+    }
+
     /// A package as installed from its index entry and the manifest its image carries, now.
     pub fn from_entry(e: &IndexEntry, manifest: Manifest, explicit: bool, now: u64) -> Installed {
         Installed {
@@ -118,12 +123,16 @@ impl State {
 
     /// Images that installed packages use: what `berth gc` keeps.
     pub fn referenced_images(&self) -> BTreeSet<String> {
+        self.packages.values().flat_map(Installed::images).collect()
+    }
+
+    /// The images package `name` uses (its own and its previous version's); none when it is
+    /// not installed.
+    pub fn images_of(&self, name: &str) -> BTreeSet<String> {
         self.packages
-            .values()
-            .flat_map(|p| {
-                std::iter::once(p.sha256.clone()).chain(p.previous.iter().map(|q| q.sha256.clone()))
-            })
-            .collect()
+            .get(name)
+            .map(|p| p.images().collect())
+            .unwrap_or_default()
     }
 
     /// What installing `names` (whose closure in the index is `closure`, in order) does to

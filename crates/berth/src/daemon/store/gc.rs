@@ -16,6 +16,12 @@ use crate::daemon::runtime::probe;
 /// so that a device upgraded for months keeps no more than each package's image (and, after
 /// an upgrade, its previous one). An image still mounted stays for `berth gc`.
 pub(crate) fn prune(d: &Daemon, candidates: &BTreeSet<String>) {
+    // Most upgrades leave one image or none: no scan of loop devices and running layers,
+    // and no fsync of the store, for candidates the state still holds.
+    let held = state::state(d).referenced_images();
+    if candidates.iter().all(|c| held.contains(c)) {
+        return;
+    }
     let (removed, freed) = delete_unused(d, Some(candidates));
     if !removed.is_empty() {
         log::info!(
@@ -27,7 +33,8 @@ pub(crate) fn prune(d: &Daemon, candidates: &BTreeSet<String>) {
 
 /// Deletes the store images (of `only`, when given) that the state does not reference, no
 /// running container was started on or has bound, and no mount or loop device reads; fsyncs
-/// the store. Returns their sha256s and the bytes freed. Under the op lock.
+/// the store when it deleted any. Returns their sha256s and the bytes freed. Under the op
+/// lock.
 pub(crate) fn delete_unused(d: &Daemon, only: Option<&BTreeSet<String>>) -> (Vec<String>, u64) {
     let st = state::state(d);
     let mut keep = st.referenced_images();
@@ -69,6 +76,8 @@ pub(crate) fn delete_unused(d: &Daemon, only: Option<&BTreeSet<String>>) -> (Vec
             }
         }
     }
-    let _ = fsync_dir(&store);
+    if !removed.is_empty() {
+        let _ = fsync_dir(&store);
+    }
     (removed, freed)
 }

@@ -104,8 +104,8 @@ pub(crate) fn upgrade(
         let r = switch(d, names, force, emit, &mut moves, &mut held);
         let after = state::state(d);
         for m in &moves {
-            images.extend(images_of(&before, &m.name));
-            images.extend(images_of(&after, &m.name));
+            images.extend(before.images_of(&m.name));
+            images.extend(after.images_of(&m.name));
         }
         r
     };
@@ -487,7 +487,7 @@ pub(crate) fn rollback(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     };
     let (from, to) = (p.version.to_string(), prev.version.to_string());
     let running = probe::is_running(d, name);
-    let images = images_of(&state::state(d), name);
+    let images = state::state(d).images_of(name);
     rollback_locked(d, name, running, "berth rollback", false)?;
     crate::daemon::ops::schedules::sync(d);
     gc::prune(d, &images);
@@ -550,18 +550,6 @@ fn rollback_locked(
     Ok(())
 }
 
-/// A package's image and its previous version's, in `st`.
-fn images_of(st: &State, name: &str) -> BTreeSet<String> {
-    st.packages
-        .get(name)
-        .map(|p| {
-            std::iter::once(p.sha256.clone())
-                .chain(p.previous.iter().map(|q| q.sha256.clone()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn prev_version(st: &State, name: &str) -> String {
     st.packages
         .get(name)
@@ -595,7 +583,7 @@ pub(crate) fn recover(d: &Arc<Daemon>) {
             );
             let _op = d.op.lock().unwrap();
             let why = "the daemon stopped during the upgrade's trial";
-            let images = images_of(&st, n);
+            let images = st.images_of(n);
             if let Err(e) = rollback_locked(d, n, false, why, true) {
                 log::error!("{n}: rollback failed: {e}");
             }
