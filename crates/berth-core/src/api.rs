@@ -116,6 +116,8 @@ pub mod common {
     pub const INIT_PID: &str = "init_pid";
     /// When a container started, in seconds since the epoch.
     pub const STARTED_AT: &str = "started_at";
+    /// How long a container has run, in seconds, by the boot-relative clocks.
+    pub const UPTIME_S: &str = "uptime_s";
     /// Bytes a container has written to its log in total (not only those in the ring).
     pub const LOG_BYTES: &str = "log_bytes";
     /// The installed packages for which the index lists a higher version ([`upgradable`](super::upgradable)).
@@ -288,7 +290,7 @@ pub mod repository {
 
 /// One container in `GET /v1/status`.
 pub mod container {
-    pub use super::common::{INIT_PID, LOG_BYTES, NAME, STARTED_AT, VERSION};
+    pub use super::common::{INIT_PID, LOG_BYTES, NAME, STARTED_AT, UPTIME_S, VERSION};
     /// The supervisor's state: `running`, `starting`, `unhealthy`, `backoff`, `failed`,
     /// `stopping`, `stopped`.
     pub const STATE: &str = "state";

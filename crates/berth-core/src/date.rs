@@ -1,5 +1,24 @@
 //! Dates for people: UNIX seconds as a UTC calendar date (no time-zone database on a device).
 
+/// The earliest wall-clock time berth believes: 2026-01-01 00:00 UTC, before this release was
+/// made. A clock behind it is not set yet: a device without a real-time clock boots in 1970
+/// (or at its firmware's build date) until NTP answers. A date berth records while the clock
+/// is behind it is kept, but never used to measure an age (docs/time.md).
+pub const CLOCK_FLOOR: u64 = 1_767_225_600;
+
+/// Whether the wall clock at `now` (UNIX seconds) can be a real date: at or after
+/// [`CLOCK_FLOOR`].
+pub fn clock_set(now: u64) -> bool {
+    now >= CLOCK_FLOOR
+}
+
+/// The age at `now` of a date `then`, both UNIX seconds, when the clock can tell it: None
+/// when `then` was recorded before the clock was set (behind [`CLOCK_FLOOR`]: its age is
+/// unknown, not 56 years) or lies ahead of `now` (written before the clock was set back).
+pub fn age(then: u64, now: u64) -> Option<u64> {
+    (clock_set(then) && then <= now).then(|| now - then)
+}
+
 /// UNIX seconds as `YYYY-MM-DD HH:MM UTC` (the civil calendar from days since 1970).
 pub fn utc(secs: u64) -> String {
     let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
@@ -34,5 +53,18 @@ mod tests {
         assert_eq!(utc(951_782_400), "2000-02-29 00:00 UTC");
         assert_eq!(utc(1_795_579_551), "2026-11-25 04:05 UTC");
         assert_eq!(utc(4_102_444_799), "2099-12-31 23:59 UTC");
+    }
+
+    #[test]
+    fn a_clock_before_the_floor_is_not_set_and_its_dates_have_no_age() {
+        assert_eq!(utc(CLOCK_FLOOR), "2026-01-01 00:00 UTC");
+        assert!(!clock_set(5) && !clock_set(CLOCK_FLOOR - 1) && clock_set(CLOCK_FLOOR));
+        let t = CLOCK_FLOOR + 1000;
+        assert_eq!(age(t, t + 60), Some(60));
+        assert_eq!(age(t, t), Some(0));
+        // recorded in 1970, read once NTP has answered: unknown, not 56 years
+        assert_eq!(age(300, t), None);
+        // recorded before the clock was set back
+        assert_eq!(age(t, t - 1), None);
     }
 }

@@ -181,6 +181,17 @@ pub struct Stored {
     pub size: u64,
 }
 
+/// `stored` (sorted by id: by the time in it) oldest first by the clock at `now`: a report
+/// dated ahead of `now` was written before the clock was set back, so it is older than every
+/// one dated at or before `now` (which were written since) and goes first.
+pub fn oldest_first(mut stored: Vec<Stored>, now: u64) -> Vec<Stored> {
+    // Sorted by their dates, those ahead of the clock are the tail: it goes to the front.
+    let now = stamp(now + 1);
+    let behind = stored.partition_point(|s| s.id <= now);
+    stored.rotate_left(behind);
+    stored
+}
+
 /// The reports to delete so that the caps hold: per directory the oldest beyond
 /// `max_per_container`, then overall the oldest until the total fits. `keep` (the report
 /// just written) is never chosen: an event's archive deleted at once would help nobody, and
@@ -607,6 +618,42 @@ mod tests {
             assert_eq!(got, want, "row {i}");
         }
         assert!(evict(&[], &Caps::default(), "").is_empty());
+    }
+
+    /// Reports written in 2026, the clock then set back to 2025 and two written since: the
+    /// two from "the future" are the oldest, so the cap keeps the newest.
+    #[test]
+    fn after_the_clock_was_set_back_the_reports_ahead_of_it_are_the_oldest() {
+        let s = vec![
+            stored("20250601T000000Z-web-exit", "web", 10),
+            stored("20250601T000005Z-web-exit", "web", 10),
+            stored("20260101T000001Z-web-exit", "web", 10),
+            stored("20260101T000002Z-web-exit", "web", 10),
+        ];
+        let now = 1_748_736_010; // 2025-06-01 00:00:10 UTC
+        let order = oldest_first(s.clone(), now);
+        let ids: Vec<&str> = order.iter().map(|s| &s.id[..17]).collect();
+        assert_eq!(
+            ids,
+            [
+                "20260101T000001Z-",
+                "20260101T000002Z-",
+                "20250601T000000Z-",
+                "20250601T000005Z-"
+            ]
+        );
+        let caps = Caps {
+            max_per_container: 2,
+            ..Caps::default()
+        };
+        let mut gone = evict(&order, &caps, "20250601T000005Z-web-exit");
+        gone.sort();
+        assert_eq!(
+            gone,
+            ["20260101T000001Z-web-exit", "20260101T000002Z-web-exit"]
+        );
+        // with the clock right, the order is the ids'
+        assert_eq!(oldest_first(s.clone(), 1_790_000_000), s);
     }
 
     #[test]

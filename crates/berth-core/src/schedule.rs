@@ -555,9 +555,10 @@ impl Table {
     }
 
     /// Whether the table should be written now: a run's record waits until `FLUSH_S` after
-    /// the last write.
+    /// the last write, or until the clock is found set back behind that write (else the
+    /// records would wait for the clock to catch up: months).
     pub fn flush_due(&self, now: i64) -> bool {
-        self.dirty && now - self.written >= FLUSH_S
+        self.dirty && (now - self.written >= FLUSH_S || now < self.written)
     }
 }
 
@@ -1029,6 +1030,8 @@ mod tests {
         t.dirty = true;
         assert!(!t.flush_due(T0 + FLUSH_S - 1));
         assert!(t.flush_due(T0 + FLUSH_S));
+        // the clock set back a year: written now, not in a year
+        assert!(t.flush_due(T0 - 365 * 86_400));
     }
 
     #[test]

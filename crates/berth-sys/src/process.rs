@@ -133,6 +133,13 @@ pub fn realtime_ns() -> u64 {
         .unwrap_or(0)
 }
 
+/// CLOCK_MONOTONIC in seconds: the clock of durations that must not follow the wall clock
+/// when NTP or the operator sets it (update locks); it counts from the boot and is the same
+/// for every process of it.
+pub fn mono_s() -> u64 {
+    monotonic_ns() / 1_000_000_000
+}
+
 /// CLOCK_MONOTONIC in nanoseconds: the clock of `perf record -k mono`, which berth-bench
 /// lines up with the CLOCK_REALTIME stamps of a traced start.
 pub fn monotonic_ns() -> u64 {
@@ -658,6 +665,16 @@ pub fn stat_start(proc_root: &std::path::Path, pid: libc::pid_t) -> io::Result<(
     parse_stat_start(&text).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
+/// How long `pid` has run, in whole seconds, by the kernel's boot-relative clocks
+/// (`<proc_root>/uptime` less the start time in its stat file): NTP or the operator setting
+/// the wall clock does not change it, as it would a start date subtracted from now.
+pub fn uptime_of(proc_root: &std::path::Path, pid: libc::pid_t) -> Option<u64> {
+    let (_, start) = stat_start(proc_root, pid).ok()?;
+    let up = std::fs::read_to_string(proc_root.join("uptime")).ok()?;
+    let up: u64 = up.split(['.', ' ']).next()?.parse().ok()?;
+    Some(up.saturating_sub(start / u64::from(crate::net::clock_ticks())))
+}
+
 /// [`stat_start`] of the text of a stat file: "PID (comm) STATE PPID …", where comm may
 /// hold spaces and parentheses; the last ')' ends it.
 pub fn parse_stat_start(text: &str) -> Option<(char, u64)> {
@@ -1048,6 +1065,22 @@ Anonymous:             0 kB
         t.wait();
         assert!(t0.elapsed() < std::time::Duration::from_secs(5));
         waker.join().unwrap();
+    }
+
+    #[test]
+    fn the_uptime_of_a_process_is_counted_from_the_boot_not_the_wall_clock() {
+        let me = uptime_of(std::path::Path::new("/proc"), getpid()).expect("our own uptime");
+        assert!(me < 24 * 3600, "{me}");
+        let d = std::env::temp_dir().join(format!("berth-uptime-{}", getpid()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("uptime"), "1000.57 3000.00\n").unwrap();
+        std::fs::create_dir(d.join("7")).unwrap();
+        let ticks = 400 * u64::from(crate::net::clock_ticks());
+        let stat = format!("7 (a b) S 1 7 7 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 {ticks} 0 0\n");
+        std::fs::write(d.join("7/stat"), stat).unwrap();
+        assert_eq!(uptime_of(&d, 7), Some(600));
+        assert_eq!(uptime_of(&d, 8), None);
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -964,7 +964,17 @@ fn resolve_location(base: &str, location: &str) -> String {
 fn tls_reason(code: i32, message: &str) -> String {
     use curl::code as c;
     if let Some(why) = message.strip_prefix("SSL certificate problem: ") {
-        return format!("the server's certificate failed verification: {why}");
+        // A certificate's dates are always checked; a clock not set yet is said so.
+        let now = berth_sys::process::now_s();
+        let clock = if berth_core::date::clock_set(now) {
+            String::new()
+        } else {
+            format!(
+                " (this device's clock reads {}: not set yet, NTP must set it before a certificate's dates can be checked)",
+                berth_core::date::utc(now)
+            )
+        };
+        return format!("the server's certificate failed verification: {why}{clock}");
     }
     if let Some(why) = message.strip_prefix("SSL: ") {
         return format!("the server's certificate failed verification: {why}");

@@ -431,9 +431,15 @@ fn last_exit(c: &Value) -> String {
 /// The containers of `berth status`; `now` (seconds since the epoch) gives their uptime.
 pub fn status_rows(v: &Value, now: u64) -> Vec<Vec<String>> {
     rows(&v[status::CONTAINERS], |c| {
-        let up = c[container::STARTED_AT]
+        // (the daemon's uptime, which no wall clock set since moves; else from the date)
+        let up = c[container::UPTIME_S]
             .as_u64()
-            .map(|t| dur(now.saturating_sub(t)))
+            .or_else(|| {
+                c[container::STARTED_AT]
+                    .as_u64()
+                    .map(|t| now.saturating_sub(t))
+            })
+            .map(dur)
             .unwrap_or_else(|| "-".into());
         vec![
             cell(&c[container::NAME]),

@@ -61,8 +61,12 @@ struct Action {
     said: Option<String>,
     /// `downloaded` said (an `update: skip` action).
     downloaded_said: bool,
-    /// When a lock first deferred an `attempt` update (UNIX s).
+    /// When a lock first deferred an `attempt` update: CLOCK_MONOTONIC seconds in the boot
+    /// `deferred_boot`, so that NTP setting the wall clock neither ends nor stretches the
+    /// policy's bound; after a reboot the count starts again (the locks died with the boot).
     deferred_since: Option<u64>,
+    #[serde(default)]
+    deferred_boot: Option<String>,
     /// Finished: success or failure, and the details.
     success: Option<bool>,
     details: Vec<String>,
@@ -87,6 +91,7 @@ impl Action {
             said: None,
             downloaded_said: false,
             deferred_since: None,
+            deferred_boot: None,
             success: None,
             details: Vec::new(),
             reported: false,
@@ -649,10 +654,14 @@ fn deploy(
             return Ok(());
         }
         let downloaded = a.phase == Phase::Downloaded && bundle::held(&bundle_path(d)).is_some();
-        let now = berth_sys::process::now_s();
+        let now = berth_sys::process::mono_s();
+        let boot = crate::daemon::ops::schedules::boot_id(d);
         let locked = locks(d);
-        // A clock set back (a device without a real-time clock, then NTP) restarts the count.
-        let since = a.deferred_since.filter(|t| *t <= now);
+        // (a count from an earlier boot, or from a berth that counted on the wall clock, is
+        // not this boot's: it starts again)
+        let since = a
+            .deferred_since
+            .filter(|t| *t <= now && a.deferred_boot.as_deref() == Some(boot));
         let deferred_ms = since.map_or(0, |t| (now - t) * 1000);
         let max_defer = d.cfg.api.max_update_lock_s * 1000;
         match ddi::step(dep, downloaded, locked.as_deref(), deferred_ms, max_defer) {
@@ -666,6 +675,7 @@ fn deploy(
                     && dep.update == ddi::Handling::Attempt;
                 if for_lock && since.is_none() {
                     a.deferred_since = Some(now);
+                    a.deferred_boot = Some(boot.to_string());
                     changed = true;
                 }
                 // Said once, and written once, however many polls the wait lasts.

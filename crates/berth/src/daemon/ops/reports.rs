@@ -168,8 +168,9 @@ fn describe(e: &Exit, record: &Value) -> (Reason, String) {
 fn guard_killed_init_lately(d: &Daemon, name: &str) -> bool {
     let k = records::last_guard_kill(d, name);
     let at = k[guard_kill::AT].as_u64().unwrap_or(0);
+    // (a kill dated ahead of the clock was before the clock was set back: not lately)
     k[guard_kill::INIT].as_bool() == Some(true)
-        && berth_sys::process::now_s().saturating_sub(at) < 30
+        && berth_core::date::age(at, berth_sys::process::now_s()).is_some_and(|a| a < 30)
 }
 
 fn write_event(d: &Daemon, name: &str, r: &Report) -> anyhow::Result<Option<String>> {
@@ -616,6 +617,7 @@ fn enforce_caps(paths: &Paths, caps: &Caps, keep: &str) {
             size: e.size,
         })
         .collect();
+    let stored = rp::oldest_first(stored, berth_sys::process::now_s());
     for id in rp::evict(&stored, caps, keep) {
         match remove_one(paths, &id) {
             Ok(()) => log::info!("crash report {id} removed (over the [reports] caps)"),

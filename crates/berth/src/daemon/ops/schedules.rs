@@ -37,7 +37,8 @@ fn now(d: &Daemon) -> i64 {
     d.schedules.clock.at(ms)
 }
 
-fn boot_id(d: &Daemon) -> &str {
+/// This boot's id (`/proc/sys/kernel/random/boot_id`, or the tests'), read at daemon start.
+pub(crate) fn boot_id(d: &Daemon) -> &str {
     d.schedules.boot_id.get().map_or("", String::as_str)
 }
 

@@ -90,11 +90,16 @@ pub(crate) fn reopen(d: &Daemon, running: &[String]) {
             Ok(()) => {}
             Err(e) => log::warn!("{name}: its container API is not available: {e}"),
         }
+        // (a lock kept by an older berth, on the wall clock, does not read: it is dropped)
         let lock = std::fs::read(lock_file(d, name))
             .ok()
-            .and_then(|b| serde_json::from_slice::<(u64, i32, u64)>(&b).ok());
-        if let Some((until, run, first)) = lock {
-            d.capi.restore(name, until, run, first);
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .filter(|l| l[3] == MONOTONIC);
+        if let Some(l) = lock {
+            let n = |i: usize| l[i].as_u64();
+            if let (Some(until), Some(run), Some(first)) = (n(0), n(1), n(2)) {
+                d.capi.restore(name, until, run as i32, first);
+            }
         }
     }
 }
@@ -105,11 +110,22 @@ fn lock_file(d: &Daemon, name: &str) -> std::path::PathBuf {
     d.cfg.paths.run.join("locks").join(format!("{name}.json"))
 }
 
+/// The clock an update lock counts on, as its file names it.
+const MONOTONIC: &str = "monotonic";
+
+/// An update lock counts on CLOCK_MONOTONIC, not the wall clock: NTP setting the clock
+/// forward by years must not end it, nor setting it back stretch it. Its file is in /run, so
+/// no lock outlives the boot its clock counts from. The API and the CLI see its end as a date:
+/// the wall clock now plus what is left.
+fn as_date(until: u64, mono: u64) -> u64 {
+    berth_sys::process::now_s() + until.saturating_sub(mono)
+}
+
 /// Holds off upgrades of `name` for `want_s` seconds, for run `run`, within the policy's
-/// maximum counted from the run's first lock; returns until when, and whether the run held
-/// no lock before (what is worth a log line).
+/// maximum counted from the run's first lock; returns until when (a date), and whether the
+/// run held no lock before (what is worth a log line).
 pub(crate) fn lock(d: &Daemon, name: &str, want_s: u64, run: i32) -> Result<(u64, bool)> {
-    let now = berth_sys::process::now_s();
+    let now = berth_sys::process::mono_s();
     let had = d.capi.locked_until(name, now, Some(run)).is_some();
     // (a record of this run's earlier lock stays: the maximum counts from it)
     let (until, first) = d
@@ -122,7 +138,7 @@ pub(crate) fn lock(d: &Daemon, name: &str, want_s: u64, run: i32) -> Result<(u64
         .and_then(|_| {
             berth_sys::fsutil::write_volatile(
                 &path,
-                serde_json::json!([until, run, first])
+                serde_json::json!([until, run, first, MONOTONIC])
                     .to_string()
                     .as_bytes(),
                 0o600,
@@ -135,7 +151,7 @@ pub(crate) fn lock(d: &Daemon, name: &str, want_s: u64, run: i32) -> Result<(u64
                 path.display()
             ))
         })?;
-    Ok((until, !had))
+    Ok((as_date(until, now), !had))
 }
 
 /// Releases `name`'s update lock; whether it held one.
@@ -144,10 +160,15 @@ pub(crate) fn unlock(d: &Daemon, name: &str) -> bool {
     d.capi.unlock(name)
 }
 
-/// Until when upgrades of `name` are held off by its update lock, if they are.
+/// Until when (a date) upgrades of `name` are held off by its update lock, if they are.
 pub(crate) fn locked_until(d: &Daemon, name: &str) -> Option<u64> {
-    let now = berth_sys::process::now_s();
-    d.capi.locked_until(name, now, probe::running_init(d, name))
+    locked_until_run(d, name, probe::running_init(d, name))
+}
+
+/// The same for the run `run` (None: nothing runs).
+pub(crate) fn locked_until_run(d: &Daemon, name: &str, run: Option<i32>) -> Option<u64> {
+    let now = berth_sys::process::mono_s();
+    d.capi.locked_until(name, now, run).map(|u| as_date(u, now))
 }
 
 #[cfg(test)]
@@ -159,6 +180,7 @@ mod tests {
     use crate::daemon::base::error::Kind;
     use crate::daemon::base::testing::{fake_daemon, install, MANIFEST};
     use crate::daemon::runtime::probe::tests::{info, lxc_config, FakeShim};
+    use berth_sys::process::{mono_s, now_s};
 
     /// The same daemon started again: its configuration and kernel roots, nothing in memory.
     fn restarted(d: &Daemon) -> Daemon {
@@ -191,15 +213,17 @@ mod tests {
         let (_dir, d, _m) = fake_daemon("sockets-lock", "");
         install(&d, MANIFEST);
         lxc_config(&d, "web");
-        let t0 = berth_sys::process::now_s();
+        let (t0, m0) = (now_s(), mono_s());
         let (until, first) = lock(&d, "web", 100, 4242).unwrap();
-        let t1 = berth_sys::process::now_s();
-        assert!((t0 + 100..=t1 + 100).contains(&until), "{until}");
+        let (t1, m1) = (now_s(), mono_s());
+        assert!((t0 + 100..=t1 + 100).contains(&until), "{until}: a date");
         assert!(first, "the run held no lock before");
-        let kept: (u64, i32, u64) =
+        // Kept on the monotonic clock, which NTP does not move.
+        let kept: (u64, i32, u64, String) =
             serde_json::from_slice(&std::fs::read(lock_file(&d, "web")).unwrap()).unwrap();
-        assert_eq!((kept.0, kept.1), (until, 4242));
-        assert!((t0..=t1).contains(&kept.2));
+        assert!((m0 + 100..=m1 + 100).contains(&kept.0), "{kept:?}");
+        assert_eq!((kept.1, kept.3.as_str()), (4242, MONOTONIC));
+        assert!((m0..=m1).contains(&kept.2));
         let mode = std::fs::metadata(lock_file(&d, "web")).unwrap().mode();
         assert_eq!(mode & 0o777, 0o600);
         assert!(!lock(&d, "web", 100, 4242).unwrap().1, "renewed, not new");
@@ -211,10 +235,38 @@ mod tests {
         // No user namespaces here: its socket cannot be made (logged), its lock is restored.
         reopen(&d2, &["web".to_string()]);
         assert!(!d2.capi.has("web"));
-        assert!(locked_until(&d2, "web").is_some_and(|u| u >= until));
+        assert!(locked_until(&d2, "web").is_some_and(|u| u.abs_diff(until) <= 2));
         drop(shim);
         let _other_run = FakeShim::start(&d2, "web", info(4343), b"");
         assert_eq!(locked_until(&d2, "web"), None, "the lock was another run's");
+    }
+
+    /// A lock file on the wall clock (an older berth's) is not read as a monotonic one,
+    /// which would hold the upgrades for decades: it is dropped at the restart.
+    #[test]
+    fn a_lock_kept_on_the_wall_clock_is_dropped() {
+        let (_dir, d, _m) = fake_daemon("sockets-oldlock", "");
+        install(&d, MANIFEST);
+        lxc_config(&d, "web");
+        std::fs::create_dir_all(d.cfg.paths.run.join("locks")).unwrap();
+        let wall = now_s();
+        std::fs::write(
+            lock_file(&d, "web"),
+            serde_json::json!([wall + 100, 4242, wall]).to_string(),
+        )
+        .unwrap();
+        let _shim = FakeShim::start(&d, "web", info(4242), b"");
+        reopen(&d, &["web".to_string()]);
+        assert_eq!(locked_until(&d, "web"), None);
+        // …while this berth's own is restored
+        std::fs::write(
+            lock_file(&d, "web"),
+            serde_json::json!([mono_s() + 100, 4242, mono_s(), MONOTONIC]).to_string(),
+        )
+        .unwrap();
+        reopen(&d, &["web".to_string()]);
+        let u = locked_until(&d, "web").expect("restored");
+        assert!(u.abs_diff(now_s() + 100) <= 2, "{u}");
     }
 
     /// Unlocking says whether a lock was held, and removes its file.
@@ -226,11 +278,7 @@ mod tests {
         assert!(unlock(&d, "web"));
         assert!(!lock_file(&d, "web").exists());
         assert!(!unlock(&d, "web"));
-        assert_eq!(
-            d.capi
-                .locked_until("web", berth_sys::process::now_s(), Some(7)),
-            None
-        );
+        assert_eq!(locked_until_run(&d, "web", Some(7)), None);
     }
 
     /// A lock that cannot be written to the run directory is not held either, and the error
@@ -249,8 +297,7 @@ mod tests {
             "{}",
             e.message
         );
-        let now = berth_sys::process::now_s();
-        assert_eq!(d.capi.locked_until("web", now, Some(7)), None);
+        assert_eq!(locked_until_run(&d, "web", Some(7)), None);
     }
 
     /// An unprivileged package's socket needs its ids: without user namespaces there are none,

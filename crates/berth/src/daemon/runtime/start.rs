@@ -204,7 +204,13 @@ fn wait_run(d: &Daemon, name: &str, limit: Duration, since: u64) -> bool {
         std::fs::read(&exit_file)
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .is_some_and(|v| v[STARTED_AT].as_u64().is_none_or(|t| t >= since))
+            .is_some_and(|v| {
+                // (a clock set back since the start cannot date the record: it is this
+                // run's, the file having been removed before the run began)
+                v[STARTED_AT]
+                    .as_u64()
+                    .is_none_or(|t| t >= since || berth_sys::process::now_s() < since)
+            })
     };
     let mut gone_since: Option<Instant> = None;
     loop {

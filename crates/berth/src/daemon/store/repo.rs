@@ -414,20 +414,31 @@ pub(crate) fn repository_status(d: &Daemon) -> Value {
     };
     let index = Index::parse(cache.index.as_bytes()).ok();
     let expires = index.as_ref().and_then(|i| i.expires);
-    let age = now.saturating_sub(cache.fetched_at);
+    // None: fetched before the clock was set (or ahead of a clock set back since)
+    let age = berth_core::date::age(cache.fetched_at, now);
     let warning = if let Some(e) = expires.filter(|e| now >= *e) {
         Some(format!(
             "the cached repository index expired at {}: installs are refused until berth update fetches a re-signed one",
             berth_core::date::utc(e)
         ))
     } else {
-        d.cfg.index_max_age_s.filter(|max| age > *max).map(|max| {
-            format!(
+        d.cfg.index_max_age_s.and_then(|max| match age {
+            Some(age) if age > max => Some(format!(
                 "the repository index was fetched {} ago (index_max_age {}): run berth update; is {} reachable?",
                 human_age(age),
                 human_age(max),
                 cache.url
-            )
+            )),
+            None if berth_core::date::clock_set(now)
+                && !berth_core::date::clock_set(cache.fetched_at) =>
+            {
+                Some(format!(
+                "the repository index was fetched before the clock was set ({}): its age is unknown (index_max_age {}): run berth update",
+                    berth_core::date::utc(cache.fetched_at),
+                    human_age(max),
+                ))
+            }
+            _ => None,
         })
     };
     json!({
@@ -935,6 +946,21 @@ mod tests {
             w.starts_with("the repository index was fetched 2 h ago (index_max_age 60 s)"),
             "{w}"
         );
+        // Fetched in 1970 (no real-time clock, NTP not answered yet), read with the clock
+        // set: no age of 56 years, but an unknown one, said so.
+        c.fetched_at = 300;
+        std::fs::write(&path, serde_json::to_vec(&c).unwrap()).unwrap();
+        let s = repository_status(&d);
+        assert_eq!(s["age_s"], Value::Null);
+        assert_eq!(
+            s["warning"],
+            "the repository index was fetched before the clock was set (1970-01-01 00:05 UTC): its age is unknown (index_max_age 60 s): run berth update"
+        );
+        // Fetched ahead of a clock set back since: no age, and nothing to warn of yet.
+        c.fetched_at = berth_sys::process::now_s() + 86_400;
+        std::fs::write(&path, serde_json::to_vec(&c).unwrap()).unwrap();
+        let s = repository_status(&d);
+        assert_eq!((&s["age_s"], &s["warning"]), (&Value::Null, &Value::Null));
         assert_eq!(
             [
                 human_age(59),

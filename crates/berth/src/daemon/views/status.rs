@@ -29,6 +29,9 @@ pub(crate) struct ContainerStatus {
     pub health: Option<Health>,
     pub init_pid: Option<i32>,
     pub started_at: Option<u64>,
+    /// How long it has run, by the boot-relative clocks (a wall clock set since does not
+    /// change it).
+    pub uptime_s: Option<u64>,
     /// Bytes in the log ring (only when the shim was asked: `live`).
     pub log_bytes: Option<u64>,
     pub network: berth_core::manifest::NetMode,
@@ -81,6 +84,7 @@ impl ContainerStatus {
             (container::HEALTH, health.unwrap_or(Value::Null)),
             (container::INIT_PID, Value::from(self.init_pid)),
             (container::STARTED_AT, Value::from(self.started_at)),
+            (container::UPTIME_S, Value::from(self.uptime_s)),
             (container::LOG_BYTES, Value::from(self.log_bytes)),
             (container::NETWORK, json!(self.network)),
             (container::AUTOSTART, Value::from(self.autostart)),
@@ -194,6 +198,11 @@ pub(crate) fn containers(
             health,
             init_pid: pid,
             started_at,
+            uptime_s: pid
+                .and_then(|p| berth_sys::process::uptime_of(d.proc(), p))
+                .or_else(|| {
+                    started_at.and_then(|t| berth_core::date::age(t, berth_sys::process::now_s()))
+                }),
             log_bytes,
             network: p.manifest.summary().network_mode,
             autostart: d.cfg.paths.autostart(n).exists(),
@@ -232,6 +241,7 @@ mod tests {
             }),
             init_pid: Some(4242),
             started_at: Some(1_789_999_000),
+            uptime_s: Some(1000),
             log_bytes: None,
             network: berth_core::manifest::NetMode::Isolated,
             autostart: false,

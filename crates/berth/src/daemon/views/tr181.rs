@@ -389,9 +389,8 @@ impl View<'_> {
         p.set(
             &eu,
             "Uptime",
-            c.started_at
+            c.uptime_s
                 .filter(|_| tr181::eu_status(state) == "Active")
-                .map(|t| self.now.saturating_sub(t))
                 .unwrap_or(0),
         );
         p.set(&eu, "References", "");
