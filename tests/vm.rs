@@ -1,6 +1,8 @@
 //! cgroup v2 and AppArmor for real: berth on a pure cgroup v2 kernel with AppArmor, in a QEMU
-//! VM (software emulation). Three boots: the cgroup v2 checks, the same with memory and pids
-//! controllers disabled, and the AppArmor checks (scripts/vm/apparmor/).
+//! VM (software emulation). Five boots: the cgroup v2 checks, the same with memory and pids
+//! controllers disabled, the AppArmor checks (scripts/vm/apparmor/), a clock that jumps
+//! (scripts/vm/clock/: the guest's clock, which the test sets, from 1970 to 2026, 2030 and
+//! back to 2025) and the slab module (scripts/vm/slab/).
 //!
 //! scripts/vm/build.sh builds (or finds in its cache) Debian 12's kernel and a Debian 12 root
 //! file system with LXC whose init mounts cgroup2 only; scripts/vm/cgroup-v2/payload.sh signs
@@ -89,6 +91,34 @@ const DEGRADED_CHECKS: &[&str] = &[
     "stats",
     "remove",
     "no-cgroups-left",
+];
+
+/// The clock boot (scripts/vm/clock/, docs/time.md): a device without a real-time clock
+/// boots in 1970; NTP sets it to 2026, a later clock to 2030, the operator back to 2025.
+const CLOCK_CHECKS: &[&str] = &[
+    "clock-1970",
+    "daemon",
+    "update-1970",
+    "start-1970",
+    "forward-answers",
+    "forward-uptime",
+    "boot-not-confirmed-by-the-jump",
+    "forward-health",
+    "forward-one-catch-up",
+    "forward-next-minute",
+    "index-age-unknown",
+    "boot-confirmed",
+    "update-2026",
+    "report-2026",
+    "index-expired-refused",
+    "expired-nothing-lost",
+    "back-answers",
+    "back-uptime",
+    "back-schedule-follows",
+    "back-index-age",
+    "back-report-kept-newest",
+    "update-2025",
+    "remove",
 ];
 
 /// The AppArmor boot (scripts/vm/apparmor/): berth's generated profile loaded, enforced on an
@@ -289,6 +319,22 @@ fn cgroup_v2_for_real_in_a_vm() {
         stderr(&out)
     );
     boot(&scripts, &payload, &image, "", APPARMOR_CHECKS, 600);
+
+    let payload = tmp.path("clock");
+    let out = Command::new("bash")
+        .arg(scripts.join("clock/payload.sh"))
+        .arg(&payload)
+        .env("BERTH_BIN", BERTH)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "clock/payload.sh: {}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    boot(&scripts, &payload, &image, "", CLOCK_CHECKS, 400);
 
     // The module for the image's own kernel (build.sh's manifest names it).
     // "kernel linux-image-6.1.0-56-amd64 (6.1.0-56-amd64)"
