@@ -262,6 +262,9 @@ pub mod daemon {
     pub const UPTIME_S: &str = "uptime_s";
     /// Where the containers' LXC directories are.
     pub const LXCPATH: &str = "lxcpath";
+    /// Set while the state partition has less free than `[upgrade] reserve`: what is left
+    /// and who fills it; else null.
+    pub const SPACE_WARNING: &str = "space_warning";
     pub use super::safe_mode::{SAFE_MODE, SAFE_MODE_REASON};
 }
 

@@ -181,26 +181,19 @@ pub struct Stored {
     pub size: u64,
 }
 
-/// `stored` (sorted by id: by the time in it) oldest first by the clock at `now`: a report
-/// dated ahead of `now` was written before the clock was set back, so it is older than every
-/// one dated at or before `now` (which were written since) and goes first.
-pub fn oldest_first(mut stored: Vec<Stored>, now: u64) -> Vec<Stored> {
-    // Sorted by their dates, those ahead of the clock are the tail: it goes to the front.
-    let now = stamp(now + 1);
-    let behind = stored.partition_point(|s| s.id <= now);
-    stored.rotate_left(behind);
-    stored
-}
-
 /// The reports to delete so that the caps hold: per directory the oldest beyond
 /// `max_per_container`, then overall the oldest until the total fits. `keep` (the report
 /// just written) is never chosen: an event's archive deleted at once would help nobody, and
 /// the core cap keeps one archive well below the total.
 ///
-/// `stored` is oldest first (ids begin with their time: sorted as strings), as the daemon's
-/// listing gives it; sorting again here would cost the device binary another sort.
-pub fn evict(stored: &[Stored], caps: &Caps, keep: &str) -> Vec<String> {
-    let all: Vec<&Stored> = stored.iter().collect();
+/// `stored` is sorted by id (ids begin with their time: sorted as strings), as the daemon's
+/// listing gives it; sorting again here would cost the device binary another sort. Oldest
+/// first by the clock at `now`: a report dated ahead of `now` was written before the clock
+/// was set back, so it is older than every one dated at or before `now` (written since).
+pub fn evict(stored: &[Stored], caps: &Caps, keep: &str, now: u64) -> Vec<String> {
+    let now = stamp(now + 1);
+    let behind = stored.partition_point(|s| s.id <= now);
+    let all: Vec<&Stored> = stored[behind..].iter().chain(&stored[..behind]).collect();
     let mut out: Vec<String> = Vec::new();
     let mut dirs: Vec<&str> = Vec::new();
     for s in &all {
@@ -611,13 +604,13 @@ mod tests {
             ),
         ];
         for (i, (c, keep, want)) in table.iter().enumerate() {
-            let mut got = evict(&s, c, keep);
+            let mut got = evict(&s, c, keep, 1_790_000_000);
             got.sort();
             let mut want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
             want.sort();
             assert_eq!(got, want, "row {i}");
         }
-        assert!(evict(&[], &Caps::default(), "").is_empty());
+        assert!(evict(&[], &Caps::default(), "", 0).is_empty());
     }
 
     /// Reports written in 2026, the clock then set back to 2025 and two written since: the
@@ -631,29 +624,21 @@ mod tests {
             stored("20260101T000002Z-web-exit", "web", 10),
         ];
         let now = 1_748_736_010; // 2025-06-01 00:00:10 UTC
-        let order = oldest_first(s.clone(), now);
-        let ids: Vec<&str> = order.iter().map(|s| &s.id[..17]).collect();
-        assert_eq!(
-            ids,
-            [
-                "20260101T000001Z-",
-                "20260101T000002Z-",
-                "20250601T000000Z-",
-                "20250601T000005Z-"
-            ]
-        );
         let caps = Caps {
             max_per_container: 2,
             ..Caps::default()
         };
-        let mut gone = evict(&order, &caps, "20250601T000005Z-web-exit");
+        let mut gone = evict(&s, &caps, "20250601T000005Z-web-exit", now);
         gone.sort();
         assert_eq!(
             gone,
             ["20260101T000001Z-web-exit", "20260101T000002Z-web-exit"]
         );
-        // with the clock right, the order is the ids'
-        assert_eq!(oldest_first(s.clone(), 1_790_000_000), s);
+        // with the clock right, the oldest by their ids go
+        assert_eq!(
+            evict(&s, &caps, "", 1_790_000_000),
+            ["20250601T000000Z-web-exit", "20250601T000005Z-web-exit"]
+        );
     }
 
     #[test]

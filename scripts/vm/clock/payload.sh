@@ -33,8 +33,10 @@ timeout = "5s"
 [[schedule]]
 cron = "* * * * *"
 cmd = ["/bin/busybox", "sh", "-c", "/bin/busybox date +%s >> /data/ticks"]'
-# Ends with 3 at once: each run leaves an exit report.
+# Ends with 3 after a second (a payload gone before its monitor saw it run is a start that
+# failed, not a run that ended): each run leaves an exit report.
 busybox_pkg quits 'echo bye
+sleep 1
 exit 3' '[restart]
 policy = "never"'
 

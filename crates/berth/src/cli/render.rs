@@ -470,8 +470,13 @@ pub fn status(v: &Value, now: u64) -> String {
             d[daemon::SAFE_MODE_REASON].as_str().unwrap_or("reason not known")
         );
     }
-    if let Some(w) = v[status::REPOSITORY][repository::WARNING].as_str() {
-        let _ = writeln!(out, "warning: {w}");
+    for w in [
+        &d[daemon::SPACE_WARNING],
+        &v[status::REPOSITORY][repository::WARNING],
+    ] {
+        if let Some(w) = w.as_str() {
+            let _ = writeln!(out, "warning: {w}");
+        }
     }
     out.push_str(&table(STATUS_HEAD, status_rows(v, now)));
     // Why a container is not simply running or stopped.

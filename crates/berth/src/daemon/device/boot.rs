@@ -95,7 +95,7 @@ pub(crate) fn enter(d: &Daemon, reason: &str) -> Result<()> {
     };
     let path = d.cfg.paths.safe_mode_file();
     write_atomic(&path, &m.to_json(), 0o600)
-        .map_err(|e| write_failed(&path, e, "safe mode holds until the daemon stops"))?;
+        .map_err(|e| write_failed(d, &path, e, "safe mode holds until the daemon stops"))?;
     let empty = Record::default();
     write_record(d, &empty);
     *d.boot.record.lock().unwrap() = empty;

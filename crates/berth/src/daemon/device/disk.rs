@@ -1,13 +1,17 @@
 //! Disk space in use, as `du` counts it (allocated blocks), for the metrics and the TR-181
-//! view: a container's /data and the store.
+//! view (a container's /data and the store), and for the words of a full disk (who fills
+//! the state partition).
 
 use std::path::Path;
+#[cfg(any(feature = "metrics", feature = "tr181"))]
 use std::sync::Mutex;
+#[cfg(any(feature = "metrics", feature = "tr181"))]
 use std::time::{Duration, Instant};
 
 use crate::daemon::base::context::Daemon;
 
 /// What the store and each installed package's /data use, in bytes.
+#[cfg(any(feature = "metrics", feature = "tr181"))]
 #[derive(Clone, Default)]
 pub(crate) struct Usage {
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
@@ -15,6 +19,7 @@ pub(crate) struct Usage {
     pub data: Vec<(String, u64)>,
 }
 
+#[cfg(any(feature = "metrics", feature = "tr181"))]
 impl Usage {
     #[cfg_attr(not(feature = "tr181"), allow(dead_code))]
     pub(crate) fn data_of(&self, name: &str) -> Option<u64> {
@@ -26,6 +31,7 @@ impl Usage {
 /// management agent's polls): every container's /data is not walked at each request. The
 /// cache is the daemon's store's: another daemon of the same process (the unit tests' fakes,
 /// each with its own root) never reads it.
+#[cfg(any(feature = "metrics", feature = "tr181"))]
 pub(crate) fn usage(d: &Daemon) -> Usage {
     type Cached = (std::path::PathBuf, Instant, Usage);
     static CACHE: Mutex<Option<Cached>> = Mutex::new(None);
@@ -46,6 +52,46 @@ pub(crate) fn usage(d: &Daemon) -> Usage {
     };
     *cache = Some((store, Instant::now(), u.clone()));
     u
+}
+
+/// Who holds the state partition, for a message about a full one: the three biggest of each
+/// package's /data, the store and the crash reports, walked now (the moment a write fails is
+/// the moment it matters; beneath each top, never through a link), e.g. `the biggest: /data
+/// of hog 21.3 MiB (22334464 B), the store 1.1 MiB (1155072 B)`.
+pub(crate) fn holders(d: &Daemon) -> String {
+    let p = &d.cfg.paths;
+    let st = crate::daemon::device::state::state(d);
+    // (what, whose, bytes): a package's /data, or the store or the reports (no one's)
+    let mut all: Vec<(&str, &str, u64)> = st
+        .packages
+        .keys()
+        .map(|n| ("/data of ", n.as_str(), data_bytes(d, n)))
+        .collect();
+    all.push(("the store", "", berth_sys::tree::path_usage(&p.store())));
+    all.push((
+        "crash reports",
+        "",
+        berth_sys::tree::path_usage(&p.reports()),
+    ));
+    // The three biggest, by hand: a sort would cost the device binary another instance.
+    let mut top = String::from("the biggest:");
+    for n in 0..3 {
+        let Some(i) = (0..all.len())
+            .filter(|i| all[*i].2 > 0)
+            .max_by_key(|i| all[*i].2)
+        else {
+            if n == 0 {
+                return "none of it in berth's /data, store or crash reports".into();
+            }
+            break;
+        };
+        let (what, whose, b) = all.swap_remove(i);
+        for part in [if n == 0 { " " } else { ", " }, what, whose, " "] {
+            top.push_str(part);
+        }
+        top.push_str(&crate::daemon::store::install::mib(b));
+    }
+    top
 }
 
 /// Disk used by a container's /data: its image with `containers.data_size`, else its tree.
@@ -69,6 +115,7 @@ pub(crate) fn file_bytes(p: &Path) -> u64 {
 
 /// Allocated bytes under a directory, `depth` levels deep at most, symlinks not followed
 /// and other file systems not entered.
+#[cfg(any(feature = "metrics", feature = "tr181"))]
 pub(crate) fn dir_bytes(p: &Path, depth: u32) -> u64 {
     use std::os::unix::fs::MetadataExt;
     let Ok(top) = std::fs::symlink_metadata(p) else {
@@ -100,6 +147,34 @@ mod tests {
     /// `n` bytes that no file system compresses away.
     fn noise(n: usize) -> Vec<u8> {
         crate::daemon::base::testing::noise(n, 1)
+    }
+
+    /// Who fills the partition: the three biggest of each /data, the store and the crash
+    /// reports, biggest first, whichever it is; nothing of berth's, said so.
+    #[test]
+    fn the_biggest_holders_come_first_whichever_they_are() {
+        let (_dir, d, _) = fake_daemon("disk-holders", "");
+        assert_eq!(
+            holders(&d),
+            "none of it in berth's /data, store or crash reports"
+        );
+        install(&d, MANIFEST);
+        let p = &d.cfg.paths;
+        for (dir, file, mib) in [
+            (p.data("web"), "a", 1),
+            (p.store(), "x.sqfs", 3),
+            (p.reports().join("web"), "r.tar", 2),
+        ] {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join(file), noise(mib << 20)).unwrap();
+        }
+        let h = holders(&d);
+        let order: Vec<usize> = ["the store 3.", "crash reports 2.", "/data of web 1."]
+            .iter()
+            .map(|w| h.find(w).unwrap_or_else(|| panic!("{w} in {h}")))
+            .collect();
+        assert!(h.starts_with("the biggest: the store 3.0 MiB ("), "{h}");
+        assert!(order[0] < order[1] && order[1] < order[2], "{h}");
     }
 
     /// A file counts what it has allocated, not its length: a sparse file of 64 MiB with

@@ -4,7 +4,6 @@
 
 pub(crate) mod boot;
 pub(crate) mod cgroups;
-#[cfg(any(feature = "metrics", feature = "tr181"))]
 pub(crate) mod disk;
 pub(crate) mod governor;
 pub(crate) mod guard;

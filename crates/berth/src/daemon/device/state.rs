@@ -28,24 +28,37 @@ pub(crate) fn load_state(cfg: &Config) -> anyhow::Result<State> {
 pub(crate) fn commit_state(d: &Daemon, new: State) -> Result<()> {
     let path = d.cfg.paths.state_file();
     write_atomic(&path, &new.to_json(), 0o600)
-        .map_err(|e| write_failed(&path, e, "nothing was changed"))?;
+        .map_err(|e| write_failed(d, &path, e, "nothing was changed"))?;
     *d.state.lock().unwrap() = new;
     Ok(())
+}
+
+/// Before an operation that stops a container and then writes the state (a rollback): the
+/// state file's size and a page more can be written beside it now, or the operation is
+/// refused (507, naming who fills the partition) before anything changes.
+pub(crate) fn room_to_commit(d: &Daemon) -> Result<()> {
+    let path = d.cfg.paths.state_file();
+    let probe = d.cfg.paths.state.join("state.room");
+    let n = std::fs::metadata(&path).map_or(0, |m| m.len() as usize) + 4096;
+    let wrote = std::fs::write(&probe, vec![0u8; n]);
+    let _ = std::fs::remove_file(&probe);
+    wrote.map_err(|e| write_failed(d, &path, e, "nothing was changed"))
 }
 
 pub(crate) fn state(d: &Daemon) -> State {
     d.state.lock().unwrap().clone()
 }
 
-/// A write of berth's own files that failed: a full disk is said as such (507), with what
-/// it means (`kept`: what stays as it was).
-pub(crate) fn write_failed(path: &Path, e: std::io::Error, kept: &str) -> Error {
+/// A write of berth's own files that failed: a full disk is said as such (507), with who
+/// fills it and what it means (`kept`: what stays as it was).
+pub(crate) fn write_failed(d: &Daemon, path: &Path, e: std::io::Error, kept: &str) -> Error {
     if berth_sys::fsutil::is_enospc(&e) {
         Error::new(
             Kind::NoSpace,
             format!(
-                "cannot write {}: file system full; {kept} (free space with berth gc)",
-                path.display()
+                "cannot write {}: file system full ({}); {kept} (free space with berth gc)",
+                path.display(),
+                crate::daemon::device::disk::holders(d)
             ),
         )
     } else {
@@ -150,18 +163,28 @@ mod tests {
     /// out; any other write error is internal, naming the file and the error.
     #[test]
     fn a_full_disk_is_no_space_and_other_write_errors_are_internal() {
+        let (_dir, d, _m) = fake_daemon("state-full", "");
+        install(&d, MANIFEST);
+        std::fs::create_dir_all(d.cfg.paths.data("web")).unwrap();
+        std::fs::write(d.cfg.paths.data("web").join("big"), vec![7u8; 3 << 20]).unwrap();
         let path = Path::new("/var/lib/berth/state.json");
         let full = std::io::Error::from_raw_os_error(libc::ENOSPC);
-        let e = write_failed(path, full, "nothing was changed");
+        let e = write_failed(&d, path, full, "nothing was changed");
         assert_eq!(e.kind, Kind::NoSpace);
         assert_eq!(e.status(), 507);
-        assert_eq!(
-            e.message,
-            "cannot write /var/lib/berth/state.json: file system full; nothing was changed (free space with berth gc)"
+        // who fills it: the container's /data first (3 MiB and its directories' blocks)
+        assert!(
+            e.message.starts_with(
+                "cannot write /var/lib/berth/state.json: file system full (the biggest: /data of web 3.0 MiB ("
+            ) && e
+                .message
+                .ends_with("); nothing was changed (free space with berth gc)"),
+            "{}",
+            e.message
         );
 
         let denied = std::io::Error::from_raw_os_error(libc::EACCES);
-        let e = write_failed(path, denied, "nothing was changed");
+        let e = write_failed(&d, path, denied, "nothing was changed");
         assert_eq!(e.kind, Kind::Internal);
         assert!(
             e.message

@@ -773,6 +773,15 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
     } else {
         held
     };
+    // Admission, as for an install: what the bundle still needs, and berth's own reserve.
+    if let Some(why) = art
+        .size
+        .and_then(|s| no_room(d, &art.filename, s - held, &path))
+    {
+        drop(f);
+        let _ = std::fs::remove_file(&path);
+        return finish(d, client, rec, false, vec![why]);
+    }
     tell(
         client,
         &id,
@@ -825,7 +834,12 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
                 || matches!(e, fetch::FetchError::TooLarge { .. }) =>
         {
             let _ = std::fs::remove_file(&path);
-            return finish(d, client, rec, false, vec![format!("download: {e}")]);
+            let who = if e.is_no_space() {
+                format!(" ({})", crate::daemon::device::disk::holders(d))
+            } else {
+                String::new()
+            };
+            return finish(d, client, rec, false, vec![format!("download: {e}{who}")]);
         }
         // Kept: the next poll resumes it.
         Err(e) => return Err(format!("download of {}: {e}", art.filename)),
@@ -850,6 +864,24 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
     save(d, rec);
     log::info!("fleet: action {id}: bundle downloaded ({size} bytes)");
     Ok(())
+}
+
+/// Why a bundle needing `need` more bytes at `path` cannot be downloaded now: it and
+/// `[upgrade] reserve` must fit in what the file system has free ("space required X,
+/// available Y", and who fills it); None when it fits (or the free space cannot be told).
+fn no_room(d: &Daemon, file: &str, need: u64, path: &std::path::Path) -> Option<String> {
+    use crate::daemon::store::install::mib;
+    let free = berth_sys::fsutil::free_bytes(path.parent()?).ok()?;
+    let reserve = d.cfg.upgrade.reserve;
+    (need.saturating_add(reserve) > free).then(|| {
+        format!(
+            "download: no room for {file}: space required {} (and {} kept for berth's own state, [upgrade] reserve), available {} ({}); nothing was downloaded",
+            mib(need),
+            mib(reserve),
+            mib(free),
+            crate::daemon::device::disk::holders(d)
+        )
+    })
 }
 
 fn apply(d: &Arc<Daemon>, client: &Client, rec: &mut Record, force: bool) -> Result<(), String> {
@@ -1030,6 +1062,24 @@ mod tests {
         let (dir, d, _) = fake_daemon(tag, FLEET);
         std::fs::create_dir_all(d.cfg.paths.state.join("fleet")).unwrap();
         (dir, Arc::new(d))
+    }
+
+    /// A bundle that does not fit with berth's reserve is refused before a byte is fetched,
+    /// saying what it needs, what there is and who fills the partition.
+    #[test]
+    fn a_bundle_that_does_not_fit_is_refused_before_its_download() {
+        let (_dir, d) = daemon("fleet-room");
+        let path = bundle_path(&d);
+        assert_eq!(no_room(&d, "b.bundle", 1 << 20, &path), None, "fits");
+        let free = berth_sys::fsutil::free_bytes(path.parent().unwrap()).unwrap();
+        let why = no_room(&d, "b.bundle", free, &path).expect("refused");
+        assert!(
+            why.starts_with("download: no room for b.bundle: space required ")
+                && why.contains("(and 4.0 MiB (4194304 B) kept for berth's own state, [upgrade] reserve), available ")
+                && why.contains("(none of it in berth's /data, store or crash reports)")
+                && why.ends_with("nothing was downloaded"),
+            "{why}"
+        );
     }
 
     fn cfg(d: &Daemon) -> Fleet {

@@ -55,7 +55,15 @@ pub(crate) fn collect(d: &Arc<Daemon>, name: &str, r: &Report) {
             match write_event(&d, &who, &r) {
                 Ok(Some(id)) => log::info!("{who}: crash report {id}"),
                 Ok(None) => {}
-                Err(e) => log::warn!("{who}: no crash report: {e:#}"),
+                Err(e) => {
+                    let e = format!("{e:#}");
+                    let full = if e.contains("(flash full)") {
+                        format!("; {}", crate::daemon::device::disk::holders(&d))
+                    } else {
+                        String::new()
+                    };
+                    log::warn!("{who}: no crash report: {e}{full}");
+                }
             }
         }),
     );
@@ -594,9 +602,11 @@ fn write_archive(
     })();
     if let Err(e) = result {
         let _ = std::fs::remove_file(&tmp);
+        // (ENOSPC itself, or gzip failing on a file system with nothing left)
         let full = e
             .downcast_ref::<std::io::Error>()
-            .is_some_and(berth_sys::fsutil::is_enospc);
+            .is_some_and(berth_sys::fsutil::is_enospc)
+            || berth_sys::fsutil::free_bytes(&dir).is_ok_and(|f| f == 0);
         return Err(e.context(format!(
             "cannot write {}{}",
             final_path.display(),
@@ -617,8 +627,7 @@ fn enforce_caps(paths: &Paths, caps: &Caps, keep: &str) {
             size: e.size,
         })
         .collect();
-    let stored = rp::oldest_first(stored, berth_sys::process::now_s());
-    for id in rp::evict(&stored, caps, keep) {
+    for id in rp::evict(&stored, caps, keep, berth_sys::process::now_s()) {
         match remove_one(paths, &id) {
             Ok(()) => log::info!("crash report {id} removed (over the [reports] caps)"),
             Err(e) => log::warn!("crash report {id}: {e}"),

@@ -228,7 +228,7 @@ fn save(d: &Daemon, t: &mut Table, now: i64) -> Result<()> {
         let _ = std::fs::create_dir_all(dir);
     }
     berth_sys::fsutil::write_atomic(&path, t.to_json().to_string().as_bytes(), 0o600)
-        .map_err(|e| write_failed(&path, e, "the schedules were not changed"))?;
+        .map_err(|e| write_failed(d, &path, e, "the schedules were not changed"))?;
     t.dirty = false;
     t.written = now;
     Ok(())
@@ -301,7 +301,10 @@ fn scheduler(d: &Arc<Daemon>) {
                 // during it must not run it again.
                 if t.flush_due(now) || mine.clone().any(|(_, r)| r.catch_up || r.reboot) {
                     if let Err(e) = save(d, t, now) {
-                        log::warn!("{e}");
+                        // Tried again a minute later (a full disk must not make the timer
+                        // fire at once, for ever): the records stay in memory meanwhile.
+                        log::warn!("{e}; tried again in a minute");
+                        t.written = now - schedule::FLUSH_S + 60;
                     }
                 }
                 let flush = t.dirty.then_some(t.written + schedule::FLUSH_S);

@@ -134,7 +134,9 @@ pub fn idmap(d: &Daemon, p: &Installed, allocate: bool) -> Result<Option<(u32, u
         })?;
     if new && allocate {
         berth_sys::fsutil::write_atomic(&path, sec::format_slots(&slots).as_bytes(), 0o644)
-            .map_err(|e| Error::internal(format!("write {}: {e}", path.display())))?;
+            .map_err(|e| {
+                crate::daemon::device::state::write_failed(d, &path, e, "it did not start")
+            })?;
     }
     Ok(Some((base, pol.idmap_size)))
 }

@@ -435,7 +435,7 @@ fn write_persisted(d: &Daemon, name: &str, kept: &[(String, String)]) -> Result<
         std::fs::create_dir_all(dir).map_err(Error::internal)?;
     }
     write_atomic(&path, bind::format_persisted(kept).as_bytes(), 0o600)
-        .map_err(|e| state::write_failed(&path, e, "the binding stays for this run only"))
+        .map_err(|e| state::write_failed(d, &path, e, "the binding stays for this run only"))
 }
 
 fn write_run(d: &Daemon, name: &str, run: &[Binding]) -> Result<()> {

@@ -318,7 +318,9 @@ fn prepare_data(d: &Daemon, p: &Installed) -> Result<()> {
         return data::mount_image(d, p, cap, how);
     }
     if !data.exists() {
-        std::fs::create_dir_all(&data).map_err(Error::internal)?;
+        std::fs::create_dir_all(&data).map_err(|e| {
+            crate::daemon::device::state::write_failed(d, &data, e, "it did not start")
+        })?;
         std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o750))
             .map_err(Error::internal)?;
         let e = &p.manifest.entrypoint;

@@ -158,18 +158,19 @@ pub(crate) fn admit(d: &Daemon, closure: &[&IndexEntry], steps: &[InstallStep]) 
     Err(Error::new(
         Kind::NoSpace,
         format!(
-            "no room for {}: space required {} (and {} kept for berth's own state, [upgrade] reserve), available {} in {}; nothing was changed (free space with berth gc or berth remove)",
+            "no room for {}: space required {} (and {} kept for berth's own state, [upgrade] reserve), available {} in {} ({}); nothing was changed (free space with berth gc or berth remove)",
             what.join(", "),
             mib(need),
             mib(reserve),
             mib(free),
-            on.display()
+            on.display(),
+            crate::daemon::device::disk::holders(d)
         ),
     ))
 }
 
 /// Bytes as people read them in a message: `4.1 MiB (4299161 B)` (integers only).
-fn mib(b: u64) -> String {
+pub(crate) fn mib(b: u64) -> String {
     let tenths = (u128::from(b) * 10 + (1 << 19)) >> 20;
     format!("{}.{} MiB ({b} B)", tenths / 10, tenths % 10)
 }

@@ -372,7 +372,7 @@ fn commit_index(
     let old_record = std::fs::read(&sf).ok();
     let rec = json!({RECORD_SERIAL: parsed.serial, RECORD_URL: base});
     write_atomic(&sf, rec.to_string().as_bytes(), 0o600)
-        .map_err(|e| state::write_failed(&sf, e, INDEX_KEPT))?;
+        .map_err(|e| state::write_failed(d, &sf, e, INDEX_KEPT))?;
     let path = d.cfg.paths.repository_file();
     if let Err(e) = write_atomic(
         &path,
@@ -384,7 +384,7 @@ fn commit_index(
         if let Some(old) = old_record {
             let _ = write_atomic(&sf, &old, 0o600);
         }
-        return Err(state::write_failed(&path, e, INDEX_KEPT));
+        return Err(state::write_failed(d, &path, e, INDEX_KEPT));
     }
     let st = state::state(d);
     let upgradable = upgradable(&st, &parsed);
@@ -433,8 +433,7 @@ pub(crate) fn repository_status(d: &Daemon) -> Value {
                 && !berth_core::date::clock_set(cache.fetched_at) =>
             {
                 Some(format!(
-                "the repository index was fetched before the clock was set ({}): its age is unknown (index_max_age {}): run berth update",
-                    berth_core::date::utc(cache.fetched_at),
+                    "the repository index was fetched before the clock was set: its age is unknown (index_max_age {}): run berth update",
                     human_age(max),
                 ))
             }
@@ -954,7 +953,7 @@ mod tests {
         assert_eq!(s["age_s"], Value::Null);
         assert_eq!(
             s["warning"],
-            "the repository index was fetched before the clock was set (1970-01-01 00:05 UTC): its age is unknown (index_max_age 60 s): run berth update"
+            "the repository index was fetched before the clock was set: its age is unknown (index_max_age 60 s): run berth update"
         );
         // Fetched ahead of a clock set back since: no age, and nothing to warn of yet.
         c.fetched_at = berth_sys::process::now_s() + 86_400;

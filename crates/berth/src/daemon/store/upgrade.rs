@@ -488,6 +488,7 @@ pub(crate) fn rollback(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let (from, to) = (p.version.to_string(), prev.version.to_string());
     let running = probe::is_running(d, name);
     let images = state::state(d).images_of(name);
+    state::room_to_commit(d)?;
     rollback_locked(d, name, running, "berth rollback", false)?;
     crate::daemon::ops::schedules::sync(d);
     gc::prune(d, &images);
@@ -526,7 +527,14 @@ fn rollback_locked(
     back.previous = None;
     back.trial = None;
     st.packages.insert(name.to_string(), back);
-    state::commit_state(d, st)?;
+    if let Err(e) = state::commit_state(d, st) {
+        // Nothing changed: the version that ran runs again (its /data is the snapshot's
+        // if one was restored: the one it had before its upgrade's trial).
+        if start_after {
+            let _ = control::act_locked(d, name, Intent::Start, Who::Upgrade);
+        }
+        return Err(e);
+    }
     hooks::point("rollback.committed");
     mounts::release_mounts(d);
     reports::collect(

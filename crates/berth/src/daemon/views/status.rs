@@ -112,6 +112,7 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
             daemon::LXCPATH: d.cfg.paths.lxcpath,
             daemon::SAFE_MODE: safe.is_some(),
             daemon::SAFE_MODE_REASON: safe,
+            daemon::SPACE_WARNING: space_warning(d),
         },
         field::CONTAINERS: containers.iter().map(ContainerStatus::to_json).collect::<Vec<_>>(),
     });
@@ -120,6 +121,23 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
         v[field::FLEET] = crate::daemon::fleet::status(d);
     }
     Ok(v)
+}
+
+/// A warning while the state partition has less free than `[upgrade] reserve`, berth's own
+/// room: what is left, what it means, and who fills it.
+fn space_warning(d: &Daemon) -> Option<String> {
+    use crate::daemon::store::install::mib;
+    let state = &d.cfg.paths.state;
+    let free = berth_sys::fsutil::free_bytes(state).ok()?;
+    let reserve = d.cfg.upgrade.reserve;
+    (free < reserve).then(|| {
+        format!(
+            "{} has {} free, less than [upgrade] reserve keeps for berth's own state: installs and upgrades are refused; {}",
+            state.display(),
+            mib(free),
+            crate::daemon::device::disk::holders(d)
+        )
+    })
 }
 
 /// The containers of the installed set `st` (or only `name`, which must be installed). `live`: each container's shim is asked
@@ -198,11 +216,7 @@ pub(crate) fn containers(
             health,
             init_pid: pid,
             started_at,
-            uptime_s: pid
-                .and_then(|p| berth_sys::process::uptime_of(d.proc(), p))
-                .or_else(|| {
-                    started_at.and_then(|t| berth_core::date::age(t, berth_sys::process::now_s()))
-                }),
+            uptime_s: pid.and_then(|p| berth_sys::process::uptime_of(d.proc(), p)),
             log_bytes,
             network: p.manifest.summary().network_mode,
             autostart: d.cfg.paths.autostart(n).exists(),

@@ -693,6 +693,16 @@ mod tests {
         let mut answer = info(4242);
         let started = berth_sys::process::now_s() - 100;
         answer["started_at"] = json!(started);
+        // Its uptime by the boot-relative clocks: the init started 100 s after a boot 1000 s ago.
+        let proc = d.proc().to_path_buf();
+        std::fs::create_dir_all(proc.join("4242")).unwrap();
+        std::fs::write(proc.join("uptime"), "1000.25 1900.00\n").unwrap();
+        let ticks = 900 * u64::from(berth_sys::net::clock_ticks());
+        std::fs::write(
+            proc.join("4242/stat"),
+            format!("4242 (init.lxc) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {ticks} 0 0\n"),
+        )
+        .unwrap();
         let _shim = FakeShim::start(&d, "web", answer, b"");
         let v = tr181(&d).unwrap();
         assert_eq!(at(&v, "ExecutionUnit.1.Status"), "Active");
