@@ -121,7 +121,7 @@ fn a_full_state_partition_refuses_cleanly_names_who_filled_it_and_recovers() {
     assert_eq!(sb.status_of("svc")["state"], "running");
 
     // 4. A schedule cannot be written: refused, named, none added.
-    let (_, err) = sb.fail(&[
+    const ADD: &[&str] = &[
         "schedule",
         "add",
         "svc",
@@ -130,7 +130,8 @@ fn a_full_state_partition_refuses_cleanly_names_who_filled_it_and_recovers() {
         "--",
         "/bin/busybox",
         "true",
-    ]);
+    ];
+    let (_, err) = sb.fail(ADD);
     assert!(
         err.contains("file system full") && err.contains("/data of filler"),
         "{err}"
@@ -183,16 +184,7 @@ fn a_full_state_partition_refuses_cleanly_names_who_filled_it_and_recovers() {
     assert!(s["daemon"]["space_warning"].is_null(), "{s}");
     let r = sb.json(&["rollback", "svc"]);
     assert_eq!(r["to"], "1", "{r}");
-    sb.ok(&[
-        "schedule",
-        "add",
-        "svc",
-        "--cron",
-        "* * * * *",
-        "--",
-        "/bin/busybox",
-        "true",
-    ]);
+    sb.ok(ADD);
     sb.berth(&["start", "quits"]);
     wait_until("the report written", Duration::from_secs(20), || {
         reports(&sb) == 2

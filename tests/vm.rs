@@ -279,20 +279,7 @@ fn cgroup_v2_for_real_in_a_vm() {
     println!("{}", manifest.trim_end());
 
     let tmp = TempDir::new("vm");
-    let payload = tmp.path("payload");
-    let out = Command::new("bash")
-        .arg(scripts.join("cgroup-v2/payload.sh"))
-        .arg(&payload)
-        .env("BERTH_BIN", BERTH)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "payload.sh: {}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    let payload = build_payload(&scripts, "cgroup-v2", &tmp.path("payload"));
 
     boot(&scripts, &payload, &image, "", CHECKS, 600);
     boot(
@@ -304,36 +291,10 @@ fn cgroup_v2_for_real_in_a_vm() {
         600,
     );
 
-    let payload = tmp.path("apparmor");
-    let out = Command::new("bash")
-        .arg(scripts.join("apparmor/payload.sh"))
-        .arg(&payload)
-        .env("BERTH_BIN", BERTH)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "apparmor/payload.sh: {}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    let payload = build_payload(&scripts, "apparmor", &tmp.path("apparmor"));
     boot(&scripts, &payload, &image, "", APPARMOR_CHECKS, 600);
 
-    let payload = tmp.path("clock");
-    let out = Command::new("bash")
-        .arg(scripts.join("clock/payload.sh"))
-        .arg(&payload)
-        .env("BERTH_BIN", BERTH)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "clock/payload.sh: {}{}",
-        stdout(&out),
-        stderr(&out)
-    );
+    let payload = build_payload(&scripts, "clock", &tmp.path("clock"));
     boot(&scripts, &payload, &image, "", CLOCK_CHECKS, 400);
 
     // The module for the image's own kernel (build.sh's manifest names it).
@@ -361,6 +322,24 @@ fn cgroup_v2_for_real_in_a_vm() {
     // The long boot: about 7 minutes under TCG, more as the host is loaded.
     boot(&scripts, &payload, &image, "", SLAB_CHECKS, 900);
     println!("image build (scripts/vm/build.sh): {build_time:.1?}");
+}
+
+/// Runs `scripts/vm/WHICH/payload.sh OUT` with this berth, which must succeed; returns OUT.
+fn build_payload(scripts: &Path, which: &str, out: &Path) -> PathBuf {
+    let run = Command::new("bash")
+        .arg(scripts.join(which).join("payload.sh"))
+        .arg(out)
+        .env("BERTH_BIN", BERTH)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{which}/payload.sh: {}{}",
+        stdout(&run),
+        stderr(&run)
+    );
+    out.to_path_buf()
 }
 
 /// Boots the VM with `append` on the kernel command line, runs the payload, and asserts that

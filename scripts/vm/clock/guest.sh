@@ -10,25 +10,9 @@ set -u
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 here=$(pwd)
 B="$here/berth"
-FAILED=0
-PASSED=0
-
-result() {
-    if [ "$2" = 0 ]; then
-        PASSED=$((PASSED + 1))
-        echo "VMTEST PASS $1 $3"
-    else
-        FAILED=$((FAILED + 1))
-        echo "VMTEST FAIL $1 $3"
-    fi
-}
-ok() { [ "$@" ] && echo 0 || echo 1; }
+# shellcheck source=scripts/vm/guest-lib.sh
+. "$here/lib.sh"
 b() { timeout 60 "$B" "$@"; }
-wait_for() { # SECONDS COMMAND...: polls until the command succeeds
-    n=$(($1 * 5)); shift
-    while [ "$n" -gt 0 ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.2; n=$((n - 1)); done
-    return 1
-}
 up_s() { cut -d. -f1 /proc/uptime; }
 # state NAME: the container's state by `berth --json status`
 state() { b --json status "$1" 2>&1 | grep -o '"state": *"[a-z]*"' | head -1 | cut -d'"' -f4; }

@@ -43,3 +43,4 @@ policy = "never"'
 "$B" repo build "$out/repo" --key "$out/src/vendor.sec" --valid-for 30d >/dev/null
 rm -rf "$out/src"
 cp "$here/guest.sh" "$out/run.sh"
+cp "$here/../guest-lib.sh" "$out/lib.sh"
