@@ -13,10 +13,12 @@ pub fn clock_set(now: u64) -> bool {
 }
 
 /// The age at `now` of a date `then`, both UNIX seconds, when the clock can tell it: None
-/// when `then` was recorded before the clock was set (behind [`CLOCK_FLOOR`]: its age is
-/// unknown, not 56 years) or lies ahead of `now` (written before the clock was set back).
+/// when `then` was recorded before the clock was set and read after (behind
+/// [`CLOCK_FLOOR`] then, not now: its age is unknown, not 56 years), or lies ahead of `now`
+/// (written before the clock was set back). Both behind the floor (a device whose clock is
+/// never set) count on that clock.
 pub fn age(then: u64, now: u64) -> Option<u64> {
-    (clock_set(then) && then <= now).then(|| now - then)
+    (then <= now && clock_set(then) == clock_set(now)).then(|| now - then)
 }
 
 /// UNIX seconds as `YYYY-MM-DD HH:MM UTC` (the civil calendar from days since 1970).
@@ -66,5 +68,7 @@ mod tests {
         assert_eq!(age(300, t), None);
         // recorded before the clock was set back
         assert_eq!(age(t, t - 1), None);
+        // a clock never set: ages on it
+        assert_eq!(age(300, 900), Some(600));
     }
 }

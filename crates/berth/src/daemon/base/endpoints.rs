@@ -181,8 +181,8 @@ impl Registry {
         }
     }
 
-    /// Holds off upgrades of `name` until `until` (seconds since the epoch), for run `run`.
-    /// Holds off upgrades of `name`, for run `run`, for `want_s` from `now` — but never
+    /// Holds off upgrades of `name`, for run `run`, for `want_s` from `now` (CLOCK_MONOTONIC
+    /// seconds, as every time of the locks here) — but never
     /// beyond `max_s` after this run first took a lock (renewals do not stretch it); returns
     /// until when, and since when the run holds it.
     pub fn lock(&self, name: &str, now: u64, want_s: u64, max_s: u64, run: i32) -> (u64, u64) {

@@ -8,6 +8,9 @@ use std::sync::Mutex;
 #[cfg(any(feature = "metrics", feature = "tr181"))]
 use std::time::{Duration, Instant};
 
+use berth_core::config::Paths;
+
+#[cfg(any(feature = "metrics", feature = "tr181"))]
 use crate::daemon::base::context::Daemon;
 
 /// What the store and each installed package's /data use, in bytes.
@@ -44,57 +47,105 @@ pub(crate) fn usage(d: &Daemon) -> Usage {
     }
     let u = Usage {
         store: dir_bytes(&store, 1),
-        data: crate::daemon::device::state::state(d)
-            .packages
-            .keys()
-            .map(|p| (p.to_string(), data_bytes(d, p)))
-            .collect(),
+        // (the names under the state's lock, the walks after it)
+        data: {
+            let names: Vec<String> = d
+                .state
+                .lock()
+                .unwrap()
+                .packages
+                .keys()
+                .map(|p| p.to_string())
+                .collect();
+            names
+                .into_iter()
+                .map(|p| {
+                    let b = data_bytes(d, &p);
+                    (p, b)
+                })
+                .collect()
+        },
     };
     *cache = Some((store, Instant::now(), u.clone()));
     u
 }
 
 /// Who holds the state partition, for a message about a full one: the three biggest of each
-/// package's /data, the store and the crash reports, walked now (the moment a write fails is
-/// the moment it matters; beneath each top, never through a link), e.g. `the biggest: /data
-/// of hog 21.3 MiB (22334464 B), the store 1.1 MiB (1155072 B)`.
-pub(crate) fn holders(d: &Daemon) -> String {
-    let p = &d.cfg.paths;
-    let st = crate::daemon::device::state::state(d);
-    // (what, whose, bytes): a package's /data, or the store or the reports (no one's)
-    let mut all: Vec<(&str, &str, u64)> = st
-        .packages
-        .keys()
-        .map(|n| ("/data of ", n.as_str(), data_bytes(d, n)))
-        .collect();
-    all.push(("the store", "", berth_sys::tree::path_usage(&p.store())));
-    all.push((
-        "crash reports",
-        "",
-        berth_sys::tree::path_usage(&p.reports()),
-    ));
+/// container's /data (every entry of `data/`: a directory or an image, a package removed
+/// without `--purge` too), the store and the crash reports, walked now (the moment a write
+/// fails is the moment it matters; beneath each top, never through a link), e.g. `the
+/// biggest: /data of hog 21.3 MiB (22334464 B), the store 1.1 MiB (1155072 B)`.
+pub(crate) fn holders(p: &Paths) -> String {
+    let mut all: Vec<(String, u64)> = Vec::new();
+    for e in std::fs::read_dir(p.state.join("data"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let path = e.path();
+        // (the entry itself: a directory walked beneath it, an image file, nothing else)
+        let bytes = match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => berth_sys::tree::path_usage(&path),
+            Ok(m) if m.is_file() => file_bytes(&path),
+            _ => 0,
+        };
+        let name = e.file_name().to_string_lossy().into_owned();
+        let name = name.strip_suffix(".img").unwrap_or(&name);
+        all.push((format!("/data of {name}"), bytes));
+    }
+    for (who, dir) in [
+        ("the store", p.store()),
+        ("crash reports", p.reports()),
+        ("the fleet's download", p.state.join("fleet")),
+    ] {
+        all.push((who.into(), berth_sys::tree::path_usage(&dir)));
+    }
     // The three biggest, by hand: a sort would cost the device binary another instance.
     let mut top = String::from("the biggest:");
     for n in 0..3 {
         let Some(i) = (0..all.len())
-            .filter(|i| all[*i].2 > 0)
-            .max_by_key(|i| all[*i].2)
+            .filter(|i| all[*i].1 > 0)
+            .max_by_key(|i| all[*i].1)
         else {
             if n == 0 {
                 return "none of it in berth's /data, store or crash reports".into();
             }
             break;
         };
-        let (what, whose, b) = all.swap_remove(i);
-        for part in [if n == 0 { " " } else { ", " }, what, whose, " "] {
+        let (who, b) = all.swap_remove(i);
+        for part in [if n == 0 { " " } else { ", " }, &who, " "] {
             top.push_str(part);
         }
-        top.push_str(&crate::daemon::store::install::mib(b));
+        top.push_str(&mib(b));
     }
     top
 }
 
+/// [`holders`] walked at most every 30 s, for `berth status` (a page polling it every few
+/// seconds must not walk every /data each time while the partition is full); a failed
+/// write's message walks afresh.
+pub(crate) fn holders_recent(p: &Paths) -> String {
+    type Cached = (std::path::PathBuf, std::time::Instant, String);
+    static LAST: std::sync::Mutex<Option<Cached>> = std::sync::Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|e| e.into_inner());
+    match last.as_ref() {
+        Some((s, t, h)) if *s == p.state && t.elapsed().as_secs() < 30 => h.clone(),
+        _ => {
+            let h = holders(p);
+            *last = Some((p.state.clone(), std::time::Instant::now(), h.clone()));
+            h
+        }
+    }
+}
+
+/// Bytes as people read them in a message: `4.1 MiB (4299161 B)` (integers only).
+pub(crate) fn mib(b: u64) -> String {
+    let tenths = (u128::from(b) * 10 + (1 << 19)) >> 20;
+    format!("{}.{} MiB ({b} B)", tenths / 10, tenths % 10)
+}
+
 /// Disk used by a container's /data: its image with `containers.data_size`, else its tree.
+#[cfg(any(feature = "metrics", feature = "tr181"))]
 pub(crate) fn data_bytes(d: &Daemon, name: &str) -> u64 {
     let img = d.cfg.paths.data_image(name);
     if img.exists() {
@@ -155,7 +206,7 @@ mod tests {
     fn the_biggest_holders_come_first_whichever_they_are() {
         let (_dir, d, _) = fake_daemon("disk-holders", "");
         assert_eq!(
-            holders(&d),
+            holders(&d.cfg.paths),
             "none of it in berth's /data, store or crash reports"
         );
         install(&d, MANIFEST);
@@ -168,7 +219,7 @@ mod tests {
             std::fs::create_dir_all(&dir).unwrap();
             std::fs::write(dir.join(file), noise(mib << 20)).unwrap();
         }
-        let h = holders(&d);
+        let h = holders(&d.cfg.paths);
         let order: Vec<usize> = ["the store 3.", "crash reports 2.", "/data of web 1."]
             .iter()
             .map(|w| h.find(w).unwrap_or_else(|| panic!("{w} in {h}")))

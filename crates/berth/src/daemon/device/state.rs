@@ -58,7 +58,7 @@ pub(crate) fn write_failed(d: &Daemon, path: &Path, e: std::io::Error, kept: &st
             format!(
                 "cannot write {}: file system full ({}); {kept} (free space with berth gc)",
                 path.display(),
-                crate::daemon::device::disk::holders(d)
+                crate::daemon::device::disk::holders(&d.cfg.paths)
             ),
         )
     } else {

@@ -835,7 +835,7 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
         {
             let _ = std::fs::remove_file(&path);
             let who = if e.is_no_space() {
-                format!(" ({})", crate::daemon::device::disk::holders(d))
+                format!(" ({})", crate::daemon::device::disk::holders(&d.cfg.paths))
             } else {
                 String::new()
             };
@@ -870,7 +870,7 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
 /// `[upgrade] reserve` must fit in what the file system has free ("space required X,
 /// available Y", and who fills it); None when it fits (or the free space cannot be told).
 fn no_room(d: &Daemon, file: &str, need: u64, path: &std::path::Path) -> Option<String> {
-    use crate::daemon::store::install::mib;
+    use crate::daemon::device::disk::mib;
     let free = berth_sys::fsutil::free_bytes(path.parent()?).ok()?;
     let reserve = d.cfg.upgrade.reserve;
     (need.saturating_add(reserve) > free).then(|| {
@@ -879,7 +879,7 @@ fn no_room(d: &Daemon, file: &str, need: u64, path: &std::path::Path) -> Option<
             mib(need),
             mib(reserve),
             mib(free),
-            crate::daemon::device::disk::holders(d)
+            crate::daemon::device::disk::holders(&d.cfg.paths)
         )
     })
 }
@@ -1076,7 +1076,7 @@ mod tests {
         assert!(
             why.starts_with("download: no room for b.bundle: space required ")
                 && why.contains("(and 4.0 MiB (4194304 B) kept for berth's own state, [upgrade] reserve), available ")
-                && why.contains("(none of it in berth's /data, store or crash reports)")
+                && (why.contains(" (the biggest: ") || why.contains(" (none of it in berth's"))
                 && why.ends_with("nothing was downloaded"),
             "{why}"
         );

@@ -58,7 +58,7 @@ pub(crate) fn collect(d: &Arc<Daemon>, name: &str, r: &Report) {
                 Err(e) => {
                     let e = format!("{e:#}");
                     let full = if e.contains("(flash full)") {
-                        format!("; {}", crate::daemon::device::disk::holders(&d))
+                        format!("; {}", crate::daemon::device::disk::holders(&d.cfg.paths))
                     } else {
                         String::new()
                     };
@@ -178,7 +178,9 @@ fn guard_killed_init_lately(d: &Daemon, name: &str) -> bool {
     let at = k[guard_kill::AT].as_u64().unwrap_or(0);
     // (a kill dated ahead of the clock was before the clock was set back: not lately)
     k[guard_kill::INIT].as_bool() == Some(true)
-        && berth_core::date::age(at, berth_sys::process::now_s()).is_some_and(|a| a < 30)
+        && berth_sys::process::now_s()
+            .checked_sub(at)
+            .is_some_and(|a| a < 30)
 }
 
 fn write_event(d: &Daemon, name: &str, r: &Report) -> anyhow::Result<Option<String>> {

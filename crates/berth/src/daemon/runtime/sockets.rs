@@ -97,8 +97,13 @@ pub(crate) fn reopen(d: &Daemon, running: &[String]) {
             .filter(|l| l[3] == MONOTONIC);
         if let Some(l) = lock {
             let n = |i: usize| l[i].as_u64();
+            // (a run directory that outlived a reboot could hold another boot's clock:
+            // a lock beyond the policy's bound from now, or begun in the future, is none)
+            let now = berth_sys::process::mono_s();
             if let (Some(until), Some(run), Some(first)) = (n(0), n(1), n(2)) {
-                d.capi.restore(name, until, run as i32, first);
+                if first <= now && until <= now + d.cfg.api.max_update_lock_s {
+                    d.capi.restore(name, until, run as i32, first);
+                }
             }
         }
     }

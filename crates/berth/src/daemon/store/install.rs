@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use crate::daemon::base::context::Daemon;
 use crate::daemon::base::error::{Error, Kind, Result};
 use crate::daemon::device::boot;
+use crate::daemon::device::disk;
 use crate::daemon::device::state;
 use crate::daemon::ops::schedules;
 use crate::daemon::prepare::security;
@@ -160,19 +161,13 @@ pub(crate) fn admit(d: &Daemon, closure: &[&IndexEntry], steps: &[InstallStep]) 
         format!(
             "no room for {}: space required {} (and {} kept for berth's own state, [upgrade] reserve), available {} in {} ({}); nothing was changed (free space with berth gc or berth remove)",
             what.join(", "),
-            mib(need),
-            mib(reserve),
-            mib(free),
+            disk::mib(need),
+            disk::mib(reserve),
+            disk::mib(free),
             on.display(),
-            crate::daemon::device::disk::holders(d)
+            disk::holders(&d.cfg.paths)
         ),
     ))
-}
-
-/// Bytes as people read them in a message: `4.1 MiB (4299161 B)` (integers only).
-pub(crate) fn mib(b: u64) -> String {
-    let tenths = (u128::from(b) * 10 + (1 << 19)) >> 20;
-    format!("{}.{} MiB ({b} B)", tenths / 10, tenths % 10)
 }
 
 /// Brings one image into the store (downloading it unless it is already there and intact)

@@ -144,9 +144,14 @@ pub(crate) fn upgrade(
                 let _op = d.op.lock().unwrap();
                 // Not if the operator stopped it meanwhile (the mark is theirs).
                 let start_after = m.was_running && d.cfg.paths.autostart(&m.name).exists();
-                if let Err(e) = rollback_locked(d, &m.name, start_after, &why, false) {
-                    log::error!("{}: rollback failed: {e}", m.name);
-                }
+                // (a rollback that failed says so in the reason: nothing was rolled back)
+                let why = match rollback_locked(d, &m.name, start_after, &why, false) {
+                    Ok(()) => why,
+                    Err(e) => {
+                        log::error!("{}: rollback failed: {e}", m.name);
+                        format!("{why}; the rollback failed: {}", e.message)
+                    }
+                };
                 rolled_back.push(json!({
                     field::NAME: m.name, field::FROM: m.from, field::TO: m.to, field::REASON: why,
                 }));
@@ -488,7 +493,6 @@ pub(crate) fn rollback(d: &Arc<Daemon>, name: &str) -> Result<Value> {
     let (from, to) = (p.version.to_string(), prev.version.to_string());
     let running = probe::is_running(d, name);
     let images = state::state(d).images_of(name);
-    state::room_to_commit(d)?;
     rollback_locked(d, name, running, "berth rollback", false)?;
     crate::daemon::ops::schedules::sync(d);
     gc::prune(d, &images);
@@ -509,6 +513,8 @@ fn rollback_locked(
     let Some(prev) = p.previous.clone() else {
         return Ok(());
     };
+    // Refused before anything changes when the state cannot be written (a full disk).
+    state::room_to_commit(d)?;
     if probe::is_running(d, name) {
         if quiet {
             control::act_locked(d, name, SWITCH_STOP, Who::Daemon)?;
@@ -520,6 +526,7 @@ fn rollback_locked(
     // of the old version's for the supervisor to judge.
     let _ = std::fs::remove_file(d.cfg.paths.exit_file(name));
     hooks::point("rollback.stopped");
+    let restored = snapshot(d, name).exists() || snapshot_absent(d, name).exists();
     restore_data(d, name);
     hooks::point("rollback.restored");
     let mut st = state::state(d);
@@ -528,9 +535,11 @@ fn rollback_locked(
     back.trial = None;
     st.packages.insert(name.to_string(), back);
     if let Err(e) = state::commit_state(d, st) {
-        // Nothing changed: the version that ran runs again (its /data is the snapshot's
-        // if one was restored: the one it had before its upgrade's trial).
-        if start_after {
+        // The state still names the new version. Unless its /data was put back to the old
+        // version's, it runs again as it was; with the old /data it stays stopped (the new
+        // version must not run on the data it migrated from): berth rollback once space
+        // returns finishes it.
+        if start_after && !restored {
             let _ = control::act_locked(d, name, Intent::Start, Who::Upgrade);
         }
         return Err(e);

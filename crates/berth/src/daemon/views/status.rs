@@ -126,16 +126,16 @@ pub(crate) fn status(d: &Daemon, name: Option<&str>) -> Result<Value> {
 /// A warning while the state partition has less free than `[upgrade] reserve`, berth's own
 /// room: what is left, what it means, and who fills it.
 fn space_warning(d: &Daemon) -> Option<String> {
-    use crate::daemon::store::install::mib;
+    use crate::daemon::device::disk::mib;
     let state = &d.cfg.paths.state;
     let free = berth_sys::fsutil::free_bytes(state).ok()?;
     let reserve = d.cfg.upgrade.reserve;
     (free < reserve).then(|| {
         format!(
-            "{} has {} free, less than [upgrade] reserve keeps for berth's own state: installs and upgrades are refused; {}",
+            "{} has {} free, less than [upgrade] reserve keeps for berth's own state: installs and upgrades that need room are refused; {}",
             state.display(),
             mib(free),
-            crate::daemon::device::disk::holders(d)
+            crate::daemon::device::disk::holders_recent(&d.cfg.paths)
         )
     })
 }
