@@ -138,6 +138,30 @@ pub(crate) fn holders_recent(p: &Paths) -> String {
     }
 }
 
+/// Admission for `what` (an install's images, a fleet bundle): `need` more bytes on the file
+/// system of `on`, with `reserve` ([upgrade] reserve) left for berth's own state. None when
+/// it fits; else the refusal's words: `no room for WHAT: space required X (and Y kept for
+/// berth's own state, [upgrade] reserve), available Z in ON (the biggest: …)`.
+pub(crate) fn no_room(
+    p: &Paths,
+    what: &str,
+    need: u64,
+    reserve: u64,
+    on: &Path,
+) -> std::io::Result<Option<String>> {
+    let free = berth_sys::fsutil::free_bytes(on)?;
+    Ok((need.saturating_add(reserve) > free).then(|| {
+        format!(
+            "no room for {what}: space required {} (and {} kept for berth's own state, [upgrade] reserve), available {} in {} ({})",
+            mib(need),
+            mib(reserve),
+            mib(free),
+            on.display(),
+            holders(p)
+        )
+    }))
+}
+
 /// Bytes as people read them in a message: `4.1 MiB (4299161 B)` (integers only).
 pub(crate) fn mib(b: u64) -> String {
     let tenths = (u128::from(b) * 10 + (1 << 19)) >> 20;

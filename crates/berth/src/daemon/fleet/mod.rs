@@ -870,18 +870,17 @@ fn download(d: &Daemon, client: &Client, rec: &mut Record, dep: &Deployment) -> 
 /// `[upgrade] reserve` must fit in what the file system has free ("space required X,
 /// available Y", and who fills it); None when it fits (or the free space cannot be told).
 fn no_room(d: &Daemon, file: &str, need: u64, path: &std::path::Path) -> Option<String> {
-    use crate::daemon::device::disk::mib;
-    let free = berth_sys::fsutil::free_bytes(path.parent()?).ok()?;
-    let reserve = d.cfg.upgrade.reserve;
-    (need.saturating_add(reserve) > free).then(|| {
-        format!(
-            "download: no room for {file}: space required {} (and {} kept for berth's own state, [upgrade] reserve), available {} ({}); nothing was downloaded",
-            mib(need),
-            mib(reserve),
-            mib(free),
-            crate::daemon::device::disk::holders(&d.cfg.paths)
-        )
-    })
+    let refused = crate::daemon::device::disk::no_room(
+        &d.cfg.paths,
+        file,
+        need,
+        d.cfg.upgrade.reserve,
+        path.parent()?,
+    );
+    Some(format!(
+        "download: {}; nothing was downloaded",
+        refused.ok()??
+    ))
 }
 
 fn apply(d: &Arc<Daemon>, client: &Client, rec: &mut Record, force: bool) -> Result<(), String> {

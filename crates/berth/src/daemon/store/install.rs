@@ -146,28 +146,20 @@ pub(crate) fn admit(d: &Daemon, closure: &[&IndexEntry], steps: &[InstallStep]) 
     }
     let store = paths.store();
     let on = if store.is_dir() { &store } else { &paths.state };
-    let free = berth_sys::fsutil::free_bytes(on).map_err(|e| {
-        Error::internal(format!(
-            "cannot tell the free space of {}: {e}",
-            on.display()
-        ))
-    })?;
-    let reserve = d.cfg.upgrade.reserve;
-    if need.saturating_add(reserve) <= free {
-        return Ok(());
+    let refused =
+        disk::no_room(paths, &what.join(", "), need, d.cfg.upgrade.reserve, on).map_err(|e| {
+            Error::internal(format!(
+                "cannot tell the free space of {}: {e}",
+                on.display()
+            ))
+        })?;
+    match refused {
+        None => Ok(()),
+        Some(why) => Err(Error::new(
+            Kind::NoSpace,
+            format!("{why}; nothing was changed (free space with berth gc or berth remove)"),
+        )),
     }
-    Err(Error::new(
-        Kind::NoSpace,
-        format!(
-            "no room for {}: space required {} (and {} kept for berth's own state, [upgrade] reserve), available {} in {} ({}); nothing was changed (free space with berth gc or berth remove)",
-            what.join(", "),
-            disk::mib(need),
-            disk::mib(reserve),
-            disk::mib(free),
-            on.display(),
-            disk::holders(&d.cfg.paths)
-        ),
-    ))
 }
 
 /// Brings one image into the store (downloading it unless it is already there and intact)
