@@ -8,7 +8,8 @@
 //! - `BERTH_FAULT=install.fetched` (or `install.fetched:2`, the second time that point is
 //!   reached) makes the daemon kill itself with SIGKILL right there, as a power cut or the OOM
 //!   killer would; `BERTH_FAULT=landlock.absent` (and `netlink.absent`) makes a kernel
-//!   feature look absent;
+//!   feature look absent; `BERTH_FAULT=thread.health` makes every health probe's thread
+//!   fail to start, as when memory is short;
 //! - `BERTH_FORCE_MOUNT_FALLBACK=1`: hot-binding by mount propagation, as on Linux < 5.2;
 //! - `BERTH_TEST_HOOKS=1` enables the rest: `POST /v1/test/stall`, `BERTH_TEST_API_DELAY_MS`
 //!   (each container API request waits that long before it is served),

@@ -41,22 +41,36 @@ pub(crate) fn check(d: &Arc<Daemon>, name: &str, init: Run, m: &Manifest) {
         probe,
     };
     let limit = Duration::from_millis(h.timeout_ms) + GRACE;
-    let d = Arc::clone(d);
-    let name = name.to_string();
-    let spawned = berth_sys::process::spawn_thread(
-        format!("health-{name}"),
-        128 * 1024,
-        Box::new(move || {
-            let (ok, line) = run(&d, &args, limit);
-            if let Some(s) = d.supervision.lock().unwrap().get_mut(&name) {
-                s.last_check = Some((line, berth_sys::process::now_s()));
-            }
-            d.notify(&name, Event::Health(init, ok));
-        }),
-    );
+    let (d2, n2) = (Arc::clone(d), name.to_string());
+    // (BERTH_FAULT=thread.health: no thread, as when memory is short)
+    let spawned = if crate::hooks::active("thread.health") {
+        Err(std::io::Error::from(std::io::ErrorKind::OutOfMemory))
+    } else {
+        berth_sys::process::spawn_thread(
+            format!("health-{name}"),
+            128 * 1024,
+            Box::new(move || {
+                let (ok, line) = run(&d2, &args, limit);
+                verdict(&d2, &n2, init, ok, line);
+            }),
+        )
+    };
     if let Err(e) = spawned {
-        log::warn!("cannot start a health probe thread: {e}");
+        // No thread (memory is short): a probe that could not run is a failed one, as one
+        // that timed out is, and the next is due as after any verdict (without one the
+        // machine would wait for it, and never probe again).
+        let line = format!("the probe could not start: {e}");
+        log::warn!("{name}: {line}");
+        verdict(d, name, init, false, line);
     }
+}
+
+/// A probe's verdict: kept for `status` and told to the supervisor.
+fn verdict(d: &Daemon, name: &str, init: Run, ok: bool, line: String) {
+    if let Some(s) = d.supervision.lock().unwrap().get_mut(name) {
+        s.last_check = Some((line, berth_sys::process::now_s()));
+    }
+    d.notify(name, Event::Health(init, ok));
 }
 
 /// Runs the helper (a probe, or a scheduled job's run); (passed, what it said). Blocked on

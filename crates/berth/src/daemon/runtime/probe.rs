@@ -110,6 +110,18 @@ pub(crate) mod tests {
 
     impl FakeShim {
         pub(crate) fn start(d: &Daemon, name: &str, info: Value, log: &[u8]) -> FakeShim {
+            FakeShim::ending(d, name, info, log, usize::MAX)
+        }
+
+        /// A container that ends (its init killed, by the memory guard say) once its shim has
+        /// answered `infos` requests for `info`: later ones get no init pid.
+        pub(crate) fn ending(
+            d: &Daemon,
+            name: &str,
+            info: Value,
+            log: &[u8],
+            infos: usize,
+        ) -> FakeShim {
             let path = d.cfg.paths.shim_socket(name);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             let listener = UnixListener::bind(&path).unwrap();
@@ -125,7 +137,9 @@ pub(crate) mod tests {
                     let mut line = String::new();
                     let _ = BufReader::new(&conn).read_line(&mut line);
                     let line = line.trim_end().to_string();
+                    let answered = a.lock().unwrap().iter().filter(|l| *l == "info").count();
                     let answer = match line.split(' ').next() {
+                        Some("info") if answered >= infos => b"{}".to_vec(),
                         Some("info") => info.to_string().into_bytes(),
                         Some("logs" | "follow" | "tail") => log.clone(),
                         _ => Vec::new(),

@@ -274,7 +274,7 @@ fn switch_one(
     if was_running {
         // The stop is the upgrade's, not the operator's: it still starts after a reboot,
         // and its end is no run's end for the supervisor to judge at the next start.
-        control::act_locked(d, &name, SWITCH_STOP, Who::Upgrade)?;
+        stop_for_switch(d, &name, Who::Upgrade)?;
         let _ = std::fs::remove_file(d.cfg.paths.exit_file(&name));
     }
     hooks::point("upgrade.stopped");
@@ -338,6 +338,19 @@ fn switch_one(
         hooks::point("upgrade.started");
     }
     Ok(())
+}
+
+/// Stops `name` for a switch of versions. A container that ended between the look and the
+/// stop (the memory guard's kill, a crash) is stopped all the same: the switch goes on,
+/// and a trial's rollback is never left undone by it.
+fn stop_for_switch(d: &Arc<Daemon>, name: &str, who: Who) -> Result<()> {
+    match control::act_locked(d, name, SWITCH_STOP, who) {
+        Err(e) if e.kind == Kind::NotRunning => {
+            log::info!("{name}: ended on its own before the stop");
+            Ok(())
+        }
+        r => r.map(drop),
+    }
 }
 
 /// Runs the new version's migration command (with the version it replaces as its last
@@ -516,11 +529,7 @@ fn rollback_locked(
     // Refused before anything changes when the state cannot be written (a full disk).
     state::room_to_commit(d)?;
     if probe::is_running(d, name) {
-        if quiet {
-            control::act_locked(d, name, SWITCH_STOP, Who::Daemon)?;
-        } else {
-            control::act_locked(d, name, SWITCH_STOP, Who::Upgrade)?;
-        }
+        stop_for_switch(d, name, if quiet { Who::Daemon } else { Who::Upgrade })?;
     }
     // The new version's end (by this stop, or on its own before the daemon died) is no end
     // of the old version's for the supervisor to judge.
@@ -1053,6 +1062,26 @@ mod tests {
         assert_eq!(on_disk, state::state(&f.d));
         archived(&f.d, "web", "berth rollback");
         assert_eq!(rollback(&f.d, "web").unwrap_err().kind, Kind::NoPrevious);
+    }
+
+    /// The trial's container ends (the memory guard kills it) between the rollback's look
+    /// and its stop: the rollback goes on, and no trial is left behind.
+    #[test]
+    fn a_trial_that_ends_as_its_rollback_stops_it_is_rolled_back() {
+        let mut f = setup("upgrade-rollback-ended", "");
+        in_trial(&mut f);
+        lxc_config(&f.d, "web");
+        let shim = FakeShim::ending(&f.d, "web", info(4242), b"", 2);
+        assert!(probe::is_running(&f.d, "web"));
+        let _op = f.d.op.lock().unwrap();
+        rollback_locked(&f.d, "web", false, "the guard", true).unwrap();
+        assert_eq!(version(&f.d, "web"), ("1.0".into(), None, false));
+        archived(&f.d, "web", "the guard");
+        assert!(
+            !shim.asked().iter().any(|l| l.starts_with("stop")),
+            "{:?}",
+            shim.asked()
+        );
     }
 
     /// web 2.0 committed in trial over 1.0, as a dead daemon leaves it.
