@@ -9,6 +9,7 @@ pub(crate) mod server;
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::time::Duration;
 
 use berth_core::api::ping;
 use berth_core::http::{self, Request};
@@ -73,9 +74,15 @@ fn reply(stream: &mut UnixStream, r: Result<Value>) {
     let _ = stream.write_all(&bytes);
 }
 
+/// How long a write to an admin client may wait for it to read: a client that stops reading
+/// (a paused pager, a dead terminal) must not hold an install, and the op lock it holds,
+/// for ever; past this its answer is dropped and the work goes on.
+const WRITE_LIMIT: Duration = Duration::from_secs(30);
+
 /// Serves one complete request on its own thread.
 pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: UnixStream) {
     let received = runtime::start::Stamps::now();
+    let _ = stream.set_write_timeout(Some(WRITE_LIMIT));
     let action = match request::parse_routed(&req)
         .and_then(|(a, c)| authorise(caller, &a).map(|_| (a, c)))
         .and_then(|(a, c)| allowed(d, c).map(|_| a))
@@ -195,9 +202,11 @@ fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream, upgrade: O
     {
         return;
     }
-    let mut emit = |v: Value| {
-        let _ = stream.write_all(format!("{v}\n").as_bytes());
+    let mut events = Events {
+        stream: &mut stream,
+        gone: false,
     };
+    let mut emit = |v: Value| events.send(&v);
     let result = match upgrade {
         Some(force) => store::upgrade::upgrade(d, names, force, &mut emit),
         None => store::install::install(d, names, &mut emit),
@@ -206,7 +215,22 @@ fn install(d: &Arc<Daemon>, names: &[String], mut stream: UnixStream, upgrade: O
         Ok(v) => json!({EVENT: "done", RESULT: v}),
         Err(e) => json!({EVENT: "error", STATUS: e.status(), CODE: e.code(), ERROR: e.message}),
     };
-    let _ = stream.write_all(format!("{last}\n").as_bytes());
+    events.send(&last);
+}
+
+/// A stream of JSON lines to a client, dropped at its first failed write (a client gone, or
+/// not reading within the write limit): one wait, not one per event.
+struct Events<'a> {
+    stream: &'a mut UnixStream,
+    gone: bool,
+}
+
+impl Events<'_> {
+    fn send(&mut self, v: &Value) {
+        if !self.gone {
+            self.gone = self.stream.write_all(format!("{v}\n").as_bytes()).is_err();
+        }
+    }
 }
 
 /// The archive's bytes with their length: the CLI writes the file itself, as the caller, and
@@ -274,6 +298,27 @@ pub(crate) fn relay(mut shim: UnixStream, mut stream: UnixStream) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client that stops reading costs one write limit, then nothing: every later event
+    /// is dropped at once and the work goes on.
+    #[test]
+    fn a_client_that_stops_reading_is_dropped_after_one_wait() {
+        let (mut ours, theirs) = UnixStream::pair().unwrap();
+        ours.set_write_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let mut events = Events {
+            stream: &mut ours,
+            gone: false,
+        };
+        let line = serde_json::json!({"event": "progress", "bytes": "x".repeat(200)});
+        let t0 = std::time::Instant::now();
+        for _ in 0..100_000 {
+            events.send(&line);
+        }
+        assert!(events.gone);
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        drop(theirs);
+    }
 
     #[test]
     fn only_root_is_authorised_on_the_admin_socket() {
