@@ -8,6 +8,7 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, ErrorKind};
 use crate::mount::{MountInfo, SysError};
@@ -104,9 +105,23 @@ impl ToolError {
 /// system (`mkfs.ext4`, `e2fsck`, `resize2fs`), a delta's decoding (`zstd`).
 pub trait Tools: Sync {
     /// Runs `prog` (a path, or a name looked up in PATH) with `args`, `input` on its stdin
-    /// (else /dev/null), and waits for it: its exit status, stdout and stderr.
-    fn run(&self, prog: &str, args: &[&str], input: Option<&[u8]>) -> Result<Output, ToolError>;
+    /// (else /dev/null), and waits for it, at most `limit`: its exit status, stdout and
+    /// stderr. Past the limit it is killed (SIGKILL), and the error says so (`TimedOut`);
+    /// nothing the daemon runs can hold it, and the op lock it may hold, for ever.
+    fn run(
+        &self,
+        prog: &str,
+        args: &[&str],
+        input: Option<&[u8]>,
+        limit: Duration,
+    ) -> Result<Output, ToolError>;
 }
+
+/// How long a quick tool (`ip`, `nft`) may run before it is killed.
+pub const TOOL_LIMIT: Duration = Duration::from_secs(30);
+/// How long a tool that works through a file (`mkfs.ext4`, `e2fsck`, `resize2fs` on a /data
+/// image, `zstd` rebuilding an image from a delta) may run on a slow device's flash.
+pub const LONG_TOOL_LIMIT: Duration = Duration::from_secs(600);
 
 /// [`Tools::run`] of a tool that must succeed: its stdout, or an error naming the command:
 /// `Unavailable` when it cannot run (`{prog}: cannot run it (…); berth needs {prog} in PATH`),
@@ -116,8 +131,9 @@ pub fn run_checked(
     prog: &str,
     args: &[&str],
     input: Option<&str>,
+    limit: Duration,
 ) -> Result<String, Error> {
-    let o = match tools.run(prog, args, input.map(str::as_bytes)) {
+    let o = match tools.run(prog, args, input.map(str::as_bytes), limit) {
         Ok(o) => o,
         Err(ToolError::Spawn(e)) => {
             let why = format!("{prog}: cannot run it ({e}); berth needs {prog} in PATH");
@@ -162,23 +178,103 @@ pub static REAL: Host = Host {
 struct RealTools;
 
 impl Tools for RealTools {
-    fn run(&self, prog: &str, args: &[&str], input: Option<&[u8]>) -> Result<Output, ToolError> {
+    fn run(
+        &self,
+        prog: &str,
+        args: &[&str],
+        input: Option<&[u8]>,
+        limit: Duration,
+    ) -> Result<Output, ToolError> {
         use std::io::Write;
-        let mut c = std::process::Command::new(prog)
-            .args(args)
+        let deadline = Instant::now() + limit;
+        let mut cmd = std::process::Command::new(prog);
+        cmd.args(args)
             .stdin(if input.is_some() {
                 Stdio::piped()
             } else {
                 Stdio::null()
             })
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(ToolError::Spawn)?;
+            .stderr(Stdio::piped());
+        let mut c = cmd.spawn().map_err(ToolError::Spawn)?;
         if let (Some(i), Some(mut s)) = (input, c.stdin.take()) {
             let _ = s.write_all(i);
         }
-        c.wait_with_output().map_err(ToolError::Wait)
+        let (stdout, stderr) = (c.stdout.take(), c.stderr.take());
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let read = match (stdout, stderr) {
+            (Some(o), Some(e)) => {
+                let (o, e) = (OwnedFd::from(o).into(), OwnedFd::from(e).into());
+                drain(&mut [(o, &mut out), (e, &mut err)], deadline)
+            }
+            _ => Ok(()),
+        };
+        let status = read.and_then(|()| reap(&mut c, deadline));
+        match status {
+            Ok(status) => Ok(Output {
+                status,
+                stdout: out,
+                stderr: err,
+            }),
+            Err(e) => {
+                let _ = c.kill();
+                let _ = c.wait();
+                Err(ToolError::Wait(e))
+            }
+        }
+    }
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::TimedOut,
+        "no end within its time limit; killed",
+    )
+}
+
+/// Reads every pipe to its end into its buffer, until `deadline`.
+fn drain(pipes: &mut [(std::fs::File, &mut Vec<u8>)], deadline: Instant) -> io::Result<()> {
+    let mut open = vec![true; pipes.len()];
+    let mut buf = [0u8; 4096];
+    while open.contains(&true) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timed_out());
+        }
+        use std::io::Read;
+        use std::os::fd::AsRawFd;
+        let fds: Vec<_> = pipes
+            .iter()
+            .zip(&open)
+            .map(|((p, _), &o)| (if o { p.as_raw_fd() } else { -1 }, libc::POLLIN))
+            .collect();
+        let rev = crate::process::poll(&fds, left.as_millis().min(60_000) as i32 + 1)?;
+        for (i, (p, into)) in pipes.iter_mut().enumerate() {
+            if open[i] && rev[i] != 0 {
+                match p.read(&mut buf) {
+                    Ok(0) => open[i] = false,
+                    Ok(n) => into.extend_from_slice(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Waits for `c` to end, until `deadline` (its output is closed: it is ending).
+fn reap(c: &mut Child, deadline: Instant) -> io::Result<std::process::ExitStatus> {
+    let mut pause = Duration::from_micros(200);
+    loop {
+        if let Some(s) = c.try_wait()? {
+            return Ok(s);
+        }
+        if Instant::now() >= deadline {
+            return Err(timed_out());
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(50));
     }
 }
 
@@ -283,5 +379,43 @@ impl Mounts for RealMounts {
         id: (u64, u64),
     ) -> io::Result<bool> {
         crate::mountns::shows_at(proc_root, pid, at, id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both outputs in full, however large (one pipe full must not stall the other), with
+    /// the input and the exit status.
+    #[test]
+    fn a_tool_gives_both_outputs_in_full_and_its_status() {
+        let script = "cat; head -c 300000 /dev/zero; head -c 200000 /dev/zero >&2; exit 3";
+        let o = REAL
+            .tools
+            .run("sh", &["-c", script], Some(b"in\n"), TOOL_LIMIT)
+            .unwrap();
+        assert_eq!(o.status.code(), Some(3));
+        assert_eq!(o.stdout.len(), 3 + 300_000);
+        assert!(o.stdout.starts_with(b"in\n"));
+        assert_eq!(o.stderr.len(), 200_000);
+    }
+
+    /// A tool that does not end is killed at its limit, and the error says so; so is one
+    /// that closed its outputs and hangs on.
+    #[test]
+    fn a_tool_past_its_limit_is_killed_and_says_so() {
+        for script in ["sleep 30", "exec >&- 2>&-; sleep 30"] {
+            let t0 = Instant::now();
+            let e = REAL
+                .tools
+                .run("sh", &["-c", script], None, Duration::from_millis(300))
+                .unwrap_err();
+            let waited = t0.elapsed();
+            assert!(matches!(e, ToolError::Wait(_)), "{script}: {e:?}");
+            assert_eq!(e.io().kind(), io::ErrorKind::TimedOut, "{script}");
+            assert!(e.io().to_string().contains("time limit"), "{e:?}");
+            assert!(waited < Duration::from_secs(5), "{script}: {waited:?}");
+        }
     }
 }

@@ -516,7 +516,13 @@ fn exit(answer: Result<String, String>) -> ToolAnswer {
 }
 
 impl Tools for FakeTools {
-    fn run(&self, prog: &str, args: &[&str], input: Option<&[u8]>) -> Result<Output, ToolError> {
+    fn run(
+        &self,
+        prog: &str,
+        args: &[&str],
+        input: Option<&[u8]>,
+        limit: Duration,
+    ) -> Result<Output, ToolError> {
         use std::os::unix::process::ExitStatusExt;
         let call = ToolCall {
             prog: prog.into(),
@@ -534,7 +540,7 @@ impl Tools for FakeTools {
                 stdout: out.into_bytes(),
                 stderr: err.into_bytes(),
             }),
-            Some(ToolAnswer::Real) => berth_sys::host::REAL.tools.run(prog, args, input),
+            Some(ToolAnswer::Real) => berth_sys::host::REAL.tools.run(prog, args, input, limit),
             None => Err(ToolError::Spawn(io::Error::other(format!(
                 "fake tools: no answer for `{}`",
                 call.line()
@@ -951,7 +957,7 @@ mod tests {
         let t = FakeTools::default();
         use berth_sys::error::ErrorKind;
         let checked = |prog: &str, args: &[&str], input: Option<&str>| {
-            berth_sys::host::run_checked(&t, prog, args, input)
+            berth_sys::host::run_checked(&t, prog, args, input, berth_sys::host::TOOL_LIMIT)
         };
         let run = |prog: &str, args: &[&str], input: Option<&str>| {
             checked(prog, args, input).map_err(String::from)
@@ -982,14 +988,23 @@ mod tests {
         assert_eq!(run("ip", &["link", "show"], None).unwrap(), "there");
         t.answer_exit("e2fsck", &["-f"], 1, "corrected");
         let o = t
-            .run("/usr/sbin/e2fsck", &["-f", "-p", "img"], None)
+            .run(
+                "/usr/sbin/e2fsck",
+                &["-f", "-p", "img"],
+                None,
+                berth_sys::host::TOOL_LIMIT,
+            )
             .unwrap();
         assert_eq!(
             (o.status.code(), &o.stderr[..]),
             (Some(1), &b"corrected"[..])
         );
         t.real("true");
-        assert!(t.run("true", &[], None).unwrap().status.success());
+        assert!(t
+            .run("true", &[], None, berth_sys::host::TOOL_LIMIT)
+            .unwrap()
+            .status
+            .success());
         assert!(run("nft", &["-f", "-"], Some("table inet t {}")).is_err());
         let calls = t.calls();
         assert_eq!(calls.len(), 9);

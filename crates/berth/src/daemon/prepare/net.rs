@@ -55,7 +55,8 @@ fn net_err(m: String) -> Error {
 /// Runs `ip`/`nft`/`dnsmasq` through the host's tools, feeding `input`: stdout, or an
 /// error naming the command.
 fn run(d: &Daemon, prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
-    berth_sys::host::run_checked(d.host.tools, prog, args, input).map_err(String::from)
+    berth_sys::host::run_checked(d.host.tools, prog, args, input, berth_sys::host::TOOL_LIMIT)
+        .map_err(String::from)
 }
 
 /// The host's IPv4 routes other than the bridge's own: (prefix, device).

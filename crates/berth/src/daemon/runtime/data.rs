@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use berth_core::state::Installed;
 use berth_sys::fsutil::fsync_dir;
+use berth_sys::host::LONG_TOOL_LIMIT;
 
 use crate::daemon::base::context::Daemon;
 use crate::daemon::base::error::{Error, Kind, Result};
@@ -224,7 +225,12 @@ fn grow(d: &Daemon, name: &str, image: &Path, from: u64, cap: u64) -> Result<()>
     let out = d
         .host
         .tools
-        .run(&path_str(&e2fsck), &["-f", "-p", &path_str(image)], None)
+        .run(
+            &path_str(&e2fsck),
+            &["-f", "-p", &path_str(image)],
+            None,
+            LONG_TOOL_LIMIT,
+        )
         .map_err(|e| undo(format!("e2fsck: {}", e.io())))?;
     // 0: clean, 1: errors corrected.
     if !matches!(out.status.code(), Some(0 | 1)) {
@@ -237,7 +243,12 @@ fn grow(d: &Daemon, name: &str, image: &Path, from: u64, cap: u64) -> Result<()>
     let out = d
         .host
         .tools
-        .run(&path_str(&resize2fs), &[&path_str(image)], None)
+        .run(
+            &path_str(&resize2fs),
+            &[&path_str(image)],
+            None,
+            LONG_TOOL_LIMIT,
+        )
         .map_err(|e| err(format!("resize2fs: {}", e.io())))?;
     if !out.status.success() {
         return Err(err(format!(
@@ -281,7 +292,7 @@ fn run(d: &Daemon, name: &str, args: &[&str], file: &Path) -> std::result::Resul
     let out = d
         .host
         .tools
-        .run(&path_str(&tool(name)?), &args, None)
+        .run(&path_str(&tool(name)?), &args, None, LONG_TOOL_LIMIT)
         .map_err(|e| format!("{name}: {}", e.io()))?;
     if out.status.success() {
         Ok(())
