@@ -63,6 +63,13 @@ pub fn spawn(d: &Arc<Daemon>, init_of: InitOf, kill_of: KillOf) {
     }
 }
 
+/// What the daemon may use for its own work now without taking the device below the
+/// guard's threshold (where the guard would kill a container for it): MemAvailable less the
+/// threshold; None when MemAvailable cannot be read.
+pub(crate) fn headroom(d: &Daemon) -> Option<u64> {
+    available(d.proc()).map(|a| a.saturating_sub(d.cfg.guard.threshold))
+}
+
 fn available(proc: &Path) -> Option<u64> {
     process::read_meminfo(proc)
         .ok()
