@@ -3,8 +3,8 @@
 //! publishes a signed delta; a device that holds the old image fetches the delta instead of
 //! the image (counted on the wire), rebuilds the new image and checks it before use, and the
 //! upgrade runs it; a delta altered after signing, and a zstd that fails, fall back to the
-//! whole image, and the upgrade still succeeds; a device without the old image never asks
-//! for the delta.
+//! whole image, and the upgrade still succeeds; so does a device whose memory guard leaves
+//! too little memory to decode one; a device without the old image never asks for the delta.
 
 // An end-to-end scenario reads top to bottom: the 150-line limit of crates/ (clippy.toml)
 // does not hold here.
@@ -382,10 +382,45 @@ fn deltas(https: bool) {
         ),
     }
 
-    // A device that does not hold the old image never asks for the delta.
+    // 7: the device at its memory guard's threshold (set above MemAvailable): decoding
+    // would need memory the guard keeps for the device, so the delta is not even fetched;
+    // the whole image is, streamed, and the upgrade completes. (app is stopped first: the
+    // guard would kill it, this device's one container, as it should.)
+    sb.ok(&["stop", "app"]);
     let old = snapshot(&sb, "repo-6");
     publish(&sb, "7", Some(&old));
-    sb.ok(&["stop", "app"]);
+    sb.kill_daemon(15);
+    let config = std::fs::read_to_string(&sb.config).unwrap();
+    let threshold = (mem_available() >> 10) + (256 << 10);
+    std::fs::write(
+        &sb.config,
+        format!("{config}\n[guard]\nthreshold = \"{threshold}K\"\n"),
+    )
+    .unwrap();
+    sb.start_daemon();
+    served.take("/deltas/");
+    sb.ok(&["update"]);
+    let events = upgrade_stream(&sb);
+    let failed = events.iter().find(|e| e["event"] == "delta_failed");
+    assert!(
+        failed.is_some_and(|e| e["error"]
+            .as_str()
+            .unwrap_or("")
+            .contains("free above the memory guard's threshold")),
+        "{events:?}"
+    );
+    assert_eq!(served.take("/deltas/"), 0, "the delta was fetched");
+    assert!(served.take(".sqfs") as u64 >= image_size);
+    let done = events.last().unwrap();
+    assert_eq!(done["result"]["upgraded"][0]["to"], "7", "{events:?}");
+    assert!(sb.ok(&["list"]).contains("7"));
+    sb.kill_daemon(15);
+    std::fs::write(&sb.config, config).unwrap();
+    sb.start_daemon();
+
+    // A device that does not hold the old image never asks for the delta.
+    let old = snapshot(&sb, "repo-7");
+    publish(&sb, "8", Some(&old));
     sb.ok(&["remove", "app"]);
     sb.ok(&["gc"]);
     served.take("/deltas/");
