@@ -5,7 +5,9 @@
 //! everywhere; a second, whose new version fails its health check, goes to the canary group
 //! only: the canaries roll back and report failure, and the rollout stops before the main
 //! group; a third, good, goes to all. Every device's final state is checked from both sides
-//! (the server's records, and `berth status`).
+//! (the server's records, and `berth status`). Against a scripted DDI server: hawkBit's
+//! attempt, skip, maintenance window, lock and cancel; a power cut while applying; and a
+//! deployment with the device at its memory guard's threshold.
 
 // An end-to-end scenario reads top to bottom: the 150-line limit of crates/ (clippy.toml)
 // does not hold here.
@@ -477,119 +479,126 @@ impl Ddi {
                     drop(c);
                     continue;
                 }
-                let head = String::from_utf8_lossy(&read_request_head(&mut c)).into_owned();
-                let mut lines = head.lines();
-                let mut first = lines.next().unwrap_or("").split(' ');
-                let (method, path) = (
-                    first.next().unwrap_or("").to_string(),
-                    first.next().unwrap_or("").to_string(),
-                );
-                let mut auth = None;
-                let mut len = 0;
-                for l in lines {
-                    if let Some((k, v)) = l.split_once(':') {
-                        match k.to_ascii_lowercase().as_str() {
-                            "authorization" => auth = Some(v.trim().to_string()),
-                            "content-length" => len = v.trim().parse().unwrap_or(0),
-                            _ => {}
+                // Each connection on its own thread, as a real server serves them: the
+                // device tells its progress while a download is under way.
+                let s = s.clone();
+                std::thread::spawn(move || {
+                    let head = String::from_utf8_lossy(&read_request_head(&mut c)).into_owned();
+                    let mut lines = head.lines();
+                    let mut first = lines.next().unwrap_or("").split(' ');
+                    let (method, path) = (
+                        first.next().unwrap_or("").to_string(),
+                        first.next().unwrap_or("").to_string(),
+                    );
+                    let mut auth = None;
+                    let mut len = 0;
+                    for l in lines {
+                        if let Some((k, v)) = l.split_once(':') {
+                            match k.to_ascii_lowercase().as_str() {
+                                "authorization" => auth = Some(v.trim().to_string()),
+                                "content-length" => len = v.trim().parse().unwrap_or(0),
+                                _ => {}
+                            }
                         }
                     }
-                }
-                let mut body = vec![0; len];
-                let _ = c.read_exact(&mut body);
-                let mut sc = s.lock().unwrap();
-                sc.seen.push(Seen {
-                    method: method.clone(),
-                    path: path.clone(),
-                    auth,
-                    body: String::from_utf8_lossy(&body).into(),
-                });
-                let base = format!("http://127.0.0.1:{port}/DEFAULT/controller/v1/dev");
-                let (code, ctype, out): (u16, &str, Vec<u8>) = match (
-                    method.as_str(),
-                    path.as_str(),
-                ) {
-                    ("GET", "/DEFAULT/controller/v1/dev") => {
-                        let mut links = serde_json::Map::new();
-                        if let Some((id, ..)) = &sc.offer {
-                            let base = if sc.foreign {
-                                base.replace("127.0.0.1", "127.0.0.2")
-                            } else {
-                                base.clone()
-                            };
-                            links.insert(
-                                "deploymentBase".into(),
-                                json!({"href": format!("{base}/deploymentBase/{id}?c=-17")}),
-                            );
-                        }
-                        if let Some((id, _)) = &sc.cancel {
-                            links.insert(
-                                "cancelAction".into(),
-                                json!({"href": format!("{base}/cancelAction/{id}")}),
-                            );
-                        }
-                        (
+                    let mut body = vec![0; len];
+                    let _ = c.read_exact(&mut body);
+                    let mut sc = s.lock().unwrap();
+                    sc.seen.push(Seen {
+                        method: method.clone(),
+                        path: path.clone(),
+                        auth,
+                        body: String::from_utf8_lossy(&body).into(),
+                    });
+                    let base = format!("http://127.0.0.1:{port}/DEFAULT/controller/v1/dev");
+                    let (code, ctype, out): (u16, &str, Vec<u8>) = match (
+                        method.as_str(),
+                        path.as_str(),
+                    ) {
+                        ("GET", "/DEFAULT/controller/v1/dev") => {
+                            let mut links = serde_json::Map::new();
+                            if let Some((id, ..)) = &sc.offer {
+                                let base = if sc.foreign {
+                                    base.replace("127.0.0.1", "127.0.0.2")
+                                } else {
+                                    base.clone()
+                                };
+                                links.insert(
+                                    "deploymentBase".into(),
+                                    json!({"href": format!("{base}/deploymentBase/{id}?c=-17")}),
+                                );
+                            }
+                            if let Some((id, _)) = &sc.cancel {
+                                links.insert(
+                                    "cancelAction".into(),
+                                    json!({"href": format!("{base}/cancelAction/{id}")}),
+                                );
+                            }
+                            (
                             200,
                             "application/hal+json",
                             json!({"config": {"polling": {"sleep": "00:00:01"}}, "_links": links})
                                 .to_string()
                                 .into_bytes(),
                         )
-                    }
-                    ("GET", p) if p.starts_with("/DEFAULT/controller/v1/dev/deploymentBase/") => {
-                        match &sc.offer {
-                            Some((id, download, update, window, file)) => {
-                                let bytes = std::fs::read(file).unwrap();
-                                let sha = sh(&format!("sha256sum {}", file.display()));
-                                let mut dep = json!({"download": download, "update": update, "chunks": [{
+                        }
+                        ("GET", p)
+                            if p.starts_with("/DEFAULT/controller/v1/dev/deploymentBase/") =>
+                        {
+                            match &sc.offer {
+                                Some((id, download, update, window, file)) => {
+                                    let bytes = std::fs::read(file).unwrap();
+                                    let sha = sh(&format!("sha256sum {}", file.display()));
+                                    let mut dep = json!({"download": download, "update": update, "chunks": [{
                                 "part": "os", "version": id, "name": "bundle",
                                 "artifacts": [{"filename": "site.berth", "size": bytes.len(),
                                   "hashes": {"sha1": "00", "md5": "00", "sha256": sha.split(' ').next().unwrap()},
                                   "_links": {"download": {"href": "https://127.0.0.1:1/none"},
                                              "download-http": {"href": format!("http://127.0.0.1:{port}/artifact/{id}")}}}]}]});
-                                if let Some(w) = window {
-                                    dep["maintenanceWindow"] = json!(w);
+                                    if let Some(w) = window {
+                                        dep["maintenanceWindow"] = json!(w);
+                                    }
+                                    (
+                                        200,
+                                        "application/hal+json",
+                                        json!({"id": id, "deployment": dep})
+                                            .to_string()
+                                            .into_bytes(),
+                                    )
                                 }
-                                (
-                                    200,
-                                    "application/hal+json",
-                                    json!({"id": id, "deployment": dep})
-                                        .to_string()
-                                        .into_bytes(),
-                                )
+                                None => (404, "text/plain", b"no action".to_vec()),
                             }
-                            None => (404, "text/plain", b"no action".to_vec()),
                         }
-                    }
-                    ("GET", p) if p.starts_with("/artifact/") => match &sc.offer {
-                        Some((.., file)) => (
-                            200,
-                            "application/octet-stream",
-                            std::fs::read(file).unwrap(),
-                        ),
-                        None => (404, "text/plain", Vec::new()),
-                    },
-                    ("GET", p) if p.starts_with("/DEFAULT/controller/v1/dev/cancelAction/") => {
-                        match &sc.cancel {
-                            Some((id, stop)) => (
+                        ("GET", p) if p.starts_with("/artifact/") => match &sc.offer {
+                            Some((.., file)) => (
                                 200,
-                                "application/hal+json",
-                                json!({"id": id, "cancelAction": {"stopId": stop}})
-                                    .to_string()
-                                    .into_bytes(),
+                                "application/octet-stream",
+                                std::fs::read(file).unwrap(),
                             ),
                             None => (404, "text/plain", Vec::new()),
+                        },
+                        ("GET", p) if p.starts_with("/DEFAULT/controller/v1/dev/cancelAction/") => {
+                            match &sc.cancel {
+                                Some((id, stop)) => (
+                                    200,
+                                    "application/hal+json",
+                                    json!({"id": id, "cancelAction": {"stopId": stop}})
+                                        .to_string()
+                                        .into_bytes(),
+                                ),
+                                None => (404, "text/plain", Vec::new()),
+                            }
                         }
-                    }
-                    ("POST", p) if p.ends_with("/feedback") => (200, "text/plain", Vec::new()),
-                    ("PUT", "/DEFAULT/controller/v1/dev/configData") => {
-                        (200, "text/plain", Vec::new())
-                    }
-                    _ => (404, "text/plain", Vec::new()),
-                };
-                drop(sc);
-                let _ = c.write_all(format!("HTTP/1.1 {code} X\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", out.len()).as_bytes());
-                let _ = c.write_all(&out);
+                        ("POST", p) if p.ends_with("/feedback") => (200, "text/plain", Vec::new()),
+                        ("PUT", "/DEFAULT/controller/v1/dev/configData") => {
+                            (200, "text/plain", Vec::new())
+                        }
+                        _ => (404, "text/plain", Vec::new()),
+                    };
+                    drop(sc);
+                    let _ = c.write_all(format!("HTTP/1.1 {code} X\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", out.len()).as_bytes());
+                    let _ = c.write_all(&out);
+                });
             }
         });
         Ddi { port, script }
@@ -923,6 +932,107 @@ fn a_power_cut_while_applying_resumes_and_reports() {
     );
     sb.ok(&["restart", "app"]);
     wait_state(&sb, "app", "running");
+    sb.stop_daemon();
+    drop(sb);
+}
+
+/// The daemon's peak resident memory so far (VmHWM), in bytes.
+fn peak_rss(sb: &Sandbox) -> u64 {
+    let pid = sb.daemon_pid().expect("the daemon runs");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        << 10
+}
+
+/// A deployment with the device at its memory guard's threshold: the bundle (24 MiB) is
+/// downloaded and applied without the daemon's memory growing with it, and the new version,
+/// which takes memory until the guard kills it on trial, is rolled back: the server hears of
+/// the failure once, the old version runs again, no trial is left, and the action is not
+/// applied again.
+#[test]
+fn a_deployment_the_memory_guard_cuts_short_reports_failure_and_leaves_no_trial() {
+    let vendor = Sandbox::new("ddi-mem-vendor");
+    let tmp = TempDir::new("ddi-mem-hog");
+    let quiet = Pkg::script("app", "1", "echo up 1\nexec sleep 600\n")
+        .table("[restart]\npolicy = \"never\"\n");
+    let mut noise = vec![0u8; 24 << 20];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for b in noise.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    let hog = Pkg::new("app", "2", &["/bin/hog"])
+        .file("bin/hog", &hog_binary(&tmp.0, 32, 8, 100))
+        .file("lib/blob.bin", &noise)
+        .table("[restart]\npolicy = \"never\"\n");
+    let b1 = bundle_of(&vendor, &quiet, &[]);
+    let b2 = bundle_of(&vendor, &hog, &[]);
+    let b2_size = std::fs::metadata(&b2).unwrap().len();
+    assert!(b2_size > 20 << 20, "{b2_size}");
+    let ddi = Ddi::start();
+    let threshold = mem_available() - (96 << 20);
+    let guard = format!(
+        "[guard]\nthreshold = \"{}K\"\ninterval = \"200ms\"\n",
+        threshold >> 10
+    );
+    let mut sb = ddi_device("ddi-mem", &vendor, &ddi, &guard);
+    // The trial must outlast the hog's climb (256 MiB at 80 MiB/s).
+    let config = std::fs::read_to_string(&sb.config).unwrap();
+    std::fs::write(
+        &sb.config,
+        config.replace("settle = \"300ms\"", "settle = \"5s\""),
+    )
+    .unwrap();
+    sb.start_daemon();
+    ddi.offer("31", "forced", "forced", None, &b1);
+    ddi.wait_feedback(&sb, "31", "closed", "1 installed");
+    wait_state(&sb, "app", "running");
+
+    let before = peak_rss(&sb);
+    ddi.offer("32", "forced", "forced", None, &b2);
+    let f = ddi.wait_feedback(&sb, "32", "closed", "1 rolled back");
+    // Taken by the server, which offers it no more (else the device tries it again, a few
+    // times: gooseBit's force_update).
+    ddi.script.lock().unwrap().offer = None;
+    assert_eq!(f["status"]["result"]["finished"], "failure", "{f}");
+    let details = f["status"]["details"].to_string();
+    assert!(details.contains("app 2 rolled back to 1"), "{details}");
+    let grew = peak_rss(&sb).saturating_sub(before);
+    println!(
+        "fleet at the guard's threshold: a {} MiB bundle applied with the daemon's peak RSS {} KiB higher",
+        b2_size >> 20,
+        grew >> 10
+    );
+    assert!(
+        grew < 8 << 20,
+        "the daemon's peak RSS grew by {grew} bytes for a bundle of {b2_size}"
+    );
+    assert!(
+        sb.daemon_log_text()
+            .contains("memory guard: killed app pid"),
+        "{}",
+        sb.daemon_log_text()
+    );
+    let state = || -> Value {
+        serde_json::from_slice(&std::fs::read(sb.state_dir().join("state.json")).unwrap()).unwrap()
+    };
+    wait_until(
+        "app 1 running again, no trial",
+        Duration::from_secs(40),
+        || {
+            let (c, _) = device_view(&sb);
+            c["version"] == "1"
+                && c["state"] == "running"
+                && state()["packages"]["app"]["trial"].is_null()
+        },
+    );
+    assert_eq!(app_version(&sb), "1");
     sb.stop_daemon();
     drop(sb);
 }
