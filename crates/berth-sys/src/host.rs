@@ -200,22 +200,20 @@ impl Tools for RealTools {
         if let (Some(i), Some(mut s)) = (input, c.stdin.take()) {
             let _ = s.write_all(i);
         }
-        let (stdout, stderr) = (c.stdout.take(), c.stderr.take());
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let read = match (stdout, stderr) {
-            (Some(o), Some(e)) => {
-                let (o, e) = (OwnedFd::from(o).into(), OwnedFd::from(e).into());
-                drain(&mut [(o, &mut out), (e, &mut err)], deadline)
+        let pipes = [
+            c.stdout.take().map(OwnedFd::from),
+            c.stderr.take().map(OwnedFd::from),
+        ];
+        let mut outs = [Vec::new(), Vec::new()];
+        match drain(&pipes, &mut outs, deadline).and_then(|()| reap(&mut c, deadline)) {
+            Ok(status) => {
+                let [stdout, stderr] = outs;
+                Ok(Output {
+                    status,
+                    stdout,
+                    stderr,
+                })
             }
-            _ => Ok(()),
-        };
-        let status = read.and_then(|()| reap(&mut c, deadline));
-        match status {
-            Ok(status) => Ok(Output {
-                status,
-                stdout: out,
-                stderr: err,
-            }),
             Err(e) => {
                 let _ = c.kill();
                 let _ = c.wait();
@@ -232,30 +230,40 @@ fn timed_out() -> io::Error {
     )
 }
 
-/// Reads every pipe to its end into its buffer, until `deadline`.
-fn drain(pipes: &mut [(std::fs::File, &mut Vec<u8>)], deadline: Instant) -> io::Result<()> {
-    let mut open = vec![true; pipes.len()];
+/// Reads both pipes to their ends, each into its buffer, until `deadline`.
+fn drain(
+    pipes: &[Option<OwnedFd>; 2],
+    outs: &mut [Vec<u8>; 2],
+    deadline: Instant,
+) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut fds = [0, 1].map(|i| {
+        (
+            pipes[i].as_ref().map_or(-1, |p| p.as_raw_fd()),
+            libc::POLLIN,
+        )
+    });
     let mut buf = [0u8; 4096];
-    while open.contains(&true) {
+    while fds[0].0 >= 0 || fds[1].0 >= 0 {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             return Err(timed_out());
         }
-        use std::io::Read;
-        use std::os::fd::AsRawFd;
-        let fds: Vec<_> = pipes
-            .iter()
-            .zip(&open)
-            .map(|((p, _), &o)| (if o { p.as_raw_fd() } else { -1 }, libc::POLLIN))
-            .collect();
         let rev = crate::process::poll(&fds, left.as_millis().min(60_000) as i32 + 1)?;
-        for (i, (p, into)) in pipes.iter_mut().enumerate() {
-            if open[i] && rev[i] != 0 {
-                match p.read(&mut buf) {
-                    Ok(0) => open[i] = false,
-                    Ok(n) => into.extend_from_slice(&buf[..n]),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(e),
+        for (f, (rev, out)) in fds.iter_mut().zip(rev.iter().zip(outs.iter_mut())) {
+            if f.0 < 0 || *rev == 0 {
+                continue;
+            }
+            // SAFETY: `buf` is valid for `buf.len()` bytes; the fd is open (held by `pipes`).
+            let n = unsafe { libc::read(f.0, buf.as_mut_ptr().cast(), buf.len()) };
+            match n {
+                0 => f.0 = -1,
+                n if n > 0 => out.extend_from_slice(&buf[..n as usize]),
+                _ => {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(e);
+                    }
                 }
             }
         }
