@@ -202,6 +202,9 @@ pub enum Event {
     Exited(Run, Exit),
     /// A health check of that run passed (true) or failed.
     Health(Run, bool),
+    /// A health check of that run could not be made (the daemon had no memory for it): no
+    /// verdict on the package, and the next check is due as after one.
+    HealthSkipped(Run),
     /// The package's own verdict on that run's health (container API): counted apart from
     /// the probe's, so that a report of good health cannot hide a failing probe.
     Reported(Run, bool),
@@ -517,6 +520,13 @@ impl Machine {
                 Vec::new()
             }
             Event::Health(run, ok) => self.checked(now_ms, *run, *ok, policy),
+            Event::HealthSkipped(run) if self.run == Some(*run) && self.phase == Phase::Running => {
+                if let Some(h) = policy.health.filter(|h| h.probe) {
+                    self.check_due = Some(now_ms.max(self.check_started + h.interval_ms));
+                }
+                Vec::new()
+            }
+            Event::HealthSkipped(_) => Vec::new(),
             Event::Ready(run) | Event::KeepAlive(run) | Event::Reported(run, _)
                 if self.run != Some(*run) || self.phase != Phase::Running =>
             {
@@ -1441,6 +1451,30 @@ mod tests {
         // no health section: ready, never checked
         let m = table(&tr181(), &[(0, Event::Started(7), vec![], Phase::Running)]);
         assert!(m.ready() && m.due().is_none());
+    }
+
+    /// A check the daemon could not make counts neither way: the state stays, and the next
+    /// is due an interval later, as after a verdict (not never).
+    #[test]
+    fn a_skipped_check_is_no_verdict_and_the_next_stays_due() {
+        let p = checked(2, false);
+        let mut m = table(&p, &[(0, Event::Started(7), vec![], Phase::Running)]);
+        for t in [500, 1_000, 1_500, 2_000] {
+            assert_eq!(m.on(t, &Event::Tick, &p), vec![Action::Check(7)], "at {t}");
+            assert_eq!(m.on(t + 10, &Event::HealthSkipped(7), &p), vec![]);
+            assert_eq!(m.state(), "running");
+            assert_eq!(
+                m.on(t + 20, &Event::Tick, &p),
+                vec![],
+                "at {t}: due again at once"
+            );
+        }
+        // a verdict after them counts as the first
+        assert_eq!(m.on(2_500, &Event::Tick, &p), vec![Action::Check(7)]);
+        assert_eq!(m.on(2_510, &Event::Health(7, false), &p), vec![]);
+        assert_eq!(m.state(), "unhealthy");
+        // another run's, or one after the run: nothing
+        assert_eq!(m.on(2_520, &Event::HealthSkipped(6), &p), vec![]);
     }
 
     #[test]

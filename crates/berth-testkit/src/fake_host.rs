@@ -425,6 +425,8 @@ pub struct ToolCall {
     pub prog: String,
     pub args: Vec<String>,
     pub input: Option<String>,
+    /// The time limit it was run with.
+    pub limit: Duration,
 }
 
 impl ToolCall {
@@ -528,6 +530,7 @@ impl Tools for FakeTools {
             prog: prog.into(),
             args: args.iter().map(|a| a.to_string()).collect(),
             input: input.map(|i| String::from_utf8_lossy(i).into_owned()),
+            limit,
         };
         self.inner.lock().unwrap().calls.push(call.clone());
         let name = Path::new(prog)

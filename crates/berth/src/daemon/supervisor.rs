@@ -13,9 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use berth_core::api::reset as reset_field;
-use berth_core::supervise::{
-    Action, Event, Exit, HealthState, Machine, Phase, Policy, Record, Report, Run,
-};
+use berth_core::supervise::{Action, Event, Exit, Machine, Phase, Policy, Record, Report, Run};
 use berth_sys::process::spawn_thread;
 use serde_json::{json, Value};
 
@@ -410,7 +408,9 @@ impl Supervisor {
             _ => None,
         };
         if v.run != m.run() {
-            // A new run (or a run taken over): its start as its shim says, once.
+            // A new run (or a run taken over): its start as its shim says, once; no check
+            // of it yet (a check it could not have still shows, with no verdict counted).
+            v.last_check = None;
             v.started_at = m.run().and_then(|_| {
                 probe::shim_info(&self.d, name)[berth_core::api::container::STARTED_AT].as_u64()
             });
@@ -423,9 +423,6 @@ impl Supervisor {
             if let Action::Report(r) = a {
                 v.reason = Some(reason(r));
             }
-        }
-        if m.phase() == Phase::Running && health == HealthState::Starting {
-            v.last_check = None;
         }
     }
 

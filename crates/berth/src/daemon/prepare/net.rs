@@ -1019,6 +1019,11 @@ mod tests {
         prepare(&d, &app, &st, &dir.path("rootfs")).unwrap();
         let ip = net::lease_of(&load_leases(&d), "app").unwrap();
         let calls = tools.calls();
+        // Every network tool gets the short limit.
+        assert!(
+            calls.iter().all(|c| c.limit == berth_sys::host::TOOL_LIMIT),
+            "{calls:?}"
+        );
         let run = calls
             .iter()
             .find(|c| c.prog == "dnsmasq")

@@ -233,7 +233,12 @@ pub fn lxc_lines(d: &Daemon, p: &Installed, cgroup: Option<CgroupVersion>) -> Re
     .map_err(|err| Error::internal(format!("write {}: {err}", profile.display())))?;
     let path = profile.display().to_string();
     let apparmor = if apparmor_enabled(d.sys()) {
-        Some(load_apparmor(&dir, &d.cfg.cgroup_parent, p.name.as_str())?)
+        Some(load_apparmor(
+            d.host.tools,
+            &dir,
+            &d.cfg.cgroup_parent,
+            p.name.as_str(),
+        )?)
     } else if apparmor_without_securityfs(d.sys()) {
         // liblxc sees the module's "Y" too and refuses every start ("Incomplete AppArmor
         // support in your kernel"); no profile can be loaded, so the start fails here, saying
@@ -278,33 +283,35 @@ pub fn apparmor_without_securityfs(sys: &Path) -> bool {
 /// Writes the container's AppArmor profile next to its LXC configuration and loads (or
 /// replaces) it in the kernel; returns its name. A kernel with AppArmor never gets a
 /// container without its profile: a failure here fails the start.
-fn load_apparmor(dir: &Path, parent: &str, name: &str) -> Result<String> {
+fn load_apparmor(
+    tools: &dyn berth_sys::host::Tools,
+    dir: &Path,
+    parent: &str,
+    name: &str,
+) -> Result<String> {
     let (profile, text) = sec::apparmor_profile(parent, name);
     let file = dir.join("apparmor");
     berth_sys::fsutil::write_volatile(&file, text.as_bytes(), 0o644)
         .map_err(|e| Error::internal(format!("write {}: {e}", file.display())))?;
-    // The parser's complaints go to the daemon's log (inherited stderr).
-    let st = std::process::Command::new("apparmor_parser")
-        .arg("-r")
-        .arg("-W")
-        .arg(&file)
-        .status()
-        .map_err(|e| {
-            Error::new(
-                Kind::Apparmor,
-                format!("{name}: the kernel has AppArmor but apparmor_parser cannot run ({e}); install apparmor"),
-            )
-        })?;
-    if !st.success() {
-        return Err(Error::new(
+    let path = file.to_string_lossy();
+    let args = ["-r", "-W", path.as_ref()];
+    // At most the quick tools' time limit: a start waits for it under the op lock.
+    match tools.run("apparmor_parser", &args, None, berth_sys::host::TOOL_LIMIT) {
+        Ok(o) if o.status.success() => Ok(profile),
+        Ok(o) => Err(Error::new(
             Kind::Apparmor,
             format!(
-                "{name}: apparmor_parser refused {} ({st}); see the daemon log",
-                file.display()
+                "{name}: apparmor_parser refused {} ({}): {}",
+                file.display(),
+                o.status,
+                String::from_utf8_lossy(&o.stderr).trim()
             ),
-        ));
+        )),
+        Err(e) => Err(Error::new(
+            Kind::Apparmor,
+            format!("{name}: the kernel has AppArmor but apparmor_parser did not run ({}); install apparmor", e.io()),
+        )),
     }
-    Ok(profile)
 }
 
 /// At `berth remove NAME`: unloads the container's AppArmor profile (writing its name to

@@ -90,7 +90,7 @@ pub(crate) fn mount_image(d: &Daemon, p: &Installed, cap: u64, plan: Plan) -> Re
         .umount(&mnt, false)
         .map_err(|e| Error::new(Kind::MountFailed, format!("{name}: /data: {e}")))?;
     std::fs::create_dir_all(&mnt).map_err(Error::internal)?;
-    match plan {
+    match resumed(&image, plan, cap) {
         Plan::Dir => return Err(Error::internal("data::mount_image called without a cap")),
         Plan::Create { migrate } => create(d, p, cap, migrate)?,
         Plan::Grow { from } => grow(d, name, &image, from, cap)?,
@@ -112,6 +112,21 @@ pub(crate) fn mount_image(d: &Daemon, p: &Installed, cap: u64, plan: Plan) -> Re
         .mount_ext4(&image, &mnt)
         .map_err(|e| Error::new(Kind::MountFailed, format!("{name}: /data: {e}")))?;
     security::own_data(d, p, &mnt)
+}
+
+/// Marks an image whose file system is being grown (`NAME.img.growing`): a resize2fs cut
+/// short (its time limit, a power cut) leaves it, and the next start checks and grows the
+/// file system again before it mounts it. A purge deletes it.
+pub(crate) fn growing(image: &Path) -> PathBuf {
+    image.with_extension("img.growing")
+}
+
+/// The plan, unless a growth was cut short: then grown again (the file has its new size).
+fn resumed(image: &Path, plan: Plan, cap: u64) -> Plan {
+    match plan {
+        Plan::Use if growing(image).exists() => Plan::Grow { from: cap },
+        p => p,
+    }
 }
 
 /// Where an image is made (`NAME.img.tmp`) before it gets its name; a purge deletes one a
@@ -240,6 +255,11 @@ fn grow(d: &Daemon, name: &str, image: &Path, from: u64, cap: u64) -> Result<()>
             last_line(&out.stderr)
         )));
     }
+    // From here the file system may reach past the old size: the file keeps its new one.
+    let mark = growing(image);
+    std::fs::write(&mark, b"")
+        .and_then(|()| image.parent().map_or(Ok(()), fsync_dir))
+        .map_err(|e| undo(format!("write {}: {e}", mark.display())))?;
     let out = d
         .host
         .tools
@@ -257,6 +277,7 @@ fn grow(d: &Daemon, name: &str, image: &Path, from: u64, cap: u64) -> Result<()>
             last_line(&out.stderr)
         )));
     }
+    let _ = std::fs::remove_file(&mark);
     log::info!("{name}: /data grew from {} to {}", human(from), human(cap));
     Ok(())
 }
@@ -476,6 +497,11 @@ mod fake_host_tests {
         grow(&d, "web", &image, 4096, 8192).unwrap();
         assert_eq!(std::fs::metadata(&image).unwrap().len(), 8192);
         let calls = tools.calls();
+        // The file system's tools get the long limit.
+        assert!(
+            calls.iter().all(|c| c.limit == LONG_TOOL_LIMIT),
+            "{calls:?}"
+        );
         let words: Vec<(&str, Vec<String>)> = calls
             .iter()
             .map(|c| (c.prog.rsplit('/').next().unwrap(), c.args.clone()))
@@ -514,5 +540,18 @@ mod fake_host_tests {
             e.message,
             format!("web: /data: resize2fs {shown} failed: resize2fs: No space left on device")
         );
+        // Cut short after the file grew: it keeps its size, and the next start grows the
+        // file system again (checked first) instead of mounting it half-grown.
+        assert_eq!(std::fs::metadata(&image).unwrap().len(), 16384);
+        assert!(growing(&image).exists());
+        assert_eq!(
+            resumed(&image, Plan::Use, 16384),
+            Plan::Grow { from: 16384 }
+        );
+        tools.answer_exit("e2fsck", &[], 0, "");
+        tools.answer_exit("resize2fs", &[], 0, "");
+        grow(&d, "web", &image, 16384, 16384).unwrap();
+        assert!(!growing(&image).exists());
+        assert_eq!(resumed(&image, Plan::Use, 16384), Plan::Use);
     }
 }

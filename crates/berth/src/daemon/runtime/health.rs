@@ -5,6 +5,7 @@
 
 use std::io::Read;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,12 +57,21 @@ pub(crate) fn check(d: &Arc<Daemon>, name: &str, init: Run, m: &Manifest) {
         )
     };
     if let Err(e) = spawned {
-        // No thread (memory is short): a probe that could not run is a failed one, as one
-        // that timed out is, and the next is due as after any verdict (without one the
-        // machine would wait for it, and never probe again).
+        // No thread (memory is short): no verdict on the package (berth's own failure is
+        // not the package's), and the next probe is due as after one (without an event the
+        // machine would wait for this one, and never probe again). Said at most once a
+        // minute.
         let line = format!("the probe could not start: {e}");
-        log::warn!("{name}: {line}");
-        verdict(d, name, init, false, line);
+        static SAID: AtomicU64 = AtomicU64::new(0);
+        let now = berth_sys::process::mono_s();
+        if now >= SAID.load(Ordering::Relaxed) + 60 || SAID.load(Ordering::Relaxed) == 0 {
+            SAID.store(now.max(1), Ordering::Relaxed);
+            log::warn!("{name}: {line}; the next check is due as usual");
+        }
+        if let Some(s) = d.supervision.lock().unwrap().get_mut(name) {
+            s.last_check = Some((line, berth_sys::process::now_s()));
+        }
+        d.notify(name, Event::HealthSkipped(init));
     }
 }
 

@@ -103,7 +103,7 @@ fn try_rebuild(
     // images, 41 MB for two 20 MB, 100 MB for two 50 MB): that much must be free above the
     // memory guard's threshold, or the guard would kill a container for berth's own work.
     let from = std::fs::metadata(d.cfg.paths.image(&delta.from)).map_or(0, |m| m.len());
-    let need = from + e.size + ZSTD_OWN;
+    let need = from.saturating_add(e.size).saturating_add(ZSTD_OWN);
     if let Some(room) = guard::headroom(d).filter(|&r| r < need) {
         return Err(format!(
             "decoding it needs about {} of memory, {} is free above the memory guard's threshold",

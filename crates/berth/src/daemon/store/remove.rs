@@ -179,10 +179,12 @@ pub(crate) fn purge_data(d: &Daemon, name: &str) -> std::io::Result<()> {
     }
     // And an image whose making a crash cut short (`runtime::data`).
     let making = data::in_making(&d.cfg.paths.data_image(name));
+    let growing = data::growing(&d.cfg.paths.data_image(name));
     for image in [
         purging_image(&d.cfg, name),
         d.cfg.paths.data_image(name),
         making,
+        growing,
     ] {
         match std::fs::remove_file(&image) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),

@@ -1084,6 +1084,31 @@ mod tests {
         );
     }
 
+    /// The container ends (the memory guard kills it) between the upgrade's look and its
+    /// stop: the switch goes on as for a running package (a trial), and the trial, which
+    /// finds it not running, rolls it back: no error half-way, no trial left.
+    #[test]
+    fn a_package_that_ends_as_the_upgrade_stops_it_is_switched_and_judged() {
+        let mut f = setup(
+            "upgrade-ended",
+            "[upgrade]\ndeadline = \"600ms\"\nsettle = \"100ms\"\n",
+        );
+        f.installed(&[MANIFEST]);
+        f.offer(V2, b"web 2.0 image");
+        f.publish(2);
+        lxc_config(&f.d, "web");
+        let shim = FakeShim::ending(&f.d, "web", info(4242), b"", 4);
+        let (got, _) = f.upgrade(&[]);
+        let got = got.unwrap();
+        assert_eq!(got["rolled_back"][0]["to"], "2.0", "{got}");
+        assert_eq!(version(&f.d, "web"), ("1.0".into(), None, false));
+        assert!(
+            !shim.asked().iter().any(|l| l.starts_with("stop")),
+            "{:?}",
+            shim.asked()
+        );
+    }
+
     /// web 2.0 committed in trial over 1.0, as a dead daemon leaves it.
     fn in_trial(f: &mut Fixture) {
         f.installed(&[MANIFEST]);
