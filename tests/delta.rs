@@ -21,21 +21,13 @@ use std::sync::{Arc, Mutex};
 const CONFIG: &str = "[upgrade]\ndeadline = \"10s\"\nsettle = \"200ms\"\n";
 
 /// 2 MiB that do not compress, the same in every version: what a delta saves.
-fn noise() -> Vec<u8> {
-    let mut noise = vec![0u8; 2 << 20];
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    for b in noise.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
-    noise
+fn blob() -> Vec<u8> {
+    noise(2 << 20, 0x2545_f491_4f6c_dd1d)
 }
 
 fn app(v: &str) -> Pkg {
     Pkg::script("app", v, &format!("echo up {v}\nexec sleep 600\n"))
-        .file("lib/blob.bin", &noise())
+        .file("lib/blob.bin", &blob())
         .file("etc/app.conf", format!("version = {v}\n").as_bytes())
         .table("[restart]\npolicy = \"never\"\n")
 }
@@ -103,15 +95,7 @@ fn serve(dir: &Path) -> Served {
 
 /// The repository offers `v` only; with `deltas_from`, deltas from that copy of it.
 fn publish(sb: &Sandbox, v: &str, deltas_from: Option<&Path>) -> serde_json::Value {
-    for e in std::fs::read_dir(sb.repo.join("packages"))
-        .unwrap()
-        .flatten()
-    {
-        if e.file_name().to_string_lossy().starts_with("app-") {
-            std::fs::remove_file(e.path()).unwrap();
-        }
-    }
-    sb.add(&app(v));
+    sb.offer_only(&app(v));
     let Some(old) = deltas_from else {
         return serde_json::Value::Null;
     };

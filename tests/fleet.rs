@@ -684,15 +684,7 @@ fn locking_app(v: &str) -> Pkg {
 /// A bundle that installs `p` (the vendor's repository then holds only that version of
 /// app); `extra`: more options of `berth repo bundle`.
 fn bundle_of(vendor: &Sandbox, p: &Pkg, extra: &[&str]) -> PathBuf {
-    for e in std::fs::read_dir(vendor.repo.join("packages"))
-        .unwrap()
-        .flatten()
-    {
-        if e.file_name().to_string_lossy().starts_with("app-") {
-            std::fs::remove_file(e.path()).unwrap();
-        }
-    }
-    vendor.add(p);
+    vendor.offer_only(p);
     let out = vendor.dir.join(format!("app-{}.berth", p.version));
     let (repo, file) = (vendor.repo.to_str().unwrap(), out.to_str().unwrap());
     let mut args = vec!["repo", "bundle", repo, "-o", file, "--install", "app"];
@@ -972,14 +964,7 @@ fn a_deployment_the_memory_guard_cuts_short_reports_failure_and_leaves_no_trial(
     let tmp = TempDir::new("ddi-mem-hog");
     let quiet = Pkg::script("app", "1", "echo up 1\nexec sleep 600\n")
         .table("[restart]\npolicy = \"never\"\n");
-    let mut noise = vec![0u8; 24 << 20];
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    for b in noise.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
+    let noise = noise(24 << 20, 0x9e37_79b9_7f4a_7c15);
     let hog = Pkg::new("app", "2", &["/bin/hog"])
         .file("bin/hog", &hog_binary(&tmp.0, 48, 8, 100))
         .file("lib/blob.bin", &noise)

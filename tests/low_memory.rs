@@ -24,18 +24,6 @@ fn state_entry(sb: &Sandbox, name: &str) -> Value {
     s["packages"][name].clone()
 }
 
-fn offer(sb: &Sandbox, p: &Pkg) {
-    for e in std::fs::read_dir(sb.repo.join("packages"))
-        .unwrap()
-        .flatten()
-    {
-        if e.file_name().to_string_lossy().starts_with("app-") {
-            std::fs::remove_file(e.path()).unwrap();
-        }
-    }
-    sb.add(p);
-}
-
 const RESTART: &str = "[restart]\npolicy = \"never\"\n";
 /// The trial must outlast the hog's climb (384 MiB at 80 MiB/s): settle 8 s.
 const UPGRADE: &str = "[upgrade]\ndeadline = \"20s\"\nsettle = \"8s\"\n";
@@ -46,18 +34,14 @@ fn an_upgrade_the_guard_cuts_short_is_rolled_back_and_leaves_no_trial() {
     sb.write_config(UPGRADE);
     let tmp = TempDir::new("lowmem-hog");
     let hog = hog_binary(&tmp.0, 48, 8, 100);
-    offer(
-        &sb,
-        &Pkg::script("app", "1", "echo up 1\nexec sleep 600\n").table(RESTART),
-    );
+    sb.offer_only(&Pkg::script("app", "1", "echo up 1\nexec sleep 600\n").table(RESTART));
     sb.start_daemon();
     sb.ok(&["update"]);
     sb.ok(&["install", "app"]);
     sb.ok(&["start", "app"]);
     sb.wait_log("app", "up 1");
 
-    offer(
-        &sb,
+    sb.offer_only(
         &Pkg::new("app", "2", &["/bin/hog"])
             .file("bin/hog", &hog)
             .table(RESTART),

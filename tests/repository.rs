@@ -416,14 +416,7 @@ fn mirrors_and_resumes(https: bool) {
     let tls = https.then_some(pki.as_path());
     let mut fronts = Vec::new();
     // An image of about 2 MB that does not compress: random bytes.
-    let mut noise = vec![0u8; 2 << 20];
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    for b in noise.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
+    let noise = noise(2 << 20, 0x9e37_79b9_7f4a_7c15);
     sb.add(&service("big").file("noise.bin", &noise));
     let image = std::fs::metadata(sb.package_file("big", "1"))
         .unwrap()

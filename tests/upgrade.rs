@@ -41,15 +41,7 @@ fn offer(sb: &Sandbox, v: &str, bad: bool) {
 }
 
 fn offer_pkg(sb: &Sandbox, p: &Pkg) {
-    for e in std::fs::read_dir(sb.repo.join("packages"))
-        .unwrap()
-        .flatten()
-    {
-        if e.file_name().to_string_lossy().starts_with("app-") {
-            std::fs::remove_file(e.path()).unwrap();
-        }
-    }
-    sb.add(p);
+    sb.offer_only(p);
     sb.ok(&["update"]);
 }
 

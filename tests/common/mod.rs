@@ -172,6 +172,21 @@ impl Sandbox {
         check(self.0.start_daemon_env(env))
     }
 
+    /// The repository offers only `p`'s version of its package from now on (the others'
+    /// files removed from packages/, `p` packed); the index is rebuilt.
+    pub fn offer_only(&self, p: &Pkg) {
+        let prefix = format!("{}-", p.name);
+        for e in std::fs::read_dir(self.repo.join("packages"))
+            .unwrap()
+            .flatten()
+        {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                std::fs::remove_file(e.path()).unwrap();
+            }
+        }
+        self.add(p);
+    }
+
     /// Builds a package directory and packs it into the repository's packages/.
     pub fn pack(&self, p: &Pkg) -> PathBuf {
         check(self.0.pack(p))
@@ -340,6 +355,19 @@ pub fn signify_sign(sb: &Sandbox, key: &Path) {
         .output()
         .unwrap_or_else(|e| panic!("{SIGNIFY}: {e} (install signify-openbsd)"));
     assert!(out.status.success(), "signify -S: {}", stderr(&out));
+}
+
+/// `len` bytes that do not compress (xorshift from `seed`, not 0): an image of a known size.
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    let mut x = seed;
+    for b in out.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    out
 }
 
 /// The host's MemAvailable, in bytes.
