@@ -5,7 +5,7 @@
 
 use std::io::Read;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,8 +62,9 @@ pub(crate) fn check(d: &Arc<Daemon>, name: &str, init: Run, m: &Manifest) {
         // machine would wait for this one, and never probe again). Said at most once a
         // minute.
         let line = format!("the probe could not start: {e}");
-        static SAID: AtomicU64 = AtomicU64::new(0);
-        let now = berth_sys::process::mono_s();
+        // (seconds since boot: a u32 holds 136 years, and 32-bit MIPS has no 64-bit atomics)
+        static SAID: AtomicU32 = AtomicU32::new(0);
+        let now = berth_sys::process::mono_s() as u32;
         if now >= SAID.load(Ordering::Relaxed) + 60 || SAID.load(Ordering::Relaxed) == 0 {
             SAID.store(now.max(1), Ordering::Relaxed);
             log::warn!("{name}: {line}; the next check is due as usual");
