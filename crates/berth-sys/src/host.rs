@@ -119,7 +119,7 @@ pub trait Tools: Sync {
     ) -> Result<Output, ToolError>;
 }
 
-/// How long a quick tool (`ip`, `nft`) may run before it is killed.
+/// How long a quick tool (`ip`, `nft`, `apparmor_parser`) may run before it is killed.
 pub const TOOL_LIMIT: Duration = Duration::from_secs(30);
 /// How long a tool that works through a file (`mkfs.ext4`, `e2fsck`, `resize2fs` on a /data
 /// image, `zstd` rebuilding an image from a delta) may run on a slow device's flash. Two of
