@@ -113,6 +113,16 @@ pub(crate) fn refused(d: &Daemon, name: &str, intent: Intent, who: Who, r: Refus
     }
 }
 
+/// A stop's answer for one that needs the container gone and nothing more (a restart, a
+/// switch of versions): one that ended on its own meanwhile (LXC still tearing down, the
+/// memory guard's kill) is stopped all the same.
+pub(crate) fn stopped(r: Result<Value>) -> Result<()> {
+    match r {
+        Err(e) if e.kind == Kind::NotRunning => Ok(()),
+        r => r.map(drop),
+    }
+}
+
 /// Carries `intent` out: the supervisor's worker, or the daemon's start before the
 /// supervisor runs. Under the op lock. `trace`: the start's phases, for `berth start
 /// --trace`.
@@ -129,14 +139,7 @@ pub(crate) fn execute(
         Intent::Restart => {
             state::installed(d, name)?;
             if probe::is_running(d, name) {
-                match stop::end(d, name, None, stop_kind(who)) {
-                    // Ended on its own meanwhile (LXC still tearing down): stopped all the
-                    // same.
-                    Err(e) if e.kind == Kind::NotRunning => {}
-                    r => {
-                        r?;
-                    }
-                }
+                stopped(stop::end(d, name, None, stop_kind(who)))?;
             }
             start::start_traced(d, name, &mut trace, keeps_record(who))
         }

@@ -52,7 +52,7 @@ pub(crate) fn check(d: &Arc<Daemon>, name: &str, init: Run, m: &Manifest) {
             128 * 1024,
             Box::new(move || {
                 let (ok, line) = run(&d2, &args, limit);
-                verdict(&d2, &n2, init, ok, line);
+                verdict(&d2, &n2, line, Event::Health(init, ok));
             }),
         )
     };
@@ -64,24 +64,25 @@ pub(crate) fn check(d: &Arc<Daemon>, name: &str, init: Run, m: &Manifest) {
         let line = format!("the probe could not start: {e}");
         // (seconds since boot: a u32 holds 136 years, and 32-bit MIPS has no 64-bit atomics)
         static SAID: AtomicU32 = AtomicU32::new(0);
-        let now = berth_sys::process::mono_s() as u32;
-        if now >= SAID.load(Ordering::Relaxed) + 60 || SAID.load(Ordering::Relaxed) == 0 {
+        let (now, last) = (
+            berth_sys::process::mono_s() as u32,
+            SAID.load(Ordering::Relaxed),
+        );
+        if last == 0 || now >= last + 60 {
             SAID.store(now.max(1), Ordering::Relaxed);
             log::warn!("{name}: {line}; the next check is due as usual");
         }
-        if let Some(s) = d.supervision.lock().unwrap().get_mut(name) {
-            s.last_check = Some((line, berth_sys::process::now_s()));
-        }
-        d.notify(name, Event::HealthSkipped(init));
+        verdict(d, name, line, Event::HealthSkipped(init));
     }
 }
 
-/// A probe's verdict: kept for `status` and told to the supervisor.
-fn verdict(d: &Daemon, name: &str, init: Run, ok: bool, line: String) {
+/// What a probe said (or why there was none), kept for `status`, and its event for the
+/// supervisor.
+fn verdict(d: &Daemon, name: &str, line: String, ev: Event) {
     if let Some(s) = d.supervision.lock().unwrap().get_mut(name) {
         s.last_check = Some((line, berth_sys::process::now_s()));
     }
-    d.notify(name, Event::Health(init, ok));
+    d.notify(name, ev);
 }
 
 /// Runs the helper (a probe, or a scheduled job's run); (passed, what it said). Blocked on

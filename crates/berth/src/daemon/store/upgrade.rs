@@ -344,13 +344,7 @@ fn switch_one(
 /// stop (the memory guard's kill, a crash) is stopped all the same: the switch goes on,
 /// and a trial's rollback is never left undone by it.
 fn stop_for_switch(d: &Arc<Daemon>, name: &str, who: Who) -> Result<()> {
-    match control::act_locked(d, name, SWITCH_STOP, who) {
-        Err(e) if e.kind == Kind::NotRunning => {
-            log::info!("{name}: ended on its own before the stop");
-            Ok(())
-        }
-        r => r.map(drop),
-    }
+    control::stopped(control::act_locked(d, name, SWITCH_STOP, who))
 }
 
 /// Runs the new version's migration command (with the version it replaces as its last
