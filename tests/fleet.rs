@@ -966,7 +966,7 @@ fn a_deployment_the_memory_guard_cuts_short_reports_failure_and_leaves_no_trial(
         .table("[restart]\npolicy = \"never\"\n");
     let noise = noise(24 << 20, 0x9e37_79b9_7f4a_7c15);
     let hog = Pkg::new("app", "2", &["/bin/hog"])
-        .file("bin/hog", &hog_binary(&tmp.0, 48, 8, 100))
+        .file("bin/hog", &hog_binary(&tmp.0, 48, 16, 100))
         .file("lib/blob.bin", &noise)
         .table("[restart]\npolicy = \"never\"\n");
     let b1 = bundle_of(&vendor, &quiet, &[]);
@@ -975,7 +975,7 @@ fn a_deployment_the_memory_guard_cuts_short_reports_failure_and_leaves_no_trial(
     assert!(b2_size > 20 << 20, "{b2_size}");
     let ddi = Ddi::start();
     let mut sb = ddi_device("ddi-mem", &vendor, &ddi, "");
-    // The trial must outlast the hog's climb (384 MiB at 80 MiB/s).
+    // The trial must outlast the hog's climb (768 MiB at 160 MiB/s).
     let config = std::fs::read_to_string(&sb.config).unwrap();
     let config = config.replace("settle = \"300ms\"", "settle = \"8s\"");
     std::fs::write(&sb.config, &config).unwrap();
@@ -984,11 +984,14 @@ fn a_deployment_the_memory_guard_cuts_short_reports_failure_and_leaves_no_trial(
     ddi.wait_feedback(&sb, "31", "closed", "1 installed");
     wait_state(&sb, "app", "running");
 
-    // The guard's threshold 128 MiB below what is available now, just before the deployment
+    // The guard's threshold 512 MiB below what is available now, just before the deployment
     // (the container runs on across the daemon's restart): room for the bundle, its copy in
-    // this test's server and the image beside it.
+    // this test's server and the image beside it, and for what the other tests of this file
+    // and the machine's own work take and give back meanwhile. At 128 MiB it failed once in
+    // CI (app 1 not back after the rollback), and here with 250 MiB taken and given back
+    // beside it: the guard ended app 1 too, or found nothing to kill.
     sb.kill_daemon(15);
-    let threshold = mem_available() - (128 << 20);
+    let threshold = mem_available() - (512 << 20);
     let guard = format!(
         "[guard]\nthreshold = \"{}K\"\ninterval = \"200ms\"\n",
         threshold >> 10
@@ -1035,16 +1038,25 @@ fn a_deployment_the_memory_guard_cuts_short_reports_failure_and_leaves_no_trial(
     let state = || -> Value {
         serde_json::from_slice(&std::fs::read(sb.state_dir().join("state.json")).unwrap()).unwrap()
     };
-    wait_until(
-        "app 1 running again, no trial",
-        Duration::from_secs(40),
-        || {
-            let (c, _) = device_view(&sb);
-            c["version"] == "1"
-                && c["state"] == "running"
-                && state()["packages"]["app"]["trial"].is_null()
-        },
-    );
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let (c, _) = device_view(&sb);
+        let s = state();
+        if c["version"] == "1" && c["state"] == "running" && s["packages"]["app"]["trial"].is_null()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not within 40 s: app 1 running again, no trial\nthe device: {c}\nstate.json: {}\n\
+             MemAvailable {} KiB, the guard's threshold {} KiB\nthe daemon's log:\n{}",
+            s["packages"]["app"],
+            mem_available() >> 10,
+            threshold >> 10,
+            sb.daemon_log_text()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(app_version(&sb), "1");
     sb.stop_daemon();
     drop(sb);
