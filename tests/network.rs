@@ -1100,3 +1100,128 @@ fn dhcp_answers_the_packages_that_ask_and_nobody_else() {
     );
     sb.ok(&["stop", "nodh"]);
 }
+
+/// iperf3 from the LAN namespace to the container's published port 5201 for 3 s after 1 s
+/// of warm-up (slow start, not counted): the
+/// goodput in Mbit/s, to the container (`reverse` false) or from it.
+fn iperf(net: &Net, reverse: bool) -> f64 {
+    let out = sh(&format!(
+        "ip netns exec {} iperf3 -c 192.0.2.1 -p 5201 -t 3 -O 1 -J {}",
+        net.lan,
+        if reverse { "-R" } else { "" }
+    ));
+    let v: Value = serde_json::from_str(&stdout(&out))
+        .unwrap_or_else(|e| panic!("iperf3: {e}: {}{}", stdout(&out), stderr(&out)));
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("iperf3: {v}"))
+        / 1e6
+}
+
+/// The shaped goodput against its cap: a TCP stream's payload is about 96 % of the frames'
+/// bytes the shaper counts (1448 of 1514), so within a few percent of that.
+#[track_caller]
+fn near_cap(what: &str, got: f64, cap_mbit: f64) {
+    let ratio = got / cap_mbit;
+    assert!(
+        (0.90..=1.0).contains(&ratio),
+        "{what}: {got:.2} Mbit/s against a cap of {cap_mbit} Mbit/s ({:.1} %)",
+        ratio * 100.0
+    );
+    println!(
+        "{what}: {got:.2} Mbit/s under a cap of {cap_mbit} Mbit/s ({:.1} %)",
+        ratio * 100.0
+    );
+}
+
+/// `[resources] egress`/`ingress` hold an isolated container to its rates both ways (iperf3
+/// through its published port), `berth limit` changes and lifts them in place, the next
+/// start keeps what it set, and the IFB device that carries its egress goes with its veth.
+#[test]
+fn a_containers_bandwidth_is_capped_both_ways_and_changed_in_place() {
+    assert!(
+        common::which("iperf3").is_some(),
+        "missing iperf3: install iperf3"
+    );
+    let net = Net::new();
+    let mut sb = sandbox(&net, "netbw", "publish_on = \"lan0\"");
+    let _stop = stopper(&net, &sb);
+    let mut p = Pkg::script("bw", "1", "exec /bin/iperf3 -s -p 5201\n")
+        .package_key("base = \"host\"")
+        .file(
+            "bin/iperf3",
+            &std::fs::read(common::which("iperf3").unwrap()).unwrap(),
+        )
+        .table("[resources]\negress = \"8mbit\"\ningress = \"16mbit\"\n")
+        .table("[network]\nmode = \"isolated\"\npublish = [\"5201:5201/tcp\"]");
+    p.modes.push(("bin/iperf3".into(), 0o755));
+    sb.add(&p);
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "bw"]);
+    sb.ok(&["start", "bw"]);
+    let ifb = "bi0a570002";
+    let link = |dev: &str| {
+        sh(&format!("ip -n {} link show dev {dev}", net.dev))
+            .status
+            .success()
+    };
+    assert!(link(ifb), "the IFB device {ifb} carries bw's egress");
+    retry("iperf3 server up", || {
+        let o = sh(&format!(
+            "ip netns exec {} iperf3 -c 192.0.2.1 -p 5201 -t 1",
+            net.lan
+        ));
+        (o.status.success(), stdout(&o) + &stderr(&o))
+    });
+    near_cap("to the container", iperf(&net, false), 16.0);
+    near_cap("from the container", iperf(&net, true), 8.0);
+
+    // In place: egress down to 4 Mbit/s, ingress uncapped (the veth's own speed).
+    let out = sb.ok(&["limit", "bw", "--egress", "4mbit", "--ingress", "none"]);
+    assert!(
+        out.contains("egress 4mbit, ingress -") && out.contains("applied to the running container"),
+        "{out}"
+    );
+    near_cap(
+        "from the container, limited in place",
+        iperf(&net, true),
+        4.0,
+    );
+    let free = iperf(&net, false);
+    assert!(free > 100.0, "ingress lifted: {free:.1} Mbit/s");
+
+    // Stopped: its veth goes, the IFB device with it (LXC's down script).
+    sb.ok(&["stop", "bw"]);
+    assert!(!link(ifb), "{ifb} outlived bw's veth");
+    // Started again: what berth limit set holds.
+    sb.ok(&["start", "bw"]);
+    retry("iperf3 server up again", || {
+        let o = sh(&format!(
+            "ip netns exec {} iperf3 -c 192.0.2.1 -p 5201 -t 1",
+            net.lan
+        ));
+        (o.status.success(), stdout(&o) + &stderr(&o))
+    });
+    near_cap(
+        "from the container, after a restart",
+        iperf(&net, true),
+        4.0,
+    );
+    let limits = sb.json(&["limit", "bw"]);
+    assert_eq!(limits["limits"]["egress"], 4_000_000, "{limits}");
+    assert!(limits["limits"]["ingress"].is_null(), "{limits}");
+    // Bad rates are refused by name; nothing changes.
+    let (code, err) = sb.fail(&["limit", "bw", "--egress", "8mb"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("egress: invalid rate \"8mb\""), "{err}");
+    assert_eq!(sb.json(&["limit", "bw"])["limits"]["egress"], 4_000_000);
+
+    // One left behind (its monitor killed, so no down script ran): the removal takes it.
+    sb.ok(&["stop", "bw"]);
+    sh(&format!("ip -n {} link add name {ifb} type ifb", net.dev));
+    assert!(link(ifb));
+    sb.ok(&["remove", "bw"]);
+    assert!(!link(ifb), "{ifb} outlived bw");
+    sb.stop_daemon();
+}

@@ -197,6 +197,10 @@ pub mod request {
     pub const MEMORY: &str = "memory";
     /// limit: the process limit.
     pub const PIDS: &str = "pids";
+    /// limit: the bandwidth cap from the container, a rate such as `"8mbit"`, or `"none"`.
+    pub const EGRESS: &str = "egress";
+    /// limit: the bandwidth cap to the container, as `egress`.
+    pub const INGRESS: &str = "ingress";
     /// test/stall (test hooks only): which part of the daemon to stall, `api` or
     /// `supervisor`.
     pub const COMPONENT: &str = "component";
@@ -558,6 +562,10 @@ pub mod limits {
     pub const MEMORY_SOFT: &str = "memory_soft";
     /// The CPUs it may run on.
     pub const CPUSET: &str = "cpuset";
+    /// The bandwidth cap from the container, bits per second.
+    pub const EGRESS: &str = "egress";
+    /// The bandwidth cap to the container, bits per second.
+    pub const INGRESS: &str = "ingress";
 }
 
 /// `GET /v1/stats`: the group's and each running container's cgroup counters.

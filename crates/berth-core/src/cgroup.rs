@@ -155,6 +155,12 @@ pub struct Overrides {
     pub cpu_max_percent: Option<u32>,
     pub memory_max: Option<u64>,
     pub pids_max: Option<u32>,
+    /// Bandwidth caps, bits per second (`crate::shape`, feature `shape`); 0 lifts the
+    /// manifest's.
+    #[cfg(feature = "shape")]
+    pub egress: Option<u64>,
+    #[cfg(feature = "shape")]
+    pub ingress: Option<u64>,
 }
 
 impl CgroupVersion {
@@ -193,8 +199,16 @@ impl Overrides {
         if let Some(v) = self.memory_max {
             m.insert("memory_max".into(), v.into());
         }
-        if let Some(v) = self.pids_max {
-            m.insert("pids_max".into(), v.into());
+        for (k, v) in [
+            ("pids_max", self.pids_max.map(u64::from)),
+            #[cfg(feature = "shape")]
+            ("egress", self.egress),
+            #[cfg(feature = "shape")]
+            ("ingress", self.ingress),
+        ] {
+            if let Some(v) = v {
+                m.insert(k.into(), v.into());
+            }
         }
         serde_json::Value::Object(m)
     }
@@ -210,6 +224,10 @@ impl Overrides {
                 "cpu_max_percent" => o.cpu_max_percent = Some(u32::try_from(n).ok()?),
                 "memory_max" => o.memory_max = Some(n),
                 "pids_max" => o.pids_max = Some(u32::try_from(n).ok()?),
+                #[cfg(feature = "shape")]
+                "egress" => o.egress = Some(n),
+                #[cfg(feature = "shape")]
+                "ingress" => o.ingress = Some(n),
                 _ => return None,
             }
         }
@@ -222,6 +240,20 @@ impl Overrides {
             cpu_max_percent: newer.cpu_max_percent.or(self.cpu_max_percent),
             memory_max: newer.memory_max.or(self.memory_max),
             pids_max: newer.pids_max.or(self.pids_max),
+            #[cfg(feature = "shape")]
+            egress: newer.egress.or(self.egress),
+            #[cfg(feature = "shape")]
+            ingress: newer.ingress.or(self.ingress),
+        }
+    }
+
+    /// The bandwidth caps in force: these over the manifest's, 0 none.
+    #[cfg(feature = "shape")]
+    pub fn caps(&self, res: &crate::manifest::Resources) -> crate::shape::Caps {
+        let pick = |o: Option<u64>, m: Option<u64>| o.or(m).filter(|&r| r > 0);
+        crate::shape::Caps {
+            egress: pick(self.egress, res.egress),
+            ingress: pick(self.ingress, res.ingress),
         }
     }
 }
@@ -506,6 +538,8 @@ pub fn enforceable(l: &Limits, controllers: &[&str]) -> (Limits, Vec<&'static st
 }
 
 #[cfg(test)]
+// `..Overrides::default()` fills the rates, fields only with feature `shape`.
+#[allow(clippy::needless_update)]
 mod tests {
     use super::*;
 
@@ -694,6 +728,7 @@ mod tests {
             cpu_max_percent: Some(5),
             memory_max: Some(8 << 20),
             pids_max: None,
+            ..Overrides::default()
         };
         let l = container_limits(&res, &ov, &p, HOST).unwrap();
         assert_eq!(l.cpu_max_percent, Some(5));
@@ -788,10 +823,25 @@ mod tests {
             cpu_max_percent: Some(20),
             memory_max: None,
             pids_max: Some(3),
+            ..Overrides::default()
         };
         assert_eq!(
             o.to_json().to_string(),
             r#"{"cpu_max_percent":20,"pids_max":3}"#
+        );
+        assert_eq!(Overrides::from_json(&o.to_json()), Some(o.clone()));
+        #[cfg(feature = "shape")]
+        let o = Overrides {
+            cpu_max_percent: Some(20),
+            memory_max: None,
+            pids_max: Some(3),
+            egress: Some(8_000_000),
+            ingress: Some(0),
+        };
+        #[cfg(feature = "shape")]
+        assert_eq!(
+            o.to_json().to_string(),
+            r#"{"cpu_max_percent":20,"egress":8000000,"ingress":0,"pids_max":3}"#
         );
         assert_eq!(Overrides::from_json(&o.to_json()), Some(o));
         assert_eq!(Overrides::from_json(&serde_json::json!({"cpu": 1})), None);
@@ -807,20 +857,54 @@ mod tests {
             cpu_max_percent: Some(10),
             memory_max: Some(1),
             pids_max: None,
+            ..Overrides::default()
         };
         let b = Overrides {
             cpu_max_percent: Some(20),
             memory_max: None,
             pids_max: Some(3),
+            ..Overrides::default()
         };
         assert_eq!(
             a.merged(&b),
             Overrides {
                 cpu_max_percent: Some(20),
                 memory_max: Some(1),
-                pids_max: Some(3)
+                pids_max: Some(3),
+                ..Overrides::default()
             }
         );
+    }
+
+    #[cfg(feature = "shape")]
+    #[test]
+    fn the_caps_in_force_are_the_overrides_over_the_manifest_and_0_lifts_one() {
+        let res = crate::manifest::Resources {
+            egress: Some(8_000_000),
+            ingress: Some(4_000_000),
+            ..Default::default()
+        };
+        let none = Overrides::default();
+        assert_eq!(
+            none.caps(&res),
+            crate::shape::Caps {
+                egress: Some(8_000_000),
+                ingress: Some(4_000_000)
+            }
+        );
+        let ov = Overrides {
+            egress: Some(2_000_000),
+            ingress: Some(0),
+            ..none
+        };
+        assert_eq!(
+            ov.caps(&res),
+            crate::shape::Caps {
+                egress: Some(2_000_000),
+                ingress: None
+            }
+        );
+        assert!(!none.caps(&Default::default()).any());
     }
 
     #[test]

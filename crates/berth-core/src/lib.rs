@@ -33,6 +33,8 @@ pub mod policy;
 pub mod report;
 pub mod schedule;
 pub mod security;
+#[cfg(feature = "shape")]
+pub mod shape;
 pub mod signify;
 pub mod slab;
 pub mod state;

@@ -177,6 +177,11 @@ pub struct Resources {
     pub cpuset: Option<String>,
     /// Memory-guard kill order: lower dies first.
     pub priority: i32,
+    /// Bandwidth caps, bits per second (`crate::shape`, feature `shape`).
+    #[cfg(feature = "shape")]
+    pub egress: Option<u64>,
+    #[cfg(feature = "shape")]
+    pub ingress: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -673,6 +678,10 @@ struct RawResources {
     pids: Option<S<i64>>,
     cpuset: Option<S<String>>,
     priority: Option<S<i64>>,
+    #[cfg(feature = "shape")]
+    egress: Option<S<String>>,
+    #[cfg(feature = "shape")]
+    ingress: Option<S<String>>,
 }
 
 impl RawResources {
@@ -705,6 +714,10 @@ impl RawResources {
             pids: t.int("pids")?,
             cpuset: t.str("cpuset")?,
             priority: t.int("priority")?,
+            #[cfg(feature = "shape")]
+            egress: t.str("egress")?,
+            #[cfg(feature = "shape")]
+            ingress: t.str("ingress")?,
         })
     }
 }
@@ -908,6 +921,8 @@ impl Validator<'_> {
             None => Resources::default(),
         };
         let network = self.network(raw.network.as_ref())?;
+        #[cfg(feature = "shape")]
+        let resources = self.rates(raw.resources.as_ref(), network.mode, resources)?;
         let permissions = match &raw.permissions {
             Some(p) => self.permissions(p)?,
             None => Permissions::default(),
@@ -1172,6 +1187,32 @@ impl Validator<'_> {
                 .priority
                 .as_ref()
                 .map_or(Ok(0), |v| self.int(v, "resources.priority", -100, 100))?,
+            // Read after the network table, by `rates`.
+            #[cfg(feature = "shape")]
+            egress: None,
+            #[cfg(feature = "shape")]
+            ingress: None,
+        })
+    }
+
+    /// `[resources] egress` and `ingress` (feature `shape`; without it they are unknown
+    /// keys): rates, in a mode with a veth of its own (shared and macvlan have none).
+    #[cfg(feature = "shape")]
+    fn rates(&self, r: Option<&RawResources>, mode: NetMode, res: Resources) -> R<Resources> {
+        let Some(r) = r else { return Ok(res) };
+        let rate = |v: &Option<S<String>>, key: &str| -> R<Option<u64>> {
+            let Some(v) = v else { return Ok(None) };
+            if matches!(mode, NetMode::Shared | NetMode::Macvlan) {
+                return Err(self.err(v.span(), key, crate::shape::mode_refusal(mode)));
+            }
+            crate::shape::parse_rate(v.get_ref())
+                .map(Some)
+                .map_err(|e| self.err(v.span(), key, e))
+        };
+        Ok(Resources {
+            egress: rate(&r.egress, "resources.egress")?,
+            ingress: rate(&r.ingress, "resources.ingress")?,
+            ..res
         })
     }
 
@@ -1547,6 +1588,8 @@ cmd = ["/bin/rotate"]
 "#;
 
     #[test]
+    // `..Resources::default()` fills the rates, fields only with feature `shape`.
+    #[allow(clippy::needless_update)]
     fn full_manifest() {
         let m = Manifest::parse(FULL).unwrap();
         assert_eq!(m.package.name.as_str(), "httpd");
@@ -1568,6 +1611,7 @@ cmd = ["/bin/rotate"]
                 pids: Some(64),
                 cpuset: Some("0,2-3".into()),
                 priority: -5,
+                ..Resources::default()
             }
         );
         assert_eq!(m.network.mode, NetMode::Isolated);
@@ -1669,6 +1713,71 @@ cmd = ["/bin/rotate"]
                 .join("\n")
         };
         Manifest::parse(&text).unwrap_err()
+    }
+
+    /// FULL with bandwidth caps after its `priority`; the line of `egress`.
+    #[cfg(feature = "shape")]
+    fn with_rates(egress: &str, ingress: &str) -> (String, usize) {
+        let text = FULL.replace(
+            "priority = -5\n",
+            &format!("priority = -5\negress = \"{egress}\"\ningress = \"{ingress}\"\n"),
+        );
+        (text, line_in_full("priority =") + 1)
+    }
+
+    #[cfg(feature = "shape")]
+    #[test]
+    fn rates_are_read_and_bad_ones_refused_on_their_line() {
+        let (text, _) = with_rates("8mbit", "1500kbit");
+        let m = Manifest::parse(&text).unwrap();
+        assert_eq!(
+            (m.resources.egress, m.resources.ingress),
+            (Some(8_000_000), Some(1_500_000))
+        );
+        let (text, line) = with_rates("8mb", "1mbit");
+        check(
+            Manifest::parse(&text).unwrap_err(),
+            line,
+            "resources.egress: invalid rate \"8mb\"",
+        );
+        let (text, line) = with_rates("1mbit", "10kbit");
+        check(
+            Manifest::parse(&text).unwrap_err(),
+            line + 1,
+            "resources.ingress: rate \"10kbit\" is out of range",
+        );
+    }
+
+    #[cfg(feature = "shape")]
+    #[test]
+    fn a_cap_in_a_mode_without_a_veth_of_its_own_is_refused() {
+        for mode in ["shared", "macvlan"] {
+            let (text, line) = with_rates("8mbit", "8mbit");
+            let text = text
+                .replace("mode = \"isolated\"", &format!("mode = \"{mode}\""))
+                .replace(
+                    "publish = [\"8080:80/tcp\", \"8080:80/udp\", \"5353:53\"]\n",
+                    "",
+                )
+                .replace("address = \"dhcp\"\n", "");
+            check(
+                Manifest::parse(&text).unwrap_err(),
+                line,
+                "resources.egress: a bandwidth cap needs network mode isolated",
+            );
+        }
+    }
+
+    /// Without the `shape` feature the keys are unknown: refused by name.
+    #[cfg(not(feature = "shape"))]
+    #[test]
+    fn without_shaping_a_rate_is_an_unknown_key() {
+        let text = FULL.replace("priority = -5\n", "priority = -5\negress = \"8mbit\"\n");
+        check(
+            Manifest::parse(&text).unwrap_err(),
+            line_in_full("priority =") + 1,
+            "unknown key `egress` in [resources]",
+        );
     }
 
     fn line_in_full(prefix: &str) -> usize {

@@ -236,6 +236,12 @@ const fn vendor(
 
 use Operand as O;
 
+#[cfg(feature = "shape")]
+const LIMIT_USAGE: &str =
+    "NAME [--cpu P%] [--memory SIZE] [--pids N] [--egress RATE] [--ingress RATE]";
+#[cfg(not(feature = "shape"))]
+const LIMIT_USAGE: &str = "NAME [--cpu P%] [--memory SIZE] [--pids N]";
+
 /// The flags every command takes, anywhere on the line.
 pub const GLOBAL: &[Opt] = &[
     opt(
@@ -332,12 +338,16 @@ pub const COMMANDS: &[Cmd] = &[
     ).to(&[get("/v1/logs", "logs", "text")]),
     cmd(
         "limit",
-        "NAME [--cpu P%] [--memory SIZE] [--pids N]",
+        LIMIT_USAGE,
         O::Package,
         &[
             opt("--cpu", "", "P%", "percent of one CPU"),
             opt("--memory", "", "SIZE", "memory limit (64M, 1G)"),
             opt("--pids", "", "N", "process limit"),
+            #[cfg(feature = "shape")]
+            opt("--egress", "", "RATE", "bandwidth from it (8mbit; none: no cap)"),
+            #[cfg(feature = "shape")]
+            opt("--ingress", "", "RATE", "bandwidth to it (8mbit; none: no cap)"),
         ],
         "change a container's limits, running or not; kept for the next start; no option: show them",
     ).to(&[post("/v1/limit", "limit", "json")]),

@@ -355,6 +355,10 @@ pub struct Limit {
     pub cpu: Option<String>,
     pub memory: Option<String>,
     pub pids: Option<u32>,
+    #[cfg(feature = "shape")]
+    pub egress: Option<String>,
+    #[cfg(feature = "shape")]
+    pub ingress: Option<String>,
 }
 
 /// A device command: `command` is the word after the global flags.
@@ -687,10 +691,16 @@ fn logs(args: &[String]) -> Result<Containers, Usage> {
 
 fn limit(args: &[String]) -> Result<Limit, Usage> {
     let (mut cpu, mut memory, mut pids) = (None, None, None);
+    #[cfg(feature = "shape")]
+    let (mut egress, mut ingress) = (None, None);
     let pos = scan(args, &mut |o, p| match o {
         "--cpu" => first(&mut cpu, p, o),
         "--memory" => first(&mut memory, p, o),
         "--pids" => first(&mut pids, p, o),
+        #[cfg(feature = "shape")]
+        "--egress" => first(&mut egress, p, o),
+        #[cfg(feature = "shape")]
+        "--ingress" => first(&mut ingress, p, o),
         _ => Ok(false),
     })?;
     let name = package_name(one(pos, "package name")?)?;
@@ -706,6 +716,10 @@ fn limit(args: &[String]) -> Result<Limit, Usage> {
         cpu,
         memory,
         pids,
+        #[cfg(feature = "shape")]
+        egress,
+        #[cfg(feature = "shape")]
+        ingress,
     })
 }
 
@@ -1432,6 +1446,10 @@ mod tests {
                 cpu: cpu.map(String::from),
                 memory: memory.map(String::from),
                 pids,
+                #[cfg(feature = "shape")]
+                egress: None,
+                #[cfg(feature = "shape")]
+                ingress: None,
             })))
         };
         assert_eq!(dev("limit web"), limit(None, None, None));
@@ -1451,6 +1469,24 @@ mod tests {
         );
         assert_eq!(refused("limit web --cpu"), "--cpu needs a value");
         assert_eq!(refused("limit web --memory"), "--memory needs a value");
+        // Rates too go as written (a build without bandwidth shaping has no such options).
+        #[cfg(feature = "shape")]
+        {
+            let Ok(Device::Resources(R::Limit(l))) = dev("limit web --egress 8mbit --ingress none")
+            else {
+                panic!("limit with rates")
+            };
+            assert_eq!(
+                (l.egress.as_deref(), l.ingress.as_deref()),
+                (Some("8mbit"), Some("none"))
+            );
+            assert_eq!(refused("limit web --egress"), "--egress needs a value");
+        }
+        #[cfg(not(feature = "shape"))]
+        assert_eq!(
+            refused("limit web --egress 8mbit"),
+            "unknown option --egress"
+        );
         assert_eq!(refused("limit web --swap 1G"), "unknown option --swap");
         assert_eq!(refused("limit --cpu 5"), "missing package name");
         assert_eq!(refused("limit Bad_Name"), name_error("Bad_Name"));

@@ -530,8 +530,22 @@ pub fn safe_mode(v: &Value) -> String {
 /// `berth limit`'s answer: the limits in force (null is unlimited).
 pub fn limit(name: &str, v: &Value) -> String {
     let l = &v[limit::LIMITS];
+    #[cfg(feature = "shape")]
+    let rates = {
+        let rate = |k| {
+            l[k].as_u64()
+                .map_or("-".to_string(), berth_core::shape::fmt_rate)
+        };
+        format!(
+            ", egress {}, ingress {}",
+            rate(limits::EGRESS),
+            rate(limits::INGRESS)
+        )
+    };
+    #[cfg(not(feature = "shape"))]
+    let rates = "";
     format!(
-        "{name}: cpu {} (% of one CPU), memory {}, pids {} (- is unlimited){}\n",
+        "{name}: cpu {} (% of one CPU), memory {}, pids {}{rates} (- is unlimited){}\n",
         cell(&l[limits::CPU_MAX_PERCENT]),
         size(&l[limits::MEMORY_MAX]),
         cell(&l[limits::PIDS_MAX]),
@@ -1256,18 +1270,20 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "shape")]
     #[test]
     fn limit_output_says_what_is_in_force() {
-        let v = json!({"limits": {"cpu_max_percent": 50, "memory_max": 67108864, "pids_max": null},
+        let v = json!({"limits": {"cpu_max_percent": 50, "memory_max": 67108864, "pids_max": null,
+                                  "egress": 8000000, "ingress": null},
                        "applied": true});
         assert_eq!(
             limit("web", &v),
-            "web: cpu 50 (% of one CPU), memory 64.0 MiB, pids - (- is unlimited) (applied to the running container)\n"
+            "web: cpu 50 (% of one CPU), memory 64.0 MiB, pids -, egress 8mbit, ingress - (- is unlimited) (applied to the running container)\n"
         );
         let v = json!({"limits": {}, "applied": false});
         assert_eq!(
             limit("web", &v),
-            "web: cpu - (% of one CPU), memory -, pids - (- is unlimited)\n"
+            "web: cpu - (% of one CPU), memory -, pids -, egress -, ingress - (- is unlimited)\n"
         );
     }
 

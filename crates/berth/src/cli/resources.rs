@@ -4,6 +4,8 @@ use std::path::Path;
 
 use anyhow::Result;
 use berth_core::api::request::{CPU, MEMORY, NAME, PIDS};
+#[cfg(feature = "shape")]
+use berth_core::api::request::{EGRESS, INGRESS};
 use serde_json::json;
 
 use super::args::{Limit, Resources};
@@ -40,6 +42,12 @@ fn limit(json: bool, sock: &Path, l: Limit) -> Result<()> {
     }
     if let Some(n) = l.pids {
         body[PIDS] = json!(n);
+    }
+    #[cfg(feature = "shape")]
+    for (k, v) in [(EGRESS, &l.egress), (INGRESS, &l.ingress)] {
+        if let Some(r) = v {
+            body[k] = json!(r);
+        }
     }
     let v = client::call(sock, "POST", "/v1/limit", Some(&body))?;
     show(json, &v, &|v| render::limit(&l.name, v));

@@ -157,9 +157,23 @@ fn limit_request(req: &Request) -> Result<(String, Overrides)> {
     let mut cpu_s = None;
     let mut mem_s = None;
     let mut pids = None;
+    #[cfg(feature = "shape")]
+    let (mut egress, mut ingress) = (None, None);
+    // A rate, or "none": 0, which lifts the manifest's cap.
+    #[cfg(feature = "shape")]
+    let rate = |k: &str, s: &str| match s {
+        "none" => Ok(0),
+        _ => berth_core::shape::parse_rate(s).map_err(|e| bad(format!("{k}: {e}"))),
+    };
     for (k, x) in obj {
         match (k.as_str(), x) {
             (field::NAME, Value::String(s)) => name = Some(s.as_str()),
+            #[cfg(feature = "shape")]
+            (field::EGRESS, Value::String(s)) => egress = Some(rate(k, s)?),
+            #[cfg(feature = "shape")]
+            (field::INGRESS, Value::String(s)) => ingress = Some(rate(k, s)?),
+            #[cfg(feature = "shape")]
+            (field::EGRESS | field::INGRESS, _) => return Err(bad(format!("{k}: wrong type"))),
             (field::CPU, Value::String(s)) => cpu_s = Some(s.as_str()),
             (field::MEMORY, Value::String(s)) => mem_s = Some(s.as_str()),
             (field::PIDS, Value::Number(n)) => {
@@ -214,6 +228,10 @@ fn limit_request(req: &Request) -> Result<(String, Overrides)> {
             cpu_max_percent: cpu,
             memory_max: memory,
             pids_max: pids,
+            #[cfg(feature = "shape")]
+            egress,
+            #[cfg(feature = "shape")]
+            ingress,
         },
     ))
 }
@@ -748,6 +766,31 @@ mod tests {
             post("/v1/limit", limit).unwrap(),
             Action::Limit { limits, .. } if limits.pids_max == Some(64) && limits.cpu_max_percent == Some(20)
         ));
+        #[cfg(feature = "shape")]
+        let rates = serde_json::json!({
+            field::NAME: "web", field::EGRESS: "8mbit", field::INGRESS: "none",
+        });
+        #[cfg(feature = "shape")]
+        assert!(matches!(
+            post("/v1/limit", rates).unwrap(),
+            Action::Limit { limits, .. } if limits.egress == Some(8_000_000) && limits.ingress == Some(0)
+        ));
+        #[cfg(feature = "shape")]
+        for (body, says) in [
+            (
+                r#"{"name":"web","egress":"8mb"}"#,
+                "egress: invalid rate \"8mb\"",
+            ),
+            (
+                r#"{"name":"web","ingress":"10kbit"}"#,
+                "ingress: rate \"10kbit\" is out of range",
+            ),
+            (r#"{"name":"web","egress":8000000}"#, "egress: wrong type"),
+        ] {
+            let e = parse(&req("POST", "/v1/limit", body)).unwrap_err();
+            assert_eq!(e.status(), 400, "{body}");
+            assert!(e.message.contains(says), "{body}: {}", e.message);
+        }
     }
 
     #[test]
@@ -1056,6 +1099,7 @@ mod tests {
                     cpu_max_percent: Some(20),
                     memory_max: Some(32 << 20),
                     pids_max: Some(64),
+                    ..Overrides::default()
                 }
             }
         );

@@ -75,6 +75,7 @@ mod tests {
             cpu_max_percent: cpu,
             memory_max: memory,
             pids_max: pids,
+            ..Overrides::default()
         }
     }
 

@@ -7,3 +7,5 @@ pub(crate) mod limits;
 pub(crate) mod mdns;
 pub(crate) mod net;
 pub(crate) mod security;
+#[cfg(feature = "shape")]
+pub(crate) mod shape;

@@ -22,6 +22,8 @@ use serde_json::{json, Value};
 
 use crate::daemon::base::context::Daemon;
 use crate::daemon::base::error::{Error, Kind, Result};
+#[cfg(feature = "shape")]
+use crate::daemon::prepare::shape;
 
 fn leases_file(d: &Daemon) -> PathBuf {
     d.cfg.paths.state.join("net/leases")
@@ -273,6 +275,10 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> Result<S
     let name = p.name.as_str();
     let mode = p.manifest.network.mode;
     net::check_mode(c, name, mode).map_err(|e| Error::new(Kind::Refused, e.to_string()))?;
+    #[cfg(feature = "shape")]
+    let caps = shape::caps_of(d, p);
+    #[cfg(feature = "shape")]
+    shape::check(name, mode, caps)?;
     let keys = match mode {
         NetMode::None | NetMode::Shared => return Ok(String::new()),
         NetMode::Macvlan => {
@@ -331,7 +337,13 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> Result<S
             let _ = std::fs::create_dir_all(d.cfg.paths.run.join("net"));
             berth_sys::fsutil::write_volatile(&script, net::veth_up_script(c).as_bytes(), 0o755)
                 .map_err(|e| Error::internal(format!("{}: {e}", script.display())))?;
-            net::lxc_isolated(c, ip, &script.display().to_string())
+            #[cfg(feature = "shape")]
+            let (script, down) = shape::scripts(d, name, ip, caps, script)?;
+            #[allow(unused_mut)]
+            let mut keys = net::lxc_isolated(c, ip, &script.display().to_string());
+            #[cfg(feature = "shape")]
+            keys.push(("lxc.net.0.script.down", down.display().to_string()));
+            keys
         }
     };
     let mut out: String = keys.iter().map(|(k, v)| format!("{k} = {v}\n")).collect();
@@ -428,6 +440,10 @@ fn sync_dhcp(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
 pub fn forget(d: &Daemon, st: &State, names: &[String]) {
     let mut leases = load_leases(d);
     let before = leases.len();
+    #[cfg(feature = "shape")]
+    for (_, ip) in leases.iter().filter(|(n, _)| names.contains(n)) {
+        shape::forget(d, *ip);
+    }
     leases.retain(|(n, _)| !names.contains(n));
     for n in names {
         let _ = std::fs::remove_file(resolv_file(d, n));

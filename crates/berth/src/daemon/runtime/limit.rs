@@ -3,6 +3,8 @@
 
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "shape")]
+use berth_core::api::limits as limits_field;
 use berth_core::api::{limit as field, stats};
 use berth_core::cgroup::{self as cg, Limits, Overrides};
 use berth_sys::cgroupfs;
@@ -14,6 +16,8 @@ use crate::daemon::device::cgroups;
 use crate::daemon::device::governor;
 use crate::daemon::device::state;
 use crate::daemon::prepare::limits;
+#[cfg(feature = "shape")]
+use crate::daemon::prepare::shape;
 use crate::daemon::runtime::probe;
 
 /// `berth limit NAME [--cpu P%] [--memory SIZE] [--pids N]`: checked against the policy,
@@ -24,9 +28,21 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
     let old = limits::load_overrides(&d.cfg, name);
     let ov = old.merged(newer);
     let limits = limits::limits_of(d, &p, &ov)?;
+    #[cfg(feature = "shape")]
+    let caps = ov.caps(&p.manifest.resources);
+    #[cfg(feature = "shape")]
+    shape::check(name, p.manifest.network.mode, caps)?;
     let running = probe::is_running(d, name);
     let mut applied = false;
-    if running && *newer != Overrides::default() {
+    // What goes into cgroup files (the rates are tc's).
+    let cgroup = Overrides {
+        #[cfg(feature = "shape")]
+        egress: None,
+        #[cfg(feature = "shape")]
+        ingress: None,
+        ..newer.clone()
+    };
+    if running && cgroup != Overrides::default() {
         let c = d
             .resources
             .cgroups
@@ -79,16 +95,30 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
         }
         applied = true;
     }
+    #[cfg(feature = "shape")]
+    if running
+        && newer.egress.or(newer.ingress).is_some()
+        && shape::apply(d, name, p.manifest.network.mode, caps)?
+    {
+        applied = true;
+    }
     if ov != old {
         limits::save_overrides(d, name, &ov)?;
         log::info!("{name}: limits set to {}", ov.to_json());
+    }
+    #[allow(unused_mut)]
+    let mut in_force = limits.to_json();
+    #[cfg(feature = "shape")]
+    {
+        in_force[limits_field::EGRESS] = caps.egress.into();
+        in_force[limits_field::INGRESS] = caps.ingress.into();
     }
     Ok(json!({
         field::NAME: name,
         field::RUNNING: running,
         field::APPLIED: applied,
         field::OVERRIDES: ov.to_json(),
-        field::LIMITS: limits.to_json(),
+        field::LIMITS: in_force,
     }))
 }
 
@@ -227,6 +257,7 @@ mod tests {
             cpu_max_percent: None,
             memory_max: memory,
             pids_max: pids,
+            ..Overrides::default()
         }
     }
 
