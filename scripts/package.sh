@@ -374,7 +374,7 @@ openwrt() {
     grep -q '^Depends: libc, liblxc, ' "$work/info" || die "the OpenWrt package does not depend on liblxc"
     # Build/Compile as the feed runs it (cargo install --locked, the device build), with a
     # target directory of its own that later runs reuse.
-    log "Build/Prepare and Build/Compile (cargo install --locked --no-default-features --features metrics,tr181,web,fleet,slab)"
+    log "Build/Prepare and Build/Compile (cargo install --locked --no-default-features --features metrics,tr181,web,fleet,slab,shape)"
     CARGO_TARGET_DIR=$root/target/openwrt/cargo "${mk[@]}" compile > "$work/compile.log" 2>&1 ||
         { tail -n 30 "$work/compile.log" >&2; die "Build/Compile failed"; }
     rm -f "$root"/target/openwrt/berth_*.ipk

@@ -26,9 +26,10 @@ inherit cargo cargo-update-recipe-crates systemd update-rc.d
 CARGO_SRC_DIR = "crates/berth"
 # The device build: no vendor tools (key, pack, repo, import), with Prometheus metrics, the
 # TR-181 view, the web page (off until [web] listen is set), the hawkBit DDI client (off
-# without [fleet]) and the slab reserve (off without [slab]); a distribution without them
+# without [fleet]), the slab reserve (off without [slab]) and bandwidth caps (tc, from
+# iproute2-tc, with the kernel's tbf, ingress, u32, mirred and ifb); a distribution without them
 # drops the --features.
-CARGO_BUILD_FLAGS += "--no-default-features --features metrics,tr181,web,fleet,slab"
+CARGO_BUILD_FLAGS += "--no-default-features --features metrics,tr181,web,fleet,slab,shape"
 
 SYSTEMD_SERVICE:${PN} = "berth.service"
 INITSCRIPT_NAME = "berth"
@@ -53,7 +54,7 @@ CONFFILES:${PN} = "${sysconfdir}/berth/berth.toml"
 
 # liblxc and libcurl (every http:// and https:// transfer, with the TLS library curl was
 # configured with) are loaded at run time; nft and ip serve the network modes other than "none".
-RDEPENDS:${PN} = "iproute2 libcurl lxc nftables"
+RDEPENDS:${PN} = "iproute2 iproute2-tc libcurl lxc nftables"
 # ca-certificates: the system's trust store, for https:// servers without a ca_file.
 RRECOMMENDS:${PN} = "kernel-module-bridge kernel-module-loop kernel-module-nf-tables \
     kernel-module-overlay kernel-module-squashfs kernel-module-veth ca-certificates"
