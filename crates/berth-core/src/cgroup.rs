@@ -199,13 +199,11 @@ impl Overrides {
         if let Some(v) = self.memory_max {
             m.insert("memory_max".into(), v.into());
         }
-        for (k, v) in [
-            ("pids_max", self.pids_max.map(u64::from)),
-            #[cfg(feature = "shape")]
-            ("egress", self.egress),
-            #[cfg(feature = "shape")]
-            ("ingress", self.ingress),
-        ] {
+        if let Some(v) = self.pids_max {
+            m.insert("pids_max".into(), v.into());
+        }
+        #[cfg(feature = "shape")]
+        for (k, v) in [("egress", self.egress), ("ingress", self.ingress)] {
             if let Some(v) = v {
                 m.insert(k.into(), v.into());
             }

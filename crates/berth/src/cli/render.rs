@@ -530,30 +530,32 @@ pub fn safe_mode(v: &Value) -> String {
 /// `berth limit`'s answer: the limits in force (null is unlimited).
 pub fn limit(name: &str, v: &Value) -> String {
     let l = &v[limit::LIMITS];
+    let applied = if v[limit::APPLIED] == true {
+        " (applied to the running container)"
+    } else {
+        ""
+    };
     #[cfg(feature = "shape")]
-    let rates = {
+    {
         let rate = |k| {
             l[k].as_u64()
                 .map_or("-".to_string(), berth_core::shape::fmt_rate)
         };
         format!(
-            ", egress {}, ingress {}",
+            "{name}: cpu {} (% of one CPU), memory {}, pids {}, egress {}, ingress {} (- is unlimited){applied}\n",
+            cell(&l[limits::CPU_MAX_PERCENT]),
+            size(&l[limits::MEMORY_MAX]),
+            cell(&l[limits::PIDS_MAX]),
             rate(limits::EGRESS),
-            rate(limits::INGRESS)
+            rate(limits::INGRESS),
         )
-    };
+    }
     #[cfg(not(feature = "shape"))]
-    let rates = "";
     format!(
-        "{name}: cpu {} (% of one CPU), memory {}, pids {}{rates} (- is unlimited){}\n",
+        "{name}: cpu {} (% of one CPU), memory {}, pids {} (- is unlimited){applied}\n",
         cell(&l[limits::CPU_MAX_PERCENT]),
         size(&l[limits::MEMORY_MAX]),
         cell(&l[limits::PIDS_MAX]),
-        if v[limit::APPLIED] == true {
-            " (applied to the running container)"
-        } else {
-            ""
-        }
     )
 }
 

@@ -339,10 +339,14 @@ pub fn prepare(d: &Daemon, p: &Installed, st: &State, rootfs: &Path) -> Result<S
                 .map_err(|e| Error::internal(format!("{}: {e}", script.display())))?;
             #[cfg(feature = "shape")]
             let (script, down) = shape::scripts(d, name, ip, caps, script)?;
-            #[allow(unused_mut)]
-            let mut keys = net::lxc_isolated(c, ip, &script.display().to_string());
             #[cfg(feature = "shape")]
-            keys.push(("lxc.net.0.script.down", down.display().to_string()));
+            let keys = {
+                let mut keys = net::lxc_isolated(c, ip, &script.display().to_string());
+                keys.push(("lxc.net.0.script.down", down.display().to_string()));
+                keys
+            };
+            #[cfg(not(feature = "shape"))]
+            let keys = net::lxc_isolated(c, ip, &script.display().to_string());
             keys
         }
     };

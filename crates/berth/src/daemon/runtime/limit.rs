@@ -35,14 +35,12 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
     let running = probe::is_running(d, name);
     let mut applied = false;
     // What goes into cgroup files (the rates are tc's).
-    let cgroup = Overrides {
-        #[cfg(feature = "shape")]
-        egress: None,
-        #[cfg(feature = "shape")]
-        ingress: None,
-        ..newer.clone()
-    };
-    if running && cgroup != Overrides::default() {
+    #[cfg(feature = "shape")]
+    let cgroup =
+        newer.cpu_max_percent.is_some() || newer.memory_max.is_some() || newer.pids_max.is_some();
+    #[cfg(not(feature = "shape"))]
+    let cgroup = *newer != Overrides::default();
+    if running && cgroup {
         let c = d
             .resources
             .cgroups
@@ -106,13 +104,15 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
         limits::save_overrides(d, name, &ov)?;
         log::info!("{name}: limits set to {}", ov.to_json());
     }
-    #[allow(unused_mut)]
-    let mut in_force = limits.to_json();
     #[cfg(feature = "shape")]
-    {
-        in_force[limits_field::EGRESS] = caps.egress.into();
-        in_force[limits_field::INGRESS] = caps.ingress.into();
-    }
+    let in_force = {
+        let mut l = limits.to_json();
+        l[limits_field::EGRESS] = caps.egress.into();
+        l[limits_field::INGRESS] = caps.ingress.into();
+        l
+    };
+    #[cfg(not(feature = "shape"))]
+    let in_force = limits.to_json();
     Ok(json!({
         field::NAME: name,
         field::RUNNING: running,
