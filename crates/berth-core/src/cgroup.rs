@@ -223,9 +223,9 @@ impl Overrides {
                 "memory_max" => o.memory_max = Some(n),
                 "pids_max" => o.pids_max = Some(u32::try_from(n).ok()?),
                 #[cfg(feature = "shape")]
-                "egress" => o.egress = Some(n),
+                "egress" => o.egress = Some(crate::shape::stored_rate(n)?),
                 #[cfg(feature = "shape")]
-                "ingress" => o.ingress = Some(n),
+                "ingress" => o.ingress = Some(crate::shape::stored_rate(n)?),
                 _ => return None,
             }
         }
@@ -840,6 +840,12 @@ mod tests {
         assert_eq!(
             o.to_json().to_string(),
             r#"{"cpu_max_percent":20,"egress":8000000,"ingress":0,"pids_max":3}"#
+        );
+        // A hand-edited rate tc would refuse makes the file unreadable, as any bad value.
+        #[cfg(feature = "shape")]
+        assert_eq!(
+            Overrides::from_json(&serde_json::json!({"egress": 1})),
+            None
         );
         assert_eq!(Overrides::from_json(&o.to_json()), Some(o));
         assert_eq!(Overrides::from_json(&serde_json::json!({"cpu": 1})), None);

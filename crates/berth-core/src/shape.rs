@@ -14,8 +14,8 @@
 
 /// The most a rate may be: 10 gbit.
 pub const MAX_RATE: u64 = 10_000_000_000;
-/// The least a rate may be: 64 kbit (below that a token bucket cannot pass a full frame in
-/// its 20 ms).
+/// The least a rate may be: 64 kbit (below that a full frame alone takes longer than the
+/// 20 ms of queue a shaper keeps).
 pub const MIN_RATE: u64 = 64_000;
 
 /// One container's caps, bits per second; None is uncapped.
@@ -48,7 +48,6 @@ pub fn mode_refusal(mode: crate::manifest::NetMode) -> String {
 /// Parses a rate as tc writes one: a whole number with `bit`, `kbit`, `mbit` or `gbit`
 /// (powers of 1000), e.g. `"8mbit"`; bits per second, between [`MIN_RATE`] and [`MAX_RATE`].
 pub fn parse_rate(s: &str) -> Result<u64, String> {
-    let t = s.trim().to_ascii_lowercase();
     let (digits, mult) = [
         ("gbit", 1_000_000_000u64),
         ("mbit", 1_000_000),
@@ -56,7 +55,7 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
         ("bit", 1),
     ]
     .into_iter()
-    .find_map(|(u, m)| t.strip_suffix(u).map(|d| (d, m)))
+    .find_map(|(u, m)| s.strip_suffix(u).map(|d| (d, m)))
     .ok_or_else(|| {
         format!(
             "invalid rate {s:?}: expected a number with bit, kbit, mbit or gbit, such as \"8mbit\""
@@ -76,6 +75,11 @@ pub fn parse_rate(s: &str) -> Result<u64, String> {
         ));
     }
     Ok(n)
+}
+
+/// A rate read back from `berth limit`'s file: 0 (no cap) or one [`parse_rate`] takes.
+pub fn stored_rate(n: u64) -> Option<u64> {
+    (n == 0 || (MIN_RATE..=MAX_RATE).contains(&n)).then_some(n)
 }
 
 /// A rate as people and tc read it: the largest unit that divides it (`8mbit`, `1500kbit`).
@@ -110,10 +114,15 @@ fn tbf(dev: &str, rate: u64) -> String {
     )
 }
 
-/// sh lines (run with `set -e`) that give the veth `$1` exactly `caps`, whatever shaping
-/// it had: a cap set or changed is replaced in place (no instant uncapped), one lifted is
-/// removed (with the IFB device when egress goes).
+/// The sh script (`sh -s -- VETH`) that gives the veth `$1` exactly `caps`, whatever shaping
+/// it had: a cap set or changed is replaced in place (`replace`: no instant uncapped, the
+/// redirect to the IFB device kept as it is), one lifted is removed (with the IFB device
+/// when egress goes). A device of the IFB's name that is no IFB device fails it.
 pub fn script(ifb: &str, caps: Caps) -> String {
+    format!("{PATH}set -e\n{}", body(ifb, caps))
+}
+
+fn body(ifb: &str, caps: Caps) -> String {
     let mut s = String::new();
     match caps.ingress {
         Some(r) => s.push_str(&tbf("\"$1\"", r)),
@@ -122,14 +131,14 @@ pub fn script(ifb: &str, caps: Caps) -> String {
     match caps.egress {
         Some(r) => {
             s.push_str(&format!(
-                "ip link show dev {ifb} >/dev/null 2>&1 || ip link add name {ifb} type ifb\nip link set dev {ifb} up\n"
+                "ip link add name {ifb} type ifb 2>/dev/null || ip -d link show dev {ifb} | grep -qw ifb || {{ echo \"{ifb} exists and is no IFB device\" >&2; exit 1; }}\nip link set dev {ifb} up\n"
             ));
             s.push_str(&tbf(ifb, r));
-            // The redirect last: until the IFB device shapes, nothing goes to it.
+            // The redirect last: until the IFB device shapes, nothing goes to it. Replaced,
+            // never deleted first: egress is never without its shaper.
             s.push_str(&format!(
-                "tc qdisc del dev \"$1\" ingress 2>/dev/null || true\n\
-                 tc qdisc add dev \"$1\" handle ffff: ingress\n\
-                 tc filter add dev \"$1\" parent ffff: protocol all prio 1 u32 match u32 0 0 action mirred egress redirect dev {ifb}\n"
+                "tc qdisc add dev \"$1\" handle ffff: ingress 2>/dev/null || true\n\
+                 tc filter replace dev \"$1\" parent ffff: protocol all prio 1 handle 800::800 u32 match u32 0 0 action mirred egress redirect dev {ifb}\n"
             ));
         }
         None => s.push_str(&format!(
@@ -147,7 +156,7 @@ const PATH: &str = "PATH=$PATH:/usr/sbin:/sbin:/usr/bin:/bin\n";
 pub fn up_script(bridge: &str, ifb: &str, caps: Caps) -> String {
     format!(
         "#!/bin/sh\n# written by berth: attach a container's veth to its bridge and cap its bandwidth\n{PATH}set -e\nip link set dev \"$5\" master {bridge} up\nset -- \"$5\"\n{}",
-        script(ifb, caps)
+        body(ifb, caps)
     )
 }
 
@@ -165,7 +174,7 @@ mod tests {
     fn rates_parse_as_tc_writes_them_and_refuse_the_rest() {
         assert_eq!(parse_rate("8mbit"), Ok(8_000_000));
         assert_eq!(parse_rate("1500kbit"), Ok(1_500_000));
-        assert_eq!(parse_rate("1Gbit"), Ok(1_000_000_000));
+        assert_eq!(parse_rate("1gbit"), Ok(1_000_000_000));
         assert_eq!(parse_rate("64000bit"), Ok(64_000));
         for bad in [
             "8",
@@ -174,6 +183,8 @@ mod tests {
             "-8mbit",
             "8.5mbit",
             "8 mbit",
+            " 8mbit",
+            "8Mbit",
             "",
             "99999999999999999999gbit",
         ] {
@@ -230,6 +241,17 @@ mod tests {
         let redirect = both.find("redirect dev bi01").unwrap();
         assert!(shaped < redirect, "{both}");
         assert!(!both.contains("del dev bi01"), "{both}");
+        // Changed in place: the redirect is replaced, never deleted and added again.
+        assert!(
+            !both.contains("ingress 2>/dev/null || true\ntc qdisc del"),
+            "{both}"
+        );
+        assert!(!both.contains("qdisc del dev \"$1\" ingress"), "{both}");
+        assert!(
+            both.contains("tc filter replace dev \"$1\" parent ffff:"),
+            "{both}"
+        );
+        assert!(both.starts_with("PATH=$PATH:/usr/sbin"), "{both}");
         let none = script("bi01", Caps::default());
         assert!(none.contains("tc qdisc del dev \"$1\" root"), "{none}");
         assert!(none.contains("ip link del dev bi01"), "{none}");

@@ -451,6 +451,8 @@ pub fn forget(d: &Daemon, st: &State, names: &[String]) {
     leases.retain(|(n, _)| !names.contains(n));
     for n in names {
         let _ = std::fs::remove_file(resolv_file(d, n));
+        #[cfg(feature = "shape")]
+        let _ = std::fs::remove_file(d.cfg.paths.run.join(format!("net/up-{n}")));
     }
     if leases.len() == before {
         return;

@@ -67,8 +67,9 @@ pub(crate) fn scripts(
 }
 
 /// `berth limit`: the running container gets exactly `caps`, in place, when isolated (true);
-/// in mode none there is nothing to shape (false).
-pub(crate) fn apply(d: &Daemon, name: &str, mode: NetMode, caps: Caps) -> Result<bool> {
+/// in mode none there is nothing to shape (false). When the shaping fails half-way, the
+/// caps it had (`was`) are put back, and the error says whether that worked.
+pub(crate) fn apply(d: &Daemon, name: &str, mode: NetMode, caps: Caps, was: Caps) -> Result<bool> {
     if mode != NetMode::Isolated {
         return Ok(false);
     }
@@ -80,21 +81,27 @@ pub(crate) fn apply(d: &Daemon, name: &str, mode: NetMode, caps: Caps) -> Result
         )
     })?;
     let veth = net::veth_of(ip);
-    let script = format!("set -e\n{}", shape::script(&shape::ifb_of(&veth), caps));
-    berth_sys::host::run_checked(
-        d.host.tools,
-        "sh",
-        &["-c", &script, "sh", &veth],
-        None,
-        berth_sys::host::TOOL_LIMIT,
-    )
-    .map(|_| true)
-    .map_err(|e| {
-        Error::new(
-            Kind::LimitFailed,
-            format!("{name}: the bandwidth caps were not changed: {e}"),
+    let ifb = shape::ifb_of(&veth);
+    let run = |caps| {
+        berth_sys::host::run_checked(
+            d.host.tools,
+            "sh",
+            &["-s", "--", &veth],
+            Some(&shape::script(&ifb, caps)),
+            berth_sys::host::TOOL_LIMIT,
         )
-    })
+    };
+    let Err(e) = run(caps) else {
+        return Ok(true);
+    };
+    let state = match run(was) {
+        Ok(_) => "the bandwidth caps were not changed".to_string(),
+        Err(again) => format!("the bandwidth caps may be partly changed (putting the old ones back failed too: {again}): berth limit again, or restart {name}"),
+    };
+    Err(Error::new(
+        Kind::LimitFailed,
+        format!("{name}: {state}: {e}"),
+    ))
 }
 
 /// A package removed (or its container gone without LXC's down script, the daemon killed):

@@ -34,6 +34,20 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
     shape::check(name, p.manifest.network.mode, caps)?;
     let running = probe::is_running(d, name);
     let mut applied = false;
+    // The shapers first: when they fail, nothing else has changed.
+    #[cfg(feature = "shape")]
+    if running
+        && newer.egress.or(newer.ingress).is_some()
+        && shape::apply(
+            d,
+            name,
+            p.manifest.network.mode,
+            caps,
+            old.caps(&p.manifest.resources),
+        )?
+    {
+        applied = true;
+    }
     // What goes into cgroup files (the rates are tc's).
     #[cfg(feature = "shape")]
     let cgroup =
@@ -91,13 +105,6 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
                 log::warn!("{name}: {note}");
             }
         }
-        applied = true;
-    }
-    #[cfg(feature = "shape")]
-    if running
-        && newer.egress.or(newer.ingress).is_some()
-        && shape::apply(d, name, p.manifest.network.mode, caps)?
-    {
         applied = true;
     }
     if ov != old {
