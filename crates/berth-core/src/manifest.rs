@@ -375,6 +375,22 @@ pub fn parse_size(s: &str) -> Result<u64, Error> {
 }
 
 /// [`parse_size`]'s reading: whatever it refuses is the value, of one kind.
+/// Why a network mode takes no bandwidth cap (`crate::shape`): only an isolated container
+/// has a veth of its own on the host, which carries all its traffic and which it cannot
+/// reach.
+#[cfg(feature = "shape")]
+pub fn cap_refusal(mode: NetMode) -> String {
+    format!(
+        "a bandwidth cap needs network mode isolated (the container's own veth on the host carries all its traffic); mode {} has none",
+        match mode {
+            NetMode::Shared => "shared (the host's interfaces)",
+            NetMode::Macvlan => "macvlan (its traffic leaves by the parent's own queue)",
+            NetMode::None => "none",
+            NetMode::Isolated => "isolated",
+        }
+    )
+}
+
 fn size(s: &str) -> Result<u64, String> {
     let (digits, mult) = match s.as_bytes().last() {
         Some(b'K' | b'k') => (&s[..s.len() - 1], 1u64 << 10),
@@ -1203,7 +1219,7 @@ impl Validator<'_> {
         let rate = |v: &Option<S<String>>, key: &str| -> R<Option<u64>> {
             let Some(v) = v else { return Ok(None) };
             if matches!(mode, NetMode::Shared | NetMode::Macvlan) {
-                return Err(self.err(v.span(), key, crate::shape::mode_refusal(mode)));
+                return Err(self.err(v.span(), key, cap_refusal(mode)));
             }
             crate::shape::parse_rate(v.get_ref())
                 .map(Some)

@@ -31,20 +31,6 @@ impl Caps {
     }
 }
 
-/// Why a network mode takes no cap: only an isolated container has a veth of its own on
-/// the host, which carries all its traffic and which it cannot reach.
-pub fn mode_refusal(mode: crate::manifest::NetMode) -> String {
-    format!(
-        "a bandwidth cap needs network mode isolated (the container's own veth on the host carries all its traffic); mode {} has none",
-        match mode {
-            crate::manifest::NetMode::Shared => "shared (the host's interfaces)",
-            crate::manifest::NetMode::Macvlan => "macvlan (its traffic leaves by the parent's own queue)",
-            crate::manifest::NetMode::None => "none",
-            crate::manifest::NetMode::Isolated => "isolated",
-        }
-    )
-}
-
 /// Parses a rate as tc writes one: a whole number with `bit`, `kbit`, `mbit` or `gbit`
 /// (powers of 1000), e.g. `"8mbit"`; bits per second, between [`MIN_RATE`] and [`MAX_RATE`].
 pub fn parse_rate(s: &str) -> Result<u64, String> {

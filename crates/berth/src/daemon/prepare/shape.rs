@@ -31,7 +31,7 @@ pub(crate) fn check(name: &str, mode: NetMode, caps: Caps) -> Result<()> {
     if mode != NetMode::Isolated {
         return Err(Error::new(
             Kind::Refused,
-            format!("{name}: {}", shape::mode_refusal(mode)),
+            format!("{name}: {}", berth_core::manifest::cap_refusal(mode)),
         ));
     }
     Ok(())
@@ -66,20 +66,10 @@ pub(crate) fn scripts(
     Ok((up, down))
 }
 
-/// `berth limit`: the running container gets exactly `caps`, in place, when isolated (true);
-/// in mode none there is nothing to shape (false). When the shaping fails half-way, the
-/// caps it had (`was`) are put back, and the error says whether that worked.
-pub(crate) fn apply(d: &Daemon, name: &str, mode: NetMode, caps: Caps, was: Caps) -> Result<bool> {
-    if mode != NetMode::Isolated {
-        return Ok(false);
-    }
-    let leases = crate::daemon::prepare::net::load_leases(d);
-    let ip = net::lease_of(&leases, name).ok_or_else(|| {
-        Error::new(
-            Kind::LimitFailed,
-            format!("{name}: running without an address lease"),
-        )
-    })?;
+/// `berth limit`: the running isolated container at `ip` gets exactly `caps`, in place.
+/// When the shaping fails half-way, the caps it had (`was`) are put back, and the error
+/// says whether that worked.
+pub(crate) fn apply(d: &Daemon, name: &str, ip: Ipv4Addr, caps: Caps, was: Caps) -> Result<()> {
     let veth = net::veth_of(ip);
     let ifb = shape::ifb_of(&veth);
     let run = |caps| {
@@ -92,7 +82,7 @@ pub(crate) fn apply(d: &Daemon, name: &str, mode: NetMode, caps: Caps, was: Caps
         )
     };
     let Err(e) = run(caps) else {
-        return Ok(true);
+        return Ok(());
     };
     let state = match run(was) {
         Ok(_) => "the bandwidth caps were not changed".to_string(),

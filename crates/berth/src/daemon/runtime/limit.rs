@@ -35,17 +35,20 @@ pub(crate) fn limit(d: &Daemon, name: &str, newer: &Overrides) -> Result<Value> 
     let running = probe::is_running(d, name);
     let mut applied = false;
     // The shapers first: when they fail, nothing else has changed.
+    // In mode none there is nothing to shape.
     #[cfg(feature = "shape")]
     if running
         && newer.egress.or(newer.ingress).is_some()
-        && shape::apply(
-            d,
-            name,
-            p.manifest.network.mode,
-            caps,
-            old.caps(&p.manifest.resources),
-        )?
+        && p.manifest.network.mode == berth_core::manifest::NetMode::Isolated
     {
+        let leases = crate::daemon::prepare::net::load_leases(d);
+        let ip = berth_core::net::lease_of(&leases, name).ok_or_else(|| {
+            Error::new(
+                Kind::LimitFailed,
+                format!("{name}: running without an address lease"),
+            )
+        })?;
+        shape::apply(d, name, ip, caps, old.caps(&p.manifest.resources))?;
         applied = true;
     }
     // What goes into cgroup files (the rates are tc's).
