@@ -726,6 +726,17 @@ fn kconfig(roots: &Roots, probes: &Probes, release: Option<&str>, out: &mut Vec<
         ("CONFIG_NF_TABLES", "nf_tables"),
         ("CONFIG_SECCOMP_FILTER", "seccomp filter"),
         ("CONFIG_CGROUP_BPF", "cgroup bpf"),
+        // Bandwidth caps: the token bucket, the ingress qdisc and its redirect to an IFB.
+        #[cfg(feature = "shape")]
+        ("CONFIG_NET_SCH_TBF", "tbf shaper (bandwidth caps)"),
+        #[cfg(feature = "shape")]
+        ("CONFIG_NET_SCH_INGRESS", "ingress qdisc (egress caps)"),
+        #[cfg(feature = "shape")]
+        ("CONFIG_NET_CLS_U32", "u32 classifier (egress caps)"),
+        #[cfg(feature = "shape")]
+        ("CONFIG_NET_ACT_MIRRED", "mirred action (egress caps)"),
+        #[cfg(feature = "shape")]
+        ("CONFIG_IFB", "ifb (egress caps)"),
     ] {
         let f = match &cfg {
             None => feature(
@@ -786,6 +797,8 @@ fn tools(probes: &Probes, out: &mut Vec<Feature>) {
     for (tool, why) in [
         ("nft", "network isolation rules"),
         ("ip", "network setup"),
+        #[cfg(feature = "shape")]
+        ("tc", "bandwidth caps"),
         ("mksquashfs", "building packages on the device"),
         (
             "zstd",
@@ -1102,6 +1115,8 @@ hugetlb\t0\t5\t0
         assert_eq!(get(&fs, "veth").status, Status::Unknown);
         assert_eq!(get(&fs, "kernel release").detail, "5.10.0-test");
         assert_eq!(get(&fs, "nft").status, Status::Missing);
+        #[cfg(feature = "shape")]
+        assert!(get(&fs, "tc").detail.contains("needed for bandwidth caps"));
         assert_eq!(
             get(&fs, "libcurl").detail,
             "version 7.88.1, TLS OpenSSL/3.0.11, IPv6, asynchronous DNS, HTTPS proxy"
@@ -1327,13 +1342,29 @@ hugetlb\t0\t5\t0
         let fx = Fx::new(V1_MOUNTS);
         fx.write(
             "boot/config-5.10.0-test",
-            "CONFIG_VETH=m\nCONFIG_BRIDGE=y\n# CONFIG_MACVLAN is not set\nCONFIG_NF_TABLES=y\nCONFIG_SECCOMP_FILTER=y\n",
+            "CONFIG_VETH=m\nCONFIG_BRIDGE=y\n# CONFIG_MACVLAN is not set\nCONFIG_NF_TABLES=y\nCONFIG_SECCOMP_FILTER=y\nCONFIG_NET_SCH_TBF=y\nCONFIG_IFB=m\n",
         );
         let fs = fx.run();
         assert_eq!(get(&fs, "veth").status, Status::Present);
         assert!(get(&fs, "veth").detail.contains("module"));
         assert_eq!(get(&fs, "macvlan").status, Status::Missing);
         assert_eq!(get(&fs, "cgroup bpf").status, Status::Missing);
+        // Bandwidth caps' parts, with the feature.
+        #[cfg(feature = "shape")]
+        {
+            assert_eq!(
+                get(&fs, "tbf shaper (bandwidth caps)").status,
+                Status::Present
+            );
+            assert_eq!(get(&fs, "ifb (egress caps)").status, Status::Present);
+            let m = get(&fs, "mirred action (egress caps)");
+            assert_eq!(m.status, Status::Missing);
+            assert!(
+                m.detail.contains("CONFIG_NET_ACT_MIRRED is not set"),
+                "{}",
+                m.detail
+            );
+        }
 
         // config.gz, decompressed with zcat found on the probe PATH.
         std::fs::remove_file(fx.dir.path().join("boot/config-5.10.0-test")).unwrap();
