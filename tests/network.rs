@@ -1158,9 +1158,16 @@ fn a_containers_bandwidth_is_capped_both_ways_and_changed_in_place() {
             "bin/iperf3",
             &std::fs::read(common::which("iperf3").unwrap()).unwrap(),
         )
+        .file(
+            "bin/tc",
+            &std::fs::read(common::which("tc").expect("tc (iproute2)")).unwrap(),
+        )
         .table("[resources]\negress = \"8mbit\"\ningress = \"16mbit\"\n")
-        .table("[network]\nmode = \"isolated\"\npublish = [\"5201:5201/tcp\"]");
+        .table("[network]\nmode = \"isolated\"\npublish = [\"5201:5201/tcp\"]")
+        // The probe below: net_admin in its own namespace, granted by this sandbox's policy.
+        .table("[permissions]\ncapabilities = [\"net_admin\"]");
     p.modes.push(("bin/iperf3".into(), 0o755));
+    p.modes.push(("bin/tc".into(), 0o755));
     sb.add(&p);
     sb.start_daemon();
     sb.ok(&["update"]);
@@ -1182,6 +1189,16 @@ fn a_containers_bandwidth_is_capped_both_ways_and_changed_in_place() {
     });
     near_cap("to the container", iperf(&net, false), 16.0);
     near_cap("from the container", iperf(&net, true), 8.0);
+    // The probe: with net_admin in its own namespace the container replaces its side's
+    // qdiscs (which it may) and cannot see the host's side, where its caps are.
+    let (ok, out) = in_ct(
+        &sb,
+        "bw",
+        "/bin/tc qdisc replace dev eth0 root pfifo && /bin/tc qdisc add dev eth0 handle ffff: ingress && /bin/tc qdisc show dev eth0 && ! /bin/busybox ip link show bi0a570002",
+    );
+    assert!(ok, "the container's own qdiscs: {out}");
+    near_cap("from the container, its own qdiscs replaced", iperf(&net, true), 8.0);
+    near_cap("to the container, its own qdiscs replaced", iperf(&net, false), 16.0);
 
     // In place: egress down to 4 Mbit/s, ingress uncapped (the veth's own speed).
     let out = sb.ok(&["limit", "bw", "--egress", "4mbit", "--ingress", "none"]);
