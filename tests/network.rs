@@ -1197,8 +1197,16 @@ fn a_containers_bandwidth_is_capped_both_ways_and_changed_in_place() {
         "/bin/tc qdisc replace dev eth0 root pfifo && /bin/tc qdisc add dev eth0 handle ffff: ingress && /bin/tc qdisc show dev eth0 && ! /bin/busybox ip link show bi0a570002",
     );
     assert!(ok, "the container's own qdiscs: {out}");
-    near_cap("from the container, its own qdiscs replaced", iperf(&net, true), 8.0);
-    near_cap("to the container, its own qdiscs replaced", iperf(&net, false), 16.0);
+    near_cap(
+        "from the container, its own qdiscs replaced",
+        iperf(&net, true),
+        8.0,
+    );
+    near_cap(
+        "to the container, its own qdiscs replaced",
+        iperf(&net, false),
+        16.0,
+    );
 
     // In place: egress down to 4 Mbit/s, ingress uncapped (the veth's own speed).
     let out = sb.ok(&["limit", "bw", "--egress", "4mbit", "--ingress", "none"]);
