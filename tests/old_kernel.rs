@@ -324,8 +324,9 @@ fn the_memory_guard_kills_a_hog_by_pid_without_pidfds_or_psi() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    let st = sb.wait_status("hog", 10, "stopped", |c| {
-        c["state"] == "stopped" && !c["last_exit"].is_null()
+    // The guard records its kill just after the signal: the end may be seen first.
+    let st = sb.wait_status("hog", 10, "stopped, its guard kill recorded", |c| {
+        c["state"] == "stopped" && !c["last_exit"].is_null() && !c["guard_kill"].is_null()
     });
     assert_eq!(st["last_exit"]["signal"], 9, "{st}");
     assert_eq!(st["guard_kill"]["pid"].as_i64(), Some(hog), "{st}");
