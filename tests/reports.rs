@@ -148,7 +148,9 @@ fn crash_archives_are_written_listed_exported_capped_and_removed() {
     let unknown = "20000101T000000Z-fails-exit";
     let (_, err) = sb.fail(&["report", "show", unknown]);
     assert!(err.contains(unknown), "{err}");
-    let v = sb.berth(&["--json", "report", "export", unknown, "-o", "/tmp/x"]);
+    // (a path of this test's own that does not exist: a fixed /tmp/x once existed here)
+    let none = format!("{file_s}.none");
+    let v = sb.berth(&["--json", "report", "export", unknown, "-o", &none]);
     assert!(stdout(&v).contains("no_such_report"), "{}", stdout(&v));
 
     // Killed by SIGSEGV: the summary says the signal.
