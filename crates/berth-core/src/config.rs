@@ -464,6 +464,8 @@ impl RawConfig {
                     container_cpu_max: text(t, "container_cpu_max")?,
                     container_memory_max: text(t, "container_memory_max")?,
                     container_pids_max,
+                    #[cfg(feature = "shape")]
+                    bandwidth: text(t, "bandwidth")?,
                 })
             })?,
             guard: section(&mut t, "guard", |t| {
@@ -582,6 +584,8 @@ struct RawPolicy {
     container_cpu_max: Option<String>,
     container_memory_max: Option<String>,
     container_pids_max: Option<i64>,
+    #[cfg(feature = "shape")]
+    bandwidth: Option<String>,
 }
 
 #[derive(Default)]
@@ -693,6 +697,8 @@ impl Config {
                 format!("{cgroup_parent:?}: use letters, digits, '-', '_' and '.'"),
             ));
         }
+        #[cfg(feature = "shape")]
+        let bandwidth = raw.policy.bandwidth.clone();
         let policy = policy(raw.policy, &value_err)?;
         let guard = guard(raw.guard, &value_err)?;
         let watchdog = watchdog(raw.watchdog, &value_err)?;
@@ -757,10 +763,43 @@ impl Config {
                 .security
                 .validate()
                 .map_err(|(key, m)| value_err(key, m))?,
-            network: crate::net::NetConfig::parse(raw.network)
-                .map_err(|(key, m)| value_err(key, m))?,
+            network: {
+                #[allow(unused_mut)]
+                let mut n = crate::net::NetConfig::parse(raw.network)
+                    .map_err(|(key, m)| value_err(key, m))?;
+                #[cfg(feature = "shape")]
+                bandwidth_of(&mut n, bandwidth, &value_err)?;
+                n
+            },
         })
     }
+}
+
+/// `[policy] bandwidth`: what all containers together send on the uplink, a rate or a share
+/// of `[network] uplink_rate` (which it needs); half the line when unset.
+#[cfg(feature = "shape")]
+fn bandwidth_of(
+    n: &mut crate::net::NetConfig,
+    v: Option<String>,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    let Some(v) = v else { return Ok(()) };
+    let key = "policy.bandwidth";
+    let Some(line) = n.line.as_mut() else {
+        return Err(value_err(
+            key,
+            format!("{v}: needs the line it shares: [network] uplink and uplink_rate"),
+        ));
+    };
+    line.asked = if v.ends_with('%') {
+        match parse_percent(&v) {
+            Ok(p) if (1..=100).contains(&p) => line.rate / 100 * p as u64,
+            _ => return Err(value_err(key, format!("{v}: a share between 1% and 100%"))),
+        }
+    } else {
+        crate::shape::parse_rate(&v).map_err(|m| value_err(key, m))?
+    };
+    Ok(())
 }
 
 /// `repository_ca_file`: an absolute path, with an https:// source to apply to.
@@ -2297,6 +2336,69 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[cfg(feature = "shape")]
+    #[test]
+    fn the_uplink_and_the_containers_share_of_it() {
+        let line = |text: &str| Config::parse(text, "t").map(|c| c.network.line);
+        assert_eq!(line("").unwrap(), None);
+        let l = line("[network]\nuplink = \"wan0\"\nuplink_rate = \"20mbit\"")
+            .unwrap()
+            .unwrap();
+        // Half the line until the policy says otherwise.
+        assert_eq!(
+            (l.uplink.as_str(), l.rate, l.asked),
+            ("wan0", 20_000_000, 10_000_000)
+        );
+        let share = |b: &str| {
+            line(&format!("[network]\nuplink = \"wan0\"\nuplink_rate = \"20mbit\"\n[policy]\nbandwidth = \"{b}\""))
+                .map(|l| l.unwrap().asked)
+        };
+        assert_eq!(share("25%").unwrap(), 5_000_000);
+        assert_eq!(share("3mbit").unwrap(), 3_000_000);
+        for (text, key, words) in [
+            (
+                "[network]\nuplink = \"wan0\"",
+                "network.uplink_rate",
+                "the uplink's rate too",
+            ),
+            (
+                "[network]\nuplink_rate = \"20mbit\"",
+                "network.uplink",
+                "the uplink's name too",
+            ),
+            (
+                "[network]\nuplink = \"wan0\"\nuplink_rate = \"500kbit\"",
+                "network.uplink_rate",
+                "from 1mbit",
+            ),
+            (
+                "[network]\nuplink = \"berth0\"\nuplink_rate = \"20mbit\"",
+                "network.uplink",
+                "not berth's bridge",
+            ),
+            (
+                "[network]\nuplink = \"a b\"\nuplink_rate = \"20mbit\"",
+                "network.uplink",
+                "WAN interface",
+            ),
+            (
+                "[policy]\nbandwidth = \"5mbit\"",
+                "policy.bandwidth",
+                "needs the line it shares",
+            ),
+        ] {
+            let e = Config::parse(text, "f").unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(words), "{text}: {e}");
+        }
+        for bad in ["0%", "101%", "lots", "5mb"] {
+            let e = share(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("policy.bandwidth") && e.contains(bad),
+                "{bad}: {e}"
+            );
         }
     }
 

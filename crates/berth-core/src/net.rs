@@ -51,6 +51,12 @@ const KEYS: &[&str] = &[
     "proxy",
 ];
 
+/// The keys of the line governor (feature `shape`; without it they are unknown).
+#[cfg(feature = "shape")]
+const LINE_KEYS: &[&str] = &["uplink", "uplink_rate"];
+#[cfg(not(feature = "shape"))]
+const LINE_KEYS: &[&str] = &[];
+
 /// `[network] proxy`: a proxy URL libcurl takes, or "" for none.
 fn proxy(p: &str) -> Result<String, E> {
     let schemes = [
@@ -119,6 +125,10 @@ pub struct NetConfig {
     /// a URL, or "" for none whatever the environment says; None: the environment's
     /// `http_proxy`, `https_proxy`, `no_proxy` (libcurl's rules).
     pub proxy: Option<String>,
+    /// `uplink` and `uplink_rate`: the WAN line the governor shapes, with the containers'
+    /// total `[policy] bandwidth` sets (the configuration fills that in); None: not governed.
+    #[cfg(feature = "shape")]
+    pub line: Option<crate::shape::Line>,
 }
 
 /// `[network] connection_rate`.
@@ -186,6 +196,41 @@ type E = (&'static str, String);
 /// One message shape for every value of `[network]`: smaller code than one format per key.
 fn bad(key: &'static str, v: &str, want: &str) -> E {
     (key, format!("{v:?}: expected {want}"))
+}
+
+/// `[network] uplink` and `uplink_rate`: both or neither; the containers' share is the
+/// policy's (half the line until the configuration says otherwise).
+#[cfg(feature = "shape")]
+fn line(c: &mut NetConfig, uplink: Option<&str>, rate: Option<&str>) -> Result<(), E> {
+    let (uplink, rate) = match (uplink, rate) {
+        (None, None) => return Ok(()),
+        (Some(u), Some(r)) => (u, r),
+        (Some(u), None) => return Err(bad("network.uplink_rate", u, "the uplink's rate too")),
+        (None, Some(r)) => return Err(bad("network.uplink", r, "the uplink's name too")),
+    };
+    if !is_ifname(uplink) || uplink == c.bridge {
+        return Err(bad(
+            "network.uplink",
+            uplink,
+            "the WAN interface's name (not berth's bridge)",
+        ));
+    }
+    let rate = crate::shape::parse_rate(rate)
+        .ok()
+        .filter(|r| *r >= crate::shape::MIN_LINE)
+        .ok_or_else(|| {
+            bad(
+                "network.uplink_rate",
+                rate,
+                "a rate from 1mbit to 10gbit, such as \"20mbit\"",
+            )
+        })?;
+    c.line = Some(crate::shape::Line {
+        uplink: uplink.to_string(),
+        rate,
+        asked: rate / 2,
+    });
+    Ok(())
 }
 
 /// `[network] macvlan_pool` and `macvlan_gateway`: berth's own addresses on the LAN.
@@ -280,8 +325,10 @@ impl NetConfig {
     #[inline(never)]
     pub fn parse(raw: Option<RawNet>) -> Result<NetConfig, (&'static str, String)> {
         let raw = raw.unwrap_or_default();
-        if let Some(k) = raw.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(bad("network", k, &format!("one of {}", KEYS.join(", "))));
+        let known = |k: &String| KEYS.contains(&k.as_str()) || LINE_KEYS.contains(&k.as_str());
+        if let Some(k) = raw.keys().find(|k| !known(k)) {
+            let all: Vec<&str> = KEYS.iter().chain(LINE_KEYS).copied().collect();
+            return Err(bad("network", k, &format!("one of {}", all.join(", "))));
         }
         let get = |k: &str| raw.get(k).map(|v| v.get_ref().as_str());
         const IF: &str = "an interface name (1-15 of A-Z a-z 0-9 - _ .)";
@@ -344,7 +391,11 @@ impl NetConfig {
             max_connections: Some((25, true)),
             connection_rate: RateConfig::Auto,
             proxy: None,
+            #[cfg(feature = "shape")]
+            line: None,
         };
+        #[cfg(feature = "shape")]
+        line(&mut c, get("uplink"), get("uplink_rate"))?;
         c.proxy = get("proxy").map(proxy).transpose()?;
         match get("mdns") {
             None | Some("off") => {}
@@ -894,6 +945,10 @@ fn inet_table(w: &mut String, cfg: &NetConfig, members: &[Member], limits: ConnL
         }
         let _ = writeln!(w, "  }}");
     }
+    #[cfg(feature = "shape")]
+    if let Some(l) = &cfg.line {
+        w.push_str(&crate::shape::line_chain(l));
+    }
     let _ = writeln!(
         w,
         "  chain input {{\n    type filter hook input priority 0; policy accept;\n    iifname \"{br}\" jump from_containers\n  }}\n  chain from_containers {{\n    ct state established,related accept"
@@ -940,6 +995,10 @@ fn nat(w: &mut String, cfg: &NetConfig, members: &[Member]) {
     } else {
         format!("oifname {}", set(&cfg.outbound))
     };
+    #[cfg(feature = "shape")]
+    if let Some(l) = &cfg.line {
+        w.push_str(&crate::shape::line_mark(l));
+    }
     let _ = writeln!(w, "    ip saddr {net} {out} accept");
     deny(w, cfg, members);
     let _ = writeln!(w, "  }}");

@@ -152,6 +152,151 @@ pub fn down_script() -> String {
     format!("#!/bin/sh\n# written by berth: a container's veth goes, its IFB device with it\n{PATH}ip link del dev \"bi${{5#vb}}\" 2>/dev/null\nexit 0\n")
 }
 
+/// The line governor (docs/network.md, "The line"): `[network] uplink` and `uplink_rate`
+/// declare the device's WAN line; `[policy] bandwidth` caps what all containers together send
+/// on it. berth shapes the line a little below its rate (so the queue forms here, where it is
+/// short, not in the modem) with an HTB tree of three classes, each with a short queue:
+/// - **interactive** (`b3:5`, first): the host's ICMP, DNS and bare TCP ACKs, at most a third
+///   of the line;
+/// - **host** (`b3:10`, the default): everything else the device sends, guaranteed what the
+///   others leave and borrowing up to the whole line;
+/// - **containers** (`b3:20`, last): every packet containers send out the uplink, marked in
+///   berth's nft forward chain, held to the policy's cap (never above it, even on an idle
+///   line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub uplink: String,
+    /// `uplink_rate`: the line's sustained upload rate, bits per second.
+    pub rate: u64,
+    /// `[policy] bandwidth`: the containers' total as the policy asks, bits per second
+    /// (a share is resolved against `rate`); [`Line::containers`] is what they get.
+    pub asked: u64,
+}
+
+/// The handle (hex) of the governor's HTB qdisc; its classes and leaves derive from it.
+pub const LINE_HANDLE: &str = "b3";
+/// The least `uplink_rate`: below it the interactive class's floor is a tenth of the line.
+pub const MIN_LINE: u64 = 1_000_000;
+
+/// Frames of 1 ms at `rate`, at least two full ones: each class's burst.
+fn line_burst(rate: u64) -> u64 {
+    (rate / 8000).max(3028)
+}
+
+/// 1 ms at `rate`, between one and forty full frames: each class's quantum (set, so tc does
+/// not derive one that warns).
+fn quantum(rate: u64) -> u64 {
+    (rate / 8000).clamp(1514, 60_560)
+}
+
+impl Line {
+    /// The rate the line is shaped at: 90 % of the declared rate (frames without the link's
+    /// own overhead, which the margin covers).
+    pub fn shaped(&self) -> u64 {
+        self.rate / 10 * 9
+    }
+    /// The interactive class's guaranteed rate: a twentieth of the line, at least 64 kbit.
+    fn interactive(&self) -> u64 {
+        (self.shaped() / 20).max(MIN_RATE)
+    }
+    /// What containers together may send: the policy's cap, at most 85 % of the shaped
+    /// line (the host always keeps a tenth, the interactive class a twentieth).
+    pub fn containers(&self) -> u64 {
+        self.asked.min(self.shaped() / 100 * 85)
+    }
+    /// The host's guaranteed rate: what the others leave.
+    pub fn host(&self) -> u64 {
+        self.shaped() - self.containers() - self.interactive()
+    }
+}
+
+/// Who holds an interface's root qdisc, from `tc qdisc show dev DEV root`.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Root {
+    /// The kernel's default (handle `0:`: pfifo_fast, fq_codel, mq, noqueue).
+    Free,
+    /// berth's governor.
+    Ours,
+    /// Another shaper (SQM's cake, qosify, a firmware's own): its kind and handle.
+    Foreign(String),
+}
+
+pub fn root_of(tc_show: &str) -> Root {
+    let mut w = tc_show.split_whitespace().skip(1);
+    match (w.next(), w.next()) {
+        (_, Some("0:")) | (None, _) => Root::Free,
+        (Some("htb"), Some(h)) if h.strip_suffix(':') == Some(LINE_HANDLE) => Root::Ours,
+        (Some(k), h) => Root::Foreign(format!("{k} {}", h.unwrap_or(""))),
+    }
+}
+
+/// The sh script (`sh -s -- UPLINK`) that puts the governor on `$1`, or brings one there to
+/// `l`'s rates in place. The qdisc is made only where it is not there yet (HTB cannot be
+/// changed, and replacing it would drop its classes); the classes and their leaves are
+/// replaced. Each leaf is a token bucket far faster than its class, so it never holds a
+/// packet back: it keeps the queue short (a byte limit) and cuts the 64 KiB segments of
+/// offloaded TCP into frames (a byte FIFO would drop them whole).
+pub fn line_script(l: &Line) -> String {
+    let h = LINE_HANDLE;
+    let t = l.shaped();
+    let (i, host, c) = (l.interactive(), l.host(), l.containers());
+    let class = |id: u32, rate: u64, ceil: u64, prio: &str| {
+        let b = line_burst(ceil);
+        format!(
+            "tc class replace dev \"$1\" parent {h}:1 classid {h}:{id} htb rate {rate}bit ceil {ceil}bit burst {b} cburst {b} quantum {}{prio}\n",
+            quantum(rate)
+        )
+    };
+    // The leaf's queue: `ms` at the class's guaranteed rate, at least four full frames.
+    let leaf = |id: u32, rate: u64, ceil: u64, ms: u64| {
+        format!(
+            "tc qdisc replace dev \"$1\" parent {h}:{id} handle {h}{id:02}: tbf rate {}bit burst 6056 limit {}\n",
+            ceil * 10,
+            (rate / 8000 * ms).max(6056)
+        )
+    };
+    let b = line_burst(t);
+    format!(
+        "{PATH}set -e\ntc qdisc show dev \"$1\" root | grep -q '^qdisc htb {h}: ' || tc qdisc replace dev \"$1\" root handle {h}: htb default 10\ntc class replace dev \"$1\" parent {h}: classid {h}:1 htb rate {t}bit ceil {t}bit burst {b} cburst {b} quantum {}\n{}{}{}{}{}{}",
+        quantum(t),
+        class(5, i, t / 3, " prio 0"),
+        class(10, host, t, " prio 1"),
+        class(20, c, c, " prio 2"),
+        leaf(5, i, t / 3, 20),
+        leaf(10, host, t, 25),
+        leaf(20, c, c, 50),
+    )
+}
+
+/// Takes the governor off `$1` (`sh -s -- UPLINK`), if it is there and berth's: the kernel
+/// puts its default back.
+pub fn line_off_script() -> String {
+    format!(
+        "{PATH}if tc qdisc show dev \"$1\" root | grep -q '^qdisc htb {LINE_HANDLE}: '; then tc qdisc del dev \"$1\" root; fi\n"
+    )
+}
+
+/// The rule in berth's forward chain that puts containers' packets out the uplink into their
+/// class (before the rule that lets them out).
+pub fn line_mark(l: &Line) -> String {
+    format!(
+        "    oifname \"{}\" meta priority set {LINE_HANDLE}:20\n",
+        l.uplink
+    )
+}
+
+/// The chain that files everything else the device sends out the uplink: the containers'
+/// stay theirs, the host's interactive packets go first, the rest to the host's class
+/// (whatever priority a socket chose: none reaches the containers' class or bypasses the
+/// tree).
+pub fn line_chain(l: &Line) -> String {
+    let h = LINE_HANDLE;
+    format!(
+        "  chain line {{\n    type filter hook postrouting priority 0; policy accept;\n    oifname != \"{}\" accept\n    meta priority {h}:20 accept\n    meta l4proto {{ icmp, ipv6-icmp }} meta priority set {h}:5 accept\n    udp dport 53 meta priority set {h}:5 accept\n    tcp flags & (fin|syn|rst|psh|ack) == ack meta length < 128 meta priority set {h}:5 accept\n    meta priority set {h}:10\n  }}\n",
+        l.uplink
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -248,5 +393,91 @@ mod tests {
             ingress: Some(1)
         }
         .any());
+    }
+
+    fn line(rate: u64, asked: u64) -> Line {
+        Line {
+            uplink: "wan0".into(),
+            rate,
+            asked,
+        }
+    }
+
+    #[test]
+    fn the_line_is_shaped_below_its_rate_and_the_host_keeps_a_share() {
+        let l = line(20_000_000, 10_000_000);
+        assert_eq!(l.shaped(), 18_000_000);
+        assert_eq!(l.containers(), 10_000_000);
+        // 18 - 10 - 0.9 (the interactive twentieth)
+        assert_eq!(l.host(), 7_100_000);
+        // All of it asked: the containers get 85 % of the shaped line, never more.
+        let all = line(20_000_000, 20_000_000);
+        assert_eq!(all.containers(), 15_300_000);
+        assert_eq!(all.host(), 18_000_000 - 15_300_000 - 900_000);
+        // The smallest line: the interactive class keeps its 64 kbit floor.
+        let small = line(MIN_LINE, MIN_LINE);
+        assert_eq!(small.interactive(), MIN_RATE);
+        assert!(small.host() > 0 && small.host() + small.containers() + MIN_RATE == 900_000);
+    }
+
+    #[test]
+    fn the_line_script_makes_three_classes_with_short_leaves_and_keeps_the_qdisc() {
+        let s = line_script(&line(20_000_000, 10_000_000));
+        assert!(s.starts_with(PATH), "{s}");
+        // The qdisc only where it is not berth's already (HTB cannot be changed in place).
+        assert!(s.contains("tc qdisc show dev \"$1\" root | grep -q '^qdisc htb b3: ' || tc qdisc replace dev \"$1\" root handle b3: htb default 10\n"), "{s}");
+        for want in [
+            "classid b3:1 htb rate 18000000bit ceil 18000000bit burst 3028 cburst 3028 quantum 2250\n",
+            "classid b3:5 htb rate 900000bit ceil 6000000bit burst 3028 cburst 3028 quantum 1514 prio 0\n",
+            "classid b3:10 htb rate 7100000bit ceil 18000000bit burst 3028 cburst 3028 quantum 1514 prio 1\n",
+            "classid b3:20 htb rate 10000000bit ceil 10000000bit burst 3028 cburst 3028 quantum 1514 prio 2\n",
+            // 50 ms at 10 Mbit/s, the containers' queue
+            "parent b3:20 handle b320: tbf rate 100000000bit burst 6056 limit 62500\n",
+            "parent b3:10 handle b310: tbf rate 180000000bit burst 6056 limit 22175\n",
+            "parent b3:5 handle b305: tbf rate 60000000bit burst 6056 limit 6056\n",
+        ] {
+            assert!(s.contains(want), "{want}: {s}");
+        }
+        // Everything is replaced in place: nothing deleted, no instant ungoverned.
+        assert!(!s.contains(" del "), "{s}");
+        // The default class exists: no packet takes HTB's unshaped direct queue.
+        assert!(s.contains("classid b3:10 "), "{s}");
+        assert!(line_off_script()
+            .contains("grep -q '^qdisc htb b3: '; then tc qdisc del dev \"$1\" root"));
+    }
+
+    #[test]
+    fn the_uplinks_root_qdisc_is_free_ours_or_another_shapers() {
+        assert_eq!(
+            root_of("qdisc pfifo_fast 0: root refcnt 2 bands 3 priomap 1 2 2 2\n"),
+            Root::Free
+        );
+        assert_eq!(root_of("qdisc noqueue 0: root refcnt 2\n"), Root::Free);
+        assert_eq!(root_of(""), Root::Free);
+        assert_eq!(
+            root_of("qdisc htb b3: root refcnt 2 r2q 10 default 0x10 direct_packets_stat 0\n"),
+            Root::Ours
+        );
+        assert_eq!(
+            root_of("qdisc cake 8001: root refcnt 2 bandwidth 20Mbit\n"),
+            Root::Foreign("cake 8001:".into())
+        );
+        assert_eq!(
+            root_of("qdisc htb 1: root refcnt 2 r2q 10 default 0x12\n"),
+            Root::Foreign("htb 1:".into())
+        );
+    }
+
+    #[test]
+    fn containers_packets_are_marked_for_their_class_and_the_hosts_filed() {
+        let l = line(20_000_000, 10_000_000);
+        assert_eq!(
+            line_mark(&l),
+            "    oifname \"wan0\" meta priority set b3:20\n"
+        );
+        let c = line_chain(&l);
+        assert!(c.contains("type filter hook postrouting priority 0; policy accept;\n    oifname != \"wan0\" accept\n    meta priority b3:20 accept\n"), "{c}");
+        // The last rule files whatever priority a socket chose into the host's class.
+        assert!(c.ends_with("    meta priority set b3:10\n  }\n"), "{c}");
     }
 }
