@@ -737,6 +737,9 @@ fn kconfig(roots: &Roots, probes: &Probes, release: Option<&str>, out: &mut Vec<
         ("CONFIG_NET_ACT_MIRRED", "mirred action (egress caps)"),
         #[cfg(feature = "shape")]
         ("CONFIG_IFB", "ifb (egress caps)"),
+        // The line governor ([network] uplink): HTB's classes on the uplink, filled by nft.
+        #[cfg(feature = "shape")]
+        ("CONFIG_NET_SCH_HTB", "htb shaper (the line governor)"),
     ] {
         let f = match &cfg {
             None => feature(
@@ -1357,6 +1360,8 @@ hugetlb\t0\t5\t0
                 Status::Present
             );
             assert_eq!(get(&fs, "ifb (egress caps)").status, Status::Present);
+            let htb = get(&fs, "htb shaper (the line governor)");
+            assert_eq!(htb.status, Status::Missing);
             let m = get(&fs, "mirred action (egress caps)");
             assert_eq!(m.status, Status::Missing);
             assert!(

@@ -89,6 +89,8 @@ pub fn run(cfg: Config) -> Result<()> {
         device::boot::note_running(&d, n);
     }
     prepare::net::restore(&d, &device::state::state(&d));
+    #[cfg(feature = "shape")]
+    prepare::shape::watch_line(&d);
     let running: Vec<String> = taken_over.iter().map(|(n, _)| n.clone()).collect();
     runtime::sockets::reopen(&d, &running);
     // A bind or unbind a killed daemon left half done: finished or undone before any request.

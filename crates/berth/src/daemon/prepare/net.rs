@@ -152,13 +152,33 @@ static NO_CAP: [AtomicBool; 3] = [
     AtomicBool::new(false),
 ];
 
+/// The ruleset for `leases` ([`load`]), and the uplink's governor with it (feature `shape`).
+#[cfg(feature = "shape")]
+fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
+    // The uplink's governor before the rules that file packets into it, off after them.
+    let governed = !members(st, leases).is_empty();
+    if governed {
+        shape::line_on(d)?;
+    }
+    load(d, st, leases)?;
+    if !governed {
+        shape::line_off(d);
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "shape"))]
+fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
+    load(d, st, leases)
+}
+
 /// Loads the whole ruleset for `leases` in one nft transaction: on failure the previous
 /// ruleset stays in force. Where the kernel refuses the containers' connection limits it
 /// goes in without the caps (no nft `ct count`), else without the rate (no `limit`), else
 /// without either, said once; every change of the ruleset tries them again, so that a
 /// passing failure does not leave them off. A percentage cap whose table was unknown
 /// (connection tracking loaded by this very ruleset) is resolved and loaded again at once.
-fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
+fn load(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     use std::hash::{Hash, Hasher};
     let c = &d.cfg.network;
     let m = members(st, leases);
@@ -551,7 +571,8 @@ pub fn status(d: &Daemon, st: &State) -> Result<Value> {
         .values()
         .map(|p| entry(d, &leases, p, Some(&counts)))
         .collect();
-    Ok(json!({
+    #[allow(unused_mut)]
+    let mut v = json!({
         field::BRIDGE: c.bridge,
         field::GATEWAY: c.gateway().to_string(),
         field::SUBNET: format!("{}/{}", c.subnet.0, c.subnet.1),
@@ -559,7 +580,12 @@ pub fn status(d: &Daemon, st: &State) -> Result<Value> {
         field::DHCP_SERVER: dnsmasq_running(d.proc(), &dnsmasq_pid_file(d)).map(|(pid, _)| pid),
         field::CONTAINERS: list,
         field::ERRORS: errors,
-    }))
+    });
+    #[cfg(feature = "shape")]
+    {
+        v["line"] = shape::line_status(d);
+    }
+    Ok(v)
 }
 
 /// `berth net hosts` and the container API's `GET /v1/lan/hosts`: the neighbours on the
@@ -905,6 +931,128 @@ mod tests {
         let rules = &loads(tools)[1];
         assert!(rules.contains(&format!("ip saddr {ip}")), "{rules}");
         assert!(rules.contains(&format!("ip saddr {db_ip}")), "{rules}");
+    }
+
+    /// The line governor follows the containers on the bridge: on the uplink before the
+    /// ruleset that marks packets for it (the same script in place at each load), refused
+    /// where another shaper holds the uplink (no ruleset loaded, no lease kept), waited for
+    /// where the uplink is not there yet, and off when the last container goes.
+    #[cfg(feature = "shape")]
+    #[test]
+    fn the_line_governor_goes_on_before_the_rules_and_refuses_another_shaper() {
+        let (dir, d, tools) = networked_daemon(
+            "net-line",
+            "[network]\ntable = \"bt_line\"\nuplink = \"wan0\"\nuplink_rate = \"20mbit\"\n[policy]\nbandwidth = \"25%\"\n",
+        );
+        let rootfs = dir.path("rootfs");
+        let line = d.cfg.network.line.clone().expect("a line");
+        assert_eq!(line.containers(), 5_000_000);
+        let show = ["qdisc", "show", "dev", "wan0", "root"];
+        tools.answer(
+            "tc",
+            &show,
+            Ok("qdisc cake 8001: root refcnt 2 bandwidth 20Mbit\n".into()),
+        );
+        tools.answer("sh", &[], Ok(String::new()));
+        let app = install(&d, &networked("app", "mode = \"isolated\"\n"));
+        let st = crate::daemon::device::state::state(&d);
+        let e = prepare(&d, &app, &st, &rootfs).unwrap_err();
+        assert_eq!(e.kind, Kind::Network);
+        assert!(
+            e.message.contains("uplink wan0: its root qdisc is another shaper's (cake 8001:), which berth does not replace"),
+            "{}",
+            e.message
+        );
+        // The governor was not put on; the start's undoing asks only to take off one of
+        // berth's (a script that leaves another's qdisc alone).
+        let line_script = berth_core::shape::line_script(&line);
+        assert!(
+            !tools
+                .calls()
+                .iter()
+                .any(|c| c.input.as_deref() == Some(line_script.as_str())),
+            "{:?}",
+            tools.lines()
+        );
+        assert!(
+            loads(tools).iter().all(|r| !r.contains("meta priority")),
+            "no rules for a line not governed"
+        );
+        assert!(load_leases(&d).is_empty());
+
+        // The kernel's default there: the governor goes on, then the rules that mark for it.
+        tools.answer(
+            "tc",
+            &show,
+            Ok("qdisc pfifo_fast 0: root refcnt 2 bands 3\n".into()),
+        );
+        let before = tools.calls().len();
+        prepare(&d, &app, &st, &rootfs).unwrap();
+        let calls = &tools.calls()[before..];
+        let lines: Vec<String> = calls.iter().map(|c| c.line()).collect();
+        let sh_at = lines
+            .iter()
+            .position(|l| l == "sh -s -- wan0")
+            .expect("the script");
+        let nft_at = lines
+            .iter()
+            .position(|l| l == "nft -f -")
+            .expect("the rules");
+        assert!(sh_at < nft_at, "{lines:?}");
+        assert_eq!(
+            calls[sh_at].input.as_deref(),
+            Some(berth_core::shape::line_script(&line).as_str())
+        );
+        let rules = loads(tools).pop().unwrap();
+        assert!(
+            rules.contains("oifname \"wan0\" meta priority set b3:20\n"),
+            "{rules}"
+        );
+        assert!(rules.contains("chain line {"), "{rules}");
+        assert_eq!(shape::line_status(&d)["state"], "in force");
+
+        // Held by this daemon already: the next start looks and leaves it.
+        tools.answer(
+            "tc",
+            &show,
+            Ok("qdisc htb b3: root refcnt 2 r2q 10 default 0x10 direct_packets_stat 0\n".into()),
+        );
+        let db = install(&d, &networked("db", "mode = \"isolated\"\n"));
+        let st = crate::daemon::device::state::state(&d);
+        let before = tools.calls().len();
+        prepare(&d, &db, &st, &rootfs).unwrap();
+        assert!(
+            !tools.lines()[before..].iter().any(|l| l.starts_with("sh ")),
+            "{:?}",
+            tools.lines()
+        );
+
+        // The last container gone: the governor comes off after the rules.
+        forget(&d, &st, &["app".into(), "db".into()]);
+        let calls = tools.calls();
+        let last = calls.last().unwrap();
+        assert_eq!(last.line(), "sh -s -- wan0");
+        assert_eq!(
+            last.input.as_deref(),
+            Some(berth_core::shape::line_off_script().as_str())
+        );
+        assert_eq!(
+            shape::line_status(&d)["state"],
+            "off: no container on berth's bridge"
+        );
+
+        // No uplink yet (a PPPoE link dialling): the container starts, the governor waits.
+        tools.answer("tc", &show, Err("Cannot find device \"wan0\"".into()));
+        let st = crate::daemon::device::state::state(&d);
+        prepare(&d, &app, &st, &rootfs).unwrap();
+        let state = shape::line_status(&d);
+        assert!(
+            state["state"]
+                .as_str()
+                .unwrap()
+                .contains("no such interface yet"),
+            "{state}"
+        );
     }
 
     /// A subnet that overlaps a host route is refused naming both, before any link is made

@@ -113,6 +113,160 @@ pub(crate) fn forget(d: &Daemon, ip: Ipv4Addr) {
     }
 }
 
+/// The line governor's state, for `berth net`: what the last look at the uplink found.
+static LINE: std::sync::Mutex<LineState> = std::sync::Mutex::new(LineState::Off);
+
+#[derive(Debug, Clone, PartialEq)]
+enum LineState {
+    /// No container on berth's bridge: the uplink is left as it was.
+    Off,
+    /// In force; `put` is whether this daemon put (or brought) it there.
+    On { put: bool },
+    /// Wanted, and not there: why (no such interface yet, another shaper, tc failing).
+    Not(String),
+}
+
+fn tc(d: &Daemon, args: &[&str], input: Option<&str>) -> std::result::Result<String, String> {
+    berth_sys::host::run_checked(d.host.tools, "tc", args, input, berth_sys::host::TOOL_LIMIT)
+        .map_err(String::from)
+}
+
+fn sh(d: &Daemon, script: &str, uplink: &str) -> std::result::Result<String, String> {
+    berth_sys::host::run_checked(
+        d.host.tools,
+        "sh",
+        &["-s", "--", uplink],
+        Some(script),
+        berth_sys::host::TOOL_LIMIT,
+    )
+    .map_err(String::from)
+}
+
+/// Containers are on berth's bridge (their ruleset is about to load): the governor goes on
+/// the uplink, or is brought to the configuration's rates, before their packets are marked
+/// for it. An uplink not there yet (a PPPoE link still dialling) is no error: nothing leaves
+/// by it, and [`watch_line`] puts the governor there when it comes. Another shaper's root
+/// qdisc on it is: berth does not replace it, and no container starts ungoverned.
+pub(crate) fn line_on(d: &Daemon) -> std::result::Result<(), String> {
+    let Some(l) = &d.cfg.network.line else {
+        return Ok(());
+    };
+    let mut state = LINE.lock().unwrap();
+    let now = match tc(d, &["qdisc", "show", "dev", &l.uplink, "root"], None) {
+        Err(e) if e.contains("Cannot find device") => LineState::Not(format!(
+            "uplink {}: no such interface yet; governed when it comes",
+            l.uplink
+        )),
+        Err(e) => return Err(format!("uplink {}: {e}", l.uplink)),
+        Ok(show) => match shape::root_of(&show) {
+            shape::Root::Foreign(k) => {
+                let why = format!(
+                    "uplink {}: its root qdisc is another shaper's ({k}), which berth does not replace: remove it, or [network] uplink",
+                    l.uplink
+                );
+                *state = LineState::Not(why.clone());
+                return Err(why);
+            }
+            // In force, as this daemon put it.
+            shape::Root::Ours if *state == (LineState::On { put: true }) => return Ok(()),
+            _ => {
+                sh(d, &shape::line_script(l), &l.uplink)
+                    .map_err(|e| format!("uplink {}: the line governor: {e}", l.uplink))?;
+                LineState::On { put: true }
+            }
+        },
+    };
+    if let LineState::Not(why) = &now {
+        if *state != now {
+            log::warn!("network: {why}");
+        }
+    }
+    *state = now;
+    Ok(())
+}
+
+/// No container on berth's bridge any more: the governor comes off the uplink (the kernel
+/// puts its default back); another's root qdisc is left alone.
+pub(crate) fn line_off(d: &Daemon) {
+    let Some(l) = &d.cfg.network.line else {
+        return;
+    };
+    let mut state = LINE.lock().unwrap();
+    if let Err(e) = sh(d, &shape::line_off_script(), &l.uplink) {
+        if !e.contains("Cannot find device") {
+            log::warn!(
+                "network: uplink {}: taking the line governor off: {e}",
+                l.uplink
+            );
+        }
+    }
+    *state = LineState::Off;
+}
+
+/// Every 10 s while containers are governed: a governor gone from the uplink (a PPPoE or
+/// DHCP reconnect makes the interface anew; a tool removed the root qdisc) is put back,
+/// said once; another shaper found there is reported, not fought.
+pub(crate) fn watch_line(d: &std::sync::Arc<Daemon>) {
+    if d.cfg.network.line.is_none() {
+        return;
+    }
+    let d = std::sync::Arc::clone(d);
+    let spawned = berth_sys::process::spawn_thread(
+        "line".into(),
+        64 * 1024,
+        Box::new(move || loop {
+            std::thread::sleep(std::time::Duration::from_secs(10));
+            let was = LINE.lock().unwrap().clone();
+            if was == LineState::Off {
+                continue;
+            }
+            // Seen as ours, and still so: nothing to do.
+            let l = d.cfg.network.line.as_ref().unwrap();
+            if let (LineState::On { .. }, Ok(show)) = (
+                &was,
+                tc(&d, &["qdisc", "show", "dev", &l.uplink, "root"], None),
+            ) {
+                if shape::root_of(&show) == shape::Root::Ours {
+                    continue;
+                }
+                *LINE.lock().unwrap() = LineState::Not("gone".into());
+            }
+            match line_on(&d) {
+                Ok(()) if matches!(*LINE.lock().unwrap(), LineState::On { .. }) => log::info!(
+                    "network: uplink {}: the line governor was gone (the link made anew, or its qdisc removed): put back",
+                    l.uplink
+                ),
+                Ok(()) => {}
+                Err(e) if LineState::Not(e.clone()) != was => log::error!("network: {e}"),
+                Err(_) => {}
+            }
+        }),
+    );
+    if let Err(e) = spawned {
+        log::error!("network: cannot start the line governor's watch: {e}");
+    }
+}
+
+/// `berth net`'s `line`: the uplink, its rates and whether the governor holds it.
+pub(crate) fn line_status(d: &Daemon) -> serde_json::Value {
+    let Some(l) = &d.cfg.network.line else {
+        return serde_json::Value::Null;
+    };
+    let state = match &*LINE.lock().unwrap() {
+        LineState::Off => "off: no container on berth's bridge".to_string(),
+        LineState::On { .. } => "in force".to_string(),
+        LineState::Not(why) => format!("not in force: {why}"),
+    };
+    serde_json::json!({
+        "uplink": l.uplink,
+        "rate": l.rate,
+        "shaped": l.shaped(),
+        "containers": l.containers(),
+        "host": l.host(),
+        "state": state,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
