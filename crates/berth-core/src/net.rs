@@ -49,13 +49,12 @@ const KEYS: &[&str] = &[
     "max_connections",
     "connection_rate",
     "proxy",
+    // The line governor's (feature `shape`; without it they are unknown).
+    #[cfg(feature = "shape")]
+    "uplink",
+    #[cfg(feature = "shape")]
+    "uplink_rate",
 ];
-
-/// The keys of the line governor (feature `shape`; without it they are unknown).
-#[cfg(feature = "shape")]
-const LINE_KEYS: &[&str] = &["uplink", "uplink_rate"];
-#[cfg(not(feature = "shape"))]
-const LINE_KEYS: &[&str] = &[];
 
 /// `[network] proxy`: a proxy URL libcurl takes, or "" for none.
 fn proxy(p: &str) -> Result<String, E> {
@@ -325,10 +324,8 @@ impl NetConfig {
     #[inline(never)]
     pub fn parse(raw: Option<RawNet>) -> Result<NetConfig, (&'static str, String)> {
         let raw = raw.unwrap_or_default();
-        let known = |k: &String| KEYS.contains(&k.as_str()) || LINE_KEYS.contains(&k.as_str());
-        if let Some(k) = raw.keys().find(|k| !known(k)) {
-            let all: Vec<&str> = KEYS.iter().chain(LINE_KEYS).copied().collect();
-            return Err(bad("network", k, &format!("one of {}", all.join(", "))));
+        if let Some(k) = raw.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(bad("network", k, &format!("one of {}", KEYS.join(", "))));
         }
         let get = |k: &str| raw.get(k).map(|v| v.get_ref().as_str());
         const IF: &str = "an interface name (1-15 of A-Z a-z 0-9 - _ .)";

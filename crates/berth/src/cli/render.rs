@@ -788,6 +788,22 @@ pub fn net(v: &Value) -> String {
         cell(&v[net::SUBNET]),
         cell(&v[net::TABLE])
     );
+    #[cfg(feature = "shape")]
+    if let Some(l) = v["line"].as_object() {
+        let rate = |k: &str| {
+            l[k].as_u64()
+                .map_or("-".into(), berth_core::shape::fmt_rate)
+        };
+        out.push_str(&format!(
+            "line {} {}: shaped at {}, containers {}, host {} or more: {}\n",
+            cell(&l["uplink"]),
+            rate("rate"),
+            rate("shaped"),
+            rate("containers"),
+            rate("host"),
+            cell(&l["state"])
+        ));
+    }
     out.push_str(&table(NET_HEAD, net_rows(v)));
     out
 }
@@ -1459,6 +1475,15 @@ mod tests {
         assert!(net(&v).starts_with(
             "bridge berth0 gateway 10.0.3.1 subnet 10.0.3.0/24 (nft table berth)\n  NAME"
         ));
+        #[cfg(feature = "shape")]
+        {
+            let mut lined = v.clone();
+            lined["line"] = json!({"uplink": "wan", "rate": 20_000_000u64, "shaped": 18_000_000u64,
+                "containers": 10_000_000u64, "host": 7_100_000u64, "state": "in force"});
+            assert!(net(&lined).contains(
+                "(nft table berth)\nline wan 20mbit: shaped at 18mbit, containers 10mbit, host 7100kbit or more: in force\n  NAME"
+            ), "{}", net(&lined));
+        }
         let hosts = hosts_rows(&v);
         fits(HOSTS_HEAD, &hosts);
         assert_eq!(
