@@ -40,7 +40,7 @@ BUDGET=${BERTH_CROSS_BUDGET:-1572864}
 # MiB, raised by 8 KiB for issue 35's clock, full-disk and low-memory rules until issue 38
 # brings them to 1.5 MiB); the -nopie builds, for small-flash devices, are held to the 1.5 MiB of every
 # target. Why, in SPECIFICATION.md (Size) and docs/device.md.
-BUDGET_MIPS_PIE=${BERTH_CROSS_BUDGET_MIPS_PIE:-1843200}
+BUDGET_MIPS_PIE=${BERTH_CROSS_BUDGET_MIPS_PIE:-1847296}
 
 die() { echo "scripts/cross.sh: $*" >&2; exit 1; }
 log() { echo "cross: $*" >&2; }

@@ -196,3 +196,110 @@ fn a_full_state_partition_refuses_cleanly_names_who_filled_it_and_recovers() {
         sb.ok(&["stop", name]);
     }
 }
+
+/// Admission (issue 36): an upgrade whose /data snapshot would not fit beside its image with
+/// `[upgrade] reserve` left is refused before anything is fetched, naming the snapshot, what
+/// it needs and what there is; with room made, the same upgrade takes its snapshot and
+/// passes. A version that declares more memory than the device policy gives any container is
+/// refused too, before the state changes.
+#[test]
+fn an_upgrade_is_admitted_with_its_data_snapshot_and_its_declared_memory() {
+    let mut sb = Sandbox::new("admit");
+    let keeper = |version: &str| {
+        let mut p = Pkg::script(
+            "keeper",
+            version,
+            "trap 'exit 0' TERM PWR INT; [ -f /data/blob ] || dd if=/dev/urandom of=/data/blob bs=64k count=160 2>/dev/null; echo kept; while true; do sleep 0.1; done",
+        );
+        p.applets = &["sh", "dd", "echo", "sleep", "rm"];
+        p
+    };
+    sb.pack(&keeper("1"));
+    sb.build_repo();
+    // The state directory on a 24 MiB file system of its own, before the daemon uses it.
+    std::fs::create_dir_all(sb.state_dir()).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24M,mode=0755", "tmpfs"])
+        .arg(sb.state_dir())
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount tmpfs");
+    let _guard = Tmpfs(sb.state_dir());
+    sb.write_config("[upgrade]\nreserve = \"1M\"\n[policy]\ncontainer_memory_max = \"64M\"\n");
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "keeper"]);
+    sb.ok(&["start", "keeper"]);
+    sb.wait_log("keeper", "kept");
+    sb.ok(&["stop", "keeper"]);
+    // 10 MiB of /data; and a file of the test's own that leaves less than that free.
+    let free = || {
+        let o = Command::new("stat")
+            .args(["-f", "-c", "%a %S"])
+            .arg(sb.state_dir())
+            .output()
+            .unwrap();
+        let t = stdout(&o);
+        let mut w = t.split_whitespace().map(|n| n.parse::<u64>().unwrap());
+        w.next().unwrap() * w.next().unwrap()
+    };
+    let ballast = sb.state_dir().join("ballast");
+    let keep = 6 << 20;
+    let st = Command::new("fallocate")
+        .args(["-l", &(free() - keep).to_string()])
+        .arg(&ballast)
+        .status()
+        .unwrap();
+    assert!(st.success(), "fallocate");
+    std::fs::remove_file(sb.package_file("keeper", "1")).unwrap();
+    sb.add(&keeper("2"));
+    sb.ok(&["update"]);
+    let state_before = std::fs::read(sb.state_dir().join("state.json")).unwrap();
+    let (code, err) = sb.fail(&["upgrade", "keeper"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no room for keeper's /data snapshot, keeper@2: space required 10.")
+            && err.contains("available 6.0 MiB"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(sb.state_dir().join("state.json")).unwrap(),
+        state_before,
+        "the refused upgrade changed the state"
+    );
+    assert_eq!(version_of(&sb, "keeper"), "1");
+    let images = std::fs::read_dir(sb.state_dir().join("store"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".sqfs")
+        })
+        .count();
+    assert_eq!(images, 1, "nothing fetched for a refused upgrade");
+
+    // Room made: the same upgrade passes, its snapshot taken (and gone once confirmed).
+    std::fs::remove_file(&ballast).unwrap();
+    sb.ok(&["upgrade", "keeper"]);
+    assert_eq!(version_of(&sb, "keeper"), "2");
+    let log = sb.daemon_log_text();
+    assert!(!log.contains("too large to snapshot"), "{log}");
+    println!("refused: {err}");
+
+    // A version that declares more memory than any container may have: refused after its
+    // image is checked, before the state changes.
+    std::fs::remove_file(sb.package_file("keeper", "2")).unwrap();
+    sb.add(&keeper("3").table("[resources]\nmemory = \"128M\""));
+    sb.ok(&["update"]);
+    let (code, err) = sb.fail(&["upgrade", "keeper"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("keeper: memory 128M is beyond what the device policy gives a container (64M: policy.memory_budget, policy.container_memory_max)")
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(version_of(&sb, "keeper"), "2");
+    sb.stop_daemon();
+}

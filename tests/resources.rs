@@ -492,8 +492,27 @@ fn limits_beyond_policy_and_malformed_values_are_refused() {
         "[policy]\ncontainer_cpu_max = \"50%\"\ncontainer_memory_max = \"64M\"\ncontainer_pids_max = 100\n",
     );
     sb.add(&Pkg::script("greedy", "1", "sleep 1000\n").table("[resources]\ncpu_max = \"80%\""));
+    sb.add(&Pkg::script("huge", "1", "sleep 1000\n").table("[resources]\nmemory = \"128M\""));
     sb.start_daemon();
     sb.ok(&["update"]);
+    // Memory no container may have is refused at the install (admission), the state as it
+    // was; other limits wait for the start, so that berth limit may lower them first.
+    let (code, err) = sb.fail(&["install", "huge"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("huge: memory 128M is beyond what the device policy gives a container (64M")
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+    let all = sb.json(&["status"]);
+    assert!(
+        !all["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "huge"),
+        "{all}"
+    );
     sb.ok(&["install", "greedy"]);
 
     let (_, err) = sb.fail(&["start", "greedy"]);

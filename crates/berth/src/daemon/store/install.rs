@@ -21,6 +21,7 @@ use crate::daemon::runtime::probe;
 use crate::daemon::store::download::{download, hash_file, Want};
 use crate::daemon::store::image;
 use crate::daemon::store::repo;
+use crate::daemon::store::upgrade;
 use crate::hooks;
 
 pub(crate) fn install(
@@ -75,7 +76,7 @@ pub(crate) fn install(
             }
         }
     }
-    admit(d, &closure, &steps)?;
+    admit(d, &closure, &steps, false)?;
     let mut new = old.clone();
     let mut done = Vec::new();
     for step in steps {
@@ -90,6 +91,7 @@ pub(crate) fn install(
             } => {
                 let e = closure[entry];
                 let manifest = fetch_image(d, &cache.url, e, emit)?;
+                admit_memory(d, e.name.as_str(), &manifest)?;
                 new.packages.insert(
                     e.name.to_string(),
                     Installed::from_entry(e, manifest, explicit, berth_sys::process::now_s()),
@@ -115,20 +117,40 @@ pub(crate) fn install(
     Ok(json!({field::INSTALLED: done, field::UNCHANGED: skipped}))
 }
 
-/// Before anything is fetched: the images `steps` bring must fit on the store's file system
-/// with `[upgrade] reserve` left over for berth's own state (its records, the state file,
-/// crash reports), or the whole operation is refused (`no_space`, "space required X,
-/// available Y") with nothing changed. An image already in the store needs nothing; one a
-/// cut download began needs what it lacks.
-pub(crate) fn admit(d: &Daemon, closure: &[&IndexEntry], steps: &[InstallStep]) -> Result<()> {
+/// Before anything is fetched: the images `steps` bring, and `also` (an upgrade's /data
+/// snapshots: bytes, and what they are), must fit on the store's file system with
+/// `[upgrade] reserve` left over for berth's own state (its records, the state file, crash
+/// reports), or the whole operation is refused (`no_space`, "space required X, available
+/// Y") with nothing changed. An image already in the store needs nothing; one a cut
+/// download began needs what it lacks.
+pub(crate) fn admit(
+    d: &Daemon,
+    closure: &[&IndexEntry],
+    steps: &[InstallStep],
+    snapshots: bool,
+) -> Result<()> {
     let paths = &d.cfg.paths;
     let mut need = 0u64;
     let mut what = Vec::new();
     for step in steps {
-        let InstallStep::Fetch { entry, .. } = step else {
+        let InstallStep::Fetch {
+            entry, replaces, ..
+        } = step
+        else {
             continue;
         };
         let e = closure[*entry];
+        // An upgrade's copy of the /data of a package it replaces (a hostile tree past the
+        // walk's caps: none, as at the copy).
+        let snapshot = snapshots && replaces.is_some();
+        if let Some(n) = snapshot
+            .then(|| upgrade::data_size(d, e.name.as_str()))
+            .flatten()
+            .filter(|n| *n > 0)
+        {
+            need = need.saturating_add(n);
+            what.push(format!("{}'s /data snapshot", e.name));
+        }
         if paths.image(&e.sha256).exists() {
             continue;
         }
@@ -159,6 +181,28 @@ pub(crate) fn admit(d: &Daemon, closure: &[&IndexEntry], steps: &[InstallStep]) 
             Kind::NoSpace,
             format!("{why}; nothing was changed (free space with berth gc or berth remove)"),
         )),
+    }
+}
+
+/// The memory a package declares (`[resources] memory`) must fit the device policy (the
+/// containers' budget and the per-container cap) on its own, or it could never start: the
+/// install or upgrade is refused before its state changes, naming both ("memory 512M is
+/// beyond the device policy: policy.memory_budget = 256M"). Other limits beyond the policy
+/// wait for the start (an operator's `berth limit` may lower them first).
+pub(crate) fn admit_memory(d: &Daemon, name: &str, m: &Manifest) -> Result<()> {
+    let p = &d.cfg.policy;
+    let budget = p.memory_budget.bytes(d.resources.host.mem_total);
+    let cap = p.container_memory_max.map_or(budget, |c| c.min(budget));
+    match m.resources.memory {
+        Some(asked) if asked > cap => Err(Error::new(
+            Kind::BeyondPolicy,
+            format!(
+                "{name}: memory {} is beyond what the device policy gives a container ({}: policy.memory_budget, policy.container_memory_max); nothing was changed",
+                berth_core::cgroup::fmt_size(asked),
+                berth_core::cgroup::fmt_size(cap)
+            ),
+        )),
+        _ => Ok(()),
     }
 }
 

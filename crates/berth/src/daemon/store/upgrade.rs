@@ -2,15 +2,16 @@
 //! back when a new version does not prove itself.
 //!
 //! An upgrade downloads and verifies every image first; only then does it switch, package by
-//! package: stop it (if it runs), snapshot its /data (when the copy fits in half the free
-//! space), commit the new version with the old one kept as `previous` and the new marked
-//! `trial`, run its migration command if it has one (`[upgrade] migrate`: once, in its
-//! container, with the old version as last argument; a failure rolls back), start it (if it
-//! ran), and wait until it has been running and ready (its first
-//! health check passed) for `[upgrade] settle` within `[upgrade] deadline`. Confirmed, the
-//! trial mark and the snapshot go; otherwise the upgrade is rolled back: the new version is
-//! stopped, /data is restored from the snapshot, the old version is committed and started
-//! again, and a crash archive says why. A failed upgrade is never retried on its own.
+//! package: stop it (if it runs), snapshot its /data (admitted with the images: each copy
+//! must fit beside them with `[upgrade] reserve` left), commit the new version with the old
+//! one kept as `previous` and the new marked `trial`, run its migration command if it has
+//! one (`[upgrade] migrate`: once, in its container, with the old version as last
+//! argument; a failure rolls back), start it (if it ran), and wait until it has been
+//! running and ready (its first health check passed) for `[upgrade] settle` within
+//! `[upgrade] deadline`. Confirmed, the trial mark and the snapshot go; otherwise the
+//! upgrade is rolled back: the new version is stopped, /data is restored from the
+//! snapshot, the old version is committed and started again, and a crash archive says why.
+//! A failed upgrade is never retried on its own.
 //!
 //! Crash safety: state.json is the commit point. A daemon that starts and finds a package in
 //! `trial` rolls it back (`recover`); snapshot renames are ordered so that `restore_data`
@@ -227,7 +228,7 @@ fn switch(
         let closure_names: Vec<String> = closure.iter().map(|e| e.name.to_string()).collect();
         refuse_locked(d, &steps, &closure_names)?;
     }
-    install::admit(d, &closure, &steps)?;
+    install::admit(d, &closure, &steps, true)?;
     // Everything first: a missing or bad image stops the upgrade before anything changed.
     let mut fetched = Vec::new();
     for step in &steps {
@@ -239,6 +240,7 @@ fn switch(
         {
             let e = closure[*entry];
             let manifest = install::fetch_image(d, &cache.url, e, emit)?;
+            install::admit_memory(d, e.name.as_str(), &manifest)?;
             fetched.push((e, manifest, *explicit, replaces.clone()));
         }
     }
@@ -628,6 +630,18 @@ fn data_of(d: &Daemon, name: &str) -> PathBuf {
     }
 }
 
+/// The bytes a snapshot of `name`'s /data (its tree or image) takes: what the image holds,
+/// not its nominal size; None when there is none, or past the walk's caps (a hostile tree:
+/// no copy).
+pub(crate) fn data_size(d: &Daemon, name: &str) -> Option<u64> {
+    let image = d.cfg.paths.data_image(name);
+    if image.is_file() {
+        Some(crate::daemon::device::disk::file_bytes(&image))
+    } else {
+        berth_sys::tree::path_size(&d.cfg.paths.data(name))
+    }
+}
+
 fn remove_any(p: &Path) {
     let _ = berth_sys::tree::remove_path(p);
 }
@@ -653,23 +667,21 @@ fn take_snapshot(d: &Daemon, name: &str) {
         return;
     }
     let image = data.is_file();
-    let size = if image {
-        // What the image holds, not its nominal size.
-        std::fs::metadata(&data).map_or(0, |m| std::os::unix::fs::MetadataExt::blocks(&m) * 512)
-    } else {
-        // Past the walk's caps (a hostile tree): no copy.
-        berth_sys::tree::path_size(&data).unwrap_or(u64::MAX)
-    };
-    let free = berth_sys::fsutil::free_bytes(&data).unwrap_or(0);
-    if size.saturating_mul(2) > free {
-        log::warn!("{name}: /data ({size} B) is too large to snapshot in {free} B free: a rollback keeps it as it is");
+    // Past the walk's caps (a hostile tree): no copy.
+    let size = data_size(d, name).unwrap_or(u64::MAX);
+    // Admitted with the upgrade; checked again: the device's own writes since then count.
+    let room = berth_sys::fsutil::free_bytes(&data)
+        .unwrap_or(0)
+        .saturating_sub(d.cfg.upgrade.reserve);
+    if size > room {
+        log::warn!("{name}: /data ({size} B) is too large to snapshot in {room} B free (beyond [upgrade] reserve): a rollback keeps it as it is");
         return;
     }
     let copied = if image {
         berth_sys::fsutil::copy_sparse(&data, &tmp)
     } else {
-        // At most half the free space: a tree that grows while it is copied stops the copy.
-        berth_sys::tree::copy_path(&data, &tmp, free / 2)
+        // A tree that grows while it is copied stops the copy at the room there is.
+        berth_sys::tree::copy_path(&data, &tmp, room)
     };
     match copied.and_then(|_| std::fs::rename(&tmp, &snap)) {
         Ok(()) => {
