@@ -19,6 +19,19 @@ impl Drop for Tmpfs {
     }
 }
 
+/// The state directory on a 24 MiB file system of its own, before the daemon uses it;
+/// unmounted when the guard goes.
+fn small_state(sb: &Sandbox) -> Tmpfs {
+    std::fs::create_dir_all(sb.state_dir()).unwrap();
+    let st = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24M,mode=0755", "tmpfs"])
+        .arg(sb.state_dir())
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount tmpfs");
+    Tmpfs(sb.state_dir())
+}
+
 fn service(name: &str, version: &str) -> Pkg {
     Pkg::script(
         name,
@@ -49,15 +62,7 @@ fn a_full_state_partition_refuses_cleanly_names_who_filled_it_and_recovers() {
     sb.pack(&service("late", "1"));
     sb.pack(&service("late0", "1"));
     sb.build_repo();
-    // The state directory on a 24 MiB file system of its own, before the daemon uses it.
-    std::fs::create_dir_all(sb.state_dir()).unwrap();
-    let st = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=24M,mode=0755", "tmpfs"])
-        .arg(sb.state_dir())
-        .status()
-        .unwrap();
-    assert!(st.success(), "mount tmpfs");
-    let _guard = Tmpfs(sb.state_dir());
+    let _guard = small_state(&sb);
     sb.write_config("[upgrade]\nreserve = \"1M\"\n");
     sb.start_daemon();
     let daemon = sb.daemon_pid();
@@ -216,15 +221,7 @@ fn an_upgrade_is_admitted_with_its_data_snapshot_and_its_declared_memory() {
     };
     sb.pack(&keeper("1"));
     sb.build_repo();
-    // The state directory on a 24 MiB file system of its own, before the daemon uses it.
-    std::fs::create_dir_all(sb.state_dir()).unwrap();
-    let st = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=24M,mode=0755", "tmpfs"])
-        .arg(sb.state_dir())
-        .status()
-        .unwrap();
-    assert!(st.success(), "mount tmpfs");
-    let _guard = Tmpfs(sb.state_dir());
+    let _guard = small_state(&sb);
     sb.write_config("[upgrade]\nreserve = \"1M\"\n[policy]\ncontainer_memory_max = \"64M\"\n");
     sb.start_daemon();
     sb.ok(&["update"]);

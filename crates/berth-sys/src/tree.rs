@@ -905,13 +905,18 @@ fn too_big(what: &str) -> io::Error {
     ))
 }
 
-/// Bytes of the regular files below `top` (their sizes; links not followed), within the
-/// caps; None past them, or when the tree changed under the walk.
+/// Bytes the regular files below `top` take on disk (their blocks, not their sizes: a sparse
+/// file counts what it holds; a file linked under several names counts once; links not
+/// followed), within the caps; None past them, or when the tree changed under the walk.
 pub fn tree_size(top: &Dir) -> Option<u64> {
     let mut total = 0u64;
+    // The copy's own map (one kind of map in the binary, not two); the paths stay empty.
+    let mut linked: std::collections::HashMap<(u64, u64), PathBuf> = Default::default();
     for_each(top, &mut |v| {
-        if v.stat.kind == Kind::File {
-            total = total.saturating_add(v.stat.size);
+        let s = v.stat;
+        let mut first = || linked.insert((s.dev, s.ino), PathBuf::new()).is_none();
+        if s.kind == Kind::File && (s.nlink < 2 || first()) {
+            total = total.saturating_add(s.used);
         }
         Ok(())
     })
@@ -1025,8 +1030,9 @@ fn walk(top: &Dir, dst: Option<&Dir>, visit: &mut Visit<'_>) -> io::Result<()> {
 /// files belong to its mapped ids), and files linked to each other linked again in the copy;
 /// fifos, sockets and device nodes are left out (a copy of /data is of what the container
 /// keeps, not of what it runs with), and so are extended attributes. Each file is fsynced.
-/// Refused past the caps, or past `max_bytes` of file data (a tree that grows while it is
-/// copied), or when the tree changes under the walk.
+/// Refused past the caps, or past `max_bytes` (a tree that grows while it is copied, a sparse
+/// file whose holes the copy would fill): each file counts its bytes rounded up to 4 KiB,
+/// the blocks a copy takes on most file systems; or when the tree changes under the walk.
 pub fn copy_tree(src: &Dir, dst: &Dir, max_bytes: u64) -> io::Result<()> {
     let mut copied = 0u64;
     let mut buf = vec![0u8; 64 * 1024];
@@ -1066,17 +1072,22 @@ pub fn copy_tree(src: &Dir, dst: &Dir, max_bytes: u64) -> io::Result<()> {
                     linked.insert((now.dev, now.ino), path);
                 }
                 let mut w = to.create_file(n, 0o600)?;
+                let before = copied;
                 loop {
                     let k = r.read(&mut buf)?;
-                    if k == 0 {
-                        break;
-                    }
-                    copied += k as u64;
-                    if copied > max_bytes {
+                    // Its bytes so far in whole 4 KiB blocks (an empty file: one, its inode's).
+                    let len = copied - before + k as u64;
+                    let blocks = len.div_ceil(4096).max(1) * 4096;
+                    if before.saturating_add(blocks) > max_bytes {
                         return Err(refuse(format!(
                             "the tree holds more than {max_bytes} bytes"
                         )));
                     }
+                    if k == 0 {
+                        copied = before + blocks;
+                        break;
+                    }
+                    copied += k as u64;
                     w.write_all(&buf[..k])?;
                 }
                 crate::fsutil::sync(&w)?;
@@ -1285,7 +1296,10 @@ mod tests {
         let out = d.path().join("out");
         std::fs::create_dir(&out).unwrap();
         let (t, o) = (Dir::open(&top).unwrap(), Dir::open(&out).unwrap());
-        assert_eq!(tree_size(&t), Some(1));
+        // What its one file takes on disk (a block), not its one byte.
+        let blocks =
+            |p: &Path| std::os::unix::fs::MetadataExt::blocks(&std::fs::metadata(p).unwrap()) * 512;
+        assert_eq!(tree_size(&t), Some(blocks(&top.join("a/b/f"))));
         copy_tree(&t, &o, 1 << 20).unwrap();
         assert_eq!(std::fs::read(out.join("a/b/f")).unwrap(), b"f");
         let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777;
@@ -1351,10 +1365,17 @@ mod tests {
         })
         .unwrap();
         assert_eq!(seen.len(), 300 * 4 + 3, "every entry once");
-        let size: u64 = (0..300).map(|i| format!("{i}").len() as u64).sum::<u64>() + 2;
+        // Blocks, each file once (first and second are one file).
+        let blocks = |p: PathBuf| std::fs::metadata(p).unwrap().blocks() * 512;
+        let size: u64 = (0..300)
+            .map(|i| blocks(top.join(format!("d{i:03}/e/f/x"))))
+            .sum::<u64>()
+            + blocks(top.join("first"));
         assert_eq!(tree_size(&t), Some(size));
         let out = d.path().join("copy");
-        copy_path(&top, &out, 1 << 20).unwrap();
+        // 301 files of a block each.
+        assert!(copy_path(&top, &out.with_extension("small"), 301 * 4096 - 1).is_err());
+        copy_path(&top, &out, 301 * 4096).unwrap();
         let m = |p: &Path| std::fs::symlink_metadata(p).unwrap();
         assert_eq!(
             m(&out.join("first")).ino(),

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use berth_core::config::Paths;
 
-#[cfg(any(feature = "metrics", feature = "tr181"))]
 use crate::daemon::base::context::Daemon;
 
 /// What the store and each installed package's /data use, in bytes.
@@ -177,6 +176,18 @@ pub(crate) fn data_bytes(d: &Daemon, name: &str) -> u64 {
     } else {
         // The container's own tree: walked beneath its top, never through a link.
         berth_sys::tree::path_usage(&d.cfg.paths.data(name))
+    }
+}
+
+/// The bytes a copy of `name`'s /data (its tree or its image) takes, for an upgrade's
+/// snapshot: the blocks its files take (a file linked under several names once); None when
+/// there is none, or past the walk's caps (a hostile tree: no copy).
+pub(crate) fn snapshot_size(d: &Daemon, name: &str) -> Option<u64> {
+    let image = d.cfg.paths.data_image(name);
+    if image.is_file() {
+        Some(file_bytes(&image))
+    } else {
+        berth_sys::tree::path_size(&d.cfg.paths.data(name))
     }
 }
 

@@ -21,7 +21,6 @@ use crate::daemon::runtime::probe;
 use crate::daemon::store::download::{download, hash_file, Want};
 use crate::daemon::store::image;
 use crate::daemon::store::repo;
-use crate::daemon::store::upgrade;
 use crate::hooks;
 
 pub(crate) fn install(
@@ -117,8 +116,9 @@ pub(crate) fn install(
     Ok(json!({field::INSTALLED: done, field::UNCHANGED: skipped}))
 }
 
-/// Before anything is fetched: the images `steps` bring, and `also` (an upgrade's /data
-/// snapshots: bytes, and what they are), must fit on the store's file system with
+/// Before anything is fetched: the images `steps` bring, and with `snapshots` (an upgrade)
+/// the /data copies of the packages it replaces (the blocks they take), must fit on the
+/// store's file system with
 /// `[upgrade] reserve` left over for berth's own state (its records, the state file, crash
 /// reports), or the whole operation is refused (`no_space`, "space required X, available
 /// Y") with nothing changed. An image already in the store needs nothing; one a cut
@@ -144,7 +144,7 @@ pub(crate) fn admit(
         // walk's caps: none, as at the copy).
         let snapshot = snapshots && replaces.is_some();
         if let Some(n) = snapshot
-            .then(|| upgrade::data_size(d, e.name.as_str()))
+            .then(|| disk::snapshot_size(d, e.name.as_str()))
             .flatten()
             .filter(|n| *n > 0)
         {
@@ -184,8 +184,9 @@ pub(crate) fn admit(
     }
 }
 
-/// The memory a package declares (`[resources] memory`) must fit the device policy (the
-/// containers' budget and the per-container cap) on its own, or it could never start: the
+/// The memory a package declares (`[resources] memory`, or what `berth limit` set in its
+/// place) must fit the device policy (the containers' budget and the per-container cap) on
+/// its own, or it could never start: the
 /// install or upgrade is refused before its state changes, naming both ("memory 512M is
 /// beyond the device policy: policy.memory_budget = 256M"). Other limits beyond the policy
 /// wait for the start (an operator's `berth limit` may lower them first).
@@ -193,7 +194,10 @@ pub(crate) fn admit_memory(d: &Daemon, name: &str, m: &Manifest) -> Result<()> {
     let p = &d.cfg.policy;
     let budget = p.memory_budget.bytes(d.resources.host.mem_total);
     let cap = p.container_memory_max.map_or(budget, |c| c.min(budget));
-    match m.resources.memory {
+    // An operator's `berth limit --memory` stands for the manifest's (an installed package's
+    // upgrade; a removed package's limits go with it).
+    let ov = crate::daemon::prepare::limits::load_overrides(&d.cfg, name);
+    match ov.memory_max.or(m.resources.memory) {
         Some(asked) if asked > cap => Err(Error::new(
             Kind::BeyondPolicy,
             format!(

@@ -33,6 +33,7 @@ use serde_json::{json, Value};
 use crate::daemon::base::context::Daemon;
 use crate::daemon::base::error::{Error, Kind, Result};
 use crate::daemon::device::boot;
+use crate::daemon::device::disk;
 use crate::daemon::device::state;
 use crate::daemon::ops::reports;
 use crate::daemon::runtime::control::{self, Intent, Who};
@@ -630,18 +631,6 @@ fn data_of(d: &Daemon, name: &str) -> PathBuf {
     }
 }
 
-/// The bytes a snapshot of `name`'s /data (its tree or image) takes: what the image holds,
-/// not its nominal size; None when there is none, or past the walk's caps (a hostile tree:
-/// no copy).
-pub(crate) fn data_size(d: &Daemon, name: &str) -> Option<u64> {
-    let image = d.cfg.paths.data_image(name);
-    if image.is_file() {
-        Some(crate::daemon::device::disk::file_bytes(&image))
-    } else {
-        berth_sys::tree::path_size(&d.cfg.paths.data(name))
-    }
-}
-
 fn remove_any(p: &Path) {
     let _ = berth_sys::tree::remove_path(p);
 }
@@ -668,7 +657,7 @@ fn take_snapshot(d: &Daemon, name: &str) {
     }
     let image = data.is_file();
     // Past the walk's caps (a hostile tree): no copy.
-    let size = data_size(d, name).unwrap_or(u64::MAX);
+    let size = disk::snapshot_size(d, name).unwrap_or(u64::MAX);
     // Admitted with the upgrade; checked again: the device's own writes since then count.
     let room = berth_sys::fsutil::free_bytes(&data)
         .unwrap_or(0)
@@ -680,8 +669,10 @@ fn take_snapshot(d: &Daemon, name: &str) {
     let copied = if image {
         berth_sys::fsutil::copy_sparse(&data, &tmp)
     } else {
-        // A tree that grows while it is copied stops the copy at the room there is.
-        berth_sys::tree::copy_path(&data, &tmp, room)
+        // What it was admitted for and a quarter more (a tree that grows while it is copied,
+        // a sparse file whose holes the copy would fill stop the copy), within the room.
+        let bound = size.saturating_add(size / 4).saturating_add(1 << 20);
+        berth_sys::tree::copy_path(&data, &tmp, bound.min(room))
     };
     match copied.and_then(|_| std::fs::rename(&tmp, &snap)) {
         Ok(()) => {
