@@ -37,9 +37,9 @@ CACHE=${BERTH_CROSS_CACHE:-/var/cache/berth-cross}
 BUDGET=${BERTH_CROSS_BUDGET:-1572864}
 # MIPS o32 position-independent code (every call through $gp and the GOT) is about 17 %
 # larger than position-dependent code: the PIE builds of MIPS have their own budget (1.75
-# MiB, raised by 8 KiB for issue 35's clock, full-disk and low-memory rules until issue 38
-# brings them to 1.5 MiB); the -nopie builds, for small-flash devices, are held to the 1.5 MiB of every
-# target. Why, in SPECIFICATION.md (Size) and docs/device.md.
+# MiB, raised by 8 KiB for issue 35's clock, full-disk and low-memory rules and by 4 KiB for
+# issue 36's admission, until issue 38 brings them to 1.5 MiB); the -nopie builds, for
+# small-flash devices, are held to the 1.5 MiB of every target. Why, in SPECIFICATION.md (Size) and docs/device.md.
 BUDGET_MIPS_PIE=${BERTH_CROSS_BUDGET_MIPS_PIE:-1847296}
 
 die() { echo "scripts/cross.sh: $*" >&2; exit 1; }

@@ -1368,16 +1368,26 @@ fn the_main_job_keeps_its_line_beside_two_saturating_containers() {
          ip netns exec {w} tc qdisc add dev eth0 handle ffff: ingress && \
          ip netns exec {w} tc filter add dev eth0 parent ffff: protocol all prio 1 u32 match u32 0 0 action mirred egress redirect dev ifbm"
     ));
-    for port in [5201, 5202, 5203] {
-        let c = Command::new("ip")
-            .args(["netns", "exec", &w, "iperf3", "-s", "-p", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        net.procs.push(c);
-    }
+    // The WAN's iperf3 servers, one per client; made anew for each phase (a server whose
+    // client was killed may stay busy until its peer's FIN, which the stop need not send).
+    let servers = |net: &mut Net| {
+        for c in &mut net.procs {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        net.procs.clear();
+        for port in [5201, 5202, 5203] {
+            let c = Command::new("ip")
+                .args(["netns", "exec", &w, "iperf3", "-s", "-p", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            net.procs.push(c);
+        }
+    };
+    servers(&mut net);
     let idle = p50_p95(&pings(&net.dev, "198.51.100.2"));
     let mut sb = sandbox(&net, "netline", "");
     let _stop = stopper(&net, &sb);
@@ -1421,6 +1431,7 @@ fn the_main_job_keeps_its_line_beside_two_saturating_containers() {
         sb.ok(&["stop", n]);
     }
     sb.stop_daemon();
+    servers(&mut net);
     sb.write_config(
         "[network]\ntable = \"bt_netline\"\nuplink = \"wan0\"\nuplink_rate = \"20mbit\"\n[policy]\nbandwidth = \"10mbit\"\n[security]\ngrant = \"net_admin net_raw\"\n",
     );
@@ -1433,7 +1444,7 @@ fn the_main_job_keeps_its_line_beside_two_saturating_containers() {
     assert_eq!(line["shaped"], 18_000_000, "{line}");
     assert_eq!(line["containers"], 10_000_000, "{line}");
     std::thread::sleep(Duration::from_secs(3));
-    let (c0, _) = class_bytes(&net, "b3:20");
+    let (c0, direct0) = class_bytes(&net, "b3:20");
     let t0 = Instant::now();
     let (host_gov, rtt) = host_under_load(&net);
     let (c1, direct) = class_bytes(&net, "b3:20");
@@ -1443,7 +1454,11 @@ fn the_main_job_keeps_its_line_beside_two_saturating_containers() {
         "governed: ping p50 {:.1} ms p95 {:.1} ms; host upload {host_gov:.2} Mbit/s; containers {containers:.2} Mbit/s of frames under a 10 Mbit/s cap",
         gov.0, gov.1
     );
-    assert_eq!(direct, 0, "packets bypassed the governor's classes");
+    assert_eq!(
+        direct - direct0,
+        0,
+        "packets bypassed the governor's classes under load"
+    );
     assert!(
         gov.0 < idle.0 + 10.0 && gov.1 < idle.1 + 30.0,
         "the host's ping under load: p50 {:.1} p95 {:.1} ms (idle {:.2}/{:.2})",
@@ -1466,10 +1481,23 @@ fn the_main_job_keeps_its_line_beside_two_saturating_containers() {
     let dev = net.dev.clone();
     let root = || must(&format!("ip netns exec {dev} tc qdisc show dev wan0 root"));
     must(&format!("ip netns exec {dev} tc qdisc del dev wan0 root"));
-    retry("the governor put back on wan0", || {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
         let r = root();
-        (r.starts_with("qdisc htb b3: "), r)
-    });
+        if r.starts_with("qdisc htb b3: ") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the governor not put back on wan0: {r}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let log = sb.daemon_log_text();
+    assert!(
+        log.contains("uplink wan0: the line governor is in force again"),
+        "{log}"
+    );
     // No container on the bridge: the uplink gets the kernel's default back.
     for n in ["up1", "up2"] {
         sb.ok(&["stop", n]);

@@ -799,6 +799,16 @@ fn bandwidth_of(
     } else {
         crate::shape::parse_rate(&v).map_err(|m| value_err(key, m))?
     };
+    let rate = crate::shape::fmt_rate(line.rate);
+    if line.asked > line.rate {
+        return Err(value_err(key, format!("{v}: more than the line ({rate})")));
+    }
+    if line.asked < crate::shape::MIN_RATE {
+        return Err(value_err(
+            key,
+            format!("{v}: less than 64kbit of the line ({rate})"),
+        ));
+    }
     Ok(())
 }
 
@@ -2358,6 +2368,12 @@ mod tests {
         };
         assert_eq!(share("25%").unwrap(), 5_000_000);
         assert_eq!(share("3mbit").unwrap(), 3_000_000);
+        let e = line(
+            "[network]\nuplink = \"wan0\"\nuplink_rate = \"1mbit\"\n[policy]\nbandwidth = \"5%\"",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("less than 64kbit of the line (1mbit)"), "{e}");
         for (text, key, words) in [
             (
                 "[network]\nuplink = \"wan0\"",
@@ -2393,7 +2409,7 @@ mod tests {
             let e = Config::parse(text, "f").unwrap_err().to_string();
             assert!(e.contains(key) && e.contains(words), "{text}: {e}");
         }
-        for bad in ["0%", "101%", "lots", "5mb"] {
+        for bad in ["0%", "101%", "lots", "5mb", "21mbit"] {
             let e = share(bad).unwrap_err().to_string();
             assert!(
                 e.contains("policy.bandwidth") && e.contains(bad),

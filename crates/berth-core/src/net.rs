@@ -153,7 +153,8 @@ pub struct ConnLimits {
     pub rate: Option<(Rate, u32)>,
 }
 
-fn is_ifname(s: &str) -> bool {
+/// A name the kernel takes for an interface (IFNAMSIZ), and a shell word without quotes.
+pub fn is_ifname(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 15
         && s.bytes()

@@ -233,9 +233,13 @@ pub fn root_of(tc_show: &str) -> Root {
 /// The sh script (`sh -s -- UPLINK`) that puts the governor on `$1`, or brings one there to
 /// `l`'s rates in place. The qdisc is made only where it is not there yet (HTB cannot be
 /// changed, and replacing it would drop its classes); the classes and their leaves are
-/// replaced. Each leaf is a token bucket far faster than its class, so it never holds a
-/// packet back: it keeps the queue short (a byte limit) and cuts the 64 KiB segments of
-/// offloaded TCP into frames (a byte FIFO would drop them whole).
+/// replaced. One `tc -batch` makes them all, so the qdisc's default class exists within
+/// microseconds of it (until then HTB would pass packets unshaped, by its direct queue).
+/// Each leaf is a token bucket far faster than its class, so it never holds a packet back:
+/// it keeps the queue short (a byte limit: `ms` at the class's guaranteed rate, at least
+/// four frames) and cuts the 64 KiB segments of offloaded TCP into frames (a byte FIFO would
+/// drop them whole; a segment longer than the queue loses its tail, which TCP takes as
+/// congestion: the queue's delay is bounded first).
 pub fn line_script(l: &Line) -> String {
     let h = LINE_HANDLE;
     let t = l.shaped();
@@ -243,21 +247,20 @@ pub fn line_script(l: &Line) -> String {
     let class = |id: u32, rate: u64, ceil: u64, prio: &str| {
         let b = line_burst(ceil);
         format!(
-            "tc class replace dev \"$1\" parent {h}:1 classid {h}:{id} htb rate {rate}bit ceil {ceil}bit burst {b} cburst {b} quantum {}{prio}\n",
+            "class replace dev $1 parent {h}:1 classid {h}:{id} htb rate {rate}bit ceil {ceil}bit burst {b} cburst {b} quantum {}{prio}\n",
             quantum(rate)
         )
     };
-    // The leaf's queue: `ms` at the class's guaranteed rate, at least four full frames.
     let leaf = |id: u32, rate: u64, ceil: u64, ms: u64| {
         format!(
-            "tc qdisc replace dev \"$1\" parent {h}:{id} handle {h}{id:02}: tbf rate {}bit burst 6056 limit {}\n",
+            "qdisc replace dev $1 parent {h}:{id} handle {h}{id:02}: tbf rate {}bit burst 6056 limit {}\n",
             ceil * 10,
             (rate / 8000 * ms).max(6056)
         )
     };
     let b = line_burst(t);
     format!(
-        "{PATH}set -e\ntc qdisc show dev \"$1\" root | grep -q '^qdisc htb {h}: ' || tc qdisc replace dev \"$1\" root handle {h}: htb default 10\ntc class replace dev \"$1\" parent {h}: classid {h}:1 htb rate {t}bit ceil {t}bit burst {b} cburst {b} quantum {}\n{}{}{}{}{}{}",
+        "{PATH}set -e\nroot=\"qdisc replace dev $1 root handle {h}: htb default 10\"\n! tc qdisc show dev \"$1\" root | grep -q '^qdisc htb {h}: ' || root=\nexec tc -batch - <<EOF\n$root\nclass replace dev $1 parent {h}: classid {h}:1 htb rate {t}bit ceil {t}bit burst {b} cburst {b} quantum {}\n{}{}{}{}{}{}EOF\n",
         quantum(t),
         class(5, i, t / 3, " prio 0"),
         class(10, host, t, " prio 1"),
@@ -292,7 +295,7 @@ pub fn line_mark(l: &Line) -> String {
 pub fn line_chain(l: &Line) -> String {
     let h = LINE_HANDLE;
     format!(
-        "  chain line {{\n    type filter hook postrouting priority 0; policy accept;\n    oifname != \"{}\" accept\n    meta priority {h}:20 accept\n    meta l4proto {{ icmp, ipv6-icmp }} meta priority set {h}:5 accept\n    udp dport 53 meta priority set {h}:5 accept\n    tcp flags & (fin|syn|rst|psh|ack) == ack meta length < 128 meta priority set {h}:5 accept\n    meta priority set {h}:10\n  }}\n",
+        "  chain line {{\n    type filter hook postrouting priority 0; policy accept;\n    oifname != \"{}\" accept\n    meta priority {h}:20 accept\n    meta l4proto {{ icmp, ipv6-icmp }} meta priority set {h}:5 accept\n    meta l4proto {{ tcp, udp }} th dport 53 meta priority set {h}:5 accept\n    tcp flags & (fin|syn|rst|psh|ack) == ack meta length < 128 meta priority set {h}:5 accept\n    meta priority set {h}:10\n  }}\n",
         l.uplink
     )
 }
@@ -425,7 +428,8 @@ mod tests {
         let s = line_script(&line(20_000_000, 10_000_000));
         assert!(s.starts_with(PATH), "{s}");
         // The qdisc only where it is not berth's already (HTB cannot be changed in place).
-        assert!(s.contains("tc qdisc show dev \"$1\" root | grep -q '^qdisc htb b3: ' || tc qdisc replace dev \"$1\" root handle b3: htb default 10\n"), "{s}");
+        assert!(s.contains("root=\"qdisc replace dev $1 root handle b3: htb default 10\"\n! tc qdisc show dev \"$1\" root | grep -q '^qdisc htb b3: ' || root=\nexec tc -batch - <<EOF\n$root\n"), "{s}");
+        assert!(s.ends_with("EOF\n"), "{s}");
         for want in [
             "classid b3:1 htb rate 18000000bit ceil 18000000bit burst 3028 cburst 3028 quantum 2250\n",
             "classid b3:5 htb rate 900000bit ceil 6000000bit burst 3028 cburst 3028 quantum 1514 prio 0\n",

@@ -1053,6 +1053,65 @@ mod tests {
                 .contains("no such interface yet"),
             "{state}"
         );
+
+        // A governor this daemon's configuration no longer names (the uplink renamed, or
+        // left by a daemon killed before it took it off) comes off at the next look.
+        std::fs::write(d.cfg.paths.run.join("net/line"), "wan9").unwrap();
+        let before = tools.calls().len();
+        prepare(&d, &app, &st, &rootfs).unwrap();
+        let calls = &tools.calls()[before..];
+        let off = berth_core::shape::line_off_script();
+        assert!(
+            calls
+                .iter()
+                .any(|c| c.line() == "sh -s -- wan9" && c.input.as_deref() == Some(off.as_str())),
+            "{:?}",
+            tools.lines()
+        );
+        assert!(!d.cfg.paths.run.join("net/line").exists());
+
+        watch_looks(&d, tools, &st);
+    }
+
+    /// The line governor's watch, after the test above (one test: the governor's state is
+    /// the daemon's, one per process).
+    #[cfg(feature = "shape")]
+    fn watch_looks(d: &Daemon, tools: &FakeTools, st: &State) {
+        let show = ["qdisc", "show", "dev", "wan0", "root"];
+        // The watch: the uplink comes (or the governor was removed): put there.
+        tools.answer("tc", &show, Ok("qdisc noqueue 0: root refcnt 2\n".into()));
+        let before = tools.calls().len();
+        shape::look(d);
+        let lines = tools.lines()[before..].to_vec();
+        assert_eq!(lines, ["tc qdisc show dev wan0 root", "sh -s -- wan0"]);
+        assert_eq!(shape::line_status(d)["state"], "in force");
+        // Still there: looked at, nothing run.
+        tools.answer(
+            "tc",
+            &show,
+            Ok("qdisc htb b3: root refcnt 2 r2q 10 default 0x10\n".into()),
+        );
+        let before = tools.calls().len();
+        shape::look(d);
+        assert_eq!(tools.lines()[before..], ["tc qdisc show dev wan0 root"]);
+        // Another shaper took the uplink: reported, not fought.
+        tools.answer("tc", &show, Ok("qdisc cake 8001: root refcnt 2\n".into()));
+        let before = tools.calls().len();
+        shape::look(d);
+        assert_eq!(tools.lines()[before..], ["tc qdisc show dev wan0 root"]);
+        let state = shape::line_status(d);
+        assert!(
+            state["state"]
+                .as_str()
+                .unwrap()
+                .contains("another shaper's (cake 8001:)"),
+            "{state}"
+        );
+        // No container left: the watch does nothing at all.
+        forget(d, st, &["app".into(), "db".into()]);
+        let before = tools.calls().len();
+        shape::look(d);
+        assert_eq!(tools.calls().len(), before);
     }
 
     /// A subnet that overlaps a host route is refused naming both, before any link is made

@@ -113,15 +113,17 @@ pub(crate) fn forget(d: &Daemon, ip: Ipv4Addr) {
     }
 }
 
-/// The line governor's state, for `berth net`: what the last look at the uplink found.
+/// The line governor's state, for `berth net`: what the last look at the uplink found. Held
+/// across each look and what follows from it (the watch's and `apply`'s), so that neither
+/// acts on what the other has just changed.
 static LINE: std::sync::Mutex<LineState> = std::sync::Mutex::new(LineState::Off);
 
 #[derive(Debug, Clone, PartialEq)]
 enum LineState {
     /// No container on berth's bridge: the uplink is left as it was.
     Off,
-    /// In force; `put` is whether this daemon put (or brought) it there.
-    On { put: bool },
+    /// In force, put (or brought to the configuration's rates) by this daemon.
+    On,
     /// Wanted, and not there: why (no such interface yet, another shaper, tc failing).
     Not(String),
 }
@@ -142,71 +144,125 @@ fn sh(d: &Daemon, script: &str, uplink: &str) -> std::result::Result<String, Str
     .map_err(String::from)
 }
 
+/// Where the name of the interface the governor was put on is kept (the run directory: a
+/// reboot takes both away), so that one no longer configured, or left by a daemon killed
+/// before it took it off, is found and taken off.
+fn record(d: &Daemon) -> PathBuf {
+    d.cfg.paths.run.join("net/line")
+}
+
+/// Takes the governor off the interface it was put on, unless that is `keep`.
+fn forget_stale(d: &Daemon, keep: Option<&str>) {
+    let Ok(was) = std::fs::read_to_string(record(d)) else {
+        return;
+    };
+    let was = was.trim();
+    if Some(was) == keep {
+        return;
+    }
+    if berth_core::net::is_ifname(was) {
+        match sh(d, &shape::line_off_script(), was) {
+            Ok(_) => log::info!("network: the line governor taken off {was}, no longer governed"),
+            Err(e) if e.contains("Cannot find device") => {}
+            Err(e) => log::warn!("network: taking the line governor off {was}: {e}"),
+        }
+    }
+    let _ = std::fs::remove_file(record(d));
+}
+
 /// Containers are on berth's bridge (their ruleset is about to load): the governor goes on
 /// the uplink, or is brought to the configuration's rates, before their packets are marked
 /// for it. An uplink not there yet (a PPPoE link still dialling) is no error: nothing leaves
 /// by it, and [`watch_line`] puts the governor there when it comes. Another shaper's root
 /// qdisc on it is: berth does not replace it, and no container starts ungoverned.
 pub(crate) fn line_on(d: &Daemon) -> std::result::Result<(), String> {
-    let Some(l) = &d.cfg.network.line else {
+    if d.cfg.network.line.is_none() {
         return Ok(());
-    };
+    }
     let mut state = LINE.lock().unwrap();
-    let now = match tc(d, &["qdisc", "show", "dev", &l.uplink, "root"], None) {
-        Err(e) if e.contains("Cannot find device") => LineState::Not(format!(
-            "uplink {}: no such interface yet; governed when it comes",
-            l.uplink
-        )),
-        Err(e) => return Err(format!("uplink {}: {e}", l.uplink)),
-        Ok(show) => match shape::root_of(&show) {
-            shape::Root::Foreign(k) => {
-                let why = format!(
-                    "uplink {}: its root qdisc is another shaper's ({k}), which berth does not replace: remove it, or [network] uplink",
-                    l.uplink
-                );
-                *state = LineState::Not(why.clone());
-                return Err(why);
-            }
-            // In force, as this daemon put it.
-            shape::Root::Ours if *state == (LineState::On { put: true }) => return Ok(()),
-            _ => {
-                sh(d, &shape::line_script(l), &l.uplink)
-                    .map_err(|e| format!("uplink {}: the line governor: {e}", l.uplink))?;
-                LineState::On { put: true }
-            }
-        },
-    };
-    if let LineState::Not(why) = &now {
-        if *state != now {
+    let was = state.clone();
+    let r = ensure(d, &mut state, true);
+    if let LineState::Not(why) = &*state {
+        if *state != was && r.is_ok() {
             log::warn!("network: {why}");
         }
     }
-    *state = now;
-    Ok(())
+    r.map(drop)
+}
+
+/// [`line_on`] under the state's lock; `refresh`: a governor of berth's found there is brought
+/// to the configuration's rates unless this daemon put it there (a start's look; the watch
+/// only puts back one that is gone). True when it made (or remade) the governor.
+fn ensure(d: &Daemon, state: &mut LineState, refresh: bool) -> std::result::Result<bool, String> {
+    let l = d.cfg.network.line.as_ref().expect("a line");
+    forget_stale(d, Some(&l.uplink));
+    let show = match tc(d, &["qdisc", "show", "dev", &l.uplink, "root"], None) {
+        Err(e) if e.contains("Cannot find device") => {
+            *state = LineState::Not(format!(
+                "uplink {}: no such interface yet; governed when it comes",
+                l.uplink
+            ));
+            return Ok(false);
+        }
+        Err(e) => {
+            let why = format!("uplink {}: {e}", l.uplink);
+            *state = LineState::Not(why.clone());
+            return Err(why);
+        }
+        Ok(show) => show,
+    };
+    match shape::root_of(&show) {
+        shape::Root::Foreign(k) => {
+            let why = format!(
+                "uplink {}: its root qdisc is another shaper's ({k}), which berth does not replace: remove it, or [network] uplink",
+                l.uplink
+            );
+            *state = LineState::Not(why.clone());
+            Err(why)
+        }
+        // The watch's look, or a start's with the governor this daemon put there.
+        shape::Root::Ours if !refresh || *state == LineState::On => {
+            *state = LineState::On;
+            Ok(false)
+        }
+        _ => {
+            // Recorded first: a daemon killed half-way leaves a name to take it off by.
+            let f = record(d);
+            let _ = std::fs::create_dir_all(d.cfg.paths.run.join("net"));
+            if let Err(e) = berth_sys::fsutil::write_volatile(&f, l.uplink.as_bytes(), 0o644) {
+                log::warn!("network: {}: {e}", f.display());
+            }
+            if let Err(e) = sh(d, &shape::line_script(l), &l.uplink) {
+                let why = format!("uplink {}: the line governor: {e}", l.uplink);
+                *state = LineState::Not(why.clone());
+                return Err(why);
+            }
+            *state = LineState::On;
+            Ok(true)
+        }
+    }
 }
 
 /// No container on berth's bridge any more: the governor comes off the uplink (the kernel
 /// puts its default back); another's root qdisc is left alone.
 pub(crate) fn line_off(d: &Daemon) {
-    let Some(l) = &d.cfg.network.line else {
+    if d.cfg.network.line.is_none() {
         return;
-    };
-    let mut state = LINE.lock().unwrap();
-    if let Err(e) = sh(d, &shape::line_off_script(), &l.uplink) {
-        if !e.contains("Cannot find device") {
-            log::warn!(
-                "network: uplink {}: taking the line governor off: {e}",
-                l.uplink
-            );
-        }
     }
+    let mut state = LINE.lock().unwrap();
+    forget_stale(d, None);
     *state = LineState::Off;
 }
 
-/// Every 10 s while containers are governed: a governor gone from the uplink (a PPPoE or
-/// DHCP reconnect makes the interface anew; a tool removed the root qdisc) is put back,
-/// said once; another shaper found there is reported, not fought.
+/// At the daemon's start: a governor left on an interface no longer configured, or by a
+/// daemon killed with no container left, comes off. Then, every 10 s while containers are
+/// governed: a governor gone from the uplink (a PPPoE or DHCP reconnect makes the interface
+/// anew; a tool removed the root qdisc) is put back, said once; another shaper found there is
+/// reported, not fought.
 pub(crate) fn watch_line(d: &std::sync::Arc<Daemon>) {
+    if *LINE.lock().unwrap() == LineState::Off {
+        forget_stale(d, None);
+    }
     if d.cfg.network.line.is_none() {
         return;
     }
@@ -216,34 +272,31 @@ pub(crate) fn watch_line(d: &std::sync::Arc<Daemon>) {
         64 * 1024,
         Box::new(move || loop {
             std::thread::sleep(std::time::Duration::from_secs(10));
-            let was = LINE.lock().unwrap().clone();
-            if was == LineState::Off {
-                continue;
-            }
-            // Seen as ours, and still so: nothing to do.
-            let l = d.cfg.network.line.as_ref().unwrap();
-            if let (LineState::On { .. }, Ok(show)) = (
-                &was,
-                tc(&d, &["qdisc", "show", "dev", &l.uplink, "root"], None),
-            ) {
-                if shape::root_of(&show) == shape::Root::Ours {
-                    continue;
-                }
-                *LINE.lock().unwrap() = LineState::Not("gone".into());
-            }
-            match line_on(&d) {
-                Ok(()) if matches!(*LINE.lock().unwrap(), LineState::On { .. }) => log::info!(
-                    "network: uplink {}: the line governor was gone (the link made anew, or its qdisc removed): put back",
-                    l.uplink
-                ),
-                Ok(()) => {}
-                Err(e) if LineState::Not(e.clone()) != was => log::error!("network: {e}"),
-                Err(_) => {}
-            }
+            look(&d);
         }),
     );
     if let Err(e) = spawned {
         log::error!("network: cannot start the line governor's watch: {e}");
+    }
+}
+
+/// One look of the watch, under the state's lock throughout.
+pub(crate) fn look(d: &Daemon) {
+    let mut state = LINE.lock().unwrap();
+    let was = state.clone();
+    if was == LineState::Off {
+        return;
+    }
+    let uplink = &d.cfg.network.line.as_ref().expect("a line").uplink;
+    match ensure(d, &mut state, false) {
+        Ok(true) => log::info!("network: uplink {uplink}: the line governor is in force again"),
+        Ok(false) if *state != was => {
+            if let LineState::Not(why) = &*state {
+                log::warn!("network: {why}");
+            }
+        }
+        Err(e) if LineState::Not(e.clone()) != was => log::error!("network: {e}"),
+        _ => {}
     }
 }
 
@@ -254,7 +307,7 @@ pub(crate) fn line_status(d: &Daemon) -> serde_json::Value {
     };
     let state = match &*LINE.lock().unwrap() {
         LineState::Off => "off: no container on berth's bridge".to_string(),
-        LineState::On { .. } => "in force".to_string(),
+        LineState::On => "in force".to_string(),
         LineState::Not(why) => format!("not in force: {why}"),
     };
     serde_json::json!({
