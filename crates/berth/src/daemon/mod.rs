@@ -88,9 +88,10 @@ pub fn run(cfg: Config) -> Result<()> {
     for (n, _) in &taken_over {
         device::boot::note_running(&d, n);
     }
-    prepare::net::restore(&d, &device::state::state(&d));
+    let st = device::state::state(&d);
+    prepare::net::restore(&d, &st);
     #[cfg(feature = "shape")]
-    prepare::shape::watch_line(&d);
+    prepare::shape::watch_line(&d, prepare::net::bridged(&d, &st));
     let running: Vec<String> = taken_over.iter().map(|(n, _)| n.clone()).collect();
     runtime::sockets::reopen(&d, &running);
     // A bind or unbind a killed daemon left half done: finished or undone before any request.

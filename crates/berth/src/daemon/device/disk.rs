@@ -180,7 +180,8 @@ pub(crate) fn data_bytes(d: &Daemon, name: &str) -> u64 {
 }
 
 /// The bytes a copy of `name`'s /data (its tree or its image) takes, for an upgrade's
-/// snapshot: the blocks its files take (a file linked under several names once); None when
+/// snapshot, as the copy counts it (`berth_sys::tree::tree_size`: each file in whole 4 KiB
+/// blocks of what it holds, a file linked under several names once); None when
 /// there is none, or past the walk's caps (a hostile tree: no copy).
 pub(crate) fn snapshot_size(d: &Daemon, name: &str) -> Option<u64> {
     let image = d.cfg.paths.data_image(name);

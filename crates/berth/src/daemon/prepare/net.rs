@@ -485,6 +485,12 @@ pub fn forget(d: &Daemon, st: &State, names: &[String]) {
     }
 }
 
+/// Whether containers are on berth's bridge (isolated leases of installed packages).
+#[cfg(feature = "shape")]
+pub fn bridged(d: &Daemon, st: &State) -> bool {
+    !members(st, &load_leases(d)).is_empty()
+}
+
 /// Daemon start: rebuild the bridge and ruleset from the leases, so a restarted daemon (or
 /// a rebooted device) enforces exactly what the state says.
 pub fn restore(d: &Daemon, st: &State) {
@@ -1078,6 +1084,31 @@ mod tests {
     #[cfg(feature = "shape")]
     fn watch_looks(d: &Daemon, tools: &FakeTools, st: &State) {
         let show = ["qdisc", "show", "dev", "wan0", "root"];
+        // A script that fails half-way (its qdisc made, its classes not) is run again at the
+        // next look, though the root is berth's: never shown as in force.
+        tools.answer("tc", &show, Ok("qdisc noqueue 0: root refcnt 2\n".into()));
+        tools.answer_once("sh", &[], Err("Error: Specified class not found.".into()));
+        shape::look(d);
+        let state = shape::line_status(d);
+        assert!(
+            state["state"]
+                .as_str()
+                .unwrap()
+                .contains("the line governor: sh -s -- wan0 failed"),
+            "{state}"
+        );
+        tools.answer(
+            "tc",
+            &show,
+            Ok("qdisc htb b3: root refcnt 2 r2q 10 default 0x10\n".into()),
+        );
+        let before = tools.calls().len();
+        shape::look(d);
+        assert_eq!(
+            tools.lines()[before..],
+            ["tc qdisc show dev wan0 root", "sh -s -- wan0"]
+        );
+        assert_eq!(shape::line_status(d)["state"], "in force");
         // The watch: the uplink comes (or the governor was removed): put there.
         tools.answer("tc", &show, Ok("qdisc noqueue 0: root refcnt 2\n".into()));
         let before = tools.calls().len();

@@ -151,7 +151,21 @@ fn record(d: &Daemon) -> PathBuf {
     d.cfg.paths.run.join("net/line")
 }
 
-/// Takes the governor off the interface it was put on, unless that is `keep`.
+/// Takes berth's governor off `uplink` (another's root qdisc stays): whether it is off (or
+/// the interface gone).
+fn take_off(d: &Daemon, uplink: &str) -> bool {
+    match sh(d, &shape::line_off_script(), uplink) {
+        Ok(_) => true,
+        Err(e) if e.contains("Cannot find device") => true,
+        Err(e) => {
+            log::warn!("network: taking the line governor off {uplink}: {e}");
+            false
+        }
+    }
+}
+
+/// Takes the governor off the interface it was put on, unless that is `keep`; the record
+/// goes once it is off (a failure is tried again at the next look or start).
 fn forget_stale(d: &Daemon, keep: Option<&str>) {
     let Ok(was) = std::fs::read_to_string(record(d)) else {
         return;
@@ -160,14 +174,9 @@ fn forget_stale(d: &Daemon, keep: Option<&str>) {
     if Some(was) == keep {
         return;
     }
-    if berth_core::net::is_ifname(was) {
-        match sh(d, &shape::line_off_script(), was) {
-            Ok(_) => log::info!("network: the line governor taken off {was}, no longer governed"),
-            Err(e) if e.contains("Cannot find device") => {}
-            Err(e) => log::warn!("network: taking the line governor off {was}: {e}"),
-        }
+    if !berth_core::net::is_ifname(was) || take_off(d, was) {
+        let _ = std::fs::remove_file(record(d));
     }
-    let _ = std::fs::remove_file(record(d));
 }
 
 /// Containers are on berth's bridge (their ruleset is about to load): the governor goes on
@@ -181,7 +190,7 @@ pub(crate) fn line_on(d: &Daemon) -> std::result::Result<(), String> {
     }
     let mut state = LINE.lock().unwrap();
     let was = state.clone();
-    let r = ensure(d, &mut state, true);
+    let r = ensure(d, &mut state);
     if let LineState::Not(why) = &*state {
         if *state != was && r.is_ok() {
             log::warn!("network: {why}");
@@ -190,10 +199,11 @@ pub(crate) fn line_on(d: &Daemon) -> std::result::Result<(), String> {
     r.map(drop)
 }
 
-/// [`line_on`] under the state's lock; `refresh`: a governor of berth's found there is brought
-/// to the configuration's rates unless this daemon put it there (a start's look; the watch
-/// only puts back one that is gone). True when it made (or remade) the governor.
-fn ensure(d: &Daemon, state: &mut LineState, refresh: bool) -> std::result::Result<bool, String> {
+/// [`line_on`] under the state's lock: a governor of berth's found there is left as it is
+/// only when this daemon put it there whole; any other (a daemon's before, a script that
+/// failed half-way) is brought to the configuration's rates. True when it made (or remade)
+/// the governor.
+fn ensure(d: &Daemon, state: &mut LineState) -> std::result::Result<bool, String> {
     let l = d.cfg.network.line.as_ref().expect("a line");
     forget_stale(d, Some(&l.uplink));
     let show = match tc(d, &["qdisc", "show", "dev", &l.uplink, "root"], None) {
@@ -220,11 +230,7 @@ fn ensure(d: &Daemon, state: &mut LineState, refresh: bool) -> std::result::Resu
             *state = LineState::Not(why.clone());
             Err(why)
         }
-        // The watch's look, or a start's with the governor this daemon put there.
-        shape::Root::Ours if !refresh || *state == LineState::On => {
-            *state = LineState::On;
-            Ok(false)
-        }
+        shape::Root::Ours if *state == LineState::On => Ok(false),
         _ => {
             // Recorded first: a daemon killed half-way leaves a name to take it off by.
             let f = record(d);
@@ -250,7 +256,12 @@ pub(crate) fn line_off(d: &Daemon) {
         return;
     }
     let mut state = LINE.lock().unwrap();
-    forget_stale(d, None);
+    let uplink = &d.cfg.network.line.as_ref().expect("a line").uplink;
+    forget_stale(d, Some(uplink));
+    // Off the configured uplink whatever the record says (one that could not be written).
+    if take_off(d, uplink) {
+        let _ = std::fs::remove_file(record(d));
+    }
     *state = LineState::Off;
 }
 
@@ -259,13 +270,20 @@ pub(crate) fn line_off(d: &Daemon) {
 /// governed: a governor gone from the uplink (a PPPoE or DHCP reconnect makes the interface
 /// anew; a tool removed the root qdisc) is put back, said once; another shaper found there is
 /// reported, not fought.
-pub(crate) fn watch_line(d: &std::sync::Arc<Daemon>) {
-    if *LINE.lock().unwrap() == LineState::Off {
+/// `bridged`: containers are on berth's bridge (whether or not their ruleset could be
+/// restored: a failed restore leaves the governor to the watch, not taken off).
+pub(crate) fn watch_line(d: &std::sync::Arc<Daemon>, bridged: bool) {
+    if !bridged {
         forget_stale(d, None);
     }
     if d.cfg.network.line.is_none() {
         return;
     }
+    let mut state = LINE.lock().unwrap();
+    if bridged && *state == LineState::Off {
+        *state = LineState::Not("the ruleset was not restored at the daemon's start".into());
+    }
+    drop(state);
     let d = std::sync::Arc::clone(d);
     let spawned = berth_sys::process::spawn_thread(
         "line".into(),
@@ -288,7 +306,7 @@ pub(crate) fn look(d: &Daemon) {
         return;
     }
     let uplink = &d.cfg.network.line.as_ref().expect("a line").uplink;
-    match ensure(d, &mut state, false) {
+    match ensure(d, &mut state) {
         Ok(true) => log::info!("network: uplink {uplink}: the line governor is in force again"),
         Ok(false) if *state != was => {
             if let LineState::Not(why) = &*state {
