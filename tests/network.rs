@@ -1332,7 +1332,10 @@ fn host_under_load(net: &Net) -> (f64, Vec<f64>) {
             "ip netns exec {dev} iperf3 -c 198.51.100.2 -p 5203 -t 12 -O 3 -C reno -J"
         ))
     });
-    std::thread::sleep(Duration::from_secs(5));
+    let_pass(
+        Duration::from_secs(5),
+        "the bulk upload past its 3 s warm-up, its queue built",
+    );
     let rtt = pings(&net.dev, "198.51.100.2");
     let out = bulk.join().unwrap();
     let v: Value = serde_json::from_str(&stdout(&out))
@@ -1413,7 +1416,10 @@ fn the_main_job_keeps_its_line_beside_two_saturating_containers() {
         sb.ok(&["start", n]);
     }
     // Ungoverned: the containers fill the modem's buffer.
-    std::thread::sleep(Duration::from_secs(3));
+    let_pass(
+        Duration::from_secs(3),
+        "the containers' uploads connected and past slow start",
+    );
     let (host_free, rtt) = host_under_load(&net);
     let free = p50_p95(&rtt);
     println!(
@@ -1443,7 +1449,10 @@ fn the_main_job_keeps_its_line_beside_two_saturating_containers() {
     assert_eq!(line["state"], "in force", "{line}");
     assert_eq!(line["shaped"], 18_000_000, "{line}");
     assert_eq!(line["containers"], 10_000_000, "{line}");
-    std::thread::sleep(Duration::from_secs(3));
+    let_pass(
+        Duration::from_secs(3),
+        "the containers' uploads connected and past slow start",
+    );
     let (c0, direct0) = class_bytes(&net, "b3:20");
     let t0 = Instant::now();
     let (host_gov, rtt) = host_under_load(&net);
