@@ -1127,26 +1127,47 @@ fn iperf(net: &Net, reverse: bool) -> f64 {
 /// The shaped goodput against its cap: a TCP stream's payload is about 96 % of the frames'
 /// bytes the shaper counts (1448 of 1514); at a few Mbit/s the 20 ms queue holds a handful
 /// of frames, and a loss's back-off shows in 3 s (CI once measured 89.8 % of 4 Mbit/s): at
-/// least 85 %, never above the cap.
+/// least 85 %, never above the cap. A measurement short of it is taken again, twice at
+/// most: on a loaded two-core machine the other tests' work can stall the sender (CI
+/// measured 82.5 % once); one above the cap fails at once.
 #[track_caller]
-fn near_cap(what: &str, got: f64, cap_mbit: f64) {
-    let ratio = got / cap_mbit;
-    assert!(
-        (0.85..=1.0).contains(&ratio),
-        "{what}: {got:.2} Mbit/s against a cap of {cap_mbit} Mbit/s ({:.1} %)",
-        ratio * 100.0
-    );
-    println!(
-        "{what}: {got:.2} Mbit/s under a cap of {cap_mbit} Mbit/s ({:.1} %)",
-        ratio * 100.0
+fn near_cap(what: &str, measure: impl Fn() -> f64, cap_mbit: f64) {
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let got = measure();
+        let ratio = got / cap_mbit;
+        assert!(
+            ratio <= 1.0,
+            "{what}: {got:.2} Mbit/s above a cap of {cap_mbit} Mbit/s ({:.1} %)",
+            ratio * 100.0
+        );
+        seen.push(format!("{got:.2}"));
+        if ratio >= 0.85 {
+            println!(
+                "{what}: {got:.2} Mbit/s under a cap of {cap_mbit} Mbit/s ({:.1} %; measured {})",
+                ratio * 100.0,
+                seen.join(", ")
+            );
+            return;
+        }
+    }
+    panic!(
+        "{what}: below 85 % of a cap of {cap_mbit} Mbit/s three times: {} Mbit/s",
+        seen.join(", ")
     );
 }
+
+/// The tests that measure rates against shapers run one at a time: each saturates its links
+/// with iperf3, and on a two-core machine the other's flows would take the CPU its shapers'
+/// senders need (CI once measured 82.5 % of a 4 Mbit/s cap beside the line test).
+static SHAPERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// `[resources] egress`/`ingress` hold an isolated container to its rates both ways (iperf3
 /// through its published port), `berth limit` changes and lifts them in place, the next
 /// start keeps what it set, and the IFB device that carries its egress goes with its veth.
 #[test]
 fn a_containers_bandwidth_is_capped_both_ways_and_changed_in_place() {
+    let _alone = SHAPERS.lock().unwrap_or_else(|e| e.into_inner());
     assert!(
         common::which("iperf3").is_some(),
         "missing iperf3: install iperf3"
@@ -1189,8 +1210,8 @@ fn a_containers_bandwidth_is_capped_both_ways_and_changed_in_place() {
         ));
         (o.status.success(), stdout(&o) + &stderr(&o))
     });
-    near_cap("to the container", iperf(&net, false), 16.0);
-    near_cap("from the container", iperf(&net, true), 8.0);
+    near_cap("to the container", || iperf(&net, false), 16.0);
+    near_cap("from the container", || iperf(&net, true), 8.0);
     // The probe: with net_admin in its own namespace the container replaces its side's
     // qdiscs (which it may) and cannot see the host's side, where its caps are.
     let (ok, out) = in_ct(
@@ -1201,12 +1222,12 @@ fn a_containers_bandwidth_is_capped_both_ways_and_changed_in_place() {
     assert!(ok, "the container's own qdiscs: {out}");
     near_cap(
         "from the container, its own qdiscs replaced",
-        iperf(&net, true),
+        || iperf(&net, true),
         8.0,
     );
     near_cap(
         "to the container, its own qdiscs replaced",
-        iperf(&net, false),
+        || iperf(&net, false),
         16.0,
     );
 
@@ -1218,7 +1239,7 @@ fn a_containers_bandwidth_is_capped_both_ways_and_changed_in_place() {
     );
     near_cap(
         "from the container, limited in place",
-        iperf(&net, true),
+        || iperf(&net, true),
         4.0,
     );
     let free = iperf(&net, false);
@@ -1244,12 +1265,12 @@ fn a_containers_bandwidth_is_capped_both_ways_and_changed_in_place() {
     });
     near_cap(
         "to the container, set while stopped",
-        iperf(&net, false),
+        || iperf(&net, false),
         2.0,
     );
     near_cap(
         "from the container, after a restart",
-        iperf(&net, true),
+        || iperf(&net, true),
         4.0,
     );
     let limits = sb.json(&["limit", "bw"]);
@@ -1357,6 +1378,7 @@ fn host_under_load(net: &Net) -> (f64, Vec<f64>) {
 /// replaced.
 #[test]
 fn the_main_job_keeps_its_line_beside_two_saturating_containers() {
+    let _alone = SHAPERS.lock().unwrap_or_else(|e| e.into_inner());
     assert!(
         common::which("iperf3").is_some() && common::which("tc").is_some(),
         "missing iperf3 or tc: install iperf3 and iproute2"
