@@ -1554,3 +1554,132 @@ fn the_main_job_keeps_its_line_beside_two_saturating_containers() {
     assert!(root().starts_with("qdisc tbf 1: "), "{}", root());
     sb.stop_daemon();
 }
+
+/// The bytes a container downloads from the WAN's HTTP server (`big`, 3 MiB) before the
+/// transfer ends or stalls for 4 s.
+fn download(sb: &Sandbox, name: &str) -> u64 {
+    let (_, out) = in_ct(
+        sb,
+        name,
+        &format!(
+            "{} | /bin/busybox wc -c",
+            get("198.51.100.2", 8000, "/big").replace(
+                "/bin/busybox nc -w 3",
+                "/bin/busybox timeout 4 /bin/busybox nc -w 3"
+            )
+        ),
+    );
+    // wc's count, among nc's complaints (a connection timed out).
+    out.lines()
+        .find_map(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("wc -c: {out}"))
+}
+
+/// `[resources] data_cap` stops a container's WAN traffic at its cap, counted by the kernel
+/// both ways (a download's packets and its acknowledgements); the metered switch applies the
+/// policy's stricter cap at once and lifts it again, the counts kept; the count and the block
+/// survive a daemon restart, and a restart whose kernel lost the ruleset (a reboot), from
+/// flash.
+#[test]
+fn a_data_cap_stops_a_container_at_its_cap_and_survives_restarts() {
+    const MIB: u64 = 1 << 20;
+    let mut net = Net::new();
+    let www = TempDir::new("wan-big");
+    std::fs::write(www.path("big"), vec![b'x'; 3 << 20]).unwrap();
+    let wan = net.wan.clone();
+    net.httpd(&wan, 8000, &www.0);
+    let mut sb = sandbox(
+        &net,
+        "netcap",
+        "outbound = \"wan0\"\n[policy]\nmetered_data_cap = \"2M/day\"",
+    );
+    let _stop = stopper(&net, &sb);
+    sb.add(
+        &Pkg::script("dl", "1", "exec /bin/busybox sleep 100000\n")
+            .table("[resources]\ndata_cap = \"4M/day\"\n[network]\nmode = \"isolated\""),
+    );
+    sb.start_daemon();
+    sb.ok(&["update"]);
+    sb.ok(&["install", "dl"]);
+    sb.ok(&["start", "dl"]);
+    let data = |sb: &Sandbox| net_of(sb, "dl")["data"].clone();
+    assert_eq!(data(&sb)["cap"], 4 * MIB, "{}", data(&sb));
+
+    // Under the cap: the whole file, counted (its packets with their headers, and the acks).
+    let got = download(&sb, "dl");
+    assert!(got > 3 * MIB, "the first download: {got} bytes");
+    let used = data(&sb)["used"].as_u64().unwrap();
+    assert!(
+        (3 * MIB..3 * MIB + 400 * 1024).contains(&used),
+        "3 MiB downloaded, counted {used}"
+    );
+
+    // Metered: the policy's 2 MiB a day, less than the package's own, holds at once.
+    let out = sb.ok(&["net", "metered", "on"]);
+    assert!(out.contains("the line is metered"), "{out}");
+    assert_eq!(sb.json(&["net"])["metered"], true);
+    let d = data(&sb);
+    assert_eq!(
+        (d["cap"].as_u64(), d["over"].as_bool()),
+        (Some(2 * MIB), Some(true)),
+        "{d}"
+    );
+    let blocked = download(&sb, "dl");
+    assert!(
+        blocked < 64 * 1024,
+        "metered, over its cap: {blocked} bytes came"
+    );
+    let text = sb.ok(&["net"]);
+    // What it used, above the cap that is now the policy's.
+    assert!(
+        text.contains("data dl: 3.0 MiB of 2M/day (15") && text.contains("at its cap"),
+        "{text}"
+    );
+
+    // Not metered: its own 4 MiB again; the rest of it comes, then nothing.
+    sb.ok(&["net", "metered", "off"]);
+    let rest = download(&sb, "dl");
+    assert!(
+        (MIB / 2..4 * MIB - used).contains(&rest),
+        "{used} used of 4 MiB: {rest} more came"
+    );
+    let d = data(&sb);
+    assert_eq!(
+        (d["used"].as_u64(), d["over"].as_bool()),
+        (Some(4 * MIB), Some(true)),
+        "{d}"
+    );
+    assert_eq!(d["notice"]["code"], "data_cap_reached", "{d}");
+    let blocked = download(&sb, "dl");
+    assert!(blocked < 64 * 1024, "over its cap: {blocked} bytes came");
+    println!(
+        "data cap 4 MiB: a 3 MiB download counted {used} B; then metered (2 MiB) blocked; then {rest} B more came; over it {blocked} B"
+    );
+
+    // A daemon restart (the containers and the kernel's ruleset stay): still over.
+    sb.kill_daemon(15);
+    sb.start_daemon();
+    assert_eq!(data(&sb)["over"], true, "{}", data(&sb));
+    let blocked = download(&sb, "dl");
+    assert!(blocked < 64 * 1024, "after a restart: {blocked} bytes came");
+
+    // The kernel's state lost as in a reboot: the count comes back from flash.
+    sb.stop_daemon();
+    let saved = std::fs::read_to_string(sb.state_dir().join("usage/dl")).unwrap();
+    assert!(saved.contains("\"used\":"), "{saved}");
+    net.nft("delete table inet bt_netcap");
+    net.nft("delete table bridge bt_netcap");
+    sb.start_daemon();
+    assert_eq!(data(&sb)["over"], true, "{}", data(&sb));
+    let blocked = download(&sb, "dl");
+    assert!(
+        blocked < 64 * 1024,
+        "after the ruleset was lost: {blocked} bytes came"
+    );
+
+    // Removed: its count goes with it.
+    sb.ok(&["stop", "dl"]);
+    sb.ok(&["remove", "dl"]);
+    assert!(!sb.state_dir().join("usage/dl").exists());
+    sb.stop_daemon();
+}

@@ -802,6 +802,8 @@ pub mod net {
     pub const DROPPED_SPOOFED: &str = "dropped_spoofed";
     /// Packets dropped by the rules it was not granted.
     pub const DROPPED_DENIED: &str = "dropped_denied";
+    /// Its data cap and what it moved over the WAN in the period (null: no cap).
+    pub const DATA: &str = "data";
 }
 
 /// `GET /v1/net/hosts`: the LAN's hosts.

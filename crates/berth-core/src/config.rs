@@ -466,6 +466,14 @@ impl RawConfig {
                     container_pids_max,
                     #[cfg(feature = "shape")]
                     bandwidth: text(t, "bandwidth")?,
+                    #[cfg(feature = "shape")]
+                    data_reset_day: t.int("data_reset_day")?.map(Spanned::into_inner),
+                    #[cfg(feature = "shape")]
+                    metered: t.bool("metered")?.map(Spanned::into_inner),
+                    #[cfg(feature = "shape")]
+                    metered_data_cap: text(t, "metered_data_cap")?,
+                    #[cfg(feature = "shape")]
+                    over_cap: text(t, "over_cap")?,
                 })
             })?,
             guard: section(&mut t, "guard", |t| {
@@ -586,6 +594,14 @@ struct RawPolicy {
     container_pids_max: Option<i64>,
     #[cfg(feature = "shape")]
     bandwidth: Option<String>,
+    #[cfg(feature = "shape")]
+    data_reset_day: Option<i64>,
+    #[cfg(feature = "shape")]
+    metered: Option<bool>,
+    #[cfg(feature = "shape")]
+    metered_data_cap: Option<String>,
+    #[cfg(feature = "shape")]
+    over_cap: Option<String>,
 }
 
 #[derive(Default)]
@@ -697,8 +713,11 @@ impl Config {
                 format!("{cgroup_parent:?}: use letters, digits, '-', '_' and '.'"),
             ));
         }
+        #[allow(unused_mut)]
+        let mut network =
+            crate::net::NetConfig::parse(raw.network).map_err(|(key, m)| value_err(key, m))?;
         #[cfg(feature = "shape")]
-        let bandwidth = raw.policy.bandwidth.clone();
+        line_policy(&mut network, &raw.policy, &value_err)?;
         let policy = policy(raw.policy, &value_err)?;
         let guard = guard(raw.guard, &value_err)?;
         let watchdog = watchdog(raw.watchdog, &value_err)?;
@@ -763,27 +782,24 @@ impl Config {
                 .security
                 .validate()
                 .map_err(|(key, m)| value_err(key, m))?,
-            network: {
-                #[allow(unused_mut)]
-                let mut n = crate::net::NetConfig::parse(raw.network)
-                    .map_err(|(key, m)| value_err(key, m))?;
-                #[cfg(feature = "shape")]
-                bandwidth_of(&mut n, bandwidth, &value_err)?;
-                n
-            },
+            network,
         })
     }
 }
 
-/// `[policy] bandwidth`: what all containers together send on the uplink, a rate or a share
-/// of `[network] uplink_rate` (which it needs); half the line when unset.
+/// The policy's part of the line: its data caps ([`data_policy`]) and `[policy] bandwidth`,
+/// what all containers together send on the uplink, a rate or a share of `[network]
+/// uplink_rate` (which it needs); half the line when unset.
 #[cfg(feature = "shape")]
-fn bandwidth_of(
+fn line_policy(
     n: &mut crate::net::NetConfig,
-    v: Option<String>,
+    r: &RawPolicy,
     value_err: &dyn Fn(&'static str, String) -> ConfigError,
 ) -> Result<(), ConfigError> {
-    let Some(v) = v else { return Ok(()) };
+    n.data = data_policy(r, value_err)?;
+    let Some(v) = r.bandwidth.clone() else {
+        return Ok(());
+    };
     let key = "policy.bandwidth";
     let Some(line) = n.line.as_mut() else {
         return Err(value_err(
@@ -810,6 +826,42 @@ fn bandwidth_of(
         ));
     }
     Ok(())
+}
+
+/// `[policy] data_reset_day`, `metered`, `metered_data_cap` and `over_cap` (data caps).
+#[cfg(feature = "shape")]
+fn data_policy(
+    r: &RawPolicy,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<crate::datacap::DataPolicy, ConfigError> {
+    use crate::datacap;
+    let reset_day = match r.data_reset_day {
+        None => 1,
+        Some(d @ 1..=28) => d as u8,
+        Some(d) => {
+            return Err(value_err(
+                "policy.data_reset_day",
+                format!("{d}: a day between 1 and 28 (every month has it)"),
+            ))
+        }
+    };
+    Ok(datacap::DataPolicy {
+        reset_day,
+        metered: r.metered.unwrap_or(false),
+        metered_cap: r
+            .metered_data_cap
+            .as_deref()
+            .map(datacap::parse_cap)
+            .transpose()
+            .map_err(|m| value_err("policy.metered_data_cap", m))?,
+        over: r
+            .over_cap
+            .as_deref()
+            .map(datacap::parse_over)
+            .transpose()
+            .map_err(|m| value_err("policy.over_cap", m))?
+            .unwrap_or_default(),
+    })
 }
 
 /// `repository_ca_file`: an absolute path, with an https:// source to apply to.
@@ -2346,6 +2398,55 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[cfg(feature = "shape")]
+    #[test]
+    fn the_data_policy_is_read_and_refused_by_name() {
+        use crate::datacap::{DataCap, Over, Period};
+        let c = Config::parse(
+            "[policy]\ndata_reset_day = 15\nmetered = true\nmetered_data_cap = \"100M/day\"\nover_cap = \"128kbit\"",
+            "f",
+        )
+        .unwrap();
+        let p = c.network.data;
+        assert_eq!(p.reset_day, 15);
+        assert!(p.metered);
+        assert_eq!(p.over, Over::Throttle(16_000));
+        let day = |mib: u64| DataCap {
+            bytes: mib << 20,
+            period: Period::Day,
+        };
+        assert_eq!(p.metered_cap, Some(day(100)));
+        // While metered the policy's, unless the package's own is smaller over the same period.
+        assert_eq!(p.cap(None, true), Some(day(100)));
+        assert_eq!(p.cap(Some(day(10)), true), Some(day(10)));
+        assert_eq!(p.cap(Some(day(500)), true), Some(day(100)));
+        assert_eq!(p.cap(Some(day(500)), false), Some(day(500)));
+        assert_eq!(p.cap(None, false), None);
+        let d = Config::parse("", "f").unwrap().network.data;
+        assert_eq!((d.reset_day, d.metered, d.over), (1, false, Over::Drop));
+        for (text, key, words) in [
+            (
+                "[policy]\ndata_reset_day = 31",
+                "policy.data_reset_day",
+                "between 1 and 28",
+            ),
+            (
+                "[policy]\nmetered_data_cap = \"1G\"",
+                "policy.metered_data_cap",
+                "a size and a period",
+            ),
+            (
+                "[policy]\nover_cap = \"slow\"",
+                "policy.over_cap",
+                "or \"drop\"",
+            ),
+            ("[policy]\nmetered = \"yes\"", "policy.metered", ""),
+        ] {
+            let e = Config::parse(text, "f").unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(words), "{text}: {e}");
         }
     }
 

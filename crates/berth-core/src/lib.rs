@@ -13,6 +13,8 @@ pub mod cgroup;
 pub mod config;
 pub mod container_api;
 pub mod cron;
+#[cfg(feature = "shape")]
+pub mod datacap;
 pub mod date;
 pub mod ddi;
 pub mod error;

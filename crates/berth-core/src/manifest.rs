@@ -182,6 +182,9 @@ pub struct Resources {
     pub egress: Option<u64>,
     #[cfg(feature = "shape")]
     pub ingress: Option<u64>,
+    /// The most it may move over the WAN in a period (`crate::datacap`, feature `shape`).
+    #[cfg(feature = "shape")]
+    pub data_cap: Option<crate::datacap::DataCap>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -698,6 +701,8 @@ struct RawResources {
     egress: Option<S<String>>,
     #[cfg(feature = "shape")]
     ingress: Option<S<String>>,
+    #[cfg(feature = "shape")]
+    data_cap: Option<S<String>>,
 }
 
 impl RawResources {
@@ -734,6 +739,8 @@ impl RawResources {
             egress: t.str("egress")?,
             #[cfg(feature = "shape")]
             ingress: t.str("ingress")?,
+            #[cfg(feature = "shape")]
+            data_cap: t.str("data_cap")?,
         })
     }
 }
@@ -1208,6 +1215,8 @@ impl Validator<'_> {
             egress: None,
             #[cfg(feature = "shape")]
             ingress: None,
+            #[cfg(feature = "shape")]
+            data_cap: None,
         })
     }
 
@@ -1225,9 +1234,28 @@ impl Validator<'_> {
                 .map(Some)
                 .map_err(|e| self.err(v.span(), key, e))
         };
+        // Counted on the bridge, where only an isolated container's packets are its own.
+        let data_cap = match &r.data_cap {
+            None => None,
+            Some(v) if mode != NetMode::Isolated => {
+                return Err(self.err(
+                    v.span(),
+                    "resources.data_cap",
+                    format!(
+                        "a data cap needs network mode isolated (its packets cross berth's bridge, where they are counted); mode {} has none",
+                        crate::net::mode_name(mode)
+                    ),
+                ))
+            }
+            Some(v) => Some(
+                crate::datacap::parse_cap(v.get_ref())
+                    .map_err(|e| self.err(v.span(), "resources.data_cap", e))?,
+            ),
+        };
         Ok(Resources {
             egress: rate(&r.egress, "resources.egress")?,
             ingress: rate(&r.ingress, "resources.ingress")?,
+            data_cap,
             ..res
         })
     }
@@ -1782,6 +1810,43 @@ cmd = ["/bin/rotate"]
                 "resources.egress: a bandwidth cap needs network mode isolated",
             );
         }
+    }
+
+    #[cfg(feature = "shape")]
+    #[test]
+    fn a_data_cap_is_read_and_refused_by_name_outside_isolated_or_malformed() {
+        let with = |cap: &str| {
+            FULL.replace(
+                "priority = -5\n",
+                &format!("priority = -5\ndata_cap = \"{cap}\"\n"),
+            )
+        };
+        let line = line_in_full("priority =") + 1;
+        let m = Manifest::parse(&with("2GiB/month")).unwrap();
+        assert_eq!(
+            m.resources.data_cap,
+            Some(crate::datacap::DataCap {
+                bytes: 2 << 30,
+                period: crate::datacap::Period::Month
+            })
+        );
+        check(
+            Manifest::parse(&with("2G/fortnight")).unwrap_err(),
+            line,
+            "resources.data_cap: \"2G/fortnight\": unknown period",
+        );
+        let shared = with("2G/day")
+            .replace("mode = \"isolated\"", "mode = \"shared\"")
+            .replace(
+                "publish = [\"8080:80/tcp\", \"8080:80/udp\", \"5353:53\"]\n",
+                "",
+            )
+            .replace("address = \"dhcp\"\n", "");
+        check(
+            Manifest::parse(&shared).unwrap_err(),
+            line,
+            "resources.data_cap: a data cap needs network mode isolated",
+        );
     }
 
     /// Without the `shape` feature the keys are unknown: refused by name.

@@ -128,6 +128,10 @@ pub struct NetConfig {
     /// total `[policy] bandwidth` sets (the configuration fills that in); None: not governed.
     #[cfg(feature = "shape")]
     pub line: Option<crate::shape::Line>,
+    /// `[policy] data_reset_day`, `metered`, `metered_data_cap`, `over_cap` (the
+    /// configuration fills them in).
+    #[cfg(feature = "shape")]
+    pub data: crate::datacap::DataPolicy,
 }
 
 /// `[network] connection_rate`.
@@ -391,6 +395,8 @@ impl NetConfig {
             proxy: None,
             #[cfg(feature = "shape")]
             line: None,
+            #[cfg(feature = "shape")]
+            data: Default::default(),
         };
         #[cfg(feature = "shape")]
         line(&mut c, get("uplink"), get("uplink_rate"))?;
@@ -747,12 +753,16 @@ pub fn dnsmasq_args(
 }
 
 /// One isolated container in the ruleset.
+#[derive(Clone, Copy)]
 pub struct Member<'a> {
     pub name: &'a str,
     pub ip: Ipv4Addr,
     pub publish: &'a [Publish],
     /// Its DHCP client may ask berth's dnsmasq (`address = "dhcp"`).
     pub dhcp: bool,
+    /// Its data cap's quota (`crate::datacap`; its `index` is the container's).
+    #[cfg(feature = "shape")]
+    pub quota: Option<crate::datacap::Quota>,
 }
 
 fn set(names: &[String]) -> String {
@@ -913,6 +923,8 @@ fn inet_table(w: &mut String, cfg: &NetConfig, members: &[Member], limits: ConnL
     let gw = cfg.gateway();
     let _ = writeln!(w, "table inet {t} {{");
     counters(w, cfg, members);
+    #[cfg(feature = "shape")]
+    crate::datacap::objects(w, &quotas(members));
     // A container's new connections over its cap, or over its rate, are dropped before
     // conntrack confirms them (-150: after conntrack's lookup, before NAT): the table keeps
     // room for the device's. The rate bounds what the cap cannot: the entries of closed
@@ -970,7 +982,24 @@ fn inet_table(w: &mut String, cfg: &NetConfig, members: &[Member], limits: ConnL
     let _ = writeln!(w, "  }}");
     let _ = writeln!(
         w,
-        "  chain forward {{\n    type filter hook forward priority 0; policy accept;\n    iifname \"{br}\" oifname \"{br}\" jump between\n    iifname \"{br}\" jump outbound\n    oifname \"{br}\" ct state established,related accept\n    oifname \"{br}\" ct status dnat accept\n    oifname \"{br}\" drop\n  }}\n  chain between {{"
+        "  chain forward {{\n    type filter hook forward priority 0; policy accept;\n    iifname \"{br}\" oifname \"{br}\" jump between\n    iifname \"{br}\" jump outbound"
+    );
+    // Downloads count against a data cap before the connection's packets are accepted.
+    #[cfg(feature = "shape")]
+    for m in members {
+        if let Some(q) = &m.quota {
+            let to = format!("ip daddr {}", m.ip);
+            w.push_str(&crate::datacap::download_rule(
+                q,
+                &to,
+                &wan(cfg, "iifname"),
+                br,
+            ));
+        }
+    }
+    let _ = writeln!(
+        w,
+        "    oifname \"{br}\" ct state established,related accept\n    oifname \"{br}\" ct status dnat accept\n    oifname \"{br}\" drop\n  }}\n  chain between {{"
     );
     for a in members {
         for b in members {
@@ -993,6 +1022,13 @@ fn nat(w: &mut String, cfg: &NetConfig, members: &[Member]) {
     } else {
         format!("oifname {}", set(&cfg.outbound))
     };
+    #[cfg(feature = "shape")]
+    for m in members {
+        if let Some(q) = &m.quota {
+            let from = format!("ip saddr {}", m.ip);
+            w.push_str(&crate::datacap::upload_rule(q, &from, &wan(cfg, "oifname")));
+        }
+    }
     #[cfg(feature = "shape")]
     if let Some(l) = &cfg.line {
         w.push_str(&crate::shape::line_mark(l));
@@ -1025,6 +1061,23 @@ fn nat(w: &mut String, cfg: &NetConfig, members: &[Member]) {
         w,
         "  }}\n  chain postrouting {{\n    type nat hook postrouting priority 100; policy accept;\n    ip saddr {net} {out} masquerade\n  }}\n}}"
     );
+}
+
+/// The members' data-cap quotas.
+#[cfg(feature = "shape")]
+fn quotas(members: &[Member]) -> Vec<crate::datacap::Quota> {
+    members.iter().filter_map(|m| m.quota).collect()
+}
+
+/// The WAN's interfaces as a match on `dir` (`oifname`, `iifname`): the governed uplink,
+/// else `[network] outbound`, else any but the bridge. A data cap counts what passes them.
+#[cfg(feature = "shape")]
+pub fn wan(cfg: &NetConfig, dir: &str) -> String {
+    match (&cfg.line, cfg.outbound.is_empty()) {
+        (Some(l), _) => format!("{dir} \"{}\"", l.uplink),
+        (None, false) => format!("{dir} {}", set(&cfg.outbound)),
+        (None, true) => format!("{dir} != \"{}\"", cfg.bridge),
+    }
 }
 
 /// Removes both tables (when no container has an address any more). Fails if they are absent.
@@ -1384,6 +1437,69 @@ mod tests {
         assert!(check_mode(&cfg("modes = \"none\""), "x", NetMode::Isolated).is_err());
     }
 
+    #[cfg(feature = "shape")]
+    #[test]
+    fn data_caps_count_both_ways_over_the_wan_before_anything_is_accepted() {
+        let q = |index, over| {
+            Some(crate::datacap::Quota {
+                index,
+                cap: 4 << 20,
+                used: 7,
+                over,
+            })
+        };
+        let m = [
+            Member {
+                name: "a",
+                ip: "10.87.0.2".parse().unwrap(),
+                publish: &[],
+                dhcp: false,
+                quota: q(2, crate::datacap::Over::Drop),
+            },
+            Member {
+                name: "b",
+                ip: "10.87.0.3".parse().unwrap(),
+                publish: &[],
+                dhcp: false,
+                quota: None,
+            },
+        ];
+        for (toml, up, down) in [
+            ("", "oifname != \"berth0\"", "iifname != \"berth0\""),
+            (
+                "outbound = \"wan0\"",
+                "oifname { \"wan0\" }",
+                "iifname { \"wan0\" }",
+            ),
+            (
+                "uplink = \"ppp0\"\nuplink_rate = \"20mbit\"",
+                "oifname \"ppp0\"",
+                "iifname \"ppp0\"",
+            ),
+        ] {
+            let r = ruleset(&cfg(toml), &m, ConnLimits::default());
+            assert!(
+                r.contains("  quota q_2 { over 4194304 bytes used 7 bytes }\n"),
+                "{r}"
+            );
+            assert!(!r.contains("q_3"), "{r}");
+            let upload = format!("    ip saddr 10.87.0.2 {up} quota name q_2 drop\n");
+            let download =
+                format!("    {down} oifname \"berth0\" ip daddr 10.87.0.2 quota name q_2 drop\n");
+            let (Some(u), Some(d)) = (r.find(&upload), r.find(&download)) else {
+                panic!("{toml}: {r}");
+            };
+            // Each before the accept it would otherwise never reach.
+            assert!(u < r.find("    ip saddr 10.87.0.0/24").unwrap(), "{r}");
+            assert!(
+                d < r
+                    .find("ct state established,related accept\n    oifname")
+                    .unwrap(),
+                "{r}"
+            );
+        }
+    }
+
     #[test]
     fn ruleset_text() {
         let c = cfg(
@@ -1400,18 +1516,24 @@ mod tests {
                 ip: "10.87.0.2".parse().unwrap(),
                 publish: &pubs,
                 dhcp: true,
+                #[cfg(feature = "shape")]
+                quota: None,
             },
             Member {
                 name: "b",
                 ip: "10.87.0.3".parse().unwrap(),
                 publish: &[],
                 dhcp: false,
+                #[cfg(feature = "shape")]
+                quota: None,
             },
             Member {
                 name: "c",
                 ip: "10.87.0.4".parse().unwrap(),
                 publish: &[],
                 dhcp: false,
+                #[cfg(feature = "shape")]
+                quota: None,
             },
         ];
         let r = ruleset(&c, &m, ConnLimits::default());

@@ -241,6 +241,10 @@ const LIMIT_USAGE: &str =
     "NAME [--cpu P%] [--memory SIZE] [--pids N] [--egress RATE] [--ingress RATE]";
 #[cfg(not(feature = "shape"))]
 const LIMIT_USAGE: &str = "NAME [--cpu P%] [--memory SIZE] [--pids N]";
+#[cfg(feature = "shape")]
+const NET_USAGE: &str = "[hosts | metered on|off]";
+#[cfg(not(feature = "shape"))]
+const NET_USAGE: &str = "[hosts]";
 
 /// The flags every command takes, anywhere on the line.
 pub const GLOBAL: &[Opt] = &[
@@ -386,11 +390,16 @@ pub const COMMANDS: &[Cmd] = &[
     ).to(&[post("/v1/unbind", "unbind", "json")]),
     cmd(
         "net",
-        "[hosts]",
-        O::Words(&["hosts"]),
+        NET_USAGE,
+        O::Words(&["hosts", #[cfg(feature = "shape")] "metered"]),
         &[],
-        "containers' addresses, published ports, drop counters; hosts: the LAN's hosts (neighbour table, DHCP, mDNS)",
-    ).to(&[get("/v1/net", "net", "json"), get("/v1/net/hosts", "netHosts", "json")]),
+        "containers' addresses, published ports, drop counters, data used; hosts: the LAN's hosts (neighbour table, DHCP, mDNS); metered on|off: the line's metered switch (the policy's stricter data caps)",
+    ).to(&[
+        get("/v1/net", "net", "json"),
+        get("/v1/net/hosts", "netHosts", "json"),
+        #[cfg(feature = "shape")]
+        post("/v1/net/metered", "netMetered", "json"),
+    ]),
     cmd(
         "governor",
         "",

@@ -223,6 +223,11 @@ pub fn fields(
     Ok(out)
 }
 
+#[cfg(feature = "shape")]
+const NET_REFUSAL: &str = "net takes no argument but \"hosts\" or \"metered on|off\"";
+#[cfg(not(feature = "shape"))]
+const NET_REFUSAL: &str = "net takes no argument but \"hosts\"";
+
 /// The commands that talk to the daemon, by family.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Device {
@@ -231,6 +236,8 @@ pub enum Device {
     Resources(Resources),
     Net {
         hosts: bool,
+        /// `net metered on|off` (feature `shape`).
+        metered: Option<bool>,
     },
     /// `safe-mode enter` (true) or `safe-mode clear` (false).
     SafeMode {
@@ -416,13 +423,28 @@ pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
             bare(args)?;
             Device::Resources(R::Governor)
         }
-        "net" => Device::Net {
-            hosts: match bare(args)?.as_slice() {
-                [] => false,
-                [h] if h == "hosts" => true,
-                _ => return Err(usage("net takes no argument but \"hosts\"")),
-            },
-        },
+        "net" => {
+            let words = bare(args)?;
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
+            match words.as_slice() {
+                [] => Device::Net {
+                    hosts: false,
+                    metered: None,
+                },
+                ["hosts"] => Device::Net {
+                    hosts: true,
+                    metered: None,
+                },
+                #[cfg(feature = "shape")]
+                ["metered", w @ ("on" | "off")] => Device::Net {
+                    hosts: false,
+                    metered: Some(*w == "on"),
+                },
+                #[cfg(feature = "shape")]
+                ["metered", ..] => return Err(usage("usage: berth net metered on|off")),
+                _ => return Err(usage(NET_REFUSAL)),
+            }
+        }
         "safe-mode" => Device::SafeMode {
             enter: match bare(args)?.as_slice() {
                 [w] if w == "enter" => true,
@@ -1505,10 +1527,21 @@ mod tests {
 
     #[test]
     fn net_commands() {
-        assert_eq!(dev("net"), Ok(Device::Net { hosts: false }));
-        assert_eq!(dev("net hosts"), Ok(Device::Net { hosts: true }));
+        let net = |hosts, metered| Ok(Device::Net { hosts, metered });
+        assert_eq!(dev("net"), net(false, None));
+        assert_eq!(dev("net hosts"), net(true, None));
         for bad in ["net ports", "net hosts hosts"] {
-            assert_eq!(refused(bad), "net takes no argument but \"hosts\"");
+            assert_eq!(refused(bad), NET_REFUSAL);
+        }
+        #[cfg(feature = "shape")]
+        {
+            assert_eq!(dev("net metered on"), net(false, Some(true)));
+            assert_eq!(dev("net metered off"), net(false, Some(false)));
+            assert_eq!(refused("net metered"), "usage: berth net metered on|off");
+            assert_eq!(
+                refused("net metered yes"),
+                "usage: berth net metered on|off"
+            );
         }
         assert_eq!(refused("net --hosts"), "unknown option --hosts");
     }

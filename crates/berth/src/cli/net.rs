@@ -8,7 +8,25 @@ use berth_core::api::net::ERRORS;
 use super::{print_json, render};
 use crate::client;
 
-pub fn run(json: bool, sock: &Path, hosts: bool) -> Result<()> {
+pub fn run(json: bool, sock: &Path, hosts: bool, metered: Option<bool>) -> Result<()> {
+    if let Some(on) = metered {
+        let body = serde_json::json!({ "metered": on });
+        let v = client::call(sock, "POST", "/v1/net/metered", Some(&body))?;
+        if json {
+            print_json(&v);
+        } else {
+            say!(
+                "the line is {}metered: {}",
+                if on { "" } else { "not " },
+                if on {
+                    "the policy's metered data caps apply"
+                } else {
+                    "the packages' own data caps apply"
+                }
+            );
+        }
+        return Ok(());
+    }
     let path = if hosts { "/v1/net/hosts" } else { "/v1/net" };
     let v = client::call(sock, "GET", path, None)?;
     if json {

@@ -805,6 +805,26 @@ pub fn net(v: &Value) -> String {
         ));
     }
     out.push_str(&table(NET_HEAD, net_rows(v)));
+    #[cfg(feature = "shape")]
+    for c in v[net::CONTAINERS].as_array().into_iter().flatten() {
+        let d = &c[net::DATA];
+        if let (Some(used), Some(cap)) = (d["used"].as_u64(), d["cap"].as_u64()) {
+            out.push_str(&format!(
+                "data {}: {} of {} ({}%) since {}, resets {}{}\n",
+                cell(&c[net::NAME]),
+                human(used),
+                cell(&d["period"]),
+                used.saturating_mul(100) / cap.max(1),
+                cell(&d["since"]),
+                cell(&d["resets"]),
+                if d["over"] == true {
+                    ": at its cap"
+                } else {
+                    ""
+                }
+            ));
+        }
+    }
     out
 }
 

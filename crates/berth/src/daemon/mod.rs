@@ -92,6 +92,8 @@ pub fn run(cfg: Config) -> Result<()> {
     prepare::net::restore(&d, &st);
     #[cfg(feature = "shape")]
     prepare::shape::watch_line(&d, prepare::net::bridged(&d, &st));
+    #[cfg(feature = "shape")]
+    prepare::datacap::spawn(&d);
     let running: Vec<String> = taken_over.iter().map(|(n, _)| n.clone()).collect();
     runtime::sockets::reopen(&d, &running);
     // A bind or unbind a killed daemon left half done: finished or undone before any request.
@@ -135,6 +137,9 @@ pub fn run(cfg: Config) -> Result<()> {
     // Only a clean stop disarms the watchdog; an error above leaves it to reset the device.
     watchdog.close();
     ops::schedules::flush(&d);
+    // The data caps' counts as they are (a reboot may follow).
+    #[cfg(feature = "shape")]
+    prepare::datacap::look(&d, true);
     device::boot::clean_stop(&d);
     // Containers keep running: a daemon restart must not touch them.
     log::info!("berth daemon stopping; containers keep running");

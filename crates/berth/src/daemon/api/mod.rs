@@ -136,6 +136,8 @@ pub(crate) fn route(d: &Arc<Daemon>, caller: Caller, req: Request, mut stream: U
         Action::Stats(n) => runtime::limit::stats(d, n.as_deref()),
         Action::Inspect(n) => security::inspect_op(d, &n),
         Action::Net => net::status(d, &state::state(d)),
+        #[cfg(feature = "shape")]
+        Action::NetMetered(on) => net::set_metered(d, on),
         Action::NetHosts => Ok(net::hosts(d)),
         Action::Governor => Ok(governor::status(d)),
         Action::SafeModeEnter => safe_mode::enter(d),

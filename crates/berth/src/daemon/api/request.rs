@@ -66,6 +66,9 @@ pub enum Action {
     Inspect(String),
     Net,
     NetHosts,
+    /// `POST /v1/net/metered`: the line's metered switch.
+    #[cfg(feature = "shape")]
+    NetMetered(bool),
     Governor,
     Reports(Option<String>),
     ReportShow(String),
@@ -486,6 +489,15 @@ pub fn parse_routed(req: &Request) -> Result<(Action, Option<&'static Cmd>)> {
         }
         "net" => Action::Net,
         "netHosts" => Action::NetHosts,
+        #[cfg(feature = "shape")]
+        "netMetered" => {
+            #[derive(Deserialize)]
+            #[serde(deny_unknown_fields)]
+            struct B {
+                metered: bool,
+            }
+            Action::NetMetered(body::<B>(req)?.metered)
+        }
         "stats" => Action::Stats(name_q_opt()?),
         "inspect" => Action::Inspect(name_q()?),
         "governor" => Action::Governor,

@@ -72,6 +72,9 @@ pub struct Daemon {
     /// Why the slab reserve is not in place (`slab.rs`, set once at start).
     #[cfg(feature = "slab")]
     pub slab_error: OnceLock<String>,
+    /// The data caps' counts as the daemon last knew them (`prepare::datacap` owns them).
+    #[cfg(feature = "shape")]
+    pub usage: Mutex<BTreeMap<String, crate::daemon::prepare::datacap::Known>>,
 }
 
 /// Every container's schedules and what the scheduler thread needs to be woken.
@@ -238,6 +241,8 @@ impl Daemon {
             },
             #[cfg(feature = "slab")]
             slab_error: OnceLock::new(),
+            #[cfg(feature = "shape")]
+            usage: Mutex::new(BTreeMap::new()),
         }
     }
 

@@ -2,6 +2,8 @@
 //! AppArmor) and its network (bridge, nftables, leases; the LAN's hosts and their mDNS
 //! names).
 
+#[cfg(feature = "shape")]
+pub(crate) mod datacap;
 pub(crate) mod limits;
 #[cfg(feature = "mdns")]
 pub(crate) mod mdns;

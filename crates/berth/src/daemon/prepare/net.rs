@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use crate::daemon::base::context::Daemon;
 use crate::daemon::base::error::{Error, Kind, Result};
 #[cfg(feature = "shape")]
-use crate::daemon::prepare::shape;
+use crate::daemon::prepare::{datacap, shape};
 
 fn leases_file(d: &Daemon) -> PathBuf {
     d.cfg.paths.state.join("net/leases")
@@ -56,7 +56,12 @@ fn net_err(m: String) -> Error {
 
 /// Runs `ip`/`nft`/`dnsmasq` through the host's tools, feeding `input`: stdout, or an
 /// error naming the command.
-fn run(d: &Daemon, prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
+pub(super) fn run(
+    d: &Daemon,
+    prog: &str,
+    args: &[&str],
+    input: Option<&str>,
+) -> Result<String, String> {
     berth_sys::host::run_checked(d.host.tools, prog, args, input, berth_sys::host::TOOL_LIMIT)
         .map_err(String::from)
 }
@@ -134,6 +139,8 @@ fn members<'a>(st: &'a State, leases: &Leases) -> Vec<Member<'a>> {
                 ip: *ip,
                 publish: &p.manifest.network.publish,
                 dhcp: p.manifest.network.dhcp,
+                #[cfg(feature = "shape")]
+                quota: None,
             })
         })
         .collect()
@@ -181,7 +188,21 @@ fn apply(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
 fn load(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     use std::hash::{Hash, Hasher};
     let c = &d.cfg.network;
-    let m = members(st, leases);
+    #[allow(unused_mut)]
+    let mut m = members(st, leases);
+    // Data caps: each quota holds its count; the hash sees the periods, not the counts.
+    #[cfg(feature = "shape")]
+    let periods = datacap::fill(d, st, &mut m);
+    #[cfg(not(feature = "shape"))]
+    let periods = "";
+    #[cfg(feature = "shape")]
+    let uncounted: Vec<Member> = m
+        .iter()
+        .map(|x| Member {
+            quota: x.quota.map(|q| berth_core::datacap::Quota { used: 0, ..q }),
+            ..*x
+        })
+        .collect();
     let table = || {
         std::fs::read_to_string(d.proc().join("sys/net/netfilter/nf_conntrack_max"))
             .ok()
@@ -197,6 +218,7 @@ fn load(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     let hash = |t: &str| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         t.hash(&mut h);
+        periods.hash(&mut h);
         h.finish()
     };
     let mut loaded = LOADED.lock().unwrap();
@@ -204,6 +226,13 @@ fn load(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
         let size = table();
         let limits = net::connection_limits(c, size);
         let t = text(limits);
+        #[cfg(feature = "shape")]
+        let want = if m.is_empty() {
+            hash(&t)
+        } else {
+            hash(&net::ruleset(c, &uncounted, limits))
+        };
+        #[cfg(not(feature = "shape"))]
         let want = hash(&t);
         if *loaded == want {
             return Ok(());
@@ -472,6 +501,8 @@ pub fn forget(d: &Daemon, st: &State, names: &[String]) {
     for n in names {
         let _ = std::fs::remove_file(resolv_file(d, n));
         #[cfg(feature = "shape")]
+        datacap::forget(d, n);
+        #[cfg(feature = "shape")]
         let _ = std::fs::remove_file(d.cfg.paths.run.join(format!("net/up-{n}")));
     }
     if leases.len() == before {
@@ -483,6 +514,45 @@ pub fn forget(d: &Daemon, st: &State, names: &[String]) {
     if let Err(e) = apply(d, st, &leases).and_then(|_| sync_dhcp(d, st, &leases)) {
         log::warn!("network rules after removing {}: {e}", names.join(", "));
     }
+}
+
+/// The ruleset loaded again from the state as it is (`why` for the log, on failure).
+#[cfg(feature = "shape")]
+pub(crate) fn reload(d: &Daemon, why: &str) {
+    let st = crate::daemon::device::state::state(d);
+    let leases = load_leases(d);
+    if members(&st, &leases).is_empty() {
+        return;
+    }
+    if let Err(e) = apply(d, &st, &leases) {
+        log::error!("network: loading the ruleset for {why}: {e}");
+    }
+}
+
+/// `berth net metered on|off`: the switch kept, the ruleset loaded again with the caps it
+/// gives (under the daemon's operation lock, as a start's load is).
+#[cfg(feature = "shape")]
+pub(crate) fn set_metered(d: &Daemon, on: bool) -> Result<Value> {
+    let _op = d.op.lock().unwrap();
+    datacap::set_metered(d, on).map_err(|e| {
+        Error::new(
+            Kind::Internal,
+            format!(
+                "the metered switch ({}): {e}",
+                d.cfg.paths.state.join("net/metered").display()
+            ),
+        )
+    })?;
+    let st = crate::daemon::device::state::state(d);
+    let leases = load_leases(d);
+    if !members(&st, &leases).is_empty() {
+        apply(d, &st, &leases).map_err(net_err)?;
+    }
+    log::info!(
+        "network: the line is {}metered",
+        if on { "" } else { "not " }
+    );
+    Ok(json!({ "metered": on }))
 }
 
 /// Whether containers are on berth's bridge (isolated leases of installed packages).
@@ -521,6 +591,10 @@ fn entry(
     let mode = p.manifest.network.mode;
     let mut v = json!({field::NAME: n, field::MODE: net::mode_name(mode),
         field::PUBLISH: p.manifest.network.publish.iter().map(|q| format!("{}:{}/{}", q.host_port, q.container_port, net::proto_name(q.proto))).collect::<Vec<_>>()});
+    #[cfg(feature = "shape")]
+    {
+        v[field::DATA] = datacap::usage_of(d, n);
+    }
     if let (NetMode::Macvlan, Some(ip), Some((_, _, len))) =
         (mode, net::lease_of(leases, n), c.macvlan_pool)
     {
@@ -556,6 +630,9 @@ pub fn status(d: &Daemon, st: &State) -> Result<Value> {
     let leases = load_leases(d);
     let mut counts = Vec::new();
     let mut errors = Vec::new();
+    // The data caps' counts as the kernel has them now.
+    #[cfg(feature = "shape")]
+    datacap::look(d, false);
     if !members(st, &leases).is_empty() {
         for fam in ["bridge", "inet"] {
             match run(
@@ -590,6 +667,7 @@ pub fn status(d: &Daemon, st: &State) -> Result<Value> {
     #[cfg(feature = "shape")]
     {
         v["line"] = shape::line_status(d);
+        v["metered"] = json!(datacap::metered(d));
     }
     Ok(v)
 }
@@ -884,6 +962,103 @@ mod tests {
     /// The first isolated container makes the bridge (its gateway address, up) after checking
     /// the subnet against the host's routes, lets the device forward, and loads a ruleset
     /// holding its address; the next finds the bridge there and does not make it again.
+    /// A capped container's quota goes in with the count kept for it; looks take the kernel's
+    /// count (what it refused beyond the cap not counted) and write it where it moved; the
+    /// metered switch loads the policy's smaller cap with the count (the kernel takes no more
+    /// than the cap); a removal drops the count.
+    #[cfg(feature = "shape")]
+    #[test]
+    fn a_data_cap_is_loaded_with_its_count_and_the_count_kept() {
+        use crate::daemon::prepare::datacap;
+        const MIB: u64 = 1 << 20;
+        let (dir, d, tools) = networked_daemon(
+            "net-cap",
+            "[network]\ntable = \"bt_cap\"\n[policy]\nmetered_data_cap = \"2M/day\"\n",
+        );
+        let quotas = |used: u64| {
+            Ok(format!(
+                r#"{{"nftables": [{{"quota": {{"family": "inet", "name": "q_2", "table": "bt_cap", "bytes": 4194304, "used": {used}, "inv": true}}}}]}}"#
+            ))
+        };
+        tools.answer(
+            "nft",
+            &["-j", "list", "quotas"],
+            Err("No such file or directory".into()),
+        );
+        let app = install(
+            &d,
+            &(networked("app", "mode = \"isolated\"\n") + "[resources]\ndata_cap = \"4M/day\"\n"),
+        );
+        let st = crate::daemon::device::state::state(&d);
+        prepare(&d, &app, &st, &dir.path("rootfs")).unwrap();
+        let rules = loads(tools).pop().unwrap();
+        assert!(
+            rules.contains("  quota q_2 { over 4194304 bytes used 0 bytes }\n"),
+            "{rules}"
+        );
+        let kept = || {
+            berth_core::datacap::Usage::parse(
+                &std::fs::read_to_string(d.cfg.paths.state.join("usage/app")).unwrap(),
+            )
+            .unwrap()
+            .used
+        };
+        assert_eq!(kept(), 0);
+        // 3 MiB counted: written (it moved a MiB or more).
+        tools.answer("nft", &["-j", "list", "quotas"], quotas(3 * MIB));
+        assert!(!datacap::look(&d, false));
+        assert_eq!(datacap::usage_of(&d, "app")["used"], 3 * MIB);
+        assert_eq!(kept(), 3 * MIB);
+        // A little more: known, not written.
+        tools.answer("nft", &["-j", "list", "quotas"], quotas(3 * MIB + 5000));
+        datacap::look(&d, false);
+        assert_eq!(datacap::usage_of(&d, "app")["used"], 3 * MIB + 5000);
+        assert_eq!(kept(), 3 * MIB);
+        // Beyond the cap the kernel counts what it refused: the cap is what passed.
+        tools.answer("nft", &["-j", "list", "quotas"], quotas(5 * MIB));
+        datacap::look(&d, false);
+        let u = datacap::usage_of(&d, "app");
+        assert_eq!(
+            (u["used"].as_u64(), u["over"].as_bool()),
+            (Some(4 * MIB), Some(true)),
+            "{u}"
+        );
+        assert_eq!(u["notice"]["status"], 429, "{u}");
+        assert_eq!(kept(), 4 * MIB);
+        // Metered: the policy's 2 MiB, loaded with the count as the cap.
+        set_metered(&d, true).unwrap();
+        let rules = loads(tools).pop().unwrap();
+        assert!(
+            rules.contains("  quota q_2 { over 2097152 bytes used 2097152 bytes }\n"),
+            "{rules}"
+        );
+        let u = datacap::usage_of(&d, "app");
+        assert_eq!(
+            (u["cap"].as_u64(), u["used"].as_u64()),
+            (Some(2 * MIB), Some(4 * MIB)),
+            "{u}"
+        );
+        // The same state asked again: no reload, though the count moves.
+        let before = loads(tools).len();
+        tools.answer("nft", &["-j", "list", "quotas"], quotas(2 * MIB + 70_000));
+        prepare(
+            &d,
+            &app,
+            &crate::daemon::device::state::state(&d),
+            &dir.path("rootfs"),
+        )
+        .unwrap();
+        assert_eq!(loads(tools).len(), before);
+        assert_eq!(datacap::usage_of(&d, "app")["used"], 4 * MIB);
+        forget(
+            &d,
+            &crate::daemon::device::state::state(&d),
+            &["app".into()],
+        );
+        assert!(!d.cfg.paths.state.join("usage/app").exists());
+        assert_eq!(datacap::usage_of(&d, "app"), Value::Null);
+    }
+
     #[test]
     fn the_bridge_is_made_once_and_each_start_loads_the_ruleset_with_its_address() {
         let (dir, d, tools) = networked_daemon("net-bridge", "[network]\ntable = \"bt_bridge\"\n");

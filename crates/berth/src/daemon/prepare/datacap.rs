@@ -1,0 +1,303 @@
+//! Data caps, the apply side (`berth_core::datacap`): each isolated container's count of WAN
+//! bytes, read back from its nft quota before every load of the ruleset (which starts quotas
+//! anew) and written into the new one, kept on flash in `<state>/usage/NAME`; the period's
+//! rollover; the metered switch (`<state>/net/metered`, over the policy's `metered`).
+//!
+//! The counts are written when they moved a hundredth of the cap (at least a MiB) or reached
+//! it, at each load and each look (every minute) and at the daemon's clean stop: a power cut
+//! forgets at most that much, never that a container reached its cap.
+
+use std::path::PathBuf;
+
+use berth_core::datacap::{self, DataCap, Quota, Usage};
+use berth_core::net::{self, Member};
+use berth_core::state::State;
+use berth_sys::fsutil::write_atomic;
+use serde_json::{json, Value};
+
+use crate::daemon::base::context::Daemon;
+
+/// What the daemon last knew of each capped container (`Daemon::usage`): for the views and
+/// `GET /v1/self`, which ask nothing of nft (a container must not make the daemon run it for
+/// it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Known {
+    pub cap: DataCap,
+    pub usage: Usage,
+    /// The first day of the next period (days since 1970).
+    pub resets: i64,
+    /// What its flash file holds.
+    pub saved: Usage,
+    /// The count its quota was loaded with (it may be above a cap lowered since).
+    pub loaded: u64,
+}
+
+fn file(d: &Daemon, name: &str) -> PathBuf {
+    d.cfg.paths.state.join("usage").join(name)
+}
+
+fn metered_file(d: &Daemon) -> PathBuf {
+    d.cfg.paths.state.join("net/metered")
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.as_secs())
+}
+
+/// Whether the line is metered: the switch's file (`on`/`off`), else the policy's `metered`.
+pub(crate) fn metered(d: &Daemon) -> bool {
+    match std::fs::read_to_string(metered_file(d))
+        .as_deref()
+        .map(str::trim)
+    {
+        Ok("on") => true,
+        Ok("off") => false,
+        _ => d.cfg.network.data.metered,
+    }
+}
+
+/// Sets the metered switch (kept across restarts); the caller reloads the ruleset.
+pub(crate) fn set_metered(d: &Daemon, on: bool) -> std::io::Result<()> {
+    let f = metered_file(d);
+    if let Some(dir) = f.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    write_atomic(&f, if on { b"on\n" } else { b"off\n" }, 0o600)
+}
+
+/// The cap in force for an installed package, metered or not.
+pub(crate) fn cap_of(d: &Daemon, st: &State, name: &str, metered: bool) -> Option<DataCap> {
+    let own = st.packages.get(name)?.manifest.resources.data_cap;
+    d.cfg.network.data.cap(own, metered)
+}
+
+/// The counts nft's quotas hold now, by container index; empty without the table.
+fn counted(d: &Daemon) -> Vec<(u32, u64)> {
+    let t = &d.cfg.network.table;
+    match super::net::run(
+        d,
+        "nft",
+        &["-j", "list", "quotas", "table", "inet", t],
+        None,
+    ) {
+        Ok(text) => datacap::parse_quotas(&serde_json::from_str(&text).unwrap_or(Value::Null)),
+        Err(_) => Vec::new(),
+    }
+}
+
+/// Before a load: each member with a cap in force gets its quota, holding what it counted in
+/// this period (the kernel's count, which belongs to the period last written, or the flash's
+/// after a reboot); a count that moved is written. Returns the fingerprint the ruleset's
+/// hash takes in place of the counts: the caps' periods (a count that grew is no reason to
+/// reload; a new period, whose count starts at zero, is).
+pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> String {
+    let metered = metered(d);
+    let caps: Vec<Option<DataCap>> = members
+        .iter()
+        .map(|m| cap_of(d, st, m.name, metered))
+        .collect();
+    let mut known = d.usage.lock().unwrap();
+    known.retain(|n, _| members.iter().any(|m| m.name == n));
+    if caps.iter().all(Option::is_none) {
+        known.clear();
+        return String::new();
+    }
+    let kernel = counted(d);
+    let now = now();
+    let policy = d.cfg.network.data;
+    let mut fingerprint = String::new();
+    for (m, cap) in members.iter_mut().zip(caps) {
+        let Some(cap) = cap else {
+            known.remove(m.name);
+            continue;
+        };
+        let index = net::index_of(&d.cfg.network, m.ip);
+        let saved = match known.get(m.name) {
+            Some(k) => k.saved,
+            None => std::fs::read_to_string(file(d, m.name))
+                .ok()
+                .and_then(|t| Usage::parse(&t))
+                .unwrap_or_default(),
+        };
+        let (mut start, mut resets) = datacap::period_of(cap.period, policy.reset_day, now);
+        // A clock not set yet (no RTC, no NTP answer) cannot tell a period: the last one goes on.
+        if !berth_core::date::clock_set(now) && saved.period != 0 {
+            (start, resets) = (saved.period, i64::MAX);
+        }
+        let in_kernel = kernel.iter().find(|k| k.0 == index).map(|k| k.1);
+        // What the quota loaded last had in force (this daemon's; else this cap's).
+        let (was_cap, loaded) = known
+            .get(m.name)
+            .map_or((cap.bytes, 0), |k| (k.cap.bytes, k.loaded));
+        let used = match in_kernel {
+            Some(k) if saved.period == start => passed(k, was_cap, loaded).max(saved.used),
+            _ => saved.in_period(start),
+        };
+        let usage = Usage {
+            period: start,
+            used,
+        };
+        let mut kept = saved;
+        if datacap::worth_writing(saved, usage, cap.bytes) {
+            match write(d, m.name, usage) {
+                Ok(()) => kept = usage,
+                Err(e) => log::warn!("{}: data usage: {e}", m.name),
+            }
+        }
+        known.insert(
+            m.name.to_string(),
+            Known {
+                cap,
+                usage,
+                resets,
+                saved: kept,
+                loaded: used,
+            },
+        );
+        m.quota = Some(Quota {
+            index,
+            cap: cap.bytes,
+            used,
+            over: policy.over,
+        });
+        fingerprint.push_str(&format!("{index}:{start} "));
+    }
+    fingerprint
+}
+
+/// What passed a quota that counts `kernel`: beyond its cap it counts what it refused too (a
+/// sender's retransmissions), so no more than the cap, or the count it was loaded with if
+/// that was more (a cap lowered: it was written as the cap).
+fn passed(kernel: u64, cap: u64, loaded: u64) -> u64 {
+    kernel.min(cap).max(loaded)
+}
+
+fn write(d: &Daemon, name: &str, u: Usage) -> std::io::Result<()> {
+    let f = file(d, name);
+    if let Some(dir) = f.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    write_atomic(&f, u.to_text().as_bytes(), 0o600)
+}
+
+/// A look (every minute, and at the daemon's clean stop): the kernel's counts into what the
+/// daemon knows, written where they moved enough (`force`: wherever they moved at all); a
+/// container that reached its cap since the last look is said so. Returns whether a period
+/// has ended (the ruleset is then loaded again, its quotas from zero).
+pub(crate) fn look(d: &Daemon, force: bool) -> bool {
+    if d.usage.lock().unwrap().is_empty() {
+        return false;
+    }
+    let kernel = counted(d);
+    let now = now();
+    let mut known = d.usage.lock().unwrap();
+    let mut ended = false;
+    let leases = super::net::load_leases(d);
+    for (name, k) in known.iter_mut() {
+        let Some(ip) = net::lease_of(&leases, name) else {
+            continue;
+        };
+        if berth_core::date::clock_set(now) && (now / 86_400) as i64 >= k.resets {
+            ended = true;
+            continue;
+        }
+        let index = net::index_of(&d.cfg.network, ip);
+        let Some(used) = kernel.iter().find(|q| q.0 == index).map(|q| q.1) else {
+            continue;
+        };
+        let was = k.usage.used;
+        k.usage.used = passed(used, k.cap.bytes, k.loaded).max(was);
+        if was < k.cap.bytes && k.usage.used >= k.cap.bytes {
+            log::warn!(
+                "{name}: reached its data cap ({}); its WAN traffic is {} until {}",
+                datacap::fmt_cap(k.cap),
+                over_text(d.cfg.network.data.over),
+                day(k.resets)
+            );
+        }
+        let moved = k.usage.used != k.saved.used || k.usage.period != k.saved.period;
+        if (force && moved) || datacap::worth_writing(k.saved, k.usage, k.cap.bytes) {
+            match write(d, name, k.usage) {
+                Ok(()) => k.saved = k.usage,
+                Err(e) => log::warn!("{name}: data usage: {e}"),
+            }
+        }
+    }
+    ended
+}
+
+/// What is done to WAN traffic at the cap, for people.
+fn over_text(o: datacap::Over) -> String {
+    match o {
+        datacap::Over::Drop => "dropped".into(),
+        datacap::Over::Throttle(b) => format!("held to {b} bytes/s each way"),
+    }
+}
+
+/// A day (days since 1970) as `YYYY-MM-DD`; the end of time for a period a clock not yet set
+/// cannot end.
+fn day(days: i64) -> String {
+    if days == i64::MAX {
+        return "the clock is set".into();
+    }
+    let (y, m, d) = berth_core::date::civil(days);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// One container's data usage for the views and its own `GET /v1/self`: null without a cap.
+pub(crate) fn usage_of(d: &Daemon, name: &str) -> Value {
+    let over_policy = d.cfg.network.data.over;
+    let known = d.usage.lock().unwrap();
+    let Some(k) = known.get(name) else {
+        return Value::Null;
+    };
+    let over = k.usage.used >= k.cap.bytes;
+    let mut v = json!({
+        "cap": k.cap.bytes,
+        "period": datacap::fmt_cap(k.cap),
+        "used": k.usage.used,
+        "since": day(k.usage.period),
+        "resets": day(k.resets),
+        "over": over,
+    });
+    // What the package reads in its own `GET /v1/self`: a 429 of the line's, until the reset.
+    if over {
+        v["notice"] = json!({
+            "status": 429,
+            "code": "data_cap_reached",
+            "message": format!("data cap {} reached: WAN traffic {} until {}", datacap::fmt_cap(k.cap), over_text(over_policy), day(k.resets)),
+        });
+    }
+    v
+}
+
+/// A package removed: its count goes with it.
+pub(crate) fn forget(d: &Daemon, name: &str) {
+    d.usage.lock().unwrap().remove(name);
+    let _ = std::fs::remove_file(file(d, name));
+}
+
+/// Every minute: a look; at a period's end the ruleset is loaded again (under the daemon's
+/// operation lock, from the state as it is then), its quotas from zero.
+pub(crate) fn spawn(d: &std::sync::Arc<Daemon>) {
+    let d = std::sync::Arc::clone(d);
+    let spawned = berth_sys::process::spawn_thread(
+        "usage".into(),
+        64 * 1024,
+        Box::new(move || loop {
+            std::thread::sleep(std::time::Duration::from_secs(LOOK_S));
+            if look(&d, false) {
+                let _op = d.op.lock().unwrap();
+                super::net::reload(&d, "a data cap's new period");
+            }
+        }),
+    );
+    if let Err(e) = spawned {
+        log::error!("network: cannot start the data caps' count: {e}");
+    }
+}
+
+/// Seconds between two looks.
+const LOOK_S: u64 = 60;
