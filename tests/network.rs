@@ -1677,6 +1677,23 @@ fn a_data_cap_stops_a_container_at_its_cap_and_survives_restarts() {
         "after the ruleset was lost: {blocked} bytes came"
     );
 
+    // `over_cap` a rate: over its cap its WAN traffic keeps that rate (a policer each way).
+    sb.stop_daemon();
+    sb.write_config(
+        "[network]\ntable = \"bt_netcap\"\noutbound = \"wan0\"\n[policy]\nmetered_data_cap = \"2M/day\"\nover_cap = \"800kbit\"\n",
+    );
+    sb.start_daemon();
+    let t0 = Instant::now();
+    let slow = download(&sb, "dl");
+    let secs = t0.elapsed().as_secs_f64();
+    let rate = slow as f64 / secs;
+    // The policer's bucket holds a second of its rate: at most that beside the rate.
+    assert!(
+        (10_000.0 * secs..=100_000.0 * (secs + 1.0)).contains(&(slow as f64)),
+        "held to 100 000 B/s over its cap: {slow} B in {secs:.1} s"
+    );
+    println!("over its cap, held to 800kbit: {slow} B in {secs:.1} s ({rate:.0} B/s)");
+
     // Removed: its count goes with it.
     sb.ok(&["stop", "dl"]);
     sb.ok(&["remove", "dl"]);

@@ -713,11 +713,8 @@ impl Config {
                 format!("{cgroup_parent:?}: use letters, digits, '-', '_' and '.'"),
             ));
         }
-        #[allow(unused_mut)]
-        let mut network =
-            crate::net::NetConfig::parse(raw.network).map_err(|(key, m)| value_err(key, m))?;
         #[cfg(feature = "shape")]
-        line_policy(&mut network, &raw.policy, &value_err)?;
+        let line = line_parts(&raw.policy, &value_err)?;
         let policy = policy(raw.policy, &value_err)?;
         let guard = guard(raw.guard, &value_err)?;
         let watchdog = watchdog(raw.watchdog, &value_err)?;
@@ -782,7 +779,14 @@ impl Config {
                 .security
                 .validate()
                 .map_err(|(key, m)| value_err(key, m))?,
-            network,
+            network: {
+                #[allow(unused_mut)]
+                let mut n = crate::net::NetConfig::parse(raw.network)
+                    .map_err(|(key, m)| value_err(key, m))?;
+                #[cfg(feature = "shape")]
+                line_policy(&mut n, line, &value_err)?;
+                n
+            },
         })
     }
 }
@@ -793,13 +797,11 @@ impl Config {
 #[cfg(feature = "shape")]
 fn line_policy(
     n: &mut crate::net::NetConfig,
-    r: &RawPolicy,
+    (bandwidth, data): (Option<String>, crate::datacap::DataPolicy),
     value_err: &dyn Fn(&'static str, String) -> ConfigError,
 ) -> Result<(), ConfigError> {
-    n.data = data_policy(r, value_err)?;
-    let Some(v) = r.bandwidth.clone() else {
-        return Ok(());
-    };
+    n.data = data;
+    let Some(v) = bandwidth else { return Ok(()) };
     let key = "policy.bandwidth";
     let Some(line) = n.line.as_mut() else {
         return Err(value_err(
@@ -826,6 +828,15 @@ fn line_policy(
         ));
     }
     Ok(())
+}
+
+/// The policy's keys for the line: `bandwidth` as written, and the data caps'.
+#[cfg(feature = "shape")]
+fn line_parts(
+    r: &RawPolicy,
+    value_err: &dyn Fn(&'static str, String) -> ConfigError,
+) -> Result<(Option<String>, crate::datacap::DataPolicy), ConfigError> {
+    Ok((r.bandwidth.clone(), data_policy(r, value_err)?))
 }
 
 /// `[policy] data_reset_day`, `metered`, `metered_data_cap` and `over_cap` (data caps).

@@ -19,8 +19,7 @@ pub const MIN_CAP: u64 = 1 << 20;
 
 /// A cap's period: a UTC day, an ISO week (from Monday), or a month from the policy's reset
 /// day.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Period {
     Day,
     Week,
@@ -28,7 +27,7 @@ pub enum Period {
 }
 
 /// So many bytes a period.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DataCap {
     pub bytes: u64,
     pub period: Period,
@@ -125,6 +124,27 @@ pub fn parse_over(s: &str) -> Result<Over, String> {
     crate::shape::parse_rate(s)
         .map(|bits| Over::Throttle(bits / 8))
         .map_err(|e| format!("{e}; or \"drop\""))
+}
+
+/// A cap in the state as it is written (`"2G/month"`): the strings' code serves it, no
+/// code of its own for its parts (`#[serde(with = "crate::datacap::as_text")]`).
+pub mod as_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(c: &Option<super::DataCap>, s: S) -> Result<S::Ok, S::Error> {
+        match c {
+            Some(c) => s.serialize_some(&super::fmt_cap(*c)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<super::DataCap>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|t| super::parse_cap(&t).map_err(serde::de::Error::custom))
+            .transpose()
+    }
 }
 
 /// Days since 1970-01-01 of a civil date (the inverse of [`crate::date::civil`]).
@@ -226,6 +246,25 @@ pub fn objects(w: &mut String, quotas: &[Quota]) {
             q.used.min(q.cap)
         );
     }
+}
+
+/// The ruleset's text, its quotas written with count 0 (as the hash saw it), with `quotas`'
+/// counts in their place.
+pub fn with_counts(mut text: String, quotas: &[Quota]) -> String {
+    for q in quotas.iter().filter(|q| q.used > 0) {
+        let zero = format!(
+            "quota q_{} {{ over {} bytes used 0 bytes }}",
+            q.index, q.cap
+        );
+        let counted = format!(
+            "quota q_{} {{ over {} bytes used {} bytes }}",
+            q.index,
+            q.cap,
+            q.used.min(q.cap)
+        );
+        text = text.replacen(&zero, &counted, 1);
+    }
+    text
 }
 
 /// What follows `quota name q_I` in a rule: the verdict beyond the cap.
@@ -352,6 +391,27 @@ mod tests {
         assert_eq!(Usage::parse(&u(9, 77).to_text()), Some(u(9, 77)));
         assert_eq!(Usage::parse("{\"period\":9}"), None);
         assert_eq!(u(9, 77).in_period(10), 0);
+    }
+
+    #[test]
+    fn a_cap_is_kept_in_the_state_as_it_is_written() {
+        let r = crate::manifest::Resources {
+            data_cap: Some(parse_cap("2GiB/month").unwrap()),
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["data_cap"], "2G/month");
+        let back: crate::manifest::Resources = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back, r);
+        // A state written before data caps: none.
+        let mut old = v.clone();
+        old.as_object_mut().unwrap().remove("data_cap");
+        let back: crate::manifest::Resources = serde_json::from_value(old).unwrap();
+        assert_eq!(back.data_cap, None);
+        let mut bad = v;
+        bad["data_cap"] = "2G/year".into();
+        let e = serde_json::from_value::<crate::manifest::Resources>(bad).unwrap_err();
+        assert!(e.to_string().contains("unknown period"), "{e}");
     }
 
     #[test]

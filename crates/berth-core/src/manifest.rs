@@ -184,6 +184,7 @@ pub struct Resources {
     pub ingress: Option<u64>,
     /// The most it may move over the WAN in a period (`crate::datacap`, feature `shape`).
     #[cfg(feature = "shape")]
+    #[serde(default, with = "crate::datacap::as_text")]
     pub data_cap: Option<crate::datacap::DataCap>,
 }
 

@@ -236,9 +236,10 @@ pub enum Device {
     Resources(Resources),
     Net {
         hosts: bool,
-        /// `net metered on|off` (feature `shape`).
-        metered: Option<bool>,
     },
+    /// `net metered on|off` (feature `shape`).
+    #[cfg(feature = "shape")]
+    NetMetered(bool),
     /// `safe-mode enter` (true) or `safe-mode clear` (false).
     SafeMode {
         enter: bool,
@@ -425,24 +426,21 @@ pub fn device(command: &str, args: &[String]) -> Result<Device, Usage> {
         }
         "net" => {
             let words = bare(args)?;
-            let words: Vec<&str> = words.iter().map(String::as_str).collect();
-            match words.as_slice() {
-                [] => Device::Net {
-                    hosts: false,
-                    metered: None,
+            #[cfg(feature = "shape")]
+            if words.first().is_some_and(|w| w == "metered") {
+                return match words.get(1).map(String::as_str) {
+                    Some(w @ ("on" | "off")) if words.len() == 2 => {
+                        Ok(Device::NetMetered(w == "on"))
+                    }
+                    _ => Err(usage("usage: berth net metered on|off")),
+                };
+            }
+            Device::Net {
+                hosts: match words.as_slice() {
+                    [] => false,
+                    [h] if h == "hosts" => true,
+                    _ => return Err(usage(NET_REFUSAL)),
                 },
-                ["hosts"] => Device::Net {
-                    hosts: true,
-                    metered: None,
-                },
-                #[cfg(feature = "shape")]
-                ["metered", w @ ("on" | "off")] => Device::Net {
-                    hosts: false,
-                    metered: Some(*w == "on"),
-                },
-                #[cfg(feature = "shape")]
-                ["metered", ..] => return Err(usage("usage: berth net metered on|off")),
-                _ => return Err(usage(NET_REFUSAL)),
             }
         }
         "safe-mode" => Device::SafeMode {
@@ -1527,16 +1525,16 @@ mod tests {
 
     #[test]
     fn net_commands() {
-        let net = |hosts, metered| Ok(Device::Net { hosts, metered });
-        assert_eq!(dev("net"), net(false, None));
-        assert_eq!(dev("net hosts"), net(true, None));
+        let net = |hosts| Ok(Device::Net { hosts });
+        assert_eq!(dev("net"), net(false));
+        assert_eq!(dev("net hosts"), net(true));
         for bad in ["net ports", "net hosts hosts"] {
             assert_eq!(refused(bad), NET_REFUSAL);
         }
         #[cfg(feature = "shape")]
         {
-            assert_eq!(dev("net metered on"), net(false, Some(true)));
-            assert_eq!(dev("net metered off"), net(false, Some(false)));
+            assert_eq!(dev("net metered on"), Ok(Device::NetMetered(true)));
+            assert_eq!(dev("net metered off"), Ok(Device::NetMetered(false)));
             assert_eq!(refused("net metered"), "usage: berth net metered on|off");
             assert_eq!(
                 refused("net metered yes"),

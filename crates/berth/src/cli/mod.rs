@@ -246,7 +246,9 @@ fn device(g: &Global, command: &str, args: &[String]) -> Result<()> {
         Device::Packages(c) => packages::run(g.json, &sock, c),
         Device::Containers(c) => containers::run(g.json, &sock, c),
         Device::Resources(c) => resources::run(g.json, &sock, c),
-        Device::Net { hosts, metered } => net::run(g.json, &sock, hosts, metered),
+        Device::Net { hosts } => net::run(g.json, &sock, hosts),
+        #[cfg(feature = "shape")]
+        Device::NetMetered(on) => net::metered(g.json, &sock, on),
         Device::SafeMode { enter } => containers::safe_mode(g.json, &sock, enter),
         Device::Reports(c) => reports::run(g.json, &sock, c),
         Device::Schedules(c) => schedules::run(g.json, &sock, c),

@@ -618,6 +618,8 @@ pub fn stats(v: &Value) -> String {
     );
     out.push_str(&table(STATS_HEAD, stats_rows(v)));
     out.push_str(&own_writes(&v[stats::WRITES]));
+    #[cfg(feature = "shape")]
+    data_lines(&v[stats::CONTAINERS], &mut out);
     #[cfg(feature = "slab")]
     if v[stats::SLAB].is_object() {
         out.push_str(&slab(&v[stats::SLAB]));
@@ -806,26 +808,32 @@ pub fn net(v: &Value) -> String {
     }
     out.push_str(&table(NET_HEAD, net_rows(v)));
     #[cfg(feature = "shape")]
-    for c in v[net::CONTAINERS].as_array().into_iter().flatten() {
+    data_lines(&v[net::CONTAINERS], &mut out);
+    out
+}
+
+/// Under `berth net` and `berth stats`: each capped container's data used in its period.
+#[cfg(feature = "shape")]
+fn data_lines(containers: &Value, out: &mut String) {
+    for c in containers.as_array().into_iter().flatten() {
         let d = &c[net::DATA];
         if let (Some(used), Some(cap)) = (d["used"].as_u64(), d["cap"].as_u64()) {
+            let over = if d["over"] == true {
+                ": at its cap"
+            } else {
+                ""
+            };
             out.push_str(&format!(
-                "data {}: {} of {} ({}%) since {}, resets {}{}\n",
+                "data {}: {} of {} ({}%) since {}, resets {}{over}\n",
                 cell(&c[net::NAME]),
                 human(used),
                 cell(&d["period"]),
                 used.saturating_mul(100) / cap.max(1),
                 cell(&d["since"]),
                 cell(&d["resets"]),
-                if d["over"] == true {
-                    ": at its cap"
-                } else {
-                    ""
-                }
             ));
         }
     }
-    out
 }
 
 pub const HOSTS_HEAD: &[&str] = &["IP", "MAC", "DEVICE", "STATE", "SEEN", "HOSTNAME", "SOURCE"];
@@ -1459,6 +1467,29 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("  (none)\n"), "{text}");
+    }
+
+    #[cfg(feature = "shape")]
+    #[test]
+    fn a_capped_containers_data_shows_under_net_and_stats() {
+        let data = json!({"cap": 4194304, "period": "4M/day", "used": 3145728,
+            "since": "2026-12-07", "resets": "2026-12-08", "over": false});
+        let mut v = json!({"bridge": "berth0", "gateway": "g", "subnet": "s", "table": "t",
+            "containers": [{"name": "dl", "mode": "isolated", "publish": [], "data": data},
+                           {"name": "web", "mode": "isolated", "publish": [], "data": null}]});
+        let text = net(&v);
+        assert!(
+            text.ends_with(
+                "data dl: 3.0 MiB of 4M/day (75%) since 2026-12-07, resets 2026-12-08\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("data web"), "{text}");
+        v["containers"][0]["data"]["over"] = json!(true);
+        assert!(net(&v).ends_with("resets 2026-12-08: at its cap\n"));
+        let mut out = String::new();
+        data_lines(&v["containers"], &mut out);
+        assert_eq!(out.lines().count(), 1, "{out}");
     }
 
     #[test]

@@ -74,7 +74,7 @@ pub struct Daemon {
     pub slab_error: OnceLock<String>,
     /// The data caps' counts as the daemon last knew them (`prepare::datacap` owns them).
     #[cfg(feature = "shape")]
-    pub usage: Mutex<BTreeMap<String, crate::daemon::prepare::datacap::Known>>,
+    pub usage: Mutex<Vec<(String, crate::daemon::prepare::datacap::Known)>>,
 }
 
 /// Every container's schedules and what the scheduler thread needs to be woken.
@@ -242,7 +242,7 @@ impl Daemon {
             #[cfg(feature = "slab")]
             slab_error: OnceLock::new(),
             #[cfg(feature = "shape")]
-            usage: Mutex::new(BTreeMap::new()),
+            usage: Mutex::new(Vec::new()),
         }
     }
 

@@ -494,6 +494,28 @@ fn attributes(d: &Daemon, cfg: &Fleet, rec: &Record) -> BTreeMap<String, String>
     for p in st.packages.values() {
         put(&format!("package.{}", p.name), p.version.to_string());
     }
+    // The line's metered switch and the containers at their data caps: states that change
+    // seldom (a count that grows would send configData at every poll).
+    #[cfg(feature = "shape")]
+    {
+        use crate::daemon::prepare::datacap;
+        put(
+            "metered",
+            if datacap::metered(d) { "on" } else { "off" }.into(),
+        );
+        let over: Vec<&str> = st
+            .packages
+            .keys()
+            .filter(|n| datacap::usage_of(d, n)["over"] == true)
+            .map(String::as_str)
+            .collect();
+        // hawkBit keeps 128 characters of a value: more names are a number.
+        match over.join(",") {
+            v if v.is_empty() => {}
+            v if v.len() <= 128 => put("data_cap_reached", v),
+            _ => put("data_cap_reached", format!("{} containers", over.len())),
+        }
+    }
     a
 }
 

@@ -87,34 +87,43 @@ fn counted(d: &Daemon) -> Vec<(u32, u64)> {
     }
 }
 
-/// Before a load: each member with a cap in force gets its quota, holding what it counted in
-/// this period (the kernel's count, which belongs to the period last written, or the flash's
-/// after a reboot); a count that moved is written. Returns the fingerprint the ruleset's
-/// hash takes in place of the counts: the caps' periods (a count that grew is no reason to
-/// reload; a new period, whose count starts at zero, is).
-pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> String {
+/// The daemon's entry for `name`.
+fn entry<'a>(known: &'a mut [(String, Known)], name: &str) -> Option<&'a mut Known> {
+    known.iter_mut().find(|(n, _)| n == name).map(|(_, k)| k)
+}
+
+/// Before a load: each member with a cap in force gets its quota (its count 0 in the text the
+/// ruleset's hash is taken of: a count that grew is no reason to reload); the quotas with what
+/// each counted in this period (the kernel's count, which belongs to the period last written,
+/// or the flash's after a reboot) are returned for [`datacap::with_counts`], with the
+/// fingerprint the hash takes besides: the periods (a new one, its count from zero, is a
+/// reason to reload). A count that moved is written.
+pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, Vec<Quota>) {
     let metered = metered(d);
     let caps: Vec<Option<DataCap>> = members
         .iter()
         .map(|m| cap_of(d, st, m.name, metered))
         .collect();
     let mut known = d.usage.lock().unwrap();
-    known.retain(|n, _| members.iter().any(|m| m.name == n));
-    if caps.iter().all(Option::is_none) {
-        known.clear();
-        return String::new();
+    // Only the members with a cap stay known.
+    known.retain(|(n, _)| {
+        members
+            .iter()
+            .zip(&caps)
+            .any(|(m, c)| m.name == n && c.is_some())
+    });
+    let mut quotas = Vec::new();
+    if known.is_empty() && caps.iter().all(Option::is_none) {
+        return (String::new(), quotas);
     }
     let kernel = counted(d);
     let now = now();
     let policy = d.cfg.network.data;
     let mut fingerprint = String::new();
     for (m, cap) in members.iter_mut().zip(caps) {
-        let Some(cap) = cap else {
-            known.remove(m.name);
-            continue;
-        };
+        let Some(cap) = cap else { continue };
         let index = net::index_of(&d.cfg.network, m.ip);
-        let saved = match known.get(m.name) {
+        let saved = match entry(&mut known, m.name) {
             Some(k) => k.saved,
             None => std::fs::read_to_string(file(d, m.name))
                 .ok()
@@ -128,9 +137,8 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> String {
         }
         let in_kernel = kernel.iter().find(|k| k.0 == index).map(|k| k.1);
         // What the quota loaded last had in force (this daemon's; else this cap's).
-        let (was_cap, loaded) = known
-            .get(m.name)
-            .map_or((cap.bytes, 0), |k| (k.cap.bytes, k.loaded));
+        let (was_cap, loaded) =
+            entry(&mut known, m.name).map_or((cap.bytes, 0), |k| (k.cap.bytes, k.loaded));
         let used = match in_kernel {
             Some(k) if saved.period == start => passed(k, was_cap, loaded).max(saved.used),
             _ => saved.in_period(start),
@@ -146,25 +154,28 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> String {
                 Err(e) => log::warn!("{}: data usage: {e}", m.name),
             }
         }
-        known.insert(
-            m.name.to_string(),
-            Known {
-                cap,
-                usage,
-                resets,
-                saved: kept,
-                loaded: used,
-            },
-        );
-        m.quota = Some(Quota {
+        let k = Known {
+            cap,
+            usage,
+            resets,
+            saved: kept,
+            loaded: used,
+        };
+        match entry(&mut known, m.name) {
+            Some(e) => *e = k,
+            None => known.push((m.name.to_string(), k)),
+        }
+        let q = Quota {
             index,
             cap: cap.bytes,
-            used,
+            used: 0,
             over: policy.over,
-        });
+        };
+        m.quota = Some(q);
+        quotas.push(Quota { used, ..q });
         fingerprint.push_str(&format!("{index}:{start} "));
     }
-    fingerprint
+    (fingerprint, quotas)
 }
 
 /// What passed a quota that counts `kernel`: beyond its cap it counts what it refused too (a
@@ -249,8 +260,8 @@ fn day(days: i64) -> String {
 /// One container's data usage for the views and its own `GET /v1/self`: null without a cap.
 pub(crate) fn usage_of(d: &Daemon, name: &str) -> Value {
     let over_policy = d.cfg.network.data.over;
-    let known = d.usage.lock().unwrap();
-    let Some(k) = known.get(name) else {
+    let mut known = d.usage.lock().unwrap();
+    let Some(k) = entry(&mut known, name).copied() else {
         return Value::Null;
     };
     let over = k.usage.used >= k.cap.bytes;
@@ -275,7 +286,7 @@ pub(crate) fn usage_of(d: &Daemon, name: &str) -> Value {
 
 /// A package removed: its count goes with it.
 pub(crate) fn forget(d: &Daemon, name: &str) {
-    d.usage.lock().unwrap().remove(name);
+    d.usage.lock().unwrap().retain(|(n, _)| n != name);
     let _ = std::fs::remove_file(file(d, name));
 }
 

@@ -190,19 +190,9 @@ fn load(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
     let c = &d.cfg.network;
     #[allow(unused_mut)]
     let mut m = members(st, leases);
-    // Data caps: each quota holds its count; the hash sees the periods, not the counts.
+    // Data caps: the hash sees the quotas' periods, not their counts, which go in after it.
     #[cfg(feature = "shape")]
-    let periods = datacap::fill(d, st, &mut m);
-    #[cfg(not(feature = "shape"))]
-    let periods = "";
-    #[cfg(feature = "shape")]
-    let uncounted: Vec<Member> = m
-        .iter()
-        .map(|x| Member {
-            quota: x.quota.map(|q| berth_core::datacap::Quota { used: 0, ..q }),
-            ..*x
-        })
-        .collect();
+    let (periods, counts) = datacap::fill(d, st, &mut m);
     let table = || {
         std::fs::read_to_string(d.proc().join("sys/net/netfilter/nf_conntrack_max"))
             .ok()
@@ -215,9 +205,14 @@ fn load(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
             net::ruleset(c, &m, limits)
         }
     };
+    #[cfg(feature = "shape")]
+    let counted = |t: String| berth_core::datacap::with_counts(t, &counts);
+    #[cfg(not(feature = "shape"))]
+    let counted = |t: String| t;
     let hash = |t: &str| {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         t.hash(&mut h);
+        #[cfg(feature = "shape")]
         periods.hash(&mut h);
         h.finish()
     };
@@ -226,14 +221,8 @@ fn load(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
         let size = table();
         let limits = net::connection_limits(c, size);
         let t = text(limits);
-        #[cfg(feature = "shape")]
-        let want = if m.is_empty() {
-            hash(&t)
-        } else {
-            hash(&net::ruleset(c, &uncounted, limits))
-        };
-        #[cfg(not(feature = "shape"))]
         let want = hash(&t);
+        let t = counted(t);
         if *loaded == want {
             return Ok(());
         }
@@ -257,7 +246,7 @@ fn load(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
                     continue;
                 }
                 tried.push(f);
-                if run(d, "nft", &["-f", "-"], Some(&text(f))).is_ok() {
+                if run(d, "nft", &["-f", "-"], Some(&counted(text(f)))).is_ok() {
                     fell_back = Some(f);
                     break;
                 }

@@ -211,9 +211,16 @@ pub(crate) fn stats(d: &Daemon, name: Option<&str>) -> Result<Value> {
     let elapsed = t0.elapsed();
     let second = read();
     let mut containers = Vec::new();
+    // The data caps' counts as the kernel has them now.
+    #[cfg(feature = "shape")]
+    crate::daemon::prepare::datacap::look(d, false);
     for (i, n) in names.iter().enumerate() {
         let mut v = stats_json(&first[i + 1], &second[i + 1], elapsed);
         v[stats::NAME] = json!(n);
+        #[cfg(feature = "shape")]
+        {
+            v[berth_core::api::net::DATA] = crate::daemon::prepare::datacap::usage_of(d, n);
+        }
         containers.push(v);
     }
     let mut g = stats_json(&first[0], &second[0], elapsed);

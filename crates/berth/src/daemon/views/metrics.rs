@@ -310,6 +310,41 @@ fn network_part(d: &Daemon, st: &berth_core::state::State, e: &mut Exposition) {
             }
         }
     }
+    #[cfg(feature = "shape")]
+    data_caps(&v, &list, e);
+}
+
+/// The data caps: each capped container's cap and what it moved over the WAN in its period,
+/// and whether the line is metered.
+#[cfg(feature = "shape")]
+fn data_caps(v: &Value, list: &[&Value], e: &mut Exposition) {
+    for (metric, key, help) in [
+        (
+            "berth_container_data_cap_bytes",
+            "cap",
+            "The container's data cap in force: bytes over the WAN a period.",
+        ),
+        (
+            "berth_container_data_used_bytes",
+            "used",
+            "Bytes the container moved over the WAN (both ways) in its cap's period.",
+        ),
+    ] {
+        e.family(metric, Kind::Gauge, help);
+        for c in list {
+            if let Some(n) = c[netf::NAME].as_str() {
+                if let Some(x) = c[netf::DATA][key].as_f64() {
+                    e.sample(&[("container", n)], Some(x));
+                }
+            }
+        }
+    }
+    e.family(
+        "berth_line_metered",
+        Kind::Gauge,
+        "1 while the line is metered (the policy's metered data caps apply).",
+    );
+    e.sample(&[], v["metered"].as_bool().map(|m| f64::from(u8::from(m))));
 }
 
 fn governor_part(d: &Daemon, e: &mut Exposition) {
@@ -549,6 +584,12 @@ mod tests {
                 "berth_container_network_transmit_bytes_total",
                 "berth_container_spoofed_packets_dropped_total",
                 "berth_container_denied_packets_dropped_total",
+                #[cfg(feature = "shape")]
+                "berth_container_data_cap_bytes",
+                #[cfg(feature = "shape")]
+                "berth_container_data_used_bytes",
+                #[cfg(feature = "shape")]
+                "berth_line_metered",
                 "berth_governor_cap_ratio",
                 "berth_governor_target_ratio",
                 "berth_governor_normal_responses_per_second",

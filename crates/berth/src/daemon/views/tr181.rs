@@ -365,6 +365,14 @@ impl View<'_> {
         p.set(&eu, "Privileged", pkg.trusted);
         p.set(&eu, "AllocatedDiskSpace", kib(d.cfg.data_size));
         p.set(&eu, "DiskSpaceInUse", kib(u.data_used));
+        // Vendor extensions (TR-106's `X_<vendor>_`): its data cap and what it moved over the
+        // WAN in the cap's period, KiB (−1 without a cap).
+        #[cfg(feature = "shape")]
+        {
+            let data = crate::daemon::prepare::datacap::usage_of(d, name);
+            p.set(&eu, "X_BERTH_DataCap", kib(data["cap"].as_u64()));
+            p.set(&eu, "X_BERTH_DataUsed", kib(data["used"].as_u64()));
+        }
         let stats = u.stats.as_ref();
         let mem_limit = m
             .resources
