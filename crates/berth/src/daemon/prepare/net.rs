@@ -1039,6 +1039,23 @@ mod tests {
         .unwrap();
         assert_eq!(loads(tools).len(), before);
         assert_eq!(datacap::usage_of(&d, "app")["used"], 4 * MIB);
+        // A period that ended (the count on flash is of an earlier day; a daemon that starts
+        // anew): the count starts at zero, written, and the ruleset is loaded again.
+        std::fs::write(
+            d.cfg.paths.state.join("usage/app"),
+            "{\"period\":20000,\"used\":3000000}\n",
+        )
+        .unwrap();
+        d.usage.lock().unwrap().clear();
+        set_metered(&d, false).unwrap();
+        let rules = loads(tools).pop().unwrap();
+        assert!(
+            rules.contains("  quota q_2 { over 4194304 bytes used 0 bytes }\n"),
+            "{rules}"
+        );
+        assert_eq!(kept(), 0);
+        let u = datacap::usage_of(&d, "app");
+        assert!(u["since"].as_str().unwrap() > "2024-10-04", "{u}");
         forget(
             &d,
             &crate::daemon::device::state::state(&d),
