@@ -1591,12 +1591,12 @@ fn a_data_cap_stops_a_container_at_its_cap_and_survives_restarts() {
     let mut sb = sandbox(
         &net,
         "netcap",
-        "outbound = \"wan0\"\n[policy]\nmetered_data_cap = \"2M/day\"",
+        "outbound = \"wan0\"\n[policy]\nmetered_data_cap = \"2M/month\"",
     );
     let _stop = stopper(&net, &sb);
     sb.add(
         &Pkg::script("dl", "1", "exec /bin/busybox sleep 100000\n")
-            .table("[resources]\ndata_cap = \"4M/day\"\n[network]\nmode = \"isolated\""),
+            .table("[resources]\ndata_cap = \"4M/month\"\n[network]\nmode = \"isolated\""),
     );
     sb.start_daemon();
     sb.ok(&["update"]);
@@ -1632,7 +1632,7 @@ fn a_data_cap_stops_a_container_at_its_cap_and_survives_restarts() {
     let text = sb.ok(&["net"]);
     // What it used, above the cap that is now the policy's.
     assert!(
-        text.contains("data dl: 3.0 MiB of 2M/day (15") && text.contains("at its cap"),
+        text.contains("data dl: 3.0 MiB of 2M/month (15") && text.contains("at its cap"),
         "{text}"
     );
 
@@ -1653,7 +1653,7 @@ fn a_data_cap_stops_a_container_at_its_cap_and_survives_restarts() {
     let blocked = download(&sb, "dl");
     assert!(blocked < 64 * 1024, "over its cap: {blocked} bytes came");
     println!(
-        "data cap 4 MiB: a 3 MiB download counted {used} B; then metered (2 MiB) blocked; then {rest} B more came; over it {blocked} B"
+        "data cap 4 MiB a month: a 3 MiB download counted {used} B; then metered (2 MiB) blocked; then {rest} B more came; over it {blocked} B"
     );
 
     // A daemon restart (the containers and the kernel's ruleset stay): still over.
@@ -1680,7 +1680,7 @@ fn a_data_cap_stops_a_container_at_its_cap_and_survives_restarts() {
     // `over_cap` a rate: over its cap its WAN traffic keeps that rate (a policer each way).
     sb.stop_daemon();
     sb.write_config(
-        "[network]\ntable = \"bt_netcap\"\noutbound = \"wan0\"\n[policy]\nmetered_data_cap = \"2M/day\"\nover_cap = \"800kbit\"\n",
+        "[network]\ntable = \"bt_netcap\"\noutbound = \"wan0\"\n[policy]\nmetered_data_cap = \"2M/month\"\nover_cap = \"800kbit\"\n",
     );
     sb.start_daemon();
     let t0 = Instant::now();

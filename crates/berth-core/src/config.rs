@@ -2430,10 +2430,15 @@ mod tests {
             period: Period::Day,
         };
         assert_eq!(p.metered_cap, Some(day(100)));
-        // While metered the policy's, unless the package's own is smaller over the same period.
+        // While metered the smaller of the policy's and the package's own, in bytes.
         assert_eq!(p.cap(None, true), Some(day(100)));
         assert_eq!(p.cap(Some(day(10)), true), Some(day(10)));
         assert_eq!(p.cap(Some(day(500)), true), Some(day(100)));
+        let month = DataCap {
+            bytes: 50 << 20,
+            period: Period::Month,
+        };
+        assert_eq!(p.cap(Some(month), true), Some(month));
         assert_eq!(p.cap(Some(day(500)), false), Some(day(500)));
         assert_eq!(p.cap(None, false), None);
         let d = Config::parse("", "f").unwrap().network.data;

@@ -105,11 +105,12 @@ impl Default for DataPolicy {
 }
 
 impl DataPolicy {
-    /// The cap in force for a container whose package asks `own`: while metered, the
-    /// policy's metered cap unless `own` is smaller over the same period.
+    /// The cap in force for a container whose package asks `own`: while metered, the smaller
+    /// of its own and the policy's metered cap (in bytes, whatever their periods: one quota
+    /// counts one period).
     pub fn cap(&self, own: Option<DataCap>, metered: bool) -> Option<DataCap> {
         match (own, self.metered_cap.filter(|_| metered)) {
-            (Some(o), Some(m)) if o.period == m.period && o.bytes <= m.bytes => Some(o),
+            (Some(o), Some(m)) if o.bytes <= m.bytes => Some(o),
             (_, Some(m)) => Some(m),
             (o, None) => o,
         }
@@ -183,29 +184,39 @@ pub fn period_of(p: Period, reset_day: u8, now: u64) -> (i64, i64) {
     }
 }
 
-/// A container's count, as kept on flash: the period it is of (its first day) and the bytes.
+/// A container's count, as kept on flash: the period it is of (its first day and the first
+/// day after it, days since 1970) and the bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
     pub period: i64,
+    pub ends: i64,
     pub used: u64,
 }
 
 impl Usage {
     pub fn parse(text: &str) -> Option<Usage> {
         let v: serde_json::Value = serde_json::from_str(text).ok()?;
+        let period = v["period"].as_i64()?;
         Some(Usage {
-            period: v["period"].as_i64()?,
+            period,
+            ends: v["ends"].as_i64().unwrap_or(period + 1),
             used: v["used"].as_u64()?,
         })
     }
 
     pub fn to_text(self) -> String {
-        format!("{{\"period\":{},\"used\":{}}}\n", self.period, self.used)
+        format!(
+            "{{\"period\":{},\"ends\":{},\"used\":{}}}\n",
+            self.period, self.ends, self.used
+        )
     }
 
-    /// What the count is in the period starting `period`: its own bytes, or none yet.
-    pub fn in_period(self, period: i64) -> u64 {
-        if self.period == period {
+    /// What the count is on `today` (days since 1970): its bytes until its period ends, then
+    /// none. A cap whose period changed (the metered switch, an upgrade) keeps the count
+    /// until the period it was counted in ends: more counted than the new period holds,
+    /// never less.
+    pub fn on(self, today: i64) -> u64 {
+        if today < self.ends {
             self.used
         } else {
             0
@@ -284,10 +295,12 @@ pub fn upload_rule(q: &Quota, from: &str, wan: &str) -> String {
     )
 }
 
-/// The download rule (in `forward`, before established connections are accepted).
+/// The download rule (in `forward`, before established connections are accepted): what the
+/// container's connections bring, not what strangers send it (which the chain drops, and
+/// which must not use its cap up).
 pub fn download_rule(q: &Quota, to: &str, wan_in: &str, bridge: &str) -> String {
     format!(
-        "    {wan_in} oifname \"{bridge}\" {to} quota name q_{} {}\n",
+        "    {wan_in} oifname \"{bridge}\" {to} ct state established,related quota name q_{} {}\n",
         q.index,
         verdict(q.over)
     )
@@ -379,7 +392,11 @@ mod tests {
 
     #[test]
     fn a_count_is_written_when_it_moved_or_reached_the_cap() {
-        let u = |period, used| Usage { period, used };
+        let u = |period, used| Usage {
+            period,
+            ends: period + 1,
+            used,
+        };
         let cap = 4 << 20;
         assert!(!worth_writing(u(9, 0), u(9, 1000), cap));
         assert!(worth_writing(u(9, 0), u(9, 1 << 20), cap));
@@ -390,7 +407,9 @@ mod tests {
         assert!(!worth_writing(u(9, 0), u(9, 2 << 20), 1 << 30));
         assert_eq!(Usage::parse(&u(9, 77).to_text()), Some(u(9, 77)));
         assert_eq!(Usage::parse("{\"period\":9}"), None);
-        assert_eq!(u(9, 77).in_period(10), 0);
+        // Written without its end: a day.
+        assert_eq!(Usage::parse("{\"period\":9,\"used\":77}"), Some(u(9, 77)));
+        assert_eq!((u(9, 77).on(9), u(9, 77).on(10)), (77, 0));
     }
 
     #[test]
@@ -448,7 +467,7 @@ mod tests {
         };
         assert_eq!(
             download_rule(&t, "ip daddr 10.0.0.2", "iifname \"wan\"", "br0"),
-            "    iifname \"wan\" oifname \"br0\" ip daddr 10.0.0.2 quota name q_2 limit rate over 8000 bytes/second drop\n"
+            "    iifname \"wan\" oifname \"br0\" ip daddr 10.0.0.2 ct state established,related quota name q_2 limit rate over 8000 bytes/second drop\n"
         );
         let v = serde_json::json!({"nftables": [{"metainfo": {}},
             {"quota": {"family": "inet", "name": "q_2", "bytes": 4194304, "used": 1000, "inv": true}},

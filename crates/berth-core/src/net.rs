@@ -1069,14 +1069,15 @@ fn quotas(members: &[Member]) -> Vec<crate::datacap::Quota> {
     members.iter().filter_map(|m| m.quota).collect()
 }
 
-/// The WAN's interfaces as a match on `dir` (`oifname`, `iifname`): the governed uplink,
-/// else `[network] outbound`, else any but the bridge. A data cap counts what passes them.
+/// The WAN's interfaces as a match on `dir` (`oifname`, `iifname`): `[network] outbound`
+/// (where containers may go: every way out, a failover LTE link too), else the governed
+/// uplink, else any but the bridge. A data cap counts what passes them.
 #[cfg(feature = "shape")]
 pub fn wan(cfg: &NetConfig, dir: &str) -> String {
-    match (&cfg.line, cfg.outbound.is_empty()) {
-        (Some(l), _) => format!("{dir} \"{}\"", l.uplink),
-        (None, false) => format!("{dir} {}", set(&cfg.outbound)),
-        (None, true) => format!("{dir} != \"{}\"", cfg.bridge),
+    match (cfg.outbound.is_empty(), &cfg.line) {
+        (false, _) => format!("{dir} {}", set(&cfg.outbound)),
+        (true, Some(l)) => format!("{dir} \"{}\"", l.uplink),
+        (true, None) => format!("{dir} != \"{}\"", cfg.bridge),
     }
 }
 
@@ -1476,6 +1477,12 @@ mod tests {
                 "oifname \"ppp0\"",
                 "iifname \"ppp0\"",
             ),
+            // A failover link beside the governed line: every way out counts.
+            (
+                "uplink = \"ppp0\"\nuplink_rate = \"20mbit\"\noutbound = \"ppp0 wwan0\"",
+                "oifname { \"ppp0\", \"wwan0\" }",
+                "iifname { \"ppp0\", \"wwan0\" }",
+            ),
         ] {
             let r = ruleset(&cfg(toml), &m, ConnLimits::default());
             assert!(
@@ -1485,7 +1492,7 @@ mod tests {
             assert!(!r.contains("q_3"), "{r}");
             let upload = format!("    ip saddr 10.87.0.2 {up} quota name q_2 drop\n");
             let download =
-                format!("    {down} oifname \"berth0\" ip daddr 10.87.0.2 quota name q_2 drop\n");
+                format!("    {down} oifname \"berth0\" ip daddr 10.87.0.2 ct state established,related quota name q_2 drop\n");
             let (Some(u), Some(d)) = (r.find(&upload), r.find(&download)) else {
                 panic!("{toml}: {r}");
             };

@@ -4,8 +4,8 @@
 //! rollover; the metered switch (`<state>/net/metered`, over the policy's `metered`).
 //!
 //! The counts are written when they moved a hundredth of the cap (at least a MiB) or reached
-//! it, at each load and each look (every minute) and at the daemon's clean stop: a power cut
-//! forgets at most that much, never that a container reached its cap.
+//! it, seen at each load and each look (every minute), and at the daemon's clean stop: a power
+//! cut forgets what moved since the last write, at most that much and a minute's traffic.
 
 use std::path::PathBuf;
 
@@ -30,6 +30,11 @@ pub(crate) struct Known {
     pub saved: Usage,
     /// The count its quota was loaded with (it may be above a cap lowered since).
     pub loaded: u64,
+    /// Its quota's name's number.
+    pub index: u32,
+    /// The ruleset with this count went in (or was already in force): the kernel's quota
+    /// counts this record. Until it does, the kernel's count is another period's or cap's.
+    pub confirmed: bool,
 }
 
 fn file(d: &Daemon, name: &str) -> PathBuf {
@@ -92,63 +97,95 @@ fn entry<'a>(known: &'a mut [(String, Known)], name: &str) -> Option<&'a mut Kno
     known.iter_mut().find(|(n, _)| n == name).map(|(_, k)| k)
 }
 
+fn today(now: u64) -> i64 {
+    (now / 86_400) as i64
+}
+
 /// Before a load: each member with a cap in force gets its quota (its count 0 in the text the
 /// ruleset's hash is taken of: a count that grew is no reason to reload); the quotas with what
-/// each counted in this period (the kernel's count, which belongs to the period last written,
-/// or the flash's after a reboot) are returned for [`datacap::with_counts`], with the
+/// each counted in this period (the kernel's count where it counts this record, else the
+/// flash's, as after a reboot) are returned for [`datacap::with_counts`], with the
 /// fingerprint the hash takes besides: the periods (a new one, its count from zero, is a
-/// reason to reload). A count that moved is written.
+/// reason to reload). A count that moved is written; so is the last count of one whose cap
+/// goes. [`confirm`] marks them in force once the load went in.
 pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, Vec<Quota>) {
     let metered = metered(d);
     let caps: Vec<Option<DataCap>> = members
         .iter()
         .map(|m| cap_of(d, st, m.name, metered))
         .collect();
-    let mut known = d.usage.lock().unwrap();
-    // Only the members with a cap stay known.
-    known.retain(|(n, _)| {
+    let capped = |n: &str| {
         members
             .iter()
             .zip(&caps)
             .any(|(m, c)| m.name == n && c.is_some())
-    });
+    };
+    let mut known = d.usage.lock().unwrap();
     let mut quotas = Vec::new();
     if known.is_empty() && caps.iter().all(Option::is_none) {
         return (String::new(), quotas);
     }
     let kernel = counted(d);
+    let in_kernel = |index: u32| kernel.iter().find(|k| k.0 == index).map(|k| k.1);
+    // A cap that goes (metered off, an upgrade without it): its last count kept first.
+    for (n, k) in known.iter_mut().filter(|(n, _)| !capped(n)) {
+        if let Some(c) = in_kernel(k.index).filter(|_| k.confirmed) {
+            let usage = Usage {
+                used: passed(c, k.cap.bytes, k.loaded).max(k.usage.used),
+                ..k.usage
+            };
+            if usage != k.saved {
+                if let Err(e) = write(d, n, usage) {
+                    log::warn!("{n}: data usage: {e}");
+                }
+            }
+        }
+    }
+    known.retain(|(n, _)| capped(n));
     let now = now();
     let policy = d.cfg.network.data;
     let mut fingerprint = String::new();
     for (m, cap) in members.iter_mut().zip(caps) {
         let Some(cap) = cap else { continue };
         let index = net::index_of(&d.cfg.network, m.ip);
-        let saved = match entry(&mut known, m.name) {
+        let had = entry(&mut known, m.name).copied();
+        let saved = match had {
             Some(k) => k.saved,
             None => std::fs::read_to_string(file(d, m.name))
                 .ok()
                 .and_then(|t| Usage::parse(&t))
                 .unwrap_or_default(),
         };
+        // The record last loaded or written: its period, its count.
+        let base = had.map_or(saved, |k| k.usage);
         let (mut start, mut resets) = datacap::period_of(cap.period, policy.reset_day, now);
         // A clock not set yet (no RTC, no NTP answer) cannot tell a period: the last one goes on.
-        if !berth_core::date::clock_set(now) && saved.period != 0 {
-            (start, resets) = (saved.period, i64::MAX);
+        let clock = berth_core::date::clock_set(now);
+        if !clock && base.ends != 0 {
+            (start, resets) = (base.period, base.ends);
         }
-        let in_kernel = kernel.iter().find(|k| k.0 == index).map(|k| k.1);
-        // What the quota loaded last had in force (this daemon's; else this cap's).
-        let (was_cap, loaded) =
-            entry(&mut known, m.name).map_or((cap.bytes, 0), |k| (k.cap.bytes, k.loaded));
-        let used = match in_kernel {
-            Some(k) if saved.period == start => passed(k, was_cap, loaded).max(saved.used),
-            _ => saved.in_period(start),
+        // The kernel's quota counts the record last loaded: this daemon's, once it went in
+        // (else the kernel's count is another period's or cap's); a daemon's before it (a
+        // restart: the last one written).
+        let kernel_count = match had {
+            Some(k) if k.confirmed && k.index == index => {
+                in_kernel(index).map(|c| passed(c, k.cap.bytes, k.loaded))
+            }
+            Some(_) => None,
+            None => in_kernel(index).map(|c| c.min(cap.bytes)),
+        };
+        let live = !clock || today(now) < base.ends;
+        let used = match live {
+            true => kernel_count.unwrap_or(0).max(base.used),
+            false => 0,
         };
         let usage = Usage {
             period: start,
+            ends: resets,
             used,
         };
         let mut kept = saved;
-        if datacap::worth_writing(saved, usage, cap.bytes) {
+        if usage != saved && datacap::worth_writing(saved, usage, cap.bytes) {
             match write(d, m.name, usage) {
                 Ok(()) => kept = usage,
                 Err(e) => log::warn!("{}: data usage: {e}", m.name),
@@ -160,6 +197,8 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, V
             resets,
             saved: kept,
             loaded: used,
+            index,
+            confirmed: false,
         };
         match entry(&mut known, m.name) {
             Some(e) => *e = k,
@@ -176,6 +215,13 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, V
         fingerprint.push_str(&format!("{index}:{start} "));
     }
     (fingerprint, quotas)
+}
+
+/// The ruleset [`fill`] prepared is in force (it went in, or was already).
+pub(crate) fn confirm(d: &Daemon) {
+    for (_, k) in d.usage.lock().unwrap().iter_mut() {
+        k.confirmed = true;
+    }
 }
 
 /// What passed a quota that counts `kernel`: beyond its cap it counts what it refused too (a
@@ -195,27 +241,25 @@ fn write(d: &Daemon, name: &str, u: Usage) -> std::io::Result<()> {
 
 /// A look (every minute, and at the daemon's clean stop): the kernel's counts into what the
 /// daemon knows, written where they moved enough (`force`: wherever they moved at all); a
-/// container that reached its cap since the last look is said so. Returns whether a period
-/// has ended (the ruleset is then loaded again, its quotas from zero).
+/// container that reached its cap since the last look is said so. Returns whether the
+/// ruleset is to be loaded again: a period has ended (its quotas then start from zero), or a
+/// load whose counts did not go in is to be tried again.
 pub(crate) fn look(d: &Daemon, force: bool) -> bool {
-    if d.usage.lock().unwrap().is_empty() {
+    let mut known = d.usage.lock().unwrap();
+    if known.is_empty() {
         return false;
     }
+    // Under the lock: a load between the kernel's answer and its use would change whose
+    // count it is.
     let kernel = counted(d);
     let now = now();
-    let mut known = d.usage.lock().unwrap();
-    let mut ended = false;
-    let leases = super::net::load_leases(d);
+    let mut again = false;
     for (name, k) in known.iter_mut() {
-        let Some(ip) = net::lease_of(&leases, name) else {
-            continue;
-        };
-        if berth_core::date::clock_set(now) && (now / 86_400) as i64 >= k.resets {
-            ended = true;
+        if !k.confirmed || (berth_core::date::clock_set(now) && today(now) >= k.resets) {
+            again = true;
             continue;
         }
-        let index = net::index_of(&d.cfg.network, ip);
-        let Some(used) = kernel.iter().find(|q| q.0 == index).map(|q| q.1) else {
+        let Some(used) = kernel.iter().find(|q| q.0 == k.index).map(|q| q.1) else {
             continue;
         };
         let was = k.usage.used;
@@ -228,15 +272,15 @@ pub(crate) fn look(d: &Daemon, force: bool) -> bool {
                 day(k.resets)
             );
         }
-        let moved = k.usage.used != k.saved.used || k.usage.period != k.saved.period;
-        if (force && moved) || datacap::worth_writing(k.saved, k.usage, k.cap.bytes) {
+        let moved = k.usage != k.saved;
+        if moved && (force || datacap::worth_writing(k.saved, k.usage, k.cap.bytes)) {
             match write(d, name, k.usage) {
                 Ok(()) => k.saved = k.usage,
                 Err(e) => log::warn!("{name}: data usage: {e}"),
             }
         }
     }
-    ended
+    again
 }
 
 /// What is done to WAN traffic at the cap, for people.
@@ -247,12 +291,8 @@ fn over_text(o: datacap::Over) -> String {
     }
 }
 
-/// A day (days since 1970) as `YYYY-MM-DD`; the end of time for a period a clock not yet set
-/// cannot end.
+/// A day (days since 1970) as `YYYY-MM-DD`.
 fn day(days: i64) -> String {
-    if days == i64::MAX {
-        return "the clock is set".into();
-    }
     let (y, m, d) = berth_core::date::civil(days);
     format!("{y:04}-{m:02}-{d:02}")
 }
@@ -290,18 +330,20 @@ pub(crate) fn forget(d: &Daemon, name: &str) {
     let _ = std::fs::remove_file(file(d, name));
 }
 
-/// Every minute: a look; at a period's end the ruleset is loaded again (under the daemon's
-/// operation lock, from the state as it is then), its quotas from zero.
+/// Every minute: a look; at a period's end (or after a load whose counts did not go in) the
+/// ruleset is loaded again, under the daemon's operation lock, from the state as it is then.
 pub(crate) fn spawn(d: &std::sync::Arc<Daemon>) {
     let d = std::sync::Arc::clone(d);
     let spawned = berth_sys::process::spawn_thread(
         "usage".into(),
-        64 * 1024,
+        // The whole load runs here (the state, the line governor, the ruleset, nft's answer):
+        // the stack of the threads that run it otherwise.
+        256 * 1024,
         Box::new(move || loop {
             std::thread::sleep(std::time::Duration::from_secs(LOOK_S));
             if look(&d, false) {
                 let _op = d.op.lock().unwrap();
-                super::net::reload(&d, "a data cap's new period");
+                super::net::reload(&d, "the data caps");
             }
         }),
     );

@@ -224,6 +224,8 @@ fn load(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
         let want = hash(&t);
         let t = counted(t);
         if *loaded == want {
+            #[cfg(feature = "shape")]
+            datacap::confirm(d);
             return Ok(());
         }
         *loaded = 0;
@@ -285,6 +287,9 @@ fn load(d: &Daemon, st: &State, leases: &Leases) -> Result<(), String> {
         // refused: the same ruleset asked for again is not reloaded. A fallback for another
         // failure is not kept: the next load tries the whole again.
         *loaded = if partial && !refused { 0 } else { want };
+        // The quotas went in with their counts.
+        #[cfg(feature = "shape")]
+        datacap::confirm(d);
         // A table not there before this load (connection tracking loaded by it): now there,
         // a percentage cap goes in at once.
         if size.is_some() || c.max_connections.is_none() || table().is_none() {
@@ -948,13 +953,11 @@ mod tests {
         calls.map(|c| c.input.unwrap_or_default()).collect()
     }
 
-    /// The first isolated container makes the bridge (its gateway address, up) after checking
-    /// the subnet against the host's routes, lets the device forward, and loads a ruleset
-    /// holding its address; the next finds the bridge there and does not make it again.
     /// A capped container's quota goes in with the count kept for it; looks take the kernel's
     /// count (what it refused beyond the cap not counted) and write it where it moved; the
     /// metered switch loads the policy's smaller cap with the count (the kernel takes no more
-    /// than the cap); a removal drops the count.
+    /// than the cap); a new period starts from zero, also when its load failed (then tried
+    /// again at each look); a removal drops the count.
     #[cfg(feature = "shape")]
     #[test]
     fn a_data_cap_is_loaded_with_its_count_and_the_count_kept() {
@@ -1056,6 +1059,35 @@ mod tests {
         assert_eq!(kept(), 0);
         let u = datacap::usage_of(&d, "app");
         assert!(u["since"].as_str().unwrap() > "2024-10-04", "{u}");
+        // A new period whose load fails: the kernel's quota still counts the old one (here
+        // over its cap). Its count is not carried into the new period, and each look asks
+        // for the load again until it goes in.
+        tools.answer("nft", &["-j", "list", "quotas"], quotas(4 * MIB));
+        datacap::look(&d, true);
+        std::fs::write(
+            d.cfg.paths.state.join("usage/app"),
+            "{\"period\":20000,\"ends\":20001,\"used\":4194304}\n",
+        )
+        .unwrap();
+        d.usage.lock().unwrap().clear();
+        tools.answer(
+            "nft",
+            &["-f", "-"],
+            Err("netlink: Error: out of memory".into()),
+        );
+        // (Metered, so that the ruleset differs from the one in force and is loaded.)
+        assert!(set_metered(&d, true).is_err());
+        assert!(datacap::look(&d, false), "the load is to be tried again");
+        assert_eq!(datacap::usage_of(&d, "app")["used"], 0);
+        assert_eq!(kept(), 0);
+        tools.answer("nft", &["-f", "-"], Ok(String::new()));
+        reload(&d, "the test");
+        let rules = loads(tools).pop().unwrap();
+        assert!(
+            rules.contains("  quota q_2 { over 2097152 bytes used 0 bytes }\n"),
+            "{rules}"
+        );
+        assert!(!datacap::look(&d, false));
         forget(
             &d,
             &crate::daemon::device::state::state(&d),
@@ -1065,6 +1097,9 @@ mod tests {
         assert_eq!(datacap::usage_of(&d, "app"), Value::Null);
     }
 
+    /// The first isolated container makes the bridge (its gateway address, up) after checking
+    /// the subnet against the host's routes, lets the device forward, and loads a ruleset
+    /// holding its address; the next finds the bridge there and does not make it again.
     #[test]
     fn the_bridge_is_made_once_and_each_start_loads_the_ruleset_with_its_address() {
         let (dir, d, tools) = networked_daemon("net-bridge", "[network]\ntable = \"bt_bridge\"\n");
