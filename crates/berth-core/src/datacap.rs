@@ -55,8 +55,18 @@ pub fn parse_cap(s: &str) -> Result<DataCap, String> {
         "month" => Period::Month,
         _ => return Err(format!("{s:?}: unknown period {period:?}: {want}")),
     };
-    let size = size.strip_suffix("iB").unwrap_or(size);
-    let bytes = crate::manifest::parse_size(size).map_err(|e| format!("{s:?}: {}", e.message))?;
+    let digits = size.strip_suffix("iB").unwrap_or(size);
+    let (digits, shift) = match digits.as_bytes().last() {
+        Some(b'K' | b'k') => (&digits[..digits.len() - 1], 10),
+        Some(b'M' | b'm') => (&digits[..digits.len() - 1], 20),
+        Some(b'G' | b'g') => (&digits[..digits.len() - 1], 30),
+        _ => (digits, 0),
+    };
+    let bytes = Some(digits)
+        .filter(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|d| d.parse::<u64>().ok())
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{s:?}: invalid size {size:?}: {want}"))?;
     if bytes < MIN_CAP {
         return Err(format!("{s:?}: at least 1M a period"));
     }
@@ -233,6 +243,25 @@ pub fn worth_writing(saved: Usage, now: Usage, cap: u64) -> bool {
     }
     let moved = now.used.abs_diff(saved.used);
     moved >= (cap / 100).max(1 << 20) || (now.used >= cap && saved.used < cap)
+}
+
+/// What the daemon last knew of a capped container (its `usage` list): for the views and
+/// `GET /v1/self`, which ask nothing of nft (a container must not make the daemon run it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Known {
+    pub cap: DataCap,
+    pub usage: Usage,
+    /// The first day of the next period (days since 1970).
+    pub resets: i64,
+    /// What its flash file holds.
+    pub saved: Usage,
+    /// The count its quota was loaded with (it may be above a cap lowered since).
+    pub loaded: u64,
+    /// Its quota's name's number.
+    pub index: u32,
+    /// The ruleset with this count went in (or was already in force): the kernel's quota
+    /// counts this record. Until it does, the kernel's count is another period's or cap's.
+    pub confirmed: bool,
 }
 
 /// One container's quota in the ruleset: its index (the name's number), its cap, what it has

@@ -1244,7 +1244,11 @@ impl Validator<'_> {
                     "resources.data_cap",
                     format!(
                         "a data cap needs network mode isolated (its packets cross berth's bridge, where they are counted); mode {} has none",
-                        crate::net::mode_name(mode)
+                        match mode {
+                            NetMode::Shared => "shared",
+                            NetMode::Macvlan => "macvlan",
+                            _ => "none",
+                        }
                     ),
                 ))
             }

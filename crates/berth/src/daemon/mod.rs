@@ -93,7 +93,7 @@ pub fn run(cfg: Config) -> Result<()> {
     #[cfg(feature = "shape")]
     prepare::shape::watch_line(&d, prepare::net::bridged(&d, &st));
     #[cfg(feature = "shape")]
-    prepare::datacap::spawn(&d);
+    prepare::net::watch_usage(&d);
     let running: Vec<String> = taken_over.iter().map(|(n, _)| n.clone()).collect();
     runtime::sockets::reopen(&d, &running);
     // A bind or unbind a killed daemon left half done: finished or undone before any request.

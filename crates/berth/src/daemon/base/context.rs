@@ -74,7 +74,7 @@ pub struct Daemon {
     pub slab_error: OnceLock<String>,
     /// The data caps' counts as the daemon last knew them (`prepare::datacap` owns them).
     #[cfg(feature = "shape")]
-    pub usage: Mutex<Vec<(String, crate::daemon::prepare::datacap::Known)>>,
+    pub usage: Mutex<Vec<(String, berth_core::datacap::Known)>>,
 }
 
 /// Every container's schedules and what the scheduler thread needs to be woken.

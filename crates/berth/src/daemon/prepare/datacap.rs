@@ -9,33 +9,14 @@
 
 use std::path::PathBuf;
 
-use berth_core::datacap::{self, DataCap, Quota, Usage};
+use berth_core::datacap::{self, DataCap, Known, Quota, Usage};
 use berth_core::net::{self, Member};
 use berth_core::state::State;
 use berth_sys::fsutil::write_atomic;
+use berth_sys::host::TOOL_LIMIT;
 use serde_json::{json, Value};
 
 use crate::daemon::base::context::Daemon;
-
-/// What the daemon last knew of each capped container (`Daemon::usage`): for the views and
-/// `GET /v1/self`, which ask nothing of nft (a container must not make the daemon run it for
-/// it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Known {
-    pub cap: DataCap,
-    pub usage: Usage,
-    /// The first day of the next period (days since 1970).
-    pub resets: i64,
-    /// What its flash file holds.
-    pub saved: Usage,
-    /// The count its quota was loaded with (it may be above a cap lowered since).
-    pub loaded: u64,
-    /// Its quota's name's number.
-    pub index: u32,
-    /// The ruleset with this count went in (or was already in force): the kernel's quota
-    /// counts this record. Until it does, the kernel's count is another period's or cap's.
-    pub confirmed: bool,
-}
 
 fn file(d: &Daemon, name: &str) -> PathBuf {
     d.cfg.paths.state.join("usage").join(name)
@@ -81,12 +62,8 @@ pub(crate) fn cap_of(d: &Daemon, st: &State, name: &str, metered: bool) -> Optio
 /// The counts nft's quotas hold now, by container index; empty without the table.
 fn counted(d: &Daemon) -> Vec<(u32, u64)> {
     let t = &d.cfg.network.table;
-    match super::net::run(
-        d,
-        "nft",
-        &["-j", "list", "quotas", "table", "inet", t],
-        None,
-    ) {
+    let args = ["-j", "list", "quotas", "table", "inet", t];
+    match berth_sys::host::run_checked(d.host.tools, "nft", &args, None, TOOL_LIMIT) {
         Ok(text) => datacap::parse_quotas(&serde_json::from_str(&text).unwrap_or(Value::Null)),
         Err(_) => Vec::new(),
     }
@@ -330,27 +307,5 @@ pub(crate) fn forget(d: &Daemon, name: &str) {
     let _ = std::fs::remove_file(file(d, name));
 }
 
-/// Every minute: a look; at a period's end (or after a load whose counts did not go in) the
-/// ruleset is loaded again, under the daemon's operation lock, from the state as it is then.
-pub(crate) fn spawn(d: &std::sync::Arc<Daemon>) {
-    let d = std::sync::Arc::clone(d);
-    let spawned = berth_sys::process::spawn_thread(
-        "usage".into(),
-        // The whole load runs here (the state, the line governor, the ruleset, nft's answer):
-        // the stack of the threads that run it otherwise.
-        256 * 1024,
-        Box::new(move || loop {
-            std::thread::sleep(std::time::Duration::from_secs(LOOK_S));
-            if look(&d, false) {
-                let _op = d.op.lock().unwrap();
-                super::net::reload(&d, "the data caps");
-            }
-        }),
-    );
-    if let Err(e) = spawned {
-        log::error!("network: cannot start the data caps' count: {e}");
-    }
-}
-
 /// Seconds between two looks.
-const LOOK_S: u64 = 60;
+pub(crate) const LOOK_S: u64 = 60;

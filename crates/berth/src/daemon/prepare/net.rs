@@ -56,12 +56,7 @@ fn net_err(m: String) -> Error {
 
 /// Runs `ip`/`nft`/`dnsmasq` through the host's tools, feeding `input`: stdout, or an
 /// error naming the command.
-pub(super) fn run(
-    d: &Daemon,
-    prog: &str,
-    args: &[&str],
-    input: Option<&str>,
-) -> Result<String, String> {
+fn run(d: &Daemon, prog: &str, args: &[&str], input: Option<&str>) -> Result<String, String> {
     berth_sys::host::run_checked(d.host.tools, prog, args, input, berth_sys::host::TOOL_LIMIT)
         .map_err(String::from)
 }
@@ -507,6 +502,30 @@ pub fn forget(d: &Daemon, st: &State, names: &[String]) {
     }
     if let Err(e) = apply(d, st, &leases).and_then(|_| sync_dhcp(d, st, &leases)) {
         log::warn!("network rules after removing {}: {e}", names.join(", "));
+    }
+}
+
+/// Every minute: the data caps' look ([`datacap::look`]); at a period's end (or after a load
+/// whose counts did not go in) the ruleset is loaded again, under the daemon's operation
+/// lock, from the state as it is then.
+#[cfg(feature = "shape")]
+pub(crate) fn watch_usage(d: &std::sync::Arc<Daemon>) {
+    let d = std::sync::Arc::clone(d);
+    let spawned = berth_sys::process::spawn_thread(
+        "usage".into(),
+        // The whole load runs here (the state, the line governor, the ruleset, nft's answer):
+        // the stack of the threads that run it otherwise.
+        256 * 1024,
+        Box::new(move || loop {
+            std::thread::sleep(std::time::Duration::from_secs(datacap::LOOK_S));
+            if datacap::look(&d, false) {
+                let _op = d.op.lock().unwrap();
+                reload(&d, "the data caps");
+            }
+        }),
+    );
+    if let Err(e) = spawned {
+        log::error!("network: cannot start the data caps' count: {e}");
     }
 }
 
