@@ -220,25 +220,13 @@ impl Usage {
             self.period, self.ends, self.used
         )
     }
-
-    /// What the count is on `today` (days since 1970): its bytes until its period ends, then
-    /// none. A cap whose period changed (the metered switch, an upgrade) keeps the count
-    /// until the period it was counted in ends: more counted than the new period holds,
-    /// never less.
-    pub fn on(self, today: i64) -> u64 {
-        if today < self.ends {
-            self.used
-        } else {
-            0
-        }
-    }
 }
 
 /// Whether a count moved enough since it was written to be written again: a hundredth of the
 /// cap, or a MiB, or it reached the cap (which a power cut must not forget). Flash is written
 /// at most once a look per container, and only then.
 pub fn worth_writing(saved: Usage, now: Usage, cap: u64) -> bool {
-    if saved.period != now.period {
+    if saved.period != now.period || saved.ends != now.ends {
         return true;
     }
     let moved = now.used.abs_diff(saved.used);
@@ -259,9 +247,15 @@ pub struct Known {
     pub loaded: u64,
     /// Its quota's name's number.
     pub index: u32,
-    /// The ruleset with this count went in (or was already in force): the kernel's quota
-    /// counts this record. Until it does, the kernel's count is another period's or cap's.
-    pub confirmed: bool,
+}
+
+/// The daemon's records of the capped containers: those the ruleset in force counts, and
+/// those prepared for a load not yet in (or that failed: then the next look asks for it
+/// again).
+#[derive(Debug, Default)]
+pub struct Counts {
+    pub known: Vec<(String, Known)>,
+    pub pending: Option<Vec<(String, Known)>>,
 }
 
 /// One container's quota in the ruleset: its index (the name's number), its cap, what it has
@@ -438,7 +432,6 @@ mod tests {
         assert_eq!(Usage::parse("{\"period\":9}"), None);
         // Written without its end: a day.
         assert_eq!(Usage::parse("{\"period\":9,\"used\":77}"), Some(u(9, 77)));
-        assert_eq!((u(9, 77).on(9), u(9, 77).on(10)), (77, 0));
     }
 
     #[test]

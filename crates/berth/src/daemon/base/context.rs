@@ -74,7 +74,7 @@ pub struct Daemon {
     pub slab_error: OnceLock<String>,
     /// The data caps' counts as the daemon last knew them (`prepare::datacap` owns them).
     #[cfg(feature = "shape")]
-    pub usage: Mutex<Vec<(String, berth_core::datacap::Known)>>,
+    pub usage: Mutex<berth_core::datacap::Counts>,
 }
 
 /// Every container's schedules and what the scheduler thread needs to be woken.
@@ -242,7 +242,7 @@ impl Daemon {
             #[cfg(feature = "slab")]
             slab_error: OnceLock::new(),
             #[cfg(feature = "shape")]
-            usage: Mutex::new(Vec::new()),
+            usage: Mutex::new(Default::default()),
         }
     }
 

@@ -80,11 +80,13 @@ fn today(now: u64) -> i64 {
 
 /// Before a load: each member with a cap in force gets its quota (its count 0 in the text the
 /// ruleset's hash is taken of: a count that grew is no reason to reload); the quotas with what
-/// each counted in this period (the kernel's count where it counts this record, else the
-/// flash's, as after a reboot) are returned for [`datacap::with_counts`], with the
+/// each counted in this period (the kernel's count where its quota counts this record, else
+/// the flash's, as after a reboot) are returned for [`datacap::with_counts`], with the
 /// fingerprint the hash takes besides: the periods (a new one, its count from zero, is a
-/// reason to reload). A count that moved is written; so is the last count of one whose cap
-/// goes. [`confirm`] marks them in force once the load went in.
+/// reason to reload). The records wait until [`confirm`]: until the load goes in, the kernel
+/// counts the records in force, which the looks go on counting; and the flash holds no record
+/// the kernel does not (a restart after a failed load trusts the kernel only for what the
+/// flash says). The last count of one whose cap goes is written now.
 pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, Vec<Quota>) {
     let metered = metered(d);
     let caps: Vec<Option<DataCap>> = members
@@ -97,35 +99,34 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, V
             .zip(&caps)
             .any(|(m, c)| m.name == n && c.is_some())
     };
-    let mut known = d.usage.lock().unwrap();
+    let mut u = d.usage.lock().unwrap();
     let mut quotas = Vec::new();
-    if known.is_empty() && caps.iter().all(Option::is_none) {
+    if u.known.is_empty() && u.pending.is_none() && caps.iter().all(Option::is_none) {
         return (String::new(), quotas);
     }
     let kernel = counted(d);
     let in_kernel = |index: u32| kernel.iter().find(|k| k.0 == index).map(|k| k.1);
     // A cap that goes (metered off, an upgrade without it): its last count kept first.
-    for (n, k) in known.iter_mut().filter(|(n, _)| !capped(n)) {
-        if let Some(c) = in_kernel(k.index).filter(|_| k.confirmed) {
-            let usage = Usage {
-                used: passed(c, k.cap.bytes, k.loaded).max(k.usage.used),
-                ..k.usage
-            };
-            if usage != k.saved {
-                if let Err(e) = write(d, n, usage) {
-                    log::warn!("{n}: data usage: {e}");
-                }
+    for (n, k) in u.known.iter().filter(|(n, _)| !capped(n)) {
+        let c = in_kernel(k.index).map_or(0, |c| passed(c, k.cap.bytes, k.loaded));
+        let usage = Usage {
+            used: c.max(k.usage.used),
+            ..k.usage
+        };
+        if usage != k.saved {
+            if let Err(e) = write(d, n, usage) {
+                log::warn!("{n}: data usage: {e}");
             }
         }
     }
-    known.retain(|(n, _)| capped(n));
     let now = now();
     let policy = d.cfg.network.data;
     let mut fingerprint = String::new();
+    let mut next = Vec::new();
     for (m, cap) in members.iter_mut().zip(caps) {
         let Some(cap) = cap else { continue };
         let index = net::index_of(&d.cfg.network, m.ip);
-        let had = entry(&mut known, m.name).copied();
+        let had = entry(&mut u.known, m.name).copied();
         let saved = match had {
             Some(k) => k.saved,
             None => std::fs::read_to_string(file(d, m.name))
@@ -133,7 +134,7 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, V
                 .and_then(|t| Usage::parse(&t))
                 .unwrap_or_default(),
         };
-        // The record last loaded or written: its period, its count.
+        // The record in force (or, after a restart, the one on flash): its period, its count.
         let base = had.map_or(saved, |k| k.usage);
         let (mut start, mut resets) = datacap::period_of(cap.period, policy.reset_day, now);
         // A clock not set yet (no RTC, no NTP answer) cannot tell a period: the last one goes on.
@@ -141,11 +142,10 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, V
         if !clock && base.ends != 0 {
             (start, resets) = (base.period, base.ends);
         }
-        // The kernel's quota counts the record last loaded: this daemon's, once it went in
-        // (else the kernel's count is another period's or cap's); a daemon's before it (a
-        // restart: the last one written).
+        // The kernel's quota at this index counts the record in force: this daemon's; after a
+        // restart, the one on flash (written only once its load went in).
         let kernel_count = match had {
-            Some(k) if k.confirmed && k.index == index => {
+            Some(k) if k.index == index => {
                 in_kernel(index).map(|c| passed(c, k.cap.bytes, k.loaded))
             }
             Some(_) => None,
@@ -156,31 +156,27 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, V
             true => kernel_count.unwrap_or(0).max(base.used),
             false => 0,
         };
+        // A count carried into a cap of another period (the metered switch, an upgrade) is
+        // kept until the period it was counted in ends, if that is later.
+        if live && base.ends > resets {
+            resets = base.ends;
+        }
         let usage = Usage {
             period: start,
             ends: resets,
             used,
         };
-        let mut kept = saved;
-        if usage != saved && datacap::worth_writing(saved, usage, cap.bytes) {
-            match write(d, m.name, usage) {
-                Ok(()) => kept = usage,
-                Err(e) => log::warn!("{}: data usage: {e}", m.name),
-            }
-        }
-        let k = Known {
-            cap,
-            usage,
-            resets,
-            saved: kept,
-            loaded: used,
-            index,
-            confirmed: false,
-        };
-        match entry(&mut known, m.name) {
-            Some(e) => *e = k,
-            None => known.push((m.name.to_string(), k)),
-        }
+        next.push((
+            m.name.to_string(),
+            Known {
+                cap,
+                usage,
+                resets,
+                saved,
+                loaded: used,
+                index,
+            },
+        ));
         let q = Quota {
             index,
             cap: cap.bytes,
@@ -189,16 +185,28 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, V
         };
         m.quota = Some(q);
         quotas.push(Quota { used, ..q });
-        fingerprint.push_str(&format!("{index}:{start} "));
+        fingerprint.push_str(&format!("{index}:{start}:{resets} "));
     }
+    u.pending = Some(next);
     (fingerprint, quotas)
 }
 
-/// The ruleset [`fill`] prepared is in force (it went in, or was already).
+/// The ruleset [`fill`] prepared is in force (it went in, or was already): its records are
+/// the ones counted from now, written where they moved enough.
 pub(crate) fn confirm(d: &Daemon) {
-    for (_, k) in d.usage.lock().unwrap().iter_mut() {
-        k.confirmed = true;
+    let mut u = d.usage.lock().unwrap();
+    let Some(mut next) = u.pending.take() else {
+        return;
+    };
+    for (n, k) in next.iter_mut() {
+        if k.usage != k.saved && datacap::worth_writing(k.saved, k.usage, k.cap.bytes) {
+            match write(d, n, k.usage) {
+                Ok(()) => k.saved = k.usage,
+                Err(e) => log::warn!("{n}: data usage: {e}"),
+            }
+        }
     }
+    u.known = next;
 }
 
 /// What passed a quota that counts `kernel`: beyond its cap it counts what it refused too (a
@@ -222,17 +230,18 @@ fn write(d: &Daemon, name: &str, u: Usage) -> std::io::Result<()> {
 /// ruleset is to be loaded again: a period has ended (its quotas then start from zero), or a
 /// load whose counts did not go in is to be tried again.
 pub(crate) fn look(d: &Daemon, force: bool) -> bool {
-    let mut known = d.usage.lock().unwrap();
-    if known.is_empty() {
+    let mut u = d.usage.lock().unwrap();
+    if u.known.is_empty() && u.pending.is_none() {
         return false;
     }
+    // Records waiting for a load that did not go in (or is going in): it is tried again.
+    let mut again = u.pending.is_some();
     // Under the lock: a load between the kernel's answer and its use would change whose
     // count it is.
     let kernel = counted(d);
     let now = now();
-    let mut again = false;
-    for (name, k) in known.iter_mut() {
-        if !k.confirmed || (berth_core::date::clock_set(now) && today(now) >= k.resets) {
+    for (name, k) in u.known.iter_mut() {
+        if berth_core::date::clock_set(now) && today(now) >= k.resets {
             again = true;
             continue;
         }
@@ -277,8 +286,8 @@ fn day(days: i64) -> String {
 /// One container's data usage for the views and its own `GET /v1/self`: null without a cap.
 pub(crate) fn usage_of(d: &Daemon, name: &str) -> Value {
     let over_policy = d.cfg.network.data.over;
-    let mut known = d.usage.lock().unwrap();
-    let Some(k) = entry(&mut known, name).copied() else {
+    let mut u = d.usage.lock().unwrap();
+    let Some(k) = entry(&mut u.known, name).copied() else {
         return Value::Null;
     };
     let over = k.usage.used >= k.cap.bytes;
@@ -303,7 +312,12 @@ pub(crate) fn usage_of(d: &Daemon, name: &str) -> Value {
 
 /// A package removed: its count goes with it.
 pub(crate) fn forget(d: &Daemon, name: &str) {
-    d.usage.lock().unwrap().retain(|(n, _)| n != name);
+    let mut u = d.usage.lock().unwrap();
+    u.known.retain(|(n, _)| n != name);
+    if let Some(p) = u.pending.as_mut() {
+        p.retain(|(n, _)| n != name);
+    }
+    drop(u);
     let _ = std::fs::remove_file(file(d, name));
 }
 

@@ -972,25 +972,18 @@ mod tests {
         calls.map(|c| c.input.unwrap_or_default()).collect()
     }
 
-    /// A capped container's quota goes in with the count kept for it; looks take the kernel's
-    /// count (what it refused beyond the cap not counted) and write it where it moved; the
-    /// metered switch loads the policy's smaller cap with the count (the kernel takes no more
-    /// than the cap); a new period starts from zero, also when its load failed (then tried
-    /// again at each look); a removal drops the count.
+    /// A daemon with one isolated package capped at 4 MiB a day (the policy's metered cap: 2
+    /// MiB), started once: its quota loaded from zero.
     #[cfg(feature = "shape")]
-    #[test]
-    fn a_data_cap_is_loaded_with_its_count_and_the_count_kept() {
-        use crate::daemon::prepare::datacap;
-        const MIB: u64 = 1 << 20;
+    fn capped_daemon(tag: &str) -> (TempDir, Daemon, &'static FakeTools, Installed) {
+        // A table of its own: the hash of the ruleset last loaded is the process's.
         let (dir, d, tools) = networked_daemon(
-            "net-cap",
-            "[network]\ntable = \"bt_cap\"\n[policy]\nmetered_data_cap = \"2M/day\"\n",
+            tag,
+            &format!(
+                "[network]\ntable = \"bt_{}\"\n[policy]\nmetered_data_cap = \"2M/day\"\n",
+                tag.replace('-', "_")
+            ),
         );
-        let quotas = |used: u64| {
-            Ok(format!(
-                r#"{{"nftables": [{{"quota": {{"family": "inet", "name": "q_2", "table": "bt_cap", "bytes": 4194304, "used": {used}, "inv": true}}}}]}}"#
-            ))
-        };
         tools.answer(
             "nft",
             &["-j", "list", "quotas"],
@@ -1007,13 +1000,38 @@ mod tests {
             rules.contains("  quota q_2 { over 4194304 bytes used 0 bytes }\n"),
             "{rules}"
         );
-        let kept = || {
-            berth_core::datacap::Usage::parse(
-                &std::fs::read_to_string(d.cfg.paths.state.join("usage/app")).unwrap(),
-            )
-            .unwrap()
-            .used
-        };
+        (dir, d, tools, app)
+    }
+
+    /// nft's answer to `list quotas` with q_2 having counted `used`.
+    #[cfg(feature = "shape")]
+    fn quotas(used: u64) -> std::result::Result<String, String> {
+        Ok(format!(
+            r#"{{"nftables": [{{"quota": {{"family": "inet", "name": "q_2", "table": "bt_cap", "bytes": 4194304, "used": {used}, "inv": true}}}}]}}"#
+        ))
+    }
+
+    /// The count kept on flash for `app`.
+    #[cfg(feature = "shape")]
+    fn kept(d: &Daemon) -> u64 {
+        berth_core::datacap::Usage::parse(
+            &std::fs::read_to_string(d.cfg.paths.state.join("usage/app")).unwrap(),
+        )
+        .unwrap()
+        .used
+    }
+
+    /// A capped container's quota goes in with the count kept for it; looks take the kernel's
+    /// count (what it refused beyond the cap not counted) and write it where it moved; the
+    /// metered switch loads the policy's smaller cap with the count (the kernel takes no more
+    /// than the cap); a new period starts from zero.
+    #[cfg(feature = "shape")]
+    #[test]
+    fn a_data_cap_is_loaded_with_its_count_and_the_count_kept() {
+        use crate::daemon::prepare::datacap;
+        const MIB: u64 = 1 << 20;
+        let (dir, d, tools, app) = capped_daemon("net-cap");
+        let kept = || kept(&d);
         assert_eq!(kept(), 0);
         // 3 MiB counted: written (it moved a MiB or more).
         tools.answer("nft", &["-j", "list", "quotas"], quotas(3 * MIB));
@@ -1068,7 +1086,7 @@ mod tests {
             "{\"period\":20000,\"used\":3000000}\n",
         )
         .unwrap();
-        d.usage.lock().unwrap().clear();
+        *d.usage.lock().unwrap() = Default::default();
         set_metered(&d, false).unwrap();
         let rules = loads(tools).pop().unwrap();
         assert!(
@@ -1078,6 +1096,18 @@ mod tests {
         assert_eq!(kept(), 0);
         let u = datacap::usage_of(&d, "app");
         assert!(u["since"].as_str().unwrap() > "2024-10-04", "{u}");
+    }
+
+    /// A load that fails neither carries an old period's count into a new one (nor puts its
+    /// records on flash), nor stops the count of the records in force; each look asks for it
+    /// again; a removal drops the count.
+    #[cfg(feature = "shape")]
+    #[test]
+    fn a_failed_load_keeps_counting_what_is_in_force_and_is_tried_again() {
+        use crate::daemon::prepare::datacap;
+        const MIB: u64 = 1 << 20;
+        let (_dir, d, tools, _app) = capped_daemon("net-cap-fail");
+        let kept = || kept(&d);
         // A new period whose load fails: the kernel's quota still counts the old one (here
         // over its cap). Its count is not carried into the new period, and each look asks
         // for the load again until it goes in.
@@ -1088,7 +1118,7 @@ mod tests {
             "{\"period\":20000,\"ends\":20001,\"used\":4194304}\n",
         )
         .unwrap();
-        d.usage.lock().unwrap().clear();
+        *d.usage.lock().unwrap() = Default::default();
         tools.answer(
             "nft",
             &["-f", "-"],
@@ -1097,8 +1127,10 @@ mod tests {
         // (Metered, so that the ruleset differs from the one in force and is loaded.)
         assert!(set_metered(&d, true).is_err());
         assert!(datacap::look(&d, false), "the load is to be tried again");
-        assert_eq!(datacap::usage_of(&d, "app")["used"], 0);
-        assert_eq!(kept(), 0);
+        // Nothing of the new period is in force, nor on flash (a restart now would find the
+        // old period there, ended: a count from zero, not the kernel's).
+        assert_eq!(datacap::usage_of(&d, "app"), Value::Null);
+        assert_eq!(kept(), 4 * MIB);
         tools.answer("nft", &["-f", "-"], Ok(String::new()));
         reload(&d, "the test");
         let rules = loads(tools).pop().unwrap();
@@ -1106,6 +1138,33 @@ mod tests {
             rules.contains("  quota q_2 { over 2097152 bytes used 0 bytes }\n"),
             "{rules}"
         );
+        assert_eq!(kept(), 0);
+        tools.answer("nft", &["-j", "list", "quotas"], quotas(0));
+        assert!(!datacap::look(&d, false));
+        // A load that fails while records are in force: they go on being counted (the
+        // kernel's quotas are theirs), and the next load carries what they counted.
+        tools.answer("nft", &["-j", "list", "quotas"], quotas(MIB));
+        tools.answer(
+            "nft",
+            &["-f", "-"],
+            Err("netlink: Error: out of memory".into()),
+        );
+        assert!(set_metered(&d, false).is_err());
+        assert!(datacap::look(&d, false));
+        let u = datacap::usage_of(&d, "app");
+        assert_eq!(
+            (u["used"].as_u64(), u["cap"].as_u64()),
+            (Some(MIB), Some(2 * MIB)),
+            "{u}"
+        );
+        tools.answer("nft", &["-f", "-"], Ok(String::new()));
+        reload(&d, "the test");
+        let rules = loads(tools).pop().unwrap();
+        assert!(
+            rules.contains("  quota q_2 { over 4194304 bytes used 1048576 bytes }\n"),
+            "{rules}"
+        );
+        tools.answer("nft", &["-j", "list", "quotas"], quotas(MIB));
         assert!(!datacap::look(&d, false));
         forget(
             &d,
