@@ -329,8 +329,8 @@ pub fn download_rule(q: &Quota, to: &str, wan_in: &str, bridge: &str) -> String 
     )
 }
 
-/// The quotas in `nft -j list quotas …` output: (index, bytes used).
-pub fn parse_quotas(v: &serde_json::Value) -> Vec<(u32, u64)> {
+/// The quotas in `nft -j list quotas …` output: (index, bytes used, its cap).
+pub fn parse_quotas(v: &serde_json::Value) -> Vec<(u32, u64, u64)> {
     let mut out = Vec::new();
     for item in v["nftables"].as_array().into_iter().flatten() {
         let q = &item["quota"];
@@ -338,7 +338,7 @@ pub fn parse_quotas(v: &serde_json::Value) -> Vec<(u32, u64)> {
             continue;
         };
         if let Some(i) = name.strip_prefix("q_").and_then(|i| i.parse().ok()) {
-            out.push((i, used));
+            out.push((i, used, q["bytes"].as_u64().unwrap_or(u64::MAX)));
         }
     }
     out
@@ -494,6 +494,6 @@ mod tests {
         let v = serde_json::json!({"nftables": [{"metainfo": {}},
             {"quota": {"family": "inet", "name": "q_2", "bytes": 4194304, "used": 1000, "inv": true}},
             {"quota": {"name": "other", "used": 5}}]});
-        assert_eq!(parse_quotas(&v), vec![(2, 1000)]);
+        assert_eq!(parse_quotas(&v), vec![(2, 1000, 4194304)]);
     }
 }

@@ -60,7 +60,7 @@ pub(crate) fn cap_of(d: &Daemon, st: &State, name: &str, metered: bool) -> Optio
 }
 
 /// The counts nft's quotas hold now, by container index; empty without the table.
-fn counted(d: &Daemon) -> Vec<(u32, u64)> {
+fn counted(d: &Daemon) -> Vec<(u32, u64, u64)> {
     let t = &d.cfg.network.table;
     let args = ["-j", "list", "quotas", "table", "inet", t];
     match berth_sys::host::run_checked(d.host.tools, "nft", &args, None, TOOL_LIMIT) {
@@ -105,17 +105,18 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, V
         return (String::new(), quotas);
     }
     let kernel = counted(d);
-    let in_kernel = |index: u32| kernel.iter().find(|k| k.0 == index).map(|k| k.1);
+    let in_kernel = |index: u32| kernel.iter().find(|k| k.0 == index).map(|k| (k.1, k.2));
     // A cap that goes (metered off, an upgrade without it): its last count kept first.
-    for (n, k) in u.known.iter().filter(|(n, _)| !capped(n)) {
-        let c = in_kernel(k.index).map_or(0, |c| passed(c, k.cap.bytes, k.loaded));
+    for (n, k) in u.known.iter_mut().filter(|(n, _)| !capped(n)) {
+        let c = in_kernel(k.index).map_or(0, |(c, _)| passed(c, k.cap.bytes, k.loaded));
         let usage = Usage {
             used: c.max(k.usage.used),
             ..k.usage
         };
         if usage != k.saved {
-            if let Err(e) = write(d, n, usage) {
-                log::warn!("{n}: data usage: {e}");
+            match write(d, n, usage) {
+                Ok(()) => k.saved = usage,
+                Err(e) => log::warn!("{n}: data usage: {e}"),
             }
         }
     }
@@ -146,10 +147,11 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, V
         // restart, the one on flash (written only once its load went in).
         let kernel_count = match had {
             Some(k) if k.index == index => {
-                in_kernel(index).map(|c| passed(c, k.cap.bytes, k.loaded))
+                in_kernel(index).map(|(c, _)| passed(c, k.cap.bytes, k.loaded))
             }
             Some(_) => None,
-            None => in_kernel(index).map(|c| c.min(cap.bytes)),
+            // Beyond the cap it was loaded with it counted what it refused.
+            None => in_kernel(index).map(|(c, bytes)| c.min(bytes)),
         };
         let live = !clock || today(now) < base.ends;
         let used = match live {
@@ -187,7 +189,17 @@ pub(crate) fn fill(d: &Daemon, st: &State, members: &mut [Member]) -> (String, V
         quotas.push(Quota { used, ..q });
         fingerprint.push_str(&format!("{index}:{start}:{resets} "));
     }
-    u.pending = Some(next);
+    // The same records as those in force (a load for another reason): nothing waits on it,
+    // and its failure is no reason for the looks to ask for it again.
+    let same = next.len() == u.known.len()
+        && next.iter().zip(&u.known).all(|((n, a), (m, b))| {
+            n == m
+                && a.index == b.index
+                && a.cap == b.cap
+                && a.usage.period == b.usage.period
+                && a.resets == b.resets
+        });
+    u.pending = (!same).then_some(next);
     (fingerprint, quotas)
 }
 
@@ -199,6 +211,13 @@ pub(crate) fn confirm(d: &Daemon) {
         return;
     };
     for (n, k) in next.iter_mut() {
+        // A look while the load went in may have counted and written more: kept.
+        if let Some(was) = entry(&mut u.known, n).filter(|w| w.index == k.index) {
+            if was.usage.period == k.usage.period {
+                k.usage.used = k.usage.used.max(was.usage.used);
+            }
+            k.saved = was.saved;
+        }
         if k.usage != k.saved && datacap::worth_writing(k.saved, k.usage, k.cap.bytes) {
             match write(d, n, k.usage) {
                 Ok(()) => k.saved = k.usage,
@@ -207,6 +226,11 @@ pub(crate) fn confirm(d: &Daemon) {
         }
     }
     u.known = next;
+}
+
+/// Whether records wait for a load (one that failed, or is going in).
+pub(crate) fn waiting(d: &Daemon) -> bool {
+    d.usage.lock().unwrap().pending.is_some()
 }
 
 /// What passed a quota that counts `kernel`: beyond its cap it counts what it refused too (a

@@ -534,7 +534,8 @@ pub(crate) fn watch_usage(d: &std::sync::Arc<Daemon>) {
 pub(crate) fn reload(d: &Daemon, why: &str) {
     let st = crate::daemon::device::state::state(d);
     let leases = load_leases(d);
-    if members(&st, &leases).is_empty() {
+    // No container on the bridge: only a teardown still to go in (it failed) is loaded.
+    if members(&st, &leases).is_empty() && !datacap::waiting(d) {
         return;
     }
     if let Err(e) = apply(d, &st, &leases) {
@@ -1166,6 +1167,12 @@ mod tests {
         );
         tools.answer("nft", &["-j", "list", "quotas"], quotas(MIB));
         assert!(!datacap::look(&d, false));
+        // A daemon that starts anew finds a quota that counted, beyond the cap it was loaded
+        // with, what it refused: that cap is what passed.
+        *d.usage.lock().unwrap() = Default::default();
+        tools.answer("nft", &["-j", "list", "quotas"], quotas(40 * MIB));
+        reload(&d, "the test");
+        assert_eq!(datacap::usage_of(&d, "app")["used"], 4 * MIB);
         forget(
             &d,
             &crate::daemon::device::state::state(&d),
